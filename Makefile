@@ -1,0 +1,89 @@
+# lattice - build, test and demo.
+#   make            build build/lattice (CPU backend; CUDA backend too when nvcc is found)
+#   make CUDA=0     skip the CUDA backend
+#   make test       set-up + build + the whole suite (ends with "N passed, N failed")
+#   make demo       set-up + build + sample corpus + train a small GPT + print generated text
+#   make deps       install missing Debian packages (when root)
+
+BUILD    ?= build
+CC       ?= gcc
+NVCC     ?= nvcc
+CUDA     ?= auto
+CUDA_ARCH ?= 80 90
+OPT      ?= -O3 -march=native
+PKGS     := yaml-0.1 libzstd openblas ompi-c
+
+HAVE_PKGS := $(shell pkg-config --exists $(PKGS) 2>/dev/null && echo 1)
+ifeq ($(HAVE_PKGS),1)
+  DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS))
+  DEP_LIBS   := $(shell pkg-config --libs $(PKGS))
+endif
+
+CFLAGS  := $(OPT) -g -std=c11 -D_GNU_SOURCE -fopenmp -Wall -Wextra -Wno-unused-parameter \
+           -Wstrict-prototypes -Iinclude $(DEP_CFLAGS) -MMD -MP
+LDFLAGS := -fopenmp
+LDLIBS  := $(DEP_LIBS) -lpthread -lm
+
+# ---- CUDA probe -------------------------------------------------------------
+ifeq ($(CUDA),auto)
+  CUDA := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1 || echo 0)
+endif
+CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
+ifeq ($(CUDA),1)
+  CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC))))
+  NVCCFLAGS := -O3 -std=c++17 -Iinclude -lineinfo --expt-relaxed-constexpr \
+               $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+               -Xcompiler -fPIC,-Wall -MMD -MP
+  CFLAGS  += -DLT_HAVE_CUDA
+  CUDA_OBJS := $(patsubst kernels/cuda/%.cu,$(BUILD)/obj/cuda/%.o,$(CUDA_SRCS))
+  LDLIBS  += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
+             -Wl,-rpath,$(CUDA_HOME)/lib -lcublasLt -lcublas -lcudnn -lnccl -lcudart -lstdc++
+endif
+
+SRCS     := $(filter-out src/main.c,$(wildcard src/*.c)) $(wildcard kernels/cpu/*.c)
+OBJS     := $(patsubst %.c,$(BUILD)/obj/%.o,$(SRCS))
+LIB      := $(BUILD)/liblattice.a
+TEST_SRCS := $(wildcard tests/test_*.c)
+TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+
+.PHONY: all deps check-deps test test-full demo clean format
+all: check-deps $(BUILD)/lattice $(TEST_BINS)
+
+deps:
+	@scripts/setup.sh
+
+check-deps:
+	@scripts/setup.sh --check
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/cuda/%.o: kernels/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(LIB): $(OBJS) $(CUDA_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/lattice: $(BUILD)/obj/src/main.o $(LIB)
+	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
+
+test: deps all
+	@tests/run.sh $(BUILD)
+
+test-full: deps all
+	@LT_TEST_FULL=1 tests/run.sh $(BUILD)
+
+demo: deps all
+	@scripts/demo.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(OBJS:.o=.d) $(CUDA_OBJS:.o=.d)

@@ -1,0 +1,64 @@
+/* checkpoint.h - saving and loading training state; Hugging Face export.
+ *
+ * Layout: <dir>/step_<NNNNNNNN>/ holding
+ *   state.lt    : named fp32 tensors (master weights "param/<name>", Adam
+ *                 moments "adam_m/<name>", "adam_v/<name>") each with shape
+ *                 and CRC-32, addressed by global parameter name so a later
+ *                 layout can reshard them;
+ *   meta.json   : step, samples consumed, seeds, format version, dims;
+ *   config.yaml : the resolved config of the run that saved it.
+ * <dir>/latest names the newest complete step directory. A step directory is
+ * written under a temporary name and renamed when complete, then `latest` is
+ * replaced atomically: a crash never leaves a half checkpoint that load uses. */
+#ifndef LT_CHECKPOINT_H
+#define LT_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "params.h"
+
+typedef struct {
+    long step;                 /* optimizer steps completed */
+    uint64_t samples_consumed; /* global training samples consumed */
+    uint64_t seed;             /* train.seed of the run */
+    uint64_t data_seed;        /* seed of the shuffle permutation */
+    uint64_t rng_state;        /* sampler/dropout RNG state (reserved) */
+} LtCkptMeta;
+
+/* Host copies of the full (unsharded) state, each t->total fp32 elements.
+ * m and v may be NULL (weights-only). */
+typedef struct {
+    float *master, *m, *v;
+} LtCkptState;
+
+/* Save step directory for meta->step under dir; cfg is written as config.yaml.
+ * Returns 0, or -1 with a message in err. */
+int lt_ckpt_save(const char *dir, const LtParamTable *t, const LtCkptState *s,
+                 const LtCkptMeta *meta, const LtConfig *cfg, char *err, size_t errlen);
+
+/* Resolve `path` (a checkpoint.dir with a `latest` file, or one step
+ * directory) to a step directory. Returns 0 or -1 with err. */
+int lt_ckpt_resolve(const char *path, char *stepdir, size_t len, char *err, size_t errlen);
+
+/* Load the config stored in a step directory (for export). */
+int lt_ckpt_load_config(const char *stepdir, LtConfig *cfg, char *err, size_t errlen);
+
+/* Load into s (arrays of t->total, allocated by the caller; m/v may be NULL to
+ * skip). Every tensor of t must be present with the same shape; checksums are
+ * verified. Returns 0 or -1 with a message naming the file and tensor. */
+int lt_ckpt_load(const char *stepdir, const LtParamTable *t, LtCkptState *s, LtCkptMeta *meta,
+                 char *err, size_t errlen);
+
+/* `lattice export`: write <out_dir>/model.safetensors (fp32, HF GPT-2 names,
+ * Conv1D weights transposed to (in, out), vocab sliced to the true size) and
+ * <out_dir>/config.json. Returns 0 or -1 with err. */
+int lt_export_hf(const char *ckpt_path, const char *out_dir, char *err, size_t errlen);
+
+/* Minimal safetensors reader for tests and tools: read tensor `name` (F32)
+ * into a newly malloc'd array; shape to shape[0..*ndim). NULL on error. */
+float *lt_safetensors_read(const char *file, const char *name, int *ndim, int64_t shape[4],
+                           char *err, size_t errlen);
+
+#endif

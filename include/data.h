@@ -1,0 +1,78 @@
+/* data.h - token files and the training sample loader.
+ *
+ * Three on-disk formats, detected from their first bytes:
+ *  - lattice shards (".ltok"): header, zstd-compressed blocks, block index
+ *    with offsets and a CRC-32 per block, random access by token position;
+ *  - llm.c ".bin" shards: 256 int32 header (magic 20240520, version 1,
+ *    token count) followed by uint16 tokens;
+ *  - Megatron-LM indexed datasets: "<prefix>.bin" + "<prefix>.idx" (MMIDIDX
+ *    header); the path given may be the prefix, the .bin or the .idx; all
+ *    sequences are read as one stream in order.
+ * A file is one token stream. Sample i of a stream with sequence length S is
+ * tokens [i*S, i*S + S + 1): inputs are the first S, targets the last S. */
+#ifndef LT_DATA_H
+#define LT_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct LtTokenFile LtTokenFile;
+
+/* Open and validate (magic, version, sizes, file length vs header, dtype).
+ * Token ids are checked against vocab_size as they are read (and for the
+ * uncompressed formats also at open when the file is small, <= 64 MiB).
+ * Returns NULL with a message naming the file and the problem in err. */
+LtTokenFile *lt_tokens_open(const char *path, int vocab_size, char *err, size_t errlen);
+void lt_tokens_close(LtTokenFile *f);
+uint64_t lt_tokens_count(const LtTokenFile *f);
+const char *lt_tokens_format(const LtTokenFile *f); /* "lattice", "llm.c", "megatron" */
+const char *lt_tokens_path(const LtTokenFile *f);
+/* Read tokens [start, start+n) into out. Thread-safe for distinct callers
+ * (uses pread). Returns 0, or -1 with a message (checksum mismatch, id out of
+ * range, short read, out of bounds) in err. */
+int lt_tokens_read(LtTokenFile *f, uint64_t start, uint64_t n, int32_t *out, char *err,
+                   size_t errlen);
+
+/* Streaming writer of the lattice shard format. block_tokens 0 = default (65536). */
+typedef struct LtShardWriter LtShardWriter;
+LtShardWriter *lt_shard_writer_open(const char *path, int vocab_size, int block_tokens,
+                                    int zstd_level, char *err, size_t errlen);
+int lt_shard_writer_append(LtShardWriter *w, const int32_t *tokens, size_t n, char *err,
+                           size_t errlen);
+/* Finishes the file (index, header) atomically (written to path.tmp then renamed). */
+int lt_shard_writer_close(LtShardWriter *w, char *err, size_t errlen);
+
+/* Number of whole samples a stream of `ntokens` holds at sequence length S. */
+static inline uint64_t lt_num_samples(uint64_t ntokens, int S) {
+    return ntokens > (uint64_t)S ? (ntokens - 1) / (uint64_t)S : 0;
+}
+
+/* ---- loader ---------------------------------------------------------------
+ * Produces, for optimizer step k, the samples this rank uses: global sample
+ * positions k*G + first .. k*G + first + count - 1 (G = samples_per_step).
+ * Position p maps to sample id p mod num_samples without shuffle; with
+ * shuffle, epoch e = p / num_samples uses a permutation that is a pure
+ * function of (seed, e). A background thread prepares up to `prefetch` steps
+ * ahead, so the training loop never waits on storage in steady state. */
+typedef struct LtLoader LtLoader;
+typedef struct {
+    int seq_len;
+    int samples_per_step;  /* G: global batch */
+    int first, count;      /* this rank's slice of each step's samples */
+    bool shuffle;
+    uint64_t seed;
+    int prefetch;          /* >= 1 */
+} LtLoaderConfig;
+
+LtLoader *lt_loader_create(LtTokenFile *f, const LtLoaderConfig *cfg, char *err, size_t errlen);
+/* Copy step `step`'s tokens into out[count * (S+1)] (row i = sample i of the
+ * slice, S+1 tokens). Steps are normally requested in increasing order (which
+ * the prefetcher predicts); any step may be asked for (resume). Returns 0, or
+ * -1 with a message (a read or validation error) in err. */
+int lt_loader_get(LtLoader *l, long step, int32_t *out, char *err, size_t errlen);
+/* Global sample id used at global position p (exposed for tests). */
+uint64_t lt_loader_sample_id(const LtLoader *l, uint64_t position);
+void lt_loader_destroy(LtLoader *l);
+
+#endif

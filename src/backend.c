@@ -1,0 +1,16 @@
+/* backend.c - backend selection helpers shared by every build. When the CUDA
+ * backend is not compiled in, its entry points report that clearly. */
+#include "backend.h"
+
+#include <stdio.h>
+
+#ifndef LT_HAVE_CUDA
+LtBackend *lt_backend_cuda_create(LtDtype dtype, int device, char *err, size_t errlen) {
+    (void)dtype;
+    (void)device;
+    snprintf(err, errlen, "this lattice binary was built without the CUDA backend (make CUDA=0 or no nvcc)");
+    return NULL;
+}
+int lt_cuda_device_count(void) { return 0; }
+int lt_cuda_compiled(void) { return 0; }
+#endif
