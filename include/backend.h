@@ -18,6 +18,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { LT_F32 = 0, LT_BF16 = 1 } LtDtype;
 
 typedef struct LtBackend LtBackend;
@@ -137,5 +141,9 @@ int lt_cuda_compiled(void);
 static inline void lt_backend_destroy(LtBackend *be) {
     if (be) be->ops->destroy(be);
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -19,6 +19,10 @@
 #include "config.h"
 #include "params.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     long step;                 /* optimizer steps completed */
     uint64_t samples_consumed; /* global training samples consumed */
@@ -60,5 +64,9 @@ int lt_export_hf(const char *ckpt_path, const char *out_dir, char *err, size_t e
  * into a newly malloc'd array; shape to shape[0..*ndim). NULL on error. */
 float *lt_safetensors_read(const char *file, const char *name, int *ndim, int64_t shape[4],
                            char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

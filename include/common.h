@@ -12,6 +12,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define LT_VERSION "0.1.0"
 
 #define LT_EXIT_INTERNAL 1
@@ -82,5 +86,9 @@ double lt_uniform_at(uint64_t seed, uint64_t stream, uint64_t index);
 
 /* CRC-32 (IEEE) for checksums of data blocks and checkpoint records. */
 uint32_t lt_crc32(uint32_t crc, const void *data, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

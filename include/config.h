@@ -10,6 +10,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define LT_PATH_MAX 1024
 
 typedef enum { LT_PREC_FP32 = 0, LT_PREC_BF16 = 1 } LtPrecision;
@@ -105,5 +109,9 @@ void lt_config_print(const LtConfig *c, FILE *f);
 const char *lt_precision_name(LtPrecision p);
 const char *lt_recompute_name(LtRecompute r);
 const char *lt_device_name(LtDeviceKind d);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -17,6 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct LtTokenFile LtTokenFile;
 
 /* Open and validate (magic, version, sizes, file length vs header, dtype).
@@ -74,5 +78,9 @@ int lt_loader_get(LtLoader *l, long step, int32_t *out, char *err, size_t errlen
 /* Global sample id used at global position p (exposed for tests). */
 uint64_t lt_loader_sample_id(const LtLoader *l, uint64_t position);
 void lt_loader_destroy(LtLoader *l);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

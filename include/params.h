@@ -11,6 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     int num_layers, hidden, heads, ffn, seq_len, max_pos, vocab, padded_vocab;
 } LtModelDims;
@@ -49,5 +53,9 @@ const LtParam *lt_params_find(const LtParamTable *t, const char *name);
 float lt_param_init_value(const LtParam *p, uint64_t seed, size_t index);
 /* Fill out[t->total] with the initial fp32 values of every parameter. */
 void lt_params_init(const LtParamTable *t, uint64_t seed, float *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
