@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "config.h"
 #include "params.h"
@@ -60,10 +61,31 @@ int lt_ckpt_load(const char *stepdir, const LtParamTable *t, LtCkptState *s, LtC
  * <out_dir>/config.json. Returns 0 or -1 with err. */
 int lt_export_hf(const char *ckpt_path, const char *out_dir, char *err, size_t errlen);
 
+/* One fp32 tensor for lt_safetensors_write: `data` holds prod(shape) values,
+ * row-major; ndim 0..4 (0 = scalar). */
+typedef struct {
+    const char *name;
+    int ndim;
+    int64_t shape[4];
+    const float *data;
+} LtStTensor;
+
+/* Write tensors[0..n) (dtype F32, in that order) to `file` in the safetensors
+ * format with __metadata__ {"format":"pt"}. Written to a temporary file in the
+ * same directory, fsynced and renamed over `file`. Returns 0 or -1 with err. */
+int lt_safetensors_write(const char *file, const LtStTensor *tensors, int n, char *err,
+                         size_t errlen);
+
 /* Minimal safetensors reader for tests and tools: read tensor `name` (F32)
  * into a newly malloc'd array; shape to shape[0..*ndim). NULL on error. */
 float *lt_safetensors_read(const char *file, const char *name, int *ndim, int64_t shape[4],
                            char *err, size_t errlen);
+
+/* Filesystem helpers shared by checkpoint.c, safetensors.c and export.c; each
+ * returns 0, or -1 with a message naming the path in err. */
+int lt_mkdir_p(const char *path, char *err, size_t errlen);       /* mkdir -p (mode 0777 & ~umask) */
+int lt_file_commit(FILE *f, const char *path, char *err, size_t errlen); /* flush, fsync, fclose (always closes) */
+int lt_rename_durable(const char *from, const char *to, char *err, size_t errlen); /* rename, fsync to's directory */
 
 #ifdef __cplusplus
 }

@@ -33,8 +33,10 @@ void lt_fatal_at(const char *file, int line, const char *fmt, ...)
 /* Print "lattice: error: message" and exit(2): for bad user input. */
 void lt_input_error(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
-/* Informational line to stdout, prefixed by nothing (rank 0 only prints). */
+/* Informational line to stdout (rank 0 only prints). */
 void lt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Send lt_log output to stderr instead (when stdout carries data). */
+void lt_log_to_stderr(int on);
 
 #define LT_CHECK(cond)                                                         \
     do {                                                                       \

@@ -91,24 +91,38 @@ typedef struct {
 /* Fill every key with its documented default. */
 void lt_config_defaults(LtConfig *c);
 
-/* Load YAML file `path` (may be NULL: defaults only) then apply `nover`
- * overrides of the form "section.key=value". Returns 0 on success; on error
- * returns -1 with a one-line message in err (naming key/file:line). Does not
- * run cross-key validation. */
+/* Reset *c to defaults, load YAML file `path` (may be NULL: defaults only)
+ * then apply `nover` overrides of the form "section.key=value" (later ones
+ * win; the value is taken verbatim, so "data.train_path=" sets ""). Values go
+ * through the same type and per-key range checks as YAML values. Returns 0 on
+ * success; on error returns -1 with a one-line message in err (naming the
+ * key and file:line, or "command line") and leaves *c unchanged. An empty
+ * file, and a section with no keys ("train:"), are allowed. A plain YAML
+ * null (empty, ~, null) sets a string key to "". Does not run cross-key
+ * validation. */
 int lt_config_load(LtConfig *c, const char *path, int nover, char **overrides, char *err,
                    size_t errlen);
 
-/* Cross-key and range validation; fills derived fields (padded_vocab_size,
- * ffn_hidden_size default). `world_size` is the number of ranks (1 for a
- * single process). Returns 0 or -1 with a message in err. */
+/* Per-key range checks again (for structs filled in code) plus cross-key
+ * checks; fills derived fields: ffn_hidden_size 0 -> 4*hidden_size,
+ * optimizer.decay_steps 0 -> train.steps, padded_vocab_size = vocab_size
+ * rounded up to a multiple of make_vocab_size_divisible_by * tp.
+ * `world_size` is the number of ranks (1 for a single process). Returns 0, or
+ * -1 with a message in err and *c unchanged. Idempotent. */
 int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen);
 
-/* Print the resolved config as YAML (all keys, grouped by section). */
+/* Print the resolved config as YAML (all keys, grouped by section; strings
+ * double-quoted, doubles in the shortest form that reads back exactly,
+ * padded_vocab_size as a comment). For a *c built by lt_config_load and
+ * lt_config_validate, loading the output and validating it with the same
+ * world size gives a memcmp-equal struct. */
 void lt_config_print(const LtConfig *c, FILE *f);
 
+/* YAML spellings of the enum values ("unknown" when out of range). */
 const char *lt_precision_name(LtPrecision p);
 const char *lt_recompute_name(LtRecompute r);
 const char *lt_device_name(LtDeviceKind d);
+const char *lt_comm_backend_name(LtCommBackend b);
 
 #ifdef __cplusplus
 }

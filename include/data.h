@@ -26,8 +26,13 @@ typedef struct LtTokenFile LtTokenFile;
 /* Open and validate (magic, version, sizes, file length vs header, dtype).
  * Token ids are checked against vocab_size as they are read (and for the
  * uncompressed formats also at open when the file is small, <= 64 MiB).
+ * A lattice shard whose header vocab exceeds vocab_size is refused at open.
+ * vocab_size <= 0 checks ids only against the file's own limit (header vocab,
+ * 65536 for llm.c, the dtype range for Megatron): for inspection tools.
  * Returns NULL with a message naming the file and the problem in err. */
 LtTokenFile *lt_tokens_open(const char *path, int vocab_size, char *err, size_t errlen);
+/* Vocab size recorded in a lattice shard header; 0 for the other formats. */
+int lt_tokens_vocab_size(const LtTokenFile *f);
 void lt_tokens_close(LtTokenFile *f);
 uint64_t lt_tokens_count(const LtTokenFile *f);
 const char *lt_tokens_format(const LtTokenFile *f); /* "lattice", "llm.c", "megatron" */
@@ -38,7 +43,10 @@ const char *lt_tokens_path(const LtTokenFile *f);
 int lt_tokens_read(LtTokenFile *f, uint64_t start, uint64_t n, int32_t *out, char *err,
                    size_t errlen);
 
-/* Streaming writer of the lattice shard format. block_tokens 0 = default (65536). */
+/* Streaming writer of the lattice shard format. block_tokens 0 = default
+ * (65536); zstd_level 0 = default (3). Token width is 2 bytes when
+ * vocab_size <= 65536, else 4. An append with an id outside [0, vocab_size)
+ * fails and appends nothing. */
 typedef struct LtShardWriter LtShardWriter;
 LtShardWriter *lt_shard_writer_open(const char *path, int vocab_size, int block_tokens,
                                     int zstd_level, char *err, size_t errlen);
@@ -46,6 +54,8 @@ int lt_shard_writer_append(LtShardWriter *w, const int32_t *tokens, size_t n, ch
                            size_t errlen);
 /* Finishes the file (index, header) atomically (written to path.tmp then renamed). */
 int lt_shard_writer_close(LtShardWriter *w, char *err, size_t errlen);
+/* Discards the partial file (path.tmp) and frees the writer. */
+void lt_shard_writer_abort(LtShardWriter *w);
 
 /* Number of whole samples a stream of `ntokens` holds at sequence length S. */
 static inline uint64_t lt_num_samples(uint64_t ntokens, int S) {
@@ -69,6 +79,7 @@ typedef struct {
     int prefetch;          /* >= 1 */
 } LtLoaderConfig;
 
+/* The loader does not own f; f must stay open until lt_loader_destroy. */
 LtLoader *lt_loader_create(LtTokenFile *f, const LtLoaderConfig *cfg, char *err, size_t errlen);
 /* Copy step `step`'s tokens into out[count * (S+1)] (row i = sample i of the
  * slice, S+1 tokens). Steps are normally requested in increasing order (which
@@ -78,6 +89,9 @@ int lt_loader_get(LtLoader *l, long step, int32_t *out, char *err, size_t errlen
 /* Global sample id used at global position p (exposed for tests). */
 uint64_t lt_loader_sample_id(const LtLoader *l, uint64_t position);
 void lt_loader_destroy(LtLoader *l);
+
+/* `lattice shard ...` subcommand (argv[0] is "shard"); returns the exit code. */
+int lt_cmd_shard(int argc, char **argv);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,9 @@
 #include <time.h>
 
 static int g_log_rank = -1;
+static int g_log_stderr = 0;
+
+void lt_log_to_stderr(int on) { g_log_stderr = on; }
 
 void lt_set_log_rank(int rank) { g_log_rank = rank; }
 int lt_log_rank(void) { return g_log_rank; }
@@ -40,10 +43,11 @@ void lt_input_error(const char *fmt, ...) {
 void lt_log(const char *fmt, ...) {
     va_list ap;
     if (g_log_rank > 0) return;
+    FILE *out = g_log_stderr ? stderr : stdout;
     va_start(ap, fmt);
-    vfprintf(stdout, fmt, ap);
+    vfprintf(out, fmt, ap);
     va_end(ap);
-    fflush(stdout);
+    fflush(out);
 }
 
 void *lt_malloc_at(size_t n, const char *file, int line) {

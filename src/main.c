@@ -1,3 +1,100 @@
-/* main.c - placeholder until the CLI lands. */
+/* main.c - the lattice command line.
+ *
+ *   lattice train  CONFIG.yaml [key.path=value ...]
+ *   lattice eval   CONFIG.yaml [key.path=value ...]
+ *   lattice sample CONFIG.yaml [key.path=value ...]   token ids to stdout
+ *   lattice export CHECKPOINT OUT_DIR
+ *   lattice shard  ...                                 (see lattice shard --help)
+ *   lattice --version
+ * Exit codes: 0 success, 2 bad input (config, data, checkpoint), 1 internal
+ * failure, 128+N stopped by signal N (after saving a checkpoint when set). */
 #include <stdio.h>
-int main(void) { puts("lattice"); return 0; }
+#include <string.h>
+
+#include "backend.h"
+#include "checkpoint.h"
+#include "common.h"
+#include "config.h"
+#include "data.h"
+#include "dist.h"
+#include "trainer.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: lattice train  CONFIG.yaml [section.key=value ...]\n"
+            "       lattice eval   CONFIG.yaml [section.key=value ...]\n"
+            "       lattice sample CONFIG.yaml [section.key=value ...]\n"
+            "       lattice export CHECKPOINT OUT_DIR\n"
+            "       lattice shard  --vocab-size V [--format lattice|llmc] [--input FILE] OUT\n"
+            "       lattice --version\n");
+}
+
+static void print_version(void) {
+    printf("lattice %s\n", LT_VERSION);
+    printf("backends: cpu (OpenBLAS + OpenMP)%s\n",
+           lt_cuda_compiled() ? ", cuda (cuBLASLt, cuDNN, NCCL)" : "");
+    printf("communication: mpi (OpenMPI)%s\n", lt_cuda_compiled() ? ", nccl" : "");
+}
+
+/* Load, override and validate the config; every problem exits with code 2. */
+static void load_config(LtConfig *cfg, int argc, char **argv, const LtWorld *w) {
+    char err[2048];
+    lt_config_defaults(cfg);
+    if (lt_config_load(cfg, argv[0], argc - 1, argv + 1, err, sizeof err)) lt_input_error("%s", err);
+    if (lt_config_validate(cfg, w->world, err, sizeof err)) lt_input_error("%s", err);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return LT_EXIT_INPUT;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        print_version();
+        return 0;
+    }
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "shard")) return lt_cmd_shard(argc - 1, argv + 1);
+    if (!strcmp(cmd, "export")) {
+        if (argc != 4) {
+            usage(stderr);
+            return LT_EXIT_INPUT;
+        }
+        char err[2048];
+        if (lt_export_hf(argv[2], argv[3], err, sizeof err)) lt_input_error("export: %s", err);
+        printf("exported %s to %s (model.safetensors, config.json)\n", argv[2], argv[3]);
+        return 0;
+    }
+    int (*run)(LtConfig *, const LtWorld *) = NULL;
+    if (!strcmp(cmd, "train")) run = lt_cmd_train;
+    else if (!strcmp(cmd, "eval")) run = lt_cmd_eval;
+    else if (!strcmp(cmd, "sample")) run = lt_cmd_sample;
+    if (!run) {
+        fprintf(stderr, "lattice: error: unknown command '%s'\n", cmd);
+        usage(stderr);
+        return LT_EXIT_INPUT;
+    }
+    if (argc < 3) {
+        fprintf(stderr, "lattice: error: %s needs a CONFIG.yaml\n", cmd);
+        usage(stderr);
+        return LT_EXIT_INPUT;
+    }
+    if (run == lt_cmd_sample) lt_log_to_stderr(1);
+    LtWorld w;
+    lt_world_init(&w, &argc, &argv);
+    static LtConfig cfg;
+    load_config(&cfg, argc - 2, argv + 2, &w);
+    if (w.rank == 0) {
+        FILE *out = run == lt_cmd_sample ? stderr : stdout;
+        fprintf(out, "lattice %s %s: resolved config\n", LT_VERSION, cmd);
+        lt_config_print(&cfg, out);
+        fflush(out);
+    }
+    int rc = run(&cfg, &w);
+    lt_world_finalize(&w);
+    return rc;
+}

@@ -1,0 +1,45 @@
+/* metrics.h - throughput, FLOPs utilisation and the metrics file.
+ *
+ * MFU = achieved model FLOP/s per device / peak FLOP/s of the device. The
+ * model FLOPs are lt_model_flops_per_sample() (Megatron's dense-GPT count,
+ * no recompute). Peak: logging.peak_tflops when set, else a table by device
+ * name and precision for GPUs, else (CPU) a measured GEMM peak. */
+#ifndef LT_METRICS_H
+#define LT_METRICS_H
+
+#include <stdio.h>
+
+#include "backend.h"
+#include "config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Peak dense TFLOP/s of one device of this backend in the given precision.
+ * *source is set to "config", "table" or "measured". */
+double lt_peak_tflops(LtBackend *be, const LtConfig *cfg, const char **source);
+
+/* Table lookup by GPU name ("NVIDIA H100 80GB HBM3", ...); 0 when unknown. */
+double lt_peak_table(const char *device_name, LtPrecision prec);
+
+typedef struct {
+    FILE *f; /* NULL when no metrics file */
+} LtMetricsFile;
+
+/* Open for append (creating directories is the caller's job); exits with code
+ * 2 and a clear message when the file cannot be opened. */
+void lt_metrics_open(LtMetricsFile *m, const char *path);
+void lt_metrics_close(LtMetricsFile *m);
+void lt_metrics_train(LtMetricsFile *m, long step, double loss, double lr, double grad_norm,
+                      double tokens_per_sec, double tflops, double mfu, double step_ms);
+void lt_metrics_eval(LtMetricsFile *m, long step, double val_loss, long samples);
+
+/* Median of n doubles (array is reordered). */
+double lt_median(double *x, int n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,85 @@
+/* model.h - the GPT model on one backend: flat parameter and gradient
+ * buffers, activations for one micro batch, forward/backward and loss.
+ *
+ * Pre-LayerNorm GPT-2/GPT-3 blocks; learned position embeddings; tied input
+ * embedding and LM head; loss = cross-entropy in chunks of tokens so the full
+ * (tokens x vocab) logits never exist. All device memory is allocated by
+ * lt_model_create; nothing is allocated in forward/backward. */
+#ifndef LT_MODEL_H
+#define LT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Per-layer activations kept for backward (device pointers). */
+typedef struct {
+    void *ln1, *qkv, *atty, *r2, *ln2, *fch_pre, *fch;
+    float *mean1, *rstd1, *mean2, *rstd2, *lse;
+} LtLayerActs;
+
+typedef struct {
+    size_t params, grads, activations, workspace; /* bytes on the device */
+} LtModelMemory;
+
+typedef struct {
+    LtBackend *be;
+    LtParamTable table;
+    LtModelDims d;
+    int B, T;             /* micro batch size and sequence length of the buffers */
+    int xent_chunk;       /* tokens per cross-entropy chunk */
+
+    void *params;         /* act dtype, table.total elements */
+    float *grads;         /* fp32, table.total elements (accumulated) */
+
+    /* activations */
+    void **resid;         /* num_layers + 1 residual stream tensors (N, C) */
+    LtLayerActs *layer;
+    void *lnf;            /* (N, C) */
+    float *meanf, *rstdf;
+    void *scratch_c;      /* (N, C): attention / MLP projection outputs */
+    /* backward workspace */
+    void *dresid, *dc, *d3c, *dff; /* (N,C), (N,C), (N,3C), (N,F) */
+    void *logits;         /* (xent_chunk, Vp): logits, then their gradient in place */
+    float *losses;        /* (N) per-token losses */
+    int32_t *tokens, *targets; /* (N) device copies of the current micro batch */
+    float *host_losses;   /* (N) host copy */
+    LtModelMemory mem;
+} LtModel;
+
+/* Allocate parameters, gradients and activations for micro batch B x T. */
+LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T);
+void lt_model_destroy(LtModel *m);
+
+/* Set the compute-dtype parameters from fp32 host values (table order). */
+void lt_model_set_params(LtModel *m, const float *host);
+
+/* Forward on tokens (B*T host ints; b, t row-major) and, when targets is not
+ * NULL, the loss. If grad_scale != 0 the backward pass runs too and gradients
+ * of grad_scale * sum(token losses) are ACCUMULATED into m->grads.
+ * Returns the sum of per-token losses (0 when targets is NULL). */
+double lt_model_step(LtModel *m, const int32_t *tokens, const int32_t *targets, float grad_scale);
+
+/* Zero the gradient buffer. */
+void lt_model_zero_grads(LtModel *m);
+
+/* Forward only on one sequence tokens[0..len) (len <= T, other rows unused)
+ * and write the fp32 logits (true vocab V) of position len-1 into out[V]. */
+void lt_model_next_logits(LtModel *m, const int32_t *tokens, int len, float *out);
+
+/* Dense-GPT training FLOPs per sample (forward + backward, no recompute),
+ * Megatron's formula: 72*s*L*h^2*(1 + s/(6h) + V/(12*L*h)). causal != 0
+ * counts only the unmasked half of attention scores: s/(6h) -> s/(12h). */
+double lt_model_flops_per_sample(const LtModelDims *d, int causal);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

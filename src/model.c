@@ -1,0 +1,255 @@
+/* model.c - GPT forward/backward over the backend op interface.
+ *
+ * Layer l (x = resid[l], N = B*T tokens):
+ *   ln1 = LN(x)                      [layer 0: LN(embedding); l > 0: fused
+ *                                     resid[l] = r2[l-1] + mlp_out[l-1]]
+ *   qkv = ln1 W_qkv^T + b            (N, 3C)
+ *   atty = causal_attention(qkv)     (N, C), lse
+ *   r2 = x + (atty W_proj^T + b); ln2 = LN(r2)   (fused)
+ *   fch = gelu(ln2 W_fc^T + b)       (N, F), pre-activation kept
+ *   mlp_out = fch W_fc2^T + b        (N, C) -> consumed by the next fused LN
+ * Final: resid[L] = r2 + mlp_out; lnf = LN_f(resid[L]); logits = lnf wte^T in
+ * chunks of xent_chunk tokens, each turned into its gradient in place and
+ * immediately pushed back into dlnf and dwte, so (N x V) logits never exist. */
+#include "model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FC2W,
+       P_FC2B, P_PER_LAYER };
+#define IDX_WTE 0
+#define IDX_WPE 1
+
+/* Device pointer of parameter i in the compute-dtype buffer / fp32 grads. */
+static void *param(const LtModel *m, int i) {
+    return (char *)m->params + lt_act_bytes(m->be, m->table.p[i].offset);
+}
+static float *grad(const LtModel *m, int i) { return m->grads + m->table.p[i].offset; }
+static int lidx(const LtModel *m, int l, int k) { return 2 + P_PER_LAYER * l + k; }
+static int idx_lnf(const LtModel *m) { return 2 + P_PER_LAYER * m->d.num_layers; }
+
+static void *act_alloc(LtModel *m, size_t n, size_t *acc) {
+    size_t bytes = lt_act_bytes(m->be, n);
+    *acc += bytes;
+    return m->be->ops->alloc(m->be, bytes);
+}
+static float *f32_alloc(LtModel *m, size_t n, size_t *acc) {
+    *acc += n * sizeof(float);
+    return m->be->ops->alloc(m->be, n * sizeof(float));
+}
+
+LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T) {
+    LtModel *m = lt_calloc(sizeof *m);
+    m->be = be;
+    m->d = *d;
+    m->B = B;
+    m->T = T;
+    lt_params_build(&m->table, d);
+    const size_t N = (size_t)B * T, C = d->hidden, F = d->ffn, L = d->num_layers;
+    m->xent_chunk = (int)(N < 256 ? N : 256);
+
+    m->params = act_alloc(m, m->table.total, &m->mem.params);
+    m->grads = f32_alloc(m, m->table.total, &m->mem.grads);
+
+    size_t *a = &m->mem.activations;
+    m->resid = lt_calloc(sizeof(void *) * (L + 1));
+    for (size_t l = 0; l <= L; l++) m->resid[l] = act_alloc(m, N * C, a);
+    m->layer = lt_calloc(sizeof(LtLayerActs) * L);
+    for (size_t l = 0; l < L; l++) {
+        LtLayerActs *la = &m->layer[l];
+        la->ln1 = act_alloc(m, N * C, a);
+        la->qkv = act_alloc(m, N * 3 * C, a);
+        la->atty = act_alloc(m, N * C, a);
+        la->r2 = act_alloc(m, N * C, a);
+        la->ln2 = act_alloc(m, N * C, a);
+        la->fch_pre = act_alloc(m, N * F, a);
+        la->fch = act_alloc(m, N * F, a);
+        la->mean1 = f32_alloc(m, N, a);
+        la->rstd1 = f32_alloc(m, N, a);
+        la->mean2 = f32_alloc(m, N, a);
+        la->rstd2 = f32_alloc(m, N, a);
+        la->lse = f32_alloc(m, N * d->heads, a);
+    }
+    m->lnf = act_alloc(m, N * C, a);
+    m->meanf = f32_alloc(m, N, a);
+    m->rstdf = f32_alloc(m, N, a);
+
+    size_t *w = &m->mem.workspace;
+    m->scratch_c = act_alloc(m, N * C, w);
+    m->dresid = act_alloc(m, N * C, w);
+    m->dc = act_alloc(m, N * C, w);
+    m->d3c = act_alloc(m, N * 3 * C, w);
+    m->dff = act_alloc(m, N * F, w);
+    m->logits = act_alloc(m, (size_t)m->xent_chunk * d->padded_vocab, w);
+    m->losses = f32_alloc(m, N, w);
+    m->tokens = be->ops->alloc(be, N * sizeof(int32_t));
+    m->targets = be->ops->alloc(be, N * sizeof(int32_t));
+    *w += 2 * N * sizeof(int32_t);
+    m->host_losses = lt_calloc(N * sizeof(float));
+    return m;
+}
+
+void lt_model_destroy(LtModel *m) {
+    if (!m) return;
+    LtBackend *be = m->be;
+    void (*fr)(LtBackend *, void *) = be->ops->free;
+    for (int l = 0; l <= m->d.num_layers; l++) fr(be, m->resid[l]);
+    for (int l = 0; l < m->d.num_layers; l++) {
+        LtLayerActs *la = &m->layer[l];
+        void *ps[] = {la->ln1, la->qkv, la->atty, la->r2, la->ln2, la->fch_pre, la->fch,
+                      la->mean1, la->rstd1, la->mean2, la->rstd2, la->lse};
+        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) fr(be, ps[i]);
+    }
+    void *ps[] = {m->params, m->grads, m->lnf, m->meanf, m->rstdf, m->scratch_c,
+                  m->dresid, m->dc, m->d3c, m->dff, m->logits, m->losses,
+                  m->tokens, m->targets};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) fr(be, ps[i]);
+    free(m->resid);
+    free(m->layer);
+    free(m->host_losses);
+    lt_params_free(&m->table);
+    free(m);
+}
+
+void lt_model_set_params(LtModel *m, const float *host) {
+    /* stage through the fp32 grad buffer (same element count) and cast */
+    LtBackend *be = m->be;
+    be->ops->upload(be, m->grads, host, m->table.total * sizeof(float));
+    be->ops->act_from_f32(be, m->params, m->grads, m->table.total);
+    be->ops->zero(be, m->grads, m->table.total * sizeof(float));
+}
+
+void lt_model_zero_grads(LtModel *m) {
+    m->be->ops->zero(m->be, m->grads, m->table.total * sizeof(float));
+}
+
+/* Forward through the blocks and the final LayerNorm (rows = B*T). */
+static void forward_body(LtModel *m, int B) {
+    LtBackend *be = m->be;
+    const LtBackendOps *o = be->ops;
+    const int T = m->T, C = m->d.hidden, F = m->d.ffn, NH = m->d.heads, L = m->d.num_layers;
+    const int N = B * T;
+    o->embedding_fwd(be, m->resid[0], m->tokens, param(m, IDX_WTE), param(m, IDX_WPE), B, T, C);
+    for (int l = 0; l < L; l++) {
+        LtLayerActs *a = &m->layer[l];
+        if (l == 0)
+            o->layernorm_fwd(be, NULL, a->ln1, a->mean1, a->rstd1, m->resid[0], NULL,
+                             param(m, lidx(m, 0, P_LN1W)), param(m, lidx(m, 0, P_LN1B)), N, C);
+        else
+            o->layernorm_fwd(be, m->resid[l], a->ln1, a->mean1, a->rstd1, m->layer[l - 1].r2,
+                             m->scratch_c, param(m, lidx(m, l, P_LN1W)),
+                             param(m, lidx(m, l, P_LN1B)), N, C);
+        o->linear_fwd(be, a->qkv, NULL, a->ln1, param(m, lidx(m, l, P_QKVW)),
+                      param(m, lidx(m, l, P_QKVB)), N, C, 3 * C);
+        o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, C / NH);
+        o->linear_fwd(be, m->scratch_c, NULL, a->atty, param(m, lidx(m, l, P_PROJW)),
+                      param(m, lidx(m, l, P_PROJB)), N, C, C);
+        o->layernorm_fwd(be, a->r2, a->ln2, a->mean2, a->rstd2, m->resid[l], m->scratch_c,
+                         param(m, lidx(m, l, P_LN2W)), param(m, lidx(m, l, P_LN2B)), N, C);
+        o->linear_fwd(be, a->fch, a->fch_pre, a->ln2, param(m, lidx(m, l, P_FCW)),
+                      param(m, lidx(m, l, P_FCB)), N, C, F);
+        o->linear_fwd(be, m->scratch_c, NULL, a->fch, param(m, lidx(m, l, P_FC2W)),
+                      param(m, lidx(m, l, P_FC2B)), N, F, C);
+    }
+    int f = idx_lnf(m);
+    o->layernorm_fwd(be, m->resid[L], m->lnf, m->meanf, m->rstdf, m->layer[L - 1].r2,
+                     m->scratch_c, param(m, f), param(m, f + 1), N, C);
+}
+
+/* Loss over rows [0, N) in chunks; with grad_scale != 0 also the gradient
+ * into dc (= dlnf) and dwte. Returns the summed loss. */
+static double loss_chunks(LtModel *m, int N, float grad_scale) {
+    LtBackend *be = m->be;
+    const LtBackendOps *o = be->ops;
+    const int C = m->d.hidden, V = m->d.vocab, Vp = m->d.padded_vocab;
+    for (int r = 0; r < N; r += m->xent_chunk) {
+        int n = N - r < m->xent_chunk ? N - r : m->xent_chunk;
+        const void *x = (const char *)m->lnf + lt_act_bytes(be, (size_t)r * C);
+        o->linear_fwd(be, m->logits, NULL, x, param(m, IDX_WTE), NULL, n, C, Vp);
+        o->xent_fwd_bwd(be, m->losses + r, m->logits, m->targets + r, n, V, Vp, grad_scale);
+        if (grad_scale != 0.0f)
+            o->linear_bwd(be, (char *)m->dc + lt_act_bytes(be, (size_t)r * C), grad(m, IDX_WTE),
+                          NULL, m->logits, x, param(m, IDX_WTE), NULL, n, C, Vp);
+    }
+    o->download(be, m->host_losses, m->losses, (size_t)N * sizeof(float));
+    double sum = 0.0;
+    for (int i = 0; i < N; i++) sum += m->host_losses[i];
+    return sum;
+}
+
+static void backward_body(LtModel *m, int B) {
+    LtBackend *be = m->be;
+    const LtBackendOps *o = be->ops;
+    const int T = m->T, C = m->d.hidden, F = m->d.ffn, NH = m->d.heads, L = m->d.num_layers;
+    const int N = B * T;
+    int f = idx_lnf(m);
+    o->zero(be, m->dresid, lt_act_bytes(be, (size_t)N * C));
+    o->layernorm_bwd(be, m->dresid, grad(m, f), grad(m, f + 1), m->dc, m->resid[L],
+                     param(m, f), m->meanf, m->rstdf, N, C);
+    for (int l = L - 1; l >= 0; l--) {
+        LtLayerActs *a = &m->layer[l];
+        /* dresid = d(resid[l+1]) flows to both mlp_out and r2 */
+        o->linear_bwd(be, m->dff, grad(m, lidx(m, l, P_FC2W)), grad(m, lidx(m, l, P_FC2B)),
+                      m->dresid, a->fch, param(m, lidx(m, l, P_FC2W)), a->fch_pre, N, F, C);
+        o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_FCW)), grad(m, lidx(m, l, P_FCB)), m->dff,
+                      a->ln2, param(m, lidx(m, l, P_FCW)), NULL, N, C, F);
+        o->layernorm_bwd(be, m->dresid, grad(m, lidx(m, l, P_LN2W)), grad(m, lidx(m, l, P_LN2B)),
+                         m->dc, a->r2, param(m, lidx(m, l, P_LN2W)), a->mean2, a->rstd2, N, C);
+        /* dresid = d(r2) flows to both the attention projection and resid[l] */
+        o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_PROJW)), grad(m, lidx(m, l, P_PROJB)),
+                      m->dresid, a->atty, param(m, lidx(m, l, P_PROJW)), NULL, N, C, C);
+        o->attention_bwd(be, m->d3c, m->dc, a->qkv, a->atty, a->lse, B, T, NH, C / NH);
+        o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_QKVW)), grad(m, lidx(m, l, P_QKVB)), m->d3c,
+                      a->ln1, param(m, lidx(m, l, P_QKVW)), NULL, N, C, 3 * C);
+        o->layernorm_bwd(be, m->dresid, grad(m, lidx(m, l, P_LN1W)), grad(m, lidx(m, l, P_LN1B)),
+                         m->dc, m->resid[l], param(m, lidx(m, l, P_LN1W)), a->mean1, a->rstd1, N,
+                         C);
+    }
+    o->embedding_bwd(be, grad(m, IDX_WTE), grad(m, IDX_WPE), m->dresid, m->tokens, B, T, C);
+}
+
+double lt_model_step(LtModel *m, const int32_t *tokens, const int32_t *targets, float grad_scale) {
+    LtBackend *be = m->be;
+    const int N = m->B * m->T;
+    be->ops->upload(be, m->tokens, tokens, (size_t)N * sizeof(int32_t));
+    forward_body(m, m->B);
+    if (!targets) return 0.0;
+    be->ops->upload(be, m->targets, targets, (size_t)N * sizeof(int32_t));
+    double loss = loss_chunks(m, N, grad_scale);
+    if (grad_scale != 0.0f) backward_body(m, m->B);
+    return loss;
+}
+
+void lt_model_next_logits(LtModel *m, const int32_t *tokens, int len, float *out) {
+    LtBackend *be = m->be;
+    const int T = m->T, C = m->d.hidden, V = m->d.vocab, Vp = m->d.padded_vocab;
+    LT_CHECK(len >= 1 && len <= T);
+    /* one sequence in row 0 (B = 1); positions past len are padding and
+     * cannot influence position len-1 under the causal mask */
+    int32_t *row = lt_calloc((size_t)T * sizeof(int32_t));
+    memcpy(row, tokens, (size_t)len * sizeof(int32_t));
+    be->ops->upload(be, m->tokens, row, (size_t)T * sizeof(int32_t));
+    free(row);
+    forward_body(m, 1);
+    const void *x = (const char *)m->lnf + lt_act_bytes(be, (size_t)(len - 1) * C);
+    be->ops->linear_fwd(be, m->logits, NULL, x, param(m, IDX_WTE), NULL, 1, C, Vp);
+    float *buf = lt_malloc((size_t)Vp * sizeof(float));
+    float *dev = m->grads; /* fp32 staging (table.total >= Vp): grads are not live while sampling */
+    be->ops->act_to_f32(be, dev, m->logits, (size_t)Vp);
+    be->ops->download(be, buf, dev, (size_t)Vp * sizeof(float));
+    memcpy(out, buf, (size_t)V * sizeof(float));
+    free(buf);
+}
+
+double lt_model_flops_per_sample(const LtModelDims *d, int causal) {
+    const double s = d->seq_len, h = d->hidden, F = d->ffn, L = d->num_layers,
+                 V = d->padded_vocab;
+    const double attn = causal ? 2.0 * s * h : 4.0 * s * h;
+    /* forward FLOPs per token: per layer QKV 6h^2 + proj 2h^2 + MLP 4hF + scores and
+     * weighted sum 4sh; LM head 2hV. Backward = 2x forward. */
+    return 3.0 * s * (L * (8.0 * h * h + 4.0 * h * F + attn) + 2.0 * h * V);
+}

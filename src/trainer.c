@@ -1,0 +1,480 @@
+/* trainer.c - the training loop and the other model-running subcommands.
+ *
+ * Step k (0-based): the loader hands over global samples k*G .. k*G+G-1;
+ * they run as G/mbs micro batches whose gradients accumulate (each scaled by
+ * 1/(G*S), so the sum is the gradient of the mean token loss); then grad norm,
+ * clip coefficient, LR for update k, AdamW; then metrics, eval, checkpoint. */
+#include "trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "checkpoint.h"
+#include "common.h"
+#include "data.h"
+#include "metrics.h"
+#include "model.h"
+#include "optim.h"
+
+typedef struct {
+    LtConfig *cfg;
+    const LtWorld *world;
+    LtBackend *be;
+    LtModel *model;
+    LtOptimizer *opt;
+    LtTokenFile *train, *valid;
+    LtLoader *loader;
+    long start_step;
+    double peak_tflops;
+    const char *peak_source;
+} Run;
+
+static volatile sig_atomic_t g_stop_signal = 0;
+static void on_signal(int sig) { g_stop_signal = sig; }
+
+/* ---- set-up ---------------------------------------------------------------- */
+
+/* Refuse what the config names but this build cannot run yet (exit 2). */
+static void check_supported(const LtConfig *c, const LtWorld *w) {
+    if (c->parallel.tensor_model_parallel_size != 1)
+        lt_input_error("parallel.tensor_model_parallel_size=%d: tensor parallelism is not "
+                       "available in this build yet (only 1)",
+                       c->parallel.tensor_model_parallel_size);
+    if (c->parallel.pipeline_model_parallel_size != 1)
+        lt_input_error("parallel.pipeline_model_parallel_size=%d: pipeline parallelism is not "
+                       "available in this build yet (only 1)",
+                       c->parallel.pipeline_model_parallel_size);
+    if (c->parallel.virtual_pipeline_model_parallel_size != 1)
+        lt_input_error("parallel.virtual_pipeline_model_parallel_size=%d: interleaved pipeline "
+                       "schedules are not available in this build yet (only 1)",
+                       c->parallel.virtual_pipeline_model_parallel_size);
+    if (c->parallel.sequence_parallel)
+        lt_input_error("parallel.sequence_parallel=true: sequence parallelism is not available "
+                       "in this build yet");
+    if (w->world != 1)
+        lt_input_error("world size %d: data parallelism across ranks is not available in this "
+                       "build yet; run a single process",
+                       w->world);
+    if (c->train.recompute != LT_RECOMPUTE_NONE)
+        lt_input_error("train.recompute=%s: activation recomputation is not available in this "
+                       "build yet (only none)",
+                       lt_recompute_name(c->train.recompute));
+}
+
+static LtModelDims dims_of(const LtConfig *c) {
+    LtModelDims d = {
+        .num_layers = c->model.num_layers,
+        .hidden = c->model.hidden_size,
+        .heads = c->model.num_attention_heads,
+        .ffn = c->model.ffn_hidden_size,
+        .seq_len = c->model.seq_length,
+        .max_pos = c->model.max_position_embeddings,
+        .vocab = c->model.vocab_size,
+        .padded_vocab = c->model.padded_vocab_size,
+    };
+    return d;
+}
+
+static LtBackend *make_backend(const LtConfig *c, const LtWorld *w) {
+    LtDtype dt = c->train.precision == LT_PREC_BF16 ? LT_BF16 : LT_F32;
+    int ngpu = lt_cuda_device_count();
+    int cuda = c->train.device == LT_DEVICE_CUDA || (c->train.device == LT_DEVICE_AUTO && ngpu > 0);
+    if (cuda) {
+        char err[512];
+        if (ngpu == 0 && lt_cuda_compiled())
+            lt_input_error("train.device=cuda: no CUDA device is visible");
+        LtBackend *be = lt_backend_cuda_create(dt, ngpu ? w->local_rank % ngpu : 0, err, sizeof err);
+        if (!be) lt_input_error("train.device=cuda: %s", err);
+        return be;
+    }
+    int threads = c->train.threads;
+    if (threads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = (int)(cores / (w->local_size > 0 ? w->local_size : 1));
+        if (threads < 1) threads = 1;
+    }
+    return lt_backend_cpu_create(dt, threads);
+}
+
+static LtTokenFile *open_tokens(const char *key, const char *path, int vocab) {
+    char err[1024];
+    LtTokenFile *f = lt_tokens_open(path, vocab, err, sizeof err);
+    if (!f) lt_input_error("%s: %s", key, err);
+    return f;
+}
+
+/* Build backend, model, optimizer; restore a checkpoint when configured. */
+static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimizer) {
+    memset(r, 0, sizeof *r);
+    r->cfg = cfg;
+    r->world = w;
+    check_supported(cfg, w);
+    r->be = make_backend(cfg, w);
+    LtModelDims d = dims_of(cfg);
+    r->model = lt_model_create(r->be, &d, cfg->train.micro_batch_size, cfg->model.seq_length);
+    const LtParamTable *t = &r->model->table;
+    float *host = lt_malloc(t->total * sizeof(float));
+    LtCkptState st = {host, NULL, NULL};
+    LtCkptMeta meta = {0};
+    char stepdir[LT_PATH_MAX + 64];
+    if (cfg->checkpoint.load[0]) {
+        char err[1024];
+        if (lt_ckpt_resolve(cfg->checkpoint.load, stepdir, sizeof stepdir, err, sizeof err))
+            lt_input_error("checkpoint.load: %s", err);
+        if (need_optimizer) {
+            st.m = lt_malloc(t->total * sizeof(float));
+            st.v = lt_malloc(t->total * sizeof(float));
+        }
+        if (lt_ckpt_load(stepdir, t, &st, &meta, err, sizeof err))
+            lt_input_error("checkpoint.load: %s", err);
+        if (meta.seed != cfg->train.seed)
+            lt_log("note: checkpoint was trained with train.seed=%llu, this run has %llu\n",
+                   (unsigned long long)meta.seed, (unsigned long long)cfg->train.seed);
+        r->start_step = meta.step;
+    } else {
+        lt_params_init(t, cfg->train.seed, host);
+    }
+    lt_model_set_params(r->model, host);
+    if (need_optimizer) {
+        r->opt = lt_optim_create(r->be, t, cfg, host);
+        if (st.m) {
+            size_t bytes = t->total * sizeof(float);
+            r->be->ops->upload(r->be, r->opt->m, st.m, bytes);
+            r->be->ops->upload(r->be, r->opt->v, st.v, bytes);
+            r->opt->step = meta.step;
+        }
+    }
+    free(st.m);
+    free(st.v);
+    free(host);
+    if (cfg->checkpoint.load[0])
+        lt_log("resumed from %s at step %ld\n", stepdir, r->start_step);
+    r->peak_tflops = lt_peak_tflops(r->be, cfg, &r->peak_source);
+}
+
+static void run_teardown(Run *r) {
+    if (r->loader) lt_loader_destroy(r->loader);
+    if (r->train) lt_tokens_close(r->train);
+    if (r->valid) lt_tokens_close(r->valid);
+    lt_optim_destroy(r->opt);
+    lt_model_destroy(r->model);
+    lt_backend_destroy(r->be);
+}
+
+static double mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
+
+static size_t engine_bytes(const Run *r) {
+    const LtModelMemory *m = &r->model->mem;
+    return m->params + m->grads + m->activations + m->workspace + (r->opt ? r->opt->bytes : 0);
+}
+
+static void print_summary(const Run *r) {
+    const LtConfig *c = r->cfg;
+    const LtModelMemory *m = &r->model->mem;
+    lt_log("backend    %s (%s), precision %s\n", r->be->ops->name, r->be->device_name,
+           lt_precision_name(c->train.precision));
+    lt_log("world      %d rank(s): tp %d x pp %d x dp %d\n", r->world->world,
+           c->parallel.tensor_model_parallel_size, c->parallel.pipeline_model_parallel_size,
+           r->world->world / (c->parallel.tensor_model_parallel_size *
+                              c->parallel.pipeline_model_parallel_size));
+    lt_log("model      %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (padded %d): "
+           "%.3f M parameters\n",
+           c->model.num_layers, c->model.hidden_size, c->model.num_attention_heads,
+           c->model.ffn_hidden_size, c->model.seq_length, c->model.vocab_size,
+           c->model.padded_vocab_size, (double)r->model->table.total / 1e6);
+    lt_log("memory     params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations %.1f "
+           "MiB, workspace %.1f MiB, total %.1f MiB\n",
+           mib(m->params), mib(m->grads), mib(r->opt ? r->opt->bytes : 0), mib(m->activations),
+           mib(m->workspace), mib(engine_bytes(r)));
+    lt_log("peak       %.3f TFLOP/s per device (%s)\n", r->peak_tflops, r->peak_source);
+    if (r->train)
+        lt_log("data train %s: %s format, %llu tokens, %llu samples\n", lt_tokens_path(r->train),
+               lt_tokens_format(r->train), (unsigned long long)lt_tokens_count(r->train),
+               (unsigned long long)lt_num_samples(lt_tokens_count(r->train), c->model.seq_length));
+    if (r->valid)
+        lt_log("data valid %s: %s format, %llu tokens, %llu samples\n", lt_tokens_path(r->valid),
+               lt_tokens_format(r->valid), (unsigned long long)lt_tokens_count(r->valid),
+               (unsigned long long)lt_num_samples(lt_tokens_count(r->valid), c->model.seq_length));
+}
+
+/* Split rows of S+1 tokens into inputs and targets (n rows). */
+static void split_rows(const int32_t *rows, int n, int S, int32_t *in, int32_t *tgt) {
+    for (int i = 0; i < n; i++) {
+        memcpy(in + (size_t)i * S, rows + (size_t)i * (S + 1), (size_t)S * sizeof(int32_t));
+        memcpy(tgt + (size_t)i * S, rows + (size_t)i * (S + 1) + 1, (size_t)S * sizeof(int32_t));
+    }
+}
+
+/* ---- eval ------------------------------------------------------------------ */
+
+/* Mean token loss over validation samples 0..n-1 (n = eval.iters * G, capped
+ * to whole micro batches of what the file holds). */
+static double evaluate(Run *r, long *samples_out) {
+    const LtConfig *c = r->cfg;
+    const int S = c->model.seq_length, mbs = c->train.micro_batch_size;
+    uint64_t avail = lt_num_samples(lt_tokens_count(r->valid), S);
+    uint64_t n = (uint64_t)c->eval.iters * (uint64_t)c->train.global_batch_size;
+    if (n > avail) n = avail / (uint64_t)mbs * (uint64_t)mbs;
+    int32_t *rows = lt_malloc((size_t)mbs * (S + 1) * sizeof(int32_t));
+    int32_t *in = lt_malloc((size_t)mbs * S * sizeof(int32_t));
+    int32_t *tgt = lt_malloc((size_t)mbs * S * sizeof(int32_t));
+    double sum = 0.0;
+    for (uint64_t s = 0; s < n; s += (uint64_t)mbs) {
+        for (int i = 0; i < mbs; i++) {
+            char err[1024];
+            if (lt_tokens_read(r->valid, (s + (uint64_t)i) * (uint64_t)S, (uint64_t)S + 1,
+                               rows + (size_t)i * (S + 1), err, sizeof err))
+                lt_input_error("data.valid_path: %s", err);
+        }
+        split_rows(rows, mbs, S, in, tgt);
+        sum += lt_model_step(r->model, in, tgt, 0.0f);
+    }
+    free(rows);
+    free(in);
+    free(tgt);
+    *samples_out = (long)n;
+    return n ? sum / ((double)n * S) : NAN;
+}
+
+static void open_valid(Run *r) {
+    const LtConfig *c = r->cfg;
+    if (!c->data.valid_path[0]) return;
+    r->valid = open_tokens("data.valid_path", c->data.valid_path, c->model.vocab_size);
+    if (lt_num_samples(lt_tokens_count(r->valid), c->model.seq_length) <
+        (uint64_t)c->train.micro_batch_size)
+        lt_input_error("data.valid_path: '%s' holds %llu tokens, fewer than one micro batch of "
+                       "%d samples of %d+1 tokens",
+                       c->data.valid_path, (unsigned long long)lt_tokens_count(r->valid),
+                       c->train.micro_batch_size, c->model.seq_length);
+}
+
+/* ---- checkpoint ------------------------------------------------------------ */
+
+static void save_checkpoint(Run *r, long step) {
+    const LtConfig *c = r->cfg;
+    const LtParamTable *t = &r->model->table;
+    size_t bytes = t->total * sizeof(float);
+    LtCkptState st = {lt_malloc(bytes), lt_malloc(bytes), lt_malloc(bytes)};
+    r->be->ops->download(r->be, st.master, r->opt->master, bytes);
+    r->be->ops->download(r->be, st.m, r->opt->m, bytes);
+    r->be->ops->download(r->be, st.v, r->opt->v, bytes);
+    LtCkptMeta meta = {
+        .step = step,
+        .samples_consumed = (uint64_t)step * (uint64_t)c->train.global_batch_size,
+        .seed = c->train.seed,
+        .data_seed = c->train.seed,
+        .rng_state = c->train.seed,
+    };
+    char err[1024];
+    double t0 = lt_now();
+    if (lt_ckpt_save(c->checkpoint.dir, t, &st, &meta, c, err, sizeof err))
+        lt_fatal("saving checkpoint at step %ld failed: %s", step, err);
+    lt_log("saved checkpoint step %ld to %s (%.2f s)\n", step, c->checkpoint.dir, lt_now() - t0);
+    free(st.master);
+    free(st.m);
+    free(st.v);
+}
+
+/* ---- train ----------------------------------------------------------------- */
+
+int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
+    if (!cfg->data.train_path[0]) lt_input_error("data.train_path is not set");
+    Run r;
+    /* data first: bad data files are refused before any heavy set-up */
+    LtTokenFile *train = open_tokens("data.train_path", cfg->data.train_path, cfg->model.vocab_size);
+    run_setup(&r, cfg, w, 1);
+    r.train = train;
+    open_valid(&r);
+    const int S = cfg->model.seq_length, G = cfg->train.global_batch_size,
+              mbs = cfg->train.micro_batch_size, accum = G / mbs;
+    LtLoaderConfig lc = {.seq_len = S, .samples_per_step = G, .first = 0, .count = G,
+                         .shuffle = cfg->data.shuffle, .seed = cfg->train.seed,
+                         .prefetch = cfg->data.prefetch};
+    char err[1024];
+    r.loader = lt_loader_create(r.train, &lc, err, sizeof err);
+    if (!r.loader) lt_input_error("data.train_path: %s", err);
+    print_summary(&r);
+
+    LtMetricsFile mf;
+    lt_metrics_open(&mf, cfg->logging.metrics_file);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+
+    const double flops_step = lt_model_flops_per_sample(&r.model->d, 0) * G;
+    const double tokens_step = (double)G * S;
+    int32_t *rows = lt_malloc((size_t)G * (S + 1) * sizeof(int32_t));
+    int32_t *in = lt_malloc((size_t)mbs * S * sizeof(int32_t));
+    int32_t *tgt = lt_malloc((size_t)mbs * S * sizeof(int32_t));
+    long nsteps = cfg->train.steps - r.start_step;
+    double *times = lt_malloc((size_t)(nsteps > 0 ? nsteps : 1) * sizeof(double));
+    int ntimes = 0;
+    long step = r.start_step;
+    int exit_code = 0;
+
+    for (; step < cfg->train.steps; step++) {
+        double t0 = lt_now();
+        if (lt_loader_get(r.loader, step, rows, err, sizeof err))
+            lt_input_error("data.train_path: step %ld: %s", step + 1, err);
+        lt_model_zero_grads(r.model);
+        double loss_sum = 0.0;
+        for (int j = 0; j < accum; j++) {
+            split_rows(rows + (size_t)j * mbs * (S + 1), mbs, S, in, tgt);
+            loss_sum += lt_model_step(r.model, in, tgt, (float)(1.0 / tokens_step));
+        }
+        double loss = loss_sum / tokens_step;
+        double norm = lt_grad_norm(r.be, r.model->grads, r.model->table.total);
+        if (!isfinite(loss) || !isfinite(norm))
+            lt_fatal("step %ld: loss %g, grad norm %g: training diverged (lower optimizer.lr?)",
+                     step + 1, loss, norm);
+        double lr = lt_lr_at(cfg, step);
+        lt_optim_step(r.opt, r.model->params, r.model->grads, lr,
+                      lt_clip_coef(cfg->optimizer.clip_grad, norm));
+        r.be->ops->synchronize(r.be);
+        double dt = lt_now() - t0;
+        times[ntimes++] = dt;
+        double tflops = flops_step / dt / 1e12 / w->world;
+        double mfu = r.peak_tflops > 0 ? tflops / r.peak_tflops : 0.0;
+        lt_metrics_train(&mf, step + 1, loss, lr, norm, tokens_step / dt, tflops, mfu, dt * 1e3);
+        if ((step + 1) % cfg->logging.log_interval == 0 || step + 1 == cfg->train.steps)
+            lt_log("step %6ld/%ld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | %.3f "
+                   "TFLOP/s | MFU %.1f%% | %.1f ms | mem %.1f MiB\n",
+                   step + 1, cfg->train.steps, loss, lr, norm, tokens_step / dt, tflops,
+                   100.0 * mfu, dt * 1e3, mib(engine_bytes(&r)));
+        if (r.valid && cfg->eval.interval > 0 && (step + 1) % cfg->eval.interval == 0) {
+            long ns;
+            double vl = evaluate(&r, &ns);
+            lt_log("eval step %ld | val loss %.4f | val ppl %.2f | %ld samples\n", step + 1, vl,
+                   exp(vl), ns);
+            lt_metrics_eval(&mf, step + 1, vl, ns);
+        }
+        if (cfg->checkpoint.dir[0] && cfg->checkpoint.save_interval > 0 &&
+            (step + 1) % cfg->checkpoint.save_interval == 0 && step + 1 < cfg->train.steps)
+            save_checkpoint(&r, step + 1);
+        if (g_stop_signal) {
+            lt_log("received signal %d after step %ld: stopping\n", (int)g_stop_signal, step + 1);
+            step++;
+            exit_code = 128 + (int)g_stop_signal;
+            break;
+        }
+    }
+    if (ntimes > 0) {
+        int skip = ntimes > 3 ? (ntimes > 10 ? 2 : 1) : 0; /* warm-up steps */
+        double med = lt_median(times + skip, ntimes - skip);
+        lt_log("done: %ld steps, median step %.1f ms over %d steps after warm-up, %.0f tok/s, "
+               "%.3f TFLOP/s per device, MFU %.1f%%\n",
+               step, med * 1e3, ntimes - skip, tokens_step / med, flops_step / med / 1e12 / w->world,
+               r.peak_tflops > 0 ? 100.0 * flops_step / med / 1e12 / w->world / r.peak_tflops : 0.0);
+    }
+    if (r.valid && exit_code == 0 &&
+        (cfg->eval.interval == 0 || step % cfg->eval.interval != 0 || step == 0)) {
+        long ns;
+        double vl = evaluate(&r, &ns);
+        lt_log("eval step %ld | val loss %.4f | val ppl %.2f | %ld samples\n", step, vl, exp(vl), ns);
+        lt_metrics_eval(&mf, step, vl, ns);
+    }
+    if (cfg->checkpoint.dir[0]) save_checkpoint(&r, step);
+    lt_metrics_close(&mf);
+    free(rows);
+    free(in);
+    free(tgt);
+    free(times);
+    run_teardown(&r);
+    return exit_code;
+}
+
+/* ---- eval / sample ----------------------------------------------------------- */
+
+int lt_cmd_eval(LtConfig *cfg, const LtWorld *w) {
+    if (!cfg->data.valid_path[0]) lt_input_error("data.valid_path is not set (eval needs it)");
+    Run r;
+    run_setup(&r, cfg, w, 0);
+    open_valid(&r);
+    print_summary(&r);
+    long ns;
+    double t0 = lt_now();
+    double vl = evaluate(&r, &ns);
+    lt_log("eval step %ld | val loss %.4f | val log ppl %.4f | val ppl %.2f | %ld samples | "
+           "%.2f s\n",
+           r.start_step, vl, vl, exp(vl), ns, lt_now() - t0);
+    LtMetricsFile mf;
+    lt_metrics_open(&mf, cfg->logging.metrics_file);
+    lt_metrics_eval(&mf, r.start_step, vl, ns);
+    lt_metrics_close(&mf);
+    run_teardown(&r);
+    return 0;
+}
+
+/* Draw from softmax(logits / temperature) restricted to the top_k largest. */
+static int sample_token(float *logits, int V, double temperature, int top_k, double u) {
+    float maxv = logits[0];
+    for (int i = 1; i < V; i++) maxv = logits[i] > maxv ? logits[i] : maxv;
+    float kth = -INFINITY;
+    if (top_k > 0 && top_k < V) {
+        /* threshold = k-th largest logit (simple selection, V is small enough) */
+        float *tmp = lt_malloc((size_t)V * sizeof(float));
+        memcpy(tmp, logits, (size_t)V * sizeof(float));
+        for (int k = 0; k < top_k; k++) {
+            int best = k;
+            for (int i = k + 1; i < V; i++) best = tmp[i] > tmp[best] ? i : best;
+            float x = tmp[k];
+            tmp[k] = tmp[best];
+            tmp[best] = x;
+        }
+        kth = tmp[top_k - 1];
+        free(tmp);
+    }
+    double total = 0.0;
+    for (int i = 0; i < V; i++) total += logits[i] >= kth ? exp((logits[i] - maxv) / temperature) : 0.0;
+    double target = u * total, acc = 0.0;
+    for (int i = 0; i < V; i++) {
+        if (logits[i] < kth) continue;
+        acc += exp((logits[i] - maxv) / temperature);
+        if (acc >= target) return i;
+    }
+    return V - 1;
+}
+
+int lt_cmd_sample(LtConfig *cfg, const LtWorld *w) {
+    cfg->train.micro_batch_size = 1;
+    Run r;
+    run_setup(&r, cfg, w, 0);
+    if (!cfg->checkpoint.load[0])
+        lt_log("note: checkpoint.load is not set: sampling from the untrained initial model\n");
+    const int S = cfg->model.seq_length, V = cfg->model.vocab_size;
+    /* prompt: the first tokens of the validation (else training) data */
+    const char *ppath = cfg->data.valid_path[0] ? cfg->data.valid_path : cfg->data.train_path;
+    int plen = 0;
+    int total = cfg->sample.num_tokens;
+    int32_t *seq = lt_calloc((size_t)(total + S) * sizeof(int32_t));
+    if (ppath[0]) {
+        LtTokenFile *f = open_tokens(cfg->data.valid_path[0] ? "data.valid_path" : "data.train_path",
+                                     ppath, V);
+        plen = S / 8 < 8 ? (S < 8 ? S - 1 : S / 8) : 8;
+        if ((uint64_t)plen > lt_tokens_count(f)) plen = (int)lt_tokens_count(f);
+        char err[1024];
+        if (plen > 0 && lt_tokens_read(f, 0, (uint64_t)plen, seq, err, sizeof err))
+            lt_input_error("%s: %s", ppath, err);
+        lt_tokens_close(f);
+    }
+    if (plen == 0) plen = 1; /* token 0 as the prompt */
+    float *logits = lt_malloc((size_t)V * sizeof(float));
+    int len = plen;
+    for (int i = 0; i < total; i++) {
+        int ctx = len < S ? len : S;
+        lt_model_next_logits(r.model, seq + len - ctx, ctx, logits);
+        double u = lt_uniform_at(cfg->sample.seed, 0x5a3b1e, (uint64_t)i);
+        seq[len++] = sample_token(logits, V, cfg->sample.temperature, cfg->sample.top_k, u);
+    }
+    for (int i = 0; i < len; i++) printf(i ? " %d" : "%d", seq[i]);
+    printf("\n");
+    fflush(stdout);
+    free(logits);
+    free(seq);
+    run_teardown(&r);
+    return 0;
+}

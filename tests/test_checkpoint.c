@@ -1,0 +1,677 @@
+/* test_checkpoint.c - checkpoint save/load/resolve, safetensors, HF export. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "common.h"
+#include "config.h"
+#include "params.h"
+#include "test.h"
+
+/* ---- helpers -------------------------------------------------------------- */
+
+static int rm_cb(const char *p, const struct stat *st, int fl, struct FTW *ftw) {
+    (void)st, (void)fl, (void)ftw;
+    return remove(p);
+}
+static void rm_rf(const char *p) { nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
+
+static char *make_tmpdir(void) {
+    char tmpl[] = "/tmp/lt_ckpt_test_XXXXXX";
+    char *d = mkdtemp(tmpl);
+    return d ? strdup(d) : NULL;
+}
+
+static LtModelDims tiny_dims(int layers, int padded_vocab) {
+    LtModelDims d = {.num_layers = layers, .hidden = 8, .heads = 2, .ffn = 32, .seq_len = 16,
+                     .max_pos = 16, .vocab = 50, .padded_vocab = padded_vocab};
+    return d;
+}
+
+/* A config describing the tiny model (valid for world size 1). */
+static void tiny_config(LtConfig *c, int layers) {
+    lt_config_defaults(c);
+    c->model.num_layers = layers;
+    c->model.hidden_size = 8;
+    c->model.num_attention_heads = 2;
+    c->model.ffn_hidden_size = 32;
+    c->model.seq_length = 16;
+    c->model.max_position_embeddings = 16;
+    c->model.vocab_size = 50;
+    c->model.make_vocab_size_divisible_by = 128;
+}
+
+/* Random values plus a few bit patterns that must survive exactly. */
+static float *random_array(size_t n, uint64_t seed) {
+    float *x = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) x[i] = lt_normal_at(seed, 7, i);
+    const uint32_t specials[] = {0x80000000u, 0x00000001u, 0x7f800000u, 0x7fc12345u};
+    for (size_t i = 0; i < 4 && i < n; i++) memcpy(&x[i * 97 % n], &specials[i], 4);
+    return x;
+}
+
+typedef struct {
+    LtParamTable t;
+    LtCkptState s;
+    LtCkptMeta meta;
+    LtConfig cfg;
+} Fixture;
+
+static void fixture_init(Fixture *f, int layers, int padded_vocab, int with_moments, uint64_t seed) {
+    LtModelDims d = tiny_dims(layers, padded_vocab);
+    lt_params_build(&f->t, &d);
+    f->s.master = random_array(f->t.total, seed);
+    f->s.m = with_moments ? random_array(f->t.total, seed + 1) : NULL;
+    f->s.v = with_moments ? random_array(f->t.total, seed + 2) : NULL;
+    f->meta = (LtCkptMeta){.step = 7, .samples_consumed = 1234567, .seed = 42, .data_seed = 99,
+                           .rng_state = 0xfedcba9876543210ull};
+    tiny_config(&f->cfg, layers);
+}
+
+static void fixture_free(Fixture *f) {
+    free(f->s.master);
+    free(f->s.m);
+    free(f->s.v);
+    lt_params_free(&f->t);
+}
+
+static int save_step(const char *dir, Fixture *f, long step, char *err) {
+    f->meta.step = step;
+    return lt_ckpt_save(dir, &f->t, &f->s, &f->meta, &f->cfg, err, 512);
+}
+
+/* Load stepdir with table t into fresh buffers (moments when asked). */
+static int load_fresh(const char *stepdir, const LtParamTable *t, int moments, LtCkptState *out,
+                      LtCkptMeta *meta, char *err) {
+    out->master = calloc(t->total, sizeof(float));
+    out->m = moments ? calloc(t->total, sizeof(float)) : NULL;
+    out->v = moments ? calloc(t->total, sizeof(float)) : NULL;
+    return lt_ckpt_load(stepdir, t, out, meta, err, 512);
+}
+
+static void state_free(LtCkptState *s) {
+    free(s->master);
+    free(s->m);
+    free(s->v);
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = calloc(1, 1 << 16);
+    size_t n = fread(buf, 1, (1 << 16) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* XOR byte `off` of a file with `mask`. */
+static int poke(const char *path, long off, unsigned char mask) {
+    FILE *f = fopen(path, "r+b");
+    if (!f) return -1;
+    fseek(f, off, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, off, SEEK_SET);
+    fputc(c ^ mask, f);
+    fclose(f);
+    return 0;
+}
+
+static long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* Number of entries of dir whose name starts with prefix. */
+static int count_prefix(const char *dir, const char *prefix) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '^%s'", dir, prefix);
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    if (p) {
+        if (fscanf(p, "%d", &n) != 1) n = -1;
+        pclose(p);
+    }
+    return n;
+}
+
+/* ---- save / load ---------------------------------------------------------- */
+
+static void test_roundtrip_bit_identical(void) {
+    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    REQUIRE(dir, "mkdtemp");
+    char sub[4096];
+    snprintf(sub, sizeof sub, "%s/a/b/ckpt", dir); /* created with mkdir -p */
+    Fixture f;
+    fixture_init(&f, 2, 128, 1, 11);
+    CHECK(save_step(sub, &f, 7, err) == 0, "save: %s", err);
+    CHECK(lt_ckpt_resolve(sub, stepdir, sizeof stepdir, err, sizeof err) == 0, "resolve: %s", err);
+    LtCkptState got;
+    LtCkptMeta meta;
+    memset(&meta, 0, sizeof meta);
+    CHECK(load_fresh(stepdir, &f.t, 1, &got, &meta, err) == 0, "load: %s", err);
+    size_t bytes = sizeof(float) * f.t.total;
+    CHECK(memcmp(got.master, f.s.master, bytes) == 0, "master differs");
+    CHECK(memcmp(got.m, f.s.m, bytes) == 0, "adam m differs");
+    CHECK(memcmp(got.v, f.s.v, bytes) == 0, "adam v differs");
+    CHECK(meta.step == 7 && meta.samples_consumed == 1234567 && meta.seed == 42 &&
+              meta.data_seed == 99 && meta.rng_state == 0xfedcba9876543210ull,
+          "meta differs: step %ld samples %llu rng %llx", meta.step,
+          (unsigned long long)meta.samples_consumed, (unsigned long long)meta.rng_state);
+    /* meta.json carries the dims and the parameter count. */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/meta.json", stepdir);
+    char *js = read_text(path), want[64];
+    snprintf(want, sizeof want, "\"num_parameters\": %zu", f.t.total);
+    CHECK(js && strstr(js, want) && strstr(js, "\"hidden_size\": 8") &&
+              strstr(js, "\"padded_vocab_size\": 128"), "meta.json: %s", js ? js : "(missing)");
+    free(js);
+    /* Weights-only load of a full checkpoint is fine. */
+    LtCkptState w;
+    CHECK(load_fresh(stepdir, &f.t, 0, &w, NULL, err) == 0, "weights-only load: %s", err);
+    CHECK(memcmp(w.master, f.s.master, bytes) == 0, "weights-only master differs");
+    state_free(&w);
+    state_free(&got);
+    fixture_free(&f);
+    rm_rf(dir);
+    free(dir);
+}
+
+static void test_weights_only_checkpoint(void) {
+    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    REQUIRE(dir, "mkdtemp");
+    Fixture f;
+    fixture_init(&f, 2, 128, 0, 12);
+    CHECK(save_step(dir, &f, 3, err) == 0, "save: %s", err);
+    CHECK(lt_ckpt_resolve(dir, stepdir, sizeof stepdir, err, sizeof err) == 0, "resolve: %s", err);
+    LtCkptState got;
+    CHECK(load_fresh(stepdir, &f.t, 0, &got, NULL, err) == 0, "load: %s", err);
+    CHECK(memcmp(got.master, f.s.master, sizeof(float) * f.t.total) == 0, "master differs");
+    state_free(&got);
+    /* The trainer asks for moments: they are missing, and the error says which. */
+    CHECK(load_fresh(stepdir, &f.t, 1, &got, NULL, err) != 0, "load with m/v succeeded");
+    CHECK(strstr(err, "adam_m/wte") != NULL, "err: %s", err);
+    state_free(&got);
+    fixture_free(&f);
+    rm_rf(dir);
+    free(dir);
+}
+
+static void test_latest_and_resolve(void) {
+    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], want[4200], path[4200];
+    REQUIRE(dir, "mkdtemp");
+    Fixture f;
+    fixture_init(&f, 2, 128, 1, 13);
+    CHECK(save_step(dir, &f, 100, err) == 0, "save 100: %s", err);
+    CHECK(save_step(dir, &f, 200, err) == 0, "save 200: %s", err);
+    snprintf(path, sizeof path, "%s/latest", dir);
+    char *latest = read_text(path);
+    CHECK(latest && strcmp(latest, "step_00000200\n") == 0, "latest = %s", latest ? latest : "?");
+    free(latest);
+
+    snprintf(want, sizeof want, "%s/step_00000200", dir);
+    CHECK(lt_ckpt_resolve(dir, stepdir, sizeof stepdir, err, sizeof err) == 0, "resolve: %s", err);
+    CHECK(strcmp(stepdir, want) == 0, "resolved %s", stepdir);
+    snprintf(path, sizeof path, "%s/", dir); /* trailing slash */
+    CHECK(lt_ckpt_resolve(path, stepdir, sizeof stepdir, err, sizeof err) == 0 &&
+              strcmp(stepdir, want) == 0, "resolve with slash: %s", err);
+    snprintf(want, sizeof want, "%s/step_00000100", dir);
+    CHECK(lt_ckpt_resolve(want, stepdir, sizeof stepdir, err, sizeof err) == 0 &&
+              strcmp(stepdir, want) == 0, "resolve step dir: %s", err);
+
+    /* A crashed save's leftover temporary directory is ignored. */
+    snprintf(path, sizeof path, "%s/.tmp-step_00000300-999999", dir);
+    mkdir(path, 0777);
+    snprintf(path, sizeof path, "%s/.tmp-step_00000300-999999/state.lt", dir);
+    write_text(path, "partial");
+    snprintf(want, sizeof want, "%s/step_00000200", dir);
+    CHECK(lt_ckpt_resolve(dir, stepdir, sizeof stepdir, err, sizeof err) == 0 &&
+              strcmp(stepdir, want) == 0, "resolve with leftover tmp: %s -> %s", err, stepdir);
+    LtCkptState got;
+    CHECK(load_fresh(stepdir, &f.t, 1, &got, NULL, err) == 0, "load: %s", err);
+    state_free(&got);
+    /* A successful save leaves no temporary directory of its own. */
+    CHECK(count_prefix(dir, ".tmp-step_00000200") == 0 && count_prefix(dir, ".old-") == 0,
+          "temporary directories left behind");
+    fixture_free(&f);
+    rm_rf(dir);
+    free(dir);
+}
+
+static void test_resave_same_step_replaces(void) {
+    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    REQUIRE(dir, "mkdtemp");
+    Fixture a, b;
+    fixture_init(&a, 2, 128, 1, 14);
+    fixture_init(&b, 2, 128, 1, 15);
+    CHECK(save_step(dir, &a, 5, err) == 0, "save a: %s", err);
+    b.meta.samples_consumed = 777;
+    CHECK(save_step(dir, &b, 5, err) == 0, "save b over a: %s", err);
+    CHECK(lt_ckpt_resolve(dir, stepdir, sizeof stepdir, err, sizeof err) == 0, "resolve: %s", err);
+    LtCkptState got;
+    LtCkptMeta meta;
+    CHECK(load_fresh(stepdir, &b.t, 1, &got, &meta, err) == 0, "load: %s", err);
+    CHECK(memcmp(got.master, b.s.master, sizeof(float) * b.t.total) == 0, "not the second save");
+    CHECK(meta.samples_consumed == 777, "meta of the first save: %llu",
+          (unsigned long long)meta.samples_consumed);
+    CHECK(count_prefix(dir, ".tmp-") == 0 && count_prefix(dir, ".old-") == 0,
+          "replaced directory left behind");
+    state_free(&got);
+    fixture_free(&a);
+    fixture_free(&b);
+    rm_rf(dir);
+    free(dir);
+}
+
+/* A save that fails (file size limit standing in for a full disk; a file in
+ * the way of the step directory) reports the path and leaves `latest` on the
+ * previous complete checkpoint. */
+static void test_failed_save_keeps_latest(void) {
+    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], want[4200], path[4200];
+    REQUIRE(dir, "mkdtemp");
+    Fixture f;
+    fixture_init(&f, 2, 128, 1, 16);
+    CHECK(save_step(dir, &f, 1, err) == 0, "save 1: %s", err);
+
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = 4096;
+    signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &lim);
+    int rc = save_step(dir, &f, 2, err);
+    setrlimit(RLIMIT_FSIZE, &old);
+    CHECK(rc != 0, "save past the file size limit succeeded");
+    CHECK(strstr(err, "state.lt") && strstr(err, dir), "err: %s", err);
+
+    snprintf(path, sizeof path, "%s/step_00000003", dir);
+    write_text(path, "not a directory");
+    CHECK(save_step(dir, &f, 3, err) != 0, "save onto a file succeeded");
+    CHECK(strstr(err, "step_00000003") != NULL, "err: %s", err);
+
+    snprintf(want, sizeof want, "%s/step_00000001", dir);
+    CHECK(lt_ckpt_resolve(dir, stepdir, sizeof stepdir, err, sizeof err) == 0 &&
+              strcmp(stepdir, want) == 0, "latest moved: %s (%s)", stepdir, err);
+    CHECK(count_prefix(dir, ".tmp-") == 0, "temporary directory left behind");
+
+    /* dir itself cannot be created: it is below a regular file. */
+    snprintf(path, sizeof path, "%s/step_00000003/sub", dir);
+    CHECK(lt_ckpt_save(path, &f.t, &f.s, &f.meta, &f.cfg, err, sizeof err) != 0, "save succeeded");
+    CHECK(strstr(err, "step_00000003") != NULL, "err: %s", err);
+    fixture_free(&f);
+    rm_rf(dir);
+    free(dir);
+}
+
+/* Save a fixture, return the step directory path in stepdir. */
+static int saved(char *dir, Fixture *f, char *stepdir, char *err) {
+    if (save_step(dir, f, 1, err)) return -1;
+    snprintf(stepdir, 4096, "%s/step_00000001", dir);
+    return 0;
+}
+
+static void test_corruption_detected(void) {
+    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], path[4200];
+    REQUIRE(dir, "mkdtemp");
+    Fixture f;
+    fixture_init(&f, 2, 128, 1, 17);
+    REQUIRE(saved(dir, &f, stepdir, err) == 0, "save: %s", err);
+    snprintf(path, sizeof path, "%s/state.lt", stepdir);
+    LtCkptState got;
+
+    /* A byte of the last tensor's data (adam_v/ln_f.bias ends the file). */
+    long size = file_size(path);
+    poke(path, size - 5, 0x10);
+    CHECK(load_fresh(stepdir, &f.t, 1, &got, NULL, err) != 0, "corrupt data loaded");
+    CHECK(strstr(err, "checksum") && strstr(err, "adam_v/ln_f.bias"), "err: %s", err);
+    state_free(&got);
+    poke(path, size - 5, 0x10);
+    CHECK(load_fresh(stepdir, &f.t, 1, &got, NULL, err) == 0, "restored file: %s", err);
+    state_free(&got);
+
+    /* A byte of the record table (inside the first record's shape). */
+    poke(path, 64 + 140, 0x01);
+    CHECK(load_fresh(stepdir, &f.t, 1, &got, NULL, err) != 0, "corrupt table loaded");
+    CHECK(strstr(err, "record table") != NULL, "err: %s", err);
+    state_free(&got);
+    poke(path, 64 + 140, 0x01);
+
+    /* Bad magic, then an unknown version. */
+    poke(path, 0, 0x20);
+    CHECK(load_fresh(stepdir, &f.t, 1, &got, NULL, err) != 0, "bad magic loaded");
+    CHECK(strstr(err, "magic") != NULL, "err: %s", err);
+    state_free(&got);
+    poke(path, 0, 0x20);
+    poke(path, 8, 0x02);
+    CHECK(load_fresh(stepdir, &f.t, 1, &got, NULL, err) != 0, "version 3 loaded");
+    CHECK(strstr(err, "version 3") != NULL, "err: %s", err);
+    state_free(&got);
+    poke(path, 8, 0x02);
+
+    /* Truncation, near the end and inside the header. */
+    CHECK(truncate(path, size - 100) == 0, "truncate");
+    CHECK(load_fresh(stepdir, &f.t, 1, &got, NULL, err) != 0, "truncated file loaded");
+    CHECK(strstr(err, "truncated") && strstr(err, "state.lt"), "err: %s", err);
+    state_free(&got);
+    CHECK(truncate(path, 20) == 0, "truncate");
+    CHECK(load_fresh(stepdir, &f.t, 1, &got, NULL, err) != 0, "20-byte file loaded");
+    CHECK(strstr(err, "truncated") != NULL, "err: %s", err);
+    state_free(&got);
+
+    /* Missing state and missing meta. */
+    remove(path);
+    CHECK(load_fresh(stepdir, &f.t, 0, &got, NULL, err) != 0 && strstr(err, "state.lt"), "err: %s", err);
+    state_free(&got);
+    snprintf(path, sizeof path, "%s/meta.json", stepdir);
+    remove(path);
+    CHECK(load_fresh(stepdir, &f.t, 0, &got, NULL, err) != 0 && strstr(err, "meta.json"), "err: %s", err);
+    state_free(&got);
+    fixture_free(&f);
+    rm_rf(dir);
+    free(dir);
+}
+
+static void test_architecture_mismatch(void) {
+    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    REQUIRE(dir, "mkdtemp");
+    Fixture one, two;
+    fixture_init(&one, 1, 128, 1, 18);
+    fixture_init(&two, 2, 128, 1, 19);
+    REQUIRE(saved(dir, &one, stepdir, err) == 0, "save: %s", err);
+    LtCkptState got;
+    CHECK(load_fresh(stepdir, &two.t, 0, &got, NULL, err) != 0, "1-layer loaded into 2-layer");
+    CHECK(strstr(err, "has no tensor 'h.1.ln_1.weight'") && strstr(err, stepdir), "err: %s", err);
+    state_free(&got);
+
+    REQUIRE(saved(dir, &two, stepdir, err) == 0, "save: %s", err);
+    CHECK(load_fresh(stepdir, &one.t, 0, &got, NULL, err) != 0, "2-layer loaded into 1-layer");
+    CHECK(strstr(err, "h.1.") && strstr(err, "does not have"), "err: %s", err);
+    state_free(&got);
+
+    Fixture wide;
+    fixture_init(&wide, 2, 256, 1, 20);
+    CHECK(load_fresh(stepdir, &wide.t, 0, &got, NULL, err) != 0, "vocab 128 loaded into 256");
+    CHECK(strstr(err, "shape mismatch for 'wte': checkpoint (128,8), model (256,8)"), "err: %s", err);
+    state_free(&got);
+    fixture_free(&one);
+    fixture_free(&two);
+    fixture_free(&wide);
+    rm_rf(dir);
+    free(dir);
+}
+
+static void test_resolve_errors(void) {
+    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], path[4200];
+    REQUIRE(dir, "mkdtemp");
+    snprintf(path, sizeof path, "%s/nope", dir);
+    CHECK(lt_ckpt_resolve(path, stepdir, sizeof stepdir, err, sizeof err) != 0, "missing path resolved");
+    CHECK(strstr(err, path) != NULL, "err: %s", err);
+    CHECK(lt_ckpt_resolve(dir, stepdir, sizeof stepdir, err, sizeof err) != 0, "empty dir resolved");
+    CHECK(strstr(err, "not a checkpoint") != NULL, "err: %s", err);
+    snprintf(path, sizeof path, "%s/latest", dir);
+    write_text(path, "step_00000042\n");
+    CHECK(lt_ckpt_resolve(dir, stepdir, sizeof stepdir, err, sizeof err) != 0, "dangling latest resolved");
+    CHECK(strstr(err, "step_00000042") != NULL, "err: %s", err);
+    write_text(path, "../elsewhere\n");
+    CHECK(lt_ckpt_resolve(dir, stepdir, sizeof stepdir, err, sizeof err) != 0, "latest escaping dir resolved");
+    rm_rf(dir);
+    free(dir);
+}
+
+static void test_load_config_roundtrip(void) {
+    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    REQUIRE(dir, "mkdtemp");
+    Fixture f;
+    fixture_init(&f, 2, 128, 0, 21);
+    f.cfg.train.seed = 987654321987ull;
+    f.cfg.optimizer.lr = 3.25e-4;
+    f.cfg.parallel.tensor_model_parallel_size = 2;
+    snprintf(f.cfg.data.train_path, sizeof f.cfg.data.train_path, "/data/my corpus: \"x\".bin");
+    REQUIRE(saved(dir, &f, stepdir, err) == 0, "save: %s", err);
+    LtConfig back;
+    CHECK(lt_ckpt_load_config(stepdir, &back, err, sizeof err) == 0, "load_config: %s", err);
+    CHECK(memcmp(&back, &f.cfg, sizeof back) == 0, "config differs (seed %llu lr %g path %s)",
+          (unsigned long long)back.train.seed, back.optimizer.lr, back.data.train_path);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.yaml", stepdir);
+    remove(path);
+    CHECK(lt_ckpt_load_config(stepdir, &back, err, sizeof err) != 0 && strstr(err, "config.yaml"),
+          "err: %s", err);
+    fixture_free(&f);
+    rm_rf(dir);
+    free(dir);
+}
+
+/* ---- export --------------------------------------------------------------- */
+
+static float *st_get(const char *file, const char *name, int ndim, int64_t r, int64_t c) {
+    char err[512] = "";
+    int nd = -1;
+    int64_t shape[4] = {0};
+    float *x = lt_safetensors_read(file, name, &nd, shape, err, sizeof err);
+    if (!x) {
+        printf("  %s: %s\n", name, err);
+        return NULL;
+    }
+    if (nd != ndim || shape[0] != r || (ndim == 2 && shape[1] != c)) {
+        printf("  %s: shape (%d dims) %lld,%lld, want %lld,%lld\n", name, nd, (long long)shape[0],
+               (long long)shape[1], (long long)r, (long long)c);
+        free(x);
+        return NULL;
+    }
+    return x;
+}
+
+static void test_export_hf(void) {
+    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], out[4200], file[4300];
+    REQUIRE(dir, "mkdtemp");
+    Fixture f;
+    fixture_init(&f, 2, 128, 1, 22);
+    REQUIRE(saved(dir, &f, stepdir, err) == 0, "save: %s", err);
+    snprintf(out, sizeof out, "%s/hf/model", dir);
+    REQUIRE(lt_export_hf(dir, out, err, sizeof err) == 0, "export: %s", err);
+    snprintf(file, sizeof file, "%s/model.safetensors", out);
+
+    const int64_t C = 8, F = 32, V = 50, P = 16;
+    struct { const char *name; int ndim; int64_t r, c; } keys[] = {
+        {"transformer.wte.weight", 2, V, C}, {"transformer.wpe.weight", 2, P, C},
+        {"transformer.ln_f.weight", 1, C, 0}, {"transformer.ln_f.bias", 1, C, 0},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        float *x = st_get(file, keys[i].name, keys[i].ndim, keys[i].r, keys[i].c);
+        CHECK(x != NULL, "bad tensor %s", keys[i].name);
+        free(x);
+    }
+    struct { const char *suffix; int ndim; int64_t r, c; } layer[] = {
+        {"ln_1.weight", 1, C, 0}, {"ln_1.bias", 1, C, 0}, {"attn.c_attn.weight", 2, C, 3 * C},
+        {"attn.c_attn.bias", 1, 3 * C, 0}, {"attn.c_proj.weight", 2, C, C}, {"attn.c_proj.bias", 1, C, 0},
+        {"ln_2.weight", 1, C, 0}, {"ln_2.bias", 1, C, 0}, {"mlp.c_fc.weight", 2, C, F},
+        {"mlp.c_fc.bias", 1, F, 0}, {"mlp.c_proj.weight", 2, F, C}, {"mlp.c_proj.bias", 1, C, 0},
+    };
+    for (int l = 0; l < 2; l++)
+        for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++) {
+            char name[128];
+            snprintf(name, sizeof name, "transformer.h.%d.%s", l, layer[i].suffix);
+            float *x = st_get(file, name, layer[i].ndim, layer[i].r, layer[i].c);
+            CHECK(x != NULL, "bad tensor %s", name);
+            free(x);
+        }
+
+    /* wte: the first V rows, bit for bit. */
+    float *wte = st_get(file, "transformer.wte.weight", 2, V, C);
+    const LtParam *p = lt_params_find(&f.t, "wte");
+    CHECK(wte && memcmp(wte, f.s.master + p->offset, sizeof(float) * (size_t)(V * C)) == 0,
+          "wte is not the unpadded rows");
+    free(wte);
+    /* c_fc (C, F) is the transpose of our fc (F, C); qkv likewise. */
+    float *fc = st_get(file, "transformer.h.1.mlp.c_fc.weight", 2, C, F);
+    p = lt_params_find(&f.t, "h.1.mlp.fc.weight");
+    int same = fc != NULL;
+    for (int64_t i = 0; same && i < C; i++)
+        for (int64_t j = 0; j < F; j++)
+            if (memcmp(&fc[i * F + j], &f.s.master[p->offset + (size_t)(j * C + i)], 4)) same = 0;
+    CHECK(same, "c_fc.weight is not fc.weight transposed");
+    free(fc);
+    float *qkv = st_get(file, "transformer.h.0.attn.c_attn.weight", 2, C, 3 * C);
+    p = lt_params_find(&f.t, "h.0.attn.qkv.weight");
+    CHECK(qkv && qkv[2 * 3 * C + 17] == f.s.master[p->offset + 17 * C + 2], "c_attn[2][17] != qkv[17][2]");
+    free(qkv);
+    float *bias = st_get(file, "transformer.h.1.attn.c_attn.bias", 1, 3 * C, 0);
+    p = lt_params_find(&f.t, "h.1.attn.qkv.bias");
+    CHECK(bias && memcmp(bias, f.s.master + p->offset, sizeof(float) * 3 * C) == 0, "bias differs");
+    free(bias);
+
+    snprintf(file, sizeof file, "%s/config.json", out);
+    char *js = read_text(file);
+    const char *want[] = {"\"model_type\": \"gpt2\"", "\"GPT2LMHeadModel\"", "\"n_embd\": 8",
+                          "\"n_layer\": 2", "\"n_head\": 2", "\"n_positions\": 16", "\"n_ctx\": 16",
+                          "\"n_inner\": 32", "\"vocab_size\": 50", "\"layer_norm_epsilon\": 1e-05",
+                          "\"activation_function\": \"gelu_new\"", "\"tie_word_embeddings\": true"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECK(js && strstr(js, want[i]), "config.json lacks %s", want[i]);
+    free(js);
+    CHECK(count_prefix(out, ".*tmp") == 0, "temporary files left in %s", out);
+
+    /* Exporting something that is not a checkpoint fails cleanly. */
+    CHECK(lt_export_hf(out, out, err, sizeof err) != 0 && strstr(err, "not a checkpoint"), "err: %s", err);
+    fixture_free(&f);
+    rm_rf(dir);
+    free(dir);
+}
+
+/* A run with tensor parallelism pads the vocabulary to a multiple of 128 * tp;
+ * export must rebuild that padding to read wte, then slice it away. */
+static void test_export_tensor_parallel_config(void) {
+    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], file[4300];
+    REQUIRE(dir, "mkdtemp");
+    Fixture f;
+    fixture_init(&f, 2, 256, 0, 23);
+    f.cfg.parallel.tensor_model_parallel_size = 2;
+    REQUIRE(saved(dir, &f, stepdir, err) == 0, "save: %s", err);
+    CHECK(lt_export_hf(stepdir, dir, err, sizeof err) == 0, "export: %s", err);
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    float *wte = st_get(file, "transformer.wte.weight", 2, 50, 8);
+    const LtParam *p = lt_params_find(&f.t, "wte");
+    CHECK(wte && memcmp(wte, f.s.master + p->offset, sizeof(float) * 50 * 8) == 0, "wte differs");
+    free(wte);
+    fixture_free(&f);
+    rm_rf(dir);
+    free(dir);
+}
+
+/* ---- safetensors ---------------------------------------------------------- */
+
+/* Write a file with the given header JSON and data bytes. */
+static void write_st(const char *path, const char *json, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    uint64_t len = strlen(json);
+    unsigned char lb[8];
+    for (int i = 0; i < 8; i++) lb[i] = (unsigned char)(len >> (8 * i));
+    fwrite(lb, 1, 8, f);
+    fwrite(json, 1, len, f);
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+static void test_safetensors_reader(void) {
+    char *dir = make_tmpdir(), err[512] = "", path[4200];
+    REQUIRE(dir, "mkdtemp");
+    snprintf(path, sizeof path, "%s/t.safetensors", dir);
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[2] = {-1.5f, 0.25f};
+    LtStTensor ts[2] = {{"a.weight", 2, {2, 3}, a}, {"b \"q\"", 1, {2}, b}};
+    REQUIRE(lt_safetensors_write(path, ts, 2, err, sizeof err) == 0, "write: %s", err);
+    long size = file_size(path);
+    FILE *fh = fopen(path, "rb");
+    unsigned char lb[8] = {0};
+    if (fh) {
+        CHECK(fread(lb, 1, 8, fh) == 8, "read length");
+        fclose(fh);
+    }
+    CHECK((8 + lb[0]) % 8 == 0 && size == 8 + lb[0] + 32, "layout: N %d, size %ld", lb[0], size);
+
+    int nd = 0;
+    int64_t shape[4];
+    float *x = lt_safetensors_read(path, "b \"q\"", &nd, shape, err, sizeof err);
+    CHECK(x && nd == 1 && shape[0] == 2 && x[0] == -1.5f && x[1] == 0.25f, "read b: %s", err);
+    free(x);
+    x = lt_safetensors_read(path, "missing", &nd, shape, err, sizeof err);
+    CHECK(!x && strstr(err, "no tensor 'missing'"), "err: %s", err);
+    free(x);
+
+    /* Keys in another order, whitespace and escapes, metadata first. */
+    float data[3] = {7, 8, 9};
+    write_st(path,
+             "{ \"__metadata__\" : { \"format\" : \"pt\" } ,\n"
+             "  \"\\u0078\" : { \"data_offsets\" : [ 4 , 12 ], \"shape\" : [ 2 ] ,\"dtype\":\"F32\" },"
+             "  \"y\": {\"dtype\": \"F32\", \"shape\": [], \"data_offsets\": [0, 4]} }  ",
+             data, sizeof data);
+    x = lt_safetensors_read(path, "x", &nd, shape, err, sizeof err);
+    CHECK(x && nd == 1 && shape[0] == 2 && x[0] == 8 && x[1] == 9, "read x: %s", err);
+    free(x);
+    x = lt_safetensors_read(path, "y", &nd, shape, err, sizeof err);
+    CHECK(x && nd == 0 && x[0] == 7, "read scalar y: %s", err);
+    free(x);
+
+    /* Offsets past the data section. */
+    write_st(path, "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", data, sizeof data);
+    x = lt_safetensors_read(path, "x", &nd, shape, err, sizeof err);
+    CHECK(!x && strstr(err, "data_offsets"), "err: %s", err);
+    free(x);
+    /* Offsets that disagree with the shape. */
+    write_st(path, "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,12]}}", data, sizeof data);
+    x = lt_safetensors_read(path, "x", &nd, shape, err, sizeof err);
+    CHECK(!x, "size mismatch accepted");
+    free(x);
+    /* Malformed JSON. */
+    write_st(path, "{\"x\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]", data, sizeof data);
+    x = lt_safetensors_read(path, "x", &nd, shape, err, sizeof err);
+    CHECK(!x, "malformed header accepted");
+    free(x);
+
+    /* Truncation of a written file: in the data, in the header, in the length. */
+    REQUIRE(lt_safetensors_write(path, ts, 2, err, sizeof err) == 0, "write: %s", err);
+    long cut[] = {size - 4, 20, 5};
+    for (int i = 0; i < 3; i++) {
+        CHECK(truncate(path, cut[i]) == 0, "truncate");
+        x = lt_safetensors_read(path, "a.weight", &nd, shape, err, sizeof err);
+        CHECK(!x && err[0], "file truncated to %ld bytes accepted", cut[i]);
+        free(x);
+    }
+    rm_rf(dir);
+    free(dir);
+}
+
+int main(void) {
+    RUN(test_roundtrip_bit_identical);
+    RUN(test_weights_only_checkpoint);
+    RUN(test_latest_and_resolve);
+    RUN(test_resave_same_step_replaces);
+    RUN(test_failed_save_keeps_latest);
+    RUN(test_corruption_detected);
+    RUN(test_architecture_mismatch);
+    RUN(test_resolve_errors);
+    RUN(test_load_config_roundtrip);
+    RUN(test_export_hf);
+    RUN(test_export_tensor_parallel_config);
+    RUN(test_safetensors_reader);
+    return test_summary();
+}

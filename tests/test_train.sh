@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# test_train.sh BUILD_DIR - the lattice command line end to end on the CPU
+# backend: bad input, training on real English text, metrics, checkpoint
+# resume bit for bit, signals, export, eval, sample.
+set -u
+BUILD=$1
+LT="$BUILD/lattice"
+T=$(mktemp -d /tmp/lt-train-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+failures=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+
+# ---- real text, byte-level tokens (vocab 256) --------------------------------
+cat /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 \
+    /usr/share/common-licenses/GPL-2 /usr/share/common-licenses/LGPL-2.1 > "$T/text.txt" 2>/dev/null
+python3 - "$T/text.txt" "$T/train.ids" "$T/valid.ids" <<'PY'
+import sys
+data = open(sys.argv[1], 'rb').read()
+cut = int(len(data) * 0.9)
+for path, part in ((sys.argv[2], data[:cut]), (sys.argv[3], data[cut:])):
+    with open(path, 'w') as f:
+        f.write(' '.join(str(b) for b in part) + '\n')
+PY
+"$LT" shard --vocab-size 256 --input "$T/train.ids" "$T/train.ltok" >/dev/null &&
+"$LT" shard --vocab-size 256 --input "$T/valid.ids" "$T/valid.ltok" >/dev/null ||
+  { fail prepare_shards "lattice shard failed"; exit 1; }
+CFG=configs/tiny.yaml
+D="data.train_path=$T/train.ltok data.valid_path=$T/valid.ltok"
+
+# ---- version -----------------------------------------------------------------
+out=$("$LT" --version)
+if echo "$out" | grep -q "^lattice [0-9]" && echo "$out" | grep -q "cpu"; then pass version
+else fail version "unexpected: $out"; fi
+
+# ---- bad input: exit code 2 and a message naming the problem -------------------
+expect_input_error() { # name pattern cmd...
+  local name=$1 pat=$2; shift 2
+  local err rc
+  err=$("$@" 2>&1 >/dev/null); rc=$?
+  if [ $rc -eq 2 ] && echo "$err" | grep -qiE -- "$pat"; then pass "bad_input_$name"
+  else fail "bad_input_$name" "rc=$rc, stderr: $(echo "$err" | tail -2)"; fi
+}
+printf 'train:\n  step: 10\n' > "$T/typo.yaml"
+expect_input_error unknown_key "did you mean 'train.steps'" "$LT" train "$T/typo.yaml" $D
+expect_input_error wrong_type "train.steps" "$LT" train $CFG $D train.steps=ten
+expect_input_error out_of_range "optimizer.zero_stage" "$LT" train $CFG $D optimizer.zero_stage=3
+expect_input_error heads "num_attention_heads" "$LT" train $CFG $D model.num_attention_heads=5
+expect_input_error seq_vs_positions "max_position_embeddings" "$LT" train $CFG $D model.seq_length=128
+expect_input_error batch_multiple "global_batch_size" "$LT" train $CFG $D train.global_batch_size=6
+expect_input_error bad_enum "precision" "$LT" train $CFG $D train.precision=fp16
+expect_input_error override_syntax "steps" "$LT" train $CFG $D train.steps
+expect_input_error missing_config "nope.yaml" "$LT" train "$T/nope.yaml"
+printf 'model: [1, 2\n' > "$T/broken.yaml"
+expect_input_error yaml_syntax "broken.yaml" "$LT" train "$T/broken.yaml"
+expect_input_error missing_data "no such file|cannot open" "$LT" train $CFG data.train_path=$T/missing.bin
+head -c 5000 /dev/urandom > "$T/garbage.bin"
+expect_input_error garbage_data "garbage.bin" "$LT" train $CFG data.train_path=$T/garbage.bin
+expect_input_error vocab_too_small "vocab|token" "$LT" train $CFG $D model.vocab_size=100
+expect_input_error tp_not_yet "tensor_model_parallel_size" "$LT" train $CFG $D \
+  parallel.tensor_model_parallel_size=2 model.num_attention_heads=4
+expect_input_error no_train_path "data.train_path" "$LT" train $CFG
+expect_input_error bad_checkpoint "checkpoint.load" "$LT" train $CFG $D checkpoint.load=$T/nothing
+expect_input_error unknown_command "unknown command" "$LT" frobnicate
+
+# ---- training on real text: the loss falls; metrics file ----------------------
+if "$LT" train $CFG $D train.steps=60 logging.metrics_file=$T/m.jsonl > "$T/train.log" 2>&1; then
+  if python3 - "$T/m.jsonl" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+tr = [r for r in recs if not r.get('eval')]
+ev = [r for r in recs if r.get('eval')]
+assert [r['step'] for r in tr] == list(range(1, 61)), 'steps'
+for r in tr:
+    for k in ('loss', 'lr', 'grad_norm', 'tokens_per_sec', 'tflops_per_device', 'mfu', 'step_ms'):
+        assert k in r, k
+first = sum(r['loss'] for r in tr[:5]) / 5
+last = sum(r['loss'] for r in tr[-5:]) / 5
+assert last < first - 1.0, f'loss did not fall enough: {first:.3f} -> {last:.3f}'
+assert len(ev) >= 1 and all('val_loss' in r and 'val_log_ppl' in r for r in ev), 'eval records'
+assert ev[-1]['val_loss'] < 5.0, f"val loss {ev[-1]['val_loss']}"
+PY
+  then pass loss_falls_on_real_text; else fail loss_falls_on_real_text "see metrics"; fi
+else fail loss_falls_on_real_text "train exited $?: $(tail -3 "$T/train.log")"; fi
+grep -q "parameters" "$T/train.log" && grep -q "data train" "$T/train.log" &&
+  grep -q "num_layers: 2" "$T/train.log" && pass startup_summary ||
+  fail startup_summary "summary or resolved config missing"
+
+# ---- checkpoint resume equals an uninterrupted run, bit for bit -----------------
+R="$D train.steps=8 checkpoint.save_interval=4"
+"$LT" train $CFG $R checkpoint.dir=$T/ckA logging.metrics_file=$T/a.jsonl >/dev/null 2>&1
+"$LT" train $CFG $R checkpoint.dir=$T/ckB checkpoint.load=$T/ckA/step_00000004 \
+  logging.metrics_file=$T/b.jsonl >/dev/null 2>&1
+"$LT" export $T/ckA $T/exA >/dev/null 2>&1
+"$LT" export $T/ckB $T/exB >/dev/null 2>&1
+if [ -f $T/exA/model.safetensors ] && cmp -s $T/exA/model.safetensors $T/exB/model.safetensors &&
+   cmp -s $T/ckA/step_00000008/state.lt $T/ckB/step_00000008/state.lt &&
+   diff <(grep -v eval $T/a.jsonl | tail -4 | sed 's/"tokens_per_sec.*//') \
+        <(grep -v eval $T/b.jsonl | sed 's/"tokens_per_sec.*//') >/dev/null; then
+  pass resume_bit_exact
+else fail resume_bit_exact "resumed run differs from the uninterrupted one"; fi
+
+# ---- steps=0 saves the initial weights; export layout -----------------------------
+"$LT" train $CFG $D train.steps=0 checkpoint.dir=$T/ck0 >/dev/null 2>&1
+if [ -f $T/ck0/latest ] && "$LT" export $T/ck0 $T/ex0 >/dev/null 2>&1 &&
+   python3 - $T/ex0 <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+raw = open(d + '/model.safetensors', 'rb').read()
+n = struct.unpack('<Q', raw[:8])[0]
+hdr = json.loads(raw[8:8 + n])
+C, V, L = 32, 256, 2
+assert hdr['transformer.wte.weight']['shape'] == [V, C]
+assert hdr['transformer.wpe.weight']['shape'] == [64, C]
+assert hdr['transformer.h.1.attn.c_attn.weight']['shape'] == [C, 3 * C]
+assert hdr['transformer.h.0.mlp.c_fc.weight']['shape'] == [C, 4 * C]
+assert hdr['transformer.h.0.mlp.c_proj.weight']['shape'] == [4 * C, C]
+assert 'transformer.ln_f.bias' in hdr and 'transformer.h.1.ln_2.weight' in hdr
+cfg = json.load(open(d + '/config.json'))
+assert cfg['n_layer'] == L and cfg['n_embd'] == C and cfg['vocab_size'] == V
+assert cfg['activation_function'] == 'gelu_new' and cfg['n_head'] == 4
+# LayerNorm weights start at 1, biases at 0
+off = hdr['transformer.ln_f.weight']['data_offsets']
+vals = struct.unpack('<%df' % C, raw[8 + n + off[0]: 8 + n + off[1]])
+assert all(v == 1.0 for v in vals)
+PY
+then pass steps0_checkpoint_and_export; else fail steps0_checkpoint_and_export "no checkpoint or bad export"; fi
+
+# ---- eval and sample from a checkpoint -----------------------------------------
+out=$("$LT" eval $CFG $D checkpoint.load=$T/ckA 2>&1)
+echo "$out" | grep -q "val loss" && pass eval_command || fail eval_command "$(echo "$out" | tail -2)"
+ids=$("$LT" sample $CFG $D checkpoint.load=$T/ckA sample.num_tokens=20 2>/dev/null)
+n=$(echo "$ids" | wc -w)
+[ "$n" -ge 20 ] && echo "$ids" | grep -qE '^[0-9 ]+$' && pass sample_command ||
+  fail sample_command "got: $ids"
+
+# ---- SIGTERM: stop after the current step, save, resume ---------------------------
+"$LT" train $CFG $D train.steps=100000 checkpoint.dir=$T/ckS logging.log_interval=1 \
+  > "$T/sig.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q "step      3/" "$T/sig.log" 2>/dev/null && break; sleep 0.1; done
+kill -TERM $pid
+wait $pid
+rc=$?
+if [ $rc -eq 143 ] && [ -f $T/ckS/latest ] && grep -q "received signal 15" "$T/sig.log"; then
+  pass sigterm_saves_checkpoint
+else fail sigterm_saves_checkpoint "rc=$rc $(tail -2 "$T/sig.log")"; fi
+
+exit $((failures > 0))
