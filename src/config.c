@@ -1,0 +1,904 @@
+/* config.c - the key table, YAML loading and command-line overrides.
+ * See config.h; validation is in config_validate.c, printing in
+ * config_print.c, and config_internal.h is what they share.
+ *
+ * One table (lt_cfg_keys) describes every configuration key: its section,
+ * name, type, where it lives in LtConfig and its allowed range. Loading,
+ * override parsing, per-key range checks, printing and did-you-mean
+ * suggestions are all driven by that table, so a new key is one line there
+ * plus its default in lt_config_defaults.
+ *
+ * Loading works on a private copy of the struct and only copies it back on
+ * success, so a failed lt_config_load / lt_config_validate leaves *c as it
+ * was. Every string field is zero-filled past its terminator and the struct
+ * is memset before defaults are written, so two configs holding the same
+ * values compare equal with memcmp. */
+#include "config.h"
+#include "config_internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <yaml.h>
+
+/* Enum fields are read and written through int pointers. */
+_Static_assert(sizeof(LtPrecision) == sizeof(int), "enum size");
+_Static_assert(sizeof(LtRecompute) == sizeof(int), "enum size");
+_Static_assert(sizeof(LtDeviceKind) == sizeof(int), "enum size");
+_Static_assert(sizeof(LtCommBackend) == sizeof(int), "enum size");
+
+/* ---- the key table ------------------------------------------------------- */
+
+static const char *const PRECISION_NAMES[] = {"fp32", "bf16", NULL};
+static const char *const RECOMPUTE_NAMES[] = {"none", "selective", "full", NULL};
+static const char *const DEVICE_NAMES[] = {"auto", "cpu", "cuda", NULL};
+static const char *const COMM_NAMES[] = {"auto", "nccl", "mpi", NULL};
+
+#define OFF(sec, key) offsetof(LtConfig, sec.key)
+#define K_INT(sec, key, lo, hi)                                                                    \
+    { #sec, #key, KT_INT, OFF(sec, key), lo, hi, 0, 0, 0, NULL }
+#define K_LONG(sec, key, lo)                                                                       \
+    { #sec, #key, KT_LONG, OFF(sec, key), lo, LONG_MAX, 0, 0, 0, NULL }
+#define K_U64(sec, key)                                                                            \
+    { #sec, #key, KT_U64, OFF(sec, key), 0, 0, 0, 0, 0, NULL }
+#define K_DBL(sec, key, lo, hi, fl)                                                                \
+    { #sec, #key, KT_DOUBLE, OFF(sec, key), 0, 0, lo, hi, fl, NULL }
+#define K_BOOL(sec, key)                                                                           \
+    { #sec, #key, KT_BOOL, OFF(sec, key), 0, 0, 0, 0, 0, NULL }
+#define K_STR(sec, key)                                                                            \
+    { #sec, #key, KT_STR, OFF(sec, key), 0, 0, 0, 0, 0, NULL }
+#define K_ENUM(sec, key, names)                                                                    \
+    { #sec, #key, KT_ENUM, OFF(sec, key), 0, 0, 0, 0, 0, names }
+
+/* Order here is the order of lt_config_print. Sections must be contiguous. */
+const KeyDesc lt_cfg_keys[] = {
+    K_INT(model, num_layers, 1, INT_MAX),
+    K_INT(model, hidden_size, 1, INT_MAX),
+    K_INT(model, num_attention_heads, 1, INT_MAX),
+    K_INT(model, ffn_hidden_size, 0, INT_MAX),
+    K_INT(model, seq_length, 1, INT_MAX),
+    K_INT(model, max_position_embeddings, 1, INT_MAX),
+    K_INT(model, vocab_size, 2, INT_MAX),
+    K_INT(model, make_vocab_size_divisible_by, 1, INT_MAX),
+
+    K_INT(parallel, tensor_model_parallel_size, 1, INT_MAX),
+    K_INT(parallel, pipeline_model_parallel_size, 1, INT_MAX),
+    K_INT(parallel, virtual_pipeline_model_parallel_size, 1, INT_MAX),
+    K_BOOL(parallel, sequence_parallel),
+
+    K_INT(train, micro_batch_size, 1, INT_MAX),
+    K_INT(train, global_batch_size, 1, INT_MAX),
+    K_LONG(train, steps, 0),
+    K_ENUM(train, precision, PRECISION_NAMES),
+    K_U64(train, seed),
+    K_ENUM(train, recompute, RECOMPUTE_NAMES),
+    K_ENUM(train, device, DEVICE_NAMES),
+    K_INT(train, threads, 0, INT_MAX),
+
+    K_DBL(optimizer, lr, 0, 0, D_NO_MAX),
+    K_DBL(optimizer, min_lr, 0, 0, D_NO_MAX),
+    K_LONG(optimizer, warmup_steps, 0),
+    K_LONG(optimizer, decay_steps, 0),
+    K_DBL(optimizer, beta1, 0, 1, D_MAX_OPEN),
+    K_DBL(optimizer, beta2, 0, 1, D_MAX_OPEN),
+    K_DBL(optimizer, eps, 0, 0, D_MIN_OPEN | D_NO_MAX),
+    K_DBL(optimizer, weight_decay, 0, 0, D_NO_MAX),
+    K_DBL(optimizer, clip_grad, 0, 0, D_NO_MAX),
+    K_INT(optimizer, zero_stage, 0, 2),
+
+    K_STR(data, train_path),
+    K_STR(data, valid_path),
+    K_BOOL(data, shuffle),
+    K_INT(data, prefetch, 1, 64),
+
+    K_STR(checkpoint, dir),
+    K_LONG(checkpoint, save_interval, 0),
+    K_STR(checkpoint, load),
+
+    K_STR(logging, metrics_file),
+    K_INT(logging, log_interval, 1, INT_MAX),
+    K_DBL(logging, peak_tflops, 0, 0, D_NO_MAX),
+
+    K_LONG(eval, interval, 0),
+    K_INT(eval, iters, 1, INT_MAX),
+
+    K_ENUM(comm, backend, COMM_NAMES),
+
+    K_INT(sample, num_tokens, 1, INT_MAX),
+    K_DBL(sample, temperature, 0, 0, D_MIN_OPEN | D_NO_MAX),
+    K_INT(sample, top_k, 0, INT_MAX),
+    K_U64(sample, seed),
+};
+#define NKEYS ((int)(sizeof(lt_cfg_keys) / sizeof(lt_cfg_keys[0])))
+const int lt_cfg_nkeys = NKEYS;
+
+static const char *const SECTIONS[] = {"model",      "parallel", "train", "optimizer", "data",
+                                       "checkpoint", "logging",  "eval",  "comm",      "sample"};
+#define NSECTIONS ((int)(sizeof(SECTIONS) / sizeof(SECTIONS[0])))
+
+#define NAME_MAX_LEN LT_CFG_NAME_MAX
+
+static void *field(LtConfig *c, const KeyDesc *k) {
+    return (char *)c + k->off;
+}
+
+void lt_cfg_full_name(const KeyDesc *k, char *buf, size_t n) {
+    snprintf(buf, n, "%s.%s", k->section, k->name);
+}
+
+/* Index of the key with dotted name `name`, or -1. */
+static int find_key(const char *name) {
+    char buf[NAME_MAX_LEN];
+    for (int i = 0; i < NKEYS; i++) {
+        lt_cfg_full_name(&lt_cfg_keys[i], buf, sizeof buf);
+        if (strcmp(buf, name) == 0)
+            return i;
+    }
+    return -1;
+}
+
+static int find_section(const char *name) {
+    for (int i = 0; i < NSECTIONS; i++)
+        if (strcmp(SECTIONS[i], name) == 0)
+            return i;
+    return -1;
+}
+
+int lt_cfg_enum_count(const char *const *names) {
+    int n = 0;
+    while (names[n])
+        n++;
+    return n;
+}
+
+/* ---- error messages ------------------------------------------------------ */
+
+/* Format into err (if any room) and flatten to one line. Always returns -1. */
+int lt_cfg_fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    for (char *p = err; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+    return -1;
+}
+
+/* A printable, bounded excerpt of a user value for error messages. */
+static void show_value(const char *v, size_t len, char *buf, size_t n) {
+    size_t limit = 40, o = 0;
+    for (size_t i = 0; i < len && i < limit && o + 1 < n; i++) {
+        unsigned char ch = (unsigned char)v[i];
+        buf[o++] = (ch < 0x20 || ch == 0x7f) ? '?' : (char)ch;
+    }
+    if (len > limit && o + 4 < n) {
+        memcpy(buf + o, "...", 3);
+        o += 3;
+    }
+    buf[o] = '\0';
+}
+
+/* " at FILE:LINE" for YAML input, " on the command line" for overrides,
+ * "" when checking a struct built in code. */
+static void where_text(char *buf, size_t n, const char *file, size_t line) {
+    if (file)
+        snprintf(buf, n, " at %s:%zu", file, line);
+    else
+        snprintf(buf, n, " on the command line");
+}
+
+/* ---- did-you-mean -------------------------------------------------------- */
+
+/* Case-insensitive optimal-string-alignment distance (edits and adjacent
+ * transpositions). Both strings must be shorter than NAME_MAX_LEN. Keeps the
+ * last three rows of the dynamic-programming table. */
+static int edit_distance(const char *a, const char *b) {
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    int rows[3][NAME_MAX_LEN + 1];
+    int *prev2 = rows[0], *prev = rows[1], *cur = rows[2];
+    for (int j = 0; j <= lb; j++)
+        prev[j] = j;
+    for (int i = 1; i <= la; i++) {
+        cur[0] = i;
+        int ca = tolower((unsigned char)a[i - 1]);
+        for (int j = 1; j <= lb; j++) {
+            int cb = tolower((unsigned char)b[j - 1]);
+            int best = prev[j - 1] + (ca != cb);
+            if (prev[j] + 1 < best)
+                best = prev[j] + 1;
+            if (cur[j - 1] + 1 < best)
+                best = cur[j - 1] + 1;
+            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
+                cb == tolower((unsigned char)a[i - 2]) && prev2[j - 2] + 1 < best)
+                best = prev2[j - 2] + 1;
+            cur[j] = best;
+        }
+        int *t = prev2;
+        prev2 = prev;
+        prev = cur;
+        cur = t;
+    }
+    return prev[lb];
+}
+
+/* Best known name for the unknown dotted key or section `q`; writes it to out
+ * and returns 1, or returns 0 when nothing is reasonably close. In order:
+ * 1. the same key name in another section ("train.lr" -> "optimizer.lr");
+ * 2. the closest full key or section name within a small edit distance;
+ * 3. the only key of q's section that starts with q's key name. */
+static int suggest(const char *q, char *out, size_t n) {
+    size_t ql = strlen(q);
+    if (ql == 0 || ql >= NAME_MAX_LEN)
+        return 0;
+    const char *dot = strrchr(q, '.');
+    const char *leaf = dot ? dot + 1 : q;
+    char name[NAME_MAX_LEN];
+    int best = INT_MAX;
+
+    for (int i = 0; i < NKEYS; i++) {
+        if (strcasecmp(lt_cfg_keys[i].name, leaf) != 0)
+            continue;
+        lt_cfg_full_name(&lt_cfg_keys[i], name, sizeof name);
+        int d = edit_distance(q, name);
+        if (d > 0 && d < best) {
+            best = d;
+            snprintf(out, n, "%s", name);
+        }
+    }
+    if (best != INT_MAX)
+        return 1;
+
+    int limit = ql <= 4 ? 1 : ql <= 8 ? 2 : 3;
+    for (int i = 0; i < NKEYS + NSECTIONS; i++) {
+        if (i < NKEYS)
+            lt_cfg_full_name(&lt_cfg_keys[i], name, sizeof name);
+        else
+            snprintf(name, sizeof name, "%s", SECTIONS[i - NKEYS]);
+        int d = edit_distance(q, name);
+        if (d <= limit && d < best) {
+            best = d;
+            snprintf(out, n, "%s", name);
+        }
+    }
+    if (best != INT_MAX)
+        return 1;
+
+    if (dot && strlen(leaf) >= 3) {
+        int found = -1, count = 0;
+        for (int i = 0; i < NKEYS; i++) {
+            if (strlen(lt_cfg_keys[i].section) == (size_t)(dot - q) &&
+                strncasecmp(lt_cfg_keys[i].section, q, (size_t)(dot - q)) == 0 &&
+                strncasecmp(lt_cfg_keys[i].name, leaf, strlen(leaf)) == 0) {
+                found = i;
+                count++;
+            }
+        }
+        if (count == 1) {
+            lt_cfg_full_name(&lt_cfg_keys[found], out, n);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Error for an unknown section (is_section) or dotted key at `where`. */
+static int fail_unknown(char *err, size_t errlen, bool is_section, const char *name,
+                        const char *where) {
+    char shown[64], hint[NAME_MAX_LEN + 32] = "";
+    char sug[NAME_MAX_LEN];
+    show_value(name, strlen(name), shown, sizeof shown);
+    if (strcmp(name, "model.padded_vocab_size") == 0)
+        return lt_cfg_fail(
+            err, errlen,
+            "model.padded_vocab_size%s is derived from model.vocab_size and cannot be set", where);
+    if (suggest(name, sug, sizeof sug))
+        snprintf(hint, sizeof hint, " (did you mean '%s'?)", sug);
+    else if (is_section)
+        snprintf(hint, sizeof hint,
+                 " (sections: model, parallel, train, optimizer, data, "
+                 "checkpoint, logging, eval, comm, sample)");
+    return lt_cfg_fail(err, errlen, "unknown %s '%s'%s%s", is_section ? "section" : "key", shown,
+                       where, hint);
+}
+
+/* ---- scalar conversion --------------------------------------------------- */
+
+/* Parse a whole decimal integer (optional sign). 0 ok, -1 not an integer,
+ * -2 out of long long range. */
+static int parse_ll(const char *s, long long *out) {
+    if (!(isdigit((unsigned char)s[0]) ||
+          ((s[0] == '-' || s[0] == '+') && isdigit((unsigned char)s[1]))))
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*end != '\0')
+        return -1;
+    if (errno == ERANGE)
+        return -2;
+    *out = v;
+    return 0;
+}
+
+/* Same for an unsigned 64-bit value (no minus sign). */
+static int parse_u64(const char *s, uint64_t *out) {
+    if (!(isdigit((unsigned char)s[0]) || (s[0] == '+' && isdigit((unsigned char)s[1]))))
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != '\0')
+        return -1;
+    if (errno == ERANGE)
+        return -2;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* A finite number in C/YAML notation ("6e-4", "0.1", "3"). */
+static int parse_double(const char *s, double *out) {
+    if (s[0] == '\0' || isspace((unsigned char)s[0]))
+        return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || !isfinite(v))
+        return -1;
+    *out = v; /* underflow to 0 or a denormal is accepted; range checks follow */
+    return 0;
+}
+
+static int parse_bool(const char *s, bool *out) {
+    static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+    for (int i = 0; i < 3; i++) {
+        if (strcasecmp(s, yes[i]) == 0)
+            return *out = true, 0;
+        if (strcasecmp(s, no[i]) == 0)
+            return *out = false, 0;
+    }
+    return -1;
+}
+
+/* "a|b|c" listing of an enum's spellings. */
+static void enum_list(const char *const *names, char *buf, size_t n) {
+    buf[0] = '\0';
+    for (int i = 0; names[i]; i++) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, n - used, "%s%s", i ? "|" : "", names[i]);
+    }
+}
+
+/* Range check of one key's current value in c. `where` is appended to the
+ * message (may be ""). Returns 0 or -1 with err set. */
+int lt_cfg_check_range(const LtConfig *c, const KeyDesc *k, const char *where, char *err,
+                       size_t errlen) {
+    char name[NAME_MAX_LEN];
+    lt_cfg_full_name(k, name, sizeof name);
+    switch (k->type) {
+    case KT_INT:
+    case KT_LONG: {
+        long long v = k->type == KT_INT ? *(const int *)lt_cfg_cfield(c, k)
+                                        : *(const long *)lt_cfg_cfield(c, k);
+        long long type_max = k->type == KT_INT ? INT_MAX : LONG_MAX;
+        if (v >= k->imin && v <= k->imax)
+            return 0;
+        if (k->imax == type_max)
+            return lt_cfg_fail(err, errlen, "%s must be >= %lld, got %lld%s", name, k->imin, v,
+                               where);
+        return lt_cfg_fail(err, errlen, "%s must be in [%lld, %lld], got %lld%s", name, k->imin,
+                           k->imax, v, where);
+    }
+    case KT_DOUBLE: {
+        double v = *(const double *)lt_cfg_cfield(c, k);
+        bool lo_ok = (k->dflags & D_MIN_OPEN) ? v > k->dmin : v >= k->dmin;
+        bool hi_ok =
+            (k->dflags & D_NO_MAX) || ((k->dflags & D_MAX_OPEN) ? v < k->dmax : v <= k->dmax);
+        if (!isfinite(v))
+            return lt_cfg_fail(err, errlen, "%s must be a finite number%s", name, where);
+        if (lo_ok && hi_ok)
+            return 0;
+        if (k->dflags & D_NO_MAX)
+            return lt_cfg_fail(err, errlen, "%s must be %s %g, got %g%s", name,
+                               (k->dflags & D_MIN_OPEN) ? ">" : ">=", k->dmin, v, where);
+        return lt_cfg_fail(err, errlen, "%s must be in %c%g, %g%c, got %g%s", name,
+                           (k->dflags & D_MIN_OPEN) ? '(' : '[', k->dmin, k->dmax,
+                           (k->dflags & D_MAX_OPEN) ? ')' : ']', v, where);
+    }
+    case KT_ENUM: {
+        int v = *(const int *)lt_cfg_cfield(c, k);
+        if (v >= 0 && v < lt_cfg_enum_count(k->enums))
+            return 0;
+        char list[64];
+        enum_list(k->enums, list, sizeof list);
+        return lt_cfg_fail(err, errlen, "%s has invalid value %d (allowed: %s)%s", name, v, list,
+                           where);
+    }
+    case KT_STR: {
+        const char *s = lt_cfg_cfield(c, k);
+        if (memchr(s, '\0', LT_PATH_MAX))
+            return 0;
+        return lt_cfg_fail(err, errlen, "%s is not NUL-terminated%s", name, where);
+    }
+    case KT_BOOL:
+    case KT_U64: return 0;
+    }
+    return 0;
+}
+
+static bool is_null_word(const char *s) {
+    return s[0] == '\0' || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 ||
+           strcmp(s, "Null") == 0 || strcmp(s, "NULL") == 0;
+}
+
+/* Store text `v` (len bytes, NUL-terminated) into key k of c, then range
+ * check it. `yaml_null_ok`: a plain YAML null (empty, ~, null) means "" for
+ * string keys; command-line values are taken verbatim. */
+static int set_value(LtConfig *c, const KeyDesc *k, const char *v, size_t len, bool yaml_null_ok,
+                     const char *where, char *err, size_t errlen) {
+    char name[NAME_MAX_LEN], shown[64];
+    lt_cfg_full_name(k, name, sizeof name);
+    show_value(v, len, shown, sizeof shown);
+    if (memchr(v, '\0', len))
+        return lt_cfg_fail(err, errlen, "%s: value contains a NUL character%s", name, where);
+    switch (k->type) {
+    case KT_INT:
+    case KT_LONG: {
+        long long x = 0;
+        long long tmin = k->type == KT_INT ? INT_MIN : LONG_MIN;
+        long long tmax = k->type == KT_INT ? INT_MAX : LONG_MAX;
+        int rc = parse_ll(v, &x);
+        if (rc == -1)
+            return lt_cfg_fail(err, errlen, "%s: expected an integer, got '%s'%s", name, shown,
+                               where);
+        if (rc == -2 || x < tmin || x > tmax) {
+            if (k->imax == tmax)
+                return lt_cfg_fail(err, errlen,
+                                   "%s: %s is out of range (must be >= %lld and <= %lld)%s", name,
+                                   shown, k->imin, tmax, where);
+            return lt_cfg_fail(err, errlen, "%s: %s is out of range (must be in [%lld, %lld])%s",
+                               name, shown, k->imin, k->imax, where);
+        }
+        if (k->type == KT_INT)
+            *(int *)field(c, k) = (int)x;
+        else
+            *(long *)field(c, k) = (long)x;
+        break;
+    }
+    case KT_U64: {
+        uint64_t x = 0;
+        int rc = parse_u64(v, &x);
+        if (rc == -1)
+            return lt_cfg_fail(err, errlen, "%s: expected an unsigned 64-bit integer, got '%s'%s",
+                               name, shown, where);
+        if (rc == -2)
+            return lt_cfg_fail(err, errlen,
+                               "%s: %s is out of range (must be in [0, %" PRIu64 "])%s", name,
+                               shown, UINT64_MAX, where);
+        *(uint64_t *)field(c, k) = x;
+        break;
+    }
+    case KT_DOUBLE: {
+        double x = 0;
+        if (parse_double(v, &x))
+            return lt_cfg_fail(err, errlen, "%s: expected a finite number, got '%s'%s", name, shown,
+                               where);
+        *(double *)field(c, k) = x;
+        break;
+    }
+    case KT_BOOL: {
+        bool x = false;
+        if (parse_bool(v, &x))
+            return lt_cfg_fail(err, errlen, "%s: expected a boolean (true/false), got '%s'%s", name,
+                               shown, where);
+        *(bool *)field(c, k) = x;
+        break;
+    }
+    case KT_ENUM: {
+        int n = lt_cfg_enum_count(k->enums), found = -1;
+        for (int i = 0; i < n; i++)
+            if (strcasecmp(v, k->enums[i]) == 0)
+                found = i;
+        if (found < 0) {
+            char list[64];
+            enum_list(k->enums, list, sizeof list);
+            return lt_cfg_fail(err, errlen, "%s: expected one of %s, got '%s'%s", name, list, shown,
+                               where);
+        }
+        *(int *)field(c, k) = found;
+        break;
+    }
+    case KT_STR: {
+        char *dst = field(c, k);
+        if (yaml_null_ok && is_null_word(v))
+            len = 0;
+        if (len >= LT_PATH_MAX)
+            return lt_cfg_fail(err, errlen, "%s: value is too long (%zu bytes, at most %d)%s", name,
+                               len, LT_PATH_MAX - 1, where);
+        memset(dst, 0, LT_PATH_MAX);
+        memcpy(dst, v, len);
+        break;
+    }
+    }
+    return lt_cfg_check_range(c, k, where, err, errlen);
+}
+
+/* ---- YAML file ----------------------------------------------------------- */
+
+typedef struct {
+    yaml_parser_t parser;
+    const char *file;
+    LtConfig *cfg;
+    char *err;
+    size_t errlen;
+    bool section_seen[NSECTIONS];
+    size_t section_line[NSECTIONS];
+    bool key_seen[NKEYS];
+    size_t key_line[NKEYS];
+} YamlIn;
+
+static size_t line_of(const yaml_event_t *ev) {
+    return ev->start_mark.line + 1;
+}
+
+static const char *node_kind(const yaml_event_t *ev) {
+    switch (ev->type) {
+    case YAML_SCALAR_EVENT: return "a scalar";
+    case YAML_SEQUENCE_START_EVENT: return "a sequence";
+    case YAML_MAPPING_START_EVENT: return "a mapping";
+    case YAML_ALIAS_EVENT: return "an alias (aliases are not supported)";
+    default: return "something else";
+    }
+}
+
+static bool is_null_scalar(const yaml_event_t *ev) {
+    return ev->type == YAML_SCALAR_EVENT && ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+           is_null_word((const char *)ev->data.scalar.value);
+}
+
+/* Next event, or -1 with libyaml's diagnosis in err. */
+static int next_event(YamlIn *in, yaml_event_t *ev) {
+    if (yaml_parser_parse(&in->parser, ev))
+        return 0;
+    const yaml_parser_t *p = &in->parser;
+    const char *problem = p->problem ? p->problem : "unknown error";
+    switch (p->error) {
+    case YAML_MEMORY_ERROR:
+        return lt_cfg_fail(in->err, in->errlen, "%s: out of memory while parsing YAML", in->file);
+    case YAML_READER_ERROR:
+        return lt_cfg_fail(in->err, in->errlen, "%s: cannot read YAML: %s (at byte %zu)", in->file,
+                           problem, p->problem_offset);
+    default:
+        if (p->context)
+            return lt_cfg_fail(in->err, in->errlen,
+                               "%s:%zu:%zu: YAML syntax error: %s (%s at line %zu)", in->file,
+                               p->problem_mark.line + 1, p->problem_mark.column + 1, problem,
+                               p->context, p->context_mark.line + 1);
+        return lt_cfg_fail(in->err, in->errlen, "%s:%zu:%zu: YAML syntax error: %s", in->file,
+                           p->problem_mark.line + 1, p->problem_mark.column + 1, problem);
+    }
+}
+
+/* Copy a mapping key scalar into buf for lookups; NULs become '?' so a
+ * quoted "\0" cannot match a real name. */
+static void scalar_text(const yaml_event_t *ev, char *buf, size_t n) {
+    size_t len = ev->data.scalar.length;
+    if (len >= n)
+        len = n - 1;
+    for (size_t i = 0; i < len; i++) {
+        char ch = (char)ev->data.scalar.value[i];
+        buf[i] = ch ? ch : '?';
+    }
+    buf[len] = '\0';
+}
+
+/* Keys of one section; the section's MAPPING-START has been consumed. */
+static int parse_keys(YamlIn *in, int sec) {
+    yaml_event_t ev;
+    char key[NAME_MAX_LEN], dotted[2 * NAME_MAX_LEN], where[LT_PATH_MAX + 64];
+    for (;;) {
+        if (next_event(in, &ev))
+            return -1;
+        if (ev.type == YAML_MAPPING_END_EVENT) {
+            yaml_event_delete(&ev);
+            return 0;
+        }
+        size_t line = line_of(&ev);
+        where_text(where, sizeof where, in->file, line);
+        if (ev.type != YAML_SCALAR_EVENT) {
+            const char *kind = node_kind(&ev);
+            yaml_event_delete(&ev);
+            return lt_cfg_fail(in->err, in->errlen,
+                               "section '%s': keys must be plain names, got %s%s", SECTIONS[sec],
+                               kind, where);
+        }
+        scalar_text(&ev, key, sizeof key);
+        yaml_event_delete(&ev);
+        snprintf(dotted, sizeof dotted, "%s.%s", SECTIONS[sec], key);
+        int ki = find_key(dotted);
+        if (ki < 0)
+            return fail_unknown(in->err, in->errlen, false, dotted, where);
+        if (in->key_seen[ki])
+            return lt_cfg_fail(in->err, in->errlen, "duplicate key '%s'%s (first set at line %zu)",
+                               dotted, where, in->key_line[ki]);
+        in->key_seen[ki] = true;
+        in->key_line[ki] = line;
+
+        if (next_event(in, &ev))
+            return -1;
+        where_text(where, sizeof where, in->file, line_of(&ev));
+        if (ev.type != YAML_SCALAR_EVENT) {
+            const char *kind = node_kind(&ev);
+            yaml_event_delete(&ev);
+            return lt_cfg_fail(in->err, in->errlen, "%s: expected a single value, got %s%s", dotted,
+                               kind, where);
+        }
+        int rc = set_value(in->cfg, &lt_cfg_keys[ki], (const char *)ev.data.scalar.value,
+                           ev.data.scalar.length, ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE,
+                           where, in->err, in->errlen);
+        yaml_event_delete(&ev);
+        if (rc)
+            return -1;
+    }
+}
+
+/* Sections of the root mapping; its MAPPING-START has been consumed. */
+static int parse_sections(YamlIn *in) {
+    yaml_event_t ev;
+    char name[NAME_MAX_LEN], where[LT_PATH_MAX + 64];
+    for (;;) {
+        if (next_event(in, &ev))
+            return -1;
+        if (ev.type == YAML_MAPPING_END_EVENT) {
+            yaml_event_delete(&ev);
+            return 0;
+        }
+        size_t line = line_of(&ev);
+        where_text(where, sizeof where, in->file, line);
+        if (ev.type != YAML_SCALAR_EVENT) {
+            const char *kind = node_kind(&ev);
+            yaml_event_delete(&ev);
+            return lt_cfg_fail(in->err, in->errlen, "section names must be plain words, got %s%s",
+                               kind, where);
+        }
+        scalar_text(&ev, name, sizeof name);
+        yaml_event_delete(&ev);
+        int si = find_section(name);
+        if (si < 0)
+            return fail_unknown(in->err, in->errlen, true, name, where);
+        if (in->section_seen[si])
+            return lt_cfg_fail(in->err, in->errlen, "duplicate section '%s'%s (first at line %zu)",
+                               name, where, in->section_line[si]);
+        in->section_seen[si] = true;
+        in->section_line[si] = line;
+
+        if (next_event(in, &ev))
+            return -1;
+        if (ev.type == YAML_MAPPING_START_EVENT) {
+            yaml_event_delete(&ev);
+            if (parse_keys(in, si))
+                return -1;
+        } else if (is_null_scalar(&ev)) { /* "train:" with every key commented out */
+            yaml_event_delete(&ev);
+        } else {
+            const char *kind = node_kind(&ev);
+            where_text(where, sizeof where, in->file, line_of(&ev));
+            yaml_event_delete(&ev);
+            return lt_cfg_fail(in->err, in->errlen,
+                               "section '%s' must be a mapping of keys, got %s%s", name, kind,
+                               where);
+        }
+    }
+}
+
+/* The whole stream: nothing, or one document whose root is a mapping (or a
+ * plain null, e.g. a file holding only "---"). */
+static int parse_stream(YamlIn *in) {
+    yaml_event_t ev;
+    if (next_event(in, &ev))
+        return -1; /* STREAM-START */
+    yaml_event_delete(&ev);
+    if (next_event(in, &ev))
+        return -1;
+    bool empty = ev.type == YAML_STREAM_END_EVENT;
+    yaml_event_delete(&ev); /* STREAM-END or DOCUMENT-START */
+    if (empty)
+        return 0;
+
+    if (next_event(in, &ev))
+        return -1;
+    if (ev.type == YAML_MAPPING_START_EVENT) {
+        yaml_event_delete(&ev);
+        if (parse_sections(in))
+            return -1;
+    } else if (is_null_scalar(&ev)) {
+        yaml_event_delete(&ev);
+    } else {
+        const char *kind = node_kind(&ev);
+        size_t line = line_of(&ev);
+        yaml_event_delete(&ev);
+        return lt_cfg_fail(
+            in->err, in->errlen,
+            "%s:%zu: the top level must be a mapping of sections (model, train, ...), "
+            "got %s",
+            in->file, line, kind);
+    }
+    if (next_event(in, &ev))
+        return -1; /* DOCUMENT-END */
+    yaml_event_delete(&ev);
+    if (next_event(in, &ev))
+        return -1;
+    bool more = ev.type != YAML_STREAM_END_EVENT;
+    size_t line = line_of(&ev);
+    yaml_event_delete(&ev);
+    if (more)
+        return lt_cfg_fail(in->err, in->errlen, "%s:%zu: only one YAML document is allowed",
+                           in->file, line);
+    return 0;
+}
+
+static int load_file(LtConfig *c, const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return lt_cfg_fail(err, errlen, "cannot open config file '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        return lt_cfg_fail(err, errlen, "config file '%s' is a directory", path);
+    }
+    YamlIn *in = calloc(1, sizeof *in);
+    if (!in) {
+        fclose(f);
+        return lt_cfg_fail(err, errlen, "out of memory reading config file '%s'", path);
+    }
+    int rc = -1;
+    if (!yaml_parser_initialize(&in->parser)) {
+        lt_cfg_fail(err, errlen, "out of memory reading config file '%s'", path);
+    } else {
+        yaml_parser_set_input_file(&in->parser, f);
+        in->file = path;
+        in->cfg = c;
+        in->err = err;
+        in->errlen = errlen;
+        rc = parse_stream(in);
+        yaml_parser_delete(&in->parser);
+    }
+    free(in);
+    fclose(f);
+    return rc;
+}
+
+/* ---- command-line overrides ---------------------------------------------- */
+
+static int apply_override(LtConfig *c, const char *ov, char *err, size_t errlen) {
+    char shown[64], key[NAME_MAX_LEN], where[64];
+    const char *eq = strchr(ov, '=');
+    size_t klen = eq ? (size_t)(eq - ov) : strlen(ov);
+    show_value(ov, strlen(ov), shown, sizeof shown);
+    if (!eq || klen == 0 || !memchr(ov, '.', klen))
+        return lt_cfg_fail(err, errlen, "malformed override '%s' (expected section.key=value)",
+                           shown);
+    where_text(where, sizeof where, NULL, 0);
+    if (klen >= sizeof key) {
+        show_value(ov, klen, shown, sizeof shown);
+        return lt_cfg_fail(err, errlen, "unknown key '%s'%s", shown, where);
+    }
+    memcpy(key, ov, klen);
+    key[klen] = '\0';
+    int ki = find_key(key);
+    if (ki < 0)
+        return fail_unknown(err, errlen, false, key, where);
+    return set_value(c, &lt_cfg_keys[ki], eq + 1, strlen(eq + 1), false, where, err, errlen);
+}
+
+/* ---- public API ---------------------------------------------------------- */
+
+void lt_config_defaults(LtConfig *c) {
+    memset(c, 0, sizeof *c); /* also zeroes padding and string tails (memcmp-able) */
+    c->model.num_layers = 12;
+    c->model.hidden_size = 768;
+    c->model.num_attention_heads = 12;
+    c->model.ffn_hidden_size = 0;
+    c->model.seq_length = 1024;
+    c->model.max_position_embeddings = 1024;
+    c->model.vocab_size = 50257;
+    c->model.make_vocab_size_divisible_by = 128;
+    c->model.padded_vocab_size = 0;
+
+    c->parallel.tensor_model_parallel_size = 1;
+    c->parallel.pipeline_model_parallel_size = 1;
+    c->parallel.virtual_pipeline_model_parallel_size = 1;
+    c->parallel.sequence_parallel = false;
+
+    c->train.micro_batch_size = 1;
+    c->train.global_batch_size = 8;
+    c->train.steps = 100;
+    c->train.precision = LT_PREC_FP32;
+    c->train.seed = 1234;
+    c->train.recompute = LT_RECOMPUTE_NONE;
+    c->train.device = LT_DEVICE_AUTO;
+    c->train.threads = 0;
+
+    c->optimizer.lr = 6e-4;
+    c->optimizer.min_lr = 6e-5;
+    c->optimizer.warmup_steps = 0;
+    c->optimizer.decay_steps = 0;
+    c->optimizer.beta1 = 0.9;
+    c->optimizer.beta2 = 0.95;
+    c->optimizer.eps = 1e-8;
+    c->optimizer.weight_decay = 0.1;
+    c->optimizer.clip_grad = 1.0;
+    c->optimizer.zero_stage = 0;
+
+    c->data.shuffle = true;
+    c->data.prefetch = 2;
+
+    c->checkpoint.save_interval = 0;
+
+    c->logging.log_interval = 1;
+    c->logging.peak_tflops = 0;
+
+    c->eval.interval = 0;
+    c->eval.iters = 1;
+
+    c->comm.backend = LT_COMM_AUTO;
+
+    c->sample.num_tokens = 64;
+    c->sample.temperature = 0.8;
+    c->sample.top_k = 40;
+    c->sample.seed = 42;
+}
+
+int lt_config_load(LtConfig *c, const char *path, int nover, char **overrides, char *err,
+                   size_t errlen) {
+    char dummy[8];
+    if (!err || errlen == 0) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    err[0] = '\0';
+    LtConfig *tmp = malloc(sizeof *tmp);
+    if (!tmp)
+        return lt_cfg_fail(err, errlen, "out of memory loading the configuration");
+    lt_config_defaults(tmp);
+    int rc = 0;
+    if (path)
+        rc = load_file(tmp, path, err, errlen);
+    if (rc == 0 && nover > 0 && !overrides)
+        rc = lt_cfg_fail(err, errlen, "overrides array is NULL");
+    for (int i = 0; rc == 0 && i < nover; i++) {
+        if (!overrides[i])
+            rc = lt_cfg_fail(err, errlen, "override %d is NULL", i);
+        else
+            rc = apply_override(tmp, overrides[i], err, errlen);
+    }
+    if (rc == 0)
+        memcpy(c, tmp, sizeof *c);
+    free(tmp);
+    return rc;
+}
+
+const char *lt_precision_name(LtPrecision p) {
+    return (int)p >= 0 && (int)p < lt_cfg_enum_count(PRECISION_NAMES) ? PRECISION_NAMES[p]
+                                                                      : "unknown";
+}
+const char *lt_recompute_name(LtRecompute r) {
+    return (int)r >= 0 && (int)r < lt_cfg_enum_count(RECOMPUTE_NAMES) ? RECOMPUTE_NAMES[r]
+                                                                      : "unknown";
+}
+const char *lt_device_name(LtDeviceKind d) {
+    return (int)d >= 0 && (int)d < lt_cfg_enum_count(DEVICE_NAMES) ? DEVICE_NAMES[d] : "unknown";
+}
+const char *lt_comm_backend_name(LtCommBackend b) {
+    return (int)b >= 0 && (int)b < lt_cfg_enum_count(COMM_NAMES) ? COMM_NAMES[b] : "unknown";
+}

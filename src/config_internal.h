@@ -1,0 +1,57 @@
+/* config_internal.h - shared between src/config*.c only (not a public API).
+ *
+ * The key table: one entry per YAML key (section, name, type, offset of the
+ * field in LtConfig, allowed range). Defined in config.c; validation
+ * (config_validate.c) and printing (config_print.c) walk it. */
+#ifndef LT_CONFIG_INTERNAL_H
+#define LT_CONFIG_INTERNAL_H
+
+#include <stddef.h>
+
+#include "config.h"
+
+typedef enum { KT_INT, KT_LONG, KT_U64, KT_DOUBLE, KT_BOOL, KT_STR, KT_ENUM } KeyType;
+
+/* Flags for double ranges: lower bound exclusive, upper bound exclusive,
+ * no upper bound. */
+enum { D_MIN_OPEN = 1, D_MAX_OPEN = 2, D_NO_MAX = 4 };
+
+typedef struct {
+    const char *section;
+    const char *name;
+    KeyType type;
+    size_t off;           /* offset of the field in LtConfig */
+    long long imin, imax; /* KT_INT / KT_LONG: allowed closed range */
+    double dmin, dmax;    /* KT_DOUBLE: range, open/closed per dflags */
+    int dflags;
+    const char *const *enums; /* KT_ENUM: YAML spellings, index = value, NULL-terminated */
+} KeyDesc;
+
+/* In print order; the keys of a section are contiguous. */
+extern const KeyDesc lt_cfg_keys[];
+extern const int lt_cfg_nkeys;
+
+/* Longest dotted key name plus slack; longer names are never valid. */
+#define LT_CFG_NAME_MAX 128
+
+static inline const void *lt_cfg_cfield(const LtConfig *c, const KeyDesc *k) {
+    return (const char *)c + k->off;
+}
+
+/* "section.name" into buf. */
+void lt_cfg_full_name(const KeyDesc *k, char *buf, size_t n);
+
+/* Number of spellings in a NULL-terminated enum name list. */
+int lt_cfg_enum_count(const char *const *names);
+
+/* Format a message into err (when errlen > 0), flattened to one line.
+ * Always returns -1. */
+int lt_cfg_fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Range check of key k's current value in c; `where` (" at f.yaml:3", " on
+ * the command line" or "") ends the message. Returns 0, or -1 with err set. */
+int lt_cfg_check_range(const LtConfig *c, const KeyDesc *k, const char *where, char *err,
+                       size_t errlen);
+
+#endif

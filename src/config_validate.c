@@ -1,0 +1,149 @@
+/* config_validate.c - lt_config_validate: per-key ranges again, cross-key
+ * consistency, derived fields. See config.h. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "config_internal.h"
+
+int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
+    char dummy[8];
+    if (!err || errlen == 0) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    err[0] = '\0';
+    if (world_size < 1)
+        return lt_cfg_fail(err, errlen, "world size must be >= 1, got %d", world_size);
+    for (int i = 0; i < lt_cfg_nkeys; i++)
+        if (lt_cfg_check_range(c, &lt_cfg_keys[i], "", err, errlen))
+            return -1;
+
+    LtConfig *t = malloc(sizeof *t);
+    if (!t)
+        return lt_cfg_fail(err, errlen, "out of memory validating the configuration");
+    memcpy(t, c, sizeof *t);
+    int rc = -1;
+    const long long tp = t->parallel.tensor_model_parallel_size;
+    const long long pp = t->parallel.pipeline_model_parallel_size;
+    const long long vpp = t->parallel.virtual_pipeline_model_parallel_size;
+    const long long hidden = t->model.hidden_size, heads = t->model.num_attention_heads;
+
+    if (t->model.ffn_hidden_size == 0) {
+        if (hidden > INT_MAX / 4) {
+            lt_cfg_fail(err, errlen,
+                        "model.ffn_hidden_size default 4*model.hidden_size (4*%lld) is too "
+                        "large; set model.ffn_hidden_size",
+                        hidden);
+            goto out;
+        }
+        t->model.ffn_hidden_size = (int)(4 * hidden);
+    }
+    if (t->optimizer.decay_steps == 0)
+        t->optimizer.decay_steps = t->train.steps;
+    const long long ffn = t->model.ffn_hidden_size;
+
+    if (hidden % heads) {
+        lt_cfg_fail(err, errlen,
+                    "model.hidden_size (%lld) must be divisible by "
+                    "model.num_attention_heads (%lld)",
+                    hidden, heads);
+        goto out;
+    }
+    if (t->model.seq_length > t->model.max_position_embeddings) {
+        lt_cfg_fail(err, errlen,
+                    "model.seq_length (%d) must be <= model.max_position_embeddings (%d)",
+                    t->model.seq_length, t->model.max_position_embeddings);
+        goto out;
+    }
+    if (world_size % (tp * pp)) {
+        lt_cfg_fail(err, errlen,
+                    "world size %d is not divisible by "
+                    "parallel.tensor_model_parallel_size (%lld) * "
+                    "parallel.pipeline_model_parallel_size (%lld) = %lld",
+                    world_size, tp, pp, tp * pp);
+        goto out;
+    }
+    const long long dp = world_size / (tp * pp);
+    const long long micro = t->train.micro_batch_size, global = t->train.global_batch_size;
+    if (global % (micro * dp)) {
+        lt_cfg_fail(err, errlen,
+                    "train.global_batch_size (%lld) must be divisible by "
+                    "train.micro_batch_size (%lld) * data-parallel size (%lld) = %lld",
+                    global, micro, dp, micro * dp);
+        goto out;
+    }
+    const struct {
+        const char *name;
+        long long v;
+    } by_tp[] = {
+        {"model.hidden_size", hidden},
+        {"model.num_attention_heads", heads},
+        {"model.ffn_hidden_size", ffn},
+    };
+    for (int i = 0; i < 3; i++) {
+        if (by_tp[i].v % tp) {
+            lt_cfg_fail(err, errlen,
+                        "%s (%lld) must be divisible by "
+                        "parallel.tensor_model_parallel_size (%lld)",
+                        by_tp[i].name, by_tp[i].v, tp);
+            goto out;
+        }
+    }
+    if (vpp > 1 && pp == 1) {
+        lt_cfg_fail(err, errlen,
+                    "parallel.virtual_pipeline_model_parallel_size (%lld) > 1 needs "
+                    "parallel.pipeline_model_parallel_size > 1",
+                    vpp);
+        goto out;
+    }
+    if (t->model.num_layers % (pp * vpp)) {
+        lt_cfg_fail(err, errlen,
+                    "model.num_layers (%d) must be divisible by "
+                    "parallel.pipeline_model_parallel_size (%lld) * "
+                    "parallel.virtual_pipeline_model_parallel_size (%lld) = %lld",
+                    t->model.num_layers, pp, vpp, pp * vpp);
+        goto out;
+    }
+    if (t->parallel.sequence_parallel && tp == 1) {
+        lt_cfg_fail(err, errlen,
+                    "parallel.sequence_parallel needs parallel.tensor_model_parallel_size > 1");
+        goto out;
+    }
+    if (t->parallel.sequence_parallel && t->model.seq_length % tp) {
+        lt_cfg_fail(err, errlen,
+                    "parallel.sequence_parallel: model.seq_length (%d) must be divisible by "
+                    "parallel.tensor_model_parallel_size (%lld)",
+                    t->model.seq_length, tp);
+        goto out;
+    }
+    if (t->optimizer.min_lr > t->optimizer.lr) {
+        lt_cfg_fail(err, errlen, "optimizer.min_lr (%g) must be <= optimizer.lr (%g)",
+                    t->optimizer.min_lr, t->optimizer.lr);
+        goto out;
+    }
+    if (t->optimizer.decay_steps != 0 && t->optimizer.warmup_steps > t->optimizer.decay_steps) {
+        lt_cfg_fail(err, errlen,
+                    "optimizer.warmup_steps (%ld) must be <= optimizer.decay_steps (%ld%s)",
+                    t->optimizer.warmup_steps, t->optimizer.decay_steps,
+                    c->optimizer.decay_steps == 0 ? ", from train.steps" : "");
+        goto out;
+    }
+    const long long mult = (long long)t->model.make_vocab_size_divisible_by * tp;
+    const long long padded = (t->model.vocab_size + mult - 1) / mult * mult;
+    if (padded > INT_MAX) {
+        lt_cfg_fail(err, errlen,
+                    "model.vocab_size (%d) rounded up to a multiple of "
+                    "model.make_vocab_size_divisible_by (%d) * parallel.tensor_model_parallel_size "
+                    "(%lld) is too large",
+                    t->model.vocab_size, t->model.make_vocab_size_divisible_by, tp);
+        goto out;
+    }
+    t->model.padded_vocab_size = (int)padded;
+    memcpy(c, t, sizeof *c);
+    rc = 0;
+out:
+    free(t);
+    return rc;
+}

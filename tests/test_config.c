@@ -1,0 +1,756 @@
+/* test_config.c - config module: defaults, YAML loading, overrides, every
+ * load error class, cross-key validation, and print -> load round trips. */
+#include "config.h"
+#include "test.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+static char g_dir[64]; /* per-run temp dir (mkdtemp) */
+
+/* Write `text` to g_dir/name; returns the path (static buffer for cfg.yaml). */
+static const char *write_file(const char *name, const char *text) {
+    static char path[256];
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return NULL;
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* Load `yaml` (NULL = no file) with the given overrides. */
+static int load(LtConfig *c, const char *yaml, int nover, char **ov, char *err, size_t n) {
+    const char *path = NULL;
+    if (yaml)
+        path = write_file("cfg.yaml", yaml);
+    return lt_config_load(c, path, nover, ov, err, n);
+}
+
+static int has(const char *s, const char *sub) {
+    return sub == NULL || strstr(s, sub) != NULL;
+}
+
+static void test_defaults(void) {
+    LtConfig c;
+    lt_config_defaults(&c);
+    CHECK(c.model.num_layers == 12 && c.model.hidden_size == 768, "model dims");
+    CHECK(c.model.num_attention_heads == 12 && c.model.ffn_hidden_size == 0, "heads/ffn");
+    CHECK(c.model.seq_length == 1024 && c.model.max_position_embeddings == 1024, "seq");
+    CHECK(c.model.vocab_size == 50257 && c.model.make_vocab_size_divisible_by == 128, "vocab");
+    CHECK(c.parallel.tensor_model_parallel_size == 1, "tp");
+    CHECK(c.parallel.pipeline_model_parallel_size == 1, "pp");
+    CHECK(c.parallel.virtual_pipeline_model_parallel_size == 1, "vpp");
+    CHECK(!c.parallel.sequence_parallel, "sp");
+    CHECK(c.train.micro_batch_size == 1 && c.train.global_batch_size == 8, "batch");
+    CHECK(c.train.steps == 100 && c.train.seed == 1234 && c.train.threads == 0, "train");
+    CHECK(c.train.precision == LT_PREC_FP32 && c.train.recompute == LT_RECOMPUTE_NONE, "enums");
+    CHECK(c.train.device == LT_DEVICE_AUTO && c.comm.backend == LT_COMM_AUTO, "device/comm");
+    CHECK(c.optimizer.lr == 6e-4 && c.optimizer.min_lr == 6e-5, "lr");
+    CHECK(c.optimizer.warmup_steps == 0 && c.optimizer.decay_steps == 0, "schedule");
+    CHECK(c.optimizer.beta1 == 0.9 && c.optimizer.beta2 == 0.95 && c.optimizer.eps == 1e-8, "adam");
+    CHECK(c.optimizer.weight_decay == 0.1 && c.optimizer.clip_grad == 1.0, "wd/clip");
+    CHECK(c.optimizer.zero_stage == 0, "zero");
+    CHECK(c.data.train_path[0] == 0 && c.data.valid_path[0] == 0, "paths");
+    CHECK(c.data.shuffle && c.data.prefetch == 2, "data");
+    CHECK(c.checkpoint.dir[0] == 0 && c.checkpoint.load[0] == 0, "ckpt paths");
+    CHECK(c.checkpoint.save_interval == 0, "save_interval");
+    CHECK(c.logging.metrics_file[0] == 0 && c.logging.log_interval == 1, "logging");
+    CHECK(c.logging.peak_tflops == 0, "peak");
+    CHECK(c.eval.interval == 0 && c.eval.iters == 1, "eval");
+    CHECK(c.sample.num_tokens == 64 && c.sample.temperature == 0.8, "sample");
+    CHECK(c.sample.top_k == 40 && c.sample.seed == 42, "sample2");
+
+    /* NULL path and no overrides: defaults, byte for byte. */
+    LtConfig d;
+    char err[256];
+    memset(&d, 0x5a, sizeof d);
+    CHECK(lt_config_load(&d, NULL, 0, NULL, err, sizeof err) == 0, "load NULL: %s", err);
+    CHECK(memcmp(&c, &d, sizeof c) == 0, "load(NULL) != defaults");
+
+    /* Defaults are valid and resolve the derived fields. */
+    REQUIRE(lt_config_validate(&c, 1, err, sizeof err) == 0, "validate defaults: %s", err);
+    CHECK(c.model.ffn_hidden_size == 3072, "ffn %d", c.model.ffn_hidden_size);
+    CHECK(c.optimizer.decay_steps == 100, "decay %ld", c.optimizer.decay_steps);
+    CHECK(c.model.padded_vocab_size == 50304, "padded %d", c.model.padded_vocab_size);
+
+    CHECK(strcmp(lt_precision_name(LT_PREC_BF16), "bf16") == 0, "precision name");
+    CHECK(strcmp(lt_recompute_name(LT_RECOMPUTE_SELECTIVE), "selective") == 0, "recompute");
+    CHECK(strcmp(lt_device_name(LT_DEVICE_CUDA), "cuda") == 0, "device name");
+    CHECK(strcmp(lt_comm_backend_name(LT_COMM_NCCL), "nccl") == 0, "comm name");
+}
+
+static const char *FULL_YAML = "# every key\n"
+                               "model:\n"
+                               "  num_layers: 24\n"
+                               "  hidden_size: 1024\n"
+                               "  num_attention_heads: 16\n"
+                               "  ffn_hidden_size: 4096\n"
+                               "  seq_length: 2048\n"
+                               "  max_position_embeddings: 2048\n"
+                               "  vocab_size: 32000\n"
+                               "  make_vocab_size_divisible_by: 64\n"
+                               "parallel:\n"
+                               "  tensor_model_parallel_size: 2\n"
+                               "  pipeline_model_parallel_size: 2\n"
+                               "  virtual_pipeline_model_parallel_size: 2\n"
+                               "  sequence_parallel: yes\n"
+                               "train:\n"
+                               "  micro_batch_size: 4\n"
+                               "  global_batch_size: 64\n"
+                               "  steps: 5000\n"
+                               "  precision: bf16\n"
+                               "  seed: 18446744073709551615\n"
+                               "  recompute: SELECTIVE\n"
+                               "  device: cpu\n"
+                               "  threads: 8\n"
+                               "optimizer:\n"
+                               "  lr: 3e-4\n"
+                               "  min_lr: 3.0E-5\n"
+                               "  warmup_steps: 100\n"
+                               "  decay_steps: 4000\n"
+                               "  beta1: 0.85\n"
+                               "  beta2: 0.999\n"
+                               "  eps: 1e-6\n"
+                               "  weight_decay: 0\n"
+                               "  clip_grad: .5\n"
+                               "  zero_stage: 1\n"
+                               "data:\n"
+                               "  train_path: /data/train.bin\n"
+                               "  valid_path: \"dir with spaces/valid.bin\"\n"
+                               "  shuffle: Off\n"
+                               "  prefetch: 4\n"
+                               "checkpoint:\n"
+                               "  dir: 'ckpt: run #1'\n"
+                               "  save_interval: 1000\n"
+                               "  load: ~\n"
+                               "logging:\n"
+                               "  metrics_file: \"\"\n"
+                               "  log_interval: 10\n"
+                               "  peak_tflops: 989.5\n"
+                               "eval: {interval: 500, iters: 2}\n"
+                               "comm:\n"
+                               "  backend: mpi\n"
+                               "sample:\n"
+                               "  num_tokens: 128\n"
+                               "  temperature: 1\n"
+                               "  top_k: 0\n"
+                               "  seed: 7\n";
+
+static void test_load_file(void) {
+    LtConfig c;
+    char err[512] = "";
+    REQUIRE(load(&c, FULL_YAML, 0, NULL, err, sizeof err) == 0, "load: %s", err);
+    CHECK(c.model.num_layers == 24 && c.model.hidden_size == 1024, "model");
+    CHECK(c.model.num_attention_heads == 16 && c.model.ffn_hidden_size == 4096, "model2");
+    CHECK(c.model.seq_length == 2048 && c.model.max_position_embeddings == 2048, "seq");
+    CHECK(c.model.vocab_size == 32000 && c.model.make_vocab_size_divisible_by == 64, "vocab");
+    CHECK(c.model.padded_vocab_size == 0, "padded is only set by validate");
+    CHECK(c.parallel.tensor_model_parallel_size == 2, "tp");
+    CHECK(c.parallel.pipeline_model_parallel_size == 2, "pp");
+    CHECK(c.parallel.virtual_pipeline_model_parallel_size == 2, "vpp");
+    CHECK(c.parallel.sequence_parallel, "sp yes");
+    CHECK(c.train.micro_batch_size == 4 && c.train.global_batch_size == 64, "batch");
+    CHECK(c.train.steps == 5000 && c.train.threads == 8, "steps/threads");
+    CHECK(c.train.precision == LT_PREC_BF16, "bf16");
+    CHECK(c.train.seed == UINT64_MAX, "seed %" PRIu64, c.train.seed);
+    CHECK(c.train.recompute == LT_RECOMPUTE_SELECTIVE, "enum case-insensitive");
+    CHECK(c.train.device == LT_DEVICE_CPU, "cpu");
+    CHECK(c.optimizer.lr == 3e-4 && c.optimizer.min_lr == 3e-5, "lr");
+    CHECK(c.optimizer.warmup_steps == 100 && c.optimizer.decay_steps == 4000, "sched");
+    CHECK(c.optimizer.beta1 == 0.85 && c.optimizer.beta2 == 0.999, "betas");
+    CHECK(c.optimizer.eps == 1e-6 && c.optimizer.weight_decay == 0, "eps/wd");
+    CHECK(c.optimizer.clip_grad == 0.5 && c.optimizer.zero_stage == 1, "clip/zero");
+    CHECK(strcmp(c.data.train_path, "/data/train.bin") == 0, "train_path '%s'", c.data.train_path);
+    CHECK(strcmp(c.data.valid_path, "dir with spaces/valid.bin") == 0, "valid_path");
+    CHECK(!c.data.shuffle && c.data.prefetch == 4, "data");
+    CHECK(strcmp(c.checkpoint.dir, "ckpt: run #1") == 0, "dir '%s'", c.checkpoint.dir);
+    CHECK(c.checkpoint.save_interval == 1000 && c.checkpoint.load[0] == 0, "ckpt");
+    CHECK(c.logging.metrics_file[0] == 0 && c.logging.log_interval == 10, "logging");
+    CHECK(c.logging.peak_tflops == 989.5, "peak");
+    CHECK(c.eval.interval == 500 && c.eval.iters == 2, "flow-style eval");
+    CHECK(c.comm.backend == LT_COMM_MPI, "mpi");
+    CHECK(c.sample.num_tokens == 128 && c.sample.temperature == 1.0, "sample");
+    CHECK(c.sample.top_k == 0 && c.sample.seed == 7, "sample2");
+    REQUIRE(lt_config_validate(&c, 8, err, sizeof err) == 0, "validate: %s", err);
+    CHECK(c.model.padded_vocab_size == 32000, "32000 is a multiple of 64*2");
+    CHECK(c.model.ffn_hidden_size == 4096 && c.optimizer.decay_steps == 4000, "kept");
+}
+
+/* Files that hold no keys at all load as defaults. */
+static void test_empty_files(void) {
+    static const char *const texts[] = {
+        "", "# only a comment\n", "---\n", "---\n...\n", "train:\n", "train: ~\nmodel:\n", "{}\n",
+    };
+    LtConfig d, c;
+    char err[512];
+    lt_config_defaults(&d);
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        err[0] = 0;
+        int rc = load(&c, texts[i], 0, NULL, err, sizeof err);
+        CHECK(rc == 0, "case %zu: %s", i, err);
+        CHECK(rc != 0 || memcmp(&c, &d, sizeof c) == 0, "case %zu not defaults", i);
+    }
+    /* A plain null string value means "", a quoted one is the word. */
+    REQUIRE(load(&c, "data:\n  train_path:\n  valid_path: \"null\"\ncheckpoint:\n  dir: null\n", 0,
+                 NULL, err, sizeof err) == 0,
+            "%s", err);
+    CHECK(c.data.train_path[0] == 0, "empty plain -> ''");
+    CHECK(strcmp(c.data.valid_path, "null") == 0, "quoted null kept");
+    CHECK(c.checkpoint.dir[0] == 0, "null -> ''");
+}
+
+static void test_overrides(void) {
+    LtConfig c;
+    char err[512] = "";
+    char *ov[] = {
+        "train.steps=42",                   /* overrides the file's 5000 */
+        "parallel.sequence_parallel=FALSE", /* bool, case-insensitive */
+        "data.shuffle=on",
+        "train.precision=fp32", /* enum */
+        "comm.backend=nccl",
+        "optimizer.lr=6e-4", /* double */
+        "optimizer.min_lr=0",
+        "sample.seed=18446744073709551615", /* uint64 max */
+        "train.seed=0",
+        "data.train_path=a=b c.bin", /* split at the first '=' */
+        "checkpoint.dir=",           /* empty string */
+        "checkpoint.load=null",      /* verbatim on the command line */
+        "model.num_layers=7",
+        "model.num_layers=+8", /* later wins, sign allowed */
+        "train.threads=-0",
+    };
+    int n = (int)(sizeof ov / sizeof ov[0]);
+    REQUIRE(load(&c, FULL_YAML, n, ov, err, sizeof err) == 0, "load: %s", err);
+    CHECK(c.train.steps == 42, "steps %ld", c.train.steps);
+    CHECK(!c.parallel.sequence_parallel && c.data.shuffle, "bools");
+    CHECK(c.train.precision == LT_PREC_FP32 && c.comm.backend == LT_COMM_NCCL, "enums");
+    CHECK(c.optimizer.lr == 6e-4 && c.optimizer.min_lr == 0.0, "doubles");
+    CHECK(c.sample.seed == UINT64_MAX && c.train.seed == 0, "u64");
+    CHECK(strcmp(c.data.train_path, "a=b c.bin") == 0, "path '%s'", c.data.train_path);
+    CHECK(c.checkpoint.dir[0] == 0, "dir emptied");
+    CHECK(strcmp(c.checkpoint.load, "null") == 0, "load '%s'", c.checkpoint.load);
+    CHECK(c.model.num_layers == 8 && c.train.threads == 0, "ints");
+    CHECK(c.model.hidden_size == 1024, "file value kept where not overridden");
+
+    /* Overrides without a file. */
+    char *ov2[] = {"eval.iters=3", "optimizer.beta2=0.98"};
+    REQUIRE(lt_config_load(&c, NULL, 2, ov2, err, sizeof err) == 0, "%s", err);
+    CHECK(c.eval.iters == 3 && c.optimizer.beta2 == 0.98, "no-file overrides");
+    CHECK(c.model.hidden_size == 768, "defaults underneath");
+
+    /* A shorter string replacing a longer one leaves no stale bytes. */
+    LtConfig a, b;
+    char *ov3[] = {"data.train_path=a-very-long-path-name.bin", "data.train_path=x"};
+    char *ov4[] = {"data.train_path=x"};
+    REQUIRE(lt_config_load(&a, NULL, 2, ov3, err, sizeof err) == 0, "%s", err);
+    REQUIRE(lt_config_load(&b, NULL, 1, ov4, err, sizeof err) == 0, "%s", err);
+    CHECK(memcmp(&a, &b, sizeof a) == 0, "string tails not zeroed");
+}
+
+typedef struct {
+    const char *yaml;     /* file contents; NULL = no file */
+    const char *ov;       /* one override; NULL = none */
+    const char *want[4];  /* substrings the message must contain */
+    const char *not_want; /* substring it must not contain */
+} ErrCase;
+
+static void run_err_cases(const ErrCase *cases, size_t n, const char *what) {
+    char err[512];
+    LtConfig c, before;
+    for (size_t i = 0; i < n; i++) {
+        const ErrCase *e = &cases[i];
+        memset(&c, 0xab, sizeof c);
+        memcpy(&before, &c, sizeof c);
+        char *ov[1] = {(char *)e->ov};
+        strcpy(err, "(unset)");
+        int rc = load(&c, e->yaml, e->ov ? 1 : 0, ov, err, sizeof err);
+        const char *label = e->ov ? e->ov : e->yaml;
+        CHECK(rc == -1, "%s case %zu (%s): expected failure", what, i, label);
+        if (rc != -1)
+            continue;
+        for (int w = 0; w < 4; w++)
+            CHECK(has(err, e->want[w]), "%s case %zu: '%s' not in: %s", what, i, e->want[w], err);
+        CHECK(!e->not_want || !has(err, e->not_want), "%s case %zu: '%s' in: %s", what, i,
+              e->not_want, err);
+        CHECK(strchr(err, '\n') == NULL, "%s case %zu: message not one line", what, i);
+        CHECK(memcmp(&c, &before, sizeof c) == 0, "%s case %zu: config modified on error", what, i);
+    }
+}
+
+static void test_load_errors(void) {
+    static const ErrCase cases[] = {
+        /* YAML syntax */
+        {"model:\n  num_layers: 1\n  hidden_size: 2: 3\n",
+         NULL,
+         {"cfg.yaml:3:", "YAML syntax error", "mapping values"},
+         NULL},
+        {"model:\n  num_layers: \"abc\n", NULL, {"cfg.yaml:", "YAML syntax error", "quoted"}, NULL},
+        {"model:\n\tnum_layers: 3\n", NULL, {"cfg.yaml:2:", "YAML syntax error"}, NULL},
+        {"train: {steps: 1\n", NULL, {"cfg.yaml:", "YAML syntax error"}, NULL},
+        {"model:\n  num_layers: \"\xff\xfe\"\n", NULL, {"cfg.yaml", "cannot read YAML"}, NULL},
+        /* structure */
+        {"hello\n", NULL, {"cfg.yaml:1", "top level must be a mapping", "scalar"}, NULL},
+        {"- a\n- b\n", NULL, {"top level", "sequence"}, NULL},
+        {"train: 5\n", NULL, {"section 'train'", "mapping", "cfg.yaml:1"}, NULL},
+        {"model: {}\ntrain:\n  - steps\n",
+         NULL,
+         {"section 'train'", "sequence", "cfg.yaml:3"},
+         NULL},
+        {"train:\n  steps:\n    a: 1\n",
+         NULL,
+         {"train.steps", "got a mapping", "cfg.yaml:3"},
+         NULL},
+        {"train:\n  steps: [1, 2]\n", NULL, {"train.steps", "sequence", "cfg.yaml:2"}, NULL},
+        {"train:\n  steps: &a 5\n  threads: *a\n", NULL, {"train.threads", "alias"}, NULL},
+        {"? [a, b]\n: 1\n", NULL, {"section names", "sequence"}, NULL},
+        {"train:\n  ? [a]\n  : 1\n", NULL, {"section 'train'", "keys must be plain"}, NULL},
+        {"train: {}\n---\nmodel: {}\n", NULL, {"cfg.yaml:2", "one YAML document"}, NULL},
+        /* unknown names and did-you-mean */
+        {"train:\n  step: 10\n",
+         NULL,
+         {"unknown key 'train.step'", "cfg.yaml:2", "(did you mean 'train.steps'?)"},
+         NULL},
+        {"model: {}\ntrian:\n  steps: 1\n",
+         NULL,
+         {"unknown section 'trian'", "cfg.yaml:2", "did you mean 'train'?"},
+         NULL},
+        {"train:\n  lr: 0.1\n", NULL, {"train.lr", "did you mean 'optimizer.lr'?"}, NULL},
+        {"steps: 10\n", NULL, {"unknown section 'steps'", "did you mean 'train.steps'?"}, NULL},
+        {"Model:\n  num_layers: 2\n", NULL, {"'Model'", "did you mean 'model'?"}, NULL},
+        {"model:\n  hidden: 10\n",
+         NULL,
+         {"model.hidden'", "did you mean 'model.hidden_size'?"},
+         NULL},
+        {"sample:\n  topk: 5\n", NULL, {"sample.topk", "did you mean 'sample.top_k'?"}, NULL},
+        {"train:\n  frobnicate: 1\n",
+         NULL,
+         {"unknown key 'train.frobnicate'", "cfg.yaml:2"},
+         "did you mean"},
+        {"zzzzzz: {}\n", NULL, {"unknown section 'zzzzzz'", "sections: model"}, "did you mean"},
+        {"model:\n  padded_vocab_size: 50304\n",
+         NULL,
+         {"model.padded_vocab_size", "derived"},
+         NULL},
+        /* duplicates */
+        {"train:\n  steps: 1\n  steps: 2\n",
+         NULL,
+         {"duplicate key 'train.steps'", "cfg.yaml:3", "line 2"},
+         NULL},
+        {"train:\n  steps: 1\nmodel: {}\ntrain:\n  seed: 2\n",
+         NULL,
+         {"duplicate section 'train'", "cfg.yaml:4"},
+         NULL},
+        /* types */
+        {"train:\n  steps: ten\n",
+         NULL,
+         {"train.steps: expected an integer, got 'ten' at ", "cfg.yaml:2"},
+         NULL},
+        {"model:\n  num_layers: 1.5\n", NULL, {"model.num_layers", "integer", "'1.5'"}, NULL},
+        {"model:\n  num_layers: 12abc\n", NULL, {"model.num_layers", "integer"}, NULL},
+        {"model:\n  num_layers: 0x10\n", NULL, {"model.num_layers", "integer"}, NULL},
+        {"model:\n  num_layers:\n", NULL, {"model.num_layers", "integer", "got ''"}, NULL},
+        {"model:\n  num_layers: \" 3\"\n", NULL, {"model.num_layers", "integer"}, NULL},
+        {"model:\n  num_layers: 99999999999\n", NULL, {"model.num_layers", "out of range"}, NULL},
+        {"train:\n  steps: 99999999999999999999\n", NULL, {"train.steps", "out of range"}, NULL},
+        {"train:\n  seed: -1\n", NULL, {"train.seed", "unsigned 64-bit"}, NULL},
+        {"train:\n  seed: 18446744073709551616\n", NULL, {"train.seed", "out of range"}, NULL},
+        {"sample:\n  seed: 1e3\n", NULL, {"sample.seed", "unsigned"}, NULL},
+        {"optimizer:\n  lr: fast\n",
+         NULL,
+         {"optimizer.lr: expected a finite number, got 'fast'", "cfg.yaml:2"},
+         NULL},
+        {"optimizer:\n  lr: nan\n", NULL, {"optimizer.lr", "finite"}, NULL},
+        {"optimizer:\n  lr: .inf\n", NULL, {"optimizer.lr", "finite"}, NULL},
+        {"optimizer:\n  lr: 1e999\n", NULL, {"optimizer.lr", "finite"}, NULL},
+        {"optimizer:\n  lr: 1e-3x\n", NULL, {"optimizer.lr", "finite"}, NULL},
+        {"data:\n  shuffle: maybe\n", NULL, {"data.shuffle", "true/false", "'maybe'"}, NULL},
+        {"data:\n  shuffle: 1\n", NULL, {"data.shuffle", "boolean"}, NULL},
+        {"train:\n  precision: fp16\n", NULL, {"train.precision", "fp32|bf16", "'fp16'"}, NULL},
+        {"train:\n  recompute: partial\n", NULL, {"train.recompute", "none|selective|full"}, NULL},
+        {"train:\n  device: gpu\n", NULL, {"train.device", "auto|cpu|cuda"}, NULL},
+        {"comm:\n  backend: gloo\n", NULL, {"comm.backend", "auto|nccl|mpi"}, NULL},
+        {"data:\n  train_path: \"a\\0b\"\n", NULL, {"data.train_path", "NUL"}, NULL},
+        /* per-key ranges in a file carry the location */
+        {"model: {}\noptimizer:\n  beta2: 1.5\n",
+         NULL,
+         {"optimizer.beta2 must be in [0, 1), got 1.5", "cfg.yaml:3"},
+         NULL},
+        {"data:\n  prefetch: 0\n",
+         NULL,
+         {"data.prefetch must be in [1, 64], got 0", "cfg.yaml:2"},
+         NULL},
+        /* overrides */
+        {NULL, "train.steps", {"malformed override 'train.steps'", "section.key=value"}, NULL},
+        {NULL, "steps=5", {"malformed override 'steps=5'"}, NULL},
+        {NULL, "=5", {"malformed override"}, NULL},
+        {NULL, "train.steps=ten", {"train.steps", "'ten'", "command line"}, NULL},
+        {NULL, "train.precision=fp8", {"train.precision", "fp32|bf16", "command line"}, NULL},
+        {NULL, "a.b.c=1", {"unknown key 'a.b.c'", "command line"}, NULL},
+        {NULL,
+         "train.step=1",
+         {"unknown key 'train.step'", "command line", "did you mean 'train.steps'?"},
+         NULL},
+        {NULL, "optimizer.beta=0.9", {"did you mean 'optimizer.beta1'?"}, NULL},
+        {NULL, "trian.seed=5", {"did you mean 'train.seed'?"}, NULL},
+        {NULL, "model.padded_vocab_size=5", {"derived"}, NULL},
+        {NULL,
+         "optimizer.zero_stage=3",
+         {"optimizer.zero_stage must be in [0, 2], got 3", "command line"},
+         NULL},
+        {NULL, "train.steps=", {"train.steps", "integer"}, NULL},
+        /* a file error wins over later overrides */
+        {"train:\n  steps: x\n", "train.steps=5", {"train.steps", "cfg.yaml:2"}, NULL},
+    };
+    run_err_cases(cases, sizeof cases / sizeof cases[0], "load");
+
+    /* Missing file, directory, over-long string, tiny/NULL error buffers. */
+    char err[512];
+    LtConfig c;
+    char missing[300];
+    snprintf(missing, sizeof missing, "%s/does_not_exist.yaml", g_dir);
+    CHECK(lt_config_load(&c, missing, 0, NULL, err, sizeof err) == -1, "missing file");
+    CHECK(has(err, "does_not_exist.yaml") && has(err, "cannot open"), "msg: %s", err);
+    CHECK(lt_config_load(&c, g_dir, 0, NULL, err, sizeof err) == -1, "directory");
+    CHECK(has(err, "is a directory") && has(err, g_dir), "msg: %s", err);
+
+    char *big = malloc(LT_PATH_MAX + 64);
+    REQUIRE(big, "malloc");
+    int o = snprintf(big, LT_PATH_MAX + 64, "data.valid_path=");
+    memset(big + o, 'p', LT_PATH_MAX);
+    big[o + LT_PATH_MAX] = 0;
+    CHECK(lt_config_load(&c, NULL, 1, &big, err, sizeof err) == -1, "long path");
+    CHECK(has(err, "data.valid_path") && has(err, "too long"), "msg: %s", err);
+    big[o + LT_PATH_MAX - 1] = 0; /* exactly LT_PATH_MAX-1 bytes fits */
+    CHECK(lt_config_load(&c, NULL, 1, &big, err, sizeof err) == 0, "max path: %s", err);
+    CHECK(strlen(c.data.valid_path) == LT_PATH_MAX - 1, "stored length");
+    free(big);
+
+    char small[12];
+    char *bad[] = {"train.steps=ten"};
+    CHECK(lt_config_load(&c, NULL, 1, bad, small, sizeof small) == -1, "small buffer");
+    CHECK(strlen(small) < sizeof small, "truncated message");
+    CHECK(lt_config_load(&c, NULL, 1, bad, NULL, 0) == -1, "NULL err buffer");
+    CHECK(lt_config_load(&c, NULL, 1, NULL, err, sizeof err) == -1, "NULL overrides array");
+}
+
+/* Every per-key range: the first value is refused, the second (the boundary)
+ * accepted. */
+static void test_ranges(void) {
+    static const struct {
+        const char *bad, *good, *want;
+    } r[] = {
+        {"model.num_layers=0", "model.num_layers=1", ">= 1"},
+        {"model.hidden_size=0", "model.hidden_size=1", ">= 1"},
+        {"model.num_attention_heads=0", "model.num_attention_heads=1", ">= 1"},
+        {"model.ffn_hidden_size=-1", "model.ffn_hidden_size=0", ">= 0"},
+        {"model.seq_length=0", "model.seq_length=1", ">= 1"},
+        {"model.max_position_embeddings=0", "model.max_position_embeddings=1", ">= 1"},
+        {"model.vocab_size=1", "model.vocab_size=2", ">= 2"},
+        {"model.make_vocab_size_divisible_by=0", "model.make_vocab_size_divisible_by=1", ">= 1"},
+        {"parallel.tensor_model_parallel_size=0", "parallel.tensor_model_parallel_size=1", ">= 1"},
+        {"parallel.pipeline_model_parallel_size=0", "parallel.pipeline_model_parallel_size=1",
+         ">= 1"},
+        {"parallel.virtual_pipeline_model_parallel_size=0",
+         "parallel.virtual_pipeline_model_parallel_size=1", ">= 1"},
+        {"train.micro_batch_size=0", "train.micro_batch_size=1", ">= 1"},
+        {"train.global_batch_size=0", "train.global_batch_size=1", ">= 1"},
+        {"train.steps=-1", "train.steps=0", ">= 0"},
+        {"train.threads=-1", "train.threads=0", ">= 0"},
+        {"optimizer.lr=-0.1", "optimizer.lr=0", ">= 0"},
+        {"optimizer.min_lr=-1e-9", "optimizer.min_lr=0", ">= 0"},
+        {"optimizer.warmup_steps=-1", "optimizer.warmup_steps=0", ">= 0"},
+        {"optimizer.decay_steps=-1", "optimizer.decay_steps=0", ">= 0"},
+        {"optimizer.beta1=1", "optimizer.beta1=0", "[0, 1)"},
+        {"optimizer.beta1=-0.5", "optimizer.beta1=0.999", "[0, 1)"},
+        {"optimizer.beta2=1.0", "optimizer.beta2=0.0", "[0, 1)"},
+        {"optimizer.eps=0", "optimizer.eps=1e-300", "> 0"},
+        {"optimizer.weight_decay=-1", "optimizer.weight_decay=0", ">= 0"},
+        {"optimizer.clip_grad=-1", "optimizer.clip_grad=0", ">= 0"},
+        {"optimizer.zero_stage=3", "optimizer.zero_stage=2", "[0, 2]"},
+        {"optimizer.zero_stage=-1", "optimizer.zero_stage=0", "[0, 2]"},
+        {"data.prefetch=0", "data.prefetch=1", "[1, 64]"},
+        {"data.prefetch=65", "data.prefetch=64", "[1, 64]"},
+        {"checkpoint.save_interval=-1", "checkpoint.save_interval=0", ">= 0"},
+        {"logging.log_interval=0", "logging.log_interval=1", ">= 1"},
+        {"logging.peak_tflops=-1", "logging.peak_tflops=0", ">= 0"},
+        {"eval.interval=-1", "eval.interval=0", ">= 0"},
+        {"eval.iters=0", "eval.iters=1", ">= 1"},
+        {"sample.num_tokens=0", "sample.num_tokens=1", ">= 1"},
+        {"sample.temperature=0", "sample.temperature=0.01", "> 0"},
+        {"sample.temperature=-1", "sample.temperature=100", "> 0"},
+        {"sample.top_k=-1", "sample.top_k=0", ">= 0"},
+    };
+    char err[512], key[128];
+    LtConfig c;
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
+        char *bad[] = {(char *)r[i].bad}, *good[] = {(char *)r[i].good};
+        size_t klen = strcspn(r[i].bad, "=");
+        memcpy(key, r[i].bad, klen);
+        key[klen] = 0;
+        err[0] = 0;
+        CHECK(lt_config_load(&c, NULL, 1, bad, err, sizeof err) == -1, "%s accepted", r[i].bad);
+        CHECK(has(err, key) && has(err, r[i].want) && has(err, "command line"), "%s: message '%s'",
+              r[i].bad, err);
+        CHECK(lt_config_load(&c, NULL, 1, good, err, sizeof err) == 0, "%s refused: %s", r[i].good,
+              err);
+    }
+}
+
+typedef struct {
+    const char *ov[6];
+    int world;
+    const char *want[4];
+} ValCase;
+
+static void test_validate_errors(void) {
+    static const ValCase cases[] = {
+        {{"model.hidden_size=770"},
+         1,
+         {"model.hidden_size (770)", "model.num_attention_heads (12)"}},
+        {{"model.seq_length=2048"},
+         1,
+         {"model.seq_length (2048)", "model.max_position_embeddings (1024)"}},
+        {{"parallel.tensor_model_parallel_size=4"},
+         6,
+         {"world size 6", "parallel.tensor_model_parallel_size (4)",
+          "parallel.pipeline_model_parallel_size (1)"}},
+        {{"parallel.pipeline_model_parallel_size=4", "model.num_layers=12"},
+         2,
+         {"world size 2", "pipeline_model_parallel_size (4)"}},
+        {{"train.global_batch_size=10", "train.micro_batch_size=4"},
+         1,
+         {"train.global_batch_size (10)", "train.micro_batch_size (4)", "data-parallel size (1)"}},
+        {{"train.global_batch_size=6"},
+         4,
+         {"train.global_batch_size (6)", "train.micro_batch_size (1)", "data-parallel size (4)"}},
+        {{"model.hidden_size=100", "model.num_attention_heads=4",
+          "parallel.tensor_model_parallel_size=8"},
+         8,
+         {"model.hidden_size (100)", "parallel.tensor_model_parallel_size (8)"}},
+        {{"model.num_attention_heads=6", "parallel.tensor_model_parallel_size=4"},
+         4,
+         {"model.num_attention_heads (6)", "parallel.tensor_model_parallel_size (4)"}},
+        {{"model.ffn_hidden_size=1001", "parallel.tensor_model_parallel_size=2"},
+         2,
+         {"model.ffn_hidden_size (1001)", "parallel.tensor_model_parallel_size (2)"}},
+        {{"parallel.pipeline_model_parallel_size=5"},
+         5,
+         {"model.num_layers (12)", "parallel.pipeline_model_parallel_size (5)"}},
+        {{"parallel.pipeline_model_parallel_size=2",
+          "parallel.virtual_pipeline_model_parallel_size=4"},
+         2,
+         {"model.num_layers (12)", "parallel.virtual_pipeline_model_parallel_size (4)"}},
+        {{"parallel.virtual_pipeline_model_parallel_size=2"},
+         1,
+         {"parallel.virtual_pipeline_model_parallel_size", "pipeline_model_parallel_size > 1"}},
+        {{"parallel.sequence_parallel=true"},
+         1,
+         {"parallel.sequence_parallel needs parallel.tensor_model_parallel_size > 1"}},
+        {{"parallel.sequence_parallel=true", "parallel.tensor_model_parallel_size=8",
+          "model.hidden_size=1024", "model.num_attention_heads=16", "model.seq_length=1020"},
+         8,
+         {"parallel.sequence_parallel", "model.seq_length (1020)"}},
+        {{"optimizer.lr=1e-4", "optimizer.min_lr=1e-3"},
+         1,
+         {"optimizer.min_lr (0.001)", "optimizer.lr (0.0001)"}},
+        {{"optimizer.warmup_steps=200"},
+         1,
+         {"optimizer.warmup_steps (200)", "optimizer.decay_steps (100", "train.steps"}},
+        {{"optimizer.warmup_steps=60", "optimizer.decay_steps=50"},
+         1,
+         {"optimizer.warmup_steps (60)", "optimizer.decay_steps (50)"}},
+        {{"model.vocab_size=2147483000", "model.make_vocab_size_divisible_by=1024"},
+         1,
+         {"model.vocab_size", "too large"}},
+        {{"model.hidden_size=600000000", "model.num_attention_heads=1"},
+         1,
+         {"model.ffn_hidden_size", "model.hidden_size"}},
+        {{NULL}, 0, {"world size"}},
+    };
+    char err[512];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const ValCase *v = &cases[i];
+        int n = 0;
+        while (n < 6 && v->ov[n])
+            n++;
+        LtConfig c, before;
+        int rc = lt_config_load(&c, NULL, n, (char **)v->ov, err, sizeof err);
+        CHECK(rc == 0, "case %zu: load failed: %s", i, err);
+        if (rc)
+            continue;
+        memcpy(&before, &c, sizeof c);
+        strcpy(err, "(unset)");
+        CHECK(lt_config_validate(&c, v->world, err, sizeof err) == -1, "case %zu passed", i);
+        for (int w = 0; w < 4; w++)
+            CHECK(has(err, v->want[w]), "case %zu: '%s' not in: %s", i, v->want[w], err);
+        CHECK(memcmp(&c, &before, sizeof c) == 0, "case %zu: validate modified *c", i);
+    }
+
+    /* Structs filled in code get the per-key range checks too. */
+    LtConfig c;
+    lt_config_defaults(&c);
+    c.model.num_layers = 0;
+    CHECK(lt_config_validate(&c, 1, err, sizeof err) == -1 && has(err, "model.num_layers"),
+          "range in validate: %s", err);
+    lt_config_defaults(&c);
+    c.train.precision = (LtPrecision)7;
+    CHECK(lt_config_validate(&c, 1, err, sizeof err) == -1 && has(err, "train.precision"),
+          "enum in validate: %s", err);
+    lt_config_defaults(&c);
+    c.optimizer.beta1 = NAN;
+    CHECK(lt_config_validate(&c, 1, err, sizeof err) == -1 && has(err, "optimizer.beta1"),
+          "nan in validate: %s", err);
+}
+
+static void test_validate_ok(void) {
+    char *ov[] = {
+        "parallel.tensor_model_parallel_size=2",
+        "parallel.pipeline_model_parallel_size=2",
+        "parallel.virtual_pipeline_model_parallel_size=3",
+        "parallel.sequence_parallel=true",
+        "train.micro_batch_size=2",
+        "train.global_batch_size=16",
+        "train.steps=500",
+        "optimizer.warmup_steps=10",
+    };
+    LtConfig c, again;
+    char err[512];
+    REQUIRE(lt_config_load(&c, NULL, 8, ov, err, sizeof err) == 0, "%s", err);
+    REQUIRE(lt_config_validate(&c, 8, err, sizeof err) == 0, "validate: %s", err);
+    CHECK(c.model.ffn_hidden_size == 3072, "ffn %d", c.model.ffn_hidden_size);
+    CHECK(c.optimizer.decay_steps == 500, "decay %ld", c.optimizer.decay_steps);
+    CHECK(c.model.padded_vocab_size == 50432, "padded %d (multiple of 256)",
+          c.model.padded_vocab_size);
+    memcpy(&again, &c, sizeof c);
+    CHECK(lt_config_validate(&again, 8, err, sizeof err) == 0, "second validate: %s", err);
+    CHECK(memcmp(&again, &c, sizeof c) == 0, "validate is not idempotent");
+
+    /* steps 0 leaves decay 0 and any warmup passes; explicit ffn kept. */
+    char *ov2[] = {"train.steps=0", "optimizer.warmup_steps=5", "model.ffn_hidden_size=1000",
+                   "model.vocab_size=128", "optimizer.min_lr=6e-4"};
+    REQUIRE(lt_config_load(&c, NULL, 5, ov2, err, sizeof err) == 0, "%s", err);
+    REQUIRE(lt_config_validate(&c, 1, err, sizeof err) == 0, "validate: %s", err);
+    CHECK(c.optimizer.decay_steps == 0 && c.model.ffn_hidden_size == 1000, "resolution");
+    CHECK(c.model.padded_vocab_size == 128, "exact multiple stays %d", c.model.padded_vocab_size);
+
+    /* Data parallelism: world 16 = tp 2 * pp 2 * dp 4, global 8 = micro 2 * dp 4. */
+    char *ov3[] = {"parallel.tensor_model_parallel_size=2",
+                   "parallel.pipeline_model_parallel_size=2", "train.micro_batch_size=2",
+                   "train.global_batch_size=8"};
+    REQUIRE(lt_config_load(&c, NULL, 4, ov3, err, sizeof err) == 0, "%s", err);
+    CHECK(lt_config_validate(&c, 16, err, sizeof err) == 0, "dp 4: %s", err);
+    CHECK(lt_config_validate(&c, 32, err, sizeof err) == -1, "dp 8 needs global %% 16");
+}
+
+/* Print c (validated with `world`), load it back, validate, compare bytes. */
+static void roundtrip(const LtConfig *c, int world, const char *label) {
+    char err[512];
+    const char *path = write_file("printed.yaml", "");
+    REQUIRE(path, "%s: temp file", label);
+    char saved[256];
+    snprintf(saved, sizeof saved, "%s", path);
+    FILE *f = fopen(saved, "wb");
+    REQUIRE(f, "%s: open", label);
+    lt_config_print(c, f);
+    fclose(f);
+    LtConfig back;
+    REQUIRE(lt_config_load(&back, saved, 0, NULL, err, sizeof err) == 0, "%s: reload: %s", label,
+            err);
+    REQUIRE(lt_config_validate(&back, world, err, sizeof err) == 0, "%s: revalidate: %s", label,
+            err);
+    CHECK(memcmp(&back, c, sizeof back) == 0, "%s: round trip differs", label);
+    CHECK(strcmp(back.data.train_path, c->data.train_path) == 0, "%s: train_path '%s'", label,
+          back.data.train_path);
+    CHECK(back.optimizer.lr == c->optimizer.lr && back.train.seed == c->train.seed, "%s: lr/seed",
+          label);
+}
+
+static void test_print_roundtrip(void) {
+    LtConfig c;
+    char err[512];
+    lt_config_defaults(&c);
+    REQUIRE(lt_config_validate(&c, 1, err, sizeof err) == 0, "%s", err);
+    roundtrip(&c, 1, "defaults");
+
+    char *ov[] = {
+        "data.train_path=\"quoted\" back\\slash\nnewline\ttab #hash: colon - dash é \xe2\x80\xa8"
+        "ls \xc2\x85nel \x01"
+        "ctl \x7f del ~",
+        "data.valid_path=null",
+        "checkpoint.dir= leading and trailing space ",
+        "checkpoint.load=true",
+        "logging.metrics_file=123",
+        "train.seed=18446744073709551615",
+        "sample.seed=0",
+        "optimizer.lr=0.1",
+        "optimizer.min_lr=1e-300",
+        "optimizer.weight_decay=0.30000000000000004",
+        "optimizer.eps=4.9406564584124654e-324",
+        "optimizer.beta2=0.99999999999999989",
+        "sample.temperature=1e-7",
+        "logging.peak_tflops=989.5",
+        "train.precision=bf16",
+        "train.recompute=full",
+        "train.device=cuda",
+        "comm.backend=nccl",
+        "parallel.tensor_model_parallel_size=4",
+        "parallel.sequence_parallel=true",
+        "data.shuffle=false",
+        "train.steps=9000000000",
+        "optimizer.decay_steps=123",
+        "model.ffn_hidden_size=0",
+    };
+    int n = (int)(sizeof ov / sizeof ov[0]);
+    REQUIRE(lt_config_load(&c, NULL, n, ov, err, sizeof err) == 0, "load: %s", err);
+    REQUIRE(lt_config_validate(&c, 4, err, sizeof err) == 0, "validate: %s", err);
+    roundtrip(&c, 4, "unusual values");
+
+    /* The printed text: every section, derived comment, readable numbers. */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    REQUIRE(m, "open_memstream");
+    lt_config_print(&c, m);
+    fclose(m);
+    static const char *const sections[] = {
+        "model:\n",      "parallel:\n", "train:\n", "optimizer:\n", "data:\n",
+        "checkpoint:\n", "logging:\n",  "eval:\n",  "comm:\n",      "sample:\n"};
+    for (int i = 0; i < 10; i++)
+        CHECK(has(text, sections[i]), "no section %s", sections[i]);
+    CHECK(has(text, "# padded_vocab_size: 50688"), "derived comment missing");
+    CHECK(has(text, "  lr: 0.1\n"), "lr printed as shortest form");
+    CHECK(has(text, "  precision: bf16\n") && has(text, "  backend: nccl\n"), "enum spellings");
+    CHECK(has(text, "  valid_path: \"null\"\n"), "strings quoted");
+    CHECK(has(text, "  seed: 18446744073709551615\n"), "u64");
+    free(text);
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/lt_test_config_XXXXXX");
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    RUN(test_defaults);
+    RUN(test_load_file);
+    RUN(test_empty_files);
+    RUN(test_overrides);
+    RUN(test_load_errors);
+    RUN(test_ranges);
+    RUN(test_validate_errors);
+    RUN(test_validate_ok);
+    RUN(test_print_roundtrip);
+
+    char path[256];
+    snprintf(path, sizeof path, "%s/cfg.yaml", g_dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/printed.yaml", g_dir);
+    unlink(path);
+    rmdir(g_dir);
+    return test_summary();
+}
