@@ -46,7 +46,8 @@ int lt_tokens_read(LtTokenFile *f, uint64_t start, uint64_t n, int32_t *out, cha
 /* Streaming writer of the lattice shard format. block_tokens 0 = default
  * (65536); zstd_level 0 = default (3). Token width is 2 bytes when
  * vocab_size <= 65536, else 4. An append with an id outside [0, vocab_size)
- * fails and appends nothing. */
+ * fails and appends nothing (the writer stays usable); after an I/O error,
+ * abort. Nothing appears at `path` before a successful close. */
 typedef struct LtShardWriter LtShardWriter;
 LtShardWriter *lt_shard_writer_open(const char *path, int vocab_size, int block_tokens,
                                     int zstd_level, char *err, size_t errlen);

@@ -1,0 +1,252 @@
+/* data_loader.c - the training sample loader with a prefetch thread. See data.h.
+ *
+ * Sample order. Global position p (step k covers positions k*G .. k*G+G-1)
+ * lies in epoch e = p / N at index i = p % N (N = number of samples). Without
+ * shuffle the sample is i. With shuffle it is perm_{seed,e}(i), where perm is
+ * a keyed Feistel network over [0, 4^h) (the smallest even-bit power of two
+ * >= N) restricted to [0, N) by cycle walking: apply the network repeatedly
+ * until the value lands below N. A Feistel network is a bijection for any
+ * round function, and cycle walking restricts a bijection of a superset to
+ * a bijection of the subset, so every epoch visits every sample exactly
+ * once. The round keys are derived from (seed, epoch, round) with splitmix64,
+ * so the order is a pure function of (seed, epoch) and needs O(1) memory.
+ * Since 4^h < 4N, the expected number of walks per lookup is below 4.
+ *
+ * Prefetching. One background thread fills a ring of `prefetch` slots; step s
+ * goes to slot s % prefetch. Shared state (under `mu`): `want`, the next step
+ * the trainer is expected to ask for, and `produce`, the next step the thread
+ * will prepare; the thread works while produce < want + prefetch, so the
+ * steps in flight map to distinct slots. lt_loader_get(step):
+ *   - step == want: wait for the slot to hold that step (ready or failed),
+ *     copy it out (or return its error), free the slot, advance want;
+ *   - otherwise (resume, repeat, skip): bump the generation, drop prepared
+ *     slots, set want = produce = step + 1 and read the step synchronously.
+ * The thread tags each slot with the generation it was started under and
+ * discards its result when the generation has changed meanwhile. */
+#include "data.h"
+
+#include "common.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FEISTEL_ROUNDS 6
+#define MAX_PREFETCH 64
+
+enum { SLOT_FREE, SLOT_BUSY, SLOT_READY, SLOT_FAILED };
+
+typedef struct {
+    long step;
+    uint64_t gen;
+    int state;
+    char err[512];
+    int32_t *buf; /* count * (seq_len + 1) tokens */
+} Slot;
+
+struct LtLoader {
+    LtTokenFile *f;
+    LtLoaderConfig cfg;
+    uint64_t nsamples;
+    size_t row; /* seq_len + 1 */
+    int half_bits; /* Feistel half width h: domain [0, 4^h) */
+
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* broadcast on every state change, both directions */
+    bool stop;
+    uint64_t gen;
+    long want, produce;
+    Slot *slots;
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- shuffle --------------------------------------------------------------- */
+
+static uint64_t round_key(uint64_t seed, uint64_t epoch, int round) {
+    return lt_mix64(lt_mix64(seed ^ 0x5851f42d4c957f2dull) ^
+                    lt_mix64(epoch * FEISTEL_ROUNDS + (uint64_t)round));
+}
+
+/* One pass of the balanced Feistel network over [0, 4^h). */
+static uint64_t feistel(uint64_t x, int h, const uint64_t *keys) {
+    uint64_t mask = (1ull << h) - 1, left = x >> h, right = x & mask;
+    for (int r = 0; r < FEISTEL_ROUNDS; r++) {
+        uint64_t t = left ^ (lt_mix64(right ^ keys[r]) & mask);
+        left = right;
+        right = t;
+    }
+    return left << h | right;
+}
+
+uint64_t lt_loader_sample_id(const LtLoader *l, uint64_t position) {
+    uint64_t n = l->nsamples, epoch = position / n, i = position % n;
+    if (!l->cfg.shuffle) return i;
+    uint64_t keys[FEISTEL_ROUNDS];
+    for (int r = 0; r < FEISTEL_ROUNDS; r++) keys[r] = round_key(l->cfg.seed, epoch, r);
+    do i = feistel(i, l->half_bits, keys);
+    while (i >= n);
+    return i;
+}
+
+/* ---- reading a step ---------------------------------------------------------- */
+
+/* Read step `step`'s slice into out[count * row]. Thread-safe (reads only
+ * immutable loader fields; the token file handles its own locking). */
+static int fill_step(const LtLoader *l, long step, int32_t *out, char *err, size_t errlen) {
+    uint64_t G = (uint64_t)l->cfg.samples_per_step;
+    uint64_t base = (uint64_t)step * G + (uint64_t)l->cfg.first;
+    char inner[400];
+    for (int i = 0; i < l->cfg.count; i++) {
+        uint64_t id = lt_loader_sample_id(l, base + (uint64_t)i);
+        if (lt_tokens_read(l->f, id * (uint64_t)l->cfg.seq_len, l->row, out + (size_t)i * l->row,
+                           inner, sizeof inner) != 0) {
+            set_err(err, errlen, "step %ld, sample %llu: %s", step, (unsigned long long)id, inner);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void *prefetch_main(void *arg) {
+    LtLoader *l = arg;
+    long P = l->cfg.prefetch;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->stop && l->produce >= l->want + P) pthread_cond_wait(&l->cv, &l->mu);
+        if (l->stop) break;
+        long s = l->produce++;
+        uint64_t g = l->gen;
+        Slot *slot = &l->slots[s % P];
+        slot->state = SLOT_BUSY;
+        slot->step = s;
+        slot->gen = g;
+        pthread_mutex_unlock(&l->mu);
+        int rc = fill_step(l, s, slot->buf, slot->err, sizeof slot->err);
+        pthread_mutex_lock(&l->mu);
+        if (g != l->gen) slot->state = SLOT_FREE; /* the trainer jumped elsewhere */
+        else slot->state = rc == 0 ? SLOT_READY : SLOT_FAILED;
+        pthread_cond_broadcast(&l->cv);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+/* ---- public API ------------------------------------------------------------------ */
+
+LtLoader *lt_loader_create(LtTokenFile *f, const LtLoaderConfig *cfg, char *err, size_t errlen) {
+    const char *path = lt_tokens_path(f);
+    if (cfg->seq_len < 1 || cfg->samples_per_step < 1) {
+        set_err(err, errlen, "loader for '%s': seq_len (%d) and samples_per_step (%d) must be >= 1",
+                path, cfg->seq_len, cfg->samples_per_step);
+        return NULL;
+    }
+    if (cfg->first < 0 || cfg->count < 1 || cfg->first > cfg->samples_per_step - cfg->count) {
+        set_err(err, errlen,
+                "loader for '%s': slice (first %d, count %d) is not inside the %d samples of a step",
+                path, cfg->first, cfg->count, cfg->samples_per_step);
+        return NULL;
+    }
+    if (cfg->prefetch < 1 || cfg->prefetch > MAX_PREFETCH) {
+        set_err(err, errlen, "loader for '%s': prefetch %d is outside [1, %d]", path,
+                cfg->prefetch, MAX_PREFETCH);
+        return NULL;
+    }
+    uint64_t ntok = lt_tokens_count(f);
+    uint64_t nsamples = lt_num_samples(ntok, cfg->seq_len);
+    if (nsamples == 0) {
+        set_err(err, errlen,
+                "'%s' has %llu tokens, fewer than one sample needs (seq_len + 1 = %d)", path,
+                (unsigned long long)ntok, cfg->seq_len + 1);
+        return NULL;
+    }
+    LtLoader *l = lt_calloc(sizeof *l);
+    l->f = f;
+    l->cfg = *cfg;
+    l->nsamples = nsamples;
+    l->row = (size_t)cfg->seq_len + 1;
+    int bits = 0;
+    while (bits < 64 && (1ull << bits) < nsamples) bits++;
+    l->half_bits = bits < 2 ? 1 : (bits + 1) / 2;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    l->slots = lt_calloc((size_t)cfg->prefetch * sizeof *l->slots);
+    for (int i = 0; i < cfg->prefetch; i++) {
+        l->slots[i].buf = lt_malloc((size_t)cfg->count * l->row * sizeof(int32_t));
+        l->slots[i].step = -1;
+    }
+    if (pthread_create(&l->thread, NULL, prefetch_main, l) != 0) {
+        set_err(err, errlen, "loader for '%s': cannot start the prefetch thread", path);
+        lt_loader_destroy(l);
+        return NULL;
+    }
+    l->thread_started = true;
+    return l;
+}
+
+int lt_loader_get(LtLoader *l, long step, int32_t *out, char *err, size_t errlen) {
+    /* Positions step*G + G - 1 must fit in 64 bits and want + prefetch in a long. */
+    uint64_t G = (uint64_t)l->cfg.samples_per_step;
+    if (step < 0 || step > LONG_MAX - 2 * MAX_PREFETCH || (uint64_t)step >= UINT64_MAX / G - 1) {
+        set_err(err, errlen, "step %ld is out of range", step);
+        return -1;
+    }
+    long P = l->cfg.prefetch;
+    size_t bytes = (size_t)l->cfg.count * l->row * sizeof(int32_t);
+    pthread_mutex_lock(&l->mu);
+    if (step == l->want) {
+        Slot *slot = &l->slots[step % P];
+        while (!(slot->step == step && slot->gen == l->gen &&
+                 (slot->state == SLOT_READY || slot->state == SLOT_FAILED)))
+            pthread_cond_wait(&l->cv, &l->mu);
+        int rc = 0;
+        if (slot->state == SLOT_READY) {
+            memcpy(out, slot->buf, bytes);
+        } else {
+            set_err(err, errlen, "%s", slot->err);
+            rc = -1;
+        }
+        slot->state = SLOT_FREE;
+        l->want++;
+        pthread_cond_broadcast(&l->cv);
+        pthread_mutex_unlock(&l->mu);
+        return rc;
+    }
+    /* Out of order: restart the prefetcher after this step and read it here. */
+    l->gen++;
+    for (long i = 0; i < P; i++)
+        if (l->slots[i].state == SLOT_READY || l->slots[i].state == SLOT_FAILED)
+            l->slots[i].state = SLOT_FREE;
+    l->want = l->produce = step + 1;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    return fill_step(l, step, out, err, errlen);
+}
+
+void lt_loader_destroy(LtLoader *l) {
+    if (!l) return;
+    if (l->thread_started) {
+        pthread_mutex_lock(&l->mu);
+        l->stop = true;
+        pthread_cond_broadcast(&l->cv);
+        pthread_mutex_unlock(&l->mu);
+        pthread_join(l->thread, NULL);
+    }
+    for (int i = 0; i < l->cfg.prefetch; i++) free(l->slots[i].buf);
+    free(l->slots);
+    pthread_cond_destroy(&l->cv);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
