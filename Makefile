@@ -40,6 +40,15 @@ ifeq ($(CUDA),1)
              -Wl,-rpath,$(CUDA_HOME)/lib -lcublasLt -lcublas -lcudnn -lnccl -lcudart -lstdc++
 endif
 
+ifeq ($(CUDA),1)
+  $(info lattice: CUDA backend: yes ($(NVCC), arch $(CUDA_ARCH)); CPU backend: yes)
+else
+  $(info lattice: CUDA backend: no (nvcc not found or CUDA=0); CPU backend: yes)
+endif
+ifneq ($(HAVE_PKGS),1)
+  $(info lattice: some of the libraries $(PKGS) are missing (pkg-config); 'make deps' installs them)
+endif
+
 SRCS     := $(filter-out src/main.c,$(wildcard src/*.c)) $(wildcard kernels/cpu/*.c)
 OBJS     := $(patsubst %.c,$(BUILD)/obj/%.o,$(SRCS))
 LIB      := $(BUILD)/liblattice.a
