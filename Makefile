@@ -20,7 +20,7 @@ ifeq ($(HAVE_PKGS),1)
 endif
 
 CFLAGS  := $(OPT) -g -std=c11 -D_GNU_SOURCE -fopenmp -Wall -Wextra -Wno-unused-parameter \
-           -Wstrict-prototypes -Iinclude $(DEP_CFLAGS) -MMD -MP
+           -ffp-contract=fast -Wstrict-prototypes -Iinclude $(DEP_CFLAGS) -MMD -MP
 LDFLAGS := -fopenmp
 LDLIBS  := $(DEP_LIBS) -lpthread -lm
 
@@ -55,7 +55,9 @@ LIB      := $(BUILD)/liblattice.a
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
-.PHONY: all deps check-deps test test-full demo clean format
+GPU_TEST_BINS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/*.c))
+
+.PHONY: all deps check-deps test test-full demo clean gpu-test
 all: check-deps $(BUILD)/lattice $(TEST_BINS)
 
 deps:
@@ -64,11 +66,18 @@ deps:
 check-deps:
 	@scripts/setup.sh --check
 
-$(BUILD)/obj/%.o: %.c
+# Objects are rebuilt when the flags change (e.g. CUDA=0 <-> CUDA=1).
+FLAGS_STAMP := $(BUILD)/flags.$(shell echo '$(CC) $(CFLAGS) $(NVCC) $(NVCCFLAGS)' | cksum | cut -d' ' -f1)
+$(FLAGS_STAMP):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/flags.*
+	@touch $@
+
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/cuda/%.o: kernels/cuda/%.cu
+$(BUILD)/obj/cuda/%.o: kernels/cuda/%.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -82,6 +91,14 @@ $(BUILD)/lattice: $(BUILD)/obj/src/main.o $(LIB)
 $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
+
+# GPU checks: need a visible GPU; scripts/gpu_check.sh wraps them with a report.
+$(BUILD)/tests/gpu/%: tests/gpu/%.c tests/test.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
+
+gpu-test: check-deps $(GPU_TEST_BINS)
+	$(BUILD)/tests/gpu/test_gpu_ops && $(BUILD)/tests/gpu/bench_attention
 
 test: deps all
 	@tests/run.sh $(BUILD)

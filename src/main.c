@@ -33,7 +33,7 @@ static void print_version(void) {
     printf("lattice %s\n", LT_VERSION);
     printf("backends: cpu (OpenBLAS + OpenMP)%s\n",
            lt_cuda_compiled() ? ", cuda (cuBLASLt, cuDNN, NCCL)" : "");
-    printf("communication: mpi (OpenMPI)%s\n", lt_cuda_compiled() ? ", nccl" : "");
+    printf("communication: MPI world set-up (collectives arrive with the parallelism issues)\n");
 }
 
 /* Load, override and validate the config; every problem exits with code 2. */

@@ -1,0 +1,60 @@
+/* adamw.c - AdamW step over flat fp32 state, and fp32 buffer reductions. */
+#include <stdlib.h>
+
+#include "cpu_ops.h"
+
+/* Elementwise; param may be NULL (then only the fp32 state is updated). */
+void cpu_adamw(LtBackend *be, void *param_, float *master, const float *grad, float *m, float *v,
+               size_t n, const LtAdamArgs *a) {
+    float *param = param_;
+    const int bf16 = cpu_is_bf16(be);
+    const float lr = a->lr, b1 = a->beta1, b2 = a->beta2, eps = a->eps, wd = a->weight_decay;
+    const float ibc1 = 1.0f / a->bc1, ibc2 = 1.0f / a->bc2, gs = a->grad_scale;
+    long long nn = (long long)n;
+#pragma omp parallel for simd schedule(static) num_threads(cpu_nthreads(be))
+    for (long long i = 0; i < nn; i++) {
+        float g = grad[i] * gs;
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi * ibc1, vhat = vi * ibc2;
+        float w = master[i];
+        w -= lr * (mhat / (sqrtf(vhat) + eps) + wd * w);
+        master[i] = w;
+    }
+    if (param) {
+#pragma omp parallel for simd schedule(static) num_threads(cpu_nthreads(be))
+        for (long long i = 0; i < nn; i++) param[i] = cpu_store(bf16, master[i]);
+    }
+}
+
+/* Fixed-size chunks summed in parallel, partials combined serially in chunk
+ * order: the result is independent of the thread count. */
+#define SUMSQ_CHUNK 16384
+
+double cpu_sumsq(LtBackend *be, const float *x, size_t n) {
+    size_t nchunk = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+    if (nchunk == 0) return 0.0;
+    double stackbuf[64];
+    double *part = nchunk <= 64 ? stackbuf : lt_malloc(nchunk * sizeof(double));
+    long long nc = (long long)nchunk;
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(be)) if (nchunk > 1)
+    for (long long k = 0; k < nc; k++) {
+        size_t i0 = (size_t)k * SUMSQ_CHUNK, i1 = i0 + SUMSQ_CHUNK < n ? i0 + SUMSQ_CHUNK : n;
+        double s = 0.0;
+#pragma omp simd reduction(+ : s)
+        for (size_t i = i0; i < i1; i++) s += (double)x[i] * (double)x[i];
+        part[k] = s;
+    }
+    double total = 0.0;
+    for (size_t k = 0; k < nchunk; k++) total += part[k];
+    if (part != stackbuf) free(part);
+    return total;
+}
+
+void cpu_scale_f32(LtBackend *be, float *x, float s, size_t n) {
+    long long nn = (long long)n;
+#pragma omp parallel for simd schedule(static) num_threads(cpu_nthreads(be)) if (n > 65536)
+    for (long long i = 0; i < nn; i++) x[i] *= s;
+}

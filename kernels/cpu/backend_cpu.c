@@ -1,0 +1,69 @@
+/* backend_cpu.c - the CPU backend's op table and constructor.
+ * Ops live in one file per family (memory.c, embedding.c, layernorm.c,
+ * linear.c, gelu.c, attention.c, xent.c, adamw.c); see cpu_ops.h for the
+ * storage and threading conventions. */
+#include <cblas.h>
+#include <omp.h>
+#include <stdlib.h>
+
+#include "cpu_ops.h"
+
+static void cpu_destroy(LtBackend *be) {
+    free(((CpuImpl *)be->impl)->scratch);
+    free(be->impl);
+    free(be);
+}
+
+static const LtBackendOps cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .zero = cpu_zero,
+    .upload = cpu_memcpy,
+    .download = cpu_memcpy,
+    .copy = cpu_memcpy,
+    .synchronize = cpu_synchronize,
+    .act_from_f32 = cpu_act_from_f32,
+    .act_to_f32 = cpu_act_to_f32,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
+    .set_stream = cpu_set_stream,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
+    .stream_wait_event = cpu_stream_wait_event,
+    .embedding_fwd = cpu_embedding_fwd,
+    .embedding_bwd = cpu_embedding_bwd,
+    .layernorm_fwd = cpu_layernorm_fwd,
+    .layernorm_bwd = cpu_layernorm_bwd,
+    .linear_fwd = cpu_linear_fwd,
+    .linear_bwd = cpu_linear_bwd,
+    .gelu_fwd = cpu_gelu_fwd,
+    .gelu_bwd = cpu_gelu_bwd,
+    .attention_fwd = cpu_attention_fwd,
+    .attention_bwd = cpu_attention_bwd,
+    .xent_fwd_bwd = cpu_xent_fwd_bwd,
+    .adamw = cpu_adamw,
+    .sumsq = cpu_sumsq,
+    .scale_f32 = cpu_scale_f32,
+};
+
+LtBackend *lt_backend_cpu_create(LtDtype dtype, int threads) {
+    if (dtype != LT_F32 && dtype != LT_BF16) lt_fatal("cpu backend: unknown dtype %d", (int)dtype);
+    if (threads < 0) lt_fatal("cpu backend: negative thread count %d", threads);
+    CpuImpl *impl = lt_calloc(sizeof *impl);
+    impl->nthreads = threads > 0 ? threads : omp_get_num_procs();
+    if (impl->nthreads < 1) impl->nthreads = 1;
+    /* Process-wide setting: the last CPU backend created decides for OpenBLAS. */
+    openblas_set_num_threads(impl->nthreads);
+
+    LtBackend *be = lt_calloc(sizeof *be);
+    be->ops = &cpu_ops;
+    be->dtype = dtype;
+    be->act_size = sizeof(float); /* bf16 values are held in floats on the CPU */
+    be->device_name = dtype == LT_BF16 ? "cpu (bf16 rounding)" : "cpu";
+    be->device_id = -1;
+    be->impl = impl;
+    return be;
+}

@@ -1,0 +1,87 @@
+/* attention.cu - causal self-attention op entries: path selection and the
+ * D = rowsum(dO * O) pre-pass of the backward.
+ *
+ * Design note. Two implementations share one contract (attention.cuh):
+ *  - attention_mma.cu: bf16 tensor cores, HD in {32, 64, 80, 96, 128}, needs
+ *    qkv/dout 16-byte aligned and out/dqkv 4-byte aligned;
+ *  - attention_simt.cu: fp32 CUDA cores, fp32 or bf16 acts, any HD <= 256.
+ * The tensor-core path is taken whenever it applies, unless the backend was
+ * created with LT_CUDA_ATTN=simt (the GPU tests use that to check one path
+ * against the other). Both backward passes are deterministic (no atomics)
+ * and overwrite every element of dqkv. D lives in the stream's scratch. */
+#include "attention.cuh"
+
+#define AD_ROWS 8 /* warps (rows) per block of the D pre-pass */
+
+/* ======================= kernels ======================= */
+
+// D (B, NH, T) = sum over HD of dout * out, both (B, T, NH, HD); one warp per (b, t, h).
+template <typename T>
+__global__ void attn_rowdot_kernel(float *D, const T *dout, const T *out, int B, int T_, int NH,
+                                   int HD) {
+    const size_t row = (size_t)blockIdx.x * AD_ROWS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= (size_t)B * T_ * NH) return;
+    const int h = (int)(row % NH);
+    const size_t bt = row / NH;
+    const int b = (int)(bt / T_), t = (int)(bt % T_);
+    const T *o = out + row * HD, *d = dout + row * HD; /* (b, t, h) rows are contiguous */
+    float s = 0.f;
+    for (int i = lane; i < HD; i += 32) s += to_f(d[i]) * to_f(o[i]);
+    s = warp_sum(s);
+    if (lane == 0) D[((size_t)b * NH + h) * T_ + t] = s;
+}
+
+/* ======================= launchers ======================= */
+
+template <typename T>
+static void launch_rowdot(float *D, const T *dout, const T *out, int B, int T_, int NH, int HD,
+                          cudaStream_t st) {
+    const size_t rows = (size_t)B * T_ * NH;
+    attn_rowdot_kernel<T><<<(unsigned)((rows + AD_ROWS - 1) / AD_ROWS), AD_ROWS * 32, 0, st>>>(
+        D, dout, out, B, T_, NH, HD);
+    CU_CHECK_LAUNCH();
+}
+
+static int aligned(const void *p, uintptr_t a) { return ((uintptr_t)p % a) == 0; }
+
+static int use_mma(LtBackend *be, int HD) {
+    return cu_is_bf16(be) && !cu_impl(be)->attn_simt && attention_mma_supported(HD);
+}
+
+/* ======================= op entries ======================= */
+
+// qkv (B, T, 3, NH, HD) -> out (B, T, NH, HD), lse (B, NH, T)
+void cu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T, int NH,
+                      int HD) {
+    if (B <= 0 || T <= 0 || NH <= 0 || HD <= 0) return;
+    if (B * NH > 65535) lt_fatal("attention: B*NH = %d exceeds the grid limit 65535", B * NH);
+    const int optin = cu_impl(be)->smem_optin;
+    if (use_mma(be, HD) && aligned(qkv, 16) && aligned(out, 4))
+        launch_attention_mma_fwd((bf16 *)out, lse, (const bf16 *)qkv, B, T, NH, HD, optin,
+                                 cu_stream(be));
+    else
+        launch_attention_simt_fwd(cu_is_bf16(be), out, lse, qkv, B, T, NH, HD, optin,
+                                  cu_stream(be));
+}
+
+// dout (B, T, NH, HD), qkv, out, lse -> dqkv (B, T, 3, NH, HD), overwritten
+void cu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
+                      const void *out, const float *lse, int B, int T, int NH, int HD) {
+    if (B <= 0 || T <= 0 || NH <= 0 || HD <= 0) return;
+    if (B * NH > 65535) lt_fatal("attention: B*NH = %d exceeds the grid limit 65535", B * NH);
+    const int optin = cu_impl(be)->smem_optin;
+    float *D = (float *)cu_scratch(be, (size_t)B * NH * T * sizeof(float));
+    if (cu_is_bf16(be))
+        launch_rowdot<bf16>(D, (const bf16 *)dout, (const bf16 *)out, B, T, NH, HD,
+                            cu_stream(be));
+    else
+        launch_rowdot<float>(D, (const float *)dout, (const float *)out, B, T, NH, HD,
+                             cu_stream(be));
+    if (use_mma(be, HD) && aligned(qkv, 16) && aligned(dout, 16) && aligned(dqkv, 4))
+        launch_attention_mma_bwd((bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D, B,
+                                 T, NH, HD, optin, cu_stream(be));
+    else
+        launch_attention_simt_bwd(cu_is_bf16(be), dqkv, dout, qkv, lse, D, B, T, NH, HD, optin,
+                                  cu_stream(be));
+}

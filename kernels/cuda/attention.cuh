@@ -1,0 +1,42 @@
+/* attention.cuh - pieces shared by the attention files (attention.cu entry,
+ * attention_simt.cu generic path, attention_mma.cu bf16 tensor-core path).
+ *
+ * Layouts: qkv (B, T, 3, NH, HD) - row (b, t) holds q | k | v, each NH*HD;
+ * out / dout (B, T, NH, HD); lse and D (B, NH, T) fp32. Scores use the
+ * base-2 domain internally: s2 = (q.k) * scale * log2(e), so that
+ * lse_natural = (m2 + log2(l)) * ln(2) and p = exp2(s2 - lse * log2(e)). */
+#ifndef LT_CUDA_ATTENTION_CUH
+#define LT_CUDA_ATTENTION_CUH
+
+#include "common.cuh"
+
+#define ATT_LOG2E 1.4426950408889634f
+#define ATT_LN2 0.6931471805599453f
+
+/* Element offset of q (which=0), k (1) or v (2) of token t, head h, in qkv. */
+__device__ __forceinline__ size_t qkv_off(int b, int t, int h, int which, int T, int NH, int HD) {
+    const size_t C = (size_t)NH * HD;
+    return ((size_t)b * T + t) * 3 * C + (size_t)which * C + (size_t)h * HD;
+}
+/* Element offset of token t, head h in out / dout (B, T, NH, HD). */
+__device__ __forceinline__ size_t out_off(int b, int t, int h, int T, int NH, int HD) {
+    return ((size_t)b * T + t) * (size_t)NH * HD + (size_t)h * HD;
+}
+
+/* Generic (SIMT) path: any HD <= 256, fp32 or bf16 acts. */
+#define ATT_SIMT_MAX_HD 256
+void launch_attention_simt_fwd(int is_bf16, void *out, float *lse, const void *qkv, int B, int T,
+                               int NH, int HD, int smem_optin, cudaStream_t st);
+void launch_attention_simt_bwd(int is_bf16, void *dqkv, const void *dout, const void *qkv,
+                               const float *lse, const float *Dbuf, int B, int T, int NH, int HD,
+                               int smem_optin, cudaStream_t st);
+
+/* Tensor-core path: bf16 acts, HD in {32, 64, 80, 96, 128}, 16-byte aligned tensors. */
+int attention_mma_supported(int HD);
+void launch_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, int HD,
+                              int smem_optin, cudaStream_t st);
+void launch_attention_mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+                              const float *Dbuf, int B, int T, int NH, int HD, int smem_optin,
+                              cudaStream_t st);
+
+#endif

@@ -1,0 +1,506 @@
+/* attention_mma.cu - bf16 causal flash attention on tensor cores
+ * (mma.sync.m16n8k16, fp32 accumulation), HD in {32, 64, 80, 96, 128}.
+ *
+ * Design note. 4 warps per block, each warp owns 16 rows of a 64-row tile;
+ * tiles are copied global -> shared with cp.async (16-byte chunks, rows past
+ * T zero-filled by the copy itself) and double-buffered along the loop.
+ * Shared rows are padded to HD+8 elements, which makes every fragment load
+ * below bank-conflict-free. Fragment layouts (PTX ISA, m16n8k16, g = lane/4,
+ * c = lane%4): A regs {A[g][2c..], A[g+8][2c..], A[g][2c+8..], A[g+8][2c+8..]};
+ * B regs {B[2c..2c+1][g], B[2c+8..2c+9][g]}; C {C[g][2c..2c+1], C[g+8][2c..]}.
+ * So an operand whose K index runs along a shared row is one 32-bit load, and
+ * one whose K index runs down rows (V in P.V, K in dS.K, Q/dO in the dK/dV
+ * products) is two 16-bit loads. Two accumulator tiles of 8 columns form the
+ * A operand of the next product directly (the FA2 register trick), rounded to
+ * bf16. Scores are in the base-2 domain (attention.cuh).
+ * Forward: grid (query tiles, B*NH), heaviest tiles first; online softmax on
+ * quad shuffles; writes out and lse. Backward, deterministic: kernel dq owns
+ * a query tile and loops over key tiles up to the diagonal; kernel dkdv owns
+ * a key tile (warps own keys, so S^T = K Q^T comes out already transposed)
+ * and loops over query tiles from the diagonal to T. No atomics. */
+#include "attention.cuh"
+
+#define AM_THREADS 128
+#define AM_BR 64 /* query rows per block (forward, dq) */
+#define AM_BC 64 /* keys per tile (forward, dq) and per block (dkdv) */
+
+/* ======================= device helpers ======================= */
+
+__device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+/* (lo, hi) -> bf16x2 with lo in the low half. */
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+__device__ __forceinline__ uint32_t ld32(const bf16 *p) {
+    return *reinterpret_cast<const uint32_t *>(p);
+}
+__device__ __forceinline__ uint32_t pair16(const bf16 *lo, const bf16 *hi) {
+    return (uint32_t)__bfloat16_as_ushort(*lo) | ((uint32_t)__bfloat16_as_ushort(*hi) << 16);
+}
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    const int n = valid ? 16 : 0; /* 0 source bytes: 16 zero bytes written */
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Async copy of rows [t0, t0+rows) of a (T, HD) slice (row stride rs) into dst (rows, HD+8).
+template <int HD>
+__device__ __forceinline__ void am_load(bf16 *dst, const bf16 *base, size_t rs, int t0, int T_,
+                                        int rows) {
+    constexpr int CPR = HD / 8, SD = HD + 8;
+    for (int i = threadIdx.x; i < rows * CPR; i += AM_THREADS) {
+        const int r = i / CPR, cc = i - r * CPR, t = t0 + r;
+        const bool ok = t < T_;
+        cp_async16(dst + r * SD + cc * 8, base + (size_t)(ok ? t : 0) * rs + cc * 8, ok);
+    }
+}
+
+// A fragment of rows r0, r0+8 and columns k0.. from a (., HD+8) shared tile.
+template <int SD>
+__device__ __forceinline__ void ld_afrag(uint32_t a[4], const bf16 *s, int r0, int k0) {
+    a[0] = ld32(s + r0 * SD + k0);
+    a[1] = ld32(s + (r0 + 8) * SD + k0);
+    a[2] = ld32(s + r0 * SD + k0 + 8);
+    a[3] = ld32(s + (r0 + 8) * SD + k0 + 8);
+}
+
+/* ======================= kernels ======================= */
+
+// qkv (B,T,3,NH,HD) -> out (B,T,NH,HD), lse (B,NH,T). grid (ceil(T/64), B*NH), 128 threads.
+template <int HD>
+__global__ void __launch_bounds__(AM_THREADS)
+    attn_mma_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, int T_, int NH, float sl2) {
+    constexpr int SD = HD + 8, KD = HD / 16, ND = HD / 8;
+    extern __shared__ __align__(16) unsigned char am_raw[];
+    bf16 *Qs = (bf16 *)am_raw, *Ks = Qs + AM_BR * SD, *Vs = Ks + 2 * AM_BC * SD;
+    const int bh = blockIdx.y, b = bh / NH, h = bh - b * NH;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * AM_BR;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c2 = (lane & 3) * 2;
+    const size_t C = (size_t)NH * HD, rs = 3 * C;
+    const bf16 *qb = qkv + (size_t)b * T_ * rs + (size_t)h * HD, *kb = qb + C, *vb = qb + 2 * C;
+    am_load<HD>(Qs, qb, rs, q0, T_, AM_BR);
+    cp_async_commit();
+    am_load<HD>(Ks, kb, rs, 0, T_, AM_BC);
+    am_load<HD>(Vs, vb, rs, 0, T_, AM_BC);
+    cp_async_commit();
+    const int nkt = min(q0 + AM_BR - 1, T_ - 1) / AM_BC + 1;
+    const int qi0 = q0 + w * 16 + g, qi1 = qi0 + 8;
+    uint32_t qf[KD][4];
+    float o[ND][4];
+#pragma unroll
+    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    for (int j = 0; j < nkt; j++) {
+        const int buf = j & 1;
+        if (j + 1 < nkt) {
+            am_load<HD>(Ks + (buf ^ 1) * AM_BC * SD, kb, rs, (j + 1) * AM_BC, T_, AM_BC);
+            am_load<HD>(Vs + (buf ^ 1) * AM_BC * SD, vb, rs, (j + 1) * AM_BC, T_, AM_BC);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (j == 0) {
+#pragma unroll
+            for (int kk = 0; kk < KD; kk++) ld_afrag<SD>(qf[kk], Qs, w * 16 + g, kk * 16 + c2);
+        }
+        const bf16 *Kt = Ks + buf * AM_BC * SD, *Vt = Vs + buf * AM_BC * SD;
+        float s[8][4];
+#pragma unroll
+        for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++)
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                const bf16 *kp = Kt + (n * 8 + g) * SD + kk * 16 + c2;
+                mma_bf16(s[n], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], ld32(kp), ld32(kp + 8));
+            }
+        /* mask + online softmax; rows qi0 (regs 0,1) and qi1 (regs 2,3) */
+        const int kt0 = j * AM_BC;
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int kj = kt0 + n * 8 + c2 + e;
+                s[n][e] = kj > qi0 ? -INFINITY : s[n][e] * sl2;
+                s[n][2 + e] = kj > qi1 ? -INFINITY : s[n][2 + e] * sl2;
+                mx0 = fmaxf(mx0, s[n][e]);
+                mx1 = fmaxf(mx1, s[n][2 + e]);
+            }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+        const float r0 = mn0 == -INFINITY ? 0.f : mn0, r1 = mn1 == -INFINITY ? 0.f : mn1;
+        const float al0 = exp2f(m0 - r0), al1 = exp2f(m1 - r1);
+        m0 = mn0;
+        m1 = mn1;
+        l0 *= al0;
+        l1 *= al1;
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            o[n][0] *= al0;
+            o[n][1] *= al0;
+            o[n][2] *= al1;
+            o[n][3] *= al1;
+        }
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                s[n][e] = exp2f(s[n][e] - r0);
+                s[n][2 + e] = exp2f(s[n][2 + e] - r1);
+                l0 += s[n][e];
+                l1 += s[n][2 + e];
+            }
+        /* O += P V: K index = key (16 per step), N index = head dim */
+#pragma unroll
+        for (int kk = 0; kk < AM_BC / 16; kk++) {
+            const uint32_t a0 = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+            const uint32_t a1 = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            const uint32_t a2 = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            const uint32_t a3 = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                const bf16 *vp = Vt + (kk * 16 + c2) * SD + n * 8 + g;
+                mma_bf16(o[n], a0, a1, a2, a3, pair16(vp, vp + SD),
+                         pair16(vp + 8 * SD, vp + 9 * SD));
+            }
+        }
+        __syncthreads(); /* buffer `buf` is refilled two iterations on */
+    }
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+    if (qi0 < T_) {
+        bf16 *op = out + out_off(b, qi0, h, T_, NH, HD) + c2;
+#pragma unroll
+        for (int n = 0; n < ND; n++)
+            *reinterpret_cast<uint32_t *>(op + n * 8) = pack_bf16(o[n][0] * inv0, o[n][1] * inv0);
+        if ((lane & 3) == 0) lse[(size_t)bh * T_ + qi0] = (m0 + log2f(l0)) * ATT_LN2;
+    }
+    if (qi1 < T_) {
+        bf16 *op = out + out_off(b, qi1, h, T_, NH, HD) + c2;
+#pragma unroll
+        for (int n = 0; n < ND; n++)
+            *reinterpret_cast<uint32_t *>(op + n * 8) = pack_bf16(o[n][2] * inv1, o[n][3] * inv1);
+        if ((lane & 3) == 0) lse[(size_t)bh * T_ + qi1] = (m1 + log2f(l1)) * ATT_LN2;
+    }
+}
+
+// dQ of one 64-row query tile: dqkv q slice. grid (ceil(T/64), B*NH), 128 threads.
+template <int HD>
+__global__ void __launch_bounds__(AM_THREADS)
+    attn_mma_dq_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+                       const float *Dbuf, int T_, int NH, float sl2, float scale) {
+    constexpr int SD = HD + 8, KD = HD / 16, ND = HD / 8;
+    extern __shared__ __align__(16) unsigned char am_raw[];
+    bf16 *Qs = (bf16 *)am_raw, *dOs = Qs + AM_BR * SD, *Ks = dOs + AM_BR * SD;
+    bf16 *Vs = Ks + 2 * AM_BC * SD;
+    const int bh = blockIdx.y, b = bh / NH, h = bh - b * NH;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * AM_BR;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c2 = (lane & 3) * 2;
+    const size_t C = (size_t)NH * HD, rs = 3 * C;
+    const bf16 *qb = qkv + (size_t)b * T_ * rs + (size_t)h * HD, *kb = qb + C, *vb = qb + 2 * C;
+    const bf16 *ob = dout + (size_t)b * T_ * C + (size_t)h * HD;
+    am_load<HD>(Qs, qb, rs, q0, T_, AM_BR);
+    am_load<HD>(dOs, ob, C, q0, T_, AM_BR);
+    cp_async_commit();
+    am_load<HD>(Ks, kb, rs, 0, T_, AM_BC);
+    am_load<HD>(Vs, vb, rs, 0, T_, AM_BC);
+    cp_async_commit();
+    const int nkt = min(q0 + AM_BR - 1, T_ - 1) / AM_BC + 1;
+    const int qi0 = q0 + w * 16 + g, qi1 = qi0 + 8;
+    const float L0 = qi0 < T_ ? lse[(size_t)bh * T_ + qi0] * ATT_LOG2E : 0.f;
+    const float L1 = qi1 < T_ ? lse[(size_t)bh * T_ + qi1] * ATT_LOG2E : 0.f;
+    const float D0 = qi0 < T_ ? Dbuf[(size_t)bh * T_ + qi0] : 0.f;
+    const float D1 = qi1 < T_ ? Dbuf[(size_t)bh * T_ + qi1] : 0.f;
+    float dq[ND][4];
+#pragma unroll
+    for (int n = 0; n < ND; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
+    for (int j = 0; j < nkt; j++) {
+        const int buf = j & 1;
+        if (j + 1 < nkt) {
+            am_load<HD>(Ks + (buf ^ 1) * AM_BC * SD, kb, rs, (j + 1) * AM_BC, T_, AM_BC);
+            am_load<HD>(Vs + (buf ^ 1) * AM_BC * SD, vb, rs, (j + 1) * AM_BC, T_, AM_BC);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16 *Kt = Ks + buf * AM_BC * SD, *Vt = Vs + buf * AM_BC * SD;
+        float s[8][4], dp[8][4];
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) s[n][r] = dp[n][r] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            uint32_t aq[4], ao[4];
+            ld_afrag<SD>(aq, Qs, w * 16 + g, kk * 16 + c2);
+            ld_afrag<SD>(ao, dOs, w * 16 + g, kk * 16 + c2);
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                const bf16 *kp = Kt + (n * 8 + g) * SD + kk * 16 + c2;
+                const bf16 *vp = Vt + (n * 8 + g) * SD + kk * 16 + c2;
+                mma_bf16(s[n], aq[0], aq[1], aq[2], aq[3], ld32(kp), ld32(kp + 8));
+                mma_bf16(dp[n], ao[0], ao[1], ao[2], ao[3], ld32(vp), ld32(vp + 8));
+            }
+        }
+        const int kt0 = j * AM_BC;
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int kj = kt0 + n * 8 + c2 + e;
+                const float p0 = kj > qi0 ? 0.f : exp2f(s[n][e] * sl2 - L0);
+                const float p1 = kj > qi1 ? 0.f : exp2f(s[n][2 + e] * sl2 - L1);
+                s[n][e] = p0 * (dp[n][e] - D0); /* s now holds dS */
+                s[n][2 + e] = p1 * (dp[n][2 + e] - D1);
+            }
+        /* dQ += dS K: K index = key, N index = head dim */
+#pragma unroll
+        for (int kk = 0; kk < AM_BC / 16; kk++) {
+            const uint32_t a0 = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+            const uint32_t a1 = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            const uint32_t a2 = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            const uint32_t a3 = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                const bf16 *kp = Kt + (kk * 16 + c2) * SD + n * 8 + g;
+                mma_bf16(dq[n], a0, a1, a2, a3, pair16(kp, kp + SD),
+                         pair16(kp + 8 * SD, kp + 9 * SD));
+            }
+        }
+        __syncthreads();
+    }
+    if (qi0 < T_) {
+        bf16 *dp0 = dqkv + qkv_off(b, qi0, h, 0, T_, NH, HD) + c2;
+#pragma unroll
+        for (int n = 0; n < ND; n++)
+            *reinterpret_cast<uint32_t *>(dp0 + n * 8) = pack_bf16(dq[n][0] * scale, dq[n][1] * scale);
+    }
+    if (qi1 < T_) {
+        bf16 *dp1 = dqkv + qkv_off(b, qi1, h, 0, T_, NH, HD) + c2;
+#pragma unroll
+        for (int n = 0; n < ND; n++)
+            *reinterpret_cast<uint32_t *>(dp1 + n * 8) = pack_bf16(dq[n][2] * scale, dq[n][3] * scale);
+    }
+}
+
+// Row statistics (lse * log2 e, D) of query rows [t0, t0+BR), zeros past T.
+template <int BR>
+__device__ __forceinline__ void am_load_stats(float *L, float *D, const float *lse,
+                                              const float *Dbuf, size_t bh, int t0, int T_) {
+    for (int r = threadIdx.x; r < BR; r += AM_THREADS) {
+        const int t = t0 + r;
+        L[r] = t < T_ ? lse[bh * T_ + t] * ATT_LOG2E : 0.f;
+        D[r] = t < T_ ? Dbuf[bh * T_ + t] : 0.f;
+    }
+}
+
+// dK, dV of one 64-key tile: dqkv k and v slices. grid (ceil(T/64), B*NH), 128 threads.
+template <int HD, int BR>
+__global__ void __launch_bounds__(AM_THREADS)
+    attn_mma_dkdv_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+                         const float *Dbuf, int T_, int NH, float sl2, float scale) {
+    constexpr int SD = HD + 8, KD = HD / 16, ND = HD / 8, NQ = BR / 8;
+    extern __shared__ __align__(16) unsigned char am_raw[];
+    bf16 *Ks = (bf16 *)am_raw, *Vs = Ks + AM_BC * SD, *Qs = Vs + AM_BC * SD;
+    bf16 *dOs = Qs + 2 * BR * SD;
+    float *Ls = (float *)(dOs + 2 * BR * SD), *Dsh = Ls + 2 * BR;
+    const int bh = blockIdx.y, b = bh / NH, h = bh - b * NH;
+    const int kt0 = blockIdx.x * AM_BC;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c2 = (lane & 3) * 2;
+    const size_t C = (size_t)NH * HD, rs = 3 * C;
+    const bf16 *qb = qkv + (size_t)b * T_ * rs + (size_t)h * HD, *kb = qb + C, *vb = qb + 2 * C;
+    const bf16 *ob = dout + (size_t)b * T_ * C + (size_t)h * HD;
+    am_load<HD>(Ks, kb, rs, kt0, T_, AM_BC);
+    am_load<HD>(Vs, vb, rs, kt0, T_, AM_BC);
+    am_load<HD>(Qs, qb, rs, kt0, T_, BR);
+    am_load<HD>(dOs, ob, C, kt0, T_, BR);
+    cp_async_commit();
+    am_load_stats<BR>(Ls, Dsh, lse, Dbuf, bh, kt0, T_);
+    const int nqt = (T_ - kt0 + BR - 1) / BR;
+    const int kr = w * 16 + g; /* local key rows kr, kr+8 */
+    const int ki0 = kt0 + kr, ki1 = ki0 + 8;
+    float dk[ND][4], dv[ND][4];
+#pragma unroll
+    for (int n = 0; n < ND; n++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) dk[n][r] = dv[n][r] = 0.f;
+    for (int j = 0; j < nqt; j++) {
+        const int buf = j & 1, qt0 = kt0 + j * BR;
+        if (j + 1 < nqt) {
+            am_load<HD>(Qs + (buf ^ 1) * BR * SD, qb, rs, qt0 + BR, T_, BR);
+            am_load<HD>(dOs + (buf ^ 1) * BR * SD, ob, C, qt0 + BR, T_, BR);
+            cp_async_commit();
+            am_load_stats<BR>(Ls + (buf ^ 1) * BR, Dsh + (buf ^ 1) * BR, lse, Dbuf, bh, qt0 + BR, T_);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16 *Qt = Qs + buf * BR * SD, *Ot = dOs + buf * BR * SD;
+        const float *Lt = Ls + buf * BR, *Dt = Dsh + buf * BR;
+        /* S^T = K Q^T and dP^T = V dO^T: M = key, N = query, K index = head dim */
+        float st[NQ][4], dpt[NQ][4];
+#pragma unroll
+        for (int n = 0; n < NQ; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) st[n][r] = dpt[n][r] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            uint32_t ak[4], av[4];
+            ld_afrag<SD>(ak, Ks, kr, kk * 16 + c2);
+            ld_afrag<SD>(av, Vs, kr, kk * 16 + c2);
+#pragma unroll
+            for (int n = 0; n < NQ; n++) {
+                const bf16 *qp = Qt + (n * 8 + g) * SD + kk * 16 + c2;
+                const bf16 *op = Ot + (n * 8 + g) * SD + kk * 16 + c2;
+                mma_bf16(st[n], ak[0], ak[1], ak[2], ak[3], ld32(qp), ld32(qp + 8));
+                mma_bf16(dpt[n], av[0], av[1], av[2], av[3], ld32(op), ld32(op + 8));
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < NQ; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int ql = n * 8 + c2 + e, qj = qt0 + ql;
+                const float Lq = Lt[ql], Dq = Dt[ql];
+                const float p0 = (qj >= ki0 && qj < T_) ? exp2f(st[n][e] * sl2 - Lq) : 0.f;
+                const float p1 = (qj >= ki1 && qj < T_) ? exp2f(st[n][2 + e] * sl2 - Lq) : 0.f;
+                st[n][e] = p0;
+                st[n][2 + e] = p1;
+                dpt[n][e] = p0 * (dpt[n][e] - Dq); /* dpt now holds dS^T */
+                dpt[n][2 + e] = p1 * (dpt[n][2 + e] - Dq);
+            }
+        /* dV += P^T dO and dK += dS^T Q: M = key, K index = query, N = head dim */
+#pragma unroll
+        for (int kq = 0; kq < BR / 16; kq++) {
+            const uint32_t p0 = pack_bf16(st[2 * kq][0], st[2 * kq][1]);
+            const uint32_t p1 = pack_bf16(st[2 * kq][2], st[2 * kq][3]);
+            const uint32_t p2 = pack_bf16(st[2 * kq + 1][0], st[2 * kq + 1][1]);
+            const uint32_t p3 = pack_bf16(st[2 * kq + 1][2], st[2 * kq + 1][3]);
+            const uint32_t d0 = pack_bf16(dpt[2 * kq][0], dpt[2 * kq][1]);
+            const uint32_t d1 = pack_bf16(dpt[2 * kq][2], dpt[2 * kq][3]);
+            const uint32_t d2 = pack_bf16(dpt[2 * kq + 1][0], dpt[2 * kq + 1][1]);
+            const uint32_t d3 = pack_bf16(dpt[2 * kq + 1][2], dpt[2 * kq + 1][3]);
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                const bf16 *op = Ot + (kq * 16 + c2) * SD + n * 8 + g;
+                const bf16 *qp = Qt + (kq * 16 + c2) * SD + n * 8 + g;
+                mma_bf16(dv[n], p0, p1, p2, p3, pair16(op, op + SD),
+                         pair16(op + 8 * SD, op + 9 * SD));
+                mma_bf16(dk[n], d0, d1, d2, d3, pair16(qp, qp + SD),
+                         pair16(qp + 8 * SD, qp + 9 * SD));
+            }
+        }
+        __syncthreads();
+    }
+    if (ki0 < T_) {
+        bf16 *kp = dqkv + qkv_off(b, ki0, h, 1, T_, NH, HD) + c2;
+        bf16 *vp = dqkv + qkv_off(b, ki0, h, 2, T_, NH, HD) + c2;
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            *reinterpret_cast<uint32_t *>(kp + n * 8) = pack_bf16(dk[n][0] * scale, dk[n][1] * scale);
+            *reinterpret_cast<uint32_t *>(vp + n * 8) = pack_bf16(dv[n][0], dv[n][1]);
+        }
+    }
+    if (ki1 < T_) {
+        bf16 *kp = dqkv + qkv_off(b, ki1, h, 1, T_, NH, HD) + c2;
+        bf16 *vp = dqkv + qkv_off(b, ki1, h, 2, T_, NH, HD) + c2;
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            *reinterpret_cast<uint32_t *>(kp + n * 8) = pack_bf16(dk[n][2] * scale, dk[n][3] * scale);
+            *reinterpret_cast<uint32_t *>(vp + n * 8) = pack_bf16(dv[n][2], dv[n][3]);
+        }
+    }
+}
+
+/* ======================= launchers ======================= */
+
+static void am_set_smem(const void *fn, size_t smem, int optin) {
+    if (smem > (size_t)optin)
+        lt_fatal("attention (mma): needs %zu bytes of shared memory, device allows %d", smem, optin);
+    if (smem > 48 * 1024)
+        CU_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+}
+
+template <int HD>
+static void mma_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T_, int NH, int optin,
+                    cudaStream_t st) {
+    const size_t smem = (size_t)(AM_BR + 4 * AM_BC) * (HD + 8) * sizeof(bf16);
+    am_set_smem((const void *)attn_mma_fwd_kernel<HD>, smem, optin);
+    const float sl2 = ATT_LOG2E / sqrtf((float)HD);
+    dim3 grid((T_ + AM_BR - 1) / AM_BR, B * NH);
+    attn_mma_fwd_kernel<HD><<<grid, AM_THREADS, smem, st>>>(out, lse, qkv, T_, NH, sl2);
+    CU_CHECK_LAUNCH();
+}
+
+template <int HD>
+static void mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+                    const float *Dbuf, int B, int T_, int NH, int optin, cudaStream_t st) {
+    constexpr int BR = HD <= 64 ? 64 : 32;
+    const float scale = 1.f / sqrtf((float)HD), sl2 = scale * ATT_LOG2E;
+    const size_t smem_kv =
+        (size_t)(2 * AM_BC + 4 * BR) * (HD + 8) * sizeof(bf16) + (size_t)4 * BR * sizeof(float);
+    const size_t smem_q = (size_t)(2 * AM_BR + 4 * AM_BC) * (HD + 8) * sizeof(bf16);
+    am_set_smem((const void *)attn_mma_dkdv_kernel<HD, BR>, smem_kv, optin);
+    am_set_smem((const void *)attn_mma_dq_kernel<HD>, smem_q, optin);
+    dim3 grid_kv((T_ + AM_BC - 1) / AM_BC, B * NH), grid_q((T_ + AM_BR - 1) / AM_BR, B * NH);
+    attn_mma_dkdv_kernel<HD, BR><<<grid_kv, AM_THREADS, smem_kv, st>>>(dqkv, dout, qkv, lse, Dbuf,
+                                                                       T_, NH, sl2, scale);
+    CU_CHECK_LAUNCH();
+    attn_mma_dq_kernel<HD><<<grid_q, AM_THREADS, smem_q, st>>>(dqkv, dout, qkv, lse, Dbuf, T_, NH,
+                                                               sl2, scale);
+    CU_CHECK_LAUNCH();
+}
+
+int attention_mma_supported(int HD) {
+    return HD == 32 || HD == 64 || HD == 80 || HD == 96 || HD == 128;
+}
+
+void launch_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, int HD,
+                              int smem_optin, cudaStream_t st) {
+    switch (HD) {
+    case 32: mma_fwd<32>(out, lse, qkv, B, T, NH, smem_optin, st); break;
+    case 64: mma_fwd<64>(out, lse, qkv, B, T, NH, smem_optin, st); break;
+    case 80: mma_fwd<80>(out, lse, qkv, B, T, NH, smem_optin, st); break;
+    case 96: mma_fwd<96>(out, lse, qkv, B, T, NH, smem_optin, st); break;
+    case 128: mma_fwd<128>(out, lse, qkv, B, T, NH, smem_optin, st); break;
+    default: lt_fatal("attention (mma): unsupported head dim %d", HD);
+    }
+}
+
+void launch_attention_mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+                              const float *Dbuf, int B, int T, int NH, int HD, int smem_optin,
+                              cudaStream_t st) {
+    switch (HD) {
+    case 32: mma_bwd<32>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, smem_optin, st); break;
+    case 64: mma_bwd<64>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, smem_optin, st); break;
+    case 80: mma_bwd<80>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, smem_optin, st); break;
+    case 96: mma_bwd<96>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, smem_optin, st); break;
+    case 128: mma_bwd<128>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, smem_optin, st); break;
+    default: lt_fatal("attention (mma): unsupported head dim %d", HD);
+    }
+}

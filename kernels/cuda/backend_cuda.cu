@@ -1,0 +1,328 @@
+/* backend_cuda.cu - the CUDA backend object: vtable, device memory, streams
+ * and events, per-stream scratch arenas, act <-> fp32 conversion.
+ *
+ * Design note. LtStream is a small struct (common.cuh) wrapping a
+ * non-blocking cudaStream_t plus that stream's scratch arena and cuBLASLt
+ * workspace; the backend's default stream is one such struct embedded in the
+ * impl. LtEvent* is a cudaEvent_t created with timing disabled. Memory
+ * transfers run on the current stream; upload/download synchronize it before
+ * returning (the host buffer may be reused at once), copy/zero do not.
+ * alloc zeroes and synchronizes the device so that later work on any stream
+ * sees zeros. Nothing here aborts the process when no GPU is present:
+ * lt_cuda_device_count() returns 0 and lt_backend_cuda_create() returns NULL
+ * with a message. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.cuh"
+
+/* ======================= kernels ======================= */
+
+// (n) act -> fp32
+template <typename T>
+__global__ void act_to_f32_kernel(float *dst, const T *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = to_f(src[i]);
+}
+
+// (n) fp32 -> act (round to nearest even)
+template <typename T>
+__global__ void act_from_f32_kernel(T *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = from_f<T>(src[i]);
+}
+
+/* ======================= launchers ======================= */
+
+static unsigned grid_for(size_t n) {
+    unsigned g = cu_blocks(n, 256);
+    return g > 65535u * 16u ? 65535u * 16u : g;
+}
+
+static void launch_act_to_f32_bf16(float *dst, const bf16 *src, size_t n, cudaStream_t st) {
+    act_to_f32_kernel<bf16><<<grid_for(n), 256, 0, st>>>(dst, src, n);
+    CU_CHECK_LAUNCH();
+}
+
+static void launch_act_from_f32_bf16(bf16 *dst, const float *src, size_t n, cudaStream_t st) {
+    act_from_f32_kernel<bf16><<<grid_for(n), 256, 0, st>>>(dst, src, n);
+    CU_CHECK_LAUNCH();
+}
+
+/* ======================= arena / workspace ======================= */
+
+static void stream_release(LtStream *st) {
+    if (st->scratch) CU_CHECK(cudaFree(st->scratch));
+    if (st->ws) CU_CHECK(cudaFree(st->ws));
+    st->scratch = st->ws = NULL;
+    st->scratch_bytes = st->ws_bytes = 0;
+}
+
+void *cu_scratch(LtBackend *be, size_t bytes) {
+    LtStream *st = cu_impl(be)->cur;
+    if (bytes == 0) bytes = 256;
+    if (bytes > st->scratch_bytes) {
+        size_t nb = cu_align_up(bytes > 2 * st->scratch_bytes ? bytes : 2 * st->scratch_bytes,
+                                (size_t)1 << 20);
+        CU_CHECK(cudaStreamSynchronize(st->s)); /* earlier ops may still read it */
+        if (st->scratch) CU_CHECK(cudaFree(st->scratch));
+        st->scratch = NULL;
+        CU_CHECK(cudaMalloc(&st->scratch, nb));
+        st->scratch_bytes = nb;
+    }
+    return st->scratch;
+}
+
+#define LT_GEMM_WORKSPACE ((size_t)32 << 20)
+void *cu_workspace(LtBackend *be, size_t *bytes) {
+    LtStream *st = cu_impl(be)->cur;
+    if (!st->ws) {
+        CU_CHECK(cudaMalloc(&st->ws, LT_GEMM_WORKSPACE));
+        st->ws_bytes = LT_GEMM_WORKSPACE;
+    }
+    *bytes = st->ws_bytes;
+    return st->ws;
+}
+
+/* ======================= vtable: memory ======================= */
+
+static void cu_destroy(LtBackend *be) {
+    CudaImpl *im = cu_impl(be);
+    cudaDeviceSynchronize();
+    stream_release(&im->def);
+    cudaStreamDestroy(im->def.s);
+    cublasLtDestroy(im->lt);
+    free(im);
+    free(be);
+}
+
+static void *cu_alloc(LtBackend *be, size_t bytes) {
+    void *p = NULL;
+    size_t nb = bytes ? bytes : 1;
+    cudaError_t e = cudaMalloc(&p, nb);
+    if (e != cudaSuccess || !p) {
+        size_t fr = 0, tot = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&fr, &tot);
+        lt_fatal("out of GPU memory allocating %zu bytes (%s; %zu of %zu bytes free)", bytes,
+                 cudaGetErrorString(e), fr, tot);
+    }
+    CU_CHECK(cudaMemsetAsync(p, 0, nb, cu_stream(be)));
+    CU_CHECK(cudaStreamSynchronize(cu_stream(be)));
+    return p;
+}
+
+static void cu_free(LtBackend *be, void *p) {
+    (void)be;
+    if (p) CU_CHECK(cudaFree(p));
+}
+
+static void cu_zero(LtBackend *be, void *p, size_t bytes) {
+    if (bytes) CU_CHECK(cudaMemsetAsync(p, 0, bytes, cu_stream(be)));
+}
+
+static void cu_upload(LtBackend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cu_stream(be)));
+    CU_CHECK(cudaStreamSynchronize(cu_stream(be)));
+}
+
+static void cu_download(LtBackend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cu_stream(be)));
+    CU_CHECK(cudaStreamSynchronize(cu_stream(be)));
+}
+
+static void cu_copy(LtBackend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes || dst == src) return;
+    CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu_stream(be)));
+}
+
+static void cu_synchronize(LtBackend *be) {
+    (void)be;
+    CU_CHECK(cudaDeviceSynchronize());
+}
+
+void cu_act_from_f32(LtBackend *be, void *dst, const float *src, size_t n) {
+    if (!n) return;
+    if (cu_is_bf16(be))
+        launch_act_from_f32_bf16((bf16 *)dst, src, n, cu_stream(be));
+    else
+        cu_copy(be, dst, src, n * sizeof(float));
+}
+
+void cu_act_to_f32(LtBackend *be, float *dst, const void *src, size_t n) {
+    if (!n) return;
+    if (cu_is_bf16(be))
+        launch_act_to_f32_bf16(dst, (const bf16 *)src, n, cu_stream(be));
+    else
+        cu_copy(be, dst, src, n * sizeof(float));
+}
+
+/* ======================= vtable: streams / events ======================= */
+
+static LtStream *cu_stream_create(LtBackend *be) {
+    (void)be;
+    LtStream *s = (LtStream *)calloc(1, sizeof(LtStream));
+    if (!s) lt_fatal("out of host memory");
+    CU_CHECK(cudaStreamCreateWithFlags(&s->s, cudaStreamNonBlocking));
+    return s;
+}
+
+static void cu_stream_destroy(LtBackend *be, LtStream *s) {
+    CudaImpl *im = cu_impl(be);
+    if (!s || s == &im->def) return;
+    if (im->cur == s) im->cur = &im->def;
+    CU_CHECK(cudaStreamSynchronize(s->s));
+    stream_release(s);
+    CU_CHECK(cudaStreamDestroy(s->s));
+    free(s);
+}
+
+static void cu_set_stream(LtBackend *be, LtStream *s) {
+    CudaImpl *im = cu_impl(be);
+    im->cur = s ? s : &im->def;
+}
+
+static LtEvent *cu_event_create(LtBackend *be) {
+    (void)be;
+    cudaEvent_t e;
+    CU_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return (LtEvent *)e;
+}
+
+static void cu_event_destroy(LtBackend *be, LtEvent *e) {
+    (void)be;
+    if (e) CU_CHECK(cudaEventDestroy((cudaEvent_t)e));
+}
+
+static cudaStream_t resolve(LtBackend *be, LtStream *s) {
+    return s ? s->s : cu_impl(be)->def.s;
+}
+
+static void cu_event_record(LtBackend *be, LtEvent *e, LtStream *s) {
+    CU_CHECK(cudaEventRecord((cudaEvent_t)e, resolve(be, s)));
+}
+
+static void cu_stream_wait_event(LtBackend *be, LtStream *s, LtEvent *e) {
+    CU_CHECK(cudaStreamWaitEvent(resolve(be, s), (cudaEvent_t)e, 0));
+}
+
+/* The cudaStream_t behind an LtStream (NULL = the backend's default stream),
+ * for code that must enqueue its own work (NCCL) in order with the ops.
+ * Not declared in a header yet: extern "C" void *lt_cuda_raw_stream(LtBackend *, LtStream *). */
+extern "C" void *lt_cuda_raw_stream(LtBackend *be, LtStream *s) { return (void *)resolve(be, s); }
+
+/* ======================= creation ======================= */
+
+static const LtBackendOps cuda_ops = {
+    "cuda",
+    cu_destroy,
+    cu_alloc,
+    cu_free,
+    cu_zero,
+    cu_upload,
+    cu_download,
+    cu_copy,
+    cu_synchronize,
+    cu_act_from_f32,
+    cu_act_to_f32,
+    cu_stream_create,
+    cu_stream_destroy,
+    cu_set_stream,
+    cu_event_create,
+    cu_event_destroy,
+    cu_event_record,
+    cu_stream_wait_event,
+    cu_embedding_fwd,
+    cu_embedding_bwd,
+    cu_layernorm_fwd,
+    cu_layernorm_bwd,
+    cu_linear_fwd,
+    cu_linear_bwd,
+    cu_gelu_fwd,
+    cu_gelu_bwd,
+    cu_attention_fwd,
+    cu_attention_bwd,
+    cu_xent_fwd_bwd,
+    cu_adamw,
+    cu_sumsq,
+    cu_scale_f32,
+};
+
+extern "C" int lt_cuda_compiled(void) { return 1; }
+
+extern "C" int lt_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky "no driver" state */
+        return 0;
+    }
+    return n;
+}
+
+static int env_is(const char *name, const char *val) {
+    const char *e = getenv(name);
+    return e && strcmp(e, val) == 0;
+}
+
+extern "C" LtBackend *lt_backend_cuda_create(LtDtype dtype, int device, char *err,
+                                             size_t errlen) {
+    int n = lt_cuda_device_count();
+    if (n <= 0) {
+        snprintf(err, errlen, "no usable CUDA device (driver missing or no GPU visible)");
+        return NULL;
+    }
+    if (device < 0 || device >= n) {
+        snprintf(err, errlen, "CUDA device %d requested but only %d visible", device, n);
+        return NULL;
+    }
+    cudaError_t e = cudaSetDevice(device);
+    cudaDeviceProp prop;
+    if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, device);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "cannot open CUDA device %d: %s", device, cudaGetErrorString(e));
+        cudaGetLastError();
+        return NULL;
+    }
+    if (prop.major < 8) {
+        snprintf(err, errlen,
+                 "CUDA device %d (%s) has compute capability %d.%d; lattice needs >= 8.0", device,
+                 prop.name, prop.major, prop.minor);
+        return NULL;
+    }
+    CudaImpl *im = (CudaImpl *)calloc(1, sizeof(CudaImpl));
+    LtBackend *be = (LtBackend *)calloc(1, sizeof(LtBackend));
+    if (!im || !be) lt_fatal("out of host memory");
+    im->device = device;
+    snprintf(im->name, sizeof im->name, "%s", prop.name);
+    im->sm_count = prop.multiProcessorCount;
+    im->smem_optin = (int)prop.sharedMemPerBlockOptin;
+    if (cublasLtCreate(&im->lt) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, errlen, "cublasLtCreate failed on device %d", device);
+        free(im);
+        free(be);
+        return NULL;
+    }
+    e = cudaStreamCreateWithFlags(&im->def.s, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "cudaStreamCreate failed: %s", cudaGetErrorString(e));
+        cublasLtDestroy(im->lt);
+        free(im);
+        free(be);
+        return NULL;
+    }
+    im->cur = &im->def;
+    im->attn_simt = env_is("LT_CUDA_ATTN", "simt");
+    im->gemm_no_epilogue = env_is("LT_CUDA_GEMM", "plain");
+    be->ops = &cuda_ops;
+    be->dtype = dtype;
+    be->act_size = dtype == LT_BF16 ? 2 : 4;
+    be->device_name = im->name;
+    be->device_id = device;
+    be->impl = im;
+    return be;
+}

@@ -1,0 +1,274 @@
+/* gemm.cu - linear layers through cuBLASLt.
+ *
+ * Design note. cuBLASLt is column-major; a row-major (R, K) matrix is read
+ * as a column-major (K, R) one with ld = K, so every product below is
+ * written for the transposed problem:
+ *   forward  out^T(OC,N)  = w^T-stored(C,OC)^T . inp^T(C,N)   m=OC n=N  k=C  (A op T)
+ *   dinp     dinp^T(C,N)  = w-stored(C,OC) . dout^T(OC,N)     m=C  n=N  k=OC (A op N)
+ *   dweight  dw^T(C,OC) += inp^T(C,N) . dout^T-stored(OC,N)^T m=C  n=OC k=N  (B op T)
+ * Epilogues: BIAS / GELU_AUX_BIAS (aux = pre-GeLU, ld = OC) in the forward,
+ * DGELU (aux = gelu_pre, ld = C) for dinp. The dweight GEMM takes bf16 A/B
+ * and an fp32 C = D with beta = 1 (CUBLAS_COMPUTE_32F, scale fp32; a listed
+ * cuBLASLt type combination), so weight gradients accumulate in fp32 in
+ * place. fp32 mode uses CUBLAS_COMPUTE_32F with fp32 data, which never uses
+ * TF32 (that needs CUBLAS_COMPUTE_32F_FAST_TF32).
+ * dbias is NOT taken from the BGRADB epilogue (it overwrites, and we must
+ * accumulate); a deterministic two-pass column sum (reduce.cu) adds it.
+ * When cuBLASLt has no algorithm for an epilogue (aux ld not a multiple of 8,
+ * bias not 16-byte aligned, or the heuristic returns nothing) we run the
+ * plain GEMM and apply bias / GeLU / dGeLU with an elementwise kernel.
+ * Heuristic results are cached per (shape, types, epilogue, alignment). */
+#include <string.h>
+
+#include "common.cuh"
+
+typedef struct {
+    cublasOperation_t ta, tb;
+    int m, n, k;
+    const void *A; /* stored (ta==N ? m : k) x (ta==N ? k : m), column-major */
+    int lda;
+    const void *B; /* stored (tb==N ? k : n) x (tb==N ? n : k) */
+    int ldb;
+    void *D; /* m x n; also C when beta != 0 */
+    int ldd;
+    cudaDataType_t ab_type, d_type;
+    float beta;
+    cublasLtEpilogue_t epi;
+    const void *bias; /* length m, type d_type */
+    const void *aux;  /* m x n, ld = ldd, type d_type */
+} GemmArgs;
+
+/* Largest power of two (<= 256) dividing both the address and the ld in bytes. */
+static uint32_t align_of(const void *p, int ld, int esize) {
+    uint64_t v = (uint64_t)(uintptr_t)p | (ld > 0 ? (uint64_t)ld * (uint64_t)esize : 0) | 256u;
+    return (uint32_t)(v & (~v + 1));
+}
+static int type_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+static int lg2(uint32_t a) {
+    int r = 0;
+    while (a > 1) a >>= 1, r++;
+    return r;
+}
+
+static GemmCacheEntry *cache_find(CudaImpl *im, const uint64_t key[4]) {
+    for (int i = 0; i < LT_GEMM_CACHE; i++)
+        if (memcmp(im->cache[i].key, key, sizeof(uint64_t) * 4) == 0) return &im->cache[i];
+    return NULL;
+}
+
+/* Runs the GEMM; returns 0 (and does nothing) when cuBLASLt offers no algorithm. */
+static int gemm_run(LtBackend *be, const GemmArgs *g) {
+    CudaImpl *im = cu_impl(be);
+    const int ab = type_size(g->ab_type), ds = type_size(g->d_type);
+    uint32_t alA = align_of(g->A, g->lda, ab), alB = align_of(g->B, g->ldb, ab);
+    uint32_t alD = align_of(g->D, g->ldd, ds);
+    uint32_t alBias = g->bias ? align_of(g->bias, 0, ds) : 256;
+    uint32_t alAux = g->aux ? align_of(g->aux, g->ldd, ds) : 256;
+    uint64_t key[4];
+    key[0] = (uint64_t)(uint32_t)g->m | ((uint64_t)(uint32_t)g->n << 32);
+    key[1] = (uint64_t)(uint32_t)g->k | ((uint64_t)g->ta << 32) | ((uint64_t)g->tb << 34) |
+             ((uint64_t)(g->ab_type == CUDA_R_32F) << 36) |
+             ((uint64_t)(g->d_type == CUDA_R_32F) << 37) | ((uint64_t)(g->beta != 0.f) << 38) |
+             ((uint64_t)g->epi << 40);
+    key[2] = (uint64_t)(uint32_t)g->lda | ((uint64_t)(uint32_t)g->ldb << 32);
+    key[3] = (uint64_t)(uint32_t)g->ldd |
+             ((uint64_t)(lg2(alA) | lg2(alB) << 4 | lg2(alD) << 8 | lg2(alBias) << 12 |
+                         lg2(alAux) << 16)
+              << 32) |
+             ((uint64_t)1 << 63); /* never all-zero: empty slots do not match */
+
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    int32_t ta = g->ta, tb = g->tb;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    cublasLtEpilogue_t epi = g->epi;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (g->bias)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &g->bias, sizeof(void *)));
+    if (g->aux) {
+        int64_t ldaux = g->ldd;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                    &g->aux, sizeof(void *)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                    &ldaux, sizeof ldaux));
+    }
+    const int arows = g->ta == CUBLAS_OP_N ? g->m : g->k, acols = g->ta == CUBLAS_OP_N ? g->k : g->m;
+    const int brows = g->tb == CUBLAS_OP_N ? g->k : g->n, bcols = g->tb == CUBLAS_OP_N ? g->n : g->k;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, g->ab_type, arows, acols, g->lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, g->ab_type, brows, bcols, g->ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, g->d_type, g->m, g->n, g->ldd));
+
+    size_t ws_bytes = 0;
+    void *ws = cu_workspace(be, &ws_bytes);
+    GemmCacheEntry *ce = cache_find(im, key);
+    if (!ce) {
+        cublasLtMatmulPreference_t pref;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        uint64_t wsb = ws_bytes;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alA, sizeof alA));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alB, sizeof alB));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alD, sizeof alD));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alD, sizeof alD));
+        cublasLtMatmulHeuristicResult_t res;
+        memset(&res, 0, sizeof res);
+        int nres = 0;
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(im->lt, desc, la, lb, ld, ld, pref, 1,
+                                                           &res, &nres);
+        cublasLtMatmulPreferenceDestroy(pref);
+        ce = &im->cache[im->cache_next];
+        im->cache_next = (im->cache_next + 1) % LT_GEMM_CACHE;
+        memcpy(ce->key, key, sizeof key);
+        ce->valid = st == CUBLAS_STATUS_SUCCESS && nres > 0 && res.state == CUBLAS_STATUS_SUCCESS;
+        if (ce->valid) ce->algo = res.algo;
+    }
+    int ran = 0;
+    if (ce->valid) {
+        const float alpha = 1.f, beta = g->beta;
+        cublasStatus_t st = cublasLtMatmul(im->lt, desc, &alpha, g->A, la, g->B, lb, &beta, g->D,
+                                           ld, g->D, ld, &ce->algo, ws, ws_bytes, cu_stream(be));
+        if (st == CUBLAS_STATUS_SUCCESS) {
+            ran = 1;
+        } else if (g->epi != CUBLASLT_EPILOGUE_DEFAULT && st == CUBLAS_STATUS_NOT_SUPPORTED) {
+            ce->valid = 0; /* refused at launch: use the plain GEMM + kernel from now on */
+        } else {
+            lt_fatal("cublasLtMatmul failed with status %d (%dx%dx%d, epilogue %d)", (int)st,
+                     g->m, g->n, g->k, (int)g->epi);
+        }
+    }
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulDescDestroy(desc);
+    return ran;
+}
+
+static void gemm_plain(LtBackend *be, GemmArgs *g) {
+    g->epi = CUBLASLT_EPILOGUE_DEFAULT;
+    g->bias = NULL;
+    g->aux = NULL;
+    if (!gemm_run(be, g))
+        lt_fatal("cuBLASLt has no algorithm for a %dx%dx%d GEMM (op %d/%d, types %d/%d)", g->m,
+                 g->n, g->k, (int)g->ta, (int)g->tb, (int)g->ab_type, (int)g->d_type);
+}
+
+static int ptr_aligned(const void *p, uintptr_t a) { return ((uintptr_t)p % a) == 0; }
+
+/* ======================= op entries ======================= */
+
+// out (N, OC) = inp (N, C) . w (OC, C)^T + bias (OC); optional GeLU with pre_gelu (N, OC).
+void cu_linear_fwd(LtBackend *be, void *out, void *pre_gelu, const void *inp, const void *w,
+                   const void *bias, int N, int C, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    const cudaDataType_t at = cu_is_bf16(be) ? CUDA_R_16BF : CUDA_R_32F;
+    GemmArgs g;
+    memset(&g, 0, sizeof g);
+    g.ta = CUBLAS_OP_T;
+    g.tb = CUBLAS_OP_N;
+    g.m = OC;
+    g.n = N;
+    g.k = C;
+    g.A = w;
+    g.lda = C;
+    g.B = inp;
+    g.ldb = C;
+    g.ldd = OC;
+    g.ab_type = at;
+    g.d_type = at;
+    g.beta = 0.f;
+    if (C <= 0) { /* empty reduction: out = bias (or 0) */
+        be->ops->zero(be, pre_gelu ? pre_gelu : out, (size_t)N * OC * be->act_size);
+        cu_bias_gelu(be, out, pre_gelu, pre_gelu ? pre_gelu : out, bias, N, OC, pre_gelu != NULL);
+        return;
+    }
+    const int try_epi = !cu_impl(be)->gemm_no_epilogue && (!bias || ptr_aligned(bias, 16)) &&
+                        (!pre_gelu || (OC % 8 == 0 && ptr_aligned(pre_gelu, 16)));
+    if (pre_gelu) {
+        g.D = out;
+        g.aux = pre_gelu;
+        g.bias = bias;
+        g.epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        if (try_epi && gemm_run(be, &g)) return;
+        g.D = pre_gelu;
+        gemm_plain(be, &g);
+        cu_bias_gelu(be, out, pre_gelu, pre_gelu, bias, N, OC, 1);
+        return;
+    }
+    g.D = out;
+    if (bias) {
+        g.bias = bias;
+        g.epi = CUBLASLT_EPILOGUE_BIAS;
+        if (try_epi && gemm_run(be, &g)) return;
+        gemm_plain(be, &g);
+        cu_bias_gelu(be, out, NULL, out, bias, N, OC, 0);
+        return;
+    }
+    gemm_plain(be, &g);
+}
+
+// dinp (N, C) = dout (N, OC) . w (OC, C) [* gelu'(gelu_pre)]; dw (OC, C) += dout^T . inp;
+// dbias (OC) += colsum(dout).
+void cu_linear_bwd(LtBackend *be, void *dinp, float *dw, float *dbias, const void *dout,
+                   const void *inp, const void *w, const void *gelu_pre, int N, int C, int OC) {
+    const cudaDataType_t at = cu_is_bf16(be) ? CUDA_R_16BF : CUDA_R_32F;
+    if (dinp && N > 0 && C > 0) {
+        if (OC <= 0) {
+            be->ops->zero(be, dinp, (size_t)N * C * be->act_size);
+        } else {
+            GemmArgs g;
+            memset(&g, 0, sizeof g);
+            g.ta = CUBLAS_OP_N;
+            g.tb = CUBLAS_OP_N;
+            g.m = C;
+            g.n = N;
+            g.k = OC;
+            g.A = w;
+            g.lda = C;
+            g.B = dout;
+            g.ldb = OC;
+            g.D = dinp;
+            g.ldd = C;
+            g.ab_type = at;
+            g.d_type = at;
+            int done = 0;
+            if (gelu_pre && !cu_impl(be)->gemm_no_epilogue && C % 8 == 0 &&
+                ptr_aligned(gelu_pre, 16)) {
+                g.epi = CUBLASLT_EPILOGUE_DGELU;
+                g.aux = gelu_pre;
+                done = gemm_run(be, &g);
+            }
+            if (!done) {
+                gemm_plain(be, &g);
+                if (gelu_pre) cu_dgelu_inplace(be, dinp, gelu_pre, (size_t)N * C);
+            }
+        }
+    }
+    if (dw && N > 0 && C > 0 && OC > 0) {
+        GemmArgs g;
+        memset(&g, 0, sizeof g);
+        g.ta = CUBLAS_OP_N;
+        g.tb = CUBLAS_OP_T;
+        g.m = C;
+        g.n = OC;
+        g.k = N;
+        g.A = inp;
+        g.lda = C;
+        g.B = dout;
+        g.ldb = OC;
+        g.D = dw;
+        g.ldd = C;
+        g.ab_type = at;
+        g.d_type = CUDA_R_32F;
+        g.beta = 1.f;
+        gemm_plain(be, &g);
+    }
+    if (dbias && N > 0 && OC > 0) cu_colsum_add(be, dbias, dout, N, OC);
+}

@@ -1,0 +1,105 @@
+/* bench_attention.c - causal attention throughput of the CUDA backend.
+ *
+ * For T in {1024, 2048} and HD in {64, 128}: B*T = 16384 tokens, NH*HD = 2048
+ * (so NH = 32 or 16), bf16 (and fp32 with --f32). FLOPs use the usual causal
+ * convention: forward 4*B*NH*T^2*HD / 2 (two matmuls over half the score
+ * matrix), backward 2.5x that (five matmuls, one of them recomputing S).
+ * Each figure is the median over 15 samples; a sample times 5 back-to-back
+ * launches between device synchronizations. Set LT_CUDA_ATTN=simt to
+ * measure the generic path. Prints one line per configuration:
+ *   attn T=1024 HD=64 B=16 NH=32 bf16: fwd X TFLOP/s (t ms) bwd Y ... fwd+bwd Z */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "common.h"
+
+#define SAMPLES 15
+#define INNER 5
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct {
+    LtBackend *be;
+    void *out, *qkv, *dout, *dqkv;
+    float *lse;
+    int B, T, NH, HD;
+} Bench;
+
+static void run_fwd(Bench *b) {
+    b->be->ops->attention_fwd(b->be, b->out, b->lse, b->qkv, b->B, b->T, b->NH, b->HD);
+}
+static void run_bwd(Bench *b) {
+    b->be->ops->attention_bwd(b->be, b->dqkv, b->dout, b->qkv, b->out, b->lse, b->B, b->T, b->NH,
+                              b->HD);
+}
+
+/* Median seconds per call of fn. */
+static double time_it(Bench *b, void (*fn)(Bench *)) {
+    double s[SAMPLES];
+    for (int w = 0; w < 3; w++) fn(b);
+    b->be->ops->synchronize(b->be);
+    for (int i = 0; i < SAMPLES; i++) {
+        double t0 = lt_now();
+        for (int k = 0; k < INNER; k++) fn(b);
+        b->be->ops->synchronize(b->be);
+        s[i] = (lt_now() - t0) / INNER;
+    }
+    qsort(s, SAMPLES, sizeof(double), cmp_d);
+    return s[SAMPLES / 2];
+}
+
+static void fill(LtBackend *be, void *dst, size_t n, uint64_t seed) {
+    float *h = malloc(n * sizeof(float));
+    if (!h) lt_fatal("out of host memory");
+    for (size_t i = 0; i < n; i++) h[i] = lt_normal_at(seed, 0, i);
+    float *tmp = be->ops->alloc(be, n * sizeof(float));
+    be->ops->upload(be, tmp, h, n * sizeof(float));
+    be->ops->act_from_f32(be, dst, tmp, n);
+    be->ops->synchronize(be);
+    be->ops->free(be, tmp);
+    free(h);
+}
+
+int main(int argc, char **argv) {
+    LtDtype dt = LT_BF16;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--f32")) dt = LT_F32;
+    char err[256] = "";
+    LtBackend *be = lt_backend_cuda_create(dt, 0, err, sizeof err);
+    if (!be) {
+        printf("bench_attention: no CUDA backend: %s\n", err);
+        return 1;
+    }
+    const char *path = getenv("LT_CUDA_ATTN");
+    printf("bench_attention on %s, %s, path %s\n", be->device_name, dt == LT_BF16 ? "bf16" : "fp32",
+           path && !strcmp(path, "simt") ? "simt" : (dt == LT_BF16 ? "tensor-core" : "simt"));
+    static const int Ts[] = {1024, 2048}, HDs[] = {64, 128};
+    for (int ti = 0; ti < 2; ti++)
+        for (int hi = 0; hi < 2; hi++) {
+            Bench b = {be, NULL, NULL, NULL, NULL, NULL, 16384 / Ts[ti], Ts[ti], 2048 / HDs[hi], HDs[hi]};
+            const size_t no = (size_t)b.B * b.T * b.NH * b.HD, nq = 3 * no;
+            b.qkv = be->ops->alloc(be, lt_act_bytes(be, nq));
+            b.dqkv = be->ops->alloc(be, lt_act_bytes(be, nq));
+            b.out = be->ops->alloc(be, lt_act_bytes(be, no));
+            b.dout = be->ops->alloc(be, lt_act_bytes(be, no));
+            b.lse = be->ops->alloc(be, (size_t)b.B * b.NH * b.T * sizeof(float));
+            fill(be, b.qkv, nq, 1);
+            fill(be, b.dout, no, 2);
+            const double tf = time_it(&b, run_fwd), tb = time_it(&b, run_bwd);
+            const double flop_f = 2.0 * b.B * b.NH * (double)b.T * b.T * b.HD, flop_b = 2.5 * flop_f;
+            printf("attn T=%d HD=%d B=%d NH=%d %s: fwd %.1f TFLOP/s (%.3f ms)  bwd %.1f TFLOP/s "
+                   "(%.3f ms)  fwd+bwd %.1f TFLOP/s\n",
+                   b.T, b.HD, b.B, b.NH, dt == LT_BF16 ? "bf16" : "fp32", flop_f / tf * 1e-12,
+                   tf * 1e3, flop_b / tb * 1e-12, tb * 1e3, (flop_f + flop_b) / (tf + tb) * 1e-12);
+            fflush(stdout);
+            be->ops->free(be, b.qkv), be->ops->free(be, b.dqkv), be->ops->free(be, b.out);
+            be->ops->free(be, b.dout), be->ops->free(be, b.lse);
+        }
+    lt_backend_destroy(be);
+    return 0;
+}

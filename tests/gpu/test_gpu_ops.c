@@ -1,0 +1,618 @@
+/* test_gpu_ops.c - every CUDA backend op against a reference backend.
+ *
+ * The reference is the CPU backend (same dtype). Built with
+ * -DLT_GPU_TEST_NO_CPU (no cblas on the machine), the reference is instead
+ * the CUDA backend in fp32 with its alternative paths (SIMT attention, GEMMs
+ * without cuBLASLt epilogues), which still checks the bf16 kernels, the
+ * tensor-core attention and the epilogues, but not fp32 against an
+ * independent implementation.
+ * Each case runs for several (reference, device-under-test) pairs: the
+ * default CUDA backend and one created with LT_CUDA_ATTN=simt and
+ * LT_CUDA_GEMM=plain ("alt"), in fp32 and bf16. Inputs are rounded to bf16
+ * on the host when either side is bf16, so both sides see the same values.
+ * Outputs are poisoned (all-ones bytes: NaN in fp32 and bf16) before each
+ * run; accumulated (+=) outputs start from random values instead.
+ * Error metric: max_i |got_i - ref_i| / max(|ref_i|, rms(ref)) - relative
+ * for elements at least as large as the tensor's rms, rms-normalized below
+ * it (elementwise relative error is meaningless for values that cancel to
+ * ~0). Bounds: fp32 1e-5 (fp32 GEMMs use CUBLAS_COMPUTE_32F, never TF32),
+ * bf16 1e-2. Determinism: embedding_bwd, layernorm_bwd, attention_bwd and
+ * linear_bwd run twice and must match bitwise.
+ * Usage: test_gpu_ops [--quick]   (--quick: small shapes only) */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../test.h"
+#include "backend.h"
+#include "common.h"
+
+typedef struct {
+    LtBackend *ref, *dut;
+    const char *tag;
+    double tol;
+    int bf16; /* inputs rounded to bf16 */
+} Pair;
+
+static int g_quick;
+
+/* ---- host helpers -------------------------------------------------------- */
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(g_rng >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+}
+static float *hrand(size_t n, float scale, int bf) {
+    float *h = lt_malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        h[i] = frand() * scale;
+        if (bf) h[i] = lt_bf16_round(h[i]);
+    }
+    return h;
+}
+static float *hzeros(size_t n) { return lt_calloc(n * sizeof(float)); }
+
+/* ---- device helpers (any backend) --------------------------------------- */
+static void *act_up(LtBackend *be, const float *h, size_t n) {
+    void *d = be->ops->alloc(be, lt_act_bytes(be, n));
+    if (h && n) {
+        float *tmp = be->ops->alloc(be, n * sizeof(float));
+        be->ops->upload(be, tmp, h, n * sizeof(float));
+        be->ops->act_from_f32(be, d, tmp, n);
+        be->ops->synchronize(be);
+        be->ops->free(be, tmp);
+    }
+    return d;
+}
+static void act_down(LtBackend *be, float *h, const void *d, size_t n) {
+    float *tmp = be->ops->alloc(be, n * sizeof(float));
+    be->ops->act_to_f32(be, tmp, d, n);
+    be->ops->download(be, h, tmp, n * sizeof(float));
+    be->ops->free(be, tmp);
+}
+static float *f32_up(LtBackend *be, const float *h, size_t n) {
+    float *d = be->ops->alloc(be, n * sizeof(float));
+    if (h) be->ops->upload(be, d, h, n * sizeof(float));
+    return d;
+}
+static void f32_down(LtBackend *be, float *h, const float *d, size_t n) {
+    be->ops->download(be, h, d, n * sizeof(float));
+}
+static void *i32_up(LtBackend *be, const int32_t *h, size_t n) {
+    void *d = be->ops->alloc(be, n * sizeof(int32_t));
+    be->ops->upload(be, d, h, n * sizeof(int32_t));
+    return d;
+}
+static void poison(LtBackend *be, void *d, size_t bytes) {
+    unsigned char *h = lt_malloc(bytes);
+    memset(h, 0xff, bytes);
+    be->ops->upload(be, d, h, bytes);
+    free(h);
+}
+static void dfree(LtBackend *be, void *d) { be->ops->free(be, d); }
+
+/* Raw bytes of a device buffer, for bitwise determinism checks. */
+static void *raw_down(LtBackend *be, const void *d, size_t bytes) {
+    void *h = lt_malloc(bytes);
+    be->ops->download(be, h, d, bytes);
+    return h;
+}
+
+static double cmp(const Pair *P, const char *what, const float *got, const float *ref, size_t n,
+                  double tol) {
+    double ss = 0.0;
+    for (size_t i = 0; i < n; i++) ss += (double)ref[i] * ref[i];
+    double rms = n ? sqrt(ss / (double)n) : 0.0;
+    if (rms < 1e-30) rms = 1e-30;
+    double worst = 0.0;
+    size_t wi = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e;
+        if (isnan(got[i]) || isnan(ref[i]))
+            e = (isnan(got[i]) && isnan(ref[i])) ? 0.0 : INFINITY;
+        else
+            e = test_relerr(got[i], ref[i], rms);
+        if (!(e <= worst)) worst = e, wi = i;
+    }
+    printf("  %-5s %-28s n=%-9zu maxerr %.3e (tol %.0e)%s\n", P->tag, what, n, worst, tol,
+           worst <= tol ? "" : "  <-- FAIL");
+    CHECK(worst <= tol, "%s: max error %.3e at %zu (got %.8g ref %.8g)", what, worst, wi,
+          (double)got[wi], (double)ref[wi]);
+    return worst;
+}
+static void same_bits(const Pair *P, const char *what, const void *a, const void *b, size_t bytes) {
+    int eq = memcmp(a, b, bytes) == 0;
+    printf("  %-5s %-28s deterministic: %s\n", P->tag, what, eq ? "yes" : "NO  <-- FAIL");
+    CHECK(eq, "%s: two runs differ", what);
+}
+
+/* ======================= embedding ======================= */
+static void run_embedding(LtBackend *be, int B, int T, int C, int V, const int32_t *tok,
+                          const float *wte, const float *wpe, const float *dout, const float *dwte0,
+                          const float *dwpe0, float *out, float *dwte, float *dwpe, void **bits) {
+    const size_t N = (size_t)B * T;
+    int32_t *dt = i32_up(be, tok, N);
+    void *dwte_a = act_up(be, wte, (size_t)V * C), *dwpe_a = act_up(be, wpe, (size_t)T * C);
+    void *dout_a = act_up(be, dout, N * C), *o = act_up(be, NULL, N * C);
+    float *gw = f32_up(be, dwte0, (size_t)V * C), *gp = f32_up(be, dwpe0, (size_t)T * C);
+    poison(be, o, lt_act_bytes(be, N * C));
+    be->ops->embedding_fwd(be, o, dt, dwte_a, dwpe_a, B, T, C);
+    act_down(be, out, o, N * C);
+    be->ops->embedding_bwd(be, gw, gp, dout_a, dt, B, T, C);
+    f32_down(be, dwte, gw, (size_t)V * C);
+    f32_down(be, dwpe, gp, (size_t)T * C);
+    if (bits) { /* rerun from the same start, keep both results' bytes */
+        be->ops->upload(be, gw, dwte0, (size_t)V * C * 4);
+        be->ops->upload(be, gp, dwpe0, (size_t)T * C * 4);
+        be->ops->embedding_bwd(be, gw, gp, dout_a, dt, B, T, C);
+        bits[0] = raw_down(be, gw, (size_t)V * C * 4);
+        bits[1] = raw_down(be, gp, (size_t)T * C * 4);
+    }
+    dfree(be, dt), dfree(be, dwte_a), dfree(be, dwpe_a), dfree(be, dout_a), dfree(be, o);
+    dfree(be, gw), dfree(be, gp);
+}
+
+static void t_embedding(const Pair *P) {
+    static const int shapes[][4] = {{2, 5, 24, 37}, {3, 64, 96, 1000}, {2, 257, 768, 50304}};
+    for (int s = 0; s < 3; s++) {
+        if (g_quick && s == 2) break;
+        const int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], V = shapes[s][3];
+        const size_t N = (size_t)B * T;
+        int32_t *tok = lt_malloc(N * sizeof(int32_t));
+        for (size_t i = 0; i < N; i++) /* half the tokens from a tiny range: many repeats */
+            tok[i] = (int32_t)((frand() * 0.5 + 0.5) * (i % 2 ? 7.999 : V - 0.001));
+        float *wte = hrand((size_t)V * C, 1.f, P->bf16), *wpe = hrand((size_t)T * C, 1.f, P->bf16);
+        float *dout = hrand(N * C, 1.f, P->bf16);
+        float *dwte0 = hrand((size_t)V * C, 1.f, 0), *dwpe0 = hrand((size_t)T * C, 1.f, 0);
+        float *o[2], *gw[2], *gp[2];
+        void *bits[2];
+        for (int k = 0; k < 2; k++) {
+            o[k] = hzeros(N * C), gw[k] = hzeros((size_t)V * C), gp[k] = hzeros((size_t)T * C);
+            run_embedding(k ? P->dut : P->ref, B, T, C, V, tok, wte, wpe, dout, dwte0, dwpe0, o[k],
+                          gw[k], gp[k], k ? bits : NULL);
+        }
+        char nm[96];
+        snprintf(nm, sizeof nm, "emb_fwd B%d T%d C%d", B, T, C);
+        cmp(P, nm, o[1], o[0], N * C, P->tol);
+        snprintf(nm, sizeof nm, "emb_bwd dwte V%d", V);
+        cmp(P, nm, gw[1], gw[0], (size_t)V * C, P->tol);
+        snprintf(nm, sizeof nm, "emb_bwd dwpe T%d", T);
+        cmp(P, nm, gp[1], gp[0], (size_t)T * C, P->tol);
+        /* bits hold the rerun; gw[1]/gp[1] hold the first run as floats */
+        same_bits(P, "emb_bwd dwte", bits[0], gw[1], (size_t)V * C * 4);
+        same_bits(P, "emb_bwd dwpe", bits[1], gp[1], (size_t)T * C * 4);
+        for (int k = 0; k < 2; k++) free(o[k]), free(gw[k]), free(gp[k]);
+        free(bits[0]), free(bits[1]), free(tok), free(wte), free(wpe), free(dout), free(dwte0),
+            free(dwpe0);
+    }
+}
+
+/* ======================= layernorm ======================= */
+static void t_layernorm(const Pair *P) {
+    static const int shapes[][2] = {{7, 24}, {5, 50}, {64, 768}, {33, 1600}, {300, 4096}};
+    for (int s = 0; s < 5; s++) {
+        if (g_quick && s >= 3) break;
+        const int N = shapes[s][0], C = shapes[s][1];
+        const size_t NC = (size_t)N * C;
+        float *a = hrand(NC, 2.f, P->bf16), *b = hrand(NC, 1.f, P->bf16);
+        for (size_t i = 0; i < NC; i++) a[i] = P->bf16 ? lt_bf16_round(a[i] + 0.3f) : a[i] + 0.3f;
+        float *w = hrand(C, 1.f, P->bf16), *bias = hrand(C, 1.f, P->bf16);
+        float *dout = hrand(NC, 1.f, P->bf16), *dinp0 = hrand(NC, 1.f, P->bf16);
+        float *dw0 = hrand(C, 1.f, 0), *db0 = hrand(C, 1.f, 0);
+        float *mean = hzeros(N), *rstd = hzeros(N); /* host stats of x = a, for the bwd */
+        for (int r = 0; r < N; r++) {
+            double m = 0, v = 0;
+            for (int c = 0; c < C; c++) m += a[(size_t)r * C + c];
+            m /= C;
+            for (int c = 0; c < C; c++) v += (a[(size_t)r * C + c] - m) * (a[(size_t)r * C + c] - m);
+            mean[r] = (float)m, rstd[r] = (float)(1.0 / sqrt(v / C + 1e-5));
+        }
+        for (int withb = 0; withb < 2; withb++) {
+            float *ro[2], *o[2], *mu[2], *rs[2];
+            for (int k = 0; k < 2; k++) {
+                LtBackend *be = k ? P->dut : P->ref;
+                void *da = act_up(be, a, NC), *db = withb ? act_up(be, b, NC) : NULL;
+                void *dw = act_up(be, w, C), *dbias = act_up(be, bias, C);
+                void *dro = act_up(be, NULL, NC), *dout_ = act_up(be, NULL, NC);
+                float *dm = f32_up(be, NULL, N), *dr = f32_up(be, NULL, N);
+                poison(be, dro, lt_act_bytes(be, NC)), poison(be, dout_, lt_act_bytes(be, NC));
+                poison(be, dm, N * 4), poison(be, dr, N * 4);
+                be->ops->layernorm_fwd(be, dro, dout_, dm, dr, da, db, dw, dbias, N, C);
+                ro[k] = hzeros(NC), o[k] = hzeros(NC), mu[k] = hzeros(N), rs[k] = hzeros(N);
+                if (withb) act_down(be, ro[k], dro, NC);
+                act_down(be, o[k], dout_, NC);
+                f32_down(be, mu[k], dm, N), f32_down(be, rs[k], dr, N);
+                dfree(be, da), dfree(be, dw), dfree(be, dbias), dfree(be, dro), dfree(be, dout_);
+                dfree(be, dm), dfree(be, dr);
+                if (db) dfree(be, db);
+            }
+            char nm[96];
+            snprintf(nm, sizeof nm, "ln_fwd%s N%d C%d out", withb ? "+res" : "", N, C);
+            cmp(P, nm, o[1], o[0], NC, P->tol);
+            if (withb) cmp(P, "ln_fwd resid_out", ro[1], ro[0], NC, P->tol);
+            cmp(P, "ln_fwd mean", mu[1], mu[0], N, P->tol);
+            cmp(P, "ln_fwd rstd", rs[1], rs[0], N, P->tol);
+            for (int k = 0; k < 2; k++) free(ro[k]), free(o[k]), free(mu[k]), free(rs[k]);
+        }
+        /* backward, from the host statistics (identical inputs on both sides) */
+        float *gi[2], *gw[2], *gb[2];
+        void *bits[3] = {0};
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            void *dx = act_up(be, a, NC), *dw_a = act_up(be, w, C), *ddo = act_up(be, dout, NC);
+            void *dinp = act_up(be, dinp0, NC);
+            float *dm = f32_up(be, mean, N), *dr = f32_up(be, rstd, N);
+            float *gwd = f32_up(be, dw0, C), *gbd = f32_up(be, db0, C);
+            be->ops->layernorm_bwd(be, dinp, gwd, gbd, ddo, dx, dw_a, dm, dr, N, C);
+            gi[k] = hzeros(NC), gw[k] = hzeros(C), gb[k] = hzeros(C);
+            act_down(be, gi[k], dinp, NC), f32_down(be, gw[k], gwd, C), f32_down(be, gb[k], gbd, C);
+            if (k) {
+                void *first[3] = {raw_down(be, dinp, lt_act_bytes(be, NC)), raw_down(be, gwd, C * 4),
+                                  raw_down(be, gbd, C * 4)};
+                dfree(be, dinp);
+                dinp = act_up(be, dinp0, NC);
+                be->ops->upload(be, gwd, dw0, C * 4), be->ops->upload(be, gbd, db0, C * 4);
+                be->ops->layernorm_bwd(be, dinp, gwd, gbd, ddo, dx, dw_a, dm, dr, N, C);
+                bits[0] = raw_down(be, dinp, lt_act_bytes(be, NC));
+                bits[1] = raw_down(be, gwd, C * 4), bits[2] = raw_down(be, gbd, C * 4);
+                same_bits(P, "ln_bwd dinp", bits[0], first[0], lt_act_bytes(be, NC));
+                same_bits(P, "ln_bwd dw", bits[1], first[1], C * 4);
+                same_bits(P, "ln_bwd db", bits[2], first[2], C * 4);
+                for (int i = 0; i < 3; i++) free(first[i]), free(bits[i]);
+            }
+            dfree(be, dx), dfree(be, dw_a), dfree(be, ddo), dfree(be, dinp), dfree(be, dm);
+            dfree(be, dr), dfree(be, gwd), dfree(be, gbd);
+        }
+        char nm[96];
+        snprintf(nm, sizeof nm, "ln_bwd N%d C%d dinp", N, C);
+        cmp(P, nm, gi[1], gi[0], NC, P->tol);
+        cmp(P, "ln_bwd dw", gw[1], gw[0], C, P->tol);
+        cmp(P, "ln_bwd db", gb[1], gb[0], C, P->tol);
+        for (int k = 0; k < 2; k++) free(gi[k]), free(gw[k]), free(gb[k]);
+        free(a), free(b), free(w), free(bias), free(dout), free(dinp0), free(dw0), free(db0);
+        free(mean), free(rstd);
+    }
+}
+
+/* ======================= linear ======================= */
+static void t_linear(const Pair *P) {
+    static const int shapes[][3] = {{7, 24, 40}, {33, 100, 37}, {16, 64, 8},
+                                    {64, 768, 2304}, {128, 768, 3072}, {100, 3072, 768}};
+    for (int s = 0; s < 6; s++) {
+        if (g_quick && s >= 3) break;
+        const int N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
+        const size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
+        const float ws = 1.f / sqrtf((float)C);
+        float *inp = hrand(NC, 1.f, P->bf16), *w = hrand(OCC, ws * 1.7f, P->bf16);
+        float *bias = hrand(OC, 0.5f, P->bf16), *dout = hrand(NO, 1.f, P->bf16);
+        float *gpre = hrand(NC, 3.f, P->bf16), *dw0 = hrand(OCC, 1.f, 0), *db0 = hrand(OC, 1.f, 0);
+        for (int variant = 0; variant < 4; variant++) {
+            const int has_bias = variant & 1, gelu = variant >> 1;
+            float *o[2], *pg[2], *gi[2], *gw[2], *gb[2];
+            for (int k = 0; k < 2; k++) {
+                LtBackend *be = k ? P->dut : P->ref;
+                void *di = act_up(be, inp, NC), *dwt = act_up(be, w, OCC);
+                void *dbias = has_bias ? act_up(be, bias, OC) : NULL;
+                void *dout_a = act_up(be, dout, NO), *dg = gelu ? act_up(be, gpre, NC) : NULL;
+                void *dy = act_up(be, NULL, NO), *dpre = gelu ? act_up(be, NULL, NO) : NULL;
+                void *dinp = act_up(be, NULL, NC);
+                float *gwd = f32_up(be, dw0, OCC), *gbd = f32_up(be, db0, OC);
+                poison(be, dy, lt_act_bytes(be, NO)), poison(be, dinp, lt_act_bytes(be, NC));
+                if (dpre) poison(be, dpre, lt_act_bytes(be, NO));
+                be->ops->linear_fwd(be, dy, dpre, di, dwt, dbias, N, C, OC);
+                be->ops->linear_bwd(be, dinp, gwd, has_bias ? gbd : NULL, dout_a, di, dwt, dg, N, C, OC);
+                o[k] = hzeros(NO), pg[k] = hzeros(NO), gi[k] = hzeros(NC);
+                gw[k] = hzeros(OCC), gb[k] = hzeros(OC);
+                act_down(be, o[k], dy, NO), act_down(be, gi[k], dinp, NC);
+                if (dpre) act_down(be, pg[k], dpre, NO);
+                f32_down(be, gw[k], gwd, OCC), f32_down(be, gb[k], gbd, OC);
+                if (k && variant == 3) { /* determinism of the whole backward */
+                    void *f0 = raw_down(be, dinp, lt_act_bytes(be, NC)), *f1 = raw_down(be, gwd, OCC * 4);
+                    void *f2 = raw_down(be, gbd, OC * 4);
+                    be->ops->upload(be, gwd, dw0, OCC * 4), be->ops->upload(be, gbd, db0, OC * 4);
+                    be->ops->linear_bwd(be, dinp, gwd, gbd, dout_a, di, dwt, dg, N, C, OC);
+                    void *s0 = raw_down(be, dinp, lt_act_bytes(be, NC)), *s1 = raw_down(be, gwd, OCC * 4);
+                    void *s2 = raw_down(be, gbd, OC * 4);
+                    same_bits(P, "linear_bwd dinp", s0, f0, lt_act_bytes(be, NC));
+                    same_bits(P, "linear_bwd dw", s1, f1, OCC * 4);
+                    same_bits(P, "linear_bwd dbias", s2, f2, OC * 4);
+                    free(f0), free(f1), free(f2), free(s0), free(s1), free(s2);
+                }
+                dfree(be, di), dfree(be, dwt), dfree(be, dout_a), dfree(be, dy), dfree(be, dinp);
+                dfree(be, gwd), dfree(be, gbd);
+                if (dbias) dfree(be, dbias);
+                if (dg) dfree(be, dg);
+                if (dpre) dfree(be, dpre);
+            }
+            char nm[96];
+            snprintf(nm, sizeof nm, "lin %dx%dx%d%s%s out", N, C, OC, has_bias ? " +b" : "",
+                     gelu ? " +gelu" : "");
+            cmp(P, nm, o[1], o[0], NO, P->tol);
+            if (gelu) cmp(P, "lin fwd pre_gelu", pg[1], pg[0], NO, P->tol);
+            cmp(P, gelu ? "lin bwd dinp (dgelu)" : "lin bwd dinp", gi[1], gi[0], NC, P->tol);
+            cmp(P, "lin bwd dw", gw[1], gw[0], OCC, P->tol);
+            if (has_bias) cmp(P, "lin bwd dbias", gb[1], gb[0], OC, P->tol);
+            for (int k = 0; k < 2; k++) free(o[k]), free(pg[k]), free(gi[k]), free(gw[k]), free(gb[k]);
+        }
+        free(inp), free(w), free(bias), free(dout), free(gpre), free(dw0), free(db0);
+    }
+}
+
+/* ======================= gelu ======================= */
+static void t_gelu(const Pair *P) {
+    static const size_t ns[] = {1000, 100003};
+    for (int s = 0; s < 2; s++) {
+        const size_t n = ns[s];
+        float *x = hrand(n, 5.f, P->bf16), *dy = hrand(n, 1.f, P->bf16), *y[2], *dx[2];
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            void *dxin = act_up(be, x, n), *ddy = act_up(be, dy, n);
+            void *dout = act_up(be, NULL, n), *dinp = act_up(be, NULL, n);
+            poison(be, dout, lt_act_bytes(be, n)), poison(be, dinp, lt_act_bytes(be, n));
+            be->ops->gelu_fwd(be, dout, dxin, n);
+            be->ops->gelu_bwd(be, dinp, dxin, ddy, n);
+            y[k] = hzeros(n), dx[k] = hzeros(n);
+            act_down(be, y[k], dout, n), act_down(be, dx[k], dinp, n);
+            dfree(be, dxin), dfree(be, ddy), dfree(be, dout), dfree(be, dinp);
+        }
+        char nm[64];
+        snprintf(nm, sizeof nm, "gelu_fwd n%zu", n);
+        cmp(P, nm, y[1], y[0], n, P->tol);
+        snprintf(nm, sizeof nm, "gelu_bwd n%zu", n);
+        cmp(P, nm, dx[1], dx[0], n, P->tol);
+        for (int k = 0; k < 2; k++) free(y[k]), free(dx[k]);
+        free(x), free(dy);
+    }
+}
+
+/* ======================= attention ======================= */
+static void t_attention(const Pair *P) {
+    static const int shapes[][4] = {{1, 1, 1, 64},  {2, 17, 3, 64},   {1, 100, 2, 32},
+                                    {2, 129, 2, 80}, {1, 200, 2, 96},  {1, 257, 2, 128},
+                                    {1, 70, 2, 40},  {1, 33, 1, 24},   {2, 1024, 4, 64},
+                                    {1, 700, 2, 128}, {1, 300, 1, 200}};
+    for (int s = 0; s < 11; s++) {
+        if (g_quick && s >= 8) break;
+        const int B = shapes[s][0], T = shapes[s][1], NH = shapes[s][2], HD = shapes[s][3];
+        const size_t nq = (size_t)B * T * 3 * NH * HD, no = (size_t)B * T * NH * HD;
+        const size_t nl = (size_t)B * NH * T;
+        float *qkv = hrand(nq, 1.7f, P->bf16), *dout = hrand(no, 1.f, P->bf16);
+        float *o[2], *l[2], *g[2];
+        void *bits = NULL;
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            void *dq = act_up(be, qkv, nq), *dout_ = act_up(be, NULL, no);
+            float *dl = f32_up(be, NULL, nl);
+            poison(be, dout_, lt_act_bytes(be, no)), poison(be, dl, nl * 4);
+            be->ops->attention_fwd(be, dout_, dl, dq, B, T, NH, HD);
+            o[k] = hzeros(no), l[k] = hzeros(nl);
+            act_down(be, o[k], dout_, no), f32_down(be, l[k], dl, nl);
+            dfree(be, dout_), dfree(be, dl), dfree(be, dq);
+        }
+        /* backward: both sides get the reference forward's out and lse */
+        float *oin = o[0];
+        if (P->bf16)
+            for (size_t i = 0; i < no; i++) oin[i] = lt_bf16_round(oin[i]);
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            void *dq = act_up(be, qkv, nq), *dy = act_up(be, dout, no), *dout_ = act_up(be, oin, no);
+            float *dl = f32_up(be, l[0], nl);
+            void *dqkv = act_up(be, NULL, nq);
+            poison(be, dqkv, lt_act_bytes(be, nq));
+            be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, B, T, NH, HD);
+            g[k] = hzeros(nq);
+            act_down(be, g[k], dqkv, nq);
+            if (k) {
+                void *first = raw_down(be, dqkv, lt_act_bytes(be, nq));
+                poison(be, dqkv, lt_act_bytes(be, nq));
+                be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, B, T, NH, HD);
+                bits = raw_down(be, dqkv, lt_act_bytes(be, nq));
+                same_bits(P, "attn_bwd dqkv", bits, first, lt_act_bytes(be, nq));
+                free(first), free(bits);
+            }
+            dfree(be, dq), dfree(be, dy), dfree(be, dout_), dfree(be, dl), dfree(be, dqkv);
+        }
+        char nm[96];
+        snprintf(nm, sizeof nm, "attn_fwd B%d T%d NH%d HD%d out", B, T, NH, HD);
+        cmp(P, nm, o[1], o[0], no, P->tol);
+        cmp(P, "attn_fwd lse", l[1], l[0], nl, P->tol);
+        snprintf(nm, sizeof nm, "attn_bwd T%d HD%d dqkv", T, HD);
+        cmp(P, nm, g[1], g[0], nq, P->tol);
+        for (int k = 0; k < 2; k++) free(o[k]), free(l[k]), free(g[k]);
+        free(qkv), free(dout);
+    }
+}
+
+/* ======================= cross-entropy ======================= */
+static void t_xent(const Pair *P) {
+    static const int shapes[][3] = {{5, 37, 40}, {16, 1000, 1024}, {4, 50257, 50304}};
+    for (int s = 0; s < 3; s++) {
+        const int N = shapes[s][0], V = shapes[s][1], Vp = shapes[s][2];
+        const size_t n = (size_t)N * Vp;
+        float *x = hrand(n, 4.f, P->bf16);
+        for (int r = 0; r < N; r++)
+            for (int j = V; j < Vp; j++) x[(size_t)r * Vp + j] = 1e4f; /* must be ignored */
+        int32_t *tg = lt_malloc(N * sizeof(int32_t));
+        for (int r = 0; r < N; r++) tg[r] = (int32_t)((frand() * 0.5 + 0.5) * (V - 0.001));
+        for (int withgrad = 0; withgrad < 2; withgrad++) {
+            const float dscale = withgrad ? 1.f / N : 0.f;
+            float *loss[2], *lg[2];
+            for (int k = 0; k < 2; k++) {
+                LtBackend *be = k ? P->dut : P->ref;
+                void *dx = act_up(be, x, n);
+                int32_t *dt = i32_up(be, tg, N);
+                float *dl = f32_up(be, NULL, N);
+                poison(be, dl, N * 4);
+                be->ops->xent_fwd_bwd(be, dl, dx, dt, N, V, Vp, dscale);
+                loss[k] = hzeros(N), lg[k] = hzeros(n);
+                f32_down(be, loss[k], dl, N), act_down(be, lg[k], dx, n);
+                dfree(be, dx), dfree(be, dt), dfree(be, dl);
+            }
+            char nm[96];
+            snprintf(nm, sizeof nm, "xent N%d V%d Vp%d loss%s", N, V, Vp, withgrad ? "" : " (no grad)");
+            cmp(P, nm, loss[1], loss[0], N, P->tol);
+            if (withgrad) cmp(P, "xent dlogits", lg[1], lg[0], n, P->tol);
+            else cmp(P, "xent logits untouched", lg[1], lg[0], n, 0.0);
+            for (int k = 0; k < 2; k++) free(loss[k]), free(lg[k]);
+        }
+        free(x), free(tg);
+    }
+}
+
+/* ======================= optimizer and reductions ======================= */
+static void t_adamw(const Pair *P) {
+    static const size_t ns[] = {1000, 100003};
+    LtAdamArgs a = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f - 0.729f, 1.f - 0.857375f, 0.7f};
+    for (int s = 0; s < 2; s++) {
+        const size_t n = ns[s];
+        float *master = hrand(n, 1.f, 0), *grad = hrand(n, 1.f, 0), *m = hrand(n, 0.1f, 0);
+        float *v = hrand(n, 0.01f, 0);
+        for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+        float *res[2][4];
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            void *dp = act_up(be, NULL, n);
+            float *dm = f32_up(be, master, n), *dg = f32_up(be, grad, n), *d1 = f32_up(be, m, n);
+            float *d2 = f32_up(be, v, n);
+            poison(be, dp, lt_act_bytes(be, n));
+            be->ops->adamw(be, dp, dm, dg, d1, d2, n, &a);
+            for (int j = 0; j < 4; j++) res[k][j] = hzeros(n);
+            act_down(be, res[k][0], dp, n), f32_down(be, res[k][1], dm, n);
+            f32_down(be, res[k][2], d1, n), f32_down(be, res[k][3], d2, n);
+            dfree(be, dp), dfree(be, dm), dfree(be, dg), dfree(be, d1), dfree(be, d2);
+        }
+        static const char *names[] = {"adamw param", "adamw master", "adamw m", "adamw v"};
+        for (int j = 0; j < 4; j++) cmp(P, names[j], res[1][j], res[0][j], n, j ? 1e-5 : P->tol);
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < 4; j++) free(res[k][j]);
+        free(master), free(grad), free(m), free(v);
+    }
+}
+
+static void t_reduce(const Pair *P) {
+    static const size_t ns[] = {1, 1000, 1000003};
+    for (int s = 0; s < 3; s++) {
+        const size_t n = ns[s];
+        float *x = hrand(n, 1.f, 0), *sc[2];
+        double host = 0.0, r[2];
+        for (size_t i = 0; i < n; i++) host += (double)x[i] * x[i];
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            float *d = f32_up(be, x, n);
+            r[k] = be->ops->sumsq(be, d, n);
+            be->ops->scale_f32(be, d, 0.37f, n);
+            sc[k] = hzeros(n);
+            f32_down(be, sc[k], d, n);
+            dfree(be, d);
+        }
+        const double e0 = fabs(r[1] - r[0]) / fmax(fabs(r[0]), 1e-300);
+        const double e1 = fabs(r[1] - host) / fmax(fabs(host), 1e-300);
+        printf("  %-5s sumsq n=%-9zu dut %.17g ref %.17g host %.17g\n", P->tag, n, r[1], r[0], host);
+        CHECK(e0 < 1e-7 && e1 < 1e-7, "sumsq n=%zu: rel err %.3e / %.3e", n, e0, e1);
+        char nm[64];
+        snprintf(nm, sizeof nm, "scale_f32 n%zu", n);
+        cmp(P, nm, sc[1], sc[0], n, 1e-6);
+        free(sc[0]), free(sc[1]), free(x);
+    }
+}
+
+/* act <-> fp32 conversion, copy/zero, and ops on a created stream. */
+static void t_memory_streams(const Pair *P) {
+    LtBackend *be = P->dut;
+    const size_t n = 4099;
+    float *x = hrand(n, 3.f, 0), *back = hzeros(n), *y1 = hzeros(n), *y2 = hzeros(n);
+    void *d = act_up(be, x, n);
+    act_down(be, back, d, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float want = be->dtype == LT_BF16 ? lt_bf16_round(x[i]) : x[i];
+        if (memcmp(&want, &back[i], 4) != 0) bad++;
+    }
+    printf("  %-5s act round trip n=%zu: %zu mismatches\n", P->tag, n, bad);
+    CHECK(bad == 0, "act_from_f32/act_to_f32 round trip: %zu mismatches", bad);
+    void *o1 = act_up(be, NULL, n), *o2 = act_up(be, NULL, n), *c = act_up(be, NULL, n);
+    be->ops->gelu_fwd(be, o1, d, n);
+    LtStream *s = be->ops->stream_create(be);
+    LtEvent *e = be->ops->event_create(be);
+    be->ops->set_stream(be, s);
+    be->ops->gelu_fwd(be, o2, d, n);
+    be->ops->copy(be, c, o2, lt_act_bytes(be, n));
+    be->ops->event_record(be, e, s);
+    be->ops->set_stream(be, NULL);
+    be->ops->stream_wait_event(be, NULL, e);
+    act_down(be, y1, o1, n), act_down(be, y2, c, n);
+    CHECK(memcmp(y1, y2, n * 4) == 0, "op on a created stream differs from the default stream");
+    be->ops->zero(be, c, lt_act_bytes(be, n));
+    act_down(be, y2, c, n);
+    for (size_t i = 0; i < n; i++) CHECK(y2[i] == 0.f, "zero left %g at %zu", (double)y2[i], i);
+    be->ops->synchronize(be);
+    be->ops->event_destroy(be, e);
+    be->ops->stream_destroy(be, s);
+    dfree(be, d), dfree(be, o1), dfree(be, o2), dfree(be, c);
+    free(x), free(back), free(y1), free(y2);
+}
+
+/* ======================= driver ======================= */
+typedef struct {
+    const char *name;
+    void (*fn)(const Pair *);
+} Case;
+
+static const Case cases[] = {
+    {"embedding", t_embedding}, {"layernorm", t_layernorm}, {"linear", t_linear},
+    {"gelu", t_gelu},           {"attention", t_attention}, {"xent", t_xent},
+    {"adamw", t_adamw},         {"reduce", t_reduce},       {"memory_streams", t_memory_streams},
+};
+
+static LtBackend *make_cuda(LtDtype dt, int alt) {
+    char err[256] = "";
+    if (alt) setenv("LT_CUDA_ATTN", "simt", 1), setenv("LT_CUDA_GEMM", "plain", 1);
+    LtBackend *be = lt_backend_cuda_create(dt, 0, err, sizeof err);
+    unsetenv("LT_CUDA_ATTN"), unsetenv("LT_CUDA_GEMM");
+    if (!be) {
+        printf("FAIL cuda_backend_create: %s\n", err);
+        exit(1);
+    }
+    return be;
+}
+
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--quick")) g_quick = 1;
+    printf("lattice GPU op tests: %d CUDA device(s), compiled=%d%s\n", lt_cuda_device_count(),
+           lt_cuda_compiled(), g_quick ? " (quick)" : "");
+    if (lt_cuda_device_count() <= 0) {
+        printf("FAIL no_cuda_device\n0 passed, 1 failed\n");
+        return 1;
+    }
+    LtBackend *g32 = make_cuda(LT_F32, 0), *g16 = make_cuda(LT_BF16, 0);
+    LtBackend *a32 = make_cuda(LT_F32, 1), *a16 = make_cuda(LT_BF16, 1);
+    printf("device: %s\n", g32->device_name);
+#ifdef LT_GPU_TEST_NO_CPU
+    printf("reference: CUDA fp32 alternative paths (built without the CPU backend)\n");
+    Pair pairs[] = {{a32, g32, "f32", 1e-5, 0}, {a32, g16, "bf16", 1e-2, 1},
+                    {a32, a16, "bf16a", 1e-2, 1}};
+    LtBackend *c32 = NULL, *c16 = NULL;
+#else
+    LtBackend *c32 = lt_backend_cpu_create(LT_F32, 0), *c16 = lt_backend_cpu_create(LT_BF16, 0);
+    printf("reference: CPU backend (%s)\n", c32->ops->name);
+    Pair pairs[] = {{c32, g32, "f32", 1e-5, 0}, {c32, a32, "f32a", 1e-5, 0},
+                    {c16, g16, "bf16", 1e-2, 1}, {c16, a16, "bf16a", 1e-2, 1}};
+#endif
+    const int npairs = (int)(sizeof pairs / sizeof pairs[0]);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int p = 0; p < npairs; p++) {
+            test_cur_failed = 0;
+            fflush(stdout);
+            cases[c].fn(&pairs[p]);
+            printf("%s %s_%s\n", test_cur_failed ? "FAIL" : "PASS", cases[c].name, pairs[p].tag);
+            if (test_cur_failed) test_n_fail++;
+            else test_n_pass++;
+            fflush(stdout);
+        }
+    lt_backend_destroy(g32), lt_backend_destroy(g16), lt_backend_destroy(a32), lt_backend_destroy(a16);
+    if (c32) lt_backend_destroy(c32);
+    if (c16) lt_backend_destroy(c16);
+    return test_summary();
+}

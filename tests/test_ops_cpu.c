@@ -1,0 +1,745 @@
+/* test_ops_cpu.c - the CPU backend against float64 references written here,
+ * central finite differences of L = sum(out * R) through those references,
+ * accumulation / NULL-skip semantics, bf16 mode, determinism, plus an
+ * informational timing line. Every overwritten output is poisoned with NaN
+ * before the call, and every comparison fails on NaN. */
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "common.h"
+#include "test.h"
+
+static LtBackend *g_f32, *g_bf16;
+static uint64_t g_rng = 1;
+
+#define TOL_FWD 1e-5 /* fp32 op vs float64 reference */
+#define TOL_BWD 1e-5
+#define TOL_FD 5e-5  /* fp32 gradient vs finite differences of a float64 forward */
+#define TOL_BF16 1e-2
+
+/* ---- helpers ---------------------------------------------------------------- */
+static float *falloc(size_t n) { return lt_malloc(n * sizeof(float) + 4); }
+static double *dalloc(size_t n) { return lt_calloc(n * sizeof(double) + 8); }
+static float randn(void) { return lt_normal_at(1234, 0, g_rng++); }
+static void fill(float *x, size_t n, float sc, int bf16) {
+    for (size_t i = 0; i < n; i++) x[i] = bf16 ? lt_bf16_round(sc * randn()) : sc * randn();
+}
+static void poison(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+}
+static double *todbl(const float *x, size_t n) {
+    double *d = dalloc(n);
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+static double maxabs(const double *r, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fabs(r[i]) > m ? fabs(r[i]) : m;
+    return m;
+}
+/* max_i |g_i - r_i| / (|r_i| + 0.1 max|r|): relative for entries within a
+ * decade of the largest, and relative to a tenth of the largest for entries
+ * near zero (fp32 sums that cancel have errors proportional to their terms, not
+ * their result; the fp32 ops here measure ~1e-7 normwise). Infinite when g
+ * holds a NaN or inf. */
+static double err(const float *g, const double *r, size_t n) {
+    double fl = 0.1 * maxabs(r, n) + 1e-30, e = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(g[i])) return INFINITY;
+        double d = fabs(g[i] - r[i]) / (fabs(r[i]) + fl);
+        e = d > e ? d : e;
+    }
+    return e;
+}
+/* Normwise max_i |g_i - r_i| / max|r| (for bf16 vs fp32: rounding an
+ * intermediate, e.g. resid_out before LayerNorm, moves small outputs by a
+ * fraction of the typical magnitude, not of their own). */
+static double normerr(const float *g, const float *r, size_t n) {
+    double m = 0, e = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(g[i])) return INFINITY;
+        m = fabs(r[i]) > m ? fabs(r[i]) : m;
+        e = fabs(g[i] - r[i]) > e ? fabs(g[i] - r[i]) : e;
+    }
+    return e / (m + 1e-30);
+}
+static int all_bf16(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (lt_bf16_round(x[i]) != x[i]) return 0;
+    return 1;
+}
+static double dot(const double *a, const double *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+/* Finite-difference check of grad (fp32, from the backend) = dL/dparam where
+ * L = loss() is evaluated in float64 with param perturbed in place. */
+static double fd(double (*loss)(void), double *param, size_t n, const float *grad) {
+    double gmax = 0, e = 0, h = 1e-4;
+    for (size_t i = 0; i < n; i++) gmax = fabs(grad[i]) > gmax ? fabs(grad[i]) : gmax;
+    for (int s = 0; s < 24 && s < (int)n; s++) {
+        size_t k = s == 0 ? 0 : s == 1 ? n - 1 : (size_t)(lt_uniform_at(7, 1, g_rng++) * n);
+        double save = param[k];
+        param[k] = save + h;
+        double lp = loss();
+        param[k] = save - h;
+        double lm = loss();
+        param[k] = save;
+        double num = (lp - lm) / (2 * h);
+        if (!isfinite(grad[k])) return INFINITY;
+        double d = fabs(grad[k] - num) / (fabs(num) + 0.01 * gmax + 1e-30);
+        e = d > e ? d : e;
+    }
+    return e;
+}
+
+#define CHECK_FD(loss, param, n, grad, what, cas)                                  \
+    do {                                                                           \
+        double e_ = fd(loss, param, n, grad);                                      \
+        CHECK(e_ <= TOL_FD, "finite differences, %s, case %d: %g", what, cas, e_); \
+    } while (0)
+
+/* ---- float64 references ---------------------------------------------------- */
+static double ref_gelu(double x) {
+    return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+static double ref_gelu_grad(double x) {
+    double s = sqrt(2 / M_PI), th = tanh(s * (x + 0.044715 * x * x * x));
+    return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * s * (1 + 3 * 0.044715 * x * x);
+}
+static void ref_layernorm(double *resid, double *out, double *mean, double *rstd, const double *a,
+                          const double *b, const double *w, const double *bias, int N, int C) {
+    for (int i = 0; i < N; i++) {
+        const double *x = a + (size_t)i * C;
+        if (b) {
+            for (int c = 0; c < C; c++) resid[i * C + c] = a[i * C + c] + b[i * C + c];
+            x = resid + (size_t)i * C;
+        }
+        double m = 0, v = 0;
+        for (int c = 0; c < C; c++) m += x[c] / C;
+        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m) / C;
+        double rs = 1 / sqrt(v + 1e-5);
+        if (mean) mean[i] = m, rstd[i] = rs;
+        for (int c = 0; c < C; c++) out[i * C + c] = (x[c] - m) * rs * w[c] + bias[c];
+    }
+}
+static void ref_layernorm_bwd(double *dx, double *dw, double *db, const double *dout,
+                              const double *x, const double *w, int N, int C) {
+    for (int i = 0; i < N; i++) {
+        const double *xi = x + (size_t)i * C, *d = dout + (size_t)i * C;
+        double m = 0, v = 0, sg = 0, sgx = 0;
+        for (int c = 0; c < C; c++) m += xi[c] / C;
+        for (int c = 0; c < C; c++) v += (xi[c] - m) * (xi[c] - m) / C;
+        double rs = 1 / sqrt(v + 1e-5);
+        for (int c = 0; c < C; c++) sg += d[c] * w[c] / C, sgx += d[c] * w[c] * (xi[c] - m) * rs / C;
+        for (int c = 0; c < C; c++) {
+            double xh = (xi[c] - m) * rs;
+            dx[i * C + c] = rs * (d[c] * w[c] - sg - xh * sgx);
+            dw[c] += d[c] * xh;
+            db[c] += d[c];
+        }
+    }
+}
+/* out(N,OC) = inp . w^T + bias, then gelu when act */
+static void ref_linear(double *out, const double *inp, const double *w, const double *bias, int N,
+                       int C, int OC, int act) {
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double s = bias ? bias[o] : 0;
+            for (int c = 0; c < C; c++) s += inp[(size_t)i * C + c] * w[(size_t)o * C + c];
+            out[(size_t)i * OC + o] = act ? ref_gelu(s) : s;
+        }
+}
+/* dinp = dout . w (overwritten); dw += dout^T inp; db += colsum(dout) */
+static void ref_linear_bwd(double *dinp, double *dw, double *db, const double *dout,
+                           const double *inp, const double *w, int N, int C, int OC) {
+    for (int i = 0; i < N; i++) {
+        for (int c = 0; c < C; c++) {
+            double s = 0;
+            for (int o = 0; o < OC; o++) s += dout[(size_t)i * OC + o] * w[(size_t)o * C + c];
+            dinp[(size_t)i * C + c] = s;
+        }
+        for (int o = 0; o < OC; o++) {
+            db[o] += dout[(size_t)i * OC + o];
+            for (int c = 0; c < C; c++)
+                dw[(size_t)o * C + c] += dout[(size_t)i * OC + o] * inp[(size_t)i * C + c];
+        }
+    }
+}
+/* Naive causal attention; with dout != NULL also the backward into dqkv. */
+static void ref_attention(double *out, double *lse, double *dqkv, const double *dout,
+                          const double *qkv, int B, int T, int NH, int HD) {
+    int C = NH * HD;
+    double *p = dalloc(T), *dp = dalloc(T), sc = 1 / sqrt((double)HD);
+    if (dqkv) memset(dqkv, 0, sizeof(double) * B * T * 3 * C);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const double *q = qkv + ((size_t)(b * T + i) * 3) * C + h * HD;
+                double m = -INFINITY, z = 0;
+                for (int j = 0; j <= i; j++) {
+                    const double *k = qkv + ((size_t)(b * T + j) * 3 + 1) * C + h * HD;
+                    p[j] = sc * dot(q, k, HD);
+                    m = p[j] > m ? p[j] : m;
+                }
+                for (int j = 0; j <= i; j++) z += (p[j] = exp(p[j] - m));
+                double *o = out + (size_t)(b * T + i) * C + h * HD;
+                for (int d = 0; d < HD; d++) o[d] = 0;
+                for (int j = 0; j <= i; j++) {
+                    p[j] /= z;
+                    for (int d = 0; d < HD; d++)
+                        o[d] += p[j] * qkv[((size_t)(b * T + j) * 3 + 2) * C + h * HD + d];
+                }
+                if (lse) lse[(size_t)(b * NH + h) * T + i] = m + log(z);
+                if (!dqkv) continue;
+                const double *g = dout + (size_t)(b * T + i) * C + h * HD;
+                double D = 0;
+                for (int j = 0; j <= i; j++) {
+                    dp[j] = dot(g, qkv + ((size_t)(b * T + j) * 3 + 2) * C + h * HD, HD);
+                    D += p[j] * dp[j];
+                }
+                for (int j = 0; j <= i; j++) {
+                    double ds = p[j] * (dp[j] - D) * sc;
+                    size_t kj = ((size_t)(b * T + j) * 3 + 1) * C + h * HD, vj = kj + C;
+                    size_t qi = ((size_t)(b * T + i) * 3) * C + h * HD;
+                    for (int d = 0; d < HD; d++) {
+                        dqkv[qi + d] += ds * qkv[kj + d];
+                        dqkv[kj + d] += ds * qkv[qi + d];
+                        dqkv[vj + d] += p[j] * g[d];
+                    }
+                }
+            }
+    free(p);
+    free(dp);
+}
+static void ref_xent(double *loss, double *dlog, const double *x, const int32_t *tg, int N, int V,
+                     int Vp, double dscale) {
+    for (int i = 0; i < N; i++) {
+        const double *r = x + (size_t)i * Vp;
+        double m = r[0], z = 0;
+        for (int j = 1; j < V; j++) m = r[j] > m ? r[j] : m;
+        for (int j = 0; j < V; j++) z += exp(r[j] - m);
+        loss[i] = m + log(z) - r[tg[i]];
+        if (dlog)
+            for (int j = 0; j < Vp; j++)
+                dlog[(size_t)i * Vp + j] = j < V ? dscale * (exp(r[j] - m) / z - (j == tg[i])) : 0;
+    }
+}
+
+/* ---- memory, streams, reductions ------------------------------------------- */
+static void test_memory(void) {
+    LtBackend *be = g_bf16;
+    size_t n = 1000;
+    float *d = be->ops->alloc(be, n * be->act_size);
+    CHECK(be->act_size == 4, "act_size %zu", be->act_size);
+    int zero = 1;
+    for (size_t i = 0; i < n; i++) zero &= d[i] == 0.0f;
+    CHECK(zero, "alloc not zeroed");
+    float *h = falloc(n), *h2 = falloc(n), *d2 = be->ops->alloc(be, n * 4);
+    fill(h, n, 3.0f, 0);
+    be->ops->act_from_f32(be, d, h, n);
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= d[i] == lt_bf16_round(h[i]);
+    CHECK(ok && !all_bf16(h, n), "act_from_f32 must round to bf16");
+    /* ties (to even), overflow to inf, NaNs (stay quiet NaN), denormals, signs */
+    uint32_t bits[] = {0x3F808000u, 0x3F818000u, 0xBF808001u, 0x7F7FFFFFu, 0x7F800000u,
+                       0xFF800000u, 0x7FC00001u, 0x7F800001u, 0xFF812345u, 0x00008000u,
+                       0x00018000u, 0x80000000u};
+    float sp[12], got[12];
+    memcpy(sp, bits, sizeof sp);
+    be->ops->act_from_f32(be, got, sp, 12);
+    for (int i = 0; i < 12; i++) {
+        float want = lt_bf16_round(sp[i]);
+        CHECK(memcmp(&got[i], &want, 4) == 0, "bf16 rounding of 0x%08x", (unsigned)bits[i]);
+    }
+    be->ops->copy(be, d2, d, n * 4);
+    poison(h2, n);
+    be->ops->act_to_f32(be, h2, d2, n);
+    CHECK(memcmp(h2, d, n * 4) == 0, "copy / act_to_f32");
+    be->ops->upload(be, d2, h, n * 4);
+    poison(h2, n);
+    be->ops->download(be, h2, d2, n * 4);
+    CHECK(memcmp(h2, h, n * 4) == 0, "upload/download");
+    be->ops->zero(be, d2, n * 4);
+    CHECK(d2[0] == 0 && d2[n - 1] == 0, "zero");
+    g_f32->ops->act_from_f32(g_f32, d, h, n);
+    CHECK(memcmp(d, h, n * 4) == 0, "f32 act_from_f32 must not round");
+    LtStream *s = be->ops->stream_create(be);
+    LtEvent *e = be->ops->event_create(be);
+    CHECK(s && e, "stream/event objects");
+    be->ops->set_stream(be, s);
+    be->ops->event_record(be, e, s);
+    be->ops->stream_wait_event(be, NULL, e);
+    be->ops->set_stream(be, NULL);
+    be->ops->synchronize(be);
+    be->ops->event_destroy(be, e);
+    be->ops->stream_destroy(be, s);
+    be->ops->free(be, d);
+    be->ops->free(be, d2);
+    free(h);
+    free(h2);
+}
+
+static void test_sumsq_scale(void) {
+    size_t sizes[] = {1, 7, 16384, 100003};
+    for (int t = 0; t < 4; t++) {
+        size_t n = sizes[t];
+        float *x = falloc(n);
+        fill(x, n, 2.0f, 0);
+        double ref = 0;
+        for (size_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
+        double got = g_f32->ops->sumsq(g_f32, x, n);
+        CHECK(fabs(got - ref) <= 1e-12 * ref, "sumsq n=%zu %.17g vs %.17g", n, got, ref);
+        float x0 = x[0], xl = x[n - 1];
+        g_f32->ops->scale_f32(g_f32, x, 0.37f, n);
+        CHECK(x[0] == x0 * 0.37f && x[n - 1] == xl * 0.37f, "scale_f32 n=%zu", n);
+        free(x);
+    }
+    CHECK(g_f32->ops->sumsq(g_f32, NULL, 0) == 0.0, "sumsq of nothing");
+}
+
+/* ---- embedding -------------------------------------------------------------- */
+static struct { int B, T, C; int32_t *tok; double *wte, *wpe, *R, *out; } E;
+static double embedding_loss(void) {
+    for (int i = 0; i < E.B * E.T; i++)
+        for (int c = 0; c < E.C; c++)
+            E.out[i * E.C + c] = E.wte[E.tok[i] * E.C + c] + E.wpe[(i % E.T) * E.C + c];
+    return dot(E.out, E.R, (size_t)E.B * E.T * E.C);
+}
+static void test_embedding(void) {
+    int shapes[][4] = {{1, 7, 12, 5}, {3, 9, 20, 11}, {2, 70, 33, 4}}; /* B T C V */
+    for (int s = 0; s < 3; s++) {
+        int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], V = shapes[s][3], N = B * T;
+        int32_t *tok = lt_malloc(sizeof(int32_t) * N);
+        for (int i = 0; i < N; i++) tok[i] = (int32_t)(lt_uniform_at(3, s, i) * V);
+        float *wte = falloc(V * C), *wpe = falloc(T * C), *out = falloc(N * C), *R = falloc(N * C);
+        float *dwte = falloc(V * C), *dwpe = falloc(T * C);
+        fill(wte, V * C, 1, 0), fill(wpe, T * C, 1, 0), fill(R, N * C, 1, 0);
+        fill(dwte, V * C, 1, 0), fill(dwpe, T * C, 1, 0); /* accumulated into */
+        E.B = B, E.T = T, E.C = C, E.tok = tok, E.wte = todbl(wte, V * C), E.wpe = todbl(wpe, T * C);
+        E.R = todbl(R, N * C), E.out = dalloc(N * C);
+        double *rwte = todbl(dwte, V * C), *rwpe = todbl(dwpe, T * C);
+        poison(out, N * C);
+        g_f32->ops->embedding_fwd(g_f32, out, tok, wte, wpe, B, T, C);
+        embedding_loss();
+        CHECK(err(out, E.out, N * C) <= TOL_FWD, "fwd shape %d: %g", s, err(out, E.out, N * C));
+        g_f32->ops->embedding_bwd(g_f32, dwte, dwpe, R, tok, B, T, C);
+        for (int i = 0; i < N; i++)
+            for (int c = 0; c < C; c++) rwte[tok[i] * C + c] += R[i * C + c], rwpe[(i % T) * C + c] += R[i * C + c];
+        CHECK(err(dwte, rwte, V * C) <= TOL_BWD, "dwte (accumulated) shape %d", s);
+        CHECK(err(dwpe, rwpe, T * C) <= TOL_BWD, "dwpe (accumulated) shape %d", s);
+        /* FD on a fresh (zeroed) gradient */
+        memset(dwte, 0, V * C * 4), memset(dwpe, 0, T * C * 4);
+        g_f32->ops->embedding_bwd(g_f32, dwte, dwpe, R, tok, B, T, C);
+        CHECK_FD(embedding_loss, E.wte, V * C, dwte, "dwte", s);
+        CHECK_FD(embedding_loss, E.wpe, T * C, dwpe, "dwpe", s);
+        free(tok), free(wte), free(wpe), free(out), free(R), free(dwte), free(dwpe), free(rwte), free(rwpe);
+        free(E.wte), free(E.wpe), free(E.R), free(E.out);
+    }
+}
+
+/* ---- layernorm -------------------------------------------------------------- */
+static struct { int N, C, resid; double *a, *b, *w, *bias, *R, *res, *out; } L;
+static double layernorm_loss(void) {
+    ref_layernorm(L.res, L.out, NULL, NULL, L.a, L.resid ? L.b : NULL, L.w, L.bias, L.N, L.C);
+    return dot(L.out, L.R, (size_t)L.N * L.C);
+}
+static void test_layernorm(void) {
+    int shapes[][2] = {{7, 12}, {5, 33}, {33, 64}};
+    for (int s = 0; s < 6; s++) {
+        int N = shapes[s / 2][0], C = shapes[s / 2][1], resid = s % 2;
+        size_t n = (size_t)N * C;
+        float *a = falloc(n), *b = falloc(n), *w = falloc(C), *bias = falloc(C), *R = falloc(n);
+        float *res = falloc(n), *out = falloc(n), *mean = falloc(N), *rstd = falloc(N);
+        float *dinp = falloc(n), *dw = falloc(C), *db = falloc(C);
+        fill(a, n, 2, 0), fill(b, n, 1, 0), fill(w, C, 1, 0), fill(bias, C, 1, 0), fill(R, n, 1, 0);
+        for (size_t i = 0; i < n; i++) a[i] += 0.5f; /* nonzero mean */
+        fill(dinp, n, 1, 0), fill(dw, C, 1, 0), fill(db, C, 1, 0);
+        L.N = N, L.C = C, L.resid = resid, L.a = todbl(a, n), L.b = todbl(b, n), L.w = todbl(w, C);
+        L.bias = todbl(bias, C), L.R = todbl(R, n), L.res = dalloc(n), L.out = dalloc(n);
+        double *rmean = dalloc(N), *rrstd = dalloc(N);
+        double *rdx = dalloc(n), *rdw = todbl(dw, C), *rdb = todbl(db, C), *rdinp = todbl(dinp, n);
+        poison(res, n), poison(out, n), poison(mean, N), poison(rstd, N);
+        g_f32->ops->layernorm_fwd(g_f32, res, out, mean, rstd, a, resid ? b : NULL, w, bias, N, C);
+        ref_layernorm(L.res, L.out, rmean, rrstd, L.a, resid ? L.b : NULL, L.w, L.bias, N, C);
+        CHECK(err(out, L.out, n) <= TOL_FWD, "out case %d: %g", s, err(out, L.out, n));
+        CHECK(err(mean, rmean, N) <= TOL_FWD && err(rstd, rrstd, N) <= TOL_FWD, "stats case %d", s);
+        if (resid) CHECK(err(res, L.res, n) <= TOL_FWD, "resid_out case %d", s);
+        const float *x = resid ? res : a;
+        g_f32->ops->layernorm_bwd(g_f32, dinp, dw, db, R, x, w, mean, rstd, N, C);
+        ref_layernorm_bwd(rdx, rdw, rdb, L.R, resid ? L.res : L.a, L.w, N, C);
+        for (size_t i = 0; i < n; i++) rdinp[i] += rdx[i];
+        CHECK(err(dinp, rdinp, n) <= TOL_BWD, "dinp (+=) case %d: %g", s, err(dinp, rdinp, n));
+        CHECK(err(dw, rdw, C) <= TOL_BWD && err(db, rdb, C) <= TOL_BWD, "dw/db (+=) case %d", s);
+        memset(dinp, 0, n * 4), memset(dw, 0, C * 4), memset(db, 0, C * 4);
+        g_f32->ops->layernorm_bwd(g_f32, dinp, dw, db, R, x, w, mean, rstd, N, C);
+        CHECK_FD(layernorm_loss, L.a, n, dinp, "da", s);
+        if (resid) CHECK_FD(layernorm_loss, L.b, n, dinp, "db(resid)", s);
+        CHECK_FD(layernorm_loss, L.w, C, dw, "dw", s);
+        CHECK_FD(layernorm_loss, L.bias, C, db, "dbias", s);
+        free(a), free(b), free(w), free(bias), free(R), free(res), free(out), free(mean), free(rstd);
+        free(dinp), free(dw), free(db), free(rmean), free(rrstd), free(rdx), free(rdw), free(rdb), free(rdinp);
+        free(L.a), free(L.b), free(L.w), free(L.bias), free(L.R), free(L.res), free(L.out);
+    }
+}
+
+/* ---- linear (+ GeLU epilogue): a 2-layer MLP x -fc-> pre -gelu-> h -proj-> out */
+static struct { int N, C, H, O; double *x, *w1, *b1, *w2, *b2, *R, *pre, *h, *out; } M;
+static double mlp_loss(void) {
+    ref_linear(M.pre, M.x, M.w1, M.b1, M.N, M.C, M.H, 0);
+    for (size_t i = 0; i < (size_t)M.N * M.H; i++) M.h[i] = ref_gelu(M.pre[i]);
+    ref_linear(M.out, M.h, M.w2, M.b2, M.N, M.H, M.O, 0);
+    return dot(M.out, M.R, (size_t)M.N * M.O);
+}
+static void test_linear_mlp(void) {
+    int shapes[][4] = {{7, 12, 20, 5}, {33, 17, 40, 9}, {130, 64, 96, 70}}; /* N C H O */
+    LtBackend *be = g_f32;
+    for (int s = 0; s < 3; s++) {
+        int N = shapes[s][0], C = shapes[s][1], H = shapes[s][2], O = shapes[s][3];
+        float *x = falloc(N * C), *w1 = falloc(H * C), *b1 = falloc(H), *w2 = falloc(O * H);
+        float *b2 = falloc(O), *R = falloc(N * O), *pre = falloc(N * H), *h = falloc(N * H);
+        float *out = falloc(N * O), *dpre = falloc(N * H), *dx = falloc(N * C);
+        float *dw1 = falloc(H * C), *db1 = falloc(H), *dw2 = falloc(O * H), *db2 = falloc(O);
+        fill(x, N * C, 1, 0), fill(w1, H * C, 0.3f, 0), fill(b1, H, 0.5f, 0);
+        fill(w2, O * H, 0.2f, 0), fill(b2, O, 0.5f, 0), fill(R, N * O, 1, 0);
+        fill(dw1, H * C, 1, 0), fill(db1, H, 1, 0), fill(dw2, O * H, 1, 0), fill(db2, O, 1, 0);
+        M.N = N, M.C = C, M.H = H, M.O = O, M.x = todbl(x, N * C), M.w1 = todbl(w1, H * C);
+        M.b1 = todbl(b1, H), M.w2 = todbl(w2, O * H), M.b2 = todbl(b2, O), M.R = todbl(R, N * O);
+        M.pre = dalloc(N * H), M.h = dalloc(N * H), M.out = dalloc(N * O);
+        poison(pre, N * H), poison(h, N * H), poison(out, N * O);
+        be->ops->linear_fwd(be, h, pre, x, w1, b1, N, C, H);
+        be->ops->linear_fwd(be, out, NULL, h, w2, b2, N, H, O);
+        mlp_loss();
+        CHECK(err(pre, M.pre, N * H) <= TOL_FWD, "pre_gelu %d: %g", s, err(pre, M.pre, N * H));
+        CHECK(err(h, M.h, N * H) <= TOL_FWD, "gelu epilogue %d: %g", s, err(h, M.h, N * H));
+        CHECK(err(out, M.out, N * O) <= TOL_FWD, "out %d: %g", s, err(out, M.out, N * O));
+        /* backward, accumulating into random dw/db */
+        double *rdw1 = todbl(dw1, H * C), *rdb1 = todbl(db1, H), *rdw2 = todbl(dw2, O * H);
+        double *rdb2 = todbl(db2, O), *rdh = dalloc(N * H), *rdx = dalloc(N * C);
+        poison(dpre, N * H), poison(dx, N * C);
+        be->ops->linear_bwd(be, dpre, dw2, db2, R, h, w2, pre, N, H, O);
+        be->ops->linear_bwd(be, dx, dw1, db1, dpre, x, w1, NULL, N, C, H);
+        ref_linear_bwd(rdh, rdw2, rdb2, M.R, M.h, M.w2, N, H, O);
+        for (size_t i = 0; i < (size_t)N * H; i++) rdh[i] *= ref_gelu_grad(M.pre[i]);
+        ref_linear_bwd(rdx, rdw1, rdb1, rdh, M.x, M.w1, N, C, H);
+        CHECK(err(dpre, rdh, N * H) <= TOL_BWD, "dinp with gelu' %d: %g", s, err(dpre, rdh, N * H));
+        CHECK(err(dx, rdx, N * C) <= TOL_BWD, "dinp %d: %g", s, err(dx, rdx, N * C));
+        CHECK(err(dw1, rdw1, H * C) <= TOL_BWD && err(dw2, rdw2, O * H) <= TOL_BWD, "dw += %d", s);
+        CHECK(err(db1, rdb1, H) <= TOL_BWD && err(db2, rdb2, O) <= TOL_BWD, "db += %d", s);
+        memset(dw1, 0, H * C * 4), memset(db1, 0, H * 4), memset(dw2, 0, O * H * 4), memset(db2, 0, O * 4);
+        be->ops->linear_bwd(be, dpre, dw2, db2, R, h, w2, pre, N, H, O);
+        be->ops->linear_bwd(be, dx, dw1, db1, dpre, x, w1, NULL, N, C, H);
+        CHECK_FD(mlp_loss, M.x, N * C, dx, "dx", s);
+        CHECK_FD(mlp_loss, M.w1, H * C, dw1, "dw1", s);
+        CHECK_FD(mlp_loss, M.b1, H, db1, "db1", s);
+        CHECK_FD(mlp_loss, M.w2, O * H, dw2, "dw2", s);
+        CHECK_FD(mlp_loss, M.b2, O, db2, "db2", s);
+        /* bias NULL forward; NULL-skips and untouched outputs in backward */
+        poison(out, N * O);
+        be->ops->linear_fwd(be, out, NULL, h, w2, NULL, N, H, O);
+        ref_linear(M.out, M.h, M.w2, NULL, N, H, O, 0);
+        CHECK(err(out, M.out, N * O) <= TOL_FWD, "no-bias out %d", s);
+        float dw2c = dw2[0], db2c = db2[O - 1];
+        poison(dpre, N * H);
+        be->ops->linear_bwd(be, dpre, NULL, NULL, R, h, w2, NULL, N, H, O);
+        ref_linear_bwd(rdh, rdw2, rdb2, M.R, M.h, M.w2, N, H, O);
+        CHECK(err(dpre, rdh, N * H) <= TOL_BWD && dw2[0] == dw2c && db2[O - 1] == db2c, "dinp only %d", s);
+        float d0 = dpre[0];
+        be->ops->linear_bwd(be, NULL, NULL, db2, R, h, w2, NULL, N, H, O);
+        CHECK(dpre[0] == d0 && dw2[0] == dw2c && db2[O - 1] != db2c, "dbias only %d", s);
+        free(x), free(w1), free(b1), free(w2), free(b2), free(R), free(pre), free(h), free(out);
+        free(dpre), free(dx), free(dw1), free(db1), free(dw2), free(db2);
+        free(rdw1), free(rdb1), free(rdw2), free(rdb2), free(rdh), free(rdx);
+        free(M.x), free(M.w1), free(M.b1), free(M.w2), free(M.b2), free(M.R), free(M.pre), free(M.h), free(M.out);
+    }
+}
+
+/* ---- gelu ------------------------------------------------------------------- */
+static struct { size_t n; double *x, *R; } G;
+static double gelu_loss(void) {
+    double s = 0;
+    for (size_t i = 0; i < G.n; i++) s += ref_gelu(G.x[i]) * G.R[i];
+    return s;
+}
+static void test_gelu(void) {
+    size_t n = 1003;
+    float *x = falloc(n), *R = falloc(n), *y = falloc(n), *dx = falloc(n);
+    fill(x, n, 3, 0), fill(R, n, 1, 0);
+    x[0] = -12, x[1] = 12, x[2] = 0, x[3] = -40; /* tails */
+    G.n = n, G.x = todbl(x, n), G.R = todbl(R, n);
+    double *ry = dalloc(n), *rdx = dalloc(n);
+    for (size_t i = 0; i < n; i++) ry[i] = ref_gelu(G.x[i]), rdx[i] = ref_gelu_grad(G.x[i]) * G.R[i];
+    poison(y, n), poison(dx, n);
+    g_f32->ops->gelu_fwd(g_f32, y, x, n);
+    g_f32->ops->gelu_bwd(g_f32, dx, x, R, n);
+    CHECK(err(y, ry, n) <= TOL_FWD, "gelu fwd %g", err(y, ry, n));
+    CHECK(err(dx, rdx, n) <= TOL_BWD, "gelu bwd %g", err(dx, rdx, n));
+    CHECK(fabs(y[3]) < 1e-30 && y[1] == 12.0f, "gelu tails %g %g", y[3], y[1]);
+    CHECK_FD(gelu_loss, G.x, n, dx, "gelu", 0);
+    free(x), free(R), free(y), free(dx), free(G.x), free(G.R), free(ry), free(rdx);
+}
+
+/* ---- attention -------------------------------------------------------------- */
+static struct { int B, T, NH, HD; double *qkv, *R, *out; } A;
+static double attention_loss(void) {
+    ref_attention(A.out, NULL, NULL, NULL, A.qkv, A.B, A.T, A.NH, A.HD);
+    return dot(A.out, A.R, (size_t)A.B * A.T * A.NH * A.HD);
+}
+static void run_attention(LtBackend *be, float *out, float *lse, float *dqkv, const float *qkv,
+                          const float *dout, int B, int T, int NH, int HD) {
+    size_t n = (size_t)B * T * NH * HD;
+    poison(out, n), poison(lse, (size_t)B * NH * T), poison(dqkv, 3 * n);
+    be->ops->attention_fwd(be, out, lse, qkv, B, T, NH, HD);
+    be->ops->attention_bwd(be, dqkv, dout, qkv, out, lse, B, T, NH, HD);
+}
+static void test_attention(void) {
+    int shapes[][4] = {{1, 7, 4, 3}, {2, 9, 1, 8}, {2, 150, 2, 3}, {1, 200, 3, 16}, {1, 64, 2, 64}};
+    for (int s = 0; s < 5; s++) {
+        int B = shapes[s][0], T = shapes[s][1], NH = shapes[s][2], HD = shapes[s][3];
+        size_t n = (size_t)B * T * NH * HD, nl = (size_t)B * NH * T;
+        float *qkv = falloc(3 * n), *R = falloc(n), *out = falloc(n), *lse = falloc(nl), *dqkv = falloc(3 * n);
+        fill(qkv, 3 * n, 1.5f, 0), fill(R, n, 1, 0);
+        A.B = B, A.T = T, A.NH = NH, A.HD = HD, A.qkv = todbl(qkv, 3 * n), A.R = todbl(R, n), A.out = dalloc(n);
+        double *rlse = dalloc(nl), *rdqkv = dalloc(3 * n);
+        run_attention(g_f32, out, lse, dqkv, qkv, R, B, T, NH, HD);
+        ref_attention(A.out, rlse, rdqkv, A.R, A.qkv, B, T, NH, HD);
+        CHECK(err(out, A.out, n) <= TOL_FWD, "out %d: %g", s, err(out, A.out, n));
+        CHECK(err(lse, rlse, nl) <= TOL_FWD, "lse %d: %g", s, err(lse, rlse, nl));
+        CHECK(err(dqkv, rdqkv, 3 * n) <= TOL_BWD, "dqkv %d: %g", s, err(dqkv, rdqkv, 3 * n));
+        CHECK_FD(attention_loss, A.qkv, 3 * n, dqkv, "dqkv", s);
+        free(qkv), free(R), free(out), free(lse), free(dqkv), free(A.qkv), free(A.R), free(A.out);
+        free(rlse), free(rdqkv);
+    }
+}
+
+/* ---- xent ------------------------------------------------------------------- */
+static struct { int N, V, Vp; int32_t *tg; double *x, dscale, *loss; } X;
+static double xent_loss(void) {
+    ref_xent(X.loss, NULL, X.x, X.tg, X.N, X.V, X.Vp, 0);
+    double s = 0;
+    for (int i = 0; i < X.N; i++) s += X.dscale * X.loss[i];
+    return s;
+}
+static void test_xent(void) {
+    int shapes[][3] = {{1, 5, 8}, {7, 33, 33}, {9, 1000, 1024}}; /* N V Vp */
+    for (int s = 0; s < 3; s++) {
+        int N = shapes[s][0], V = shapes[s][1], Vp = shapes[s][2];
+        size_t n = (size_t)N * Vp;
+        float *lg = falloc(n), *g = falloc(n), *loss = falloc(N);
+        int32_t *tg = lt_malloc(sizeof(int32_t) * N);
+        fill(lg, n, 3, 0);
+        for (int i = 0; i < N; i++) {
+            tg[i] = (int32_t)(lt_uniform_at(5, s, i) * V);
+            for (int j = V; j < Vp; j++) lg[(size_t)i * Vp + j] = 80.0f; /* would dominate if used */
+        }
+        X.N = N, X.V = V, X.Vp = Vp, X.tg = tg, X.x = todbl(lg, n), X.dscale = 1.0 / N, X.loss = dalloc(N);
+        double *rloss = dalloc(N), *rg = dalloc(n);
+        ref_xent(rloss, rg, X.x, tg, N, V, Vp, X.dscale);
+        memcpy(g, lg, n * 4), poison(loss, N);
+        g_f32->ops->xent_fwd_bwd(g_f32, loss, g, tg, N, V, Vp, 0.0f);
+        CHECK(err(loss, rloss, N) <= TOL_FWD, "losses (dscale 0) %d", s);
+        CHECK(memcmp(g, lg, n * 4) == 0, "dscale 0 must leave logits alone %d", s);
+        poison(loss, N);
+        g_f32->ops->xent_fwd_bwd(g_f32, loss, g, tg, N, V, Vp, (float)X.dscale);
+        CHECK(err(loss, rloss, N) <= TOL_FWD, "losses %d: %g", s, err(loss, rloss, N));
+        CHECK(err(g, rg, n) <= TOL_BWD, "in-place gradient %d: %g", s, err(g, rg, n));
+        int padz = 1;
+        double rowsum = 0;
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < Vp; j++) {
+                if (j >= V) padz &= g[(size_t)i * Vp + j] == 0.0f;
+                else rowsum += g[(size_t)i * Vp + j];
+            }
+        CHECK(padz, "padded columns must get zero gradient %d", s);
+        CHECK(fabs(rowsum) < 1e-5, "gradient rows sum to 0 (no probability in padding) %d", s);
+        CHECK_FD(xent_loss, X.x, n, g, "xent", s);
+        free(lg), free(g), free(loss), free(tg), free(X.x), free(X.loss), free(rloss), free(rg);
+    }
+    /* an out-of-range target is an internal error (exit 1), not a crash */
+    for (int bad = 0; bad < 2; bad++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (!freopen("/dev/null", "w", stderr)) _exit(3);
+            float lg[2 * 6] = {0}, loss[2];
+            int32_t tg[2] = {1, bad ? -1 : 5}; /* 5 = V: a padded column */
+            g_f32->ops->xent_fwd_bwd(g_f32, loss, lg, tg, 2, 5, 6, 1.0f);
+            _exit(0);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == LT_EXIT_INTERNAL, "bad target %d: status %d", bad, st);
+    }
+}
+
+/* ---- adamw ------------------------------------------------------------------ */
+static void test_adamw(void) {
+    const size_t n = 1001;
+    for (int c = 0; c < 4; c++) {
+        LtBackend *be = c & 1 ? g_bf16 : g_f32;
+        float wd = c & 2 ? 0.1f : 0.0f, gs = c & 2 ? 0.5f : 1.0f;
+        float *param = falloc(n), *master = falloc(n), *grad = falloc(n), *m = falloc(n), *v = falloc(n);
+        fill(master, n, 1, 0);
+        memset(m, 0, n * 4), memset(v, 0, n * 4);
+        double *rw = todbl(master, n), *w0 = todbl(master, n), *rm = dalloc(n), *rv = dalloc(n);
+        LtAdamArgs a = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = wd, .grad_scale = gs};
+        for (int t = 1; t <= 5; t++) {
+            fill(grad, n, t == 3 ? 1e-3f : 1.0f, 0);
+            a.bc1 = 1.0f - powf(a.beta1, (float)t), a.bc2 = 1.0f - powf(a.beta2, (float)t);
+            poison(param, n);
+            be->ops->adamw(be, param, master, grad, m, v, n, &a);
+            for (size_t i = 0; i < n; i++) {
+                double g = (double)grad[i] * gs;
+                rm[i] = a.beta1 * rm[i] + (1 - (double)a.beta1) * g;
+                rv[i] = a.beta2 * rv[i] + (1 - (double)a.beta2) * g * g;
+                double mh = rm[i] / a.bc1, vh = rv[i] / a.bc2;
+                rw[i] -= a.lr * (mh / (sqrt(vh) + a.eps) + wd * rw[i]);
+            }
+        }
+        CHECK(err(master, rw, n) <= TOL_FWD, "master case %d: %g", c, err(master, rw, n));
+        CHECK(err(m, rm, n) <= TOL_FWD && err(v, rv, n) <= TOL_FWD, "moments case %d", c);
+        int ok = 1;
+        for (size_t i = 0; i < n; i++) ok &= param[i] == (c & 1 ? lt_bf16_round(master[i]) : master[i]);
+        CHECK(ok, "param = master in compute dtype, case %d", c);
+        /* the total update itself (~5e-2), relative; master is stored in fp32,
+         * rounded each step by up to 6e-8, hence the looser bound */
+        for (size_t i = 0; i < n; i++) rw[i] -= w0[i], master[i] -= (float)w0[i];
+        CHECK(err(master, rw, n) <= 2e-4, "master update case %d: %g", c, err(master, rw, n));
+        free(param), free(master), free(grad), free(m), free(v), free(rw), free(w0), free(rm), free(rv);
+    }
+}
+
+/* ---- bf16 mode: same bf16 inputs through both backends ---------------------- */
+static void bf16_cmp(const char *what, const float *o16, const float *o32, size_t n) {
+    CHECK(all_bf16(o16, n), "%s: output not bf16-representable", what);
+    CHECK(normerr(o16, o32, n) <= TOL_BF16, "%s: %g from fp32", what, normerr(o16, o32, n));
+}
+static void test_bf16(void) {
+    enum { B = 2, T = 70, NH = 3, HD = 8, C = NH * HD, N = B * T, H = 4 * C, V = 50, VP = 64 };
+    LtBackend *bes[2] = {g_f32, g_bf16};
+    float *in = falloc(N * H), *in2 = falloc(N * C), *w = falloc(H * C), *bias = falloc(H);
+    float *qkv = falloc(3 * N * C), *R = falloc(N * H), *lg = falloc(N * VP), *acc = falloc(N * C);
+    int32_t tok[N];
+    fill(in, N * H, 1, 1), fill(in2, N * C, 1, 1), fill(w, H * C, 0.3f, 1), fill(bias, H, 0.5f, 1);
+    fill(qkv, 3 * N * C, 1, 1), fill(R, N * H, 1, 1), fill(lg, N * VP, 2, 1), fill(acc, N * C, 1, 1);
+    for (int i = 0; i < N; i++) tok[i] = i % V;
+    float *o[2][12];
+    for (int k = 0; k < 2; k++) {
+        LtBackend *be = bes[k];
+        float **r = o[k], mean[N], rstd[N], lse[B * NH * T], loss[N];
+        for (int j = 0; j < 12; j++) r[j] = falloc(N * H > 3 * N * C ? N * H : 3 * N * C), poison(r[j], N * H);
+        be->ops->embedding_fwd(be, r[0], tok, w, in2, B, T, C);
+        be->ops->layernorm_fwd(be, r[1], r[2], mean, rstd, in, in2, w, bias, N, C);
+        memcpy(r[3], acc, N * C * 4);
+        be->ops->layernorm_bwd(be, r[3], (float[C]){0}, (float[C]){0}, R, r[1], w, mean, rstd, N, C);
+        be->ops->linear_fwd(be, r[4], r[5], in2, w, bias, N, C, H);
+        be->ops->linear_bwd(be, r[6], NULL, NULL, R, in2, w, in2, N, C, H);
+        be->ops->gelu_fwd(be, r[7], in, N * H);
+        be->ops->gelu_bwd(be, r[8], in, R, N * H);
+        be->ops->attention_fwd(be, r[9], lse, qkv, B, T, NH, HD);
+        be->ops->attention_bwd(be, r[10], R, qkv, r[9], lse, B, T, NH, HD);
+        memcpy(r[11], lg, N * VP * 4);
+        be->ops->xent_fwd_bwd(be, loss, r[11], tok, N, V, VP, 1.0f / N);
+        if (k == 1) CHECK(normerr(loss, o[0][11] + N * VP, N) <= 1e-5, "bf16 xent losses (fp32 math)");
+        else memcpy(r[11] + N * VP, loss, sizeof loss);
+    }
+    bf16_cmp("embedding_fwd", o[1][0], o[0][0], N * C);
+    bf16_cmp("layernorm resid_out", o[1][1], o[0][1], N * C);
+    bf16_cmp("layernorm out", o[1][2], o[0][2], N * C);
+    bf16_cmp("layernorm dinp", o[1][3], o[0][3], N * C);
+    bf16_cmp("linear pre_gelu", o[1][5], o[0][5], N * H);
+    bf16_cmp("linear gelu out", o[1][4], o[0][4], N * H);
+    bf16_cmp("linear_bwd dinp*gelu'", o[1][6], o[0][6], N * C);
+    bf16_cmp("gelu_fwd", o[1][7], o[0][7], N * H);
+    bf16_cmp("gelu_bwd", o[1][8], o[0][8], N * H);
+    bf16_cmp("attention out", o[1][9], o[0][9], N * C);
+    bf16_cmp("attention dqkv", o[1][10], o[0][10], 3 * N * C);
+    bf16_cmp("xent gradient", o[1][11], o[0][11], N * VP);
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 12; j++) free(o[k][j]);
+    free(in), free(in2), free(w), free(bias), free(qkv), free(R), free(lg), free(acc);
+}
+
+/* ---- determinism: repeated runs and different thread counts are bitwise equal */
+static void test_determinism(void) {
+    enum { B = 2, T = 200, NH = 3, HD = 16, C = NH * HD, N = B * T, VT = 3 };
+    LtBackend *be1 = lt_backend_cpu_create(LT_F32, 1), *be4 = lt_backend_cpu_create(LT_F32, 4);
+    LtBackend *bes[3] = {be4, be4, be1};
+    float *qkv = falloc(3 * N * C), *R = falloc(N * C), *out[3], *lse[3], *dqkv[3], *dwte[3], *dwpe[3];
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (i * 7) % VT; /* each token repeats ~N/3 times */
+    fill(qkv, 3 * N * C, 1, 0), fill(R, N * C, 1, 0);
+    for (int k = 0; k < 3; k++) {
+        out[k] = falloc(N * C), lse[k] = falloc(B * NH * T), dqkv[k] = falloc(3 * N * C);
+        dwte[k] = lt_calloc(VT * C * 4), dwpe[k] = lt_calloc(T * C * 4);
+        run_attention(bes[k], out[k], lse[k], dqkv[k], qkv, R, B, T, NH, HD);
+        bes[k]->ops->embedding_bwd(bes[k], dwte[k], dwpe[k], R, tok, B, T, C);
+    }
+    for (int k = 1; k < 3; k++) {
+        const char *what = k == 1 ? "repeat" : "1 vs 4 threads";
+        CHECK(memcmp(out[0], out[k], N * C * 4) == 0, "attention out %s", what);
+        CHECK(memcmp(lse[0], lse[k], B * NH * T * 4) == 0, "attention lse %s", what);
+        CHECK(memcmp(dqkv[0], dqkv[k], 3 * N * C * 4) == 0, "attention dqkv %s", what);
+        CHECK(memcmp(dwte[0], dwte[k], VT * C * 4) == 0, "embedding dwte %s", what);
+        CHECK(memcmp(dwpe[0], dwpe[k], T * C * 4) == 0, "embedding dwpe %s", what);
+    }
+    CHECK(isfinite(dqkv[0][0]) && isfinite(dwte[0][0]), "outputs computed");
+    for (int k = 0; k < 3; k++) free(out[k]), free(lse[k]), free(dqkv[k]), free(dwte[k]), free(dwpe[k]);
+    free(qkv), free(R);
+    lt_backend_destroy(be1), lt_backend_destroy(be4);
+}
+
+/* ---- timing (informational) -------------------------------------------------- */
+static void timing(void) {
+    enum { B = 4, T = 256, NH = 6, HD = 64, C = NH * HD, N = B * T, OC = 4 * C };
+    LtBackend *be = g_f32;
+    float *x = falloc(N * C), *w = falloc(OC * C), *bias = falloc(OC), *y = falloc(N * OC);
+    float *pre = falloc(N * OC), *qkv = falloc(3 * N * C), *o = falloc(N * C), *lse = falloc(B * NH * T);
+    float *dqkv = falloc(3 * N * C);
+    fill(x, N * C, 1, 0), fill(w, OC * C, 0.05f, 0), fill(bias, OC, 1, 0), fill(qkv, 3 * N * C, 1, 0);
+    double tl = 1e9, tf = 1e9, tb = 1e9; /* best of 5 (the machine may be shared) */
+    for (int r = 0; r < 5; r++) {
+        double t0 = lt_now();
+        be->ops->linear_fwd(be, y, pre, x, w, bias, N, C, OC);
+        double t1 = lt_now();
+        be->ops->attention_fwd(be, o, lse, qkv, B, T, NH, HD);
+        double t2 = lt_now();
+        be->ops->attention_bwd(be, dqkv, o, qkv, o, lse, B, T, NH, HD);
+        double t3 = lt_now();
+        tl = t1 - t0 < tl ? t1 - t0 : tl, tf = t2 - t1 < tf ? t2 - t1 : tf, tb = t3 - t2 < tb ? t3 - t2 : tb;
+    }
+    /* useful flops: causal attention fwd = 2 matmuls over the T(T+1)/2 visible
+     * pairs, backward = 5 (counted as 2.5x the forward) */
+    double fl = 2.0 * N * C * OC, fa = 4.0 * B * NH * (T * (T + 1) / 2.0) * HD;
+    printf("timing (%d threads): linear_fwd+gelu N=%d C=%d OC=%d %.2f ms (%.1f GFLOP/s); "
+           "attention B=%d T=%d NH=%d HD=%d fwd %.2f ms (%.1f GFLOP/s) bwd %.2f ms (%.1f GFLOP/s)\n",
+           omp_get_num_procs(), N, C, OC, tl * 1e3, fl / tl * 1e-9, B, T, NH, HD, tf * 1e3,
+           fa / tf * 1e-9, tb * 1e3, 2.5 * fa / tb * 1e-9);
+    free(x), free(w), free(bias), free(y), free(pre), free(qkv), free(o), free(lse), free(dqkv);
+}
+
+int main(void) {
+    g_f32 = lt_backend_cpu_create(LT_F32, 0);
+    g_bf16 = lt_backend_cpu_create(LT_BF16, 0);
+    RUN(test_memory);
+    RUN(test_sumsq_scale);
+    RUN(test_embedding);
+    RUN(test_layernorm);
+    RUN(test_linear_mlp);
+    RUN(test_gelu);
+    RUN(test_attention);
+    RUN(test_xent);
+    RUN(test_adamw);
+    RUN(test_bf16);
+    timing();
+    RUN(test_determinism);
+    lt_backend_destroy(g_f32);
+    lt_backend_destroy(g_bf16);
+    return test_summary();
+}
