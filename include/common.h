@@ -43,6 +43,10 @@ void lt_log_to_stderr(int on);
         if (!(cond)) lt_fatal("check failed: %s", #cond);                      \
     } while (0)
 
+/* Format a message into err[errlen] (when err is not NULL) and return -1:
+ * the error convention of functions that report instead of exiting. */
+int lt_errorf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Checked allocation and file helpers (exit with a message on failure). */
 void *lt_malloc_at(size_t n, const char *file, int line);
 void *lt_calloc_at(size_t n, const char *file, int line);

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -18,6 +20,9 @@ extern "C" {
 typedef struct {
     int num_layers, hidden, heads, ffn, seq_len, max_pos, vocab, padded_vocab;
 } LtModelDims;
+
+/* The model dimensions a validated config describes. */
+LtModelDims lt_dims_from_config(const LtConfig *c);
 
 typedef enum { LT_INIT_NORMAL = 0, LT_INIT_ZEROS, LT_INIT_ONES } LtInitKind;
 

@@ -73,21 +73,11 @@ typedef struct {
     uint32_t crc;
 } Rec;
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* out = a/b; -1 with err when it does not fit in PATH_MAX. */
 static int join(char out[PATH_MAX], const char *a, const char *b, char *err, size_t errlen) {
     if (snprintf(out, PATH_MAX, "%s/%s", a, b) >= PATH_MAX)
-        return fail(err, errlen, "path too long: %s/%s", a, b);
+        return lt_errorf(err, errlen, "path too long: %s/%s", a, b);
     return 0;
 }
 
@@ -115,45 +105,45 @@ static uint64_t align_up(uint64_t x) { return (x + DATA_ALIGN - 1) / DATA_ALIGN 
 int lt_mkdir_p(const char *path, char *err, size_t errlen) {
     char buf[PATH_MAX];
     if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return fail(err, errlen, "path too long: %s", path);
+        return lt_errorf(err, errlen, "path too long: %s", path);
     /* Create each prefix ending before a '/', then the whole path. */
     for (char *p = buf + 1;; p++) {
         if (*p != '/' && *p != '\0') continue;
         char saved = *p;
         *p = '\0';
         if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return fail(err, errlen, "cannot create directory %s: %s", buf, strerror(errno));
+            return lt_errorf(err, errlen, "cannot create directory %s: %s", buf, strerror(errno));
         *p = saved;
         if (saved == '\0') break;
     }
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        return fail(err, errlen, "%s exists and is not a directory", path);
+        return lt_errorf(err, errlen, "%s exists and is not a directory", path);
     return 0;
 }
 
 int lt_file_commit(FILE *f, const char *path, char *err, size_t errlen) {
     int rc = 0;
     if (ferror(f))
-        rc = fail(err, errlen, "error writing %s: %s", path, strerror(errno));
+        rc = lt_errorf(err, errlen, "error writing %s: %s", path, strerror(errno));
     else if (fflush(f) != 0)
-        rc = fail(err, errlen, "error writing %s: %s", path, strerror(errno));
+        rc = lt_errorf(err, errlen, "error writing %s: %s", path, strerror(errno));
     else if (fsync(fileno(f)) != 0)
-        rc = fail(err, errlen, "cannot sync %s: %s", path, strerror(errno));
+        rc = lt_errorf(err, errlen, "cannot sync %s: %s", path, strerror(errno));
     if (fclose(f) != 0 && rc == 0)
-        rc = fail(err, errlen, "error closing %s: %s", path, strerror(errno));
+        rc = lt_errorf(err, errlen, "error closing %s: %s", path, strerror(errno));
     return rc;
 }
 
 static int fsync_dir(const char *dir, char *err, size_t errlen) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return fail(err, errlen, "cannot open directory %s: %s", dir, strerror(errno));
+    if (fd < 0) return lt_errorf(err, errlen, "cannot open directory %s: %s", dir, strerror(errno));
     int rc = fsync(fd);
     int e = errno;
     close(fd);
     /* Some filesystems cannot fsync directories; that is not a write failure. */
     if (rc != 0 && e != EINVAL && e != ENOTSUP)
-        return fail(err, errlen, "cannot sync directory %s: %s", dir, strerror(e));
+        return lt_errorf(err, errlen, "cannot sync directory %s: %s", dir, strerror(e));
     return 0;
 }
 
@@ -167,7 +157,7 @@ static void dir_of(const char *path, char out[PATH_MAX]) {
 
 int lt_rename_durable(const char *from, const char *to, char *err, size_t errlen) {
     if (rename(from, to) != 0)
-        return fail(err, errlen, "cannot rename %s to %s: %s", from, to, strerror(errno));
+        return lt_errorf(err, errlen, "cannot rename %s to %s: %s", from, to, strerror(errno));
     char dir[PATH_MAX];
     dir_of(to, dir);
     return fsync_dir(dir, err, errlen);
@@ -228,7 +218,7 @@ static int write_floats(FILE *f, const float *x, size_t n, uint32_t *crc, const 
         }
         *crc = lt_crc32(*crc, buf, 4 * k);
         if (fwrite(buf, 1, 4 * k, f) != 4 * k)
-            return fail(err, errlen, "error writing %s: %s", path, strerror(errno));
+            return lt_errorf(err, errlen, "error writing %s: %s", path, strerror(errno));
     }
     return 0;
 }
@@ -238,7 +228,7 @@ static int write_zeros(FILE *f, uint64_t n, const char *path, char *err, size_t 
     while (n > 0) {
         size_t k = n < sizeof zeros ? (size_t)n : sizeof zeros;
         if (fwrite(zeros, 1, k, f) != k)
-            return fail(err, errlen, "error writing %s: %s", path, strerror(errno));
+            return lt_errorf(err, errlen, "error writing %s: %s", path, strerror(errno));
         n -= k;
     }
     return 0;
@@ -273,7 +263,7 @@ static int write_state(const char *path, const LtParamTable *t, const LtCkptStat
     unsigned char *head = lt_calloc((size_t)data_start);
     FILE *f = fopen(path, "wb");
     if (!f) {
-        fail(err, errlen, "cannot create %s: %s", path, strerror(errno));
+        lt_errorf(err, errlen, "cannot create %s: %s", path, strerror(errno));
         goto done;
     }
     /* Zeros stand in for the header and table until the CRCs are known. */
@@ -299,7 +289,7 @@ static int write_state(const char *path, const LtParamTable *t, const LtCkptStat
     put_u64(head + 24, end);
     put_u32(head + 32, lt_crc32(0, head + HDR_BYTES, (size_t)REC_BYTES * nrec));
     if (fseeko(f, 0, SEEK_SET) != 0 || fwrite(head, 1, (size_t)data_start, f) != data_start) {
-        fail(err, errlen, "error writing %s: %s", path, strerror(errno));
+        lt_errorf(err, errlen, "error writing %s: %s", path, strerror(errno));
         goto close;
     }
     rc = lt_file_commit(f, path, err, errlen);
@@ -334,34 +324,34 @@ static void shape_str(char *out, size_t n, int ndim, const int64_t *shape) {
 static int read_table(FILE *f, const char *path, Rec **recs_out, uint32_t *n_out, char *err,
                       size_t errlen) {
     struct stat st;
-    if (fstat(fileno(f), &st) != 0) return fail(err, errlen, "cannot stat %s: %s", path, strerror(errno));
+    if (fstat(fileno(f), &st) != 0) return lt_errorf(err, errlen, "cannot stat %s: %s", path, strerror(errno));
     const uint64_t size = (uint64_t)st.st_size;
     unsigned char h[HDR_BYTES];
     if (fread(h, 1, HDR_BYTES, f) != HDR_BYTES)
-        return fail(err, errlen, "%s is truncated (%" PRIu64 " bytes, shorter than its header)", path, size);
+        return lt_errorf(err, errlen, "%s is truncated (%" PRIu64 " bytes, shorter than its header)", path, size);
     if (memcmp(h, STATE_MAGIC, 8) != 0)
-        return fail(err, errlen, "%s is not a lattice state file (bad magic)", path);
+        return lt_errorf(err, errlen, "%s is not a lattice state file (bad magic)", path);
     const uint32_t version = get_u32(h + 8), n = get_u32(h + 12);
     const uint64_t data_start = get_u64(h + 16), file_size = get_u64(h + 24);
     if (version != STATE_VERSION)
-        return fail(err, errlen, "%s has format version %u; this build reads version %u", path,
+        return lt_errorf(err, errlen, "%s has format version %u; this build reads version %u", path,
                     version, STATE_VERSION);
     if (n > MAX_RECORDS || data_start < HDR_BYTES + (uint64_t)REC_BYTES * n || file_size < data_start)
-        return fail(err, errlen, "%s has a corrupt header", path);
+        return lt_errorf(err, errlen, "%s has a corrupt header", path);
     if (size < file_size)
-        return fail(err, errlen, "%s is truncated: %" PRIu64 " bytes, the header says %" PRIu64, path,
+        return lt_errorf(err, errlen, "%s is truncated: %" PRIu64 " bytes, the header says %" PRIu64, path,
                     size, file_size);
     if (size > file_size)
-        return fail(err, errlen, "%s is %" PRIu64 " bytes, the header says %" PRIu64 " (corrupt)", path,
+        return lt_errorf(err, errlen, "%s is %" PRIu64 " bytes, the header says %" PRIu64 " (corrupt)", path,
                     size, file_size);
     unsigned char *tab = lt_malloc((size_t)REC_BYTES * n);
     if (fread(tab, 1, (size_t)REC_BYTES * n, f) != (size_t)REC_BYTES * n) {
         free(tab);
-        return fail(err, errlen, "error reading %s: %s", path, strerror(errno));
+        return lt_errorf(err, errlen, "error reading %s: %s", path, strerror(errno));
     }
     if (lt_crc32(0, tab, (size_t)REC_BYTES * n) != get_u32(h + 32)) {
         free(tab);
-        return fail(err, errlen, "record table of %s is corrupt (CRC mismatch)", path);
+        return lt_errorf(err, errlen, "record table of %s is corrupt (CRC mismatch)", path);
     }
     Rec *recs = lt_malloc(sizeof(Rec) * (n ? n : 1));
     for (uint32_t i = 0; i < n; i++) decode_rec(tab + (size_t)REC_BYTES * i, &recs[i]);
@@ -376,7 +366,7 @@ static int read_table(FILE *f, const char *path, Rec **recs_out, uint32_t *n_out
         }
         if (bad || r->nbytes != 4 * numel || r->offset < data_start || r->offset > file_size ||
             r->nbytes > file_size - r->offset) {
-            fail(err, errlen, "%s: record '%s' is corrupt", path, r->name);
+            lt_errorf(err, errlen, "%s: record '%s' is corrupt", path, r->name);
             free(recs);
             return -1;
         }
@@ -384,7 +374,7 @@ static int read_table(FILE *f, const char *path, Rec **recs_out, uint32_t *n_out
     qsort(recs, n, sizeof(Rec), rec_cmp);
     for (uint32_t i = 1; i < n; i++)
         if (strcmp(recs[i - 1].name, recs[i].name) == 0) {
-            fail(err, errlen, "%s: tensor '%s' appears twice", path, recs[i].name);
+            lt_errorf(err, errlen, "%s: tensor '%s' appears twice", path, recs[i].name);
             free(recs);
             return -1;
         }
@@ -397,9 +387,9 @@ static int read_table(FILE *f, const char *path, Rec **recs_out, uint32_t *n_out
 static int read_tensor(FILE *f, const char *path, const Rec *r, float *dst, char *err, size_t errlen) {
     unsigned char *bytes = (unsigned char *)dst;
     if (fseeko(f, (off_t)r->offset, SEEK_SET) != 0 || fread(bytes, 1, r->nbytes, f) != r->nbytes)
-        return fail(err, errlen, "error reading tensor '%s' from %s", r->name, path);
+        return lt_errorf(err, errlen, "error reading tensor '%s' from %s", r->name, path);
     if (lt_crc32(0, bytes, r->nbytes) != r->crc)
-        return fail(err, errlen, "checksum mismatch for tensor '%s' in %s (file corrupt)", r->name, path);
+        return lt_errorf(err, errlen, "checksum mismatch for tensor '%s' in %s (file corrupt)", r->name, path);
     for (uint64_t i = 0; i < r->nbytes / 4; i++) {
         uint32_t u = get_u32(bytes + 4 * i);
         memcpy(&dst[i], &u, 4);
@@ -412,14 +402,14 @@ static int load_state(const char *stepdir, const LtParamTable *t, LtCkptState *s
     char path[PATH_MAX];
     if (join(path, stepdir, "state.lt", err, errlen)) return -1;
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    if (!f) return lt_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
     Rec *recs = NULL;
     uint32_t n = 0;
     int rc = read_table(f, path, &recs, &n, err, errlen);
     /* A parameter the model lacks means a different architecture. */
     for (uint32_t i = 0; rc == 0 && i < n; i++)
         if (strncmp(recs[i].name, "param/", 6) == 0 && !lt_params_find(t, recs[i].name + 6))
-            rc = fail(err, errlen, "checkpoint %s has tensor '%s' that the model does not have",
+            rc = lt_errorf(err, errlen, "checkpoint %s has tensor '%s' that the model does not have",
                       stepdir, recs[i].name + 6);
     float *dst[3] = {s->master, s->m, s->v};
     for (int k = 0; rc == 0 && k < 3; k++) {
@@ -430,8 +420,8 @@ static int load_state(const char *stepdir, const LtParamTable *t, LtCkptState *s
             snprintf(name, sizeof name, "%s/%s", KIND[k], p->name);
             const Rec *r = rec_find(recs, n, name);
             if (!r) {
-                if (k == 0) rc = fail(err, errlen, "checkpoint %s has no tensor '%s'", stepdir, p->name);
-                else rc = fail(err, errlen, "checkpoint %s has no optimizer state tensor '%s'", stepdir, name);
+                if (k == 0) rc = lt_errorf(err, errlen, "checkpoint %s has no tensor '%s'", stepdir, p->name);
+                else rc = lt_errorf(err, errlen, "checkpoint %s has no optimizer state tensor '%s'", stepdir, name);
                 break;
             }
             int same = r->ndim == (uint32_t)p->ndim;
@@ -440,7 +430,7 @@ static int load_state(const char *stepdir, const LtParamTable *t, LtCkptState *s
                 char a[96], b[96];
                 shape_str(a, sizeof a, (int)r->ndim, r->shape);
                 shape_str(b, sizeof b, p->ndim, p->shape);
-                rc = fail(err, errlen, "%s: shape mismatch for '%s': checkpoint %s, model %s", stepdir,
+                rc = lt_errorf(err, errlen, "%s: shape mismatch for '%s': checkpoint %s, model %s", stepdir,
                           name + strlen(KIND[k]) + 1, a, b);
                 break;
             }
@@ -457,7 +447,7 @@ static int load_state(const char *stepdir, const LtParamTable *t, LtCkptState *s
 static int write_meta(const char *path, const LtParamTable *t, const LtCkptState *s,
                       const LtCkptMeta *m, char *err, size_t errlen) {
     FILE *f = fopen(path, "w");
-    if (!f) return fail(err, errlen, "cannot create %s: %s", path, strerror(errno));
+    if (!f) return lt_errorf(err, errlen, "cannot create %s: %s", path, strerror(errno));
     const LtModelDims *d = &t->dims;
     fprintf(f,
             "{\n  \"format\": \"lattice-checkpoint\",\n  \"format_version\": %d,\n"
@@ -541,12 +531,12 @@ static int meta_u64(const char *js, const char *key, uint64_t *out, const char *
                     size_t errlen) {
     char val[64], *end;
     int found = json_flat_get(js, key, val, sizeof val);
-    if (found < 0) return fail(err, errlen, "%s is not valid JSON", path);
-    if (found == 0) return fail(err, errlen, "%s has no key '%s'", path, key);
+    if (found < 0) return lt_errorf(err, errlen, "%s is not valid JSON", path);
+    if (found == 0) return lt_errorf(err, errlen, "%s has no key '%s'", path, key);
     errno = 0;
     *out = strtoull(val, &end, 10);
     if (errno || *end || val[0] == '-' || !val[0])
-        return fail(err, errlen, "%s: '%s' is not an unsigned integer: %s", path, key, val);
+        return lt_errorf(err, errlen, "%s: '%s' is not an unsigned integer: %s", path, key, val);
     return 0;
 }
 
@@ -554,17 +544,17 @@ static int read_meta(const char *stepdir, LtCkptMeta *m, char *err, size_t errle
     char path[PATH_MAX];
     if (join(path, stepdir, "meta.json", err, errlen)) return -1;
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    if (!f) return lt_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
     char js[8192];
     size_t n = fread(js, 1, sizeof js - 1, f);
     int toolong = n == sizeof js - 1 && fgetc(f) != EOF;
     fclose(f);
-    if (toolong) return fail(err, errlen, "%s is unexpectedly large", path);
+    if (toolong) return lt_errorf(err, errlen, "%s is unexpectedly large", path);
     js[n] = '\0';
     uint64_t version, step;
     if (meta_u64(js, "format_version", &version, path, err, errlen)) return -1;
     if (version != META_VERSION)
-        return fail(err, errlen, "%s has format version %" PRIu64 "; this build reads version %d", path,
+        return lt_errorf(err, errlen, "%s has format version %" PRIu64 "; this build reads version %d", path,
                     version, META_VERSION);
     if (meta_u64(js, "step", &step, path, err, errlen) ||
         meta_u64(js, "samples_consumed", &m->samples_consumed, path, err, errlen) ||
@@ -572,7 +562,7 @@ static int read_meta(const char *stepdir, LtCkptMeta *m, char *err, size_t errle
         meta_u64(js, "data_seed", &m->data_seed, path, err, errlen) ||
         meta_u64(js, "rng_state", &m->rng_state, path, err, errlen))
         return -1;
-    if (step > LONG_MAX) return fail(err, errlen, "%s: step out of range", path);
+    if (step > LONG_MAX) return lt_errorf(err, errlen, "%s: step out of range", path);
     m->step = (long)step;
     return 0;
 }
@@ -586,7 +576,7 @@ static int write_step_files(const char *tmp, const LtParamTable *t, const LtCkpt
     if (join(path, tmp, "meta.json", err, errlen) || write_meta(path, t, s, meta, err, errlen)) return -1;
     if (join(path, tmp, "config.yaml", err, errlen)) return -1;
     FILE *f = fopen(path, "w");
-    if (!f) return fail(err, errlen, "cannot create %s: %s", path, strerror(errno));
+    if (!f) return lt_errorf(err, errlen, "cannot create %s: %s", path, strerror(errno));
     lt_config_print(cfg, f);
     if (lt_file_commit(f, path, err, errlen)) return -1;
     return fsync_dir(tmp, err, errlen);
@@ -598,19 +588,19 @@ static int write_step_files(const char *tmp, const LtParamTable *t, const LtCkpt
 static int install_dir(const char *tmp, const char *final, const char *aside, char *err, size_t errlen) {
     if (rename(tmp, final) == 0) return 0;
     if (errno != ENOTEMPTY && errno != EEXIST)
-        return fail(err, errlen, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+        return lt_errorf(err, errlen, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
     if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
         remove_tree(tmp); /* now holds the replaced checkpoint */
         return 0;
     }
     if (errno != EINVAL && errno != ENOSYS)
-        return fail(err, errlen, "cannot replace %s: %s", final, strerror(errno));
+        return lt_errorf(err, errlen, "cannot replace %s: %s", final, strerror(errno));
     if (remove_tree(aside) != 0 || rename(final, aside) != 0)
-        return fail(err, errlen, "cannot move %s aside to %s: %s", final, aside, strerror(errno));
+        return lt_errorf(err, errlen, "cannot move %s aside to %s: %s", final, aside, strerror(errno));
     if (rename(tmp, final) != 0) {
         int e = errno;
         rename(aside, final);
-        return fail(err, errlen, "cannot rename %s to %s: %s", tmp, final, strerror(e));
+        return lt_errorf(err, errlen, "cannot rename %s to %s: %s", tmp, final, strerror(e));
     }
     remove_tree(aside);
     return 0;
@@ -619,8 +609,8 @@ static int install_dir(const char *tmp, const char *final, const char *aside, ch
 int lt_ckpt_save(const char *dir, const LtParamTable *t, const LtCkptState *s,
                  const LtCkptMeta *meta, const LtConfig *cfg, char *err, size_t errlen) {
     if (!s || !s->master || !meta || !cfg)
-        return fail(err, errlen, "checkpoint save: master weights, meta and config are required");
-    if (meta->step < 0) return fail(err, errlen, "checkpoint save: negative step %ld", meta->step);
+        return lt_errorf(err, errlen, "checkpoint save: master weights, meta and config are required");
+    if (meta->step < 0) return lt_errorf(err, errlen, "checkpoint save: negative step %ld", meta->step);
     if (lt_mkdir_p(dir, err, errlen)) return -1;
     char name[64], tmpname[96], asidename[96];
     snprintf(name, sizeof name, "step_%08ld", meta->step);
@@ -634,7 +624,7 @@ int lt_ckpt_save(const char *dir, const LtParamTable *t, const LtCkptState *s,
 
     remove_tree(tmp); /* left by an earlier process that had our pid */
     if (mkdir(tmp, 0777) != 0)
-        return fail(err, errlen, "cannot create directory %s: %s", tmp, strerror(errno));
+        return lt_errorf(err, errlen, "cannot create directory %s: %s", tmp, strerror(errno));
     if (write_step_files(tmp, t, s, meta, cfg, err, errlen) ||
         install_dir(tmp, final, aside, err, errlen)) {
         remove_tree(tmp);
@@ -643,7 +633,7 @@ int lt_ckpt_save(const char *dir, const LtParamTable *t, const LtCkptState *s,
     if (fsync_dir(dir, err, errlen)) return -1;
 
     FILE *f = fopen(latest_tmp, "w");
-    if (!f) return fail(err, errlen, "cannot create %s: %s", latest_tmp, strerror(errno));
+    if (!f) return lt_errorf(err, errlen, "cannot create %s: %s", latest_tmp, strerror(errno));
     fprintf(f, "%s\n", name);
     if (lt_file_commit(f, latest_tmp, err, errlen) ||
         lt_rename_durable(latest_tmp, latest, err, errlen)) {
@@ -655,39 +645,39 @@ int lt_ckpt_save(const char *dir, const LtParamTable *t, const LtCkptState *s,
 
 int lt_ckpt_resolve(const char *path, char *stepdir, size_t len, char *err, size_t errlen) {
     char base[PATH_MAX], probe[PATH_MAX];
-    if (!path || !*path) return fail(err, errlen, "empty checkpoint path");
+    if (!path || !*path) return lt_errorf(err, errlen, "empty checkpoint path");
     if (snprintf(base, sizeof base, "%s", path) >= (int)sizeof base)
-        return fail(err, errlen, "path too long: %s", path);
+        return lt_errorf(err, errlen, "path too long: %s", path);
     for (size_t n = strlen(base); n > 1 && base[n - 1] == '/'; n--) base[n - 1] = '\0';
     struct stat st;
     if (stat(base, &st) != 0)
-        return fail(err, errlen, "checkpoint path %s: %s", base, strerror(errno));
-    if (!S_ISDIR(st.st_mode)) return fail(err, errlen, "checkpoint path %s is not a directory", base);
+        return lt_errorf(err, errlen, "checkpoint path %s: %s", base, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return lt_errorf(err, errlen, "checkpoint path %s is not a directory", base);
 
     if (join(probe, base, "latest", err, errlen)) return -1;
     if (file_exists(probe)) {
         char name[256];
         FILE *f = fopen(probe, "r");
-        if (!f) return fail(err, errlen, "cannot open %s: %s", probe, strerror(errno));
+        if (!f) return lt_errorf(err, errlen, "cannot open %s: %s", probe, strerror(errno));
         size_t n = fread(name, 1, sizeof name - 1, f);
         fclose(f);
         name[n] = '\0';
         name[strcspn(name, "\r\n")] = '\0';
         if (!name[0] || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
-            return fail(err, errlen, "%s does not name a step directory", probe);
+            return lt_errorf(err, errlen, "%s does not name a step directory", probe);
         char dir[PATH_MAX], state[PATH_MAX];
         if (join(dir, base, name, err, errlen) || join(state, dir, "state.lt", err, errlen)) return -1;
         if (!file_exists(state))
-            return fail(err, errlen, "%s names %s, which has no state.lt", probe, dir);
-        if (snprintf(stepdir, len, "%s", dir) >= (int)len) return fail(err, errlen, "path too long: %s", dir);
+            return lt_errorf(err, errlen, "%s names %s, which has no state.lt", probe, dir);
+        if (snprintf(stepdir, len, "%s", dir) >= (int)len) return lt_errorf(err, errlen, "path too long: %s", dir);
         return 0;
     }
     if (join(probe, base, "state.lt", err, errlen)) return -1;
     if (file_exists(probe)) {
-        if (snprintf(stepdir, len, "%s", base) >= (int)len) return fail(err, errlen, "path too long: %s", base);
+        if (snprintf(stepdir, len, "%s", base) >= (int)len) return lt_errorf(err, errlen, "path too long: %s", base);
         return 0;
     }
-    return fail(err, errlen,
+    return lt_errorf(err, errlen,
                 "%s is not a checkpoint: neither a checkpoint directory (no 'latest') "
                 "nor a step directory (no 'state.lt')",
                 base);
@@ -696,14 +686,14 @@ int lt_ckpt_resolve(const char *path, char *stepdir, size_t len, char *err, size
 int lt_ckpt_load_config(const char *stepdir, LtConfig *cfg, char *err, size_t errlen) {
     char path[PATH_MAX];
     if (join(path, stepdir, "config.yaml", err, errlen)) return -1;
-    if (!file_exists(path)) return fail(err, errlen, "checkpoint %s has no config.yaml", stepdir);
+    if (!file_exists(path)) return lt_errorf(err, errlen, "checkpoint %s has no config.yaml", stepdir);
     lt_config_defaults(cfg);
     return lt_config_load(cfg, path, 0, NULL, err, errlen);
 }
 
 int lt_ckpt_load(const char *stepdir, const LtParamTable *t, LtCkptState *s, LtCkptMeta *meta,
                  char *err, size_t errlen) {
-    if (!s || !s->master) return fail(err, errlen, "checkpoint load: no master weight buffer");
+    if (!s || !s->master) return lt_errorf(err, errlen, "checkpoint load: no master weight buffer");
     LtCkptMeta m;
     if (read_meta(stepdir, &m, err, errlen)) return -1;
     if (load_state(stepdir, t, s, err, errlen)) return -1;

@@ -50,6 +50,16 @@ void lt_log(const char *fmt, ...) {
     fflush(out);
 }
 
+int lt_errorf(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
 void *lt_malloc_at(size_t n, const char *file, int line) {
     void *p = malloc(n ? n : 1);
     if (!p) lt_fatal_at(file, line, "out of host memory allocating %zu bytes", n);

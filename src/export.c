@@ -18,16 +18,6 @@
 
 #include "common.h"
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* The tensors to export: names are stored alongside, transposed copies are
  * owned (freed by list_free). */
@@ -50,8 +40,8 @@ static void list_free(HfList *l) {
 static int add(HfList *l, const LtParamTable *t, const float *master, const char *hf,
                const char *ours, int transpose, int64_t rows, char *err, size_t errlen) {
     const LtParam *p = lt_params_find(t, ours);
-    if (!p) return fail(err, errlen, "export: model has no parameter '%s'", ours);
-    if (l->n == l->cap) return fail(err, errlen, "export: too many tensors");
+    if (!p) return lt_errorf(err, errlen, "export: model has no parameter '%s'", ours);
+    if (l->n == l->cap) return lt_errorf(err, errlen, "export: too many tensors");
     LtStTensor *o = &l->t[l->n];
     snprintf(l->names[l->n], sizeof l->names[0], "%s", hf);
     o->name = l->names[l->n];
@@ -110,9 +100,9 @@ static int build_list(HfList *l, const LtParamTable *t, const float *m, char *er
 static int write_config_json(const char *path, const LtModelDims *d, char *err, size_t errlen) {
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return fail(err, errlen, "path too long: %s", path);
+        return lt_errorf(err, errlen, "path too long: %s", path);
     FILE *f = fopen(tmp, "w");
-    if (!f) return fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    if (!f) return lt_errorf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
     fprintf(f,
             "{\n"
             "  \"model_type\": \"gpt2\",\n"
@@ -155,20 +145,11 @@ int lt_export_hf(const char *ckpt_path, const char *out_dir, char *err, size_t e
      * must match the stored wte. */
     const int world = cfg->parallel.tensor_model_parallel_size * cfg->parallel.pipeline_model_parallel_size;
     if (lt_config_validate(cfg, world > 0 ? world : 1, emsg, sizeof emsg)) {
-        fail(err, errlen, "%s/config.yaml: %s", stepdir, emsg);
+        lt_errorf(err, errlen, "%s/config.yaml: %s", stepdir, emsg);
         free(cfg);
         return -1;
     }
-    const LtModelDims dims = {
-        .num_layers = cfg->model.num_layers,
-        .hidden = cfg->model.hidden_size,
-        .heads = cfg->model.num_attention_heads,
-        .ffn = cfg->model.ffn_hidden_size,
-        .seq_len = cfg->model.seq_length,
-        .max_pos = cfg->model.max_position_embeddings,
-        .vocab = cfg->model.vocab_size,
-        .padded_vocab = cfg->model.padded_vocab_size,
-    };
+    const LtModelDims dims = lt_dims_from_config(cfg);
     free(cfg);
 
     LtParamTable t;
@@ -180,7 +161,7 @@ int lt_export_hf(const char *ckpt_path, const char *out_dir, char *err, size_t e
     int rc = -1;
     if (snprintf(model, sizeof model, "%s/model.safetensors", out_dir) >= (int)sizeof model ||
         snprintf(config, sizeof config, "%s/config.json", out_dir) >= (int)sizeof config) {
-        fail(err, errlen, "path too long: %s", out_dir);
+        lt_errorf(err, errlen, "path too long: %s", out_dir);
         goto done;
     }
     if (lt_ckpt_load(stepdir, &t, &s, NULL, err, errlen) || build_list(&list, &t, master, err, errlen) ||

@@ -98,3 +98,17 @@ void lt_params_init(const LtParamTable *t, uint64_t seed, float *out) {
         for (size_t j = 0; j < p->numel; j++) dst[j] = lt_param_init_value(p, seed, j);
     }
 }
+
+LtModelDims lt_dims_from_config(const LtConfig *c) {
+    LtModelDims d = {
+        .num_layers = c->model.num_layers,
+        .hidden = c->model.hidden_size,
+        .heads = c->model.num_attention_heads,
+        .ffn = c->model.ffn_hidden_size,
+        .seq_len = c->model.seq_length,
+        .max_pos = c->model.max_position_embeddings,
+        .vocab = c->model.vocab_size,
+        .padded_vocab = c->model.padded_vocab_size,
+    };
+    return d;
+}

@@ -22,16 +22,6 @@
 
 #define MAX_HEADER (100u << 20) /* same bound the reference implementation uses */
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* ---- growable text buffer for the header ---------------------------------- */
 
@@ -90,7 +80,7 @@ static int write_data(FILE *f, const float *x, uint64_t n, const char *path, cha
             for (int b = 0; b < 4; b++) buf[4 * j + (size_t)b] = (unsigned char)(u >> (8 * b));
         }
         if (fwrite(buf, 1, 4 * k, f) != 4 * k)
-            return fail(err, errlen, "error writing %s: %s", path, strerror(errno));
+            return lt_errorf(err, errlen, "error writing %s: %s", path, strerror(errno));
     }
     return 0;
 }
@@ -100,9 +90,9 @@ int lt_safetensors_write(const char *file, const LtStTensor *tensors, int n, cha
     for (int i = 0; i < n; i++) {
         const LtStTensor *t = &tensors[i];
         if (t->ndim < 0 || t->ndim > 4 || !t->name || !t->name[0] || (!t->data && numel_of(t)))
-            return fail(err, errlen, "safetensors: bad tensor description #%d", i);
+            return lt_errorf(err, errlen, "safetensors: bad tensor description #%d", i);
         for (int d = 0; d < t->ndim; d++)
-            if (t->shape[d] < 0) return fail(err, errlen, "safetensors: negative dim in '%s'", t->name);
+            if (t->shape[d] < 0) return lt_errorf(err, errlen, "safetensors: negative dim in '%s'", t->name);
     }
     Buf h = {lt_malloc(4096), 0, 4096};
     uint64_t off = 0;
@@ -122,18 +112,18 @@ int lt_safetensors_write(const char *file, const LtStTensor *tensors, int n, cha
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", file, (long)getpid()) >= (int)sizeof tmp) {
         free(h.s);
-        return fail(err, errlen, "path too long: %s", file);
+        return lt_errorf(err, errlen, "path too long: %s", file);
     }
     int rc = -1;
     FILE *f = fopen(tmp, "wb");
     if (!f) {
-        fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+        lt_errorf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
         goto done;
     }
     unsigned char len[8];
     for (int b = 0; b < 8; b++) len[b] = (unsigned char)((uint64_t)h.n >> (8 * b));
     if (fwrite(len, 1, 8, f) != 8 || fwrite(h.s, 1, h.n, f) != h.n) {
-        fail(err, errlen, "error writing %s: %s", tmp, strerror(errno));
+        lt_errorf(err, errlen, "error writing %s: %s", tmp, strerror(errno));
         fclose(f);
         goto done;
     }
@@ -340,33 +330,33 @@ static int parse_header(const char *hdr, size_t n, uint64_t data_len, const char
     Js j = {hdr, hdr + n};
     uint64_t max_end = 0;
     found->ndim = -1;
-    if (js_expect(&j, '{')) return fail(err, errlen, "%s: header is not a JSON object", file);
+    if (js_expect(&j, '{')) return lt_errorf(err, errlen, "%s: header is not a JSON object", file);
     if (js_peek(&j) != '}') {
         for (;;) {
             char key[1024];
             TensorInfo ti;
             if (js_string(&j, key, sizeof key) || js_expect(&j, ':'))
-                return fail(err, errlen, "%s: malformed header JSON", file);
+                return lt_errorf(err, errlen, "%s: malformed header JSON", file);
             if (strcmp(key, "__metadata__") == 0) {
-                if (js_skip(&j, 1)) return fail(err, errlen, "%s: malformed __metadata__", file);
+                if (js_skip(&j, 1)) return lt_errorf(err, errlen, "%s: malformed __metadata__", file);
             } else {
                 if (js_tensor_info(&j, &ti) || !ti.have_dtype || !ti.have_shape || !ti.have_offsets)
-                    return fail(err, errlen, "%s: malformed header entry for '%s'", file, key);
+                    return lt_errorf(err, errlen, "%s: malformed header entry for '%s'", file, key);
                 int es = dtype_size(ti.dtype);
-                if (!es) return fail(err, errlen, "%s: unknown dtype '%s' for '%s'", file, ti.dtype, key);
+                if (!es) return lt_errorf(err, errlen, "%s: unknown dtype '%s' for '%s'", file, ti.dtype, key);
                 uint64_t bytes = (uint64_t)es;
                 for (int d = 0; d < ti.ndim; d++) {
                     if (ti.shape[d] && bytes > UINT64_MAX / ti.shape[d])
-                        return fail(err, errlen, "%s: shape of '%s' overflows", file, key);
+                        return lt_errorf(err, errlen, "%s: shape of '%s' overflows", file, key);
                     bytes *= ti.shape[d];
                 }
                 if (ti.begin > ti.end || ti.end > data_len)
-                    return fail(err, errlen,
+                    return lt_errorf(err, errlen,
                                 "%s: data_offsets [%" PRIu64 ",%" PRIu64 "] of '%s' lie outside the "
                                 "data section (%" PRIu64 " bytes): truncated or corrupt file",
                                 file, ti.begin, ti.end, key, data_len);
                 if (ti.end - ti.begin != bytes)
-                    return fail(err, errlen, "%s: '%s' has %" PRIu64 " data bytes, its shape needs %" PRIu64,
+                    return lt_errorf(err, errlen, "%s: '%s' has %" PRIu64 " data bytes, its shape needs %" PRIu64,
                                 file, key, ti.end - ti.begin, bytes);
                 if (ti.end > max_end) max_end = ti.end;
                 if (strcmp(key, want) == 0) *found = ti;
@@ -375,15 +365,15 @@ static int parse_header(const char *hdr, size_t n, uint64_t data_len, const char
                 j.p++;
                 continue;
             }
-            if (js_expect(&j, '}')) return fail(err, errlen, "%s: malformed header JSON", file);
+            if (js_expect(&j, '}')) return lt_errorf(err, errlen, "%s: malformed header JSON", file);
             break;
         }
     } else {
         j.p++;
     }
-    if (js_peek(&j) != -1) return fail(err, errlen, "%s: trailing bytes after the header JSON", file);
+    if (js_peek(&j) != -1) return lt_errorf(err, errlen, "%s: trailing bytes after the header JSON", file);
     if (max_end != data_len)
-        return fail(err, errlen, "%s: data section is %" PRIu64 " bytes, the header describes %" PRIu64,
+        return lt_errorf(err, errlen, "%s: data section is %" PRIu64 " bytes, the header describes %" PRIu64,
                     file, data_len, max_end);
     return 0;
 }
@@ -392,7 +382,7 @@ float *lt_safetensors_read(const char *file, const char *name, int *ndim, int64_
                            char *err, size_t errlen) {
     FILE *f = fopen(file, "rb");
     if (!f) {
-        fail(err, errlen, "cannot open %s: %s", file, strerror(errno));
+        lt_errorf(err, errlen, "cannot open %s: %s", file, strerror(errno));
         return NULL;
     }
     char *hdr = NULL;
@@ -400,30 +390,30 @@ float *lt_safetensors_read(const char *file, const char *name, int *ndim, int64_
     struct stat st;
     unsigned char lenb[8];
     if (fstat(fileno(f), &st) != 0 || st.st_size < 8 || fread(lenb, 1, 8, f) != 8) {
-        fail(err, errlen, "%s is truncated (no header length)", file);
+        lt_errorf(err, errlen, "%s is truncated (no header length)", file);
         goto done;
     }
     const uint64_t size = (uint64_t)st.st_size;
     uint64_t n = 0;
     for (int b = 7; b >= 0; b--) n = (n << 8) | lenb[b];
     if (n > size - 8 || n > MAX_HEADER) {
-        fail(err, errlen, "%s: header length %" PRIu64 " exceeds the file (%" PRIu64 " bytes)", file, n, size);
+        lt_errorf(err, errlen, "%s: header length %" PRIu64 " exceeds the file (%" PRIu64 " bytes)", file, n, size);
         goto done;
     }
     hdr = lt_malloc((size_t)n + 1);
     if (fread(hdr, 1, (size_t)n, f) != n) {
-        fail(err, errlen, "error reading %s", file);
+        lt_errorf(err, errlen, "error reading %s", file);
         goto done;
     }
     hdr[n] = '\0';
     TensorInfo ti;
     if (parse_header(hdr, (size_t)n, size - 8 - n, name, &ti, file, err, errlen)) goto done;
     if (ti.ndim < 0) {
-        fail(err, errlen, "%s has no tensor '%s'", file, name);
+        lt_errorf(err, errlen, "%s has no tensor '%s'", file, name);
         goto done;
     }
     if (strcmp(ti.dtype, "F32") != 0 || ti.ndim > 4) {
-        fail(err, errlen, "%s: tensor '%s' is %s with %d dims; only F32 up to 4-D is supported", file,
+        lt_errorf(err, errlen, "%s: tensor '%s' is %s with %d dims; only F32 up to 4-D is supported", file,
              name, ti.dtype, ti.ndim);
         goto done;
     }
@@ -431,7 +421,7 @@ float *lt_safetensors_read(const char *file, const char *name, int *ndim, int64_
     unsigned char *raw = lt_malloc((size_t)bytes);
     if (fseeko(f, (off_t)(8 + n + ti.begin), SEEK_SET) != 0 || fread(raw, 1, (size_t)bytes, f) != bytes) {
         free(raw);
-        fail(err, errlen, "error reading tensor '%s' from %s", name, file);
+        lt_errorf(err, errlen, "error reading tensor '%s' from %s", name, file);
         goto done;
     }
     out = (float *)raw;

@@ -66,20 +66,6 @@ static void check_supported(const LtConfig *c, const LtWorld *w) {
                        lt_recompute_name(c->train.recompute));
 }
 
-static LtModelDims dims_of(const LtConfig *c) {
-    LtModelDims d = {
-        .num_layers = c->model.num_layers,
-        .hidden = c->model.hidden_size,
-        .heads = c->model.num_attention_heads,
-        .ffn = c->model.ffn_hidden_size,
-        .seq_len = c->model.seq_length,
-        .max_pos = c->model.max_position_embeddings,
-        .vocab = c->model.vocab_size,
-        .padded_vocab = c->model.padded_vocab_size,
-    };
-    return d;
-}
-
 static LtBackend *make_backend(const LtConfig *c, const LtWorld *w) {
     LtDtype dt = c->train.precision == LT_PREC_BF16 ? LT_BF16 : LT_F32;
     int ngpu = lt_cuda_device_count();
@@ -115,7 +101,7 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
     r->world = w;
     check_supported(cfg, w);
     r->be = make_backend(cfg, w);
-    LtModelDims d = dims_of(cfg);
+    LtModelDims d = lt_dims_from_config(cfg);
     r->model = lt_model_create(r->be, &d, cfg->train.micro_batch_size, cfg->model.seq_length);
     const LtParamTable *t = &r->model->table;
     float *host = lt_malloc(t->total * sizeof(float));
