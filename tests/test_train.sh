@@ -63,6 +63,19 @@ expect_input_error no_train_path "data.train_path" "$LT" train $CFG
 expect_input_error bad_checkpoint "checkpoint.load" "$LT" train $CFG $D checkpoint.load=$T/nothing
 expect_input_error unknown_command "unknown command" "$LT" frobnicate
 
+# ---- under mpirun: one rank trains; more ranks are refused (exit 2, one message)
+if command -v mpirun >/dev/null; then
+  MPI="mpirun --allow-run-as-root --oversubscribe"
+  if timeout 120 $MPI -np 1 "$LT" train $CFG $D train.steps=2 >"$T/mpi1.log" 2>&1 &&
+     grep -q "step      2/2" "$T/mpi1.log"; then pass mpirun_single_rank
+  else fail mpirun_single_rank "$(tail -2 "$T/mpi1.log")"; fi
+  timeout 120 $MPI -np 2 "$LT" train $CFG $D train.steps=2 >"$T/mpi2.log" 2>&1
+  rc=$?
+  n=$(grep -c "world size 2" "$T/mpi2.log")
+  if [ $rc -eq 2 ] && [ "$n" -eq 1 ]; then pass mpirun_two_ranks_refused
+  else fail mpirun_two_ranks_refused "rc=$rc, messages=$n"; fi
+else fail mpirun_available "mpirun not found (openmpi-bin)"; fi
+
 # ---- training on real text: the loss falls; metrics file ----------------------
 if "$LT" train $CFG $D train.steps=60 logging.metrics_file=$T/m.jsonl > "$T/train.log" 2>&1; then
   if python3 - "$T/m.jsonl" <<'PY'
