@@ -57,7 +57,7 @@ TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
 GPU_TEST_BINS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/*.c))
 
-.PHONY: all deps check-deps test test-full demo clean gpu-test
+.PHONY: all deps check-deps test demo clean gpu-test
 all: check-deps $(BUILD)/lattice $(TEST_BINS)
 
 deps:
@@ -100,13 +100,17 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c tests/test.h $(LIB)
 gpu-test: check-deps $(GPU_TEST_BINS)
 	$(BUILD)/tests/gpu/test_gpu_ops && $(BUILD)/tests/gpu/bench_attention
 
-test: deps all
+# test and demo install packages first, then build in a fresh make (so the
+# dependency probe above sees what was just installed).
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+test:
+	@scripts/setup.sh
+	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@tests/run.sh $(BUILD)
 
-test-full: deps all
-	@LT_TEST_FULL=1 tests/run.sh $(BUILD)
-
-demo: deps all
+demo:
+	@scripts/setup.sh
+	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@scripts/demo.sh $(BUILD)
 
 clean:
