@@ -2,8 +2,10 @@
 # gpu_check.sh REPORT_FILE - build the CUDA backend and its GPU tests on a GPU
 # machine, run them and the attention benchmark, and write a report.
 #
-# Needs only nvcc, gcc and the CUDA libraries; libyaml / zstd / MPI are not
-# used. cuBLASLt / cudart (and, for the record, cuDNN and NCCL) are looked up
+# Needs only nvcc, gcc and the CUDA libraries; libyaml / zstd / MPI are only
+# used for the full lattice binary (tests/gpu/train_compare.sh and
+# scripts/bench.sh; without them these are skipped and the report says so).
+# cuBLASLt / cudart (and, for the record, cuDNN and NCCL) are looked up
 # under CUDA_HOME, the system linker cache, and Python site-packages
 # (nvidia/*/lib wheels). The CPU reference backend needs cblas (OpenBLAS);
 # without it the tests are built with -DLT_GPU_TEST_NO_CPU (reference = the
@@ -13,7 +15,12 @@
 # Environment: CUDA_HOME, CUDA_ARCH (e.g. "90"; default: the GPU's),
 #   GPU_CHECK_DIR (build dir, default build/gpu_check),
 #   GPU_CHECK_SANITIZE=0|1 (compute-sanitizer memcheck on --quick, default 1),
-#   GPU_CHECK_TEST_TIMEOUT (seconds, default 900).
+#   GPU_CHECK_TEST_TIMEOUT (seconds, default 900),
+#   GPU_CHECK_TRAIN=0|1 (full lattice binary + tests/gpu/train_compare.sh +
+#     scripts/bench.sh, default 1; needs libyaml, zstd and MPI headers/libs),
+#   GPU_CHECK_LATTICE (use this lattice binary instead of linking one),
+#   GPU_CHECK_BENCH_STEPS (default 30), GPU_CHECK_BENCH_ARGS (extra bench.sh
+#     arguments, e.g. "--config configs/gpt2-124m.yaml").
 # Exit status: 0 when every test passed, 1 otherwise.
 set -u
 REPORT=${1:-}
@@ -191,11 +198,19 @@ if grep -q FAILED "$WORK/nvcc_status"; then
 fi
 say "CUDA objects: $(ls "$WORK"/obj/cuda_*.o | wc -l) built in $(( $(date +%s) - t0 )) s"
 COBJS=""
+SKIPPED_SRC=""
+DEP_CFLAGS=""
+DEP_LIBS=""
+for pkg in yaml-0.1 libzstd ompi-c; do   # libraries of the full lattice binary
+  if command -v pkg-config >/dev/null 2>&1 && pkg-config --exists $pkg 2>/dev/null; then
+    DEP_CFLAGS="$DEP_CFLAGS $(pkg-config --cflags $pkg)"; DEP_LIBS="$DEP_LIBS $(pkg-config --libs $pkg)"
+  fi
+done
 for f in src/*.c; do
   [ "$f" = src/main.c ] && continue
   o=$WORK/obj/src_$(basename "$f" .c).o
-  if $CC $CFLAGS -c "$f" -o "$o" >>"$BLOG" 2>&1; then COBJS="$COBJS $o"
-  else say "note: $f does not compile here (missing optional dependency?) - skipped"; fi
+  if $CC $CFLAGS $DEP_CFLAGS -c "$f" -o "$o" >>"$BLOG" 2>&1; then COBJS="$COBJS $o"
+  else say "note: $f does not compile here (missing optional dependency?) - skipped"; SKIPPED_SRC="$SKIPPED_SRC $f"; fi
 done
 if [ $NO_CPU = 0 ]; then
   for f in kernels/cpu/*.c; do
@@ -274,7 +289,61 @@ else
   problem "bench_attention was not built"
 fi
 
+# ---------------------------------------------------------------- full binary
+# lattice train on the GPU (train_compare.sh, bench.sh) needs the whole binary:
+# src/main.c linked with every src/*.c (libyaml, zstd, MPI) and the CPU backend.
+LT_BIN=""
+GAPS=""
+if [ "${GPU_CHECK_TRAIN:-1}" = 1 ]; then
+  section "full lattice binary (for train_compare and bench)"
+  if [ -n "${GPU_CHECK_LATTICE:-}" ]; then
+    if [ -x "$GPU_CHECK_LATTICE" ]; then LT_BIN=$GPU_CHECK_LATTICE; say "using GPU_CHECK_LATTICE=$LT_BIN"
+    else problem "GPU_CHECK_LATTICE=$GPU_CHECK_LATTICE is not executable"; fi
+  elif [ -n "$SKIPPED_SRC" ] || [ $NO_CPU = 1 ]; then
+    say "NOT BUILT: the full lattice binary cannot be linked on this machine:"
+    [ -n "$SKIPPED_SRC" ] && say "  these sources did not compile:$SKIPPED_SRC (libyaml / zstd / MPI headers missing?)"
+    [ $NO_CPU = 1 ] && say "  the CPU backend (OpenBLAS) is not available"
+    say "  -> tests/gpu/train_compare.sh and scripts/bench.sh were NOT run (no end-to-end"
+    say "     training check, no GPT-2 throughput figures). Install libyaml-dev, libzstd-dev,"
+    say "     libopenmpi-dev (scripts/setup.sh) or set GPU_CHECK_LATTICE to a lattice binary."
+    say "GAP: no lattice binary: end-to-end training on the GPU not checked, no benchmark"
+    GAPS="train_compare.sh and bench.sh not run (no full lattice binary)"
+  else
+    mkdir -p "$WORK/bin"
+    if $CC $CFLAGS $DEP_CFLAGS src/main.c "$WORK/liblattice_gpu.a" $CBLAS_LIBS $DEP_LIBS $LIBS \
+         -o "$WORK/bin/lattice" >>"$BLOG" 2>&1; then
+      LT_BIN=$WORK/bin/lattice
+      say "built $LT_BIN: $("$LT_BIN" --version 2>&1 | head -2 | tr '\n' ' ')"
+    else
+      problem "linking the full lattice binary failed (see $BLOG):"
+      grep -E "undefined reference|error" "$BLOG" | sort -u | head -10 | sed 's/^/  | /' | tee -a "$REPORT"
+      say "  -> tests/gpu/train_compare.sh and scripts/bench.sh were NOT run"
+    fi
+  fi
+fi
+
+if [ -n "$LT_BIN" ]; then
+  section "end-to-end training, CPU vs CUDA (tests/gpu/train_compare.sh)"
+  mkdir -p "$WORK/lt"; ln -sf "$LT_BIN" "$WORK/lt/lattice"
+  t0=$(date +%s)
+  run_logged 900 "$WORK/train_compare.log" bash tests/gpu/train_compare.sh "$WORK/lt"
+  rc=$?
+  cat "$WORK/train_compare.log" >>"$REPORT"
+  say "exit status $rc after $(( $(date +%s) - t0 )) s$([ $rc = 124 ] && echo ' (timed out)')"
+  [ $rc != 0 ] && problem "train_compare.sh failed (exit status $rc)"
+
+  section "training benchmark (scripts/bench.sh)"
+  t0=$(date +%s)
+  # shellcheck disable=SC2086
+  run_logged 1800 "$WORK/bench_train.log" bash scripts/bench.sh --lattice "$LT_BIN" \
+    --steps "${GPU_CHECK_BENCH_STEPS:-30}" --device cuda ${GPU_CHECK_BENCH_ARGS:-}
+  rc=$?
+  cat "$WORK/bench_train.log" >>"$REPORT"
+  say "exit status $rc after $(( $(date +%s) - t0 )) s$([ $rc = 124 ] && echo ' (timed out)')"
+  [ $rc != 0 ] && problem "bench.sh failed (exit status $rc; a benchmark, see the table above)"
+fi
+
 section "result"
-say "RESULT: $([ $STATUS = 0 ] && echo 'all checks passed' || echo 'problems found (see above)')"
+say "RESULT: $([ $STATUS = 0 ] && echo 'all checks passed' || echo 'problems found (see above)')${GAPS:+ - NOT RUN: $GAPS}"
 echo "report written to $REPORT"
 exit $STATUS

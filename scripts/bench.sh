@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# bench.sh - training throughput benchmark (not a test): for each config, find
+# the largest micro batch that fits, train N steps on random tokens and report
+# lattice's "done:" figures (median step time after warm-up, tokens/s,
+# TFLOP/s per device, MFU) in a table.
+#
+# usage: scripts/bench.sh [--config C]... [--steps N] [--device cuda|cpu|auto]
+#                         [--out FILE] [--lattice BIN] [--mbs "64 32 16 8 4 2 1"]
+#                         [--global G] [section.key=value ...]
+#   --config C   config to benchmark (repeatable; default configs/gpt2-124m.yaml
+#                and configs/gpt2-1.5b.yaml)
+#   --steps N    optimizer steps per run (default 30; the first 1-2 are warm-up)
+#   --device D   train.device (default cuda)
+#   --out FILE   also append the report to FILE
+#   --lattice B  lattice binary (default $LATTICE or build/lattice)
+#   --mbs LIST   micro batch sizes tried in order, first success wins
+#                (default "64 32 16 8 4 2 1")
+#   --global G   global batch size (a multiple of each tried micro batch);
+#                default: equal to the micro batch (one micro batch per step)
+#   other arguments are config overrides passed to every run.
+# A run that fails with an out-of-memory message moves on to the next smaller
+# micro batch; any other failure ends that config (reported as FAILED).
+# Random token shards (llm.c format, made with `lattice shard`) are cached under
+# data/bench/. Environment: BENCH_TIMEOUT (seconds per attempt, default 900).
+# Exit status: 0 when every config produced a result, 1 otherwise, 2 bad usage.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 2
+
+CONFIGS=()
+STEPS=30
+DEVICE=cuda
+OUT=""
+LT=${LATTICE:-build/lattice}
+MBS_LIST="64 32 16 8 4 2 1"
+GLOBAL=""
+EXTRA=()
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --config) CONFIGS+=("${2:?--config needs a value}"); shift 2 ;;
+    --steps) STEPS=${2:?}; shift 2 ;;
+    --device) DEVICE=${2:?}; shift 2 ;;
+    --out) OUT=${2:?}; shift 2 ;;
+    --lattice) LT=${2:?}; shift 2 ;;
+    --mbs) MBS_LIST=${2:?}; shift 2 ;;
+    --global) GLOBAL=${2:?}; shift 2 ;;
+    -h|--help) usage ;;
+    --*) echo "bench.sh: unknown option $1" >&2; usage ;;
+    *=*) EXTRA+=("$1"); shift ;;
+    *) echo "bench.sh: unexpected argument '$1' (overrides look like section.key=value)" >&2; exit 2 ;;
+  esac
+done
+[ ${#CONFIGS[@]} -eq 0 ] && CONFIGS=(configs/gpt2-124m.yaml configs/gpt2-1.5b.yaml)
+case "$STEPS" in ''|*[!0-9]*) echo "bench.sh: --steps must be a positive integer" >&2; exit 2 ;; esac
+[ "$STEPS" -ge 1 ] || { echo "bench.sh: --steps must be >= 1" >&2; exit 2; }
+if [ -n "$OUT" ]; then case "$OUT" in /*) ;; *) OUT="$ROOT/$OUT" ;; esac; fi
+if [ ! -x "$LT" ]; then
+  echo "bench.sh: lattice binary '$LT' not found or not executable (build it with make, or pass --lattice)" >&2
+  exit 2
+fi
+command -v python3 >/dev/null 2>&1 || { echo "bench.sh: python3 is needed to make the random shard" >&2; exit 2; }
+TO=${BENCH_TIMEOUT:-900}
+with_timeout() { if command -v timeout >/dev/null 2>&1; then timeout "$TO" "$@"; else "$@"; fi; }
+
+REPORT=$(mktemp /tmp/lt-bench-XXXXXX)
+LOGDIR=$(mktemp -d /tmp/lt-bench-logs-XXXXXX)
+trap 'rm -f "$REPORT"' EXIT
+say() { echo "$*" | tee -a "$REPORT"; }
+
+max_mbs=1
+for m in $MBS_LIST; do
+  case "$m" in ''|*[!0-9]*|0) echo "bench.sh: bad micro batch '$m' in --mbs" >&2; exit 2 ;; esac
+  [ "$m" -gt "$max_mbs" ] && max_mbs=$m
+done
+
+# resolved KEY (e.g. "vocab_size") from the config as lattice prints it: run
+# with an unset data path so it stops (exit 2) right after printing the config.
+resolve() { # config key -> value
+  "$LT" train "$1" "${EXTRA[@]}" data.train_path= 2>/dev/null |
+    awk -v k="$2" '$1 == k":" {print $2; exit}'
+}
+
+# make_shard VOCAB NTOKENS -> path of a cached random shard with >= NTOKENS ids < VOCAB
+make_shard() {
+  local v=$1 need=$2 f n best=""
+  mkdir -p data/bench
+  for f in data/bench/random-v"$v"-*.bin; do
+    [ -s "$f" ] || continue
+    n=${f##*-}; n=${n%.bin}
+    [ "$n" -ge "$need" ] 2>/dev/null && { best=$f; break; }
+  done
+  if [ -z "$best" ]; then
+    n=$(( (need + 999999) / 1000000 * 1000000 ))
+    best=data/bench/random-v$v-$n.bin
+    echo "making $best ($n random tokens)..." >&2
+    python3 - "$v" "$n" <<'PY' | "$LT" shard --vocab-size "$v" --format llmc "$best.tmp" >&2 || { rm -f "$best.tmp"; return 1; }
+import array, os, sys
+v, n = int(sys.argv[1]), int(sys.argv[2])
+out = sys.stdout
+chunk = 1 << 16  # tokens per line (one "document")
+done = 0
+while done < n:
+    k = min(chunk, n - done)
+    a = array.array('I', os.urandom(4 * k))
+    out.write(' '.join([str(x % v) for x in a]))
+    out.write('\n')
+    done += k
+PY
+    mv "$best.tmp" "$best" || return 1
+  fi
+  echo "$best"
+}
+
+DEVNAME=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+  DEVNAME=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
+fi
+[ "$DEVICE" = cpu ] && DEVNAME="cpu: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //') x $(nproc 2>/dev/null)${DEVNAME:+ (gpu present: $DEVNAME)}"
+
+say ""
+say "== lattice training benchmark =="
+say "date:    $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+say "host:    $(hostname 2>/dev/null)"
+say "device:  ${DEVNAME:-unknown (no nvidia-smi)} [train.device=$DEVICE]"
+say "lattice: $LT ($("$LT" --version 2>/dev/null | head -2 | tr '\n' ';' | sed 's/;$//'))"
+say "tree:    $(git rev-parse --short HEAD 2>/dev/null || echo 'no git')$(git status --porcelain 2>/dev/null | grep -q . && echo ' (with local changes)')"
+say "steps:   $STEPS per run; micro batches tried: $MBS_LIST${GLOBAL:+; global batch $GLOBAL}"
+[ ${#EXTRA[@]} -gt 0 ] && say "overrides: ${EXTRA[*]}"
+
+ROWS=()
+fail_row() { ROWS+=("$name|-|-|-|-|-|-|-|-|-|$1"); }
+CMDS=()
+STATUS=0
+for cfg in "${CONFIGS[@]}"; do
+  name=$(basename "$cfg" .yaml)
+  if [ ! -f "$cfg" ]; then
+    say "$name: config $cfg not found"; fail_row "config not found"; STATUS=1; continue
+  fi
+  vocab=$(resolve "$cfg" vocab_size); seq=$(resolve "$cfg" seq_length)
+  if [ -z "$vocab" ] || [ -z "$seq" ]; then
+    say "$name: cannot resolve the config (lattice train $cfg ${EXTRA[*]} fails to load it):"
+    "$LT" train "$cfg" "${EXTRA[@]}" data.train_path= 2>&1 >/dev/null | tail -3 | sed 's/^/  | /' | tee -a "$REPORT"
+    fail_row "bad config"; STATUS=1; continue
+  fi
+  # keep the config's LR schedule but make it valid for a short run
+  # (warm-up must fit within the decay steps, which default to train.steps)
+  # (the LR during warm-up does not depend on decay_steps)
+  warm=$(resolve "$cfg" warmup_steps)
+  SCHED=()
+  [ -n "$warm" ] && [ "$warm" -gt "$STEPS" ] && SCHED=("optimizer.decay_steps=$warm")
+  gmax=${GLOBAL:-$max_mbs}
+  need=$(( STEPS * gmax * (seq + 1) + seq + 1 ))
+  # the loader wraps around (a new shuffled epoch), so cap the shard at 16M tokens
+  [ "$need" -gt 16000000 ] && need=16000000
+  shard=$(make_shard "$vocab" "$need") || { say "$name: making the random shard failed"; fail_row "shard failed"; STATUS=1; continue; }
+  result=""
+  for m in $MBS_LIST; do
+    g=${GLOBAL:-$m}
+    if [ $(( g % m )) -ne 0 ]; then say "$name: mbs $m skipped (global batch $g is not a multiple)"; continue; fi
+    log=$LOGDIR/$name-mbs$m.log
+    cmd=("$LT" train "$cfg" "train.device=$DEVICE" "train.steps=$STEPS"
+         "train.micro_batch_size=$m" "train.global_batch_size=$g"
+         "data.train_path=$shard" "data.valid_path=" "checkpoint.dir=" "checkpoint.load="
+         "logging.metrics_file=" "logging.log_interval=10" "${SCHED[@]}" "${EXTRA[@]}")
+    t0=$(date +%s)
+    with_timeout "${cmd[@]}" >"$log" 2>&1
+    rc=$?
+    dt=$(( $(date +%s) - t0 ))
+    if [ $rc = 0 ]; then
+      done_line=$(grep '^done:' "$log" | tail -1)
+      if [ -z "$done_line" ]; then
+        say "$name: mbs $m: exit 0 but no 'done:' line (log $log)"; result=fail; break
+      fi
+      say "$name: mbs $m: ok in ${dt} s: $done_line"
+      med=$(echo "$done_line" | sed -n 's/.*median step \([0-9.]*\) ms.*/\1/p')
+      tok=$(echo "$done_line" | sed -n 's/.* \([0-9.]*\) tok\/s.*/\1/p')
+      tfl=$(echo "$done_line" | sed -n 's/.* \([0-9.]*\) TFLOP\/s per device.*/\1/p')
+      mfu=$(echo "$done_line" | sed -n 's/.*MFU \([0-9.]*\)%.*/\1/p')
+      params=$(sed -n 's/^model .*: \([0-9.]* M\) parameters.*/\1/p' "$log" | head -1)
+      mem=$(sed -n 's/^memory .*total \([0-9.]*\) MiB.*/\1/p' "$log" | head -1)
+      backend=$(sed -n 's/^backend *\(.*\), precision \(.*\)/\1 \2/p' "$log" | head -1)
+      prec=${backend##* }; backend=${backend% *}
+      ROWS+=("$name|${params:-?}|$prec|$m|$g|$STEPS|$med|$tok|$tfl|$mfu%|${mem:-?}")
+      CMDS+=("$name: ${cmd[*]}")
+      say "  backend: $backend"
+      result=ok
+      break
+    fi
+    last=$(grep -vE '^( |[a-z_]+:$)' "$log" | tail -1)
+    if [ $rc = 124 ]; then
+      say "$name: mbs $m: timed out after ${TO} s (BENCH_TIMEOUT; log $log)"; result=fail; break
+    elif grep -qiE 'out of (gpu |host |device )?memory|CUBLAS_STATUS_ALLOC_FAILED|cannot allocate memory|std::bad_alloc' "$log"; then
+      say "$name: mbs $m: out of memory, trying smaller (${last})"
+    elif [ $rc = 137 ]; then
+      say "$name: mbs $m: killed (exit 137, host out of memory?), trying smaller"
+    else
+      say "$name: mbs $m: FAILED with exit status $rc after ${dt} s (not out of memory; log $log):"
+      grep -vE '^( |[a-z_]+:$)' "$log" | tail -5 | sed 's/^/  | /' | tee -a "$REPORT"
+      result=fail; break
+    fi
+  done
+  if [ "$result" != ok ]; then
+    fail_row FAILED
+    STATUS=1
+  fi
+done
+
+say ""
+say "device: ${DEVNAME:-unknown} [train.device=$DEVICE]"
+{
+  echo "config|params|precision|micro batch|global batch|steps|median step ms|tokens/s|TFLOP/s per device|MFU|memory MiB"
+  printf '%s\n' "${ROWS[@]}"
+} | if command -v column >/dev/null 2>&1; then column -t -s '|'; else tr '|' '\t'; fi | tee -a "$REPORT"
+if [ ${#CMDS[@]} -gt 0 ]; then
+  say "commands:"
+  for c in "${CMDS[@]}"; do say "  $c"; done
+fi
+say "(median step time over the steps after warm-up, from lattice's 'done:' line; logs in $LOGDIR)"
+if [ -n "$OUT" ]; then cat "$REPORT" >>"$OUT" && echo "appended to $OUT"; fi
+exit $STATUS
