@@ -1,0 +1,442 @@
+/* test_comm_mpi.c - the MPI communication layer under 4 ranks.
+ *
+ * Started without a launcher (as tests/run.sh does), it first checks the
+ * one-rank world of a plain process, then re-executes itself as
+ * `timeout 120 mpirun --allow-run-as-root --oversubscribe -np 4 <self>`, which
+ * relays the output and the exit code. Under mpirun every rank runs every test;
+ * the failure flag is reduced over the world and rank 0 prints PASS/FAIL.
+ * Every result is compared with values computed locally from the known
+ * rank-dependent inputs. */
+#include "comm.h"
+
+#include <mpi.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "dist.h"
+#include "test.h"
+#include "topology.h"
+
+#define NP 4
+
+static LtWorld W;
+
+/* Input element i of (group or world) rank r: exact in fp32 sums. */
+static double val(int r, int i) { return (double)((r + 1) * 3 + i % 11) + 0.25 * (i % 4); }
+static double vmax(int r, int i) { return (double)((r * 7 + i * 3) % 5) - 0.5 * r; }
+
+static void fill_f32(float *x, int n, int r) {
+    for (int i = 0; i < n; i++) x[i] = (float)val(r, i);
+}
+
+/* ---- one-rank world without MPI (runs before re-launching) ---------------- */
+static void test_world_without_launcher(void) {
+    LtComm *w = lt_comm_world("world");
+    CHECK(lt_comm_size(w) == 1 && lt_comm_rank(w) == 0, "size %d rank %d", lt_comm_size(w),
+          lt_comm_rank(w));
+    CHECK(strcmp(lt_comm_name(w), "world") == 0, "name %s", lt_comm_name(w));
+    float x[5] = {1, 2, 3, 4, 5}, y[5] = {0};
+    LtCommRequest r = lt_comm_all_reduce_start(w, x, 5, LT_COMM_F32, LT_COMM_SUM);
+    CHECK(!r.active, "one-rank all_reduce is active");
+    lt_comm_finish(&r);
+    CHECK(x[0] == 1 && x[4] == 5, "all_reduce changed data");
+    lt_comm_reduce_scatter(w, x, y, 5, LT_COMM_F32);
+    CHECK(y[2] == 3, "reduce_scatter copy %g", y[2]);
+    memset(y, 0, sizeof y);
+    lt_comm_all_gather(w, x, y, 5, LT_COMM_F32);
+    CHECK(y[4] == 5, "all_gather copy %g", y[4]);
+    lt_comm_broadcast(w, x, 5, LT_COMM_F32, 0);
+    lt_comm_barrier(w);
+    int m[1] = {0};
+    LtComm *g = lt_comm_split_members(m, 1, "tp");
+    CHECK(lt_comm_size(g) == 1 && lt_comm_global_rank(g, 0) == 0, "split one-rank");
+    lt_comm_free(g);
+    lt_comm_free(w);
+}
+
+/* ---- world collectives ---------------------------------------------------- */
+static void test_all_reduce_world(void) {
+    LtComm *w = lt_comm_world("world");
+    CHECK(lt_comm_size(w) == NP && lt_comm_rank(w) == W.rank, "world shape");
+    enum { N = 1000 };
+    static float f[N], fm[N];
+    static double d[N], dm[N];
+    int me = W.rank;
+    for (int i = 0; i < N; i++) {
+        f[i] = (float)val(me, i);
+        d[i] = val(me, i) * 1e-3 + 1e9;
+        fm[i] = (float)vmax(me, i);
+        dm[i] = vmax(me, i) * 1e10;
+    }
+    lt_comm_all_reduce(w, f, N, LT_COMM_F32, LT_COMM_SUM);
+    lt_comm_all_reduce(w, d, N, LT_COMM_F64, LT_COMM_SUM);
+    lt_comm_all_reduce(w, fm, N, LT_COMM_F32, LT_COMM_MAX);
+    lt_comm_all_reduce(w, dm, N, LT_COMM_F64, LT_COMM_MAX);
+    int bad = 0;
+    for (int i = 0; i < N && bad < 5; i++) {
+        double s = 0, sd = 0, mx = -1e300;
+        for (int r = 0; r < NP; r++) {
+            s += val(r, i);
+            sd += val(r, i) * 1e-3 + 1e9;
+            if (vmax(r, i) > mx) mx = vmax(r, i);
+        }
+        if (f[i] != (float)s) {
+            bad++;
+            CHECK(0, "f32 sum [%d] %g != %g", i, f[i], s);
+        }
+        if (test_relerr(d[i], sd, 1e-30) > 1e-15) {
+            bad++;
+            CHECK(0, "f64 sum [%d] %.17g", i, d[i]);
+        }
+        if (fm[i] != (float)mx) {
+            bad++;
+            CHECK(0, "f32 max [%d] %g != %g", i, fm[i], mx);
+        }
+        if (dm[i] != mx * 1e10) {
+            bad++;
+            CHECK(0, "f64 max [%d] %g", i, dm[i]);
+        }
+    }
+    /* count 0 is allowed and does nothing */
+    lt_comm_all_reduce(w, f, 0, LT_COMM_F32, LT_COMM_SUM);
+    lt_comm_free(w);
+}
+
+static void test_reduce_scatter_world(void) {
+    LtComm *w = lt_comm_world("world");
+    enum { C = 37 };
+    float send[NP * C], recv[C], inplace[NP * C];
+    int me = W.rank;
+    for (int k = 0; k < NP; k++)
+        for (int j = 0; j < C; j++) send[k * C + j] = (float)val(me, k * 100 + j);
+    memcpy(inplace, send, sizeof send);
+    lt_comm_reduce_scatter(w, send, recv, C, LT_COMM_F32);
+    lt_comm_reduce_scatter(w, inplace, inplace, C, LT_COMM_F32);
+    for (int j = 0; j < C; j++) {
+        double s = 0;
+        for (int r = 0; r < NP; r++) s += val(r, me * 100 + j);
+        CHECK(recv[j] == (float)s, "[%d] %g != %g", j, recv[j], s);
+        CHECK(inplace[j] == (float)s, "in place [%d] %g != %g", j, inplace[j], s);
+        if (test_cur_failed) break;
+    }
+    lt_comm_free(w);
+}
+
+static void test_all_gather_world(void) {
+    LtComm *w = lt_comm_world("world");
+    enum { C = 29 };
+    double send[C], recv[NP * C], inplace[NP * C];
+    int me = W.rank;
+    for (int j = 0; j < C; j++) send[j] = val(me, j) + 1e-9 * me;
+    for (int i = 0; i < NP * C; i++) recv[i] = inplace[i] = -1;
+    memcpy(inplace + me * C, send, sizeof send);
+    lt_comm_all_gather(w, send, recv, C, LT_COMM_F64);
+    lt_comm_all_gather(w, inplace + me * C, inplace, C, LT_COMM_F64);
+    for (int r = 0; r < NP && !test_cur_failed; r++)
+        for (int j = 0; j < C && !test_cur_failed; j++) {
+            double want = val(r, j) + 1e-9 * r;
+            CHECK(recv[r * C + j] == want, "[%d,%d] %.17g", r, j, recv[r * C + j]);
+            CHECK(inplace[r * C + j] == want, "in place [%d,%d]", r, j);
+        }
+    lt_comm_free(w);
+}
+
+static void test_broadcast_world(void) {
+    LtComm *w = lt_comm_world("world");
+    for (int root = 0; root < NP; root++) {
+        float f[64];
+        int iv[3];
+        if (W.rank == root) {
+            fill_f32(f, 64, root + 10);
+            iv[0] = root, iv[1] = 7, iv[2] = -root;
+        } else {
+            memset(f, 0, sizeof f);
+            memset(iv, 0, sizeof iv);
+        }
+        lt_comm_broadcast(w, f, 64, LT_COMM_F32, root);
+        lt_comm_broadcast(w, iv, 3, LT_COMM_I32, root);
+        for (int i = 0; i < 64; i++)
+            CHECK(f[i] == (float)val(root + 10, i), "root %d [%d] %g", root, i, f[i]);
+        CHECK(iv[0] == root && iv[1] == 7 && iv[2] == -root, "root %d ints", root);
+    }
+    lt_comm_free(w);
+}
+
+static void test_send_recv_ring(void) {
+    LtComm *w = lt_comm_world("world");
+    enum { N = 4096 }; /* large enough to leave the eager path of small messages */
+    static float out[N], in[N];
+    int me = W.rank, next = (me + 1) % NP, prev = (me + NP - 1) % NP;
+    fill_f32(out, N, me);
+    memset(in, 0, sizeof in);
+    LtCommRequest rr = lt_comm_recv_start(w, in, N, LT_COMM_F32, prev, 5);
+    LtCommRequest rs = lt_comm_send_start(w, out, N, LT_COMM_F32, next, 5);
+    CHECK(rr.active && rs.active, "requests not active");
+    lt_comm_finish(&rs);
+    lt_comm_finish(&rr);
+    CHECK(!rr.active && !rs.active, "requests still active after finish");
+    for (int i = 0; i < N; i++)
+        if (in[i] != (float)val(prev, i)) {
+            CHECK(0, "[%d] %g from %d", i, in[i], prev);
+            break;
+        }
+    /* Blocking forms, even ranks send first. */
+    double x = me * 1.5, y = -1;
+    if (me % 2 == 0) {
+        lt_comm_send(w, &x, 1, LT_COMM_F64, next, 9);
+        lt_comm_recv(w, &y, 1, LT_COMM_F64, prev, 9);
+    } else {
+        lt_comm_recv(w, &y, 1, LT_COMM_F64, prev, 9);
+        lt_comm_send(w, &x, 1, LT_COMM_F64, next, 9);
+    }
+    CHECK(y == prev * 1.5, "blocking got %g from %d", y, prev);
+    lt_comm_free(w);
+}
+
+/* ---- groups from the topology -------------------------------------------- */
+static LtComm *make_group(const LtTopology *t, LtGroupKind k) {
+    int m[NP];
+    int n = lt_topology_group(t, W.rank, k, m);
+    LtComm *c = lt_comm_split_members(m, n, lt_group_kind_name(k));
+    int member = lt_topology_in_group(t, W.rank, k);
+    CHECK(lt_comm_member(c) == member, "%s member %d", lt_group_kind_name(k), member);
+    if (!member) return c;
+    CHECK(lt_comm_size(c) == n, "%s size %d != %d", lt_group_kind_name(k), lt_comm_size(c), n);
+    for (int i = 0; i < n; i++)
+        CHECK(lt_comm_global_rank(c, i) == m[i], "%s rank %d -> %d, want %d",
+              lt_group_kind_name(k), i, lt_comm_global_rank(c, i), m[i]);
+    CHECK(lt_comm_global_rank(c, lt_comm_rank(c)) == W.rank, "%s own rank",
+          lt_group_kind_name(k));
+    CHECK(strcmp(lt_comm_name(c), lt_group_kind_name(k)) == 0, "name %s", lt_comm_name(c));
+    return c;
+}
+
+/* TP=2, DP=2 (PP=1): tp groups [0,1],[2,3]; dp groups [0,2],[1,3]; pp and
+ * embedding groups are one rank. */
+static void test_tp_dp_groups(void) {
+    LtTopology t;
+    char err[128];
+    CHECK(lt_topology_init(&t, W.world, 2, 1, 2, err, sizeof err) == 0, "%s", err);
+    LtComm *g[LT_GROUP_COUNT];
+    for (int k = 0; k < LT_GROUP_COUNT; k++) g[k] = make_group(&t, (LtGroupKind)k);
+    int m[NP];
+    for (int k = LT_GROUP_TP; k <= LT_GROUP_DP; k++) {
+        int n = lt_topology_group(&t, W.rank, (LtGroupKind)k, m);
+        const LtComm *c = g[k];
+        int gr = lt_comm_rank(c);
+        /* all_reduce sum and max of world-rank-dependent values */
+        double x[3] = {W.rank, val(W.rank, 1), -W.rank}, s1 = 0, s2 = 0, mx = -1e9;
+        for (int i = 0; i < n; i++) s1 += m[i], s2 += val(m[i], 1), mx = -m[i] > mx ? -m[i] : mx;
+        lt_comm_all_reduce(c, x, 2, LT_COMM_F64, LT_COMM_SUM);
+        lt_comm_all_reduce(c, x + 2, 1, LT_COMM_F64, LT_COMM_MAX);
+        CHECK(x[0] == s1 && x[1] == s2 && x[2] == mx, "%s all_reduce %g %g %g",
+              lt_comm_name(c), x[0], x[1], x[2]);
+        /* reduce_scatter: chunk k of member m is val(m, 10k + j) */
+        float send[2 * 5], recv[5];
+        for (int q = 0; q < 2; q++)
+            for (int j = 0; j < 5; j++) send[q * 5 + j] = (float)val(W.rank, 10 * q + j);
+        lt_comm_reduce_scatter(c, send, recv, 5, LT_COMM_F32);
+        for (int j = 0; j < 5; j++) {
+            double want = 0;
+            for (int i = 0; i < n; i++) want += val(m[i], 10 * gr + j);
+            CHECK(recv[j] == (float)want, "%s reduce_scatter [%d] %g != %g", lt_comm_name(c),
+                  j, recv[j], want);
+        }
+        /* all_gather: member i contributes val(m[i], j) */
+        float mine[3], all[2 * 3];
+        fill_f32(mine, 3, W.rank);
+        lt_comm_all_gather(c, mine, all, 3, LT_COMM_F32);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < 3; j++)
+                CHECK(all[i * 3 + j] == (float)val(m[i], j), "%s all_gather [%d,%d]",
+                      lt_comm_name(c), i, j);
+        /* broadcast from group rank 1 */
+        int b = W.rank * 100;
+        lt_comm_broadcast(c, &b, 1, LT_COMM_I32, 1);
+        CHECK(b == m[1] * 100, "%s broadcast %d", lt_comm_name(c), b);
+    }
+    /* one-rank groups: nothing moves, nothing is active */
+    for (int k = LT_GROUP_PP; k <= LT_GROUP_EMBEDDING; k++) {
+        const LtComm *c = g[k];
+        CHECK(lt_comm_size(c) == 1 && lt_comm_global_rank(c, 0) == W.rank, "%s one rank",
+              lt_comm_name(c));
+        float x[4] = {1, 2, 3, (float)W.rank}, y[4] = {0};
+        LtCommRequest r1 = lt_comm_all_reduce_start(c, x, 4, LT_COMM_F32, LT_COMM_SUM);
+        LtCommRequest r2 = lt_comm_broadcast_start(c, x, 4, LT_COMM_F32, 0);
+        LtCommRequest r3 = lt_comm_send_start(c, x, 4, LT_COMM_F32, 0, 0);
+        LtCommRequest r4 = lt_comm_recv_start(c, y, 4, LT_COMM_F32, 0, 0);
+        CHECK(!r1.active && !r2.active && !r3.active && !r4.active, "%s: active request",
+              lt_comm_name(c));
+        lt_comm_finish(&r1), lt_comm_finish(&r2), lt_comm_finish(&r3), lt_comm_finish(&r4);
+        CHECK(x[0] == 1 && x[3] == (float)W.rank && y[0] == 0, "%s: data changed",
+              lt_comm_name(c));
+        lt_comm_all_gather(c, x, y, 4, LT_COMM_F32);
+        CHECK(y[3] == (float)W.rank, "%s: all_gather copy", lt_comm_name(c));
+        lt_comm_barrier(c);
+    }
+    for (int k = 0; k < LT_GROUP_COUNT; k++) lt_comm_free(g[k]);
+}
+
+/* TP=1, PP=4: one pipeline [0,1,2,3]; embedding group [0,3] with ranks 1 and 2
+ * not members. Activations flow stage to stage with send/recv. */
+static void test_pipeline_groups(void) {
+    LtTopology t;
+    CHECK(lt_topology_init(&t, W.world, 1, 4, 0, NULL, 0) == 0, "init");
+    LtComm *pp = make_group(&t, LT_GROUP_PP);
+    LtComm *emb = make_group(&t, LT_GROUP_EMBEDDING);
+    LtPlace p;
+    lt_topology_place(&t, W.rank, &p);
+    CHECK(lt_comm_rank(pp) == p.c.pp, "pp rank %d stage %d", lt_comm_rank(pp), p.c.pp);
+    float act[8];
+    if (p.first_stage) {
+        fill_f32(act, 8, 0);
+    } else {
+        lt_comm_recv(pp, act, 8, LT_COMM_F32, p.c.pp - 1, 1);
+        for (int i = 0; i < 8; i++) act[i] += 1.0f;
+    }
+    if (!p.last_stage) lt_comm_send(pp, act, 8, LT_COMM_F32, p.c.pp + 1, 1);
+    for (int i = 0; i < 8; i++)
+        CHECK(act[i] == (float)(val(0, i) + p.c.pp), "stage %d act[%d] %g", p.c.pp, i, act[i]);
+    CHECK(lt_comm_member(emb) == p.in_embedding, "embedding membership");
+    if (p.in_embedding) {
+        double gsum = 10.0 * (W.rank + 1);
+        lt_comm_all_reduce(emb, &gsum, 1, LT_COMM_F64, LT_COMM_SUM);
+        CHECK(gsum == 10.0 * 1 + 10.0 * 4, "embedding grad sum %g", gsum);
+        CHECK(lt_comm_size(emb) == 2, "embedding size %d", lt_comm_size(emb));
+    } else {
+        CHECK(lt_comm_size(emb) == 0 && lt_comm_rank(emb) == -1, "non-member shape");
+    }
+    lt_comm_free(emb);
+    lt_comm_free(pp);
+}
+
+/* Two requests in flight at once: on two groups and on one group, finished in
+ * the reverse order of starting. */
+static void test_two_in_flight(void) {
+    LtTopology t;
+    CHECK(lt_topology_init(&t, W.world, 2, 1, 2, NULL, 0) == 0, "init");
+    LtComm *tp = make_group(&t, LT_GROUP_TP), *dp = make_group(&t, LT_GROUP_DP);
+    LtComm *w = lt_comm_world("world");
+    int mt[2], md[2];
+    lt_topology_group(&t, W.rank, LT_GROUP_TP, mt);
+    lt_topology_group(&t, W.rank, LT_GROUP_DP, md);
+    enum { N = 2048 };
+    static float a[N], gathered[2 * N], b[N], c2[N];
+    fill_f32(a, N, W.rank);
+    fill_f32(b, N, W.rank + 1);
+    fill_f32(c2, N, W.rank + 2);
+    LtCommRequest ra = lt_comm_all_reduce_start(tp, a, N, LT_COMM_F32, LT_COMM_SUM);
+    LtCommRequest rg = lt_comm_all_gather_start(dp, b, gathered, N, LT_COMM_F32);
+    CHECK(ra.active && rg.active, "not active");
+    lt_comm_finish(&rg);
+    lt_comm_finish(&ra);
+    for (int i = 0; i < N; i++) {
+        if (a[i] != (float)(val(mt[0], i) + val(mt[1], i))) {
+            CHECK(0, "tp all_reduce [%d] %g", i, a[i]);
+            break;
+        }
+        if (gathered[i] != (float)val(md[0] + 1, i) ||
+            gathered[N + i] != (float)val(md[1] + 1, i)) {
+            CHECK(0, "dp all_gather [%d]", i);
+            break;
+        }
+    }
+    /* same group, two all_reduces (sum then max) in flight */
+    fill_f32(b, N, W.rank + 1);
+    LtCommRequest r1 = lt_comm_all_reduce_start(w, b, N, LT_COMM_F32, LT_COMM_SUM);
+    LtCommRequest r2 = lt_comm_all_reduce_start(w, c2, N, LT_COMM_F32, LT_COMM_MAX);
+    lt_comm_finish(&r2);
+    lt_comm_finish(&r1);
+    lt_comm_finish(&r1); /* finishing twice is harmless */
+    for (int i = 0; i < N; i++) {
+        double s = 0, mx = -1e300;
+        for (int r = 0; r < NP; r++) {
+            s += val(r + 1, i);
+            mx = val(r + 2, i) > mx ? val(r + 2, i) : mx;
+        }
+        if (b[i] != (float)s || c2[i] != (float)mx) {
+            CHECK(0, "world [%d] sum %g max %g", i, b[i], c2[i]);
+            break;
+        }
+    }
+    lt_comm_free(w);
+    lt_comm_free(dp);
+    lt_comm_free(tp);
+}
+
+static void test_split_color(void) {
+    /* even and odd ranks, ordered by descending world rank */
+    LtComm *c = lt_comm_split_color(W.rank % 2, -W.rank, "parity");
+    CHECK(lt_comm_size(c) == 2, "size %d", lt_comm_size(c));
+    int hi = W.rank % 2 + 2, lo = W.rank % 2;
+    CHECK(lt_comm_global_rank(c, 0) == hi && lt_comm_global_rank(c, 1) == lo, "order %d %d",
+          lt_comm_global_rank(c, 0), lt_comm_global_rank(c, 1));
+    int x = W.rank;
+    lt_comm_all_reduce(c, &x, 1, LT_COMM_I32, LT_COMM_SUM);
+    CHECK(x == hi + lo, "parity sum %d", x);
+    lt_comm_free(c);
+    /* color < 0: rank 3 opts out */
+    LtComm *d = lt_comm_split_color(W.rank == 3 ? -1 : 0, W.rank, "three");
+    CHECK(lt_comm_member(d) == (W.rank != 3), "membership");
+    if (W.rank != 3) {
+        int y = 1;
+        lt_comm_all_reduce(d, &y, 1, LT_COMM_I32, LT_COMM_SUM);
+        CHECK(y == 3 && lt_comm_size(d) == 3, "sum %d", y);
+    }
+    lt_comm_free(d);
+}
+
+#define MRUN(fn)                                                                   \
+    do {                                                                           \
+        test_cur_failed = 0;                                                       \
+        fn();                                                                      \
+        fflush(stdout);                                                            \
+        int f_ = test_cur_failed;                                                  \
+        MPI_Allreduce(MPI_IN_PLACE, &f_, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);     \
+        if (f_) test_n_fail++;                                                     \
+        else test_n_pass++;                                                        \
+        if (W.rank == 0) printf("%s %s\n", f_ ? "FAIL" : "PASS", #fn);             \
+        fflush(stdout);                                                            \
+    } while (0)
+
+int main(int argc, char **argv) {
+    if (!lt_world_launched()) {
+        RUN(test_world_without_launcher);
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0) {
+            printf("FAIL test_comm_mpi_launch: cannot find own executable\n");
+            return 1;
+        }
+        self[n] = 0;
+        printf("launching: mpirun -np %d %s\n", NP, self);
+        fflush(stdout);
+        char np[16];
+        snprintf(np, sizeof np, "%d", NP);
+        char *args[] = {"timeout", "120", "mpirun", "--allow-run-as-root", "--oversubscribe",
+                        "-np", np, self, NULL};
+        execvp("timeout", args);
+        printf("FAIL test_comm_mpi_launch: cannot exec timeout/mpirun\n");
+        return 1;
+    }
+    lt_world_init(&W, &argc, &argv);
+    if (W.world != NP) {
+        if (W.rank == 0) printf("FAIL test_comm_mpi: needs %d ranks, got %d\n", NP, W.world);
+        lt_world_finalize(&W);
+        return 1;
+    }
+    MRUN(test_all_reduce_world);
+    MRUN(test_reduce_scatter_world);
+    MRUN(test_all_gather_world);
+    MRUN(test_broadcast_world);
+    MRUN(test_send_recv_ring);
+    MRUN(test_tp_dp_groups);
+    MRUN(test_pipeline_groups);
+    MRUN(test_two_in_flight);
+    MRUN(test_split_color);
+    int rc = test_n_fail ? 1 : 0;
+    if (W.rank == 0) rc = test_summary();
+    lt_world_finalize(&W);
+    return rc;
+}
