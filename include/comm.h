@@ -96,6 +96,11 @@ void lt_comm_finish(LtCommRequest *r);
 
 /* ---- blocking forms ------------------------------------------------------- */
 void lt_comm_all_reduce(const LtComm *c, void *buf, size_t count, LtCommType t, LtCommOp op);
+/* Blocking reduce-scatter with per-rank counts: rank r receives the sum of
+ * elements [sum(counts[0..r)), +counts[r]) of every rank's send buffer
+ * (send and recv must not overlap; counts[r] may be 0). */
+void lt_comm_reduce_scatter_v(const LtComm *c, const void *send, void *recv, const int *counts,
+                              LtCommType t);
 void lt_comm_reduce_scatter(const LtComm *c, const void *send, void *recv, size_t count,
                             LtCommType t);
 void lt_comm_all_gather(const LtComm *c, const void *send, void *recv, size_t count,

@@ -28,6 +28,21 @@ typedef struct {
     size_t params, grads, activations, workspace; /* bytes on the device */
 } LtModelMemory;
 
+/* Called during backward when the gradients of parameters first..last (table
+ * indices, a contiguous flat range) for this micro batch are complete in the
+ * gradient bucket (see LtModelOptions.grad_buckets). The callee consumes them
+ * and must leave the bucket zeroed. */
+typedef void (*LtGradReadyFn)(void *ctx, int first, int last);
+
+typedef struct {
+    size_t flat;      /* elements of the flat parameter buffer: >= table.total (padding
+                       * so data-parallel shards are equal); 0 = table.total */
+    int grad_buckets; /* 0: one gradient buffer for all parameters (flat elements);
+                       * 1: one reusable bucket, the size of the largest parameter group
+                       * (embeddings, one layer, final LayerNorm), handed to a
+                       * LtGradReadyFn group by group (ZeRO-2) */
+} LtModelOptions;
+
 typedef struct {
     LtBackend *be;
     LtParamTable table;
@@ -35,8 +50,14 @@ typedef struct {
     int B, T;             /* micro batch size and sequence length of the buffers */
     int xent_chunk;       /* tokens per cross-entropy chunk */
 
-    void *params;         /* act dtype, table.total elements */
-    float *grads;         /* fp32, table.total elements (accumulated) */
+    size_t flat;          /* elements of params (and of grads without buckets) */
+    void *params;         /* act dtype, flat elements (table order, zero padding) */
+    float *grads;         /* fp32 gradient accumulation: flat elements, or the bucket */
+    size_t grads_len;     /* elements of grads */
+    float **gptr;         /* per parameter: where its gradient accumulates */
+    LtGradReadyFn grads_ready;
+    void *grads_ready_ctx;
+    float *stage_f32;     /* (Vp) fp32 staging for sampled logits */
 
     /* activations */
     void **resid;         /* num_layers + 1 residual stream tensors (N, C) */
@@ -53,8 +74,13 @@ typedef struct {
     LtModelMemory mem;
 } LtModel;
 
-/* Allocate parameters, gradients and activations for micro batch B x T. */
-LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T);
+/* Allocate parameters, gradients and activations for micro batch B x T.
+ * opt may be NULL (defaults). */
+LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
+                         const LtModelOptions *opt);
+
+/* Install the bucket consumer (required when grad_buckets is set). */
+void lt_model_set_grad_hook(LtModel *m, LtGradReadyFn fn, void *ctx);
 void lt_model_destroy(LtModel *m);
 
 /* Set the compute-dtype parameters from fp32 host values (table order). */
@@ -66,7 +92,7 @@ void lt_model_set_params(LtModel *m, const float *host);
  * Returns the sum of per-token losses (0 when targets is NULL). */
 double lt_model_step(LtModel *m, const int32_t *tokens, const int32_t *targets, float grad_scale);
 
-/* Zero the gradient buffer. */
+/* Zero the gradient buffer (or bucket). */
 void lt_model_zero_grads(LtModel *m);
 
 /* Forward only on one sequence tokens[0..len) (len <= T, other rows unused)

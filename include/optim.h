@@ -1,15 +1,30 @@
-/* optim.h - AdamW over the flat parameter buffers, the learning-rate
- * schedule and global-norm gradient clipping.
+/* optim.h - the distributed optimizer: AdamW over flat buffers with ZeRO
+ * sharding across data-parallel ranks, gradient reduction, global-norm
+ * clipping and the learning-rate schedule.
  *
- * The optimizer owns fp32 master weights and both Adam moments (device
- * memory, table order) and writes the compute-dtype parameters in the same
- * pass. Weight decay applies only to parameters the table marks (2-D). */
+ * The flat parameter/gradient index space (table order, padded to `flat`
+ * elements, a multiple of the DP size) is split into DP equal contiguous
+ * shards; DP rank r owns [r*S, (r+1)*S). A parameter may straddle shards.
+ *   stage 0: gradients all-reduced; every rank keeps all master weights and
+ *            moments and updates everything.
+ *   stage 1: gradients reduce-scattered after the last micro batch; master
+ *            weights and moments exist only for the shard; updated shards are
+ *            all-gathered back into the compute-dtype parameters.
+ *   stage 2: as 1, but gradients are reduce-scattered per micro batch and per
+ *            parameter group as backward produces them (the model's gradient
+ *            bucket), so no rank holds a full gradient buffer.
+ * With one DP rank every stage runs as stage 0 (identical math, no copies).
+ * Gradients are summed over DP (each micro batch's loss is pre-scaled by
+ * 1/(global batch tokens)), so the result is the mean-loss gradient.
+ * All buffers are host/device memory of the backend; the MPI communication
+ * layer currently needs host memory (CPU backend). */
 #ifndef LT_OPTIM_H
 #define LT_OPTIM_H
 
 #include <stddef.h>
 
 #include "backend.h"
+#include "comm.h"
 #include "config.h"
 #include "params.h"
 
@@ -20,32 +35,66 @@ extern "C" {
 typedef struct {
     LtBackend *be;
     const LtParamTable *table;
-    float *master, *m, *v; /* device, table->total each */
-    long step;             /* updates applied so far */
+    const LtComm *dp;       /* data-parallel group (size 1 = no communication) */
+    int zero_stage, dp_size, dp_rank;
+    size_t flat;            /* padded flat size, multiple of dp_size */
+    size_t shard_begin, shard_len; /* elements this rank updates */
+    float *master, *m, *v;  /* shard_len each */
+    float *grad_shard;      /* stage >= 1: reduced gradient of the shard (shard_len) */
+    float *bucket_recv;     /* stage 2: receive buffer of one bucket reduction */
+    size_t bucket_recv_len;
+    long step;              /* updates applied so far */
     double beta1, beta2, eps, weight_decay;
-    size_t bytes;          /* device bytes held (master + moments) */
+    size_t state_bytes;     /* master + moments held by this rank */
+    size_t grad_bytes;      /* gradient memory held by the optimizer (shards) */
 } LtOptimizer;
 
-/* Master weights start as a copy of host_init (fp32, table order). */
+/* Padded flat size for a table split over dp ranks (shards a multiple of 64). */
+size_t lt_optim_flat_size(const LtParamTable *t, int dp);
+
+/* host_init: fp32 initial values of the full table (table->total elements). */
 LtOptimizer *lt_optim_create(LtBackend *be, const LtParamTable *t, const LtConfig *cfg,
-                             const float *host_init);
+                             const LtComm *dp, size_t flat, const float *host_init);
 void lt_optim_destroy(LtOptimizer *o);
+
+/* Zero the gradient accumulators the optimizer owns (stage 2 shard). */
+void lt_optim_zero_grad(LtOptimizer *o);
+
+/* Stage 2: size the receive buffer for buckets of up to bucket_len elements. */
+void lt_optim_set_bucket_size(LtOptimizer *o, size_t bucket_len);
+
+/* Stage 2 bucket consumer (LtGradReadyFn-compatible body): reduce-scatter
+ * grads of flat range [begin, begin+len) held in `bucket` into the shards and
+ * zero the bucket. */
+void lt_optim_reduce_bucket(LtOptimizer *o, float *bucket, size_t begin, size_t len);
+
+/* After the last micro batch: stage 0 all-reduces `grads` (flat), stage 1
+ * reduce-scatters it into the shard, stage 2 has nothing left to do. */
+void lt_optim_reduce_grads(LtOptimizer *o, float *grads);
+
+/* Global L2 norm of the reduced gradient (collective over DP). */
+double lt_optim_grad_norm(LtOptimizer *o, const float *grads);
+
+/* One AdamW update with learning rate lr on this rank's shard, gradients
+ * multiplied by grad_scale (clip coefficient) first; then the compute-dtype
+ * parameters `params` (flat) are made whole again on every rank. */
+void lt_optim_step(LtOptimizer *o, void *params, const float *grads, double lr,
+                   double grad_scale);
+
+/* Full fp32 state on the host (collective: every rank gets all of it).
+ * Each array has table->total elements; m/v may be NULL. */
+void lt_optim_gather_state(LtOptimizer *o, float *master, float *m, float *v);
+/* Take this rank's shard of full host arrays (table->total elements each). */
+void lt_optim_load_state(LtOptimizer *o, const float *master, const float *m, const float *v,
+                         long step);
 
 /* Learning rate used by update number `step` (0-based): linear warmup
  * lr*(step+1)/warmup over the first warmup_steps updates, then cosine from lr
  * to min_lr over updates warmup..decay_steps, then min_lr. */
 double lt_lr_at(const LtConfig *cfg, long step);
 
-/* Global L2 norm of the fp32 gradient buffer. */
-double lt_grad_norm(LtBackend *be, const float *grads, size_t n);
-
 /* Clip coefficient min(1, clip/(norm + 1e-6)); 1 when clip == 0. */
 double lt_clip_coef(double clip, double norm);
-
-/* One AdamW update with learning rate lr; gradients are multiplied by
- * grad_scale (the clip coefficient) first. Writes params (compute dtype). */
-void lt_optim_step(LtOptimizer *o, void *params, const float *grads, double lr,
-                   double grad_scale);
 
 #ifdef __cplusplus
 }

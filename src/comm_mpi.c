@@ -222,6 +222,20 @@ LtCommRequest lt_comm_reduce_scatter_start(const LtComm *c, const void *send, vo
     return req_active(c, name, mr);
 }
 
+void lt_comm_reduce_scatter_v(const LtComm *c, const void *send, void *recv, const int *counts,
+                              LtCommType t) {
+    const char *name = "reduce_scatter_v";
+    size_t total = 0;
+    int size = lt_comm_size(c);
+    for (int r = 0; r < size; r++) total += (size_t)counts[r];
+    op_begin(c, name, total, t);
+    if (size == 1) {
+        if (send != recv) memcpy(recv, send, (size_t)counts[0] * lt_comm_type_size(t));
+        return;
+    }
+    COMM_CHECK(c, name, MPI_Reduce_scatter(send, recv, counts, mpi_type(t), MPI_SUM, c->comm));
+}
+
 LtCommRequest lt_comm_all_gather_start(const LtComm *c, const void *send, void *recv,
                                        size_t count, LtCommType t) {
     const char *name = "all_gather";

@@ -28,7 +28,7 @@ enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, 
 static void *param(const LtModel *m, int i) {
     return (char *)m->params + lt_act_bytes(m->be, m->table.p[i].offset);
 }
-static float *grad(const LtModel *m, int i) { return m->grads + m->table.p[i].offset; }
+static float *grad(const LtModel *m, int i) { return m->gptr[i]; }
 static int lidx(const LtModel *m, int l, int k) { return 2 + P_PER_LAYER * l + k; }
 static int idx_lnf(const LtModel *m) { return 2 + P_PER_LAYER * m->d.num_layers; }
 
@@ -42,7 +42,37 @@ static float *f32_alloc(LtModel *m, size_t n, size_t *acc) {
     return m->be->ops->alloc(m->be, n * sizeof(float));
 }
 
-LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T) {
+/* Elements from the first parameter of [first, last] to the end of the last. */
+static size_t group_span(const LtParamTable *t, int first, int last) {
+    return t->p[last].offset + t->p[last].numel - t->p[first].offset;
+}
+
+/* Point every parameter's gradient into the flat buffer, or (buckets) into one
+ * bucket shared by the groups: embeddings, each layer, the final LayerNorm. */
+static void setup_grads(LtModel *m, int buckets) {
+    const LtParamTable *t = &m->table;
+    m->gptr = lt_calloc(sizeof(float *) * (size_t)t->n);
+    if (!buckets) {
+        m->grads_len = m->flat;
+        m->grads = f32_alloc(m, m->grads_len, &m->mem.grads);
+        for (int i = 0; i < t->n; i++) m->gptr[i] = m->grads + t->p[i].offset;
+        return;
+    }
+    int f = idx_lnf(m);
+    size_t len = group_span(t, IDX_WTE, IDX_WPE);
+    if (group_span(t, f, f + 1) > len) len = group_span(t, f, f + 1);
+    if (m->d.num_layers > 0 && group_span(t, 2, 2 + P_PER_LAYER - 1) > len)
+        len = group_span(t, 2, 2 + P_PER_LAYER - 1);
+    m->grads_len = len;
+    m->grads = f32_alloc(m, len, &m->mem.grads);
+    for (int i = 0; i < t->n; i++) {
+        int first = i <= IDX_WPE ? IDX_WTE : i >= f ? f : 2 + P_PER_LAYER * ((i - 2) / P_PER_LAYER);
+        m->gptr[i] = m->grads + (t->p[i].offset - t->p[first].offset);
+    }
+}
+
+LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
+                         const LtModelOptions *opt) {
     LtModel *m = lt_calloc(sizeof *m);
     m->be = be;
     m->d = *d;
@@ -51,9 +81,12 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T) {
     lt_params_build(&m->table, d);
     const size_t N = (size_t)B * T, C = d->hidden, F = d->ffn, L = d->num_layers;
     m->xent_chunk = (int)(N < 256 ? N : 256);
+    m->flat = opt && opt->flat ? opt->flat : m->table.total;
+    LT_CHECK(m->flat >= m->table.total);
 
-    m->params = act_alloc(m, m->table.total, &m->mem.params);
-    m->grads = f32_alloc(m, m->table.total, &m->mem.grads);
+    m->params = act_alloc(m, m->flat, &m->mem.params);
+    setup_grads(m, opt ? opt->grad_buckets : 0);
+    m->stage_f32 = f32_alloc(m, (size_t)d->padded_vocab, &m->mem.workspace);
 
     size_t *a = &m->mem.activations;
     m->resid = lt_calloc(sizeof(void *) * (L + 1));
@@ -104,27 +137,41 @@ void lt_model_destroy(LtModel *m) {
                       la->mean1, la->rstd1, la->mean2, la->rstd2, la->lse};
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) fr(be, ps[i]);
     }
-    void *ps[] = {m->params, m->grads, m->lnf, m->meanf, m->rstdf, m->scratch_c,
+    void *ps[] = {m->params, m->grads, m->stage_f32, m->lnf, m->meanf, m->rstdf, m->scratch_c,
                   m->dresid, m->dc, m->d3c, m->dff, m->logits, m->losses,
                   m->tokens, m->targets};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) fr(be, ps[i]);
     free(m->resid);
     free(m->layer);
+    free(m->gptr);
     free(m->host_losses);
     lt_params_free(&m->table);
     free(m);
 }
 
 void lt_model_set_params(LtModel *m, const float *host) {
-    /* stage through the fp32 grad buffer (same element count) and cast */
+    /* stage through a temporary fp32 device buffer and cast (not in the step loop) */
     LtBackend *be = m->be;
-    be->ops->upload(be, m->grads, host, m->table.total * sizeof(float));
-    be->ops->act_from_f32(be, m->params, m->grads, m->table.total);
-    be->ops->zero(be, m->grads, m->table.total * sizeof(float));
+    size_t bytes = m->table.total * sizeof(float);
+    float *tmp = be->ops->alloc(be, bytes);
+    be->ops->upload(be, tmp, host, bytes);
+    be->ops->act_from_f32(be, m->params, tmp, m->table.total);
+    be->ops->synchronize(be);
+    be->ops->free(be, tmp);
+}
+
+void lt_model_set_grad_hook(LtModel *m, LtGradReadyFn fn, void *ctx) {
+    m->grads_ready = fn;
+    m->grads_ready_ctx = ctx;
 }
 
 void lt_model_zero_grads(LtModel *m) {
-    m->be->ops->zero(m->be, m->grads, m->table.total * sizeof(float));
+    m->be->ops->zero(m->be, m->grads, m->grads_len * sizeof(float));
+}
+
+/* Parameters first..last have their micro-batch gradient complete. */
+static void grads_ready(LtModel *m, int first, int last) {
+    if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, first, last);
 }
 
 /* Forward through the blocks and the final LayerNorm (rows = B*T). */
@@ -187,9 +234,11 @@ static void backward_body(LtModel *m, int B) {
     const int T = m->T, C = m->d.hidden, F = m->d.ffn, NH = m->d.heads, L = m->d.num_layers;
     const int N = B * T;
     int f = idx_lnf(m);
+    grads_ready(m, IDX_WTE, IDX_WTE); /* the LM head's share of the tied embedding */
     o->zero(be, m->dresid, lt_act_bytes(be, (size_t)N * C));
     o->layernorm_bwd(be, m->dresid, grad(m, f), grad(m, f + 1), m->dc, m->resid[L],
                      param(m, f), m->meanf, m->rstdf, N, C);
+    grads_ready(m, f, f + 1);
     for (int l = L - 1; l >= 0; l--) {
         LtLayerActs *a = &m->layer[l];
         /* dresid = d(resid[l+1]) flows to both mlp_out and r2 */
@@ -208,8 +257,10 @@ static void backward_body(LtModel *m, int B) {
         o->layernorm_bwd(be, m->dresid, grad(m, lidx(m, l, P_LN1W)), grad(m, lidx(m, l, P_LN1B)),
                          m->dc, m->resid[l], param(m, lidx(m, l, P_LN1W)), a->mean1, a->rstd1, N,
                          C);
+        grads_ready(m, lidx(m, l, 0), lidx(m, l, P_PER_LAYER - 1));
     }
     o->embedding_bwd(be, grad(m, IDX_WTE), grad(m, IDX_WPE), m->dresid, m->tokens, B, T, C);
+    grads_ready(m, IDX_WTE, IDX_WPE);
 }
 
 double lt_model_step(LtModel *m, const int32_t *tokens, const int32_t *targets, float grad_scale) {
@@ -237,12 +288,8 @@ void lt_model_next_logits(LtModel *m, const int32_t *tokens, int len, float *out
     forward_body(m, 1);
     const void *x = (const char *)m->lnf + lt_act_bytes(be, (size_t)(len - 1) * C);
     be->ops->linear_fwd(be, m->logits, NULL, x, param(m, IDX_WTE), NULL, 1, C, Vp);
-    float *buf = lt_malloc((size_t)Vp * sizeof(float));
-    float *dev = m->grads; /* fp32 staging (table.total >= Vp): grads are not live while sampling */
-    be->ops->act_to_f32(be, dev, m->logits, (size_t)Vp);
-    be->ops->download(be, buf, dev, (size_t)Vp * sizeof(float));
-    memcpy(out, buf, (size_t)V * sizeof(float));
-    free(buf);
+    be->ops->act_to_f32(be, m->stage_f32, m->logits, (size_t)Vp);
+    be->ops->download(be, out, m->stage_f32, (size_t)V * sizeof(float));
 }
 
 double lt_model_flops_per_sample(const LtModelDims *d, int causal) {

@@ -1,22 +1,52 @@
-/* optim.c - AdamW, LR schedule, gradient norm. See optim.h. */
+/* optim.c - ZeRO-sharded AdamW, gradient reduction, LR schedule. See optim.h. */
 #include "optim.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common.h"
 
+size_t lt_optim_flat_size(const LtParamTable *t, int dp) {
+    size_t shard = (t->total + (size_t)dp - 1) / (size_t)dp;
+    shard = (shard + 63) / 64 * 64;
+    return shard * (size_t)dp;
+}
+
 LtOptimizer *lt_optim_create(LtBackend *be, const LtParamTable *t, const LtConfig *cfg,
-                             const float *host_init) {
+                             const LtComm *dp, size_t flat, const float *host_init) {
     LtOptimizer *o = lt_calloc(sizeof *o);
-    size_t bytes = t->total * sizeof(float);
     o->be = be;
     o->table = t;
+    o->dp = dp;
+    o->dp_size = dp ? lt_comm_size(dp) : 1;
+    o->dp_rank = dp ? lt_comm_rank(dp) : 0;
+    /* with one data-parallel rank there is nothing to shard: stage 0 is the same math */
+    o->zero_stage = o->dp_size > 1 ? cfg->optimizer.zero_stage : 0;
+    o->flat = flat;
+    LT_CHECK(flat % (size_t)o->dp_size == 0 && flat >= t->total);
+    if (o->zero_stage == 0) {
+        o->shard_begin = 0;
+        o->shard_len = flat;
+    } else {
+        o->shard_len = flat / (size_t)o->dp_size;
+        o->shard_begin = (size_t)o->dp_rank * o->shard_len;
+    }
+    size_t bytes = o->shard_len * sizeof(float);
     o->master = be->ops->alloc(be, bytes);
     o->m = be->ops->alloc(be, bytes);
     o->v = be->ops->alloc(be, bytes);
-    o->bytes = 3 * bytes;
-    be->ops->upload(be, o->master, host_init, bytes);
+    o->state_bytes = 3 * bytes;
+    if (o->zero_stage >= 1) {
+        o->grad_shard = be->ops->alloc(be, bytes);
+        o->grad_bytes = bytes;
+    }
+    /* this rank's slice of the initial values (the padding stays zero) */
+    if (o->shard_begin < t->total) {
+        size_t n = t->total - o->shard_begin;
+        if (n > o->shard_len) n = o->shard_len;
+        be->ops->upload(be, o->master, host_init + o->shard_begin, n * sizeof(float));
+    }
     o->beta1 = cfg->optimizer.beta1;
     o->beta2 = cfg->optimizer.beta2;
     o->eps = cfg->optimizer.eps;
@@ -26,29 +56,77 @@ LtOptimizer *lt_optim_create(LtBackend *be, const LtParamTable *t, const LtConfi
 
 void lt_optim_destroy(LtOptimizer *o) {
     if (!o) return;
-    o->be->ops->free(o->be, o->master);
-    o->be->ops->free(o->be, o->m);
-    o->be->ops->free(o->be, o->v);
+    LtBackend *be = o->be;
+    be->ops->free(be, o->master);
+    be->ops->free(be, o->m);
+    be->ops->free(be, o->v);
+    if (o->grad_shard) be->ops->free(be, o->grad_shard);
+    if (o->bucket_recv) be->ops->free(be, o->bucket_recv);
     free(o);
 }
 
-double lt_lr_at(const LtConfig *cfg, long step) {
-    const double lr = cfg->optimizer.lr, min_lr = cfg->optimizer.min_lr;
-    const long warm = cfg->optimizer.warmup_steps, decay = cfg->optimizer.decay_steps;
-    if (warm > 0 && step < warm) return lr * (double)(step + 1) / (double)warm;
-    if (step >= decay) return min_lr;
-    double ratio = (double)(step - warm) / (double)(decay - warm);
-    return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(M_PI * ratio));
+void lt_optim_set_bucket_size(LtOptimizer *o, size_t bucket_len) {
+    LT_CHECK(o->zero_stage == 2 && !o->bucket_recv);
+    /* a bucket overlaps this rank's shard in at most min(bucket, shard) elements */
+    o->bucket_recv_len = bucket_len < o->shard_len ? bucket_len : o->shard_len;
+    o->bucket_recv = o->be->ops->alloc(o->be, o->bucket_recv_len * sizeof(float));
+    o->grad_bytes += o->bucket_recv_len * sizeof(float);
 }
 
-double lt_grad_norm(LtBackend *be, const float *grads, size_t n) {
-    return sqrt(be->ops->sumsq(be, grads, n));
+void lt_optim_zero_grad(LtOptimizer *o) {
+    if (o->zero_stage == 2) o->be->ops->zero(o->be, o->grad_shard, o->shard_len * sizeof(float));
 }
 
-double lt_clip_coef(double clip, double norm) {
-    if (clip <= 0.0) return 1.0;
-    double c = clip / (norm + 1e-6);
-    return c < 1.0 ? c : 1.0;
+/* Overlap of [a0, a1) and [b0, b1) (0 when disjoint); *start its beginning. */
+static size_t overlap(size_t a0, size_t a1, size_t b0, size_t b1, size_t *start) {
+    size_t s = a0 > b0 ? a0 : b0, e = a1 < b1 ? a1 : b1;
+    *start = s;
+    return e > s ? e - s : 0;
+}
+
+void lt_optim_reduce_bucket(LtOptimizer *o, float *bucket, size_t begin, size_t len) {
+    LT_CHECK(o->zero_stage == 2 && o->bucket_recv);
+    const size_t S = o->shard_len;
+    int *counts = lt_malloc(sizeof(int) * (size_t)o->dp_size);
+    size_t mine_start = 0, mine = 0;
+    for (int r = 0; r < o->dp_size; r++) {
+        size_t st;
+        size_t n = overlap(begin, begin + len, (size_t)r * S, (size_t)(r + 1) * S, &st);
+        counts[r] = (int)n;
+        if (r == o->dp_rank) {
+            mine = n;
+            mine_start = st;
+        }
+    }
+    LT_CHECK(mine <= o->bucket_recv_len);
+    /* bucket elements are in flat order, so rank r's overlap follows rank r-1's */
+    lt_comm_reduce_scatter_v(o->dp, bucket, o->bucket_recv, counts, LT_COMM_F32);
+    /* The MPI layer works on host memory: the CPU backend's device memory is. */
+    float *dst = o->grad_shard + (mine_start - o->shard_begin);
+    for (size_t i = 0; i < mine; i++) dst[i] += o->bucket_recv[i];
+    o->be->ops->zero(o->be, bucket, len * sizeof(float));
+    free(counts);
+}
+
+void lt_optim_reduce_grads(LtOptimizer *o, float *grads) {
+    switch (o->zero_stage) {
+    case 0:
+        lt_comm_all_reduce(o->dp, grads, o->flat, LT_COMM_F32, LT_COMM_SUM);
+        break;
+    case 1:
+        lt_comm_reduce_scatter(o->dp, grads, o->grad_shard, o->shard_len, LT_COMM_F32);
+        break;
+    default: /* stage 2 reduced every bucket during backward */
+        break;
+    }
+}
+
+double lt_optim_grad_norm(LtOptimizer *o, const float *grads) {
+    if (o->zero_stage == 0) /* every rank holds the same reduced gradient */
+        return sqrt(o->be->ops->sumsq(o->be, grads, o->table->total));
+    double ss = o->be->ops->sumsq(o->be, o->grad_shard, o->shard_len);
+    lt_comm_all_reduce(o->dp, &ss, 1, LT_COMM_F64, LT_COMM_SUM);
+    return sqrt(ss);
 }
 
 void lt_optim_step(LtOptimizer *o, void *params, const float *grads, double lr,
@@ -65,14 +143,77 @@ void lt_optim_step(LtOptimizer *o, void *params, const float *grads, double lr,
         .bc2 = (float)(1.0 - pow(o->beta2, (double)o->step)),
         .grad_scale = (float)grad_scale,
     };
-    /* one call per maximal run of parameters with the same decay flag */
+    const float *g = o->zero_stage == 0 ? grads : o->grad_shard; /* indexed from shard_begin */
+    const size_t s0 = o->shard_begin, s1 = o->shard_begin + o->shard_len;
+    /* one call per maximal run of parameters with the same decay flag, within the shard */
     for (int i = 0; i < t->n;) {
         int j = i;
         while (j + 1 < t->n && t->p[j + 1].decay == t->p[i].decay) j++;
-        size_t off = t->p[i].offset, n = t->p[j].offset + t->p[j].numel - off;
-        a.weight_decay = t->p[i].decay ? (float)o->weight_decay : 0.0f;
-        be->ops->adamw(be, (char *)params + lt_act_bytes(be, off), o->master + off, grads + off,
-                       o->m + off, o->v + off, n, &a);
+        size_t off;
+        size_t n = overlap(t->p[i].offset, t->p[j].offset + t->p[j].numel, s0, s1, &off);
+        if (n) {
+            a.weight_decay = t->p[i].decay ? (float)o->weight_decay : 0.0f;
+            size_t k = off - s0;
+            be->ops->adamw(be, (char *)params + lt_act_bytes(be, off), o->master + k, g + k,
+                           o->m + k, o->v + k, n, &a);
+        }
         i = j + 1;
     }
+    if (o->zero_stage >= 1) { /* every rank gets the updated shards of the others */
+        size_t bytes = lt_act_bytes(be, o->shard_len);
+        lt_comm_all_gather(o->dp, (char *)params + lt_act_bytes(be, s0), params, bytes,
+                           LT_COMM_U8);
+    }
+}
+
+/* Gather one sharded fp32 state array into host[total]. */
+static void gather_array(LtOptimizer *o, const float *shard, float *host) {
+    const size_t total = o->table->total;
+    if (o->zero_stage == 0) {
+        o->be->ops->download(o->be, host, shard, total * sizeof(float));
+        return;
+    }
+    float *all = lt_malloc(o->flat * sizeof(float));
+    o->be->ops->download(o->be, all + o->shard_begin, shard, o->shard_len * sizeof(float));
+    lt_comm_all_gather(o->dp, all + o->shard_begin, all, o->shard_len, LT_COMM_F32);
+    memcpy(host, all, total * sizeof(float));
+    free(all);
+}
+
+void lt_optim_gather_state(LtOptimizer *o, float *master, float *m, float *v) {
+    gather_array(o, o->master, master);
+    if (m) gather_array(o, o->m, m);
+    if (v) gather_array(o, o->v, v);
+}
+
+static void load_array(LtOptimizer *o, float *shard, const float *host) {
+    const size_t total = o->table->total;
+    o->be->ops->zero(o->be, shard, o->shard_len * sizeof(float));
+    if (o->shard_begin >= total) return;
+    size_t n = total - o->shard_begin;
+    if (n > o->shard_len) n = o->shard_len;
+    o->be->ops->upload(o->be, shard, host + o->shard_begin, n * sizeof(float));
+}
+
+void lt_optim_load_state(LtOptimizer *o, const float *master, const float *m, const float *v,
+                         long step) {
+    load_array(o, o->master, master);
+    if (m) load_array(o, o->m, m);
+    if (v) load_array(o, o->v, v);
+    o->step = step;
+}
+
+double lt_lr_at(const LtConfig *cfg, long step) {
+    const double lr = cfg->optimizer.lr, min_lr = cfg->optimizer.min_lr;
+    const long warm = cfg->optimizer.warmup_steps, decay = cfg->optimizer.decay_steps;
+    if (warm > 0 && step < warm) return lr * (double)(step + 1) / (double)warm;
+    if (step >= decay) return min_lr;
+    double ratio = (double)(step - warm) / (double)(decay - warm);
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(M_PI * ratio));
+}
+
+double lt_clip_coef(double clip, double norm) {
+    if (clip <= 0.0) return 1.0;
+    double c = clip / (norm + 1e-6);
+    return c < 1.0 ? c : 1.0;
 }

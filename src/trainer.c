@@ -15,11 +15,13 @@
 
 #include "backend.h"
 #include "checkpoint.h"
+#include "comm.h"
 #include "common.h"
 #include "data.h"
 #include "metrics.h"
 #include "model.h"
 #include "optim.h"
+#include "topology.h"
 
 typedef struct {
     LtConfig *cfg;
@@ -29,6 +31,9 @@ typedef struct {
     LtOptimizer *opt;
     LtTokenFile *train, *valid;
     LtLoader *loader;
+    LtTopology topo;
+    LtCoords coords;
+    LtComm *dp;         /* data-parallel group */
     long start_step;
     double peak_tflops;
     const char *peak_source;
@@ -56,10 +61,6 @@ static void check_supported(const LtConfig *c, const LtWorld *w) {
     if (c->parallel.sequence_parallel)
         lt_input_error("parallel.sequence_parallel=true: sequence parallelism is not available "
                        "in this build yet");
-    if (w->world != 1)
-        lt_input_error("world size %d: data parallelism across ranks is not available in this "
-                       "build yet; run a single process",
-                       w->world);
     if (c->train.recompute != LT_RECOMPUTE_NONE)
         lt_input_error("train.recompute=%s: activation recomputation is not available in this "
                        "build yet (only none)",
@@ -70,6 +71,11 @@ static LtBackend *make_backend(const LtConfig *c, const LtWorld *w) {
     LtDtype dt = c->train.precision == LT_PREC_BF16 ? LT_BF16 : LT_F32;
     int ngpu = lt_cuda_device_count();
     int cuda = c->train.device == LT_DEVICE_CUDA || (c->train.device == LT_DEVICE_AUTO && ngpu > 0);
+    if (cuda && w->world > 1)
+        lt_input_error("train.device=cuda with %d ranks: multi-rank GPU communication (NCCL, or "
+                       "MPI with host staging) is not available in this build yet; use "
+                       "train.device=cpu or one rank",
+                       w->world);
     if (cuda) {
         char err[512];
         if (ngpu == 0 && lt_cuda_compiled())
@@ -94,15 +100,45 @@ static LtTokenFile *open_tokens(const char *key, const char *path, int vocab) {
     return f;
 }
 
+/* ZeRO-2: the model hands each finished gradient group to the optimizer. */
+static void on_grads_ready(void *ctx, int first, int last) {
+    Run *r = ctx;
+    const LtParamTable *t = &r->model->table;
+    size_t begin = t->p[first].offset, len = t->p[last].offset + t->p[last].numel - begin;
+    lt_optim_reduce_bucket(r->opt, r->model->grads, begin, len);
+}
+
+/* Rank coordinates and the data-parallel group. */
+static void setup_topology(Run *r) {
+    const LtConfig *c = r->cfg;
+    char err[512];
+    if (lt_topology_init(&r->topo, r->world->world, c->parallel.tensor_model_parallel_size,
+                         c->parallel.pipeline_model_parallel_size, 0, err, sizeof err))
+        lt_input_error("%s", err);
+    if (lt_topology_coords(&r->topo, r->world->rank, &r->coords))
+        lt_fatal("rank %d outside the topology", r->world->rank);
+    int *members = lt_malloc(sizeof(int) * (size_t)r->world->world);
+    int n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_DP, members);
+    r->dp = lt_comm_split_members(members, n, "dp");
+    free(members);
+}
+
 /* Build backend, model, optimizer; restore a checkpoint when configured. */
 static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimizer) {
     memset(r, 0, sizeof *r);
     r->cfg = cfg;
     r->world = w;
     check_supported(cfg, w);
+    setup_topology(r);
     r->be = make_backend(cfg, w);
     LtModelDims d = lt_dims_from_config(cfg);
-    r->model = lt_model_create(r->be, &d, cfg->train.micro_batch_size, cfg->model.seq_length);
+    LtParamTable sizing;
+    lt_params_build(&sizing, &d);
+    LtModelOptions mo = {.flat = lt_optim_flat_size(&sizing, r->topo.dp),
+                         .grad_buckets = need_optimizer && cfg->optimizer.zero_stage == 2 &&
+                                         r->topo.dp > 1};
+    lt_params_free(&sizing);
+    r->model = lt_model_create(r->be, &d, cfg->train.micro_batch_size, cfg->model.seq_length, &mo);
     const LtParamTable *t = &r->model->table;
     float *host = lt_malloc(t->total * sizeof(float));
     LtCkptState st = {host, NULL, NULL};
@@ -127,12 +163,11 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
     }
     lt_model_set_params(r->model, host);
     if (need_optimizer) {
-        r->opt = lt_optim_create(r->be, t, cfg, host);
-        if (st.m) {
-            size_t bytes = t->total * sizeof(float);
-            r->be->ops->upload(r->be, r->opt->m, st.m, bytes);
-            r->be->ops->upload(r->be, r->opt->v, st.v, bytes);
-            r->opt->step = meta.step;
+        r->opt = lt_optim_create(r->be, t, cfg, r->dp, r->model->flat, host);
+        if (st.m) lt_optim_load_state(r->opt, host, st.m, st.v, meta.step);
+        if (mo.grad_buckets) {
+            lt_optim_set_bucket_size(r->opt, r->model->grads_len);
+            lt_model_set_grad_hook(r->model, on_grads_ready, r);
         }
     }
     free(st.m);
@@ -150,13 +185,15 @@ static void run_teardown(Run *r) {
     lt_optim_destroy(r->opt);
     lt_model_destroy(r->model);
     lt_backend_destroy(r->be);
+    lt_comm_free(r->dp);
 }
 
 static double mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
 static size_t engine_bytes(const Run *r) {
     const LtModelMemory *m = &r->model->mem;
-    return m->params + m->grads + m->activations + m->workspace + (r->opt ? r->opt->bytes : 0);
+    return m->params + m->grads + m->activations + m->workspace +
+           (r->opt ? r->opt->state_bytes + r->opt->grad_bytes : 0);
 }
 
 static void print_summary(const Run *r) {
@@ -164,10 +201,10 @@ static void print_summary(const Run *r) {
     const LtModelMemory *m = &r->model->mem;
     lt_log("backend    %s (%s), precision %s\n", r->be->ops->name, r->be->device_name,
            lt_precision_name(c->train.precision));
-    lt_log("world      %d rank(s): tp %d x pp %d x dp %d\n", r->world->world,
-           c->parallel.tensor_model_parallel_size, c->parallel.pipeline_model_parallel_size,
-           r->world->world / (c->parallel.tensor_model_parallel_size *
-                              c->parallel.pipeline_model_parallel_size));
+    lt_log("world      %d rank(s): tp %d x pp %d x dp %d, ZeRO stage %d%s\n", r->world->world,
+           r->topo.tp, r->topo.pp, r->topo.dp, c->optimizer.zero_stage,
+           c->optimizer.zero_stage && r->topo.dp == 1 ? " (one data-parallel rank: nothing to shard)"
+                                                      : "");
     lt_log("model      %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (padded %d): "
            "%.3f M parameters\n",
            c->model.num_layers, c->model.hidden_size, c->model.num_attention_heads,
@@ -175,8 +212,13 @@ static void print_summary(const Run *r) {
            c->model.padded_vocab_size, (double)r->model->table.total / 1e6);
     lt_log("memory     params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations %.1f "
            "MiB, workspace %.1f MiB, total %.1f MiB\n",
-           mib(m->params), mib(m->grads), mib(r->opt ? r->opt->bytes : 0), mib(m->activations),
-           mib(m->workspace), mib(engine_bytes(r)));
+           mib(m->params), mib(m->grads + (r->opt ? r->opt->grad_bytes : 0)),
+           mib(r->opt ? r->opt->state_bytes : 0), mib(m->activations), mib(m->workspace),
+           mib(engine_bytes(r)));
+    lt_log("memory bytes per rank: params=%zu grads=%zu optimizer=%zu activations=%zu "
+           "workspace=%zu (parameter elements %zu)\n",
+           m->params, m->grads + (r->opt ? r->opt->grad_bytes : 0),
+           r->opt ? r->opt->state_bytes : 0, m->activations, m->workspace, r->model->table.total);
     lt_log("peak       %.3f TFLOP/s per device (%s)\n", r->peak_tflops, r->peak_source);
     if (r->train)
         lt_log("data train %s: %s format, %llu tokens, %llu samples\n", lt_tokens_path(r->train),
@@ -210,7 +252,9 @@ static double evaluate(Run *r, long *samples_out) {
     int32_t *in = lt_malloc((size_t)mbs * S * sizeof(int32_t));
     int32_t *tgt = lt_malloc((size_t)mbs * S * sizeof(int32_t));
     double sum = 0.0;
-    for (uint64_t s = 0; s < n; s += (uint64_t)mbs) {
+    /* data-parallel ranks take every dp-th micro batch; the sums are added up */
+    const uint64_t stride = (uint64_t)mbs * (uint64_t)r->topo.dp;
+    for (uint64_t s = (uint64_t)r->coords.dp * (uint64_t)mbs; s < n; s += stride) {
         for (int i = 0; i < mbs; i++) {
             char err[1024];
             if (lt_tokens_read(r->valid, (s + (uint64_t)i) * (uint64_t)S, (uint64_t)S + 1,
@@ -223,6 +267,7 @@ static double evaluate(Run *r, long *samples_out) {
     free(rows);
     free(in);
     free(tgt);
+    lt_comm_all_reduce(r->dp, &sum, 1, LT_COMM_F64, LT_COMM_SUM);
     *samples_out = (long)n;
     return n ? sum / ((double)n * S) : NAN;
 }
@@ -246,9 +291,7 @@ static void save_checkpoint(Run *r, long step) {
     const LtParamTable *t = &r->model->table;
     size_t bytes = t->total * sizeof(float);
     LtCkptState st = {lt_malloc(bytes), lt_malloc(bytes), lt_malloc(bytes)};
-    r->be->ops->download(r->be, st.master, r->opt->master, bytes);
-    r->be->ops->download(r->be, st.m, r->opt->m, bytes);
-    r->be->ops->download(r->be, st.v, r->opt->v, bytes);
+    lt_optim_gather_state(r->opt, st.master, st.m, st.v); /* collective */
     LtCkptMeta meta = {
         .step = step,
         .samples_consumed = (uint64_t)step * (uint64_t)c->train.global_batch_size,
@@ -258,8 +301,10 @@ static void save_checkpoint(Run *r, long step) {
     };
     char err[1024];
     double t0 = lt_now();
-    if (lt_ckpt_save(c->checkpoint.dir, t, &st, &meta, c, err, sizeof err))
+    /* the full state is identical everywhere now: the first rank writes it */
+    if (r->world->rank == 0 && lt_ckpt_save(c->checkpoint.dir, t, &st, &meta, c, err, sizeof err))
         lt_fatal("saving checkpoint at step %ld failed: %s", step, err);
+    lt_comm_barrier(r->dp);
     lt_log("saved checkpoint step %ld to %s (%.2f s)\n", step, c->checkpoint.dir, lt_now() - t0);
     free(st.master);
     free(st.m);
@@ -277,8 +322,9 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     r.train = train;
     open_valid(&r);
     const int S = cfg->model.seq_length, G = cfg->train.global_batch_size,
-              mbs = cfg->train.micro_batch_size, accum = G / mbs;
-    LtLoaderConfig lc = {.seq_len = S, .samples_per_step = G, .first = 0, .count = G,
+              mbs = cfg->train.micro_batch_size, local = G / r.topo.dp, accum = local / mbs;
+    LtLoaderConfig lc = {.seq_len = S, .samples_per_step = G, .first = r.coords.dp * local,
+                         .count = local,
                          .shuffle = cfg->data.shuffle, .seed = cfg->train.seed,
                          .prefetch = cfg->data.prefetch};
     char err[1024];
@@ -287,13 +333,13 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     print_summary(&r);
 
     LtMetricsFile mf;
-    lt_metrics_open(&mf, cfg->logging.metrics_file);
+    lt_metrics_open(&mf, w->rank == 0 ? cfg->logging.metrics_file : NULL);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
 
     const double flops_step = lt_model_flops_per_sample(&r.model->d, 0) * G;
     const double tokens_step = (double)G * S;
-    int32_t *rows = lt_malloc((size_t)G * (S + 1) * sizeof(int32_t));
+    int32_t *rows = lt_malloc((size_t)local * (S + 1) * sizeof(int32_t));
     int32_t *in = lt_malloc((size_t)mbs * S * sizeof(int32_t));
     int32_t *tgt = lt_malloc((size_t)mbs * S * sizeof(int32_t));
     long nsteps = cfg->train.steps - r.start_step;
@@ -307,13 +353,16 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         if (lt_loader_get(r.loader, step, rows, err, sizeof err))
             lt_input_error("data.train_path: step %ld: %s", step + 1, err);
         lt_model_zero_grads(r.model);
+        lt_optim_zero_grad(r.opt);
         double loss_sum = 0.0;
         for (int j = 0; j < accum; j++) {
             split_rows(rows + (size_t)j * mbs * (S + 1), mbs, S, in, tgt);
             loss_sum += lt_model_step(r.model, in, tgt, (float)(1.0 / tokens_step));
         }
+        lt_optim_reduce_grads(r.opt, r.model->grads);
+        lt_comm_all_reduce(r.dp, &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);
         double loss = loss_sum / tokens_step;
-        double norm = lt_grad_norm(r.be, r.model->grads, r.model->table.total);
+        double norm = lt_optim_grad_norm(r.opt, r.model->grads);
         if (!isfinite(loss) || !isfinite(norm))
             lt_fatal("step %ld: loss %g, grad norm %g: training diverged (lower optimizer.lr?)",
                      step + 1, loss, norm);
@@ -341,6 +390,11 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         if (cfg->checkpoint.dir[0] && cfg->checkpoint.save_interval > 0 &&
             (step + 1) % cfg->checkpoint.save_interval == 0 && step + 1 < cfg->train.steps)
             save_checkpoint(&r, step + 1);
+        if (w->world > 1) { /* every rank stops after the same step */
+            int32_t sig = (int32_t)g_stop_signal;
+            lt_comm_all_reduce(r.dp, &sig, 1, LT_COMM_I32, LT_COMM_MAX);
+            g_stop_signal = sig;
+        }
         if (g_stop_signal) {
             lt_log("received signal %d after step %ld: stopping\n", (int)g_stop_signal, step + 1);
             step++;
@@ -388,7 +442,7 @@ int lt_cmd_eval(LtConfig *cfg, const LtWorld *w) {
            "%.2f s\n",
            r.start_step, vl, vl, exp(vl), ns, lt_now() - t0);
     LtMetricsFile mf;
-    lt_metrics_open(&mf, cfg->logging.metrics_file);
+    lt_metrics_open(&mf, w->rank == 0 ? cfg->logging.metrics_file : NULL);
     lt_metrics_eval(&mf, r.start_step, vl, ns);
     lt_metrics_close(&mf);
     run_teardown(&r);
@@ -426,6 +480,7 @@ static int sample_token(float *logits, int V, double temperature, int top_k, dou
 }
 
 int lt_cmd_sample(LtConfig *cfg, const LtWorld *w) {
+    if (w->world != 1) lt_input_error("sample runs as a single process (got %d ranks)", w->world);
     cfg->train.micro_batch_size = 1;
     Run r;
     run_setup(&r, cfg, w, 0);

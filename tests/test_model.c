@@ -30,7 +30,7 @@ static double loss_with(LtModel *m, const float *host, const int32_t *in, const 
 static void test_initial_loss(void) {
     LtModelDims d = tiny_dims();
     LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
-    LtModel *m = lt_model_create(be, &d, 2, d.seq_len);
+    LtModel *m = lt_model_create(be, &d, 2, d.seq_len, NULL);
     float *host = malloc(m->table.total * sizeof(float));
     lt_params_init(&m->table, 1234, host);
     int N = 2 * d.seq_len;
@@ -78,7 +78,7 @@ static void test_gradient_check(void) {
     LtModelDims d = tiny_dims();
     const int B = 2, N = B * d.seq_len;
     LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
-    LtModel *m = lt_model_create(be, &d, B, d.seq_len);
+    LtModel *m = lt_model_create(be, &d, B, d.seq_len, NULL);
     const LtParamTable *t = &m->table;
     float *host = malloc(t->total * sizeof(float));
     lt_params_init(t, 99, host);
@@ -135,7 +135,7 @@ static void test_accumulation(void) {
     /* one micro batch of 4 == two micro batches of 2, gradients summed */
     LtModelDims d = tiny_dims();
     LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
-    LtModel *m4 = lt_model_create(be, &d, 4, d.seq_len), *m2 = lt_model_create(be, &d, 2, d.seq_len);
+    LtModel *m4 = lt_model_create(be, &d, 4, d.seq_len, NULL), *m2 = lt_model_create(be, &d, 2, d.seq_len, NULL);
     size_t n = m4->table.total;
     float *host = malloc(n * sizeof(float));
     lt_params_init(&m4->table, 5, host);
@@ -168,7 +168,7 @@ static void test_accumulation(void) {
 static double fit_batch(LtDtype dt, int steps, double *first) {
     LtModelDims d = tiny_dims();
     LtBackend *be = lt_backend_cpu_create(dt, 1);
-    LtModel *m = lt_model_create(be, &d, 2, d.seq_len);
+    LtModel *m = lt_model_create(be, &d, 2, d.seq_len, NULL);
     float *host = malloc(m->table.total * sizeof(float));
     lt_params_init(&m->table, 8, host);
     lt_model_set_params(m, host);
@@ -181,7 +181,8 @@ static double fit_batch(LtDtype dt, int steps, double *first) {
     cfg.optimizer.beta2 = 0.95;
     cfg.optimizer.eps = 1e-8;
     cfg.optimizer.weight_decay = 0.1;
-    LtOptimizer *o = lt_optim_create(be, &m->table, &cfg, host);
+    LtComm *dp = lt_comm_world("dp"); /* one rank: no MPI in this test */
+    LtOptimizer *o = lt_optim_create(be, &m->table, &cfg, dp, m->flat, host);
     int32_t in[16], tgt[16];
     random_tokens(in, 16, d.vocab, 31);
     random_tokens(tgt, 16, d.vocab, 32);
@@ -190,7 +191,8 @@ static double fit_batch(LtDtype dt, int steps, double *first) {
         lt_model_zero_grads(m);
         loss = lt_model_step(m, in, tgt, 1.0f / 16) / 16;
         if (s == 0) *first = loss;
-        double norm = lt_grad_norm(be, m->grads, m->table.total);
+        lt_optim_reduce_grads(o, m->grads);
+        double norm = lt_optim_grad_norm(o, m->grads);
         lt_optim_step(o, m->params, m->grads, lt_lr_at(&cfg, s), lt_clip_coef(1.0, norm));
     }
     if (dt == LT_BF16) { /* parameters stay bf16-representable */
@@ -203,6 +205,7 @@ static double fit_batch(LtDtype dt, int steps, double *first) {
     }
     free(host);
     lt_optim_destroy(o);
+    lt_comm_free(dp);
     lt_model_destroy(m);
     lt_backend_destroy(be);
     return loss;

@@ -69,11 +69,11 @@ if command -v mpirun >/dev/null; then
   if timeout 120 $MPI -np 1 "$LT" train $CFG $D train.steps=2 >"$T/mpi1.log" 2>&1 &&
      grep -q "step      2/2" "$T/mpi1.log"; then pass mpirun_single_rank
   else fail mpirun_single_rank "$(tail -2 "$T/mpi1.log")"; fi
-  timeout 120 $MPI -np 2 "$LT" train $CFG $D train.steps=2 >"$T/mpi2.log" 2>&1
+  timeout 120 $MPI -np 3 "$LT" train $CFG $D train.steps=2 >"$T/mpi3.log" 2>&1
   rc=$?
-  n=$(grep -c "world size 2" "$T/mpi2.log")
-  if [ $rc -eq 2 ] && [ "$n" -eq 1 ]; then pass mpirun_two_ranks_refused
-  else fail mpirun_two_ranks_refused "rc=$rc, messages=$n"; fi
+  n=$(grep -c "global_batch_size" "$T/mpi3.log")
+  if [ $rc -eq 2 ] && [ "$n" -eq 1 ]; then pass mpirun_batch_not_divisible_refused
+  else fail mpirun_batch_not_divisible_refused "rc=$rc, messages=$n"; fi
 else fail mpirun_available "mpirun not found (openmpi-bin)"; fi
 
 # ---- training on real text: the loss falls; metrics file ----------------------

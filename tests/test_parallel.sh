@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# test_parallel.sh BUILD_DIR - data parallelism with ZeRO 0/1/2 under mpirun
+# on the CPU backend: the same tiny GPT trained 10 steps must match a single
+# process (loss and grad norm per step, exported weights), optimizer state and
+# gradient memory per rank must shrink with ZeRO as the engine accounts it,
+# and inconsistent layouts are refused. LT_TEST_FULL=1 adds more layouts.
+set -u
+BUILD=$1
+LT="$BUILD/lattice"
+T=$(mktemp -d /tmp/lt-par-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+failures=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+command -v mpirun >/dev/null || { fail mpirun "mpirun not found (openmpi-bin)"; exit 1; }
+MPI="timeout 300 mpirun --allow-run-as-root --oversubscribe"
+
+cat /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 > "$T/text.txt"
+python3 -c "
+import sys
+d = open('$T/text.txt', 'rb').read()
+open('$T/ids', 'w').write(' '.join(map(str, d)))"
+"$LT" shard --vocab-size 256 --input "$T/ids" "$T/train.ltok" >/dev/null ||
+  { fail prepare "lattice shard failed"; exit 1; }
+# tiny model; global batch 8 in micro batches of 2 so dp 1, 2 and 4 all fit
+BASE="configs/tiny.yaml data.train_path=$T/train.ltok train.steps=10 train.micro_batch_size=2
+      logging.log_interval=100 eval.interval=0"
+
+run() { # name np overrides...
+  local name=$1 np=$2; shift 2
+  local out="$T/$name"
+  mkdir -p "$out"
+  if [ "$np" -eq 1 ]; then
+    "$LT" train $BASE checkpoint.dir=$out/ck logging.metrics_file=$out/m.jsonl "$@" >"$out/log" 2>&1
+  else
+    $MPI -np "$np" "$LT" train $BASE checkpoint.dir=$out/ck logging.metrics_file=$out/m.jsonl \
+      "$@" >"$out/log" 2>&1
+  fi || { echo "  run $name failed: $(tail -3 "$out/log")"; return 1; }
+  "$LT" export "$out/ck" "$out/hf" >/dev/null 2>&1
+}
+
+# compare REF NAME LOSS_TOL WEIGHT_TOL: per-step loss and grad norm, exported weights
+compare() {
+  python3 - "$T/$1" "$T/$2" "$3" "$4" <<'PY'
+import json, struct, sys
+a, b, tol, wtol = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+def recs(d):
+    return [json.loads(l) for l in open(d + '/m.jsonl') if '"eval"' not in l]
+ra, rb = recs(a), recs(b)
+assert len(ra) == len(rb) == 10, (len(ra), len(rb))
+for x, y in zip(ra, rb):
+    for k in ('loss', 'grad_norm'):
+        rel = abs(x[k] - y[k]) / max(abs(x[k]), 1e-12)
+        assert rel <= tol, f"step {x['step']} {k}: {x[k]} vs {y[k]} (rel {rel:.2e})"
+def tensors(d):
+    raw = open(d + '/hf/model.safetensors', 'rb').read()
+    n = struct.unpack('<Q', raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in hdr.items():
+        if k == '__metadata__': continue
+        s, e = v['data_offsets']
+        out[k] = struct.unpack('<%df' % ((e - s) // 4), raw[8 + n + s: 8 + n + e])
+    return out
+ta, tb = tensors(a), tensors(b)
+assert ta.keys() == tb.keys()
+worst = max(max(abs(p - q) for p, q in zip(ta[k], tb[k])) for k in ta)
+assert worst <= wtol, f"exported weights differ by {worst:.3e}"
+PY
+}
+
+mem() { # name key -> bytes from the engine's accounting line
+  sed -n "s/.*memory bytes per rank:.* $2=\([0-9]*\).*/\1/p" "$T/$1/log" | head -1
+}
+
+# ---- fp32 layouts against one process -------------------------------------------
+run ref 1 || fail reference "single-process run failed"
+LAYOUTS="2:0 2:1 2:2 4:1 4:2"
+[ -n "${LT_TEST_FULL:-}" ] && LAYOUTS="$LAYOUTS 4:0"
+for l in $LAYOUTS; do
+  dp=${l%%:*}; z=${l##*:}
+  name=dp${dp}_zero${z}
+  if run "$name" "$dp" optimizer.zero_stage=$z && err=$(compare ref "$name" 1e-5 1e-5 2>&1); then
+    pass "${name}_matches_single_process"
+  else fail "${name}_matches_single_process" "$(echo "$err" | tail -1)"; fi
+done
+
+# ---- bf16 within bf16 tolerance ----------------------------------------------------
+run ref_bf16 1 train.precision=bf16 || fail reference_bf16 "single-process bf16 run failed"
+if run dp2_zero1_bf16 2 optimizer.zero_stage=1 train.precision=bf16 &&
+   err=$(compare ref_bf16 dp2_zero1_bf16 2e-2 5e-2 2>&1); then pass dp2_zero1_bf16_matches
+else fail dp2_zero1_bf16_matches "$(echo "$err" | tail -1)"; fi
+
+# ---- memory: optimizer state total/dp for ZeRO-1/2, gradients shrink for ZeRO-2 -----
+# (8 layers, so one layer's gradient bucket is small next to the whole model)
+for z in 0 1 2; do
+  run mem_z$z 4 optimizer.zero_stage=$z model.num_layers=8 train.steps=2 ||
+    fail memory_runs "dp4 zero $z with 8 layers failed"
+done
+P=$(sed -n 's/.*parameter elements \([0-9]*\)).*/\1/p' "$T/mem_z0/log" | head -1)
+o0=$(mem mem_z0 optimizer); o1=$(mem mem_z1 optimizer); o2=$(mem mem_z2 optimizer)
+if [ -n "$P" ] && [ -n "$o1" ] && [ -n "$o2" ] && python3 -c "
+P, o0, o1, o2 = $P, $o0, $o1, $o2
+pad = 12 * 64 * 4      # shards are padded to multiples of 64 elements
+assert abs(o1 - 12 * P / 4) <= pad, ('ZeRO-1 optimizer bytes', o1, 12 * P / 4)
+assert o2 == o1, ('ZeRO-2 optimizer bytes', o2, o1)
+assert abs(o0 - 12 * P) <= pad, ('ZeRO-0 optimizer bytes', o0, 12 * P)"; then
+  pass zero_optimizer_state_is_total_over_dp
+else fail zero_optimizer_state_is_total_over_dp "P=$P zero0=$o0 zero1=$o1 zero2=$o2"; fi
+g0=$(mem mem_z0 grads); g1=$(mem mem_z1 grads); g2=$(mem mem_z2 grads)
+if [ -n "$g2" ] && python3 -c "
+P, g0, g1, g2 = $P, $g0, $g1, $g2
+assert abs(g0 - 4 * P) <= 4 * 256, ('full fp32 gradients', g0, 4 * P)
+assert abs(g1 - g0 - P) <= 4 * 256, ('ZeRO-1: full gradients plus a quarter shard', g1, g0)
+assert g2 < 0.5 * g0, ('ZeRO-2 gradient memory', g2, g0)"; then
+  pass zero2_gradient_memory
+else fail zero2_gradient_memory "grads bytes: zero0 $g0, zero1 $g1, zero2 $g2 (P=$P)"; fi
+
+# ---- inconsistent layouts are refused by every rank with one message --------------
+refused() { # name pattern np overrides...
+  local name=$1 pat=$2 np=$3; shift 3
+  $MPI -np "$np" "$LT" train $BASE "$@" >"$T/$name.log" 2>&1
+  local rc=$? n
+  n=$(grep -c -- "$pat" "$T/$name.log")
+  if [ $rc -eq 2 ] && [ "$n" -eq 1 ]; then pass "refused_$name"
+  else fail "refused_$name" "rc=$rc, $n messages: $(tail -2 "$T/$name.log")"; fi
+}
+refused world_vs_tp "world size 3" 3 parallel.tensor_model_parallel_size=2
+refused batch_vs_dp "global_batch_size" 3
+refused zero_stage "zero_stage" 2 optimizer.zero_stage=5
+
+exit $((failures > 0))
