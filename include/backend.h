@@ -60,10 +60,19 @@ typedef struct {
     void (*stream_wait_event)(LtBackend *be, LtStream *s, LtEvent *e);
 
     /* ---- ops ---- */
-    /* out(N,C) = wte[tokens] + wpe[t], t = position within the sequence of length T. */
+    /* out(N,C) = wte[tokens[i]] + wpe[t], t = i % T = position within the sequence of
+     * length T (overwritten, compute dtype).
+     * Vocab-parallel use: tokens[i] < 0 (any negative value) means "this rank does not
+     * own that vocabulary row": the wte term is zero for that token. Ids >= 0 must lie in
+     * [0, rows of wte). wpe == NULL means no position term (out = wte row, or 0 for a
+     * negative id). A tensor-parallel model passes local ids (token - vocab_start, or -1
+     * outside this rank's range) and wpe on one TP rank only, then all-reduces out. */
     void (*embedding_fwd)(LtBackend *be, void *out, const int32_t *tokens, const void *wte,
                           const void *wpe, int B, int T, int C);
-    /* dwte[tokens[i]] += dout[i]; dwpe[t] += sum over batch. Deterministic order. */
+    /* dwte[tokens[i]] += dout[i] for every i with tokens[i] >= 0 (negative ids: rows
+     * owned by another rank, no gradient); dwpe[t] += sum over the batch of dout[b,t].
+     * dwte == NULL or dwpe == NULL skips that gradient. Both fp32, accumulated.
+     * Deterministic: each element is summed in increasing token index order. */
     void (*embedding_bwd)(LtBackend *be, float *dwte, float *dwpe, const void *dout,
                           const int32_t *tokens, int B, int T, int C);
     /* Residual add fused with LayerNorm (eps 1e-5):
@@ -105,6 +114,41 @@ typedef struct {
      * columns): no second copy of the logits exists. */
     void (*xent_fwd_bwd)(LtBackend *be, float *losses, void *logits, const int32_t *targets,
                          int N, int V, int Vp, float dscale);
+    /* Vocab-parallel cross-entropy (Megatron style), in two ops with all-reduces over
+     * the tensor-parallel ranks in between. Each rank holds a shard logits (N, Vp) of
+     * the columns [vocab_start, vocab_start + Vp) of the full logits (Vp here is the
+     * shard's row stride); only its first Vvalid columns are real vocabulary
+     * (0 <= Vvalid <= Vp; Vvalid == 0 for a shard wholly in the padding; the columns
+     * [Vvalid, Vp) are never read). targets are LOCAL column ids (global target -
+     * vocab_start): an id outside [0, Vvalid) (negative or >= Vvalid) means another rank
+     * owns the target; it is not an error. The caller is responsible for the global
+     * targets lying in [0, V). All statistics are fp32, one per row, device pointers.
+     * Sequence per step:
+     *   xent_tp_stats(global_max = NULL)  -> row_max         ; all-reduce MAX  -> gmax
+     *   xent_tp_stats(global_max = gmax)  -> sumexp, target  ; all-reduce SUM  -> gsum, gtgt
+     *   xent_tp_finish(gmax, gsum, gtgt)  -> losses, gradient shard in place
+     * With one rank (vocab_start 0, Vvalid = V, all-reduces = identity) this equals
+     * xent_fwd_bwd(V, Vp) up to fp32 rounding of the sum of exponentials.
+     *
+     * xent_tp_stats, pass 1 (global_max == NULL): row_max[i] = max over j < Vvalid of
+     *   logits[i,j] (-INFINITY when Vvalid == 0). row_sumexp, row_target and targets
+     *   are not accessed (may be NULL).
+     * xent_tp_stats, pass 2 (global_max != NULL): row_sumexp[i] = sum over j < Vvalid
+     *   of exp(logits[i,j] - global_max[i]) (0 when Vvalid == 0); row_target[i] =
+     *   logits[i, targets[i]] when 0 <= targets[i] < Vvalid, else 0. row_max is not
+     *   accessed (may be NULL). global_max[i] must be >= this shard's row max (it is
+     *   the max over all shards). Logits are never modified. Deterministic. */
+    void (*xent_tp_stats)(LtBackend *be, float *row_max, float *row_sumexp, float *row_target,
+                          const void *logits, const int32_t *targets, const float *global_max,
+                          int N, int Vvalid, int Vp);
+    /* losses[i] = log(global_sumexp[i]) + global_max[i] - global_target[i] (fp32; the
+     * same on every rank). If dscale != 0 the shard is overwritten in place with
+     * dscale * (exp(logits[i,j] - global_max[i]) / global_sumexp[i] - [j == targets[i]])
+     * for j < Vvalid, and 0 for j in [Vvalid, Vp); the -1 only lands on the rank where
+     * 0 <= targets[i] < Vvalid. If dscale == 0, logits and targets are not accessed. */
+    void (*xent_tp_finish)(LtBackend *be, float *losses, void *logits, const int32_t *targets,
+                           const float *global_max, const float *global_sumexp,
+                           const float *global_target, int N, int Vvalid, int Vp, float dscale);
     /* One AdamW step over a flat range: g = grad*grad_scale; m,v updated;
      * master -= lr*(mhat/(sqrt(vhat)+eps) + weight_decay*master); param = master
      * in compute dtype. */

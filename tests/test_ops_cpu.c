@@ -344,6 +344,97 @@ static void test_embedding(void) {
     }
 }
 
+/* Vocab-parallel semantics: negative ids (rows another rank owns), wpe == NULL,
+ * dwte / dwpe == NULL, against float64 references; then a simulated split of
+ * wte over 1, 2 and 3 ranks (local ids, positions on rank 0 only) whose summed
+ * outputs and concatenated gradients must equal the single-rank op. */
+static void test_embedding_tp(void) {
+    enum { B = 3, T = 11, C = 40, V = 13, N = B * T };
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) /* about a third negative, with varied negative values */
+        tok[i] = i % 3 == 1 ? -1 - (int32_t)(lt_uniform_at(4, 0, i) * 5) : (int32_t)(lt_uniform_at(4, 1, i) * V);
+    tok[0] = -1, tok[N - 1] = V - 1;
+    float *wte = falloc(V * C), *wpe = falloc(T * C), *out = falloc(N * C), *R = falloc(N * C);
+    float *dwte = falloc(V * C), *dwpe = falloc(T * C), *dwte0 = falloc(V * C), *dwpe0 = falloc(T * C);
+    fill(wte, V * C, 1, 1), fill(wpe, T * C, 1, 1), fill(R, N * C, 1, 0);
+    fill(dwte0, V * C, 1, 0), fill(dwpe0, T * C, 1, 0);
+    double *ro = dalloc(N * C), *rwte = dalloc(V * C), *rwpe = dalloc(T * C);
+    for (int k = 0; k < 2; k++) { /* bf16 mode: wte/wpe are bf16 values, so sums of one term are exact */
+        LtBackend *be = k ? g_bf16 : g_f32;
+        for (int withpos = 0; withpos < 2; withpos++) {
+            for (int i = 0; i < N; i++)
+                for (int c = 0; c < C; c++)
+                    ro[i * C + c] = (tok[i] >= 0 ? wte[tok[i] * C + c] : 0.0) + (withpos ? wpe[(i % T) * C + c] : 0.0);
+            poison(out, N * C);
+            be->ops->embedding_fwd(be, out, tok, wte, withpos ? wpe : NULL, B, T, C);
+            if (k) {
+                float *r32 = falloc(N * C);
+                for (int j = 0; j < N * C; j++) r32[j] = (float)ro[j];
+                CHECK(all_bf16(out, N * C), "bf16 output representable, pos %d", withpos);
+                CHECK(normerr(out, r32, N * C) <= TOL_BF16, "bf16 fwd pos %d", withpos);
+                free(r32);
+            } else {
+                CHECK(err(out, ro, N * C) <= TOL_FWD, "fwd pos %d: %g", withpos, err(out, ro, N * C));
+            }
+            int zero = 1, posonly = 1;
+            for (int i = 0; i < N; i++)
+                if (tok[i] < 0)
+                    for (int c = 0; c < C; c++) {
+                        zero &= withpos || out[i * C + c] == 0.0f;
+                        posonly &= !withpos || out[i * C + c] == wpe[(i % T) * C + c];
+                    }
+            CHECK(zero && posonly, "negative id rows: exactly 0 / exactly wpe (pos %d, %s)", withpos, be->ops->name);
+        }
+        /* backward: dwte only (dwpe NULL), then dwpe only (dwte NULL) */
+        for (int which = 0; which < 2; which++) {
+            memcpy(dwte, dwte0, V * C * 4), memcpy(dwpe, dwpe0, T * C * 4);
+            for (int j = 0; j < V * C; j++) rwte[j] = dwte0[j];
+            for (int j = 0; j < T * C; j++) rwpe[j] = dwpe0[j];
+            for (int i = 0; i < N; i++)
+                for (int c = 0; c < C; c++) {
+                    if (which == 0 && tok[i] >= 0) rwte[tok[i] * C + c] += R[i * C + c];
+                    if (which == 1) rwpe[(i % T) * C + c] += R[i * C + c];
+                }
+            be->ops->embedding_bwd(be, which == 0 ? dwte : NULL, which == 1 ? dwpe : NULL, R, tok, B, T, C);
+            CHECK(err(dwte, rwte, V * C) <= TOL_BWD, "dwte %s (dwpe %s)", be->ops->name, which ? "given, dwte NULL" : "NULL");
+            CHECK(err(dwpe, rwpe, T * C) <= TOL_BWD, "dwpe %s (%s)", be->ops->name, which ? "given" : "NULL: untouched");
+            CHECK(which == 1 || memcmp(dwpe, dwpe0, T * C * 4) == 0, "dwpe buffer untouched when NULL passed");
+            CHECK(which == 0 || memcmp(dwte, dwte0, V * C * 4) == 0, "dwte buffer untouched when NULL passed");
+        }
+    }
+    /* simulated vocab split of wte (V rows) over TP ranks of Vr = ceil(V/TP) rows */
+    float *full = falloc(N * C), *part = falloc(N * C), *sum = falloc(N * C), *gfull = lt_calloc(V * C * 4);
+    float *gshard = lt_calloc(V * C * 4 + 64 * C * 4), *gp = lt_calloc(T * C * 4), *gpfull = lt_calloc(T * C * 4);
+    g_f32->ops->embedding_fwd(g_f32, full, tok, wte, wpe, B, T, C);
+    g_f32->ops->embedding_bwd(g_f32, gfull, gpfull, R, tok, B, T, C);
+    for (int TP = 1; TP <= 3; TP++) {
+        const int Vr = (V + TP - 1) / TP;
+        int32_t loc[N];
+        memset(sum, 0, N * C * 4), memset(gshard, 0, V * C * 4), memset(gp, 0, T * C * 4);
+        for (int r = 0; r < TP; r++) {
+            const int v0 = r * Vr, v1 = v0 + Vr < V ? v0 + Vr : V;
+            for (int i = 0; i < N; i++) loc[i] = tok[i] >= v0 && tok[i] < v1 ? tok[i] - v0 : -1;
+            poison(part, N * C);
+            g_f32->ops->embedding_fwd(g_f32, part, loc, wte + (size_t)v0 * C, r == 0 ? wpe : NULL, B, T, C);
+            for (int j = 0; j < N * C; j++) sum[j] += part[j]; /* the all-reduce */
+            g_f32->ops->embedding_bwd(g_f32, gshard + (size_t)v0 * C, r == 0 ? gp : NULL, R, loc, B, T, C);
+        }
+        int ok = 1;
+        for (int i = 0; i < N; i++)
+            for (int c = 0; c < C; c++) {
+                /* the global negative ids have no wte term on any rank */
+                double ref = (tok[i] >= 0 ? (double)wte[tok[i] * C + c] : 0.0) + wpe[(i % T) * C + c];
+                ok &= fabs(sum[i * C + c] - ref) <= 1e-6 * (1 + fabs(ref));
+            }
+        CHECK(ok, "TP=%d: sum of shard embeddings = full embedding", TP);
+        CHECK(memcmp(gshard, gfull, V * C * 4) == 0, "TP=%d: concatenated dwte shards = full dwte (bitwise)", TP);
+        CHECK(memcmp(gp, gpfull, T * C * 4) == 0, "TP=%d: dwpe from rank 0 = full dwpe (bitwise)", TP);
+    }
+    free(full), free(part), free(sum), free(gfull), free(gshard), free(gp), free(gpfull);
+    free(wte), free(wpe), free(out), free(R), free(dwte), free(dwpe), free(dwte0), free(dwpe0);
+    free(ro), free(rwte), free(rwpe);
+}
+
 /* ---- layernorm -------------------------------------------------------------- */
 static struct { int N, C, resid; double *a, *b, *w, *bias, *R, *res, *out; } L;
 static double layernorm_loss(void) {
@@ -578,6 +669,135 @@ static void test_xent(void) {
     }
 }
 
+/* Vocab-parallel cross-entropy, simulated on one process: the full logits
+ * (N, Vp) are split into TP shards of Vs = Vp/TP columns (Vvalid = clamp(V -
+ * r*Vs, 0, Vs)), xent_tp_stats runs per shard, the statistics are combined on
+ * the host exactly as the all-reduces will (max; fp32 sums in rank order), then
+ * xent_tp_finish runs per shard. loss (N) and grad (N, Vp, the shards put back
+ * side by side) are the results; per-shard invariants are checked on the way. */
+static void xent_tp_sim(LtBackend *be, int TP, int N, int V, int Vp, const float *lg,
+                        const int32_t *tg, float dscale, float *loss, float *grad) {
+    const int Vs = Vp / TP;
+    float *sh = falloc((size_t)N * Vs), *keep = falloc((size_t)N * Vs), *l = falloc(N);
+    float *rm = falloc(N), *rs = falloc(N), *rt = falloc(N), *gm = falloc(N), *gs = falloc(N), *gt = falloc(N);
+    int32_t *lt = lt_malloc(sizeof(int32_t) * N);
+    for (int i = 0; i < N; i++) gm[i] = -INFINITY, gs[i] = 0, gt[i] = 0;
+    for (int pass = 0; pass < 3; pass++)
+        for (int r = 0; r < TP; r++) {
+            const int v0 = r * Vs, vv = V - v0 < 0 ? 0 : V - v0 > Vs ? Vs : V - v0;
+            for (int i = 0; i < N; i++) {
+                memcpy(sh + (size_t)i * Vs, lg + (size_t)i * Vp + v0, Vs * 4);
+                lt[i] = tg[i] - v0;
+            }
+            memcpy(keep, sh, (size_t)N * Vs * 4);
+            poison(rm, N), poison(rs, N), poison(rt, N), poison(l, N);
+            if (pass == 0) {
+                be->ops->xent_tp_stats(be, rm, NULL, NULL, sh, NULL, NULL, N, vv, Vs);
+                for (int i = 0; i < N; i++) {
+                    CHECK(vv > 0 || rm[i] == -INFINITY, "TP=%d rank %d (Vvalid 0): max %g", TP, r, rm[i]);
+                    gm[i] = rm[i] > gm[i] ? rm[i] : gm[i];
+                }
+            } else if (pass == 1) {
+                be->ops->xent_tp_stats(be, NULL, rs, rt, sh, lt, gm, N, vv, Vs);
+                for (int i = 0; i < N; i++) {
+                    const int own = lt[i] >= 0 && lt[i] < vv;
+                    CHECK(own ? rt[i] == sh[(size_t)i * Vs + lt[i]] : rt[i] == 0.0f,
+                          "TP=%d rank %d row %d: target logit %g (owned %d)", TP, r, i, rt[i], own);
+                    CHECK(vv > 0 || rs[i] == 0.0f, "TP=%d rank %d (Vvalid 0): sumexp %g", TP, r, rs[i]);
+                    gs[i] += rs[i], gt[i] += rt[i];
+                }
+            } else {
+                be->ops->xent_tp_finish(be, l, sh, lt, gm, gs, gt, N, vv, Vs, dscale);
+                for (int i = 0; i < N; i++) {
+                    if (r == 0) loss[i] = l[i];
+                    else CHECK(memcmp(&l[i], &loss[i], 4) == 0, "TP=%d: loss row %d differs on rank %d", TP, i, r);
+                    memcpy(grad + (size_t)i * Vp + v0, sh + (size_t)i * Vs, Vs * 4);
+                }
+                if (dscale == 0.0f) CHECK(memcmp(sh, keep, (size_t)N * Vs * 4) == 0, "dscale 0 leaves shard %d alone", r);
+            }
+            CHECK(pass == 2 || memcmp(sh, keep, (size_t)N * Vs * 4) == 0, "stats must not modify logits");
+        }
+    free(sh), free(keep), free(l), free(rm), free(rs), free(rt), free(gm), free(gs), free(gt), free(lt);
+}
+
+static void test_xent_tp(void) {
+    int shapes[][3] = {{5, 5, 8}, {9, 45, 64}, {7, 1000, 1024}, {6, 1, 4}}; /* N V Vp */
+    int saw_far = 0, saw_empty = 0;
+    for (int s = 0; s < 4; s++) {
+        const int N = shapes[s][0], V = shapes[s][1], Vp = shapes[s][2];
+        const size_t n = (size_t)N * Vp;
+        int32_t *tg = lt_malloc(sizeof(int32_t) * N);
+        for (int i = 0; i < N; i++) tg[i] = (int32_t)(lt_uniform_at(6, s, i) * V);
+        tg[0] = 0, tg[1] = V - 1, tg[2] = V / 2;
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? g_bf16 : g_f32;
+            float *lg = falloc(n), *full = falloc(n), *grad = falloc(n);
+            float *lfull = falloc(N), *lfull0 = falloc(N), *loss = falloc(N);
+            fill(lg, n, 3, k);
+            for (int i = 0; i < N; i++)
+                for (int j = V; j < Vp; j++) lg[(size_t)i * Vp + j] = 80.0f; /* would dominate if used */
+            double *rloss = dalloc(N), *rg = dalloc(n), *xd = todbl(lg, n);
+            ref_xent(rloss, rg, xd, tg, N, V, Vp, 1.0 / N);
+            memcpy(full, lg, n * 4);
+            be->ops->xent_fwd_bwd(be, lfull0, full, tg, N, V, Vp, 0.0f);
+            be->ops->xent_fwd_bwd(be, lfull, full, tg, N, V, Vp, 1.0f / N);
+            for (int TP = 1; TP <= 4; TP *= 2) {
+                const int Vs = Vp / TP;
+                int far = 0, empty;
+                for (int i = 0; i < N; i++) far |= tg[i] >= Vs;
+                empty = V <= (TP - 1) * Vs;
+                saw_far |= far && TP > 1, saw_empty |= empty;
+                /* loss only: logits untouched */
+                poison(loss, N), poison(grad, n);
+                xent_tp_sim(be, TP, N, V, Vp, lg, tg, 0.0f, loss, grad);
+                CHECK(memcmp(grad, lg, n * 4) == 0, "dscale 0: logits untouched, shape %d TP=%d", s, TP);
+                poison(loss, N), poison(grad, n);
+                xent_tp_sim(be, TP, N, V, Vp, lg, tg, 1.0f / N, loss, grad);
+                int padz = 1;
+                for (int i = 0; i < N; i++)
+                    for (int j = V; j < Vp; j++) padz &= grad[(size_t)i * Vp + j] == 0.0f;
+                CHECK(padz, "padded columns get zero gradient, shape %d TP=%d", s, TP);
+                if (!k) {
+                    double *d0 = todbl(lfull0, N), *d1 = todbl(lfull, N), *dg = todbl(full, n);
+                    double el = err(loss, d1, N), el0 = err(loss, d0, N), eg = err(grad, dg, n);
+                    CHECK(el <= 1e-6 && el0 <= 1e-6, "fp32 shape %d TP=%d (far %d empty %d): losses vs xent_fwd_bwd %g %g",
+                          s, TP, far, empty, el, el0);
+                    CHECK(eg <= 1e-6, "fp32 shape %d TP=%d (far %d empty %d): gradient vs xent_fwd_bwd %g", s, TP, far, empty, eg);
+                    CHECK(err(loss, rloss, N) <= TOL_FWD, "fp32 shape %d TP=%d: losses vs float64", s, TP);
+                    CHECK(err(grad, rg, n) <= TOL_BWD, "fp32 shape %d TP=%d: gradient vs float64 %g", s, TP, err(grad, rg, n));
+                    free(d0), free(d1), free(dg);
+                } else {
+                    CHECK(normerr(loss, lfull, N) <= 1e-5, "bf16 shape %d TP=%d: losses (fp32 math)", s, TP);
+                    CHECK(all_bf16(grad, n), "bf16 shape %d TP=%d: gradient not bf16-representable", s, TP);
+                    CHECK(normerr(grad, full, n) <= TOL_BF16, "bf16 shape %d TP=%d: gradient vs xent_fwd_bwd %g", s, TP,
+                          normerr(grad, full, n));
+                }
+            }
+            free(lg), free(full), free(grad), free(lfull), free(lfull0), free(loss), free(rloss), free(rg), free(xd);
+        }
+        free(tg);
+    }
+    CHECK(saw_far && saw_empty, "coverage: targets beyond the first shard %d, a shard with Vvalid 0 %d",
+          saw_far, saw_empty);
+    /* bad shard sizes are an internal error (exit 1) */
+    for (int bad = 0; bad < 3; bad++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (!freopen("/dev/null", "w", stderr)) _exit(3);
+            float lg[2 * 4] = {0}, st[2], gm[2] = {0, 0}, gs[2] = {1, 1}, gt[2] = {0, 0};
+            int32_t tg[2] = {0, 1};
+            if (bad == 0) g_f32->ops->xent_tp_stats(g_f32, st, NULL, NULL, lg, NULL, NULL, 2, 5, 4);
+            else if (bad == 1) g_f32->ops->xent_tp_stats(g_f32, NULL, st, st, lg, tg, gm, 2, -1, 4);
+            else g_f32->ops->xent_tp_finish(g_f32, st, lg, tg, gm, gs, gt, 2, 5, 4, 1.0f);
+            _exit(0);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == LT_EXIT_INTERNAL, "bad Vvalid case %d: status %d", bad, st);
+    }
+}
+
 /* ---- adamw ------------------------------------------------------------------ */
 static void test_adamw(void) {
     const size_t n = 1001;
@@ -730,11 +950,13 @@ int main(void) {
     RUN(test_memory);
     RUN(test_sumsq_scale);
     RUN(test_embedding);
+    RUN(test_embedding_tp);
     RUN(test_layernorm);
     RUN(test_linear_mlp);
     RUN(test_gelu);
     RUN(test_attention);
     RUN(test_xent);
+    RUN(test_xent_tp);
     RUN(test_adamw);
     RUN(test_bf16);
     timing();

@@ -164,6 +164,12 @@ void cpu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *
 /* xent.c */
 void cpu_xent_fwd_bwd(LtBackend *be, float *losses, void *logits, const int32_t *targets, int N,
                       int V, int Vp, float dscale);
+void cpu_xent_tp_stats(LtBackend *be, float *row_max, float *row_sumexp, float *row_target,
+                       const void *logits, const int32_t *targets, const float *global_max,
+                       int N, int Vvalid, int Vp);
+void cpu_xent_tp_finish(LtBackend *be, float *losses, void *logits, const int32_t *targets,
+                        const float *global_max, const float *global_sumexp,
+                        const float *global_target, int N, int Vvalid, int Vp, float dscale);
 
 /* adamw.c */
 void cpu_adamw(LtBackend *be, void *param, float *master, const float *grad, float *m, float *v,

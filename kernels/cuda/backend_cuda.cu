@@ -248,6 +248,8 @@ static const LtBackendOps cuda_ops = {
     cu_attention_fwd,
     cu_attention_bwd,
     cu_xent_fwd_bwd,
+    cu_xent_tp_stats,
+    cu_xent_tp_finish,
     cu_adamw,
     cu_sumsq,
     cu_scale_f32,

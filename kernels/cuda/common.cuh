@@ -169,6 +169,12 @@ void cu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *q
                       const void *out, const float *lse, int B, int T, int NH, int HD);
 void cu_xent_fwd_bwd(LtBackend *be, float *losses, void *logits, const int32_t *targets, int N,
                      int V, int Vp, float dscale);
+void cu_xent_tp_stats(LtBackend *be, float *row_max, float *row_sumexp, float *row_target,
+                      const void *logits, const int32_t *targets, const float *global_max, int N,
+                      int Vvalid, int Vp);
+void cu_xent_tp_finish(LtBackend *be, float *losses, void *logits, const int32_t *targets,
+                       const float *global_max, const float *global_sumexp,
+                       const float *global_target, int N, int Vvalid, int Vp, float dscale);
 void cu_adamw(LtBackend *be, void *param, float *master, const float *grad, float *m, float *v,
               size_t n, const LtAdamArgs *a);
 double cu_sumsq(LtBackend *be, const float *x, size_t n);

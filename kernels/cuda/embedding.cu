@@ -10,7 +10,10 @@
  * the plain sequential sum dwte[tok[n]] += dout[n] for n = 0..N-1, bitwise
  * reproducible and independent of G. The scan costs N*G int reads, served
  * from L2. dwpe[t] accumulates over the batch b = 0..B-1 in order, one thread
- * per (t, c). Token ids are trusted to lie in [0, V). */
+ * per (t, c). Token ids >= 0 are trusted to lie in [0, V); a negative id is a
+ * row owned by another tensor-parallel rank: no wte term in the forward, no
+ * wte gradient (never matched by any bucket). wpe == NULL (forward) drops the
+ * position term; dwte / dwpe == NULL skip that gradient. */
 #include "common.cuh"
 
 #define EMB_THREADS 256
@@ -18,15 +21,22 @@
 /* ======================= kernels ======================= */
 
 // out (B*T, C) = wte[tokens] (V, C) + wpe[t] (T, C); one block per token row.
+// A negative token id contributes no wte term; wpe == NULL, no position term.
 template <typename T>
 __global__ void embedding_fwd_kernel(T *out, const int32_t *tokens, const T *wte, const T *wpe,
                                      int T_, int C) {
     const size_t n = blockIdx.x;
     const int t = (int)(n % (size_t)T_);
-    const T *e = wte + (size_t)tokens[n] * C;
-    const T *p = wpe + (size_t)t * C;
+    const int32_t tok = tokens[n];
+    const T *e = tok >= 0 ? wte + (size_t)tok * C : nullptr;
+    const T *p = wpe ? wpe + (size_t)t * C : nullptr;
     T *o = out + n * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = from_f<T>(to_f(e[c]) + to_f(p[c]));
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float v = 0.f;
+        if (e) v = to_f(e[c]);
+        if (p) v += to_f(p[c]);
+        o[c] = from_f<T>(v);
+    }
 }
 
 // dwpe (T, C) += sum over b of dout (B, T, C); one thread per (t, c), b ascending.
@@ -50,7 +60,8 @@ __global__ void __launch_bounds__(EMB_THREADS)
     const unsigned g = blockIdx.x;
     for (int base = 0; base < N; base += EMB_THREADS) {
         const int i = base + tid;
-        const int match = i < N && ((unsigned)tokens[i] % G) == g;
+        const int tok = i < N ? tokens[i] : -1;
+        const int match = tok >= 0 && ((unsigned)tok % G) == g; /* negative: not owned */
         const unsigned bal = __ballot_sync(0xffffffffu, match);
         if (lane == 0) wcount[wid] = __popc(bal);
         __syncthreads();

@@ -7,7 +7,12 @@
  * barriers). If dscale != 0, pass 2 overwrites the row in place with
  * dscale * (softmax - onehot) and zeros the padded columns [V, Vp). Targets
  * must lie in [0, V); an out-of-range target yields a NaN loss (and no -1 in
- * the gradient) rather than an out-of-bounds read. */
+ * the gradient) rather than an out-of-bounds read.
+ *
+ * Vocab-parallel pair (xent_tp_stats, xent_tp_finish): same layout, one block
+ * per row of a shard; the per-row statistics travel between ranks as fp32
+ * (all-reduced by the caller). Out-of-shard targets are legal (another rank
+ * owns them) and only ever compared, never dereferenced. */
 #include "common.cuh"
 
 #define XENT_THREADS 1024
@@ -48,6 +53,67 @@ __global__ void __launch_bounds__(XENT_THREADS)
     }
 }
 
+// Vocab-parallel statistics of one shard row per block (contract in backend.h).
+// global_max == NULL: row_max = max over [0, Vvalid). Else: row_sumexp = sum of
+// exp(x - global_max) over [0, Vvalid), row_target = x[target] if owned, else 0.
+// Fixed-order block reductions: deterministic.
+template <typename T>
+__global__ void __launch_bounds__(XENT_THREADS)
+    xent_tp_stats_kernel(float *row_max, float *row_sumexp, float *row_target, const T *logits,
+                         const int32_t *targets, const float *global_max, int Vvalid, int Vp) {
+    __shared__ float red[32];
+    const int tid = threadIdx.x;
+    const T *x = logits + (size_t)blockIdx.x * Vp;
+    if (!global_max) {
+        float m = -INFINITY;
+        for (int j = tid; j < Vvalid; j += XENT_THREADS) m = fmaxf(m, to_f(x[j]));
+        const float M = block_max(m, red);
+        if (tid == 0) row_max[blockIdx.x] = M;
+        return;
+    }
+    const float gm = global_max[blockIdx.x];
+    float s = 0.f;
+    for (int j = tid; j < Vvalid; j += XENT_THREADS) s += expf(to_f(x[j]) - gm);
+    const float S = block_sum(s, red);
+    if (tid == 0) {
+        const int tgt = targets[blockIdx.x];
+        row_sumexp[blockIdx.x] = S;
+        row_target[blockIdx.x] = (tgt >= 0 && tgt < Vvalid) ? to_f(x[tgt]) : 0.f;
+    }
+}
+
+// losses (N) = log(gsum) + gmax - gtgt, one thread per row (the dscale == 0 path).
+__global__ void xent_tp_loss_kernel(float *losses, const float *gmax, const float *gsum,
+                                    const float *gtgt, int N) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) losses[i] = logf(gsum[i]) + gmax[i] - gtgt[i];
+}
+
+// One block per shard row: loss as above, and the row rewritten in place with
+// dscale * (exp(x - gmax) / gsum - [j == target]) on [0, Vvalid), 0 on [Vvalid, Vp).
+// Each element is read and written by the same thread: no barrier needed.
+template <typename T>
+__global__ void __launch_bounds__(XENT_THREADS)
+    xent_tp_finish_kernel(float *losses, T *logits, const int32_t *targets, const float *gmax,
+                          const float *gsum, const float *gtgt, int Vvalid, int Vp,
+                          float dscale) {
+    const int tid = threadIdx.x;
+    const size_t row = blockIdx.x;
+    T *x = logits + row * Vp;
+    const float M = gmax[row], S = gsum[row];
+    if (tid == 0) losses[row] = logf(S) + M - gtgt[row];
+    const float inv = 1.f / S;
+    const int tgt = targets[row];
+    for (int j = tid; j < Vp; j += XENT_THREADS) {
+        float g = 0.f;
+        if (j < Vvalid) {
+            const float p = expf(to_f(x[j]) - M) * inv;
+            g = dscale * (j == tgt ? p - 1.f : p);
+        }
+        x[j] = from_f<T>(g);
+    }
+}
+
 /* ======================= launchers ======================= */
 
 template <typename T>
@@ -67,4 +133,46 @@ void cu_xent_fwd_bwd(LtBackend *be, float *losses, void *logits, const int32_t *
         launch_xent<bf16>(losses, (bf16 *)logits, targets, N, V, Vp, dscale, cu_stream(be));
     else
         launch_xent<float>(losses, (float *)logits, targets, N, V, Vp, dscale, cu_stream(be));
+}
+
+static void xent_tp_check(const char *op, int Vvalid, int Vp) {
+    if (Vp <= 0 || Vvalid < 0 || Vvalid > Vp)
+        lt_fatal("%s: bad shard sizes Vvalid=%d Vp=%d (need 0 <= Vvalid <= Vp, Vp > 0)", op,
+                 Vvalid, Vp);
+}
+
+void cu_xent_tp_stats(LtBackend *be, float *row_max, float *row_sumexp, float *row_target,
+                      const void *logits, const int32_t *targets, const float *global_max, int N,
+                      int Vvalid, int Vp) {
+    xent_tp_check("xent_tp_stats", Vvalid, Vp);
+    if (N <= 0) return;
+    cudaStream_t st = cu_stream(be);
+    if (cu_is_bf16(be))
+        xent_tp_stats_kernel<bf16><<<N, XENT_THREADS, 0, st>>>(
+            row_max, row_sumexp, row_target, (const bf16 *)logits, targets, global_max, Vvalid, Vp);
+    else
+        xent_tp_stats_kernel<float><<<N, XENT_THREADS, 0, st>>>(row_max, row_sumexp, row_target,
+                                                                (const float *)logits, targets,
+                                                                global_max, Vvalid, Vp);
+    CU_CHECK_LAUNCH();
+}
+
+void cu_xent_tp_finish(LtBackend *be, float *losses, void *logits, const int32_t *targets,
+                       const float *global_max, const float *global_sumexp,
+                       const float *global_target, int N, int Vvalid, int Vp, float dscale) {
+    xent_tp_check("xent_tp_finish", Vvalid, Vp);
+    if (N <= 0) return;
+    cudaStream_t st = cu_stream(be);
+    if (dscale == 0.f)
+        xent_tp_loss_kernel<<<cu_blocks((size_t)N, 256), 256, 0, st>>>(
+            losses, global_max, global_sumexp, global_target, N);
+    else if (cu_is_bf16(be))
+        xent_tp_finish_kernel<bf16><<<N, XENT_THREADS, 0, st>>>(
+            losses, (bf16 *)logits, targets, global_max, global_sumexp, global_target, Vvalid, Vp,
+            dscale);
+    else
+        xent_tp_finish_kernel<float><<<N, XENT_THREADS, 0, st>>>(
+            losses, (float *)logits, targets, global_max, global_sumexp, global_target, Vvalid, Vp,
+            dscale);
+    CU_CHECK_LAUNCH();
 }

@@ -17,7 +17,10 @@
  * it (elementwise relative error is meaningless for values that cancel to
  * ~0). Bounds: fp32 1e-5 (fp32 GEMMs use CUBLAS_COMPUTE_32F, never TF32),
  * bf16 1e-2. Determinism: embedding_bwd, layernorm_bwd, attention_bwd and
- * linear_bwd run twice and must match bitwise.
+ * linear_bwd run twice and must match bitwise. The tensor-parallel cases
+ * (embedding_tp: negative ids, NULL wpe / dwte / dwpe; xent_tp: the vocab-split
+ * cross-entropy simulated over shards of one device, also checked against the
+ * device's own xent_fwd_bwd) use the same pairs and bounds.
  * Usage: test_gpu_ops [--quick]   (--quick: small shapes only) */
 #include <math.h>
 #include <stdint.h>
@@ -185,6 +188,72 @@ static void t_embedding(const Pair *P) {
         for (int k = 0; k < 2; k++) free(o[k]), free(gw[k]), free(gp[k]);
         free(bits[0]), free(bits[1]), free(tok), free(wte), free(wpe), free(dout), free(dwte0),
             free(dwpe0);
+    }
+}
+
+/* Vocab-parallel embedding semantics: negative (not owned) token ids, wpe ==
+ * NULL, dwte or dwpe == NULL (the skipped buffer must come back unchanged). */
+static void run_embedding_tp(LtBackend *be, int B, int T, int C, int V, const int32_t *tok,
+                             const float *wte, const float *wpe, const float *dout,
+                             const float *dwte0, const float *dwpe0, int use_dwte, int use_dwpe,
+                             float *out, float *dwte, float *dwpe, void **bits) {
+    const size_t N = (size_t)B * T;
+    int32_t *dt = i32_up(be, tok, N);
+    void *wte_a = act_up(be, wte, (size_t)V * C), *wpe_a = wpe ? act_up(be, wpe, (size_t)T * C) : NULL;
+    void *dout_a = act_up(be, dout, N * C), *o = act_up(be, NULL, N * C);
+    float *gw = f32_up(be, dwte0, (size_t)V * C), *gp = f32_up(be, dwpe0, (size_t)T * C);
+    poison(be, o, lt_act_bytes(be, N * C));
+    be->ops->embedding_fwd(be, o, dt, wte_a, wpe_a, B, T, C);
+    act_down(be, out, o, N * C);
+    be->ops->embedding_bwd(be, use_dwte ? gw : NULL, use_dwpe ? gp : NULL, dout_a, dt, B, T, C);
+    f32_down(be, dwte, gw, (size_t)V * C);
+    f32_down(be, dwpe, gp, (size_t)T * C);
+    if (bits) {
+        be->ops->upload(be, gw, dwte0, (size_t)V * C * 4);
+        be->ops->embedding_bwd(be, use_dwte ? gw : NULL, use_dwpe ? gp : NULL, dout_a, dt, B, T, C);
+        bits[0] = raw_down(be, gw, (size_t)V * C * 4);
+    }
+    dfree(be, dt), dfree(be, wte_a), dfree(be, dout_a), dfree(be, o), dfree(be, gw), dfree(be, gp);
+    if (wpe_a) dfree(be, wpe_a);
+}
+
+static void t_embedding_tp(const Pair *P) {
+    static const int shapes[][4] = {{2, 5, 24, 37}, {3, 64, 96, 1000}, {2, 257, 768, 12576}};
+    for (int s = 0; s < 3; s++) {
+        if (g_quick && s == 2) break;
+        const int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], V = shapes[s][3];
+        const size_t N = (size_t)B * T;
+        int32_t *tok = lt_malloc(N * sizeof(int32_t));
+        for (size_t i = 0; i < N; i++) /* a third not owned (-1 or another negative), repeats */
+            tok[i] = i % 3 == 0 ? -1 - (int32_t)(i % 5)
+                                : (int32_t)((frand() * 0.5 + 0.5) * (i % 2 ? 7.999 : V - 0.001));
+        float *wte = hrand((size_t)V * C, 1.f, P->bf16), *wpe = hrand((size_t)T * C, 1.f, P->bf16);
+        float *dout = hrand(N * C, 1.f, P->bf16);
+        float *dwte0 = hrand((size_t)V * C, 1.f, 0), *dwpe0 = hrand((size_t)T * C, 1.f, 0);
+        for (int variant = 0; variant < 2; variant++) {
+            /* 0: no position term, dwpe NULL; 1: positions, dwte NULL */
+            float *o[2], *gw[2], *gp[2];
+            void *bits[1];
+            for (int k = 0; k < 2; k++) {
+                o[k] = hzeros(N * C), gw[k] = hzeros((size_t)V * C), gp[k] = hzeros((size_t)T * C);
+                run_embedding_tp(k ? P->dut : P->ref, B, T, C, V, tok, wte, variant ? wpe : NULL,
+                                 dout, dwte0, dwpe0, variant == 0, variant == 1, o[k], gw[k], gp[k],
+                                 k ? bits : NULL);
+            }
+            char nm[96];
+            snprintf(nm, sizeof nm, "emb_tp fwd %s B%d T%d C%d", variant ? "+pos" : "nopos", B, T, C);
+            cmp(P, nm, o[1], o[0], N * C, P->tol);
+            snprintf(nm, sizeof nm, "emb_tp dwte%s V%d", variant ? " (NULL)" : "", V);
+            cmp(P, nm, gw[1], gw[0], (size_t)V * C, variant ? 0.0 : P->tol);
+            snprintf(nm, sizeof nm, "emb_tp dwpe%s T%d", variant ? "" : " (NULL)", T);
+            cmp(P, nm, gp[1], gp[0], (size_t)T * C, variant ? P->tol : 0.0);
+            if (variant) cmp(P, "emb_tp dwte untouched", gw[1], dwte0, (size_t)V * C, 0.0);
+            else cmp(P, "emb_tp dwpe untouched", gp[1], dwpe0, (size_t)T * C, 0.0);
+            same_bits(P, "emb_tp dwte", bits[0], gw[1], (size_t)V * C * 4);
+            for (int k = 0; k < 2; k++) free(o[k]), free(gw[k]), free(gp[k]);
+            free(bits[0]);
+        }
+        free(tok), free(wte), free(wpe), free(dout), free(dwte0), free(dwpe0);
     }
 }
 
@@ -460,6 +529,106 @@ static void t_xent(const Pair *P) {
     }
 }
 
+/* Vocab-parallel cross-entropy simulated on one device: the full logits (N, Vp)
+ * split into TP shards of Vs = Vp/TP columns, Vvalid = clamp(V - r*Vs, 0, Vs),
+ * per-shard xent_tp_stats, host combination as the all-reduces will do it (max;
+ * fp32 sums in rank order), per-shard xent_tp_finish. Outputs: loss (N), grad
+ * (N, Vp) with the shards put back side by side, gmax / gsum (N) combined. */
+#define XTP_MAX 8
+static void xent_tp_dev(LtBackend *be, int TP, int N, int V, int Vp, const float *x,
+                        const int32_t *tg, float dscale, float *loss, float *grad, float *gmax,
+                        float *gsum) {
+    const int Vs = Vp / TP;
+    void *sh[XTP_MAX];
+    int32_t *lt[XTP_MAX];
+    int vv[XTP_MAX];
+    float *h = hzeros((size_t)N * Vs), *st = hzeros(N), *gt = hzeros(N);
+    int32_t *hl = lt_malloc(N * sizeof(int32_t));
+    for (int r = 0; r < TP; r++) {
+        const int v0 = r * Vs;
+        vv[r] = V - v0 < 0 ? 0 : V - v0 > Vs ? Vs : V - v0;
+        for (int i = 0; i < N; i++) {
+            memcpy(h + (size_t)i * Vs, x + (size_t)i * Vp + v0, (size_t)Vs * 4);
+            hl[i] = tg[i] - v0;
+        }
+        sh[r] = act_up(be, h, (size_t)N * Vs), lt[r] = i32_up(be, hl, N);
+    }
+    float *a = f32_up(be, NULL, N), *b = f32_up(be, NULL, N), *gm = f32_up(be, NULL, N);
+    float *gs = f32_up(be, NULL, N), *gtd = f32_up(be, NULL, N);
+    for (int i = 0; i < N; i++) gmax[i] = -INFINITY, gsum[i] = 0.f, gt[i] = 0.f;
+    for (int r = 0; r < TP; r++) { /* pass 1: all-reduce MAX */
+        poison(be, a, (size_t)N * 4);
+        be->ops->xent_tp_stats(be, a, NULL, NULL, sh[r], NULL, NULL, N, vv[r], Vs);
+        f32_down(be, st, a, N);
+        for (int i = 0; i < N; i++) gmax[i] = st[i] > gmax[i] ? st[i] : gmax[i];
+    }
+    be->ops->upload(be, gm, gmax, (size_t)N * 4);
+    for (int r = 0; r < TP; r++) { /* pass 2: all-reduce SUM */
+        poison(be, a, (size_t)N * 4), poison(be, b, (size_t)N * 4);
+        be->ops->xent_tp_stats(be, NULL, a, b, sh[r], lt[r], gm, N, vv[r], Vs);
+        f32_down(be, st, a, N);
+        for (int i = 0; i < N; i++) gsum[i] += st[i];
+        f32_down(be, st, b, N);
+        for (int i = 0; i < N; i++) gt[i] += st[i];
+    }
+    be->ops->upload(be, gs, gsum, (size_t)N * 4), be->ops->upload(be, gtd, gt, (size_t)N * 4);
+    for (int r = 0; r < TP; r++) {
+        poison(be, a, (size_t)N * 4);
+        be->ops->xent_tp_finish(be, a, sh[r], lt[r], gm, gs, gtd, N, vv[r], Vs, dscale);
+        if (r == 0) f32_down(be, loss, a, N);
+        act_down(be, h, sh[r], (size_t)N * Vs);
+        for (int i = 0; i < N; i++) memcpy(grad + (size_t)i * Vp + r * Vs, h + (size_t)i * Vs, (size_t)Vs * 4);
+        dfree(be, sh[r]), dfree(be, lt[r]);
+    }
+    dfree(be, a), dfree(be, b), dfree(be, gm), dfree(be, gs), dfree(be, gtd);
+    free(h), free(st), free(gt), free(hl);
+}
+
+static void t_xent_tp(const Pair *P) {
+    /* N V Vp TP: shard Vvalid sizes include 0 (6,30,64 at TP 4: 16,14,0,0) and a
+     * last shard of 2 columns (50,64 at TP 4) */
+    static const int shapes[][4] = {{5, 37, 40, 2}, {6, 30, 64, 4}, {4, 50, 64, 4},
+                                    {16, 1000, 1024, 4}, {4, 50257, 50304, 8}};
+    for (int s = 0; s < 5; s++) {
+        if (g_quick && s == 4) break;
+        const int N = shapes[s][0], V = shapes[s][1], Vp = shapes[s][2], TP = shapes[s][3];
+        const size_t n = (size_t)N * Vp;
+        float *x = hrand(n, 4.f, P->bf16);
+        for (int r = 0; r < N; r++)
+            for (int j = V; j < Vp; j++) x[(size_t)r * Vp + j] = 8192.f; /* ignored; exact in bf16 */
+        int32_t *tg = lt_malloc(N * sizeof(int32_t));
+        for (int r = 0; r < N; r++) tg[r] = (int32_t)((frand() * 0.5 + 0.5) * (V - 0.001));
+        tg[0] = V - 1, tg[N - 1] = 0; /* last real column (last non-empty shard) and the first */
+        for (int withgrad = 0; withgrad < 2; withgrad++) {
+            const float dscale = withgrad ? 1.f / N : 0.f;
+            float *loss[2], *lg[2], *gm[2], *gs[2];
+            for (int k = 0; k < 2; k++) {
+                loss[k] = hzeros(N), lg[k] = hzeros(n), gm[k] = hzeros(N), gs[k] = hzeros(N);
+                xent_tp_dev(k ? P->dut : P->ref, TP, N, V, Vp, x, tg, dscale, loss[k], lg[k], gm[k], gs[k]);
+            }
+            char nm[96];
+            snprintf(nm, sizeof nm, "xent_tp N%d V%d Vp%d TP%d max", N, V, Vp, TP);
+            cmp(P, nm, gm[1], gm[0], N, 0.0); /* a max of identical inputs is exact */
+            cmp(P, "xent_tp sumexp", gs[1], gs[0], N, P->tol);
+            cmp(P, withgrad ? "xent_tp loss" : "xent_tp loss (no grad)", loss[1], loss[0], N, P->tol);
+            if (withgrad) cmp(P, "xent_tp dlogits", lg[1], lg[0], n, P->tol);
+            else cmp(P, "xent_tp logits untouched", lg[1], x, n, 0.0);
+            /* the device's split result against its own single-rank xent_fwd_bwd */
+            void *dx = act_up(P->dut, x, n);
+            int32_t *dt = i32_up(P->dut, tg, N);
+            float *dl = f32_up(P->dut, NULL, N), *fl = hzeros(N), *fg = hzeros(n);
+            poison(P->dut, dl, (size_t)N * 4);
+            P->dut->ops->xent_fwd_bwd(P->dut, dl, dx, dt, N, V, Vp, dscale);
+            f32_down(P->dut, fl, dl, N), act_down(P->dut, fg, dx, n);
+            cmp(P, "xent_tp loss vs xent_fwd_bwd", loss[1], fl, N, P->tol);
+            if (withgrad) cmp(P, "xent_tp dlogits vs xent_fwd_bwd", lg[1], fg, n, P->tol);
+            dfree(P->dut, dx), dfree(P->dut, dt), dfree(P->dut, dl), free(fl), free(fg);
+            for (int k = 0; k < 2; k++) free(loss[k]), free(lg[k]), free(gm[k]), free(gs[k]);
+        }
+        free(x), free(tg);
+    }
+}
+
 /* ======================= optimizer and reductions ======================= */
 static void t_adamw(const Pair *P) {
     static const size_t ns[] = {1000, 100003};
@@ -560,8 +729,9 @@ typedef struct {
 } Case;
 
 static const Case cases[] = {
-    {"embedding", t_embedding}, {"layernorm", t_layernorm}, {"linear", t_linear},
-    {"gelu", t_gelu},           {"attention", t_attention}, {"xent", t_xent},
+    {"embedding", t_embedding}, {"embedding_tp", t_embedding_tp}, {"layernorm", t_layernorm},
+    {"linear", t_linear},       {"gelu", t_gelu},               {"attention", t_attention},
+    {"xent", t_xent},           {"xent_tp", t_xent_tp},
     {"adamw", t_adamw},         {"reduce", t_reduce},       {"memory_streams", t_memory_streams},
 };
 
