@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "comm.h"
 #include "params.h"
 
 #ifdef __cplusplus
@@ -41,6 +42,7 @@ typedef struct {
                        * 1: one reusable bucket, the size of the largest parameter group
                        * (embeddings, one layer, final LayerNorm), handed to a
                        * LtGradReadyFn group by group (ZeRO-2) */
+    const LtComm *tp; /* tensor-parallel group (NULL = no tensor parallelism) */
 } LtModelOptions;
 
 typedef struct {
@@ -49,6 +51,10 @@ typedef struct {
     LtModelDims d;
     int B, T;             /* micro batch size and sequence length of the buffers */
     int xent_chunk;       /* tokens per cross-entropy chunk */
+    const LtComm *tp;     /* tensor-parallel group, NULL when tp == 1 */
+    int tp_size, tp_rank;
+    int heads_local, ffn_local, vocab_local; /* this rank's heads, ffn columns, vocab rows */
+    int vocab_start, vocab_valid;            /* first owned vocab id; owned ids < true vocab */
 
     size_t flat;          /* elements of params (and of grads without buckets) */
     void *params;         /* act dtype, flat elements (table order, zero padding) */
@@ -69,7 +75,9 @@ typedef struct {
     void *dresid, *dc, *d3c, *dff; /* (N,C), (N,C), (N,3C), (N,F) */
     void *logits;         /* (xent_chunk, Vp): logits, then their gradient in place */
     float *losses;        /* (N) per-token losses */
-    int32_t *tokens, *targets; /* (N) device copies of the current micro batch */
+    float *xstat;         /* (3, xent_chunk) vocab-parallel row max / sum of exp / target logit */
+    int32_t *tokens, *targets; /* (N) device copies of the current micro batch (local ids) */
+    int32_t *host_ids;    /* (N) staging for local ids */
     float *host_losses;   /* (N) host copy */
     LtModelMemory mem;
 } LtModel;

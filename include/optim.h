@@ -36,6 +36,8 @@ typedef struct {
     LtBackend *be;
     const LtParamTable *table;
     const LtComm *dp;       /* data-parallel group (size 1 = no communication) */
+    const LtComm *tp;       /* tensor-parallel group for the grad norm (NULL: tp = 1) */
+    int tp_rank;
     int zero_stage, dp_size, dp_rank;
     size_t flat;            /* padded flat size, multiple of dp_size */
     size_t shard_begin, shard_len; /* elements this rank updates */
@@ -72,7 +74,11 @@ void lt_optim_reduce_bucket(LtOptimizer *o, float *bucket, size_t begin, size_t 
  * reduce-scatters it into the shard, stage 2 has nothing left to do. */
 void lt_optim_reduce_grads(LtOptimizer *o, float *grads);
 
-/* Global L2 norm of the reduced gradient (collective over DP). */
+/* Tensor parallelism: the table holds this TP rank's shards; the grad norm
+ * then sums over the TP group too, counting replicated parameters once. */
+void lt_optim_set_tp(LtOptimizer *o, const LtComm *tp);
+
+/* Global L2 norm of the reduced gradient (collective over DP and TP). */
 double lt_optim_grad_norm(LtOptimizer *o, const float *grads);
 
 /* One AdamW update with learning rate lr on this rank's shard, gradients

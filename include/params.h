@@ -26,23 +26,35 @@ LtModelDims lt_dims_from_config(const LtConfig *c);
 
 typedef enum { LT_INIT_NORMAL = 0, LT_INIT_ZEROS, LT_INIT_ONES } LtInitKind;
 
+/* How a parameter is split over tensor-parallel ranks (Megatron style). */
+typedef enum {
+    LT_SPLIT_NONE = 0, /* replicated on every TP rank */
+    LT_SPLIT_ROWS,     /* dim 0 split in tp contiguous parts: column-parallel weights and
+                        * their biases, the vocab-parallel embedding */
+    LT_SPLIT_COLS,     /* dim 1 split: row-parallel weights (input features) */
+    LT_SPLIT_QKV,      /* dim 0 holds q | k | v blocks, each split by heads */
+} LtSplit;
+
 typedef struct {
     char name[96];     /* internal name, e.g. "h.3.attn.qkv.weight" */
     int ndim;
-    int64_t shape[2];
+    int64_t shape[2];  /* this rank's shard */
+    int64_t gshape[2]; /* the global parameter */
+    LtSplit split;
     size_t offset;     /* element offset in the flat buffer */
     size_t numel;
     int decay;         /* 1: weight decay applies (2-D parameters) */
     LtInitKind init;
     float init_std;    /* for LT_INIT_NORMAL */
-    int rows_valid;    /* rows that get init (wte: true vocab; padded rows are zero) */
+    int rows_valid;    /* global rows that get init (wte: true vocab; padded rows are zero) */
 } LtParam;
 
 typedef struct {
     LtParam *p;
     int n;
-    size_t total;      /* elements */
-    LtModelDims dims;
+    size_t total;      /* elements (of this rank's shards) */
+    LtModelDims dims;  /* global dimensions */
+    int tp, tp_rank;
 } LtParamTable;
 
 /* Build the table for the GPT described by dims. Order: wte, wpe, then per
@@ -51,12 +63,27 @@ typedef struct {
  * ln_f.{weight,bias}. Shapes: wte (Vp,C), wpe (P,C), qkv.weight (3C,C),
  * proj.weight (C,C), fc.weight (F,C), mlp.proj.weight (C,F). */
 void lt_params_build(LtParamTable *t, const LtModelDims *d);
+/* The shards held by tensor-parallel rank tp_rank of tp (tp divides heads,
+ * ffn and padded vocab). lt_params_build is the tp = 1 case. */
+void lt_params_build_tp(LtParamTable *t, const LtModelDims *d, int tp, int tp_rank);
+
+/* Global row-major index of element `local` of this rank's shard of p. */
+size_t lt_param_global_index(const LtParamTable *t, const LtParam *p, size_t local);
+
+/* Copy the shard values `src` (t order) into the global arrays dst (g order,
+ * g built with tp = 1). Replicated parameters are written only when
+ * with_replicated != 0 (so a sum over TP ranks counts them once). */
+void lt_params_to_global(const LtParamTable *t, const float *src, const LtParamTable *g,
+                         float *dst, int with_replicated);
+/* Extract this rank's shards from global arrays. */
+void lt_params_from_global(const LtParamTable *t, float *dst, const LtParamTable *g,
+                           const float *src);
 void lt_params_free(LtParamTable *t);
 const LtParam *lt_params_find(const LtParamTable *t, const char *name);
 
-/* Initial value of element `index` (row-major, global) of parameter p. */
+/* Initial value of element `index` (row-major, GLOBAL index) of parameter p. */
 float lt_param_init_value(const LtParam *p, uint64_t seed, size_t index);
-/* Fill out[t->total] with the initial fp32 values of every parameter. */
+/* Fill out[t->total] with the initial fp32 values of this rank's shards. */
 void lt_params_init(const LtParamTable *t, uint64_t seed, float *out);
 
 #ifdef __cplusplus

@@ -78,8 +78,19 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     m->d = *d;
     m->B = B;
     m->T = T;
-    lt_params_build(&m->table, d);
-    const size_t N = (size_t)B * T, C = d->hidden, F = d->ffn, L = d->num_layers;
+    m->tp = opt && opt->tp && lt_comm_size(opt->tp) > 1 ? opt->tp : NULL;
+    m->tp_size = m->tp ? lt_comm_size(m->tp) : 1;
+    m->tp_rank = m->tp ? lt_comm_rank(m->tp) : 0;
+    lt_params_build_tp(&m->table, d, m->tp_size, m->tp_rank);
+    m->heads_local = d->heads / m->tp_size;
+    m->ffn_local = d->ffn / m->tp_size;
+    m->vocab_local = d->padded_vocab / m->tp_size;
+    m->vocab_start = m->tp_rank * m->vocab_local;
+    m->vocab_valid = d->vocab - m->vocab_start;
+    if (m->vocab_valid < 0) m->vocab_valid = 0;
+    if (m->vocab_valid > m->vocab_local) m->vocab_valid = m->vocab_local;
+    const size_t N = (size_t)B * T, C = d->hidden, F = m->ffn_local, L = d->num_layers,
+                 C3 = 3 * C / (size_t)m->tp_size;
     m->xent_chunk = (int)(N < 256 ? N : 256);
     m->flat = opt && opt->flat ? opt->flat : m->table.total;
     LT_CHECK(m->flat >= m->table.total);
@@ -95,7 +106,7 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     for (size_t l = 0; l < L; l++) {
         LtLayerActs *la = &m->layer[l];
         la->ln1 = act_alloc(m, N * C, a);
-        la->qkv = act_alloc(m, N * 3 * C, a);
+        la->qkv = act_alloc(m, N * C3, a);
         la->atty = act_alloc(m, N * C, a);
         la->r2 = act_alloc(m, N * C, a);
         la->ln2 = act_alloc(m, N * C, a);
@@ -105,7 +116,7 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
         la->rstd1 = f32_alloc(m, N, a);
         la->mean2 = f32_alloc(m, N, a);
         la->rstd2 = f32_alloc(m, N, a);
-        la->lse = f32_alloc(m, N * d->heads, a);
+        la->lse = f32_alloc(m, N * (size_t)m->heads_local, a);
     }
     m->lnf = act_alloc(m, N * C, a);
     m->meanf = f32_alloc(m, N, a);
@@ -115,14 +126,16 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     m->scratch_c = act_alloc(m, N * C, w);
     m->dresid = act_alloc(m, N * C, w);
     m->dc = act_alloc(m, N * C, w);
-    m->d3c = act_alloc(m, N * 3 * C, w);
+    m->d3c = act_alloc(m, N * C3, w);
     m->dff = act_alloc(m, N * F, w);
-    m->logits = act_alloc(m, (size_t)m->xent_chunk * d->padded_vocab, w);
+    m->logits = act_alloc(m, (size_t)m->xent_chunk * (size_t)m->vocab_local, w);
     m->losses = f32_alloc(m, N, w);
+    m->xstat = f32_alloc(m, 3 * (size_t)m->xent_chunk, w);
     m->tokens = be->ops->alloc(be, N * sizeof(int32_t));
     m->targets = be->ops->alloc(be, N * sizeof(int32_t));
     *w += 2 * N * sizeof(int32_t);
     m->host_losses = lt_calloc(N * sizeof(float));
+    m->host_ids = lt_calloc(N * sizeof(int32_t));
     return m;
 }
 
@@ -138,13 +151,14 @@ void lt_model_destroy(LtModel *m) {
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) fr(be, ps[i]);
     }
     void *ps[] = {m->params, m->grads, m->stage_f32, m->lnf, m->meanf, m->rstdf, m->scratch_c,
-                  m->dresid, m->dc, m->d3c, m->dff, m->logits, m->losses,
+                  m->dresid, m->dc, m->d3c, m->dff, m->logits, m->losses, m->xstat,
                   m->tokens, m->targets};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) fr(be, ps[i]);
     free(m->resid);
     free(m->layer);
     free(m->gptr);
     free(m->host_losses);
+    free(m->host_ids);
     lt_params_free(&m->table);
     free(m);
 }
@@ -174,13 +188,34 @@ static void grads_ready(LtModel *m, int first, int last) {
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, first, last);
 }
 
+/* Sum an act tensor over the tensor-parallel group (the conjugate of the
+ * identity: forward after row-parallel layers, backward after column-parallel
+ * ones). The MPI layer works on host memory, which the CPU backend's is; the
+ * sum is rounded back to the compute dtype. */
+static void tp_sum(LtModel *m, void *x, size_t n) {
+    if (!m->tp) return;
+    LT_CHECK(m->be->act_size == sizeof(float));
+    lt_comm_all_reduce(m->tp, x, n, LT_COMM_F32, LT_COMM_SUM);
+    if (m->be->dtype != LT_F32) m->be->ops->act_from_f32(m->be, x, x, n);
+}
+
+static void tp_reduce_f32(LtModel *m, float *x, size_t n, LtCommOp op) {
+    if (m->tp) lt_comm_all_reduce(m->tp, x, n, LT_COMM_F32, op);
+}
+
+/* A row-parallel layer's bias is added once: by the first TP rank. */
+static const void *row_bias(const LtModel *m, int i) { return m->tp_rank == 0 ? param(m, i) : NULL; }
+
 /* Forward through the blocks and the final LayerNorm (rows = B*T). */
 static void forward_body(LtModel *m, int B) {
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
-    const int T = m->T, C = m->d.hidden, F = m->d.ffn, NH = m->d.heads, L = m->d.num_layers;
+    const int T = m->T, C = m->d.hidden, F = m->ffn_local, NH = m->heads_local,
+              HD = m->d.hidden / m->d.heads, L = m->d.num_layers, CL = NH * HD;
     const int N = B * T;
-    o->embedding_fwd(be, m->resid[0], m->tokens, param(m, IDX_WTE), param(m, IDX_WPE), B, T, C);
+    o->embedding_fwd(be, m->resid[0], m->tokens, param(m, IDX_WTE),
+                     m->tp_rank == 0 ? param(m, IDX_WPE) : NULL, B, T, C);
+    tp_sum(m, m->resid[0], (size_t)N * C);
     for (int l = 0; l < L; l++) {
         LtLayerActs *a = &m->layer[l];
         if (l == 0)
@@ -191,16 +226,18 @@ static void forward_body(LtModel *m, int B) {
                              m->scratch_c, param(m, lidx(m, l, P_LN1W)),
                              param(m, lidx(m, l, P_LN1B)), N, C);
         o->linear_fwd(be, a->qkv, NULL, a->ln1, param(m, lidx(m, l, P_QKVW)),
-                      param(m, lidx(m, l, P_QKVB)), N, C, 3 * C);
-        o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, C / NH);
+                      param(m, lidx(m, l, P_QKVB)), N, C, 3 * CL);
+        o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, HD);
         o->linear_fwd(be, m->scratch_c, NULL, a->atty, param(m, lidx(m, l, P_PROJW)),
-                      param(m, lidx(m, l, P_PROJB)), N, C, C);
+                      row_bias(m, lidx(m, l, P_PROJB)), N, CL, C);
+        tp_sum(m, m->scratch_c, (size_t)N * C);
         o->layernorm_fwd(be, a->r2, a->ln2, a->mean2, a->rstd2, m->resid[l], m->scratch_c,
                          param(m, lidx(m, l, P_LN2W)), param(m, lidx(m, l, P_LN2B)), N, C);
         o->linear_fwd(be, a->fch, a->fch_pre, a->ln2, param(m, lidx(m, l, P_FCW)),
                       param(m, lidx(m, l, P_FCB)), N, C, F);
         o->linear_fwd(be, m->scratch_c, NULL, a->fch, param(m, lidx(m, l, P_FC2W)),
-                      param(m, lidx(m, l, P_FC2B)), N, F, C);
+                      row_bias(m, lidx(m, l, P_FC2B)), N, F, C);
+        tp_sum(m, m->scratch_c, (size_t)N * C);
     }
     int f = idx_lnf(m);
     o->layernorm_fwd(be, m->resid[L], m->lnf, m->meanf, m->rstdf, m->layer[L - 1].r2,
@@ -212,16 +249,29 @@ static void forward_body(LtModel *m, int B) {
 static double loss_chunks(LtModel *m, int N, float grad_scale) {
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
-    const int C = m->d.hidden, V = m->d.vocab, Vp = m->d.padded_vocab;
-    for (int r = 0; r < N; r += m->xent_chunk) {
-        int n = N - r < m->xent_chunk ? N - r : m->xent_chunk;
+    const int C = m->d.hidden, V = m->d.vocab, Vl = m->vocab_local;
+    const int X = m->xent_chunk;
+    float *gmax = m->xstat, *gsum = m->xstat + X, *gtgt = m->xstat + 2 * X;
+    for (int r = 0; r < N; r += X) {
+        int n = N - r < X ? N - r : X;
         const void *x = (const char *)m->lnf + lt_act_bytes(be, (size_t)r * C);
-        o->linear_fwd(be, m->logits, NULL, x, param(m, IDX_WTE), NULL, n, C, Vp);
-        o->xent_fwd_bwd(be, m->losses + r, m->logits, m->targets + r, n, V, Vp, grad_scale);
+        o->linear_fwd(be, m->logits, NULL, x, param(m, IDX_WTE), NULL, n, C, Vl);
+        if (!m->tp) {
+            o->xent_fwd_bwd(be, m->losses + r, m->logits, m->targets + r, n, V, Vl, grad_scale);
+        } else { /* vocab-parallel: row statistics summed over the TP ranks */
+            const int32_t *tg = m->targets + r;
+            o->xent_tp_stats(be, gmax, NULL, NULL, m->logits, tg, NULL, n, m->vocab_valid, Vl);
+            tp_reduce_f32(m, gmax, (size_t)n, LT_COMM_MAX);
+            o->xent_tp_stats(be, NULL, gsum, gtgt, m->logits, tg, gmax, n, m->vocab_valid, Vl);
+            tp_reduce_f32(m, gsum, 2 * (size_t)X, LT_COMM_SUM); /* gsum and gtgt together */
+            o->xent_tp_finish(be, m->losses + r, m->logits, tg, gmax, gsum, gtgt, n,
+                              m->vocab_valid, Vl, grad_scale);
+        }
         if (grad_scale != 0.0f)
             o->linear_bwd(be, (char *)m->dc + lt_act_bytes(be, (size_t)r * C), grad(m, IDX_WTE),
-                          NULL, m->logits, x, param(m, IDX_WTE), NULL, n, C, Vp);
+                          NULL, m->logits, x, param(m, IDX_WTE), NULL, n, C, Vl);
     }
+    if (grad_scale != 0.0f) tp_sum(m, m->dc, (size_t)N * C);
     o->download(be, m->host_losses, m->losses, (size_t)N * sizeof(float));
     double sum = 0.0;
     for (int i = 0; i < N; i++) sum += m->host_losses[i];
@@ -231,7 +281,8 @@ static double loss_chunks(LtModel *m, int N, float grad_scale) {
 static void backward_body(LtModel *m, int B) {
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
-    const int T = m->T, C = m->d.hidden, F = m->d.ffn, NH = m->d.heads, L = m->d.num_layers;
+    const int T = m->T, C = m->d.hidden, F = m->ffn_local, NH = m->heads_local,
+              HD = m->d.hidden / m->d.heads, L = m->d.num_layers, CL = NH * HD;
     const int N = B * T;
     int f = idx_lnf(m);
     grads_ready(m, IDX_WTE, IDX_WTE); /* the LM head's share of the tied embedding */
@@ -246,14 +297,16 @@ static void backward_body(LtModel *m, int B) {
                       m->dresid, a->fch, param(m, lidx(m, l, P_FC2W)), a->fch_pre, N, F, C);
         o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_FCW)), grad(m, lidx(m, l, P_FCB)), m->dff,
                       a->ln2, param(m, lidx(m, l, P_FCW)), NULL, N, C, F);
+        tp_sum(m, m->dc, (size_t)N * C);
         o->layernorm_bwd(be, m->dresid, grad(m, lidx(m, l, P_LN2W)), grad(m, lidx(m, l, P_LN2B)),
                          m->dc, a->r2, param(m, lidx(m, l, P_LN2W)), a->mean2, a->rstd2, N, C);
         /* dresid = d(r2) flows to both the attention projection and resid[l] */
         o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_PROJW)), grad(m, lidx(m, l, P_PROJB)),
-                      m->dresid, a->atty, param(m, lidx(m, l, P_PROJW)), NULL, N, C, C);
-        o->attention_bwd(be, m->d3c, m->dc, a->qkv, a->atty, a->lse, B, T, NH, C / NH);
+                      m->dresid, a->atty, param(m, lidx(m, l, P_PROJW)), NULL, N, CL, C);
+        o->attention_bwd(be, m->d3c, m->dc, a->qkv, a->atty, a->lse, B, T, NH, HD);
         o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_QKVW)), grad(m, lidx(m, l, P_QKVB)), m->d3c,
-                      a->ln1, param(m, lidx(m, l, P_QKVW)), NULL, N, C, 3 * C);
+                      a->ln1, param(m, lidx(m, l, P_QKVW)), NULL, N, C, 3 * CL);
+        tp_sum(m, m->dc, (size_t)N * C);
         o->layernorm_bwd(be, m->dresid, grad(m, lidx(m, l, P_LN1W)), grad(m, lidx(m, l, P_LN1B)),
                          m->dc, m->resid[l], param(m, lidx(m, l, P_LN1W)), a->mean1, a->rstd1, N,
                          C);
@@ -263,13 +316,26 @@ static void backward_body(LtModel *m, int B) {
     grads_ready(m, IDX_WTE, IDX_WPE);
 }
 
+/* Upload ids as this rank's local vocabulary ids (-1 when another TP rank owns
+ * the row: the embedding skips it). Targets keep out-of-range local ids. */
+static void upload_ids(LtModel *m, int32_t *dst, const int32_t *ids, int n, int mask) {
+    if (!m->tp) {
+        m->be->ops->upload(m->be, dst, ids, (size_t)n * sizeof(int32_t));
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        int32_t v = ids[i] - m->vocab_start;
+        m->host_ids[i] = mask && (v < 0 || v >= m->vocab_local) ? -1 : v;
+    }
+    m->be->ops->upload(m->be, dst, m->host_ids, (size_t)n * sizeof(int32_t));
+}
+
 double lt_model_step(LtModel *m, const int32_t *tokens, const int32_t *targets, float grad_scale) {
-    LtBackend *be = m->be;
     const int N = m->B * m->T;
-    be->ops->upload(be, m->tokens, tokens, (size_t)N * sizeof(int32_t));
+    upload_ids(m, m->tokens, tokens, N, 1);
     forward_body(m, m->B);
     if (!targets) return 0.0;
-    be->ops->upload(be, m->targets, targets, (size_t)N * sizeof(int32_t));
+    upload_ids(m, m->targets, targets, N, 0);
     double loss = loss_chunks(m, N, grad_scale);
     if (grad_scale != 0.0f) backward_body(m, m->B);
     return loss;
@@ -278,7 +344,7 @@ double lt_model_step(LtModel *m, const int32_t *tokens, const int32_t *targets, 
 void lt_model_next_logits(LtModel *m, const int32_t *tokens, int len, float *out) {
     LtBackend *be = m->be;
     const int T = m->T, C = m->d.hidden, V = m->d.vocab, Vp = m->d.padded_vocab;
-    LT_CHECK(len >= 1 && len <= T);
+    LT_CHECK(len >= 1 && len <= T && !m->tp);
     /* one sequence in row 0 (B = 1); positions past len are padding and
      * cannot influence position len-1 under the causal mask */
     int32_t *row = lt_calloc((size_t)T * sizeof(int32_t));

@@ -121,11 +121,35 @@ void lt_optim_reduce_grads(LtOptimizer *o, float *grads) {
     }
 }
 
+void lt_optim_set_tp(LtOptimizer *o, const LtComm *tp) {
+    o->tp = tp && lt_comm_size(tp) > 1 ? tp : NULL;
+    o->tp_rank = o->tp ? lt_comm_rank(o->tp) : 0;
+}
+
+/* Sum of squares of the gradient over flat range [b0, b1) (g indexed from flat
+ * position `base`), counting parameters replicated over TP only on TP rank 0. */
+static double counted_sumsq(LtOptimizer *o, const float *g, size_t base, size_t b0, size_t b1) {
+    const LtParamTable *t = o->table;
+    double ss = 0.0;
+    for (int i = 0; i < t->n; i++) {
+        const LtParam *p = &t->p[i];
+        if (p->split == LT_SPLIT_NONE && o->tp_rank != 0) continue;
+        size_t st, n = overlap(p->offset, p->offset + p->numel, b0, b1, &st);
+        if (n) ss += o->be->ops->sumsq(o->be, g + (st - base), n);
+    }
+    return ss;
+}
+
 double lt_optim_grad_norm(LtOptimizer *o, const float *grads) {
-    if (o->zero_stage == 0) /* every rank holds the same reduced gradient */
-        return sqrt(o->be->ops->sumsq(o->be, grads, o->table->total));
-    double ss = o->be->ops->sumsq(o->be, o->grad_shard, o->shard_len);
-    lt_comm_all_reduce(o->dp, &ss, 1, LT_COMM_F64, LT_COMM_SUM);
+    double ss;
+    if (o->zero_stage == 0) { /* every DP rank holds the same reduced gradient */
+        ss = counted_sumsq(o, grads, 0, 0, o->table->total);
+    } else {
+        ss = counted_sumsq(o, o->grad_shard, o->shard_begin, o->shard_begin,
+                           o->shard_begin + o->shard_len);
+        lt_comm_all_reduce(o->dp, &ss, 1, LT_COMM_F64, LT_COMM_SUM);
+    }
+    if (o->tp) lt_comm_all_reduce(o->tp, &ss, 1, LT_COMM_F64, LT_COMM_SUM);
     return sqrt(ss);
 }
 

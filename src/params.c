@@ -9,11 +9,12 @@
 
 #include "common.h"
 
-static LtParam *add(LtParamTable *t, int *cap, LtInitKind init, float std, int decay, int64_t r,
-                    int64_t c, const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+static LtParam *add(LtParamTable *t, int *cap, LtSplit split, LtInitKind init, float std,
+                    int decay, int64_t r, int64_t c, const char *fmt, ...)
+    __attribute__((format(printf, 9, 10)));
 
-static LtParam *add(LtParamTable *t, int *cap, LtInitKind init, float std, int decay, int64_t r,
-                    int64_t c, const char *fmt, ...) {
+static LtParam *add(LtParamTable *t, int *cap, LtSplit split, LtInitKind init, float std,
+                    int decay, int64_t r, int64_t c, const char *fmt, ...) {
     if (t->n == *cap) {
         *cap = *cap ? 2 * *cap : 64;
         LtParam *np = lt_malloc(sizeof(LtParam) * (size_t)*cap);
@@ -28,9 +29,12 @@ static LtParam *add(LtParamTable *t, int *cap, LtInitKind init, float std, int d
     vsnprintf(p->name, sizeof p->name, fmt, ap);
     va_end(ap);
     p->ndim = c > 0 ? 2 : 1;
-    p->shape[0] = r;
-    p->shape[1] = c > 0 ? c : 1;
-    p->numel = (size_t)r * (size_t)(c > 0 ? c : 1);
+    p->gshape[0] = r;
+    p->gshape[1] = c > 0 ? c : 1;
+    p->split = split;
+    p->shape[0] = split == LT_SPLIT_ROWS || split == LT_SPLIT_QKV ? r / t->tp : r;
+    p->shape[1] = split == LT_SPLIT_COLS ? p->gshape[1] / t->tp : p->gshape[1];
+    p->numel = (size_t)p->shape[0] * (size_t)p->shape[1];
     p->offset = t->total;
     p->decay = decay;
     p->init = init;
@@ -40,32 +44,38 @@ static LtParam *add(LtParamTable *t, int *cap, LtInitKind init, float std, int d
     return p;
 }
 
-void lt_params_build(LtParamTable *t, const LtModelDims *d) {
+void lt_params_build(LtParamTable *t, const LtModelDims *d) { lt_params_build_tp(t, d, 1, 0); }
+
+void lt_params_build_tp(LtParamTable *t, const LtModelDims *d, int tp, int tp_rank) {
     memset(t, 0, sizeof *t);
     t->dims = *d;
+    t->tp = tp;
+    t->tp_rank = tp_rank;
+    LT_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp);
+    LT_CHECK(d->heads % tp == 0 && d->ffn % tp == 0 && d->padded_vocab % tp == 0);
     int cap = 0;
     const int64_t C = d->hidden, F = d->ffn;
     const float std = 0.02f;
     const float proj_std = 0.02f / sqrtf(2.0f * (float)d->num_layers);
-    LtParam *wte = add(t, &cap, LT_INIT_NORMAL, std, 1, d->padded_vocab, C, "wte");
+    LtParam *wte = add(t, &cap, LT_SPLIT_ROWS, LT_INIT_NORMAL, std, 1, d->padded_vocab, C, "wte");
     wte->rows_valid = d->vocab; /* padded rows start (and stay) zero */
-    add(t, &cap, LT_INIT_NORMAL, std, 1, d->max_pos, C, "wpe");
+    add(t, &cap, LT_SPLIT_NONE, LT_INIT_NORMAL, std, 1, d->max_pos, C, "wpe");
     for (int l = 0; l < d->num_layers; l++) {
-        add(t, &cap, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_1.weight", l);
-        add(t, &cap, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.ln_1.bias", l);
-        add(t, &cap, LT_INIT_NORMAL, std, 1, 3 * C, C, "h.%d.attn.qkv.weight", l);
-        add(t, &cap, LT_INIT_ZEROS, 0, 0, 3 * C, 0, "h.%d.attn.qkv.bias", l);
-        add(t, &cap, LT_INIT_NORMAL, proj_std, 1, C, C, "h.%d.attn.proj.weight", l);
-        add(t, &cap, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.attn.proj.bias", l);
-        add(t, &cap, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_2.weight", l);
-        add(t, &cap, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.ln_2.bias", l);
-        add(t, &cap, LT_INIT_NORMAL, std, 1, F, C, "h.%d.mlp.fc.weight", l);
-        add(t, &cap, LT_INIT_ZEROS, 0, 0, F, 0, "h.%d.mlp.fc.bias", l);
-        add(t, &cap, LT_INIT_NORMAL, proj_std, 1, C, F, "h.%d.mlp.proj.weight", l);
-        add(t, &cap, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.mlp.proj.bias", l);
+        add(t, &cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_1.weight", l);
+        add(t, &cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.ln_1.bias", l);
+        add(t, &cap, LT_SPLIT_QKV, LT_INIT_NORMAL, std, 1, 3 * C, C, "h.%d.attn.qkv.weight", l);
+        add(t, &cap, LT_SPLIT_QKV, LT_INIT_ZEROS, 0, 0, 3 * C, 0, "h.%d.attn.qkv.bias", l);
+        add(t, &cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, C, "h.%d.attn.proj.weight", l);
+        add(t, &cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.attn.proj.bias", l);
+        add(t, &cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_2.weight", l);
+        add(t, &cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.ln_2.bias", l);
+        add(t, &cap, LT_SPLIT_ROWS, LT_INIT_NORMAL, std, 1, F, C, "h.%d.mlp.fc.weight", l);
+        add(t, &cap, LT_SPLIT_ROWS, LT_INIT_ZEROS, 0, 0, F, 0, "h.%d.mlp.fc.bias", l);
+        add(t, &cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, F, "h.%d.mlp.proj.weight", l);
+        add(t, &cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.mlp.proj.bias", l);
     }
-    add(t, &cap, LT_INIT_ONES, 0, 0, C, 0, "ln_f.weight");
-    add(t, &cap, LT_INIT_ZEROS, 0, 0, C, 0, "ln_f.bias");
+    add(t, &cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "ln_f.weight");
+    add(t, &cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "ln_f.bias");
 }
 
 void lt_params_free(LtParamTable *t) {
@@ -79,12 +89,51 @@ const LtParam *lt_params_find(const LtParamTable *t, const char *name) {
     return NULL;
 }
 
+size_t lt_param_global_index(const LtParamTable *t, const LtParam *p, size_t local) {
+    size_t cols = (size_t)p->shape[1], i = local / cols, j = local % cols;
+    size_t R = (size_t)p->gshape[0], Cg = (size_t)p->gshape[1], r = (size_t)t->tp_rank;
+    switch (p->split) {
+    case LT_SPLIT_NONE: return local;
+    case LT_SPLIT_ROWS: return (r * (size_t)p->shape[0] + i) * Cg + j;
+    case LT_SPLIT_COLS: return i * Cg + r * cols + j;
+    case LT_SPLIT_QKV: {
+        size_t block = (size_t)p->shape[0] / 3; /* rows of q (or k, v) on this rank */
+        size_t s = i / block, w = i % block;
+        return (s * (R / 3) + r * block + w) * Cg + j;
+    }
+    }
+    return local;
+}
+
+void lt_params_to_global(const LtParamTable *t, const float *src, const LtParamTable *g,
+                         float *dst, int with_replicated) {
+    LT_CHECK(t->n == g->n);
+    for (int k = 0; k < t->n; k++) {
+        const LtParam *p = &t->p[k];
+        if (p->split == LT_SPLIT_NONE && !with_replicated) continue;
+        const float *s = src + p->offset;
+        float *d = dst + g->p[k].offset;
+        for (size_t e = 0; e < p->numel; e++) d[lt_param_global_index(t, p, e)] = s[e];
+    }
+}
+
+void lt_params_from_global(const LtParamTable *t, float *dst, const LtParamTable *g,
+                           const float *src) {
+    LT_CHECK(t->n == g->n);
+    for (int k = 0; k < t->n; k++) {
+        const LtParam *p = &t->p[k];
+        const float *s = src + g->p[k].offset;
+        float *d = dst + p->offset;
+        for (size_t e = 0; e < p->numel; e++) d[e] = s[lt_param_global_index(t, p, e)];
+    }
+}
+
 float lt_param_init_value(const LtParam *p, uint64_t seed, size_t index) {
     switch (p->init) {
     case LT_INIT_ZEROS: return 0.0f;
     case LT_INIT_ONES: return 1.0f;
     case LT_INIT_NORMAL:
-        if (index / (size_t)p->shape[1] >= (size_t)p->rows_valid) return 0.0f;
+        if (index / (size_t)p->gshape[1] >= (size_t)p->rows_valid) return 0.0f;
         return p->init_std * lt_normal_at(seed, lt_hash_bytes(p->name, strlen(p->name), 0), index);
     }
     return 0.0f;
@@ -95,7 +144,8 @@ void lt_params_init(const LtParamTable *t, uint64_t seed, float *out) {
         const LtParam *p = &t->p[i];
         float *dst = out + p->offset;
 #pragma omp parallel for schedule(static)
-        for (size_t j = 0; j < p->numel; j++) dst[j] = lt_param_init_value(p, seed, j);
+        for (size_t j = 0; j < p->numel; j++)
+            dst[j] = lt_param_init_value(p, seed, lt_param_global_index(t, p, j));
     }
 }
 

@@ -34,6 +34,8 @@ typedef struct {
     LtTopology topo;
     LtCoords coords;
     LtComm *dp;         /* data-parallel group */
+    LtComm *tp;         /* tensor-parallel group */
+    LtParamTable global; /* the tp = 1 table: checkpoints hold global tensors */
     long start_step;
     double peak_tflops;
     const char *peak_source;
@@ -46,10 +48,6 @@ static void on_signal(int sig) { g_stop_signal = sig; }
 
 /* Refuse what the config names but this build cannot run yet (exit 2). */
 static void check_supported(const LtConfig *c, const LtWorld *w) {
-    if (c->parallel.tensor_model_parallel_size != 1)
-        lt_input_error("parallel.tensor_model_parallel_size=%d: tensor parallelism is not "
-                       "available in this build yet (only 1)",
-                       c->parallel.tensor_model_parallel_size);
     if (c->parallel.pipeline_model_parallel_size != 1)
         lt_input_error("parallel.pipeline_model_parallel_size=%d: pipeline parallelism is not "
                        "available in this build yet (only 1)",
@@ -120,6 +118,8 @@ static void setup_topology(Run *r) {
     int *members = lt_malloc(sizeof(int) * (size_t)r->world->world);
     int n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_DP, members);
     r->dp = lt_comm_split_members(members, n, "dp");
+    n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_TP, members);
+    r->tp = lt_comm_split_members(members, n, "tp");
     free(members);
 }
 
@@ -133,15 +133,17 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
     r->be = make_backend(cfg, w);
     LtModelDims d = lt_dims_from_config(cfg);
     LtParamTable sizing;
-    lt_params_build(&sizing, &d);
+    lt_params_build_tp(&sizing, &d, r->topo.tp, r->coords.tp);
     LtModelOptions mo = {.flat = lt_optim_flat_size(&sizing, r->topo.dp),
                          .grad_buckets = need_optimizer && cfg->optimizer.zero_stage == 2 &&
-                                         r->topo.dp > 1};
+                                         r->topo.dp > 1,
+                         .tp = r->tp};
     lt_params_free(&sizing);
+    lt_params_build(&r->global, &d);
     r->model = lt_model_create(r->be, &d, cfg->train.micro_batch_size, cfg->model.seq_length, &mo);
     const LtParamTable *t = &r->model->table;
     float *host = lt_malloc(t->total * sizeof(float));
-    LtCkptState st = {host, NULL, NULL};
+    LtCkptState st = {lt_malloc(r->global.total * sizeof(float)), NULL, NULL};
     LtCkptMeta meta = {0};
     char stepdir[LT_PATH_MAX + 64];
     if (cfg->checkpoint.load[0]) {
@@ -149,11 +151,21 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
         if (lt_ckpt_resolve(cfg->checkpoint.load, stepdir, sizeof stepdir, err, sizeof err))
             lt_input_error("checkpoint.load: %s", err);
         if (need_optimizer) {
-            st.m = lt_malloc(t->total * sizeof(float));
-            st.v = lt_malloc(t->total * sizeof(float));
+            st.m = lt_malloc(r->global.total * sizeof(float));
+            st.v = lt_malloc(r->global.total * sizeof(float));
         }
-        if (lt_ckpt_load(stepdir, t, &st, &meta, err, sizeof err))
+        if (lt_ckpt_load(stepdir, &r->global, &st, &meta, err, sizeof err))
             lt_input_error("checkpoint.load: %s", err);
+        /* this rank's shards of the global tensors (in place: local <= global) */
+        lt_params_from_global(t, host, &r->global, st.master);
+        if (st.m) {
+            float *tmp = lt_malloc(t->total * sizeof(float));
+            lt_params_from_global(t, tmp, &r->global, st.m);
+            memcpy(st.m, tmp, t->total * sizeof(float));
+            lt_params_from_global(t, tmp, &r->global, st.v);
+            memcpy(st.v, tmp, t->total * sizeof(float));
+            free(tmp);
+        }
         if (meta.seed != cfg->train.seed)
             lt_log("note: checkpoint was trained with train.seed=%llu, this run has %llu\n",
                    (unsigned long long)meta.seed, (unsigned long long)cfg->train.seed);
@@ -164,12 +176,14 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
     lt_model_set_params(r->model, host);
     if (need_optimizer) {
         r->opt = lt_optim_create(r->be, t, cfg, r->dp, r->model->flat, host);
+        lt_optim_set_tp(r->opt, r->tp);
         if (st.m) lt_optim_load_state(r->opt, host, st.m, st.v, meta.step);
         if (mo.grad_buckets) {
             lt_optim_set_bucket_size(r->opt, r->model->grads_len);
             lt_model_set_grad_hook(r->model, on_grads_ready, r);
         }
     }
+    free(st.master);
     free(st.m);
     free(st.v);
     free(host);
@@ -186,6 +200,8 @@ static void run_teardown(Run *r) {
     lt_model_destroy(r->model);
     lt_backend_destroy(r->be);
     lt_comm_free(r->dp);
+    lt_comm_free(r->tp);
+    lt_params_free(&r->global);
 }
 
 static double mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
@@ -288,10 +304,19 @@ static void open_valid(Run *r) {
 
 static void save_checkpoint(Run *r, long step) {
     const LtConfig *c = r->cfg;
-    const LtParamTable *t = &r->model->table;
-    size_t bytes = t->total * sizeof(float);
-    LtCkptState st = {lt_malloc(bytes), lt_malloc(bytes), lt_malloc(bytes)};
-    lt_optim_gather_state(r->opt, st.master, st.m, st.v); /* collective */
+    const LtParamTable *t = &r->model->table, *g = &r->global;
+    size_t bytes = t->total * sizeof(float), gbytes = g->total * sizeof(float);
+    float *local[3] = {lt_malloc(bytes), lt_malloc(bytes), lt_malloc(bytes)};
+    lt_optim_gather_state(r->opt, local[0], local[1], local[2]); /* collective over DP */
+    /* assemble global tensors: every TP rank writes its shards (replicated ones
+     * from TP rank 0 only) and the sum over the TP group fills in the rest */
+    LtCkptState st = {lt_calloc(gbytes), lt_calloc(gbytes), lt_calloc(gbytes)};
+    float *glob[3] = {st.master, st.m, st.v};
+    for (int k = 0; k < 3; k++) {
+        lt_params_to_global(t, local[k], g, glob[k], r->coords.tp == 0);
+        lt_comm_all_reduce(r->tp, glob[k], g->total, LT_COMM_F32, LT_COMM_SUM);
+        free(local[k]);
+    }
     LtCkptMeta meta = {
         .step = step,
         .samples_consumed = (uint64_t)step * (uint64_t)c->train.global_batch_size,
@@ -302,9 +327,10 @@ static void save_checkpoint(Run *r, long step) {
     char err[1024];
     double t0 = lt_now();
     /* the full state is identical everywhere now: the first rank writes it */
-    if (r->world->rank == 0 && lt_ckpt_save(c->checkpoint.dir, t, &st, &meta, c, err, sizeof err))
+    if (r->world->rank == 0 && lt_ckpt_save(c->checkpoint.dir, g, &st, &meta, c, err, sizeof err))
         lt_fatal("saving checkpoint at step %ld failed: %s", step, err);
     lt_comm_barrier(r->dp);
+    lt_comm_barrier(r->tp);
     lt_log("saved checkpoint step %ld to %s (%.2f s)\n", step, c->checkpoint.dir, lt_now() - t0);
     free(st.master);
     free(st.m);

@@ -75,21 +75,24 @@ mem() { # name key -> bytes from the engine's accounting line
 
 # ---- fp32 layouts against one process -------------------------------------------
 run ref 1 || fail reference "single-process run failed"
-LAYOUTS="2:0 2:1 2:2 4:1 4:2"
-[ -n "${LT_TEST_FULL:-}" ] && LAYOUTS="$LAYOUTS 4:0"
+# tp:dp:zero (np = tp*dp); every mechanism at least once, the rest under LT_TEST_FULL
+LAYOUTS="1:2:0 1:2:1 1:2:2 1:4:1 1:4:2 2:1:0 4:1:0 2:2:1 2:2:2 4:2:0 2:4:1"
+[ -n "${LT_TEST_FULL:-}" ] && LAYOUTS="$LAYOUTS 1:4:0 2:1:1 2:1:2 4:1:1 2:2:0 4:2:1 4:2:2 2:4:0 2:4:2"
 for l in $LAYOUTS; do
-  dp=${l%%:*}; z=${l##*:}
-  name=dp${dp}_zero${z}
-  if run "$name" "$dp" optimizer.zero_stage=$z && err=$(compare ref "$name" 1e-5 1e-5 2>&1); then
+  IFS=: read -r tp dp z <<<"$l"
+  name=tp${tp}_dp${dp}_zero${z}
+  if run "$name" $((tp * dp)) optimizer.zero_stage=$z parallel.tensor_model_parallel_size=$tp &&
+     err=$(compare ref "$name" 1e-5 1e-5 2>&1); then
     pass "${name}_matches_single_process"
   else fail "${name}_matches_single_process" "$(echo "$err" | tail -1)"; fi
 done
 
 # ---- bf16 within bf16 tolerance ----------------------------------------------------
 run ref_bf16 1 train.precision=bf16 || fail reference_bf16 "single-process bf16 run failed"
-if run dp2_zero1_bf16 2 optimizer.zero_stage=1 train.precision=bf16 &&
-   err=$(compare ref_bf16 dp2_zero1_bf16 2e-2 5e-2 2>&1); then pass dp2_zero1_bf16_matches
-else fail dp2_zero1_bf16_matches "$(echo "$err" | tail -1)"; fi
+if run tp2_dp2_zero1_bf16 4 optimizer.zero_stage=1 train.precision=bf16 \
+     parallel.tensor_model_parallel_size=2 &&
+   err=$(compare ref_bf16 tp2_dp2_zero1_bf16 2e-2 5e-2 2>&1); then pass tp2_dp2_zero1_bf16_matches
+else fail tp2_dp2_zero1_bf16_matches "$(echo "$err" | tail -1)"; fi
 
 # ---- memory: optimizer state total/dp for ZeRO-1/2, gradients shrink for ZeRO-2 -----
 # (8 layers, so one layer's gradient bucket is small next to the whole model)
