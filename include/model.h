@@ -43,6 +43,7 @@ typedef struct {
                        * (embeddings, one layer, final LayerNorm), handed to a
                        * LtGradReadyFn group by group (ZeRO-2) */
     const LtComm *tp; /* tensor-parallel group (NULL = no tensor parallelism) */
+    int sequence_parallel; /* shard LayerNorm regions along the tokens over tp */
 } LtModelOptions;
 
 typedef struct {
@@ -53,6 +54,8 @@ typedef struct {
     int xent_chunk;       /* tokens per cross-entropy chunk */
     const LtComm *tp;     /* tensor-parallel group, NULL when tp == 1 */
     int tp_size, tp_rank;
+    int sp;               /* sequence parallelism on */
+    unsigned char *sp_partial; /* per parameter: gradient partial over TP under SP */
     int heads_local, ffn_local, vocab_local; /* this rank's heads, ffn columns, vocab rows */
     int vocab_start, vocab_valid;            /* first owned vocab id; owned ids < true vocab */
 
@@ -70,7 +73,9 @@ typedef struct {
     LtLayerActs *layer;
     void *lnf;            /* (N, C) */
     float *meanf, *rstdf;
-    void *scratch_c;      /* (N, C): attention / MLP projection outputs */
+    void *scratch_c;      /* (N, C): attention / MLP projection outputs (partial under TP) */
+    void *scratch_sp;     /* (N/tp, C): their reduce-scattered rows (SP only) */
+    void *dfull;          /* (N, C): all-gathered residual gradient (SP only) */
     /* backward workspace */
     void *dresid, *dc, *d3c, *dff; /* (N,C), (N,C), (N,3C), (N,F) */
     void *logits;         /* (xent_chunk, Vp): logits, then their gradient in place */
@@ -99,6 +104,11 @@ void lt_model_set_params(LtModel *m, const float *host);
  * of grad_scale * sum(token losses) are ACCUMULATED into m->grads.
  * Returns the sum of per-token losses (0 when targets is NULL). */
 double lt_model_step(LtModel *m, const int32_t *tokens, const int32_t *targets, float grad_scale);
+
+/* Sequence parallelism: sum the LayerNorm gradients among parameters
+ * first..last over the TP group (their tokens were split); call once per
+ * accumulated gradient (after the last micro batch, or per bucket). */
+void lt_model_sp_reduce_grads(LtModel *m, int first, int last);
 
 /* Zero the gradient buffer (or bucket). */
 void lt_model_zero_grads(LtModel *m);

@@ -89,8 +89,14 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     m->vocab_valid = d->vocab - m->vocab_start;
     if (m->vocab_valid < 0) m->vocab_valid = 0;
     if (m->vocab_valid > m->vocab_local) m->vocab_valid = m->vocab_local;
+    m->sp = m->tp && opt->sequence_parallel;
     const size_t N = (size_t)B * T, C = d->hidden, F = m->ffn_local, L = d->num_layers,
                  C3 = 3 * C / (size_t)m->tp_size;
+    const size_t R = m->sp ? N / (size_t)m->tp_size : N; /* residual-stream rows of this rank */
+    LT_CHECK(!m->sp || N % (size_t)m->tp_size == 0);
+    m->sp_partial = lt_calloc((size_t)m->table.n);
+    for (int i = 0; i < m->table.n; i++) /* LayerNorm weights see only this rank's tokens */
+        m->sp_partial[i] = m->sp && strstr(m->table.p[i].name, "ln_") != NULL;
     m->xent_chunk = (int)(N < 256 ? N : 256);
     m->flat = opt && opt->flat ? opt->flat : m->table.total;
     LT_CHECK(m->flat >= m->table.total);
@@ -101,30 +107,32 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
 
     size_t *a = &m->mem.activations;
     m->resid = lt_calloc(sizeof(void *) * (L + 1));
-    for (size_t l = 0; l <= L; l++) m->resid[l] = act_alloc(m, N * C, a);
+    for (size_t l = 0; l <= L; l++) m->resid[l] = act_alloc(m, R * C, a);
     m->layer = lt_calloc(sizeof(LtLayerActs) * L);
     for (size_t l = 0; l < L; l++) {
         LtLayerActs *la = &m->layer[l];
         la->ln1 = act_alloc(m, N * C, a);
         la->qkv = act_alloc(m, N * C3, a);
         la->atty = act_alloc(m, N * C, a);
-        la->r2 = act_alloc(m, N * C, a);
+        la->r2 = act_alloc(m, R * C, a);
         la->ln2 = act_alloc(m, N * C, a);
         la->fch_pre = act_alloc(m, N * F, a);
         la->fch = act_alloc(m, N * F, a);
-        la->mean1 = f32_alloc(m, N, a);
-        la->rstd1 = f32_alloc(m, N, a);
-        la->mean2 = f32_alloc(m, N, a);
-        la->rstd2 = f32_alloc(m, N, a);
+        la->mean1 = f32_alloc(m, R, a);
+        la->rstd1 = f32_alloc(m, R, a);
+        la->mean2 = f32_alloc(m, R, a);
+        la->rstd2 = f32_alloc(m, R, a);
         la->lse = f32_alloc(m, N * (size_t)m->heads_local, a);
     }
     m->lnf = act_alloc(m, N * C, a);
-    m->meanf = f32_alloc(m, N, a);
-    m->rstdf = f32_alloc(m, N, a);
+    m->meanf = f32_alloc(m, R, a);
+    m->rstdf = f32_alloc(m, R, a);
 
     size_t *w = &m->mem.workspace;
     m->scratch_c = act_alloc(m, N * C, w);
-    m->dresid = act_alloc(m, N * C, w);
+    m->scratch_sp = m->sp ? act_alloc(m, R * C, w) : NULL;
+    m->dfull = m->sp ? act_alloc(m, N * C, w) : NULL;
+    m->dresid = act_alloc(m, R * C, w);
     m->dc = act_alloc(m, N * C, w);
     m->d3c = act_alloc(m, N * C3, w);
     m->dff = act_alloc(m, N * F, w);
@@ -159,6 +167,9 @@ void lt_model_destroy(LtModel *m) {
     free(m->gptr);
     free(m->host_losses);
     free(m->host_ids);
+    free(m->sp_partial);
+    if (m->scratch_sp) fr(be, m->scratch_sp);
+    if (m->dfull) fr(be, m->dfull);
     lt_params_free(&m->table);
     free(m);
 }
@@ -206,42 +217,88 @@ static void tp_reduce_f32(LtModel *m, float *x, size_t n, LtCommOp op) {
 /* A row-parallel layer's bias is added once: by the first TP rank. */
 static const void *row_bias(const LtModel *m, int i) { return m->tp_rank == 0 ? param(m, i) : NULL; }
 
-/* Forward through the blocks and the final LayerNorm (rows = B*T). */
+/* ---- sequence parallelism ------------------------------------------------------
+ * With sequence_parallel the residual stream, the LayerNorms and their
+ * statistics hold only this TP rank's R = N/tp token rows (rows
+ * [rank*R, rank*R + R) of the micro batch). A LayerNorm output is written into
+ * the rank's slot of a full (N, C) buffer and all-gathered before the
+ * column-parallel GEMM; a row-parallel output is reduce-scattered instead of
+ * all-reduced. Backward mirrors it. Without it R = N and these are the plain
+ * tensor-parallel all-reduces. */
+
+static void *rows_at(const LtModel *m, void *x, size_t row, int C) {
+    return (char *)x + lt_act_bytes(m->be, row * (size_t)C);
+}
+
+/* Full (N, C) buffer whose slot of this rank holds fresh values: all-gather. */
+static void sp_gather(LtModel *m, void *full, int R, int C) {
+    if (!m->sp) return;
+    size_t n = (size_t)R * C;
+    lt_comm_all_gather(m->tp, rows_at(m, full, (size_t)m->tp_rank * R, C), full, n, LT_COMM_F32);
+}
+
+/* Partial sums `full` (N, C) of a row-parallel layer (or of a column-parallel
+ * layer's input gradient) -> their total over TP for this rank's R rows.
+ * Returns where the result is: `shard` (R, C) with SP, else `full` itself. */
+static void *tp_finish(LtModel *m, void *full, void *shard, int R, int C) {
+    if (!m->sp) {
+        tp_sum(m, full, (size_t)R * C);
+        return full;
+    }
+    lt_comm_reduce_scatter(m->tp, full, shard, (size_t)R * C, LT_COMM_F32);
+    if (m->be->dtype != LT_F32) m->be->ops->act_from_f32(m->be, shard, shard, (size_t)R * C);
+    return shard;
+}
+
+/* The residual-stream gradient (R rows) as a full (N, C) tensor. */
+static void *grad_full(LtModel *m, int R, int C) {
+    if (!m->sp) return m->dresid;
+    m->be->ops->copy(m->be, rows_at(m, m->dfull, (size_t)m->tp_rank * R, C), m->dresid,
+                     lt_act_bytes(m->be, (size_t)R * C));
+    sp_gather(m, m->dfull, R, C);
+    return m->dfull;
+}
+
+/* Forward through the blocks and the final LayerNorm (N = B*T tokens; this
+ * rank's residual rows R). */
 static void forward_body(LtModel *m, int B) {
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
     const int T = m->T, C = m->d.hidden, F = m->ffn_local, NH = m->heads_local,
               HD = m->d.hidden / m->d.heads, L = m->d.num_layers, CL = NH * HD;
-    const int N = B * T;
-    o->embedding_fwd(be, m->resid[0], m->tokens, param(m, IDX_WTE),
+    const int N = B * T, R = m->sp ? N / m->tp_size : N;
+    const size_t mine = m->sp ? (size_t)m->tp_rank * R : 0; /* first row of this rank's slot */
+    void *emb = m->sp ? m->scratch_c : m->resid[0];
+    o->embedding_fwd(be, emb, m->tokens, param(m, IDX_WTE),
                      m->tp_rank == 0 ? param(m, IDX_WPE) : NULL, B, T, C);
-    tp_sum(m, m->resid[0], (size_t)N * C);
+    void *x0 = tp_finish(m, emb, m->resid[0], R, C);
+    LT_CHECK(x0 == m->resid[0]);
+    void *delta = NULL; /* the previous layer's MLP output, added by the next fused LN */
     for (int l = 0; l < L; l++) {
         LtLayerActs *a = &m->layer[l];
-        if (l == 0)
-            o->layernorm_fwd(be, NULL, a->ln1, a->mean1, a->rstd1, m->resid[0], NULL,
-                             param(m, lidx(m, 0, P_LN1W)), param(m, lidx(m, 0, P_LN1B)), N, C);
-        else
-            o->layernorm_fwd(be, m->resid[l], a->ln1, a->mean1, a->rstd1, m->layer[l - 1].r2,
-                             m->scratch_c, param(m, lidx(m, l, P_LN1W)),
-                             param(m, lidx(m, l, P_LN1B)), N, C);
+        o->layernorm_fwd(be, l ? m->resid[l] : NULL, rows_at(m, a->ln1, mine, C), a->mean1,
+                         a->rstd1, l ? m->layer[l - 1].r2 : m->resid[0], delta,
+                         param(m, lidx(m, l, P_LN1W)), param(m, lidx(m, l, P_LN1B)), R, C);
+        sp_gather(m, a->ln1, R, C);
         o->linear_fwd(be, a->qkv, NULL, a->ln1, param(m, lidx(m, l, P_QKVW)),
                       param(m, lidx(m, l, P_QKVB)), N, C, 3 * CL);
         o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, HD);
         o->linear_fwd(be, m->scratch_c, NULL, a->atty, param(m, lidx(m, l, P_PROJW)),
                       row_bias(m, lidx(m, l, P_PROJB)), N, CL, C);
-        tp_sum(m, m->scratch_c, (size_t)N * C);
-        o->layernorm_fwd(be, a->r2, a->ln2, a->mean2, a->rstd2, m->resid[l], m->scratch_c,
-                         param(m, lidx(m, l, P_LN2W)), param(m, lidx(m, l, P_LN2B)), N, C);
+        void *attn = tp_finish(m, m->scratch_c, m->scratch_sp, R, C);
+        o->layernorm_fwd(be, a->r2, rows_at(m, a->ln2, mine, C), a->mean2, a->rstd2, m->resid[l],
+                         attn, param(m, lidx(m, l, P_LN2W)), param(m, lidx(m, l, P_LN2B)), R, C);
+        sp_gather(m, a->ln2, R, C);
         o->linear_fwd(be, a->fch, a->fch_pre, a->ln2, param(m, lidx(m, l, P_FCW)),
                       param(m, lidx(m, l, P_FCB)), N, C, F);
         o->linear_fwd(be, m->scratch_c, NULL, a->fch, param(m, lidx(m, l, P_FC2W)),
                       row_bias(m, lidx(m, l, P_FC2B)), N, F, C);
-        tp_sum(m, m->scratch_c, (size_t)N * C);
+        delta = tp_finish(m, m->scratch_c, m->scratch_sp, R, C);
     }
     int f = idx_lnf(m);
-    o->layernorm_fwd(be, m->resid[L], m->lnf, m->meanf, m->rstdf, m->layer[L - 1].r2,
-                     m->scratch_c, param(m, f), param(m, f + 1), N, C);
+    o->layernorm_fwd(be, m->resid[L], rows_at(m, m->lnf, mine, C), m->meanf, m->rstdf,
+                     m->layer[L - 1].r2, delta, param(m, f), param(m, f + 1), R, C);
+    sp_gather(m, m->lnf, R, C);
 }
 
 /* Loss over rows [0, N) in chunks; with grad_scale != 0 also the gradient
@@ -271,7 +328,6 @@ static double loss_chunks(LtModel *m, int N, float grad_scale) {
             o->linear_bwd(be, (char *)m->dc + lt_act_bytes(be, (size_t)r * C), grad(m, IDX_WTE),
                           NULL, m->logits, x, param(m, IDX_WTE), NULL, n, C, Vl);
     }
-    if (grad_scale != 0.0f) tp_sum(m, m->dc, (size_t)N * C);
     o->download(be, m->host_losses, m->losses, (size_t)N * sizeof(float));
     double sum = 0.0;
     for (int i = 0; i < N; i++) sum += m->host_losses[i];
@@ -283,37 +339,48 @@ static void backward_body(LtModel *m, int B) {
     const LtBackendOps *o = be->ops;
     const int T = m->T, C = m->d.hidden, F = m->ffn_local, NH = m->heads_local,
               HD = m->d.hidden / m->d.heads, L = m->d.num_layers, CL = NH * HD;
-    const int N = B * T;
+    const int N = B * T, R = m->sp ? N / m->tp_size : N;
     int f = idx_lnf(m);
     grads_ready(m, IDX_WTE, IDX_WTE); /* the LM head's share of the tied embedding */
-    o->zero(be, m->dresid, lt_act_bytes(be, (size_t)N * C));
-    o->layernorm_bwd(be, m->dresid, grad(m, f), grad(m, f + 1), m->dc, m->resid[L],
-                     param(m, f), m->meanf, m->rstdf, N, C);
+    void *dln = tp_finish(m, m->dc, m->scratch_sp, R, C); /* d(lnf), this rank's rows */
+    o->zero(be, m->dresid, lt_act_bytes(be, (size_t)R * C));
+    o->layernorm_bwd(be, m->dresid, grad(m, f), grad(m, f + 1), dln, m->resid[L], param(m, f),
+                     m->meanf, m->rstdf, R, C);
     grads_ready(m, f, f + 1);
     for (int l = L - 1; l >= 0; l--) {
         LtLayerActs *a = &m->layer[l];
         /* dresid = d(resid[l+1]) flows to both mlp_out and r2 */
-        o->linear_bwd(be, m->dff, grad(m, lidx(m, l, P_FC2W)), grad(m, lidx(m, l, P_FC2B)),
-                      m->dresid, a->fch, param(m, lidx(m, l, P_FC2W)), a->fch_pre, N, F, C);
+        void *dout = grad_full(m, R, C);
+        o->linear_bwd(be, m->dff, grad(m, lidx(m, l, P_FC2W)), grad(m, lidx(m, l, P_FC2B)), dout,
+                      a->fch, param(m, lidx(m, l, P_FC2W)), a->fch_pre, N, F, C);
         o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_FCW)), grad(m, lidx(m, l, P_FCB)), m->dff,
                       a->ln2, param(m, lidx(m, l, P_FCW)), NULL, N, C, F);
-        tp_sum(m, m->dc, (size_t)N * C);
+        dln = tp_finish(m, m->dc, m->scratch_sp, R, C);
         o->layernorm_bwd(be, m->dresid, grad(m, lidx(m, l, P_LN2W)), grad(m, lidx(m, l, P_LN2B)),
-                         m->dc, a->r2, param(m, lidx(m, l, P_LN2W)), a->mean2, a->rstd2, N, C);
+                         dln, a->r2, param(m, lidx(m, l, P_LN2W)), a->mean2, a->rstd2, R, C);
         /* dresid = d(r2) flows to both the attention projection and resid[l] */
-        o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_PROJW)), grad(m, lidx(m, l, P_PROJB)),
-                      m->dresid, a->atty, param(m, lidx(m, l, P_PROJW)), NULL, N, CL, C);
+        dout = grad_full(m, R, C);
+        o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_PROJW)), grad(m, lidx(m, l, P_PROJB)), dout,
+                      a->atty, param(m, lidx(m, l, P_PROJW)), NULL, N, CL, C);
         o->attention_bwd(be, m->d3c, m->dc, a->qkv, a->atty, a->lse, B, T, NH, HD);
         o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_QKVW)), grad(m, lidx(m, l, P_QKVB)), m->d3c,
                       a->ln1, param(m, lidx(m, l, P_QKVW)), NULL, N, C, 3 * CL);
-        tp_sum(m, m->dc, (size_t)N * C);
+        dln = tp_finish(m, m->dc, m->scratch_sp, R, C);
         o->layernorm_bwd(be, m->dresid, grad(m, lidx(m, l, P_LN1W)), grad(m, lidx(m, l, P_LN1B)),
-                         m->dc, m->resid[l], param(m, lidx(m, l, P_LN1W)), a->mean1, a->rstd1, N,
+                         dln, m->resid[l], param(m, lidx(m, l, P_LN1W)), a->mean1, a->rstd1, R,
                          C);
         grads_ready(m, lidx(m, l, 0), lidx(m, l, P_PER_LAYER - 1));
     }
-    o->embedding_bwd(be, grad(m, IDX_WTE), grad(m, IDX_WPE), m->dresid, m->tokens, B, T, C);
+    o->embedding_bwd(be, grad(m, IDX_WTE), grad(m, IDX_WPE), grad_full(m, R, C), m->tokens, B,
+                     T, C);
     grads_ready(m, IDX_WTE, IDX_WPE);
+}
+
+void lt_model_sp_reduce_grads(LtModel *m, int first, int last) {
+    if (!m->sp) return;
+    for (int i = first; i <= last; i++)
+        if (m->sp_partial[i])
+            lt_comm_all_reduce(m->tp, grad(m, i), m->table.p[i].numel, LT_COMM_F32, LT_COMM_SUM);
 }
 
 /* Upload ids as this rank's local vocabulary ids (-1 when another TP rank owns

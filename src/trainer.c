@@ -56,9 +56,6 @@ static void check_supported(const LtConfig *c, const LtWorld *w) {
         lt_input_error("parallel.virtual_pipeline_model_parallel_size=%d: interleaved pipeline "
                        "schedules are not available in this build yet (only 1)",
                        c->parallel.virtual_pipeline_model_parallel_size);
-    if (c->parallel.sequence_parallel)
-        lt_input_error("parallel.sequence_parallel=true: sequence parallelism is not available "
-                       "in this build yet");
     if (c->train.recompute != LT_RECOMPUTE_NONE)
         lt_input_error("train.recompute=%s: activation recomputation is not available in this "
                        "build yet (only none)",
@@ -103,6 +100,7 @@ static void on_grads_ready(void *ctx, int first, int last) {
     Run *r = ctx;
     const LtParamTable *t = &r->model->table;
     size_t begin = t->p[first].offset, len = t->p[last].offset + t->p[last].numel - begin;
+    lt_model_sp_reduce_grads(r->model, first, last);
     lt_optim_reduce_bucket(r->opt, r->model->grads, begin, len);
 }
 
@@ -137,7 +135,8 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
     LtModelOptions mo = {.flat = lt_optim_flat_size(&sizing, r->topo.dp),
                          .grad_buckets = need_optimizer && cfg->optimizer.zero_stage == 2 &&
                                          r->topo.dp > 1,
-                         .tp = r->tp};
+                         .tp = r->tp,
+                         .sequence_parallel = cfg->parallel.sequence_parallel};
     lt_params_free(&sizing);
     lt_params_build(&r->global, &d);
     r->model = lt_model_create(r->be, &d, cfg->train.micro_batch_size, cfg->model.seq_length, &mo);
@@ -385,6 +384,8 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
             split_rows(rows + (size_t)j * mbs * (S + 1), mbs, S, in, tgt);
             loss_sum += lt_model_step(r.model, in, tgt, (float)(1.0 / tokens_step));
         }
+        if (!r.model->grads_ready) /* (with buckets this happened group by group) */
+            lt_model_sp_reduce_grads(r.model, 0, r.model->table.n - 1);
         lt_optim_reduce_grads(r.opt, r.model->grads);
         lt_comm_all_reduce(r.dp, &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);
         double loss = loss_sum / tokens_step;

@@ -75,13 +75,25 @@ mem() { # name key -> bytes from the engine's accounting line
 
 # ---- fp32 layouts against one process -------------------------------------------
 run ref 1 || fail reference "single-process run failed"
-# tp:dp:zero (np = tp*dp); every mechanism at least once, the rest under LT_TEST_FULL
-LAYOUTS="1:2:0 1:2:1 1:2:2 1:4:1 1:4:2 2:1:0 4:1:0 2:2:1 2:2:2 4:2:0 2:4:1"
-[ -n "${LT_TEST_FULL:-}" ] && LAYOUTS="$LAYOUTS 1:4:0 2:1:1 2:1:2 4:1:1 2:2:0 4:2:1 4:2:2 2:4:0 2:4:2"
+# tp:dp:zero:sp (np = tp*dp); every mechanism at least once by default, all
+# combinations of tp in {1,2,4}, dp in {1,2,4}, tp*dp <= 8, zero 0/1/2, sp on/off
+# under LT_TEST_FULL=1.
+LAYOUTS="1:2:0:0 1:2:1:0 1:2:2:0 1:4:1:0 1:4:2:0 2:1:0:0 4:1:0:0 2:2:1:0 2:2:2:0 4:2:0:0
+         2:4:1:0 2:1:0:1 4:1:1:1 2:2:2:1 4:2:1:1 2:4:2:1"
+if [ -n "${LT_TEST_FULL:-}" ]; then
+  LAYOUTS=""
+  for tp in 1 2 4; do for dp in 1 2 4; do for z in 0 1 2; do for sp in 0 1; do
+    [ $((tp * dp)) -le 8 ] && [ $((tp * dp)) -gt 1 ] || continue
+    [ "$sp" = 1 ] && [ "$tp" = 1 ] && continue
+    LAYOUTS="$LAYOUTS $tp:$dp:$z:$sp"
+  done; done; done; done
+fi
 for l in $LAYOUTS; do
-  IFS=: read -r tp dp z <<<"$l"
-  name=tp${tp}_dp${dp}_zero${z}
-  if run "$name" $((tp * dp)) optimizer.zero_stage=$z parallel.tensor_model_parallel_size=$tp &&
+  IFS=: read -r tp dp z sp <<<"$l"
+  name=tp${tp}_dp${dp}_zero${z}$([ "$sp" = 1 ] && echo _sp)
+  spv=$([ "$sp" = 1 ] && echo true || echo false)
+  if run "$name" $((tp * dp)) optimizer.zero_stage=$z parallel.tensor_model_parallel_size=$tp \
+       parallel.sequence_parallel=$spv &&
      err=$(compare ref "$name" 1e-5 1e-5 2>&1); then
     pass "${name}_matches_single_process"
   else fail "${name}_matches_single_process" "$(echo "$err" | tail -1)"; fi

@@ -57,7 +57,7 @@ expect_input_error missing_data "no such file|cannot open" "$LT" train $CFG data
 head -c 5000 /dev/urandom > "$T/garbage.bin"
 expect_input_error garbage_data "garbage.bin" "$LT" train $CFG data.train_path=$T/garbage.bin
 expect_input_error vocab_too_small "vocab|token" "$LT" train $CFG $D model.vocab_size=100
-expect_input_error tp_not_yet "tensor_model_parallel_size" "$LT" train $CFG $D \
+expect_input_error tp_needs_ranks "tensor_model_parallel_size" "$LT" train $CFG $D \
   parallel.tensor_model_parallel_size=2 model.num_attention_heads=4
 expect_input_error no_train_path "data.train_path" "$LT" train $CFG
 expect_input_error bad_checkpoint "checkpoint.load" "$LT" train $CFG $D checkpoint.load=$T/nothing
