@@ -33,7 +33,7 @@ static void print_version(void) {
     printf("lattice %s\n", LT_VERSION);
     printf("backends: cpu (OpenBLAS + OpenMP)%s\n",
            lt_cuda_compiled() ? ", cuda (cuBLASLt, cuDNN, NCCL)" : "");
-    printf("communication: MPI world set-up (collectives arrive with the parallelism issues)\n");
+    printf("communication: mpi (OpenMPI, host buffers)\n");
 }
 
 /* Load, override and validate the config; every problem exits with code 2. */

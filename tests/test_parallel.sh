@@ -143,5 +143,9 @@ refused() { # name pattern np overrides...
 refused world_vs_tp "world size 3" 3 parallel.tensor_model_parallel_size=2
 refused batch_vs_dp "global_batch_size" 3
 refused zero_stage "zero_stage" 2 optimizer.zero_stage=5
+refused heads_vs_tp "num_attention_heads" 4 parallel.tensor_model_parallel_size=4 \
+  model.num_attention_heads=2
+refused ffn_vs_tp "ffn_hidden_size" 4 parallel.tensor_model_parallel_size=4 model.ffn_hidden_size=66
+refused sp_without_tp "sequence_parallel" 2 parallel.sequence_parallel=true
 
 exit $((failures > 0))
