@@ -99,6 +99,37 @@ for l in $LAYOUTS; do
   else fail "${name}_matches_single_process" "$(echo "$err" | tail -1)"; fi
 done
 
+# ---- a checkpoint written in one layout resumes in another -------------------------
+# (steps 1-5 in one layout, 6-10 in another; the schedule is pinned to 10 steps)
+reshard() { # name np_a overrides_a -- np_b overrides_b
+  local name=$1 npa=$2 a=$3 npb=$4 b=$5 out="$T/$1"
+  mkdir -p "$out"
+  local runa="$LT" runb="$LT"
+  [ "$npa" -gt 1 ] && runa="$MPI -np $npa $LT"
+  [ "$npb" -gt 1 ] && runb="$MPI -np $npb $LT"
+  $runa train $BASE train.steps=5 optimizer.decay_steps=10 checkpoint.dir=$out/ckA $a \
+    >"$out/a.log" 2>&1 &&
+  $runb train $BASE checkpoint.load=$out/ckA checkpoint.dir=$out/ckB \
+    logging.metrics_file=$out/b.jsonl $b >"$out/b.log" 2>&1 &&
+  python3 - "$T/ref/m.jsonl" "$out/b.jsonl" <<'PY'
+import json, sys
+ref = {r['step']: r for r in map(json.loads, open(sys.argv[1])) if not r.get('eval')}
+got = [r for r in map(json.loads, open(sys.argv[2])) if not r.get('eval')]
+assert [r['step'] for r in got] == list(range(6, 11)), [r['step'] for r in got]
+for r in got:
+    for k in ('loss', 'grad_norm'):
+        rel = abs(r[k] - ref[r['step']][k]) / abs(ref[r['step']][k])
+        assert rel <= 1e-5, f"step {r['step']} {k}: {r[k]} vs {ref[r['step']][k]}"
+PY
+}
+if reshard tp2dp2_to_single 4 "parallel.tensor_model_parallel_size=2 optimizer.zero_stage=1" 1 ""
+then pass checkpoint_tp2_dp2_zero1_resumes_single_process
+else fail checkpoint_tp2_dp2_zero1_resumes_single_process "$(tail -2 "$T/tp2dp2_to_single/b.log")"; fi
+if reshard single_to_tp2dp4 1 "" 8 \
+     "parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true optimizer.zero_stage=2"
+then pass checkpoint_single_resumes_tp2_dp4_sp_zero2
+else fail checkpoint_single_resumes_tp2_dp4_sp_zero2 "$(tail -2 "$T/single_to_tp2dp4/b.log")"; fi
+
 # ---- bf16 within bf16 tolerance ----------------------------------------------------
 run ref_bf16 1 train.precision=bf16 || fail reference_bf16 "single-process bf16 run failed"
 if run tp2_dp2_zero1_bf16 4 optimizer.zero_stage=1 train.precision=bf16 \
