@@ -75,6 +75,13 @@ size_t lt_param_global_index(const LtParamTable *t, const LtParam *p, size_t loc
  * with_replicated != 0 (so a sum over TP ranks counts them once). */
 void lt_params_to_global(const LtParamTable *t, const float *src, const LtParamTable *g,
                          float *dst, int with_replicated);
+/* Copy global arrays between two tables of the same model that differ only in
+ * rows (the padded vocabulary of wte, which depends on TP): rows both have
+ * are copied, extra destination rows are zero. Returns 0, or -1 with a
+ * message when a parameter is missing or its columns differ. */
+int lt_params_copy_rows(const LtParamTable *src_t, const float *src, const LtParamTable *dst_t,
+                        float *dst, char *err, size_t errlen);
+
 /* Extract this rank's shards from global arrays. */
 void lt_params_from_global(const LtParamTable *t, float *dst, const LtParamTable *g,
                            const float *src);

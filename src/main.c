@@ -5,6 +5,7 @@
  *   lattice sample CONFIG.yaml [key.path=value ...]   token ids to stdout
  *   lattice export CHECKPOINT OUT_DIR
  *   lattice shard  ...                                 (see lattice shard --help)
+ *   lattice schedule --pp P [--vpp V] --micro-batches M [--svg FILE]
  *   lattice --version
  * Exit codes: 0 success, 2 bad input (config, data, checkpoint), 1 internal
  * failure, 128+N stopped by signal N (after saving a checkpoint when set). */
@@ -17,6 +18,7 @@
 #include "config.h"
 #include "data.h"
 #include "dist.h"
+#include "schedule.h"
 #include "trainer.h"
 
 static void usage(FILE *f) {
@@ -26,6 +28,8 @@ static void usage(FILE *f) {
             "       lattice sample CONFIG.yaml [section.key=value ...]\n"
             "       lattice export CHECKPOINT OUT_DIR\n"
             "       lattice shard  --vocab-size V [--format lattice|llmc] [--input FILE] OUT\n"
+            "       lattice schedule --pp P [--vpp V] --micro-batches M [--fwd-cost F] "
+            "[--bwd-cost B] [--latency L] [--svg FILE]\n"
             "       lattice --version\n");
 }
 
@@ -59,6 +63,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "shard")) return lt_cmd_shard(argc - 1, argv + 1);
+    if (!strcmp(cmd, "schedule")) return lt_cmd_schedule(argc - 1, argv + 1);
     if (!strcmp(cmd, "export")) {
         if (argc != 4) {
             usage(stderr);

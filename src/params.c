@@ -128,6 +128,22 @@ void lt_params_from_global(const LtParamTable *t, float *dst, const LtParamTable
     }
 }
 
+int lt_params_copy_rows(const LtParamTable *src_t, const float *src, const LtParamTable *dst_t,
+                        float *dst, char *err, size_t errlen) {
+    for (int k = 0; k < dst_t->n; k++) {
+        const LtParam *d = &dst_t->p[k], *s = lt_params_find(src_t, d->name);
+        if (!s) return lt_errorf(err, errlen, "parameter '%s' is missing", d->name);
+        if (s->gshape[1] != d->gshape[1])
+            return lt_errorf(err, errlen, "parameter '%s' has %lld columns, expected %lld",
+                             d->name, (long long)s->gshape[1], (long long)d->gshape[1]);
+        size_t cols = (size_t)d->gshape[1];
+        size_t rows = (size_t)(s->gshape[0] < d->gshape[0] ? s->gshape[0] : d->gshape[0]);
+        memset(dst + d->offset, 0, (size_t)d->gshape[0] * cols * sizeof(float));
+        memcpy(dst + d->offset, src + s->offset, rows * cols * sizeof(float));
+    }
+    return 0;
+}
+
 float lt_param_init_value(const LtParam *p, uint64_t seed, size_t index) {
     switch (p->init) {
     case LT_INIT_ZEROS: return 0.0f;

@@ -1,0 +1,227 @@
+/* schedule_cli.c - `lattice schedule`: simulate a pipeline schedule and draw
+ * its timeline as text (and optionally SVG). See schedule.h. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "schedule.h"
+
+#define TOOL "lattice schedule"
+#define MAX_COST 1000
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: " TOOL " --pp P [--vpp V] --micro-batches M [--fwd-cost F] [--bwd-cost B]\n"
+            "                        [--latency L] [--svg FILE]\n"
+            "  Simulates the pipeline schedule of P stages (V virtual chunks per stage,\n"
+            "  interleaved 1F1B when V > 1; M must then be a multiple of P) and prints one\n"
+            "  row per rank, time flowing right: F<mb> / B<mb> (F<mb>.<chunk> for chunks\n"
+            "  > 0), '=' while a compute continues, '.' idle. Then the bubble fraction\n"
+            "  and the peak number of in-flight (chunk, micro batch) activations per rank.\n"
+            "  Costs are integer time units per chunk: forward F (default 1), backward B\n"
+            "  (default 2), message latency L (default 0). --svg FILE also writes the\n"
+            "  timeline as an SVG picture.\n");
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return 0;
+    *out = (int)v;
+    return 1;
+}
+
+static void label(char *buf, size_t len, const LtSimEvent *e) {
+    char kind = e->kind == LT_ACT_FORWARD ? 'F' : 'B';
+    if (e->chunk > 0) snprintf(buf, len, "%c%d.%d", kind, e->mb, e->chunk);
+    else snprintf(buf, len, "%c%d", kind, e->mb);
+}
+
+static int rank_events(const LtSimResult *res, int r, const LtSimEvent **ev) {
+    *ev = res->events + res->event_off[r];
+    return res->event_off[r + 1] - res->event_off[r];
+}
+
+static void print_text(const LtSimResult *res, int fwd, int bwd, int latency) {
+    int pp = res->pp, units = (int)(res->makespan + 0.5);
+    int width = 0; /* cell width: longest label + 1 */
+    for (int i = 0; i < res->event_off[pp]; i++) {
+        char buf[32];
+        label(buf, sizeof buf, &res->events[i]);
+        int l = (int)strlen(buf) + 1;
+        if (l > width) width = l;
+    }
+    char *row = lt_malloc((size_t)units * (size_t)width + 1);
+    /* Time ruler: the unit number every 10 units. */
+    memset(row, ' ', (size_t)units * (size_t)width);
+    for (int t = 0; t < units; t += 10) {
+        char num[16];
+        int l = snprintf(num, sizeof num, "%d", t);
+        if (t * width + l <= units * width) memcpy(row + (size_t)t * width, num, (size_t)l);
+    }
+    row[(size_t)units * width] = 0;
+    printf("%-8s %s\n", "time", row);
+    for (int r = 0; r < pp; r++) {
+        memset(row, ' ', (size_t)units * (size_t)width);
+        for (int t = 0; t < units; t++) row[(size_t)t * width] = '.';
+        const LtSimEvent *ev;
+        int n = rank_events(res, r, &ev);
+        for (int i = 0; i < n; i++) {
+            int s = (int)(ev[i].start + 0.5), e = (int)(ev[i].end + 0.5);
+            if (e <= s) continue;
+            size_t a = (size_t)s * width, b = (size_t)e * width - 1;
+            for (size_t k = a; k < b; k++) row[k] = '=';
+            row[b] = ' ';
+            char buf[32];
+            label(buf, sizeof buf, &ev[i]);
+            size_t l = strlen(buf);
+            memcpy(row + a, buf, l);
+            if (a + l < b && e - s == 1) memset(row + a + l, ' ', b - a - l);
+        }
+        printf("rank %-3d %s\n", r, row);
+    }
+    free(row);
+    int total = res->vpp * res->micro_batches;
+    printf("\npipeline %d, virtual chunks %d, micro batches %d; cost per chunk: forward %d, "
+           "backward %d, latency %d\n",
+           pp, res->vpp, res->micro_batches, fwd, bwd, latency);
+    printf("makespan: %g  busy: %g  bubble fraction: %.4f", res->makespan, res->busy_total,
+           res->bubble);
+    if (latency == 0)
+        printf("  (= (P-1)/(V*M+P-1) = %d/%d)", pp - 1, total + pp - 1);
+    printf("\npeak in-flight micro batches (per chunk) by rank:");
+    for (int r = 0; r < pp; r++) printf(" %d", res->peak_inflight[r]);
+    printf("\nwarm-up forwards by rank:");
+    for (int r = 0; r < pp; r++)
+        printf(" %d", lt_schedule_warmup(pp, res->vpp, res->micro_batches, r));
+    printf("\nmessages matched: %d\n", res->messages);
+}
+
+/* Writes the picture to f (opened by the caller before any work) and closes it. */
+static int write_svg(FILE *f, const char *path, const LtSimResult *res) {
+    static const char *fcol[] = {"#4c78a8", "#72b7b2", "#9ecae9", "#54a24b"};
+    static const char *bcol[] = {"#e45756", "#f58518", "#ff9da6", "#b279a2"};
+    const double unit = 24, rowh = 28, left = 64, top = 36;
+    double w = left + res->makespan * unit + 16, h = top + res->pp * rowh + 40;
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+            "font-family=\"monospace\" font-size=\"10\">\n",
+            w, h);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(f,
+            "<text x=\"%.0f\" y=\"20\" font-size=\"13\">pipeline %d, virtual chunks %d, micro "
+            "batches %d: bubble fraction %.4f</text>\n",
+            left, res->pp, res->vpp, res->micro_batches, res->bubble);
+    for (int r = 0; r < res->pp; r++) {
+        double y = top + r * rowh;
+        fprintf(f, "<text x=\"4\" y=\"%.1f\" font-size=\"12\">rank %d</text>\n", y + rowh / 2 + 4,
+                r);
+        fprintf(f,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f2f2f2\"/>\n",
+                left, y + 2, res->makespan * unit, rowh - 4);
+        const LtSimEvent *ev;
+        int n = rank_events(res, r, &ev);
+        for (int i = 0; i < n; i++) {
+            const char *col = ev[i].kind == LT_ACT_FORWARD ? fcol[ev[i].chunk % 4]
+                                                           : bcol[ev[i].chunk % 4];
+            double x = left + ev[i].start * unit, ww = (ev[i].end - ev[i].start) * unit;
+            char buf[32];
+            label(buf, sizeof buf, &ev[i]);
+            fprintf(f,
+                    "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" "
+                    "stroke=\"white\"><title>rank %d %s chunk %d micro batch %d [%g, %g)"
+                    "</title></rect>\n",
+                    x, y + 2, ww, rowh - 4, col, r,
+                    ev[i].kind == LT_ACT_FORWARD ? "forward" : "backward", ev[i].chunk,
+                    ev[i].mb, ev[i].start, ev[i].end);
+            fprintf(f,
+                    "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"white\">%s</text>\n",
+                    x + ww / 2, y + rowh / 2 + 3, buf);
+        }
+    }
+    double ya = top + res->pp * rowh + 14;
+    for (int t = 0; t <= (int)(res->makespan + 0.5); t += 10)
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%d</text>\n",
+                left + t * unit, ya, t);
+    fprintf(f, "</svg>\n");
+    if (fclose(f) != 0) {
+        fprintf(stderr, TOOL ": error: writing '%s' failed\n", path);
+        return 1;
+    }
+    return 0;
+}
+
+int lt_cmd_schedule(int argc, char **argv) {
+    int pp = 0, vpp = 1, mbs = 0, fwd = 1, bwd = 2, latency = 0;
+    const char *svg = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *opt = argv[i];
+        if (!strcmp(opt, "-h") || !strcmp(opt, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (strncmp(opt, "--", 2) != 0) {
+            fprintf(stderr, TOOL ": error: unexpected argument '%s'\n", opt);
+            usage(stderr);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, TOOL ": error: %s needs a value\n", opt);
+            return 2;
+        }
+        const char *v = argv[++i];
+        int ok = 1;
+        if (!strcmp(opt, "--pp")) ok = parse_int(v, 1, LT_SCHED_MAX_PP, &pp);
+        else if (!strcmp(opt, "--vpp")) ok = parse_int(v, 1, LT_SCHED_MAX_VPP, &vpp);
+        else if (!strcmp(opt, "--micro-batches")) ok = parse_int(v, 1, INT_MAX, &mbs);
+        else if (!strcmp(opt, "--fwd-cost")) ok = parse_int(v, 1, MAX_COST, &fwd);
+        else if (!strcmp(opt, "--bwd-cost")) ok = parse_int(v, 1, MAX_COST, &bwd);
+        else if (!strcmp(opt, "--latency")) ok = parse_int(v, 0, MAX_COST, &latency);
+        else if (!strcmp(opt, "--svg")) svg = v;
+        else {
+            fprintf(stderr, TOOL ": error: unknown option '%s'\n", opt);
+            usage(stderr);
+            return 2;
+        }
+        if (!ok) {
+            const char *want = !strcmp(opt, "--pp")      ? "an integer in [1, 1024]"
+                               : !strcmp(opt, "--vpp")     ? "an integer in [1, 64]"
+                               : !strcmp(opt, "--latency") ? "an integer in [0, 1000]"
+                               : !strcmp(opt, "--micro-batches") ? "a positive integer"
+                                                                 : "an integer in [1, 1000]";
+            fprintf(stderr, TOOL ": error: invalid value '%s' for %s (want %s)\n", v, opt, want);
+            return 2;
+        }
+    }
+    if (!pp || !mbs) {
+        fprintf(stderr, TOOL ": error: %s is required\n", !pp ? "--pp" : "--micro-batches");
+        usage(stderr);
+        return 2;
+    }
+    char err[1024];
+    if (lt_schedule_check(pp, vpp, mbs, err, sizeof err)) {
+        fprintf(stderr, TOOL ": error: %s\n", err);
+        return 2;
+    }
+    FILE *svgf = NULL;
+    if (svg && !(svgf = fopen(svg, "w"))) {
+        fprintf(stderr, TOOL ": error: cannot write '%s': %s\n", svg, strerror(errno));
+        return 2;
+    }
+    LtSimResult res;
+    LtSimCost cost = {.fwd = fwd, .bwd = bwd, .latency = latency};
+    if (lt_schedule_simulate_all(pp, vpp, mbs, cost, &res, err, sizeof err)) {
+        fprintf(stderr, TOOL ": internal error: %s\n", err);
+        if (svgf) fclose(svgf);
+        return 1;
+    }
+    print_text(&res, fwd, bwd, latency);
+    int rc = svgf ? write_svg(svgf, svg, &res) : 0;
+    if (svg && rc == 0) printf("wrote %s\n", svg);
+    lt_sim_free(&res);
+    return rc;
+}
