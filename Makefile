@@ -34,7 +34,8 @@ ifeq ($(CUDA),1)
   NVCCFLAGS := -O3 -std=c++17 -Iinclude -lineinfo --expt-relaxed-constexpr \
                $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
                -Xcompiler -fPIC,-Wall -MMD -MP
-  CFLAGS  += -DLT_HAVE_CUDA
+  # -isystem: src/comm_nccl.c includes nccl.h (and through it cuda_runtime.h)
+  CFLAGS  += -DLT_HAVE_CUDA -isystem $(CUDA_HOME)/include
   CUDA_OBJS := $(patsubst kernels/cuda/%.cu,$(BUILD)/obj/cuda/%.o,$(CUDA_SRCS))
   LDLIBS  += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -Wl,-rpath,$(CUDA_HOME)/lib -lcublasLt -lcublas -lcudnn -lnccl -lcudart -lstdc++

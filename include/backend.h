@@ -158,6 +158,8 @@ typedef struct {
     double (*sumsq)(LtBackend *be, const float *x, size_t n);
     /* x *= s over an fp32 buffer. */
     void (*scale_f32)(LtBackend *be, float *x, float s, size_t n);
+    /* dst[i] += src[i] over fp32 buffers (no overlap unless dst == src). */
+    void (*add_f32)(LtBackend *be, float *dst, const float *src, size_t n);
 } LtBackendOps;
 
 struct LtBackend {

@@ -1,31 +1,65 @@
 /* comm.h - the communication layer: one group handle (LtComm) per process
  * group, collectives and point-to-point operations on it.
  *
- * Backend: MPI (src/comm_mpi.c). Every operation comes as a start/finish pair
- * (nonblocking MPI underneath: MPI_Iallreduce, ...); start returns an
- * LtCommRequest and finish waits for it. The blocking forms are start + finish.
- * Several requests may be in flight at once (on the same or different groups);
- * each must be finished exactly once, and its buffers left alone until then.
+ * Every operation comes as a start/finish pair; start returns an
+ * LtCommRequest and finish waits for it. The blocking forms are start +
+ * finish. Several requests may be in flight at once (on the same or different
+ * groups); each must be finished exactly once, and its buffers left alone
+ * until then.
  *
- * Buffers are HOST pointers for now. Device buffers (CUDA) will go through
- * NCCL, or be staged through pinned host memory for MPI, in a later step; do
- * not pass device pointers to these functions yet.
+ * Libraries and buffer locations (LtCommOptions, lt_comm_split_members_ex):
+ *   - MPI, host buffers (the default; lt_comm_world, lt_comm_split_members,
+ *     lt_comm_split_color): nonblocking MPI underneath (MPI_Iallreduce, ...).
+ *   - MPI, device buffers of a backend (device = 1): with the CPU backend
+ *     (device memory is host memory) exactly the host path. With the CUDA
+ *     backend every operation is staged through a pinned host buffer owned by
+ *     the group (sized on first use, grown when a larger operation comes):
+ *     the start call downloads the input on the backend's current stream
+ *     (synchronizing it), runs the blocking MPI operation, uploads the result
+ *     (synchronizing again) and returns an already finished request. So there
+ *     is no overlap with compute, and ranks must start collectives on
+ *     different groups in the same order; several ranks may share one GPU.
+ *     send/recv copy into a host buffer of their own and stay nonblocking
+ *     (recv uploads in finish).
+ *   - NCCL, device buffers of the CUDA backend (src/comm_nccl.c, only in
+ *     builds with CUDA): one NCCL communicator per group, bootstrapped with an
+ *     ncclUniqueId broadcast over the group's MPI communicator. start enqueues
+ *     on the backend's current CUDA stream and records an event; finish makes
+ *     the then-current stream wait for that event (device-side; the host does
+ *     not block) and checks ncclCommGetAsyncError. Tags of send/recv are
+ *     checked but not used: NCCL matches point-to-point operations between
+ *     two ranks by issue order. NCCL refuses two ranks on one GPU.
+ * A group with device buffers has a companion for host buffers over the same
+ * ranks (lt_comm_host; MPI, shares the MPI communicator): use it for host
+ * scalars and host arrays. For host groups lt_comm_host returns the group.
+ * Barriers always run over MPI.
+ *
+ * Element types: LT_COMM_BF16 is 16-bit bfloat16 (the CUDA backend's bf16 act
+ * tensors). NCCL reduces it natively (ncclBfloat16). MPI has no bf16 type:
+ * all_reduce / reduce_scatter(_v) of BF16 convert to fp32 on the host, reduce
+ * in fp32, round back to nearest even (blocking, the request is returned
+ * finished); the other operations move it as 16-bit words.
  *
  * Groups: lt_comm_world() is every rank; lt_comm_split_members() and
  * lt_comm_split_color() are collective over the world and give each rank the
  * group it belongs to (or a non-member handle). Every group has a name ("tp",
  * "dp", "pp", "embedding", ...) that error messages show with the operation.
- * MPI failures exit through lt_fatal (code 1) naming the group and the op.
+ * MPI, NCCL and CUDA failures exit through lt_fatal (code 1) naming the group
+ * and the op.
  *
  * One-rank groups (including the world of a process started without a
- * launcher, where MPI is not initialized) skip all communication: all_reduce,
- * broadcast, send and recv do nothing; reduce_scatter and all_gather only copy
- * the caller's chunk when the input and output buffers differ. */
+ * launcher, where MPI is not initialized) skip all communication on every
+ * library: all_reduce, broadcast, send and recv do nothing; reduce_scatter and
+ * all_gather only copy the caller's chunk when the input and output buffers
+ * differ (memcpy for host buffers, a copy on the current stream for CUDA
+ * device buffers). No NCCL communicator is created for them. */
 #ifndef LT_COMM_H
 #define LT_COMM_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "backend.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,7 +67,7 @@ extern "C" {
 
 typedef struct LtComm LtComm;
 
-typedef enum { LT_COMM_F32 = 0, LT_COMM_F64, LT_COMM_I32, LT_COMM_U8 } LtCommType;
+typedef enum { LT_COMM_F32 = 0, LT_COMM_F64, LT_COMM_I32, LT_COMM_U8, LT_COMM_BF16 } LtCommType;
 typedef enum { LT_COMM_SUM = 0, LT_COMM_MAX } LtCommOp;
 
 /* An operation in flight. Plain value; zero/inactive after finish. The
@@ -46,6 +80,10 @@ typedef struct {
         uint64_t u[2];
         void *p[2];
     } handle;
+    /* staged point-to-point (MPI with CUDA device buffers): the host copy
+     * (freed at finish) and, for recv, the device buffer it is uploaded to */
+    void *stage_host, *stage_dev;
+    size_t stage_bytes;
 } LtCommRequest;
 
 /* ---- groups --------------------------------------------------------------- */
@@ -61,6 +99,31 @@ LtComm *lt_comm_split_members(const int *members, int n, const char *name);
  * by key (ties by world rank); color < 0 gives a non-member handle. */
 LtComm *lt_comm_split_color(int color, int key, const char *name);
 void lt_comm_free(LtComm *c);
+
+/* Which library runs a group. (Named LT_COMM_LIB_* because config.h's
+ * LtCommBackend already has LT_COMM_NCCL / LT_COMM_MPI for comm.backend.) */
+typedef enum { LT_COMM_LIB_MPI = 0, LT_COMM_LIB_NCCL = 1 } LtCommLib;
+typedef struct {
+    LtCommLib lib;
+    int device;     /* 1: buffers are device memory of be (NCCL implies 1) */
+    LtBackend *be;  /* required for device buffers and NCCL; its current stream is used */
+} LtCommOptions;
+/* As lt_comm_split_members, on the library and buffer location of *opt
+ * (NULL: MPI, host buffers - the same as lt_comm_split_members). Collective
+ * over the world; with NCCL additionally collective over each group (the
+ * NCCL communicator is initialized here; be's device must be the rank's
+ * GPU). NCCL in a build without CUDA, or NCCL / device buffers without a
+ * backend, is an lt_fatal naming the group. */
+LtComm *lt_comm_split_members_ex(const int *members, int n, const char *name,
+                                 const LtCommOptions *opt);
+/* The handle for HOST buffers over the same ranks: c itself when c takes host
+ * buffers, else a companion owned by c (MPI; freed with c). */
+const LtComm *lt_comm_host(const LtComm *c);
+LtCommLib lt_comm_lib(const LtComm *c);
+int lt_comm_device_buffers(const LtComm *c); /* 1: operations take device buffers */
+const char *lt_comm_lib_name(LtCommLib lib);  /* "mpi", "nccl" */
+/* 1 when the NCCL backend was compiled into this binary (builds with CUDA). */
+int lt_comm_nccl_compiled(void);
 
 int lt_comm_rank(const LtComm *c);  /* rank within the group (-1: not a member) */
 int lt_comm_size(const LtComm *c);  /* group size (0: not a member) */
@@ -98,7 +161,8 @@ void lt_comm_finish(LtCommRequest *r);
 void lt_comm_all_reduce(const LtComm *c, void *buf, size_t count, LtCommType t, LtCommOp op);
 /* Blocking reduce-scatter with per-rank counts: rank r receives the sum of
  * elements [sum(counts[0..r)), +counts[r]) of every rank's send buffer
- * (send and recv must not overlap; counts[r] may be 0). */
+ * (recv == send is allowed: the result lands at the start; otherwise no
+ * overlap; counts[r] may be 0). */
 void lt_comm_reduce_scatter_v(const LtComm *c, const void *send, void *recv, const int *counts,
                               LtCommType t);
 void lt_comm_reduce_scatter(const LtComm *c, const void *send, void *recv, size_t count,

@@ -16,8 +16,10 @@
  * With one DP rank every stage runs as stage 0 (identical math, no copies).
  * Gradients are summed over DP (each micro batch's loss is pre-scaled by
  * 1/(global batch tokens)), so the result is the mean-loss gradient.
- * All buffers are host/device memory of the backend; the MPI communication
- * layer currently needs host memory (CPU backend). */
+ * All buffers are memory of the backend. The dp/tp groups take the backend's
+ * buffers (host groups for the CPU backend, device-buffer groups - NCCL or
+ * staged MPI - for CUDA); host scalars and the gathered host state go through
+ * lt_comm_host() of them. */
 #ifndef LT_OPTIM_H
 #define LT_OPTIM_H
 

@@ -1,12 +1,18 @@
-/* comm_mpi.c - the MPI backend of comm.h.
+/* comm_mpi.c - the MPI backend of comm.h and its front end (LtComm lives
+ * here; groups on NCCL dispatch to src/comm_nccl.c).
  *
  * Each LtComm owns a communicator (duplicated from or split off
  * MPI_COMM_WORLD) with MPI_ERRORS_RETURN set, so failures come back to
  * COMM_CHECK, which names the group and the operation before exiting.
  *
- * Buffers are host pointers. TODO(cuda): device tensors will be staged
- * through pinned host buffers here (or go through an NCCL backend) once the
- * CUDA path of tensor/data parallelism lands; nothing here touches the GPU. */
+ * Host groups take host pointers. A group with device buffers of the CUDA
+ * backend on MPI stages them through pinned host memory (c->pin, one buffer
+ * per group, grown on demand): collectives are run blocking inside start
+ * (download, MPI on the host companion, upload) and return a finished
+ * request; send/recv go through a per-request host copy so they stay
+ * nonblocking. The CUDA calls live in kernels/cuda/comm_staging.cu
+ * (include/comm_cuda.h); the backend's upload/download do the copies on its
+ * current stream. BF16 reductions are done in fp32 on the host. */
 #include "comm.h"
 
 #include <limits.h>
@@ -14,13 +20,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_internal.h"
 #include "common.h"
+#ifdef LT_HAVE_CUDA
+#include "comm_cuda.h"
+#endif
 
 struct LtComm {
     MPI_Comm comm;   /* MPI_COMM_NULL: no MPI (one-rank world) or not a member */
     int rank, size;  /* rank -1 / size 0 when not a member */
     int *global;     /* group rank -> world rank */
     char name[48];
+    LtCommLib lib;
+    int device;      /* operations take device buffers of be */
+    int stage;       /* device buffers of a CUDA backend over MPI: staged via pin */
+    int borrowed;    /* host companion: comm and global belong to the parent */
+    LtBackend *be;
+    LtComm *host;    /* handle for host buffers (self for host groups) */
+    void *pin;       /* pinned staging buffer (pin_bytes) */
+    size_t pin_bytes;
+    float *conv;     /* fp32 host buffer for BF16 reductions over MPI (conv_len) */
+    size_t conv_len;
+    LtNccl *nccl;    /* NCCL communicator (NCCL groups of more than one rank) */
 };
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((LtCommRequest *)0)->handle),
@@ -57,6 +78,8 @@ static LtComm *comm_new(const char *name) {
     c->rank = -1;
     c->size = 0;
     snprintf(c->name, sizeof c->name, "%s", name ? name : "?");
+    c->lib = LT_COMM_LIB_MPI;
+    c->host = c;
     return c;
 }
 
@@ -128,10 +151,60 @@ LtComm *lt_comm_split_members(const int *members, int n, const char *name) {
 
 void lt_comm_free(LtComm *c) {
     if (!c) return;
-    if (c->comm != MPI_COMM_NULL && mpi_active()) MPI_Comm_free(&c->comm);
-    free(c->global);
+#ifdef LT_HAVE_CUDA
+    if (c->nccl) lt_nccl_destroy(c->nccl);
+    if (c->pin) lt_cuda_pinned_free(c->pin);
+#endif
+    if (c->host && c->host != c) lt_comm_free(c->host);
+    free(c->conv);
+    if (!c->borrowed) {
+        if (c->comm != MPI_COMM_NULL && mpi_active()) MPI_Comm_free(&c->comm);
+        free(c->global);
+    }
     free(c);
 }
+
+const char *lt_comm_lib_name(LtCommLib lib) { return lib == LT_COMM_LIB_NCCL ? "nccl" : "mpi"; }
+
+LtComm *lt_comm_split_members_ex(const int *members, int n, const char *name,
+                                 const LtCommOptions *opt) {
+    LtComm *c = lt_comm_split_members(members, n, name);
+    if (!opt || (opt->lib == LT_COMM_LIB_MPI && !opt->device)) return c;
+    if (opt->lib != LT_COMM_LIB_MPI && opt->lib != LT_COMM_LIB_NCCL)
+        lt_fatal("communication: group '%s': unknown library %d", c->name, (int)opt->lib);
+    if (opt->lib == LT_COMM_LIB_NCCL && !lt_comm_nccl_compiled())
+        lt_fatal("communication: group '%s': NCCL requested, but this binary was built without "
+                 "CUDA/NCCL support (rebuild with nvcc available, or use comm.backend=mpi)",
+                 c->name);
+    if (!opt->be)
+        lt_fatal("communication: group '%s': %s with device buffers needs a backend", c->name,
+                 lt_comm_lib_name(opt->lib));
+    if (opt->lib == LT_COMM_LIB_NCCL && opt->be->device_id < 0)
+        lt_fatal("communication: group '%s': NCCL needs the CUDA backend (backend is '%s')",
+                 c->name, opt->be->ops->name);
+    c->lib = opt->lib;
+    c->device = 1;
+    c->be = opt->be;
+    c->stage = opt->lib == LT_COMM_LIB_MPI && opt->be->device_id >= 0;
+    if (!lt_comm_member(c)) return c;
+    LtComm *h = lt_calloc(sizeof *h); /* host companion: same ranks and communicator */
+    *h = *c;
+    h->lib = LT_COMM_LIB_MPI;
+    h->device = h->stage = 0;
+    h->borrowed = 1;
+    h->be = NULL;
+    h->host = h;
+    c->host = h;
+#ifdef LT_HAVE_CUDA
+    if (c->lib == LT_COMM_LIB_NCCL && c->size > 1)
+        c->nccl = lt_nccl_create(c->comm, c->rank, c->size, c->be, c->name);
+#endif
+    return c;
+}
+
+const LtComm *lt_comm_host(const LtComm *c) { return c->host ? c->host : c; }
+LtCommLib lt_comm_lib(const LtComm *c) { return c->lib; }
+int lt_comm_device_buffers(const LtComm *c) { return c->device; }
 
 int lt_comm_rank(const LtComm *c) { return c->rank; }
 int lt_comm_size(const LtComm *c) { return c->size; }
@@ -147,6 +220,7 @@ size_t lt_comm_type_size(LtCommType t) {
     case LT_COMM_F64: return 8;
     case LT_COMM_I32: return 4;
     case LT_COMM_U8: return 1;
+    case LT_COMM_BF16: return 2;
     }
     return 0;
 }
@@ -157,8 +231,82 @@ static MPI_Datatype mpi_type(LtCommType t) {
     case LT_COMM_F64: return MPI_DOUBLE;
     case LT_COMM_I32: return MPI_INT;
     case LT_COMM_U8: return MPI_UNSIGNED_CHAR;
+    case LT_COMM_BF16: return MPI_UINT16_T; /* moved as 16-bit words; reductions convert */
     }
     return MPI_DATATYPE_NULL;
+}
+
+/* ---- bf16 <-> fp32 on the host (for BF16 reductions over MPI) ---- */
+static float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint16_t f32_to_bf16(float f) { /* round to nearest even; NaN stays NaN */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* The group's fp32 conversion buffer holding n floats converted from src. */
+static float *conv_in(const LtComm *cc, const void *src, size_t n) {
+    LtComm *c = (LtComm *)cc; /* groups are heap objects; the buffer is scratch */
+    if (n > c->conv_len) {
+        free(c->conv);
+        c->conv = lt_malloc(n * sizeof(float));
+        c->conv_len = n;
+    }
+    const uint16_t *h = src;
+    for (size_t i = 0; i < n; i++) c->conv[i] = bf16_to_f32(h[i]);
+    return c->conv;
+}
+
+static void conv_out(void *dst, const float *src, size_t n) {
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(src[i]);
+}
+
+/* ---- device buffers ---- */
+/* Copy the caller's chunk (one-rank groups): memcpy, or a device copy on the
+ * backend's current stream for CUDA buffers. */
+static void comm_copy(const LtComm *c, void *dst, const void *src, size_t bytes) {
+    if (!bytes || dst == src) return;
+#ifdef LT_HAVE_CUDA
+    if (c->device && c->be && c->be->device_id >= 0) {
+        lt_cuda_copy_async(c->be, dst, src, bytes);
+        return;
+    }
+#endif
+    memcpy(dst, src, bytes);
+}
+
+/* The group's pinned staging buffer, at least `bytes` (grown in MiB steps).
+ * Staged collectives are blocking, so it is never in use when it grows. */
+static void *stage_buf(const LtComm *cc, size_t bytes) {
+    LtComm *c = (LtComm *)cc;
+    if (bytes > c->pin_bytes) {
+        size_t nb = (bytes + ((size_t)1 << 20) - 1) >> 20 << 20;
+#ifdef LT_HAVE_CUDA
+        if (c->pin) lt_cuda_pinned_free(c->pin);
+        c->pin = lt_cuda_pinned_alloc(nb);
+#else
+        lt_fatal("communication: group '%s': staging needs a build with CUDA", c->name);
+#endif
+        c->pin_bytes = nb;
+    }
+    return c->pin;
+}
+
+static void stage_down(const LtComm *c, void *host, const void *dev, size_t bytes) {
+    if (bytes) c->be->ops->download(c->be, host, dev, bytes); /* syncs the current stream */
+}
+
+static void stage_up(const LtComm *c, void *dev, const void *host, size_t bytes) {
+    if (bytes) c->be->ops->upload(c->be, dev, host, bytes); /* syncs the current stream */
 }
 
 /* Validate the common arguments; returns the count as an MPI int. */
@@ -190,6 +338,24 @@ static LtCommRequest req_active(const LtComm *c, const char *op, MPI_Request mr)
     return r;
 }
 
+#ifdef LT_HAVE_CUDA
+static LtCommRequest req_nccl(const LtComm *c, const char *op, void *event) {
+    LtCommRequest r = req_idle(c, op);
+    r.active = 1;
+    r.handle.p[0] = event;
+    return r;
+}
+/* NCCL groups (more than one rank) hand the operation to src/comm_nccl.c. */
+#define NCCL_DISPATCH(c, name, call) \
+    do {                                 \
+        if ((c)->nccl) return req_nccl((c), (name), (call)); \
+    } while (0)
+#else
+#define NCCL_DISPATCH(c, name, call) ((void)0)
+#endif
+
+static int is_reduction_bf16(LtCommType t) { return t == LT_COMM_BF16; }
+
 LtCommRequest lt_comm_all_reduce_start(const LtComm *c, void *buf, size_t count, LtCommType t,
                                        LtCommOp op) {
     const char *name = op == LT_COMM_MAX ? "all_reduce(max)" : "all_reduce(sum)";
@@ -197,9 +363,24 @@ LtCommRequest lt_comm_all_reduce_start(const LtComm *c, void *buf, size_t count,
     if (op != LT_COMM_SUM && op != LT_COMM_MAX)
         lt_fatal("communication: all_reduce on group '%s': bad reduction %d", c->name, (int)op);
     if (c->size == 1 || n == 0) return req_idle(c, name);
+    NCCL_DISPATCH(c, name, lt_nccl_all_reduce(c->nccl, name, buf, count, t, op));
+    if (c->stage) { /* blocking through pinned memory */
+        size_t bytes = count * lt_comm_type_size(t);
+        void *p = stage_buf(c, bytes);
+        stage_down(c, p, buf, bytes);
+        lt_comm_all_reduce(c->host, p, count, t, op);
+        stage_up(c, buf, p, bytes);
+        return req_idle(c, name);
+    }
+    MPI_Op mop = op == LT_COMM_MAX ? MPI_MAX : MPI_SUM;
+    if (is_reduction_bf16(t)) { /* blocking, in fp32 */
+        float *f = conv_in(c, buf, count);
+        COMM_CHECK(c, name, MPI_Allreduce(MPI_IN_PLACE, f, n, MPI_FLOAT, mop, c->comm));
+        conv_out(buf, f, count);
+        return req_idle(c, name);
+    }
     MPI_Request mr;
-    COMM_CHECK(c, name, MPI_Iallreduce(MPI_IN_PLACE, buf, n, mpi_type(t),
-                                       op == LT_COMM_MAX ? MPI_MAX : MPI_SUM, c->comm, &mr));
+    COMM_CHECK(c, name, MPI_Iallreduce(MPI_IN_PLACE, buf, n, mpi_type(t), mop, c->comm, &mr));
     return req_active(c, name, mr);
 }
 
@@ -208,8 +389,24 @@ LtCommRequest lt_comm_reduce_scatter_start(const LtComm *c, const void *send, vo
     const char *name = "reduce_scatter";
     int n = op_begin(c, name, count, t);
     if (n == 0) return req_idle(c, name);
+    size_t bytes = count * lt_comm_type_size(t);
     if (c->size == 1) {
-        if (send != recv) memcpy(recv, send, count * lt_comm_type_size(t));
+        comm_copy(c, recv, send, bytes);
+        return req_idle(c, name);
+    }
+    NCCL_DISPATCH(c, name, lt_nccl_reduce_scatter(c->nccl, name, send, recv, count, t));
+    if (c->stage) {
+        void *p = stage_buf(c, (size_t)c->size * bytes);
+        stage_down(c, p, send, (size_t)c->size * bytes);
+        lt_comm_reduce_scatter(c->host, p, p, count, t);
+        stage_up(c, recv, p, bytes);
+        return req_idle(c, name);
+    }
+    if (is_reduction_bf16(t)) {
+        float *f = conv_in(c, send, (size_t)c->size * count);
+        COMM_CHECK(c, name,
+                   MPI_Reduce_scatter_block(MPI_IN_PLACE, f, n, MPI_FLOAT, MPI_SUM, c->comm));
+        conv_out(recv, f, count);
         return req_idle(c, name);
     }
     MPI_Request mr;
@@ -229,11 +426,39 @@ void lt_comm_reduce_scatter_v(const LtComm *c, const void *send, void *recv, con
     int size = lt_comm_size(c);
     for (int r = 0; r < size; r++) total += (size_t)counts[r];
     op_begin(c, name, total, t);
+    size_t tsz = lt_comm_type_size(t), mine = (size_t)counts[c->rank];
     if (size == 1) {
-        if (send != recv) memcpy(recv, send, (size_t)counts[0] * lt_comm_type_size(t));
+        comm_copy(c, recv, send, (size_t)counts[0] * tsz);
         return;
     }
-    COMM_CHECK(c, name, MPI_Reduce_scatter(send, recv, counts, mpi_type(t), MPI_SUM, c->comm));
+#ifdef LT_HAVE_CUDA
+    if (c->nccl) {
+        LtCommRequest r = req_nccl(c, name, lt_nccl_reduce_scatter_v(c->nccl, name, send, recv,
+                                                                    counts, t));
+        lt_comm_finish(&r);
+        return;
+    }
+#endif
+    if (c->stage) {
+        void *p = stage_buf(c, total * tsz);
+        stage_down(c, p, send, total * tsz);
+        lt_comm_reduce_scatter_v(c->host, p, p, counts, t);
+        stage_up(c, recv, p, mine * tsz);
+        return;
+    }
+    if (is_reduction_bf16(t)) {
+        float *f = conv_in(c, send, total);
+        COMM_CHECK(c, name,
+                   MPI_Reduce_scatter(MPI_IN_PLACE, f, counts, MPI_FLOAT, MPI_SUM, c->comm));
+        conv_out(recv, f, mine);
+        return;
+    }
+    if (send == recv)
+        COMM_CHECK(c, name, MPI_Reduce_scatter(MPI_IN_PLACE, recv, counts, mpi_type(t), MPI_SUM,
+                                               c->comm));
+    else
+        COMM_CHECK(c, name,
+                   MPI_Reduce_scatter(send, recv, counts, mpi_type(t), MPI_SUM, c->comm));
 }
 
 LtCommRequest lt_comm_all_gather_start(const LtComm *c, const void *send, void *recv,
@@ -244,7 +469,15 @@ LtCommRequest lt_comm_all_gather_start(const LtComm *c, const void *send, void *
     size_t bytes = count * lt_comm_type_size(t);
     const void *mine = (const char *)recv + (size_t)c->rank * bytes;
     if (c->size == 1) {
-        if (send != recv) memcpy(recv, send, bytes);
+        comm_copy(c, recv, send, bytes);
+        return req_idle(c, name);
+    }
+    NCCL_DISPATCH(c, name, lt_nccl_all_gather(c->nccl, name, send, recv, count, t));
+    if (c->stage) {
+        char *p = stage_buf(c, (size_t)c->size * bytes);
+        stage_down(c, p + (size_t)c->rank * bytes, send, bytes);
+        lt_comm_all_gather(c->host, p + (size_t)c->rank * bytes, p, count, t);
+        stage_up(c, recv, p, (size_t)c->size * bytes);
         return req_idle(c, name);
     }
     MPI_Request mr;
@@ -269,6 +502,15 @@ LtCommRequest lt_comm_broadcast_start(const LtComm *c, void *buf, size_t count, 
     int n = op_begin(c, name, count, t);
     check_peer(c, name, "root", root);
     if (c->size == 1 || n == 0) return req_idle(c, name);
+    NCCL_DISPATCH(c, name, lt_nccl_broadcast(c->nccl, name, buf, count, t, root));
+    if (c->stage) {
+        size_t bytes = count * lt_comm_type_size(t);
+        void *p = stage_buf(c, bytes);
+        if (c->rank == root) stage_down(c, p, buf, bytes);
+        lt_comm_broadcast(c->host, p, count, t, root);
+        if (c->rank != root) stage_up(c, buf, p, bytes);
+        return req_idle(c, name);
+    }
     MPI_Request mr;
     COMM_CHECK(c, name, MPI_Ibcast(buf, n, mpi_type(t), root, c->comm, &mr));
     return req_active(c, name, mr);
@@ -281,9 +523,19 @@ LtCommRequest lt_comm_send_start(const LtComm *c, const void *buf, size_t count,
     check_peer(c, name, "peer", peer);
     if (tag < 0) lt_fatal("communication: send on group '%s': negative tag %d", c->name, tag);
     if (c->size == 1) return req_idle(c, name);
+    NCCL_DISPATCH(c, name, lt_nccl_send(c->nccl, name, buf, count, t, peer));
+    void *host = NULL;
+    if (c->stage) { /* a host copy of its own keeps the send nonblocking */
+        size_t bytes = count * lt_comm_type_size(t);
+        host = lt_malloc(bytes ? bytes : 1);
+        stage_down(c, host, buf, bytes);
+        buf = host;
+    }
     MPI_Request mr;
     COMM_CHECK(c, name, MPI_Isend(buf, n, mpi_type(t), peer, tag, c->comm, &mr));
-    return req_active(c, name, mr);
+    LtCommRequest r = req_active(c, name, mr);
+    r.stage_host = host;
+    return r;
 }
 
 LtCommRequest lt_comm_recv_start(const LtComm *c, void *buf, size_t count, LtCommType t,
@@ -293,16 +545,41 @@ LtCommRequest lt_comm_recv_start(const LtComm *c, void *buf, size_t count, LtCom
     check_peer(c, name, "peer", peer);
     if (tag < 0) lt_fatal("communication: recv on group '%s': negative tag %d", c->name, tag);
     if (c->size == 1) return req_idle(c, name);
+    NCCL_DISPATCH(c, name, lt_nccl_recv(c->nccl, name, buf, count, t, peer));
+    void *host = NULL, *dev = NULL;
+    size_t bytes = count * lt_comm_type_size(t);
+    if (c->stage) { /* received on the host, uploaded by finish */
+        host = lt_malloc(bytes ? bytes : 1);
+        dev = buf;
+        buf = host;
+    }
     MPI_Request mr;
     COMM_CHECK(c, name, MPI_Irecv(buf, n, mpi_type(t), peer, tag, c->comm, &mr));
-    return req_active(c, name, mr);
+    LtCommRequest r = req_active(c, name, mr);
+    r.stage_host = host;
+    r.stage_dev = dev;
+    r.stage_bytes = bytes;
+    return r;
 }
 
 void lt_comm_finish(LtCommRequest *r) {
     if (!r->active) return;
+#ifdef LT_HAVE_CUDA
+    if (r->comm->nccl) {
+        lt_nccl_finish(r->comm->nccl, r->op, r->handle.p[0]);
+        r->active = 0;
+        memset(&r->handle, 0, sizeof r->handle);
+        return;
+    }
+#endif
     MPI_Request mr;
     memcpy(&mr, &r->handle, sizeof mr);
     COMM_CHECK(r->comm, r->op, MPI_Wait(&mr, MPI_STATUS_IGNORE));
+    if (r->stage_host) {
+        if (r->stage_dev) stage_up(r->comm, r->stage_dev, r->stage_host, r->stage_bytes);
+        free(r->stage_host);
+        r->stage_host = r->stage_dev = NULL;
+    }
     r->active = 0;
     memset(&r->handle, 0, sizeof r->handle);
 }

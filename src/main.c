@@ -14,6 +14,7 @@
 
 #include "backend.h"
 #include "checkpoint.h"
+#include "comm.h"
 #include "common.h"
 #include "config.h"
 #include "data.h"
@@ -37,7 +38,9 @@ static void print_version(void) {
     printf("lattice %s\n", LT_VERSION);
     printf("backends: cpu (OpenBLAS + OpenMP)%s\n",
            lt_cuda_compiled() ? ", cuda (cuBLASLt, cuDNN, NCCL)" : "");
-    printf("communication: mpi (OpenMPI, host buffers)\n");
+    printf("communication: mpi (OpenMPI%s)%s\n",
+           lt_cuda_compiled() ? "; GPU buffers staged through pinned host memory" : "",
+           lt_comm_nccl_compiled() ? ", nccl" : "");
 }
 
 /* Load, override and validate the config; every problem exits with code 2. */

@@ -101,9 +101,9 @@ void lt_optim_reduce_bucket(LtOptimizer *o, float *bucket, size_t begin, size_t 
     LT_CHECK(mine <= o->bucket_recv_len);
     /* bucket elements are in flat order, so rank r's overlap follows rank r-1's */
     lt_comm_reduce_scatter_v(o->dp, bucket, o->bucket_recv, counts, LT_COMM_F32);
-    /* The MPI layer works on host memory: the CPU backend's device memory is. */
-    float *dst = o->grad_shard + (mine_start - o->shard_begin);
-    for (size_t i = 0; i < mine; i++) dst[i] += o->bucket_recv[i];
+    if (mine)
+        o->be->ops->add_f32(o->be, o->grad_shard + (mine_start - o->shard_begin), o->bucket_recv,
+                            mine);
     o->be->ops->zero(o->be, bucket, len * sizeof(float));
     free(counts);
 }
@@ -147,9 +147,9 @@ double lt_optim_grad_norm(LtOptimizer *o, const float *grads) {
     } else {
         ss = counted_sumsq(o, o->grad_shard, o->shard_begin, o->shard_begin,
                            o->shard_begin + o->shard_len);
-        lt_comm_all_reduce(o->dp, &ss, 1, LT_COMM_F64, LT_COMM_SUM);
+        lt_comm_all_reduce(lt_comm_host(o->dp), &ss, 1, LT_COMM_F64, LT_COMM_SUM);
     }
-    if (o->tp) lt_comm_all_reduce(o->tp, &ss, 1, LT_COMM_F64, LT_COMM_SUM);
+    if (o->tp) lt_comm_all_reduce(lt_comm_host(o->tp), &ss, 1, LT_COMM_F64, LT_COMM_SUM);
     return sqrt(ss);
 }
 
@@ -199,7 +199,8 @@ static void gather_array(LtOptimizer *o, const float *shard, float *host) {
     }
     float *all = lt_malloc(o->flat * sizeof(float));
     o->be->ops->download(o->be, all + o->shard_begin, shard, o->shard_len * sizeof(float));
-    lt_comm_all_gather(o->dp, all + o->shard_begin, all, o->shard_len, LT_COMM_F32);
+    lt_comm_all_gather(lt_comm_host(o->dp), all + o->shard_begin, all, o->shard_len,
+                       LT_COMM_F32);
     memcpy(host, all, total * sizeof(float));
     free(all);
 }

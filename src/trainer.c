@@ -33,8 +33,11 @@ typedef struct {
     LtLoader *loader;
     LtTopology topo;
     LtCoords coords;
-    LtComm *dp;         /* data-parallel group */
-    LtComm *tp;         /* tensor-parallel group */
+    LtComm *dp;         /* data-parallel group (device buffers with the CUDA backend) */
+    LtComm *tp;         /* tensor-parallel group (device buffers with the CUDA backend) */
+    LtCommLib comm_lib; /* library of dp/tp when they take device buffers */
+    int comm_device;    /* 1: dp/tp take the backend's device buffers (CUDA backend) */
+    const char *comm_why; /* how comm.backend was resolved (CUDA backend) */
     LtParamTable global; /* the tp = 1 table: checkpoints hold global tensors */
     long start_step;
     double peak_tflops;
@@ -66,11 +69,6 @@ static LtBackend *make_backend(const LtConfig *c, const LtWorld *w) {
     LtDtype dt = c->train.precision == LT_PREC_BF16 ? LT_BF16 : LT_F32;
     int ngpu = lt_cuda_device_count();
     int cuda = c->train.device == LT_DEVICE_CUDA || (c->train.device == LT_DEVICE_AUTO && ngpu > 0);
-    if (cuda && w->world > 1)
-        lt_input_error("train.device=cuda with %d ranks: multi-rank GPU communication (NCCL, or "
-                       "MPI with host staging) is not available in this build yet; use "
-                       "train.device=cpu or one rank",
-                       w->world);
     if (cuda) {
         char err[512];
         if (ngpu == 0 && lt_cuda_compiled())
@@ -104,7 +102,61 @@ static void on_grads_ready(void *ctx, int first, int last) {
     lt_optim_reduce_bucket(r->opt, r->model->grads, begin, len);
 }
 
-/* Rank coordinates and the data-parallel group. */
+/* comm.backend -> the library of the groups that move the CUDA backend's
+ * device tensors (dp, tp). auto: NCCL when every rank of this node has a GPU
+ * of its own (local_size <= visible devices; make_backend gives local rank k
+ * device k % count) and NCCL is compiled in, else MPI staged through pinned
+ * host memory. nccl on GPUs shared by several ranks is an input error (NCCL
+ * refuses two ranks on one device). The CPU backend always uses MPI on host
+ * memory, as before; comm.backend=nccl there is an input error with more than
+ * one rank. */
+static void resolve_comm(Run *r) {
+    const LtConfig *c = r->cfg;
+    const LtWorld *w = r->world;
+    LtCommBackend want = c->comm.backend;
+    if (r->be->device_id < 0) {
+        if (want == LT_COMM_NCCL && w->world > 1)
+            lt_input_error("comm.backend=nccl: NCCL moves GPU buffers, but this run uses the "
+                           "CPU backend (train.device=%s); use comm.backend=mpi or auto",
+                           lt_device_name(c->train.device));
+        r->comm_device = 0;
+        r->comm_lib = LT_COMM_LIB_MPI;
+        return;
+    }
+    r->comm_device = 1;
+    int ngpu = lt_cuda_device_count();
+    int32_t shared = w->local_size > ngpu;
+    if (w->world > 1) { /* every rank must pick the same library: shared anywhere = shared */
+        LtComm *wc = lt_comm_world("world");
+        lt_comm_all_reduce(wc, &shared, 1, LT_COMM_I32, LT_COMM_MAX);
+        lt_comm_free(wc);
+    }
+    if (want == LT_COMM_MPI) {
+        r->comm_lib = LT_COMM_LIB_MPI;
+        r->comm_why = "comm.backend=mpi: staged through pinned host memory";
+    } else if (want == LT_COMM_NCCL) {
+        if (!lt_comm_nccl_compiled())
+            lt_input_error("comm.backend=nccl: this binary was built without NCCL");
+        if (shared && w->world > 1)
+            lt_input_error("comm.backend=nccl: %d ranks on this node share %d visible GPU(s) "
+                           "(or ranks share GPUs on another node); NCCL needs one GPU per rank "
+                           "(use comm.backend=mpi or auto, which stage through host memory)",
+                           w->local_size, ngpu);
+        r->comm_lib = LT_COMM_LIB_NCCL;
+        r->comm_why = "comm.backend=nccl";
+    } else if (!shared && lt_comm_nccl_compiled()) {
+        r->comm_lib = LT_COMM_LIB_NCCL;
+        r->comm_why = "comm.backend=auto: one GPU per rank";
+    } else {
+        r->comm_lib = LT_COMM_LIB_MPI;
+        r->comm_why = shared ? "comm.backend=auto: ranks share a GPU, staged through pinned host "
+                               "memory"
+                             : "comm.backend=auto: no NCCL in this build, staged through pinned "
+                               "host memory";
+    }
+}
+
+/* Rank coordinates (the groups follow once the backend exists). */
 static void setup_topology(Run *r) {
     const LtConfig *c = r->cfg;
     char err[512];
@@ -113,11 +165,20 @@ static void setup_topology(Run *r) {
         lt_input_error("%s", err);
     if (lt_topology_coords(&r->topo, r->world->rank, &r->coords))
         lt_fatal("rank %d outside the topology", r->world->rank);
+}
+
+/* The data- and tensor-parallel groups: host MPI groups with the CPU backend
+ * (as always), device-buffer groups on the resolved library with CUDA. Host
+ * scalars and arrays go through lt_comm_host() of these. */
+static void setup_groups(Run *r) {
+    resolve_comm(r);
+    LtCommOptions opt = {.lib = r->comm_lib, .device = 1, .be = r->be};
+    const LtCommOptions *o = r->comm_device ? &opt : NULL;
     int *members = lt_malloc(sizeof(int) * (size_t)r->world->world);
     int n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_DP, members);
-    r->dp = lt_comm_split_members(members, n, "dp");
+    r->dp = lt_comm_split_members_ex(members, n, "dp", o);
     n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_TP, members);
-    r->tp = lt_comm_split_members(members, n, "tp");
+    r->tp = lt_comm_split_members_ex(members, n, "tp", o);
     free(members);
 }
 
@@ -129,6 +190,7 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
     check_supported(cfg, w);
     setup_topology(r);
     r->be = make_backend(cfg, w);
+    setup_groups(r);
     LtModelDims d = lt_dims_from_config(cfg);
     LtParamTable sizing;
     lt_params_build_tp(&sizing, &d, r->topo.tp, r->coords.tp);
@@ -197,9 +259,9 @@ static void run_teardown(Run *r) {
     if (r->valid) lt_tokens_close(r->valid);
     lt_optim_destroy(r->opt);
     lt_model_destroy(r->model);
-    lt_backend_destroy(r->be);
-    lt_comm_free(r->dp);
+    lt_comm_free(r->dp); /* before the backend: NCCL and pinned staging use its GPU */
     lt_comm_free(r->tp);
+    lt_backend_destroy(r->be);
     lt_params_free(&r->global);
 }
 
@@ -234,6 +296,9 @@ static void print_summary(const Run *r) {
            "workspace=%zu (parameter elements %zu)\n",
            m->params, m->grads + (r->opt ? r->opt->grad_bytes : 0),
            r->opt ? r->opt->state_bytes : 0, m->activations, m->workspace, r->model->table.total);
+    if (r->comm_device && r->world->world > 1)
+        lt_log("comm       %s on device buffers (%s)\n", lt_comm_lib_name(r->comm_lib),
+               r->comm_why);
     lt_log("peak       %.3f TFLOP/s per device (%s)\n", r->peak_tflops, r->peak_source);
     if (r->train)
         lt_log("data train %s: %s format, %llu tokens, %llu samples\n", lt_tokens_path(r->train),
@@ -282,7 +347,7 @@ static double evaluate(Run *r, long *samples_out) {
     free(rows);
     free(in);
     free(tgt);
-    lt_comm_all_reduce(r->dp, &sum, 1, LT_COMM_F64, LT_COMM_SUM);
+    lt_comm_all_reduce(lt_comm_host(r->dp), &sum, 1, LT_COMM_F64, LT_COMM_SUM);
     *samples_out = (long)n;
     return n ? sum / ((double)n * S) : NAN;
 }
@@ -313,7 +378,7 @@ static void save_checkpoint(Run *r, long step) {
     float *glob[3] = {st.master, st.m, st.v};
     for (int k = 0; k < 3; k++) {
         lt_params_to_global(t, local[k], g, glob[k], r->coords.tp == 0);
-        lt_comm_all_reduce(r->tp, glob[k], g->total, LT_COMM_F32, LT_COMM_SUM);
+        lt_comm_all_reduce(lt_comm_host(r->tp), glob[k], g->total, LT_COMM_F32, LT_COMM_SUM);
         free(local[k]);
     }
     LtCkptMeta meta = {
@@ -387,7 +452,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         if (!r.model->grads_ready) /* (with buckets this happened group by group) */
             lt_model_sp_reduce_grads(r.model, 0, r.model->table.n - 1);
         lt_optim_reduce_grads(r.opt, r.model->grads);
-        lt_comm_all_reduce(r.dp, &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);
+        lt_comm_all_reduce(lt_comm_host(r.dp), &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);
         double loss = loss_sum / tokens_step;
         double norm = lt_optim_grad_norm(r.opt, r.model->grads);
         if (!isfinite(loss) || !isfinite(norm))
@@ -419,7 +484,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
             save_checkpoint(&r, step + 1);
         if (w->world > 1) { /* every rank stops after the same step */
             int32_t sig = (int32_t)g_stop_signal;
-            lt_comm_all_reduce(r.dp, &sig, 1, LT_COMM_I32, LT_COMM_MAX);
+            lt_comm_all_reduce(lt_comm_host(r.dp), &sig, 1, LT_COMM_I32, LT_COMM_MAX);
             g_stop_signal = sig;
         }
         if (g_stop_signal) {

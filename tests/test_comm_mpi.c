@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "common.h"
 #include "dist.h"
 #include "test.h"
@@ -52,6 +53,17 @@ static void test_world_without_launcher(void) {
     LtComm *g = lt_comm_split_members(m, 1, "tp");
     CHECK(lt_comm_size(g) == 1 && lt_comm_global_rank(g, 0) == 0, "split one-rank");
     lt_comm_free(g);
+    LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
+    LtCommOptions opt = {.lib = LT_COMM_LIB_MPI, .device = 1, .be = be};
+    g = lt_comm_split_members_ex(m, 1, "dp", &opt);
+    memset(y, 0, sizeof y);
+    lt_comm_reduce_scatter(g, x, y, 5, LT_COMM_F32);
+    CHECK(y[3] == 4 && lt_comm_size(lt_comm_host(g)) == 1, "one-rank device-buffer group");
+    uint16_t b[2] = {0x3f80, 0x4000}; /* 1, 2 */
+    lt_comm_all_reduce(g, b, 2, LT_COMM_BF16, LT_COMM_SUM);
+    CHECK(b[0] == 0x3f80 && b[1] == 0x4000, "one-rank bf16 untouched");
+    lt_comm_free(g);
+    lt_backend_destroy(be);
     lt_comm_free(w);
 }
 
@@ -387,6 +399,127 @@ static void test_split_color(void) {
     lt_comm_free(d);
 }
 
+/* ---- bf16 over MPI (fp32 on the host, rounded to nearest even) ---------- */
+static uint16_t bf(float f) { /* exact for the small integers used here */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+static float fb(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void test_bf16_world(void) {
+    LtComm *w = lt_comm_world("world");
+    enum { C = 13 };
+    int me = W.rank;
+    uint16_t x[NP * C], mx[C], rs[C], inplace[NP * C], g[NP * C];
+    for (int i = 0; i < NP * C; i++) x[i] = bf((float)((me + 1) * 3 + i % 11));
+    for (int i = 0; i < C; i++) mx[i] = bf((float)((me * 7 + i * 3) % 5));
+    memcpy(inplace, x, sizeof x);
+    uint16_t sum[C];
+    memcpy(sum, x, sizeof sum);
+    lt_comm_all_reduce(w, sum, C, LT_COMM_BF16, LT_COMM_SUM);
+    lt_comm_all_reduce(w, mx, C, LT_COMM_BF16, LT_COMM_MAX);
+    lt_comm_reduce_scatter(w, x, rs, C, LT_COMM_BF16);
+    lt_comm_reduce_scatter(w, inplace, inplace, C, LT_COMM_BF16);
+    for (int i = 0; i < C; i++) {
+        double s = 0, m = -1e9, q = 0;
+        for (int r = 0; r < NP; r++) {
+            s += (r + 1) * 3 + i % 11;
+            double v = (r * 7 + i * 3) % 5;
+            m = v > m ? v : m;
+            q += (r + 1) * 3 + (me * C + i) % 11;
+        }
+        CHECK(fb(sum[i]) == (float)s, "sum[%d] %g != %g", i, fb(sum[i]), s);
+        CHECK(fb(mx[i]) == (float)m, "max[%d] %g != %g", i, fb(mx[i]), m);
+        CHECK(fb(rs[i]) == (float)q && fb(inplace[i]) == (float)q, "reduce_scatter[%d] %g %g != %g",
+              i, fb(rs[i]), fb(inplace[i]), q);
+        if (test_cur_failed) break;
+    }
+    /* rounding: 64+64+64+65 = 257 -> 256 (tie to even), 64+64+64+67 = 259 -> 260 */
+    uint16_t t[2] = {bf(me == NP - 1 ? 65.f : 64.f), bf(me == NP - 1 ? 67.f : 64.f)};
+    lt_comm_all_reduce(w, t, 2, LT_COMM_BF16, LT_COMM_SUM);
+    CHECK(fb(t[0]) == 256.f && fb(t[1]) == 260.f, "rounding %g %g", fb(t[0]), fb(t[1]));
+    /* all_gather moves the 16-bit words unchanged */
+    lt_comm_all_gather(w, x, g, C, LT_COMM_BF16);
+    for (int r = 0; r < NP && !test_cur_failed; r++)
+        for (int i = 0; i < C; i++)
+            CHECK(fb(g[r * C + i]) == (float)((r + 1) * 3 + i % 11), "gather r%d [%d]", r, i);
+    CHECK(lt_comm_type_size(LT_COMM_BF16) == 2, "bf16 size");
+    lt_comm_free(w);
+}
+
+/* ---- reduce_scatter_v, including in place --------------------------------- */
+static void test_reduce_scatter_v(void) {
+    LtComm *w = lt_comm_world("world");
+    int counts[NP] = {5, 0, 7, 3}, total = 15, me = W.rank;
+    float send[15], recv[7], inplace[15];
+    uint16_t bsend[15], brecv[7];
+    for (int i = 0; i < total; i++) {
+        send[i] = (float)val(me, i);
+        bsend[i] = bf((float)((me + 1) * 3 + i % 11));
+    }
+    memcpy(inplace, send, sizeof send);
+    lt_comm_reduce_scatter_v(w, send, recv, counts, LT_COMM_F32);
+    lt_comm_reduce_scatter_v(w, inplace, inplace, counts, LT_COMM_F32);
+    lt_comm_reduce_scatter_v(w, bsend, brecv, counts, LT_COMM_BF16);
+    int off = 0;
+    for (int r = 0; r < me; r++) off += counts[r];
+    for (int j = 0; j < counts[me]; j++) {
+        double s = 0, b = 0;
+        for (int r = 0; r < NP; r++) {
+            s += val(r, off + j);
+            b += (r + 1) * 3 + (off + j) % 11;
+        }
+        CHECK(recv[j] == (float)s && inplace[j] == (float)s, "[%d] %g %g != %g", j, recv[j],
+              inplace[j], s);
+        CHECK(fb(brecv[j]) == (float)b, "bf16 [%d] %g != %g", j, fb(brecv[j]), b);
+    }
+    lt_comm_free(w);
+}
+
+/* ---- groups with options: CPU backend device buffers = host path ---------- */
+static void test_split_ex_cpu(void) {
+    LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
+    int all[NP];
+    for (int i = 0; i < NP; i++) all[i] = i;
+    LtComm *h = lt_comm_split_members_ex(all, NP, "plain", NULL);
+    CHECK(lt_comm_host(h) == h && lt_comm_lib(h) == LT_COMM_LIB_MPI && !lt_comm_device_buffers(h),
+          "NULL options give a host MPI group");
+    LtCommOptions opt = {.lib = LT_COMM_LIB_MPI, .device = 1, .be = be};
+    LtComm *d = lt_comm_split_members_ex(all, NP, "dev", &opt);
+    const LtComm *dh = lt_comm_host(d);
+    CHECK(lt_comm_device_buffers(d) && dh != d && !lt_comm_device_buffers(dh), "companion");
+    CHECK(lt_comm_size(dh) == NP && lt_comm_rank(dh) == W.rank &&
+              strcmp(lt_comm_name(dh), "dev") == 0 && lt_comm_global_rank(dh, 2) == 2,
+          "companion ranks");
+    enum { C = 9 };
+    float *x = be->ops->alloc(be, C * NP * sizeof(float)), y[C];
+    for (int i = 0; i < C; i++) x[i] = (float)val(W.rank, i);
+    lt_comm_all_reduce(d, x, C, LT_COMM_F32, LT_COMM_SUM);
+    for (int i = 0; i < C; i++) y[i] = (float)val(W.rank, i);
+    lt_comm_all_reduce(dh, y, C, LT_COMM_F32, LT_COMM_SUM);
+    for (int i = 0; i < C; i++) {
+        double s = 0;
+        for (int r = 0; r < NP; r++) s += val(r, i);
+        CHECK(x[i] == (float)s && y[i] == (float)s, "[%d] %g %g != %g", i, x[i], y[i], s);
+    }
+    lt_comm_all_gather(d, x + (size_t)W.rank * C, x, C, LT_COMM_F32); /* in place */
+    CHECK(x[0] == y[0], "gather in place");
+    lt_comm_barrier(d);
+    lt_comm_barrier(dh);
+    lt_comm_free(d);
+    lt_comm_free(h);
+    be->ops->free(be, x);
+    lt_backend_destroy(be);
+    CHECK(lt_comm_nccl_compiled() == lt_cuda_compiled(), "NCCL compiled iff CUDA");
+    CHECK(strcmp(lt_comm_lib_name(LT_COMM_LIB_NCCL), "nccl") == 0, "lib name");
+}
+
 #define MRUN(fn)                                                                   \
     do {                                                                           \
         test_cur_failed = 0;                                                       \
@@ -435,6 +568,9 @@ int main(int argc, char **argv) {
     MRUN(test_pipeline_groups);
     MRUN(test_two_in_flight);
     MRUN(test_split_color);
+    MRUN(test_bf16_world);
+    MRUN(test_reduce_scatter_v);
+    MRUN(test_split_ex_cpu);
     int rc = test_n_fail ? 1 : 0;
     if (W.rank == 0) rc = test_summary();
     lt_world_finalize(&W);

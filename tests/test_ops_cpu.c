@@ -299,8 +299,19 @@ static void test_sumsq_scale(void) {
         float x0 = x[0], xl = x[n - 1];
         g_f32->ops->scale_f32(g_f32, x, 0.37f, n);
         CHECK(x[0] == x0 * 0.37f && x[n - 1] == xl * 0.37f, "scale_f32 n=%zu", n);
+        /* add_f32: dst += src, elementwise and exact like the host loop it replaced */
+        float *y = falloc(n), *ref2 = falloc(n);
+        fill(y, n, 1.5f, 1);
+        for (size_t i = 0; i < n; i++) ref2[i] = x[i] + y[i];
+        g_f32->ops->add_f32(g_f32, x, y, n);
+        int bad = 0;
+        for (size_t i = 0; i < n; i++) bad += x[i] != ref2[i];
+        CHECK(bad == 0, "add_f32 n=%zu: %d elements differ", n, bad);
+        free(y);
+        free(ref2);
         free(x);
     }
+    g_f32->ops->add_f32(g_f32, NULL, NULL, 0);
     CHECK(g_f32->ops->sumsq(g_f32, NULL, 0) == 0.0, "sumsq of nothing");
 }
 

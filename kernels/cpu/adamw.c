@@ -58,3 +58,9 @@ void cpu_scale_f32(LtBackend *be, float *x, float s, size_t n) {
 #pragma omp parallel for simd schedule(static) num_threads(cpu_nthreads(be)) if (n > 65536)
     for (long long i = 0; i < nn; i++) x[i] *= s;
 }
+
+void cpu_add_f32(LtBackend *be, float *dst, const float *src, size_t n) {
+    long long nn = (long long)n;
+#pragma omp parallel for simd schedule(static) num_threads(cpu_nthreads(be)) if (n > 65536)
+    for (long long i = 0; i < nn; i++) dst[i] += src[i];
+}

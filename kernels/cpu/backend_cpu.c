@@ -49,6 +49,7 @@ static const LtBackendOps cpu_ops = {
     .adamw = cpu_adamw,
     .sumsq = cpu_sumsq,
     .scale_f32 = cpu_scale_f32,
+    .add_f32 = cpu_add_f32,
 };
 
 LtBackend *lt_backend_cpu_create(LtDtype dtype, int threads) {

@@ -176,5 +176,6 @@ void cpu_adamw(LtBackend *be, void *param, float *master, const float *grad, flo
                size_t n, const LtAdamArgs *a);
 double cpu_sumsq(LtBackend *be, const float *x, size_t n);
 void cpu_scale_f32(LtBackend *be, float *x, float s, size_t n);
+void cpu_add_f32(LtBackend *be, float *dst, const float *src, size_t n);
 
 #endif

@@ -253,6 +253,7 @@ static const LtBackendOps cuda_ops = {
     cu_adamw,
     cu_sumsq,
     cu_scale_f32,
+    cu_add_f32,
 };
 
 extern "C" int lt_cuda_compiled(void) { return 1; }

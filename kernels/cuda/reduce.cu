@@ -1,5 +1,5 @@
 /* reduce.cu - deterministic reductions: column sums for dbias, the fp32
- * sum of squares (gradient norm), scale_f32.
+ * sum of squares (gradient norm), scale_f32, add_f32.
  *
  * Design note. No floating-point atomics anywhere: every reduction is two
  * passes. Pass 1 writes one partial per block to the stream's scratch arena
@@ -88,6 +88,13 @@ __global__ void scale_kernel(float *x, float s, size_t n) {
         x[i] *= s;
 }
 
+// dst (n) += src (n)
+__global__ void add_kernel(float *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] += src[i];
+}
+
 /* ======================= launchers ======================= */
 
 template <typename T>
@@ -120,6 +127,13 @@ static void launch_scale(float *x, float s, size_t n, cudaStream_t st) {
     CU_CHECK_LAUNCH();
 }
 
+static void launch_add(float *dst, const float *src, size_t n, cudaStream_t st) {
+    unsigned g = cu_blocks(n, 256);
+    if (g > 65535u * 8u) g = 65535u * 8u;
+    add_kernel<<<g, 256, 0, st>>>(dst, src, n);
+    CU_CHECK_LAUNCH();
+}
+
 /* ======================= op entries ======================= */
 
 void cu_colsum_add(LtBackend *be, float *dbias, const void *dout, int N, int OC) {
@@ -146,4 +160,8 @@ double cu_sumsq(LtBackend *be, const float *x, size_t n) {
 
 void cu_scale_f32(LtBackend *be, float *x, float s, size_t n) {
     if (n) launch_scale(x, s, n, cu_stream(be));
+}
+
+void cu_add_f32(LtBackend *be, float *dst, const float *src, size_t n) {
+    if (n) launch_add(dst, src, n, cu_stream(be));
 }

@@ -682,7 +682,21 @@ static void t_reduce(const Pair *P) {
         char nm[64];
         snprintf(nm, sizeof nm, "scale_f32 n%zu", n);
         cmp(P, nm, sc[1], sc[0], n, 1e-6);
-        free(sc[0]), free(sc[1]), free(x);
+        free(sc[0]), free(sc[1]);
+        /* add_f32 (dst += src): exact, so dut and ref agree bit for bit */
+        float *y = hrand(n, 2.f, 0), *ad[2];
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            float *dx = f32_up(be, x, n), *dy = f32_up(be, y, n);
+            be->ops->add_f32(be, dx, dy, n);
+            ad[k] = hzeros(n);
+            f32_down(be, ad[k], dx, n);
+            dfree(be, dx);
+            dfree(be, dy);
+        }
+        snprintf(nm, sizeof nm, "add_f32 n%zu", n);
+        cmp(P, nm, ad[1], ad[0], n, 0.0);
+        free(ad[0]), free(ad[1]), free(y), free(x);
     }
 }
 
