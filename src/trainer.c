@@ -182,6 +182,47 @@ static void setup_groups(Run *r) {
     free(members);
 }
 
+/* Load a checkpoint's global tensors into st (arrays of r->global.total).
+ * The padded vocabulary depends on the TP size the checkpoint was written
+ * with; when it differs from this run's, the checkpoint is read with its own
+ * table and the rows both have are copied (padding rows are zero). */
+static void load_global_state(Run *r, const char *stepdir, LtCkptState *st, LtCkptMeta *meta) {
+    char err[1024];
+    LtConfig *saved = lt_calloc(sizeof *saved);
+    if (lt_ckpt_load_config(stepdir, saved, err, sizeof err))
+        lt_input_error("checkpoint.load: %s", err);
+    int saved_world = saved->parallel.tensor_model_parallel_size *
+                      saved->parallel.pipeline_model_parallel_size;
+    if (lt_config_validate(saved, saved_world, err, sizeof err))
+        lt_input_error("checkpoint.load: config.yaml of %s: %s", stepdir, err);
+    int padded = saved->model.padded_vocab_size;
+    free(saved);
+    if (padded == r->global.dims.padded_vocab) {
+        if (lt_ckpt_load(stepdir, &r->global, st, meta, err, sizeof err))
+            lt_input_error("checkpoint.load: %s", err);
+        return;
+    }
+    LtModelDims d = r->global.dims;
+    d.padded_vocab = padded;
+    LtParamTable ct;
+    lt_params_build(&ct, &d);
+    size_t bytes = ct.total * sizeof(float);
+    LtCkptState cs = {lt_malloc(bytes), st->m ? lt_malloc(bytes) : NULL,
+                      st->v ? lt_malloc(bytes) : NULL};
+    if (lt_ckpt_load(stepdir, &ct, &cs, meta, err, sizeof err))
+        lt_input_error("checkpoint.load: %s", err);
+    float *src[3] = {cs.master, cs.m, cs.v}, *dst[3] = {st->master, st->m, st->v};
+    for (int k = 0; k < 3; k++) {
+        if (!src[k]) continue;
+        if (lt_params_copy_rows(&ct, src[k], &r->global, dst[k], err, sizeof err))
+            lt_input_error("checkpoint.load: %s: %s", stepdir, err);
+        free(src[k]);
+    }
+    lt_log("checkpoint vocabulary padded to %d rows, this layout pads to %d: rows re-padded\n",
+           padded, r->global.dims.padded_vocab);
+    lt_params_free(&ct);
+}
+
 /* Build backend, model, optimizer; restore a checkpoint when configured. */
 static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimizer) {
     memset(r, 0, sizeof *r);
@@ -215,8 +256,7 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
             st.m = lt_malloc(r->global.total * sizeof(float));
             st.v = lt_malloc(r->global.total * sizeof(float));
         }
-        if (lt_ckpt_load(stepdir, &r->global, &st, &meta, err, sizeof err))
-            lt_input_error("checkpoint.load: %s", err);
+        load_global_state(r, stepdir, &st, &meta);
         /* this rank's shards of the global tensors (in place: local <= global) */
         lt_params_from_global(t, host, &r->global, st.master);
         if (st.m) {

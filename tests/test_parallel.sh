@@ -129,6 +129,13 @@ if reshard single_to_tp2dp4 1 "" 8 \
      "parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true optimizer.zero_stage=2"
 then pass checkpoint_single_resumes_tp2_dp4_sp_zero2
 else fail checkpoint_single_resumes_tp2_dp4_sp_zero2 "$(tail -2 "$T/single_to_tp2dp4/b.log")"; fi
+# TP 4 pads the vocabulary to 512 rows, one process to 256: rows are re-padded both ways
+if reshard single_to_tp4dp2 1 "" 8 "parallel.tensor_model_parallel_size=4 optimizer.zero_stage=1"
+then pass checkpoint_single_resumes_tp4_repadded_vocab
+else fail checkpoint_single_resumes_tp4_repadded_vocab "$(tail -2 "$T/single_to_tp4dp2/b.log")"; fi
+if reshard tp4_to_single 4 "parallel.tensor_model_parallel_size=4" 1 ""
+then pass checkpoint_tp4_resumes_single_process
+else fail checkpoint_tp4_resumes_single_process "$(tail -2 "$T/tp4_to_single/b.log")"; fi
 
 # ---- bf16 within bf16 tolerance ----------------------------------------------------
 run ref_bf16 1 train.precision=bf16 || fail reference_bf16 "single-process bf16 run failed"
