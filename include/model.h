@@ -44,7 +44,14 @@ typedef struct {
                        * LtGradReadyFn group by group (ZeRO-2) */
     const LtComm *tp; /* tensor-parallel group (NULL = no tensor parallelism) */
     int sequence_parallel; /* shard LayerNorm regions along the tokens over tp */
+    int recompute;         /* LT_MODEL_RECOMPUTE_* */
 } LtModelOptions;
+
+/* Activation recomputation (train.recompute): none keeps every layer's
+ * activations; selective recomputes the attention core (its output) from the
+ * kept qkv in backward; full keeps only each layer's input and recomputes the
+ * layer in backward. */
+enum { LT_MODEL_RECOMPUTE_NONE = 0, LT_MODEL_RECOMPUTE_SELECTIVE = 1, LT_MODEL_RECOMPUTE_FULL = 2 };
 
 typedef struct {
     LtBackend *be;
@@ -55,6 +62,7 @@ typedef struct {
     const LtComm *tp;     /* tensor-parallel group, NULL when tp == 1 */
     int tp_size, tp_rank;
     int sp;               /* sequence parallelism on */
+    int recompute;        /* LT_MODEL_RECOMPUTE_* */
     unsigned char *sp_partial; /* per parameter: gradient partial over TP under SP */
     int heads_local, ffn_local, vocab_local; /* this rank's heads, ffn columns, vocab rows */
     int vocab_start, vocab_valid;            /* first owned vocab id; owned ids < true vocab */

@@ -108,12 +108,22 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     size_t *a = &m->mem.activations;
     m->resid = lt_calloc(sizeof(void *) * (L + 1));
     for (size_t l = 0; l <= L; l++) m->resid[l] = act_alloc(m, R * C, a);
+    /* Recomputation: full keeps only each layer's input (resid[l]) and shares one
+     * set of layer activations that backward refills layer by layer; selective
+     * shares the attention output (recomputed from qkv in backward). */
+    m->recompute = opt ? opt->recompute : 0;
     m->layer = lt_calloc(sizeof(LtLayerActs) * L);
     for (size_t l = 0; l < L; l++) {
         LtLayerActs *la = &m->layer[l];
+        if (l > 0 && m->recompute == LT_MODEL_RECOMPUTE_FULL) {
+            *la = m->layer[0];
+            continue;
+        }
         la->ln1 = act_alloc(m, N * C, a);
         la->qkv = act_alloc(m, N * C3, a);
-        la->atty = act_alloc(m, N * C, a);
+        la->atty = l > 0 && m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE
+                       ? m->layer[0].atty
+                       : act_alloc(m, N * C3 / 3, a);
         la->r2 = act_alloc(m, R * C, a);
         la->ln2 = act_alloc(m, N * C, a);
         la->fch_pre = act_alloc(m, N * F, a);
@@ -154,9 +164,13 @@ void lt_model_destroy(LtModel *m) {
     for (int l = 0; l <= m->d.num_layers; l++) fr(be, m->resid[l]);
     for (int l = 0; l < m->d.num_layers; l++) {
         LtLayerActs *la = &m->layer[l];
-        void *ps[] = {la->ln1, la->qkv, la->atty, la->r2, la->ln2, la->fch_pre, la->fch,
+        if (l > 0 && m->recompute == LT_MODEL_RECOMPUTE_FULL) break; /* shared set */
+        void *ps[] = {la->ln1, la->qkv,
+                      l > 0 && m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE ? NULL : la->atty,
+                      la->r2, la->ln2, la->fch_pre, la->fch,
                       la->mean1, la->rstd1, la->mean2, la->rstd2, la->lse};
-        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) fr(be, ps[i]);
+        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+            if (ps[i]) fr(be, ps[i]);
     }
     void *ps[] = {m->params, m->grads, m->stage_f32, m->lnf, m->meanf, m->rstdf, m->scratch_c,
                   m->dresid, m->dc, m->d3c, m->dff, m->logits, m->losses, m->xstat,
@@ -347,6 +361,38 @@ static double loss_chunks(LtModel *m, int N, float grad_scale) {
     return sum;
 }
 
+/* Refill what backward of layer l needs that recomputation dropped: with full
+ * recomputation the whole layer forward from its stored input resid[l] (up
+ * to the MLP activation; communication included, so every TP rank does it);
+ * with selective only the attention core from the kept qkv. */
+static void recompute_layer(LtModel *m, int l, int B) {
+    LtBackend *be = m->be;
+    const LtBackendOps *o = be->ops;
+    const int T = m->T, C = m->d.hidden, F = m->ffn_local, NH = m->heads_local,
+              HD = m->d.hidden / m->d.heads, CL = NH * HD;
+    const int N = B * T, R = m->sp ? N / m->tp_size : N;
+    const size_t mine = m->sp ? (size_t)m->tp_rank * R : 0;
+    LtLayerActs *a = &m->layer[l];
+    if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE) {
+        o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, HD);
+        return;
+    }
+    o->layernorm_fwd(be, NULL, rows_at(m, a->ln1, mine, C), a->mean1, a->rstd1, m->resid[l],
+                     NULL, param(m, lidx(m, l, P_LN1W)), param(m, lidx(m, l, P_LN1B)), R, C);
+    sp_gather(m, a->ln1, R, C);
+    o->linear_fwd(be, a->qkv, NULL, a->ln1, param(m, lidx(m, l, P_QKVW)),
+                  param(m, lidx(m, l, P_QKVB)), N, C, 3 * CL);
+    o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, HD);
+    o->linear_fwd(be, m->scratch_c, NULL, a->atty, param(m, lidx(m, l, P_PROJW)),
+                  row_bias(m, lidx(m, l, P_PROJB)), N, CL, C);
+    void *attn = tp_finish(m, m->scratch_c, m->scratch_sp, R, C);
+    o->layernorm_fwd(be, a->r2, rows_at(m, a->ln2, mine, C), a->mean2, a->rstd2, m->resid[l],
+                     attn, param(m, lidx(m, l, P_LN2W)), param(m, lidx(m, l, P_LN2B)), R, C);
+    sp_gather(m, a->ln2, R, C);
+    o->linear_fwd(be, a->fch, a->fch_pre, a->ln2, param(m, lidx(m, l, P_FCW)),
+                  param(m, lidx(m, l, P_FCB)), N, C, F);
+}
+
 static void backward_body(LtModel *m, int B) {
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
@@ -362,6 +408,7 @@ static void backward_body(LtModel *m, int B) {
     grads_ready(m, f, f + 1);
     for (int l = L - 1; l >= 0; l--) {
         LtLayerActs *a = &m->layer[l];
+        if (m->recompute) recompute_layer(m, l, B);
         /* dresid = d(resid[l+1]) flows to both mlp_out and r2 */
         void *dout = grad_full(m, R, C);
         o->linear_bwd(be, m->dff, grad(m, lidx(m, l, P_FC2W)), grad(m, lidx(m, l, P_FC2B)), dout,

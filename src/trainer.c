@@ -59,10 +59,6 @@ static void check_supported(const LtConfig *c, const LtWorld *w) {
         lt_input_error("parallel.virtual_pipeline_model_parallel_size=%d: interleaved pipeline "
                        "schedules are not available in this build yet (only 1)",
                        c->parallel.virtual_pipeline_model_parallel_size);
-    if (c->train.recompute != LT_RECOMPUTE_NONE)
-        lt_input_error("train.recompute=%s: activation recomputation is not available in this "
-                       "build yet (only none)",
-                       lt_recompute_name(c->train.recompute));
 }
 
 static LtBackend *make_backend(const LtConfig *c, const LtWorld *w) {
@@ -239,7 +235,12 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
                          .grad_buckets = need_optimizer && cfg->optimizer.zero_stage == 2 &&
                                          r->topo.dp > 1,
                          .tp = r->tp,
-                         .sequence_parallel = cfg->parallel.sequence_parallel};
+                         .sequence_parallel = cfg->parallel.sequence_parallel,
+                         .recompute = cfg->train.recompute == LT_RECOMPUTE_FULL
+                                          ? LT_MODEL_RECOMPUTE_FULL
+                                          : cfg->train.recompute == LT_RECOMPUTE_SELECTIVE
+                                                ? LT_MODEL_RECOMPUTE_SELECTIVE
+                                                : LT_MODEL_RECOMPUTE_NONE};
     lt_params_free(&sizing);
     lt_params_build(&r->global, &d);
     r->model = lt_model_create(r->be, &d, cfg->train.micro_batch_size, cfg->model.seq_length, &mo);

@@ -99,6 +99,15 @@ for l in $LAYOUTS; do
   else fail "${name}_matches_single_process" "$(echo "$err" | tail -1)"; fi
 done
 
+# ---- activation recomputation composes with TP, SP and ZeRO ---------------------------
+for rc in full selective; do
+  name=tp2_dp2_zero1_sp_recompute_$rc
+  if run "$name" 4 optimizer.zero_stage=1 parallel.tensor_model_parallel_size=2 \
+       parallel.sequence_parallel=true train.recompute=$rc &&
+     err=$(compare ref "$name" 1e-5 1e-5 2>&1); then pass "${name}_matches_single_process"
+  else fail "${name}_matches_single_process" "$(echo "$err" | tail -1)"; fi
+done
+
 # ---- a checkpoint written in one layout resumes in another -------------------------
 # (steps 1-5 in one layout, 6-10 in another; the schedule is pinned to 10 steps)
 reshard() { # name np_a overrides_a -- np_b overrides_b

@@ -99,6 +99,27 @@ grep -q "parameters" "$T/train.log" && grep -q "data train" "$T/train.log" &&
   grep -q "num_layers: 2" "$T/train.log" && pass startup_summary ||
   fail startup_summary "summary or resolved config missing"
 
+# ---- activation recomputation: same training, less activation memory ----------------
+for rc in none selective full; do
+  "$LT" train $CFG $D train.steps=6 train.recompute=$rc logging.metrics_file=$T/rc_$rc.jsonl \
+    > "$T/rc_$rc.log" 2>&1 || fail "recompute_$rc" "train exited $?"
+done
+if python3 - "$T" <<'PY'
+import json, re, sys
+d = sys.argv[1]
+def recs(n): return [json.loads(l) for l in open(f'{d}/rc_{n}.jsonl') if '"eval"' not in l]
+def acts(n):
+    return int(re.search(r'activations=(\d+)', open(f'{d}/rc_{n}.log').read()).group(1))
+base = recs('none')
+for n in ('selective', 'full'):
+    for a, b in zip(base, recs(n)):
+        for k in ('loss', 'grad_norm'):
+            assert abs(a[k] - b[k]) <= 1e-6 * abs(a[k]), (n, a['step'], k, a[k], b[k])
+assert acts('full') < acts('selective') < acts('none'), (acts('none'), acts('selective'), acts('full'))
+PY
+then pass recompute_same_numbers_less_memory
+else fail recompute_same_numbers_less_memory "see $T"; fi
+
 # ---- checkpoint resume equals an uninterrupted run, bit for bit -----------------
 R="$D train.steps=8 checkpoint.save_interval=4"
 "$LT" train $CFG $R checkpoint.dir=$T/ckA logging.metrics_file=$T/a.jsonl >/dev/null 2>&1
