@@ -30,8 +30,12 @@ void lt_fatal_at(const char *file, int line, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));
 #define lt_fatal(...) lt_fatal_at(__FILE__, __LINE__, __VA_ARGS__)
 
-/* Print "lattice: error: message" and exit(2): for bad user input. */
+/* Print "lattice: error: message" and exit(2): for bad user input. While an
+ * error barrier is set (the collective set-up phase, where every rank checks
+ * the same config), only rank 0 prints and all ranks pass the barrier before
+ * exiting; otherwise every failing rank prints its own message. */
 void lt_input_error(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+void lt_set_error_barrier(void (*barrier)(void));
 
 /* Informational line to stdout (rank 0 only prints). */
 void lt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -15,6 +15,9 @@ typedef struct {
 /* Initialize from the launcher's environment; sets the log rank. */
 void lt_world_init(LtWorld *w, int *argc, char ***argv);
 void lt_world_finalize(LtWorld *w);
+/* on != 0: input errors are collective (every rank hits the same one: config
+ * and layout checks); rank 0 reports, all ranks leave together. */
+void lt_world_collective_errors(const LtWorld *w, int on);
 /* 1 when a launcher (mpirun, srun) started this process. */
 int lt_world_launched(void);
 

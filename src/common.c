@@ -28,15 +28,29 @@ void lt_fatal_at(const char *file, int line, const char *fmt, ...) {
     exit(LT_EXIT_INTERNAL);
 }
 
+static void (*g_error_barrier)(void);
+
+void lt_set_error_barrier(void (*barrier)(void)) { g_error_barrier = barrier; }
+
 void lt_input_error(const char *fmt, ...) {
     va_list ap;
     fflush(stdout);
-    if (g_log_rank > 0) exit(LT_EXIT_INPUT); /* rank 0 speaks for everyone */
-    fprintf(stderr, "lattice: error: ");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
+    /* collective phase: every rank meets the same error; rank 0 speaks for all
+     * and the barrier keeps the others from exiting (and the launcher from
+     * killing rank 0) before it has */
+    int silent = g_error_barrier && g_log_rank > 0;
+    if (!silent) {
+        if (g_log_rank > 0)
+            fprintf(stderr, "lattice: error: [rank %d] ", g_log_rank);
+        else
+            fprintf(stderr, "lattice: error: ");
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fputc('\n', stderr);
+        fflush(stderr);
+    }
+    if (g_error_barrier) g_error_barrier();
     exit(LT_EXIT_INPUT);
 }
 

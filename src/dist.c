@@ -46,6 +46,12 @@ void lt_world_init(LtWorld *w, int *argc, char ***argv) {
     lt_set_log_rank(w->rank);
 }
 
+static void world_barrier(void) { MPI_Barrier(MPI_COMM_WORLD); }
+
+void lt_world_collective_errors(const LtWorld *w, int on) {
+    lt_set_error_barrier(on && w->mpi && w->world > 1 ? world_barrier : NULL);
+}
+
 void lt_world_finalize(LtWorld *w) {
     if (w->mpi) MPI_Finalize();
     w->mpi = 0;

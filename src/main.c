@@ -95,6 +95,7 @@ int main(int argc, char **argv) {
     LtWorld w;
     lt_world_init(&w, &argc, &argv);
     static LtConfig cfg;
+    lt_world_collective_errors(&w, 1); /* ends after the layout checks (trainer) */
     load_config(&cfg, argc - 2, argv + 2, &w);
     if (w.rank == 0) {
         FILE *out = run == lt_cmd_sample ? stderr : stdout;

@@ -226,6 +226,7 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
     r->world = w;
     check_supported(cfg, w);
     setup_topology(r);
+    lt_world_collective_errors(w, 0); /* from here on each rank reports its own errors */
     r->be = make_backend(cfg, w);
     setup_groups(r);
     LtModelDims d = lt_dims_from_config(cfg);
@@ -447,10 +448,8 @@ static void save_checkpoint(Run *r, long step) {
 int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     if (!cfg->data.train_path[0]) lt_input_error("data.train_path is not set");
     Run r;
-    /* data first: bad data files are refused before any heavy set-up */
-    LtTokenFile *train = open_tokens("data.train_path", cfg->data.train_path, cfg->model.vocab_size);
-    run_setup(&r, cfg, w, 1);
-    r.train = train;
+    run_setup(&r, cfg, w, 1); /* layout checks first: they are collective */
+    r.train = open_tokens("data.train_path", cfg->data.train_path, cfg->model.vocab_size);
     open_valid(&r);
     const int S = cfg->model.seq_length, G = cfg->train.global_batch_size,
               mbs = cfg->train.micro_batch_size, local = G / r.topo.dp, accum = local / mbs;
