@@ -31,6 +31,7 @@ static void usage(FILE *f) {
             "       lattice shard  --vocab-size V [--format lattice|llmc] [--input FILE] OUT\n"
             "       lattice schedule --pp P [--vpp V] --micro-batches M [--fwd-cost F] "
             "[--bwd-cost B] [--latency L] [--svg FILE]\n"
+            "       lattice schedule CONFIG.yaml [--world N] [section.key=value ...] [--svg FILE]\n"
             "       lattice --version\n");
 }
 

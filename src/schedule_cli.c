@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "config.h"
 #include "schedule.h"
 
 #define TOOL "lattice schedule"
@@ -15,6 +16,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: " TOOL " --pp P [--vpp V] --micro-batches M [--fwd-cost F] [--bwd-cost B]\n"
+            "       " TOOL " CONFIG.yaml [--world N] [section.key=value ...] [options]\n"
             "                        [--latency L] [--svg FILE]\n"
             "  Simulates the pipeline schedule of P stages (V virtual chunks per stage,\n"
             "  interleaved 1F1B when V > 1; M must then be a multiple of P) and prints one\n"
@@ -155,22 +157,68 @@ static int write_svg(FILE *f, const char *path, const LtSimResult *res) {
     return 0;
 }
 
+/* pp, vpp and micro batches per step from a config: M = global batch /
+ * (micro batch x DP), DP = world / (TP x PP); world defaults to TP x PP. */
+static int from_config(const char *path, int nover, char **over, int world, int *pp, int *vpp,
+                       int *mbs) {
+    char err[2048];
+    LtConfig *c = calloc(1, sizeof *c);
+    if (!c) return 1;
+    lt_config_defaults(c);
+    int rc = 0;
+    if (lt_config_load(c, path, nover, over, err, sizeof err) == 0) {
+        if (!world)
+            world = c->parallel.tensor_model_parallel_size * c->parallel.pipeline_model_parallel_size;
+        if (lt_config_validate(c, world, err, sizeof err) == 0) {
+            int dp = world / (c->parallel.tensor_model_parallel_size *
+                              c->parallel.pipeline_model_parallel_size);
+            *pp = c->parallel.pipeline_model_parallel_size;
+            *vpp = c->parallel.virtual_pipeline_model_parallel_size;
+            *mbs = c->train.global_batch_size / (c->train.micro_batch_size * dp);
+            printf("%s: world %d = tp %d x pp %d x dp %d; %d micro batches of %d per step\n", path,
+                   world, c->parallel.tensor_model_parallel_size, *pp, dp, *mbs,
+                   c->train.micro_batch_size);
+        } else {
+            rc = 2;
+        }
+    } else {
+        rc = 2;
+    }
+    if (rc) fprintf(stderr, TOOL ": error: %s\n", err);
+    free(c);
+    return rc;
+}
+
 int lt_cmd_schedule(int argc, char **argv) {
-    int pp = 0, vpp = 1, mbs = 0, fwd = 1, bwd = 2, latency = 0;
-    const char *svg = NULL;
+    int pp = 0, vpp = 1, mbs = 0, fwd = 1, bwd = 2, latency = 0, world = 0;
+    const char *svg = NULL, *config = NULL;
+    char **over = calloc((size_t)argc + 1, sizeof(char *));
+    int nover = 0;
+    if (!over) return 1;
     for (int i = 1; i < argc; i++) {
         const char *opt = argv[i];
         if (!strcmp(opt, "-h") || !strcmp(opt, "--help")) {
             usage(stdout);
+            free(over);
             return 0;
         }
         if (strncmp(opt, "--", 2) != 0) {
+            if (!config && !strchr(opt, '=')) {
+                config = opt;
+                continue;
+            }
+            if (config && strchr(opt, '=')) {
+                over[nover++] = argv[i];
+                continue;
+            }
             fprintf(stderr, TOOL ": error: unexpected argument '%s'\n", opt);
             usage(stderr);
+            free(over);
             return 2;
         }
         if (i + 1 >= argc) {
             fprintf(stderr, TOOL ": error: %s needs a value\n", opt);
+            free(over);
             return 2;
         }
         const char *v = argv[++i];
@@ -181,10 +229,12 @@ int lt_cmd_schedule(int argc, char **argv) {
         else if (!strcmp(opt, "--fwd-cost")) ok = parse_int(v, 1, MAX_COST, &fwd);
         else if (!strcmp(opt, "--bwd-cost")) ok = parse_int(v, 1, MAX_COST, &bwd);
         else if (!strcmp(opt, "--latency")) ok = parse_int(v, 0, MAX_COST, &latency);
+        else if (!strcmp(opt, "--world")) ok = parse_int(v, 1, 1 << 20, &world);
         else if (!strcmp(opt, "--svg")) svg = v;
         else {
             fprintf(stderr, TOOL ": error: unknown option '%s'\n", opt);
             usage(stderr);
+            free(over);
             return 2;
         }
         if (!ok) {
@@ -194,9 +244,28 @@ int lt_cmd_schedule(int argc, char **argv) {
                                : !strcmp(opt, "--micro-batches") ? "a positive integer"
                                                                  : "an integer in [1, 1000]";
             fprintf(stderr, TOOL ": error: invalid value '%s' for %s (want %s)\n", v, opt, want);
+            free(over);
             return 2;
         }
     }
+    if (config) {
+        if (pp || mbs) {
+            fprintf(stderr, TOOL ": error: give either CONFIG.yaml or --pp/--micro-batches\n");
+            free(over);
+            return 2;
+        }
+        vpp = 1;
+        int rc = from_config(config, nover, over, world, &pp, &vpp, &mbs);
+        if (rc) {
+            free(over);
+            return rc;
+        }
+    } else if (world) {
+        fprintf(stderr, TOOL ": error: --world needs a CONFIG.yaml\n");
+        free(over);
+        return 2;
+    }
+    free(over);
     if (!pp || !mbs) {
         fprintf(stderr, TOOL ": error: %s is required\n", !pp ? "--pp" : "--micro-batches");
         usage(stderr);

@@ -168,6 +168,14 @@ n=$(echo "$ids" | wc -w)
 [ "$n" -ge 20 ] && echo "$ids" | grep -qE '^[0-9 ]+$' && pass sample_command ||
   fail sample_command "got: $ids"
 
+# ---- lattice schedule from a config ------------------------------------------------
+out=$("$LT" schedule $CFG parallel.pipeline_model_parallel_size=2 train.micro_batch_size=2 2>&1)
+if echo "$out" | grep -q "4 micro batches of 2" && echo "$out" | grep -q "^rank 1 " &&
+   echo "$out" | grep -q "bubble fraction"; then pass schedule_from_config
+else fail schedule_from_config "$(echo "$out" | tail -2)"; fi
+expect_input_error schedule_bad_layers "num_layers" "$LT" schedule $CFG \
+  parallel.pipeline_model_parallel_size=2 model.num_layers=3
+
 # ---- SIGTERM: stop after the current step, save, resume ---------------------------
 "$LT" train $CFG $D train.steps=100000 checkpoint.dir=$T/ckS logging.log_interval=1 \
   > "$T/sig.log" 2>&1 &
