@@ -35,6 +35,29 @@ BLOG=$WORK/build.log
 : >"$REPORT" || { echo "cannot write $REPORT" >&2; exit 2; }
 NPROC=$(nproc 2>/dev/null || echo 4)
 STATUS=0
+# Libraries bundled on another machine by scripts/bundle_deps.sh (libyaml, zstd,
+# OpenBLAS, Open MPI) for a device that lacks them: carry build/deps along.
+DEPS=${LT_DEPS:-$ROOT/build/deps}
+if [ -d "$DEPS/pkgconfig" ]; then
+  export PKG_CONFIG_PATH="$DEPS/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  export LD_LIBRARY_PATH="$DEPS/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if ! command -v pkg-config >/dev/null 2>&1; then
+    # no pkg-config on the device: read the bundle's simple .pc files directly
+    pkg-config() {
+      local mode="" out="" p f
+      for p in "$@"; do
+        case $p in
+          --exists) mode=exists ;; --cflags|--cflags-only-I) mode=Cflags ;;
+          --libs|--libs-only-l|--libs-only-L) mode=Libs ;; --modversion) mode=Version ;;
+          -*) ;;
+          *) f="$DEPS/pkgconfig/$p.pc"; [ -f "$f" ] || return 1
+             [ "$mode" = exists ] || out="$out $(sed -n "s/^$mode: //p" "$f")" ;;
+        esac
+      done
+      [ "$mode" = exists ] || echo "$out"
+    }
+  fi
+fi
 
 say() { echo "$*" | tee -a "$REPORT"; }
 section() { say ""; say "== $* =="; }
@@ -43,6 +66,7 @@ problem() { say "PROBLEM: $*"; STATUS=1; }
 say "lattice GPU check report"
 say "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 say "host: $(hostname 2>/dev/null) ($(uname -srm))"
+[ -d "$DEPS/pkgconfig" ] && say "deps: bundled libraries from $DEPS (scripts/bundle_deps.sh)"
 say "tree: $ROOT ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo 'no git')$(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo ', with local changes'))"
 
 # ---------------------------------------------------------------- device
