@@ -77,7 +77,7 @@ typedef struct {
     float *stage_f32;     /* (Vp) fp32 staging for sampled logits */
 
     /* activations */
-    void **resid;         /* num_layers + 1 residual stream tensors (N, C) */
+    void **resid;         /* num_layers + 1 residual stream tensors (R, C): R = N, or N/tp under SP */
     LtLayerActs *layer;
     void *lnf;            /* (N, C) */
     float *meanf, *rstdf;

@@ -63,16 +63,6 @@ struct LtLoader {
     Slot *slots;
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* ---- shuffle --------------------------------------------------------------- */
 
 static uint64_t round_key(uint64_t seed, uint64_t epoch, int round) {
@@ -113,7 +103,7 @@ static int fill_step(const LtLoader *l, long step, int32_t *out, char *err, size
         uint64_t id = lt_loader_sample_id(l, base + (uint64_t)i);
         if (lt_tokens_read(l->f, id * (uint64_t)l->cfg.seq_len, l->row, out + (size_t)i * l->row,
                            inner, sizeof inner) != 0) {
-            set_err(err, errlen, "step %ld, sample %llu: %s", step, (unsigned long long)id, inner);
+            lt_errorf(err, errlen, "step %ld, sample %llu: %s", step, (unsigned long long)id, inner);
             return -1;
         }
     }
@@ -149,25 +139,25 @@ static void *prefetch_main(void *arg) {
 LtLoader *lt_loader_create(LtTokenFile *f, const LtLoaderConfig *cfg, char *err, size_t errlen) {
     const char *path = lt_tokens_path(f);
     if (cfg->seq_len < 1 || cfg->samples_per_step < 1) {
-        set_err(err, errlen, "loader for '%s': seq_len (%d) and samples_per_step (%d) must be >= 1",
+        lt_errorf(err, errlen, "loader for '%s': seq_len (%d) and samples_per_step (%d) must be >= 1",
                 path, cfg->seq_len, cfg->samples_per_step);
         return NULL;
     }
     if (cfg->first < 0 || cfg->count < 1 || cfg->first > cfg->samples_per_step - cfg->count) {
-        set_err(err, errlen,
+        lt_errorf(err, errlen,
                 "loader for '%s': slice (first %d, count %d) is not inside the %d samples of a step",
                 path, cfg->first, cfg->count, cfg->samples_per_step);
         return NULL;
     }
     if (cfg->prefetch < 1 || cfg->prefetch > MAX_PREFETCH) {
-        set_err(err, errlen, "loader for '%s': prefetch %d is outside [1, %d]", path,
+        lt_errorf(err, errlen, "loader for '%s': prefetch %d is outside [1, %d]", path,
                 cfg->prefetch, MAX_PREFETCH);
         return NULL;
     }
     uint64_t ntok = lt_tokens_count(f);
     uint64_t nsamples = lt_num_samples(ntok, cfg->seq_len);
     if (nsamples == 0) {
-        set_err(err, errlen,
+        lt_errorf(err, errlen,
                 "'%s' has %llu tokens, fewer than one sample needs (seq_len + 1 = %d)", path,
                 (unsigned long long)ntok, cfg->seq_len + 1);
         return NULL;
@@ -188,7 +178,7 @@ LtLoader *lt_loader_create(LtTokenFile *f, const LtLoaderConfig *cfg, char *err,
         l->slots[i].step = -1;
     }
     if (pthread_create(&l->thread, NULL, prefetch_main, l) != 0) {
-        set_err(err, errlen, "loader for '%s': cannot start the prefetch thread", path);
+        lt_errorf(err, errlen, "loader for '%s': cannot start the prefetch thread", path);
         lt_loader_destroy(l);
         return NULL;
     }
@@ -200,7 +190,7 @@ int lt_loader_get(LtLoader *l, long step, int32_t *out, char *err, size_t errlen
     /* Positions step*G + G - 1 must fit in 64 bits and want + prefetch in a long. */
     uint64_t G = (uint64_t)l->cfg.samples_per_step;
     if (step < 0 || step > LONG_MAX - 2 * MAX_PREFETCH || (uint64_t)step >= UINT64_MAX / G - 1) {
-        set_err(err, errlen, "step %ld is out of range", step);
+        lt_errorf(err, errlen, "step %ld is out of range", step);
         return -1;
     }
     long P = l->cfg.prefetch;
@@ -215,7 +205,7 @@ int lt_loader_get(LtLoader *l, long step, int32_t *out, char *err, size_t errlen
         if (slot->state == SLOT_READY) {
             memcpy(out, slot->buf, bytes);
         } else {
-            set_err(err, errlen, "%s", slot->err);
+            lt_errorf(err, errlen, "%s", slot->err);
             rc = -1;
         }
         slot->state = SLOT_FREE;

@@ -106,17 +106,7 @@ struct LtTokenFile {
 
 /* ---- small helpers ------------------------------------------------------- */
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
-/* set_err, then return NULL / -1: for the many validation exits. */
+/* Like lt_errorf, but returns NULL: for the many validation exits of open. */
 static void *err_null(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void *err_null(char *err, size_t errlen, const char *fmt, ...) {
@@ -125,15 +115,6 @@ static void *err_null(char *err, size_t errlen, const char *fmt, ...) {
     if (err && errlen) vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
     return NULL;
-}
-static int err_neg(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int err_neg(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
 }
 
 static uint32_t get_u32(const uint8_t *p) {
@@ -196,10 +177,10 @@ static int write_full(int fd, const void *buf, size_t n) {
 static void read_fail(const char *path, int rc, const char *what, uint64_t off, char *err,
                       size_t errlen) {
     if (rc == -2)
-        set_err(err, errlen, "'%s': unexpected end of file reading %s at offset %llu (truncated?)",
+        lt_errorf(err, errlen, "'%s': unexpected end of file reading %s at offset %llu (truncated?)",
                 path, what, (unsigned long long)off);
     else
-        set_err(err, errlen, "'%s': read error on %s at offset %llu: %s", path, what,
+        lt_errorf(err, errlen, "'%s': read error on %s at offset %llu: %s", path, what,
                 (unsigned long long)off, strerror(errno));
 }
 
@@ -250,7 +231,7 @@ static int check_ids(const LtTokenFile *f, const int64_t *ids, size_t n, uint64_
                      size_t errlen) {
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= f->limit)
-            return err_neg(
+            return lt_errorf(
                 err, errlen, "'%s': token id %lld at position %llu is out of range [0, %lld)",
                 f->path, (long long)ids[i], (unsigned long long)(pos + i), (long long)f->limit);
     }
@@ -277,21 +258,21 @@ static int lattice_load_block(LtTokenFile *f, uint64_t b, char *err, size_t errl
     }
     size_t got = ZSTD_decompressDCtx(f->dctx, f->dbuf, raw, f->cbuf, csize);
     if (ZSTD_isError(got))
-        return err_neg(err, errlen, "'%s': block %llu does not decompress: %s", f->path,
+        return lt_errorf(err, errlen, "'%s': block %llu does not decompress: %s", f->path,
                        (unsigned long long)b, ZSTD_getErrorName(got));
     if (got != raw)
-        return err_neg(err, errlen, "'%s': block %llu decompressed to %zu bytes, expected %zu",
+        return lt_errorf(err, errlen, "'%s': block %llu decompressed to %zu bytes, expected %zu",
                        f->path, (unsigned long long)b, got, raw);
     uint32_t crc = lt_crc32(0, f->dbuf, raw);
     if (crc != f->blk_crc[b])
-        return err_neg(err, errlen,
+        return lt_errorf(err, errlen,
                        "'%s': block %llu checksum mismatch (stored %08x, computed %08x)", f->path,
                        (unsigned long long)b, f->blk_crc[b], crc);
     for (uint64_t i = 0; i < ntok; i++) {
         const uint8_t *p = f->dbuf + i * f->width;
         int64_t id = f->width == 2 ? (int64_t)(p[0] | p[1] << 8) : (int64_t)get_u32(p);
         if (id >= f->limit)
-            return err_neg(
+            return lt_errorf(
                 err, errlen, "'%s': token id %lld at position %llu is out of range [0, %lld)",
                 f->path, (long long)id, (unsigned long long)(first + i), (long long)f->limit);
         f->cache[i] = (int32_t)id;
@@ -354,7 +335,7 @@ static LtTokenFile *open_lattice(int fd, const char *path, uint64_t fsize, int v
         return err_null(err, errlen, "'%s': invalid vocab size %u for %u-byte tokens", path, vocab,
                         width);
     if (vocab_size > 0 && vocab > (uint32_t)vocab_size) {
-        set_err(
+        lt_errorf(
             err, errlen,
             "'%s': shard was tokenized with vocab size %u, larger than the model's vocab size %d",
             path, vocab, vocab_size);
@@ -370,7 +351,7 @@ static LtTokenFile *open_lattice(int fd, const char *path, uint64_t fsize, int v
     if (index_off < SHARD_HEADER_BYTES || index_off > fsize ||
         nblocks > (fsize - index_off) / SHARD_INDEX_ENTRY ||
         fsize != index_off + nblocks * SHARD_INDEX_ENTRY) {
-        set_err(err, errlen,
+        lt_errorf(err, errlen,
                 "'%s': file size %llu does not match the header (index at %llu with %llu entries "
                 "needs %llu bytes; truncated or corrupt?)",
                 path, (unsigned long long)fsize, (unsigned long long)index_off,
@@ -388,7 +369,7 @@ static LtTokenFile *open_lattice(int fd, const char *path, uint64_t fsize, int v
     }
     crc = lt_crc32(0, idx, ibytes);
     if (crc != index_crc) {
-        set_err(err, errlen, "'%s': block index checksum mismatch (stored %08x, computed %08x)",
+        lt_errorf(err, errlen, "'%s': block index checksum mismatch (stored %08x, computed %08x)",
                 path, index_crc, crc);
         free(idx);
         return NULL;
@@ -413,7 +394,7 @@ static LtTokenFile *open_lattice(int fd, const char *path, uint64_t fsize, int v
         f->blk_crc[b] = get_u32(e + 12);
         if (f->blk_off[b] != expect || f->blk_csize[b] == 0 ||
             f->blk_csize[b] > index_off - f->blk_off[b]) {
-            set_err(err, errlen,
+            lt_errorf(err, errlen,
                     "'%s': index entry %llu out of bounds (offset %llu, size %u; expected offset "
                     "%llu, blocks end at %llu)",
                     path, (unsigned long long)b, (unsigned long long)f->blk_off[b], f->blk_csize[b],
@@ -427,7 +408,7 @@ static LtTokenFile *open_lattice(int fd, const char *path, uint64_t fsize, int v
     }
     free(idx);
     if (expect != index_off) {
-        set_err(err, errlen, "'%s': blocks end at %llu but the index starts at %llu", path,
+        lt_errorf(err, errlen, "'%s': blocks end at %llu but the index starts at %llu", path,
                 (unsigned long long)expect, (unsigned long long)index_off);
         f->fd = -1;
         lt_tokens_close(f);
@@ -526,7 +507,7 @@ static LtTokenFile *open_llmc(int fd, const char *path, uint64_t fsize, int voca
         return err_null(err, errlen, "'%s': negative token count %d in header", path, count);
     uint64_t want = LLMC_HEADER_BYTES + 2ull * (uint64_t)count;
     if (fsize != want) {
-        set_err(
+        lt_errorf(
             err, errlen,
             "'%s': size mismatch: header says %d tokens (%llu bytes) but the file has %llu bytes",
             path, count, (unsigned long long)want, (unsigned long long)fsize);
@@ -565,7 +546,7 @@ static void megatron_paths(const char *path, char **idx, char **bin) {
 static LtTokenFile *open_megatron(const char *path, int vocab_size, char *err, size_t errlen) {
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
-        set_err(err, errlen, __VA_ARGS__);                                                         \
+        lt_errorf(err, errlen, __VA_ARGS__);                                                         \
         goto fail;                                                                                 \
     } while (0)
     char *idx_path, *bin_path;
@@ -710,11 +691,11 @@ LtTokenFile *lt_tokens_open(const char *path, int vocab_size, char *err, size_t 
     bool megatron = false; /* open as Megatron once fd is closed */
     int rc;
     if (fstat(fd, &st) != 0)
-        set_err(err, errlen, "cannot stat '%s': %s", path, strerror(errno));
+        lt_errorf(err, errlen, "cannot stat '%s': %s", path, strerror(errno));
     else if (!S_ISREG(st.st_mode))
-        set_err(err, errlen, "'%s': not a regular file", path);
+        lt_errorf(err, errlen, "'%s': not a regular file", path);
     else if ((fsize = (uint64_t)st.st_size) == 0)
-        set_err(err, errlen, "'%s': file is empty", path);
+        lt_errorf(err, errlen, "'%s': file is empty", path);
     else if ((rc = pread_full(fd, head, fsize < sizeof head ? fsize : sizeof head, 0)) != 0)
         read_fail(path, rc, "the header", 0, err, errlen);
     else if (fsize >= 8 && memcmp(head, SHARD_MAGIC, 8) == 0)
@@ -722,21 +703,21 @@ LtTokenFile *lt_tokens_open(const char *path, int vocab_size, char *err, size_t 
     else if (fsize >= 9 && memcmp(head, MEGATRON_MAGIC, 9) == 0 && ends_with(path, ".idx"))
         megatron = true;
     else if (fsize >= 9 && memcmp(head, MEGATRON_MAGIC, 9) == 0)
-        set_err(err, errlen, "'%s': is a Megatron index but its name does not end in .idx", path);
+        lt_errorf(err, errlen, "'%s': is a Megatron index but its name does not end in .idx", path);
     else if (fsize >= 4 && get_u32(head) == LLMC_MAGIC)
         f = open_llmc(fd, path, fsize, vocab_size, err, errlen);
     else if (ends_with(path, ".bin") && megatron_idx_exists(path))
         megatron = true;
     else if (ends_with(path, ".bin"))
-        set_err(err, errlen,
+        lt_errorf(err, errlen,
                 "'%s': not an llm.c token file (bad magic %u, expected %d) and no Megatron .idx "
                 "next to it",
                 path, get_u32(head), LLMC_MAGIC);
     else if (fsize < 8 && memcmp(head, SHARD_MAGIC, (size_t)fsize) == 0)
-        set_err(err, errlen, "'%s': truncated lattice shard (%llu bytes)", path,
+        lt_errorf(err, errlen, "'%s': truncated lattice shard (%llu bytes)", path,
                 (unsigned long long)fsize);
     else
-        set_err(err, errlen,
+        lt_errorf(err, errlen,
                 "'%s': unrecognized token file format (bad magic %02x %02x %02x %02x; expected a "
                 "lattice shard, an llm.c .bin or a Megatron .idx/.bin pair)",
                 path, head[0], head[1], head[2], head[3]);
@@ -748,7 +729,7 @@ LtTokenFile *lt_tokens_open(const char *path, int vocab_size, char *err, size_t 
 int lt_tokens_read(LtTokenFile *f, uint64_t start, uint64_t n, int32_t *out, char *err,
                    size_t errlen) {
     if (start > f->ntokens || n > f->ntokens - start)
-        return err_neg(err, errlen,
+        return lt_errorf(err, errlen,
                        "'%s': read of tokens [%llu, %llu) is out of bounds (%llu tokens)", f->path,
                        (unsigned long long)start, (unsigned long long)(start + n),
                        (unsigned long long)f->ntokens);
@@ -813,13 +794,13 @@ LtShardWriter *lt_shard_writer_open(const char *path, int vocab_size, int block_
     w->level = zstd_level;
     w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->fd < 0) {
-        set_err(err, errlen, "cannot create '%s': %s", w->tmp, strerror(errno));
+        lt_errorf(err, errlen, "cannot create '%s': %s", w->tmp, strerror(errno));
         writer_free(w, false);
         return NULL;
     }
     uint8_t zero[SHARD_HEADER_BYTES] = {0}; /* the real header is written at close */
     if (write_full(w->fd, zero, sizeof zero) != 0) {
-        set_err(err, errlen, "cannot write '%s': %s", w->tmp, strerror(errno));
+        lt_errorf(err, errlen, "cannot write '%s': %s", w->tmp, strerror(errno));
         writer_free(w, true);
         return NULL;
     }
@@ -838,10 +819,10 @@ static int writer_flush(LtShardWriter *w, char *err, size_t errlen) {
     size_t raw = (size_t)w->pending * w->width;
     size_t csize = ZSTD_compressCCtx(w->cctx, w->cbuf, w->cbuf_cap, w->block, raw, w->level);
     if (ZSTD_isError(csize))
-        return err_neg(err, errlen, "'%s': zstd compression failed: %s", w->tmp,
+        return lt_errorf(err, errlen, "'%s': zstd compression failed: %s", w->tmp,
                        ZSTD_getErrorName(csize));
     if (write_full(w->fd, w->cbuf, csize) != 0)
-        return err_neg(err, errlen, "cannot write '%s': %s", w->tmp, strerror(errno));
+        return lt_errorf(err, errlen, "cannot write '%s': %s", w->tmp, strerror(errno));
     if (w->nblocks == w->index_cap) {
         w->index_cap = w->index_cap ? 2 * w->index_cap : 64;
         uint8_t *grown = realloc(w->index, w->index_cap * SHARD_INDEX_ENTRY);
@@ -862,7 +843,7 @@ int lt_shard_writer_append(LtShardWriter *w, const int32_t *tokens, size_t n, ch
                            size_t errlen) {
     for (size_t i = 0; i < n; i++) { /* validate all first: a failed append adds nothing */
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= w->vocab)
-            return err_neg(err, errlen,
+            return lt_errorf(err, errlen,
                            "'%s': token id %d (appended token %llu) is out of range [0, %u)",
                            w->path, tokens[i], (unsigned long long)(w->ntokens + i), w->vocab);
     }
@@ -888,7 +869,7 @@ int lt_shard_writer_close(LtShardWriter *w, char *err, size_t errlen) {
     if (writer_flush(w, err, errlen) != 0) goto fail;
     size_t ibytes = (size_t)w->nblocks * SHARD_INDEX_ENTRY;
     if (ibytes && write_full(w->fd, w->index, ibytes) != 0) {
-        set_err(err, errlen, "cannot write '%s': %s", w->tmp, strerror(errno));
+        lt_errorf(err, errlen, "cannot write '%s': %s", w->tmp, strerror(errno));
         goto fail;
     }
     uint8_t h[SHARD_HEADER_BYTES] = {0};
@@ -904,13 +885,13 @@ int lt_shard_writer_close(LtShardWriter *w, char *err, size_t errlen) {
     put_u32(h + 52, (uint32_t)w->level);
     put_u32(h + 60, lt_crc32(0, h, 60));
     if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h || fsync(w->fd) != 0) {
-        set_err(err, errlen, "cannot write '%s': %s", w->tmp, strerror(errno));
+        lt_errorf(err, errlen, "cannot write '%s': %s", w->tmp, strerror(errno));
         goto fail;
     }
     int rc = close(w->fd);
     w->fd = -1;
     if (rc != 0 || rename(w->tmp, w->path) != 0) {
-        set_err(err, errlen, "cannot finish '%s': %s", w->path, strerror(errno));
+        lt_errorf(err, errlen, "cannot finish '%s': %s", w->path, strerror(errno));
         goto fail;
     }
     writer_free(w, false);

@@ -286,13 +286,40 @@ static void *grad_full(LtModel *m, int R, int C) {
     return m->dfull;
 }
 
+/* Layer l from its first LayerNorm through the MLP activation: x (+ delta,
+ * when not NULL, stored as resid_out = resid[l]) is the layer input. Leaves
+ * every activation backward needs; the MLP output projection is the caller's. */
+static void layer_forward(LtModel *m, int l, int B, void *resid_out, const void *x,
+                          const void *delta) {
+    LtBackend *be = m->be;
+    const LtBackendOps *o = be->ops;
+    const int T = m->T, C = m->d.hidden, F = m->ffn_local, NH = m->heads_local,
+              HD = m->d.hidden / m->d.heads, CL = NH * HD;
+    const int N = B * T, R = m->sp ? N / m->tp_size : N;
+    const size_t mine = m->sp ? (size_t)m->tp_rank * R : 0; /* first row of this rank's slot */
+    LtLayerActs *a = &m->layer[l];
+    o->layernorm_fwd(be, resid_out, rows_at(m, a->ln1, mine, C), a->mean1, a->rstd1, x, delta,
+                     param(m, lidx(m, l, P_LN1W)), param(m, lidx(m, l, P_LN1B)), R, C);
+    sp_gather(m, a->ln1, R, C);
+    o->linear_fwd(be, a->qkv, NULL, a->ln1, param(m, lidx(m, l, P_QKVW)),
+                  param(m, lidx(m, l, P_QKVB)), N, C, 3 * CL);
+    o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, HD);
+    o->linear_fwd(be, m->scratch_c, NULL, a->atty, param(m, lidx(m, l, P_PROJW)),
+                  row_bias(m, lidx(m, l, P_PROJB)), N, CL, C);
+    void *attn = tp_finish(m, m->scratch_c, m->scratch_sp, R, C);
+    o->layernorm_fwd(be, a->r2, rows_at(m, a->ln2, mine, C), a->mean2, a->rstd2, m->resid[l],
+                     attn, param(m, lidx(m, l, P_LN2W)), param(m, lidx(m, l, P_LN2B)), R, C);
+    sp_gather(m, a->ln2, R, C);
+    o->linear_fwd(be, a->fch, a->fch_pre, a->ln2, param(m, lidx(m, l, P_FCW)),
+                  param(m, lidx(m, l, P_FCB)), N, C, F);
+}
+
 /* Forward through the blocks and the final LayerNorm (N = B*T tokens; this
  * rank's residual rows R). */
 static void forward_body(LtModel *m, int B) {
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
-    const int T = m->T, C = m->d.hidden, F = m->ffn_local, NH = m->heads_local,
-              HD = m->d.hidden / m->d.heads, L = m->d.num_layers, CL = NH * HD;
+    const int T = m->T, C = m->d.hidden, F = m->ffn_local, L = m->d.num_layers;
     const int N = B * T, R = m->sp ? N / m->tp_size : N;
     const size_t mine = m->sp ? (size_t)m->tp_rank * R : 0; /* first row of this rank's slot */
     void *emb = m->sp ? m->scratch_c : m->resid[0];
@@ -303,21 +330,8 @@ static void forward_body(LtModel *m, int B) {
     void *delta = NULL; /* the previous layer's MLP output, added by the next fused LN */
     for (int l = 0; l < L; l++) {
         LtLayerActs *a = &m->layer[l];
-        o->layernorm_fwd(be, l ? m->resid[l] : NULL, rows_at(m, a->ln1, mine, C), a->mean1,
-                         a->rstd1, l ? m->layer[l - 1].r2 : m->resid[0], delta,
-                         param(m, lidx(m, l, P_LN1W)), param(m, lidx(m, l, P_LN1B)), R, C);
-        sp_gather(m, a->ln1, R, C);
-        o->linear_fwd(be, a->qkv, NULL, a->ln1, param(m, lidx(m, l, P_QKVW)),
-                      param(m, lidx(m, l, P_QKVB)), N, C, 3 * CL);
-        o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, HD);
-        o->linear_fwd(be, m->scratch_c, NULL, a->atty, param(m, lidx(m, l, P_PROJW)),
-                      row_bias(m, lidx(m, l, P_PROJB)), N, CL, C);
-        void *attn = tp_finish(m, m->scratch_c, m->scratch_sp, R, C);
-        o->layernorm_fwd(be, a->r2, rows_at(m, a->ln2, mine, C), a->mean2, a->rstd2, m->resid[l],
-                         attn, param(m, lidx(m, l, P_LN2W)), param(m, lidx(m, l, P_LN2B)), R, C);
-        sp_gather(m, a->ln2, R, C);
-        o->linear_fwd(be, a->fch, a->fch_pre, a->ln2, param(m, lidx(m, l, P_FCW)),
-                      param(m, lidx(m, l, P_FCB)), N, C, F);
+        layer_forward(m, l, B, l ? m->resid[l] : NULL, l ? m->layer[l - 1].r2 : m->resid[0],
+                      delta);
         o->linear_fwd(be, m->scratch_c, NULL, a->fch, param(m, lidx(m, l, P_FC2W)),
                       row_bias(m, lidx(m, l, P_FC2B)), N, F, C);
         delta = tp_finish(m, m->scratch_c, m->scratch_sp, R, C);
@@ -366,31 +380,12 @@ static double loss_chunks(LtModel *m, int N, float grad_scale) {
  * to the MLP activation; communication included, so every TP rank does it);
  * with selective only the attention core from the kept qkv. */
 static void recompute_layer(LtModel *m, int l, int B) {
-    LtBackend *be = m->be;
-    const LtBackendOps *o = be->ops;
-    const int T = m->T, C = m->d.hidden, F = m->ffn_local, NH = m->heads_local,
-              HD = m->d.hidden / m->d.heads, CL = NH * HD;
-    const int N = B * T, R = m->sp ? N / m->tp_size : N;
-    const size_t mine = m->sp ? (size_t)m->tp_rank * R : 0;
     LtLayerActs *a = &m->layer[l];
-    if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE) {
-        o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, HD);
-        return;
-    }
-    o->layernorm_fwd(be, NULL, rows_at(m, a->ln1, mine, C), a->mean1, a->rstd1, m->resid[l],
-                     NULL, param(m, lidx(m, l, P_LN1W)), param(m, lidx(m, l, P_LN1B)), R, C);
-    sp_gather(m, a->ln1, R, C);
-    o->linear_fwd(be, a->qkv, NULL, a->ln1, param(m, lidx(m, l, P_QKVW)),
-                  param(m, lidx(m, l, P_QKVB)), N, C, 3 * CL);
-    o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, HD);
-    o->linear_fwd(be, m->scratch_c, NULL, a->atty, param(m, lidx(m, l, P_PROJW)),
-                  row_bias(m, lidx(m, l, P_PROJB)), N, CL, C);
-    void *attn = tp_finish(m, m->scratch_c, m->scratch_sp, R, C);
-    o->layernorm_fwd(be, a->r2, rows_at(m, a->ln2, mine, C), a->mean2, a->rstd2, m->resid[l],
-                     attn, param(m, lidx(m, l, P_LN2W)), param(m, lidx(m, l, P_LN2B)), R, C);
-    sp_gather(m, a->ln2, R, C);
-    o->linear_fwd(be, a->fch, a->fch_pre, a->ln2, param(m, lidx(m, l, P_FCW)),
-                  param(m, lidx(m, l, P_FCB)), N, C, F);
+    if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE)
+        m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, B, m->T, m->heads_local,
+                                  m->d.hidden / m->d.heads);
+    else
+        layer_forward(m, l, B, NULL, m->resid[l], NULL);
 }
 
 static void backward_body(LtModel *m, int B) {
