@@ -86,6 +86,10 @@ typedef struct {
     void (*layernorm_bwd)(LtBackend *be, void *dinp, float *dw, float *db, const void *dout,
                           const void *inp, const void *w, const float *mean, const float *rstd,
                           int N, int C);
+    /* out = a + b elementwise over n act tensors (compute dtype: the sum is taken in
+     * fp32 and stored rounded like every act store, exactly as layernorm_fwd's
+     * resid_out = a + b). out may be a or b. */
+    void (*add_act)(LtBackend *be, void *out, const void *a, const void *b, size_t n);
     /* out(N,OC) = inp(N,C) . w(OC,C)^T + bias(OC) [bias may be NULL].
      * If pre_gelu != NULL: pre_gelu = that result and out = gelu_tanh(pre_gelu). */
     void (*linear_fwd)(LtBackend *be, void *out, void *pre_gelu, const void *inp, const void *w,

@@ -156,6 +156,11 @@ LtCommRequest lt_comm_recv_start(const LtComm *c, void *buf, size_t count, LtCom
                                  int peer, int tag);
 /* Wait for the operation (no-op for an inactive request); marks it inactive. */
 void lt_comm_finish(LtCommRequest *r);
+/* Never blocks: 1 when the operation has completed (the request is then
+ * finished as by lt_comm_finish), 0 while it is pending. An inactive request
+ * counts as complete. NCCL requests are finished at once (stream order puts
+ * later work on the current stream after them). */
+int lt_comm_test(LtCommRequest *r);
 
 /* ---- blocking forms ------------------------------------------------------- */
 void lt_comm_all_reduce(const LtComm *c, void *buf, size_t count, LtCommType t, LtCommOp op);

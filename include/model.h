@@ -25,6 +25,17 @@ typedef struct {
     float *mean1, *rstd1, *mean2, *rstd2, *lse;
 } LtLayerActs;
 
+/* The activations of one chunk for one micro batch, alive from its forward
+ * to its backward (a pipeline keeps several in flight). */
+typedef struct {
+    void **x;          /* chunk_layers inputs of the layers (R, C); x[0] is the chunk
+                        * input: the embedding output, or the activation received */
+    LtLayerActs *layer; /* chunk_layers (shared sets under recomputation, see below) */
+    void *dout;        /* (R, C) gradient of the chunk output: received from the next
+                        * stage, or left by the loss head's forward on the last stage */
+    int32_t *tokens;   /* (N) token ids of the micro batch (first stage: embedding bwd) */
+} LtActSlot;
+
 typedef struct {
     size_t params, grads, activations, workspace; /* bytes on the device */
 } LtModelMemory;
@@ -41,10 +52,15 @@ typedef struct {
     int grad_buckets; /* 0: one gradient buffer for all parameters (flat elements);
                        * 1: one reusable bucket, the size of the largest parameter group
                        * (embeddings, one layer, final LayerNorm), handed to a
-                       * LtGradReadyFn group by group (ZeRO-2) */
+                       * LtGradReadyFn group by group (ZeRO-2). With pipeline
+                       * parallelism the embedding group (wte, wpe) keeps a buffer of its
+                       * own instead (emb_grads): the tied embedding's two halves are
+                       * summed over the embedding group after the last micro batch */
     const LtComm *tp; /* tensor-parallel group (NULL = no tensor parallelism) */
     int sequence_parallel; /* shard LayerNorm regions along the tokens over tp */
     int recompute;         /* LT_MODEL_RECOMPUTE_* */
+    LtStagePlace place;    /* pipeline part held; {0} = the whole model */
+    int slots;             /* activation slots (micro batches x chunks in flight); 0 = 1 */
 } LtModelOptions;
 
 /* Activation recomputation (train.recompute): none keeps every layer's
@@ -55,7 +71,7 @@ enum { LT_MODEL_RECOMPUTE_NONE = 0, LT_MODEL_RECOMPUTE_SELECTIVE = 1, LT_MODEL_R
 
 typedef struct {
     LtBackend *be;
-    LtParamTable table;
+    LtParamTable table;   /* this rank's part (its chunks, tp shards) */
     LtModelDims d;
     int B, T;             /* micro batch size and sequence length of the buffers */
     int xent_chunk;       /* tokens per cross-entropy chunk */
@@ -66,32 +82,41 @@ typedef struct {
     unsigned char *sp_partial; /* per parameter: gradient partial over TP under SP */
     int heads_local, ffn_local, vocab_local; /* this rank's heads, ffn columns, vocab rows */
     int vocab_start, vocab_valid;            /* first owned vocab id; owned ids < true vocab */
+    int pp, pp_rank, vpp; /* pipeline place (1, 0, 1 without pipelining) */
+    int chunk_layers;     /* layers per chunk */
+    size_t boundary;      /* elements of a stage boundary tensor: R * C */
 
     size_t flat;          /* elements of params (and of grads without buckets) */
     void *params;         /* act dtype, flat elements (table order, zero padding) */
     float *grads;         /* fp32 gradient accumulation: flat elements, or the bucket */
     size_t grads_len;     /* elements of grads */
+    float *emb_grads;     /* buckets with pipelining: the embedding group's own buffer */
+    size_t emb_grads_len;
     float **gptr;         /* per parameter: where its gradient accumulates */
     LtGradReadyFn grads_ready;
     void *grads_ready_ctx;
     float *stage_f32;     /* (Vp) fp32 staging for sampled logits */
 
-    /* activations */
-    void **resid;         /* num_layers + 1 residual stream tensors (R, C): R = N, or N/tp under SP */
-    LtLayerActs *layer;
+    /* activations: nslots slots, each holding one chunk of one micro batch */
+    int nslots;
+    LtActSlot *slot;
+    LtLayerActs shared;   /* recomputation: the set (full) or attention output (selective)
+                           * all layers share */
     void *lnf;            /* (N, C) */
     float *meanf, *rstdf;
+    void *xlast;          /* (R, C): the last layer's output on the last stage */
     void *scratch_c;      /* (N, C): attention / MLP projection outputs (partial under TP) */
     void *scratch_sp;     /* (N/tp, C): their reduce-scattered rows (SP only) */
     void *dfull;          /* (N, C): all-gathered residual gradient (SP only) */
     /* backward workspace */
-    void *dresid, *dc, *d3c, *dff; /* (N,C), (N,C), (N,3C), (N,F) */
+    void *dc, *d3c, *dff; /* (N,C), (N,3C), (N,F) */
     void *logits;         /* (xent_chunk, Vp): logits, then their gradient in place */
     float *losses;        /* (N) per-token losses */
     float *xstat;         /* (3, xent_chunk) vocab-parallel row max / sum of exp / target logit */
-    int32_t *tokens, *targets; /* (N) device copies of the current micro batch (local ids) */
+    int32_t *targets;     /* (N) device copy of the current micro batch's targets (local ids) */
     int32_t *host_ids;    /* (N) staging for local ids */
     float *host_losses;   /* (N) host copy */
+    size_t slot_bytes;    /* activation bytes of one slot */
     LtModelMemory mem;
 } LtModel;
 
@@ -107,10 +132,30 @@ void lt_model_destroy(LtModel *m);
 /* Set the compute-dtype parameters from fp32 host values (table order). */
 void lt_model_set_params(LtModel *m, const float *host);
 
-/* Forward on tokens (B*T host ints; b, t row-major) and, when targets is not
- * NULL, the loss. If grad_scale != 0 the backward pass runs too and gradients
- * of grad_scale * sum(token losses) are ACCUMULATED into m->grads.
- * Returns the sum of per-token losses (0 when targets is NULL). */
+/* 1 when local chunk c is the first stage (embeddings) / the last (loss). */
+int lt_model_chunk_first(const LtModel *m, int c);
+int lt_model_chunk_last(const LtModel *m, int c);
+
+/* Forward of local chunk c for one micro batch in activation slot s. The
+ * first stage embeds tokens (B*T host ids); other stages start from the
+ * activation received into slot[s].x[0]. The last stage computes the loss
+ * (when targets is not NULL) and, if grad_scale != 0, its gradient (of
+ * grad_scale * sum of token losses) through the LM head and the final
+ * LayerNorm into slot[s].dout, accumulating their weight gradients; other
+ * stages write their output activation to out (boundary elements). Returns
+ * the sum of token losses (0 when no loss is computed). */
+double lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
+                              const int32_t *targets, float grad_scale, void *out);
+/* Backward of local chunk c from the output gradient in slot[s].dout,
+ * accumulating weight gradients; writes the gradient of the chunk's input to
+ * din (boundary elements; not used on the first stage). */
+void lt_model_chunk_backward(LtModel *m, int c, int s, void *din);
+
+/* Without pipelining (one chunk): forward on tokens (B*T host ints; b, t
+ * row-major) and, when targets is not NULL, the loss. If grad_scale != 0 the
+ * backward pass runs too and gradients of grad_scale * sum(token losses) are
+ * ACCUMULATED into m->grads. Returns the sum of per-token losses (0 when
+ * targets is NULL). */
 double lt_model_step(LtModel *m, const int32_t *tokens, const int32_t *targets, float grad_scale);
 
 /* Sequence parallelism: sum the LayerNorm gradients among parameters
@@ -118,7 +163,7 @@ double lt_model_step(LtModel *m, const int32_t *tokens, const int32_t *targets, 
  * accumulated gradient (after the last micro batch, or per bucket). */
 void lt_model_sp_reduce_grads(LtModel *m, int first, int last);
 
-/* Zero the gradient buffer (or bucket). */
+/* Zero the gradient buffer (or bucket, and the embedding buffer). */
 void lt_model_zero_grads(LtModel *m);
 
 /* Forward only on one sequence tokens[0..len) (len <= T, other rows unused)

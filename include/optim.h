@@ -39,6 +39,7 @@ typedef struct {
     const LtParamTable *table;
     const LtComm *dp;       /* data-parallel group (size 1 = no communication) */
     const LtComm *tp;       /* tensor-parallel group for the grad norm (NULL: tp = 1) */
+    const LtComm *pp;       /* pipeline group for the grad norm (NULL: pp = 1) */
     int tp_rank;
     int zero_stage, dp_size, dp_rank;
     size_t flat;            /* padded flat size, multiple of dp_size */
@@ -80,7 +81,11 @@ void lt_optim_reduce_grads(LtOptimizer *o, float *grads);
  * then sums over the TP group too, counting replicated parameters once. */
 void lt_optim_set_tp(LtOptimizer *o, const LtComm *tp);
 
-/* Global L2 norm of the reduced gradient (collective over DP and TP). */
+/* Pipeline parallelism: the table holds this stage's parameters; the grad
+ * norm then sums over the pipeline group too (tied copies count once). */
+void lt_optim_set_pp(LtOptimizer *o, const LtComm *pp);
+
+/* Global L2 norm of the reduced gradient (collective over DP, TP and PP). */
 double lt_optim_grad_norm(LtOptimizer *o, const float *grads);
 
 /* One AdamW update with learning rate lr on this rank's shard, gradients

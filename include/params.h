@@ -47,7 +47,21 @@ typedef struct {
     LtInitKind init;
     float init_std;    /* for LT_INIT_NORMAL */
     int rows_valid;    /* global rows that get init (wte: true vocab; padded rows are zero) */
+    int gidx;          /* index of this parameter in the whole model's table (tp = 1, all stages) */
+    int tied_copy;     /* 1: a copy of a parameter another pipeline stage owns (the last
+                        * stage's wte, tied to the first stage's embedding): its gradient is
+                        * summed with the owner's and it counts once (at the owner) in norms
+                        * and checkpoints */
 } LtParam;
+
+/* Which part of the model a pipeline rank holds. The model is cut into
+ * pp * vpp stages of num_layers / (pp * vpp) consecutive layers; rank r holds
+ * chunks c = 0 .. vpp-1, chunk c being stage c * pp + r. The first stage
+ * holds the embeddings (wte, wpe), the last the final LayerNorm and the LM
+ * head, which is the tied wte: with pp > 1 the last rank keeps its own copy. */
+typedef struct {
+    int pp, pp_rank, vpp;
+} LtStagePlace;
 
 typedef struct {
     LtParam *p;
@@ -55,7 +69,19 @@ typedef struct {
     size_t total;      /* elements (of this rank's shards) */
     LtModelDims dims;  /* global dimensions */
     int tp, tp_rank;
+    LtStagePlace place;     /* pipeline part held ({1, 0, 1}: the whole model) */
+    int chunk_layers;       /* layers per chunk: num_layers / (pp * vpp) */
+    int first_stage, last_stage; /* 1: holds the embeddings / the final LN and LM head */
+    int idx_wte, idx_wpe, idx_lnf; /* table indices; -1 when not held (lnf: ln_f.weight,
+                                    * ln_f.bias follows) */
+    int idx_layer0;         /* index of the first layer's first parameter */
 } LtParamTable;
+
+/* Parameters per transformer layer in the table. */
+#define LT_PARAMS_PER_LAYER 12
+
+/* Global layer index of local layer `l` (chunk l / chunk_layers) of a table. */
+int lt_params_global_layer(const LtParamTable *t, int l);
 
 /* Build the table for the GPT described by dims. Order: wte, wpe, then per
  * layer ln_1.{weight,bias}, attn.qkv.{weight,bias}, attn.proj.{weight,bias},
@@ -66,13 +92,20 @@ void lt_params_build(LtParamTable *t, const LtModelDims *d);
 /* The shards held by tensor-parallel rank tp_rank of tp (tp divides heads,
  * ffn and padded vocab). lt_params_build is the tp = 1 case. */
 void lt_params_build_tp(LtParamTable *t, const LtModelDims *d, int tp, int tp_rank);
+/* The shards of the pipeline part `place` (pp * vpp divides num_layers).
+ * Order: wte (first or last stage), wpe (first stage), the held layers chunk
+ * after chunk, ln_f (last stage). Names stay global ("h.7.ln_1.weight"), so
+ * init and checkpoints do not depend on the layout. */
+void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp_rank,
+                           LtStagePlace place);
 
 /* Global row-major index of element `local` of this rank's shard of p. */
 size_t lt_param_global_index(const LtParamTable *t, const LtParam *p, size_t local);
 
 /* Copy the shard values `src` (t order) into the global arrays dst (g order,
- * g built with tp = 1). Replicated parameters are written only when
- * with_replicated != 0 (so a sum over TP ranks counts them once). */
+ * g built with tp = 1 for the whole model). Replicated parameters are written
+ * only when with_replicated != 0 (so a sum over TP ranks counts them once);
+ * tied copies never (so a sum over pipeline stages counts them once). */
 void lt_params_to_global(const LtParamTable *t, const float *src, const LtParamTable *g,
                          float *dst, int with_replicated);
 /* Copy global arrays between two tables of the same model that differ only in
@@ -82,7 +115,7 @@ void lt_params_to_global(const LtParamTable *t, const float *src, const LtParamT
 int lt_params_copy_rows(const LtParamTable *src_t, const float *src, const LtParamTable *dst_t,
                         float *dst, char *err, size_t errlen);
 
-/* Extract this rank's shards from global arrays. */
+/* Extract this rank's shards (tied copies included) from global arrays. */
 void lt_params_from_global(const LtParamTable *t, float *dst, const LtParamTable *g,
                            const float *src);
 void lt_params_free(LtParamTable *t);

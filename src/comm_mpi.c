@@ -562,6 +562,18 @@ LtCommRequest lt_comm_recv_start(const LtComm *c, void *buf, size_t count, LtCom
     return r;
 }
 
+/* The request's MPI operation has completed: upload a staged receive, free
+ * the host copy, mark it inactive. */
+static void req_done(LtCommRequest *r) {
+    if (r->stage_host) {
+        if (r->stage_dev) stage_up(r->comm, r->stage_dev, r->stage_host, r->stage_bytes);
+        free(r->stage_host);
+        r->stage_host = r->stage_dev = NULL;
+    }
+    r->active = 0;
+    memset(&r->handle, 0, sizeof r->handle);
+}
+
 void lt_comm_finish(LtCommRequest *r) {
     if (!r->active) return;
 #ifdef LT_HAVE_CUDA
@@ -575,13 +587,27 @@ void lt_comm_finish(LtCommRequest *r) {
     MPI_Request mr;
     memcpy(&mr, &r->handle, sizeof mr);
     COMM_CHECK(r->comm, r->op, MPI_Wait(&mr, MPI_STATUS_IGNORE));
-    if (r->stage_host) {
-        if (r->stage_dev) stage_up(r->comm, r->stage_dev, r->stage_host, r->stage_bytes);
-        free(r->stage_host);
-        r->stage_host = r->stage_dev = NULL;
+    req_done(r);
+}
+
+int lt_comm_test(LtCommRequest *r) {
+    if (!r->active) return 1;
+#ifdef LT_HAVE_CUDA
+    if (r->comm->nccl) {
+        lt_comm_finish(r);
+        return 1;
     }
-    r->active = 0;
-    memset(&r->handle, 0, sizeof r->handle);
+#endif
+    MPI_Request mr;
+    memcpy(&mr, &r->handle, sizeof mr);
+    int flag = 0;
+    COMM_CHECK(r->comm, r->op, MPI_Test(&mr, &flag, MPI_STATUS_IGNORE));
+    if (!flag) {
+        memcpy(&r->handle, &mr, sizeof mr); /* MPI may have updated the handle */
+        return 0;
+    }
+    req_done(r);
+    return 1;
 }
 
 void lt_comm_all_reduce(const LtComm *c, void *buf, size_t count, LtCommType t, LtCommOp op) {

@@ -106,6 +106,15 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
                     t->model.num_layers, pp, vpp, pp * vpp);
         goto out;
     }
+    if (vpp > 1 && (global / (micro * dp)) % pp) {
+        lt_cfg_fail(err, errlen,
+                    "parallel.virtual_pipeline_model_parallel_size (%lld) > 1: the interleaved "
+                    "schedule needs the micro batches per step, train.global_batch_size / "
+                    "(train.micro_batch_size * data-parallel size) = %lld / (%lld * %lld) = %lld, "
+                    "to be a multiple of parallel.pipeline_model_parallel_size (%lld)",
+                    vpp, global, micro, dp, global / (micro * dp), pp);
+        goto out;
+    }
     if (t->parallel.sequence_parallel && tp == 1) {
         lt_cfg_fail(err, errlen,
                     "parallel.sequence_parallel needs parallel.tensor_model_parallel_size > 1");

@@ -1,16 +1,22 @@
-/* model.c - GPT forward/backward over the backend op interface.
+/* model.c - GPT forward/backward over the backend op interface, chunk by
+ * chunk (a chunk = the consecutive layers of one pipeline stage; without
+ * pipelining the one chunk is the whole model).
  *
- * Layer l (x = resid[l], N = B*T tokens):
- *   ln1 = LN(x)                      [layer 0: LN(embedding); l > 0: fused
- *                                     resid[l] = r2[l-1] + mlp_out[l-1]]
+ * Layer j of a chunk (x = x[j], N = B*T tokens):
+ *   ln1 = LN(x)                      [j = 0: LN(chunk input); j > 0: fused
+ *                                     x[j] = r2[j-1] + mlp_out[j-1]]
  *   qkv = ln1 W_qkv^T + b            (N, 3C)
  *   atty = causal_attention(qkv)     (N, C), lse
  *   r2 = x + (atty W_proj^T + b); ln2 = LN(r2)   (fused)
  *   fch = gelu(ln2 W_fc^T + b)       (N, F), pre-activation kept
  *   mlp_out = fch W_fc2^T + b        (N, C) -> consumed by the next fused LN
- * Final: resid[L] = r2 + mlp_out; lnf = LN_f(resid[L]); logits = lnf wte^T in
- * chunks of xent_chunk tokens, each turned into its gradient in place and
- * immediately pushed back into dlnf and dwte, so (N x V) logits never exist. */
+ * Chunk output: r2 + mlp_out of its last layer - sent to the next stage, or
+ * on the last stage fused into the final LayerNorm: xlast = r2 + mlp_out,
+ * lnf = LN_f(xlast); logits = lnf wte^T in chunks of xent_chunk tokens, each
+ * turned into its gradient in place and immediately pushed back into dlnf and
+ * dwte (so (N x V) logits never exist), and dlnf through LN_f into the
+ * slot's output gradient - all during the forward, so the last stage's
+ * backward starts like every other stage's: from a gradient of its output. */
 #include "model.h"
 
 #include <math.h>
@@ -21,16 +27,14 @@
 
 enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FC2W,
        P_FC2B, P_PER_LAYER };
-#define IDX_WTE 0
-#define IDX_WPE 1
 
 /* Device pointer of parameter i in the compute-dtype buffer / fp32 grads. */
 static void *param(const LtModel *m, int i) {
     return (char *)m->params + lt_act_bytes(m->be, m->table.p[i].offset);
 }
 static float *grad(const LtModel *m, int i) { return m->gptr[i]; }
-static int lidx(const LtModel *m, int l, int k) { return 2 + P_PER_LAYER * l + k; }
-static int idx_lnf(const LtModel *m) { return 2 + P_PER_LAYER * m->d.num_layers; }
+/* Table index of parameter k of local layer l (chunk l / chunk_layers). */
+static int lidx(const LtModel *m, int l, int k) { return m->table.idx_layer0 + P_PER_LAYER * l + k; }
 
 static void *act_alloc(LtModel *m, size_t n, size_t *acc) {
     size_t bytes = lt_act_bytes(m->be, n);
@@ -47,8 +51,18 @@ static size_t group_span(const LtParamTable *t, int first, int last) {
     return t->p[last].offset + t->p[last].numel - t->p[first].offset;
 }
 
+/* Parameter groups (the unit a bucket hands over): the embeddings (wte and
+ * wpe, whichever are held), each layer, the final LayerNorm. */
+static int emb_last(const LtParamTable *t) { return t->idx_wpe >= 0 ? t->idx_wpe : t->idx_wte; }
+static int group_first(const LtParamTable *t, int i) {
+    if (t->idx_wte >= 0 && i <= emb_last(t)) return t->idx_wte;
+    if (t->idx_lnf >= 0 && i >= t->idx_lnf) return t->idx_lnf;
+    return t->idx_layer0 + P_PER_LAYER * ((i - t->idx_layer0) / P_PER_LAYER);
+}
+
 /* Point every parameter's gradient into the flat buffer, or (buckets) into one
- * bucket shared by the groups: embeddings, each layer, the final LayerNorm. */
+ * bucket shared by the groups; with pipelining the embedding group gets a
+ * buffer of its own that lives through the step (see model.h). */
 static void setup_grads(LtModel *m, int buckets) {
     const LtParamTable *t = &m->table;
     m->gptr = lt_calloc(sizeof(float *) * (size_t)t->n);
@@ -58,16 +72,81 @@ static void setup_grads(LtModel *m, int buckets) {
         for (int i = 0; i < t->n; i++) m->gptr[i] = m->grads + t->p[i].offset;
         return;
     }
-    int f = idx_lnf(m);
-    size_t len = group_span(t, IDX_WTE, IDX_WPE);
-    if (group_span(t, f, f + 1) > len) len = group_span(t, f, f + 1);
-    if (m->d.num_layers > 0 && group_span(t, 2, 2 + P_PER_LAYER - 1) > len)
-        len = group_span(t, 2, 2 + P_PER_LAYER - 1);
-    m->grads_len = len;
-    m->grads = f32_alloc(m, len, &m->mem.grads);
+    const int own_emb = m->pp > 1 && t->idx_wte >= 0;
+    size_t len = 0;
+    for (int i = 0; i < t->n;) {
+        int f = group_first(t, i), last = i;
+        while (last + 1 < t->n && group_first(t, last + 1) == f) last++;
+        size_t span = group_span(t, f, last);
+        if (own_emb && f == t->idx_wte) m->emb_grads_len = span;
+        else if (span > len) len = span;
+        i = last + 1;
+    }
+    m->grads_len = len ? len : 1;
+    m->grads = f32_alloc(m, m->grads_len, &m->mem.grads);
+    if (own_emb) m->emb_grads = f32_alloc(m, m->emb_grads_len, &m->mem.grads);
     for (int i = 0; i < t->n; i++) {
-        int first = i <= IDX_WPE ? IDX_WTE : i >= f ? f : 2 + P_PER_LAYER * ((i - 2) / P_PER_LAYER);
-        m->gptr[i] = m->grads + (t->p[i].offset - t->p[first].offset);
+        int first = group_first(t, i);
+        float *base = own_emb && first == t->idx_wte ? m->emb_grads : m->grads;
+        m->gptr[i] = base + (t->p[i].offset - t->p[first].offset);
+    }
+}
+
+/* One set of layer activations; fields in `share` (non-NULL) are reused. */
+static void layer_acts_alloc(LtModel *m, LtLayerActs *la, const LtLayerActs *share, size_t *a) {
+    const size_t N = (size_t)m->B * m->T, C = m->d.hidden, F = m->ffn_local,
+                 C3 = 3 * C / (size_t)m->tp_size, R = m->boundary / C;
+    la->ln1 = act_alloc(m, N * C, a);
+    la->qkv = act_alloc(m, N * C3, a);
+    la->atty = share && share->atty ? share->atty : act_alloc(m, N * C3 / 3, a);
+    la->r2 = act_alloc(m, R * C, a);
+    la->ln2 = act_alloc(m, N * C, a);
+    la->fch_pre = act_alloc(m, N * F, a);
+    la->fch = act_alloc(m, N * F, a);
+    la->mean1 = f32_alloc(m, R, a);
+    la->rstd1 = f32_alloc(m, R, a);
+    la->mean2 = f32_alloc(m, R, a);
+    la->rstd2 = f32_alloc(m, R, a);
+    la->lse = f32_alloc(m, N * (size_t)m->heads_local, a);
+}
+
+static void layer_acts_free(LtModel *m, LtLayerActs *la, int keep_atty) {
+    void *ps[] = {la->ln1, la->qkv, keep_atty ? NULL : la->atty, la->r2, la->ln2, la->fch_pre,
+                  la->fch, la->mean1, la->rstd1, la->mean2, la->rstd2, la->lse};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        if (ps[i]) m->be->ops->free(m->be, ps[i]);
+}
+
+/* Activation slots. Recomputation: full keeps only each layer's input (x[j])
+ * per slot and shares one set of layer activations that backward refills
+ * layer by layer; selective shares the attention output (recomputed from qkv
+ * in backward). */
+static void setup_slots(LtModel *m, int nslots) {
+    const size_t N = (size_t)m->B * m->T;
+    const int n = m->chunk_layers;
+    size_t *a = &m->mem.activations;
+    if (m->recompute == LT_MODEL_RECOMPUTE_FULL) layer_acts_alloc(m, &m->shared, NULL, a);
+    if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE)
+        m->shared.atty = act_alloc(m, N * (size_t)m->d.hidden / (size_t)m->tp_size, a);
+    m->nslots = nslots;
+    m->slot = lt_calloc(sizeof(LtActSlot) * (size_t)nslots);
+    for (int s = 0; s < nslots; s++) {
+        size_t at_start = *a;
+        LtActSlot *sl = &m->slot[s];
+        sl->x = lt_calloc(sizeof(void *) * (size_t)(n > 0 ? n : 1));
+        sl->layer = lt_calloc(sizeof(LtLayerActs) * (size_t)(n > 0 ? n : 1));
+        for (int j = 0; j < n; j++) {
+            sl->x[j] = act_alloc(m, m->boundary, a);
+            if (m->recompute == LT_MODEL_RECOMPUTE_FULL)
+                sl->layer[j] = m->shared;
+            else
+                layer_acts_alloc(m, &sl->layer[j],
+                                 m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE ? &m->shared : NULL, a);
+        }
+        sl->dout = act_alloc(m, m->boundary, a);
+        sl->tokens = m->be->ops->alloc(m->be, N * sizeof(int32_t));
+        *a += N * sizeof(int32_t);
+        if (s == 0) m->slot_bytes = *a - at_start;
     }
 }
 
@@ -81,7 +160,13 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     m->tp = opt && opt->tp && lt_comm_size(opt->tp) > 1 ? opt->tp : NULL;
     m->tp_size = m->tp ? lt_comm_size(m->tp) : 1;
     m->tp_rank = m->tp ? lt_comm_rank(m->tp) : 0;
-    lt_params_build_tp(&m->table, d, m->tp_size, m->tp_rank);
+    LtStagePlace place = {1, 0, 1};
+    if (opt && opt->place.pp > 0) place = opt->place;
+    m->pp = place.pp;
+    m->pp_rank = place.pp_rank;
+    m->vpp = place.vpp;
+    lt_params_build_stage(&m->table, d, m->tp_size, m->tp_rank, place);
+    m->chunk_layers = m->table.chunk_layers;
     m->heads_local = d->heads / m->tp_size;
     m->ffn_local = d->ffn / m->tp_size;
     m->vocab_local = d->padded_vocab / m->tp_size;
@@ -90,10 +175,11 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     if (m->vocab_valid < 0) m->vocab_valid = 0;
     if (m->vocab_valid > m->vocab_local) m->vocab_valid = m->vocab_local;
     m->sp = m->tp && opt->sequence_parallel;
-    const size_t N = (size_t)B * T, C = d->hidden, F = m->ffn_local, L = d->num_layers,
+    const size_t N = (size_t)B * T, C = d->hidden, F = m->ffn_local,
                  C3 = 3 * C / (size_t)m->tp_size;
     const size_t R = m->sp ? N / (size_t)m->tp_size : N; /* residual-stream rows of this rank */
     LT_CHECK(!m->sp || N % (size_t)m->tp_size == 0);
+    m->boundary = R * C;
     m->sp_partial = lt_calloc((size_t)m->table.n);
     for (int i = 0; i < m->table.n; i++) /* LayerNorm weights see only this rank's tokens */
         m->sp_partial[i] = m->sp && strstr(m->table.p[i].name, "ln_") != NULL;
@@ -105,53 +191,27 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     setup_grads(m, opt ? opt->grad_buckets : 0);
     m->stage_f32 = f32_alloc(m, (size_t)d->padded_vocab, &m->mem.workspace);
 
-    size_t *a = &m->mem.activations;
-    m->resid = lt_calloc(sizeof(void *) * (L + 1));
-    for (size_t l = 0; l <= L; l++) m->resid[l] = act_alloc(m, R * C, a);
-    /* Recomputation: full keeps only each layer's input (resid[l]) and shares one
-     * set of layer activations that backward refills layer by layer; selective
-     * shares the attention output (recomputed from qkv in backward). */
     m->recompute = opt ? opt->recompute : 0;
-    m->layer = lt_calloc(sizeof(LtLayerActs) * L);
-    for (size_t l = 0; l < L; l++) {
-        LtLayerActs *la = &m->layer[l];
-        if (l > 0 && m->recompute == LT_MODEL_RECOMPUTE_FULL) {
-            *la = m->layer[0];
-            continue;
-        }
-        la->ln1 = act_alloc(m, N * C, a);
-        la->qkv = act_alloc(m, N * C3, a);
-        la->atty = l > 0 && m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE
-                       ? m->layer[0].atty
-                       : act_alloc(m, N * C3 / 3, a);
-        la->r2 = act_alloc(m, R * C, a);
-        la->ln2 = act_alloc(m, N * C, a);
-        la->fch_pre = act_alloc(m, N * F, a);
-        la->fch = act_alloc(m, N * F, a);
-        la->mean1 = f32_alloc(m, R, a);
-        la->rstd1 = f32_alloc(m, R, a);
-        la->mean2 = f32_alloc(m, R, a);
-        la->rstd2 = f32_alloc(m, R, a);
-        la->lse = f32_alloc(m, N * (size_t)m->heads_local, a);
-    }
-    m->lnf = act_alloc(m, N * C, a);
-    m->meanf = f32_alloc(m, R, a);
-    m->rstdf = f32_alloc(m, R, a);
+    setup_slots(m, opt && opt->slots > 0 ? opt->slots : 1);
 
     size_t *w = &m->mem.workspace;
+    if (m->table.last_stage) {
+        m->lnf = act_alloc(m, N * C, w);
+        m->meanf = f32_alloc(m, R, w);
+        m->rstdf = f32_alloc(m, R, w);
+        m->xlast = act_alloc(m, R * C, w);
+        m->logits = act_alloc(m, (size_t)m->xent_chunk * (size_t)m->vocab_local, w);
+        m->losses = f32_alloc(m, N, w);
+        m->xstat = f32_alloc(m, 3 * (size_t)m->xent_chunk, w);
+        m->targets = be->ops->alloc(be, N * sizeof(int32_t));
+        *w += N * sizeof(int32_t);
+    }
     m->scratch_c = act_alloc(m, N * C, w);
     m->scratch_sp = m->sp ? act_alloc(m, R * C, w) : NULL;
     m->dfull = m->sp ? act_alloc(m, N * C, w) : NULL;
-    m->dresid = act_alloc(m, R * C, w);
     m->dc = act_alloc(m, N * C, w);
     m->d3c = act_alloc(m, N * C3, w);
     m->dff = act_alloc(m, N * F, w);
-    m->logits = act_alloc(m, (size_t)m->xent_chunk * (size_t)m->vocab_local, w);
-    m->losses = f32_alloc(m, N, w);
-    m->xstat = f32_alloc(m, 3 * (size_t)m->xent_chunk, w);
-    m->tokens = be->ops->alloc(be, N * sizeof(int32_t));
-    m->targets = be->ops->alloc(be, N * sizeof(int32_t));
-    *w += 2 * N * sizeof(int32_t);
     m->host_losses = lt_calloc(N * sizeof(float));
     m->host_ids = lt_calloc(N * sizeof(int32_t));
     return m;
@@ -161,29 +221,30 @@ void lt_model_destroy(LtModel *m) {
     if (!m) return;
     LtBackend *be = m->be;
     void (*fr)(LtBackend *, void *) = be->ops->free;
-    for (int l = 0; l <= m->d.num_layers; l++) fr(be, m->resid[l]);
-    for (int l = 0; l < m->d.num_layers; l++) {
-        LtLayerActs *la = &m->layer[l];
-        if (l > 0 && m->recompute == LT_MODEL_RECOMPUTE_FULL) break; /* shared set */
-        void *ps[] = {la->ln1, la->qkv,
-                      l > 0 && m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE ? NULL : la->atty,
-                      la->r2, la->ln2, la->fch_pre, la->fch,
-                      la->mean1, la->rstd1, la->mean2, la->rstd2, la->lse};
-        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
-            if (ps[i]) fr(be, ps[i]);
+    for (int s = 0; s < m->nslots; s++) {
+        LtActSlot *sl = &m->slot[s];
+        for (int j = 0; j < m->chunk_layers; j++) {
+            fr(be, sl->x[j]);
+            if (m->recompute != LT_MODEL_RECOMPUTE_FULL)
+                layer_acts_free(m, &sl->layer[j], m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE);
+        }
+        fr(be, sl->dout);
+        fr(be, sl->tokens);
+        free(sl->x);
+        free(sl->layer);
     }
-    void *ps[] = {m->params, m->grads, m->stage_f32, m->lnf, m->meanf, m->rstdf, m->scratch_c,
-                  m->dresid, m->dc, m->d3c, m->dff, m->logits, m->losses, m->xstat,
-                  m->tokens, m->targets};
-    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) fr(be, ps[i]);
-    free(m->resid);
-    free(m->layer);
+    free(m->slot);
+    if (m->recompute == LT_MODEL_RECOMPUTE_FULL) layer_acts_free(m, &m->shared, 0);
+    if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE) fr(be, m->shared.atty);
+    void *ps[] = {m->params, m->grads, m->emb_grads, m->stage_f32, m->lnf, m->meanf, m->rstdf,
+                  m->xlast, m->scratch_c, m->scratch_sp, m->dfull, m->dc, m->d3c, m->dff,
+                  m->logits, m->losses, m->xstat, m->targets};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        if (ps[i]) fr(be, ps[i]);
     free(m->gptr);
     free(m->host_losses);
     free(m->host_ids);
     free(m->sp_partial);
-    if (m->scratch_sp) fr(be, m->scratch_sp);
-    if (m->dfull) fr(be, m->dfull);
     lt_params_free(&m->table);
     free(m);
 }
@@ -206,6 +267,12 @@ void lt_model_set_grad_hook(LtModel *m, LtGradReadyFn fn, void *ctx) {
 
 void lt_model_zero_grads(LtModel *m) {
     m->be->ops->zero(m->be, m->grads, m->grads_len * sizeof(float));
+    if (m->emb_grads) m->be->ops->zero(m->be, m->emb_grads, m->emb_grads_len * sizeof(float));
+}
+
+int lt_model_chunk_first(const LtModel *m, int c) { return m->pp_rank == 0 && c == 0; }
+int lt_model_chunk_last(const LtModel *m, int c) {
+    return m->pp_rank == m->pp - 1 && c == m->vpp - 1;
 }
 
 /* Parameters first..last have their micro-batch gradient complete. */
@@ -277,19 +344,20 @@ static void *tp_finish(LtModel *m, void *full, void *shard, int R, int C) {
     return shard;
 }
 
-/* The residual-stream gradient (R rows) as a full (N, C) tensor. */
-static void *grad_full(LtModel *m, int R, int C) {
-    if (!m->sp) return m->dresid;
-    m->be->ops->copy(m->be, rows_at(m, m->dfull, (size_t)m->tp_rank * R, C), m->dresid,
+/* The residual-stream gradient dres (R rows) as a full (N, C) tensor. */
+static void *grad_full(LtModel *m, void *dres, int R, int C) {
+    if (!m->sp) return dres;
+    m->be->ops->copy(m->be, rows_at(m, m->dfull, (size_t)m->tp_rank * R, C), dres,
                      lt_act_bytes(m->be, (size_t)R * C));
     sp_gather(m, m->dfull, R, C);
     return m->dfull;
 }
 
-/* Layer l from its first LayerNorm through the MLP activation: x (+ delta,
- * when not NULL, stored as resid_out = resid[l]) is the layer input. Leaves
- * every activation backward needs; the MLP output projection is the caller's. */
-static void layer_forward(LtModel *m, int l, int B, void *resid_out, const void *x,
+/* Local layer l from its first LayerNorm through the MLP activation, with
+ * activations a. Its input is x, or (delta != NULL) x + delta, stored into
+ * xin (the layer's input tensor); without delta xin must be x. Leaves every
+ * activation backward needs; the MLP output projection is the caller's. */
+static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, const void *x,
                           const void *delta) {
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
@@ -297,9 +365,8 @@ static void layer_forward(LtModel *m, int l, int B, void *resid_out, const void 
               HD = m->d.hidden / m->d.heads, CL = NH * HD;
     const int N = B * T, R = m->sp ? N / m->tp_size : N;
     const size_t mine = m->sp ? (size_t)m->tp_rank * R : 0; /* first row of this rank's slot */
-    LtLayerActs *a = &m->layer[l];
-    o->layernorm_fwd(be, resid_out, rows_at(m, a->ln1, mine, C), a->mean1, a->rstd1, x, delta,
-                     param(m, lidx(m, l, P_LN1W)), param(m, lidx(m, l, P_LN1B)), R, C);
+    o->layernorm_fwd(be, delta ? xin : NULL, rows_at(m, a->ln1, mine, C), a->mean1, a->rstd1, x,
+                     delta, param(m, lidx(m, l, P_LN1W)), param(m, lidx(m, l, P_LN1B)), R, C);
     sp_gather(m, a->ln1, R, C);
     o->linear_fwd(be, a->qkv, NULL, a->ln1, param(m, lidx(m, l, P_QKVW)),
                   param(m, lidx(m, l, P_QKVB)), N, C, 3 * CL);
@@ -307,135 +374,11 @@ static void layer_forward(LtModel *m, int l, int B, void *resid_out, const void 
     o->linear_fwd(be, m->scratch_c, NULL, a->atty, param(m, lidx(m, l, P_PROJW)),
                   row_bias(m, lidx(m, l, P_PROJB)), N, CL, C);
     void *attn = tp_finish(m, m->scratch_c, m->scratch_sp, R, C);
-    o->layernorm_fwd(be, a->r2, rows_at(m, a->ln2, mine, C), a->mean2, a->rstd2, m->resid[l],
-                     attn, param(m, lidx(m, l, P_LN2W)), param(m, lidx(m, l, P_LN2B)), R, C);
+    o->layernorm_fwd(be, a->r2, rows_at(m, a->ln2, mine, C), a->mean2, a->rstd2, xin, attn,
+                     param(m, lidx(m, l, P_LN2W)), param(m, lidx(m, l, P_LN2B)), R, C);
     sp_gather(m, a->ln2, R, C);
     o->linear_fwd(be, a->fch, a->fch_pre, a->ln2, param(m, lidx(m, l, P_FCW)),
                   param(m, lidx(m, l, P_FCB)), N, C, F);
-}
-
-/* Forward through the blocks and the final LayerNorm (N = B*T tokens; this
- * rank's residual rows R). */
-static void forward_body(LtModel *m, int B) {
-    LtBackend *be = m->be;
-    const LtBackendOps *o = be->ops;
-    const int T = m->T, C = m->d.hidden, F = m->ffn_local, L = m->d.num_layers;
-    const int N = B * T, R = m->sp ? N / m->tp_size : N;
-    const size_t mine = m->sp ? (size_t)m->tp_rank * R : 0; /* first row of this rank's slot */
-    void *emb = m->sp ? m->scratch_c : m->resid[0];
-    o->embedding_fwd(be, emb, m->tokens, param(m, IDX_WTE),
-                     m->tp_rank == 0 ? param(m, IDX_WPE) : NULL, B, T, C);
-    void *x0 = tp_finish(m, emb, m->resid[0], R, C);
-    LT_CHECK(x0 == m->resid[0]);
-    void *delta = NULL; /* the previous layer's MLP output, added by the next fused LN */
-    for (int l = 0; l < L; l++) {
-        LtLayerActs *a = &m->layer[l];
-        layer_forward(m, l, B, l ? m->resid[l] : NULL, l ? m->layer[l - 1].r2 : m->resid[0],
-                      delta);
-        o->linear_fwd(be, m->scratch_c, NULL, a->fch, param(m, lidx(m, l, P_FC2W)),
-                      row_bias(m, lidx(m, l, P_FC2B)), N, F, C);
-        delta = tp_finish(m, m->scratch_c, m->scratch_sp, R, C);
-    }
-    int f = idx_lnf(m);
-    o->layernorm_fwd(be, m->resid[L], rows_at(m, m->lnf, mine, C), m->meanf, m->rstdf,
-                     m->layer[L - 1].r2, delta, param(m, f), param(m, f + 1), R, C);
-    sp_gather(m, m->lnf, R, C);
-}
-
-/* Loss over rows [0, N) in chunks; with grad_scale != 0 also the gradient
- * into dc (= dlnf) and dwte. Returns the summed loss. */
-static double loss_chunks(LtModel *m, int N, float grad_scale) {
-    LtBackend *be = m->be;
-    const LtBackendOps *o = be->ops;
-    const int C = m->d.hidden, V = m->d.vocab, Vl = m->vocab_local;
-    const int X = m->xent_chunk;
-    float *gmax = m->xstat, *gsum = m->xstat + X, *gtgt = m->xstat + 2 * X;
-    for (int r = 0; r < N; r += X) {
-        int n = N - r < X ? N - r : X;
-        const void *x = (const char *)m->lnf + lt_act_bytes(be, (size_t)r * C);
-        o->linear_fwd(be, m->logits, NULL, x, param(m, IDX_WTE), NULL, n, C, Vl);
-        if (!m->tp) {
-            o->xent_fwd_bwd(be, m->losses + r, m->logits, m->targets + r, n, V, Vl, grad_scale);
-        } else { /* vocab-parallel: row statistics summed over the TP ranks */
-            const int32_t *tg = m->targets + r;
-            o->xent_tp_stats(be, gmax, NULL, NULL, m->logits, tg, NULL, n, m->vocab_valid, Vl);
-            tp_reduce_f32(m, gmax, (size_t)n, LT_COMM_MAX);
-            o->xent_tp_stats(be, NULL, gsum, gtgt, m->logits, tg, gmax, n, m->vocab_valid, Vl);
-            tp_reduce_f32(m, gsum, 2 * (size_t)X, LT_COMM_SUM); /* gsum and gtgt together */
-            o->xent_tp_finish(be, m->losses + r, m->logits, tg, gmax, gsum, gtgt, n,
-                              m->vocab_valid, Vl, grad_scale);
-        }
-        if (grad_scale != 0.0f)
-            o->linear_bwd(be, (char *)m->dc + lt_act_bytes(be, (size_t)r * C), grad(m, IDX_WTE),
-                          NULL, m->logits, x, param(m, IDX_WTE), NULL, n, C, Vl);
-    }
-    o->download(be, m->host_losses, m->losses, (size_t)N * sizeof(float));
-    double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += m->host_losses[i];
-    return sum;
-}
-
-/* Refill what backward of layer l needs that recomputation dropped: with full
- * recomputation the whole layer forward from its stored input resid[l] (up
- * to the MLP activation; communication included, so every TP rank does it);
- * with selective only the attention core from the kept qkv. */
-static void recompute_layer(LtModel *m, int l, int B) {
-    LtLayerActs *a = &m->layer[l];
-    if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE)
-        m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, B, m->T, m->heads_local,
-                                  m->d.hidden / m->d.heads);
-    else
-        layer_forward(m, l, B, NULL, m->resid[l], NULL);
-}
-
-static void backward_body(LtModel *m, int B) {
-    LtBackend *be = m->be;
-    const LtBackendOps *o = be->ops;
-    const int T = m->T, C = m->d.hidden, F = m->ffn_local, NH = m->heads_local,
-              HD = m->d.hidden / m->d.heads, L = m->d.num_layers, CL = NH * HD;
-    const int N = B * T, R = m->sp ? N / m->tp_size : N;
-    int f = idx_lnf(m);
-    grads_ready(m, IDX_WTE, IDX_WTE); /* the LM head's share of the tied embedding */
-    void *dln = tp_finish(m, m->dc, m->scratch_sp, R, C); /* d(lnf), this rank's rows */
-    o->zero(be, m->dresid, lt_act_bytes(be, (size_t)R * C));
-    o->layernorm_bwd(be, m->dresid, grad(m, f), grad(m, f + 1), dln, m->resid[L], param(m, f),
-                     m->meanf, m->rstdf, R, C);
-    grads_ready(m, f, f + 1);
-    for (int l = L - 1; l >= 0; l--) {
-        LtLayerActs *a = &m->layer[l];
-        if (m->recompute) recompute_layer(m, l, B);
-        /* dresid = d(resid[l+1]) flows to both mlp_out and r2 */
-        void *dout = grad_full(m, R, C);
-        o->linear_bwd(be, m->dff, grad(m, lidx(m, l, P_FC2W)), grad(m, lidx(m, l, P_FC2B)), dout,
-                      a->fch, param(m, lidx(m, l, P_FC2W)), a->fch_pre, N, F, C);
-        o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_FCW)), grad(m, lidx(m, l, P_FCB)), m->dff,
-                      a->ln2, param(m, lidx(m, l, P_FCW)), NULL, N, C, F);
-        dln = tp_finish(m, m->dc, m->scratch_sp, R, C);
-        o->layernorm_bwd(be, m->dresid, grad(m, lidx(m, l, P_LN2W)), grad(m, lidx(m, l, P_LN2B)),
-                         dln, a->r2, param(m, lidx(m, l, P_LN2W)), a->mean2, a->rstd2, R, C);
-        /* dresid = d(r2) flows to both the attention projection and resid[l] */
-        dout = grad_full(m, R, C);
-        o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_PROJW)), grad(m, lidx(m, l, P_PROJB)), dout,
-                      a->atty, param(m, lidx(m, l, P_PROJW)), NULL, N, CL, C);
-        o->attention_bwd(be, m->d3c, m->dc, a->qkv, a->atty, a->lse, B, T, NH, HD);
-        o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_QKVW)), grad(m, lidx(m, l, P_QKVB)), m->d3c,
-                      a->ln1, param(m, lidx(m, l, P_QKVW)), NULL, N, C, 3 * CL);
-        dln = tp_finish(m, m->dc, m->scratch_sp, R, C);
-        o->layernorm_bwd(be, m->dresid, grad(m, lidx(m, l, P_LN1W)), grad(m, lidx(m, l, P_LN1B)),
-                         dln, m->resid[l], param(m, lidx(m, l, P_LN1W)), a->mean1, a->rstd1, R,
-                         C);
-        grads_ready(m, lidx(m, l, 0), lidx(m, l, P_PER_LAYER - 1));
-    }
-    o->embedding_bwd(be, grad(m, IDX_WTE), grad(m, IDX_WPE), grad_full(m, R, C), m->tokens, B,
-                     T, C);
-    grads_ready(m, IDX_WTE, IDX_WPE);
-}
-
-void lt_model_sp_reduce_grads(LtModel *m, int first, int last) {
-    if (!m->sp) return;
-    for (int i = first; i <= last; i++)
-        if (m->sp_partial[i])
-            lt_comm_all_reduce(m->tp, grad(m, i), m->table.p[i].numel, LT_COMM_F32, LT_COMM_SUM);
 }
 
 /* Upload ids as this rank's local vocabulary ids (-1 when another TP rank owns
@@ -452,30 +395,189 @@ static void upload_ids(LtModel *m, int32_t *dst, const int32_t *ids, int n, int 
     m->be->ops->upload(m->be, dst, m->host_ids, (size_t)n * sizeof(int32_t));
 }
 
-double lt_model_step(LtModel *m, const int32_t *tokens, const int32_t *targets, float grad_scale) {
-    const int N = m->B * m->T;
-    upload_ids(m, m->tokens, tokens, N, 1);
-    forward_body(m, m->B);
-    if (!targets) return 0.0;
+/* Forward of chunk c (micro batch B x T) in slot s: the embedding on the first
+ * stage (tokens: host ids), the layers, then on the last stage the final
+ * LayerNorm into lnf (xlast = its input), elsewhere the chunk output into out. */
+static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, void *out) {
+    LtBackend *be = m->be;
+    const LtBackendOps *o = be->ops;
+    const int T = m->T, C = m->d.hidden, F = m->ffn_local, n = m->chunk_layers;
+    const int N = B * T, R = m->sp ? N / m->tp_size : N;
+    const size_t mine = m->sp ? (size_t)m->tp_rank * R : 0; /* first row of this rank's slot */
+    LtActSlot *sl = &m->slot[s];
+    if (lt_model_chunk_first(m, c)) {
+        upload_ids(m, sl->tokens, tokens, N, 1);
+        void *emb = m->sp ? m->scratch_c : sl->x[0];
+        o->embedding_fwd(be, emb, sl->tokens, param(m, m->table.idx_wte),
+                         m->tp_rank == 0 ? param(m, m->table.idx_wpe) : NULL, B, T, C);
+        void *x0 = tp_finish(m, emb, sl->x[0], R, C);
+        LT_CHECK(x0 == sl->x[0]);
+    }
+    void *delta = NULL; /* the previous layer's MLP output, added by the next fused LN */
+    for (int j = 0; j < n; j++) {
+        const int l = c * n + j;
+        LtLayerActs *a = &sl->layer[j];
+        layer_forward(m, l, a, B, sl->x[j], j ? sl->layer[j - 1].r2 : sl->x[0], delta);
+        o->linear_fwd(be, m->scratch_c, NULL, a->fch, param(m, lidx(m, l, P_FC2W)),
+                      row_bias(m, lidx(m, l, P_FC2B)), N, F, C);
+        delta = tp_finish(m, m->scratch_c, m->scratch_sp, R, C);
+    }
+    const void *last = n ? sl->layer[n - 1].r2 : sl->x[0];
+    if (lt_model_chunk_last(m, c)) {
+        int f = m->table.idx_lnf;
+        o->layernorm_fwd(be, delta ? m->xlast : NULL, rows_at(m, m->lnf, mine, C), m->meanf,
+                         m->rstdf, last, delta, param(m, f), param(m, f + 1), R, C);
+        if (!delta) o->copy(be, m->xlast, last, lt_act_bytes(be, (size_t)R * C));
+        sp_gather(m, m->lnf, R, C);
+    } else if (delta) {
+        o->add_act(be, out, last, delta, (size_t)R * C);
+    } else {
+        o->copy(be, out, last, lt_act_bytes(be, (size_t)R * C));
+    }
+}
+
+/* Loss over rows [0, N) in chunks; with grad_scale != 0 also the gradient
+ * into dc (= dlnf) and dwte. Returns the summed loss. */
+static double loss_chunks(LtModel *m, int N, float grad_scale) {
+    LtBackend *be = m->be;
+    const LtBackendOps *o = be->ops;
+    const int C = m->d.hidden, V = m->d.vocab, Vl = m->vocab_local;
+    const int X = m->xent_chunk, wte = m->table.idx_wte;
+    float *gmax = m->xstat, *gsum = m->xstat + X, *gtgt = m->xstat + 2 * X;
+    for (int r = 0; r < N; r += X) {
+        int n = N - r < X ? N - r : X;
+        const void *x = (const char *)m->lnf + lt_act_bytes(be, (size_t)r * C);
+        o->linear_fwd(be, m->logits, NULL, x, param(m, wte), NULL, n, C, Vl);
+        if (!m->tp) {
+            o->xent_fwd_bwd(be, m->losses + r, m->logits, m->targets + r, n, V, Vl, grad_scale);
+        } else { /* vocab-parallel: row statistics summed over the TP ranks */
+            const int32_t *tg = m->targets + r;
+            o->xent_tp_stats(be, gmax, NULL, NULL, m->logits, tg, NULL, n, m->vocab_valid, Vl);
+            tp_reduce_f32(m, gmax, (size_t)n, LT_COMM_MAX);
+            o->xent_tp_stats(be, NULL, gsum, gtgt, m->logits, tg, gmax, n, m->vocab_valid, Vl);
+            tp_reduce_f32(m, gsum, 2 * (size_t)X, LT_COMM_SUM); /* gsum and gtgt together */
+            o->xent_tp_finish(be, m->losses + r, m->logits, tg, gmax, gsum, gtgt, n,
+                              m->vocab_valid, Vl, grad_scale);
+        }
+        if (grad_scale != 0.0f)
+            o->linear_bwd(be, (char *)m->dc + lt_act_bytes(be, (size_t)r * C), grad(m, wte),
+                          NULL, m->logits, x, param(m, wte), NULL, n, C, Vl);
+    }
+    o->download(be, m->host_losses, m->losses, (size_t)N * sizeof(float));
+    double sum = 0.0;
+    for (int i = 0; i < N; i++) sum += m->host_losses[i];
+    return sum;
+}
+
+double lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
+                              const int32_t *targets, float grad_scale, void *out) {
+    LT_CHECK(c >= 0 && c < m->vpp && s >= 0 && s < m->nslots);
+    const int last = lt_model_chunk_last(m, c);
+    LT_CHECK(last || out);
+    chunk_body(m, c, s, m->B, tokens, out);
+    if (!last || !targets) return 0.0;
+    LtBackend *be = m->be;
+    const int N = m->B * m->T, C = m->d.hidden, R = m->sp ? N / m->tp_size : N;
     upload_ids(m, m->targets, targets, N, 0);
     double loss = loss_chunks(m, N, grad_scale);
-    if (grad_scale != 0.0f) backward_body(m, m->B);
+    if (grad_scale == 0.0f) return loss;
+    /* the LM head's share of the tied embedding (its own buffer with pipelining) */
+    if (!m->emb_grads) grads_ready(m, m->table.idx_wte, m->table.idx_wte);
+    /* dlnf -> through the final LayerNorm into the gradient of the chunk output */
+    const int f = m->table.idx_lnf;
+    LtActSlot *sl = &m->slot[s];
+    void *dln = tp_finish(m, m->dc, m->scratch_sp, R, C); /* d(lnf), this rank's rows */
+    be->ops->zero(be, sl->dout, lt_act_bytes(be, (size_t)R * C));
+    be->ops->layernorm_bwd(be, sl->dout, grad(m, f), grad(m, f + 1), dln, m->xlast, param(m, f),
+                           m->meanf, m->rstdf, R, C);
+    grads_ready(m, f, f + 1);
+    return loss;
+}
+
+/* Refill what backward of local layer l (activations a, input x) needs that
+ * recomputation dropped: with full recomputation the whole layer forward from
+ * its stored input (up to the MLP activation; communication included, so
+ * every TP rank does it); with selective only the attention core from the
+ * kept qkv. */
+static void recompute_layer(LtModel *m, int l, LtLayerActs *a, void *x, int B) {
+    if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE)
+        m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, B, m->T, m->heads_local,
+                                  m->d.hidden / m->d.heads);
+    else
+        layer_forward(m, l, a, B, x, x, NULL);
+}
+
+void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
+    LT_CHECK(c >= 0 && c < m->vpp && s >= 0 && s < m->nslots);
+    LtBackend *be = m->be;
+    const LtBackendOps *o = be->ops;
+    const int B = m->B, T = m->T, C = m->d.hidden, F = m->ffn_local, NH = m->heads_local,
+              HD = m->d.hidden / m->d.heads, CL = NH * HD, n = m->chunk_layers;
+    const int N = B * T, R = m->sp ? N / m->tp_size : N;
+    LtActSlot *sl = &m->slot[s];
+    void *dres = sl->dout; /* the residual-stream gradient, accumulated in place */
+    for (int j = n - 1; j >= 0; j--) {
+        const int l = c * n + j;
+        LtLayerActs *a = &sl->layer[j];
+        if (m->recompute) recompute_layer(m, l, a, sl->x[j], B);
+        /* dres = d(output of layer l) flows to both mlp_out and r2 */
+        void *dout = grad_full(m, dres, R, C);
+        o->linear_bwd(be, m->dff, grad(m, lidx(m, l, P_FC2W)), grad(m, lidx(m, l, P_FC2B)), dout,
+                      a->fch, param(m, lidx(m, l, P_FC2W)), a->fch_pre, N, F, C);
+        o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_FCW)), grad(m, lidx(m, l, P_FCB)), m->dff,
+                      a->ln2, param(m, lidx(m, l, P_FCW)), NULL, N, C, F);
+        void *dln = tp_finish(m, m->dc, m->scratch_sp, R, C);
+        o->layernorm_bwd(be, dres, grad(m, lidx(m, l, P_LN2W)), grad(m, lidx(m, l, P_LN2B)), dln,
+                         a->r2, param(m, lidx(m, l, P_LN2W)), a->mean2, a->rstd2, R, C);
+        /* dres = d(r2) flows to both the attention projection and the layer input */
+        dout = grad_full(m, dres, R, C);
+        o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_PROJW)), grad(m, lidx(m, l, P_PROJB)), dout,
+                      a->atty, param(m, lidx(m, l, P_PROJW)), NULL, N, CL, C);
+        o->attention_bwd(be, m->d3c, m->dc, a->qkv, a->atty, a->lse, B, T, NH, HD);
+        o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_QKVW)), grad(m, lidx(m, l, P_QKVB)), m->d3c,
+                      a->ln1, param(m, lidx(m, l, P_QKVW)), NULL, N, C, 3 * CL);
+        dln = tp_finish(m, m->dc, m->scratch_sp, R, C);
+        o->layernorm_bwd(be, dres, grad(m, lidx(m, l, P_LN1W)), grad(m, lidx(m, l, P_LN1B)), dln,
+                         sl->x[j], param(m, lidx(m, l, P_LN1W)), a->mean1, a->rstd1, R, C);
+        grads_ready(m, lidx(m, l, 0), lidx(m, l, P_PER_LAYER - 1));
+    }
+    if (lt_model_chunk_first(m, c)) {
+        const int e = m->table.idx_wte;
+        o->embedding_bwd(be, grad(m, e), grad(m, m->table.idx_wpe), grad_full(m, dres, R, C),
+                         sl->tokens, B, T, C);
+        if (!m->emb_grads) grads_ready(m, e, m->table.idx_wpe);
+    } else {
+        LT_CHECK(din != NULL);
+        o->copy(be, din, dres, lt_act_bytes(be, (size_t)R * C));
+    }
+}
+
+void lt_model_sp_reduce_grads(LtModel *m, int first, int last) {
+    if (!m->sp) return;
+    for (int i = first; i <= last; i++)
+        if (m->sp_partial[i])
+            lt_comm_all_reduce(m->tp, grad(m, i), m->table.p[i].numel, LT_COMM_F32, LT_COMM_SUM);
+}
+
+double lt_model_step(LtModel *m, const int32_t *tokens, const int32_t *targets, float grad_scale) {
+    LT_CHECK(m->pp == 1 && m->vpp == 1);
+    double loss = lt_model_chunk_forward(m, 0, 0, tokens, targets, grad_scale, NULL);
+    if (targets && grad_scale != 0.0f) lt_model_chunk_backward(m, 0, 0, NULL);
     return loss;
 }
 
 void lt_model_next_logits(LtModel *m, const int32_t *tokens, int len, float *out) {
     LtBackend *be = m->be;
     const int T = m->T, C = m->d.hidden, V = m->d.vocab, Vp = m->d.padded_vocab;
-    LT_CHECK(len >= 1 && len <= T && !m->tp);
+    LT_CHECK(len >= 1 && len <= T && !m->tp && m->pp == 1);
     /* one sequence in row 0 (B = 1); positions past len are padding and
      * cannot influence position len-1 under the causal mask */
     int32_t *row = lt_calloc((size_t)T * sizeof(int32_t));
     memcpy(row, tokens, (size_t)len * sizeof(int32_t));
-    be->ops->upload(be, m->tokens, row, (size_t)T * sizeof(int32_t));
+    chunk_body(m, 0, 0, 1, row, NULL);
     free(row);
-    forward_body(m, 1);
     const void *x = (const char *)m->lnf + lt_act_bytes(be, (size_t)(len - 1) * C);
-    be->ops->linear_fwd(be, m->logits, NULL, x, param(m, IDX_WTE), NULL, 1, C, Vp);
+    be->ops->linear_fwd(be, m->logits, NULL, x, param(m, m->table.idx_wte), NULL, 1, C, Vp);
     be->ops->act_to_f32(be, m->stage_f32, m->logits, (size_t)Vp);
     be->ops->download(be, out, m->stage_f32, (size_t)V * sizeof(float));
 }

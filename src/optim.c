@@ -126,14 +126,19 @@ void lt_optim_set_tp(LtOptimizer *o, const LtComm *tp) {
     o->tp_rank = o->tp ? lt_comm_rank(o->tp) : 0;
 }
 
+void lt_optim_set_pp(LtOptimizer *o, const LtComm *pp) {
+    o->pp = pp && lt_comm_size(pp) > 1 ? pp : NULL;
+}
+
 /* Sum of squares of the gradient over flat range [b0, b1) (g indexed from flat
- * position `base`), counting parameters replicated over TP only on TP rank 0. */
+ * position `base`), counting parameters replicated over TP only on TP rank 0
+ * and a tied copy of another stage's parameter not at all. */
 static double counted_sumsq(LtOptimizer *o, const float *g, size_t base, size_t b0, size_t b1) {
     const LtParamTable *t = o->table;
     double ss = 0.0;
     for (int i = 0; i < t->n; i++) {
         const LtParam *p = &t->p[i];
-        if (p->split == LT_SPLIT_NONE && o->tp_rank != 0) continue;
+        if ((p->split == LT_SPLIT_NONE && o->tp_rank != 0) || p->tied_copy) continue;
         size_t st, n = overlap(p->offset, p->offset + p->numel, b0, b1, &st);
         if (n) ss += o->be->ops->sumsq(o->be, g + (st - base), n);
     }
@@ -150,6 +155,7 @@ double lt_optim_grad_norm(LtOptimizer *o, const float *grads) {
         lt_comm_all_reduce(lt_comm_host(o->dp), &ss, 1, LT_COMM_F64, LT_COMM_SUM);
     }
     if (o->tp) lt_comm_all_reduce(lt_comm_host(o->tp), &ss, 1, LT_COMM_F64, LT_COMM_SUM);
+    if (o->pp) lt_comm_all_reduce(lt_comm_host(o->pp), &ss, 1, LT_COMM_F64, LT_COMM_SUM);
     return sqrt(ss);
 }
 

@@ -47,20 +47,51 @@ static LtParam *add(LtParamTable *t, int *cap, LtSplit split, LtInitKind init, f
 void lt_params_build(LtParamTable *t, const LtModelDims *d) { lt_params_build_tp(t, d, 1, 0); }
 
 void lt_params_build_tp(LtParamTable *t, const LtModelDims *d, int tp, int tp_rank) {
+    LtStagePlace whole = {1, 0, 1};
+    lt_params_build_stage(t, d, tp, tp_rank, whole);
+}
+
+int lt_params_global_layer(const LtParamTable *t, int l) {
+    const int n = t->chunk_layers, c = l / n;
+    return (c * t->place.pp + t->place.pp_rank) * n + l % n;
+}
+
+void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp_rank,
+                           LtStagePlace place) {
     memset(t, 0, sizeof *t);
     t->dims = *d;
     t->tp = tp;
     t->tp_rank = tp_rank;
+    t->place = place;
     LT_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp);
     LT_CHECK(d->heads % tp == 0 && d->ffn % tp == 0 && d->padded_vocab % tp == 0);
+    LT_CHECK(place.pp >= 1 && place.vpp >= 1 && place.pp_rank >= 0 && place.pp_rank < place.pp);
+    LT_CHECK(d->num_layers % (place.pp * place.vpp) == 0);
+    t->chunk_layers = d->num_layers / (place.pp * place.vpp);
+    t->first_stage = place.pp_rank == 0;
+    t->last_stage = place.pp_rank == place.pp - 1;
+    t->idx_wte = t->idx_wpe = t->idx_lnf = -1;
     int cap = 0;
     const int64_t C = d->hidden, F = d->ffn;
+    const int L = d->num_layers;
     const float std = 0.02f;
     const float proj_std = 0.02f / sqrtf(2.0f * (float)d->num_layers);
-    LtParam *wte = add(t, &cap, LT_SPLIT_ROWS, LT_INIT_NORMAL, std, 1, d->padded_vocab, C, "wte");
-    wte->rows_valid = d->vocab; /* padded rows start (and stay) zero */
-    add(t, &cap, LT_SPLIT_NONE, LT_INIT_NORMAL, std, 1, d->max_pos, C, "wpe");
-    for (int l = 0; l < d->num_layers; l++) {
+    if (t->first_stage || t->last_stage) {
+        t->idx_wte = t->n;
+        LtParam *wte =
+            add(t, &cap, LT_SPLIT_ROWS, LT_INIT_NORMAL, std, 1, d->padded_vocab, C, "wte");
+        wte->rows_valid = d->vocab; /* padded rows start (and stay) zero */
+        wte->gidx = 0;
+        wte->tied_copy = !t->first_stage;
+    }
+    if (t->first_stage) {
+        t->idx_wpe = t->n;
+        add(t, &cap, LT_SPLIT_NONE, LT_INIT_NORMAL, std, 1, d->max_pos, C, "wpe")->gidx = 1;
+    }
+    t->idx_layer0 = t->n;
+    const int held = t->chunk_layers * place.vpp;
+    for (int ll = 0; ll < held; ll++) {
+        const int l = lt_params_global_layer(t, ll), first = t->n;
         add(t, &cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_1.weight", l);
         add(t, &cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.ln_1.bias", l);
         add(t, &cap, LT_SPLIT_QKV, LT_INIT_NORMAL, std, 1, 3 * C, C, "h.%d.attn.qkv.weight", l);
@@ -73,9 +104,16 @@ void lt_params_build_tp(LtParamTable *t, const LtModelDims *d, int tp, int tp_ra
         add(t, &cap, LT_SPLIT_ROWS, LT_INIT_ZEROS, 0, 0, F, 0, "h.%d.mlp.fc.bias", l);
         add(t, &cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, F, "h.%d.mlp.proj.weight", l);
         add(t, &cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.mlp.proj.bias", l);
+        for (int k = 0; k < LT_PARAMS_PER_LAYER; k++)
+            t->p[first + k].gidx = 2 + LT_PARAMS_PER_LAYER * l + k;
     }
-    add(t, &cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "ln_f.weight");
-    add(t, &cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "ln_f.bias");
+    if (t->last_stage) {
+        t->idx_lnf = t->n;
+        add(t, &cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "ln_f.weight")->gidx =
+            2 + LT_PARAMS_PER_LAYER * L;
+        add(t, &cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "ln_f.bias")->gidx =
+            3 + LT_PARAMS_PER_LAYER * L;
+    }
 }
 
 void lt_params_free(LtParamTable *t) {
@@ -107,22 +145,22 @@ size_t lt_param_global_index(const LtParamTable *t, const LtParam *p, size_t loc
 
 void lt_params_to_global(const LtParamTable *t, const float *src, const LtParamTable *g,
                          float *dst, int with_replicated) {
-    LT_CHECK(t->n == g->n);
     for (int k = 0; k < t->n; k++) {
         const LtParam *p = &t->p[k];
-        if (p->split == LT_SPLIT_NONE && !with_replicated) continue;
+        if ((p->split == LT_SPLIT_NONE && !with_replicated) || p->tied_copy) continue;
+        LT_CHECK(p->gidx < g->n && strcmp(g->p[p->gidx].name, p->name) == 0);
         const float *s = src + p->offset;
-        float *d = dst + g->p[k].offset;
+        float *d = dst + g->p[p->gidx].offset;
         for (size_t e = 0; e < p->numel; e++) d[lt_param_global_index(t, p, e)] = s[e];
     }
 }
 
 void lt_params_from_global(const LtParamTable *t, float *dst, const LtParamTable *g,
                            const float *src) {
-    LT_CHECK(t->n == g->n);
     for (int k = 0; k < t->n; k++) {
         const LtParam *p = &t->p[k];
-        const float *s = src + g->p[k].offset;
+        LT_CHECK(p->gidx < g->n && strcmp(g->p[p->gidx].name, p->name) == 0);
+        const float *s = src + g->p[p->gidx].offset;
         float *d = dst + p->offset;
         for (size_t e = 0; e < p->numel; e++) d[e] = s[lt_param_global_index(t, p, e)];
     }

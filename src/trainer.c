@@ -21,6 +21,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "optim.h"
+#include "pipeline.h"
 #include "topology.h"
 
 typedef struct {
@@ -35,6 +36,10 @@ typedef struct {
     LtCoords coords;
     LtComm *dp;         /* data-parallel group (device buffers with the CUDA backend) */
     LtComm *tp;         /* tensor-parallel group (device buffers with the CUDA backend) */
+    LtComm *pp;         /* pipeline group: stage-to-stage sends (MPI; staged with CUDA) */
+    LtComm *emb;        /* embedding group: first and last stage (pp > 1; else NULL) */
+    LtPipeline *pipe;   /* walks this rank's schedule */
+    int micro_batches;  /* per step and data-parallel rank: G / (mbs * dp) */
     LtCommLib comm_lib; /* library of dp/tp when they take device buffers */
     int comm_device;    /* 1: dp/tp take the backend's device buffers (CUDA backend) */
     const char *comm_why; /* how comm.backend was resolved (CUDA backend) */
@@ -48,18 +53,6 @@ static volatile sig_atomic_t g_stop_signal = 0;
 static void on_signal(int sig) { g_stop_signal = sig; }
 
 /* ---- set-up ---------------------------------------------------------------- */
-
-/* Refuse what the config names but this build cannot run yet (exit 2). */
-static void check_supported(const LtConfig *c, const LtWorld *w) {
-    if (c->parallel.pipeline_model_parallel_size != 1)
-        lt_input_error("parallel.pipeline_model_parallel_size=%d: pipeline parallelism is not "
-                       "available in this build yet (only 1)",
-                       c->parallel.pipeline_model_parallel_size);
-    if (c->parallel.virtual_pipeline_model_parallel_size != 1)
-        lt_input_error("parallel.virtual_pipeline_model_parallel_size=%d: interleaved pipeline "
-                       "schedules are not available in this build yet (only 1)",
-                       c->parallel.virtual_pipeline_model_parallel_size);
-}
 
 static LtBackend *make_backend(const LtConfig *c, const LtWorld *w) {
     LtDtype dt = c->train.precision == LT_PREC_BF16 ? LT_BF16 : LT_F32;
@@ -175,6 +168,15 @@ static void setup_groups(Run *r) {
     r->dp = lt_comm_split_members_ex(members, n, "dp", o);
     n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_TP, members);
     r->tp = lt_comm_split_members_ex(members, n, "tp", o);
+    /* stage-to-stage messages go over MPI (staged through pinned host memory
+     * with CUDA): its sends never block, which the executor relies on */
+    LtCommOptions popt = {.lib = LT_COMM_LIB_MPI, .device = 1, .be = r->be};
+    n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_PP, members);
+    r->pp = lt_comm_split_members_ex(members, n, "pp", r->comm_device ? &popt : NULL);
+    if (r->topo.pp > 1) { /* middle stages get a non-member handle */
+        n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_EMBEDDING, members);
+        r->emb = lt_comm_split_members_ex(members, n, "embedding", o);
+    }
     free(members);
 }
 
@@ -224,15 +226,24 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
     memset(r, 0, sizeof *r);
     r->cfg = cfg;
     r->world = w;
-    check_supported(cfg, w);
     setup_topology(r);
     lt_world_collective_errors(w, 0); /* from here on each rank reports its own errors */
     r->be = make_backend(cfg, w);
     setup_groups(r);
     LtModelDims d = lt_dims_from_config(cfg);
+    LtStagePlace place = {r->topo.pp, r->coords.pp, cfg->parallel.virtual_pipeline_model_parallel_size};
+    r->micro_batches = cfg->train.global_batch_size / (cfg->train.micro_batch_size * r->topo.dp);
+    /* training keeps the schedule's peak of micro batches in flight; forward
+     * only (eval, sample) needs one slot per chunk */
+    int slots = need_optimizer ? lt_pipeline_slots(place.pp, place.vpp, r->micro_batches, place.pp_rank)
+                               : place.vpp;
+    if (slots < 1) lt_fatal("no valid pipeline schedule for pp %d, vpp %d, %d micro batches", place.pp,
+                            place.vpp, r->micro_batches);
     LtParamTable sizing;
-    lt_params_build_tp(&sizing, &d, r->topo.tp, r->coords.tp);
+    lt_params_build_stage(&sizing, &d, r->topo.tp, r->coords.tp, place);
     LtModelOptions mo = {.flat = lt_optim_flat_size(&sizing, r->topo.dp),
+                         .place = place,
+                         .slots = slots,
                          .grad_buckets = need_optimizer && cfg->optimizer.zero_stage == 2 &&
                                          r->topo.dp > 1,
                          .tp = r->tp,
@@ -245,6 +256,7 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
     lt_params_free(&sizing);
     lt_params_build(&r->global, &d);
     r->model = lt_model_create(r->be, &d, cfg->train.micro_batch_size, cfg->model.seq_length, &mo);
+    r->pipe = lt_pipeline_create(r->model, r->pp, need_optimizer ? r->micro_batches : 0);
     const LtParamTable *t = &r->model->table;
     float *host = lt_malloc(t->total * sizeof(float));
     LtCkptState st = {lt_malloc(r->global.total * sizeof(float)), NULL, NULL};
@@ -280,9 +292,12 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
     if (need_optimizer) {
         r->opt = lt_optim_create(r->be, t, cfg, r->dp, r->model->flat, host);
         lt_optim_set_tp(r->opt, r->tp);
+        lt_optim_set_pp(r->opt, r->pp);
         if (st.m) lt_optim_load_state(r->opt, host, st.m, st.v, meta.step);
         if (mo.grad_buckets) {
-            lt_optim_set_bucket_size(r->opt, r->model->grads_len);
+            lt_optim_set_bucket_size(r->opt, r->model->grads_len > r->model->emb_grads_len
+                                                 ? r->model->grads_len
+                                                 : r->model->emb_grads_len);
             lt_model_set_grad_hook(r->model, on_grads_ready, r);
         }
     }
@@ -300,9 +315,12 @@ static void run_teardown(Run *r) {
     if (r->train) lt_tokens_close(r->train);
     if (r->valid) lt_tokens_close(r->valid);
     lt_optim_destroy(r->opt);
+    lt_pipeline_destroy(r->pipe);
     lt_model_destroy(r->model);
     lt_comm_free(r->dp); /* before the backend: NCCL and pinned staging use its GPU */
     lt_comm_free(r->tp);
+    lt_comm_free(r->pp);
+    lt_comm_free(r->emb);
     lt_backend_destroy(r->be);
     lt_params_free(&r->global);
 }
@@ -313,6 +331,33 @@ static size_t engine_bytes(const Run *r) {
     const LtModelMemory *m = &r->model->mem;
     return m->params + m->grads + m->activations + m->workspace +
            (r->opt ? r->opt->state_bytes + r->opt->grad_bytes : 0);
+}
+
+/* Pipeline layout, schedule and each stage's activation memory (collective
+ * over the pipeline group: every rank calls it). */
+static void print_pipeline(const Run *r) {
+    const LtModel *m = r->model;
+    const int P = r->topo.pp, V = m->vpp;
+    double mine[2] = {(double)m->mem.activations, (double)m->nslots};
+    double *all = lt_malloc(sizeof(double) * 2 * (size_t)P);
+    lt_comm_all_gather(lt_comm_host(r->pp), mine, all, 2, LT_COMM_F64);
+    if (P > 1 || r->micro_batches > 1) {
+        const int M = r->micro_batches;
+        lt_log("pipeline   %d stage(s) x %d chunk(s) of %d layer(s), %d micro batches per step: "
+               "%s, bubble (P-1)/(V*M+P-1) = %.1f%%\n",
+               P, V, m->chunk_layers, M,
+               P == 1 ? "gradient accumulation" : V > 1 ? "interleaved 1F1B" : "1F1B",
+               100.0 * (P - 1) / (double)(V * M + P - 1));
+    }
+    if (P > 1) {
+        char line[4096];
+        int at = 0;
+        for (int i = 0; i < P && at < (int)sizeof line - 64; i++)
+            at += snprintf(line + at, sizeof line - (size_t)at, "%s stage %d %.2f MiB (%d slots)",
+                           i ? "," : "", i, mib((size_t)all[2 * i]), (int)all[2 * i + 1]);
+        lt_log("activations per pipeline rank:%s\n", line);
+    }
+    free(all);
 }
 
 static void print_summary(const Run *r) {
@@ -328,7 +373,8 @@ static void print_summary(const Run *r) {
            "%.3f M parameters\n",
            c->model.num_layers, c->model.hidden_size, c->model.num_attention_heads,
            c->model.ffn_hidden_size, c->model.seq_length, c->model.vocab_size,
-           c->model.padded_vocab_size, (double)r->model->table.total / 1e6);
+           c->model.padded_vocab_size, (double)r->global.total / 1e6);
+    print_pipeline(r);
     lt_log("memory     params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations %.1f "
            "MiB, workspace %.1f MiB, total %.1f MiB\n",
            mib(m->params), mib(m->grads + (r->opt ? r->opt->grad_bytes : 0)),
@@ -373,7 +419,7 @@ static double evaluate(Run *r, long *samples_out) {
     int32_t *rows = lt_malloc((size_t)mbs * (S + 1) * sizeof(int32_t));
     int32_t *in = lt_malloc((size_t)mbs * S * sizeof(int32_t));
     int32_t *tgt = lt_malloc((size_t)mbs * S * sizeof(int32_t));
-    double sum = 0.0;
+    double sum = 0.0; /* on the last pipeline stage */
     /* data-parallel ranks take every dp-th micro batch; the sums are added up */
     const uint64_t stride = (uint64_t)mbs * (uint64_t)r->topo.dp;
     for (uint64_t s = (uint64_t)r->coords.dp * (uint64_t)mbs; s < n; s += stride) {
@@ -384,12 +430,13 @@ static double evaluate(Run *r, long *samples_out) {
                 lt_input_error("data.valid_path: %s", err);
         }
         split_rows(rows, mbs, S, in, tgt);
-        sum += lt_model_step(r->model, in, tgt, 0.0f);
+        sum += lt_pipeline_forward(r->pipe, in, tgt, 1);
     }
     free(rows);
     free(in);
     free(tgt);
     lt_comm_all_reduce(lt_comm_host(r->dp), &sum, 1, LT_COMM_F64, LT_COMM_SUM);
+    lt_comm_all_reduce(lt_comm_host(r->pp), &sum, 1, LT_COMM_F64, LT_COMM_SUM);
     *samples_out = (long)n;
     return n ? sum / ((double)n * S) : NAN;
 }
@@ -415,12 +462,14 @@ static void save_checkpoint(Run *r, long step) {
     float *local[3] = {lt_malloc(bytes), lt_malloc(bytes), lt_malloc(bytes)};
     lt_optim_gather_state(r->opt, local[0], local[1], local[2]); /* collective over DP */
     /* assemble global tensors: every TP rank writes its shards (replicated ones
-     * from TP rank 0 only) and the sum over the TP group fills in the rest */
+     * from TP rank 0 only), every stage its layers (the tied embedding from the
+     * first stage only), and sums over the TP and pipeline groups fill in the rest */
     LtCkptState st = {lt_calloc(gbytes), lt_calloc(gbytes), lt_calloc(gbytes)};
     float *glob[3] = {st.master, st.m, st.v};
     for (int k = 0; k < 3; k++) {
         lt_params_to_global(t, local[k], g, glob[k], r->coords.tp == 0);
         lt_comm_all_reduce(lt_comm_host(r->tp), glob[k], g->total, LT_COMM_F32, LT_COMM_SUM);
+        lt_comm_all_reduce(lt_comm_host(r->pp), glob[k], g->total, LT_COMM_F32, LT_COMM_SUM);
         free(local[k]);
     }
     LtCkptMeta meta = {
@@ -437,6 +486,7 @@ static void save_checkpoint(Run *r, long step) {
         lt_fatal("saving checkpoint at step %ld failed: %s", step, err);
     lt_comm_barrier(r->dp);
     lt_comm_barrier(r->tp);
+    lt_comm_barrier(r->pp);
     lt_log("saved checkpoint step %ld to %s (%.2f s)\n", step, c->checkpoint.dir, lt_now() - t0);
     free(st.master);
     free(st.m);
@@ -445,6 +495,20 @@ static void save_checkpoint(Run *r, long step) {
 
 /* ---- train ----------------------------------------------------------------- */
 
+/* Pipelining: the first stage's embedding and the last stage's LM head are
+ * one tied parameter; sum their gradients over the embedding group (before
+ * the data-parallel reduction; the sums commute). With gradient buckets the
+ * embedding group kept its own buffer through the step: hand it over now. */
+static void reduce_embedding_grads(Run *r) {
+    LtModel *m = r->model;
+    const LtParamTable *t = &m->table;
+    if (!r->emb || !lt_comm_member(r->emb) || t->idx_wte < 0) return;
+    lt_comm_all_reduce(r->emb, m->gptr[t->idx_wte], t->p[t->idx_wte].numel, LT_COMM_F32,
+                       LT_COMM_SUM);
+    if (m->emb_grads)
+        lt_optim_reduce_bucket(r->opt, m->emb_grads, t->p[t->idx_wte].offset, m->emb_grads_len);
+}
+
 int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     if (!cfg->data.train_path[0]) lt_input_error("data.train_path is not set");
     Run r;
@@ -452,7 +516,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     r.train = open_tokens("data.train_path", cfg->data.train_path, cfg->model.vocab_size);
     open_valid(&r);
     const int S = cfg->model.seq_length, G = cfg->train.global_batch_size,
-              mbs = cfg->train.micro_batch_size, local = G / r.topo.dp, accum = local / mbs;
+              local = G / r.topo.dp;
     LtLoaderConfig lc = {.seq_len = S, .samples_per_step = G, .first = r.coords.dp * local,
                          .count = local,
                          .shuffle = cfg->data.shuffle, .seed = cfg->train.seed,
@@ -470,8 +534,8 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     const double flops_step = lt_model_flops_per_sample(&r.model->d, 0) * G;
     const double tokens_step = (double)G * S;
     int32_t *rows = lt_malloc((size_t)local * (S + 1) * sizeof(int32_t));
-    int32_t *in = lt_malloc((size_t)mbs * S * sizeof(int32_t));
-    int32_t *tgt = lt_malloc((size_t)mbs * S * sizeof(int32_t));
+    int32_t *in = lt_malloc((size_t)local * S * sizeof(int32_t));
+    int32_t *tgt = lt_malloc((size_t)local * S * sizeof(int32_t));
     long nsteps = cfg->train.steps - r.start_step;
     double *times = lt_malloc((size_t)(nsteps > 0 ? nsteps : 1) * sizeof(double));
     int ntimes = 0;
@@ -484,15 +548,14 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
             lt_input_error("data.train_path: step %ld: %s", step + 1, err);
         lt_model_zero_grads(r.model);
         lt_optim_zero_grad(r.opt);
-        double loss_sum = 0.0;
-        for (int j = 0; j < accum; j++) {
-            split_rows(rows + (size_t)j * mbs * (S + 1), mbs, S, in, tgt);
-            loss_sum += lt_model_step(r.model, in, tgt, (float)(1.0 / tokens_step));
-        }
+        split_rows(rows, local, S, in, tgt); /* micro batch j: rows j*mbs .. */
+        double loss_sum = lt_pipeline_train(r.pipe, in, tgt, (float)(1.0 / tokens_step));
         if (!r.model->grads_ready) /* (with buckets this happened group by group) */
             lt_model_sp_reduce_grads(r.model, 0, r.model->table.n - 1);
+        reduce_embedding_grads(&r);
         lt_optim_reduce_grads(r.opt, r.model->grads);
         lt_comm_all_reduce(lt_comm_host(r.dp), &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);
+        lt_comm_all_reduce(lt_comm_host(r.pp), &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);
         double loss = loss_sum / tokens_step;
         double norm = lt_optim_grad_norm(r.opt, r.model->grads);
         if (!isfinite(loss) || !isfinite(norm))

@@ -315,6 +315,52 @@ static void test_sumsq_scale(void) {
     CHECK(g_f32->ops->sumsq(g_f32, NULL, 0) == 0.0, "sumsq of nothing");
 }
 
+/* ---- add_act: out = a + b over act tensors ---------------------------------- */
+/* fp32: exactly a + b; bf16: exactly the RNE rounding of the fp32 sum, and bitwise
+ * equal to layernorm_fwd's resid_out for the same a, b; also in place (out == a,
+ * out == b). */
+static void test_add_act(void) {
+    size_t sizes[] = {1, 7, 16384, 100003};
+    for (int t = 0; t < 4; t++) {
+        size_t n = sizes[t];
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? g_bf16 : g_f32;
+            const char *dt = k ? "bf16" : "fp32";
+            float *a = falloc(n), *b = falloc(n), *out = falloc(n), *ref = falloc(n);
+            float *ip = falloc(n);
+            fill(a, n, 2.0f, k), fill(b, n, 1.0f, k);
+            for (size_t i = 0; i < n; i++) ref[i] = k ? lt_bf16_round(a[i] + b[i]) : a[i] + b[i];
+            poison(out, n);
+            be->ops->add_act(be, out, a, b, n);
+            int bad = 0;
+            for (size_t i = 0; i < n; i++) bad += memcmp(&out[i], &ref[i], 4) != 0;
+            CHECK(bad == 0, "add_act %s n=%zu: %d elements differ from a + b", dt, n, bad);
+            if (k) CHECK(all_bf16(out, n), "add_act bf16 n=%zu: output not bf16-representable", n);
+            /* in place: out == a, then out == b */
+            memcpy(ip, a, n * 4);
+            be->ops->add_act(be, ip, ip, b, n);
+            CHECK(memcmp(ip, ref, n * 4) == 0, "add_act %s n=%zu in place (out == a)", dt, n);
+            memcpy(ip, b, n * 4);
+            be->ops->add_act(be, ip, a, ip, n);
+            CHECK(memcmp(ip, ref, n * 4) == 0, "add_act %s n=%zu in place (out == b)", dt, n);
+            /* the same bits as the residual sum fused into layernorm_fwd: N rows of C = 256
+             * when 256 divides n, else one row of C = n */
+            int C = n % 256 == 0 ? 256 : (int)n, N = (int)(n / (size_t)C);
+            float *w = falloc(C), *bias = falloc(C), *res = falloc(n), *o = falloc(n);
+            float *mean = falloc(N), *rstd = falloc(N);
+            fill(w, C, 1.0f, k), fill(bias, C, 1.0f, k);
+            poison(res, n);
+            be->ops->layernorm_fwd(be, res, o, mean, rstd, a, b, w, bias, N, C);
+            CHECK(memcmp(res, out, n * 4) == 0, "add_act %s n=%zu = layernorm_fwd resid_out (N=%d C=%d)",
+                  dt, n, N, C);
+            free(w), free(bias), free(res), free(o), free(mean), free(rstd);
+            free(a), free(b), free(out), free(ref), free(ip);
+        }
+    }
+    g_f32->ops->add_act(g_f32, NULL, NULL, NULL, 0);
+    g_bf16->ops->add_act(g_bf16, NULL, NULL, NULL, 0);
+}
+
 /* ---- embedding -------------------------------------------------------------- */
 static struct { int B, T, C; int32_t *tok; double *wte, *wpe, *R, *out; } E;
 static double embedding_loss(void) {
@@ -960,6 +1006,7 @@ int main(void) {
     g_bf16 = lt_backend_cpu_create(LT_BF16, 0);
     RUN(test_memory);
     RUN(test_sumsq_scale);
+    RUN(test_add_act);
     RUN(test_embedding);
     RUN(test_embedding_tp);
     RUN(test_layernorm);

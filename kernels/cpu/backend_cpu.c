@@ -37,6 +37,7 @@ static const LtBackendOps cpu_ops = {
     .embedding_bwd = cpu_embedding_bwd,
     .layernorm_fwd = cpu_layernorm_fwd,
     .layernorm_bwd = cpu_layernorm_bwd,
+    .add_act = cpu_add_act,
     .linear_fwd = cpu_linear_fwd,
     .linear_bwd = cpu_linear_bwd,
     .gelu_fwd = cpu_gelu_fwd,

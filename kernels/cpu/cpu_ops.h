@@ -144,6 +144,7 @@ void cpu_layernorm_fwd(LtBackend *be, void *resid_out, void *out, float *mean, f
 void cpu_layernorm_bwd(LtBackend *be, void *dinp, float *dw, float *db, const void *dout,
                        const void *inp, const void *w, const float *mean, const float *rstd, int N,
                        int C);
+void cpu_add_act(LtBackend *be, void *out, const void *a, const void *b, size_t n);
 
 /* linear.c */
 void cpu_linear_fwd(LtBackend *be, void *out, void *pre_gelu, const void *inp, const void *w,

@@ -38,6 +38,18 @@ void cpu_layernorm_fwd(LtBackend *be, void *resid_out_, void *out_, float *mean,
     }
 }
 
+/* out = a + b, the residual add alone: the same expression (fp32 sum, then
+ * cpu_store) as resid_out in cpu_layernorm_fwd above, so the two are bitwise equal.
+ * Elementwise, so out may alias a or b. */
+void cpu_add_act(LtBackend *be, void *out_, const void *a_, const void *b_, size_t n) {
+    float *out = out_;
+    const float *a = a_, *b = b_;
+    const int bf16 = cpu_is_bf16(be);
+    long long nn = (long long)n;
+#pragma omp parallel for simd schedule(static) num_threads(cpu_nthreads(be)) if (n > 65536)
+    for (long long i = 0; i < nn; i++) out[i] = cpu_store(bf16, a[i] + b[i]);
+}
+
 /* With xhat = (x - mean) * rstd and g = dout * w:
  *   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw = sum_i dout*xhat,  db = sum_i dout.
  * dinp rows are handled in parallel over rows; dw/db in parallel over channel

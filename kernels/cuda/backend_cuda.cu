@@ -241,6 +241,7 @@ static const LtBackendOps cuda_ops = {
     cu_embedding_bwd,
     cu_layernorm_fwd,
     cu_layernorm_bwd,
+    cu_add_act,
     cu_linear_fwd,
     cu_linear_bwd,
     cu_gelu_fwd,

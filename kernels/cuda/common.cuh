@@ -180,6 +180,7 @@ void cu_adamw(LtBackend *be, void *param, float *master, const float *grad, floa
 double cu_sumsq(LtBackend *be, const float *x, size_t n);
 void cu_scale_f32(LtBackend *be, float *x, float s, size_t n);
 void cu_add_f32(LtBackend *be, float *dst, const float *src, size_t n);
+void cu_add_act(LtBackend *be, void *out, const void *a, const void *b, size_t n);
 void cu_act_from_f32(LtBackend *be, void *dst, const float *src, size_t n);
 void cu_act_to_f32(LtBackend *be, float *dst, const void *src, size_t n);
 

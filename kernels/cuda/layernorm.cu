@@ -11,13 +11,19 @@
  * two row means (of dxhat and dxhat*xhat) use a fixed-order block reduction.
  * Each block writes its dw/db partial to scratch (G, 2, C); a second kernel
  * adds the G partials in index order into dw/db. Deterministic, no atomics.
- * dinp accumulates (+=) as backend.h requires. */
+ * dinp accumulates (+=) as backend.h requires.
+ * add_act: the residual add alone, elementwise, with the forward's exact
+ * expression (from_f(to_f(a) + to_f(b))), so its result equals resid_out bit for
+ * bit. 16-byte vectors when all three pointers are 16-byte aligned (a scalar
+ * kernel otherwise); each element is read and written by one thread, so out may
+ * alias a or b. */
 #include "common.cuh"
 
 #define LN_EPS 1e-5f
 #define LN_FWD_ROWS 8 /* warps (rows) per forward block */
 #define LN_BWD_THREADS 256
 #define LN_BWD_MAX_BLOCKS 512
+#define ADD_THREADS 256
 
 /* ======================= kernels ======================= */
 
@@ -113,6 +119,40 @@ __global__ void layernorm_bwd_final_kernel(float *dw, float *db, const float *pa
     if (db) db[c] += sb;
 }
 
+// out (n) = a (n) + b (n), 16-byte vectors of 16 / sizeof(T) elements; the last
+// n % VEC elements by the first threads of the grid. out may equal a or b.
+template <typename T> struct alignas(16) AddPack {
+    T v[16 / sizeof(T)];
+};
+template <typename T>
+__global__ void __launch_bounds__(ADD_THREADS)
+    add_act_vec_kernel(T *out, const T *a, const T *b, size_t n) {
+    constexpr int VEC = 16 / sizeof(T);
+    const size_t nv = n / VEC, stride = (size_t)gridDim.x * blockDim.x;
+    const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    AddPack<T> *o = reinterpret_cast<AddPack<T> *>(out);
+    const AddPack<T> *pa = reinterpret_cast<const AddPack<T> *>(a);
+    const AddPack<T> *pb = reinterpret_cast<const AddPack<T> *>(b);
+    for (size_t i = tid; i < nv; i += stride) {
+        const AddPack<T> x = pa[i], y = pb[i];
+        AddPack<T> r;
+#pragma unroll
+        for (int k = 0; k < VEC; k++) r.v[k] = from_f<T>(to_f(x.v[k]) + to_f(y.v[k]));
+        o[i] = r;
+    }
+    const size_t i = nv * VEC + tid;
+    if (i < n) out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+}
+
+// The same for pointers that are not all 16-byte aligned.
+template <typename T>
+__global__ void __launch_bounds__(ADD_THREADS)
+    add_act_kernel(T *out, const T *a, const T *b, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+}
+
 /* ======================= launchers ======================= */
 
 template <typename T>
@@ -141,6 +181,19 @@ static void launch_layernorm_bwd(T *dinp, float *dw, float *db, float *part, int
                                                              rstd, N, C);
     CU_CHECK_LAUNCH();
     layernorm_bwd_final_kernel<<<cu_blocks(C, 256), 256, 0, st>>>(dw, db, part, G, C);
+    CU_CHECK_LAUNCH();
+}
+
+template <typename T>
+static void launch_add_act(T *out, const T *a, const T *b, size_t n, cudaStream_t st) {
+    constexpr int VEC = 16 / sizeof(T);
+    const int aligned = (((uintptr_t)out | (uintptr_t)a | (uintptr_t)b) & 15) == 0;
+    unsigned g = cu_blocks(aligned ? n / VEC : n, ADD_THREADS);
+    if (g > 65535u * 8u) g = 65535u * 8u; /* grid-stride beyond */
+    if (aligned)
+        add_act_vec_kernel<T><<<g, ADD_THREADS, 0, st>>>(out, a, b, n);
+    else
+        add_act_kernel<T><<<g, ADD_THREADS, 0, st>>>(out, a, b, n);
     CU_CHECK_LAUNCH();
 }
 
@@ -175,4 +228,12 @@ void cu_layernorm_bwd(LtBackend *be, void *dinp, float *dw, float *db, const voi
         launch_layernorm_bwd<float>((float *)dinp, dw, db, part, G, (const float *)dout,
                                     (const float *)inp, (const float *)w, mean, rstd, N, C, optin,
                                     cu_stream(be));
+}
+
+void cu_add_act(LtBackend *be, void *out, const void *a, const void *b, size_t n) {
+    if (n == 0) return;
+    if (cu_is_bf16(be))
+        launch_add_act<bf16>((bf16 *)out, (const bf16 *)a, (const bf16 *)b, n, cu_stream(be));
+    else
+        launch_add_act<float>((float *)out, (const float *)a, (const float *)b, n, cu_stream(be));
 }

@@ -16,7 +16,8 @@
  * for elements at least as large as the tensor's rms, rms-normalized below
  * it (elementwise relative error is meaningless for values that cancel to
  * ~0). Bounds: fp32 1e-5 (fp32 GEMMs use CUBLAS_COMPUTE_32F, never TF32),
- * bf16 1e-2. Determinism: embedding_bwd, layernorm_bwd, attention_bwd and
+ * bf16 1e-2; add_f32 is exact (0), and so is add_act when both sides have the
+ * same dtype. Determinism: embedding_bwd, layernorm_bwd, attention_bwd and
  * linear_bwd run twice and must match bitwise. The tensor-parallel cases
  * (embedding_tp: negative ids, NULL wpe / dwte / dwpe; xent_tp: the vocab-split
  * cross-entropy simulated over shards of one device, also checked against the
@@ -341,6 +342,92 @@ static void t_layernorm(const Pair *P) {
         for (int k = 0; k < 2; k++) free(gi[k]), free(gw[k]), free(gb[k]);
         free(a), free(b), free(w), free(bias), free(dout), free(dinp0), free(dw0), free(db0);
         free(mean), free(rstd);
+    }
+}
+
+/* ======================= add_act ======================= */
+/* out = a + b over act tensors: both backends take the fp32 sum and round it to
+ * nearest even, so dut and ref agree exactly when their dtypes match (tolerance
+ * 0), and the dut equals the host's a + b (rounded to bf16 in bf16) bit for bit.
+ * Also: in place (out == a, out == b), pointers off the 16-byte grid (the scalar
+ * kernel), and equality with layernorm_fwd's resid_out on the same device. */
+static void t_add_act(const Pair *P) {
+    static const size_t ns[] = {1, 7, 8, 13, 1000, 4097, 100003, 1000003};
+    const double tol = P->ref->dtype == P->dut->dtype ? 0.0 : P->tol;
+    for (int s = 0; s < 8; s++) {
+        const size_t n = ns[s];
+        if (g_quick && n > 100003) break;
+        float *a = hrand(n, 2.f, P->bf16), *b = hrand(n, 1.f, P->bf16), *want = hzeros(n);
+        for (size_t i = 0; i < n; i++)
+            want[i] = P->dut->dtype == LT_BF16 ? lt_bf16_round(a[i] + b[i]) : a[i] + b[i];
+        float *o[2], *ipa = hzeros(n), *ipb = hzeros(n), *off = hzeros(n);
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            void *da = act_up(be, a, n), *db = act_up(be, b, n), *dout = act_up(be, NULL, n);
+            poison(be, dout, lt_act_bytes(be, n));
+            be->ops->add_act(be, dout, da, db, n);
+            o[k] = hzeros(n);
+            act_down(be, o[k], dout, n);
+            if (k) {
+                be->ops->add_act(be, da, da, db, n); /* out == a */
+                act_down(be, ipa, da, n);
+                dfree(be, da);
+                da = act_up(be, a, n);
+                be->ops->add_act(be, db, da, db, n); /* out == b */
+                act_down(be, ipb, db, n);
+                dfree(be, db);
+                db = act_up(be, b, n);
+                if (n > 1) { /* inputs one element past the aligned start, out aligned */
+                    const size_t es = be->act_size;
+                    poison(be, dout, lt_act_bytes(be, n));
+                    be->ops->add_act(be, dout, (char *)da + es, (char *)db + es, n - 1);
+                    act_down(be, off, dout, n - 1);
+                }
+            }
+            dfree(be, da), dfree(be, db), dfree(be, dout);
+        }
+        char nm[64];
+        snprintf(nm, sizeof nm, "add_act n%zu", n);
+        cmp(P, nm, o[1], o[0], n, tol);
+        size_t bad = 0, bada = 0, badb = 0, bado = 0;
+        for (size_t i = 0; i < n; i++) {
+            bad += memcmp(&o[1][i], &want[i], 4) != 0;
+            bada += memcmp(&ipa[i], &want[i], 4) != 0;
+            badb += memcmp(&ipb[i], &want[i], 4) != 0;
+            if (i + 1 < n) bado += memcmp(&off[i], &want[i + 1], 4) != 0;
+        }
+        printf("  %-5s add_act n=%-9zu exact vs host: %zu, out==a: %zu, out==b: %zu, "
+               "unaligned: %zu mismatches\n", P->tag, n, bad, bada, badb, bado);
+        CHECK(bad == 0, "add_act n=%zu: %zu elements differ from the host's a + b", n, bad);
+        CHECK(bada == 0 && badb == 0, "add_act n=%zu in place: %zu (out == a), %zu (out == b)", n,
+              bada, badb);
+        CHECK(bado == 0, "add_act n=%zu unaligned pointers: %zu mismatches", n - 1, bado);
+        free(o[0]), free(o[1]), free(ipa), free(ipb), free(off), free(a), free(b), free(want);
+    }
+    /* bitwise equal to the fused residual sum of layernorm_fwd on the same device */
+    static const int shapes[][2] = {{7, 24}, {5, 50}, {33, 1600}};
+    for (int s = 0; s < 3; s++) {
+        LtBackend *be = P->dut;
+        const int N = shapes[s][0], C = shapes[s][1];
+        const size_t NC = (size_t)N * C;
+        float *a = hrand(NC, 2.f, P->bf16), *b = hrand(NC, 1.f, P->bf16);
+        float *w = hrand(C, 1.f, P->bf16), *bias = hrand(C, 1.f, P->bf16);
+        void *da = act_up(be, a, NC), *db = act_up(be, b, NC), *dw = act_up(be, w, C);
+        void *dbias = act_up(be, bias, C), *dro = act_up(be, NULL, NC), *dln = act_up(be, NULL, NC);
+        void *dsum = act_up(be, NULL, NC);
+        float *dm = f32_up(be, NULL, N), *dr = f32_up(be, NULL, N);
+        poison(be, dro, lt_act_bytes(be, NC)), poison(be, dsum, lt_act_bytes(be, NC));
+        be->ops->layernorm_fwd(be, dro, dln, dm, dr, da, db, dw, dbias, N, C);
+        be->ops->add_act(be, dsum, da, db, NC);
+        void *r1 = raw_down(be, dro, lt_act_bytes(be, NC)), *r2 = raw_down(be, dsum, lt_act_bytes(be, NC));
+        char nm[64];
+        snprintf(nm, sizeof nm, "add_act=ln resid N%d C%d", N, C);
+        int eq = memcmp(r1, r2, lt_act_bytes(be, NC)) == 0;
+        printf("  %-5s %-28s bitwise equal: %s\n", P->tag, nm, eq ? "yes" : "NO  <-- FAIL");
+        CHECK(eq, "%s: add_act differs from layernorm_fwd resid_out", nm);
+        free(r1), free(r2), free(a), free(b), free(w), free(bias);
+        dfree(be, da), dfree(be, db), dfree(be, dw), dfree(be, dbias), dfree(be, dro);
+        dfree(be, dln), dfree(be, dsum), dfree(be, dm), dfree(be, dr);
     }
 }
 
@@ -744,9 +831,9 @@ typedef struct {
 
 static const Case cases[] = {
     {"embedding", t_embedding}, {"embedding_tp", t_embedding_tp}, {"layernorm", t_layernorm},
-    {"linear", t_linear},       {"gelu", t_gelu},               {"attention", t_attention},
-    {"xent", t_xent},           {"xent_tp", t_xent_tp},
-    {"adamw", t_adamw},         {"reduce", t_reduce},       {"memory_streams", t_memory_streams},
+    {"add_act", t_add_act},     {"linear", t_linear},             {"gelu", t_gelu},
+    {"attention", t_attention}, {"xent", t_xent},                 {"xent_tp", t_xent_tp},
+    {"adamw", t_adamw},         {"reduce", t_reduce},             {"memory_streams", t_memory_streams},
 };
 
 static LtBackend *make_cuda(LtDtype dt, int alt) {

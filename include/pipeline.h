@@ -1,0 +1,62 @@
+/* pipeline.h - the pipeline executor: runs a step's micro batches through
+ * this rank's chunks of the model by walking its action list from
+ * schedule.h (forwards, backwards, and the sends/receives of activations and
+ * their gradients over the pipeline group). Without pipelining (pp = 1) the
+ * same walk is plain gradient accumulation, F0 B0 F1 B1 ...
+ *
+ * Messages: a receive is posted right before the compute that needs it and
+ * waited for there, into the activation slot (chunk input, or output
+ * gradient); a send starts right after the compute that produced it, from a
+ * message buffer of its own, and is never waited for before the end of the
+ * step (buffers whose send has completed are reused). So every rank behaves
+ * as the schedule simulator assumes - sends never block - and the simulator's
+ * deadlock freedom carries over. Tags name (kind, receiving chunk, micro
+ * batch). An activation slot is taken when a (chunk, micro batch) starts its
+ * forward and given back after its backward: the model needs as many slots as
+ * the schedule's peak in-flight count (lt_pipeline_slots). */
+#ifndef LT_PIPELINE_H
+#define LT_PIPELINE_H
+
+#include <stdint.h>
+
+#include "comm.h"
+#include "model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct LtPipeline LtPipeline;
+
+/* Activation slots pipeline rank `rank` needs to run (pp, vpp, micro_batches)
+ * with training: the most forwards in flight (done, backward not yet) over
+ * its action list; -1 when the sizes are invalid. */
+int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank);
+
+/* Executor for model m (its place: pp, pp_rank, vpp) on pipeline group pp
+ * (members in stage order; NULL or one rank without pipelining), running
+ * micro_batches per training step (0: forward passes only). lt_fatal when
+ * the schedule is invalid or the model has fewer slots than it needs. */
+LtPipeline *lt_pipeline_create(LtModel *m, const LtComm *pp, int micro_batches);
+void lt_pipeline_destroy(LtPipeline *p);
+
+/* One training step: micro batch j's host ids are tokens/targets + j*B*T
+ * (B x T each). The gradients of grad_scale * (sum of token losses)
+ * accumulate into the model's gradients (and go through its bucket hook).
+ * Returns the sum of token losses on the rank holding the last stage, 0 on
+ * the others. */
+double lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targets,
+                         float grad_scale);
+
+/* Forward only (evaluation) over n micro batches (any n >= 0), micro batch
+ * by micro batch: the sum of token losses on the last stage, 0 elsewhere. */
+double lt_pipeline_forward(LtPipeline *p, const int32_t *tokens, const int32_t *targets, int n);
+
+/* Message buffers allocated so far (each one stage boundary tensor). */
+int lt_pipeline_message_buffers(const LtPipeline *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,229 @@
+/* pipeline.c - the pipeline executor (see pipeline.h). */
+#include "pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "schedule.h"
+
+typedef struct {
+    void *buf;         /* one boundary tensor */
+    LtCommRequest req; /* its send */
+    int busy;          /* written or being sent */
+} Msg;
+
+struct LtPipeline {
+    LtModel *m;
+    const LtComm *pp; /* NULL without pipelining */
+    int P, V, M, rank;
+    LtAction *acts;
+    int nacts;
+    int *slot_of;     /* [V * M]: slot of (chunk, micro batch), -1 when none */
+    int *free_slots;  /* stack of free slot indices */
+    int nfree;
+    Msg *msgs;
+    int nmsgs, cap;
+    LtCommType type;  /* of boundary tensors */
+};
+
+int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank) {
+    char err[256];
+    if (lt_schedule_check(pp, vpp, micro_batches, err, sizeof err) || rank < 0 || rank >= pp)
+        return -1;
+    size_t cap = lt_schedule_capacity(pp, vpp, micro_batches);
+    LtAction *a = lt_malloc(sizeof(LtAction) * cap);
+    int n = lt_schedule_rank(pp, vpp, micro_batches, rank, a, cap, err, sizeof err);
+    int live = 0, peak = 0;
+    for (int i = 0; i < n; i++) {
+        if (a[i].kind == LT_ACT_FORWARD && ++live > peak) peak = live;
+        if (a[i].kind == LT_ACT_BACKWARD) live--;
+    }
+    free(a);
+    return n < 0 ? -1 : peak;
+}
+
+LtPipeline *lt_pipeline_create(LtModel *m, const LtComm *pp, int micro_batches) {
+    LtPipeline *p = lt_calloc(sizeof *p);
+    p->m = m;
+    p->P = m->pp;
+    p->V = m->vpp;
+    p->M = micro_batches;
+    p->rank = m->pp_rank;
+    p->pp = pp && lt_comm_size(pp) > 1 ? pp : NULL;
+    if ((p->pp ? lt_comm_size(p->pp) : 1) != p->P || (p->pp && lt_comm_rank(p->pp) != p->rank))
+        lt_fatal("pipeline: group of %d ranks (rank %d) does not match the model's place "
+                 "(stage %d of %d)",
+                 p->pp ? lt_comm_size(p->pp) : 1, p->pp ? lt_comm_rank(p->pp) : 0, p->rank, p->P);
+    p->free_slots = lt_malloc(sizeof(int) * (size_t)m->nslots);
+    if (m->nslots < p->V)
+        lt_fatal("pipeline: the model has %d activation slots for %d chunks", m->nslots, p->V);
+    if (p->M > 0) { /* training: this rank's schedule */
+        char err[256];
+        size_t cap = lt_schedule_capacity(p->P, p->V, p->M);
+        p->acts = lt_malloc(sizeof(LtAction) * cap);
+        p->nacts = lt_schedule_rank(p->P, p->V, p->M, p->rank, p->acts, cap, err, sizeof err);
+        if (p->nacts < 0) lt_fatal("pipeline schedule: %s", err);
+        int need = lt_pipeline_slots(p->P, p->V, p->M, p->rank);
+        if (need > m->nslots)
+            lt_fatal("pipeline: the model has %d activation slots, the schedule needs %d",
+                     m->nslots, need);
+        p->slot_of = lt_malloc(sizeof(int) * (size_t)p->V * (size_t)p->M);
+    }
+    p->type = m->be->act_size == sizeof(float) ? LT_COMM_F32 : LT_COMM_BF16;
+    return p;
+}
+
+void lt_pipeline_destroy(LtPipeline *p) {
+    if (!p) return;
+    for (int i = 0; i < p->nmsgs; i++) {
+        lt_comm_finish(&p->msgs[i].req);
+        p->m->be->ops->free(p->m->be, p->msgs[i].buf);
+    }
+    free(p->msgs);
+    free(p->acts);
+    free(p->slot_of);
+    free(p->free_slots);
+    free(p);
+}
+
+int lt_pipeline_message_buffers(const LtPipeline *p) { return p->nmsgs; }
+
+/* A message buffer that is not in use: one whose send has completed, else a
+ * new one (the pool stops growing once a step has been through). */
+static int msg_take(LtPipeline *p) {
+    for (int i = 0; i < p->nmsgs; i++) {
+        Msg *g = &p->msgs[i];
+        if (!g->busy || (g->req.active && lt_comm_test(&g->req))) {
+            g->busy = 1;
+            return i;
+        }
+    }
+    if (p->nmsgs == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 4;
+        Msg *n = lt_calloc(sizeof(Msg) * (size_t)p->cap);
+        if (p->nmsgs) memcpy(n, p->msgs, sizeof(Msg) * (size_t)p->nmsgs);
+        free(p->msgs);
+        p->msgs = n;
+    }
+    Msg *g = &p->msgs[p->nmsgs];
+    memset(g, 0, sizeof *g);
+    g->buf = p->m->be->ops->alloc(p->m->be, lt_act_bytes(p->m->be, p->m->boundary));
+    g->busy = 1;
+    return p->nmsgs++;
+}
+
+/* Wait for every send of the step; all buffers become free. */
+static void msgs_drain(LtPipeline *p) {
+    for (int i = 0; i < p->nmsgs; i++) {
+        lt_comm_finish(&p->msgs[i].req);
+        p->msgs[i].busy = 0;
+    }
+}
+
+/* Tag of a message to local chunk `chunk` of its receiver, micro batch mb. */
+static int msg_tag(const LtPipeline *p, int grad, int chunk, int mb) {
+    return grad + 2 * (int)(((long)mb * p->V + chunk) % 16384);
+}
+
+static void send_msg(LtPipeline *p, int msg, int grad, int chunk, int mb, int peer) {
+    LT_CHECK(msg >= 0 && p->pp);
+    /* the receiver's chunk: the stage after (activation) or before (gradient)
+     * wraps around from the last rank to chunk + 1 of the first, and back */
+    int rc = chunk;
+    if (!grad && p->rank == p->P - 1) rc = chunk + 1;
+    if (grad && p->rank == 0) rc = chunk - 1;
+    Msg *g = &p->msgs[msg];
+    g->req = lt_comm_send_start(p->pp, g->buf, p->m->boundary, p->type, peer,
+                                msg_tag(p, grad, rc, mb));
+}
+
+static void recv_into(LtPipeline *p, void *buf, int grad, int chunk, int mb, int peer) {
+    LT_CHECK(p->pp != NULL);
+    lt_comm_recv(p->pp, buf, p->m->boundary, p->type, peer, msg_tag(p, grad, chunk, mb));
+}
+
+static int slot_take(LtPipeline *p, int chunk, int mb) {
+    int *so = &p->slot_of[chunk * p->M + mb];
+    if (*so < 0) {
+        if (p->nfree == 0) lt_fatal("pipeline: out of activation slots (schedule bug)");
+        *so = p->free_slots[--p->nfree];
+    }
+    return *so;
+}
+
+double lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targets,
+                         float grad_scale) {
+    LtModel *m = p->m;
+    const size_t bt = (size_t)m->B * (size_t)m->T;
+    if (p->M == 0) lt_fatal("pipeline: created for forward passes only");
+    for (int i = 0; i < p->V * p->M; i++) p->slot_of[i] = -1;
+    p->nfree = m->nslots;
+    for (int i = 0; i < m->nslots; i++) p->free_slots[i] = m->nslots - 1 - i;
+    double loss = 0.0;
+    int out_msg = -1, din_msg = -1; /* produced by the last forward / backward */
+    for (int i = 0; i < p->nacts; i++) {
+        const LtAction *a = &p->acts[i];
+        const int c = a->chunk, mb = a->mb;
+        switch (a->kind) {
+        case LT_ACT_RECV_ACT:
+            recv_into(p, m->slot[slot_take(p, c, mb)].x[0], 0, c, mb, a->peer);
+            break;
+        case LT_ACT_FORWARD: {
+            int s = slot_take(p, c, mb);
+            out_msg = lt_model_chunk_last(m, c) ? -1 : msg_take(p);
+            loss += lt_model_chunk_forward(m, c, s, tokens + (size_t)mb * bt,
+                                           targets + (size_t)mb * bt, grad_scale,
+                                           out_msg >= 0 ? p->msgs[out_msg].buf : NULL);
+            break;
+        }
+        case LT_ACT_SEND_ACT:
+            send_msg(p, out_msg, 0, c, mb, a->peer);
+            out_msg = -1;
+            break;
+        case LT_ACT_RECV_GRAD: {
+            int s = p->slot_of[c * p->M + mb];
+            LT_CHECK(s >= 0);
+            recv_into(p, m->slot[s].dout, 1, c, mb, a->peer);
+            break;
+        }
+        case LT_ACT_BACKWARD: {
+            int *so = &p->slot_of[c * p->M + mb];
+            LT_CHECK(*so >= 0);
+            din_msg = lt_model_chunk_first(m, c) ? -1 : msg_take(p);
+            lt_model_chunk_backward(m, c, *so, din_msg >= 0 ? p->msgs[din_msg].buf : NULL);
+            p->free_slots[p->nfree++] = *so;
+            *so = -1;
+            break;
+        }
+        case LT_ACT_SEND_GRAD:
+            send_msg(p, din_msg, 1, c, mb, a->peer);
+            din_msg = -1;
+            break;
+        default:
+            lt_fatal("pipeline: unknown action %d", (int)a->kind);
+        }
+    }
+    msgs_drain(p);
+    LT_CHECK(p->nfree == m->nslots);
+    return loss;
+}
+
+double lt_pipeline_forward(LtPipeline *p, const int32_t *tokens, const int32_t *targets, int n) {
+    LtModel *m = p->m;
+    const size_t bt = (size_t)m->B * (size_t)m->T;
+    const int prev = (p->rank + p->P - 1) % p->P, next = (p->rank + 1) % p->P;
+    double loss = 0.0;
+    for (int mb = 0; mb < n; mb++) {
+        for (int c = 0; c < p->V; c++) { /* chunk c uses slot c */
+            if (!lt_model_chunk_first(m, c)) recv_into(p, m->slot[c].x[0], 0, c, mb, prev);
+            int out = lt_model_chunk_last(m, c) ? -1 : msg_take(p);
+            loss += lt_model_chunk_forward(m, c, c, tokens + (size_t)mb * bt,
+                                           targets + (size_t)mb * bt, 0.0f,
+                                           out >= 0 ? p->msgs[out].buf : NULL);
+            if (out >= 0) send_msg(p, out, 0, c, mb, next);
+        }
+    }
+    msgs_drain(p);
+    return loss;
+}
