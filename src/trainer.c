@@ -353,8 +353,9 @@ static void print_pipeline(const Run *r) {
         char line[4096];
         int at = 0;
         for (int i = 0; i < P && at < (int)sizeof line - 64; i++)
-            at += snprintf(line + at, sizeof line - (size_t)at, "%s stage %d %.2f MiB (%d slots)",
-                           i ? "," : "", i, mib((size_t)all[2 * i]), (int)all[2 * i + 1]);
+            at += snprintf(line + at, sizeof line - (size_t)at,
+                           "%s stage %d %.2f MiB (%.0f bytes, %d slots)", i ? "," : "", i,
+                           mib((size_t)all[2 * i]), all[2 * i], (int)all[2 * i + 1]);
         lt_log("activations per pipeline rank:%s\n", line);
     }
     free(all);

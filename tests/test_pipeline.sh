@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# test_pipeline.sh BUILD_DIR - pipeline parallelism under mpirun on the CPU
+# backend: 1F1B and interleaved 1F1B layouts, alone and composed with tensor,
+# sequence and data parallelism, ZeRO 0/1/2 and activation recomputation, must
+# train the same 8-layer GPT as one process for 10 fp32 steps (loss and grad
+# norm per step, validation loss, exported weights); each stage's activation
+# memory follows the schedule and shrinks with recomputation; checkpoints
+# move between pipeline layouts; bad pipeline configs are refused.
+# LT_TEST_FULL=1 adds more layouts.
+set -u
+BUILD=$1
+LT="$BUILD/lattice"
+T=$(mktemp -d /tmp/lt-pipe-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+failures=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+command -v mpirun >/dev/null || { fail mpirun "mpirun not found (openmpi-bin)"; exit 1; }
+MPI="timeout 300 mpirun --allow-run-as-root --oversubscribe"
+
+cat /usr/share/common-licenses/GPL-3 > "$T/text.txt"
+cat /usr/share/common-licenses/Apache-2.0 > "$T/valid.txt"
+python3 -c "
+for n in ('text', 'valid'):
+    d = open('$T/%s.txt' % n, 'rb').read()
+    open('$T/%s.ids' % n, 'w').write(' '.join(map(str, d)))"
+"$LT" shard --vocab-size 256 --input "$T/text.ids" "$T/train.ltok" >/dev/null &&
+  "$LT" shard --vocab-size 256 --input "$T/valid.ids" "$T/valid.ltok" >/dev/null ||
+  { fail prepare "lattice shard failed"; exit 1; }
+# 8 layers so pp 4 x vpp 2 has a layer per chunk; global batch 8 in micro
+# batches of 2: 4 micro batches per step with dp 1, 2 with dp 2
+BASE="configs/tiny.yaml model.num_layers=8 data.train_path=$T/train.ltok
+      data.valid_path=$T/valid.ltok train.steps=10 train.micro_batch_size=2
+      logging.log_interval=100 eval.interval=5 eval.iters=1"
+
+run() { # name np overrides...
+  local name=$1 np=$2; shift 2
+  local out="$T/$name"
+  mkdir -p "$out"
+  local launch="$LT"
+  [ "$np" -gt 1 ] && launch="$MPI -np $np $LT"
+  $launch train $BASE checkpoint.dir=$out/ck logging.metrics_file=$out/m.jsonl "$@" \
+    >"$out/log" 2>&1 || { echo "  run $name failed: $(tail -3 "$out/log")"; return 1; }
+  "$LT" export "$out/ck" "$out/hf" >/dev/null 2>&1
+}
+
+# compare REF NAME LOSS_TOL WEIGHT_TOL: per-step loss and grad norm, validation
+# losses, exported weights
+compare() {
+  python3 - "$T/$1" "$T/$2" "$3" "$4" <<'PY'
+import json, struct, sys
+a, b, tol, wtol = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+def recs(d, ev):
+    return [r for r in map(json.loads, open(d + '/m.jsonl')) if bool(r.get('eval')) == ev]
+ra, rb = recs(a, False), recs(b, False)
+assert len(ra) == len(rb) == 10, (len(ra), len(rb))
+for x, y in zip(ra, rb):
+    for k in ('loss', 'grad_norm'):
+        rel = abs(x[k] - y[k]) / max(abs(x[k]), 1e-12)
+        assert rel <= tol, f"step {x['step']} {k}: {x[k]} vs {y[k]} (rel {rel:.2e})"
+ea, eb = recs(a, True), recs(b, True)
+assert len(ea) == len(eb) == 2, ('eval records', len(ea), len(eb))
+for x, y in zip(ea, eb):
+    k = 'val_loss' if 'val_loss' in x else 'loss'
+    rel = abs(x[k] - y[k]) / abs(x[k])
+    assert rel <= tol, f"eval at step {x['step']}: {x[k]} vs {y[k]} (rel {rel:.2e})"
+def tensors(d):
+    raw = open(d + '/hf/model.safetensors', 'rb').read()
+    n = struct.unpack('<Q', raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in hdr.items():
+        if k == '__metadata__': continue
+        s, e = v['data_offsets']
+        out[k] = struct.unpack('<%df' % ((e - s) // 4), raw[8 + n + s: 8 + n + e])
+    return out
+ta, tb = tensors(a), tensors(b)
+assert ta.keys() == tb.keys()
+worst = max(max(abs(p - q) for p, q in zip(ta[k], tb[k])) for k in ta)
+assert worst <= wtol, f"exported weights differ by {worst:.3e}"
+PY
+}
+
+# ---- fp32 layouts against one process -------------------------------------------
+run ref 1 || fail reference "single-process run failed"
+# name:np:overrides (comma-separated)
+LAYOUTS="pp2:2:parallel.pipeline_model_parallel_size=2
+pp4:4:parallel.pipeline_model_parallel_size=4
+pp2_vpp2:2:parallel.pipeline_model_parallel_size=2,parallel.virtual_pipeline_model_parallel_size=2
+pp4_vpp2:4:parallel.pipeline_model_parallel_size=4,parallel.virtual_pipeline_model_parallel_size=2
+pp2_dp2_zero0:4:parallel.pipeline_model_parallel_size=2
+pp2_dp2_zero2:4:parallel.pipeline_model_parallel_size=2,optimizer.zero_stage=2
+pp4_tp2_zero1:8:parallel.pipeline_model_parallel_size=4,parallel.tensor_model_parallel_size=2
+tp2_pp2_dp2_sp_zero1:8:parallel.pipeline_model_parallel_size=2,parallel.tensor_model_parallel_size=2,parallel.sequence_parallel=true,optimizer.zero_stage=1
+tp2_pp2_vpp2_dp2_sp_zero1:8:parallel.pipeline_model_parallel_size=2,parallel.virtual_pipeline_model_parallel_size=2,parallel.tensor_model_parallel_size=2,parallel.sequence_parallel=true,optimizer.zero_stage=1
+pp2_recompute_full:2:parallel.pipeline_model_parallel_size=2,train.recompute=full
+pp2_vpp2_recompute_selective:2:parallel.pipeline_model_parallel_size=2,parallel.virtual_pipeline_model_parallel_size=2,train.recompute=selective
+tp2_pp2_dp2_sp_zero1_recompute_full:8:parallel.pipeline_model_parallel_size=2,parallel.tensor_model_parallel_size=2,parallel.sequence_parallel=true,optimizer.zero_stage=1,train.recompute=full
+pp4_vpp2_recompute_selective:4:parallel.pipeline_model_parallel_size=4,parallel.virtual_pipeline_model_parallel_size=2,train.recompute=selective"
+if [ -n "${LT_TEST_FULL:-}" ]; then
+  for pp in 2 4; do for vpp in 1 2; do for tp in 1 2; do for dp in 1 2; do for z in 0 1 2; do
+    [ $((tp * pp * dp)) -le 8 ] || continue
+    ov="parallel.pipeline_model_parallel_size=$pp,parallel.virtual_pipeline_model_parallel_size=$vpp"
+    ov="$ov,parallel.tensor_model_parallel_size=$tp,optimizer.zero_stage=$z"
+    [ "$tp" = 2 ] && ov="$ov,parallel.sequence_parallel=true"
+    LAYOUTS="$LAYOUTS
+full_pp${pp}_vpp${vpp}_tp${tp}_dp${dp}_zero${z}:$((tp * pp * dp)):$ov"
+  done; done; done; done; done
+fi
+while IFS=: read -r name np ov; do
+  [ -n "$name" ] || continue
+  if run "$name" "$np" ${ov//,/ } </dev/null && err=$(compare ref "$name" 1e-5 1e-5 2>&1); then
+    pass "${name}_matches_single_process"
+  else fail "${name}_matches_single_process" "$(echo "$err" | tail -1)"; fi
+done <<<"$LAYOUTS"
+
+# ---- bf16 within bf16 tolerance ----------------------------------------------------
+run ref_bf16 1 train.precision=bf16 || fail reference_bf16 "single-process bf16 run failed"
+if run tp2_pp2_vpp2_bf16 4 train.precision=bf16 parallel.tensor_model_parallel_size=2 \
+     parallel.pipeline_model_parallel_size=2 parallel.virtual_pipeline_model_parallel_size=2 &&
+   err=$(compare ref_bf16 tp2_pp2_vpp2_bf16 2e-2 5e-2 2>&1); then pass tp2_pp2_vpp2_bf16_matches
+else fail tp2_pp2_vpp2_bf16_matches "$(echo "$err" | tail -1)"; fi
+
+# ---- activation memory per stage: slots follow the schedule, recompute saves ---------
+# stage line: "activations per pipeline rank: stage 0 X MiB (BYTES bytes, K slots), ..."
+stages() { # name -> "bytes:slots bytes:slots ..."
+  sed -n 's/^activations per pipeline rank://p' "$T/$1/log" | head -1 |
+    sed 's/[^(]*(\([0-9]*\) bytes, \([0-9]*\) slots)/ \1:\2/g'
+}
+for rc in none selective full; do
+  run mem_$rc 2 parallel.pipeline_model_parallel_size=2 \
+    parallel.virtual_pipeline_model_parallel_size=2 train.recompute=$rc train.steps=2 ||
+    fail memory_runs "pp2 vpp2 recompute $rc failed"
+done
+if python3 - "$(stages mem_none)" "$(stages mem_selective)" "$(stages mem_full)" <<'PY'
+import sys
+st = [[tuple(map(int, x.split(':'))) for x in a.split()] for a in sys.argv[1:]]
+none, sel, full = st
+assert len(none) == len(sel) == len(full) == 2, st
+# interleaved, P=2, V=2, M=4: warm-up W_r = min(V*M, 2(P-r-1) + (V-1)P) = 4, 2;
+# peak in flight W_r + 1 (chunk, micro batch) pairs = 5, 3 slots
+assert [s for _, s in none] == [5, 3], ('slots', none)
+for r in range(2):
+    assert full[r][0] < sel[r][0] < none[r][0], ('recompute saving at stage', r, st)
+    assert full[r][0] < 0.5 * none[r][0], ('full recompute saves most', r, st)
+PY
+then pass activation_memory_per_stage_and_recompute_saving
+else fail activation_memory_per_stage_and_recompute_saving "none=$(stages mem_none) selective=$(stages mem_selective) full=$(stages mem_full)"; fi
+
+# ---- checkpoints move between pipeline layouts -------------------------------------
+reshard() { # name np_a overrides_a np_b overrides_b
+  local name=$1 npa=$2 a=$3 npb=$4 b=$5 out="$T/$1"
+  mkdir -p "$out"
+  local runa="$LT" runb="$LT"
+  [ "$npa" -gt 1 ] && runa="$MPI -np $npa $LT"
+  [ "$npb" -gt 1 ] && runb="$MPI -np $npb $LT"
+  $runa train $BASE train.steps=5 optimizer.decay_steps=10 eval.interval=0 \
+    checkpoint.dir=$out/ckA $a >"$out/a.log" 2>&1 &&
+  $runb train $BASE eval.interval=0 checkpoint.load=$out/ckA checkpoint.dir=$out/ckB \
+    logging.metrics_file=$out/b.jsonl $b >"$out/b.log" 2>&1 &&
+  python3 - "$T/ref/m.jsonl" "$out/b.jsonl" <<'PY'
+import json, sys
+ref = {r['step']: r for r in map(json.loads, open(sys.argv[1])) if not r.get('eval')}
+got = [r for r in map(json.loads, open(sys.argv[2])) if not r.get('eval')]
+assert [r['step'] for r in got] == list(range(6, 11)), [r['step'] for r in got]
+for r in got:
+    for k in ('loss', 'grad_norm'):
+        rel = abs(r[k] - ref[r['step']][k]) / abs(ref[r['step']][k])
+        assert rel <= 1e-5, f"step {r['step']} {k}: {r[k]} vs {ref[r['step']][k]}"
+PY
+}
+if reshard tp2pp2_to_single 4 \
+     "parallel.tensor_model_parallel_size=2 parallel.pipeline_model_parallel_size=2 optimizer.zero_stage=1" 1 ""
+then pass checkpoint_tp2_pp2_resumes_single_process
+else fail checkpoint_tp2_pp2_resumes_single_process "$(tail -2 "$T/tp2pp2_to_single/b.log")"; fi
+if reshard single_to_pp4vpp2 1 "" 4 \
+     "parallel.pipeline_model_parallel_size=4 parallel.virtual_pipeline_model_parallel_size=2"
+then pass checkpoint_single_resumes_pp4_vpp2
+else fail checkpoint_single_resumes_pp4_vpp2 "$(tail -2 "$T/single_to_pp4vpp2/b.log")"; fi
+
+# ---- eval subcommand on a pipeline matches one process -----------------------------
+v1=$("$LT" eval $BASE checkpoint.load=$T/ref/ck 2>&1 | sed -n 's/.*val loss \([0-9.]*\).*/\1/p')
+v4=$($MPI -np 4 "$LT" eval $BASE checkpoint.load=$T/ref/ck parallel.pipeline_model_parallel_size=2 \
+       parallel.virtual_pipeline_model_parallel_size=2 parallel.tensor_model_parallel_size=2 2>&1 |
+     sed -n 's/.*val loss \([0-9.]*\).*/\1/p')
+if [ -n "$v1" ] && [ "$v1" = "$v4" ]; then pass eval_on_tp2_pp2_vpp2_matches_single_process
+else fail eval_on_tp2_pp2_vpp2_matches_single_process "one process '$v1', pipeline '$v4'"; fi
+
+# ---- bad pipeline configs are refused with one message -----------------------------
+refused() { # name pattern np overrides...
+  local name=$1 pat=$2 np=$3; shift 3
+  local launch="$LT"
+  [ "$np" -gt 1 ] && launch="$MPI -np $np $LT"
+  $launch train $BASE "$@" >"$T/$name.log" 2>&1
+  local rc=$? n
+  n=$(grep -c -- "$pat" "$T/$name.log")
+  if [ $rc -eq 2 ] && [ "$n" -eq 1 ]; then pass "refused_$name"
+  else fail "refused_$name" "rc=$rc, $n messages: $(tail -2 "$T/$name.log")"; fi
+}
+refused layers_not_divisible "model.num_layers (8) must be divisible" 3 \
+  parallel.pipeline_model_parallel_size=3
+refused layers_not_divisible_by_chunks "model.num_layers (6) must be divisible" 2 \
+  model.num_layers=6 parallel.pipeline_model_parallel_size=2 \
+  parallel.virtual_pipeline_model_parallel_size=2
+refused interleaved_micro_batches "to be a multiple of parallel.pipeline_model_parallel_size" 4 \
+  parallel.pipeline_model_parallel_size=4 parallel.virtual_pipeline_model_parallel_size=2 \
+  train.global_batch_size=12
+refused vpp_without_pp "needs parallel.pipeline_model_parallel_size > 1" 1 \
+  parallel.virtual_pipeline_model_parallel_size=2
+
+exit $((failures > 0))
