@@ -586,9 +586,11 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         if (cfg->checkpoint.dir[0] && cfg->checkpoint.save_interval > 0 &&
             (step + 1) % cfg->checkpoint.save_interval == 0 && step + 1 < cfg->train.steps)
             save_checkpoint(&r, step + 1);
-        if (w->world > 1) { /* every rank stops after the same step */
+        if (w->world > 1) { /* every rank stops after the same step: max over the world */
             int32_t sig = (int32_t)g_stop_signal;
             lt_comm_all_reduce(lt_comm_host(r.dp), &sig, 1, LT_COMM_I32, LT_COMM_MAX);
+            lt_comm_all_reduce(lt_comm_host(r.tp), &sig, 1, LT_COMM_I32, LT_COMM_MAX);
+            lt_comm_all_reduce(lt_comm_host(r.pp), &sig, 1, LT_COMM_I32, LT_COMM_MAX);
             g_stop_signal = sig;
         }
         if (g_stop_signal) {

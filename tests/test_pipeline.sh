@@ -186,6 +186,21 @@ v4=$($MPI -np 4 "$LT" eval $BASE checkpoint.load=$T/ref/ck parallel.pipeline_mod
 if [ -n "$v1" ] && [ "$v1" = "$v4" ]; then pass eval_on_tp2_pp2_vpp2_matches_single_process
 else fail eval_on_tp2_pp2_vpp2_matches_single_process "one process '$v1', pipeline '$v4'"; fi
 
+# ---- a signal to one stage stops every stage after the same step --------------------
+mkdir -p "$T/sig"
+$MPI -np 2 "$LT" train $BASE parallel.pipeline_model_parallel_size=2 train.steps=100000 \
+  eval.interval=0 checkpoint.dir=$T/sig/ck >"$T/sig/log" 2>&1 &
+mpid=$!
+sleep 3
+victim=$(pgrep -P $mpid | tail -1) # a rank process (the launcher forks them)
+[ -n "$victim" ] && kill -TERM "$victim"
+wait $mpid
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "received signal 15 after step" "$T/sig/log" &&
+   [ -f "$T/sig/ck/latest" ] && grep -q "saved checkpoint" "$T/sig/log"; then
+  pass sigterm_to_one_stage_stops_all_and_saves
+else fail sigterm_to_one_stage_stops_all_and_saves "rc=$rc victim=$victim: $(tail -3 "$T/sig/log")"; fi
+
 # ---- bad pipeline configs are refused with one message -----------------------------
 refused() { # name pattern np overrides...
   local name=$1 pat=$2 np=$3; shift 3

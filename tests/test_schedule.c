@@ -225,7 +225,12 @@ static void test_sweep(void) {
                     }
                     double span = (double)(total + pp - 1) * (c.fwd + c.bwd);
                     double bubble = (double)(pp - 1) / (total + pp - 1);
+                    /* the same in Megatron's form: idle time per rank over its compute
+                     * time, (P - 1) / (V * M) */
+                    double busy = (double)total * (c.fwd + c.bwd);
+                    double idle_ratio = (res.makespan - busy) / busy;
                     int ok = res.makespan == span && fabs(res.bubble - bubble) < 1e-12 &&
+                             fabs(idle_ratio - (double)(pp - 1) / total) < 1e-12 &&
                              res.messages == 2 * mbs * (pp * vpp - 1);
                     CHECK(ok, "P=%d V=%d M=%d cost %g/%g: makespan %g (want %g) bubble %g (want "
                           "%g) messages %d", pp, vpp, mbs, c.fwd, c.bwd, res.makespan, span,
