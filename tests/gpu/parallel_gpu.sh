@@ -3,7 +3,7 @@
 # tiny GPT trained for a few steps by 2 ranks (mpirun) must match one process
 # on the same GPU: per-step loss and grad norm within a tolerance, for data
 # parallelism (ZeRO 0/1/2), tensor parallelism (with and without sequence
-# parallelism), fp32 and bf16.
+# parallelism), pipeline parallelism (1F1B and interleaved), fp32 and bf16.
 #
 # The 2-rank runs use comm.backend=mpi: MPI with the device tensors staged
 # through pinned host memory, so both ranks may share one GPU (NCCL refuses
@@ -112,6 +112,7 @@ check() { # ref name tol np comm overrides...
 # ---- references: one process on the GPU ----
 run ref 1 || fail reference "single-process fp32 run failed"
 run ref_bf16 1 train.precision=bf16 || fail reference_bf16 "single-process bf16 run failed"
+run ref4 1 model.num_layers=4 || fail reference4 "single-process 4-layer run failed"
 
 LIBS="mpi"
 [ "$NGPU" -ge 2 ] && LIBS="mpi nccl"
@@ -126,6 +127,12 @@ for lib in $LIBS; do
     train.precision=bf16
   check ref_bf16 "tp2_sp_bf16_$lib" "$TOL_BF16" 2 "$lib" parallel.tensor_model_parallel_size=2 \
     parallel.sequence_parallel=true train.precision=bf16
+  # pipeline messages always go over MPI (staged); the embedding group uses $lib
+  check ref "pp2_$lib" "$TOL_FP32" 2 "$lib" parallel.pipeline_model_parallel_size=2
+  check ref4 "pp2_vpp2_$lib" "$TOL_FP32" 2 "$lib" model.num_layers=4 \
+    parallel.pipeline_model_parallel_size=2 parallel.virtual_pipeline_model_parallel_size=2
+  check ref_bf16 "pp2_bf16_$lib" "$TOL_BF16" 2 "$lib" parallel.pipeline_model_parallel_size=2 \
+    train.precision=bf16
 done
 
 # ---- one GPU: explicit NCCL is refused (ranks would share the device) ----
