@@ -6,6 +6,7 @@
 
 #include "config.h"
 #include "config_internal.h"
+#include "schedule.h"
 
 int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
     char dummy[8];
@@ -114,6 +115,15 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
                     "to be a multiple of parallel.pipeline_model_parallel_size (%lld)",
                     vpp, global, micro, dp, global / (micro * dp), pp);
         goto out;
+    }
+    if (pp > 1) { /* the schedule's own limits (sizes, work) */
+        char why[256];
+        if (lt_schedule_check((int)pp, (int)vpp, (int)(global / (micro * dp)), why, sizeof why)) {
+            lt_cfg_fail(err, errlen, "parallel.pipeline_model_parallel_size (%lld) x "
+                        "parallel.virtual_pipeline_model_parallel_size (%lld) with %lld micro "
+                        "batches per step: %s", pp, vpp, global / (micro * dp), why);
+            goto out;
+        }
     }
     if (t->parallel.sequence_parallel && tp == 1) {
         lt_cfg_fail(err, errlen,

@@ -28,6 +28,8 @@ struct LtPipeline {
 };
 
 int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank) {
+    if (pp == 1 && vpp == 1 && micro_batches >= 1 && rank == 0)
+        return 1; /* F0 B0 F1 B1 ...: no list needed (M may be huge) */
     char err[256];
     if (lt_schedule_check(pp, vpp, micro_batches, err, sizeof err) || rank < 0 || rank >= pp)
         return -1;
@@ -58,7 +60,7 @@ LtPipeline *lt_pipeline_create(LtModel *m, const LtComm *pp, int micro_batches) 
     p->free_slots = lt_malloc(sizeof(int) * (size_t)m->nslots);
     if (m->nslots < p->V)
         lt_fatal("pipeline: the model has %d activation slots for %d chunks", m->nslots, p->V);
-    if (p->M > 0) { /* training: this rank's schedule */
+    if (p->M > 0 && p->P > 1) { /* training: this rank's schedule (pp = 1: a plain loop) */
         char err[256];
         size_t cap = lt_schedule_capacity(p->P, p->V, p->M);
         p->acts = lt_malloc(sizeof(LtAction) * cap);
@@ -157,10 +159,18 @@ double lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *ta
     LtModel *m = p->m;
     const size_t bt = (size_t)m->B * (size_t)m->T;
     if (p->M == 0) lt_fatal("pipeline: created for forward passes only");
+    double loss = 0.0;
+    if (p->P == 1) { /* gradient accumulation: F0 B0 F1 B1 ... in slot 0 */
+        for (int mb = 0; mb < p->M; mb++) {
+            loss += lt_model_chunk_forward(m, 0, 0, tokens + (size_t)mb * bt,
+                                           targets + (size_t)mb * bt, grad_scale, NULL);
+            lt_model_chunk_backward(m, 0, 0, NULL);
+        }
+        return loss;
+    }
     for (int i = 0; i < p->V * p->M; i++) p->slot_of[i] = -1;
     p->nfree = m->nslots;
     for (int i = 0; i < m->nslots; i++) p->free_slots[i] = m->nslots - 1 - i;
-    double loss = 0.0;
     int out_msg = -1, din_msg = -1; /* produced by the last forward / backward */
     for (int i = 0; i < p->nacts; i++) {
         const LtAction *a = &p->acts[i];

@@ -414,24 +414,32 @@ static void split_rows(const int32_t *rows, int n, int S, int32_t *in, int32_t *
 static double evaluate(Run *r, long *samples_out) {
     const LtConfig *c = r->cfg;
     const int S = c->model.seq_length, mbs = c->train.micro_batch_size;
+    enum { BLOCK = 16 }; /* micro batches per pipelined forward pass */
     uint64_t avail = lt_num_samples(lt_tokens_count(r->valid), S);
     uint64_t n = (uint64_t)c->eval.iters * (uint64_t)c->train.global_batch_size;
     if (n > avail) n = avail / (uint64_t)mbs * (uint64_t)mbs;
-    int32_t *rows = lt_malloc((size_t)mbs * (S + 1) * sizeof(int32_t));
-    int32_t *in = lt_malloc((size_t)mbs * S * sizeof(int32_t));
-    int32_t *tgt = lt_malloc((size_t)mbs * S * sizeof(int32_t));
+    int32_t *rows = lt_malloc((size_t)BLOCK * mbs * (S + 1) * sizeof(int32_t));
+    int32_t *in = lt_malloc((size_t)BLOCK * mbs * S * sizeof(int32_t));
+    int32_t *tgt = lt_malloc((size_t)BLOCK * mbs * S * sizeof(int32_t));
     double sum = 0.0; /* on the last pipeline stage */
-    /* data-parallel ranks take every dp-th micro batch; the sums are added up */
+    /* data-parallel ranks take every dp-th micro batch; the sums are added up.
+     * Up to BLOCK micro batches go through the pipeline together, so its
+     * stages work at once. */
     const uint64_t stride = (uint64_t)mbs * (uint64_t)r->topo.dp;
-    for (uint64_t s = (uint64_t)r->coords.dp * (uint64_t)mbs; s < n; s += stride) {
-        for (int i = 0; i < mbs; i++) {
-            char err[1024];
-            if (lt_tokens_read(r->valid, (s + (uint64_t)i) * (uint64_t)S, (uint64_t)S + 1,
-                               rows + (size_t)i * (S + 1), err, sizeof err))
-                lt_input_error("data.valid_path: %s", err);
+    uint64_t s = (uint64_t)r->coords.dp * (uint64_t)mbs;
+    while (s < n) {
+        int k = 0;
+        for (; k < BLOCK && s < n; k++, s += stride) {
+            for (int i = 0; i < mbs; i++) {
+                char err[1024];
+                if (lt_tokens_read(r->valid, (s + (uint64_t)i) * (uint64_t)S, (uint64_t)S + 1,
+                                   rows + ((size_t)k * mbs + (size_t)i) * (S + 1), err,
+                                   sizeof err))
+                    lt_input_error("data.valid_path: %s", err);
+            }
         }
-        split_rows(rows, mbs, S, in, tgt);
-        sum += lt_pipeline_forward(r->pipe, in, tgt, 1);
+        split_rows(rows, k * mbs, S, in, tgt);
+        sum += lt_pipeline_forward(r->pipe, in, tgt, k);
     }
     free(rows);
     free(in);
@@ -495,6 +503,20 @@ static void save_checkpoint(Run *r, long step) {
 }
 
 /* ---- train ----------------------------------------------------------------- */
+
+/* After the update: the last stage's copy of the tied embedding takes the
+ * first stage's values. Both applied the same summed gradient, but their DP
+ * reductions ran over buffers of different lengths, and a library may sum an
+ * element in an order that depends on its position; this keeps the copies
+ * bit-identical whatever the library does. */
+static void sync_tied_embedding(Run *r) {
+    LtModel *m = r->model;
+    const LtParamTable *t = &m->table;
+    if (!r->emb || !lt_comm_member(r->emb) || t->idx_wte < 0) return;
+    const LtParam *p = &t->p[t->idx_wte];
+    lt_comm_broadcast(r->emb, (char *)m->params + lt_act_bytes(m->be, p->offset), p->numel,
+                      m->be->act_size == sizeof(float) ? LT_COMM_F32 : LT_COMM_BF16, 0);
+}
 
 /* Pipelining: the first stage's embedding and the last stage's LM head are
  * one tied parameter; sum their gradients over the embedding group (before
@@ -565,6 +587,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         double lr = lt_lr_at(cfg, step);
         lt_optim_step(r.opt, r.model->params, r.model->grads, lr,
                       lt_clip_coef(cfg->optimizer.clip_grad, norm));
+        sync_tied_embedding(&r);
         r.be->ops->synchronize(r.be);
         double dt = lt_now() - t0;
         times[ntimes++] = dt;
