@@ -154,6 +154,17 @@ LtCommRequest lt_comm_send_start(const LtComm *c, const void *buf, size_t count,
                                  int peer, int tag);
 LtCommRequest lt_comm_recv_start(const LtComm *c, void *buf, size_t count, LtCommType t,
                                  int peer, int tag);
+/* Batches of point-to-point operations. Between lt_comm_batch_begin(c) and
+ * lt_comm_batch_end(c), sends and receives started on c are issued
+ * together: NCCL posts them inside one ncclGroupStart/ncclGroupEnd, so two
+ * ranks that each send to the other in one batch cannot block each other
+ * (an NCCL send otherwise waits for its receive); MPI's operations are
+ * nonblocking anyway and ignore the batch. Finish the batch's requests
+ * after lt_comm_batch_end; an NCCL request of a batch is ordered by the
+ * stream it was started on (finish only checks for errors). Batches do not
+ * nest, and hold only sends and receives. */
+void lt_comm_batch_begin(const LtComm *c);
+void lt_comm_batch_end(const LtComm *c);
 /* Wait for the operation (no-op for an inactive request); marks it inactive. */
 void lt_comm_finish(LtCommRequest *r);
 /* Never blocks: 1 when the operation has completed (the request is then

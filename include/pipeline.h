@@ -4,16 +4,20 @@
  * their gradients over the pipeline group). Without pipelining (pp = 1) the
  * same walk is plain gradient accumulation, F0 B0 F1 B1 ...
  *
- * Messages: a receive is posted right before the compute that needs it and
- * waited for there, into the activation slot (chunk input, or output
- * gradient); a send starts right after the compute that produced it, from a
- * message buffer of its own, and is never waited for before the end of the
- * step (buffers whose send has completed are reused). So every rank behaves
- * as the schedule simulator assumes - sends never block - and the simulator's
- * deadlock freedom carries over. Tags name (kind, receiving chunk, micro
- * batch). An activation slot is taken when a (chunk, micro batch) starts its
- * forward and given back after its backward: the model needs as many slots as
- * the schedule's peak in-flight count (lt_pipeline_slots). */
+ * Messages: each run of consecutive sends and receives in the list is one
+ * batch (lt_schedule_comm_run, lt_comm_batch_begin/end: one NCCL group): all
+ * of its operations are started together, then its receives are waited for,
+ * into the activation slot (chunk input, or output gradient). A send goes
+ * from a message buffer of its own and is never waited for before the end
+ * of the step (buffers whose send has completed are reused). With MPI's
+ * buffered, tagged sends the schedule simulator's deadlock freedom carries
+ * over; with NCCL's ordered, rendezvous sends lt_schedule_check_ordered's
+ * does (both are tested for every schedule). Tags name (kind, receiving
+ * chunk, micro batch). An activation slot is taken when a (chunk, micro
+ * batch) receives its input (the first stage: starts its forward) and given
+ * back after its backward: the model needs as many slots as
+ * lt_pipeline_slots says. Evaluation walks lt_schedule_forward_rank's list
+ * the same way. */
 #ifndef LT_PIPELINE_H
 #define LT_PIPELINE_H
 
@@ -29,8 +33,9 @@ extern "C" {
 typedef struct LtPipeline LtPipeline;
 
 /* Activation slots pipeline rank `rank` needs to run (pp, vpp, micro_batches)
- * with training: the most forwards in flight (done, backward not yet) over
- * its action list; -1 when the sizes are invalid. */
+ * with training: the most (chunk, micro batch) pairs holding one at once
+ * (input received or forward begun, backward not yet done) over its action
+ * list; -1 when the sizes are invalid. */
 int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank);
 
 /* Executor for model m (its place: pp, pp_rank, vpp) on pipeline group pp

@@ -5,9 +5,10 @@
  * With V virtual chunks per rank the model is cut into S = P * V stages;
  * chunk c of rank r holds stage s = c * P + r. Stage s sends its activation
  * to stage s + 1 (rank (r + 1) % P; from rank P-1 it wraps to chunk c + 1 of
- * rank 0) and its input gradient to stage s - 1. Every RECV is placed right
- * before the compute that needs it, every SEND right after the compute that
- * produced it. In a communication action `chunk` is the chunk of the rank that
+ * rank 0) and its input gradient to stage s - 1. Every RECV comes before the
+ * compute that needs it, every SEND after the compute that produced it (1F1B:
+ * directly before / after; interleaved: batched, see below). In a
+ * communication action `chunk` is the chunk of the rank that
  * performs it (the chunk of the compute it belongs to), so a send and its
  * receive name the same micro batch and kind but neighbouring stages; `peer`
  * is the other rank.
@@ -24,7 +25,14 @@
  * - V > 1 (Megatron's interleaved 1F1B; needs P > 1 and M % P == 0):
  *   W_r = min(T, 2 (P - r - 1) + (V - 1) P); virtual step k runs
  *   micro batch P * (k / (P V)) + k % P on chunk (k % (P V)) / P for the
- *   forward and on chunk V - 1 - (k % (P V)) / P for the backward. */
+ *   forward and on chunk V - 1 - (k % (P V)) / P for the backward.
+ *   Communication is batched as in Megatron: the receive of the next forward
+ *   (and, after the last warm-up forward, of the first backward's gradient)
+ *   follows the sends of each forward; each steady round is F, B, then one
+ *   run {send activation, send gradient, receive next activation, receive
+ *   next gradient}. Consecutive sends and receives form one batch for the
+ *   executor; so neighbours' batches meet and the schedule also runs with
+ *   NCCL's rendezvous sends (lt_schedule_check_ordered). */
 #ifndef LT_SCHEDULE_H
 #define LT_SCHEDULE_H
 
@@ -77,6 +85,13 @@ int lt_schedule_warmup(int pp, int vpp, int micro_batches, int rank);
 int lt_schedule_rank(int pp, int vpp, int micro_batches, int rank, LtAction *out, size_t cap,
                      char *err, size_t errlen);
 
+/* Forward passes only (evaluation): micro batch by micro batch, each chunk
+ * in turn, its receive right before and its send right after (the form
+ * lt_schedule_check_ordered accepts). Any micro_batches >= 0; room for
+ * 3 * vpp * micro_batches actions. Returns the count or -1 with err. */
+int lt_schedule_forward_rank(int pp, int vpp, int micro_batches, int rank, LtAction *out,
+                             size_t cap, char *err, size_t errlen);
+
 /* ---- simulator ------------------------------------------------------------ */
 
 /* Cost model: every forward of one chunk takes fwd, every backward bwd, a
@@ -124,6 +139,29 @@ int lt_schedule_simulate_all(int pp, int vpp, int micro_batches, LtSimCost cost,
                              LtSimResult *res, char *err, size_t errlen);
 
 void lt_sim_free(LtSimResult *res);
+
+/* ---- ordered, rendezvous point-to-point (NCCL) ------------------------------ */
+
+/* End of the group that starts at action i: a maximal run of consecutive
+ * SEND/RECV actions (issued together, as one NCCL group), or i + 1 for a
+ * compute action. The executor and lt_schedule_check_ordered both group
+ * actions this way. */
+int lt_schedule_comm_run(const LtAction *acts, int n, int i);
+
+/* Check the ranks' lists under NCCL's point-to-point semantics, which are
+ * stricter than the simulator's (tags, sends that never block):
+ *   - ordered: messages from one rank to another on one channel match in
+ *     issue order, without tags. channels = 1: every message between two
+ *     ranks shares one order; 2: activations and gradients are ordered
+ *     separately (each kind on its own communicator). The k-th send must be
+ *     the message the receiver's k-th receive expects.
+ *   - rendezvous: a group of operations (lt_schedule_comm_run) completes only
+ *     when each of them has met its partner in the partner rank's current
+ *     group; compute waits for the group before it. No rank may be stuck.
+ * Works for training and forward-only lists. Returns 0, or -1 with the first
+ * out-of-order pair or the blocked actions in err. */
+int lt_schedule_check_ordered(int pp, int vpp, LtAction *const *acts, const int *n,
+                              int channels, char *err, size_t errlen);
 
 /* `lattice schedule --pp P [--vpp V] --micro-batches M [--fwd-cost F]
  * [--bwd-cost B] [--latency L] [--svg FILE]`: text timeline, bubble fraction

@@ -34,7 +34,13 @@ void *lt_nccl_broadcast(LtNccl *n, const char *op, void *buf, size_t count, LtCo
 void *lt_nccl_send(LtNccl *n, const char *op, const void *buf, size_t count, LtCommType t,
                    int peer);
 void *lt_nccl_recv(LtNccl *n, const char *op, void *buf, size_t count, LtCommType t, int peer);
-/* The current stream waits for the operation's event; async errors are checked. */
+/* ncclGroupStart / ncclGroupEnd around point-to-point operations; inside,
+ * send and recv return NULL (no event: the operations are launched at the
+ * end, on the current stream). */
+void lt_nccl_batch_begin(LtNccl *n);
+void lt_nccl_batch_end(LtNccl *n);
+/* The current stream waits for the operation's event (when not NULL); async
+ * errors are checked. */
 void lt_nccl_finish(LtNccl *n, const char *op, void *event);
 
 #endif

@@ -562,6 +562,20 @@ LtCommRequest lt_comm_recv_start(const LtComm *c, void *buf, size_t count, LtCom
     return r;
 }
 
+void lt_comm_batch_begin(const LtComm *c) {
+    op_begin(c, "batch", 0, LT_COMM_U8);
+#ifdef LT_HAVE_CUDA
+    if (c->nccl) lt_nccl_batch_begin(c->nccl);
+#endif
+}
+
+void lt_comm_batch_end(const LtComm *c) {
+    op_begin(c, "batch", 0, LT_COMM_U8);
+#ifdef LT_HAVE_CUDA
+    if (c->nccl) lt_nccl_batch_end(c->nccl);
+#endif
+}
+
 /* The request's MPI operation has completed: upload a staged receive, free
  * the host copy, mark it inactive. */
 static void req_done(LtCommRequest *r) {

@@ -37,6 +37,7 @@ struct LtNccl {
     ncclComm_t comm;
     LtBackend *be;
     int rank, size;
+    int batched; /* inside lt_nccl_batch_begin/end */
     char name[48];
 };
 
@@ -185,16 +186,28 @@ void *lt_nccl_broadcast(LtNccl *n, const char *op, void *buf, size_t count, LtCo
 void *lt_nccl_send(LtNccl *n, const char *op, const void *buf, size_t count, LtCommType t,
                    int peer) {
     NCCL_CHECK(n, n->name, op, ncclSend(buf, count, nccl_type(t), peer, n->comm, cur_stream(n)));
-    return nccl_done(n);
+    return n->batched ? NULL : nccl_done(n);
 }
 
 void *lt_nccl_recv(LtNccl *n, const char *op, void *buf, size_t count, LtCommType t, int peer) {
     NCCL_CHECK(n, n->name, op, ncclRecv(buf, count, nccl_type(t), peer, n->comm, cur_stream(n)));
-    return nccl_done(n);
+    return n->batched ? NULL : nccl_done(n);
+}
+
+void lt_nccl_batch_begin(LtNccl *n) {
+    if (n->batched) lt_fatal("communication: batch on group '%s' begun twice", n->name);
+    NCCL_CHECK(n, n->name, "batch", ncclGroupStart());
+    n->batched = 1;
+}
+
+void lt_nccl_batch_end(LtNccl *n) {
+    if (!n->batched) lt_fatal("communication: batch on group '%s' ended without a begin", n->name);
+    n->batched = 0;
+    NCCL_CHECK(n, n->name, "batch", ncclGroupEnd());
 }
 
 void lt_nccl_finish(LtNccl *n, const char *op, void *event) {
-    lt_cuda_event_wait_release(n->be, event);
+    if (event) lt_cuda_event_wait_release(n->be, event);
     ncclResult_t st = ncclSuccess;
     NCCL_CHECK(n, n->name, op, ncclCommGetAsyncError(n->comm, &st));
     if (st != ncclSuccess && st != ncclInProgress) {

@@ -17,8 +17,12 @@ struct LtPipeline {
     LtModel *m;
     const LtComm *pp; /* NULL without pipelining */
     int P, V, M, rank;
-    LtAction *acts;
+    LtAction *acts;   /* this rank's training schedule */
     int nacts;
+    LtAction *fwd;    /* forward-only list of the last lt_pipeline_forward */
+    size_t fwd_cap;
+    LtCommRequest *recvs; /* receives of one batch */
+    int recv_cap;
     int *slot_of;     /* [V * M]: slot of (chunk, micro batch), -1 when none */
     int *free_slots;  /* stack of free slot indices */
     int nfree;
@@ -36,9 +40,14 @@ int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank) {
     size_t cap = lt_schedule_capacity(pp, vpp, micro_batches);
     LtAction *a = lt_malloc(sizeof(LtAction) * cap);
     int n = lt_schedule_rank(pp, vpp, micro_batches, rank, a, cap, err, sizeof err);
+    /* a slot is taken by a chunk input's receive (or, on the first stage, by
+     * the forward) and given back after the backward, as the executor does */
     int live = 0, peak = 0;
     for (int i = 0; i < n; i++) {
-        if (a[i].kind == LT_ACT_FORWARD && ++live > peak) peak = live;
+        int first = a[i].chunk == 0 && rank == 0;
+        if ((a[i].kind == LT_ACT_RECV_ACT || (a[i].kind == LT_ACT_FORWARD && first)) &&
+            ++live > peak)
+            peak = live;
         if (a[i].kind == LT_ACT_BACKWARD) live--;
     }
     free(a);
@@ -84,6 +93,8 @@ void lt_pipeline_destroy(LtPipeline *p) {
     }
     free(p->msgs);
     free(p->acts);
+    free(p->fwd);
+    free(p->recvs);
     free(p->slot_of);
     free(p->free_slots);
     free(p);
@@ -128,7 +139,7 @@ static int msg_tag(const LtPipeline *p, int grad, int chunk, int mb) {
     return grad + 2 * (int)(((long)mb * p->V + chunk) % 16384);
 }
 
-static void send_msg(LtPipeline *p, int msg, int grad, int chunk, int mb, int peer) {
+static void send_start(LtPipeline *p, int msg, int grad, int chunk, int mb, int peer) {
     LT_CHECK(msg >= 0 && p->pp);
     /* the receiver's chunk: the stage after (activation) or before (gradient)
      * wraps around from the last rank to chunk + 1 of the first, and back */
@@ -140,9 +151,11 @@ static void send_msg(LtPipeline *p, int msg, int grad, int chunk, int mb, int pe
                                 msg_tag(p, grad, rc, mb));
 }
 
-static void recv_into(LtPipeline *p, void *buf, int grad, int chunk, int mb, int peer) {
+static LtCommRequest recv_start(LtPipeline *p, void *buf, int grad, int chunk, int mb,
+                                int peer) {
     LT_CHECK(p->pp != NULL);
-    lt_comm_recv(p->pp, buf, p->m->boundary, p->type, peer, msg_tag(p, grad, chunk, mb));
+    return lt_comm_recv_start(p->pp, buf, p->m->boundary, p->type, peer,
+                              msg_tag(p, grad, chunk, mb));
 }
 
 static int slot_take(LtPipeline *p, int chunk, int mb) {
@@ -152,6 +165,51 @@ static int slot_take(LtPipeline *p, int chunk, int mb) {
         *so = p->free_slots[--p->nfree];
     }
     return *so;
+}
+
+/* The run of sends and receives acts[i, end) (lt_schedule_comm_run), as
+ * one batch: all started together, then the receives waited for. A send
+ * carries what the last forward (out_msg) or backward (din_msg) produced.
+ * Training takes slots from the pool; forward passes only (eval != 0) keep
+ * chunk c's input in slot c. */
+static void exchange(LtPipeline *p, const LtAction *acts, int i, int end, int eval,
+                     int *out_msg, int *din_msg) {
+    LtModel *m = p->m;
+    if (end - i > p->recv_cap) {
+        p->recv_cap = end - i;
+        free(p->recvs);
+        p->recvs = lt_malloc(sizeof(LtCommRequest) * (size_t)p->recv_cap);
+    }
+    int nr = 0;
+    lt_comm_batch_begin(p->pp);
+    for (; i < end; i++) {
+        const LtAction *a = &acts[i];
+        const int c = a->chunk, mb = a->mb;
+        switch (a->kind) {
+        case LT_ACT_RECV_ACT:
+            p->recvs[nr++] = recv_start(p, m->slot[eval ? c : slot_take(p, c, mb)].x[0], 0, c,
+                                        mb, a->peer);
+            break;
+        case LT_ACT_RECV_GRAD: {
+            int s = eval ? -1 : p->slot_of[c * p->M + mb];
+            LT_CHECK(s >= 0);
+            p->recvs[nr++] = recv_start(p, m->slot[s].dout, 1, c, mb, a->peer);
+            break;
+        }
+        case LT_ACT_SEND_ACT:
+            send_start(p, *out_msg, 0, c, mb, a->peer);
+            *out_msg = -1;
+            break;
+        case LT_ACT_SEND_GRAD:
+            send_start(p, *din_msg, 1, c, mb, a->peer);
+            *din_msg = -1;
+            break;
+        default:
+            lt_fatal("pipeline: action %d in a communication batch", (int)a->kind);
+        }
+    }
+    lt_comm_batch_end(p->pp);
+    for (int k = 0; k < nr; k++) lt_comm_finish(&p->recvs[k]);
 }
 
 double lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targets,
@@ -172,46 +230,28 @@ double lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *ta
     p->nfree = m->nslots;
     for (int i = 0; i < m->nslots; i++) p->free_slots[i] = m->nslots - 1 - i;
     int out_msg = -1, din_msg = -1; /* produced by the last forward / backward */
-    for (int i = 0; i < p->nacts; i++) {
+    for (int i = 0; i < p->nacts;) {
         const LtAction *a = &p->acts[i];
         const int c = a->chunk, mb = a->mb;
-        switch (a->kind) {
-        case LT_ACT_RECV_ACT:
-            recv_into(p, m->slot[slot_take(p, c, mb)].x[0], 0, c, mb, a->peer);
-            break;
-        case LT_ACT_FORWARD: {
+        if (a->kind == LT_ACT_FORWARD) {
             int s = slot_take(p, c, mb);
             out_msg = lt_model_chunk_last(m, c) ? -1 : msg_take(p);
             loss += lt_model_chunk_forward(m, c, s, tokens + (size_t)mb * bt,
                                            targets + (size_t)mb * bt, grad_scale,
                                            out_msg >= 0 ? p->msgs[out_msg].buf : NULL);
-            break;
-        }
-        case LT_ACT_SEND_ACT:
-            send_msg(p, out_msg, 0, c, mb, a->peer);
-            out_msg = -1;
-            break;
-        case LT_ACT_RECV_GRAD: {
-            int s = p->slot_of[c * p->M + mb];
-            LT_CHECK(s >= 0);
-            recv_into(p, m->slot[s].dout, 1, c, mb, a->peer);
-            break;
-        }
-        case LT_ACT_BACKWARD: {
+            i++;
+        } else if (a->kind == LT_ACT_BACKWARD) {
             int *so = &p->slot_of[c * p->M + mb];
             LT_CHECK(*so >= 0);
             din_msg = lt_model_chunk_first(m, c) ? -1 : msg_take(p);
             lt_model_chunk_backward(m, c, *so, din_msg >= 0 ? p->msgs[din_msg].buf : NULL);
             p->free_slots[p->nfree++] = *so;
             *so = -1;
-            break;
-        }
-        case LT_ACT_SEND_GRAD:
-            send_msg(p, din_msg, 1, c, mb, a->peer);
-            din_msg = -1;
-            break;
-        default:
-            lt_fatal("pipeline: unknown action %d", (int)a->kind);
+            i++;
+        } else {
+            int end = lt_schedule_comm_run(p->acts, p->nacts, i);
+            exchange(p, p->acts, i, end, 0, &out_msg, &din_msg);
+            i = end;
         }
     }
     msgs_drain(p);
@@ -222,16 +262,31 @@ double lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *ta
 double lt_pipeline_forward(LtPipeline *p, const int32_t *tokens, const int32_t *targets, int n) {
     LtModel *m = p->m;
     const size_t bt = (size_t)m->B * (size_t)m->T;
-    const int prev = (p->rank + p->P - 1) % p->P, next = (p->rank + 1) % p->P;
+    size_t need = (size_t)3 * (size_t)p->V * (size_t)(n > 0 ? n : 1);
+    if (need > p->fwd_cap) {
+        free(p->fwd);
+        p->fwd = lt_malloc(sizeof(LtAction) * need);
+        p->fwd_cap = need;
+    }
+    char err[256];
+    int nacts = lt_schedule_forward_rank(p->P, p->V, n, p->rank, p->fwd, p->fwd_cap, err,
+                                         sizeof err);
+    if (nacts < 0) lt_fatal("pipeline forward: %s", err);
     double loss = 0.0;
-    for (int mb = 0; mb < n; mb++) {
-        for (int c = 0; c < p->V; c++) { /* chunk c uses slot c */
-            if (!lt_model_chunk_first(m, c)) recv_into(p, m->slot[c].x[0], 0, c, mb, prev);
-            int out = lt_model_chunk_last(m, c) ? -1 : msg_take(p);
-            loss += lt_model_chunk_forward(m, c, c, tokens + (size_t)mb * bt,
-                                           targets + (size_t)mb * bt, 0.0f,
-                                           out >= 0 ? p->msgs[out].buf : NULL);
-            if (out >= 0) send_msg(p, out, 0, c, mb, next);
+    int out_msg = -1, unused = -1;
+    for (int i = 0; i < nacts;) {
+        const LtAction *a = &p->fwd[i];
+        if (a->kind == LT_ACT_FORWARD) { /* chunk c uses slot c */
+            const int c = a->chunk;
+            out_msg = lt_model_chunk_last(m, c) ? -1 : msg_take(p);
+            loss += lt_model_chunk_forward(m, c, c, tokens + (size_t)a->mb * bt,
+                                           targets + (size_t)a->mb * bt, 0.0f,
+                                           out_msg >= 0 ? p->msgs[out_msg].buf : NULL);
+            i++;
+        } else {
+            int end = lt_schedule_comm_run(p->fwd, nacts, i);
+            exchange(p, p->fwd, i, end, 1, &out_msg, &unused);
+            i = end;
         }
     }
     msgs_drain(p);

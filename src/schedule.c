@@ -67,19 +67,84 @@ static void push(Emit *e, LtActKind kind, int chunk, int mb, int peer) {
     e->out[e->n++] = (LtAction){.kind = kind, .chunk = chunk, .mb = mb, .peer = peer};
 }
 
-static void emit_compute(Emit *e, int k, int backward) {
-    int chunk, mb;
-    virtual_step(e->pp, e->vpp, k, backward, &chunk, &mb);
-    int stage = chunk * e->pp + e->rank, last = e->pp * e->vpp - 1;
+/* Stage of rank e->rank's virtual step k (forward or backward). */
+static void step_at(const Emit *e, int k, int backward, int *chunk, int *mb, int *stage) {
+    virtual_step(e->pp, e->vpp, k, backward, chunk, mb);
+    *stage = *chunk * e->pp + e->rank;
+}
+
+/* The receive that virtual step k needs (none on the first stage for a
+ * forward, on the last for a backward, or when k is past the end). */
+static void emit_recv(Emit *e, int k, int backward, int total) {
+    if (k < 0 || k >= total) return;
+    int chunk, mb, stage, last = e->pp * e->vpp - 1;
+    step_at(e, k, backward, &chunk, &mb, &stage);
     int next = (e->rank + 1) % e->pp, prev = (e->rank + e->pp - 1) % e->pp;
-    if (!backward) {
-        if (stage > 0) push(e, LT_ACT_RECV_ACT, chunk, mb, prev);
-        push(e, LT_ACT_FORWARD, chunk, mb, -1);
-        if (stage < last) push(e, LT_ACT_SEND_ACT, chunk, mb, next);
-    } else {
-        if (stage < last) push(e, LT_ACT_RECV_GRAD, chunk, mb, next);
-        push(e, LT_ACT_BACKWARD, chunk, mb, -1);
-        if (stage > 0) push(e, LT_ACT_SEND_GRAD, chunk, mb, prev);
+    if (!backward && stage > 0) push(e, LT_ACT_RECV_ACT, chunk, mb, prev);
+    if (backward && stage < last) push(e, LT_ACT_RECV_GRAD, chunk, mb, next);
+}
+
+/* The compute of virtual step k alone. */
+static void emit_run(Emit *e, int k, int backward) {
+    int chunk, mb, stage;
+    step_at(e, k, backward, &chunk, &mb, &stage);
+    push(e, backward ? LT_ACT_BACKWARD : LT_ACT_FORWARD, chunk, mb, -1);
+}
+
+/* The send of what virtual step k produced (none from the last stage's
+ * forward or the first stage's backward). */
+static void emit_send(Emit *e, int k, int backward) {
+    int chunk, mb, stage, last = e->pp * e->vpp - 1;
+    step_at(e, k, backward, &chunk, &mb, &stage);
+    int next = (e->rank + 1) % e->pp, prev = (e->rank + e->pp - 1) % e->pp;
+    if (!backward && stage < last) push(e, LT_ACT_SEND_ACT, chunk, mb, next);
+    if (backward && stage > 0) push(e, LT_ACT_SEND_GRAD, chunk, mb, prev);
+}
+
+/* 1F1B and no pipelining: each compute with its receive right before it and
+ * its send right after. Neighbours' adjacent send + receive pairs
+ * ("send activation, receive gradient" against "send gradient, receive
+ * activation") match, so the schedule also runs with rendezvous sends. */
+static void emit_compute(Emit *e, int k, int backward, int total) {
+    emit_recv(e, k, backward, total);
+    emit_run(e, k, backward);
+    emit_send(e, k, backward);
+}
+
+static void emit_1f1b(Emit *e, int total, int warm) {
+    for (int k = 0; k < warm; k++) emit_compute(e, k, 0, total);
+    for (int i = 0; i < total - warm; i++) {
+        emit_compute(e, warm + i, 0, total);
+        emit_compute(e, i, 1, total);
+    }
+    for (int k = total - warm; k < total; k++) emit_compute(e, k, 1, total);
+}
+
+/* Interleaved 1F1B in Megatron's batched form: the receive for the next
+ * compute is posted together with the sends of the current one, and in the
+ * steady state one batch after each forward + backward pair carries both
+ * sends and both next receives. Every rank's batches then meet its
+ * neighbours' batches in lockstep, which rendezvous sends (NCCL) need. */
+static void emit_interleaved(Emit *e, int total, int warm) {
+    emit_recv(e, 0, 0, total);
+    for (int k = 0; k < warm; k++) {
+        emit_run(e, k, 0);
+        emit_send(e, k, 0);
+        emit_recv(e, k + 1, 0, total);
+        if (k == warm - 1) emit_recv(e, 0, 1, total); /* the first backward's gradient */
+    }
+    for (int i = 0; i < total - warm; i++) {
+        emit_run(e, warm + i, 0);
+        emit_run(e, i, 1);
+        emit_send(e, warm + i, 0);
+        emit_send(e, i, 1);
+        emit_recv(e, warm + i + 1, 0, total);
+        emit_recv(e, i + 1, 1, total);
+    }
+    for (int b = total - warm; b < total; b++) {
+        emit_run(e, b, 1);
+        emit_send(e, b, 1);
+        emit_recv(e, b + 1, 1, total);
     }
 }
 
@@ -95,12 +160,32 @@ int lt_schedule_rank(int pp, int vpp, int micro_batches, int rank, LtAction *out
     int total = vpp * micro_batches;
     int warm = lt_schedule_warmup(pp, vpp, micro_batches, rank);
     Emit e = {.pp = pp, .vpp = vpp, .rank = rank, .n = 0, .out = out};
-    for (int k = 0; k < warm; k++) emit_compute(&e, k, 0);
-    for (int i = 0; i < total - warm; i++) {
-        emit_compute(&e, warm + i, 0);
-        emit_compute(&e, i, 1);
-    }
-    for (int k = total - warm; k < total; k++) emit_compute(&e, k, 1);
+    if (vpp == 1)
+        emit_1f1b(&e, total, warm);
+    else
+        emit_interleaved(&e, total, warm);
+    return e.n;
+}
+
+int lt_schedule_forward_rank(int pp, int vpp, int micro_batches, int rank, LtAction *out,
+                             size_t cap, char *err, size_t errlen) {
+    if (pp < 1 || pp > LT_SCHED_MAX_PP || vpp < 1 || vpp > LT_SCHED_MAX_VPP || micro_batches < 0 ||
+        (long long)pp * vpp * micro_batches > LT_SCHED_MAX_WORK)
+        return lt_errorf(err, errlen, "forward-only schedule: bad sizes P=%d V=%d M=%d", pp, vpp,
+                         micro_batches);
+    if (rank < 0 || rank >= pp)
+        return lt_errorf(err, errlen, "rank %d is outside the pipeline [0, %d)", rank, pp);
+    if (cap < (size_t)3 * (size_t)vpp * (size_t)micro_batches)
+        return lt_errorf(err, errlen, "action buffer of %zu entries is too small (need %zu)",
+                         cap, (size_t)3 * (size_t)vpp * (size_t)micro_batches);
+    Emit e = {.pp = pp, .vpp = vpp, .rank = rank, .n = 0, .out = out};
+    for (int mb = 0; mb < micro_batches; mb++)
+        for (int c = 0; c < vpp; c++) {
+            int stage = c * pp + rank, last = pp * vpp - 1;
+            if (stage > 0) push(&e, LT_ACT_RECV_ACT, c, mb, (rank + pp - 1) % pp);
+            push(&e, LT_ACT_FORWARD, c, mb, -1);
+            if (stage < last) push(&e, LT_ACT_SEND_ACT, c, mb, (rank + 1) % pp);
+        }
     return e.n;
 }
 

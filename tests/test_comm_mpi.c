@@ -206,6 +206,33 @@ static void test_send_recv_ring(void) {
     lt_comm_free(w);
 }
 
+/* A batch in which every rank sends to both neighbours and receives from
+ * both (the interleaved pipeline's steady-state exchange): all started, then
+ * finished after the batch ends. */
+static void test_batch_exchange(void) {
+    LtComm *w = lt_comm_world("world");
+    enum { N = 4096 };
+    static float to_next[N], to_prev[N], from_prev[N], from_next[N];
+    int me = W.rank, next = (me + 1) % NP, prev = (me + NP - 1) % NP;
+    fill_f32(to_next, N, me);
+    fill_f32(to_prev, N, me + 100);
+    memset(from_prev, 0, sizeof from_prev);
+    memset(from_next, 0, sizeof from_next);
+    LtCommRequest r[4];
+    lt_comm_batch_begin(w);
+    r[0] = lt_comm_send_start(w, to_next, N, LT_COMM_F32, next, 1);
+    r[1] = lt_comm_send_start(w, to_prev, N, LT_COMM_F32, prev, 2);
+    r[2] = lt_comm_recv_start(w, from_prev, N, LT_COMM_F32, prev, 1);
+    r[3] = lt_comm_recv_start(w, from_next, N, LT_COMM_F32, next, 2);
+    lt_comm_batch_end(w);
+    for (int k = 0; k < 4; k++) lt_comm_finish(&r[k]);
+    int bad = 0;
+    for (int i = 0; i < N && !bad; i++)
+        bad = from_prev[i] != (float)val(prev, i) || from_next[i] != (float)val(next + 100, i);
+    CHECK(!bad, "batch exchange: wrong data from a neighbour");
+    lt_comm_free(w);
+}
+
 /* ---- groups from the topology -------------------------------------------- */
 static LtComm *make_group(const LtTopology *t, LtGroupKind k) {
     int m[NP];
@@ -564,6 +591,7 @@ int main(int argc, char **argv) {
     MRUN(test_all_gather_world);
     MRUN(test_broadcast_world);
     MRUN(test_send_recv_ring);
+    MRUN(test_batch_exchange);
     MRUN(test_tp_dp_groups);
     MRUN(test_pipeline_groups);
     MRUN(test_two_in_flight);

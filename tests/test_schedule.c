@@ -137,31 +137,47 @@ static void test_golden_interleaved(void) {
                     "B(1,0) SG(1,0)>0 RA(1,1)<0 F(1,1) B(1,1) SG(1,1)>0 RG(0,0)<0 B(0,0) "
                     "SG(0,0)>0 RG(0,1)<0 B(0,1) SG(0,1)>0") == 0,
           "P=2 V=2 rank 1: %s", s);
+    /* Steady state in the batched form: forward, backward, then one batch with
+     * both sends and the receives of the next forward and backward. */
+    n = build(2, 2, 4, 1, buf, 128);
+    format_actions(s, sizeof s, buf, n, 1, 1000);
+    CHECK(strstr(s, "F(0,2) B(0,0) SA(0,2)>0 SG(0,0)>0 RA(0,3)<0 RG(0,1)<0 F(0,3) B(0,1)") != NULL,
+          "P=2 V=2 M=4 rank 1: %s", s);
 }
 
-/* Every compute exactly once; each RECV directly before the compute that uses
- * it, each SEND directly after the compute that produced it. */
+/* Every compute exactly once; each RECV before the compute that uses it and
+ * each SEND after the compute that produced it, with the neighbouring rank as
+ * peer (1F1B: directly before / after; interleaved: batched, so only the
+ * order is required); every message exactly once. */
 static int check_list(int pp, int vpp, int mbs, int r, const LtAction *a, int n,
                       unsigned char *seen) {
     int total = vpp * mbs, ok = 1;
+    int *pos = malloc(sizeof(int) * 2 * (size_t)total);
+    unsigned char *msgs = calloc(4 * (size_t)total, 1);
     memset(seen, 0, (size_t)2 * total);
     for (int i = 0; i < n; i++) {
         const LtAction *x = &a[i];
         if (x->kind == LT_ACT_FORWARD || x->kind == LT_ACT_BACKWARD) {
             int at = (x->kind == LT_ACT_BACKWARD) * total + x->chunk * mbs + x->mb;
             if (seen[at]++) ok = 0;
-            continue;
+            pos[at] = i;
         }
-        int recv = x->kind == LT_ACT_RECV_ACT || x->kind == LT_ACT_RECV_GRAD;
-        int grad = x->kind == LT_ACT_SEND_GRAD || x->kind == LT_ACT_RECV_GRAD;
-        const LtAction *c = recv ? (i + 1 < n ? &a[i + 1] : NULL) : (i > 0 ? &a[i - 1] : NULL);
-        LtActKind want = grad ? LT_ACT_BACKWARD : LT_ACT_FORWARD;
-        int peer = (recv != grad) ? (r + pp - 1) % pp : (r + 1) % pp;
-        if (!c || c->kind != want || c->chunk != x->chunk || c->mb != x->mb || x->peer != peer)
-            ok = 0;
     }
     for (int k = 0; k < 2 * total; k++)
         if (seen[k] != 1) ok = 0;
+    for (int i = 0; i < n && ok; i++) {
+        const LtAction *x = &a[i];
+        if (x->kind == LT_ACT_FORWARD || x->kind == LT_ACT_BACKWARD) continue;
+        int recv = x->kind == LT_ACT_RECV_ACT || x->kind == LT_ACT_RECV_GRAD;
+        int grad = x->kind == LT_ACT_SEND_GRAD || x->kind == LT_ACT_RECV_GRAD;
+        int c = pos[grad * total + x->chunk * mbs + x->mb];
+        int peer = (recv != grad) ? (r + pp - 1) % pp : (r + 1) % pp;
+        if (x->peer != peer || (recv ? c <= i : c >= i)) ok = 0;
+        if (vpp == 1 && c != (recv ? i + 1 : i - 1)) ok = 0;
+        if (msgs[(size_t)(2 * recv + grad) * total + x->chunk * mbs + x->mb]++) ok = 0;
+    }
+    free(pos);
+    free(msgs);
     return ok;
 }
 
@@ -215,6 +231,13 @@ static void test_sweep(void) {
                     }
                 }
                 int total = vpp * mbs;
+                /* NCCL semantics: one order for all messages between two ranks (and
+                 * so also per kind), rendezvous sends, consecutive operations batched */
+                if (lt_schedule_check_ordered(pp, vpp, acts, n, 1, err, sizeof err) ||
+                    lt_schedule_check_ordered(pp, vpp, acts, n, 2, err, sizeof err)) {
+                    CHECK(0, "P=%d V=%d M=%d ordered/rendezvous: %s", pp, vpp, mbs, err);
+                    failures++;
+                }
                 for (size_t ci = 0; ci < sizeof costs / sizeof costs[0] && failures < 5; ci++) {
                     LtSimCost c = costs[ci];
                     LtSimResult res;
@@ -327,6 +350,85 @@ static void test_deadlock_detected(void) {
     }
 }
 
+/* The same computes with every receive moved right before its compute and
+ * every send right after (the form 1F1B uses). */
+static void unbatch(Lists *l, int pp) {
+    static LtAction out[6 * 4 * 64];
+    for (int r = 0; r < pp; r++) {
+        int k = 0;
+        for (int i = 0; i < l->n[r]; i++) {
+            const LtAction *x = &l->acts[r][i];
+            if (x->kind != LT_ACT_FORWARD && x->kind != LT_ACT_BACKWARD) continue;
+            int fwd = x->kind == LT_ACT_FORWARD;
+            for (int pass = 0; pass < 3; pass++) {
+                LtActKind want = pass == 1 ? x->kind
+                                 : pass == 0 ? (fwd ? LT_ACT_RECV_ACT : LT_ACT_RECV_GRAD)
+                                             : (fwd ? LT_ACT_SEND_ACT : LT_ACT_SEND_GRAD);
+                for (int j = 0; j < l->n[r]; j++) {
+                    const LtAction *y = &l->acts[r][j];
+                    if (y->kind == want && y->chunk == x->chunk && y->mb == x->mb) out[k++] = *y;
+                }
+            }
+        }
+        REQUIRE(k == l->n[r], "rank %d: %d of %d actions", r, k, l->n[r]);
+        memcpy(l->acts[r], out, (size_t)k * sizeof *out);
+    }
+}
+
+/* The ordered/rendezvous check can fail: interleaved with each receive right
+ * before its compute runs with buffered sends (MPI) but deadlocks when sends
+ * wait for their receive (NCCL); and a send out of order is named. */
+static void test_rendezvous_and_order(void) {
+    static Lists l;
+    char err[1024];
+    make_lists(&l, 4, 2, 8);
+    CHECK(lt_schedule_check_ordered(4, 2, l.acts, l.n, 1, err, sizeof err) == 0, "%s", err);
+    unbatch(&l, 4);
+    CHECK(simulate(&l, 4, 2, 8, err, sizeof err) == 0, "unbatched, buffered sends: %s", err);
+    err[0] = 0;
+    CHECK(lt_schedule_check_ordered(4, 2, l.acts, l.n, 2, err, sizeof err) == -1 &&
+              strstr(err, "deadlock with rendezvous sends"),
+          "unbatched interleaved passed the rendezvous check: %s", err);
+    /* P=2, 1F1B: rank 0 sends micro batch 1's activation before micro batch 0's */
+    make_lists(&l, 2, 1, 2); /* rank 0: F SA F SA RG B RG B */
+    LtAction t = l.acts[0][1];
+    l.acts[0][1] = l.acts[0][3];
+    l.acts[0][3] = t;
+    err[0] = 0;
+    CHECK(lt_schedule_check_ordered(2, 1, l.acts, l.n, 1, err, sizeof err) == -1 &&
+              strstr(err, "out of order") && strstr(err, "SEND_ACT(chunk 0, mb 1"),
+          "swapped sends: %s", err);
+}
+
+/* Forward passes only (evaluation): every forward once per rank, and the
+ * lists pass the ordered/rendezvous check for any micro batch count. */
+static void test_forward_only(void) {
+    static LtAction buf[8][3 * 4 * 17];
+    LtAction *acts[8];
+    int n[8];
+    char err[1024];
+    static const int counts[] = {0, 1, 3, 17};
+    for (int pp = 1; pp <= 8; pp++)
+        for (int vpp = 1; vpp <= 4; vpp++)
+            for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+                int mbs = counts[k];
+                for (int r = 0; r < pp; r++) {
+                    acts[r] = buf[r];
+                    n[r] = lt_schedule_forward_rank(pp, vpp, mbs, r, buf[r], 3 * 4 * 17, err,
+                                                    sizeof err);
+                    int fwd = 0;
+                    for (int i = 0; i < n[r]; i++) fwd += buf[r][i].kind == LT_ACT_FORWARD;
+                    CHECK(n[r] >= 0 && fwd == vpp * mbs, "P=%d V=%d M=%d rank %d: %d forwards",
+                          pp, vpp, mbs, r, fwd);
+                }
+                CHECK(lt_schedule_check_ordered(pp, vpp, acts, n, 1, err, sizeof err) == 0,
+                      "P=%d V=%d M=%d: %s", pp, vpp, mbs, err);
+            }
+    CHECK(lt_schedule_forward_rank(2, 1, 4, 0, buf[0], 11, err, sizeof err) == -1 &&
+              strstr(err, "too small"),
+          "%s", err);
+}
+
 static void test_broken_lists(void) {
     static Lists l;
     char err[1024];
@@ -414,6 +516,8 @@ int main(void) {
     RUN(test_sweep);
     RUN(test_latency);
     RUN(test_deadlock_detected);
+    RUN(test_rendezvous_and_order);
+    RUN(test_forward_only);
     RUN(test_broken_lists);
     RUN(test_cli);
     return test_summary();

@@ -1,0 +1,169 @@
+/* schedule_p2p.c - the schedule under ordered, rendezvous point-to-point
+ * semantics (NCCL's): see lt_schedule_check_ordered in schedule.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "schedule.h"
+
+static int is_comm(LtActKind k) { return k >= LT_ACT_SEND_ACT && k <= LT_ACT_RECV_GRAD; }
+static int is_send(LtActKind k) { return k == LT_ACT_SEND_ACT || k == LT_ACT_SEND_GRAD; }
+static int is_grad(LtActKind k) { return k == LT_ACT_SEND_GRAD || k == LT_ACT_RECV_GRAD; }
+
+int lt_schedule_comm_run(const LtAction *acts, int n, int i) {
+    if (i >= n || !is_comm(acts[i].kind)) return i < n ? i + 1 : i;
+    while (i < n && is_comm(acts[i].kind)) i++;
+    return i;
+}
+
+
+/* Stage that sent the message a send or receive of rank r moves. */
+static int sender_stage(int pp, int r, const LtAction *a) {
+    int st = a->chunk * pp + r;
+    if (is_send(a->kind)) return st;
+    return a->kind == LT_ACT_RECV_ACT ? st - 1 : st + 1;
+}
+
+typedef struct {
+    int pp, vpp, channels;
+    LtAction *const *acts;
+    const int *n;
+    int *partner; /* [rank][action] flattened by off: the matching action on the peer */
+    int *off;     /* [pp + 1] */
+    char *err;
+    size_t errlen;
+} Ordered;
+
+/* Channel of a message: with two channels activations and gradients are
+ * ordered separately (as on two communicators), with one they share. */
+static int channel(const Ordered *o, LtActKind kind) { return o->channels == 2 && is_grad(kind); }
+
+static int describe(char *buf, size_t len, int r, int i, const LtAction *a) {
+    return snprintf(buf, len, "rank %d action %d %s(chunk %d, mb %d, peer %d)", r, i,
+                    lt_action_kind_name(a->kind), a->chunk, a->mb, a->peer);
+}
+
+/* Pair the k-th send of each (channel, sender, receiver) with the k-th
+ * receive there, and check that both name the same message. */
+static int pair_in_order(Ordered *o) {
+    const int pp = o->pp;
+    for (int ch = 0; ch < o->channels; ch++) {
+        for (int src = 0; src < pp; src++) {
+            for (int dst = 0; dst < pp; dst++) {
+                int is = 0, ir = 0; /* scan positions in src's and dst's lists */
+                for (;;) {
+                    while (is < o->n[src] &&
+                           !(is_send(o->acts[src][is].kind) && o->acts[src][is].peer == dst &&
+                             channel(o, o->acts[src][is].kind) == ch))
+                        is++;
+                    while (ir < o->n[dst] &&
+                           !(is_comm(o->acts[dst][ir].kind) && !is_send(o->acts[dst][ir].kind) &&
+                             o->acts[dst][ir].peer == src &&
+                             channel(o, o->acts[dst][ir].kind) == ch))
+                        ir++;
+                    int have_s = is < o->n[src], have_r = ir < o->n[dst];
+                    if (!have_s && !have_r) break;
+                    char a[160], b[160];
+                    if (!have_s || !have_r) {
+                        int r = have_s ? src : dst, i = have_s ? is : ir;
+                        describe(a, sizeof a, r, i, &o->acts[r][i]);
+                        return lt_errorf(o->err, o->errlen, "%s has no partner in order", a);
+                    }
+                    const LtAction *s = &o->acts[src][is], *v = &o->acts[dst][ir];
+                    int same = (is_grad(s->kind) == is_grad(v->kind)) && s->mb == v->mb &&
+                               sender_stage(pp, src, s) == sender_stage(pp, dst, v);
+                    if (!same) {
+                        describe(a, sizeof a, src, is, s);
+                        describe(b, sizeof b, dst, ir, v);
+                        return lt_errorf(o->err, o->errlen,
+                                         "out of order: %s meets %s (messages between two ranks "
+                                         "match in issue order)",
+                                         a, b);
+                    }
+                    o->partner[o->off[src] + is] = o->off[dst] + ir;
+                    o->partner[o->off[dst] + ir] = o->off[src] + is;
+                    is++;
+                    ir++;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* Rendezvous execution: each rank issues a run of consecutive communication
+ * actions as one group, which completes when every operation in it has met
+ * its partner in the partner rank's current group. */
+static int rendezvous(Ordered *o) {
+    const int pp = o->pp;
+    int *pc = lt_calloc((size_t)pp * sizeof *pc);
+    int *end = lt_calloc((size_t)pp * sizeof *end);
+    unsigned char *met = lt_calloc((size_t)o->off[pp]);
+    int rc = 0;
+    for (int r = 0; r < pp; r++) end[r] = lt_schedule_comm_run(o->acts[r], o->n[r], 0);
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int r = 0; r < pp; r++) {
+            while (pc[r] < o->n[r]) {
+                int done = 1;
+                for (int i = pc[r]; i < end[r]; i++) {
+                    const LtAction *a = &o->acts[r][i];
+                    if (!is_comm(a->kind) || met[o->off[r] + i]) continue;
+                    int j = o->partner[o->off[r] + i] - o->off[a->peer];
+                    if (pc[a->peer] <= j && j < end[a->peer])
+                        met[o->off[r] + i] = met[o->off[a->peer] + j] = 1;
+                    else
+                        done = 0;
+                }
+                if (!done) break;
+                pc[r] = end[r];
+                end[r] = lt_schedule_comm_run(o->acts[r], o->n[r], pc[r]);
+                progress = 1;
+            }
+        }
+    }
+    char buf[768];
+    size_t at = 0;
+    for (int r = 0; r < pp && at < sizeof buf - 200; r++) {
+        if (pc[r] >= o->n[r]) continue;
+        at += (size_t)snprintf(buf + at, sizeof buf - at, "%s", at ? "; " : "");
+        at += (size_t)describe(buf + at, sizeof buf - at, r, pc[r], &o->acts[r][pc[r]]);
+    }
+    if (at) rc = lt_errorf(o->err, o->errlen, "deadlock with rendezvous sends: %s", buf);
+    free(pc);
+    free(end);
+    free(met);
+    return rc;
+}
+
+int lt_schedule_check_ordered(int pp, int vpp, LtAction *const *acts, const int *n,
+                              int channels, char *err, size_t errlen) {
+    if (pp < 1 || pp > LT_SCHED_MAX_PP || vpp < 1 || vpp > LT_SCHED_MAX_VPP)
+        return lt_errorf(err, errlen, "bad pipeline sizes P=%d V=%d", pp, vpp);
+    if (channels != 1 && channels != 2)
+        return lt_errorf(err, errlen, "channels must be 1 or 2, not %d", channels);
+    Ordered o = {.pp = pp, .vpp = vpp, .channels = channels, .acts = acts, .n = n, .err = err,
+                 .errlen = errlen};
+    o.off = lt_malloc((size_t)(pp + 1) * sizeof *o.off);
+    o.off[0] = 0;
+    for (int r = 0; r < pp; r++) {
+        for (int i = 0; i < n[r]; i++)
+            if (is_comm(acts[r][i].kind) && (acts[r][i].peer < 0 || acts[r][i].peer >= pp)) {
+                char a[160];
+                describe(a, sizeof a, r, i, &acts[r][i]);
+                free(o.off);
+                return lt_errorf(err, errlen, "%s: peer outside the pipeline", a);
+            }
+        if (n[r] < 0) {
+            free(o.off);
+            return lt_errorf(err, errlen, "rank %d: negative action count", r);
+        }
+        o.off[r + 1] = o.off[r] + n[r];
+    }
+    o.partner = lt_malloc((size_t)o.off[pp] * sizeof *o.partner);
+    int rc = pair_in_order(&o);
+    if (!rc) rc = rendezvous(&o);
+    free(o.partner);
+    free(o.off);
+    return rc;
+}
