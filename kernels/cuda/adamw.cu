@@ -13,6 +13,7 @@
 template <typename T>
 __global__ void adamw_kernel(T *param, float *master, const float *grad, float *m, float *v,
                              size_t n, LtAdamArgs a) {
+    const float ibc1 = 1.f / a.bc1, ibc2 = 1.f / a.bc2; /* as the CPU: multiply by reciprocals */
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         float g = grad[i] * a.grad_scale;
@@ -20,7 +21,7 @@ __global__ void adamw_kernel(T *param, float *master, const float *grad, float *
         float vi = a.beta2 * v[i] + (1.f - a.beta2) * g * g;
         m[i] = mi;
         v[i] = vi;
-        float mhat = mi / a.bc1, vhat = vi / a.bc2;
+        float mhat = mi * ibc1, vhat = vi * ibc2;
         float w = master[i];
         w -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + a.weight_decay * w);
         master[i] = w;

@@ -217,6 +217,7 @@ void cu_layernorm_bwd(LtBackend *be, void *dinp, float *dw, float *db, const voi
                       const void *inp, const void *w, const float *mean, const float *rstd, int N,
                       int C) {
     if (N <= 0 || C <= 0) return;
+    if (!dinp) lt_fatal("layernorm_bwd: the CUDA backend needs dinp (the input gradient)");
     const int G = N < LN_BWD_MAX_BLOCKS ? N : LN_BWD_MAX_BLOCKS;
     float *part = (float *)cu_scratch(be, (size_t)G * 2 * C * sizeof(float));
     const int optin = cu_impl(be)->smem_optin;
