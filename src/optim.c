@@ -132,16 +132,27 @@ void lt_optim_set_pp(LtOptimizer *o, const LtComm *pp) {
 
 /* Sum of squares of the gradient over flat range [b0, b1) (g indexed from flat
  * position `base`), counting parameters replicated over TP only on TP rank 0
- * and a tied copy of another stage's parameter not at all. */
+ * and a tied copy of another stage's parameter not at all. Counted
+ * parameters that touch in the flat buffer go through one sumsq call (on a
+ * GPU each call waits for its result). */
 static double counted_sumsq(LtOptimizer *o, const float *g, size_t base, size_t b0, size_t b1) {
     const LtParamTable *t = o->table;
     double ss = 0.0;
+    size_t run = 0, run_n = 0; /* pending contiguous range */
     for (int i = 0; i < t->n; i++) {
         const LtParam *p = &t->p[i];
         if ((p->split == LT_SPLIT_NONE && o->tp_rank != 0) || p->tied_copy) continue;
         size_t st, n = overlap(p->offset, p->offset + p->numel, b0, b1, &st);
-        if (n) ss += o->be->ops->sumsq(o->be, g + (st - base), n);
+        if (!n) continue;
+        if (run_n && run + run_n == st) {
+            run_n += n;
+            continue;
+        }
+        if (run_n) ss += o->be->ops->sumsq(o->be, g + (run - base), run_n);
+        run = st;
+        run_n = n;
     }
+    if (run_n) ss += o->be->ops->sumsq(o->be, g + (run - base), run_n);
     return ss;
 }
 
