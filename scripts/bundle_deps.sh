@@ -6,8 +6,12 @@
 #   scripts/gpu_check.sh picks build/deps up by itself (PKG_CONFIG_PATH and
 #   LD_LIBRARY_PATH); elsewhere:
 #   PKG_CONFIG_PATH=build/deps/pkgconfig LD_LIBRARY_PATH=build/deps/lib make
-# Single-process runs need no MPI runtime (lattice only initializes MPI under
-# a launcher), so the MPI plugins are not bundled.
+# It also carries Open MPI's runtime (mpirun, its plugins and help files) under
+# OUT_DIR/ompi, laid out as under the installation prefix, so multi-rank runs
+# work there too (tests/gpu/parallel_gpu.sh: several ranks sharing one GPU
+# through MPI staging): `. scripts/deps_env.sh OUT_DIR` sets OPAL_PREFIX,
+# PATH and LD_LIBRARY_PATH (gpu_check.sh does it by itself). Plugins for
+# InfiniBand / UCX / OFI / PSM are left out (one node, shared memory and TCP).
 set -euo pipefail
 OUT=${1:-build/deps}
 PKGS="yaml-0.1 libzstd openblas ompi-c"
@@ -19,10 +23,15 @@ rm -rf "$OUT"
 mkdir -p "$OUT/include" "$OUT/lib" "$OUT/pkgconfig"
 OUT=$(cd "$OUT" && pwd)
 
-# headers: every -I directory of the packages, plus the top-level headers they name
+# headers: every -I directory of the packages, plus the top-level headers they
+# name (MPI: only the C headers at the top; its subfolders serve C++/Fortran)
 for p in $PKGS; do
   for dir in $(pkg-config --cflags-only-I "$p" | tr ' ' '\n' | sed -n 's/^-I//p'); do
-    cp -rL "$dir"/. "$OUT/include/" 2>/dev/null || true
+    if [ "$p" = ompi-c ]; then
+      cp -L "$dir"/*.h "$OUT/include/" 2>/dev/null || true
+    else
+      cp -rL "$dir"/. "$OUT/include/" 2>/dev/null || true
+    fi
   done
 done
 for h in yaml.h zstd.h zstd_errors.h zdict.h; do
@@ -47,17 +56,58 @@ copy_lib() { # real path -> OUT/lib under its soname and the linker name
   [ -n "$soname" ] && [ "$soname" != "$base" ] && ln -sf "$base" "$OUT/lib/$soname"
   return 0
 }
+copy_deps() { # every library FILE loads, outside libc and the compiler's runtime
+  local dep
+  for dep in $(ldd "$1" | awk '/=> \// {print $3}'); do
+    case $(basename "$dep") in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
+      *) [ -e "$OUT/lib/$(basename "$dep")" ] || copy_lib "$(readlink -f "$dep")" ;;
+    esac
+  done
+}
 for entry in $libs; do
   name=${entry%%:*} real=${entry#*:}
   copy_lib "$real"
   ln -sf "$(basename "$real")" "$OUT/lib/lib$name.so"   # the linker name (-l$name)
-  for dep in $(ldd "$real" | awk '/=> \// {print $3}'); do
-    case $(basename "$dep") in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
-      *) copy_lib "$(readlink -f "$dep")" ;;
-    esac
-  done
+  copy_deps "$real"
 done
+
+# Open MPI's runtime, relocated with OPAL_PREFIX: the launcher, the plugin and
+# data folders at their places relative to the prefix, PMIx's plugins likewise
+# (PMIX_PREFIX), and the libraries all of them load.
+ompi_path() { ompi_info --path all 2>/dev/null | sed -n "s/^ *$1: //p" | head -1; }
+skip_plugin() { # plugins for fabrics a single GPU machine does not have
+  ldd "$1" 2>/dev/null | grep -Eq 'lib(uc[mpst]|fabric|psm|infinipath|ibverbs|rdmacm|efa)'
+}
+if command -v ompi_info >/dev/null && command -v orterun >/dev/null; then
+  prefix=$(ompi_path Prefix) pkglib=$(ompi_path Pkglibdir) pkgdata=$(ompi_path Pkgdatadir)
+  R=$OUT/ompi
+  mkdir -p "$R/bin" "$R${pkglib#$prefix}" "$R${pkgdata#$prefix}"
+  for b in orterun orted ompi_info; do cp -L "$(command -v $b)" "$R/bin/"; done
+  ln -sf orterun "$R/bin/mpirun"
+  cp -rL "$pkgdata"/. "$R${pkgdata#$prefix}/"
+  for so in "$pkglib"/*.so; do
+    skip_plugin "$so" && continue
+    cp -L "$so" "$R${pkglib#$prefix}/"
+    copy_deps "$so"
+  done
+  for b in orterun orted ompi_info; do copy_deps "$(command -v $b)"; done
+  # PMIx (Open MPI 4 uses the system's): its plugins under its own prefix
+  pmix=$(ldd "$pkglib"/mca_pmix_ext*.so 2>/dev/null | awk '/libpmix/ {print $3; exit}')
+  if [ -n "$pmix" ]; then
+    copy_lib "$(readlink -f "$pmix")"
+    pdir=$(dirname "$(readlink -f "$pmix")")
+    if [ -d "$pdir/pmix" ]; then
+      mkdir -p "$R/pmix/lib/pmix"
+      cp -L "$pdir"/pmix/*.so "$R/pmix/lib/pmix/" 2>/dev/null || true
+    fi
+    [ -d "$(dirname "$pdir")/share/pmix" ] && mkdir -p "$R/pmix/share" &&
+      cp -rL "$(dirname "$pdir")/share/pmix" "$R/pmix/share/"
+  fi
+else
+  echo "bundle_deps: no Open MPI runtime (ompi_info / orterun) found: multi-rank runs" \
+       "will need MPI on the target machine" >&2
+fi
 
 # pkg-config files pointing at the bundle
 for p in $PKGS; do

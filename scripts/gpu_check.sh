@@ -14,13 +14,20 @@
 #
 # Environment: CUDA_HOME, CUDA_ARCH (e.g. "90"; default: the GPU's),
 #   GPU_CHECK_DIR (build dir, default build/gpu_check),
-#   GPU_CHECK_SANITIZE=0|1 (compute-sanitizer memcheck on --quick, default 1),
+#   GPU_CHECK_SANITIZE=0|1 (compute-sanitizer memcheck and racecheck on --quick, default 1),
 #   GPU_CHECK_TEST_TIMEOUT (seconds, default 900),
 #   GPU_CHECK_TRAIN=0|1 (full lattice binary + tests/gpu/train_compare.sh +
 #     scripts/bench.sh, default 1; needs libyaml, zstd and MPI headers/libs),
 #   GPU_CHECK_LATTICE (use this lattice binary instead of linking one),
 #   GPU_CHECK_BENCH_STEPS (default 30), GPU_CHECK_BENCH_ARGS (extra bench.sh
-#     arguments, e.g. "--config configs/gpt2-124m.yaml").
+#     arguments, e.g. "--config configs/gpt2-124m.yaml"),
+#   GPU_CHECK_PHASES (comma list of what runs after the build, default
+#     "tests,sanitize,racecheck,attention,train,parallel,bench": the op tests,
+#     compute-sanitizer memcheck and racecheck, the attention benchmark,
+#     train_compare.sh, parallel_gpu.sh (2 ranks on the GPU under mpirun,
+#     MPI staging) and bench.sh). A lent device runs each command for at most
+#     10 minutes: split the phases over calls, e.g. "tests,attention", then
+#     "sanitize,train,parallel", then "racecheck", then "bench".
 # Exit status: 0 when every test passed, 1 otherwise.
 set -u
 REPORT=${1:-}
@@ -39,8 +46,7 @@ STATUS=0
 # OpenBLAS, Open MPI) for a device that lacks them: carry build/deps along.
 DEPS=${LT_DEPS:-$ROOT/build/deps}
 if [ -d "$DEPS/pkgconfig" ]; then
-  export PKG_CONFIG_PATH="$DEPS/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-  export LD_LIBRARY_PATH="$DEPS/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  . "$ROOT/scripts/deps_env.sh" "$DEPS"   # libraries, and mpirun when bundled
   if ! command -v pkg-config >/dev/null 2>&1; then
     # no pkg-config on the device: read the bundle's simple .pc files directly
     pkg-config() {
@@ -59,6 +65,8 @@ if [ -d "$DEPS/pkgconfig" ]; then
   fi
 fi
 
+PHASES=${GPU_CHECK_PHASES:-tests,sanitize,racecheck,attention,train,parallel,bench}
+want() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
 say() { echo "$*" | tee -a "$REPORT"; }
 section() { say ""; say "== $* =="; }
 problem() { say "PROBLEM: $*"; STATUS=1; }
@@ -274,48 +282,55 @@ run_logged() { # $1 = timeout, $2 = log, rest = command
   local to=$1 log=$2; shift 2
   if command -v timeout >/dev/null 2>&1; then timeout "$to" "$@" >"$log" 2>&1; else "$@" >"$log" 2>&1; fi
 }
-section "tests (tests/gpu/test_gpu_ops)"
-if [ -x "$WORK/test_gpu_ops" ]; then
-  t0=$(date +%s)
-  run_logged "${GPU_CHECK_TEST_TIMEOUT:-900}" "$WORK/test.log" "$WORK/test_gpu_ops"
-  rc=$?
-  cat "$WORK/test.log" >>"$REPORT"
-  say "exit status $rc after $(( $(date +%s) - t0 )) s"
-  [ $rc = 124 ] && problem "test_gpu_ops timed out"
-  [ $rc != 0 ] && STATUS=1
-  SUMMARY=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$WORK/test.log" | tail -1)
-  say "summary: ${SUMMARY:-no summary line (crash?)}"
-  grep '^FAIL' "$WORK/test.log" | sed 's/^/failed: /' | tee -a "$REPORT" >/dev/null
-else
-  problem "test_gpu_ops was not built"
-fi
-
-if [ "${GPU_CHECK_SANITIZE:-1}" = 1 ] && [ -x "$WORK/test_gpu_ops" ]; then
-  section "compute-sanitizer memcheck (test_gpu_ops --quick)"
-  CS=$(command -v compute-sanitizer || ls "$CUDA_HOME"/bin/compute-sanitizer 2>/dev/null | head -1)
-  if [ -n "$CS" ]; then
-    run_logged 420 "$WORK/memcheck.log" "$CS" --tool memcheck --error-exitcode 3 "$WORK/test_gpu_ops" --quick
+say "phases: $PHASES"
+if want tests; then
+  section "tests (tests/gpu/test_gpu_ops)"
+  if [ -x "$WORK/test_gpu_ops" ]; then
+    t0=$(date +%s)
+    run_logged "${GPU_CHECK_TEST_TIMEOUT:-900}" "$WORK/test.log" "$WORK/test_gpu_ops"
     rc=$?
-    grep -E "ERROR SUMMARY|Invalid|out of bounds|^FAIL|passed, " "$WORK/memcheck.log" | head -40 | tee -a "$REPORT"
-    say "memcheck exit status $rc$([ $rc = 124 ] && echo ' (timed out)')"
-    [ $rc = 3 ] && problem "compute-sanitizer reported memory errors (log: $WORK/memcheck.log)"
+    cat "$WORK/test.log" >>"$REPORT"
+    say "exit status $rc after $(( $(date +%s) - t0 )) s"
+    [ $rc = 124 ] && problem "test_gpu_ops timed out"
+    [ $rc != 0 ] && STATUS=1
+    SUMMARY=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$WORK/test.log" | tail -1)
+    say "summary: ${SUMMARY:-no summary line (crash?)}"
+    grep '^FAIL' "$WORK/test.log" | sed 's/^/failed: /' | tee -a "$REPORT" >/dev/null
   else
-    say "compute-sanitizer not found - skipped"
+    problem "test_gpu_ops was not built"
   fi
 fi
 
-# ---------------------------------------------------------------- benchmark
-section "attention benchmark (tests/gpu/bench_attention)"
-if [ -x "$WORK/bench_attention" ]; then
-  run_logged 300 "$WORK/bench.log" "$WORK/bench_attention"
+sanitize() { # $1 = tool, $2 = lines to keep (regex), $3 = what an error means
+  section "compute-sanitizer $1 (test_gpu_ops --quick)"
+  local cs rc
+  cs=$(command -v compute-sanitizer || ls "$CUDA_HOME"/bin/compute-sanitizer 2>/dev/null | head -1)
+  if [ -z "$cs" ]; then say "compute-sanitizer not found - skipped"; return; fi
+  run_logged 540 "$WORK/$1.log" "$cs" --tool "$1" --error-exitcode 3 "$WORK/test_gpu_ops" --quick
   rc=$?
-  cat "$WORK/bench.log" >>"$REPORT"
-  [ $rc != 0 ] && problem "bench_attention exit status $rc"
-  run_logged 300 "$WORK/bench_simt.log" env LT_CUDA_ATTN=simt "$WORK/bench_attention"
-  say "(generic SIMT path, for comparison)"
-  cat "$WORK/bench_simt.log" >>"$REPORT"
-else
-  problem "bench_attention was not built"
+  grep -E "$2|^FAIL|passed, " "$WORK/$1.log" | head -40 | tee -a "$REPORT"
+  say "$1 exit status $rc$([ $rc = 124 ] && echo ' (timed out)')"
+  [ $rc = 3 ] && problem "compute-sanitizer reported $3 (log: $WORK/$1.log)"
+}
+if [ "${GPU_CHECK_SANITIZE:-1}" = 1 ] && [ -x "$WORK/test_gpu_ops" ]; then
+  want sanitize && sanitize memcheck "ERROR SUMMARY|Invalid|out of bounds" "memory errors"
+  want racecheck && sanitize racecheck "ERROR SUMMARY|RACECHECK SUMMARY|hazard" "shared-memory races"
+fi
+
+# ---------------------------------------------------------------- benchmark
+if want attention; then
+  section "attention benchmark (tests/gpu/bench_attention)"
+  if [ -x "$WORK/bench_attention" ]; then
+    run_logged 300 "$WORK/bench.log" "$WORK/bench_attention"
+    rc=$?
+    cat "$WORK/bench.log" >>"$REPORT"
+    [ $rc != 0 ] && problem "bench_attention exit status $rc"
+    run_logged 300 "$WORK/bench_simt.log" env LT_CUDA_ATTN=simt "$WORK/bench_attention"
+    say "(generic SIMT path, for comparison)"
+    cat "$WORK/bench_simt.log" >>"$REPORT"
+  else
+    problem "bench_attention was not built"
+  fi
 fi
 
 # ---------------------------------------------------------------- full binary
@@ -323,8 +338,8 @@ fi
 # src/main.c linked with every src/*.c (libyaml, zstd, MPI) and the CPU backend.
 LT_BIN=""
 GAPS=""
-if [ "${GPU_CHECK_TRAIN:-1}" = 1 ]; then
-  section "full lattice binary (for train_compare and bench)"
+if [ "${GPU_CHECK_TRAIN:-1}" = 1 ] && { want train || want parallel || want bench; }; then
+  section "full lattice binary (for train_compare, parallel_gpu and bench)"
   if [ -n "${GPU_CHECK_LATTICE:-}" ]; then
     if [ -x "$GPU_CHECK_LATTICE" ]; then LT_BIN=$GPU_CHECK_LATTICE; say "using GPU_CHECK_LATTICE=$LT_BIN"
     else problem "GPU_CHECK_LATTICE=$GPU_CHECK_LATTICE is not executable"; fi
@@ -351,26 +366,29 @@ if [ "${GPU_CHECK_TRAIN:-1}" = 1 ]; then
   fi
 fi
 
-if [ -n "$LT_BIN" ]; then
-  section "end-to-end training, CPU vs CUDA (tests/gpu/train_compare.sh)"
-  mkdir -p "$WORK/lt"; ln -sf "$LT_BIN" "$WORK/lt/lattice"
+[ -n "$LT_BIN" ] && { mkdir -p "$WORK/lt"; ln -sf "$LT_BIN" "$WORK/lt/lattice"; }
+run_script() { # $1 = phase, $2 = title, $3 = timeout, rest = command
+  local phase=$1 title=$2 to=$3 t0 rc
+  shift 3
+  [ -n "$LT_BIN" ] && want "$phase" || return 0
+  section "$title"
   t0=$(date +%s)
-  run_logged 900 "$WORK/train_compare.log" bash tests/gpu/train_compare.sh "$WORK/lt"
+  run_logged "$to" "$WORK/$phase.log" "$@"
   rc=$?
-  cat "$WORK/train_compare.log" >>"$REPORT"
+  cat "$WORK/$phase.log" >>"$REPORT"
   say "exit status $rc after $(( $(date +%s) - t0 )) s$([ $rc = 124 ] && echo ' (timed out)')"
-  [ $rc != 0 ] && problem "train_compare.sh failed (exit status $rc)"
-
-  section "training benchmark (scripts/bench.sh)"
-  t0=$(date +%s)
-  # shellcheck disable=SC2086
-  run_logged 1800 "$WORK/bench_train.log" bash scripts/bench.sh --lattice "$LT_BIN" \
-    --steps "${GPU_CHECK_BENCH_STEPS:-30}" --device cuda ${GPU_CHECK_BENCH_ARGS:-}
-  rc=$?
-  cat "$WORK/bench_train.log" >>"$REPORT"
-  say "exit status $rc after $(( $(date +%s) - t0 )) s$([ $rc = 124 ] && echo ' (timed out)')"
-  [ $rc != 0 ] && problem "bench.sh failed (exit status $rc; a benchmark, see the table above)"
-fi
+  [ $rc != 0 ] && problem "$title failed (exit status $rc)"
+  return 0
+}
+run_script train "end-to-end training, CPU vs CUDA (tests/gpu/train_compare.sh)" 900 \
+  bash tests/gpu/train_compare.sh "$WORK/lt"
+want parallel && [ -n "$LT_BIN" ] && say "mpirun for parallel_gpu.sh: $(command -v mpirun || echo 'not found')"
+run_script parallel "multi-rank training on the GPU (tests/gpu/parallel_gpu.sh)" 540 \
+  bash tests/gpu/parallel_gpu.sh "$WORK/lt"
+# shellcheck disable=SC2086
+run_script bench "training benchmark (scripts/bench.sh; a benchmark: see its table)" 1800 \
+  bash scripts/bench.sh --lattice "$LT_BIN" --steps "${GPU_CHECK_BENCH_STEPS:-30}" --device cuda \
+  ${GPU_CHECK_BENCH_ARGS:-}
 
 section "result"
 say "RESULT: $([ $STATUS = 0 ] && echo 'all checks passed' || echo 'problems found (see above)')${GAPS:+ - NOT RUN: $GAPS}"
