@@ -134,7 +134,9 @@ typedef struct {
 int lt_schedule_simulate(int pp, int vpp, int micro_batches, LtAction *const *acts, const int *n,
                          LtSimCost cost, LtSimResult *res, char *err, size_t errlen);
 
-/* Build every rank's schedule and simulate it. */
+/* Build every rank's schedule, simulate it, and check it under NCCL's
+ * ordered, rendezvous semantics (lt_schedule_check_ordered, one channel):
+ * a schedule that passes runs on MPI and on NCCL. */
 int lt_schedule_simulate_all(int pp, int vpp, int micro_batches, LtSimCost cost,
                              LtSimResult *res, char *err, size_t errlen);
 

@@ -429,6 +429,10 @@ int lt_schedule_simulate_all(int pp, int vpp, int micro_batches, LtSimCost cost,
         if (n[r] < 0) rc = -1;
     }
     if (!rc) rc = lt_schedule_simulate(pp, vpp, micro_batches, acts, n, cost, res, err, errlen);
+    if (!rc && lt_schedule_check_ordered(pp, vpp, acts, n, 1, err, errlen)) {
+        lt_sim_free(res);
+        rc = -1;
+    }
     free(buf);
     free(acts);
     free(n);

@@ -44,51 +44,66 @@ static int describe(char *buf, size_t len, int r, int i, const LtAction *a) {
 }
 
 /* Pair the k-th send of each (channel, sender, receiver) with the k-th
- * receive there, and check that both name the same message. */
+ * receive there, and check that both name the same message. Sends and
+ * receives are bucketed by that key in list order (counting sort), so the
+ * cost is linear in the actions plus channels * P^2. */
 static int pair_in_order(Ordered *o) {
     const int pp = o->pp;
-    for (int ch = 0; ch < o->channels; ch++) {
-        for (int src = 0; src < pp; src++) {
-            for (int dst = 0; dst < pp; dst++) {
-                int is = 0, ir = 0; /* scan positions in src's and dst's lists */
-                for (;;) {
-                    while (is < o->n[src] &&
-                           !(is_send(o->acts[src][is].kind) && o->acts[src][is].peer == dst &&
-                             channel(o, o->acts[src][is].kind) == ch))
-                        is++;
-                    while (ir < o->n[dst] &&
-                           !(is_comm(o->acts[dst][ir].kind) && !is_send(o->acts[dst][ir].kind) &&
-                             o->acts[dst][ir].peer == src &&
-                             channel(o, o->acts[dst][ir].kind) == ch))
-                        ir++;
-                    int have_s = is < o->n[src], have_r = ir < o->n[dst];
-                    if (!have_s && !have_r) break;
-                    char a[160], b[160];
-                    if (!have_s || !have_r) {
-                        int r = have_s ? src : dst, i = have_s ? is : ir;
-                        describe(a, sizeof a, r, i, &o->acts[r][i]);
-                        return lt_errorf(o->err, o->errlen, "%s has no partner in order", a);
-                    }
-                    const LtAction *s = &o->acts[src][is], *v = &o->acts[dst][ir];
-                    int same = (is_grad(s->kind) == is_grad(v->kind)) && s->mb == v->mb &&
-                               sender_stage(pp, src, s) == sender_stage(pp, dst, v);
-                    if (!same) {
-                        describe(a, sizeof a, src, is, s);
-                        describe(b, sizeof b, dst, ir, v);
-                        return lt_errorf(o->err, o->errlen,
-                                         "out of order: %s meets %s (messages between two ranks "
-                                         "match in issue order)",
-                                         a, b);
-                    }
-                    o->partner[o->off[src] + is] = o->off[dst] + ir;
-                    o->partner[o->off[dst] + ir] = o->off[src] + is;
-                    is++;
-                    ir++;
-                }
+    const size_t keys = (size_t)o->channels * pp * pp, total = (size_t)o->off[pp];
+    size_t *start[2], *fill[2];
+    int *at[2];
+    for (int side = 0; side < 2; side++) { /* 0: sends, 1: receives */
+        start[side] = lt_calloc((keys + 1) * sizeof *start[side]);
+        fill[side] = lt_calloc((keys ? keys : 1) * sizeof *fill[side]);
+        at[side] = lt_malloc((total ? total : 1) * sizeof *at[side]);
+    }
+    for (int pass = 0; pass < 2; pass++) { /* count, then place */
+        for (int r = 0; r < pp; r++)
+            for (int i = 0; i < o->n[r]; i++) {
+                const LtAction *a = &o->acts[r][i];
+                if (!is_comm(a->kind)) continue;
+                int side = !is_send(a->kind);
+                int src = side ? a->peer : r, dst = side ? r : a->peer;
+                size_t key = ((size_t)channel(o, a->kind) * pp + src) * pp + dst;
+                if (pass == 0) start[side][key + 1]++;
+                else at[side][start[side][key] + fill[side][key]++] = o->off[r] + i;
             }
+        if (pass == 0)
+            for (int side = 0; side < 2; side++)
+                for (size_t k = 0; k < keys; k++) start[side][k + 1] += start[side][k];
+    }
+    int rc = 0;
+    for (size_t key = 0; key < keys && !rc; key++) {
+        size_t ns = start[0][key + 1] - start[0][key], nr = start[1][key + 1] - start[1][key];
+        int src = (int)(key / pp % pp), dst = (int)(key % pp);
+        for (size_t k = 0; k < (ns > nr ? ns : nr) && !rc; k++) {
+            char a[160], b[160];
+            if (k >= ns || k >= nr) {
+                int side = k >= ns, r = side ? dst : src;
+                int i = at[side][start[side][key] + k] - o->off[r];
+                describe(a, sizeof a, r, i, &o->acts[r][i]);
+                rc = lt_errorf(o->err, o->errlen, "%s has no partner in order", a);
+                break;
+            }
+            int is = at[0][start[0][key] + k] - o->off[src];
+            int ir = at[1][start[1][key] + k] - o->off[dst];
+            const LtAction *sa = &o->acts[src][is], *ra = &o->acts[dst][ir];
+            if (is_grad(sa->kind) != is_grad(ra->kind) || sa->mb != ra->mb ||
+                sender_stage(pp, src, sa) != sender_stage(pp, dst, ra)) {
+                describe(a, sizeof a, src, is, sa);
+                describe(b, sizeof b, dst, ir, ra);
+                rc = lt_errorf(o->err, o->errlen,
+                               "out of order: %s meets %s (messages between two ranks match in "
+                               "issue order)",
+                               a, b);
+                break;
+            }
+            o->partner[o->off[src] + is] = o->off[dst] + ir;
+            o->partner[o->off[dst] + ir] = o->off[src] + is;
         }
     }
-    return 0;
+    for (int side = 0; side < 2; side++) free(start[side]), free(fill[side]), free(at[side]);
+    return rc;
 }
 
 /* Rendezvous execution: each rank issues a run of consecutive communication
