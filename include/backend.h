@@ -187,6 +187,10 @@ LtBackend *lt_backend_cuda_create(LtDtype dtype, int device, char *err, size_t e
 int lt_cuda_device_count(void);
 /* 1 when the CUDA backend was compiled into this binary. */
 int lt_cuda_compiled(void);
+/* The 16-byte UUID of visible device `device` (the same GPU gives the same
+ * UUID in every process, whatever CUDA_VISIBLE_DEVICES numbers it). 0, or -1
+ * when there is no such device or no CUDA. */
+int lt_cuda_device_uuid(int device, unsigned char uuid[16]);
 
 static inline void lt_backend_destroy(LtBackend *be) {
     if (be) be->ops->destroy(be);

@@ -13,4 +13,9 @@ LtBackend *lt_backend_cuda_create(LtDtype dtype, int device, char *err, size_t e
 }
 int lt_cuda_device_count(void) { return 0; }
 int lt_cuda_compiled(void) { return 0; }
+int lt_cuda_device_uuid(int device, unsigned char uuid[16]) {
+    (void)device;
+    (void)uuid;
+    return -1;
+}
 #endif

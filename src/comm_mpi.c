@@ -316,7 +316,11 @@ static int op_begin(const LtComm *c, const char *op, size_t count, LtCommType t)
         lt_fatal("communication: %s on group '%s': this rank is not a member", op, c->name);
     if (lt_comm_type_size(t) == 0)
         lt_fatal("communication: %s on group '%s': bad element type %d", op, c->name, (int)t);
-    /* TODO: counts above INT_MAX need a contiguous derived datatype. */
+#ifdef LT_HAVE_CUDA
+    if (c->nccl) return 0; /* NCCL counts are size_t (the MPI count goes unused) */
+#endif
+    /* MPI counts are int: larger operations would need a contiguous derived
+     * datatype (or chunks); refused with the sizes until a model needs them */
     if (count > (size_t)INT_MAX)
         lt_fatal("communication: %s on group '%s': count %zu exceeds INT_MAX", op, c->name,
                  count);

@@ -37,7 +37,6 @@ struct LtNccl {
     ncclComm_t comm;
     LtBackend *be;
     int rank, size;
-    int batched; /* inside lt_nccl_batch_begin/end */
     char name[48];
 };
 
@@ -118,8 +117,18 @@ static void move_down(LtNccl *n, char *dst, const char *src, size_t bytes) {
     }
 }
 
+/* An NCCL group belongs to the calling thread, not to one communicator: while
+ * a batch is open, any other NCCL call would join it and launch only at its
+ * end. lattice issues NCCL from one thread; this is that thread's batch. */
+static LtNccl *g_batch;
+
 /* The event that marks the end of the operation just enqueued. */
-static void *nccl_done(LtNccl *n) { return lt_cuda_event_record_current(n->be); }
+static void *nccl_done(LtNccl *n) {
+    if (g_batch)
+        lt_fatal("communication: an operation on group '%s' inside the open batch of group '%s'",
+                 n->name, g_batch->name);
+    return lt_cuda_event_record_current(n->be);
+}
 
 void *lt_nccl_all_reduce(LtNccl *n, const char *op, void *buf, size_t count, LtCommType t,
                          LtCommOp red) {
@@ -183,26 +192,37 @@ void *lt_nccl_broadcast(LtNccl *n, const char *op, void *buf, size_t count, LtCo
     return nccl_done(n);
 }
 
+/* Inside this group's batch: no event (the operations launch at its end). */
+static void *p2p_done(LtNccl *n) {
+    if (g_batch && g_batch != n)
+        lt_fatal("communication: a send/recv on group '%s' inside the open batch of group '%s'",
+                 n->name, g_batch->name);
+    return g_batch ? NULL : nccl_done(n);
+}
+
 void *lt_nccl_send(LtNccl *n, const char *op, const void *buf, size_t count, LtCommType t,
                    int peer) {
     NCCL_CHECK(n, n->name, op, ncclSend(buf, count, nccl_type(t), peer, n->comm, cur_stream(n)));
-    return n->batched ? NULL : nccl_done(n);
+    return p2p_done(n);
 }
 
 void *lt_nccl_recv(LtNccl *n, const char *op, void *buf, size_t count, LtCommType t, int peer) {
     NCCL_CHECK(n, n->name, op, ncclRecv(buf, count, nccl_type(t), peer, n->comm, cur_stream(n)));
-    return n->batched ? NULL : nccl_done(n);
+    return p2p_done(n);
 }
 
 void lt_nccl_batch_begin(LtNccl *n) {
-    if (n->batched) lt_fatal("communication: batch on group '%s' begun twice", n->name);
+    if (g_batch)
+        lt_fatal("communication: batch on group '%s' begun inside the batch of group '%s'",
+                 n->name, g_batch->name);
     NCCL_CHECK(n, n->name, "batch", ncclGroupStart());
-    n->batched = 1;
+    g_batch = n;
 }
 
 void lt_nccl_batch_end(LtNccl *n) {
-    if (!n->batched) lt_fatal("communication: batch on group '%s' ended without a begin", n->name);
-    n->batched = 0;
+    if (g_batch != n)
+        lt_fatal("communication: batch on group '%s' ended without a begin", n->name);
+    g_batch = NULL;
     NCCL_CHECK(n, n->name, "batch", ncclGroupEnd());
 }
 

@@ -91,14 +91,34 @@ static void on_grads_ready(void *ctx, int first, int last) {
     lt_optim_reduce_bucket(r->opt, r->model->grads, begin, len);
 }
 
+/* 1 when two ranks anywhere use the same GPU: every rank's device UUID is
+ * gathered over the world (CUDA_VISIBLE_DEVICES may number one GPU
+ * differently in each process, or show each rank only its own). */
+static int32_t ranks_share_gpu(const Run *r) {
+    const int world = r->world->world;
+    if (world == 1) return 0;
+    unsigned char *all = lt_calloc((size_t)world * 16);
+    unsigned char *mine = all + (size_t)r->world->rank * 16;
+    if (lt_cuda_device_uuid(r->be->device_id, mine))
+        lt_fatal("cannot read the UUID of CUDA device %d", r->be->device_id);
+    LtComm *wc = lt_comm_world("world");
+    lt_comm_all_gather(wc, mine, all, 16, LT_COMM_U8);
+    lt_comm_free(wc);
+    int32_t shared = 0;
+    for (int a = 0; a < world && !shared; a++)
+        for (int b = a + 1; b < world && !shared; b++)
+            shared = memcmp(all + (size_t)a * 16, all + (size_t)b * 16, 16) == 0;
+    free(all);
+    return shared;
+}
+
 /* comm.backend -> the library of the groups that move the CUDA backend's
- * device tensors (dp, tp). auto: NCCL when every rank of this node has a GPU
- * of its own (local_size <= visible devices; make_backend gives local rank k
- * device k % count) and NCCL is compiled in, else MPI staged through pinned
- * host memory. nccl on GPUs shared by several ranks is an input error (NCCL
- * refuses two ranks on one device). The CPU backend always uses MPI on host
- * memory, as before; comm.backend=nccl there is an input error with more than
- * one rank. */
+ * device tensors (dp, tp, pp, embedding). auto: NCCL when no two ranks use
+ * the same GPU (ranks_share_gpu) and NCCL is compiled in, else MPI staged
+ * through pinned host memory. nccl on GPUs shared by several ranks is an
+ * input error (NCCL refuses two ranks on one device). The CPU backend always
+ * uses MPI on host memory; comm.backend=nccl there is an input error with
+ * more than one rank. */
 static void resolve_comm(Run *r) {
     const LtConfig *c = r->cfg;
     const LtWorld *w = r->world;
@@ -113,24 +133,18 @@ static void resolve_comm(Run *r) {
         return;
     }
     r->comm_device = 1;
-    int ngpu = lt_cuda_device_count();
-    int32_t shared = w->local_size > ngpu;
-    if (w->world > 1) { /* every rank must pick the same library: shared anywhere = shared */
-        LtComm *wc = lt_comm_world("world");
-        lt_comm_all_reduce(wc, &shared, 1, LT_COMM_I32, LT_COMM_MAX);
-        lt_comm_free(wc);
-    }
+    int32_t shared = ranks_share_gpu(r);
     if (want == LT_COMM_MPI) {
         r->comm_lib = LT_COMM_LIB_MPI;
         r->comm_why = "comm.backend=mpi: staged through pinned host memory";
     } else if (want == LT_COMM_NCCL) {
         if (!lt_comm_nccl_compiled())
             lt_input_error("comm.backend=nccl: this binary was built without NCCL");
-        if (shared && w->world > 1)
-            lt_input_error("comm.backend=nccl: %d ranks on this node share %d visible GPU(s) "
-                           "(or ranks share GPUs on another node); NCCL needs one GPU per rank "
-                           "(use comm.backend=mpi or auto, which stage through host memory)",
-                           w->local_size, ngpu);
+        if (shared)
+            lt_input_error("comm.backend=nccl: some ranks share a GPU (%d ranks on this node, "
+                           "%d visible GPU(s)); NCCL needs one GPU per rank (use "
+                           "comm.backend=mpi or auto, which stage through host memory)",
+                           w->local_size, lt_cuda_device_count());
         r->comm_lib = LT_COMM_LIB_NCCL;
         r->comm_why = "comm.backend=nccl";
     } else if (!shared && lt_comm_nccl_compiled()) {
@@ -168,11 +182,10 @@ static void setup_groups(Run *r) {
     r->dp = lt_comm_split_members_ex(members, n, "dp", o);
     n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_TP, members);
     r->tp = lt_comm_split_members_ex(members, n, "tp", o);
-    /* stage-to-stage messages go over MPI (staged through pinned host memory
-     * with CUDA): its sends never block, which the executor relies on */
-    LtCommOptions popt = {.lib = LT_COMM_LIB_MPI, .device = 1, .be = r->be};
+    /* stage-to-stage messages on the same library: the executor batches them
+     * as NCCL needs (schedules are proven deadlock-free under its semantics) */
     n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_PP, members);
-    r->pp = lt_comm_split_members_ex(members, n, "pp", r->comm_device ? &popt : NULL);
+    r->pp = lt_comm_split_members_ex(members, n, "pp", o);
     if (r->topo.pp > 1) { /* middle stages get a non-member handle */
         n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_EMBEDDING, members);
         r->emb = lt_comm_split_members_ex(members, n, "embedding", o);

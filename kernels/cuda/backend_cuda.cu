@@ -268,6 +268,16 @@ extern "C" int lt_cuda_device_count(void) {
     return n;
 }
 
+extern "C" int lt_cuda_device_uuid(int device, unsigned char uuid[16]) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    memcpy(uuid, p.uuid.bytes, 16);
+    return 0;
+}
+
 static int env_is(const char *name, const char *val) {
     const char *e = getenv(name);
     return e && strcmp(e, val) == 0;
