@@ -426,6 +426,7 @@ LtCommRequest lt_comm_reduce_scatter_start(const LtComm *c, const void *send, vo
 void lt_comm_reduce_scatter_v(const LtComm *c, const void *send, void *recv, const int *counts,
                               LtCommType t) {
     const char *name = "reduce_scatter_v";
+    op_begin(c, name, 0, t); /* group checks first; the total is checked below */
     size_t total = 0;
     int size = lt_comm_size(c);
     for (int r = 0; r < size; r++) total += (size_t)counts[r];
