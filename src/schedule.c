@@ -101,16 +101,17 @@ static void emit_send(Emit *e, int k, int backward) {
     if (backward && stage > 0) push(e, LT_ACT_SEND_GRAD, chunk, mb, prev);
 }
 
-/* 1F1B and no pipelining: each compute with its receive right before it and
- * its send right after. Neighbours' adjacent send + receive pairs
- * ("send activation, receive gradient" against "send gradient, receive
- * activation") match, so the schedule also runs with rendezvous sends. */
+/* Virtual step k with its receive right before it and its send right after. */
 static void emit_compute(Emit *e, int k, int backward, int total) {
     emit_recv(e, k, backward, total);
     emit_run(e, k, backward);
     emit_send(e, k, backward);
 }
 
+/* 1F1B and no pipelining: every compute as emit_compute. Neighbours'
+ * adjacent send + receive pairs ("send activation, receive gradient" against
+ * "send gradient, receive activation") match, so the schedule also runs with
+ * rendezvous sends. */
 static void emit_1f1b(Emit *e, int total, int warm) {
     for (int k = 0; k < warm; k++) emit_compute(e, k, 0, total);
     for (int i = 0; i < total - warm; i++) {

@@ -16,7 +16,6 @@ int lt_schedule_comm_run(const LtAction *acts, int n, int i) {
     return i;
 }
 
-
 /* Stage that sent the message a send or receive of rank r moves. */
 static int sender_stage(int pp, int r, const LtAction *a) {
     int st = a->chunk * pp + r;
@@ -25,7 +24,7 @@ static int sender_stage(int pp, int r, const LtAction *a) {
 }
 
 typedef struct {
-    int pp, vpp, channels;
+    int pp, channels;
     LtAction *const *acts;
     const int *n;
     int *partner; /* [rank][action] flattened by off: the matching action on the peer */
@@ -157,7 +156,7 @@ int lt_schedule_check_ordered(int pp, int vpp, LtAction *const *acts, const int 
         return lt_errorf(err, errlen, "bad pipeline sizes P=%d V=%d", pp, vpp);
     if (channels != 1 && channels != 2)
         return lt_errorf(err, errlen, "channels must be 1 or 2, not %d", channels);
-    Ordered o = {.pp = pp, .vpp = vpp, .channels = channels, .acts = acts, .n = n, .err = err,
+    Ordered o = {.pp = pp, .channels = channels, .acts = acts, .n = n, .err = err,
                  .errlen = errlen};
     o.off = lt_malloc((size_t)(pp + 1) * sizeof *o.off);
     o.off[0] = 0;

@@ -139,7 +139,7 @@ done
 if [ "$NGPU" -eq 1 ]; then
   $MPI -np 2 "$LT" train $BASE comm.backend=nccl >"$T/nccl_shared.log" 2>&1
   rc=$?
-  n=$(grep -c "comm.backend=nccl: 2 ranks on this node share 1 visible GPU" "$T/nccl_shared.log")
+  n=$(grep -c "comm.backend=nccl: some ranks share a GPU (2 ranks on this node, 1 visible GPU(s))" "$T/nccl_shared.log")
   if [ "$rc" -eq 2 ] && [ "$n" -ge 1 ]; then
     pass "nccl_on_shared_gpu_refused"
   else
