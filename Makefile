@@ -93,6 +93,35 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
 
+# The CUDA attention kernels run on the CPU in a host emulation (tests/emu):
+# built wherever the CUDA headers are (nvcc found), run by make test like
+# every tests/test_* binary.
+ifeq ($(CUDA),1)
+EMU_DIR  := $(BUILD)/emu
+EMU_OBJS := $(EMU_DIR)/attention_mma.o $(EMU_DIR)/attention_simt.o $(EMU_DIR)/emu_glue.o
+EMU_HDRS := $(EMU_DIR)/common.cuh $(EMU_DIR)/attention.cuh kernels/cuda/elem.cuh
+# -w: the rewritten kernels are checked by nvcc -Wall already
+EMU_CXXFLAGS := -std=c++20 -O2 -pthread -w -I$(EMU_DIR) -Ikernels/cuda -isystem $(CUDA_HOME)/include
+EMU_TEST := $(BUILD)/tests/test_attention_emu
+all: $(EMU_TEST)
+$(EMU_DIR)/common.cuh: tests/emu/common.cuh
+	@mkdir -p $(dir $@)
+	cp $< $@
+$(EMU_DIR)/attention.cuh: kernels/cuda/attention.cuh
+	@mkdir -p $(dir $@)
+	cp $< $@
+$(EMU_DIR)/%.cpp: kernels/cuda/%.cu tests/emu/transform.py
+	@mkdir -p $(dir $@)
+	python3 tests/emu/transform.py $< > $@.tmp && mv $@.tmp $@
+$(EMU_DIR)/%.o: $(EMU_DIR)/%.cpp $(EMU_HDRS)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(EMU_DIR)/emu_glue.o: tests/emu/emu_glue.cpp $(EMU_HDRS)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(EMU_TEST): tests/emu/test_attention_emu.c tests/gpu/attn_bound.h tests/test.h $(EMU_OBJS) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(EMU_OBJS) $(LIB) $(LDFLAGS) $(LDLIBS) -pthread -o $@
+endif
+
 # GPU checks: need a visible GPU; scripts/gpu_check.sh wraps them with a report.
 $(BUILD)/tests/gpu/%: tests/gpu/%.c tests/test.h $(LIB)
 	@mkdir -p $(dir $@)

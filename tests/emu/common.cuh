@@ -1,0 +1,102 @@
+/* common.cuh (emulation) - stands in for kernels/cuda/common.cuh so the
+ * attention kernels compile as host C++ and run without a GPU
+ * (tests/emu/test_attention_emu.c; transform.py rewrites their inline PTX
+ * and launches).
+ *
+ * Each CUDA thread of a block is a host thread: __syncthreads/__syncwarp are
+ * barriers, __shfl_xor_sync exchanges through a per-warp array, mma.sync
+ * m16n8k16 (bf16 in, fp32 accumulate) is computed from the fragment layout of
+ * the PTX ISA (section 9.7.14.5.8, "Matrix Fragments for mma.m16n8k16"), and
+ * cp.async is a synchronous copy (zero fill when the source size is 0) that
+ * checks bounds and 16-byte alignment. Blocks run one after another, each
+ * with shared memory of exactly the launch's size, filled with NaN bytes
+ * first, so reading shared memory no thread wrote shows up in the results.
+ * What this cannot see: timing, and bugs that need cp.async to complete
+ * late (a missing cp.async.wait_group). */
+#pragma once
+#include <cuda_bf16.h>
+#include <cstdint>
+#include <cstring>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstdarg>
+#include <thread>
+#include <barrier>
+#include <vector>
+#include <functional>
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __forceinline__
+#undef __launch_bounds__
+#undef __shared__
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(x)
+#define __shared__
+static void lt_fatal(const char *f, ...) { va_list ap; va_start(ap, f); vfprintf(stderr, f, ap); va_end(ap); fprintf(stderr, "\n"); abort(); }
+#define CU_CHECK(x) (void)0
+#define CU_CHECK_LAUNCH() (void)0
+#define cudaFuncSetAttribute(a, b, c) 0
+static inline int min(int a, int b) { return a < b ? a : b; }
+
+/* One emulated block (at most 8 full warps): its barriers and the per-warp
+ * exchange areas of shuffles and mma fragments. */
+struct EmuBlock {
+    std::barrier<> *blk;
+    std::barrier<> *warp[8];
+    float shfl[8][32];
+    uint32_t A[8][32][4], B[8][32][2];
+};
+extern thread_local dim3 threadIdx;
+extern dim3 blockIdx, gridDim, blockDim;
+extern unsigned char *g_smem;
+extern EmuBlock *g_eb;
+extern size_t g_smem_bytes;
+static inline void __syncthreads() { g_eb->blk->arrive_and_wait(); }
+static inline void __syncwarp() { g_eb->warp[threadIdx.x >> 5]->arrive_and_wait(); }
+static inline float __shfl_xor_sync(unsigned, float v, int o) {
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    g_eb->shfl[w][l] = v;
+    __syncwarp();
+    float r = g_eb->shfl[w][l ^ o];
+    __syncwarp();
+    return r;
+}
+/* The bf16 in the low (half 0) or high half of a fragment register. */
+static inline float bfbits(uint32_t reg, int half) {
+    uint32_t u = (half ? (reg >> 16) : (reg & 0xffffu)) << 16;
+    float f; memcpy(&f, &u, 4); return f;
+}
+/* mma.sync.m16n8k16.row.col f32.bf16.bf16.f32, fragment layout per PTX ISA 9.7.14.5.8 */
+static inline void emu_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    g_eb->A[w][l][0] = a0; g_eb->A[w][l][1] = a1; g_eb->A[w][l][2] = a2; g_eb->A[w][l][3] = a3;
+    g_eb->B[w][l][0] = b0; g_eb->B[w][l][1] = b1;
+    __syncwarp();
+    const int g = l >> 2, t = l & 3;
+    float d[4];
+    for (int i = 0; i < 4; i++) {
+        const int row = g + (i >= 2 ? 8 : 0), col = t * 2 + (i & 1);
+        double acc = c[i];
+        for (int k = 0; k < 16; k++) {
+            const int al = (row % 8) * 4 + (k % 8) / 2, ar = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+            const int bl = col * 4 + (k % 8) / 2, br = k >= 8 ? 1 : 0;
+            acc += (double)bfbits(g_eb->A[w][al][ar], k & 1) * bfbits(g_eb->B[w][bl][br], k & 1);
+        }
+        d[i] = (float)acc;
+    }
+    __syncwarp();
+    for (int i = 0; i < 4; i++) c[i] = d[i];
+}
+static inline void emu_cp_async16(void *smem, const void *gmem, bool valid) {
+    if ((unsigned char *)smem < g_smem || (unsigned char *)smem + 16 > g_smem + g_smem_bytes) lt_fatal("smem OOB cp.async");
+    if ((uintptr_t)smem % 16 || (uintptr_t)gmem % 16) lt_fatal("cp.async misaligned");
+    if (valid) memcpy(smem, gmem, 16); else memset(smem, 0, 16);
+}
+void emu_run(dim3 grid, dim3 block, size_t smem, std::function<void()> fn);
+
+#include "elem.cuh" /* kernels/cuda: bf16 conversion, warp reductions */
