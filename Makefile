@@ -93,16 +93,19 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
 
-# The CUDA attention kernels run on the CPU in a host emulation (tests/emu):
-# built wherever the CUDA headers are (nvcc found), run by make test like
-# every tests/test_* binary.
+# The CUDA backend's kernels also run on the CPU, in a host emulation
+# (tests/emu): built wherever the CUDA headers are (nvcc found), run by make
+# test like every tests/test_* binary. Everything but the cuBLASLt GEMMs
+# (gemm.cu) and the runtime glue (backend_cuda.cu, comm_staging.cu).
 ifeq ($(CUDA),1)
 EMU_DIR  := $(BUILD)/emu
-EMU_OBJS := $(EMU_DIR)/attention_mma.o $(EMU_DIR)/attention_simt.o $(EMU_DIR)/emu_glue.o
-EMU_HDRS := $(EMU_DIR)/common.cuh $(EMU_DIR)/attention.cuh kernels/cuda/elem.cuh
+EMU_KERNELS := $(filter-out gemm backend_cuda comm_staging,$(patsubst kernels/cuda/%.cu,%,$(CUDA_SRCS)))
+EMU_OBJS := $(patsubst %,$(EMU_DIR)/%.o,$(EMU_KERNELS)) $(EMU_DIR)/emu_glue.o
+EMU_HDRS := $(EMU_DIR)/common.cuh $(EMU_DIR)/attention.cuh kernels/cuda/device.cuh kernels/cuda/ops.cuh
 # -w: the rewritten kernels are checked by nvcc -Wall already
-EMU_CXXFLAGS := -std=c++20 -O2 -pthread -w -I$(EMU_DIR) -Ikernels/cuda -isystem $(CUDA_HOME)/include
-EMU_TEST := $(BUILD)/tests/test_attention_emu
+EMU_CXXFLAGS := -std=c++20 -O2 -pthread -w -I$(EMU_DIR) -Ikernels/cuda -Iinclude \
+                -isystem $(CUDA_HOME)/include
+EMU_TEST := $(BUILD)/tests/test_cuda_emu
 all: $(EMU_TEST)
 $(EMU_DIR)/common.cuh: tests/emu/common.cuh
 	@mkdir -p $(dir $@)
@@ -117,9 +120,15 @@ $(EMU_DIR)/%.o: $(EMU_DIR)/%.cpp $(EMU_HDRS)
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 $(EMU_DIR)/emu_glue.o: tests/emu/emu_glue.cpp $(EMU_HDRS)
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
-$(EMU_TEST): tests/emu/test_attention_emu.c tests/gpu/attn_bound.h tests/test.h $(EMU_OBJS) $(LIB)
+# the host code without the real CUDA objects (the emulated ones replace them)
+EMU_LIB := $(EMU_DIR)/liblattice_host.a
+$(EMU_LIB): $(OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+$(EMU_TEST): tests/emu/test_cuda_emu.c tests/gpu/test_gpu_ops.c tests/gpu/attn_bound.h tests/test.h \
+             $(EMU_OBJS) $(EMU_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(EMU_OBJS) $(LIB) $(LDFLAGS) $(LDLIBS) -pthread -o $@
+	$(CC) $(CFLAGS) $< $(EMU_OBJS) $(EMU_LIB) $(LDFLAGS) $(LDLIBS) -pthread -o $@
 endif
 
 # GPU checks: need a visible GPU; scripts/gpu_check.sh wraps them with a report.

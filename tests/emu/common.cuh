@@ -37,19 +37,41 @@
 #define __forceinline__ inline
 #define __launch_bounds__(x)
 #define __shared__
-static void lt_fatal(const char *f, ...) { va_list ap; va_start(ap, f); vfprintf(stderr, f, ap); va_end(ap); fprintf(stderr, "\n"); abort(); }
-#define CU_CHECK(x) (void)0
+#include "backend.h"
+#include "common.h" /* lt_fatal, lt_malloc */
+
+/* The CUDA runtime calls the kernel files make, on host memory. */
+#define CU_CHECK(x) ((void)(x))
 #define CU_CHECK_LAUNCH() (void)0
 #define cudaFuncSetAttribute(a, b, c) 0
+#define cudaMemcpyAsync(dst, src, n, kind, st) (memcpy((dst), (src), (n)), 0)
+#define cudaMemsetAsync(dst, v, n, st) (memset((dst), (v), (n)), 0)
+#define cudaStreamSynchronize(st) 0
 static inline int min(int a, int b) { return a < b ? a : b; }
 
-/* One emulated block (at most 8 full warps): its barriers and the per-warp
- * exchange areas of shuffles and mma fragments. */
+/* The backend state the kernel files read (kernels/cuda/common.cuh has the
+ * real one): the emulated backend's host-memory "device". */
+typedef struct {
+    int smem_optin;       /* max dynamic shared memory per block */
+    int attn_simt;        /* 1: force the SIMT attention path */
+    int gemm_no_epilogue; /* (no GEMMs here) */
+    void *scratch;        /* grow-only, as one LtStream's */
+    size_t scratch_bytes;
+} CudaImpl;
+static inline CudaImpl *cu_impl(LtBackend *be) { return (CudaImpl *)be->impl; }
+static inline cudaStream_t cu_stream(LtBackend *be) { return (cudaStream_t)0; }
+static inline int cu_is_bf16(const LtBackend *be) { return be->dtype == LT_BF16; }
+void *cu_scratch(LtBackend *be, size_t bytes);
+
+/* The emulated block (full warps only): its barriers and the per-warp
+ * exchange areas of shuffles, votes and mma fragments. */
+#define EMU_MAX_WARPS 32 /* 1024 threads per block */
 struct EmuBlock {
     std::barrier<> *blk;
-    std::barrier<> *warp[8];
-    float shfl[8][32];
-    uint32_t A[8][32][4], B[8][32][2];
+    std::barrier<> *warp[EMU_MAX_WARPS];
+    double shfl[EMU_MAX_WARPS][32];
+    unsigned vote[EMU_MAX_WARPS][32];
+    uint32_t A[EMU_MAX_WARPS][32][4], B[EMU_MAX_WARPS][32][2];
 };
 extern thread_local dim3 threadIdx;
 extern dim3 blockIdx, gridDim, blockDim;
@@ -58,14 +80,32 @@ extern EmuBlock *g_eb;
 extern size_t g_smem_bytes;
 static inline void __syncthreads() { g_eb->blk->arrive_and_wait(); }
 static inline void __syncwarp() { g_eb->warp[threadIdx.x >> 5]->arrive_and_wait(); }
-static inline float __shfl_xor_sync(unsigned, float v, int o) {
+/* (float, double and int values pass through a double exactly) */
+template <typename V> static inline V __shfl_xor_sync(unsigned, V v, int o) {
     int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-    g_eb->shfl[w][l] = v;
+    g_eb->shfl[w][l] = (double)v;
     __syncwarp();
-    float r = g_eb->shfl[w][l ^ o];
+    V r = (V)g_eb->shfl[w][l ^ o];
     __syncwarp();
     return r;
 }
+static inline unsigned __ballot_sync(unsigned mask, int pred) {
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    g_eb->vote[w][l] = pred != 0;
+    __syncwarp();
+    unsigned r = 0;
+    for (int i = 0; i < 32; i++)
+        if ((mask >> i & 1u) && g_eb->vote[w][i]) r |= 1u << i;
+    __syncwarp();
+    return r;
+}
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
+/* Statically sized __shared__ variables (transform.py rewrites each
+ * declaration into a call with a key naming it): one copy per block, carved
+ * from a block arena that starts NaN-filled. */
+void *emu_static_smem(const char *key, size_t bytes);
 /* The bf16 in the low (half 0) or high half of a fragment register. */
 static inline float bfbits(uint32_t reg, int half) {
     uint32_t u = (half ? (reg >> 16) : (reg & 0xffffu)) << 16;
@@ -99,4 +139,5 @@ static inline void emu_cp_async16(void *smem, const void *gmem, bool valid) {
 }
 void emu_run(dim3 grid, dim3 block, size_t smem, std::function<void()> fn);
 
-#include "elem.cuh" /* kernels/cuda: bf16 conversion, warp reductions */
+#include "device.cuh" /* kernels/cuda: conversion, reductions, GeLU math, launch sizes */
+#include "ops.cuh"    /* kernels/cuda: the op entries */

@@ -1,6 +1,13 @@
-/* emu_glue.cpp - runs the emulated attention kernels (tests/emu/common.cuh)
- * for tests/emu/test_attention_emu.c through a plain C interface: float
- * arrays in and out, converted to the kernels' element type. */
+/* emu_glue.cpp - the host side of the CUDA emulation (tests/emu/common.cuh):
+ * block-by-block launches, shared memory, and an "emulated CUDA backend" - an
+ * LtBackend whose memory is host memory and whose ops are the CUDA backend's
+ * own op entries (the kernels/cuda sources, rewritten by transform.py) running in the
+ * emulation. GEMMs go to cuBLASLt on a GPU and have no emulation: linear_fwd
+ * and linear_bwd stop with a message. */
+#include <map>
+#include <mutex>
+#include <string>
+
 #include "attention.cuh"
 
 thread_local dim3 threadIdx;
@@ -9,106 +16,162 @@ unsigned char *g_smem;
 size_t g_smem_bytes;
 EmuBlock *g_eb;
 
-/* One block after another; the threads of a block run concurrently. */
+/* Static __shared__ variables of the running block: a NaN-filled arena and
+ * each declaration's offset in it (assigned by the first thread asking). */
+static unsigned char g_static[48 * 1024];
+static size_t g_static_used;
+static std::map<std::string, size_t> g_static_at;
+static std::mutex g_static_mu;
+
+void *emu_static_smem(const char *key, size_t bytes) {
+    std::lock_guard<std::mutex> lock(g_static_mu);
+    auto it = g_static_at.find(key);
+    if (it != g_static_at.end()) return g_static + it->second;
+    size_t at = (g_static_used + 15) / 16 * 16;
+    if (at + bytes > sizeof g_static) lt_fatal("emulation: static shared memory over 48 KiB");
+    g_static_at[key] = at;
+    g_static_used = at + bytes;
+    return g_static + at;
+}
+
+/* One block after another; the threads of a block run concurrently. The
+ * block.x host threads are made once per launch and walk the blocks
+ * together: thread 0 prepares each block (fresh NaN-filled shared memory)
+ * between two barriers. */
 void emu_run(dim3 grid, dim3 block, size_t smem, std::function<void()> fn) {
-    if (grid.y > 65535 || grid.z != 1 || block.y != 1 || block.z != 1 || block.x > 256 ||
-        block.x % 32)
-        lt_fatal("emu_run: unsupported launch shape");
+    if (grid.y > 65535 || grid.z != 1 || block.y != 1 || block.z != 1 ||
+        block.x > 32 * EMU_MAX_WARPS || block.x % 32 || block.x == 0)
+        lt_fatal("emulation: unsupported launch shape (%u x %u x %u blocks of %u x %u x %u)",
+                 grid.x, grid.y, grid.z, block.x, block.y, block.z);
     gridDim = grid;
     blockDim = block;
-    for (unsigned by = 0; by < grid.y; by++)
-        for (unsigned bx = 0; bx < grid.x; bx++) {
-            blockIdx = dim3(bx, by, 0);
-            g_smem_bytes = smem;
-            g_smem = (unsigned char *)aligned_alloc(16, (smem + 15) / 16 * 16 + 16);
-            memset(g_smem, 0xff, smem); /* NaN in every float and bf16 */
-            EmuBlock *eb = new EmuBlock;
-            eb->blk = new std::barrier<>(block.x);
-            for (int w = 0; w < 8; w++) eb->warp[w] = new std::barrier<>(32);
-            g_eb = eb;
-            std::vector<std::thread> th;
-            for (unsigned t = 0; t < block.x; t++)
-                th.emplace_back([t, &fn] {
-                    threadIdx = dim3(t, 0, 0);
-                    fn();
-                });
-            for (auto &x : th) x.join();
-            delete eb->blk;
-            for (int w = 0; w < 8; w++) delete eb->warp[w];
-            delete eb;
-            free(g_smem);
-        }
+    const size_t smem_alloc = (smem + 15) / 16 * 16 + 16;
+    g_smem_bytes = smem;
+    g_smem = (unsigned char *)aligned_alloc(16, smem_alloc);
+    EmuBlock *eb = new EmuBlock;
+    eb->blk = new std::barrier<>(block.x);
+    for (unsigned w = 0; w < block.x / 32; w++) eb->warp[w] = new std::barrier<>(32);
+    g_eb = eb;
+    std::barrier<> gate(block.x);
+    const size_t nblocks = (size_t)grid.x * grid.y;
+    std::vector<std::thread> th;
+    for (unsigned t = 0; t < block.x; t++)
+        th.emplace_back([t, &fn, &gate, nblocks, grid, smem] {
+            threadIdx = dim3(t, 0, 0);
+            for (size_t k = 0; k < nblocks; k++) {
+                if (t == 0) {
+                    blockIdx = dim3((unsigned)(k % grid.x), (unsigned)(k / grid.x), 0);
+                    memset(g_smem, 0xff, smem); /* NaN in every float and bf16 */
+                    memset(g_static, 0xff, sizeof g_static);
+                    g_static_used = 0;
+                    g_static_at.clear();
+                }
+                gate.arrive_and_wait();
+                fn();
+                gate.arrive_and_wait();
+            }
+        });
+    for (auto &x : th) x.join();
+    delete eb->blk;
+    for (unsigned w = 0; w < block.x / 32; w++) delete eb->warp[w];
+    delete eb;
+    free(g_smem);
 }
 
-enum { EMU_SIMT_F32 = 0, EMU_SIMT_BF16 = 1, EMU_MMA_BF16 = 2 };
 static const int kSmem = 227 * 1024; /* an H100's opt-in shared memory per block */
 
-template <typename T> static T *to_dev(const float *x, size_t n) {
-    T *d = (T *)aligned_alloc(16, (n * sizeof(T) + 15) / 16 * 16 + 16);
-    for (size_t i = 0; i < n; i++) d[i] = from_f<T>(x[i]);
-    return d;
-}
-template <typename T> static T *poisoned(size_t n) {
-    T *d = (T *)aligned_alloc(16, (n * sizeof(T) + 15) / 16 * 16 + 16);
-    memset(d, 0xff, n * sizeof(T));
-    return d;
-}
-template <typename T> static void to_host(float *x, const T *d, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] = to_f(d[i]);
+/* ---- the emulated CUDA backend -------------------------------------------- */
+
+void *cu_scratch(LtBackend *be, size_t bytes) {
+    CudaImpl *im = cu_impl(be);
+    if (bytes > im->scratch_bytes) {
+        free(im->scratch);
+        im->scratch = aligned_alloc(256, (bytes + 255) / 256 * 256);
+        im->scratch_bytes = bytes;
+    }
+    return im->scratch;
 }
 
-template <typename T>
-static void fwd(int path, float *out, float *lse, const float *qkv, int B, int T_, int NH, int HD) {
-    const size_t nq = (size_t)B * T_ * 3 * NH * HD, no = (size_t)B * T_ * NH * HD;
-    T *q = to_dev<T>(qkv, nq), *o = poisoned<T>(no);
-    memset(lse, 0xff, (size_t)B * NH * T_ * sizeof(float));
-    if (path == EMU_MMA_BF16)
-        launch_attention_mma_fwd((bf16 *)o, lse, (const bf16 *)q, B, T_, NH, HD, kSmem, 0);
-    else
-        launch_attention_simt_fwd(path == EMU_SIMT_BF16, o, lse, q, B, T_, NH, HD, kSmem, 0);
-    to_host(out, o, no);
-    free(q), free(o);
+/* Elementwise conversions (backend_cuda.cu launches reduce.cu's kernels). */
+void cu_act_from_f32(LtBackend *be, void *dst, const float *src, size_t n) {
+    if (cu_is_bf16(be))
+        for (size_t i = 0; i < n; i++) ((bf16 *)dst)[i] = from_f<bf16>(src[i]);
+    else if (dst != src)
+        memcpy(dst, src, n * sizeof(float));
+}
+void cu_act_to_f32(LtBackend *be, float *dst, const void *src, size_t n) {
+    if (cu_is_bf16(be))
+        for (size_t i = 0; i < n; i++) dst[i] = to_f(((const bf16 *)src)[i]);
+    else if (dst != src)
+        memcpy(dst, src, n * sizeof(float));
+}
+void cu_linear_fwd(LtBackend *, void *, void *, const void *, const void *, const void *, int, int,
+                   int) {
+    lt_fatal("emulated CUDA backend: linear_fwd runs on cuBLASLt, which has no emulation");
+}
+void cu_linear_bwd(LtBackend *, void *, float *, float *, const void *, const void *, const void *,
+                   const void *, int, int, int) {
+    lt_fatal("emulated CUDA backend: linear_bwd runs on cuBLASLt, which has no emulation");
 }
 
-template <typename T>
-static void bwd(int path, float *dqkv, const float *dout, const float *qkv, const float *out,
-                const float *lse, int B, int T_, int NH, int HD) {
-    const size_t nq = (size_t)B * T_ * 3 * NH * HD, no = (size_t)B * T_ * NH * HD;
-    T *q = to_dev<T>(qkv, nq), *dy = to_dev<T>(dout, no), *o = to_dev<T>(out, no);
-    T *dq = poisoned<T>(nq);
-    /* D = rowsum(dout * out) per (b, h, t), as attention.cu's pre-pass */
-    std::vector<float> D((size_t)B * NH * T_);
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T_; t++)
-            for (int h = 0; h < NH; h++) {
-                const size_t row = ((size_t)b * T_ + t) * NH + h;
-                float s = 0.f;
-                for (int k = 0; k < HD; k++) s += to_f(dy[row * HD + k]) * to_f(o[row * HD + k]);
-                D[((size_t)b * NH + h) * T_ + t] = s;
-            }
-    if (path == EMU_MMA_BF16)
-        launch_attention_mma_bwd((bf16 *)dq, (const bf16 *)dy, (const bf16 *)q, lse, D.data(), B,
-                                 T_, NH, HD, kSmem, 0);
-    else
-        launch_attention_simt_bwd(path == EMU_SIMT_BF16, dq, dy, q, lse, D.data(), B, T_, NH, HD,
-                                  kSmem, 0);
-    to_host(dqkv, dq, nq);
-    free(q), free(dy), free(o), free(dq);
+static void emu_destroy(LtBackend *be) {
+    free(cu_impl(be)->scratch);
+    free(be->impl);
+    free(be);
 }
-
-extern "C" int emu_attention_supported(int path, int HD) {
-    return path == EMU_MMA_BF16 ? attention_mma_supported(HD) : HD <= ATT_SIMT_MAX_HD;
+static void *emu_alloc(LtBackend *, size_t bytes) {
+    size_t nb = (bytes + 255) / 256 * 256 + 256;
+    void *p = aligned_alloc(256, nb);
+    if (!p) lt_fatal("emulated CUDA backend: out of memory (%zu bytes)", bytes);
+    memset(p, 0, nb);
+    return p;
 }
-
-extern "C" void emu_attention_fwd(int path, float *out, float *lse, const float *qkv, int B, int T,
-                                  int NH, int HD) {
-    if (path == EMU_SIMT_F32) fwd<float>(path, out, lse, qkv, B, T, NH, HD);
-    else fwd<bf16>(path, out, lse, qkv, B, T, NH, HD);
+static void emu_free(LtBackend *, void *p) { free(p); }
+static void emu_zero(LtBackend *, void *p, size_t bytes) { memset(p, 0, bytes); }
+static void emu_copy(LtBackend *, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) memmove(dst, src, bytes);
 }
+static void emu_sync(LtBackend *) {}
+static LtStream *emu_stream_create(LtBackend *) { return (LtStream *)malloc(1); }
+static void emu_stream_destroy(LtBackend *, LtStream *s) { free(s); }
+static void emu_set_stream(LtBackend *, LtStream *) {}
+static LtEvent *emu_event_create(LtBackend *) { return (LtEvent *)malloc(1); }
+static void emu_event_destroy(LtBackend *, LtEvent *e) { free(e); }
+static void emu_event_record(LtBackend *, LtEvent *, LtStream *) {}
+static void emu_stream_wait_event(LtBackend *, LtStream *, LtEvent *) {}
 
-extern "C" void emu_attention_bwd(int path, float *dqkv, const float *dout, const float *qkv,
-                                  const float *out, const float *lse, int B, int T, int NH,
-                                  int HD) {
-    if (path == EMU_SIMT_F32) bwd<float>(path, dqkv, dout, qkv, out, lse, B, T, NH, HD);
-    else bwd<bf16>(path, dqkv, dout, qkv, out, lse, B, T, NH, HD);
+static const LtBackendOps emu_ops = {
+    "cuda-emulated",  emu_destroy,       emu_alloc,        emu_free,
+    emu_zero,         emu_copy,          emu_copy,         emu_copy,
+    emu_sync,         cu_act_from_f32,   cu_act_to_f32,    emu_stream_create,
+    emu_stream_destroy, emu_set_stream,  emu_event_create, emu_event_destroy,
+    emu_event_record, emu_stream_wait_event, cu_embedding_fwd, cu_embedding_bwd,
+    cu_layernorm_fwd, cu_layernorm_bwd,  cu_add_act,       cu_linear_fwd,
+    cu_linear_bwd,    cu_gelu_fwd,       cu_gelu_bwd,      cu_attention_fwd,
+    cu_attention_bwd, cu_xent_fwd_bwd,   cu_xent_tp_stats, cu_xent_tp_finish,
+    cu_adamw,         cu_sumsq,          cu_scale_f32,     cu_add_f32,
+};
+
+/* This binary has no real CUDA backend (the emulated one stands in). */
+extern "C" LtBackend *lt_backend_cuda_create(LtDtype, int, char *err, size_t errlen) {
+    snprintf(err, errlen, "the emulated CUDA backend has no GPU devices");
+    return NULL;
+}
+extern "C" int lt_cuda_device_count(void) { return 0; }
+extern "C" int lt_cuda_compiled(void) { return 0; }
+
+/* The CUDA backend's ops on host memory in the emulation; attn_simt = 1
+ * forces the generic attention path (as LT_CUDA_ATTN=simt does). */
+extern "C" LtBackend *emu_cuda_backend_create(LtDtype dtype, int attn_simt) {
+    CudaImpl *im = (CudaImpl *)calloc(1, sizeof(CudaImpl));
+    LtBackend *be = (LtBackend *)calloc(1, sizeof(LtBackend));
+    im->smem_optin = kSmem;
+    im->attn_simt = attn_simt;
+    be->ops = &emu_ops;
+    be->dtype = dtype;
+    be->act_size = dtype == LT_BF16 ? 2 : 4;
+    be->device_name = "CUDA backend emulated on the CPU";
+    be->device_id = 0;
+    be->impl = im;
+    return be;
 }

@@ -2,7 +2,8 @@
 """transform.py KERNEL.cu > OUT.cpp - rewrite an attention kernel file for the
 host emulation (tests/emu/common.cuh): inline-PTX helpers (mma.sync, cp.async)
 become calls into the emulation, dynamic shared memory becomes the emulated
-block's buffer, and every launch NAME<<<grid, block, smem, stream>>>(args)
+block's buffer, statically sized __shared__ variables become pointers into
+its static arena (emu_static_smem), and every launch NAME<<<grid, block, smem, stream>>>(args)
 becomes emu_run(grid, block, smem, [=] { NAME(args); }). Fails loudly when
 something GPU-only is left, so a kernel change that the rewrite does not cover
 stops the build instead of testing something else."""
@@ -21,14 +22,48 @@ src = re.sub(r'__device__ __forceinline__ void cp_async_commit\(\).*?\n',
              'static inline void cp_async_commit() {}\n', src)
 src = re.sub(r'template <int N> __device__ __forceinline__ void cp_async_wait\(\) \{.*?\n}\n',
              'template <int N> static inline void cp_async_wait() {}\n', src, flags=re.S)
-src = src.replace('extern __shared__ __align__(16) unsigned char am_raw[];',
-                  'unsigned char *am_raw = g_smem;')
-src = src.replace('extern __shared__ float as_sm[];', 'float *as_sm = (float *)g_smem;')
+# dynamic shared memory: the emulated block's buffer
+src = re.sub(r'extern __shared__\s+(?:__align__\(\d+\)\s+)?([\w ]+?)\s+(\w+)\[\]\s*;',
+             lambda m: '%s *%s = (%s *)g_smem;' % (m.group(1), m.group(2), m.group(1)), src)
+
+
+counter = [0]
+
+
+def static_shared(m):
+    """__shared__ TYPE NAME[DIMS]; -> a pointer into the block's static arena."""
+    typ, name, dims = m.group(1).strip(), m.group(2), m.group(3) or ''
+    counter[0] += 1
+    key = '"%s:%d"' % (sys.argv[1], counter[0])
+    if not dims:
+        return '%s &%s = *(%s *)emu_static_smem(%s, sizeof(%s));' % (typ, name, typ, key, typ)
+    first = re.match(r'\[[^\]]+\]', dims).group(0)
+    rest = dims[len(first):]
+    return '%s (*%s)%s = (%s (*)%s)emu_static_smem(%s, sizeof(%s%s));' % (
+        typ, name, rest, typ, rest, key, typ, dims)
+
+
+src = re.sub(r'(?<!extern )__shared__\s+(?:__align__\(\d+\)\s+)?([\w ]+?)\s+(\w+)((?:\[[^\]]+\])*)\s*;',
+             static_shared, src)
+
+
+def top_level_split(text):
+    """Split on commas outside parentheses."""
+    parts, depth, cur = [], 0, ''
+    for ch in text:
+        if ch == ',' and depth == 0:
+            parts.append(cur.strip())
+            cur = ''
+            continue
+        depth += (ch == '(') - (ch == ')')
+        cur += ch
+    parts.append(cur.strip())
+    return parts
 
 
 def launch(m):
     name, cfg, args = m.group(1), m.group(2), m.group(3)
-    parts = [p.strip() for p in cfg.split(',')]
+    parts = top_level_split(cfg) + ['0']
     return 'emu_run(%s, dim3(%s), %s, [=] { %s(%s); });' % (parts[0], parts[1], parts[2], name, args)
 
 

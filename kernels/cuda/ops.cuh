@@ -1,0 +1,57 @@
+/* ops.cuh - the CUDA backend's op entries (vtable signatures, defined in the
+ * per-op .cu files) and the helpers shared between files. */
+#ifndef LT_CUDA_OPS_CUH
+#define LT_CUDA_OPS_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+void cu_embedding_fwd(LtBackend *be, void *out, const int32_t *tokens, const void *wte,
+                      const void *wpe, int B, int T, int C);
+void cu_embedding_bwd(LtBackend *be, float *dwte, float *dwpe, const void *dout,
+                      const int32_t *tokens, int B, int T, int C);
+void cu_layernorm_fwd(LtBackend *be, void *resid_out, void *out, float *mean, float *rstd,
+                      const void *a, const void *b, const void *w, const void *bias, int N, int C);
+void cu_layernorm_bwd(LtBackend *be, void *dinp, float *dw, float *db, const void *dout,
+                      const void *inp, const void *w, const float *mean, const float *rstd, int N,
+                      int C);
+void cu_linear_fwd(LtBackend *be, void *out, void *pre_gelu, const void *inp, const void *w,
+                   const void *bias, int N, int C, int OC);
+void cu_linear_bwd(LtBackend *be, void *dinp, float *dw, float *dbias, const void *dout,
+                   const void *inp, const void *w, const void *gelu_pre, int N, int C, int OC);
+void cu_gelu_fwd(LtBackend *be, void *out, const void *inp, size_t n);
+void cu_gelu_bwd(LtBackend *be, void *dinp, const void *inp, const void *dout, size_t n);
+void cu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T,
+                      int NH, int HD);
+void cu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
+                      const void *out, const float *lse, int B, int T, int NH, int HD);
+void cu_xent_fwd_bwd(LtBackend *be, float *losses, void *logits, const int32_t *targets, int N,
+                     int V, int Vp, float dscale);
+void cu_xent_tp_stats(LtBackend *be, float *row_max, float *row_sumexp, float *row_target,
+                      const void *logits, const int32_t *targets, const float *global_max, int N,
+                      int Vvalid, int Vp);
+void cu_xent_tp_finish(LtBackend *be, float *losses, void *logits, const int32_t *targets,
+                       const float *global_max, const float *global_sumexp,
+                       const float *global_target, int N, int Vvalid, int Vp, float dscale);
+void cu_adamw(LtBackend *be, void *param, float *master, const float *grad, float *m, float *v,
+              size_t n, const LtAdamArgs *a);
+double cu_sumsq(LtBackend *be, const float *x, size_t n);
+void cu_scale_f32(LtBackend *be, float *x, float s, size_t n);
+void cu_add_f32(LtBackend *be, float *dst, const float *src, size_t n);
+void cu_add_act(LtBackend *be, void *out, const void *a, const void *b, size_t n);
+void cu_act_from_f32(LtBackend *be, void *dst, const float *src, size_t n);
+void cu_act_to_f32(LtBackend *be, float *dst, const void *src, size_t n);
+
+/* Helpers shared between files (reduce.cu, gelu.cu). */
+/* dbias(OC) += column sums of dout(N, OC); deterministic two-pass. */
+void cu_colsum_add(LtBackend *be, float *dbias, const void *dout, int N, int OC);
+/* out = gelu(pre + bias) with pre_gelu = pre + bias (bias may be NULL; pre_gelu may
+ * equal the buffer holding pre, it is rewritten in place) - the GEMM fallback. */
+void cu_bias_gelu(LtBackend *be, void *out, void *pre_gelu, const void *pre, const void *bias,
+                  int N, int OC, int do_gelu);
+/* dinp *= gelu'(gelu_pre) in place - the GEMM fallback for the DGELU epilogue. */
+void cu_dgelu_inplace(LtBackend *be, void *dinp, const void *gelu_pre, size_t n);
+
+#endif
