@@ -1,14 +1,14 @@
 /* emu_glue.cpp - the host side of the CUDA emulation (tests/emu/common.cuh):
  * block-by-block launches, shared memory, and an "emulated CUDA backend" - an
  * LtBackend whose memory is host memory and whose ops are the CUDA backend's
- * own op entries (the kernels/cuda sources, rewritten by transform.py) running in the
- * emulation. GEMMs go to cuBLASLt on a GPU and have no emulation: linear_fwd
- * and linear_bwd stop with a message. */
+ * own op entries (the kernels/cuda sources, rewritten by transform.py)
+ * running in the emulation. GEMMs go to cuBLASLt on a GPU and have no
+ * emulation: linear_fwd and linear_bwd stop with a message. */
 #include <map>
 #include <mutex>
 #include <string>
 
-#include "attention.cuh"
+#include "attention.cuh" /* and through it the emulation's common.cuh */
 
 thread_local dim3 threadIdx;
 dim3 blockIdx, gridDim, blockDim;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""transform.py KERNEL.cu > OUT.cpp - rewrite an attention kernel file for the
+"""transform.py KERNEL.cu > OUT.cpp - rewrite a CUDA kernel file (kernels/cuda) for the
 host emulation (tests/emu/common.cuh): inline-PTX helpers (mma.sync, cp.async)
 become calls into the emulation, dynamic shared memory becomes the emulated
 block's buffer, statically sized __shared__ variables become pointers into
