@@ -132,6 +132,9 @@ const char *lt_comm_name(const LtComm *c);
 /* Global (world) rank of group rank r; -1 when out of range. */
 int lt_comm_global_rank(const LtComm *c, int r);
 size_t lt_comm_type_size(LtCommType t);
+/* The element type of be's act tensors on the wire: fp32 words (fp32, and the
+ * CPU backend's bf16 stored as rounded floats) or real 16-bit bf16 (CUDA). */
+LtCommType lt_comm_act_type(const LtBackend *be);
 
 /* ---- collectives (start / finish) ---------------------------------------- */
 /* In place: buf[count] becomes the elementwise op over the group. */

@@ -214,6 +214,10 @@ int lt_comm_global_rank(const LtComm *c, int r) {
     return r >= 0 && r < c->size ? c->global[r] : -1;
 }
 
+LtCommType lt_comm_act_type(const LtBackend *be) {
+    return be->act_size == sizeof(float) ? LT_COMM_F32 : LT_COMM_BF16;
+}
+
 size_t lt_comm_type_size(LtCommType t) {
     switch (t) {
     case LT_COMM_F32: return 4;

@@ -280,12 +280,6 @@ static void grads_ready(LtModel *m, int first, int last) {
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, first, last);
 }
 
-/* The communication type of act tensors: fp32 words (fp32, and the CPU
- * backend's bf16 stored as rounded floats) or real 16-bit bf16 (CUDA). */
-static LtCommType act_comm_type(const LtModel *m) {
-    return m->be->act_size == sizeof(float) ? LT_COMM_F32 : LT_COMM_BF16;
-}
-
 /* After a sum of fp32-stored bf16 values (CPU backend): round back to bf16.
  * Real bf16 sums come back rounded from the communication layer. */
 static void act_round(LtModel *m, void *x, size_t n) {
@@ -299,7 +293,7 @@ static void act_round(LtModel *m, void *x, size_t n) {
  * CPU backend, NCCL or staged MPI for CUDA); the sum is in the compute dtype. */
 static void tp_sum(LtModel *m, void *x, size_t n) {
     if (!m->tp) return;
-    lt_comm_all_reduce(m->tp, x, n, act_comm_type(m), LT_COMM_SUM);
+    lt_comm_all_reduce(m->tp, x, n, lt_comm_act_type(m->be), LT_COMM_SUM);
     act_round(m, x, n);
 }
 
@@ -328,7 +322,7 @@ static void sp_gather(LtModel *m, void *full, int R, int C) {
     if (!m->sp) return;
     size_t n = (size_t)R * C;
     lt_comm_all_gather(m->tp, rows_at(m, full, (size_t)m->tp_rank * R, C), full, n,
-                       act_comm_type(m));
+                       lt_comm_act_type(m->be));
 }
 
 /* Partial sums `full` (N, C) of a row-parallel layer (or of a column-parallel
@@ -339,7 +333,7 @@ static void *tp_finish(LtModel *m, void *full, void *shard, int R, int C) {
         tp_sum(m, full, (size_t)R * C);
         return full;
     }
-    lt_comm_reduce_scatter(m->tp, full, shard, (size_t)R * C, act_comm_type(m));
+    lt_comm_reduce_scatter(m->tp, full, shard, (size_t)R * C, lt_comm_act_type(m->be));
     act_round(m, shard, (size_t)R * C);
     return shard;
 }

@@ -202,7 +202,7 @@ void lt_optim_step(LtOptimizer *o, void *params, const float *grads, double lr,
     }
     if (o->zero_stage >= 1) /* every rank gets the updated shards of the others */
         lt_comm_all_gather(o->dp, (char *)params + lt_act_bytes(be, s0), params, o->shard_len,
-                           be->act_size == sizeof(float) ? LT_COMM_F32 : LT_COMM_BF16);
+                           lt_comm_act_type(be));
 }
 
 /* Gather one sharded fp32 state array into host[total]. */

@@ -81,7 +81,7 @@ LtPipeline *lt_pipeline_create(LtModel *m, const LtComm *pp, int micro_batches) 
                      m->nslots, need);
         p->slot_of = lt_malloc(sizeof(int) * (size_t)p->V * (size_t)p->M);
     }
-    p->type = m->be->act_size == sizeof(float) ? LT_COMM_F32 : LT_COMM_BF16;
+    p->type = lt_comm_act_type(m->be);
     return p;
 }
 

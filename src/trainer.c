@@ -528,7 +528,7 @@ static void sync_tied_embedding(Run *r) {
     if (!r->emb || !lt_comm_member(r->emb) || t->idx_wte < 0) return;
     const LtParam *p = &t->p[t->idx_wte];
     lt_comm_broadcast(r->emb, (char *)m->params + lt_act_bytes(m->be, p->offset), p->numel,
-                      m->be->act_size == sizeof(float) ? LT_COMM_F32 : LT_COMM_BF16, 0);
+                      lt_comm_act_type(m->be), 0);
 }
 
 /* Pipelining: the first stage's embedding and the last stage's LM head are

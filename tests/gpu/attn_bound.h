@@ -18,16 +18,16 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "../test.h"
 #include "common.h"
 
+/* The tests' metric: largest error relative to max(|ref|, rms(ref)). */
 static double attn_bound_err(const double *got, const double *ref, size_t n) {
     double ss = 0.0, worst = 0.0;
     for (size_t i = 0; i < n; i++) ss += ref[i] * ref[i];
     double rms = n ? sqrt(ss / (double)n) : 0.0;
-    if (rms < 1e-30) rms = 1e-30;
     for (size_t i = 0; i < n; i++) {
-        double d = fabs(ref[i]) > rms ? fabs(ref[i]) : rms;
-        double e = fabs(got[i] - ref[i]) / d;
+        double e = test_relerr(got[i], ref[i], rms > 1e-30 ? rms : 1e-30);
         if (e > worst) worst = e;
     }
     return worst;
