@@ -48,6 +48,7 @@ typedef struct {
         LtRecompute recompute;
         LtDeviceKind device;
         int threads;                   /* CPU threads per rank, 0 = all cores / local ranks */
+        int lm_head_chunk;             /* tokens per LM head / loss chunk, 0 = auto (see model.h) */
     } train;
     struct {
         double lr, min_lr;

@@ -61,7 +61,19 @@ typedef struct {
     int recompute;         /* LT_MODEL_RECOMPUTE_* */
     LtStagePlace place;    /* pipeline part held; {0} = the whole model */
     int slots;             /* activation slots (micro batches x chunks in flight); 0 = 1 */
+    int lm_head_chunk;     /* tokens per LM head chunk; 0 = auto: the whole micro batch
+                            * when its logits fit in LT_LM_HEAD_AUTO_BYTES, else equal
+                            * chunks that do (but never under LT_LM_HEAD_MIN_ROWS tokens, so
+                            * the weight-gradient GEMM's inner dimension stays long) */
 } LtModelOptions;
+
+#define LT_LM_HEAD_AUTO_BYTES ((size_t)1 << 30)
+#define LT_LM_HEAD_MIN_ROWS 4096
+
+/* Tokens per LM head chunk for N tokens per micro batch, Vl vocabulary rows on
+ * this rank and act_bytes bytes per logit: `requested` when > 0 (capped at N),
+ * else the auto rule of LtModelOptions.lm_head_chunk. */
+int lt_model_lm_head_chunk(size_t N, size_t Vl, size_t act_bytes, int requested);
 
 /* Activation recomputation (train.recompute): none keeps every layer's
  * activations; selective recomputes the attention core (its output) from the
@@ -74,7 +86,7 @@ typedef struct {
     LtParamTable table;   /* this rank's part (its chunks, tp shards) */
     LtModelDims d;
     int B, T;             /* micro batch size and sequence length of the buffers */
-    int xent_chunk;       /* tokens per cross-entropy chunk */
+    int xent_chunk;       /* tokens per LM head / cross-entropy chunk */
     const LtComm *tp;     /* tensor-parallel group, NULL when tp == 1 */
     int tp_size, tp_rank;
     int sp;               /* sequence parallelism on */

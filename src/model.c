@@ -28,6 +28,16 @@
 enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FC2W,
        P_FC2B, P_PER_LAYER };
 
+int lt_model_lm_head_chunk(size_t N, size_t Vl, size_t act_bytes, int requested) {
+    if (N == 0) return 1;
+    if (requested > 0) return (size_t)requested < N ? requested : (int)N;
+    size_t fit = LT_LM_HEAD_AUTO_BYTES / (Vl * act_bytes > 0 ? Vl * act_bytes : 1);
+    if (fit < LT_LM_HEAD_MIN_ROWS) fit = LT_LM_HEAD_MIN_ROWS;
+    if (fit >= N) return (int)N;
+    size_t chunks = (N + fit - 1) / fit, rows = (N + chunks - 1) / chunks; /* equal chunks */
+    return (int)(rows < LT_LM_HEAD_MIN_ROWS ? LT_LM_HEAD_MIN_ROWS : rows);
+}
+
 /* Device pointer of parameter i in the compute-dtype buffer / fp32 grads. */
 static void *param(const LtModel *m, int i) {
     return (char *)m->params + lt_act_bytes(m->be, m->table.p[i].offset);
@@ -183,7 +193,8 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     m->sp_partial = lt_calloc((size_t)m->table.n);
     for (int i = 0; i < m->table.n; i++) /* LayerNorm weights see only this rank's tokens */
         m->sp_partial[i] = m->sp && strstr(m->table.p[i].name, "ln_") != NULL;
-    m->xent_chunk = (int)(N < 256 ? N : 256);
+    m->xent_chunk = lt_model_lm_head_chunk(N, (size_t)m->vocab_local, be->act_size,
+                                           opt ? opt->lm_head_chunk : 0);
     m->flat = opt && opt->flat ? opt->flat : m->table.total;
     LT_CHECK(m->flat >= m->table.total);
 

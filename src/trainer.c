@@ -261,6 +261,7 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
                                          r->topo.dp > 1,
                          .tp = r->tp,
                          .sequence_parallel = cfg->parallel.sequence_parallel,
+                         .lm_head_chunk = cfg->train.lm_head_chunk,
                          .recompute = cfg->train.recompute == LT_RECOMPUTE_FULL
                                           ? LT_MODEL_RECOMPUTE_FULL
                                           : cfg->train.recompute == LT_RECOMPUTE_SELECTIVE
@@ -398,6 +399,14 @@ static void print_summary(const Run *r) {
            "workspace=%zu (parameter elements %zu)\n",
            m->params, m->grads + (r->opt ? r->opt->grad_bytes : 0),
            r->opt ? r->opt->state_bytes : 0, m->activations, m->workspace, r->model->table.total);
+    if (r->model->table.last_stage) {
+        const LtModel *md = r->model;
+        const size_t N = (size_t)md->B * (size_t)md->T, X = (size_t)md->xent_chunk;
+        lt_log("lm head    %zu token(s) per chunk, %zu chunk(s) per micro batch: logits %.1f MiB "
+               "(%zu x %d vocabulary rows)\n",
+               X, (N + X - 1) / X, mib(lt_act_bytes(md->be, X * (size_t)md->vocab_local)), X,
+               md->vocab_local);
+    }
     if (r->comm_device && r->world->world > 1)
         lt_log("comm       %s on device buffers (%s)\n", lt_comm_lib_name(r->comm_lib),
                r->comm_why);

@@ -131,36 +131,76 @@ static void test_gradient_check(void) {
     lt_backend_destroy(be);
 }
 
+/* Largest |difference| between two models' gradients, relative to the
+ * largest |gradient| of the first. */
+static double grad_diff(LtBackend *be, const LtModel *a, const LtModel *b) {
+    size_t n = a->table.total;
+    float *ga = malloc(n * sizeof(float)), *gb = malloc(n * sizeof(float));
+    be->ops->download(be, ga, a->grads, n * sizeof(float));
+    be->ops->download(be, gb, b->grads, n * sizeof(float));
+    double maxd = 0, maxg = 0;
+    for (size_t i = 0; i < n; i++) {
+        maxd = fmax(maxd, fabs(ga[i] - gb[i]));
+        maxg = fmax(maxg, fabs(ga[i]));
+    }
+    free(ga);
+    free(gb);
+    return maxg > 0 ? maxd / maxg : maxd;
+}
+
+/* Same initial parameters (from seed) in both models; 32 random inputs and
+ * targets drawn from seed + 1, seed + 2. */
+static void init_pair(LtModel *a, LtModel *b, uint64_t seed, int32_t in[32], int32_t tgt[32]) {
+    float *host = malloc(a->table.total * sizeof(float));
+    lt_params_init(&a->table, seed, host);
+    lt_model_set_params(a, host);
+    lt_model_set_params(b, host);
+    free(host);
+    random_tokens(in, 32, a->d.vocab, seed + 1);
+    random_tokens(tgt, 32, a->d.vocab, seed + 2);
+}
+
 static void test_accumulation(void) {
     /* one micro batch of 4 == two micro batches of 2, gradients summed */
     LtModelDims d = tiny_dims();
     LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
     LtModel *m4 = lt_model_create(be, &d, 4, d.seq_len, NULL), *m2 = lt_model_create(be, &d, 2, d.seq_len, NULL);
-    size_t n = m4->table.total;
-    float *host = malloc(n * sizeof(float));
-    lt_params_init(&m4->table, 5, host);
-    lt_model_set_params(m4, host);
-    lt_model_set_params(m2, host);
     int32_t in[32], tgt[32];
-    random_tokens(in, 32, d.vocab, 21);
-    random_tokens(tgt, 32, d.vocab, 22);
+    init_pair(m4, m2, 5, in, tgt);
     double l4 = lt_model_step(m4, in, tgt, 1.0f / 32);
     double l2 = lt_model_step(m2, in, tgt, 1.0f / 32) + lt_model_step(m2, in + 16, tgt + 16, 1.0f / 32);
     CHECK(test_relerr(l2, l4, 1e-9) < 1e-6, "loss %g vs %g", l2, l4);
-    float *g4 = malloc(n * sizeof(float)), *g2 = malloc(n * sizeof(float));
-    be->ops->download(be, g4, m4->grads, n * sizeof(float));
-    be->ops->download(be, g2, m2->grads, n * sizeof(float));
-    double maxd = 0, maxg = 0;
-    for (size_t i = 0; i < n; i++) {
-        maxd = fmax(maxd, fabs(g4[i] - g2[i]));
-        maxg = fmax(maxg, fabs(g4[i]));
-    }
-    CHECK(maxd <= 1e-5 * maxg, "max grad difference %g (max grad %g)", maxd, maxg);
-    free(g4);
-    free(g2);
-    free(host);
+    double rel = grad_diff(be, m4, m2);
+    CHECK(rel <= 1e-5, "max grad difference %g of the largest gradient", rel);
     lt_model_destroy(m4);
     lt_model_destroy(m2);
+    lt_backend_destroy(be);
+}
+
+/* The LM head in chunks (uneven: 32 tokens in chunks of 5) gives the loss and
+ * gradients of the whole micro batch at once; and the auto chunk rule. */
+static void test_lm_head_chunks(void) {
+    CHECK(lt_model_lm_head_chunk(16384, 50304, 2, 0) == 8192, "124M auto chunk %d",
+          lt_model_lm_head_chunk(16384, 50304, 2, 0));
+    CHECK(lt_model_lm_head_chunk(2048, 4096, 4, 0) == 2048, "small model: whole micro batch");
+    CHECK(lt_model_lm_head_chunk(100000, 1 << 20, 2, 0) == 4096, "floor at 4096 rows: %d",
+          lt_model_lm_head_chunk(100000, 1 << 20, 2, 0));
+    CHECK(lt_model_lm_head_chunk(64, 50304, 2, 100) == 64, "request capped at the micro batch");
+    CHECK(lt_model_lm_head_chunk(64, 50304, 2, 5) == 5, "request taken");
+    LtModelDims d = tiny_dims();
+    LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
+    LtModelOptions whole = {.lm_head_chunk = 0}, five = {.lm_head_chunk = 5};
+    LtModel *a = lt_model_create(be, &d, 4, d.seq_len, &whole);
+    LtModel *b = lt_model_create(be, &d, 4, d.seq_len, &five);
+    CHECK(a->xent_chunk == 32 && b->xent_chunk == 5, "chunks %d, %d", a->xent_chunk, b->xent_chunk);
+    int32_t in[32], tgt[32];
+    init_pair(a, b, 9, in, tgt);
+    double la = lt_model_step(a, in, tgt, 1.0f / 32), lb = lt_model_step(b, in, tgt, 1.0f / 32);
+    CHECK(test_relerr(lb, la, 1e-9) < 1e-6, "loss %g vs %g", lb, la);
+    double rel = grad_diff(be, a, b);
+    CHECK(rel <= 1e-5, "max grad difference %g of the largest gradient", rel);
+    lt_model_destroy(a);
+    lt_model_destroy(b);
     lt_backend_destroy(be);
 }
 
@@ -254,6 +294,7 @@ int main(void) {
     RUN(test_init_layout_independent);
     RUN(test_gradient_check);
     RUN(test_accumulation);
+    RUN(test_lm_head_chunks);
     RUN(test_fit_batch);
     RUN(test_lr_schedule);
     RUN(test_flops);
