@@ -101,7 +101,10 @@ ifeq ($(CUDA),1)
 EMU_DIR  := $(BUILD)/emu
 EMU_KERNELS := $(filter-out gemm backend_cuda comm_staging,$(patsubst kernels/cuda/%.cu,%,$(CUDA_SRCS)))
 EMU_OBJS := $(patsubst %,$(EMU_DIR)/%.o,$(EMU_KERNELS)) $(EMU_DIR)/emu_glue.o
-EMU_HDRS := $(EMU_DIR)/common.cuh $(EMU_DIR)/attention.cuh kernels/cuda/device.cuh kernels/cuda/ops.cuh
+# (include/*.h too: the kernels see backend.h's structs, and a stale object
+# built against an older layout crashes the emulation)
+EMU_HDRS := $(EMU_DIR)/common.cuh $(EMU_DIR)/attention.cuh kernels/cuda/device.cuh kernels/cuda/ops.cuh \
+            $(wildcard include/*.h)
 # -w: the rewritten kernels are checked by nvcc -Wall already
 EMU_CXXFLAGS := -std=c++20 -O2 -pthread -w -I$(EMU_DIR) -Ikernels/cuda -Iinclude \
                 -isystem $(CUDA_HOME)/include

@@ -27,11 +27,14 @@ typedef enum { LT_F32 = 0, LT_BF16 = 1 } LtDtype;
 typedef struct LtBackend LtBackend;
 typedef struct LtStream LtStream; /* opaque; NULL = the backend's default stream */
 typedef struct LtEvent LtEvent;
+typedef struct LtGraph LtGraph; /* a captured sequence of ops, replayable */
 
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
     float bc1, bc2;    /* bias corrections 1 - beta^t */
     float grad_scale;  /* multiplies the gradient first (clip coefficient) */
+    const float *grad_scale_dev; /* device scalar, a further gradient multiplier computed
+                                  * on the device (clip_coef); NULL = 1 */
 } LtAdamArgs;
 
 typedef struct {
@@ -46,6 +49,18 @@ typedef struct {
     void (*download)(LtBackend *be, void *dst, const void *src, size_t bytes); /* device -> host */
     void (*copy)(LtBackend *be, void *dst, const void *src, size_t bytes);     /* device -> device */
     void (*synchronize)(LtBackend *be);
+    /* Host memory that the device copies to and from without the host waiting
+     * (page-locked on a GPU, plain memory on the CPU); zeroed. */
+    void *(*host_alloc)(LtBackend *be, size_t bytes);
+    void (*host_free)(LtBackend *be, void *p);
+    /* host -> device, ordered on the current stream, returning before the copy is
+     * done. A source from host_alloc must stay unchanged until the device has passed
+     * the copy (the next synchronize); from other host memory the call may wait until
+     * the source is staged, and the source may be reused once it returns. */
+    void (*upload_async)(LtBackend *be, void *dst, const void *src, size_t bytes);
+    /* device -> host_alloc memory, ordered on the current stream; dst holds the data
+     * after the next synchronize. */
+    void (*download_async)(LtBackend *be, void *dst, const void *src, size_t bytes);
     /* act tensor <-> fp32 (both device pointers) */
     void (*act_from_f32)(LtBackend *be, void *dst, const float *src, size_t n);
     void (*act_to_f32)(LtBackend *be, float *dst, const void *src, size_t n);
@@ -58,6 +73,18 @@ typedef struct {
     void (*event_destroy)(LtBackend *be, LtEvent *e);
     void (*event_record)(LtBackend *be, LtEvent *e, LtStream *s);
     void (*stream_wait_event)(LtBackend *be, LtStream *s, LtEvent *e);
+
+    /* ---- graphs (optional: NULL where the backend cannot capture) ----
+     * Ops issued on the current stream between capture_begin and capture_end
+     * are recorded, not run; graph_launch runs them again with the same
+     * pointers and sizes (the host-side arguments are frozen at capture; host
+     * memory read by upload_async is read again at each launch). No call that
+     * waits for the device, and no allocation, may happen while capturing.
+     * capture_end returns NULL with a reason in err if the capture failed. */
+    void (*capture_begin)(LtBackend *be);
+    LtGraph *(*capture_end)(LtBackend *be, char *err, size_t errlen);
+    void (*graph_launch)(LtBackend *be, LtGraph *g);
+    void (*graph_destroy)(LtBackend *be, LtGraph *g);
 
     /* ---- ops ---- */
     /* out(N,C) = wte[tokens[i]] + wpe[t], t = i % T = position within the sequence of
@@ -158,8 +185,18 @@ typedef struct {
      * in compute dtype. */
     void (*adamw)(LtBackend *be, void *param, float *master, const float *grad, float *m,
                   float *v, size_t n, const LtAdamArgs *a);
-    /* Sum of squares of an fp32 buffer, accumulated in double; result on host. */
-    double (*sumsq)(LtBackend *be, const float *x, size_t n);
+    /* acc[0] += the sum of x[i] (squares == 0) or of x[i]^2 (squares == 1) over an fp32
+     * buffer, accumulated in double; acc is one double of device memory. The host does
+     * not wait. Deterministic. */
+    void (*sum_f64)(LtBackend *be, double *acc, const float *x, size_t n, int squares);
+    /* coef[0] = min(1, clip / (sqrt(sumsq[0]) + 1e-6)) when clip > 0, else 1; and 0
+     * whenever sumsq[0] is not finite (a diverged step then changes no weight through
+     * its gradient). Device scalars: the gradient-clipping coefficient without a host
+     * round trip. */
+    void (*clip_coef)(LtBackend *be, float *coef, const double *sumsq, float clip);
+    /* Vocab-parallel ownership in place: ids[i] -= start when start <= ids[i] <
+     * start + count, else ids[i] = -1 (see embedding_fwd). */
+    void (*localize_ids)(LtBackend *be, int32_t *ids, size_t n, int start, int count);
     /* x *= s over an fp32 buffer. */
     void (*scale_f32)(LtBackend *be, float *x, float s, size_t n);
     /* dst[i] += src[i] over fp32 buffers (no overlap unless dst == src). */
@@ -173,6 +210,9 @@ struct LtBackend {
     const char *device_name;
     int device_id;       /* -1 for CPU */
     void *impl;
+    /* Calls so far that made the host wait for the device: synchronize, upload and
+     * download (the blocking copies). The trainer reports it per step. */
+    unsigned long host_waits;
 };
 
 static inline size_t lt_act_bytes(const LtBackend *be, size_t n) { return n * be->act_size; }

@@ -49,6 +49,7 @@ typedef struct {
         LtDeviceKind device;
         int threads;                   /* CPU threads per rank, 0 = all cores / local ranks */
         int lm_head_chunk;             /* tokens per LM head / loss chunk, 0 = auto (see model.h) */
+        bool cuda_graph;               /* replay each step's forward/backward as a CUDA graph */
     } train;
     struct {
         double lr, min_lr;

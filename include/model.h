@@ -126,8 +126,9 @@ typedef struct {
     float *losses;        /* (N) per-token losses */
     float *xstat;         /* (3, xent_chunk) vocab-parallel row max / sum of exp / target logit */
     int32_t *targets;     /* (N) device copy of the current micro batch's targets (local ids) */
-    int32_t *host_ids;    /* (N) staging for local ids */
-    float *host_losses;   /* (N) host copy */
+    double *loss_acc;     /* device: token losses summed by forwards (see lt_model_loss_take);
+                           * the model's own own_loss_acc, or the caller's */
+    double *own_loss_acc;
     size_t slot_bytes;    /* activation bytes of one slot */
     LtModelMemory mem;
 } LtModel;
@@ -154,10 +155,20 @@ int lt_model_chunk_last(const LtModel *m, int c);
  * (when targets is not NULL) and, if grad_scale != 0, its gradient (of
  * grad_scale * sum of token losses) through the LM head and the final
  * LayerNorm into slot[s].dout, accumulating their weight gradients; other
- * stages write their output activation to out (boundary elements). Returns
- * the sum of token losses (0 when no loss is computed). */
-double lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
-                              const int32_t *targets, float grad_scale, void *out);
+ * stages write their output activation to out (boundary elements). The sum
+ * of token losses is ADDED to the device accumulator loss_acc: the host does
+ * not wait. tokens and targets are uploaded asynchronously: host memory from
+ * the backend's host_alloc must stay unchanged until the device has passed
+ * this micro batch (the trainer rewrites it only after the step's wait). */
+void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
+                            const int32_t *targets, float grad_scale, void *out);
+/* Sum of token losses accumulated since the last take (0 on stages without
+ * the loss head); zeroes the accumulator. Waits for the device. */
+double lt_model_loss_take(LtModel *m);
+/* Accumulate losses into dev (one double of device memory) instead of the
+ * model's own accumulator (NULL: back to it), so a caller can read them with
+ * its other step results in one copy. */
+void lt_model_set_loss_acc(LtModel *m, double *dev);
 /* Backward of local chunk c from the output gradient in slot[s].dout,
  * accumulating weight gradients; writes the gradient of the chunk's input to
  * din (boundary elements; not used on the first stage). */

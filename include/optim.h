@@ -52,6 +52,8 @@ typedef struct {
     double beta1, beta2, eps, weight_decay;
     size_t state_bytes;     /* master + moments held by this rank */
     size_t grad_bytes;      /* gradient memory held by the optimizer (shards) */
+    double *scalars;        /* device: [0] sum of squares for lt_optim_grad_norm, [1] holds
+                             * the float clip coefficient of lt_optim_clip_coef */
 } LtOptimizer;
 
 /* Padded flat size for a table split over dp ranks (shards a multiple of 64). */
@@ -85,14 +87,24 @@ void lt_optim_set_tp(LtOptimizer *o, const LtComm *tp);
  * norm then sums over the pipeline group too (tied copies count once). */
 void lt_optim_set_pp(LtOptimizer *o, const LtComm *pp);
 
-/* Global L2 norm of the reduced gradient (collective over DP, TP and PP). */
+/* ss_dev[0] (one double of device memory, overwritten) = the global sum of
+ * squares of the reduced gradient, summed over DP, TP and PP on the device:
+ * the host does not wait. Collective over those groups. */
+void lt_optim_grad_sumsq(LtOptimizer *o, const float *grads, double *ss_dev);
+/* Global L2 norm of the reduced gradient on the host (collective; waits for
+ * the device: for tests and tools, the trainer reads it with the metrics). */
 double lt_optim_grad_norm(LtOptimizer *o, const float *grads);
+/* The clip coefficient of lt_clip_coef computed on the device from ss_dev
+ * (0 when the sum of squares is not finite); returns a device scalar valid
+ * until the next call, for lt_optim_step's grad_scale_dev. */
+const float *lt_optim_clip_coef(LtOptimizer *o, const double *ss_dev, double clip);
 
 /* One AdamW update with learning rate lr on this rank's shard, gradients
- * multiplied by grad_scale (clip coefficient) first; then the compute-dtype
- * parameters `params` (flat) are made whole again on every rank. */
+ * multiplied by grad_scale and by *grad_scale_dev (a device scalar; NULL = 1)
+ * first; then the compute-dtype parameters `params` (flat) are made whole
+ * again on every rank. */
 void lt_optim_step(LtOptimizer *o, void *params, const float *grads, double lr,
-                   double grad_scale);
+                   double grad_scale, const float *grad_scale_dev);
 
 /* Full fp32 state on the host (collective: every rank gets all of it).
  * Each array has table->total elements; m/v may be NULL. */

@@ -46,16 +46,18 @@ LtPipeline *lt_pipeline_create(LtModel *m, const LtComm *pp, int micro_batches);
 void lt_pipeline_destroy(LtPipeline *p);
 
 /* One training step: micro batch j's host ids are tokens/targets + j*B*T
- * (B x T each). The gradients of grad_scale * (sum of token losses)
- * accumulate into the model's gradients (and go through its bucket hook).
- * Returns the sum of token losses on the rank holding the last stage, 0 on
- * the others. */
-double lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targets,
-                         float grad_scale);
+ * (B x T each; uploaded asynchronously, see lt_model_chunk_forward). The
+ * gradients of grad_scale * (sum of token losses) accumulate into the model's
+ * gradients (and go through its bucket hook). The sum of token losses is
+ * added to the model's device loss accumulator on the rank holding the last
+ * stage (lt_model_loss_take reads it). */
+void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targets,
+                       float grad_scale);
 
 /* Forward only (evaluation) over n micro batches (any n >= 0), micro batch
- * by micro batch: the sum of token losses on the last stage, 0 elsewhere. */
-double lt_pipeline_forward(LtPipeline *p, const int32_t *tokens, const int32_t *targets, int n);
+ * by micro batch: the sum of token losses is added to the model's loss
+ * accumulator on the last stage. */
+void lt_pipeline_forward(LtPipeline *p, const int32_t *tokens, const int32_t *targets, int n);
 
 /* Message buffers allocated so far (each one stage boundary tensor). */
 int lt_pipeline_message_buffers(const LtPipeline *p);

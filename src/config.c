@@ -83,6 +83,7 @@ const KeyDesc lt_cfg_keys[] = {
     K_ENUM(train, device, DEVICE_NAMES),
     K_INT(train, threads, 0, INT_MAX),
     K_INT(train, lm_head_chunk, 0, INT_MAX),
+    K_BOOL(train, cuda_graph),
 
     K_DBL(optimizer, lr, 0, 0, D_NO_MAX),
     K_DBL(optimizer, min_lr, 0, 0, D_NO_MAX),

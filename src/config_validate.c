@@ -137,6 +137,18 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
                     t->model.seq_length, tp);
         goto out;
     }
+    if (t->train.cuda_graph && (tp > 1 || pp > 1)) {
+        lt_cfg_fail(err, errlen,
+                    "train.cuda_graph: the step is captured only without tensor and pipeline "
+                    "parallelism (their communication runs inside the step); this config has "
+                    "tensor_model_parallel_size %lld, pipeline_model_parallel_size %lld",
+                    tp, pp);
+        goto out;
+    }
+    if (t->train.cuda_graph && t->train.device == LT_DEVICE_CPU) {
+        lt_cfg_fail(err, errlen, "train.cuda_graph needs the CUDA backend (train.device is cpu)");
+        goto out;
+    }
     if (t->optimizer.min_lr > t->optimizer.lr) {
         lt_cfg_fail(err, errlen, "optimizer.min_lr (%g) must be <= optimizer.lr (%g)",
                     t->optimizer.min_lr, t->optimizer.lr);

@@ -223,8 +223,8 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     m->dc = act_alloc(m, N * C, w);
     m->d3c = act_alloc(m, N * C3, w);
     m->dff = act_alloc(m, N * F, w);
-    m->host_losses = lt_calloc(N * sizeof(float));
-    m->host_ids = lt_calloc(N * sizeof(int32_t));
+    m->own_loss_acc = be->ops->alloc(be, sizeof(double));
+    m->loss_acc = m->own_loss_acc;
     return m;
 }
 
@@ -249,12 +249,10 @@ void lt_model_destroy(LtModel *m) {
     if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE) fr(be, m->shared.atty);
     void *ps[] = {m->params, m->grads, m->emb_grads, m->stage_f32, m->lnf, m->meanf, m->rstdf,
                   m->xlast, m->scratch_c, m->scratch_sp, m->dfull, m->dc, m->d3c, m->dff,
-                  m->logits, m->losses, m->xstat, m->targets};
+                  m->logits, m->losses, m->xstat, m->targets, m->own_loss_acc};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) fr(be, ps[i]);
     free(m->gptr);
-    free(m->host_losses);
-    free(m->host_ids);
     free(m->sp_partial);
     lt_params_free(&m->table);
     free(m);
@@ -386,18 +384,14 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
                   param(m, lidx(m, l, P_FCB)), N, C, F);
 }
 
-/* Upload ids as this rank's local vocabulary ids (-1 when another TP rank owns
- * the row: the embedding skips it). Targets keep out-of-range local ids. */
-static void upload_ids(LtModel *m, int32_t *dst, const int32_t *ids, int n, int mask) {
-    if (!m->tp) {
-        m->be->ops->upload(m->be, dst, ids, (size_t)n * sizeof(int32_t));
-        return;
-    }
-    for (int i = 0; i < n; i++) {
-        int32_t v = ids[i] - m->vocab_start;
-        m->host_ids[i] = mask && (v < 0 || v >= m->vocab_local) ? -1 : v;
-    }
-    m->be->ops->upload(m->be, dst, m->host_ids, (size_t)n * sizeof(int32_t));
+/* Upload ids (asynchronously) and, when the vocabulary is split over TP,
+ * turn them into this rank's local ids: -1 where another rank owns the row
+ * (the embedding skips it; for targets -1 means "not on this rank", which is
+ * all the vocab-parallel loss needs to know). */
+static void upload_ids(LtModel *m, int32_t *dst, const int32_t *ids, int n) {
+    const LtBackendOps *o = m->be->ops;
+    o->upload_async(m->be, dst, ids, (size_t)n * sizeof(int32_t));
+    if (m->tp) o->localize_ids(m->be, dst, (size_t)n, m->vocab_start, m->vocab_local);
 }
 
 /* Forward of chunk c (micro batch B x T) in slot s: the embedding on the first
@@ -411,7 +405,7 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
     const size_t mine = m->sp ? (size_t)m->tp_rank * R : 0; /* first row of this rank's slot */
     LtActSlot *sl = &m->slot[s];
     if (lt_model_chunk_first(m, c)) {
-        upload_ids(m, sl->tokens, tokens, N, 1);
+        upload_ids(m, sl->tokens, tokens, N);
         void *emb = m->sp ? m->scratch_c : sl->x[0];
         o->embedding_fwd(be, emb, sl->tokens, param(m, m->table.idx_wte),
                          m->tp_rank == 0 ? param(m, m->table.idx_wpe) : NULL, B, T, C);
@@ -441,9 +435,9 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
     }
 }
 
-/* Loss over rows [0, N) in chunks; with grad_scale != 0 also the gradient
- * into dc (= dlnf) and dwte. Returns the summed loss. */
-static double loss_chunks(LtModel *m, int N, float grad_scale) {
+/* Loss over rows [0, N) in chunks, its sum added to loss_acc; with
+ * grad_scale != 0 also the gradient into dc (= dlnf) and dwte. */
+static void loss_chunks(LtModel *m, int N, float grad_scale) {
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
     const int C = m->d.hidden, V = m->d.vocab, Vl = m->vocab_local;
@@ -468,24 +462,21 @@ static double loss_chunks(LtModel *m, int N, float grad_scale) {
             o->linear_bwd(be, (char *)m->dc + lt_act_bytes(be, (size_t)r * C), grad(m, wte),
                           NULL, m->logits, x, param(m, wte), NULL, n, C, Vl);
     }
-    o->download(be, m->host_losses, m->losses, (size_t)N * sizeof(float));
-    double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += m->host_losses[i];
-    return sum;
+    o->sum_f64(be, m->loss_acc, m->losses, (size_t)N, 0);
 }
 
-double lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
-                              const int32_t *targets, float grad_scale, void *out) {
+void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
+                            const int32_t *targets, float grad_scale, void *out) {
     LT_CHECK(c >= 0 && c < m->vpp && s >= 0 && s < m->nslots);
     const int last = lt_model_chunk_last(m, c);
     LT_CHECK(last || out);
     chunk_body(m, c, s, m->B, tokens, out);
-    if (!last || !targets) return 0.0;
+    if (!last || !targets) return;
     LtBackend *be = m->be;
     const int N = m->B * m->T, C = m->d.hidden, R = m->sp ? N / m->tp_size : N;
-    upload_ids(m, m->targets, targets, N, 0);
-    double loss = loss_chunks(m, N, grad_scale);
-    if (grad_scale == 0.0f) return loss;
+    upload_ids(m, m->targets, targets, N);
+    loss_chunks(m, N, grad_scale);
+    if (grad_scale == 0.0f) return;
     /* the LM head's share of the tied embedding (its own buffer with pipelining) */
     if (!m->emb_grads) grads_ready(m, m->table.idx_wte, m->table.idx_wte);
     /* dlnf -> through the final LayerNorm into the gradient of the chunk output */
@@ -496,7 +487,6 @@ double lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
     be->ops->layernorm_bwd(be, sl->dout, grad(m, f), grad(m, f + 1), dln, m->xlast, param(m, f),
                            m->meanf, m->rstdf, R, C);
     grads_ready(m, f, f + 1);
-    return loss;
 }
 
 /* Refill what backward of local layer l (activations a, input x) needs that
@@ -564,11 +554,21 @@ void lt_model_sp_reduce_grads(LtModel *m, int first, int last) {
             lt_comm_all_reduce(m->tp, grad(m, i), m->table.p[i].numel, LT_COMM_F32, LT_COMM_SUM);
 }
 
+double lt_model_loss_take(LtModel *m) {
+    double sum = 0.0;
+    if (!m->table.last_stage) return 0.0;
+    m->be->ops->download(m->be, &sum, m->loss_acc, sizeof sum);
+    m->be->ops->zero(m->be, m->loss_acc, sizeof(double));
+    return sum;
+}
+
+void lt_model_set_loss_acc(LtModel *m, double *dev) { m->loss_acc = dev ? dev : m->own_loss_acc; }
+
 double lt_model_step(LtModel *m, const int32_t *tokens, const int32_t *targets, float grad_scale) {
     LT_CHECK(m->pp == 1 && m->vpp == 1);
-    double loss = lt_model_chunk_forward(m, 0, 0, tokens, targets, grad_scale, NULL);
+    lt_model_chunk_forward(m, 0, 0, tokens, targets, grad_scale, NULL);
     if (targets && grad_scale != 0.0f) lt_model_chunk_backward(m, 0, 0, NULL);
-    return loss;
+    return lt_model_loss_take(m);
 }
 
 void lt_model_next_logits(LtModel *m, const int32_t *tokens, int len, float *out) {

@@ -37,6 +37,7 @@ LtOptimizer *lt_optim_create(LtBackend *be, const LtParamTable *t, const LtConfi
     o->m = be->ops->alloc(be, bytes);
     o->v = be->ops->alloc(be, bytes);
     o->state_bytes = 3 * bytes;
+    o->scalars = be->ops->alloc(be, 2 * sizeof(double));
     if (o->zero_stage >= 1) {
         o->grad_shard = be->ops->alloc(be, bytes);
         o->grad_bytes = bytes;
@@ -57,6 +58,7 @@ LtOptimizer *lt_optim_create(LtBackend *be, const LtParamTable *t, const LtConfi
 void lt_optim_destroy(LtOptimizer *o) {
     if (!o) return;
     LtBackend *be = o->be;
+    be->ops->free(be, o->scalars);
     be->ops->free(be, o->master);
     be->ops->free(be, o->m);
     be->ops->free(be, o->v);
@@ -130,14 +132,14 @@ void lt_optim_set_pp(LtOptimizer *o, const LtComm *pp) {
     o->pp = pp && lt_comm_size(pp) > 1 ? pp : NULL;
 }
 
-/* Sum of squares of the gradient over flat range [b0, b1) (g indexed from flat
- * position `base`), counting parameters replicated over TP only on TP rank 0
- * and a tied copy of another stage's parameter not at all. Counted
- * parameters that touch in the flat buffer go through one sumsq call (on a
- * GPU each call waits for its result). */
-static double counted_sumsq(LtOptimizer *o, const float *g, size_t base, size_t b0, size_t b1) {
+/* ss[0] (device) += sum of squares of the gradient over flat range [b0, b1)
+ * (g indexed from flat position `base`), counting parameters replicated over
+ * TP only on TP rank 0 and a tied copy of another stage's parameter not at
+ * all. Counted parameters that touch in the flat buffer go through one
+ * sum_f64 call. */
+static void counted_sumsq(LtOptimizer *o, double *ss, const float *g, size_t base, size_t b0,
+                          size_t b1) {
     const LtParamTable *t = o->table;
-    double ss = 0.0;
     size_t run = 0, run_n = 0; /* pending contiguous range */
     for (int i = 0; i < t->n; i++) {
         const LtParam *p = &t->p[i];
@@ -148,30 +150,41 @@ static double counted_sumsq(LtOptimizer *o, const float *g, size_t base, size_t 
             run_n += n;
             continue;
         }
-        if (run_n) ss += o->be->ops->sumsq(o->be, g + (run - base), run_n);
+        if (run_n) o->be->ops->sum_f64(o->be, ss, g + (run - base), run_n, 1);
         run = st;
         run_n = n;
     }
-    if (run_n) ss += o->be->ops->sumsq(o->be, g + (run - base), run_n);
-    return ss;
+    if (run_n) o->be->ops->sum_f64(o->be, ss, g + (run - base), run_n, 1);
+}
+
+void lt_optim_grad_sumsq(LtOptimizer *o, const float *grads, double *ss_dev) {
+    o->be->ops->zero(o->be, ss_dev, sizeof(double));
+    if (o->zero_stage == 0) { /* every DP rank holds the same reduced gradient */
+        counted_sumsq(o, ss_dev, grads, 0, 0, o->table->total);
+    } else {
+        counted_sumsq(o, ss_dev, o->grad_shard, o->shard_begin, o->shard_begin,
+                      o->shard_begin + o->shard_len);
+        lt_comm_all_reduce(o->dp, ss_dev, 1, LT_COMM_F64, LT_COMM_SUM);
+    }
+    if (o->tp) lt_comm_all_reduce(o->tp, ss_dev, 1, LT_COMM_F64, LT_COMM_SUM);
+    if (o->pp) lt_comm_all_reduce(o->pp, ss_dev, 1, LT_COMM_F64, LT_COMM_SUM);
 }
 
 double lt_optim_grad_norm(LtOptimizer *o, const float *grads) {
-    double ss;
-    if (o->zero_stage == 0) { /* every DP rank holds the same reduced gradient */
-        ss = counted_sumsq(o, grads, 0, 0, o->table->total);
-    } else {
-        ss = counted_sumsq(o, o->grad_shard, o->shard_begin, o->shard_begin,
-                           o->shard_begin + o->shard_len);
-        lt_comm_all_reduce(lt_comm_host(o->dp), &ss, 1, LT_COMM_F64, LT_COMM_SUM);
-    }
-    if (o->tp) lt_comm_all_reduce(lt_comm_host(o->tp), &ss, 1, LT_COMM_F64, LT_COMM_SUM);
-    if (o->pp) lt_comm_all_reduce(lt_comm_host(o->pp), &ss, 1, LT_COMM_F64, LT_COMM_SUM);
+    double ss = 0.0;
+    lt_optim_grad_sumsq(o, grads, o->scalars);
+    o->be->ops->download(o->be, &ss, o->scalars, sizeof ss);
     return sqrt(ss);
 }
 
+const float *lt_optim_clip_coef(LtOptimizer *o, const double *ss_dev, double clip) {
+    float *coef = (float *)(o->scalars + 1);
+    o->be->ops->clip_coef(o->be, coef, ss_dev, (float)clip);
+    return coef;
+}
+
 void lt_optim_step(LtOptimizer *o, void *params, const float *grads, double lr,
-                   double grad_scale) {
+                   double grad_scale, const float *grad_scale_dev) {
     LtBackend *be = o->be;
     const LtParamTable *t = o->table;
     o->step++;
@@ -183,6 +196,7 @@ void lt_optim_step(LtOptimizer *o, void *params, const float *grads, double lr,
         .bc1 = (float)(1.0 - pow(o->beta1, (double)o->step)),
         .bc2 = (float)(1.0 - pow(o->beta2, (double)o->step)),
         .grad_scale = (float)grad_scale,
+        .grad_scale_dev = grad_scale_dev,
     };
     const float *g = o->zero_stage == 0 ? grads : o->grad_shard; /* indexed from shard_begin */
     const size_t s0 = o->shard_begin, s1 = o->shard_begin + o->shard_len;

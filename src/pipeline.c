@@ -212,19 +212,18 @@ static void exchange(LtPipeline *p, const LtAction *acts, int i, int end, int ev
     for (int k = 0; k < nr; k++) lt_comm_finish(&p->recvs[k]);
 }
 
-double lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targets,
-                         float grad_scale) {
+void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targets,
+                       float grad_scale) {
     LtModel *m = p->m;
     const size_t bt = (size_t)m->B * (size_t)m->T;
     if (p->M == 0) lt_fatal("pipeline: created for forward passes only");
-    double loss = 0.0;
     if (p->P == 1) { /* gradient accumulation: F0 B0 F1 B1 ... in slot 0 */
         for (int mb = 0; mb < p->M; mb++) {
-            loss += lt_model_chunk_forward(m, 0, 0, tokens + (size_t)mb * bt,
-                                           targets + (size_t)mb * bt, grad_scale, NULL);
+            lt_model_chunk_forward(m, 0, 0, tokens + (size_t)mb * bt, targets + (size_t)mb * bt,
+                                   grad_scale, NULL);
             lt_model_chunk_backward(m, 0, 0, NULL);
         }
-        return loss;
+        return;
     }
     for (int i = 0; i < p->V * p->M; i++) p->slot_of[i] = -1;
     p->nfree = m->nslots;
@@ -236,9 +235,8 @@ double lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *ta
         if (a->kind == LT_ACT_FORWARD) {
             int s = slot_take(p, c, mb);
             out_msg = lt_model_chunk_last(m, c) ? -1 : msg_take(p);
-            loss += lt_model_chunk_forward(m, c, s, tokens + (size_t)mb * bt,
-                                           targets + (size_t)mb * bt, grad_scale,
-                                           out_msg >= 0 ? p->msgs[out_msg].buf : NULL);
+            lt_model_chunk_forward(m, c, s, tokens + (size_t)mb * bt, targets + (size_t)mb * bt,
+                                   grad_scale, out_msg >= 0 ? p->msgs[out_msg].buf : NULL);
             i++;
         } else if (a->kind == LT_ACT_BACKWARD) {
             int *so = &p->slot_of[c * p->M + mb];
@@ -256,10 +254,9 @@ double lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *ta
     }
     msgs_drain(p);
     LT_CHECK(p->nfree == m->nslots);
-    return loss;
 }
 
-double lt_pipeline_forward(LtPipeline *p, const int32_t *tokens, const int32_t *targets, int n) {
+void lt_pipeline_forward(LtPipeline *p, const int32_t *tokens, const int32_t *targets, int n) {
     LtModel *m = p->m;
     const size_t bt = (size_t)m->B * (size_t)m->T;
     size_t need = (size_t)3 * (size_t)p->V * (size_t)(n > 0 ? n : 1);
@@ -272,16 +269,15 @@ double lt_pipeline_forward(LtPipeline *p, const int32_t *tokens, const int32_t *
     int nacts = lt_schedule_forward_rank(p->P, p->V, n, p->rank, p->fwd, p->fwd_cap, err,
                                          sizeof err);
     if (nacts < 0) lt_fatal("pipeline forward: %s", err);
-    double loss = 0.0;
     int out_msg = -1, unused = -1;
     for (int i = 0; i < nacts;) {
         const LtAction *a = &p->fwd[i];
         if (a->kind == LT_ACT_FORWARD) { /* chunk c uses slot c */
             const int c = a->chunk;
             out_msg = lt_model_chunk_last(m, c) ? -1 : msg_take(p);
-            loss += lt_model_chunk_forward(m, c, c, tokens + (size_t)a->mb * bt,
-                                           targets + (size_t)a->mb * bt, 0.0f,
-                                           out_msg >= 0 ? p->msgs[out_msg].buf : NULL);
+            lt_model_chunk_forward(m, c, c, tokens + (size_t)a->mb * bt,
+                                   targets + (size_t)a->mb * bt, 0.0f,
+                                   out_msg >= 0 ? p->msgs[out_msg].buf : NULL);
             i++;
         } else {
             int end = lt_schedule_comm_run(p->fwd, nacts, i);
@@ -290,5 +286,4 @@ double lt_pipeline_forward(LtPipeline *p, const int32_t *tokens, const int32_t *
         }
     }
     msgs_drain(p);
-    return loss;
 }

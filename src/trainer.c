@@ -461,8 +461,9 @@ static double evaluate(Run *r, long *samples_out) {
             }
         }
         split_rows(rows, k * mbs, S, in, tgt);
-        sum += lt_pipeline_forward(r->pipe, in, tgt, k);
+        lt_pipeline_forward(r->pipe, in, tgt, k); /* (in, tgt: pageable, reusable at once) */
     }
+    sum = lt_model_loss_take(r->model);
     free(rows);
     free(in);
     free(tgt);
@@ -554,6 +555,54 @@ static void reduce_embedding_grads(Run *r) {
         lt_optim_reduce_bucket(r->opt, m->emb_grads, t->p[t->idx_wte].offset, m->emb_grads_len);
 }
 
+/* The part of a step a CUDA graph replays (train.cuda_graph): zeroing, and
+ * every micro batch's id upload (from the fixed page-locked in/tgt), forward
+ * and backward. */
+static void step_body(Run *r, const int32_t *in, const int32_t *tgt, double *stats_dev,
+                      float grad_scale) {
+    lt_model_zero_grads(r->model);
+    lt_optim_zero_grad(r->opt);
+    r->be->ops->zero(r->be, stats_dev, 2 * sizeof(double));
+    lt_pipeline_train(r->pipe, in, tgt, grad_scale);
+}
+
+/* Run step_body, from the second step of the run on as a replay of the graph
+ * captured then (the first step grows every scratch arena and workspace to
+ * its size: no allocation may happen while capturing). */
+static void run_step_body(Run *r, LtGraph **graph, int first, const int32_t *in,
+                          const int32_t *tgt, double *stats_dev, float grad_scale) {
+    LtBackend *be = r->be;
+    if (!r->cfg->train.cuda_graph || first) {
+        step_body(r, in, tgt, stats_dev, grad_scale);
+        return;
+    }
+    if (!*graph) {
+        char err[256];
+        be->ops->capture_begin(be);
+        step_body(r, in, tgt, stats_dev, grad_scale);
+        *graph = be->ops->capture_end(be, err, sizeof err);
+        if (!*graph)
+            lt_fatal("train.cuda_graph: capturing the step failed: %s (run with "
+                     "train.cuda_graph=false)", err);
+        lt_log("cuda graph: forward and backward of %d micro batch(es) captured; replayed "
+               "from now on\n", r->micro_batches);
+    }
+    be->ops->graph_launch(be, *graph);
+}
+
+/* train.cuda_graph needs a backend that captures, and no communication inside
+ * the step (config validation refused tensor and pipeline parallelism). */
+static void check_cuda_graph(const Run *r) {
+    if (!r->cfg->train.cuda_graph) return;
+    if (!r->be->ops->capture_begin)
+        lt_input_error("train.cuda_graph needs the CUDA backend; this run uses the %s backend "
+                       "(train.device)", r->be->ops->name);
+    if (r->model->grads_ready)
+        lt_input_error("train.cuda_graph: ZeRO stage 2 with %d data-parallel ranks reduces "
+                       "gradients inside the step; use optimizer.zero_stage 0 or 1",
+                       r->topo.dp);
+}
+
 int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     if (!cfg->data.train_path[0]) lt_input_error("data.train_path is not set");
     Run r;
@@ -569,6 +618,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     char err[1024];
     r.loader = lt_loader_create(r.train, &lc, err, sizeof err);
     if (!r.loader) lt_input_error("data.train_path: %s", err);
+    check_cuda_graph(&r);
     print_summary(&r);
 
     LtMetricsFile mf;
@@ -578,9 +628,19 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
 
     const double flops_step = lt_model_flops_per_sample(&r.model->d, 0) * G;
     const double tokens_step = (double)G * S;
+    LtBackend *be = r.be;
     int32_t *rows = lt_malloc((size_t)local * (S + 1) * sizeof(int32_t));
-    int32_t *in = lt_malloc((size_t)local * S * sizeof(int32_t));
-    int32_t *tgt = lt_malloc((size_t)local * S * sizeof(int32_t));
+    /* page-locked: the device copies the step's micro batches from them while the
+     * host runs ahead; rewritten only after the step's wait */
+    int32_t *in = be->ops->host_alloc(be, (size_t)local * S * sizeof(int32_t));
+    int32_t *tgt = be->ops->host_alloc(be, (size_t)local * S * sizeof(int32_t));
+    /* the step's results on the device, read back in one copy: loss sum, gradient
+     * sum of squares */
+    double *stats_dev = be->ops->alloc(be, 2 * sizeof(double));
+    double *stats = be->ops->host_alloc(be, 2 * sizeof(double));
+    lt_model_set_loss_acc(r.model, stats_dev);
+    unsigned long max_waits = 0;
+    LtGraph *graph = NULL;
     long nsteps = cfg->train.steps - r.start_step;
     double *times = lt_malloc((size_t)(nsteps > 0 ? nsteps : 1) * sizeof(double));
     int ntimes = 0;
@@ -589,28 +649,32 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
 
     for (; step < cfg->train.steps; step++) {
         double t0 = lt_now();
+        const unsigned long waits0 = be->host_waits;
         if (lt_loader_get(r.loader, step, rows, err, sizeof err))
             lt_input_error("data.train_path: step %ld: %s", step + 1, err);
-        lt_model_zero_grads(r.model);
-        lt_optim_zero_grad(r.opt);
         split_rows(rows, local, S, in, tgt); /* micro batch j: rows j*mbs .. */
-        double loss_sum = lt_pipeline_train(r.pipe, in, tgt, (float)(1.0 / tokens_step));
+        run_step_body(&r, &graph, step == r.start_step, in, tgt, stats_dev,
+                      (float)(1.0 / tokens_step));
         if (!r.model->grads_ready) /* (with buckets this happened group by group) */
             lt_model_sp_reduce_grads(r.model, 0, r.model->table.n - 1);
         reduce_embedding_grads(&r);
         lt_optim_reduce_grads(r.opt, r.model->grads);
+        lt_optim_grad_sumsq(r.opt, r.model->grads, stats_dev + 1);
+        double lr = lt_lr_at(cfg, step);
+        lt_optim_step(r.opt, r.model->params, r.model->grads, lr, 1.0,
+                      lt_optim_clip_coef(r.opt, stats_dev + 1, cfg->optimizer.clip_grad));
+        sync_tied_embedding(&r);
+        /* the step's one host wait; its loss and gradient norm come back with it */
+        be->ops->download_async(be, stats, stats_dev, 2 * sizeof(double));
+        be->ops->synchronize(be);
+        if (be->host_waits - waits0 > max_waits) max_waits = be->host_waits - waits0;
+        double loss_sum = stats[0]; /* (0 off the last pipeline stage) */
         lt_comm_all_reduce(lt_comm_host(r.dp), &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);
         lt_comm_all_reduce(lt_comm_host(r.pp), &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);
-        double loss = loss_sum / tokens_step;
-        double norm = lt_optim_grad_norm(r.opt, r.model->grads);
-        if (!isfinite(loss) || !isfinite(norm))
+        double loss = loss_sum / tokens_step, norm = sqrt(stats[1]);
+        if (!isfinite(loss) || !isfinite(norm)) /* (the update ran with clip coefficient 0) */
             lt_fatal("step %ld: loss %g, grad norm %g: training diverged (lower optimizer.lr?)",
                      step + 1, loss, norm);
-        double lr = lt_lr_at(cfg, step);
-        lt_optim_step(r.opt, r.model->params, r.model->grads, lr,
-                      lt_clip_coef(cfg->optimizer.clip_grad, norm));
-        sync_tied_embedding(&r);
-        r.be->ops->synchronize(r.be);
         double dt = lt_now() - t0;
         times[ntimes++] = dt;
         double tflops = flops_step / dt / 1e12 / w->world;
@@ -649,9 +713,10 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         int skip = ntimes > 3 ? (ntimes > 10 ? 2 : 1) : 0; /* warm-up steps */
         double med = lt_median(times + skip, ntimes - skip);
         lt_log("done: %ld steps, median step %.1f ms over %d steps after warm-up, %.0f tok/s, "
-               "%.3f TFLOP/s per device, MFU %.1f%%\n",
+               "%.3f TFLOP/s per device, MFU %.1f%%, host waits per step %lu\n",
                step, med * 1e3, ntimes - skip, tokens_step / med, flops_step / med / 1e12 / w->world,
-               r.peak_tflops > 0 ? 100.0 * flops_step / med / 1e12 / w->world / r.peak_tflops : 0.0);
+               r.peak_tflops > 0 ? 100.0 * flops_step / med / 1e12 / w->world / r.peak_tflops : 0.0,
+               max_waits);
     }
     if (r.valid && exit_code == 0 &&
         (cfg->eval.interval == 0 || step % cfg->eval.interval != 0 || step == 0)) {
@@ -662,9 +727,13 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     }
     if (cfg->checkpoint.dir[0]) save_checkpoint(&r, step);
     lt_metrics_close(&mf);
+    lt_model_set_loss_acc(r.model, NULL);
+    if (graph) be->ops->graph_destroy(be, graph);
     free(rows);
-    free(in);
-    free(tgt);
+    be->ops->host_free(be, in);
+    be->ops->host_free(be, tgt);
+    be->ops->host_free(be, stats);
+    be->ops->free(be, stats_dev);
     free(times);
     run_teardown(&r);
     return exit_code;

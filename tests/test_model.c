@@ -233,7 +233,7 @@ static double fit_batch(LtDtype dt, int steps, double *first) {
         if (s == 0) *first = loss;
         lt_optim_reduce_grads(o, m->grads);
         double norm = lt_optim_grad_norm(o, m->grads);
-        lt_optim_step(o, m->params, m->grads, lt_lr_at(&cfg, s), lt_clip_coef(1.0, norm));
+        lt_optim_step(o, m->params, m->grads, lt_lr_at(&cfg, s), lt_clip_coef(1.0, norm), NULL);
     }
     if (dt == LT_BF16) { /* parameters stay bf16-representable */
         float *p = malloc(m->table.total * sizeof(float));

@@ -12,6 +12,7 @@
 
 #include "backend.h"
 #include "common.h"
+#include "optim.h"
 #include "test.h"
 
 static LtBackend *g_f32, *g_bf16;
@@ -292,10 +293,15 @@ static void test_sumsq_scale(void) {
         size_t n = sizes[t];
         float *x = falloc(n);
         fill(x, n, 2.0f, 0);
-        double ref = 0;
-        for (size_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
-        double got = g_f32->ops->sumsq(g_f32, x, n);
-        CHECK(fabs(got - ref) <= 1e-12 * ref, "sumsq n=%zu %.17g vs %.17g", n, got, ref);
+        double ref = 0, ref1 = 0;
+        for (size_t i = 0; i < n; i++) ref += (double)x[i] * x[i], ref1 += x[i];
+        double got = 0.5, got1 = -2.0; /* accumulated into: the start value stays */
+        g_f32->ops->sum_f64(g_f32, &got, x, n, 1);
+        g_f32->ops->sum_f64(g_f32, &got1, x, n, 0);
+        CHECK(fabs(got - 0.5 - ref) <= 1e-12 * ref, "sum of squares n=%zu %.17g vs %.17g", n,
+              got - 0.5, ref);
+        CHECK(fabs(got1 + 2.0 - ref1) <= 1e-12 * fmax(fabs(ref1), 1.0), "sum n=%zu %.17g vs %.17g",
+              n, got1 + 2.0, ref1);
         float x0 = x[0], xl = x[n - 1];
         g_f32->ops->scale_f32(g_f32, x, 0.37f, n);
         CHECK(x[0] == x0 * 0.37f && x[n - 1] == xl * 0.37f, "scale_f32 n=%zu", n);
@@ -312,7 +318,32 @@ static void test_sumsq_scale(void) {
         free(x);
     }
     g_f32->ops->add_f32(g_f32, NULL, NULL, 0);
-    CHECK(g_f32->ops->sumsq(g_f32, NULL, 0) == 0.0, "sumsq of nothing");
+    double none = 3.0;
+    g_f32->ops->sum_f64(g_f32, &none, NULL, 0, 1);
+    CHECK(none == 3.0, "sum of nothing adds nothing");
+}
+
+/* clip_coef on device scalars (host memory here) against lt_clip_coef; a
+ * non-finite sum of squares gives 0. localize_ids: vocab-parallel ownership. */
+static void test_clip_localize(void) {
+    const double ss[] = {16.0, 0.25, 0.0, 1e30};
+    for (int i = 0; i < 4; i++) {
+        float c = -1.f, c0 = -1.f;
+        g_f32->ops->clip_coef(g_f32, &c, &ss[i], 1.0f);
+        g_f32->ops->clip_coef(g_f32, &c0, &ss[i], 0.0f);
+        CHECK(c == (float)lt_clip_coef(1.0, sqrt(ss[i])) && c0 == 1.0f, "clip_coef(%g) = %g, %g",
+              ss[i], c, c0);
+    }
+    const double bad[] = {NAN, INFINITY};
+    for (int i = 0; i < 2; i++) {
+        float c = -1.f;
+        g_f32->ops->clip_coef(g_f32, &c, &bad[i], 1.0f);
+        CHECK(c == 0.0f, "clip_coef(%g) = %g, want 0", bad[i], c);
+    }
+    int32_t ids[] = {0, 9, 10, 19, 20, 25, -1};
+    const int32_t want[] = {-1, -1, 0, 9, -1, -1, -1};
+    g_f32->ops->localize_ids(g_f32, ids, 7, 10, 10);
+    for (int i = 0; i < 7; i++) CHECK(ids[i] == want[i], "localize_ids[%d] = %d, want %d", i, ids[i], want[i]);
 }
 
 /* ---- add_act: out = a + b over act tensors ---------------------------------- */
@@ -1006,6 +1037,7 @@ int main(void) {
     g_bf16 = lt_backend_cpu_create(LT_BF16, 0);
     RUN(test_memory);
     RUN(test_sumsq_scale);
+    RUN(test_clip_localize);
     RUN(test_add_act);
     RUN(test_embedding);
     RUN(test_embedding_tp);

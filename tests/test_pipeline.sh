@@ -122,6 +122,12 @@ while IFS=: read -r name np ov; do
   else fail "${name}_matches_single_process" "$(echo "$err" | tail -1)"; fi
 done <<<"$LAYOUTS"
 
+# a step waits for the device once in every layout (tp x pp x vpp x dp with SP,
+# ZeRO-1): the vocab-parallel ids, the loss and the grad norm stay on the device
+if grep -q "host waits per step 1$" "$T/tp2_pp2_vpp2_dp2_sp_zero1/log"; then
+  pass one_host_wait_per_step_3d
+else fail one_host_wait_per_step_3d "$(grep '^done' "$T/tp2_pp2_vpp2_dp2_sp_zero1/log")"; fi
+
 # ---- bf16 within bf16 tolerance ----------------------------------------------------
 run ref_bf16 1 train.precision=bf16 || fail reference_bf16 "single-process bf16 run failed"
 if run tp2_pp2_vpp2_bf16 4 train.precision=bf16 parallel.tensor_model_parallel_size=2 \

@@ -62,6 +62,10 @@ expect_input_error tp_needs_ranks "tensor_model_parallel_size" "$LT" train $CFG 
 expect_input_error no_train_path "data.train_path" "$LT" train $CFG
 expect_input_error bad_checkpoint "checkpoint.load" "$LT" train $CFG $D checkpoint.load=$T/nothing
 expect_input_error unknown_command "unknown command" "$LT" frobnicate
+expect_input_error cuda_graph_on_cpu "train.cuda_graph needs the CUDA backend" "$LT" train $CFG $D \
+  train.cuda_graph=true
+expect_input_error cuda_graph_auto_cpu "train.cuda_graph needs the CUDA backend; this run uses the cpu" \
+  "$LT" train $CFG $D train.cuda_graph=true train.device=auto
 
 # ---- under mpirun: one rank trains; more ranks are refused (exit 2, one message)
 if command -v mpirun >/dev/null; then
@@ -74,6 +78,9 @@ if command -v mpirun >/dev/null; then
   n=$(grep -c "global_batch_size" "$T/mpi3.log")
   if [ $rc -eq 2 ] && [ "$n" -eq 1 ]; then pass mpirun_batch_not_divisible_refused
   else fail mpirun_batch_not_divisible_refused "rc=$rc, messages=$n"; fi
+  expect_input_error cuda_graph_with_pp "train.cuda_graph: .*pipeline_model_parallel_size 2" \
+    timeout 120 $MPI -np 2 "$LT" train $CFG $D train.cuda_graph=true train.device=auto \
+    parallel.pipeline_model_parallel_size=2
 else fail mpirun_available "mpirun not found (openmpi-bin)"; fi
 
 # ---- training on real text: the loss falls; metrics file ----------------------
@@ -95,6 +102,12 @@ assert ev[-1]['val_loss'] < 5.0, f"val loss {ev[-1]['val_loss']}"
 PY
   then pass loss_falls_on_real_text; else fail loss_falls_on_real_text "see metrics"; fi
 else fail loss_falls_on_real_text "train exited $?: $(tail -3 "$T/train.log")"; fi
+# a step makes the host wait for the device once (the CPU backend counts the
+# calls a GPU would wait in): the loss, grad norm and clip stay on the device
+if grep -q "host waits per step 1$" "$T/train.log"; then pass one_host_wait_per_step
+else fail one_host_wait_per_step "$(grep '^done' "$T/train.log")"; fi
+grep -q "lm head    128 token(s) per chunk, 1 chunk(s)" "$T/train.log" && pass lm_head_summary ||
+  fail lm_head_summary "$(grep 'lm head' "$T/train.log")"
 grep -q "parameters" "$T/train.log" && grep -q "data train" "$T/train.log" &&
   grep -q "num_layers: 2" "$T/train.log" && pass startup_summary ||
   fail startup_summary "summary or resolved config missing"

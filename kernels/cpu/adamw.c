@@ -1,4 +1,5 @@
 /* adamw.c - AdamW step over flat fp32 state, and fp32 buffer reductions. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "cpu_ops.h"
@@ -9,7 +10,8 @@ void cpu_adamw(LtBackend *be, void *param_, float *master, const float *grad, fl
     float *param = param_;
     const int bf16 = cpu_is_bf16(be);
     const float lr = a->lr, b1 = a->beta1, b2 = a->beta2, eps = a->eps, wd = a->weight_decay;
-    const float ibc1 = 1.0f / a->bc1, ibc2 = 1.0f / a->bc2, gs = a->grad_scale;
+    const float ibc1 = 1.0f / a->bc1, ibc2 = 1.0f / a->bc2,
+                gs = a->grad_scale * (a->grad_scale_dev ? *a->grad_scale_dev : 1.0f);
     long long nn = (long long)n;
 #pragma omp parallel for simd schedule(static) num_threads(cpu_nthreads(be))
     for (long long i = 0; i < nn; i++) {
@@ -33,9 +35,9 @@ void cpu_adamw(LtBackend *be, void *param_, float *master, const float *grad, fl
  * order: the result is independent of the thread count. */
 #define SUMSQ_CHUNK 16384
 
-double cpu_sumsq(LtBackend *be, const float *x, size_t n) {
+void cpu_sum_f64(LtBackend *be, double *acc, const float *x, size_t n, int squares) {
     size_t nchunk = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
-    if (nchunk == 0) return 0.0;
+    if (nchunk == 0) return;
     double stackbuf[64];
     double *part = nchunk <= 64 ? stackbuf : lt_malloc(nchunk * sizeof(double));
     long long nc = (long long)nchunk;
@@ -44,13 +46,23 @@ double cpu_sumsq(LtBackend *be, const float *x, size_t n) {
         size_t i0 = (size_t)k * SUMSQ_CHUNK, i1 = i0 + SUMSQ_CHUNK < n ? i0 + SUMSQ_CHUNK : n;
         double s = 0.0;
 #pragma omp simd reduction(+ : s)
-        for (size_t i = i0; i < i1; i++) s += (double)x[i] * (double)x[i];
+        for (size_t i = i0; i < i1; i++) s += squares ? (double)x[i] * (double)x[i] : (double)x[i];
         part[k] = s;
     }
     double total = 0.0;
     for (size_t k = 0; k < nchunk; k++) total += part[k];
     if (part != stackbuf) free(part);
-    return total;
+    acc[0] += total;
+}
+
+void cpu_clip_coef(LtBackend *be, float *coef, const double *sumsq, float clip) {
+    const double ss = sumsq[0];
+    if (!isfinite(ss)) {
+        coef[0] = 0.0f;
+        return;
+    }
+    const double c = clip > 0.0f ? clip / (sqrt(ss) + 1e-6) : 1.0;
+    coef[0] = (float)(c < 1.0 ? c : 1.0);
 }
 
 void cpu_scale_f32(LtBackend *be, float *x, float s, size_t n) {

@@ -122,6 +122,10 @@ void cpu_free(LtBackend *be, void *p);
 void cpu_zero(LtBackend *be, void *p, size_t bytes);
 void cpu_memcpy(LtBackend *be, void *dst, const void *src, size_t bytes);
 void cpu_synchronize(LtBackend *be);
+void cpu_upload(LtBackend *be, void *dst, const void *src, size_t bytes);
+void cpu_download(LtBackend *be, void *dst, const void *src, size_t bytes);
+void *cpu_host_alloc(LtBackend *be, size_t bytes);
+void cpu_localize_ids(LtBackend *be, int32_t *ids, size_t n, int start, int count);
 void cpu_act_from_f32(LtBackend *be, void *dst, const float *src, size_t n);
 void cpu_act_to_f32(LtBackend *be, float *dst, const void *src, size_t n);
 LtStream *cpu_stream_create(LtBackend *be);
@@ -175,7 +179,8 @@ void cpu_xent_tp_finish(LtBackend *be, float *losses, void *logits, const int32_
 /* adamw.c */
 void cpu_adamw(LtBackend *be, void *param, float *master, const float *grad, float *m, float *v,
                size_t n, const LtAdamArgs *a);
-double cpu_sumsq(LtBackend *be, const float *x, size_t n);
+void cpu_sum_f64(LtBackend *be, double *acc, const float *x, size_t n, int squares);
+void cpu_clip_coef(LtBackend *be, float *coef, const double *sumsq, float clip);
 void cpu_scale_f32(LtBackend *be, float *x, float s, size_t n);
 void cpu_add_f32(LtBackend *be, float *dst, const float *src, size_t n);
 

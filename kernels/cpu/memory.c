@@ -40,7 +40,29 @@ void cpu_memcpy(LtBackend *be, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) memcpy(dst, src, bytes);
 }
 
-void cpu_synchronize(LtBackend *be) {}
+/* The blocking entries count as host waits (LtBackend.host_waits), as the
+ * CUDA backend's do, so that the CPU runs show what a GPU would wait for. */
+void cpu_upload(LtBackend *be, void *dst, const void *src, size_t bytes) {
+    be->host_waits++;
+    cpu_memcpy(be, dst, src, bytes);
+}
+
+void cpu_download(LtBackend *be, void *dst, const void *src, size_t bytes) {
+    be->host_waits++;
+    cpu_memcpy(be, dst, src, bytes);
+}
+
+void cpu_synchronize(LtBackend *be) { be->host_waits++; }
+
+void *cpu_host_alloc(LtBackend *be, size_t bytes) { return lt_calloc(bytes ? bytes : 1); }
+
+/* ids are host memory here; OpenMP is not worth it for a micro batch of ids. */
+void cpu_localize_ids(LtBackend *be, int32_t *ids, size_t n, int start, int count) {
+    for (size_t i = 0; i < n; i++) {
+        int32_t v = ids[i] - start;
+        ids[i] = v >= 0 && v < count ? v : -1;
+    }
+}
 
 void cpu_act_from_f32(LtBackend *be, void *dst, const float *src, size_t n) {
     cpu_memcpy(be, dst, src, n * sizeof(float));

@@ -4,7 +4,9 @@
  * per element; fp32 master weights are the source of truth and the compute
  * copy (bf16 or fp32) is rewritten from them. The arithmetic follows the
  * formula in backend.h literally (same operation order as the CPU backend's
- * reading of it), so fp32 results agree to a few ulps. */
+ * reading of it), so fp32 results agree to a few ulps. The gradient
+ * multiplier may also come from device memory (grad_scale_dev: the clip
+ * coefficient computed on the device), read once per thread. */
 #include "common.cuh"
 
 /* ======================= kernels ======================= */
@@ -14,9 +16,10 @@ template <typename T>
 __global__ void adamw_kernel(T *param, float *master, const float *grad, float *m, float *v,
                              size_t n, LtAdamArgs a) {
     const float ibc1 = 1.f / a.bc1, ibc2 = 1.f / a.bc2; /* as the CPU: multiply by reciprocals */
+    const float gs = a.grad_scale * (a.grad_scale_dev ? *a.grad_scale_dev : 1.f);
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float g = grad[i] * a.grad_scale;
+        float g = grad[i] * gs;
         float mi = a.beta1 * m[i] + (1.f - a.beta1) * g;
         float vi = a.beta2 * v[i] + (1.f - a.beta2) * g * g;
         m[i] = mi;

@@ -65,6 +65,10 @@ void *cu_scratch(LtBackend *be, size_t bytes) {
     LtStream *st = cu_impl(be)->cur;
     if (bytes == 0) bytes = 256;
     if (bytes > st->scratch_bytes) {
+        if (cu_impl(be)->graphs_live)
+            lt_fatal("CUDA backend: an op needs %zu bytes of scratch after a CUDA graph captured "
+                     "the arena at %zu bytes (run with train.cuda_graph=false)",
+                     bytes, st->scratch_bytes);
         size_t nb = cu_align_up(bytes > 2 * st->scratch_bytes ? bytes : 2 * st->scratch_bytes,
                                 (size_t)1 << 20);
         CU_CHECK(cudaStreamSynchronize(st->s)); /* earlier ops may still read it */
@@ -126,14 +130,42 @@ static void cu_zero(LtBackend *be, void *p, size_t bytes) {
 
 static void cu_upload(LtBackend *be, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
+    be->host_waits++;
     CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cu_stream(be)));
     CU_CHECK(cudaStreamSynchronize(cu_stream(be)));
 }
 
 static void cu_download(LtBackend *be, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
+    be->host_waits++;
     CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cu_stream(be)));
     CU_CHECK(cudaStreamSynchronize(cu_stream(be)));
+}
+
+/* Page-locked host memory: copies from and to it run without the host waiting. */
+static void *cu_host_alloc(LtBackend *be, size_t bytes) {
+    (void)be;
+    void *p = NULL;
+    size_t nb = bytes ? bytes : 1;
+    cudaError_t e = cudaHostAlloc(&p, nb, cudaHostAllocPortable);
+    if (e != cudaSuccess || !p)
+        lt_fatal("cannot allocate %zu bytes of page-locked host memory (%s)", bytes,
+                 cudaGetErrorString(e));
+    memset(p, 0, nb);
+    return p;
+}
+
+static void cu_host_free(LtBackend *be, void *p) {
+    (void)be;
+    if (p) CU_CHECK(cudaFreeHost(p));
+}
+
+static void cu_upload_async(LtBackend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes) CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cu_stream(be)));
+}
+
+static void cu_download_async(LtBackend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes) CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cu_stream(be)));
 }
 
 static void cu_copy(LtBackend *be, void *dst, const void *src, size_t bytes) {
@@ -142,7 +174,7 @@ static void cu_copy(LtBackend *be, void *dst, const void *src, size_t bytes) {
 }
 
 static void cu_synchronize(LtBackend *be) {
-    (void)be;
+    be->host_waits++;
     CU_CHECK(cudaDeviceSynchronize());
 }
 
@@ -211,6 +243,46 @@ static void cu_stream_wait_event(LtBackend *be, LtStream *s, LtEvent *e) {
     CU_CHECK(cudaStreamWaitEvent(resolve(be, s), (cudaEvent_t)e, 0));
 }
 
+/* ======================= vtable: graphs ======================= */
+
+struct LtGraph {
+    cudaGraphExec_t exec;
+};
+
+/* Thread-local capture: the loader's thread may go on using the runtime. */
+static void cu_capture_begin(LtBackend *be) {
+    CU_CHECK(cudaStreamBeginCapture(cu_stream(be), cudaStreamCaptureModeThreadLocal));
+}
+
+static LtGraph *cu_capture_end(LtBackend *be, char *err, size_t errlen) {
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(cu_stream(be), &g);
+    cudaGraphExec_t exec = NULL;
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "%s (%d)", cudaGetErrorString(e), (int)e);
+        cudaGetLastError();
+        return NULL;
+    }
+    LtGraph *r = (LtGraph *)calloc(1, sizeof *r);
+    if (!r) lt_fatal("out of host memory");
+    r->exec = exec;
+    cu_impl(be)->graphs_live++; /* the arenas it points into must not move now */
+    return r;
+}
+
+static void cu_graph_launch(LtBackend *be, LtGraph *g) {
+    CU_CHECK(cudaGraphLaunch(g->exec, cu_stream(be)));
+}
+
+static void cu_graph_destroy(LtBackend *be, LtGraph *g) {
+    if (!g) return;
+    CU_CHECK(cudaGraphExecDestroy(g->exec));
+    free(g);
+    cu_impl(be)->graphs_live--;
+}
+
 /* The cudaStream_t behind an LtStream (NULL = the backend's default stream),
  * for code that must enqueue its own work (NCCL) in order with the ops.
  * Not declared in a header yet: extern "C" void *lt_cuda_raw_stream(LtBackend *, LtStream *). */
@@ -218,43 +290,54 @@ extern "C" void *lt_cuda_raw_stream(LtBackend *be, LtStream *s) { return (void *
 
 /* ======================= creation ======================= */
 
+/* Designated initializers: reordering backend.h cannot swap entries. */
 static const LtBackendOps cuda_ops = {
-    "cuda",
-    cu_destroy,
-    cu_alloc,
-    cu_free,
-    cu_zero,
-    cu_upload,
-    cu_download,
-    cu_copy,
-    cu_synchronize,
-    cu_act_from_f32,
-    cu_act_to_f32,
-    cu_stream_create,
-    cu_stream_destroy,
-    cu_set_stream,
-    cu_event_create,
-    cu_event_destroy,
-    cu_event_record,
-    cu_stream_wait_event,
-    cu_embedding_fwd,
-    cu_embedding_bwd,
-    cu_layernorm_fwd,
-    cu_layernorm_bwd,
-    cu_add_act,
-    cu_linear_fwd,
-    cu_linear_bwd,
-    cu_gelu_fwd,
-    cu_gelu_bwd,
-    cu_attention_fwd,
-    cu_attention_bwd,
-    cu_xent_fwd_bwd,
-    cu_xent_tp_stats,
-    cu_xent_tp_finish,
-    cu_adamw,
-    cu_sumsq,
-    cu_scale_f32,
-    cu_add_f32,
+    .name = "cuda",
+    .destroy = cu_destroy,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .zero = cu_zero,
+    .upload = cu_upload,
+    .download = cu_download,
+    .copy = cu_copy,
+    .synchronize = cu_synchronize,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
+    .upload_async = cu_upload_async,
+    .download_async = cu_download_async,
+    .act_from_f32 = cu_act_from_f32,
+    .act_to_f32 = cu_act_to_f32,
+    .stream_create = cu_stream_create,
+    .stream_destroy = cu_stream_destroy,
+    .set_stream = cu_set_stream,
+    .event_create = cu_event_create,
+    .event_destroy = cu_event_destroy,
+    .event_record = cu_event_record,
+    .stream_wait_event = cu_stream_wait_event,
+    .capture_begin = cu_capture_begin,
+    .capture_end = cu_capture_end,
+    .graph_launch = cu_graph_launch,
+    .graph_destroy = cu_graph_destroy,
+    .embedding_fwd = cu_embedding_fwd,
+    .embedding_bwd = cu_embedding_bwd,
+    .layernorm_fwd = cu_layernorm_fwd,
+    .layernorm_bwd = cu_layernorm_bwd,
+    .add_act = cu_add_act,
+    .linear_fwd = cu_linear_fwd,
+    .linear_bwd = cu_linear_bwd,
+    .gelu_fwd = cu_gelu_fwd,
+    .gelu_bwd = cu_gelu_bwd,
+    .attention_fwd = cu_attention_fwd,
+    .attention_bwd = cu_attention_bwd,
+    .xent_fwd_bwd = cu_xent_fwd_bwd,
+    .xent_tp_stats = cu_xent_tp_stats,
+    .xent_tp_finish = cu_xent_tp_finish,
+    .adamw = cu_adamw,
+    .sum_f64 = cu_sum_f64,
+    .clip_coef = cu_clip_coef,
+    .localize_ids = cu_localize_ids,
+    .scale_f32 = cu_scale_f32,
+    .add_f32 = cu_add_f32,
 };
 
 extern "C" int lt_cuda_compiled(void) { return 1; }

@@ -69,6 +69,7 @@ typedef struct {
     int gemm_no_epilogue; /* 1: never use cuBLASLt epilogues (env LT_CUDA_GEMM=plain) */
     GemmCacheEntry cache[LT_GEMM_CACHE];
     int cache_next;
+    int graphs_live; /* captured CUDA graphs alive: scratch arenas may not move */
 } CudaImpl;
 
 static inline CudaImpl *cu_impl(LtBackend *be) { return (CudaImpl *)be->impl; }

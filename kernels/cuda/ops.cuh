@@ -37,7 +37,9 @@ void cu_xent_tp_finish(LtBackend *be, float *losses, void *logits, const int32_t
                        const float *global_target, int N, int Vvalid, int Vp, float dscale);
 void cu_adamw(LtBackend *be, void *param, float *master, const float *grad, float *m, float *v,
               size_t n, const LtAdamArgs *a);
-double cu_sumsq(LtBackend *be, const float *x, size_t n);
+void cu_sum_f64(LtBackend *be, double *acc, const float *x, size_t n, int squares);
+void cu_clip_coef(LtBackend *be, float *coef, const double *sumsq, float clip);
+void cu_localize_ids(LtBackend *be, int32_t *ids, size_t n, int start, int count);
 void cu_scale_f32(LtBackend *be, float *x, float s, size_t n);
 void cu_add_f32(LtBackend *be, float *dst, const float *src, size_t n);
 void cu_add_act(LtBackend *be, void *out, const void *a, const void *b, size_t n);

@@ -1,5 +1,6 @@
-/* reduce.cu - deterministic reductions: column sums for dbias, the fp32
- * sum of squares (gradient norm), scale_f32, add_f32.
+/* reduce.cu - deterministic reductions: column sums for dbias, fp32 sums
+ * and sums of squares into a device double (losses, gradient norm),
+ * scale_f32, add_f32.
  *
  * Design note. No floating-point atomics anywhere: every reduction is two
  * passes. Pass 1 writes one partial per block to the stream's scratch arena
@@ -51,8 +52,14 @@ __device__ __forceinline__ double block_sum_d(double v, double *sh) {
     return warp_sum_d(r);
 }
 
-// x (n) -> part (gridDim.x): per-block sums of x^2 in double.
-__global__ void sumsq_partial_kernel(double *part, const float *x, size_t n) {
+// x (n) -> part (gridDim.x): per-block sums of x (SQ = false) or x^2 (SQ = true) in double.
+template <bool SQ>
+__device__ __forceinline__ double sum_term(float x) {
+    return SQ ? (double)x * x : (double)x;
+}
+
+template <bool SQ>
+__global__ void sum_partial_kernel(double *part, const float *x, size_t n) {
     __shared__ double sh[32];
     double s = 0.0;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -62,23 +69,23 @@ __global__ void sumsq_partial_kernel(double *part, const float *x, size_t n) {
         const size_t n4 = n / 4;
         for (size_t i = i0; i < n4; i += stride) {
             float4 v = x4[i];
-            s += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
+            s += sum_term<SQ>(v.x) + sum_term<SQ>(v.y) + sum_term<SQ>(v.z) + sum_term<SQ>(v.w);
         }
-        for (size_t i = n4 * 4 + i0; i < n; i += stride) s += (double)x[i] * x[i];
+        for (size_t i = n4 * 4 + i0; i < n; i += stride) s += sum_term<SQ>(x[i]);
     } else {
-        for (size_t i = i0; i < n; i += stride) s += (double)x[i] * x[i];
+        for (size_t i = i0; i < n; i += stride) s += sum_term<SQ>(x[i]);
     }
     s = block_sum_d(s, sh);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
-// part (P) -> out[0] = sum in a fixed order; one block.
-__global__ void sumsq_final_kernel(double *out, const double *part, int P) {
+// acc[0] += sum of part (P) in a fixed order; one block.
+__global__ void sum_final_kernel(double *acc, const double *part, int P) {
     __shared__ double sh[32];
     double s = 0.0;
     for (int i = threadIdx.x; i < P; i += blockDim.x) s += part[i];
     s = block_sum_d(s, sh);
-    if (threadIdx.x == 0) out[0] = s;
+    if (threadIdx.x == 0) acc[0] += s;
 }
 
 // x (n) *= s
@@ -112,11 +119,15 @@ static int sumsq_grid(size_t n) {
     return (int)(g < 1 ? 1 : (g > 1024 ? 1024 : g));
 }
 
-static void launch_sumsq(double *res, double *part, const float *x, size_t n, cudaStream_t st) {
+static void launch_sum(double *acc, double *part, const float *x, size_t n, int squares,
+                       cudaStream_t st) {
     int G = sumsq_grid(n);
-    sumsq_partial_kernel<<<G, 256, 0, st>>>(part, x, n);
+    if (squares)
+        sum_partial_kernel<true><<<G, 256, 0, st>>>(part, x, n);
+    else
+        sum_partial_kernel<false><<<G, 256, 0, st>>>(part, x, n);
     CU_CHECK_LAUNCH();
-    sumsq_final_kernel<<<1, 1024, 0, st>>>(res, part, G);
+    sum_final_kernel<<<1, 1024, 0, st>>>(acc, part, G);
     CU_CHECK_LAUNCH();
 }
 
@@ -148,14 +159,10 @@ void cu_colsum_add(LtBackend *be, float *dbias, const void *dout, int N, int OC)
         launch_colsum<float>(dbias, (const float *)dout, N, OC, part, rows, R, cu_stream(be));
 }
 
-double cu_sumsq(LtBackend *be, const float *x, size_t n) {
-    if (n == 0) return 0.0;
-    double *buf = (double *)cu_scratch(be, (1024 + 1) * sizeof(double));
-    launch_sumsq(buf + 1024, buf, x, n, cu_stream(be));
-    double r = 0.0;
-    CU_CHECK(cudaMemcpyAsync(&r, buf + 1024, sizeof r, cudaMemcpyDeviceToHost, cu_stream(be)));
-    CU_CHECK(cudaStreamSynchronize(cu_stream(be)));
-    return r;
+void cu_sum_f64(LtBackend *be, double *acc, const float *x, size_t n, int squares) {
+    if (n == 0) return;
+    double *part = (double *)cu_scratch(be, 1024 * sizeof(double));
+    launch_sum(acc, part, x, n, squares, cu_stream(be));
 }
 
 void cu_scale_f32(LtBackend *be, float *x, float s, size_t n) {

@@ -131,7 +131,7 @@ static void emu_zero(LtBackend *, void *p, size_t bytes) { memset(p, 0, bytes); 
 static void emu_copy(LtBackend *, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) memmove(dst, src, bytes);
 }
-static void emu_sync(LtBackend *) {}
+static void emu_sync(LtBackend *be) { be->host_waits++; }
 static LtStream *emu_stream_create(LtBackend *) { return (LtStream *)malloc(1); }
 static void emu_stream_destroy(LtBackend *, LtStream *s) { free(s); }
 static void emu_set_stream(LtBackend *, LtStream *) {}
@@ -140,16 +140,57 @@ static void emu_event_destroy(LtBackend *, LtEvent *e) { free(e); }
 static void emu_event_record(LtBackend *, LtEvent *, LtStream *) {}
 static void emu_stream_wait_event(LtBackend *, LtStream *, LtEvent *) {}
 
+static void *emu_host_alloc(LtBackend *be, size_t bytes) { return emu_alloc(be, bytes); }
+static void emu_count_copy(LtBackend *be, void *dst, const void *src, size_t bytes) {
+    be->host_waits++;
+    emu_copy(be, dst, src, bytes);
+}
+
+/* Designated initializers (C++20: in declaration order, so reordering
+ * backend.h fails to compile instead of silently swapping entries). */
 static const LtBackendOps emu_ops = {
-    "cuda-emulated",  emu_destroy,       emu_alloc,        emu_free,
-    emu_zero,         emu_copy,          emu_copy,         emu_copy,
-    emu_sync,         cu_act_from_f32,   cu_act_to_f32,    emu_stream_create,
-    emu_stream_destroy, emu_set_stream,  emu_event_create, emu_event_destroy,
-    emu_event_record, emu_stream_wait_event, cu_embedding_fwd, cu_embedding_bwd,
-    cu_layernorm_fwd, cu_layernorm_bwd,  cu_add_act,       cu_linear_fwd,
-    cu_linear_bwd,    cu_gelu_fwd,       cu_gelu_bwd,      cu_attention_fwd,
-    cu_attention_bwd, cu_xent_fwd_bwd,   cu_xent_tp_stats, cu_xent_tp_finish,
-    cu_adamw,         cu_sumsq,          cu_scale_f32,     cu_add_f32,
+    .name = "cuda-emulated",
+    .destroy = emu_destroy,
+    .alloc = emu_alloc,
+    .free = emu_free,
+    .zero = emu_zero,
+    .upload = emu_count_copy,
+    .download = emu_count_copy,
+    .copy = emu_copy,
+    .synchronize = emu_sync,
+    .host_alloc = emu_host_alloc,
+    .host_free = emu_free,
+    .upload_async = emu_copy,
+    .download_async = emu_copy,
+    .act_from_f32 = cu_act_from_f32,
+    .act_to_f32 = cu_act_to_f32,
+    .stream_create = emu_stream_create,
+    .stream_destroy = emu_stream_destroy,
+    .set_stream = emu_set_stream,
+    .event_create = emu_event_create,
+    .event_destroy = emu_event_destroy,
+    .event_record = emu_event_record,
+    .stream_wait_event = emu_stream_wait_event,
+    .embedding_fwd = cu_embedding_fwd,
+    .embedding_bwd = cu_embedding_bwd,
+    .layernorm_fwd = cu_layernorm_fwd,
+    .layernorm_bwd = cu_layernorm_bwd,
+    .add_act = cu_add_act,
+    .linear_fwd = cu_linear_fwd,
+    .linear_bwd = cu_linear_bwd,
+    .gelu_fwd = cu_gelu_fwd,
+    .gelu_bwd = cu_gelu_bwd,
+    .attention_fwd = cu_attention_fwd,
+    .attention_bwd = cu_attention_bwd,
+    .xent_fwd_bwd = cu_xent_fwd_bwd,
+    .xent_tp_stats = cu_xent_tp_stats,
+    .xent_tp_finish = cu_xent_tp_finish,
+    .adamw = cu_adamw,
+    .sum_f64 = cu_sum_f64,
+    .clip_coef = cu_clip_coef,
+    .localize_ids = cu_localize_ids,
+    .scale_f32 = cu_scale_f32,
+    .add_f32 = cu_add_f32,
 };
 
 /* This binary has no real CUDA backend (the emulated one stands in). */

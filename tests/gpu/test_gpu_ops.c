@@ -720,10 +720,67 @@ static void t_xent_tp(const Pair *P) {
 }
 
 /* ======================= optimizer and reductions ======================= */
+/* sum_f64 of n device floats (squares or not) into a device double that
+ * starts at 0.25, read back less the 0.25 (so accumulation is tested). */
+static double dev_sum(LtBackend *be, const float *d, size_t n, int squares) {
+    const double start = 0.25;
+    double *acc = be->ops->alloc(be, sizeof(double)), got = 0.0;
+    be->ops->upload(be, acc, &start, sizeof start);
+    be->ops->sum_f64(be, acc, d, n, squares);
+    be->ops->download(be, &got, acc, sizeof got);
+    dfree(be, acc);
+    return got - start;
+}
+
+/* The step's device scalars: plain sums, the clip coefficient (finite and not)
+ * and vocab-parallel id localization, the device against the CPU. */
+static void t_step_scalars(const Pair *P) {
+    const size_t n = 100003;
+    float *x = hrand(n, 1.f, 0);
+    double s[2];
+    for (int k = 0; k < 2; k++) {
+        LtBackend *be = k ? P->dut : P->ref;
+        float *d = f32_up(be, x, n);
+        s[k] = dev_sum(be, d, n, 0);
+        dfree(be, d);
+    }
+    CHECK(fabs(s[1] - s[0]) <= 1e-9 * fmax(fabs(s[0]), 1.0), "sum: %.17g vs %.17g", s[1], s[0]);
+    const double ss[] = {16.0, 0.25, 0.0, NAN, INFINITY};
+    for (int i = 0; i < 5; i++) {
+        float c[2];
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            double *dss = be->ops->alloc(be, sizeof(double));
+            float *dc = f32_up(be, NULL, 1);
+            be->ops->upload(be, dss, &ss[i], sizeof(double));
+            be->ops->clip_coef(be, dc, dss, 1.0f);
+            f32_down(be, &c[k], dc, 1);
+            dfree(be, dss), dfree(be, dc);
+        }
+        CHECK(c[1] == c[0], "clip_coef(%g): %.9g vs %.9g", ss[i], c[1], c[0]);
+    }
+    enum { NI = 5000 };
+    int32_t *ids = lt_malloc(NI * sizeof(int32_t)), *got[2];
+    for (int i = 0; i < NI; i++) ids[i] = (int32_t)(x[i] * x[i] * 3000.f) - 100;
+    for (int k = 0; k < 2; k++) {
+        LtBackend *be = k ? P->dut : P->ref;
+        int32_t *d = i32_up(be, ids, NI);
+        be->ops->localize_ids(be, d, NI, 700, 1300);
+        got[k] = raw_down(be, d, NI * sizeof(int32_t));
+        dfree(be, d);
+    }
+    CHECK(memcmp(got[0], got[1], NI * sizeof(int32_t)) == 0, "localize_ids differs");
+    free(got[0]), free(got[1]), free(ids), free(x);
+}
+
 static void t_adamw(const Pair *P) {
     static const size_t ns[] = {1000, 100003};
-    LtAdamArgs a = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f - 0.729f, 1.f - 0.857375f, 0.7f};
+    LtAdamArgs a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                    .weight_decay = 0.1f, .bc1 = 1.f - 0.729f, .bc2 = 1.f - 0.857375f};
+    const float half = 0.5f;
     for (int s = 0; s < 2; s++) {
+        /* the multiplier 0.7 from the host, or 1.4 x 0.5 with the 0.5 on the device */
+        a.grad_scale = s ? 1.4f : 0.7f;
         const size_t n = ns[s];
         float *master = hrand(n, 1.f, 0), *grad = hrand(n, 1.f, 0), *m = hrand(n, 0.1f, 0);
         float *v = hrand(n, 0.01f, 0);
@@ -734,8 +791,11 @@ static void t_adamw(const Pair *P) {
             void *dp = act_up(be, NULL, n);
             float *dm = f32_up(be, master, n), *dg = f32_up(be, grad, n), *d1 = f32_up(be, m, n);
             float *d2 = f32_up(be, v, n);
+            float *dh = f32_up(be, &half, 1);
+            a.grad_scale_dev = s ? dh : NULL;
             poison(be, dp, lt_act_bytes(be, n));
             be->ops->adamw(be, dp, dm, dg, d1, d2, n, &a);
+            dfree(be, dh);
             for (int j = 0; j < 4; j++) res[k][j] = hzeros(n);
             act_down(be, res[k][0], dp, n), f32_down(be, res[k][1], dm, n);
             f32_down(be, res[k][2], d1, n), f32_down(be, res[k][3], d2, n);
@@ -760,7 +820,7 @@ static void t_reduce(const Pair *P) {
         for (int k = 0; k < 2; k++) {
             LtBackend *be = k ? P->dut : P->ref;
             float *d = f32_up(be, x, n);
-            r[k] = be->ops->sumsq(be, d, n);
+            r[k] = dev_sum(be, d, n, 1);
             be->ops->scale_f32(be, d, 0.37f, n);
             sc[k] = hzeros(n);
             f32_down(be, sc[k], d, n);
@@ -837,7 +897,7 @@ static const Case cases[] = {
     {"embedding", t_embedding}, {"embedding_tp", t_embedding_tp}, {"layernorm", t_layernorm},
     {"add_act", t_add_act},     {"linear", t_linear},             {"gelu", t_gelu},
     {"attention", t_attention}, {"xent", t_xent},                 {"xent_tp", t_xent_tp},
-    {"adamw", t_adamw},         {"reduce", t_reduce},             {"memory_streams", t_memory_streams},
+    {"adamw", t_adamw},         {"reduce", t_reduce}, {"step_scalars", t_step_scalars},             {"memory_streams", t_memory_streams},
 };
 
 /* One case on one pair: a PASS or FAIL line named case_pair. */

@@ -3,7 +3,8 @@
 # CPU backend: `lattice train` on configs/tiny.yaml-like settings for 20 steps
 # with train.device=cpu and train.device=cuda on the same data and seed, in
 # fp32 and bf16, then compares the per-step training losses of the metrics
-# files: max relative difference <= 1e-4 (fp32) and <= 2e-2 (bf16).
+# files: max relative difference <= 1e-4 (fp32) and <= 2e-2 (bf16); and a bf16
+# run with train.cuda_graph=true against the same run without: identical.
 # Prints PASS/FAIL lines and "N passed, M failed" like the other test scripts.
 # Environment: TRAIN_COMPARE_STEPS (default 20), TRAIN_COMPARE_TOL_FP32 (1e-4),
 #   TRAIN_COMPARE_TOL_BF16 (2e-2), TRAIN_COMPARE_KEEP=1 keeps the work dir,
@@ -60,9 +61,10 @@ if ! "$LT" shard --vocab-size 256 --input "$T/train.ids" "$T/train.ltok" >"$T/sh
 fi
 
 # ---- runs ---------------------------------------------------------------------
-run() { # name device precision -> metrics file $T/NAME.jsonl, log $T/NAME.log
+run() { # name device precision [overrides...] -> metrics file $T/NAME.jsonl, log $T/NAME.log
   local name=$1 dev=$2 prec=$3
-  "$LT" train configs/tiny.yaml "train.device=$dev" "train.precision=$prec" "train.steps=$STEPS" \
+  shift 3
+  "$LT" train configs/tiny.yaml "train.device=$dev" "train.precision=$prec" "train.steps=$STEPS" "$@" \
     "data.train_path=$T/train.ltok" data.valid_path= checkpoint.dir= checkpoint.load= \
     "logging.metrics_file=$T/$name.jsonl" logging.log_interval=5 >"$T/$name.log" 2>&1
   local rc=$?
@@ -74,9 +76,9 @@ run() { # name device precision -> metrics file $T/NAME.jsonl, log $T/NAME.log
   return 0
 }
 
-compare() { # prec tol
-  local prec=$1 tol=$2 out rc
-  out=$(python3 - "$T/cpu-$prec.jsonl" "$T/cuda-$prec.jsonl" "$tol" "$STEPS" <<'PY'
+compare() { # name-a name-b test-name tol
+  local na=$1 nb=$2 tname=$3 tol=$4 out rc
+  out=$(python3 - "$T/$na.jsonl" "$T/$nb.jsonl" "$tol" "$STEPS" <<'PY'
 import json, sys
 def losses(path):
     d = {}
@@ -111,7 +113,7 @@ sys.exit(0 if worst <= tol else 1)
 PY
 )
   rc=$?
-  if [ $rc = 0 ]; then pass "train_${prec}_cpu_vs_${DEV} ($out)"; else fail "train_${prec}_cpu_vs_${DEV}" "$out"; fi
+  if [ $rc = 0 ]; then pass "$tname ($out)"; else fail "$tname" "$out"; fi
 }
 
 for prec in fp32 bf16; do
@@ -119,7 +121,13 @@ for prec in fp32 bf16; do
   ok=1
   run "cpu-$prec" cpu "$prec" || ok=0
   run "cuda-$prec" "$DEV" "$prec" || ok=0
-  [ $ok = 1 ] && compare "$prec" "$tol"
+  [ $ok = 1 ] && compare "cpu-$prec" "cuda-$prec" "train_${prec}_cpu_vs_${DEV}" "$tol"
 done
+# the step replayed as a CUDA graph runs the same kernels: identical losses
+if [ "$DEV" = cuda ] && run cuda-bf16-graph cuda bf16 train.cuda_graph=true; then
+  if grep -q "cuda graph: forward and backward" "$T/cuda-bf16-graph.log"; then
+    compare cuda-bf16 cuda-bf16-graph train_bf16_cuda_graph_identical 0
+  else fail train_bf16_cuda_graph_identical "no capture reported in the log"; fi
+fi
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]
