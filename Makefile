@@ -4,6 +4,7 @@
 #   make test       set-up + build + the whole suite (ends with "N passed, N failed")
 #   make demo       set-up + build + sample corpus + train a small GPT + print generated text
 #   make deps       install missing Debian packages (when root)
+#   make peer-check the PyTorch peer trains the same model (needs torch; PEER_PYTHON)
 
 BUILD    ?= build
 CC       ?= gcc
@@ -58,7 +59,7 @@ TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
 GPU_TEST_BINS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/*.c))
 
-.PHONY: all deps check-deps test test-full demo clean gpu-test
+.PHONY: all deps check-deps test test-full demo clean gpu-test peer-check
 all: check-deps $(BUILD)/lattice $(TEST_BINS)
 
 deps:
@@ -141,6 +142,12 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c tests/test.h $(LIB)
 
 gpu-test: check-deps $(GPU_TEST_BINS)
 	$(BUILD)/tests/gpu/test_gpu_ops && $(BUILD)/tests/gpu/bench_attention
+
+# scripts/bench_peer.py (plain PyTorch GPT-2) against lattice: same init, batches
+# and per-step losses (tests/gpu/peer_check.sh). Needs a Python with torch, so
+# not part of make test: PEER_PYTHON=/path/bin/python PEER_CHECK_DEVICE=cpu|cuda
+peer-check: all
+	@bash tests/gpu/peer_check.sh $(BUILD)
 
 # test and demo install packages first, then build in a fresh make (so the
 # dependency probe above sees what was just installed).

@@ -1,8 +1,10 @@
-/* trainer.h - the subcommands that run the model: train, eval, sample. */
+/* trainer.h - the subcommands that run the model: train, eval, sample; and
+ * batches, which writes the token batches train reads. */
 #ifndef LT_TRAINER_H
 #define LT_TRAINER_H
 
 #include "config.h"
+#include "data.h"
 #include "dist.h"
 
 #ifdef __cplusplus
@@ -13,6 +15,13 @@ extern "C" {
 int lt_cmd_train(LtConfig *cfg, const LtWorld *w);
 int lt_cmd_eval(LtConfig *cfg, const LtWorld *w);
 int lt_cmd_sample(LtConfig *cfg, const LtWorld *w);
+
+/* The loader settings `lattice train` reads its data with (rows first ..
+ * first+count-1 of each global batch). */
+LtLoaderConfig lt_train_loader_config(const LtConfig *cfg, int first, int count);
+/* `lattice batches`: write the token rows of the first train.steps global
+ * batches to out_path (format in src/batches.c). Single process. */
+int lt_cmd_batches(const LtConfig *cfg, const char *out_path);
 
 #ifdef __cplusplus
 }

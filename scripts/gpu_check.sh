@@ -17,15 +17,18 @@
 #   GPU_CHECK_SANITIZE=0|1 (compute-sanitizer memcheck and racecheck on --quick, default 1),
 #   GPU_CHECK_TEST_TIMEOUT (seconds, default 900),
 #   GPU_CHECK_TRAIN=0|1 (full lattice binary + tests/gpu/train_compare.sh +
-#     scripts/bench.sh, default 1; needs libyaml, zstd and MPI headers/libs),
+#     tests/gpu/peer_check.sh + scripts/bench.sh, default 1; needs libyaml,
+#     zstd and MPI headers/libs),
 #   GPU_CHECK_LATTICE (use this lattice binary instead of linking one),
 #   GPU_CHECK_BENCH_STEPS (default 30), GPU_CHECK_BENCH_ARGS (extra bench.sh
 #     arguments, e.g. "--config configs/gpt2-124m.yaml"),
 #   GPU_CHECK_PHASES (comma list of what runs after the build, default
-#     "tests,sanitize,racecheck,attention,train,parallel,bench": the op tests,
-#     compute-sanitizer memcheck and racecheck, the attention benchmark,
-#     train_compare.sh, parallel_gpu.sh (2 ranks on the GPU under mpirun,
-#     MPI staging) and bench.sh). A lent device runs each command for at most
+#     "tests,sanitize,racecheck,attention,train,peer,parallel,bench": the op
+#     tests, compute-sanitizer memcheck and racecheck, the attention benchmark,
+#     train_compare.sh, peer_check.sh (the PyTorch peer of scripts/bench_peer.py
+#     trains the same model: needs torch; PEER_PYTHON), parallel_gpu.sh (2 ranks
+#     on the GPU under mpirun, MPI staging) and bench.sh, which also runs the
+#     peer when torch is there). A lent device runs each command for at most
 #     10 minutes: split the phases over calls, e.g. "tests,attention", then
 #     "sanitize,train,parallel", then "racecheck", then "bench".
 # Exit status: 0 when every test passed, 1 otherwise.
@@ -65,7 +68,7 @@ if [ -d "$DEPS/pkgconfig" ]; then
   fi
 fi
 
-PHASES=${GPU_CHECK_PHASES:-tests,sanitize,racecheck,attention,train,parallel,bench}
+PHASES=${GPU_CHECK_PHASES:-tests,sanitize,racecheck,attention,train,peer,parallel,bench}
 want() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
 say() { echo "$*" | tee -a "$REPORT"; }
 section() { say ""; say "== $* =="; }
@@ -338,7 +341,7 @@ fi
 # src/main.c linked with every src/*.c (libyaml, zstd, MPI) and the CPU backend.
 LT_BIN=""
 GAPS=""
-if [ "${GPU_CHECK_TRAIN:-1}" = 1 ] && { want train || want parallel || want bench; }; then
+if [ "${GPU_CHECK_TRAIN:-1}" = 1 ] && { want train || want peer || want parallel || want bench; }; then
   section "full lattice binary (for train_compare, parallel_gpu and bench)"
   if [ -n "${GPU_CHECK_LATTICE:-}" ]; then
     if [ -x "$GPU_CHECK_LATTICE" ]; then LT_BIN=$GPU_CHECK_LATTICE; say "using GPU_CHECK_LATTICE=$LT_BIN"
@@ -382,6 +385,8 @@ run_script() { # $1 = phase, $2 = title, $3 = timeout, rest = command
 }
 run_script train "end-to-end training, CPU vs CUDA (tests/gpu/train_compare.sh)" 900 \
   bash tests/gpu/train_compare.sh "$WORK/lt"
+run_script peer "the PyTorch peer trains the same model (tests/gpu/peer_check.sh)" 540 \
+  bash tests/gpu/peer_check.sh "$WORK/lt"
 want parallel && [ -n "$LT_BIN" ] && say "mpirun for parallel_gpu.sh: $(command -v mpirun || echo 'not found')"
 run_script parallel "multi-rank training on the GPU (tests/gpu/parallel_gpu.sh)" 540 \
   bash tests/gpu/parallel_gpu.sh "$WORK/lt"

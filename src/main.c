@@ -4,6 +4,7 @@
  *   lattice eval   CONFIG.yaml [key.path=value ...]
  *   lattice sample CONFIG.yaml [key.path=value ...]   token ids to stdout
  *   lattice export CHECKPOINT OUT_DIR
+ *   lattice batches CONFIG.yaml [key.path=value ...] --out FILE   batches train reads
  *   lattice shard  ...                                 (see lattice shard --help)
  *   lattice schedule --pp P [--vpp V] --micro-batches M [--svg FILE]
  *   lattice --version
@@ -28,6 +29,7 @@ static void usage(FILE *f) {
             "       lattice eval   CONFIG.yaml [section.key=value ...]\n"
             "       lattice sample CONFIG.yaml [section.key=value ...]\n"
             "       lattice export CHECKPOINT OUT_DIR\n"
+            "       lattice batches CONFIG.yaml [section.key=value ...] --out FILE\n"
             "       lattice shard  --vocab-size V [--format lattice|llmc] [--input FILE] OUT\n"
             "       lattice schedule --pp P [--vpp V] --micro-batches M [--fwd-cost F] "
             "[--bwd-cost B] [--latency L] [--svg FILE]\n"
@@ -77,6 +79,31 @@ int main(int argc, char **argv) {
         if (lt_export_hf(argv[2], argv[3], err, sizeof err)) lt_input_error("export: %s", err);
         printf("exported %s to %s (model.safetensors, config.json)\n", argv[2], argv[3]);
         return 0;
+    }
+    if (!strcmp(cmd, "batches")) {
+        /* lattice batches CONFIG.yaml [overrides] --out FILE */
+        const char *out = NULL;
+        char **over = argv + 3;
+        int nover = 0;
+        for (int i = 3; i < argc; i++) {
+            if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+            else over[nover++] = argv[i];
+        }
+        if (argc < 3 || !out || !out[0]) {
+            fprintf(stderr, "lattice: error: batches needs a CONFIG.yaml and --out FILE\n");
+            usage(stderr);
+            return LT_EXIT_INPUT;
+        }
+        /* one process; validated for the smallest world of the layout (one
+         * data-parallel replica): the global batch does not depend on it */
+        static LtConfig bcfg;
+        char err[2048];
+        if (lt_config_load(&bcfg, argv[2], nover, over, err, sizeof err)) lt_input_error("%s", err);
+        const int world = bcfg.parallel.tensor_model_parallel_size *
+                          bcfg.parallel.pipeline_model_parallel_size;
+        if (lt_config_validate(&bcfg, world > 0 ? world : 1, err, sizeof err))
+            lt_input_error("%s", err);
+        return lt_cmd_batches(&bcfg, out);
     }
     int (*run)(LtConfig *, const LtWorld *) = NULL;
     if (!strcmp(cmd, "train")) run = lt_cmd_train;

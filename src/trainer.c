@@ -611,10 +611,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     open_valid(&r);
     const int S = cfg->model.seq_length, G = cfg->train.global_batch_size,
               local = G / r.topo.dp;
-    LtLoaderConfig lc = {.seq_len = S, .samples_per_step = G, .first = r.coords.dp * local,
-                         .count = local,
-                         .shuffle = cfg->data.shuffle, .seed = cfg->train.seed,
-                         .prefetch = cfg->data.prefetch};
+    LtLoaderConfig lc = lt_train_loader_config(cfg, r.coords.dp * local, local);
     char err[1024];
     r.loader = lt_loader_create(r.train, &lc, err, sizeof err);
     if (!r.loader) lt_input_error("data.train_path: %s", err);

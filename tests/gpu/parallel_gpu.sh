@@ -47,19 +47,7 @@ fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
 echo "lattice: $("$LT" --version 2>&1 | head -2 | tr '\n' ';') GPUs: $NGPU"
 
 # ---- data: byte-level English text (vocab 256) ----
-cat /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 > "$T/text.txt" 2>/dev/null
-python3 - "$T/text.txt" "$T/ids" <<'PY'
-import random, sys
-try:
-    d = open(sys.argv[1], 'rb').read()
-except OSError:
-    d = b''
-if len(d) < 100000:
-    random.seed(7)
-    words = [bytes(random.randrange(97, 123) for _ in range(random.randrange(2, 9))) for _ in range(500)]
-    d = b' '.join(random.choice(words) for _ in range(40000))
-open(sys.argv[2], 'w').write(' '.join(map(str, d)))
-PY
+python3 tests/gpu/text_ids.py "$T/ids" /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0
 "$LT" shard --vocab-size 256 --input "$T/ids" "$T/train.ltok" >"$T/shard.log" 2>&1 ||
   { fail setup "lattice shard failed: $(tail -1 "$T/shard.log")"; echo "$passed passed, $failed failed"; exit 1; }
 # global batch 8 in micro batches of 2: dp 1 and 2 both fit

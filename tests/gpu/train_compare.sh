@@ -38,23 +38,7 @@ if [ "$DEV" = cuda ] && ! "$LT" --version 2>/dev/null | grep -q cuda; then
 fi
 
 # ---- data: byte-level English text (vocab 256), random bytes as a fallback ----
-cat /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 \
-    /usr/share/common-licenses/GPL-2 > "$T/text.txt" 2>/dev/null
-python3 - "$T/text.txt" "$T/train.ids" <<'PY'
-import os, sys
-try:
-    data = open(sys.argv[1], 'rb').read()
-except OSError:
-    data = b''
-if len(data) < 100000:
-    import random
-    random.seed(7)
-    # a little structure so the loss actually falls
-    words = [bytes(random.randrange(97, 123) for _ in range(random.randrange(2, 9))) for _ in range(500)]
-    data = b' '.join(random.choice(words) for _ in range(40000))
-with open(sys.argv[2], 'w') as f:
-    f.write(' '.join(str(b) for b in data) + '\n')
-PY
+python3 tests/gpu/text_ids.py "$T/train.ids"
 if ! "$LT" shard --vocab-size 256 --input "$T/train.ids" "$T/train.ltok" >"$T/shard.log" 2>&1; then
   fail setup "lattice shard failed: $(tail -1 "$T/shard.log")"
   echo "$passed passed, $failed failed"; exit 1

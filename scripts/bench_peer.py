@@ -1,0 +1,754 @@
+#!/usr/bin/env python3
+"""bench_peer.py - a plain PyTorch GPT-2 trained next to lattice, for speed and
+loss comparisons on the same shapes, data and initial weights.
+
+The model is written here with nn.Linear / nn.LayerNorm and
+F.scaled_dot_product_attention(is_causal=True) (not a library model class) and
+computes the same function as lattice (README "Model and numerics"):
+pre-LayerNorm blocks with eps 1e-5, learned position embeddings, causal
+attention scaled by 1/sqrt(head_dim) with q|k|v per token in that order,
+tanh-approximation GeLU, the token embedding tied to the LM head, and the
+vocabulary padded to a multiple of make_vocab_size_divisible_by x TP: the
+padded rows of wte start at zero and the padded logit columns are left out of
+the softmax, so (as in lattice) they get neither probability nor gradient and
+stay zero. Loss: mean cross-entropy over all G x S tokens of a step, summed
+over G / micro_batch micro batches (gradient accumulation). AdamW with bias
+correction and decoupled weight decay on 2-D parameters only (wte, wpe and the
+weight matrices; not biases or LayerNorm), global-norm clipping by
+min(1, clip / (norm + 1e-6)), LR: linear warm-up lr*(k+1)/warmup for update
+k < warmup, then cosine to min_lr at decay_steps, then min_lr.
+
+Speed: bf16 autocast (train.precision: bf16; fp32 runs in plain fp32 with TF32
+off, as lattice's fp32 GEMMs), fused AdamW, torch.compile (--no-compile and
+--no-fused turn them off). Throughput figures use lattice's own FLOP count
+(src/model.c lt_model_flops_per_sample(d, causal=0), as src/trainer.c reports):
+    flops per sample = 3 * S * (L * (8 h^2 + 4 h F + 4 S h) + 2 h Vp)
+(forward: QKV 6h^2, projection 2h^2, MLP 4hF, attention scores and weighted sum
+4Sh per token and layer - counted for the full square, not the causal half -
+and the LM head 2hVp; backward = 2 x forward; no recompute), times G samples
+per step; TFLOP/s = that / median step time; MFU = TFLOP/s / peak, with the
+peak from --peak-tflops, else logging.peak_tflops, else lattice's table of
+dense datasheet peaks (src/metrics.c, e.g. H100 SXM bf16 989.4), else (CPU) a
+timed 512^3 fp32 GEMM. Median step time over the steps after warm-up (by
+default the same rule as lattice: skip 2 steps of more than 10, 1 of 4..10).
+Memory: torch.cuda.max_memory_allocated (all tensors the peer allocated, at
+their peak) on CUDA, the process's peak resident set on the CPU.
+
+Data: --batches FILE reads what `lattice batches CONFIG OUT [overrides]`
+writes: the resolved config and the token rows of the first train.steps
+global batches, produced by lattice's own loader (shuffle, seed, any token
+file format), so both trainers see identical batches in identical order.
+Without --batches, steps use uniform random tokens (speed only).
+Weights: --init DIR (or DIR/model.safetensors) loads `lattice export` output,
+e.g. of a checkpoint saved by `lattice train ... train.steps=0
+checkpoint.dir=D` (the initial weights); without it, a random init with
+lattice's distributions (normal 0.02; the residual output projections
+0.02/sqrt(2L); biases 0; LayerNorm 1/0; padded rows 0).
+
+Comparison: --compare LATTICE_METRICS.jsonl checks the first --compare-steps
+(default 5) training losses (and grad norms) against lattice's metrics file
+(logging.metrics_file; records {"step", "loss", "grad_norm", ...}); relative
+tolerance --rtol (default 2e-2 in bf16: two bf16 trainers round activations
+differently - lattice stores every activation in bf16, autocast keeps
+LayerNorm, softmax and the residual stream in fp32 - and lattice's own
+CPU-vs-CUDA bf16 check allows the same; 1e-4 in fp32) and --gnorm-rtol for
+the grad norm (default 1e-1 bf16, 1e-3 fp32: a grad norm amplifies rounding
+more than the loss). Exit status 1 when they disagree.
+--peer-losses PEER.jsonl with --compare compares two files without training
+(and without importing torch).
+
+Usage:
+  bench_peer.py [--batches FILE] [--config CFG.yaml] [--init DIR] [--device cuda|cpu]
+                [--steps N] [--precision fp32|bf16] [--micro-batch M] [--no-compile]
+                [--no-fused] [--warmup N] [--peak-tflops X] [--threads N]
+                [--losses-out FILE.jsonl] [--summary FILE.jsonl]
+                [--compare LATTICE.jsonl [--compare-steps N] [--rtol X] [--gnorm-rtol X]]
+                [section.key=value ...]
+  bench_peer.py --compare LATTICE.jsonl --peer-losses PEER.jsonl [--compare-steps N] [--rtol X]
+  bench_peer.py --print-config [--config CFG.yaml | --batches FILE] [section.key=value ...]
+Exit status: 0 ok, 1 comparison failed or training failed, 2 bad input,
+3 out of memory (bench.sh then tries a smaller micro batch).
+"""
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+import time
+
+EXIT_FAIL, EXIT_INPUT, EXIT_OOM = 1, 2, 3
+
+
+class InputError(Exception):
+    pass
+
+
+# ---- config: the subset of lattice's keys the peer uses -----------------------
+# Defaults as in lattice's README (lt_config_defaults); the test suite checks
+# that resolving configs/*.yaml here gives what lattice resolves.
+DEFAULTS = {
+    "model": {"num_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
+              "ffn_hidden_size": 0, "seq_length": 1024, "max_position_embeddings": 1024,
+              "vocab_size": 50257, "make_vocab_size_divisible_by": 128},
+    "parallel": {"tensor_model_parallel_size": 1},
+    "train": {"micro_batch_size": 1, "global_batch_size": 8, "steps": 100, "precision": "fp32",
+              "seed": 1234, "threads": 0},
+    "optimizer": {"lr": 6e-4, "min_lr": 6e-5, "warmup_steps": 0, "decay_steps": 0, "beta1": 0.9,
+                  "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1, "clip_grad": 1.0},
+    "logging": {"peak_tflops": 0.0},
+}
+INT_KEYS = {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length",
+            "max_position_embeddings", "vocab_size", "make_vocab_size_divisible_by",
+            "tensor_model_parallel_size", "micro_batch_size", "global_batch_size", "steps",
+            "seed", "threads", "warmup_steps", "decay_steps"}
+
+
+def _scalar(section, key, v):
+    if key in INT_KEYS:
+        if isinstance(v, bool) or v is None:
+            raise InputError(f"{section}.{key}: expected an integer, got {v!r}")
+        try:
+            return int(str(v), 10)
+        except ValueError:
+            raise InputError(f"{section}.{key}: expected an integer, got {v!r}")
+    if key == "precision":
+        p = str(v).lower()
+        if p not in ("fp32", "bf16"):
+            raise InputError(f"train.precision: expected fp32 or bf16, got {v!r}")
+        return p
+    try:  # lattice prints doubles as e.g. 1e-08, which YAML 1.1 reads as a string
+        return float(v)
+    except (TypeError, ValueError):
+        raise InputError(f"{section}.{key}: expected a number, got {v!r}")
+
+
+def _parse_plain(text, where):
+    """The YAML subset lattice configs use (a mapping of sections, each a
+    mapping of scalars; comments): for machines without pyyaml."""
+    doc, sec = {}, None
+    for n, raw in enumerate(text.splitlines(), 1):
+        s = raw.strip()
+        if not s or s.startswith("#"):
+            continue
+        key, sep, val = s.partition(":")
+        if not sep:
+            raise InputError(f"{where}:{n}: expected 'key: value'")
+        key, val = key.strip(), val.strip()
+        if val[:1] in ("'", '"'):
+            end = val.find(val[0], 1)
+            val = val[1:end] if end > 0 else val[1:]
+        else:
+            val = val.split(" #", 1)[0].strip()
+            if val.startswith("#"):
+                val = ""
+        if raw[:1] not in (" ", "\t"):
+            if val:
+                raise InputError(f"{where}:{n}: expected a section ('{key}:' alone)")
+            sec = doc.setdefault(key, {})
+        elif sec is None:
+            raise InputError(f"{where}:{n}: a key outside any section")
+        else:
+            sec[key] = None if val in ("", "~", "null") else val
+    return doc
+
+
+def _parse_yaml(text, where):
+    try:
+        if os.environ.get("BENCH_PEER_NO_YAML"):
+            raise ImportError
+        import yaml
+    except ImportError:
+        return _parse_plain(text, where)
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise InputError(f"{where}: {e}")
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise InputError(f"{where}: not a mapping of sections")
+    return doc
+
+
+def resolve_config(doc, overrides):
+    """The peer's view of a lattice config: defaults, the YAML document, then
+    section.key=value overrides; derived values as lt_config_validate fills
+    them (ffn 0 -> 4h, decay_steps 0 -> steps, padded vocab)."""
+    c = {s: dict(kv) for s, kv in DEFAULTS.items()}
+    for s, kv in (doc or {}).items():
+        if s in c and isinstance(kv, dict):
+            for k, v in kv.items():
+                if k in c[s]:
+                    c[s][k] = _scalar(s, k, v)
+    for o in overrides:
+        key, _, val = o.partition("=")
+        s, _, k = key.partition(".")
+        if s in c and k in c[s]:
+            c[s][k] = _scalar(s, k, val)
+    m, t, o = c["model"], c["train"], c["optimizer"]
+    if m["ffn_hidden_size"] == 0:
+        m["ffn_hidden_size"] = 4 * m["hidden_size"]
+    if o["decay_steps"] == 0:
+        o["decay_steps"] = t["steps"]
+    mult = m["make_vocab_size_divisible_by"] * c["parallel"]["tensor_model_parallel_size"]
+    m["padded_vocab_size"] = (m["vocab_size"] + mult - 1) // mult * mult
+    if m["hidden_size"] % m["num_attention_heads"]:
+        raise InputError("model.hidden_size must be divisible by model.num_attention_heads")
+    if m["seq_length"] > m["max_position_embeddings"]:
+        raise InputError("model.seq_length must be <= model.max_position_embeddings")
+    if o["warmup_steps"] > o["decay_steps"] and o["decay_steps"] != 0:
+        raise InputError(f"optimizer.warmup_steps ({o['warmup_steps']}) must be <= "
+                         f"optimizer.decay_steps ({o['decay_steps']})")
+    if t["global_batch_size"] % t["micro_batch_size"]:
+        raise InputError("train.global_batch_size must be a multiple of train.micro_batch_size")
+    return c
+
+
+def lr_at(c, step):
+    """lt_lr_at (src/optim.c): LR of update `step` (0-based)."""
+    o = c["optimizer"]
+    lr, min_lr, warm, decay = o["lr"], o["min_lr"], o["warmup_steps"], o["decay_steps"]
+    if warm > 0 and step < warm:
+        return lr * (step + 1) / warm
+    if step >= decay:
+        return min_lr
+    ratio = (step - warm) / (decay - warm)
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * ratio))
+
+
+def flops_per_sample(c):
+    """lt_model_flops_per_sample(d, causal=0) of src/model.c."""
+    m = c["model"]
+    s, h, F, L, V = (m["seq_length"], m["hidden_size"], m["ffn_hidden_size"], m["num_layers"],
+                     m["padded_vocab_size"])
+    attn = 4.0 * s * h
+    return 3.0 * s * (L * (8.0 * h * h + 4.0 * h * F + attn) + 2.0 * h * V)
+
+
+# Dense datasheet peaks (TFLOP/s: bf16, fp32), as lattice's table in
+# src/metrics.c (the test suite checks they agree). Longer patterns first.
+PEAKS = [("H100 PCIe", 756.0, 51.2), ("H100 NVL", 835.0, 60.0), ("H100", 989.4, 66.9),
+         ("H200", 989.4, 66.9), ("H800", 989.4, 66.9), ("GH200", 989.4, 66.9),
+         ("A100", 312.0, 19.5), ("A800", 312.0, 19.5), ("L40S", 362.05, 91.6),
+         ("A10G", 70.0, 31.2), ("V100", 125.0, 15.7)]
+
+
+def peak_from_table(name, precision):
+    for pat, bf16, fp32 in PEAKS:
+        if pat in (name or ""):
+            return bf16 if precision == "bf16" else fp32
+    return 0.0
+
+
+# ---- lattice batch dumps (`lattice batches`) ------------------------------------
+class Batches:
+    """A file written by `lattice batches` (layout in src/batches.c)."""
+
+    def __init__(self, path):
+        self.path = path
+        try:
+            with open(path, "rb") as f:
+                head = f.read(32)
+                if len(head) < 32 or head[:8] != b"LTBATCH1":
+                    raise InputError(f"{path}: not a lattice batch file (no LTBATCH1 magic)")
+                (self.header_bytes, self.steps, self.samples, self.row, self.vocab,
+                 text_len) = struct.unpack("<6I", head[8:32])
+                self.config_text = f.read(text_len).decode("utf-8")
+                if len(self.config_text.encode("utf-8")) != text_len:
+                    raise InputError(f"{path}: truncated header")
+        except OSError as e:
+            raise InputError(f"{path}: {e.strerror}")
+        self.step_bytes = self.samples * self.row * 4
+        want = self.header_bytes + self.steps * self.step_bytes
+        have = os.path.getsize(path)
+        if self.header_bytes < 32 + text_len or have != want:
+            raise InputError(f"{path}: {have} bytes, the header describes {want}")
+
+    def read_steps(self, n):
+        """Raw little-endian int32 bytes of steps 0..n-1 (one bytes object)."""
+        if n > self.steps:
+            raise InputError(f"{self.path} holds {self.steps} steps, {n} requested")
+        with open(self.path, "rb") as f:
+            f.seek(self.header_bytes)
+            return f.read(n * self.step_bytes)
+
+    def rows(self, step):
+        """Step `step` as a list of rows (lists of ints): for tests, no torch."""
+        import array
+        with open(self.path, "rb") as f:
+            f.seek(self.header_bytes + step * self.step_bytes)
+            a = array.array("i")
+            a.frombytes(f.read(self.step_bytes))
+        if sys.byteorder != "little":
+            a.byteswap()
+        return [a[i * self.row:(i + 1) * self.row].tolist() for i in range(self.samples)]
+
+
+# ---- comparison with lattice's metrics ------------------------------------------
+def read_losses(path):
+    """{step: record} of the training records of a metrics JSONL file."""
+    out = {}
+    try:
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    raise InputError(f"{path}:{n}: not JSON")
+                if r.get("eval") or "loss" not in r or "step" not in r:
+                    continue
+                out[int(r["step"])] = r  # a resumed run's later record wins
+    except OSError as e:
+        raise InputError(f"{path}: {e.strerror}")
+    return out
+
+
+def compare(lattice, peer, steps, rtol, gnorm_rtol, out=sys.stdout):
+    """Compare steps 1..steps of two {step: record} maps; True when they agree."""
+    ok = True
+    worst = worst_g = 0.0
+    print(f"compare: first {steps} steps, |dloss|/loss <= {rtol:g}, "
+          f"|dgrad_norm|/grad_norm <= {gnorm_rtol:g}", file=out)
+    print(f"{'step':>5} {'lattice loss':>13} {'peer loss':>13} {'rel diff':>10} "
+          f"{'lattice gnorm':>13} {'peer gnorm':>13} {'rel diff':>10}", file=out)
+    for k in range(1, steps + 1):
+        a, b = lattice.get(k), peer.get(k)
+        if a is None or b is None:
+            print(f"{k:>5} missing in the {'lattice' if a is None else 'peer'} metrics", file=out)
+            ok = False
+            continue
+        la, pe = float(a["loss"]), float(b["loss"])
+        d = abs(la - pe) / max(abs(la), 1e-12)
+        if not (d <= rtol):  # NaN fails too
+            ok = False
+        worst = max(worst, d) if d == d else float("inf")
+        ga, gp = a.get("grad_norm"), b.get("grad_norm")
+        gcol = ""
+        if ga is not None and gp is not None:
+            ga, gp = float(ga), float(gp)
+            dg = abs(ga - gp) / max(abs(ga), 1e-12)
+            if not (dg <= gnorm_rtol):
+                ok = False
+            worst_g = max(worst_g, dg) if dg == dg else float("inf")
+            gcol = f" {ga:>13.6g} {gp:>13.6g} {dg:>10.2e}"
+        print(f"{k:>5} {la:>13.7g} {pe:>13.7g} {d:>10.2e}{gcol}", file=out)
+    print(f"compare: {'PASS' if ok else 'FAIL'}: max relative loss difference {worst:.3g}, "
+          f"grad norm {worst_g:.3g} over {steps} steps", file=out)
+    return ok
+
+
+def default_rtols(precision):
+    return (2e-2, 1e-1) if precision == "bf16" else (1e-4, 1e-3)
+
+
+# ---- the model (torch from here on) ----------------------------------------------
+def build_model_class():
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Block(nn.Module):
+        def __init__(self, C, NH, Fh):
+            super().__init__()
+            self.nh = NH
+            self.ln_1 = nn.LayerNorm(C, eps=1e-5)
+            self.qkv = nn.Linear(C, 3 * C)
+            self.proj = nn.Linear(C, C)
+            self.ln_2 = nn.LayerNorm(C, eps=1e-5)
+            self.fc = nn.Linear(C, Fh)
+            self.fc2 = nn.Linear(Fh, C)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            qkv = self.qkv(self.ln_1(x)).view(B, T, 3, self.nh, C // self.nh)
+            q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # (B, NH, T, HD)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+            return x + self.fc2(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            m = c["model"]
+            self.V, C = m["vocab_size"], m["hidden_size"]
+            self.wte = nn.Parameter(torch.zeros(m["padded_vocab_size"], C))
+            self.wpe = nn.Parameter(torch.zeros(m["max_position_embeddings"], C))
+            self.h = nn.ModuleList(Block(C, m["num_attention_heads"], m["ffn_hidden_size"])
+                                   for _ in range(m["num_layers"]))
+            self.ln_f = nn.LayerNorm(C, eps=1e-5)
+
+        def forward(self, idx, targets):
+            """Sum of the token losses of the (B, T) batch (fp32)."""
+            T = idx.shape[1]
+            x = F.embedding(idx, self.wte) + self.wpe[:T]
+            for blk in self.h:
+                x = blk(x)
+            logits = F.linear(self.ln_f(x), self.wte)  # tied LM head, (B, T, Vp)
+            if logits.shape[-1] != self.V:  # padded columns: no probability, no gradient
+                logits = logits[..., :self.V]
+            return F.cross_entropy(logits.reshape(-1, self.V).float(), targets.reshape(-1),
+                                   reduction="sum")
+
+    return GPT
+
+
+def random_init(model, c):
+    import torch
+    m = c["model"]
+    g = torch.Generator().manual_seed(c["train"]["seed"])
+    std, proj_std = 0.02, 0.02 / math.sqrt(2.0 * m["num_layers"])
+    with torch.no_grad():
+        model.wte.zero_()
+        model.wte[:m["vocab_size"]].copy_(torch.randn(m["vocab_size"], m["hidden_size"],
+                                                      generator=g) * std)
+        model.wpe.copy_(torch.randn(model.wpe.shape, generator=g) * std)
+        for blk in model.h:
+            for lin, s in ((blk.qkv, std), (blk.proj, proj_std), (blk.fc, std), (blk.fc2, proj_std)):
+                lin.weight.copy_(torch.randn(lin.weight.shape, generator=g) * s)
+                lin.bias.zero_()
+            for ln in (blk.ln_1, blk.ln_2):
+                ln.weight.fill_(1.0)
+                ln.bias.zero_()
+        model.ln_f.weight.fill_(1.0)
+        model.ln_f.bias.zero_()
+
+
+def read_safetensors(path):
+    """{name: fp32 tensor} of a safetensors file of F32 tensors (what lattice
+    export writes); a small reader, so the safetensors package is not needed."""
+    import torch
+    try:
+        with open(path, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(n))
+            data = bytearray(f.read())
+    except (OSError, ValueError, struct.error) as e:
+        raise InputError(f"{path}: cannot read safetensors: {e}")
+    buf = torch.frombuffer(data, dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info.get("dtype") != "F32":
+            raise InputError(f"{path}: tensor {name} is {info.get('dtype')}, expected F32")
+        a, b = info["data_offsets"]
+        shape = info["shape"]
+        if b - a != 4 * math.prod(shape) or b > len(data):
+            raise InputError(f"{path}: tensor {name}: bad data offsets")
+        out[name] = buf[a:b].view(torch.float32).reshape(shape).clone()
+    return out
+
+
+def load_export(model, c, path):
+    """Load `lattice export` output (HF GPT-2 names, Conv1D (in, out) weights,
+    wte without the padded rows) into the model."""
+    import torch
+    if os.path.isdir(path):
+        path = os.path.join(path, "model.safetensors")
+    t = read_safetensors(path)
+    m = c["model"]
+    L, C, V = m["num_layers"], m["hidden_size"], m["vocab_size"]
+    used = set()
+
+    def take(name, shape, transpose=False):
+        if name not in t:
+            raise InputError(f"{path}: no tensor {name}")
+        x = t[name]
+        if transpose:
+            x = x.t()
+        if tuple(x.shape) != tuple(shape):
+            raise InputError(f"{path}: {name} has shape {tuple(t[name].shape)}, the config "
+                             f"needs {tuple(shape)}{' (transposed)' if transpose else ''}")
+        used.add(name)
+        return x
+
+    with torch.no_grad():
+        model.wte.zero_()
+        model.wte[:V].copy_(take("transformer.wte.weight", (V, C)))
+        model.wpe.copy_(take("transformer.wpe.weight", model.wpe.shape))
+        for i, blk in enumerate(model.h):
+            p = f"transformer.h.{i}."
+            for mod, hf in ((blk.ln_1, "ln_1"), (blk.ln_2, "ln_2")):
+                mod.weight.copy_(take(p + hf + ".weight", mod.weight.shape))
+                mod.bias.copy_(take(p + hf + ".bias", mod.bias.shape))
+            for mod, hf in ((blk.qkv, "attn.c_attn"), (blk.proj, "attn.c_proj"),
+                            (blk.fc, "mlp.c_fc"), (blk.fc2, "mlp.c_proj")):
+                mod.weight.copy_(take(p + hf + ".weight", mod.weight.shape, transpose=True))
+                mod.bias.copy_(take(p + hf + ".bias", mod.bias.shape))
+        model.ln_f.weight.copy_(take("transformer.ln_f.weight", (C,)))
+        model.ln_f.bias.copy_(take("transformer.ln_f.bias", (C,)))
+    extra = sorted(set(t) - used)
+    if extra:
+        raise InputError(f"{path}: tensors the config has no place for (a model with more "
+                         f"layers?): {', '.join(extra[:4])}")
+    return path
+
+
+def measure_cpu_peak():
+    """Like lattice on the CPU: best of 5 timed 512^3 fp32 GEMMs, TFLOP/s."""
+    import torch
+    n = 512
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = 1e30
+    for _ in range(5):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * n ** 3 / best / 1e12
+
+
+def warmup_skip(n):
+    return (2 if n > 10 else 1) if n > 3 else 0
+
+
+def train(args, c, batches):
+    import torch
+    GPT = build_model_class()
+    m, t, o = c["model"], c["train"], c["optimizer"]
+    dev = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if dev == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: torch sees no CUDA device")
+    device = torch.device(dev)
+    prec = args.precision or t["precision"]
+    S, G = m["seq_length"], t["global_batch_size"]
+    mbs = args.micro_batch or t["micro_batch_size"]
+    if G % mbs:
+        raise InputError(f"global batch {G} is not a multiple of the micro batch {mbs}")
+    steps = args.steps if args.steps is not None else (batches.steps if batches else t["steps"])
+    if steps < 1:
+        raise InputError("--steps must be >= 1")
+    if dev == "cpu":
+        torch.set_num_threads(args.threads or t["threads"] or os.cpu_count() or 1)
+    # fp32 means fp32: no TF32 tensor cores (lattice's fp32 GEMMs use none either)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+    torch.manual_seed(t["seed"])
+    model = GPT(c)
+    if args.init:
+        src = load_export(model, c, args.init)
+        print(f"peer: weights from {src}")
+    else:
+        random_init(model, c)
+        print("peer: random init (lattice's distributions, not its values)")
+    model.to(device)
+    nparams = sum(p.numel() for p in model.parameters())
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    no_decay = [p for p in model.parameters() if p.dim() != 2]
+    fused = not args.no_fused
+    try:
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
+                                 {"params": no_decay, "weight_decay": 0.0}],
+                                lr=lr_at(c, 0), betas=(o["beta1"], o["beta2"]), eps=o["eps"],
+                                fused=fused)
+    except (RuntimeError, TypeError) as e:
+        print(f"peer: fused AdamW unavailable here ({e}); using the default implementation")
+        fused = False
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
+                                 {"params": no_decay, "weight_decay": 0.0}],
+                                lr=lr_at(c, 0), betas=(o["beta1"], o["beta2"]), eps=o["eps"])
+    fwd = model if args.no_compile else torch.compile(model, dynamic=False)
+    autocast = (torch.autocast(device_type=dev, dtype=torch.bfloat16) if prec == "bf16"
+                else torch.autocast(device_type=dev, enabled=False))
+
+    # every step's tokens on the host up front (lattice prefetches on a thread)
+    if batches:
+        raw = bytearray(batches.read_steps(steps))
+        host = torch.frombuffer(raw, dtype=torch.int32).view(steps, G, S + 1)
+        if sys.byteorder != "little":
+            host = host.byteswap()
+    else:
+        gen = torch.Generator().manual_seed(t["seed"])
+        host = torch.randint(0, m["vocab_size"], (steps, G, S + 1), generator=gen,
+                             dtype=torch.int32)
+    if dev == "cuda":
+        host = host.pin_memory()
+        torch.cuda.reset_peak_memory_stats()
+        dev_name = torch.cuda.get_device_name()
+    else:
+        dev_name = "cpu"
+    peak, peak_src = args.peak_tflops, "--peak-tflops"
+    if not peak and c["logging"]["peak_tflops"] > 0:
+        peak, peak_src = c["logging"]["peak_tflops"], "config"
+    if not peak and dev == "cuda":
+        peak, peak_src = peak_from_table(dev_name, prec), "table"
+    if not peak:
+        peak, peak_src = measure_cpu_peak(), "measured"
+
+    clip = o["clip_grad"]
+    inv = 1.0 / (G * S)
+    flops_step = flops_per_sample(c) * G
+    params = list(model.parameters())
+    losses_f = open(args.losses_out, "w") if args.losses_out else None
+    records, times = {}, []
+    print(f"peer: torch {torch.__version__} on {dev_name}, {prec}, micro batch {mbs}, global {G}, "
+          f"seq {S}, {nparams / 1e6:.3f} M parameters, {steps} steps, "
+          f"compile {'off' if args.no_compile else 'on'}, fused AdamW {'on' if fused else 'off'}")
+    sys.stdout.flush()
+    for step in range(steps):
+        t0 = time.perf_counter()
+        rows = host[step].to(device, non_blocking=True).long()
+        x, y = rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+        loss_sum = torch.zeros((), device=device)
+        for j in range(0, G, mbs):
+            with autocast:
+                loss = fwd(x[j:j + mbs], y[j:j + mbs])
+            (loss * inv).backward()
+            loss_sum += loss.detach()
+        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        lr = lr_at(c, step)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss_v, norm_v = loss_sum.item() * inv, norm.item()
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        times.append(dt)
+        if not (math.isfinite(loss_v) and math.isfinite(norm_v)):
+            print(f"peer: step {step + 1}: loss {loss_v}, grad norm {norm_v}: diverged")
+            return EXIT_FAIL
+        rec = {"step": step + 1, "loss": loss_v, "lr": lr, "grad_norm": norm_v,
+               "tokens_per_sec": G * S / dt, "tflops_per_device": flops_step / dt / 1e12,
+               "mfu": flops_step / dt / 1e12 / peak if peak else 0.0, "step_ms": dt * 1e3,
+               "precision": prec}
+        records[step + 1] = rec
+        if losses_f:
+            losses_f.write(json.dumps(rec) + "\n")
+            losses_f.flush()
+        if (step + 1) % args.log_interval == 0 or step + 1 == steps or step < 3:
+            print(f"peer step {step + 1:6d}/{steps} | loss {loss_v:.6f} | lr {lr:.3e} | grad norm "
+                  f"{norm_v:.4f} | {G * S / dt:.0f} tok/s | {dt * 1e3:.1f} ms")
+            sys.stdout.flush()
+    if losses_f:
+        losses_f.close()
+    skip = args.warmup if args.warmup is not None else warmup_skip(len(times))
+    skip = min(skip, len(times) - 1)
+    rest = sorted(times[skip:])
+    n = len(rest)
+    med = rest[n // 2] if n % 2 else 0.5 * (rest[n // 2 - 1] + rest[n // 2])
+    tflops = flops_step / med / 1e12
+    if dev == "cuda":
+        mem, mem_kind = torch.cuda.max_memory_allocated() / 2 ** 20, "cuda max_memory_allocated"
+    else:
+        import resource
+        mem = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        mem_kind = "cpu peak RSS"
+    summary = {"peer": "pytorch", "torch": torch.__version__, "device": dev_name,
+               "precision": prec, "compile": not args.no_compile, "fused_adamw": fused,
+               "params": nparams, "micro_batch": mbs, "global_batch": G, "seq_length": S,
+               "steps": steps, "warmup_skipped": skip, "first_step_ms": times[0] * 1e3,
+               "median_step_ms": med * 1e3, "tokens_per_sec": G * S / med,
+               "tflops_per_device": tflops, "peak_tflops": peak, "peak_source": peak_src,
+               "mfu": tflops / peak if peak else 0.0, "memory_mib": mem, "memory_kind": mem_kind,
+               "first_losses": [records[k]["loss"] for k in sorted(records)[:5]]}
+    print(f"peer done: {steps} steps, median step {med * 1e3:.1f} ms over {n} steps after "
+          f"warm-up, {G * S / med:.0f} tok/s, {tflops:.3f} TFLOP/s per device, MFU "
+          f"{100 * summary['mfu']:.1f}% (peak {peak:.3f}, {peak_src}), memory {mem:.1f} MiB "
+          f"({mem_kind})")
+    print("peer summary: " + json.dumps(summary))
+    if args.summary:
+        with open(args.summary, "a") as f:
+            f.write(json.dumps(summary) + "\n")
+    if args.compare:
+        rtol, grtol = default_rtols(prec)
+        ok = compare(read_losses(args.compare), records, min(args.compare_steps, steps),
+                     args.rtol if args.rtol is not None else rtol,
+                     args.gnorm_rtol if args.gnorm_rtol is not None else grtol)
+        if not ok:
+            return EXIT_FAIL
+    return 0
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(
+        description="plain PyTorch GPT-2 peer of lattice (see the module docstring)",
+        usage="%(prog)s [options] [section.key=value ...]")
+    ap.add_argument("--batches", help="token batches written by `lattice batches`")
+    ap.add_argument("--config", help="lattice config YAML (default: the one in --batches)")
+    ap.add_argument("--init", help="`lattice export` directory or its model.safetensors")
+    ap.add_argument("--device", choices=["cuda", "cpu"])
+    ap.add_argument("--steps", type=int)
+    ap.add_argument("--precision", choices=["fp32", "bf16"])
+    ap.add_argument("--micro-batch", type=int, help="default train.micro_batch_size")
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--no-fused", action="store_true")
+    ap.add_argument("--warmup", type=int, help="steps left out of the median (default as lattice)")
+    ap.add_argument("--peak-tflops", type=float, default=0.0)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--log-interval", type=int, default=10)
+    ap.add_argument("--losses-out", help="per-step records (JSONL, lattice's field names)")
+    ap.add_argument("--summary", help="append the summary JSON line to this file")
+    ap.add_argument("--compare", metavar="LATTICE_JSONL")
+    ap.add_argument("--peer-losses", metavar="PEER_JSONL",
+                    help="with --compare: compare this file instead of training")
+    ap.add_argument("--compare-steps", type=int, default=5)
+    ap.add_argument("--rtol", type=float)
+    ap.add_argument("--gnorm-rtol", type=float)
+    ap.add_argument("--print-config", action="store_true",
+                    help="print the resolved config subset as JSON and exit")
+    ap.add_argument("overrides", nargs="*", metavar="section.key=value")
+    args = ap.parse_args(argv)
+    try:
+        for o in args.overrides:
+            if "=" not in o or "." not in o.partition("=")[0]:
+                raise InputError(f"unexpected argument '{o}' (overrides look like section.key=value)")
+        if args.peer_losses:
+            if not args.compare:
+                raise InputError("--peer-losses needs --compare LATTICE_JSONL")
+            peer = read_losses(args.peer_losses)
+            precs = {r.get("precision") for r in peer.values()}
+            rtol, grtol = default_rtols("bf16" if "bf16" in precs else "fp32")
+            ok = compare(read_losses(args.compare), peer, args.compare_steps,
+                         args.rtol if args.rtol is not None else rtol,
+                         args.gnorm_rtol if args.gnorm_rtol is not None else grtol)
+            return 0 if ok else EXIT_FAIL
+        batches = Batches(args.batches) if args.batches else None
+        if args.config:
+            try:
+                text = open(args.config).read()
+            except OSError as e:
+                raise InputError(f"{args.config}: {e.strerror}")
+            doc = _parse_yaml(text, args.config)
+        elif batches:
+            doc = _parse_yaml(batches.config_text, args.batches + " (config)")
+        else:
+            doc = {}
+        c = resolve_config(doc, args.overrides)
+        if args.print_config:
+            print(json.dumps(c, sort_keys=True))
+            return 0
+        if batches:
+            m = c["model"]
+            if (batches.samples != c["train"]["global_batch_size"] or
+                    batches.row != m["seq_length"] + 1 or batches.vocab != m["vocab_size"]):
+                raise InputError(
+                    f"{args.batches}: batches of {batches.samples} x {batches.row - 1} tokens "
+                    f"(vocab {batches.vocab}) do not fit the config (global batch "
+                    f"{c['train']['global_batch_size']}, seq {m['seq_length']}, vocab "
+                    f"{m['vocab_size']})")
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise InputError("training needs PyTorch (import torch failed)")
+        try:
+            return train(args, c, batches)
+        except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
+            # (compiled code may wrap an allocation failure in another error)
+            if not isinstance(e, torch.cuda.OutOfMemoryError) and "out of memory" not in str(e):
+                raise
+            print(f"peer: out of memory: {(str(e).splitlines() or [''])[0]}")
+            return EXIT_OOM
+    except InputError as e:
+        print(f"bench_peer: error: {e}", file=sys.stderr)
+        return EXIT_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
