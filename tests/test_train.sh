@@ -62,6 +62,17 @@ expect_input_error tp_needs_ranks "tensor_model_parallel_size" "$LT" train $CFG 
 expect_input_error no_train_path "data.train_path" "$LT" train $CFG
 expect_input_error bad_checkpoint "checkpoint.load" "$LT" train $CFG $D checkpoint.load=$T/nothing
 expect_input_error unknown_command "unknown command" "$LT" frobnicate
+# model.attention=cudnn is refused before training wherever it cannot run
+expect_input_error attention_bad_value "model.attention.*auto\|cudnn\|lattice" "$LT" train $CFG $D \
+  model.attention=flash
+expect_input_error attention_cudnn_on_cpu "model.attention=cudnn.*train.device=cpu" "$LT" train $CFG $D \
+  model.attention=cudnn train.precision=bf16
+expect_input_error attention_cudnn_fp32 "model.attention=cudnn.*train.precision=bf16" "$LT" train $CFG $D \
+  model.attention=cudnn train.device=auto
+if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU: train.device=auto falls back to the CPU backend
+  expect_input_error attention_cudnn_no_gpu "model.attention=cudnn.*CPU backend" "$LT" train $CFG $D \
+    model.attention=cudnn train.device=auto train.precision=bf16
+fi
 
 # ---- under mpirun: one rank trains; more ranks are refused (exit 2, one message)
 if command -v mpirun >/dev/null; then
@@ -96,7 +107,9 @@ PY
   then pass loss_falls_on_real_text; else fail loss_falls_on_real_text "see metrics"; fi
 else fail loss_falls_on_real_text "train exited $?: $(tail -3 "$T/train.log")"; fi
 grep -q "parameters" "$T/train.log" && grep -q "data train" "$T/train.log" &&
-  grep -q "num_layers: 2" "$T/train.log" && pass startup_summary ||
+  grep -q "num_layers: 2" "$T/train.log" &&
+  grep -q "^attention  lattice (model.attention=auto: this run uses the CPU backend" "$T/train.log" &&
+  pass startup_summary ||
   fail startup_summary "summary or resolved config missing"
 
 # ---- activation recomputation: same training, less activation memory ----------------
