@@ -157,6 +157,14 @@ int lt_cuda_attention_info(LtBackend *be, LtAttnInfo *info);
  * built without cuDNN or without CUDA. Needs no GPU. */
 long lt_cudnn_version(void);
 
+/* Build key's cuDNN SDPA graph (the one a plan would run) and finalize every
+ * tensor and operation descriptor, then the operation graph without a
+ * handle: the linked cuDNN's own checks of the graph, no GPU needed. 0 when
+ * all finalize; -1 when a tensor or operation fails, -2 when only the
+ * operation graph does (cuDNN releases that need a handle for it); the
+ * failing call and status in why. -1 also without cuDNN in the build. */
+int lt_cudnn_graph_check(const LtAttnPlanKey *key, char *why, size_t whylen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -34,4 +34,9 @@ int lt_cuda_attention_info(LtBackend *be, LtAttnInfo *info) {
     return -1;
 }
 long lt_cudnn_version(void) { return 0; }
+int lt_cudnn_graph_check(const LtAttnPlanKey *key, char *why, size_t whylen) {
+    (void)key;
+    snprintf(why, whylen, "no CUDA backend in this build");
+    return -1;
+}
 #endif

@@ -242,6 +242,33 @@ static void test_no_gpu(void) {
     }
 }
 
+/* The cuDNN graphs as the linked cuDNN library checks them, no GPU needed:
+ * every tensor and operation descriptor of the forward and of both backward
+ * variants finalizes, and so does the operation graph (seen to work without
+ * a handle on cuDNN 9.19; older releases may want the handle for that step,
+ * so there only the descriptors are required). Whether cuDNN has a fused
+ * engine for them is a GPU question (tests/gpu/test_gpu_ops). */
+static void test_cudnn_graphs(void) {
+    static const int shapes[][4] = {{2, 1024, 16, 64}, {1, 129, 2, 128}, {3, 64, 1, 256}};
+    const long v = lt_cudnn_version();
+    char why[256];
+    for (int s = 0; s < 3; s++)
+        for (int variant = 0; variant < 3; variant++) { /* fwd, bwd deterministic, bwd atomic */
+            const LtAttnPlanKey k = {variant ? LT_ATTN_BWD : LT_ATTN_FWD, shapes[s][0],
+                                     shapes[s][1], shapes[s][2], shapes[s][3], LT_BF16,
+                                     variant != 2, 0};
+            why[0] = '\0';
+            const int rc = lt_cudnn_graph_check(&k, why, sizeof why);
+            if (v == 0) {
+                CHECK(rc == -1 && why[0], "no cuDNN: the check refuses with a reason");
+                continue;
+            }
+            CHECK(rc != -1, "shape %d variant %d: descriptor refused: %s", s, variant, why);
+            CHECK(v < 91900 || rc == 0, "shape %d variant %d: operation graph: %s", s, variant,
+                  why);
+        }
+}
+
 int main(void) {
     RUN(test_resolve);
     RUN(test_call_rules);
@@ -249,5 +276,6 @@ int main(void) {
     RUN(test_cache_failures);
     RUN(test_cache_eviction);
     RUN(test_no_gpu);
+    RUN(test_cudnn_graphs);
     return test_summary();
 }

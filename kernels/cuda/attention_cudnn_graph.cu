@@ -343,10 +343,11 @@ static void bwd_graph(CuGraph *g, const Shapes *s, int accum) {
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-/* The operation graph over g's operations, on handle h. */
+/* The operation graph over g's operations, on handle h (NULL: none, which
+ * lt_cudnn_graph_check uses; an engine needs one). */
 static CuDesc op_graph(CuGraph *g, cudnnHandle_t h) {
     CuDesc og = cg_new(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    cg_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+    if (h) cg_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
     cg_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->nops, g->ops);
     cg_finalize(g, og, 4000);
     return og;
@@ -457,11 +458,10 @@ static void plan_sizes(CuAttnPlan *p, const LtAttnPlanKey *key, long version, in
     p->zero_accum = accum && version < 90600;
 }
 
-CuAttnPlan *cudnn_plan_build(cudnnHandle_t h, const LtAttnPlanKey *key, long version, char *why,
-                             size_t whylen) {
+/* A plan object holding key's graph (operations built, nothing chosen yet). */
+static CuAttnPlan *plan_with_graph(const LtAttnPlanKey *key, long version) {
     CuAttnPlan *p = (CuAttnPlan *)calloc(1, sizeof(CuAttnPlan));
     if (!p) lt_fatal("out of host memory");
-    const int accum = key->dir == LT_ATTN_BWD && !key->deterministic;
     p->dir = key->dir;
     p->g.next_uid = UID_VIRTUAL;
     p->scale = 1.0f / sqrtf((float)key->HD);
@@ -469,7 +469,14 @@ CuAttnPlan *cudnn_plan_build(cudnnHandle_t h, const LtAttnPlanKey *key, long ver
     p->one = 1.0f;
     const Shapes s = shapes_of(key);
     if (key->dir == LT_ATTN_FWD) fwd_graph(&p->g, &s);
-    else bwd_graph(&p->g, &s, accum);
+    else bwd_graph(&p->g, &s, !key->deterministic);
+    return p;
+}
+
+CuAttnPlan *cudnn_plan_build(cudnnHandle_t h, const LtAttnPlanKey *key, long version, char *why,
+                             size_t whylen) {
+    CuAttnPlan *p = plan_with_graph(key, version);
+    const int accum = key->dir == LT_ATTN_BWD && !key->deterministic;
     if (choose_plan(p, h, why, whylen) == 0) plan_sizes(p, key, version, accum);
     if (!p->plan || p->g.st != CUDNN_STATUS_SUCCESS) {
         if (p->g.st != CUDNN_STATUS_SUCCESS) snprintf(why, whylen, "%s", p->g.what);
@@ -477,6 +484,18 @@ CuAttnPlan *cudnn_plan_build(cudnnHandle_t h, const LtAttnPlanKey *key, long ver
         return NULL;
     }
     return p;
+}
+
+extern "C" int lt_cudnn_graph_check(const LtAttnPlanKey *key, char *why, size_t whylen) {
+    CuAttnPlan *p = plan_with_graph(key, lt_cudnn_version());
+    int rc = p->g.st == CUDNN_STATUS_SUCCESS ? 0 : -1;
+    if (rc == 0) {
+        op_graph(&p->g, NULL);
+        if (p->g.st != CUDNN_STATUS_SUCCESS) rc = -2;
+    }
+    snprintf(why, whylen, "%s", rc ? p->g.what : "");
+    cudnn_plan_destroy(p);
+    return rc;
 }
 
 void cudnn_plan_destroy(CuAttnPlan *p) {
@@ -487,6 +506,14 @@ void cudnn_plan_destroy(CuAttnPlan *p) {
 
 size_t cudnn_plan_workspace(const CuAttnPlan *p) {
     return p->sums_bytes + p->accum_bytes + p->engine_bytes;
+}
+
+#else /* no cudnn.h at build time */
+
+extern "C" int lt_cudnn_graph_check(const LtAttnPlanKey *key, char *why, size_t whylen) {
+    (void)key;
+    snprintf(why, whylen, "this binary was built without cuDNN");
+    return -1;
 }
 
 #endif /* LT_HAVE_CUDNN */
