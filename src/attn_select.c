@@ -19,6 +19,7 @@
 
 /* ---- resolution -------------------------------------------------------------- */
 
+/* "9.19.0" for cuDNN's 91900. */
 static void version_text(long v, char *buf, size_t n) {
     snprintf(buf, n, "%ld.%ld.%ld", v / 10000, (v / 100) % 100, v % 100);
 }
@@ -83,6 +84,8 @@ int lt_attn_resolve(const LtAttnEnv *env, LtAttnChoice *out) {
     return 0;
 }
 
+/* Format the reason a call stays on lattice's kernels into why; returns 0
+ * (lt_attn_cudnn_call_ok's "no"). */
 static int call_refused(char *why, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int call_refused(char *why, size_t n, const char *fmt, ...) {
@@ -117,6 +120,7 @@ int lt_attn_cudnn_call_ok(const LtAttnEnv *env, const LtAttnShape *s, const void
 
 /* ---- plan cache ------------------------------------------------------------ */
 
+/* 1 when two keys name the same plan (field by field: no padding bytes compared). */
 static int key_eq(const LtAttnPlanKey *a, const LtAttnPlanKey *b) {
     return a->dir == b->dir && a->B == b->B && a->T == b->T && a->NH == b->NH &&
            a->HD == b->HD && a->dtype == b->dtype && a->deterministic == b->deterministic &&
@@ -129,6 +133,7 @@ void lt_attn_cache_init(LtAttnPlanCache *c, LtAttnPlanDestroy destroy, void *ctx
     c->ctx = ctx;
 }
 
+/* Empty slot s, destroying its plan (if any). */
 static void slot_release(LtAttnPlanCache *c, LtAttnPlanSlot *s) {
     if (s->used && s->plan && c->destroy) c->destroy(s->plan, c->ctx);
     memset(s, 0, sizeof *s);

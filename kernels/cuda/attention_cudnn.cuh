@@ -32,8 +32,8 @@
 
 typedef cudnnBackendDescriptor_t CuDesc;
 
-#define CG_MAX_DESCS 256 /* a backward graph with its heuristics needs about 120 */
-#define CG_MAX_OPS 40    /* the backward graph has 26 operations */
+#define CG_MAX_DESCS 256 /* a backward graph with its heuristics: about 110 */
+#define CG_MAX_OPS 40    /* the backward graph has 22 operations */
 
 /* A graph under construction and then its execution plan: owns every
  * descriptor made for it (destroyed together). After the first failing
