@@ -42,21 +42,25 @@ typedef struct {
     int64_t dim[4], str[4];
 } Dims;
 
-/* Record the first failing call; later builder calls are skipped. */
-static void cg_note(CuGraph *g, cudnnStatus_t st, const char *what, long attr) {
+/* Record the first failing call, "call(object number): status"; later
+ * builder calls are skipped. */
+static void cg_note(CuGraph *g, cudnnStatus_t st, const char *call, const char *object,
+                    long num) {
     if (st == CUDNN_STATUS_SUCCESS || g->st != CUDNN_STATUS_SUCCESS) return;
     g->st = st;
-    snprintf(g->what, sizeof g->what, "%s (%ld): %s", what, attr, cudnnGetErrorString(st));
+    snprintf(g->what, sizeof g->what, "%s(%s %ld): %s", call, object, num,
+             cudnnGetErrorString(st));
 }
 
 static CuDesc cg_new(CuGraph *g, cudnnBackendDescriptorType_t type) {
     CuDesc d = NULL;
     if (g->st != CUDNN_STATUS_SUCCESS) return NULL;
     if (g->nall == CG_MAX_DESCS) {
-        cg_note(g, CUDNN_STATUS_INTERNAL_ERROR, "descriptor table full", (long)type);
+        cg_note(g, CUDNN_STATUS_INTERNAL_ERROR, "descriptor table full", "type", (long)type);
         return NULL;
     }
-    cg_note(g, cudnnBackendCreateDescriptor(type, &d), "cudnnBackendCreateDescriptor", (long)type);
+    cg_note(g, cudnnBackendCreateDescriptor(type, &d), "cudnnBackendCreateDescriptor", "type",
+            (long)type);
     if (g->st == CUDNN_STATUS_SUCCESS) g->all[g->nall++] = d;
     return d;
 }
@@ -65,23 +69,24 @@ static void cg_set(CuGraph *g, CuDesc d, cudnnBackendAttributeName_t attr,
                    cudnnBackendAttributeType_t type, int64_t n, const void *val) {
     if (g->st != CUDNN_STATUS_SUCCESS) return;
     cg_note(g, cudnnBackendSetAttribute(d, attr, type, n, val), "cudnnBackendSetAttribute",
-            (long)attr);
+            "attribute", (long)attr);
 }
 
 static void cg_desc(CuGraph *g, CuDesc d, cudnnBackendAttributeName_t attr, CuDesc val) {
     cg_set(g, d, attr, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &val);
 }
 
-static void cg_finalize(CuGraph *g, CuDesc d, long what) {
+/* Finalize d, named in a failure as "what num" (e.g. "pointwise mode 2"). */
+static void cg_finalize(CuGraph *g, CuDesc d, const char *what, long num) {
     if (g->st != CUDNN_STATUS_SUCCESS) return;
-    cg_note(g, cudnnBackendFinalize(d), "cudnnBackendFinalize", what);
+    cg_note(g, cudnnBackendFinalize(d), "cudnnBackendFinalize", what, num);
 }
 
-static void cg_add_op(CuGraph *g, CuDesc op, long what) {
-    cg_finalize(g, op, what);
+static void cg_add_op(CuGraph *g, CuDesc op, const char *what, long num) {
+    cg_finalize(g, op, what, num);
     if (g->st != CUDNN_STATUS_SUCCESS) return;
     if (g->nops == CG_MAX_OPS) {
-        cg_note(g, CUDNN_STATUS_INTERNAL_ERROR, "operation table full", what);
+        cg_note(g, CUDNN_STATUS_INTERNAL_ERROR, "operation table full", what, num);
         return;
     }
     g->ops[g->nops++] = op;
@@ -100,7 +105,7 @@ static CuDesc cg_tensor(CuGraph *g, int64_t uid, cudnnDataType_t dt, const Dims 
     cg_set(g, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
     cg_set(g, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt);
     if (by_value) cg_set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
-    cg_finalize(g, t, (long)uid);
+    cg_finalize(g, t, "tensor uid", (long)uid);
     return t;
 }
 
@@ -122,7 +127,7 @@ static void cg_pointwise(CuGraph *g, cudnnPointwiseMode_t mode, cudnnDataType_t 
     cg_set(g, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
     cg_set(g, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
     if (axis >= 0) cg_set(g, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
-    cg_finalize(g, pw, (long)mode);
+    cg_finalize(g, pw, "pointwise descriptor, mode", (long)mode);
     CuDesc op = cg_new(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
     cg_desc(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
     cg_desc(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
@@ -131,7 +136,7 @@ static void cg_pointwise(CuGraph *g, cudnnPointwiseMode_t mode, cudnnDataType_t 
     cg_desc(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
     cg_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &alpha);
     cg_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha);
-    cg_add_op(g, op, (long)mode);
+    cg_add_op(g, op, "pointwise operation, mode", (long)mode);
 }
 
 /* The common fp32 pointwise op y = mode(x, b) (b may be NULL). */
@@ -145,12 +150,12 @@ static void cg_reduce(CuGraph *g, cudnnReduceTensorOp_t mode, CuDesc x, CuDesc y
     CuDesc rd = cg_new(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
     cg_set(g, rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
     cg_set(g, rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32);
-    cg_finalize(g, rd, (long)mode);
+    cg_finalize(g, rd, "reduction descriptor, mode", (long)mode);
     CuDesc op = cg_new(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
     cg_desc(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x);
     cg_desc(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y);
     cg_desc(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd);
-    cg_add_op(g, op, 1000 + (long)mode);
+    cg_add_op(g, op, "reduction operation, mode", (long)mode);
 }
 
 /* c = a b over the last two dims (batched over B, H), fp32 accumulation. */
@@ -158,13 +163,13 @@ static void cg_matmul(CuGraph *g, CuDesc a, CuDesc b, CuDesc c) {
     const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
     CuDesc mm = cg_new(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
     cg_set(g, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32);
-    cg_finalize(g, mm, 2000);
+    cg_finalize(g, mm, "matmul descriptor", g->nops);
     CuDesc op = cg_new(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
     cg_desc(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a);
     cg_desc(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b);
     cg_desc(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c);
     cg_desc(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, mm);
-    cg_add_op(g, op, 2001);
+    cg_add_op(g, op, "matmul operation", g->nops);
 }
 
 /* y = x seen through y's dims and strides (no data movement). */
@@ -172,7 +177,7 @@ static void cg_reshape(CuGraph *g, CuDesc x, CuDesc y) {
     CuDesc op = cg_new(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
     cg_desc(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x);
     cg_desc(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
-    cg_add_op(g, op, 3000);
+    cg_add_op(g, op, "reshape operation", g->nops);
 }
 
 /* ======================= SDPA graphs ======================= */
@@ -349,7 +354,7 @@ static CuDesc op_graph(CuGraph *g, cudnnHandle_t h) {
     CuDesc og = cg_new(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
     if (h) cg_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
     cg_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->nops, g->ops);
-    cg_finalize(g, og, 4000);
+    cg_finalize(g, og, "operation graph, operations:", g->nops);
     return og;
 }
 
@@ -360,18 +365,18 @@ static int heuristic_configs(CuGraph *g, CuDesc og, cudnnBackendHeurMode_t mode,
     CuDesc heur = cg_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     cg_desc(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, og);
     cg_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-    cg_finalize(g, heur, 4100 + (long)mode);
+    cg_finalize(g, heur, "engine heuristics, mode", (long)mode);
     int64_t avail = 0, got = 0;
     if (g->st != CUDNN_STATUS_SUCCESS) return 0;
     cg_note(g, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &avail, NULL),
-            "cudnnBackendGetAttribute", (long)CUDNN_ATTR_ENGINEHEUR_RESULTS);
+            "cudnnBackendGetAttribute", "attribute", (long)CUDNN_ATTR_ENGINEHEUR_RESULTS);
     const int n = avail < max ? (int)avail : max;
     for (int i = 0; i < n; i++) cfg[i] = cg_new(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
     if (g->st != CUDNN_STATUS_SUCCESS || n == 0) return 0;
     cg_note(g, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, cfg),
-            "cudnnBackendGetAttribute", (long)CUDNN_ATTR_ENGINEHEUR_RESULTS);
+            "cudnnBackendGetAttribute", "attribute", (long)CUDNN_ATTR_ENGINEHEUR_RESULTS);
     return g->st == CUDNN_STATUS_SUCCESS ? (int)got : 0;
 }
 
@@ -436,7 +441,7 @@ static int first_plan(CuAttnPlan *p, cudnnHandle_t h, CuDesc *cfg, int n, char *
 static int choose_plan(CuAttnPlan *p, cudnnHandle_t h, char *why, size_t whylen) {
     static const cudnnBackendHeurMode_t modes[] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     CuDesc og = op_graph(&p->g, h), cfg[HEUR_MAX_CONFIGS];
-    snprintf(why, whylen, "no engine configs");
+    snprintf(why, whylen, "cuDNN's heuristics offered no engine for this graph");
     for (int m = 0; m < 2 && p->g.st == CUDNN_STATUS_SUCCESS; m++) {
         const int n = heuristic_configs(&p->g, og, modes[m], cfg, HEUR_MAX_CONFIGS);
         if (n > 0 && first_plan(p, h, cfg, n, why, whylen) == 0) return 0;
@@ -451,7 +456,8 @@ static void plan_sizes(CuAttnPlan *p, const LtAttnPlanKey *key, long version, in
     int64_t ws = 0, n = 0;
     cg_note(&p->g, cudnnBackendGetAttribute(p->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                             CUDNN_TYPE_INT64, 1, &n, &ws),
-            "cudnnBackendGetAttribute", (long)CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
+            "cudnnBackendGetAttribute", "attribute",
+            (long)CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
     p->engine_bytes = ws > 0 ? (size_t)ws : 0;
     p->sums_bytes = key->dir == LT_ATTN_BWD ? align256(rows * sizeof(float)) : 0;
     p->accum_bytes = accum ? align256(rows * key->HD * sizeof(float)) : 0;
