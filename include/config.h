@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "attn_select.h" /* LtAttnImpl (model.attention) */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -32,6 +34,8 @@ typedef struct {
         int vocab_size;                /* true vocabulary size */
         int make_vocab_size_divisible_by; /* default 128 */
         int padded_vocab_size;         /* derived: vocab rounded up (not a key) */
+        LtAttnImpl attention;          /* auto | cudnn | lattice (CUDA backend's attention) */
+        bool attention_deterministic;  /* only bitwise-repeatable attention backward passes */
     } model;
     struct {
         int tensor_model_parallel_size;
@@ -125,6 +129,7 @@ const char *lt_precision_name(LtPrecision p);
 const char *lt_recompute_name(LtRecompute r);
 const char *lt_device_name(LtDeviceKind d);
 const char *lt_comm_backend_name(LtCommBackend b);
+const char *lt_attention_name(LtAttnImpl a);
 
 #ifdef __cplusplus
 }

@@ -34,6 +34,7 @@ _Static_assert(sizeof(LtPrecision) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtRecompute) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtDeviceKind) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtCommBackend) == sizeof(int), "enum size");
+_Static_assert(sizeof(LtAttnImpl) == sizeof(int), "enum size");
 
 /* ---- the key table ------------------------------------------------------- */
 
@@ -41,6 +42,8 @@ static const char *const PRECISION_NAMES[] = {"fp32", "bf16", NULL};
 static const char *const RECOMPUTE_NAMES[] = {"none", "selective", "full", NULL};
 static const char *const DEVICE_NAMES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const COMM_NAMES[] = {"auto", "nccl", "mpi", NULL};
+/* index = LtAttnImpl */
+static const char *const ATTENTION_NAMES[] = {"auto", "cudnn", "lattice", NULL};
 
 #define OFF(sec, key) offsetof(LtConfig, sec.key)
 #define K_INT(sec, key, lo, hi)                                                                    \
@@ -68,6 +71,8 @@ const KeyDesc lt_cfg_keys[] = {
     K_INT(model, max_position_embeddings, 1, INT_MAX),
     K_INT(model, vocab_size, 2, INT_MAX),
     K_INT(model, make_vocab_size_divisible_by, 1, INT_MAX),
+    K_ENUM(model, attention, ATTENTION_NAMES),
+    K_BOOL(model, attention_deterministic),
 
     K_INT(parallel, tensor_model_parallel_size, 1, INT_MAX),
     K_INT(parallel, pipeline_model_parallel_size, 1, INT_MAX),
@@ -816,6 +821,8 @@ void lt_config_defaults(LtConfig *c) {
     c->model.vocab_size = 50257;
     c->model.make_vocab_size_divisible_by = 128;
     c->model.padded_vocab_size = 0;
+    c->model.attention = LT_ATTN_AUTO;
+    c->model.attention_deterministic = true;
 
     c->parallel.tensor_model_parallel_size = 1;
     c->parallel.pipeline_model_parallel_size = 1;
@@ -903,4 +910,8 @@ const char *lt_device_name(LtDeviceKind d) {
 }
 const char *lt_comm_backend_name(LtCommBackend b) {
     return (int)b >= 0 && (int)b < lt_cfg_enum_count(COMM_NAMES) ? COMM_NAMES[b] : "unknown";
+}
+const char *lt_attention_name(LtAttnImpl a) {
+    return (int)a >= 0 && (int)a < lt_cfg_enum_count(ATTENTION_NAMES) ? ATTENTION_NAMES[a]
+                                                                     : "unknown";
 }

@@ -149,6 +149,19 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
         lt_cfg_fail(err, errlen, "train.cuda_graph needs the CUDA backend (train.device is cpu)");
         goto out;
     }
+    if (t->model.attention == LT_ATTN_CUDNN && t->train.device == LT_DEVICE_CPU) {
+        lt_cfg_fail(err, errlen,
+                    "model.attention=cudnn runs on the CUDA backend, but train.device=cpu (use "
+                    "model.attention=auto or lattice)");
+        goto out;
+    }
+    if (t->model.attention == LT_ATTN_CUDNN && t->train.precision != LT_PREC_BF16) {
+        lt_cfg_fail(err, errlen,
+                    "model.attention=cudnn needs train.precision=bf16 (cuDNN's fused attention "
+                    "computes in bf16), got train.precision=%s",
+                    lt_precision_name(t->train.precision));
+        goto out;
+    }
     if (t->optimizer.min_lr > t->optimizer.lr) {
         lt_cfg_fail(err, errlen, "optimizer.min_lr (%g) must be <= optimizer.lr (%g)",
                     t->optimizer.min_lr, t->optimizer.lr);

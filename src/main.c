@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attn_select.h"
 #include "backend.h"
 #include "checkpoint.h"
 #include "comm.h"
@@ -38,9 +39,16 @@ static void usage(FILE *f) {
 }
 
 static void print_version(void) {
+    const long cudnn = lt_cudnn_version();
+    char cudnn_text[48] = "no cuDNN";
+    if (cudnn > 0)
+        snprintf(cudnn_text, sizeof cudnn_text, "cuDNN %ld.%ld.%ld", cudnn / 10000,
+                 cudnn / 100 % 100, cudnn % 100);
     printf("lattice %s\n", LT_VERSION);
-    printf("backends: cpu (OpenBLAS + OpenMP)%s\n",
-           lt_cuda_compiled() ? ", cuda (cuBLASLt, cuDNN, NCCL)" : "");
+    if (lt_cuda_compiled())
+        printf("backends: cpu (OpenBLAS + OpenMP), cuda (cuBLASLt, %s, NCCL)\n", cudnn_text);
+    else
+        printf("backends: cpu (OpenBLAS + OpenMP)\n");
     printf("communication: mpi (OpenMPI%s)%s\n",
            lt_cuda_compiled() ? "; GPU buffers staged through pinned host memory" : "",
            lt_comm_nccl_compiled() ? ", nccl" : "");

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attn_select.h"
 #include "backend.h"
 #include "checkpoint.h"
 #include "comm.h"
@@ -43,6 +44,7 @@ typedef struct {
     LtCommLib comm_lib; /* library of dp/tp when they take device buffers */
     int comm_device;    /* 1: dp/tp take the backend's device buffers (CUDA backend) */
     const char *comm_why; /* how comm.backend was resolved (CUDA backend) */
+    LtAttnChoice attn;    /* how model.attention was resolved */
     LtParamTable global; /* the tp = 1 table: checkpoints hold global tensors */
     long start_step;
     double peak_tflops;
@@ -73,6 +75,26 @@ static LtBackend *make_backend(const LtConfig *c, const LtWorld *w) {
         if (threads < 1) threads = 1;
     }
     return lt_backend_cpu_create(dt, threads);
+}
+
+/* model.attention for this run's backend: the CUDA backend sets itself up
+ * for the choice; the CPU backend always runs its own kernels, and an
+ * explicit model.attention=cudnn there is an input error (this is reached
+ * before any training, also when train.device=auto found no GPU). */
+static void setup_attention(Run *r) {
+    const LtConfig *c = r->cfg;
+    const int hd = c->model.hidden_size / c->model.num_attention_heads;
+    if (r->be->device_id < 0) {
+        const LtAttnEnv env = {.want = c->model.attention,
+                               .deterministic = c->model.attention_deterministic,
+                               .bf16 = c->train.precision == LT_PREC_BF16,
+                               .head_dim = hd};
+        if (lt_attn_resolve(&env, &r->attn)) lt_input_error("%s", r->attn.reason);
+        return;
+    }
+    if (lt_cuda_attention_configure(r->be, c->model.attention, c->model.attention_deterministic,
+                                    hd, &r->attn))
+        lt_input_error("%s", r->attn.reason);
 }
 
 static LtTokenFile *open_tokens(const char *key, const char *path, int vocab) {
@@ -242,6 +264,7 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
     setup_topology(r);
     lt_world_collective_errors(w, 0); /* from here on each rank reports its own errors */
     r->be = make_backend(cfg, w);
+    setup_attention(r);
     setup_groups(r);
     LtModelDims d = lt_dims_from_config(cfg);
     LtStagePlace place = {r->topo.pp, r->coords.pp, cfg->parallel.virtual_pipeline_model_parallel_size};
@@ -389,6 +412,7 @@ static void print_summary(const Run *r) {
            c->model.num_layers, c->model.hidden_size, c->model.num_attention_heads,
            c->model.ffn_hidden_size, c->model.seq_length, c->model.vocab_size,
            c->model.padded_vocab_size, (double)r->global.total / 1e6);
+    lt_log("attention  %s (%s)\n", r->attn.cudnn ? "cudnn" : "lattice", r->attn.reason);
     print_pipeline(r);
     lt_log("memory     params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations %.1f "
            "MiB, workspace %.1f MiB, total %.1f MiB\n",

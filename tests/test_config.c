@@ -42,6 +42,7 @@ static void test_defaults(void) {
     CHECK(c.model.num_attention_heads == 12 && c.model.ffn_hidden_size == 0, "heads/ffn");
     CHECK(c.model.seq_length == 1024 && c.model.max_position_embeddings == 1024, "seq");
     CHECK(c.model.vocab_size == 50257 && c.model.make_vocab_size_divisible_by == 128, "vocab");
+    CHECK(c.model.attention == LT_ATTN_AUTO && c.model.attention_deterministic, "attention");
     CHECK(c.parallel.tensor_model_parallel_size == 1, "tp");
     CHECK(c.parallel.pipeline_model_parallel_size == 1, "pp");
     CHECK(c.parallel.virtual_pipeline_model_parallel_size == 1, "vpp");
@@ -607,6 +608,48 @@ static void test_validate_errors(void) {
           "nan in validate: %s", err);
 }
 
+/* model.attention and model.attention_deterministic: parsing, the bad-input
+ * messages, and the cross-key refusals of an explicit cudnn. */
+static void test_attention_keys(void) {
+    LtConfig c;
+    char err[512];
+    char *ov[] = {"model.attention=CUDNN", "model.attention_deterministic=off",
+                  "train.precision=bf16"};
+    REQUIRE(lt_config_load(&c, NULL, 3, ov, err, sizeof err) == 0, "load: %s", err);
+    CHECK(c.model.attention == LT_ATTN_CUDNN && !c.model.attention_deterministic, "values");
+    CHECK(lt_config_validate(&c, 1, err, sizeof err) == 0, "cudnn + bf16 + auto device: %s", err);
+    CHECK(!strcmp(lt_attention_name(c.model.attention), "cudnn") &&
+              !strcmp(lt_attention_name((LtAttnImpl)9), "unknown"),
+          "names");
+    REQUIRE(load(&c, "model:\n  attention: lattice\n", 0, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(c.model.attention == LT_ATTN_LATTICE && c.model.attention_deterministic, "yaml");
+    static const struct {
+        const char *ov[3];
+        int load_fails; /* 1: lt_config_load refuses, 0: lt_config_validate does */
+        const char *want[2];
+    } bad[] = {
+        {{"model.attention=flash"}, 1, {"model.attention", "auto|cudnn|lattice"}},
+        {{"model.attention_deterministic=maybe"}, 1, {"model.attention_deterministic", "boolean"}},
+        {{"model.attention=cudnn"}, 0, {"model.attention=cudnn", "train.precision=bf16"}},
+        {{"model.attention=cudnn", "train.precision=bf16", "train.device=cpu"},
+         0,
+         {"model.attention=cudnn", "train.device=cpu"}},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int n = 0;
+        while (n < 3 && bad[i].ov[n]) n++;
+        strcpy(err, "(unset)");
+        int rc = lt_config_load(&c, NULL, n, (char **)bad[i].ov, err, sizeof err);
+        if (!bad[i].load_fails && rc == 0) rc = lt_config_validate(&c, 1, err, sizeof err);
+        CHECK(rc == -1, "case %zu accepted", i);
+        for (int w = 0; w < 2; w++)
+            CHECK(has(err, bad[i].want[w]), "case %zu: '%s' not in: %s", i, bad[i].want[w], err);
+    }
+    char *fine[] = {"model.attention=auto", "train.device=cpu"};
+    REQUIRE(lt_config_load(&c, NULL, 2, fine, err, sizeof err) == 0, "%s", err);
+    CHECK(lt_config_validate(&c, 1, err, sizeof err) == 0, "auto on the CPU: %s", err);
+}
+
 static void test_validate_ok(void) {
     char *ov[] = {
         "parallel.tensor_model_parallel_size=2",
@@ -704,6 +747,8 @@ static void test_print_roundtrip(void) {
         "train.steps=9000000000",
         "optimizer.decay_steps=123",
         "model.ffn_hidden_size=0",
+        "model.attention=lattice",
+        "model.attention_deterministic=false",
     };
     int n = (int)(sizeof ov / sizeof ov[0]);
     REQUIRE(lt_config_load(&c, NULL, n, ov, err, sizeof err) == 0, "load: %s", err);
@@ -725,6 +770,7 @@ static void test_print_roundtrip(void) {
     CHECK(has(text, "# padded_vocab_size: 50688"), "derived comment missing");
     CHECK(has(text, "  lr: 0.1\n"), "lr printed as shortest form");
     CHECK(has(text, "  precision: bf16\n") && has(text, "  backend: nccl\n"), "enum spellings");
+    CHECK(has(text, "  attention: lattice\n  attention_deterministic: false\n"), "attention keys");
     CHECK(has(text, "  valid_path: \"null\"\n"), "strings quoted");
     CHECK(has(text, "  seed: 18446744073709551615\n"), "u64");
     free(text);
@@ -744,6 +790,7 @@ int main(void) {
     RUN(test_ranges);
     RUN(test_validate_errors);
     RUN(test_validate_ok);
+    RUN(test_attention_keys);
     RUN(test_print_roundtrip);
 
     char path[256];

@@ -66,6 +66,17 @@ expect_input_error cuda_graph_on_cpu "train.cuda_graph needs the CUDA backend" "
   train.cuda_graph=true
 expect_input_error cuda_graph_auto_cpu "train.cuda_graph needs the CUDA backend; this run uses the cpu" \
   "$LT" train $CFG $D train.cuda_graph=true train.device=auto
+# model.attention=cudnn is refused before training wherever it cannot run
+expect_input_error attention_bad_value "model.attention.*auto\|cudnn\|lattice" "$LT" train $CFG $D \
+  model.attention=flash
+expect_input_error attention_cudnn_on_cpu "model.attention=cudnn.*train.device=cpu" "$LT" train $CFG $D \
+  model.attention=cudnn train.precision=bf16
+expect_input_error attention_cudnn_fp32 "model.attention=cudnn.*train.precision=bf16" "$LT" train $CFG $D \
+  model.attention=cudnn train.device=auto
+if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU: train.device=auto falls back to the CPU backend
+  expect_input_error attention_cudnn_no_gpu "model.attention=cudnn.*CPU backend" "$LT" train $CFG $D \
+    model.attention=cudnn train.device=auto train.precision=bf16
+fi
 
 # ---- under mpirun: one rank trains; more ranks are refused (exit 2, one message)
 if command -v mpirun >/dev/null; then
@@ -109,7 +120,9 @@ else fail one_host_wait_per_step "$(grep '^done' "$T/train.log")"; fi
 grep -q "lm head    128 token(s) per chunk, 1 chunk(s)" "$T/train.log" && pass lm_head_summary ||
   fail lm_head_summary "$(grep 'lm head' "$T/train.log")"
 grep -q "parameters" "$T/train.log" && grep -q "data train" "$T/train.log" &&
-  grep -q "num_layers: 2" "$T/train.log" && pass startup_summary ||
+  grep -q "num_layers: 2" "$T/train.log" &&
+  grep -q "^attention  lattice (model.attention=auto: this run uses the CPU backend" "$T/train.log" &&
+  pass startup_summary ||
   fail startup_summary "summary or resolved config missing"
 
 # ---- activation recomputation: same training, less activation memory ----------------

@@ -1,14 +1,17 @@
 /* attention.cu - causal self-attention op entries: path selection and the
- * D = rowsum(dO * O) pre-pass of the backward.
+ * D = rowsum(dO * O) pre-pass of lattice's backward.
  *
- * Design note. Two implementations share one contract (attention.cuh):
+ * Design note. Three implementations share one contract (attention.cuh):
+ *  - cuDNN's fused flash attention (attention_cudnn*.cu), when the backend's
+ *    model.attention resolved to it and the call's shape allows it;
  *  - attention_mma.cu: bf16 tensor cores, HD in {32, 64, 80, 96, 128}, needs
  *    qkv/dout 16-byte aligned and out/dqkv 4-byte aligned;
  *  - attention_simt.cu: fp32 CUDA cores, fp32 or bf16 acts, any HD <= 256.
- * The tensor-core path is taken whenever it applies, unless the backend was
- * created with LT_CUDA_ATTN=simt (the GPU tests use that to check one path
- * against the other). Both backward passes are deterministic (no atomics)
- * and overwrite every element of dqkv. D lives in the stream's scratch. */
+ * lattice's tensor-core path is taken whenever it applies, unless the
+ * backend was created with LT_CUDA_ATTN=simt (the GPU tests use that to
+ * check one path against the other). lattice's backward passes are
+ * deterministic (no atomics); every path overwrites each element of dqkv.
+ * D lives in the stream's scratch. */
 #include "attention.cuh"
 
 #define AD_ROWS 8 /* warps (rows) per block of the D pre-pass */
@@ -55,6 +58,7 @@ static int use_mma(LtBackend *be, int HD) {
 void cu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T, int NH,
                       int HD) {
     if (B <= 0 || T <= 0 || NH <= 0 || HD <= 0) return;
+    if (cu_impl(be)->cudnn && cudnn_attention_fwd(be, out, lse, qkv, B, T, NH, HD)) return;
     if (B * NH > 65535) lt_fatal("attention: B*NH = %d exceeds the grid limit 65535", B * NH);
     const int optin = cu_impl(be)->smem_optin;
     if (use_mma(be, HD) && aligned(qkv, 16) && aligned(out, 4))
@@ -69,6 +73,8 @@ void cu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int
 void cu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
                       const void *out, const float *lse, int B, int T, int NH, int HD) {
     if (B <= 0 || T <= 0 || NH <= 0 || HD <= 0) return;
+    if (cu_impl(be)->cudnn && cudnn_attention_bwd(be, dqkv, dout, qkv, out, lse, B, T, NH, HD))
+        return;
     if (B * NH > 65535) lt_fatal("attention: B*NH = %d exceeds the grid limit 65535", B * NH);
     const int optin = cu_impl(be)->smem_optin;
     float *D = (float *)cu_scratch(be, (size_t)B * NH * T * sizeof(float));

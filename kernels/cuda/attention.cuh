@@ -8,6 +8,7 @@
 #ifndef LT_CUDA_ATTENTION_CUH
 #define LT_CUDA_ATTENTION_CUH
 
+#include "attn_select.h"
 #include "common.cuh"
 
 #define ATT_LOG2E 1.4426950408889634f
@@ -38,5 +39,21 @@ void launch_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int
 void launch_attention_mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                               const float *Dbuf, int B, int T, int NH, int HD, int smem_optin,
                               cudaStream_t st);
+
+/* cuDNN's fused attention (attention_cudnn*.cu), used when the backend's
+ * model.attention resolved to cuDNN (CudaImpl.cudnn != NULL). The entries
+ * return 1 when cuDNN ran the call, 0 when it goes to lattice's kernels
+ * (shape, alignment or no plan for it: counted, and logged once). */
+struct CudnnAttn;
+int cudnn_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T, int NH,
+                        int HD);
+int cudnn_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
+                        const void *out, const float *lse, int B, int T, int NH, int HD);
+/* A cuDNN handle and plan cache on the current device, for env (resolved to
+ * cuDNN); NULL with the reason in err when cuDNN cannot start. */
+struct CudnnAttn *cudnn_attn_create(int device, const LtAttnEnv *env, char *err, size_t errlen);
+void cudnn_attn_destroy(struct CudnnAttn *ca);
+/* The counters of ca into info (NULL ca: zeros). */
+void cudnn_attn_counters(const struct CudnnAttn *ca, LtAttnInfo *info);
 
 #endif

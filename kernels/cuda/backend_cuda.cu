@@ -8,13 +8,17 @@
  * transfers run on the current stream; upload/download synchronize it before
  * returning (the host buffer may be reused at once), copy/zero do not.
  * alloc zeroes and synchronizes the device so that later work on any stream
- * sees zeros. Nothing here aborts the process when no GPU is present:
+ * sees zeros. Attention runs on lattice's kernels until
+ * lt_cuda_attention_configure resolves model.attention (a cuDNN handle and
+ * plan cache when it picks cuDNN; attention_cudnn.cu). Nothing here aborts
+ * the process when no GPU is present:
  * lt_cuda_device_count() returns 0 and lt_backend_cuda_create() returns NULL
  * with a message. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention.cuh" /* the cuDNN attention state (model.attention) */
 #include "common.cuh"
 
 /* ======================= kernels ======================= */
@@ -96,6 +100,7 @@ void *cu_workspace(LtBackend *be, size_t *bytes) {
 static void cu_destroy(LtBackend *be) {
     CudaImpl *im = cu_impl(be);
     cudaDeviceSynchronize();
+    cudnn_attn_destroy(im->cudnn);
     stream_release(&im->def);
     cudaStreamDestroy(im->def.s);
     cublasLtDestroy(im->lt);
@@ -398,6 +403,7 @@ extern "C" LtBackend *lt_backend_cuda_create(LtDtype dtype, int device, char *er
     snprintf(im->name, sizeof im->name, "%s", prop.name);
     im->sm_count = prop.multiProcessorCount;
     im->smem_optin = (int)prop.sharedMemPerBlockOptin;
+    im->sm = prop.major * 10 + prop.minor;
     if (cublasLtCreate(&im->lt) != CUBLAS_STATUS_SUCCESS) {
         snprintf(err, errlen, "cublasLtCreate failed on device %d", device);
         free(im);
@@ -414,6 +420,8 @@ extern "C" LtBackend *lt_backend_cuda_create(LtDtype dtype, int device, char *er
     }
     im->cur = &im->def;
     im->attn_simt = env_is("LT_CUDA_ATTN", "simt");
+    snprintf(im->attn.reason, sizeof im->attn.reason,
+             "lattice's kernels (model.attention not configured on this backend)");
     im->gemm_no_epilogue = env_is("LT_CUDA_GEMM", "plain");
     be->ops = &cuda_ops;
     be->dtype = dtype;
@@ -422,4 +430,55 @@ extern "C" LtBackend *lt_backend_cuda_create(LtDtype dtype, int device, char *er
     be->device_id = device;
     be->impl = im;
     return be;
+}
+
+/* ======================= attention implementation ======================= */
+
+extern "C" int lt_cuda_attention_configure(LtBackend *be, LtAttnImpl want, int deterministic,
+                                           int head_dim, LtAttnChoice *out) {
+    memset(out, 0, sizeof *out);
+    if (!be || be->ops != &cuda_ops) {
+        snprintf(out->reason, sizeof out->reason, "model.attention: not a CUDA backend");
+        return -1;
+    }
+    CudaImpl *im = cu_impl(be);
+    LtAttnEnv env = {want, deterministic, 1, cu_is_bf16(be), im->sm, lt_cudnn_version(), head_dim};
+    LtAttnChoice ch;
+    if (im->attn_simt) {
+        memset(&ch, 0, sizeof ch);
+        snprintf(ch.reason, sizeof ch.reason, "LT_CUDA_ATTN=simt: lattice's generic kernel");
+    } else if (lt_attn_resolve(&env, &ch)) {
+        *out = ch;
+        return -1;
+    }
+    struct CudnnAttn *ca = NULL;
+    if (ch.cudnn) {
+        char err[256];
+        CU_CHECK(cudaSetDevice(im->device)); /* the handle belongs to the backend's device */
+        ca = cudnn_attn_create(im->device, &env, err, sizeof err);
+        if (!ca && want == LT_ATTN_CUDNN) {
+            snprintf(out->reason, sizeof out->reason, "model.attention=cudnn: %s", err);
+            return -1;
+        }
+        if (!ca) {
+            ch.cudnn = 0;
+            snprintf(ch.reason, sizeof ch.reason, "model.attention=auto: %s; lattice's kernels", err);
+        }
+    }
+    CU_CHECK(cudaDeviceSynchronize()); /* no queued work may still use the old plans */
+    cudnn_attn_destroy(im->cudnn);
+    im->cudnn = ca;
+    im->attn = ch;
+    *out = ch;
+    return 0;
+}
+
+extern "C" int lt_cuda_attention_info(LtBackend *be, LtAttnInfo *info) {
+    memset(info, 0, sizeof *info);
+    if (!be || be->ops != &cuda_ops) return -1;
+    const CudaImpl *im = cu_impl(be);
+    info->choice = im->attn;
+    info->cudnn_version = lt_cudnn_version();
+    cudnn_attn_counters(im->cudnn, info);
+    return 0;
 }

@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "attn_select.h"
 #include "backend.h"
 #include "common.h"
 
@@ -65,7 +66,10 @@ typedef struct {
     cublasLtHandle_t lt;
     LtStream def;
     LtStream *cur;
+    int sm;        /* compute capability, major * 10 + minor */
     int attn_simt; /* 1: force the SIMT attention path (env LT_CUDA_ATTN=simt) */
+    struct CudnnAttn *cudnn; /* non-NULL: attention through cuDNN where a call allows */
+    LtAttnChoice attn;       /* model.attention as resolved (lattice until configured) */
     int gemm_no_epilogue; /* 1: never use cuBLASLt epilogues (env LT_CUDA_GEMM=plain) */
     GemmCacheEntry cache[LT_GEMM_CACHE];
     int cache_next;

@@ -54,6 +54,7 @@ static inline int min(int a, int b) { return a < b ? a : b; }
 typedef struct {
     int smem_optin;       /* max dynamic shared memory per block */
     int attn_simt;        /* 1: force the SIMT attention path */
+    struct CudnnAttn *cudnn; /* always NULL: cuDNN has no emulation */
     int gemm_no_epilogue; /* (no GEMMs here) */
     void *scratch;        /* grow-only, as one LtStream's */
     size_t scratch_bytes;

@@ -201,6 +201,26 @@ extern "C" LtBackend *lt_backend_cuda_create(LtDtype, int, char *err, size_t err
 extern "C" int lt_cuda_device_count(void) { return 0; }
 extern "C" int lt_cuda_compiled(void) { return 0; }
 
+/* cuDNN has no emulation: the emulated backend's model.attention always
+ * resolves to lattice's kernels (cuDNN version 0), and attention.cu's calls
+ * into the cuDNN path (made only when CudaImpl.cudnn is set, never here)
+ * report "not run". */
+extern "C" long lt_cudnn_version(void) { return 0; }
+int cudnn_attention_fwd(LtBackend *, void *, float *, const void *, int, int, int, int) { return 0; }
+int cudnn_attention_bwd(LtBackend *, void *, const void *, const void *, const void *,
+                        const float *, int, int, int, int) {
+    return 0;
+}
+extern "C" int lt_cuda_attention_configure(LtBackend *be, LtAttnImpl want, int deterministic,
+                                           int head_dim, LtAttnChoice *out) {
+    const LtAttnEnv env = {want, deterministic, 1, cu_is_bf16(be), 90, 0, head_dim};
+    return lt_attn_resolve(&env, out);
+}
+extern "C" int lt_cuda_attention_info(LtBackend *, LtAttnInfo *info) {
+    memset(info, 0, sizeof *info);
+    return -1;
+}
+
 /* The CUDA backend's ops on host memory in the emulation; attn_simt = 1
  * forces the generic attention path (as LT_CUDA_ATTN=simt does). */
 extern "C" LtBackend *emu_cuda_backend_create(LtDtype dtype, int attn_simt) {

@@ -20,8 +20,12 @@ int main(void) {
     LtBackend *a32 = emu_cuda_backend_create(LT_F32, 1), *a16 = emu_cuda_backend_create(LT_BF16, 1);
     printf("lattice GPU op tests on the emulated CUDA backend (%s), quick shapes\n",
            e32->device_name);
-    Pair pairs[] = {{c32, e32, "f32", 1e-5, 0}, {c32, a32, "f32a", 1e-5, 0},
-                    {c16, e16, "bf16", 1e-2, 1}, {c16, a16, "bf16a", 1e-2, 1}};
+    Pair pairs[] = {
+        {.ref = c32, .dut = e32, .tag = "f32", .tol = 1e-5},
+        {.ref = c32, .dut = a32, .tag = "f32a", .tol = 1e-5},
+        {.ref = c16, .dut = e16, .tag = "bf16", .tol = 1e-2, .bf16 = 1},
+        {.ref = c16, .dut = a16, .tag = "bf16a", .tol = 1e-2, .bf16 = 1},
+    };
     const int npairs = (int)(sizeof pairs / sizeof pairs[0]);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         if (!strcmp(cases[c].name, "linear")) continue; /* cuBLASLt: GPU only */

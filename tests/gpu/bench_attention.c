@@ -1,17 +1,24 @@
-/* bench_attention.c - causal attention throughput of the CUDA backend.
+/* bench_attention.c - causal attention throughput of the CUDA backend, for
+ * each attention implementation: lattice's kernels and cuDNN's fused flash
+ * attention (deterministic backward, and non-deterministic with
+ * --nondet).
  *
  * For T in {1024, 2048} and HD in {64, 128}: B*T = 16384 tokens, NH*HD = 2048
- * (so NH = 32 or 16), bf16 (and fp32 with --f32). FLOPs use the usual causal
- * convention: forward 4*B*NH*T^2*HD / 2 (two matmuls over half the score
- * matrix), backward 2.5x that (five matmuls, one of them recomputing S).
- * Each figure is the median over 15 samples; a sample times 5 back-to-back
- * launches between device synchronizations. Set LT_CUDA_ATTN=simt to
- * measure the generic path. Prints one line per configuration:
- *   attn T=1024 HD=64 B=16 NH=32 bf16: fwd X TFLOP/s (t ms) bwd Y ... fwd+bwd Z */
+ * (so NH = 32 or 16), bf16 (and fp32 with --f32, where only lattice runs).
+ * FLOPs use the usual causal convention: forward 4*B*NH*T^2*HD / 2 (two
+ * matmuls over half the score matrix), backward 2.5x that (five matmuls, one
+ * of them recomputing S). Each figure is the median over 15 samples; a
+ * sample times 5 back-to-back launches between device synchronizations.
+ * Set LT_CUDA_ATTN=simt to measure lattice's generic path (every
+ * configuration then runs it). A cuDNN configuration that cuDNN's rules
+ * left (partly) to lattice's kernels is marked. Prints one line per
+ * configuration:
+ *   attn cudnn-det T=1024 HD=64 B=16 NH=32 bf16: fwd X TFLOP/s (t ms) bwd Y ... fwd+bwd Z */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_select.h"
 #include "backend.h"
 #include "common.h"
 
@@ -65,41 +72,75 @@ static void fill(LtBackend *be, void *dst, size_t n, uint64_t seed) {
     free(h);
 }
 
+/* One configuration (T, HD) timed on be; the line names the path. */
+static void bench_one(LtBackend *be, const char *path, int T, int HD) {
+    const LtDtype dt = be->dtype;
+    Bench b = {be, NULL, NULL, NULL, NULL, NULL, 16384 / T, T, 2048 / HD, HD};
+    const size_t no = (size_t)b.B * b.T * b.NH * b.HD, nq = 3 * no;
+    b.qkv = be->ops->alloc(be, lt_act_bytes(be, nq));
+    b.dqkv = be->ops->alloc(be, lt_act_bytes(be, nq));
+    b.out = be->ops->alloc(be, lt_act_bytes(be, no));
+    b.dout = be->ops->alloc(be, lt_act_bytes(be, no));
+    b.lse = be->ops->alloc(be, (size_t)b.B * b.NH * b.T * sizeof(float));
+    fill(be, b.qkv, nq, 1);
+    fill(be, b.dout, no, 2);
+    LtAttnInfo before, after;
+    lt_cuda_attention_info(be, &before);
+    const double tf = time_it(&b, run_fwd), tb = time_it(&b, run_bwd);
+    lt_cuda_attention_info(be, &after);
+    const long fell = after.fallback_calls[0] + after.fallback_calls[1] -
+                      before.fallback_calls[0] - before.fallback_calls[1];
+    const double flop_f = 2.0 * b.B * b.NH * (double)b.T * b.T * b.HD, flop_b = 2.5 * flop_f;
+    printf("attn %s T=%d HD=%d B=%d NH=%d %s: fwd %.1f TFLOP/s (%.3f ms)  bwd %.1f TFLOP/s "
+           "(%.3f ms)  fwd+bwd %.1f TFLOP/s%s\n",
+           path, b.T, b.HD, b.B, b.NH, dt == LT_BF16 ? "bf16" : "fp32", flop_f / tf * 1e-12,
+           tf * 1e3, flop_b / tb * 1e-12, tb * 1e3, (flop_f + flop_b) / (tf + tb) * 1e-12,
+           fell ? "  [some calls ran on lattice's kernels]" : "");
+    if (fell) printf("  (%s)\n", after.last_fallback);
+    fflush(stdout);
+    be->ops->free(be, b.qkv), be->ops->free(be, b.dqkv), be->ops->free(be, b.out);
+    be->ops->free(be, b.dout), be->ops->free(be, b.lse);
+}
+
+typedef struct {
+    const char *name;
+    LtAttnImpl impl;
+    int deterministic;
+} Path;
+
 int main(int argc, char **argv) {
     LtDtype dt = LT_BF16;
-    for (int i = 1; i < argc; i++)
+    int nondet = 0;
+    for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--f32")) dt = LT_F32;
+        if (!strcmp(argv[i], "--nondet")) nondet = 1;
+    }
     char err[256] = "";
     LtBackend *be = lt_backend_cuda_create(dt, 0, err, sizeof err);
     if (!be) {
         printf("bench_attention: no CUDA backend: %s\n", err);
         return 1;
     }
-    const char *path = getenv("LT_CUDA_ATTN");
-    printf("bench_attention on %s, %s, path %s\n", be->device_name, dt == LT_BF16 ? "bf16" : "fp32",
-           path && !strcmp(path, "simt") ? "simt" : (dt == LT_BF16 ? "tensor-core" : "simt"));
+    const char *env = getenv("LT_CUDA_ATTN");
+    printf("bench_attention on %s, %s, cuDNN %ld%s\n", be->device_name,
+           dt == LT_BF16 ? "bf16" : "fp32", lt_cudnn_version(),
+           env && !strcmp(env, "simt") ? ", LT_CUDA_ATTN=simt (lattice's generic kernel)" : "");
+    const Path paths[] = {
+        {.name = "lattice", .impl = LT_ATTN_LATTICE, .deterministic = 1},
+        {.name = "cudnn-det", .impl = LT_ATTN_CUDNN, .deterministic = 1},
+        {.name = "cudnn-nondet", .impl = LT_ATTN_CUDNN, .deterministic = 0},
+    };
     static const int Ts[] = {1024, 2048}, HDs[] = {64, 128};
-    for (int ti = 0; ti < 2; ti++)
-        for (int hi = 0; hi < 2; hi++) {
-            Bench b = {be, NULL, NULL, NULL, NULL, NULL, 16384 / Ts[ti], Ts[ti], 2048 / HDs[hi], HDs[hi]};
-            const size_t no = (size_t)b.B * b.T * b.NH * b.HD, nq = 3 * no;
-            b.qkv = be->ops->alloc(be, lt_act_bytes(be, nq));
-            b.dqkv = be->ops->alloc(be, lt_act_bytes(be, nq));
-            b.out = be->ops->alloc(be, lt_act_bytes(be, no));
-            b.dout = be->ops->alloc(be, lt_act_bytes(be, no));
-            b.lse = be->ops->alloc(be, (size_t)b.B * b.NH * b.T * sizeof(float));
-            fill(be, b.qkv, nq, 1);
-            fill(be, b.dout, no, 2);
-            const double tf = time_it(&b, run_fwd), tb = time_it(&b, run_bwd);
-            const double flop_f = 2.0 * b.B * b.NH * (double)b.T * b.T * b.HD, flop_b = 2.5 * flop_f;
-            printf("attn T=%d HD=%d B=%d NH=%d %s: fwd %.1f TFLOP/s (%.3f ms)  bwd %.1f TFLOP/s "
-                   "(%.3f ms)  fwd+bwd %.1f TFLOP/s\n",
-                   b.T, b.HD, b.B, b.NH, dt == LT_BF16 ? "bf16" : "fp32", flop_f / tf * 1e-12,
-                   tf * 1e3, flop_b / tb * 1e-12, tb * 1e3, (flop_f + flop_b) / (tf + tb) * 1e-12);
-            fflush(stdout);
-            be->ops->free(be, b.qkv), be->ops->free(be, b.dqkv), be->ops->free(be, b.out);
-            be->ops->free(be, b.dout), be->ops->free(be, b.lse);
+    for (int p = 0; p < 2 + nondet; p++) {
+        LtAttnChoice ch;
+        if (lt_cuda_attention_configure(be, paths[p].impl, paths[p].deterministic, 0, &ch)) {
+            printf("%s: not run: %s\n", paths[p].name, ch.reason);
+            continue;
         }
+        printf("%s: %s\n", paths[p].name, ch.reason);
+        for (int ti = 0; ti < 2; ti++)
+            for (int hi = 0; hi < 2; hi++) bench_one(be, paths[p].name, Ts[ti], HDs[hi]);
+    }
     lt_backend_destroy(be);
     return 0;
 }

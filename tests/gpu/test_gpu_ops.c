@@ -7,8 +7,12 @@
  * tensor-core attention and the epilogues, but not fp32 against an
  * independent implementation.
  * Each case runs for several (reference, device-under-test) pairs: the
- * default CUDA backend and one created with LT_CUDA_ATTN=simt and
- * LT_CUDA_GEMM=plain ("alt"), in fp32 and bf16. Inputs are rounded to bf16
+ * default CUDA backend (attention: lattice's kernels) and one created with
+ * LT_CUDA_ATTN=simt and LT_CUDA_GEMM=plain ("alt"), in fp32 and bf16; the
+ * attention case also runs on a bf16 backend configured with
+ * model.attention=cudnn ("bf16n": cuDNN's fused attention, deterministic
+ * where cuDNN offers it - Hopper - and checked to have run through cuDNN,
+ * calls cuDNN's rules leave to lattice reported). Inputs are rounded to bf16
  * on the host when either side is bf16, so both sides see the same values.
  * Outputs are poisoned (all-ones bytes: NaN in fp32 and bf16) before each
  * run; accumulated (+=) outputs start from random values instead.
@@ -30,6 +34,7 @@
 
 #include "../test.h"
 #include "attn_bound.h"
+#include "attn_select.h"
 #include "backend.h"
 #include "common.h"
 
@@ -37,7 +42,9 @@ typedef struct {
     LtBackend *ref, *dut;
     const char *tag;
     double tol;
-    int bf16; /* inputs rounded to bf16 */
+    int bf16;   /* inputs rounded to bf16 */
+    int cudnn;  /* dut's attention is configured to cuDNN (only the attention case runs) */
+    int nondet; /* cuDNN's backward there is not deterministic: no bitwise check */
 } Pair;
 
 static int g_quick;
@@ -524,12 +531,30 @@ static void t_gelu(const Pair *P) {
 }
 
 /* ======================= attention ======================= */
+/* After the attention case on a cuDNN pair: cuDNN must have run forward and
+ * backward calls (the shapes its rules leave to lattice are reported). */
+static void check_cudnn_ran(const Pair *P, const LtAttnInfo *before) {
+    LtAttnInfo now;
+    if (!P->cudnn) return;
+    CHECK(lt_cuda_attention_info(P->dut, &now) == 0 && now.choice.cudnn, "not a cuDNN backend");
+    const long fwd = now.cudnn_calls[0] - before->cudnn_calls[0];
+    const long bwd = now.cudnn_calls[1] - before->cudnn_calls[1];
+    const long fb = now.fallback_calls[0] + now.fallback_calls[1] - before->fallback_calls[0] -
+                    before->fallback_calls[1];
+    printf("  cuDNN %ld: %ld forward and %ld backward calls, %ld left to lattice\n",
+           now.cudnn_version, fwd, bwd, fb);
+    if (fb) printf("  last left to lattice: %s\n", now.last_fallback);
+    CHECK(fwd > 0 && bwd > 0, "cuDNN ran %ld forward and %ld backward calls", fwd, bwd);
+}
+
 static void t_attention(const Pair *P) {
     static const int shapes[][4] = {{1, 1, 1, 64},  {2, 17, 3, 64},   {1, 100, 2, 32},
                                     {2, 129, 2, 80}, {1, 200, 2, 96},  {1, 257, 2, 128},
                                     {1, 70, 2, 40},  {1, 33, 1, 24},   {2, 1024, 4, 64},
-                                    {1, 700, 2, 128}, {1, 300, 1, 200}};
-    for (int s = 0; s < 11; s++) {
+                                    {1, 700, 2, 128}, {1, 300, 1, 200}, {2, 256, 2, 128}};
+    LtAttnInfo before;
+    if (P->cudnn) lt_cuda_attention_info(P->dut, &before);
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
         if (g_quick && s >= 8) break;
         const int B = shapes[s][0], T = shapes[s][1], NH = shapes[s][2], HD = shapes[s][3];
         const size_t nq = (size_t)B * T * 3 * NH * HD, no = (size_t)B * T * NH * HD;
@@ -560,7 +585,7 @@ static void t_attention(const Pair *P) {
             be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, B, T, NH, HD);
             g[k] = hzeros(nq);
             act_down(be, g[k], dqkv, nq);
-            if (k) {
+            if (k && !P->nondet) {
                 void *first = raw_down(be, dqkv, lt_act_bytes(be, nq));
                 poison(be, dqkv, lt_act_bytes(be, nq));
                 be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, B, T, NH, HD);
@@ -581,6 +606,7 @@ static void t_attention(const Pair *P) {
         for (int k = 0; k < 2; k++) free(o[k]), free(l[k]), free(g[k]);
         free(qkv), free(dout);
     }
+    check_cudnn_ran(P, &before);
 }
 
 /* ======================= cross-entropy ======================= */
@@ -920,36 +946,95 @@ static LtBackend *make_cuda(LtDtype dt, int alt) {
         printf("FAIL cuda_backend_create: %s\n", err);
         exit(1);
     }
+    LtAttnChoice ch; /* lattice's kernels, explicitly (the cuDNN pair has its own backend) */
+    if (lt_cuda_attention_configure(be, LT_ATTN_LATTICE, 1, 0, &ch)) {
+        printf("FAIL attention_configure_lattice: %s\n", ch.reason);
+        exit(1);
+    }
     return be;
+}
+
+/* A bf16 backend whose attention is cuDNN's: deterministic where cuDNN
+ * offers that (Hopper), else non-deterministic (*nondet = 1). NULL, with a
+ * FAIL line, when cuDNN cannot run on this machine. */
+static LtBackend *make_cudnn(int *nondet) {
+    LtBackend *be = make_cuda(LT_BF16, 0);
+    LtAttnChoice ch;
+    *nondet = 0;
+    if (lt_cuda_attention_configure(be, LT_ATTN_CUDNN, 1, 0, &ch) == 0) {
+        printf("cuDNN pair: %s\n", ch.reason);
+        return be;
+    }
+    printf("deterministic cuDNN attention refused: %s\n", ch.reason);
+    *nondet = 1;
+    if (lt_cuda_attention_configure(be, LT_ATTN_CUDNN, 0, 0, &ch) == 0) {
+        printf("cuDNN pair (no bitwise check): %s\n", ch.reason);
+        return be;
+    }
+    printf("FAIL attention_cudnn_available: %s\n", ch.reason);
+    test_n_fail++;
+    lt_backend_destroy(be);
+    return NULL;
+}
+
+/* model.attention=cudnn on an fp32 backend is refused naming the key; auto
+ * resolves to lattice's kernels there. */
+static LtBackend *g_fp32_backend;
+static void test_cudnn_refuses_fp32(void) {
+    LtAttnChoice ch;
+    CHECK(lt_cuda_attention_configure(g_fp32_backend, LT_ATTN_CUDNN, 1, 64, &ch) == -1 &&
+              strstr(ch.reason, "model.attention=cudnn") && strstr(ch.reason, "train.precision"),
+          "explicit cudnn in fp32: %s", ch.reason);
+    CHECK(lt_cuda_attention_configure(g_fp32_backend, LT_ATTN_AUTO, 1, 64, &ch) == 0 && !ch.cudnn,
+          "auto in fp32: %s", ch.reason);
+    CHECK(lt_cuda_attention_configure(g_fp32_backend, LT_ATTN_LATTICE, 1, 64, &ch) == 0, "reset");
 }
 
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--quick")) g_quick = 1;
-    printf("lattice GPU op tests: %d CUDA device(s), compiled=%d%s\n", lt_cuda_device_count(),
-           lt_cuda_compiled(), g_quick ? " (quick)" : "");
+    printf("lattice GPU op tests: %d CUDA device(s), compiled=%d, cuDNN %ld%s\n",
+           lt_cuda_device_count(), lt_cuda_compiled(), lt_cudnn_version(),
+           g_quick ? " (quick)" : "");
     if (lt_cuda_device_count() <= 0) {
         printf("FAIL no_cuda_device\n0 passed, 1 failed\n");
         return 1;
     }
+    int nondet = 0;
     LtBackend *g32 = make_cuda(LT_F32, 0), *g16 = make_cuda(LT_BF16, 0);
     LtBackend *a32 = make_cuda(LT_F32, 1), *a16 = make_cuda(LT_BF16, 1);
+    LtBackend *n16 = make_cudnn(&nondet);
     printf("device: %s\n", g32->device_name);
+    g_fp32_backend = g32;
+    RUN(test_cudnn_refuses_fp32);
 #ifdef LT_GPU_TEST_NO_CPU
     printf("reference: CUDA fp32 alternative paths (built without the CPU backend)\n");
-    Pair pairs[] = {{a32, g32, "f32", 1e-5, 0}, {a32, g16, "bf16", 1e-2, 1},
-                    {a32, a16, "bf16a", 1e-2, 1}};
+    Pair pairs[] = {
+        {.ref = a32, .dut = g32, .tag = "f32", .tol = 1e-5},
+        {.ref = a32, .dut = g16, .tag = "bf16", .tol = 1e-2, .bf16 = 1},
+        {.ref = a32, .dut = a16, .tag = "bf16a", .tol = 1e-2, .bf16 = 1},
+        {.ref = a32, .dut = n16, .tag = "bf16n", .tol = 1e-2, .bf16 = 1, .cudnn = 1, .nondet = nondet},
+    };
     LtBackend *c32 = NULL, *c16 = NULL;
 #else
     LtBackend *c32 = lt_backend_cpu_create(LT_F32, 0), *c16 = lt_backend_cpu_create(LT_BF16, 0);
     printf("reference: CPU backend (%s)\n", c32->ops->name);
-    Pair pairs[] = {{c32, g32, "f32", 1e-5, 0}, {c32, a32, "f32a", 1e-5, 0},
-                    {c16, g16, "bf16", 1e-2, 1}, {c16, a16, "bf16a", 1e-2, 1}};
+    Pair pairs[] = {
+        {.ref = c32, .dut = g32, .tag = "f32", .tol = 1e-5},
+        {.ref = c32, .dut = a32, .tag = "f32a", .tol = 1e-5},
+        {.ref = c16, .dut = g16, .tag = "bf16", .tol = 1e-2, .bf16 = 1},
+        {.ref = c16, .dut = a16, .tag = "bf16a", .tol = 1e-2, .bf16 = 1},
+        {.ref = c16, .dut = n16, .tag = "bf16n", .tol = 1e-2, .bf16 = 1, .cudnn = 1, .nondet = nondet},
+    };
 #endif
     const int npairs = (int)(sizeof pairs / sizeof pairs[0]);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
-        for (int p = 0; p < npairs; p++) run_case(&cases[c], &pairs[p]);
+        for (int p = 0; p < npairs; p++) {
+            if (pairs[p].cudnn && (!pairs[p].dut || strcmp(cases[c].name, "attention"))) continue;
+            run_case(&cases[c], &pairs[p]);
+        }
     lt_backend_destroy(g32), lt_backend_destroy(g16), lt_backend_destroy(a32), lt_backend_destroy(a16);
+    lt_backend_destroy(n16);
     if (c32) lt_backend_destroy(c32);
     if (c16) lt_backend_destroy(c16);
     return test_summary();

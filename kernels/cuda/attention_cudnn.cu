@@ -1,0 +1,230 @@
+/* attention_cudnn.cu - the attention op entries' cuDNN path: one cuDNN
+ * handle per backend, the plan cache, the variant pack of each call.
+ *
+ * Design note. The backend's attention resolves once (model.attention, see
+ * attn_select.h); when it resolves to cuDNN, lt_cuda_attention_configure
+ * makes a CudnnAttn here: a cudnnHandle_t on the backend's device and an
+ * LtAttnPlanCache whose plans attention_cudnn_graph.cu builds. Each call
+ * then: checks the per-call rules (lt_attn_cudnn_call_ok), fetches the plan
+ * for its key (built on first use, kept; a key cuDNN has no engine for is
+ * remembered and goes to lattice's kernels), takes one workspace from the
+ * current stream's scratch arena (cu_scratch: [row sums | dQ accumulator |
+ * engine workspace], none of which the op's inputs live in), binds the
+ * handle to the current stream and executes a variant pack of the call's
+ * pointers. Calls left to lattice are counted and the first of each
+ * direction is logged with its reason; lt_cuda_attention_info reports the
+ * counters. Built without cudnn.h (LT_HAVE_CUDNN unset) the same entry
+ * points report version 0 and never run. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention_cudnn.cuh"
+
+#ifdef LT_HAVE_CUDNN
+
+struct CudnnAttn {
+    cudnnHandle_t handle;
+    LtAttnEnv env;
+    int device;
+    LtAttnPlanCache cache;
+    long calls[2], fallbacks[2], plans_failed;
+    int logged[2];          /* a fallback of this direction was logged */
+    char last_fallback[240];
+};
+
+extern "C" long lt_cudnn_version(void) { return (long)cudnnGetVersion(); }
+
+static void *plan_build_cb(const LtAttnPlanKey *key, void *ctx, char *why, size_t whylen) {
+    const CudnnAttn *ca = (const CudnnAttn *)ctx;
+    return cudnn_plan_build(ca->handle, key, ca->env.cudnn_version, why, whylen);
+}
+
+static void plan_destroy_cb(void *plan, void *ctx) {
+    (void)ctx;
+    cudnn_plan_destroy((CuAttnPlan *)plan);
+}
+
+CudnnAttn *cudnn_attn_create(int device, const LtAttnEnv *env, char *err, size_t errlen) {
+    cudnnHandle_t h = NULL;
+    cudnnStatus_t st = cudnnCreate(&h);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        snprintf(err, errlen, "cudnnCreate failed on device %d: %s", device,
+                 cudnnGetErrorString(st));
+        return NULL;
+    }
+    CudnnAttn *ca = (CudnnAttn *)calloc(1, sizeof(CudnnAttn));
+    if (!ca) lt_fatal("out of host memory");
+    ca->handle = h;
+    ca->env = *env;
+    ca->device = device;
+    lt_attn_cache_init(&ca->cache, plan_destroy_cb, ca);
+    return ca;
+}
+
+void cudnn_attn_destroy(CudnnAttn *ca) {
+    if (!ca) return;
+    lt_attn_cache_clear(&ca->cache);
+    CUDNN_CHECK(cudnnDestroy(ca->handle));
+    free(ca);
+}
+
+void cudnn_attn_counters(const CudnnAttn *ca, LtAttnInfo *info) {
+    if (!ca) return;
+    for (int d = 0; d < 2; d++) {
+        info->cudnn_calls[d] = ca->calls[d];
+        info->fallback_calls[d] = ca->fallbacks[d];
+    }
+    info->plans_built = ca->cache.builds - ca->plans_failed;
+    info->plans_failed = ca->plans_failed;
+    snprintf(info->last_fallback, sizeof info->last_fallback, "%s", ca->last_fallback);
+}
+
+/* ======================= per call ======================= */
+
+static const char *dir_name(int dir) { return dir == LT_ATTN_FWD ? "forward" : "backward"; }
+
+/* Count (and the first time per direction log) a call left to lattice. */
+static void fallback(CudnnAttn *ca, int dir, const char *why) {
+    ca->fallbacks[dir]++;
+    snprintf(ca->last_fallback, sizeof ca->last_fallback, "%s", why);
+    if (ca->logged[dir]) return;
+    ca->logged[dir] = 1;
+    lt_log("attention: a %s call runs on lattice's kernels instead of cuDNN: %s (logged once)\n",
+           dir_name(dir), why);
+}
+
+/* The plan for this call, or NULL when lattice's kernels must run it. */
+static CuAttnPlan *plan_for(CudnnAttn *ca, const LtAttnShape *s, const void *const *ptrs,
+                            int nptrs) {
+    char why[240];
+    if (!lt_attn_cudnn_call_ok(&ca->env, s, ptrs, nptrs, why, sizeof why)) {
+        fallback(ca, s->dir, why);
+        return NULL;
+    }
+    const LtAttnPlanKey key = {s->dir, s->B, s->T, s->NH, s->HD, LT_BF16, ca->env.deterministic,
+                               ca->device};
+    int built = 0;
+    LtAttnPlanSlot *slot = lt_attn_cache_fetch(&ca->cache, &key, plan_build_cb, &built);
+    const CuAttnPlan *p = (const CuAttnPlan *)slot->plan;
+    if (built && p)
+        lt_log("attention: cuDNN %s plan B=%d T=%d NH=%d HD=%d: engine %lld%s, workspace %zu "
+               "bytes\n", dir_name(s->dir), s->B, s->T, s->NH, s->HD, (long long)p->engine,
+               p->engine_nondet ? " (noted non-deterministic)" : "", cudnn_plan_workspace(p));
+    if (p) return (CuAttnPlan *)slot->plan;
+    if (built) {
+        ca->plans_failed++;
+        lt_log("attention: cuDNN has no %s plan for B=%d T=%d NH=%d HD=%d: %s\n", dir_name(s->dir),
+               s->B, s->T, s->NH, s->HD, slot->why);
+    }
+    snprintf(why, sizeof why, "no cuDNN plan for B=%d T=%d NH=%d HD=%d: %s", s->B, s->T, s->NH,
+             s->HD, slot->why);
+    fallback(ca, s->dir, why);
+    return NULL;
+}
+
+#define PACK_MAX 16
+
+/* Tensors of one execute: unique ids and their data pointers. */
+typedef struct {
+    int64_t uid[PACK_MAX];
+    void *ptr[PACK_MAX];
+    int n;
+} Pack;
+
+static void pack_add(Pack *pk, int64_t uid, const void *ptr) {
+    if (pk->n == PACK_MAX) lt_fatal("cuDNN variant pack: more than %d tensors", PACK_MAX);
+    pk->uid[pk->n] = uid;
+    pk->ptr[pk->n++] = (void *)ptr;
+}
+
+/* Three tensors at base + {0, C, 2C} elements (q | k | v of each token):
+ * uids first, first + 1, first + 2. */
+static void pack_qkv(Pack *pk, int64_t first, const void *base, size_t C) {
+    const bf16 *b = (const bf16 *)base;
+    for (int i = 0; i < 3; i++) pack_add(pk, first + i, b + i * C);
+}
+
+/* Execute p on the current stream: the scalars and workspace tensors are
+ * added to the call's pack here. */
+static void run_plan(LtBackend *be, CudnnAttn *ca, CuAttnPlan *p, Pack *pk) {
+    char *ws = (char *)cu_scratch(be, cudnn_plan_workspace(p));
+    pack_add(pk, UID_SCALE, &p->scale);
+    pack_add(pk, UID_NEG_INF, &p->neg_inf);
+    if (p->dir == LT_ATTN_BWD) {
+        pack_add(pk, UID_ONE, &p->one);
+        pack_add(pk, UID_SUMS, ws);
+    }
+    if (p->accum_bytes) {
+        pack_add(pk, UID_DQ_ACCUM, ws + p->sums_bytes);
+        if (p->zero_accum)
+            CU_CHECK(cudaMemsetAsync(ws + p->sums_bytes, 0, p->accum_bytes, cu_stream(be)));
+    }
+    void *engine_ws = ws + p->sums_bytes + p->accum_bytes;
+    CuDesc vp = NULL;
+    CUDNN_CHECK(cudnnSetStream(ca->handle, cu_stream(be)));
+    CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp));
+    CUDNN_CHECK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+                                         pk->n, pk->uid));
+    CUDNN_CHECK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                         CUDNN_TYPE_VOID_PTR, pk->n, pk->ptr));
+    CUDNN_CHECK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+                                         CUDNN_TYPE_VOID_PTR, 1, &engine_ws));
+    CUDNN_CHECK(cudnnBackendFinalize(vp));
+    CUDNN_CHECK(cudnnBackendExecute(ca->handle, p->plan, vp));
+    CUDNN_CHECK(cudnnBackendDestroyDescriptor(vp));
+    ca->calls[p->dir]++;
+}
+
+// qkv (B, T, 3, NH, HD) -> out (B, T, NH, HD), lse (B, NH, T); 1 when run here
+int cudnn_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T, int NH,
+                        int HD) {
+    CudnnAttn *ca = cu_impl(be)->cudnn;
+    const LtAttnShape s = {LT_ATTN_FWD, B, T, NH, HD};
+    const void *ptrs[] = {qkv, out, lse};
+    CuAttnPlan *p = plan_for(ca, &s, ptrs, 3);
+    if (!p) return 0;
+    Pack pk = {};
+    pack_qkv(&pk, UID_Q, qkv, (size_t)NH * HD);
+    pack_add(&pk, UID_O, out);
+    pack_add(&pk, UID_STATS, lse);
+    run_plan(be, ca, p, &pk);
+    return 1;
+}
+
+// dout, qkv, out, lse -> dqkv (B, T, 3, NH, HD) overwritten; 1 when run here
+int cudnn_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
+                        const void *out, const float *lse, int B, int T, int NH, int HD) {
+    CudnnAttn *ca = cu_impl(be)->cudnn;
+    const LtAttnShape s = {LT_ATTN_BWD, B, T, NH, HD};
+    const void *ptrs[] = {dqkv, dout, qkv, out, lse};
+    CuAttnPlan *p = plan_for(ca, &s, ptrs, 5);
+    if (!p) return 0;
+    Pack pk = {};
+    pack_qkv(&pk, UID_Q, qkv, (size_t)NH * HD);
+    pack_add(&pk, UID_O, out);
+    pack_add(&pk, UID_DO, dout);
+    pack_add(&pk, UID_STATS, lse);
+    pack_qkv(&pk, UID_DQ, dqkv, (size_t)NH * HD);
+    run_plan(be, ca, p, &pk);
+    return 1;
+}
+
+#else /* no cudnn.h at build time: the path exists but never runs */
+
+extern "C" long lt_cudnn_version(void) { return 0; }
+
+CudnnAttn *cudnn_attn_create(int device, const LtAttnEnv *env, char *err, size_t errlen) {
+    (void)device, (void)env;
+    snprintf(err, errlen, "this binary was built without cuDNN");
+    return NULL;
+}
+void cudnn_attn_destroy(CudnnAttn *ca) { (void)ca; }
+void cudnn_attn_counters(const CudnnAttn *ca, LtAttnInfo *info) { (void)ca, (void)info; }
+int cudnn_attention_fwd(LtBackend *, void *, float *, const void *, int, int, int, int) { return 0; }
+int cudnn_attention_bwd(LtBackend *, void *, const void *, const void *, const void *,
+                        const float *, int, int, int, int) {
+    return 0;
+}
+
+#endif

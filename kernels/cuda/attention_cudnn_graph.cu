@@ -1,0 +1,525 @@
+/* attention_cudnn_graph.cu - cuDNN's fused flash attention as operation
+ * graphs of the C backend API, and their execution plans.
+ *
+ * Design note. cuDNN 9 runs scaled dot-product attention as one fused
+ * (runtime-compiled) kernel when the operation graph it is given matches its
+ * SDPA pattern: matmuls, pointwise ops and reductions spelled the way
+ * cudnn-frontend's composite SDPA nodes spell them. That graph form is the
+ * one every cuDNN 9.x accepts; the native SDPA operation descriptors (cuDNN
+ * 9.13.1+) express a causal mask only from 9.21 on, and the frontend builds
+ * the backward from the graph form on every version. So both directions are
+ * graphs here, the same for all 9.x:
+ *  forward:  S = (Q K^T) * scale; causal mask (GEN_INDEX row >= col, else
+ *            -inf by BINARY_SELECT); softmax as MAX, SUB, EXP, ADD-reduce,
+ *            DIV, with Stats = max + LOG(sum) (fp32, B,H,S,1: exactly
+ *            lattice's lse); O = P V with P in bf16.
+ *  backward: sums = rowsum(dO * O) (fp32, in the workspace); P recomputed
+ *            as EXP(mask(S * scale - Stats)); dV = P^T dO; dS = P * (dO V^T
+ *            - sums) * scale; dK = dS^T Q; dQ = dS K.
+ * The backward's dQ decides determinism: written straight from the matmul,
+ * cuDNN computes it with a dP workspace, which is deterministic on Hopper;
+ * routed through a non-virtual fp32 accumulator and an IDENTITY into dQ it
+ * uses atomic accumulation (faster, not bitwise repeatable; zeroed by us
+ * before cuDNN 9.6). lattice's layouts are strided views, no copies:
+ * Q/K/V at qkv + {0, C, 2C} with strides {T*3C, HD, 3C, 1} (K and V^T swap
+ * the last two), O/dO {T*C, HD, C, 1}, Stats {NH*T, T, 1, 1}; every tensor
+ * declared 16-byte aligned (the caller checks the pointers). The engine is
+ * the first of cuDNN's heuristics list (mode A, then fallback) whose plan
+ * finalizes. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention_cudnn.cuh"
+
+#ifdef LT_HAVE_CUDNN
+
+/* ======================= graph builder ======================= */
+
+typedef struct {
+    int64_t dim[4], str[4];
+} Dims;
+
+/* Record the first failing call, "call(object number): status"; later
+ * builder calls are skipped. */
+static void cg_note(CuGraph *g, cudnnStatus_t st, const char *call, const char *object,
+                    long num) {
+    if (st == CUDNN_STATUS_SUCCESS || g->st != CUDNN_STATUS_SUCCESS) return;
+    g->st = st;
+    snprintf(g->what, sizeof g->what, "%s(%s %ld): %s", call, object, num,
+             cudnnGetErrorString(st));
+}
+
+static CuDesc cg_new(CuGraph *g, cudnnBackendDescriptorType_t type) {
+    CuDesc d = NULL;
+    if (g->st != CUDNN_STATUS_SUCCESS) return NULL;
+    if (g->nall == CG_MAX_DESCS) {
+        cg_note(g, CUDNN_STATUS_INTERNAL_ERROR, "descriptor table full", "type", (long)type);
+        return NULL;
+    }
+    cg_note(g, cudnnBackendCreateDescriptor(type, &d), "cudnnBackendCreateDescriptor", "type",
+            (long)type);
+    if (g->st == CUDNN_STATUS_SUCCESS) g->all[g->nall++] = d;
+    return d;
+}
+
+static void cg_set(CuGraph *g, CuDesc d, cudnnBackendAttributeName_t attr,
+                   cudnnBackendAttributeType_t type, int64_t n, const void *val) {
+    if (g->st != CUDNN_STATUS_SUCCESS) return;
+    cg_note(g, cudnnBackendSetAttribute(d, attr, type, n, val), "cudnnBackendSetAttribute",
+            "attribute", (long)attr);
+}
+
+static void cg_desc(CuGraph *g, CuDesc d, cudnnBackendAttributeName_t attr, CuDesc val) {
+    cg_set(g, d, attr, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &val);
+}
+
+/* Finalize d, named in a failure as "what num" (e.g. "pointwise mode 2"). */
+static void cg_finalize(CuGraph *g, CuDesc d, const char *what, long num) {
+    if (g->st != CUDNN_STATUS_SUCCESS) return;
+    cg_note(g, cudnnBackendFinalize(d), "cudnnBackendFinalize", what, num);
+}
+
+static void cg_add_op(CuGraph *g, CuDesc op, const char *what, long num) {
+    cg_finalize(g, op, what, num);
+    if (g->st != CUDNN_STATUS_SUCCESS) return;
+    if (g->nops == CG_MAX_OPS) {
+        cg_note(g, CUDNN_STATUS_INTERNAL_ERROR, "operation table full", what, num);
+        return;
+    }
+    g->ops[g->nops++] = op;
+}
+
+/* A tensor: uid, element type, shape; virtual (intermediate) or by value
+ * (a host scalar read at execute). */
+static CuDesc cg_tensor(CuGraph *g, int64_t uid, cudnnDataType_t dt, const Dims *x, bool virt,
+                        bool by_value) {
+    const int64_t align = 16;
+    CuDesc t = cg_new(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    cg_set(g, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
+    cg_set(g, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, x->dim);
+    cg_set(g, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, x->str);
+    cg_set(g, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+    cg_set(g, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+    cg_set(g, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt);
+    if (by_value) cg_set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
+    cg_finalize(g, t, "tensor uid", (long)uid);
+    return t;
+}
+
+static CuDesc cg_virtual(CuGraph *g, cudnnDataType_t dt, const Dims *x) {
+    return cg_tensor(g, g->next_uid++, dt, x, true, false);
+}
+
+/* An fp32 scalar passed by value. */
+static CuDesc cg_scalar(CuGraph *g, int64_t uid) {
+    const Dims one = {{1, 1, 1, 1}, {1, 1, 1, 1}};
+    return cg_tensor(g, uid, CUDNN_DATA_FLOAT, &one, false, true);
+}
+
+/* y = mode(x [, b [, t]]) computed in prec; axis >= 0 for GEN_INDEX. */
+static void cg_pointwise(CuGraph *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
+                         int64_t axis, CuDesc x, CuDesc b, CuDesc t, CuDesc y) {
+    const float alpha = 1.0f;
+    CuDesc pw = cg_new(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    cg_set(g, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+    cg_set(g, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
+    if (axis >= 0) cg_set(g, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+    cg_finalize(g, pw, "pointwise descriptor, mode", (long)mode);
+    CuDesc op = cg_new(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    cg_desc(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
+    cg_desc(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
+    if (b) cg_desc(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
+    if (t) cg_desc(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
+    cg_desc(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
+    cg_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &alpha);
+    cg_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha);
+    cg_add_op(g, op, "pointwise operation, mode", (long)mode);
+}
+
+/* The common fp32 pointwise op y = mode(x, b) (b may be NULL). */
+static void cg_pw(CuGraph *g, cudnnPointwiseMode_t mode, CuDesc x, CuDesc b, CuDesc y) {
+    cg_pointwise(g, mode, CUDNN_DATA_FLOAT, -1, x, b, NULL, y);
+}
+
+/* y = reduction of x over the dims where y has extent 1, in fp32. */
+static void cg_reduce(CuGraph *g, cudnnReduceTensorOp_t mode, CuDesc x, CuDesc y) {
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    CuDesc rd = cg_new(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+    cg_set(g, rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
+    cg_set(g, rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32);
+    cg_finalize(g, rd, "reduction descriptor, mode", (long)mode);
+    CuDesc op = cg_new(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+    cg_desc(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x);
+    cg_desc(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y);
+    cg_desc(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd);
+    cg_add_op(g, op, "reduction operation, mode", (long)mode);
+}
+
+/* c = a b over the last two dims (batched over B, H), fp32 accumulation. */
+static void cg_matmul(CuGraph *g, CuDesc a, CuDesc b, CuDesc c) {
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    CuDesc mm = cg_new(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    cg_set(g, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32);
+    cg_finalize(g, mm, "matmul descriptor", g->nops);
+    CuDesc op = cg_new(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+    cg_desc(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a);
+    cg_desc(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b);
+    cg_desc(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c);
+    cg_desc(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, mm);
+    cg_add_op(g, op, "matmul operation", g->nops);
+}
+
+/* y = x seen through y's dims and strides (no data movement). */
+static void cg_reshape(CuGraph *g, CuDesc x, CuDesc y) {
+    CuDesc op = cg_new(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    cg_desc(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x);
+    cg_desc(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
+    cg_add_op(g, op, "reshape operation", g->nops);
+}
+
+/* ======================= SDPA graphs ======================= */
+
+/* The shapes of one (B, NH, T, HD) attention, in lattice's layouts. */
+typedef struct {
+    Dims q, kt, o, stats;    /* qkv views, out / dout, lse */
+    Dims ss, ss_t, s1, sd;   /* virtual: scores, transposed scores, row stats, (B,H,T,HD) */
+    Dims k;                  /* K itself (the backward's dQ = dS K) */
+} Shapes;
+
+static Dims dims(int64_t a, int64_t b, int64_t c, int64_t d, int64_t sa, int64_t sb, int64_t sc,
+                 int64_t sd) {
+    Dims x = {{a, b, c, d}, {sa, sb, sc, sd}};
+    return x;
+}
+
+static Shapes shapes_of(const LtAttnPlanKey *k) {
+    const int64_t B = k->B, H = k->NH, T = k->T, D = k->HD, C = H * D, C3 = 3 * C;
+    Shapes s;
+    s.q = dims(B, H, T, D, T * C3, D, C3, 1);
+    s.kt = dims(B, H, D, T, T * C3, D, 1, C3);
+    s.k = s.q;
+    s.o = dims(B, H, T, D, T * C, D, C, 1);
+    s.stats = dims(B, H, T, 1, H * T, T, 1, 1);
+    s.ss = dims(B, H, T, T, H * T * T, T * T, T, 1);
+    s.ss_t = dims(B, H, T, T, H * T * T, T * T, 1, T);
+    s.s1 = s.stats;
+    s.sd = dims(B, H, T, D, H * T * D, T * D, D, 1);
+    return s;
+}
+
+/* Result-returning forms: the output is a new fp32 virtual tensor of d. */
+static CuDesc pw_to(CuGraph *g, cudnnPointwiseMode_t mode, CuDesc x, CuDesc b, const Dims *d) {
+    CuDesc y = cg_virtual(g, CUDNN_DATA_FLOAT, d);
+    cg_pw(g, mode, x, b, y);
+    return y;
+}
+static CuDesc reduce_to(CuGraph *g, cudnnReduceTensorOp_t mode, CuDesc x, const Dims *d) {
+    CuDesc y = cg_virtual(g, CUDNN_DATA_FLOAT, d);
+    cg_reduce(g, mode, x, y);
+    return y;
+}
+static CuDesc matmul_to(CuGraph *g, CuDesc a, CuDesc b, const Dims *d) {
+    CuDesc y = cg_virtual(g, CUDNN_DATA_FLOAT, d);
+    cg_matmul(g, a, b, y);
+    return y;
+}
+
+/* Causal mask of scores x: row >= col keeps x, else neg. */
+static CuDesc causal_mask(CuGraph *g, const Shapes *s, CuDesc x, CuDesc neg) {
+    CuDesc row = cg_virtual(g, CUDNN_DATA_INT32, &s->ss);
+    CuDesc col = cg_virtual(g, CUDNN_DATA_INT32, &s->ss);
+    CuDesc keep = cg_virtual(g, CUDNN_DATA_BOOLEAN, &s->ss);
+    cg_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, 2, x, NULL, NULL, row);
+    cg_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, 3, x, NULL, NULL, col);
+    cg_pointwise(g, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, -1, row, col, NULL, keep);
+    CuDesc y = cg_virtual(g, CUDNN_DATA_FLOAT, &s->ss);
+    cg_pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, -1, x, neg, keep, y);
+    return y;
+}
+
+/* (Q K^T) * scale, fp32. */
+static CuDesc scaled_scores(CuGraph *g, const Shapes *s, CuDesc q, CuDesc kt, CuDesc scale) {
+    return pw_to(g, CUDNN_POINTWISE_MUL, matmul_to(g, q, kt, &s->ss), scale, &s->ss);
+}
+
+/* Softmax of masked scores x, returned as bf16 P, and stats = its lse. */
+static CuDesc softmax_with_stats(CuGraph *g, const Shapes *s, CuDesc x, CuDesc stats) {
+    CuDesc mx = reduce_to(g, CUDNN_REDUCE_TENSOR_MAX, x, &s->s1);
+    CuDesc e = pw_to(g, CUDNN_POINTWISE_EXP, pw_to(g, CUDNN_POINTWISE_SUB, x, mx, &s->ss), NULL,
+                     &s->ss);
+    CuDesc sum = reduce_to(g, CUDNN_REDUCE_TENSOR_ADD, e, &s->s1);
+    cg_pw(g, CUDNN_POINTWISE_ADD, mx, pw_to(g, CUDNN_POINTWISE_LOG, sum, NULL, &s->s1), stats);
+    CuDesc p = cg_virtual(g, CUDNN_DATA_BFLOAT16, &s->ss);
+    cg_pw(g, CUDNN_POINTWISE_DIV, e, sum, p);
+    return p;
+}
+
+/* The three non-virtual views of a (B, T, 3, NH, HD) buffer, uids
+ * first, first + 1, first + 2: Q, K^T, V (transpose_v: V^T). */
+static void qkv_views(CuGraph *g, const Shapes *s, int64_t first, bool transpose_v, CuDesc out[3]) {
+    const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16;
+    out[0] = cg_tensor(g, first, bf, &s->q, false, false);
+    out[1] = cg_tensor(g, first + 1, bf, &s->kt, false, false);
+    out[2] = cg_tensor(g, first + 2, bf, transpose_v ? &s->kt : &s->q, false, false);
+}
+
+static void fwd_graph(CuGraph *g, const Shapes *s) {
+    CuDesc qkv[3];
+    qkv_views(g, s, UID_Q, false, qkv);
+    CuDesc o = cg_tensor(g, UID_O, CUDNN_DATA_BFLOAT16, &s->o, false, false);
+    CuDesc stats = cg_tensor(g, UID_STATS, CUDNN_DATA_FLOAT, &s->stats, false, false);
+    CuDesc scale = cg_scalar(g, UID_SCALE), neg = cg_scalar(g, UID_NEG_INF);
+    CuDesc masked = causal_mask(g, s, scaled_scores(g, s, qkv[0], qkv[1], scale), neg);
+    cg_matmul(g, softmax_with_stats(g, s, masked, stats), qkv[2], o);
+}
+
+/* sums = rowsum(dO * O) * 1, fp32, a non-virtual tensor in the workspace
+ * (returned). */
+static CuDesc bwd_row_sums(CuGraph *g, const Shapes *s, CuDesc dO, CuDesc o, CuDesc one) {
+    const int64_t B = s->o.dim[0], H = s->o.dim[1], T = s->o.dim[2], D = s->o.dim[3];
+    const Dims prod = dims(B, H, T, D, H * T * D, T * D, H * D, 1);
+    CuDesc rows = reduce_to(g, CUDNN_REDUCE_TENSOR_ADD, pw_to(g, CUDNN_POINTWISE_MUL, dO, o, &prod),
+                            &s->s1);
+    CuDesc sums = cg_tensor(g, UID_SUMS, CUDNN_DATA_FLOAT, &s->s1, false, false);
+    cg_pw(g, CUDNN_POINTWISE_MUL, rows, one, sums);
+    return sums;
+}
+
+/* The backward's probabilities P = exp(mask(S * scale - stats)), fp32. */
+static CuDesc bwd_probs(CuGraph *g, const Shapes *s, CuDesc q, CuDesc kt, CuDesc stats,
+                        CuDesc scale, CuDesc neg) {
+    CuDesc shifted = pw_to(g, CUDNN_POINTWISE_SUB, scaled_scores(g, s, q, kt, scale), stats, &s->ss);
+    return pw_to(g, CUDNN_POINTWISE_EXP, causal_mask(g, s, shifted, neg), NULL, &s->ss);
+}
+
+/* dS = P * (dO V^T - sums) * scale, fp32. */
+static CuDesc bwd_dscores(CuGraph *g, const Shapes *s, CuDesc p, CuDesc dO, CuDesc vt,
+                          CuDesc sums, CuDesc scale) {
+    CuDesc centered = pw_to(g, CUDNN_POINTWISE_SUB, matmul_to(g, dO, vt, &s->ss), sums, &s->ss);
+    CuDesc weighted = pw_to(g, CUDNN_POINTWISE_MUL, centered, p, &s->ss);
+    return pw_to(g, CUDNN_POINTWISE_MUL, weighted, scale, &s->ss);
+}
+
+/* out = x^T y, with x (B,H,T,T) fp32 seen transposed in bf16. */
+static void matmul_transposed(CuGraph *g, const Shapes *s, CuDesc x, CuDesc y, CuDesc out) {
+    CuDesc xt = cg_virtual(g, CUDNN_DATA_BFLOAT16, &s->ss_t);
+    cg_reshape(g, x, xt);
+    cg_matmul(g, xt, y, out);
+}
+
+/* dQ = dS K: straight into dQ (deterministic), or through an fp32
+ * accumulator in the workspace and an IDENTITY copy. */
+static void bwd_dq(CuGraph *g, const Shapes *s, CuDesc ds, CuDesc kt, CuDesc dq, int accum) {
+    CuDesc k = cg_virtual(g, CUDNN_DATA_FLOAT, &s->k);
+    cg_reshape(g, kt, k);
+    if (!accum) {
+        cg_matmul(g, ds, k, dq);
+        return;
+    }
+    CuDesc acc = cg_tensor(g, UID_DQ_ACCUM, CUDNN_DATA_FLOAT, &s->sd, false, false);
+    cg_matmul(g, ds, k, acc);
+    cg_pw(g, CUDNN_POINTWISE_IDENTITY, acc, NULL, dq);
+}
+
+static void bwd_graph(CuGraph *g, const Shapes *s, int accum) {
+    CuDesc in[3], grad[3];
+    qkv_views(g, s, UID_Q, true, in); /* Q, K^T, V^T */
+    CuDesc o = cg_tensor(g, UID_O, CUDNN_DATA_BFLOAT16, &s->o, false, false);
+    CuDesc dO = cg_tensor(g, UID_DO, CUDNN_DATA_BFLOAT16, &s->o, false, false);
+    CuDesc stats = cg_tensor(g, UID_STATS, CUDNN_DATA_FLOAT, &s->stats, false, false);
+    for (int i = 0; i < 3; i++) /* dQ, dK, dV: all in qkv's own layout */
+        grad[i] = cg_tensor(g, UID_DQ + i, CUDNN_DATA_BFLOAT16, &s->q, false, false);
+    CuDesc scale = cg_scalar(g, UID_SCALE), neg = cg_scalar(g, UID_NEG_INF);
+    CuDesc one = cg_scalar(g, UID_ONE);
+    CuDesc sums = bwd_row_sums(g, s, dO, o, one);
+    CuDesc p = bwd_probs(g, s, in[0], in[1], stats, scale, neg);
+    matmul_transposed(g, s, p, dO, grad[2]);
+    CuDesc ds = bwd_dscores(g, s, p, dO, in[2], sums, scale);
+    matmul_transposed(g, s, ds, in[0], grad[1]);
+    bwd_dq(g, s, ds, in[1], grad[0], accum);
+}
+
+/* ======================= execution plans ======================= */
+
+#define HEUR_MAX_CONFIGS 16
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* The operation graph over g's operations, on handle h (NULL: none, which
+ * lt_cudnn_graph_check uses; an engine needs one). */
+static CuDesc op_graph(CuGraph *g, cudnnHandle_t h) {
+    CuDesc og = cg_new(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    if (h) cg_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+    cg_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->nops, g->ops);
+    cg_finalize(g, og, "operation graph, operations:", g->nops);
+    return og;
+}
+
+/* Up to max engine configs for og from cuDNN's heuristics in mode, best
+ * first, into cfg; returns how many (0 on failure, recorded in g). */
+static int heuristic_configs(CuGraph *g, CuDesc og, cudnnBackendHeurMode_t mode, CuDesc *cfg,
+                             int max) {
+    CuDesc heur = cg_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    cg_desc(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, og);
+    cg_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+    cg_finalize(g, heur, "engine heuristics, mode", (long)mode);
+    int64_t avail = 0, got = 0;
+    if (g->st != CUDNN_STATUS_SUCCESS) return 0;
+    cg_note(g, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                        CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &avail, NULL),
+            "cudnnBackendGetAttribute", "attribute", (long)CUDNN_ATTR_ENGINEHEUR_RESULTS);
+    const int n = avail < max ? (int)avail : max;
+    for (int i = 0; i < n; i++) cfg[i] = cg_new(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    if (g->st != CUDNN_STATUS_SUCCESS || n == 0) return 0;
+    cg_note(g, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                        CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, cfg),
+            "cudnnBackendGetAttribute", "attribute", (long)CUDNN_ATTR_ENGINEHEUR_RESULTS);
+    return g->st == CUDNN_STATUS_SUCCESS ? (int)got : 0;
+}
+
+/* The engine behind cfg: its global index and whether cuDNN notes it as
+ * non-deterministic (for the log; the graph form decides determinism). A
+ * failing query only leaves the fields unknown (-1 / 0). */
+static void engine_info(CuGraph *g, CuDesc cfg, CuAttnPlan *p) {
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    int64_t n = 0;
+    p->engine = -1;
+    CuDesc eng = cg_new(g, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    if (!eng || cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
+                                         &eng) != CUDNN_STATUS_SUCCESS)
+        return;
+    if (cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n,
+                                 &p->engine) != CUDNN_STATUS_SUCCESS)
+        p->engine = -1;
+    if (cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                 CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n,
+                                 notes) != CUDNN_STATUS_SUCCESS)
+        return;
+    for (int64_t i = 0; i < n; i++)
+        if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) p->engine_nondet = 1;
+}
+
+/* One execution plan for cfg on h, or NULL with the failing status in *st. */
+static CuDesc try_plan(cudnnHandle_t h, CuDesc cfg, cudnnStatus_t *st) {
+    CuDesc plan = NULL;
+    *st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
+    if (*st == CUDNN_STATUS_SUCCESS)
+        *st = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
+                                       &h);
+    if (*st == CUDNN_STATUS_SUCCESS)
+        *st = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg);
+    if (*st == CUDNN_STATUS_SUCCESS) *st = cudnnBackendFinalize(plan);
+    if (*st == CUDNN_STATUS_SUCCESS) return plan;
+    if (plan) CUDNN_CHECK(cudnnBackendDestroyDescriptor(plan));
+    return NULL;
+}
+
+/* The first of n configs whose plan finalizes becomes p->plan (owned by
+ * p->g); 0, or -1 with the reason in why. */
+static int first_plan(CuAttnPlan *p, cudnnHandle_t h, CuDesc *cfg, int n, char *why,
+                      size_t whylen) {
+    cudnnStatus_t st = CUDNN_STATUS_NOT_SUPPORTED;
+    for (int i = 0; i < n && p->g.nall < CG_MAX_DESCS; i++) {
+        CuDesc plan = try_plan(h, cfg[i], &st);
+        if (!plan) continue;
+        p->g.all[p->g.nall++] = plan;
+        p->plan = plan;
+        engine_info(&p->g, cfg[i], p);
+        return 0;
+    }
+    snprintf(why, whylen, "none of %d engine configs from cuDNN's heuristics gave a plan (last: %s)",
+             n, cudnnGetErrorString(st));
+    return -1;
+}
+
+/* Plan for p's graph: heuristics mode A, then the fallback list. */
+static int choose_plan(CuAttnPlan *p, cudnnHandle_t h, char *why, size_t whylen) {
+    static const cudnnBackendHeurMode_t modes[] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+    CuDesc og = op_graph(&p->g, h), cfg[HEUR_MAX_CONFIGS];
+    snprintf(why, whylen, "cuDNN's heuristics offered no engine for this graph");
+    for (int m = 0; m < 2 && p->g.st == CUDNN_STATUS_SUCCESS; m++) {
+        const int n = heuristic_configs(&p->g, og, modes[m], cfg, HEUR_MAX_CONFIGS);
+        if (n > 0 && first_plan(p, h, cfg, n, why, whylen) == 0) return 0;
+    }
+    if (p->g.st != CUDNN_STATUS_SUCCESS) snprintf(why, whylen, "%s", p->g.what);
+    return -1;
+}
+
+/* Workspace layout and by-value scalars of a built plan. */
+static void plan_sizes(CuAttnPlan *p, const LtAttnPlanKey *key, long version, int accum) {
+    const size_t rows = (size_t)key->B * key->NH * key->T;
+    int64_t ws = 0, n = 0;
+    cg_note(&p->g, cudnnBackendGetAttribute(p->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                            CUDNN_TYPE_INT64, 1, &n, &ws),
+            "cudnnBackendGetAttribute", "attribute",
+            (long)CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
+    p->engine_bytes = ws > 0 ? (size_t)ws : 0;
+    p->sums_bytes = key->dir == LT_ATTN_BWD ? align256(rows * sizeof(float)) : 0;
+    p->accum_bytes = accum ? align256(rows * key->HD * sizeof(float)) : 0;
+    p->zero_accum = accum && version < 90600;
+}
+
+/* A plan object holding key's graph (operations built, nothing chosen yet). */
+static CuAttnPlan *plan_with_graph(const LtAttnPlanKey *key, long version) {
+    CuAttnPlan *p = (CuAttnPlan *)calloc(1, sizeof(CuAttnPlan));
+    if (!p) lt_fatal("out of host memory");
+    p->dir = key->dir;
+    p->g.next_uid = UID_VIRTUAL;
+    p->scale = 1.0f / sqrtf((float)key->HD);
+    p->neg_inf = version < 91000 ? -FLT_MAX : -INFINITY; /* as cudnn-frontend masks */
+    p->one = 1.0f;
+    const Shapes s = shapes_of(key);
+    if (key->dir == LT_ATTN_FWD) fwd_graph(&p->g, &s);
+    else bwd_graph(&p->g, &s, !key->deterministic);
+    return p;
+}
+
+CuAttnPlan *cudnn_plan_build(cudnnHandle_t h, const LtAttnPlanKey *key, long version, char *why,
+                             size_t whylen) {
+    CuAttnPlan *p = plan_with_graph(key, version);
+    const int accum = key->dir == LT_ATTN_BWD && !key->deterministic;
+    if (choose_plan(p, h, why, whylen) == 0) plan_sizes(p, key, version, accum);
+    if (!p->plan || p->g.st != CUDNN_STATUS_SUCCESS) {
+        if (p->g.st != CUDNN_STATUS_SUCCESS) snprintf(why, whylen, "%s", p->g.what);
+        cudnn_plan_destroy(p);
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" int lt_cudnn_graph_check(const LtAttnPlanKey *key, char *why, size_t whylen) {
+    CuAttnPlan *p = plan_with_graph(key, lt_cudnn_version());
+    int rc = p->g.st == CUDNN_STATUS_SUCCESS ? 0 : -1;
+    if (rc == 0) {
+        op_graph(&p->g, NULL);
+        if (p->g.st != CUDNN_STATUS_SUCCESS) rc = -2;
+    }
+    snprintf(why, whylen, "%s", rc ? p->g.what : "");
+    cudnn_plan_destroy(p);
+    return rc;
+}
+
+void cudnn_plan_destroy(CuAttnPlan *p) {
+    if (!p) return;
+    for (int i = p->g.nall - 1; i >= 0; i--) CUDNN_CHECK(cudnnBackendDestroyDescriptor(p->g.all[i]));
+    free(p);
+}
+
+size_t cudnn_plan_workspace(const CuAttnPlan *p) {
+    return p->sums_bytes + p->accum_bytes + p->engine_bytes;
+}
+
+#else /* no cudnn.h at build time */
+
+extern "C" int lt_cudnn_graph_check(const LtAttnPlanKey *key, char *why, size_t whylen) {
+    (void)key;
+    snprintf(why, whylen, "this binary was built without cuDNN");
+    return -1;
+}
+
+#endif /* LT_HAVE_CUDNN */

@@ -1,0 +1,185 @@
+/* attn_select.c - model.attention resolution, the per-call rules of the
+ * cuDNN path and its plan cache. See attn_select.h (design note there).
+ *
+ * The rules encode what cuDNN's fused flash attention (the pattern-matched
+ * graph of kernels/cuda/attention_cudnn_graph.cu) supports, as cuDNN's
+ * frontend checks it before building the same graph: bf16 (or fp16) only,
+ * compute capability 8.0 or newer, head dim a multiple of 8 up to 128 (256
+ * on Hopper), sequence length above 1 for the backward, no 9.10.0/9.10.1,
+ * and on cuDNN <= 9.15.0 a backward whose key length is not a multiple of
+ * 128 needs a padding-mask workaround this build does not make. A
+ * deterministic backward is the graph variant without fp32 dQ accumulation,
+ * which cuDNN runs deterministically on Hopper; elsewhere (Blackwell needs
+ * engine knobs from cuDNN 9.18.1 on) it is refused. */
+#include "attn_select.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- resolution -------------------------------------------------------------- */
+
+/* "9.19.0" for cuDNN's 91900. */
+static void version_text(long v, char *buf, size_t n) {
+    snprintf(buf, n, "%ld.%ld.%ld", v / 10000, (v / 100) % 100, v % 100);
+}
+
+int lt_attn_cudnn_max_head_dim(int sm) { return sm / 10 == 9 ? 256 : 128; }
+
+/* 1 with the reason in why when cuDNN cannot run this model's attention. */
+static int cudnn_unsupported(const LtAttnEnv *e, char *why, size_t n) {
+    char ver[32];
+    version_text(e->cudnn_version, ver, sizeof ver);
+    const int hd = e->head_dim, hdmax = lt_attn_cudnn_max_head_dim(e->sm);
+    if (!e->cuda)
+        snprintf(why, n, "this run uses the CPU backend; cuDNN's fused attention needs the CUDA "
+                         "backend and a GPU");
+    else if (e->cudnn_version <= 0)
+        snprintf(why, n, "this binary was built without cuDNN (no cudnn.h at build time)");
+    else if (e->cudnn_version < LT_CUDNN_MIN_VERSION)
+        snprintf(why, n, "cuDNN %s is older than 9.0, whose graph API this build uses", ver);
+    else if (e->cudnn_version == 91000 || e->cudnn_version == 91001)
+        snprintf(why, n, "cuDNN %s has known fused-attention bugs (fixed in 9.10.2)", ver);
+    else if (!e->bf16)
+        snprintf(why, n, "train.precision=fp32: cuDNN's fused attention computes in bf16 only "
+                         "(use train.precision=bf16)");
+    else if (e->sm < 80)
+        snprintf(why, n, "compute capability %d.%d: cuDNN's fused attention needs 8.0 or newer",
+                 e->sm / 10, e->sm % 10);
+    else if (hd > 0 && (hd % 8 || hd > hdmax))
+        snprintf(why, n, "head dim %d: cuDNN's fused attention takes multiples of 8 up to %d on "
+                         "sm_%d", hd, hdmax, e->sm);
+    else if (e->deterministic && e->sm / 10 != 9)
+        snprintf(why, n, "model.attention_deterministic=true: cuDNN's deterministic backward is "
+                         "used on sm_90 (Hopper) only, this GPU is sm_%d (set "
+                         "model.attention_deterministic=false to allow cuDNN's atomic dQ "
+                         "accumulation)", e->sm);
+    else
+        return 0;
+    return 1;
+}
+
+int lt_attn_resolve(const LtAttnEnv *env, LtAttnChoice *out) {
+    char why[256], ver[32];
+    memset(out, 0, sizeof *out);
+    if (env->want == LT_ATTN_LATTICE) {
+        snprintf(out->reason, sizeof out->reason, "model.attention=lattice: lattice's kernels");
+        return 0;
+    }
+    const char *key = env->want == LT_ATTN_CUDNN ? "cudnn" : "auto";
+    if (cudnn_unsupported(env, why, sizeof why)) {
+        snprintf(out->reason, sizeof out->reason, "model.attention=%s: %s%s", key, why,
+                 env->want == LT_ATTN_CUDNN ? " (use model.attention=auto or lattice)"
+                                            : "; lattice's kernels");
+        return env->want == LT_ATTN_CUDNN ? -1 : 0;
+    }
+    version_text(env->cudnn_version, ver, sizeof ver);
+    out->cudnn = 1;
+    snprintf(out->reason, sizeof out->reason,
+             "model.attention=%s: cuDNN %s fused flash attention on sm_%d, %s backward%s", key,
+             ver, env->sm, env->deterministic ? "deterministic" : "non-deterministic",
+             env->want == LT_ATTN_AUTO ? " (auto's rule until measured on a GPU: cuDNN wherever "
+                                         "it runs; see README)"
+                                       : "");
+    return 0;
+}
+
+/* Format the reason a call stays on lattice's kernels into why; returns 0
+ * (lt_attn_cudnn_call_ok's "no"). */
+static int call_refused(char *why, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int call_refused(char *why, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (why && n) vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+int lt_attn_cudnn_call_ok(const LtAttnEnv *env, const LtAttnShape *s, const void *const *ptrs,
+                          int nptrs, char *why, size_t whylen) {
+    const char *dir = s->dir == LT_ATTN_FWD ? "forward" : "backward";
+    const int hdmax = lt_attn_cudnn_max_head_dim(env->sm);
+    if (s->B < 1 || s->NH < 1 || s->T < 2)
+        return call_refused(why, whylen, "%s with B=%d NH=%d T=%d (cuDNN needs T >= 2)", dir,
+                            s->B, s->NH, s->T);
+    if (s->HD % 8 || s->HD > hdmax)
+        return call_refused(why, whylen, "%s with head dim %d (cuDNN: multiples of 8 up to %d)",
+                            dir, s->HD, hdmax);
+    if (s->dir == LT_ATTN_BWD && s->T % 128 && env->cudnn_version <= 91500)
+        return call_refused(why, whylen,
+                            "backward with T=%d, not a multiple of 128, on cuDNN <= 9.15.0 "
+                            "(needs a padding-mask workaround this build does not make)",
+                            s->T);
+    for (int i = 0; i < nptrs; i++)
+        if ((uintptr_t)ptrs[i] % 16)
+            return call_refused(why, whylen, "%s: tensor %d at %p is not 16-byte aligned", dir, i,
+                                ptrs[i]);
+    return 1;
+}
+
+/* ---- plan cache ------------------------------------------------------------ */
+
+/* 1 when two keys name the same plan (field by field: no padding bytes compared). */
+static int key_eq(const LtAttnPlanKey *a, const LtAttnPlanKey *b) {
+    return a->dir == b->dir && a->B == b->B && a->T == b->T && a->NH == b->NH &&
+           a->HD == b->HD && a->dtype == b->dtype && a->deterministic == b->deterministic &&
+           a->device == b->device;
+}
+
+void lt_attn_cache_init(LtAttnPlanCache *c, LtAttnPlanDestroy destroy, void *ctx) {
+    memset(c, 0, sizeof *c);
+    c->destroy = destroy;
+    c->ctx = ctx;
+}
+
+/* Empty slot s, destroying its plan (if any). */
+static void slot_release(LtAttnPlanCache *c, LtAttnPlanSlot *s) {
+    if (s->used && s->plan && c->destroy) c->destroy(s->plan, c->ctx);
+    memset(s, 0, sizeof *s);
+}
+
+/* A free slot, or the least recently used one emptied. */
+static LtAttnPlanSlot *take_slot(LtAttnPlanCache *c) {
+    LtAttnPlanSlot *lru = &c->slot[0];
+    for (int i = 0; i < LT_ATTN_PLAN_SLOTS; i++) {
+        if (!c->slot[i].used) return &c->slot[i];
+        if (c->slot[i].last_use < lru->last_use) lru = &c->slot[i];
+    }
+    slot_release(c, lru);
+    c->evictions++;
+    return lru;
+}
+
+LtAttnPlanSlot *lt_attn_cache_fetch(LtAttnPlanCache *c, const LtAttnPlanKey *key,
+                                    LtAttnPlanBuild build, int *built) {
+    if (built) *built = 0;
+    for (int i = 0; i < LT_ATTN_PLAN_SLOTS; i++) {
+        LtAttnPlanSlot *s = &c->slot[i];
+        if (s->used && key_eq(&s->key, key)) {
+            s->last_use = ++c->clock;
+            c->hits++;
+            return s;
+        }
+    }
+    LtAttnPlanSlot *s = take_slot(c);
+    s->key = *key;
+    s->used = 1;
+    s->plan = build(key, c->ctx, s->why, sizeof s->why);
+    if (s->plan) s->why[0] = '\0';
+    else if (!s->why[0]) snprintf(s->why, sizeof s->why, "no plan (no reason given)");
+    s->last_use = ++c->clock;
+    c->builds++;
+    if (built) *built = 1;
+    return s;
+}
+
+void lt_attn_cache_clear(LtAttnPlanCache *c) {
+    for (int i = 0; i < LT_ATTN_PLAN_SLOTS; i++) slot_release(c, &c->slot[i]);
+}
+
+int lt_attn_cache_size(const LtAttnPlanCache *c) {
+    int n = 0;
+    for (int i = 0; i < LT_ATTN_PLAN_SLOTS; i++) n += c->slot[i].used;
+    return n;
+}

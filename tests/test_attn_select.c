@@ -1,0 +1,281 @@
+/* test_attn_select.c - model.attention without a GPU: the resolution of
+ * auto | cudnn | lattice against what a backend reports, the per-call rules
+ * of the cuDNN path, the plan cache (keys, reuse, remembered failures, LRU
+ * eviction, destruction) and the refusals on a machine with no GPU. */
+#include <stdint.h>
+#include <string.h>
+
+#include "attn_select.h"
+#include "backend.h"
+#include "test.h"
+
+static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
+
+/* An H100 with cuDNN 9.19 in bf16, head dim 64, deterministic. */
+static LtAttnEnv h100(LtAttnImpl want) {
+    LtAttnEnv e = {.want = want, .deterministic = 1, .cuda = 1, .bf16 = 1, .sm = 90,
+                   .cudnn_version = 91900, .head_dim = 64};
+    return e;
+}
+
+typedef struct {
+    const char *name;
+    LtAttnEnv env;
+    int rc, cudnn;      /* expected */
+    const char *want[2]; /* substrings of the reason */
+} ResolveCase;
+
+static void check_resolve(const ResolveCase *c) {
+    LtAttnChoice ch;
+    memset(&ch, 0x5a, sizeof ch);
+    int rc = lt_attn_resolve(&c->env, &ch);
+    CHECK(rc == c->rc, "%s: rc %d, want %d (%s)", c->name, rc, c->rc, ch.reason);
+    CHECK(ch.cudnn == c->cudnn, "%s: cudnn %d, want %d (%s)", c->name, ch.cudnn, c->cudnn,
+          ch.reason);
+    for (int i = 0; i < 2; i++)
+        CHECK(!c->want[i] || has(ch.reason, c->want[i]), "%s: '%s' not in: %s", c->name,
+              c->want[i], ch.reason);
+}
+
+static void test_resolve(void) {
+    LtAttnEnv e[24];
+    int n = 0;
+    ResolveCase cases[24];
+#define CASE(nm, rc_, cu_, w0, w1) (cases[n] = (ResolveCase){nm, e[n], rc_, cu_, {w0, w1}}, n++)
+    e[n] = h100(LT_ATTN_AUTO), CASE("h100 auto", 0, 1, "cuDNN 9.19.0", "README");
+    e[n] = h100(LT_ATTN_CUDNN), CASE("h100 cudnn", 0, 1, "model.attention=cudnn", "deterministic");
+    e[n] = h100(LT_ATTN_LATTICE), CASE("h100 lattice", 0, 0, "model.attention=lattice", NULL);
+    e[n] = h100(LT_ATTN_AUTO), e[n].cuda = 0, e[n].sm = 0,
+    CASE("cpu auto", 0, 0, "CPU backend", "lattice's kernels");
+    e[n] = h100(LT_ATTN_CUDNN), e[n].cuda = 0, e[n].sm = 0,
+    CASE("cpu cudnn", -1, 0, "model.attention=cudnn", "CPU backend");
+    e[n] = h100(LT_ATTN_LATTICE), e[n].cuda = 0, CASE("cpu lattice", 0, 0, "lattice", NULL);
+    e[n] = h100(LT_ATTN_AUTO), e[n].bf16 = 0, CASE("fp32 auto", 0, 0, "train.precision=fp32", NULL);
+    e[n] = h100(LT_ATTN_CUDNN), e[n].bf16 = 0,
+    CASE("fp32 cudnn", -1, 0, "model.attention=cudnn", "train.precision=bf16");
+    e[n] = h100(LT_ATTN_AUTO), e[n].cudnn_version = 0, CASE("no cudnn", 0, 0, "without cuDNN", NULL);
+    e[n] = h100(LT_ATTN_CUDNN), e[n].cudnn_version = 0,
+    CASE("no cudnn, cudnn", -1, 0, "without cuDNN", "model.attention=cudnn");
+    e[n] = h100(LT_ATTN_AUTO), e[n].cudnn_version = 8907, CASE("cudnn 8.9", 0, 0, "older than 9.0", NULL);
+    e[n] = h100(LT_ATTN_AUTO), e[n].cudnn_version = 91001, CASE("9.10.1", 0, 0, "9.10.1", "9.10.2");
+    e[n] = h100(LT_ATTN_CUDNN), e[n].cudnn_version = 91002, CASE("9.10.2", 0, 1, "9.10.2", NULL);
+    e[n] = h100(LT_ATTN_AUTO), e[n].sm = 80,
+    CASE("a100 deterministic", 0, 0, "model.attention_deterministic=true", "sm_80");
+    e[n] = h100(LT_ATTN_CUDNN), e[n].sm = 80,
+    CASE("a100 det, cudnn", -1, 0, "model.attention_deterministic", "sm_90");
+    e[n] = h100(LT_ATTN_AUTO), e[n].sm = 80, e[n].deterministic = 0,
+    CASE("a100 non-det", 0, 1, "non-deterministic", NULL);
+    e[n] = h100(LT_ATTN_AUTO), e[n].sm = 100, CASE("b200 det", 0, 0, "sm_100", NULL);
+    e[n] = h100(LT_ATTN_AUTO), e[n].sm = 75, e[n].deterministic = 0,
+    CASE("turing", 0, 0, "compute capability 7.5", NULL);
+    e[n] = h100(LT_ATTN_AUTO), e[n].head_dim = 60, CASE("hd 60", 0, 0, "head dim 60", "multiples of 8");
+    e[n] = h100(LT_ATTN_AUTO), e[n].head_dim = 256, CASE("hd 256 hopper", 0, 1, "sm_90", NULL);
+    e[n] = h100(LT_ATTN_AUTO), e[n].head_dim = 256, e[n].sm = 80, e[n].deterministic = 0,
+    CASE("hd 256 ampere", 0, 0, "up to 128", NULL);
+    e[n] = h100(LT_ATTN_AUTO), e[n].head_dim = 0, CASE("hd unknown", 0, 1, "cuDNN", NULL);
+#undef CASE
+    for (int i = 0; i < n; i++) check_resolve(&cases[i]);
+    CHECK(lt_attn_cudnn_max_head_dim(90) == 256 && lt_attn_cudnn_max_head_dim(80) == 128 &&
+              lt_attn_cudnn_max_head_dim(100) == 128,
+          "max head dims");
+}
+
+static void test_call_rules(void) {
+    static float buf[64];
+    const void *ok[3] = {buf, buf + 4, buf + 8}, *bad[3] = {buf, (const char *)buf + 2, buf};
+    LtAttnEnv e = h100(LT_ATTN_CUDNN);
+    char why[256];
+    LtAttnShape s = {LT_ATTN_FWD, 2, 1024, 16, 64};
+    CHECK(lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why), "fwd 1024: %s", why);
+    s.dir = LT_ATTN_BWD;
+    CHECK(lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why), "bwd 1024: %s", why);
+    CHECK(!lt_attn_cudnn_call_ok(&e, &s, bad, 3, why, sizeof why) && has(why, "tensor 1") &&
+              has(why, "16-byte"),
+          "misaligned: %s", why);
+    s.T = 1;
+    for (int d = 0; d < 2; d++) {
+        s.dir = (LtAttnDir)d;
+        CHECK(!lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why) && has(why, "T=1"),
+              "T=1 dir %d: %s", d, why);
+    }
+    s.T = 2, s.dir = LT_ATTN_FWD;
+    CHECK(lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why), "T=2: %s", why);
+    s.T = 100, s.HD = 72;
+    CHECK(lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why), "fwd T=100 HD=72: %s", why);
+    s.dir = LT_ATTN_BWD;
+    CHECK(lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why), "bwd T=100 on 9.19: %s", why);
+    e.cudnn_version = 91500;
+    CHECK(!lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why) && has(why, "128") &&
+              has(why, "9.15.0"),
+          "bwd T=100 on 9.15.0: %s", why);
+    s.T = 192;
+    CHECK(!lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why), "bwd T=192 on 9.15.0");
+    s.T = 256;
+    CHECK(lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why), "bwd T=256 on 9.15.0: %s", why);
+    s.HD = 20;
+    CHECK(!lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why) && has(why, "head dim 20"),
+          "HD 20: %s", why);
+    s.HD = 264;
+    CHECK(!lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why) && has(why, "up to 256"),
+          "HD 264: %s", why);
+    e.sm = 80, s.HD = 192;
+    CHECK(!lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why) && has(why, "up to 128"),
+          "HD 192 on sm_80: %s", why);
+}
+
+/* ---- plan cache with counting stand-in plans --------------------------------- */
+
+typedef struct {
+    int builds, destroys;
+    int fail_T;         /* keys with this T get no plan */
+    intptr_t last_destroyed;
+} Fake;
+
+static void *fake_build(const LtAttnPlanKey *k, void *ctx, char *why, size_t n) {
+    Fake *f = ctx;
+    f->builds++;
+    if (k->T == f->fail_T) {
+        snprintf(why, n, "no engine for T=%d", k->T);
+        return NULL;
+    }
+    return (void *)(intptr_t)(f->builds * 16); /* a distinct non-NULL token per build */
+}
+
+static void fake_destroy(void *plan, void *ctx) {
+    Fake *f = ctx;
+    f->destroys++;
+    f->last_destroyed = (intptr_t)plan;
+}
+
+static LtAttnPlanKey key_of(int i) {
+    LtAttnPlanKey k = {LT_ATTN_FWD, 4, 1024 + 128 * i, 16, 64, LT_BF16, 1, 0};
+    return k;
+}
+
+static void test_cache_keys(void) {
+    Fake f = {0};
+    LtAttnPlanCache c;
+    lt_attn_cache_init(&c, fake_destroy, &f);
+    int built = 0;
+    const LtAttnPlanKey k = key_of(0);
+    void *p = lt_attn_cache_fetch(&c, &k, fake_build, &built)->plan;
+    CHECK(p && built == 1 && f.builds == 1, "first fetch builds");
+    for (int i = 0; i < 3; i++) {
+        LtAttnPlanSlot *s = lt_attn_cache_fetch(&c, &k, fake_build, &built);
+        CHECK(s->plan == p && built == 0, "fetch %d reuses the plan", i);
+    }
+    CHECK(f.builds == 1 && c.hits == 3 && c.builds == 1, "one build, 3 hits (%ld)", c.hits);
+    /* every field of the key makes a different plan */
+    for (int field = 0; field < 8; field++) {
+        LtAttnPlanKey d = k;
+        int *v[8] = {&d.dir, &d.B, &d.T, &d.NH, &d.HD, &d.dtype, &d.deterministic, &d.device};
+        *v[field] ^= 1;
+        LtAttnPlanSlot *s = lt_attn_cache_fetch(&c, &d, fake_build, &built);
+        CHECK(built == 1 && s->plan && s->plan != p, "field %d is part of the key", field);
+    }
+    CHECK(lt_attn_cache_size(&c) == 9 && f.builds == 9, "9 entries, %d builds", f.builds);
+    lt_attn_cache_clear(&c);
+    CHECK(f.destroys == 9 && lt_attn_cache_size(&c) == 0, "clear destroys all (%d)", f.destroys);
+}
+
+static void test_cache_failures(void) {
+    Fake f = {.fail_T = 777};
+    LtAttnPlanCache c;
+    lt_attn_cache_init(&c, fake_destroy, &f);
+    LtAttnPlanKey k = key_of(0);
+    k.T = 777;
+    int built = 0;
+    LtAttnPlanSlot *s = lt_attn_cache_fetch(&c, &k, fake_build, &built);
+    CHECK(!s->plan && built == 1 && has(s->why, "T=777"), "failure kept: '%s'", s->why);
+    s = lt_attn_cache_fetch(&c, &k, fake_build, &built);
+    CHECK(!s->plan && built == 0 && f.builds == 1 && has(s->why, "T=777"),
+          "a failed key is not rebuilt (%d builds)", f.builds);
+    lt_attn_cache_clear(&c);
+    CHECK(f.destroys == 0, "no plan, nothing destroyed");
+}
+
+static void test_cache_eviction(void) {
+    Fake f = {0};
+    LtAttnPlanCache c;
+    lt_attn_cache_init(&c, fake_destroy, &f);
+    void *plan[LT_ATTN_PLAN_SLOTS + 1];
+    for (int i = 0; i < LT_ATTN_PLAN_SLOTS; i++) {
+        const LtAttnPlanKey k = key_of(i);
+        plan[i] = lt_attn_cache_fetch(&c, &k, fake_build, NULL)->plan;
+    }
+    const LtAttnPlanKey k0 = key_of(0), k1 = key_of(1), kn = key_of(LT_ATTN_PLAN_SLOTS);
+    lt_attn_cache_fetch(&c, &k0, fake_build, NULL); /* key 1 is now the least recently used */
+    CHECK(f.destroys == 0 && c.evictions == 0, "no eviction while slots are free");
+    plan[LT_ATTN_PLAN_SLOTS] = lt_attn_cache_fetch(&c, &kn, fake_build, NULL)->plan;
+    CHECK(f.destroys == 1 && c.evictions == 1 && f.last_destroyed == (intptr_t)plan[1],
+          "the LRU entry (key 1) is evicted and its plan destroyed");
+    CHECK(lt_attn_cache_size(&c) == LT_ATTN_PLAN_SLOTS, "still full");
+    int built = 0;
+    CHECK(lt_attn_cache_fetch(&c, &k0, fake_build, &built)->plan == plan[0] && !built,
+          "recently used key 0 survived");
+    CHECK(lt_attn_cache_fetch(&c, &k1, fake_build, &built)->plan != plan[1] && built,
+          "evicted key 1 is built again");
+    lt_attn_cache_clear(&c);
+    CHECK(f.destroys == 2 + LT_ATTN_PLAN_SLOTS, "every plan destroyed once (%d)", f.destroys);
+}
+
+/* No GPU here: the CUDA hooks refuse a CPU backend, and the choice a CPU run
+ * makes is lattice's (an explicit cudnn is an error, tested in test_resolve
+ * and end to end in test_train.sh). */
+static void test_no_gpu(void) {
+    LtBackend *cpu = lt_backend_cpu_create(LT_BF16, 1);
+    LtAttnChoice ch;
+    LtAttnInfo info;
+    CHECK(lt_cuda_attention_configure(cpu, LT_ATTN_AUTO, 1, 64, &ch) == -1 &&
+              has(ch.reason, "model.attention"),
+          "configure on the CPU backend: %s", ch.reason);
+    CHECK(lt_cuda_attention_info(cpu, &info) == -1 && info.cudnn_calls[0] == 0,
+          "info on the CPU backend");
+    lt_backend_destroy(cpu);
+    const long v = lt_cudnn_version();
+    printf("  cuDNN library version %ld, %d CUDA device(s)\n", v, lt_cuda_device_count());
+    CHECK(v == 0 || v >= LT_CUDNN_MIN_VERSION, "a linked cuDNN is 9.x or newer: %ld", v);
+    if (lt_cuda_device_count() == 0) {
+        char err[256] = "";
+        CHECK(!lt_backend_cuda_create(LT_BF16, 0, err, sizeof err) && err[0],
+              "no GPU: the CUDA backend is refused with a message");
+    }
+}
+
+/* The cuDNN graphs as the linked cuDNN library checks them, no GPU needed:
+ * every tensor and operation descriptor of the forward and of both backward
+ * variants finalizes, and so does the operation graph (seen to work without
+ * a handle on cuDNN 9.19; older releases may want the handle for that step,
+ * so there only the descriptors are required). Whether cuDNN has a fused
+ * engine for them is a GPU question (tests/gpu/test_gpu_ops). */
+static void test_cudnn_graphs(void) {
+    static const int shapes[][4] = {{2, 1024, 16, 64}, {1, 129, 2, 128}, {3, 64, 1, 256}};
+    const long v = lt_cudnn_version();
+    char why[256];
+    for (int s = 0; s < 3; s++)
+        for (int variant = 0; variant < 3; variant++) { /* fwd, bwd deterministic, bwd atomic */
+            const LtAttnPlanKey k = {variant ? LT_ATTN_BWD : LT_ATTN_FWD, shapes[s][0],
+                                     shapes[s][1], shapes[s][2], shapes[s][3], LT_BF16,
+                                     variant != 2, 0};
+            why[0] = '\0';
+            const int rc = lt_cudnn_graph_check(&k, why, sizeof why);
+            if (v == 0) {
+                CHECK(rc == -1 && why[0], "no cuDNN: the check refuses with a reason");
+                continue;
+            }
+            CHECK(rc != -1, "shape %d variant %d: descriptor refused: %s", s, variant, why);
+            CHECK(v < 91900 || rc == 0, "shape %d variant %d: operation graph: %s", s, variant,
+                  why);
+        }
+}
+
+int main(void) {
+    RUN(test_resolve);
+    RUN(test_call_rules);
+    RUN(test_cache_keys);
+    RUN(test_cache_failures);
+    RUN(test_cache_eviction);
+    RUN(test_no_gpu);
+    RUN(test_cudnn_graphs);
+    return test_summary();
+}
