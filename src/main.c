@@ -37,8 +37,16 @@ static void usage(FILE *f) {
 
 static void print_version(void) {
     printf("lattice %s\n", LT_VERSION);
-    printf("backends: cpu (OpenBLAS + OpenMP)%s\n",
-           lt_cuda_compiled() ? ", cuda (cuBLASLt, cuDNN, NCCL)" : "");
+    if (!lt_cuda_compiled()) {
+        printf("backends: cpu (OpenBLAS + OpenMP)\n");
+    } else {
+        char targets[256], libs[2048], driver[128];
+        lt_cuda_version_info(targets, sizeof targets, libs, sizeof libs, driver, sizeof driver);
+        printf("backends: cpu (OpenBLAS + OpenMP), cuda (kernels + cuBLASLt GEMMs; %s)\n",
+               targets);
+        printf("cuda libraries loaded: %s\n", libs);
+        printf("cuda driver: %s\n", driver);
+    }
     printf("communication: mpi (OpenMPI%s)%s\n",
            lt_cuda_compiled() ? "; GPU buffers staged through pinned host memory" : "",
            lt_comm_nccl_compiled() ? ", nccl" : "");
