@@ -8,16 +8,28 @@
 
 BUILD    ?= build
 CC       ?= gcc
-NVCC     ?= nvcc
 CUDA     ?= auto
-CUDA_ARCH ?= 80 90
 OPT      ?= -O3 -march=native
 PKGS     := yaml-0.1 libzstd openblas ompi-c
+# scripts/bundle_deps.sh's copy of libyaml, zstd, OpenBLAS and Open MPI, for a
+# machine without those packages (a GPU machine with only CUDA)
+DEPS     ?= build/deps
 
+# ---- libyaml, zstd, OpenBLAS, Open MPI -------------------------------------
+# from the system (pkg-config), else from the bundle in $(DEPS) (read without
+# pkg-config; linked with an rpath to it, so nothing needs LD_LIBRARY_PATH)
 HAVE_PKGS := $(shell pkg-config --exists $(PKGS) 2>/dev/null && echo 1)
 ifeq ($(HAVE_PKGS),1)
   DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS))
   DEP_LIBS   := $(shell pkg-config --libs $(PKGS))
+  DEP_FROM   := the system (pkg-config)
+else ifneq ($(and $(wildcard $(DEPS)/lib),$(foreach p,$(PKGS),$(wildcard $(DEPS)/pkgconfig/$(p).pc))),)
+  HAVE_PKGS  := 1
+  DEPS_ABS   := $(abspath $(DEPS))
+  DEP_CFLAGS := -I$(DEPS_ABS)/include
+  DEP_LIBS   := -L$(DEPS_ABS)/lib -Wl,-rpath,$(DEPS_ABS)/lib \
+                $(filter -l%,$(shell sed -n 's/^Libs://p' $(foreach p,$(PKGS),$(DEPS)/pkgconfig/$(p).pc)))
+  DEP_FROM   := the bundle $(DEPS_ABS) (scripts/bundle_deps.sh)
 endif
 
 CFLAGS  := $(OPT) -g -std=c11 -D_GNU_SOURCE -fopenmp -Wall -Wextra -Wno-unused-parameter \
@@ -26,29 +38,100 @@ LDFLAGS := -fopenmp
 LDLIBS  := $(DEP_LIBS) -lpthread -lm
 
 # ---- CUDA probe -------------------------------------------------------------
-ifeq ($(CUDA),auto)
-  CUDA := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1 || echo 0)
-endif
+# nvcc and the libraries come from a CUDA toolkit (NVCC=..., CUDA_HOME=DIR, nvcc
+# on PATH, /usr/local/cuda) or from pip wheels, as PyTorch installs them:
+# site-packages/nvidia/<pkg>/{bin,include,lib} with only versioned libraries
+# (libcudart.so.13, no libcudart.so). CUDA_WHEELS=DIR names such nvidia/
+# folders; otherwise they are looked up next to a wheel's nvcc, in python3's
+# sys.path and in the usual virtual-environment places, whenever the toolkit
+# lacks a library. Each library is linked by its full versioned path with an
+# rpath to its folder, so the binary runs without LD_LIBRARY_PATH.
+# Linked: what the code uses - cudart, cuBLASLt (the GEMMs; nothing calls
+# cuBLAS itself), NCCL, and cuDNN (attention through its backend API; linked
+# and its version reported by --version).
+# Fat binaries: SASS for each CUDA_ARCH and PTX for each CUDA_PTX (JIT-compiled
+# by the driver on newer GPUs). No kernel uses Hopper-only instructions
+# (wgmma, setmaxnreg, TMA), so there is no sm_90a target.
+CUDA_LIBS := cudart cublasLt cudnn nccl
 CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
+lt_comma  := ,
+lt_empty  :=
+lt_space  := $(lt_empty) $(lt_empty)
+CUDA_ARCH ?= 80 90
+CUDA_PTX  ?= 90
+CUDA_WHEELS ?=
+ifeq ($(CUDA),auto)
+  ifeq ($(NVCC),)
+    NVCC := $(if $(CUDA_HOME),$(wildcard $(CUDA_HOME)/bin/nvcc),$(firstword \
+              $(wildcard $(addsuffix /*/bin/nvcc,$(CUDA_WHEELS))) $(shell command -v nvcc 2>/dev/null)))
+  endif
+  # pip wheels: the nvidia/ folders on python3's path and in usual venv places
+  lt_py_wheels = $(shell python3 -c 'import os, sys; print(" ".join(sorted({os.path.realpath(os.path.join(p, "nvidia")) for p in sys.path if os.path.isdir(os.path.join(p, "nvidia"))})))' 2>/dev/null) \
+    $(realpath $(wildcard /opt/*/.venv/lib/python3*/site-packages/nvidia /opt/*/venv/lib/python3*/site-packages/nvidia \
+      /usr/local/lib/python3*/dist-packages/nvidia /usr/lib/python3/dist-packages/nvidia))
+  ifeq ($(NVCC),)
+    CUDA_WHEELS := $(or $(CUDA_WHEELS),$(lt_py_wheels))
+    NVCC := $(firstword $(wildcard $(addsuffix /*/bin/nvcc,$(CUDA_WHEELS))) $(wildcard /usr/local/cuda/bin/nvcc))
+  endif
+  CUDA := $(if $(NVCC),1,0)
+endif
 ifeq ($(CUDA),1)
-  CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC))))
-  NVCCFLAGS := -O3 -std=c++17 -Iinclude -lineinfo --expt-relaxed-constexpr \
+  NVCC ?= nvcc
+  NVCC_REAL := $(realpath $(or $(wildcard $(NVCC)),$(shell command -v $(NVCC) 2>/dev/null)))
+  CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC_REAL))
+  # a wheel's nvcc (.../nvidia/cu13/bin/nvcc): its sibling packages are wheels too
+  ifneq ($(filter %/nvidia/,$(dir $(CUDA_HOME))),)
+    CUDA_WHEELS := $(CUDA_WHEELS) $(dir $(CUDA_HOME))
+  endif
+  lt_lib_dirs = $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib $(CUDA_HOME)/targets/x86_64-linux/lib \
+                $(wildcard $(addsuffix /*/lib,$(CUDA_WHEELS))) /usr/lib/x86_64-linux-gnu /usr/lib64
+  # $(call lt_find_lib,NAME): DIR/libNAME.so.N (the soname) in the first folder that has it
+  lt_find_lib = $(firstword $(foreach d,$(lt_lib_dirs),$(firstword $(sort $(wildcard $(d)/lib$(1).so.[0-9]*)) $(wildcard $(d)/lib$(1).so))))
+  lt_find_all = $(foreach l,$(CUDA_LIBS),$(eval CUDA_LIB_$(l) := $(call lt_find_lib,$(l))))
+  $(lt_find_all)
+  CUDA_LIB_FILES = $(foreach l,$(CUDA_LIBS),$(CUDA_LIB_$(l)))
+  ifneq ($(words $(CUDA_LIB_FILES)),$(words $(CUDA_LIBS)))
+    CUDA_WHEELS := $(CUDA_WHEELS) $(lt_py_wheels)
+    $(lt_find_all)
+  endif
+  lt_uniq = $(if $(1),$(firstword $(1)) $(call lt_uniq,$(filter-out $(firstword $(1)),$(1))))
+  CUDA_LIB_DIRS := $(call lt_uniq,$(patsubst %/,%,$(dir $(CUDA_LIB_FILES))))
+  # headers: the toolkit's, and an include/ beside each library folder (wheels)
+  CUDA_INC_DIRS := $(call lt_uniq,$(wildcard $(CUDA_HOME)/include \
+                     $(patsubst %/lib,%/include,$(filter %/lib,$(CUDA_LIB_DIRS:%/lib64=%/lib)))))
+  # CCCL's nv/target (cuda_fp16.h includes it, through cuda_bf16.h and nccl.h):
+  # nvcc adds a toolkit's include/cccl by itself, the C compiler needs it named
+  # (CUDA_CCCL=DIR, the folder that holds nv/target)
+  CUDA_CCCL ?= $(patsubst %/nv/target,%,$(firstword $(foreach d,$(CUDA_INC_DIRS),$(wildcard $(d)/nv/target $(d)/cccl/nv/target))))
+  CUDA_INC_DIRS += $(filter-out $(CUDA_INC_DIRS),$(CUDA_CCCL))
+  CUDA_INC      := $(addprefix -isystem ,$(CUDA_INC_DIRS))
+  CUDA_TARGETS  := $(addprefix sm_,$(CUDA_ARCH)) $(addprefix compute_,$(CUDA_PTX))
+  NVCCFLAGS := -O3 -std=c++17 -Iinclude $(CUDA_INC) -lineinfo --expt-relaxed-constexpr \
                $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+               $(foreach a,$(CUDA_PTX),-gencode arch=compute_$(a),code=compute_$(a)) \
+               -DLT_CUDA_TARGETS=$(subst $(lt_space),+,$(strip $(CUDA_TARGETS))) \
                -Xcompiler -fPIC,-Wall -MMD -MP
   # -isystem: src/comm_nccl.c includes nccl.h (and through it cuda_runtime.h)
-  CFLAGS  += -DLT_HAVE_CUDA -isystem $(CUDA_HOME)/include
+  CFLAGS  += -DLT_HAVE_CUDA $(CUDA_INC)
   CUDA_OBJS := $(patsubst kernels/cuda/%.cu,$(BUILD)/obj/cuda/%.o,$(CUDA_SRCS))
-  LDLIBS  += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
-             -Wl,-rpath,$(CUDA_HOME)/lib -lcublasLt -lcublas -lcudnn -lnccl -lcudart -lstdc++
+  LDLIBS  += $(CUDA_LIB_FILES) $(addprefix -Wl$(lt_comma)-rpath$(lt_comma),$(CUDA_LIB_DIRS)) -lstdc++ -ldl
 endif
-
+# one line per dependency: what was found where
 ifeq ($(CUDA),1)
-  $(info lattice: CUDA backend: yes ($(NVCC), arch $(CUDA_ARCH)); CPU backend: yes)
+  $(info lattice: CUDA backend: yes; nvcc $(NVCC_REAL) ($(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p'))$(if $(filter %/nvidia/,$(dir $(CUDA_HOME))), from pip wheels); SASS $(addprefix sm_,$(CUDA_ARCH)), PTX $(addprefix compute_,$(CUDA_PTX)))
+  $(foreach l,$(CUDA_LIBS),$(info lattice: lib$(l): $(or $(CUDA_LIB_$(l)),NOT FOUND (toolkit $(CUDA_HOME), wheels: $(or $(strip $(CUDA_WHEELS)),none; set CUDA_WHEELS=.../site-packages/nvidia)))))
+  $(info lattice: CCCL headers (nv/target): $(or $(CUDA_CCCL),NOT FOUND in $(strip $(CUDA_INC_DIRS)) (a toolkit has them; wheels: nvidia-cuda-cccl; or CUDA_CCCL=DIR)))
+  ifneq ($(and $(CUDA_CCCL),$(filter $(words $(CUDA_LIBS)),$(words $(CUDA_LIB_FILES)))),)
+  else ifneq ($(filter-out clean deps check-deps print-%,$(or $(MAKECMDGOALS),all)),)
+    $(error lattice: a CUDA library or header is missing (above); set CUDA_HOME, CUDA_WHEELS or CUDA_CCCL, or build without CUDA: make CUDA=0)
+  endif
 else
   $(info lattice: CUDA backend: no (nvcc not found or CUDA=0); CPU backend: yes)
 endif
-ifneq ($(HAVE_PKGS),1)
-  $(info lattice: some of the libraries $(PKGS) are missing (pkg-config); 'make deps' installs them)
+ifeq ($(HAVE_PKGS),1)
+  $(info lattice: $(PKGS): from $(DEP_FROM))
+else
+  $(info lattice: some of the libraries $(PKGS) are missing (pkg-config, no bundle in $(DEPS)); 'make deps' installs them)
 endif
 
 SRCS     := $(filter-out src/main.c,$(wildcard src/*.c)) $(wildcard kernels/cpu/*.c)
@@ -59,14 +142,18 @@ TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
 GPU_TEST_BINS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/*.c))
 
-.PHONY: all deps check-deps test test-full demo clean gpu-test peer-check
+.PHONY: all deps check-deps test test-full demo clean gpu-test peer-check gpu-build rehearse-gpu
 all: check-deps $(BUILD)/lattice $(TEST_BINS)
 
 deps:
 	@scripts/setup.sh
 
+# the Debian packages are checked only when the libraries were not found
+# (a GPU machine builds from the bundle, without those packages)
 check-deps:
+ifneq ($(HAVE_PKGS),1)
 	@scripts/setup.sh --check
+endif
 
 # Objects are rebuilt when the flags change (e.g. CUDA=0 <-> CUDA=1).
 FLAGS_STAMP := $(BUILD)/flags.$(shell echo '$(CC) $(CFLAGS) $(NVCC) $(NVCCFLAGS)' | cksum | cut -d' ' -f1)
@@ -108,8 +195,7 @@ EMU_OBJS := $(patsubst %,$(EMU_DIR)/%.o,$(EMU_KERNELS)) $(EMU_DIR)/emu_glue.o
 EMU_HDRS := $(EMU_DIR)/common.cuh $(EMU_DIR)/attention.cuh kernels/cuda/device.cuh kernels/cuda/ops.cuh \
             $(wildcard include/*.h)
 # -w: the rewritten kernels are checked by nvcc -Wall already
-EMU_CXXFLAGS := -std=c++20 -O2 -pthread -w -I$(EMU_DIR) -Ikernels/cuda -Iinclude \
-                -isystem $(CUDA_HOME)/include
+EMU_CXXFLAGS := -std=c++20 -O2 -pthread -w -I$(EMU_DIR) -Ikernels/cuda -Iinclude $(CUDA_INC)
 EMU_TEST := $(BUILD)/tests/test_cuda_emu
 all: $(EMU_TEST)
 $(EMU_DIR)/common.cuh: tests/emu/common.cuh
@@ -150,6 +236,15 @@ gpu-test: check-deps $(GPU_TEST_BINS)
 peer-check: all
 	@bash tests/gpu/peer_check.sh $(BUILD)
 
+# what scripts/gpu_check.sh builds on a GPU machine: the binary, the GPU tests
+# and the MPI test (no CPU test binaries, no host emulation)
+gpu-build: check-deps $(BUILD)/lattice $(GPU_TEST_BINS) $(BUILD)/tests/test_comm_mpi
+
+# the whole GPU flow rehearsed in a Debian chroot whose CUDA comes only from
+# pip wheels (scripts/rehearse_gpu.sh: root, network, about 6 GiB of disk)
+rehearse-gpu:
+	@scripts/rehearse_gpu.sh
+
 # test and demo install packages first, then build in a fresh make (so the
 # dependency probe above sees what was just installed).
 NPROC := $(shell nproc 2>/dev/null || echo 2)
@@ -172,5 +267,9 @@ demo:
 
 clean:
 	rm -rf $(BUILD)
+
+# make -s print-VAR: a probed value (scripts/gpu_check.sh asks for NVCC_REAL)
+print-%:
+	@echo '$($*)'
 
 -include $(OBJS:.o=.d) $(CUDA_OBJS:.o=.d)

@@ -227,6 +227,12 @@ LtBackend *lt_backend_cuda_create(LtDtype dtype, int device, char *err, size_t e
 int lt_cuda_device_count(void);
 /* 1 when the CUDA backend was compiled into this binary. */
 int lt_cuda_compiled(void);
+/* For --version (CUDA builds only): the compiled GPU targets ("SASS sm_80
+ * sm_90, PTX compute_90"), the versions and files of the CUDA libraries the
+ * loader took (cudart, cuBLASLt, cuDNN, NCCL) and the driver's CUDA version
+ * or "none"; needs no GPU. Without CUDA the three strings are empty. */
+void lt_cuda_version_info(char *targets, size_t tlen, char *libs, size_t llen, char *driver,
+                          size_t dlen);
 /* The 16-byte UUID of visible device `device` (the same GPU gives the same
  * UUID in every process, whatever CUDA_VISIBLE_DEVICES numbers it). 0, or -1
  * when there is no such device or no CUDA. */

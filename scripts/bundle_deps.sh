@@ -3,19 +3,30 @@
 # files of libyaml, zstd, OpenBLAS and Open MPI (plus the libraries they load)
 # into OUT_DIR (default build/deps), so a machine that lacks them - such as a
 # lent GPU machine with only CUDA - can build and run the full lattice binary:
-#   scripts/gpu_check.sh picks build/deps up by itself (PKG_CONFIG_PATH and
-#   LD_LIBRARY_PATH); elsewhere:
-#   PKG_CONFIG_PATH=build/deps/pkgconfig LD_LIBRARY_PATH=build/deps/lib make
+# the Makefile takes build/deps by itself when pkg-config does not find the
+# packages (make DEPS=DIR for another place) and links with an rpath to it.
+# The bundle is relocatable and needs no LD_LIBRARY_PATH: every library and
+# program in it gets a RUNPATH relative to itself ($ORIGIN, set with
+# patchelf), and the pkg-config files name ${pcfiledir}.
 # It also carries Open MPI's runtime (mpirun, its plugins and help files) under
 # OUT_DIR/ompi, laid out as under the installation prefix, so multi-rank runs
 # work there too (tests/gpu/parallel_gpu.sh: several ranks sharing one GPU
 # through MPI staging): `. scripts/deps_env.sh OUT_DIR` sets OPAL_PREFIX,
-# PATH and LD_LIBRARY_PATH (gpu_check.sh does it by itself). Plugins for
-# InfiniBand / UCX / OFI / PSM are left out (one node, shared memory and TCP).
+# PMIX_PREFIX and PATH for it (scripts/gpu_check.sh sets them only for the
+# commands that run lattice). Plugins for InfiniBand / UCX / OFI / PSM are
+# left out (one node, shared memory and TCP).
 set -euo pipefail
 OUT=${1:-build/deps}
 PKGS="yaml-0.1 libzstd openblas ompi-c"
 command -v pkg-config >/dev/null || { echo "bundle_deps: pkg-config not found" >&2; exit 1; }
+if ! command -v patchelf >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "bundle_deps: installing patchelf"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patchelf >/dev/null ||
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patchelf >/dev/null; }
+  fi
+  command -v patchelf >/dev/null || { echo "bundle_deps: patchelf not found (apt-get install patchelf)" >&2; exit 1; }
+fi
 for p in $PKGS; do
   pkg-config --exists "$p" || { echo "bundle_deps: $p not installed (scripts/setup.sh)" >&2; exit 1; }
 done
@@ -109,14 +120,31 @@ else
        "will need MPI on the target machine" >&2
 fi
 
-# pkg-config files pointing at the bundle
+# RUNPATHs relative to each file, so that the bundle's libraries find each
+# other wherever it is unpacked, without LD_LIBRARY_PATH
+relpath() { # from DIR to DIR -> a relative path
+  python3 -c 'import os, sys; print(os.path.relpath(sys.argv[2], sys.argv[1]))' "$1" "$2" 2>/dev/null ||
+    realpath --relative-to="$1" "$2"
+}
+patched=0
+while IFS= read -r f; do
+  [ -L "$f" ] && continue
+  head -c 4 "$f" | grep -q 'ELF' || continue
+  rel=$(relpath "$(dirname "$f")" "$OUT/lib")
+  if [ "$rel" = . ]; then patchelf --set-rpath '$ORIGIN' "$f"; else patchelf --set-rpath "\$ORIGIN/$rel" "$f"; fi
+  patched=$((patched + 1))
+done < <(find "$OUT/lib" "$OUT/ompi" -type f 2>/dev/null)
+echo "runpath: $patched files point at their libraries relative to themselves" >"$OUT/relocatable"
+
+# pkg-config files pointing at the bundle, wherever it lies
 for p in $PKGS; do
   cat > "$OUT/pkgconfig/$p.pc" <<PC
+prefix=\${pcfiledir}/..
 Name: $p
 Description: $p bundled for lattice
 Version: $(pkg-config --modversion "$p")
-Cflags: -I$OUT/include
-Libs: -L$OUT/lib $(pkg-config --libs-only-l "$p")
+Cflags: -I\${prefix}/include
+Libs: -L\${prefix}/lib $(pkg-config --libs-only-l "$p")
 PC
 done
 echo "bundle_deps: $(du -sh "$OUT" | cut -f1) in $OUT ($(ls "$OUT/lib" | wc -l) library files)"

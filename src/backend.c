@@ -16,6 +16,12 @@ LtBackend *lt_backend_cuda_create(LtDtype dtype, int device, char *err, size_t e
 }
 int lt_cuda_device_count(void) { return 0; }
 int lt_cuda_compiled(void) { return 0; }
+void lt_cuda_version_info(char *targets, size_t tlen, char *libs, size_t llen, char *driver,
+                          size_t dlen) {
+    if (tlen) targets[0] = 0;
+    if (llen) libs[0] = 0;
+    if (dlen) driver[0] = 0;
+}
 int lt_cuda_device_uuid(int device, unsigned char uuid[16]) {
     (void)device;
     (void)uuid;

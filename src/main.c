@@ -45,10 +45,16 @@ static void print_version(void) {
         snprintf(cudnn_text, sizeof cudnn_text, "cuDNN %ld.%ld.%ld", cudnn / 10000,
                  cudnn / 100 % 100, cudnn % 100);
     printf("lattice %s\n", LT_VERSION);
-    if (lt_cuda_compiled())
-        printf("backends: cpu (OpenBLAS + OpenMP), cuda (cuBLASLt, %s, NCCL)\n", cudnn_text);
-    else
+    if (!lt_cuda_compiled()) {
         printf("backends: cpu (OpenBLAS + OpenMP)\n");
+    } else {
+        char targets[256], libs[2048], driver[128];
+        lt_cuda_version_info(targets, sizeof targets, libs, sizeof libs, driver, sizeof driver);
+        printf("backends: cpu (OpenBLAS + OpenMP), cuda (kernels + cuBLASLt GEMMs, attention: lattice + %s; %s)\n",
+               cudnn > 0 ? cudnn_text : "no cuDNN", targets);
+        printf("cuda libraries loaded: %s\n", libs);
+        printf("cuda driver: %s\n", driver);
+    }
     printf("communication: mpi (OpenMPI%s)%s\n",
            lt_cuda_compiled() ? "; GPU buffers staged through pinned host memory" : "",
            lt_comm_nccl_compiled() ? ", nccl" : "");

@@ -14,6 +14,9 @@
  * the process when no GPU is present:
  * lt_cuda_device_count() returns 0 and lt_backend_cuda_create() returns NULL
  * with a message. */
+#include <cudnn.h>
+#include <dlfcn.h>
+#include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -346,6 +349,68 @@ static const LtBackendOps cuda_ops = {
 };
 
 extern "C" int lt_cuda_compiled(void) { return 1; }
+
+/* ======================= linked libraries ======================= */
+
+#define LT_STR2(...) #__VA_ARGS__
+#define LT_STR(...) LT_STR2(__VA_ARGS__)
+
+/* The file the dynamic loader took symbol fn from ("?" when unknown). */
+static const char *loaded_from(const void *fn) {
+    Dl_info di;
+    return dladdr(fn, &di) && di.dli_fname ? di.dli_fname : "?";
+}
+
+/* Appends "name VERSION (file)" to buf at offset at; returns the new end. */
+static size_t put_lib(char *buf, size_t len, size_t at, const char *name, const char *version,
+                      const void *fn) {
+    if (at >= len) return at;
+    int k = snprintf(buf + at, len - at, "%s%s %s (%s)", at ? ", " : "", name, version,
+                     loaded_from(fn));
+    return k < 0 ? at : at + (size_t)k;
+}
+
+/* "X.Y.Z" of a version coded as X*10000 + Y*100 + Z (cuBLASLt, cuDNN 9, NCCL). */
+static const char *xyz(char *s, size_t n, long v) {
+    snprintf(s, n, "%ld.%ld.%ld", v / 10000, v / 100 % 100, v % 100);
+    return s;
+}
+
+extern "C" void lt_cuda_version_info(char *targets, size_t tlen, char *libs, size_t llen,
+                                     char *driver, size_t dlen) {
+#ifdef LT_CUDA_TARGETS
+    /* "sm_80+sm_90+compute_90" from the Makefile -> "SASS sm_80 sm_90, PTX compute_90" */
+    enum { CAP = 256 };
+    char list[CAP], sass[CAP] = "", ptx[CAP] = "";
+    snprintf(list, sizeof list, "%s", LT_STR(LT_CUDA_TARGETS));
+    for (char *save = NULL, *t = strtok_r(list, "+", &save); t; t = strtok_r(NULL, "+", &save)) {
+        char *dst = strncmp(t, "sm_", 3) == 0 ? sass : ptx;
+        size_t n = strlen(dst);
+        snprintf(dst + n, CAP - n, "%s%s", n ? " " : "", t);
+    }
+    snprintf(targets, tlen, "SASS %s, PTX %s", sass[0] ? sass : "none", ptx[0] ? ptx : "none");
+#else
+    snprintf(targets, tlen, "targets not recorded");
+#endif
+    int rt = 0, nccl = 0, drv = 0;
+    char v[32];
+    cudaRuntimeGetVersion(&rt); /* major*1000 + minor*10 */
+    ncclGetVersion(&nccl);
+    size_t at = 0;
+    libs[0] = 0;
+    snprintf(v, sizeof v, "%d.%d", rt / 1000, rt % 1000 / 10);
+    at = put_lib(libs, llen, at, "cudart", v, (const void *)&cudaRuntimeGetVersion);
+    at = put_lib(libs, llen, at, "cuBLASLt", xyz(v, sizeof v, (long)cublasLtGetVersion()),
+                 (const void *)&cublasLtGetVersion);
+    at = put_lib(libs, llen, at, "cuDNN", xyz(v, sizeof v, (long)cudnnGetVersion()),
+                 (const void *)&cudnnGetVersion);
+    put_lib(libs, llen, at, "NCCL", xyz(v, sizeof v, nccl), (const void *)&ncclGetVersion);
+    if (cudaDriverGetVersion(&drv) != cudaSuccess || drv == 0)
+        snprintf(driver, dlen, "none (no NVIDIA driver loaded)");
+    else
+        snprintf(driver, dlen, "CUDA %d.%d", drv / 1000, drv % 1000 / 10);
+    cudaGetLastError();
+}
 
 extern "C" int lt_cuda_device_count(void) {
     int n = 0;
