@@ -15,6 +15,8 @@ if [ -d "$_lt_deps/lib" ]; then
   if [ -x "$_lt_deps/ompi/bin/orterun" ]; then
     export OPAL_PREFIX="$_lt_deps/ompi" PATH="$_lt_deps/ompi/bin:$PATH"
     [ -d "$_lt_deps/ompi/pmix" ] && export PMIX_PREFIX="$_lt_deps/ompi/pmix"
+    # no ssh/rsh: Open MPI's default launcher would refuse even local ranks
+    command -v ssh >/dev/null 2>&1 || command -v rsh >/dev/null 2>&1 || export OMPI_MCA_plm=isolated
   fi
 else
   echo "deps_env.sh: no bundle at $_lt_deps (scripts/bundle_deps.sh makes one)" >&2

@@ -1,37 +1,52 @@
 #!/usr/bin/env bash
-# gpu_check.sh REPORT_FILE - build the CUDA backend and its GPU tests on a GPU
-# machine, run them and the attention benchmark, and write a report.
+# gpu_check.sh REPORT_FILE - build lattice on a GPU machine, run the GPU
+# checks and write a report as it goes.
 #
-# Needs only nvcc, gcc and the CUDA libraries; libyaml / zstd / MPI are only
-# used for the full lattice binary (tests/gpu/train_compare.sh and
-# scripts/bench.sh; without them these are skipped and the report says so).
-# cuBLASLt / cudart (and, for the record, cuDNN and NCCL) are looked up
-# under CUDA_HOME, the system linker cache, and Python site-packages
-# (nvidia/*/lib wheels). The CPU reference backend needs cblas (OpenBLAS);
-# without it the tests are built with -DLT_GPU_TEST_NO_CPU (reference = the
-# CUDA backend's fp32 alternative paths) and the report says so.
-# Missing pieces are reported, never fatal: the report is always written.
+# Build: `make gpu-build` (build/lattice, tests/gpu/*, tests/test_comm_mpi).
+# The Makefile finds CUDA as a toolkit or as pip wheels (site-packages/nvidia,
+# e.g. PyTorch's; CUDA_WHEELS=DIR) and libyaml, zstd, OpenBLAS and Open MPI on
+# the system or in build/deps, the bundle scripts/bundle_deps.sh makes on a
+# machine that has them (carry build/deps to a machine that has only CUDA).
+# Library paths: none is exported. lattice's binaries find their libraries
+# through their rpaths and the bundle's through RUNPATHs relative to
+# themselves; the bundle's mpirun gets OPAL_PREFIX, PMIX_PREFIX and PATH
+# (LT_ENV) only in the environment of the commands that run lattice. python3, nvcc and
+# nvidia-smi run in the machine's own environment.
 #
-# Environment: CUDA_HOME, CUDA_ARCH (e.g. "90"; default: the GPU's),
-#   GPU_CHECK_DIR (build dir, default build/gpu_check),
-#   GPU_CHECK_SANITIZE=0|1 (compute-sanitizer memcheck and racecheck on --quick, default 1),
-#   GPU_CHECK_TEST_TIMEOUT (seconds, default 900),
-#   GPU_CHECK_TRAIN=0|1 (full lattice binary + tests/gpu/train_compare.sh +
-#     tests/gpu/peer_check.sh + scripts/bench.sh, default 1; needs libyaml,
-#     zstd and MPI headers/libs),
-#   GPU_CHECK_LATTICE (use this lattice binary instead of linking one),
+# Phases after the build (GPU_CHECK_PHASES, comma list, default all of
+# "mpi,tests,sanitize,racecheck,attention,train,peer,parallel,bench"): mpirun
+# starting 4 ranks of tests/test_comm_mpi (CPU only), the op tests
+# (tests/gpu/test_gpu_ops), compute-sanitizer memcheck and racecheck on
+# test_gpu_ops --quick, the attention benchmark, CPU-vs-GPU training
+# (tests/gpu/train_compare.sh), 2 ranks on one GPU under mpirun
+# (tests/gpu/parallel_gpu.sh) and the GPT-2 training benchmark
+# (scripts/bench.sh). They run in that order, whatever the list's order.
+# Time: the build and every phase run under their own `timeout` (a phase's
+# processes are all stopped when it expires), and the whole run keeps within
+# GPU_CHECK_BUDGET seconds: a phase gets at most the budget left (less a
+# margin) and one that would get under a minute is not started. A lent device
+# stops each command after 10 minutes, so the defaults fit one call; split the
+# phases over calls, e.g. "tests,attention", "sanitize,train,parallel",
+# "racecheck", "bench".
+# The report is appended to and synced after every step, so a run stopped
+# from outside still leaves what it had; it ends with a summary of each
+# phase's result (also written when the script gets SIGTERM/SIGINT/SIGHUP).
+#
+# Environment: GPU_CHECK_PHASES (above),
+#   GPU_CHECK_TIMEOUT (seconds per phase, default 540),
+#   GPU_CHECK_BUILD_TIMEOUT (seconds for the build, default 480),
+#   GPU_CHECK_BUDGET (seconds for the whole run, default 570; 0 = no limit),
+#   GPU_CHECK_SANITIZE=0|1 (the memcheck/racecheck phases, default 1),
+#   GPU_CHECK_TRAIN=0|1 (train, parallel, bench; default 1),
+#   GPU_CHECK_LATTICE (use this lattice binary for them instead of the build),
 #   GPU_CHECK_BENCH_STEPS (default 30), GPU_CHECK_BENCH_ARGS (extra bench.sh
 #     arguments, e.g. "--config configs/gpt2-124m.yaml"),
-#   GPU_CHECK_PHASES (comma list of what runs after the build, default
-#     "tests,sanitize,racecheck,attention,train,peer,parallel,bench": the op
-#     tests, compute-sanitizer memcheck and racecheck, the attention benchmark,
-#     train_compare.sh, peer_check.sh (the PyTorch peer of scripts/bench_peer.py
-#     trains the same model: needs torch; PEER_PYTHON), parallel_gpu.sh (2 ranks
-#     on the GPU under mpirun, MPI staging) and bench.sh, which also runs the
-#     peer when torch is there). A lent device runs each command for at most
-#     10 minutes: split the phases over calls, e.g. "tests,attention", then
-#     "sanitize,train,parallel", then "racecheck", then "bench".
-# Exit status: 0 when every test passed, 1 otherwise.
+#   GPU_CHECK_DIR (logs, default build/gpu_check), LT_DEPS (the bundle,
+#   default build/deps), CUDA_WHEELS / CUDA_HOME / CUDA_ARCH / CUDA_PTX /
+#   CUDA_CCCL (passed to make), GPU_CHECK_MAKE_ARGS (more make arguments).
+# When CCCL's headers (nv/target) are not where the Makefile looks, a copy
+# found elsewhere on the machine is used (CUDA_CCCL) and the build retried.
+# Exit status: 0 when every phase run passed, 1 otherwise, 2 bad usage.
 set -u
 REPORT=${1:-}
 if [ -z "$REPORT" ]; then echo "usage: scripts/gpu_check.sh REPORT_FILE" >&2; exit 2; fi
@@ -39,378 +54,308 @@ case "$REPORT" in /*) ;; *) REPORT="$PWD/$REPORT" ;; esac
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 2
 WORK=${GPU_CHECK_DIR:-$ROOT/build/gpu_check}
-mkdir -p "$WORK/obj" "$WORK/lib" || exit 2
-BLOG=$WORK/build.log
-: >"$BLOG"
+mkdir -p "$WORK" || exit 2
 : >"$REPORT" || { echo "cannot write $REPORT" >&2; exit 2; }
 NPROC=$(nproc 2>/dev/null || echo 4)
+PHASES=${GPU_CHECK_PHASES:-mpi,tests,sanitize,racecheck,attention,train,peer,parallel,bench}
+PHASE_TO=${GPU_CHECK_TIMEOUT:-540}
+BUILD_TO=${GPU_CHECK_BUILD_TIMEOUT:-480}
+BUDGET=${GPU_CHECK_BUDGET:-570}
+START=$(date +%s)
 STATUS=0
-# Libraries bundled on another machine by scripts/bundle_deps.sh (libyaml, zstd,
-# OpenBLAS, Open MPI) for a device that lacks them: carry build/deps along.
-DEPS=${LT_DEPS:-$ROOT/build/deps}
-if [ -d "$DEPS/pkgconfig" ]; then
-  . "$ROOT/scripts/deps_env.sh" "$DEPS"   # libraries, and mpirun when bundled
-  if ! command -v pkg-config >/dev/null 2>&1; then
-    # no pkg-config on the device: read the bundle's simple .pc files directly
-    pkg-config() {
-      local mode="" out="" p f
-      for p in "$@"; do
-        case $p in
-          --exists) mode=exists ;; --cflags|--cflags-only-I) mode=Cflags ;;
-          --libs|--libs-only-l|--libs-only-L) mode=Libs ;; --modversion) mode=Version ;;
-          -*) ;;
-          *) f="$DEPS/pkgconfig/$p.pc"; [ -f "$f" ] || return 1
-             [ "$mode" = exists ] || out="$out $(sed -n "s/^$mode: //p" "$f")" ;;
-        esac
-      done
-      [ "$mode" = exists ] || echo "$out"
-    }
-  fi
-fi
+SUMMARY=()     # one "phase  result" line per phase, for the summary
+CURRENT=""     # the phase running now (for the summary after a signal)
+STEP_PID=""    # its timeout process
 
-PHASES=${GPU_CHECK_PHASES:-tests,sanitize,racecheck,attention,train,peer,parallel,bench}
-want() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
 say() { echo "$*" | tee -a "$REPORT"; }
 section() { say ""; say "== $* =="; }
 problem() { say "PROBLEM: $*"; STATUS=1; }
+flush() { sync "$REPORT" 2>/dev/null || sync; }
+note() { SUMMARY+=("$(printf '%-10s %s' "$1" "$2")"); }
+want() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
+elapsed() { echo $(( $(date +%s) - START )); }
+
+print_summary() {
+  section "summary ($(elapsed) s in all)"
+  local l
+  for l in "${SUMMARY[@]}"; do say "$l"; done
+  [ -n "$CURRENT" ] && say "$(printf '%-10s %s' "$CURRENT" "INTERRUPTED (the script was stopped during it)")"
+  say "RESULT: $([ $STATUS = 0 ] && [ -z "$CURRENT" ] && echo 'all checks run passed' || echo 'problems found (see above)')"
+  flush
+}
+on_signal() {
+  trap - TERM INT HUP
+  [ -n "$STEP_PID" ] && kill -TERM "$STEP_PID" 2>/dev/null   # timeout passes it on
+  STATUS=1
+  print_summary
+  echo "report written to $REPORT"
+  exit 1
+}
+trap on_signal TERM INT HUP
+
+# seconds a step may take: its own limit, within what is left of the budget
+# (30 s kept for the summary); 0 = no time left
+allowed() {
+  local want=$1 left
+  [ "$BUDGET" -gt 0 ] 2>/dev/null || { echo "$want"; return; }
+  left=$(( BUDGET - $(elapsed) - 30 ))
+  if [ "$left" -lt 60 ]; then echo 0; elif [ "$left" -lt "$want" ]; then echo "$left"; else echo "$want"; fi
+}
+
+# step SECONDS LOG CMD... - run CMD (a program, not a shell function) under
+# timeout: at the limit its whole process group gets SIGTERM, SIGKILL 10 s
+# later. Its output goes to LOG, or with LIVE=1 straight into the report (and
+# LOG gets a copy afterwards), so that a run stopped from outside still has
+# it. Returns CMD's exit status (124: timed out).
+LIVE=0
+step() {
+  local to=$1 log=$2 rc off
+  shift 2
+  off=$(stat -c %s "$REPORT")
+  if [ "$LIVE" = 1 ]; then timeout -k 10 "$to" "$@" >>"$REPORT" 2>&1 &
+  else timeout -k 10 "$to" "$@" >"$log" 2>&1 & fi
+  STEP_PID=$!
+  wait "$STEP_PID"   # returns at once when a trapped signal comes
+  rc=$?
+  STEP_PID=""
+  [ "$LIVE" = 1 ] && tail -c +$((off + 1)) "$REPORT" >"$log"
+  flush
+  return "$rc"
+}
+
+# The bundle: its mpirun and plugins relocated through OPAL_PREFIX/PMIX_PREFIX,
+# set only for lattice's commands (env "${LT_ENV[@]}" CMD). A bundle made
+# before its RUNPATHs were patched (no DEPS/relocatable) also needs
+# LD_LIBRARY_PATH there.
+DEPS=${LT_DEPS:-$ROOT/build/deps}
+case "$DEPS" in /*) ;; *) DEPS="$ROOT/$DEPS" ;; esac
+LT_ENV=()
+if [ -d "$DEPS/lib" ]; then
+  [ -f "$DEPS/relocatable" ] || LT_ENV+=("LD_LIBRARY_PATH=$DEPS/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+  if ! command -v mpirun >/dev/null 2>&1 && [ -x "$DEPS/ompi/bin/orterun" ]; then
+    LT_ENV+=("OPAL_PREFIX=$DEPS/ompi" "PATH=$DEPS/ompi/bin:$PATH")
+    [ -d "$DEPS/ompi/pmix" ] && LT_ENV+=("PMIX_PREFIX=$DEPS/ompi/pmix")
+  fi
+fi
+# without ssh/rsh Open MPI's default launcher refuses to start even local
+# ranks; "isolated" starts them on this machine without one
+command -v ssh >/dev/null 2>&1 || command -v rsh >/dev/null 2>&1 || LT_ENV+=("OMPI_MCA_plm=isolated")
 
 say "lattice GPU check report"
 say "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-say "host: $(hostname 2>/dev/null) ($(uname -srm))"
-[ -d "$DEPS/pkgconfig" ] && say "deps: bundled libraries from $DEPS (scripts/bundle_deps.sh)"
+say "host: $(hostname 2>/dev/null) ($(uname -srm)), $NPROC cores"
 say "tree: $ROOT ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo 'no git')$(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo ', with local changes'))"
+say "phases: $PHASES; timeouts: build ${BUILD_TO} s, each phase ${PHASE_TO} s; budget $([ "$BUDGET" -gt 0 ] 2>/dev/null && echo "$BUDGET s" || echo none)"
+if [ -d "$DEPS/lib" ]; then
+  say "deps: bundle $DEPS ($(cat "$DEPS/relocatable" 2>/dev/null || echo 'not relocatable: LD_LIBRARY_PATH for lattice commands'))"
+fi
+say "environment of lattice's commands: ${LT_ENV[*]:-(unchanged)}; LD_LIBRARY_PATH here: ${LD_LIBRARY_PATH:-unset}"
+flush
 
 # ---------------------------------------------------------------- device
 section "device"
-GPU_CC=""
+GPU_NAME=""
 if command -v nvidia-smi >/dev/null 2>&1; then
-  nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap \
-    --format=csv,noheader 2>&1 | while read -r l; do say "gpu: $l"; done
-  GPU_CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+  timeout 60 nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap \
+    --format=csv,noheader >"$WORK/smi.log" 2>&1
+  while read -r l; do say "gpu: $l"; done <"$WORK/smi.log"
+  GPU_NAME=$(head -1 "$WORK/smi.log")
 else
   problem "nvidia-smi not found (no NVIDIA driver?)"
 fi
-
-# ---------------------------------------------------------------- toolchain
-section "toolchain"
-NVCC=""
-if [ -n "${CUDA_HOME:-}" ] && [ -x "$CUDA_HOME/bin/nvcc" ]; then NVCC=$CUDA_HOME/bin/nvcc
-elif command -v nvcc >/dev/null 2>&1; then NVCC=$(command -v nvcc)
-elif [ -x /usr/local/cuda/bin/nvcc ]; then NVCC=/usr/local/cuda/bin/nvcc
-fi
-if [ -z "$NVCC" ]; then
-  problem "nvcc not found (set CUDA_HOME); cannot build the CUDA backend"
-  say "RESULT: build impossible"
-  exit 1
-fi
-CUDA_HOME=${CUDA_HOME:-$(cd "$(dirname "$NVCC")/.." && pwd)}
-say "nvcc: $NVCC ($("$NVCC" --version | grep -o 'release [0-9.]*' | head -1))"
-say "CUDA_HOME: $CUDA_HOME"
-CC=${CC:-gcc}
-say "cc: $CC ($($CC --version 2>/dev/null | head -1))"
-ARCHS=${CUDA_ARCH:-${GPU_CC:-"80 90"}}
-GENCODE=""
-for a in $ARCHS; do GENCODE="$GENCODE -gencode arch=compute_$a,code=sm_$a"; done
-say "targets: sm_$(echo $ARCHS | sed 's/ /, sm_/g')"
-
-# ---------------------------------------------------------------- libraries
-section "libraries"
-PYDIRS=""
-if command -v python3 >/dev/null 2>&1; then
-  PYDIRS=$(python3 - 2>/dev/null <<'EOF'
-import os, site, sys
-dirs = set()
-try:
-    import nvidia
-    dirs.update(list(nvidia.__path__))
-except Exception:
-    pass
-for p in site.getsitepackages() + [site.getusersitepackages()] + sys.path:
-    d = os.path.join(p, "nvidia")
-    if os.path.isdir(d):
-        dirs.add(d)
-print("\n".join(sorted(dirs)))
-EOF
-)
-fi
-[ -n "$PYDIRS" ] && say "python nvidia wheel dirs: $(echo $PYDIRS)"
-
-# find_lib NAME -> prints the path of libNAME.so[.N] (first hit) or nothing
-find_lib() {
-  local n=$1 d f
-  for d in "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$CUDA_HOME/targets/x86_64-linux/lib" \
-           /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/lib; do
-    for f in "$d/lib$n.so" "$d"/lib"$n".so.[0-9]*; do [ -e "$f" ] && { echo "$f"; return; }; done
-  done
-  f=$(ldconfig -p 2>/dev/null | grep -E "lib$n\.so(\.[0-9]+)* " | head -1 | sed 's/.*=> //')
-  [ -n "$f" ] && [ -e "$f" ] && { echo "$f"; return; }
-  for d in $PYDIRS; do
-    for f in "$d"/*/lib/lib"$n".so "$d"/*/lib/lib"$n".so.[0-9]*; do [ -e "$f" ] && { echo "$f"; return; }; done
-  done
-}
-# find_header FILE -> prints the directory holding it
-find_header() {
-  local h=$1 d
-  for d in "$CUDA_HOME/include" "$CUDA_HOME/targets/x86_64-linux/include" /usr/include /usr/local/include; do
-    [ -e "$d/$h" ] && { echo "$d"; return; }
-  done
-  for d in $PYDIRS; do
-    for f in "$d"/*/include/"$h"; do [ -e "$f" ] && { dirname "$f"; return; }; done
-  done
-}
-
-LDIRS=""
-EXTRA_INC=""
-NCCL_INC=""
-NCCL_LIB=""
-CUDNN_FOUND=""
-for lib in cudart cublasLt cublas cudnn nccl; do
-  p=$(find_lib $lib)
-  if [ -n "$p" ]; then
-    say "lib$lib: $p"
-    ln -sf "$p" "$WORK/lib/lib$lib.so"      # unversioned name for -l$lib
-    [ "$lib" = nccl ] && NCCL_LIB="-lnccl"
-    [ "$lib" = cudnn ] && CUDNN_FOUND=1
-    d=$(dirname "$p"); case " $LDIRS " in *" $d "*) ;; *) LDIRS="$LDIRS $d" ;; esac
-  else
-    case $lib in
-      cudart|cublasLt) problem "lib$lib not found: the CUDA backend cannot be linked" ;;
-      cudnn) say "libcudnn: not found (the cuDNN attention path is left out; the Makefile build links it)" ;;
-      *) say "lib$lib: not found (not needed by the CUDA backend or these tests; the full lattice build links it)" ;;
-    esac
-  fi
-done
-for h in cublasLt.h cudnn.h nccl.h; do
-  d=$(find_header $h)
-  if [ -n "$d" ]; then
-    say "$h: $d"
-    [ "$h" = cublasLt.h ] && [ "$d" != "$CUDA_HOME/include" ] && EXTRA_INC="-I$d"
-    [ "$h" = nccl.h ] && NCCL_INC="-isystem $d"   # src/comm_nccl.c (the full binary)
-    [ "$h" = cudnn.h ] && CUDNN_INC=$d
-  else
-    [ "$h" = cublasLt.h ] && problem "cublasLt.h not found" || say "$h: not found (not needed here)"
-  fi
-done
-RPATH=""
-for d in $LDIRS; do RPATH="$RPATH -Wl,-rpath,$d"; done
-# cuDNN's fused attention (model.attention=cudnn|auto) needs cudnn.h and libcudnn;
-# without them it is compiled out (LT_NO_CUDNN) and lattice's kernels run.
-if [ -n "$CUDNN_FOUND" ] && [ -n "${CUDNN_INC:-}" ]; then
-  CUDNN_NVFLAGS=$([ "$CUDNN_INC" != "$CUDA_HOME/include" ] && echo "-I$CUDNN_INC")
-  CUDNN_LIBS="-lcudnn"
-  say "cuDNN attention: built (headers $CUDNN_INC)"
-else
-  CUDNN_NVFLAGS="-DLT_NO_CUDNN"
-  CUDNN_LIBS=""
-  say "cuDNN attention: NOT built (cudnn.h or libcudnn missing): attention runs on lattice's kernels"
-fi
-
-# cblas for the CPU reference backend
-NO_CPU=0
-CBLAS_CFLAGS=""
-CBLAS_LIBS=""
-if ! ls kernels/cpu/*.c >/dev/null 2>&1; then
-  say "CPU backend: kernels/cpu/*.c absent"
-  NO_CPU=1
-elif command -v pkg-config >/dev/null 2>&1 && pkg-config --exists openblas 2>/dev/null; then
-  CBLAS_CFLAGS=$(pkg-config --cflags openblas); CBLAS_LIBS=$(pkg-config --libs openblas)
-  say "cblas: pkg-config openblas ($CBLAS_LIBS)"
-else
-  hdr=""
-  for d in /usr/include /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas \
-           /usr/include/x86_64-linux-gnu /usr/local/include /opt/OpenBLAS/include; do
-    [ -e "$d/cblas.h" ] && { hdr=$d; break; }
-  done
-  lib=$(find_lib openblas)
-  if [ -n "$hdr" ] && [ -n "$lib" ]; then
-    CBLAS_CFLAGS="-I$hdr"; CBLAS_LIBS="$lib -Wl,-rpath,$(dirname "$lib")"
-    say "cblas: $hdr/cblas.h, $lib"
-  else
-    say "OpenBLAS (cblas) NOT FOUND: header '${hdr:-none}', library '${lib:-none}'."
-    say "  -> the CPU reference backend is NOT built; the tests compare against the CUDA"
-    say "     backend's fp32 alternative paths instead (weaker: no independent fp32 reference)."
-    NO_CPU=1
-  fi
-fi
+flush
 
 # ---------------------------------------------------------------- build
-section "build"
-NVFLAGS="-O3 -std=c++17 -Iinclude $EXTRA_INC $CUDNN_NVFLAGS -lineinfo --expt-relaxed-constexpr $GENCODE -Xcompiler -fPIC,-Wall"
-CFLAGS="-O2 -g -std=c11 -D_GNU_SOURCE -fopenmp -Wall -Iinclude -DLT_HAVE_CUDA"
+section "build (make gpu-build)"
+MAKE_ARGS=(-j"$NPROC" gpu-build DEPS="$DEPS")
+for v in CUDA_WHEELS CUDA_HOME CUDA_ARCH CUDA_PTX CUDA_CCCL; do
+  [ -n "${!v:-}" ] && MAKE_ARGS+=("$v=${!v}")
+done
+# shellcheck disable=SC2206
+MAKE_ARGS+=(${GPU_CHECK_MAKE_ARGS:-})
+BUILT=0
 t0=$(date +%s)
-export NVCC NVFLAGS WORK
-rm -f "$WORK"/obj/cuda_*.o
-ls kernels/cuda/*.cu | xargs -P "$NPROC" -n 1 bash -c \
-  'o="$WORK/obj/cuda_$(basename "$0" .cu).o"; $NVCC $NVFLAGS -c "$0" -o "$o" >"$o.log" 2>&1 || echo "FAILED $0"' \
-  >"$WORK/nvcc_status" 2>&1
-cat "$WORK"/obj/cuda_*.o.log >>"$BLOG" 2>/dev/null
-if grep -q FAILED "$WORK/nvcc_status"; then
-  problem "nvcc failed: $(grep FAILED "$WORK/nvcc_status" | sed 's/FAILED //' | tr '\n' ' ')"
-  tail -40 "$BLOG" | sed 's/^/  | /' | tee -a "$REPORT"
-  say "RESULT: build failed"
-  exit 1
-fi
-say "CUDA objects: $(ls "$WORK"/obj/cuda_*.o | wc -l) built in $(( $(date +%s) - t0 )) s"
-COBJS=""
-SKIPPED_SRC=""
-DEP_CFLAGS=""
-DEP_LIBS=""
-for pkg in yaml-0.1 libzstd ompi-c; do   # libraries of the full lattice binary
-  if command -v pkg-config >/dev/null 2>&1 && pkg-config --exists $pkg 2>/dev/null; then
-    DEP_CFLAGS="$DEP_CFLAGS $(pkg-config --cflags $pkg)"; DEP_LIBS="$DEP_LIBS $(pkg-config --libs $pkg)"
-  fi
-done
-for f in src/*.c; do
-  [ "$f" = src/main.c ] && continue
-  o=$WORK/obj/src_$(basename "$f" .c).o
-  # comm_nccl.c includes nccl.h and cuda_runtime.h (system include: no warnings from them)
-  if $CC $CFLAGS $DEP_CFLAGS -isystem "$CUDA_HOME/include" $NCCL_INC -c "$f" -o "$o" >>"$BLOG" 2>&1; then COBJS="$COBJS $o"
-  else say "note: $f does not compile here (missing optional dependency?) - skipped"; SKIPPED_SRC="$SKIPPED_SRC $f"; fi
-done
-if [ $NO_CPU = 0 ]; then
-  for f in kernels/cpu/*.c; do
-    o=$WORK/obj/cpu_$(basename "$f" .c).o
-    if $CC $CFLAGS $CBLAS_CFLAGS -O3 -march=native -c "$f" -o "$o" >>"$BLOG" 2>&1; then COBJS="$COBJS $o"
-    else say "CPU backend: $f failed to compile (see $BLOG)"; NO_CPU=1; fi
-  done
-fi
-rm -f "$WORK/liblattice_gpu.a"
-ar rcs "$WORK/liblattice_gpu.a" $COBJS "$WORK"/obj/cuda_*.o
-LIBS="-L$WORK/lib $RPATH -lcublasLt $CUDNN_LIBS -lcudart -lstdc++ -lm -lpthread -ldl -fopenmp"
-build_test() { # $1 = extra cflags
-  $CC $CFLAGS $1 tests/gpu/test_gpu_ops.c "$WORK/liblattice_gpu.a" $CBLAS_LIBS $LIBS \
-    -o "$WORK/test_gpu_ops" >>"$BLOG" 2>&1
+build() {
+  CURRENT=build
+  BUILD_TO_NOW=$(allowed "$BUILD_TO")
+  [ "$BUILD_TO_NOW" = 0 ] && BUILD_TO_NOW=60   # (a budget under 90 s: the build still gets a minute)
+  step "$BUILD_TO_NOW" "$WORK/build.log" make "${MAKE_ARGS[@]}"
+  BUILD_RC=$?
+  CURRENT=""
+  grep '^lattice:' "$WORK/build.log" | sort -u | tee -a "$REPORT"
 }
-if [ $NO_CPU = 0 ] && ! build_test ""; then
-  say "CPU backend: linking the tests with it failed (see below); falling back to no-CPU mode"
-  grep -E "undefined reference|error" "$BLOG" | sort -u | head -10 | sed 's/^/  | /' | tee -a "$REPORT"
-  NO_CPU=1
-fi
-if [ $NO_CPU = 1 ] && ! build_test "-DLT_GPU_TEST_NO_CPU"; then
-  problem "linking test_gpu_ops failed"
-  tail -30 "$BLOG" | sed 's/^/  | /' | tee -a "$REPORT"
-fi
-$CC $CFLAGS tests/gpu/bench_attention.c "$WORK/liblattice_gpu.a" $LIBS -o "$WORK/bench_attention" \
-  >>"$BLOG" 2>&1 || problem "linking bench_attention failed (see $BLOG)"
-say "reference backend for the tests: $([ $NO_CPU = 0 ] && echo 'CPU (OpenBLAS)' || echo 'CUDA fp32 alternative paths (no CPU backend)')"
-say "build log: $BLOG"
-
-# ---------------------------------------------------------------- tests
-run_logged() { # $1 = timeout, $2 = log, rest = command
-  local to=$1 log=$2; shift 2
-  if command -v timeout >/dev/null 2>&1; then timeout "$to" "$@" >"$log" 2>&1; else "$@" >"$log" 2>&1; fi
-}
-say "phases: $PHASES"
-if want tests; then
-  section "tests (tests/gpu/test_gpu_ops)"
-  if [ -x "$WORK/test_gpu_ops" ]; then
-    t0=$(date +%s)
-    run_logged "${GPU_CHECK_TEST_TIMEOUT:-900}" "$WORK/test.log" "$WORK/test_gpu_ops"
-    rc=$?
-    cat "$WORK/test.log" >>"$REPORT"
-    say "exit status $rc after $(( $(date +%s) - t0 )) s"
-    [ $rc = 124 ] && problem "test_gpu_ops timed out"
-    [ $rc != 0 ] && STATUS=1
-    SUMMARY=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$WORK/test.log" | tail -1)
-    say "summary: ${SUMMARY:-no summary line (crash?)}"
-    grep '^FAIL' "$WORK/test.log" | sed 's/^/failed: /' | tee -a "$REPORT" >/dev/null
+build
+# CCCL's headers missing where the Makefile looks (CUDA from wheels without
+# nvidia-cuda-cccl): take a copy found elsewhere on the machine, and try again
+if [ $BUILD_RC != 0 ] && grep -q '^lattice: CCCL headers.*NOT FOUND' "$WORK/build.log" && [ -z "${CUDA_CCCL:-}" ]; then
+  say "looking for CCCL's nv/target elsewhere on this machine..."
+  found=$(timeout 120 find / \( -path /proc -o -path /sys -o -path /dev -o -path "$ROOT" \) -prune \
+            -o -path '*/nv/target' -type f -print 2>/dev/null | head -1)
+  if [ -n "$found" ]; then
+    say "found ${found%/nv/target}: building again with CUDA_CCCL=${found%/nv/target}"
+    MAKE_ARGS+=("CUDA_CCCL=${found%/nv/target}")
+    build
   else
-    problem "test_gpu_ops was not built"
+    say "none found"
   fi
 fi
+if [ $BUILD_RC = 0 ]; then
+  BUILT=1
+  note build "ok ($(( $(date +%s) - t0 )) s)"
+  say "built in $(( $(date +%s) - t0 )) s"
+  missing=$(ldd build/lattice 2>&1 | grep 'not found')
+  if [ -n "$missing" ]; then problem "build/lattice: libraries not found: $(echo $missing)"; fi
+  say "$(timeout 60 build/lattice --version 2>&1)"
+else
+  if [ $BUILD_RC = 124 ]; then problem "the build timed out after $BUILD_TO_NOW s"
+  else problem "the build failed (exit status $BUILD_RC)"; fi
+  grep -E 'error|Error|NOT FOUND|undefined reference' "$WORK/build.log" | head -20 | sed 's/^/  | /' | tee -a "$REPORT"
+  say "  last lines of $WORK/build.log:"
+  tail -25 "$WORK/build.log" | sed 's/^/  | /' | tee -a "$REPORT"
+  note build "FAILED (exit status $BUILD_RC after $(( $(date +%s) - t0 )) s): nothing else was run"
+fi
+flush
 
-sanitize() { # $1 = tool, $2 = lines to keep (regex), $3 = what an error means
-  section "compute-sanitizer $1 (test_gpu_ops --quick)"
-  local cs rc
-  cs=$(command -v compute-sanitizer || ls "$CUDA_HOME"/bin/compute-sanitizer 2>/dev/null | head -1)
-  if [ -z "$cs" ]; then say "compute-sanitizer not found - skipped"; return; fi
-  run_logged 540 "$WORK/$1.log" "$cs" --tool "$1" --error-exitcode 3 "$WORK/test_gpu_ops" --quick
+# run_phase NAME TITLE LIVE -- CMD... : one phase under its timeout (PHASE_RAN=0
+# when the budget left no time to start it: the summary says so)
+PHASE_RAN=0
+PHASE_SECS=0
+run_phase() {
+  local name=$1 title=$2 live=$3 to rc t0
+  shift 4
+  section "$title"
+  to=$(allowed "$PHASE_TO")
+  PHASE_RAN=0
+  if [ "$to" = 0 ]; then
+    say "not started: under a minute of the ${BUDGET} s budget left"
+    note "$name" "NOT RUN (budget of $BUDGET s used up; run it in another call)"
+    STATUS=1
+    return 1
+  fi
+  PHASE_RAN=1
+  CURRENT=$name
+  t0=$(date +%s)
+  LIVE=$live step "$to" "$WORK/$name.log" "$@"
   rc=$?
-  grep -E "$2|^FAIL|passed, " "$WORK/$1.log" | head -40 | tee -a "$REPORT"
-  say "$1 exit status $rc$([ $rc = 124 ] && echo ' (timed out)')"
-  [ $rc = 3 ] && problem "compute-sanitizer reported $3 (log: $WORK/$1.log)"
+  CURRENT=""
+  PHASE_SECS=$(( $(date +%s) - t0 ))
+  say "exit status $rc after $PHASE_SECS s$([ $rc = 124 ] || [ $rc = 137 ] && echo " (timed out at $to s)")"
+  return $rc
 }
-if [ "${GPU_CHECK_SANITIZE:-1}" = 1 ] && [ -x "$WORK/test_gpu_ops" ]; then
-  want sanitize && sanitize memcheck "ERROR SUMMARY|Invalid|out of bounds" "memory errors"
-  want racecheck && sanitize racecheck "ERROR SUMMARY|RACECHECK SUMMARY|hazard" "shared-memory races"
-fi
+# phase_result NAME RC [DETAIL]
+phase_result() {
+  local name=$1 rc=$2 detail=${3:-}
+  [ "$PHASE_RAN" = 1 ] || return 0
+  case $rc in
+    0) note "$name" "ok ($PHASE_SECS s)${detail:+: $detail}" ;;
+    124|137) note "$name" "TIMED OUT after $PHASE_SECS s${detail:+: $detail}"; STATUS=1 ;;
+    *) note "$name" "FAILED (exit status $rc, $PHASE_SECS s)${detail:+: $detail}"; STATUS=1 ;;
+  esac
+  flush
+}
+counts() { grep -E '^[0-9]+ passed, [0-9]+ failed' "$1" | tail -1; }
 
-# ---------------------------------------------------------------- benchmark
-if want attention; then
-  section "attention benchmark (tests/gpu/bench_attention)"
-  if [ -x "$WORK/bench_attention" ]; then
-    run_logged 300 "$WORK/bench.log" "$WORK/bench_attention" --nondet
-    rc=$?
-    cat "$WORK/bench.log" >>"$REPORT"
-    [ $rc != 0 ] && problem "bench_attention exit status $rc"
-    run_logged 300 "$WORK/bench_simt.log" env LT_CUDA_ATTN=simt "$WORK/bench_attention"
-    say "(generic SIMT path, for comparison)"
-    cat "$WORK/bench_simt.log" >>"$REPORT"
-  else
-    problem "bench_attention was not built"
+if [ $BUILT = 1 ]; then
+  GPU_TESTS=build/tests/gpu
+  # ------------------------------------------------------------ mpi
+  if want mpi; then
+    run_phase mpi "MPI launch (tests/test_comm_mpi: 4 ranks under mpirun, CPU only)" 1 -- \
+      env "${LT_ENV[@]}" build/tests/test_comm_mpi
+    phase_result mpi $? "$(counts "$WORK/mpi.log")"
   fi
-fi
 
-# ---------------------------------------------------------------- full binary
-# lattice train on the GPU (train_compare.sh, bench.sh) needs the whole binary:
-# src/main.c linked with every src/*.c (libyaml, zstd, MPI) and the CPU backend.
-LT_BIN=""
-GAPS=""
-if [ "${GPU_CHECK_TRAIN:-1}" = 1 ] && { want train || want peer || want parallel || want bench; }; then
-  section "full lattice binary (for train_compare, parallel_gpu and bench)"
+  # ------------------------------------------------------------ tests
+  if want tests; then
+    run_phase tests "tests (tests/gpu/test_gpu_ops)" 1 -- env "${LT_ENV[@]}" "$GPU_TESTS/test_gpu_ops"
+    rc=$?
+    c=$(counts "$WORK/tests.log")
+    say "summary: ${c:-no summary line (crash?)}"
+    grep '^FAIL' "$WORK/tests.log" | head -40 | sed 's/^/failed: /' | tee -a "$REPORT" >/dev/null
+    phase_result tests $rc "${c:-no summary line}"
+  fi
+
+  # ------------------------------------------------------------ sanitizers
+  # compute-sanitizer: on PATH, else beside the nvcc the build used (a toolkit's
+  # bin/, or a wheel's nvidia/cu13/bin/), else under that toolkit
+  CS=$(command -v compute-sanitizer 2>/dev/null)
+  NVCC_DIR=$(dirname "$(make -s --no-print-directory print-NVCC_REAL DEPS="$DEPS" 2>/dev/null | tail -1)")
+  for f in "$NVCC_DIR/compute-sanitizer" "$NVCC_DIR/../compute-sanitizer/compute-sanitizer"; do
+    [ -z "$CS" ] && [ -x "$f" ] && CS=$f
+  done
+  sanitize() { # $1 = tool, $2 = lines to keep (regex), $3 = what an error means
+    if [ -z "$CS" ]; then
+      section "compute-sanitizer $1"; say "compute-sanitizer not found - skipped"
+      note "$1" "SKIPPED (no compute-sanitizer)"; return
+    fi
+    run_phase "$1" "compute-sanitizer $1 (test_gpu_ops --quick)" 0 -- \
+      env "${LT_ENV[@]}" "$CS" --tool "$1" --error-exitcode 3 "$GPU_TESTS/test_gpu_ops" --quick
+    local rc=$?
+    grep -E "$2|^FAIL|passed, " "$WORK/$1.log" | head -40 | tee -a "$REPORT"
+    [ $rc = 3 ] && say "compute-sanitizer reported $3 (log: $WORK/$1.log)"
+    phase_result "$1" $rc "$([ $rc = 3 ] && echo "$3")"
+  }
+  if [ "${GPU_CHECK_SANITIZE:-1}" = 1 ]; then
+    want sanitize && sanitize memcheck "ERROR SUMMARY|Invalid|out of bounds" "memory errors"
+    want racecheck && sanitize racecheck "ERROR SUMMARY|RACECHECK SUMMARY|hazard" "shared-memory races"
+  fi
+
+  # ------------------------------------------------------------ attention benchmark
+  if want attention; then
+    # both paths in one phase: tensor-core (default), then the generic SIMT one
+    run_phase attention "attention benchmark (tests/gpu/bench_attention; then LT_CUDA_ATTN=simt)" 1 -- \
+      env "${LT_ENV[@]}" bash -c '"$1" || exit; echo "(generic SIMT path, for comparison)"; LT_CUDA_ATTN=simt "$1"' \
+      bench "$GPU_TESTS/bench_attention"
+    phase_result attention $?
+  fi
+
+  # ------------------------------------------------------------ full binary
+  LT_BIN=$ROOT/build/lattice
   if [ -n "${GPU_CHECK_LATTICE:-}" ]; then
-    if [ -x "$GPU_CHECK_LATTICE" ]; then LT_BIN=$GPU_CHECK_LATTICE; say "using GPU_CHECK_LATTICE=$LT_BIN"
-    else problem "GPU_CHECK_LATTICE=$GPU_CHECK_LATTICE is not executable"; fi
-  elif [ -n "$SKIPPED_SRC" ] || [ $NO_CPU = 1 ]; then
-    say "NOT BUILT: the full lattice binary cannot be linked on this machine:"
-    [ -n "$SKIPPED_SRC" ] && say "  these sources did not compile:$SKIPPED_SRC (libyaml / zstd / MPI headers missing?)"
-    [ $NO_CPU = 1 ] && say "  the CPU backend (OpenBLAS) is not available"
-    say "  -> tests/gpu/train_compare.sh and scripts/bench.sh were NOT run (no end-to-end"
-    say "     training check, no GPT-2 throughput figures). Install libyaml-dev, libzstd-dev,"
-    say "     libopenmpi-dev (scripts/setup.sh) or set GPU_CHECK_LATTICE to a lattice binary."
-    say "GAP: no lattice binary: end-to-end training on the GPU not checked, no benchmark"
-    GAPS="train_compare.sh and bench.sh not run (no full lattice binary)"
-  else
-    mkdir -p "$WORK/bin"
-    if $CC $CFLAGS $DEP_CFLAGS src/main.c "$WORK/liblattice_gpu.a" $CBLAS_LIBS $DEP_LIBS $NCCL_LIB $LIBS \
-         -o "$WORK/bin/lattice" >>"$BLOG" 2>&1; then
-      LT_BIN=$WORK/bin/lattice
-      say "built $LT_BIN: $("$LT_BIN" --version 2>&1 | head -2 | tr '\n' ' ')"
-    else
-      problem "linking the full lattice binary failed (see $BLOG):"
-      grep -E "undefined reference|error" "$BLOG" | sort -u | head -10 | sed 's/^/  | /' | tee -a "$REPORT"
-      say "  -> tests/gpu/train_compare.sh and scripts/bench.sh were NOT run"
+    LT_BIN=$GPU_CHECK_LATTICE
+    say "using GPU_CHECK_LATTICE=$LT_BIN"
+  fi
+  mkdir -p "$WORK/lt"
+  ln -sf "$LT_BIN" "$WORK/lt/lattice"
+  if [ "${GPU_CHECK_TRAIN:-1}" = 1 ]; then
+    if want train; then
+      run_phase train "end-to-end training, CPU vs CUDA (tests/gpu/train_compare.sh)" 1 -- \
+        env "${LT_ENV[@]}" bash tests/gpu/train_compare.sh "$WORK/lt"
+      rc=$?
+      phase_result train $rc "$(counts "$WORK/train.log")"
+    fi
+    if want peer; then # the PyTorch peer of scripts/bench_peer.py trains the same model
+      run_phase peer "PyTorch peer agreement (tests/gpu/peer_check.sh; needs torch)" 1 -- \
+        env "${LT_ENV[@]}" PEER_CHECK_DEVICE=cuda bash tests/gpu/peer_check.sh "$WORK/lt"
+      rc=$?
+      phase_result peer $rc "$(counts "$WORK/peer.log")"
+    fi
+    if want parallel; then
+      say ""
+      say "mpirun for parallel_gpu.sh: $(env "${LT_ENV[@]}" bash -c 'command -v mpirun' || echo 'not found')"
+      run_phase parallel "multi-rank training on the GPU (tests/gpu/parallel_gpu.sh)" 1 -- \
+        env "${LT_ENV[@]}" bash tests/gpu/parallel_gpu.sh "$WORK/lt"
+      rc=$?
+      phase_result parallel $rc "$(counts "$WORK/parallel.log")"
+    fi
+    if want bench; then
+      # each micro-batch attempt must end well within the phase
+      bto=$(( $(allowed "$PHASE_TO") - 20 )); [ $bto -lt 30 ] && bto=30
+      # shellcheck disable=SC2086
+      run_phase bench "training benchmark (scripts/bench.sh; a benchmark: see its table)" 1 -- \
+        env "${LT_ENV[@]}" BENCH_TIMEOUT=$bto bash scripts/bench.sh --lattice "$LT_BIN" \
+        --steps "${GPU_CHECK_BENCH_STEPS:-30}" --device cuda ${GPU_CHECK_BENCH_ARGS:-}
+      phase_result bench $?
     fi
   fi
 fi
-
-[ -n "$LT_BIN" ] && { mkdir -p "$WORK/lt"; ln -sf "$LT_BIN" "$WORK/lt/lattice"; }
-run_script() { # $1 = phase, $2 = title, $3 = timeout, rest = command
-  local phase=$1 title=$2 to=$3 t0 rc
-  shift 3
-  [ -n "$LT_BIN" ] && want "$phase" || return 0
-  section "$title"
-  t0=$(date +%s)
-  run_logged "$to" "$WORK/$phase.log" "$@"
-  rc=$?
-  cat "$WORK/$phase.log" >>"$REPORT"
-  say "exit status $rc after $(( $(date +%s) - t0 )) s$([ $rc = 124 ] && echo ' (timed out)')"
-  [ $rc != 0 ] && problem "$title failed (exit status $rc)"
-  return 0
-}
-run_script train "end-to-end training, CPU vs CUDA (tests/gpu/train_compare.sh)" 900 \
-  bash tests/gpu/train_compare.sh "$WORK/lt"
-run_script peer "the PyTorch peer trains the same model (tests/gpu/peer_check.sh)" 540 \
-  bash tests/gpu/peer_check.sh "$WORK/lt"
-want parallel && [ -n "$LT_BIN" ] && say "mpirun for parallel_gpu.sh: $(command -v mpirun || echo 'not found')"
-run_script parallel "multi-rank training on the GPU (tests/gpu/parallel_gpu.sh)" 540 \
-  bash tests/gpu/parallel_gpu.sh "$WORK/lt"
-# shellcheck disable=SC2086
-run_script bench "training benchmark (scripts/bench.sh; a benchmark: see its table)" 1800 \
-  bash scripts/bench.sh --lattice "$LT_BIN" --steps "${GPU_CHECK_BENCH_STEPS:-30}" --device cuda \
-  ${GPU_CHECK_BENCH_ARGS:-}
-
-section "result"
-say "RESULT: $([ $STATUS = 0 ] && echo 'all checks passed' || echo 'problems found (see above)')${GAPS:+ - NOT RUN: $GAPS}"
+for p in mpi tests sanitize racecheck attention train peer parallel bench; do
+  want "$p" || continue
+  case $p in sanitize) n=memcheck ;; *) n=$p ;; esac
+  printf '%s\n' "${SUMMARY[@]}" | grep -q "^$n " && continue
+  if [ $BUILT = 0 ]; then note "$n" "NOT RUN (no build)"
+  else note "$n" "NOT RUN (GPU_CHECK_SANITIZE=0 or GPU_CHECK_TRAIN=0)"; fi
+done
+[ -n "$GPU_NAME" ] || say "(no GPU was visible: every GPU phase is expected to fail)"
+print_summary
 echo "report written to $REPORT"
 exit $STATUS
