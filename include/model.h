@@ -165,6 +165,8 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
 /* Sum of token losses accumulated since the last take (0 on stages without
  * the loss head); zeroes the accumulator. Waits for the device. */
 double lt_model_loss_take(LtModel *m);
+/* Zero the loss accumulator (no wait). */
+void lt_model_loss_reset(LtModel *m);
 /* Accumulate losses into dev (one double of device memory) instead of the
  * model's own accumulator (NULL: back to it), so a caller can read them with
  * its other step results in one copy. */

@@ -562,6 +562,8 @@ double lt_model_loss_take(LtModel *m) {
     return sum;
 }
 
+void lt_model_loss_reset(LtModel *m) { m->be->ops->zero(m->be, m->loss_acc, sizeof(double)); }
+
 void lt_model_set_loss_acc(LtModel *m, double *dev) { m->loss_acc = dev ? dev : m->own_loss_acc; }
 
 double lt_model_step(LtModel *m, const int32_t *tokens, const int32_t *targets, float grad_scale) {

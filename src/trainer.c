@@ -468,6 +468,7 @@ static double evaluate(Run *r, long *samples_out) {
     int32_t *in = lt_malloc((size_t)BLOCK * mbs * S * sizeof(int32_t));
     int32_t *tgt = lt_malloc((size_t)BLOCK * mbs * S * sizeof(int32_t));
     double sum = 0.0; /* on the last pipeline stage */
+    lt_model_loss_reset(r->model); /* (the trainer's accumulator holds the last step's loss) */
     /* data-parallel ranks take every dp-th micro batch; the sums are added up.
      * Up to BLOCK micro batches go through the pipeline together, so its
      * stages work at once. */

@@ -189,6 +189,13 @@ then pass steps0_checkpoint_and_export; else fail steps0_checkpoint_and_export "
 # ---- eval and sample from a checkpoint -----------------------------------------
 out=$("$LT" eval $CFG $D checkpoint.load=$T/ckA 2>&1)
 echo "$out" | grep -q "val loss" && pass eval_command || fail eval_command "$(echo "$out" | tail -2)"
+# the validation loss train printed after its last step is the one eval gets from
+# the checkpoint (the step's loss accumulator must not leak into it)
+vt=$(python3 -c "import json,sys; print([r for r in map(json.loads, open(sys.argv[1])) if r.get('eval')][-1]['val_loss'])" $T/a.jsonl)
+ve=$(echo "$out" | sed -n 's/.*val loss \([0-9.]*\).*/\1/p' | tail -1)
+if python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-3)" "$vt" "$ve"; then
+  pass eval_matches_train
+else fail eval_matches_train "train's final val loss $vt, eval from its checkpoint $ve"; fi
 ids=$("$LT" sample $CFG $D checkpoint.load=$T/ckA sample.num_tokens=20 2>/dev/null)
 n=$(echo "$ids" | wc -w)
 [ "$n" -ge 20 ] && echo "$ids" | grep -qE '^[0-9 ]+$' && pass sample_command ||
