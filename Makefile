@@ -114,6 +114,7 @@ ifeq ($(CUDA),1)
   # -isystem: src/comm_nccl.c includes nccl.h (and through it cuda_runtime.h)
   CFLAGS  += -DLT_HAVE_CUDA $(CUDA_INC)
   CUDA_OBJS := $(patsubst kernels/cuda/%.cu,$(BUILD)/obj/cuda/%.o,$(CUDA_SRCS))
+  CUDA_RES  := $(CUDA_OBJS:.o=.res)
   LDLIBS  += $(CUDA_LIB_FILES) $(addprefix -Wl$(lt_comma)-rpath$(lt_comma),$(CUDA_LIB_DIRS)) -lstdc++ -ldl
 endif
 # one line per dependency: what was found where
@@ -143,7 +144,7 @@ TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 GPU_TEST_BINS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/*.c))
 
 .PHONY: all deps check-deps test test-full demo clean gpu-test peer-check gpu-build rehearse-gpu
-all: check-deps $(BUILD)/lattice $(TEST_BINS)
+all: check-deps $(BUILD)/lattice $(TEST_BINS) $(CUDA_RES)
 
 deps:
 	@scripts/setup.sh
@@ -166,9 +167,17 @@ $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/cuda/%.o: kernels/cuda/%.cu $(FLAGS_STAMP)
+# ptxas's report of every kernel's registers, shared memory, stack and spills
+# per architecture (--resource-usage) is kept next to the object as %.res for
+# tests/test_resource_usage.sh (budgets: kernels/cuda/budgets.txt); nvcc's
+# other messages still reach the terminal.
+$(BUILD)/obj/cuda/%.o $(BUILD)/obj/cuda/%.res: kernels/cuda/%.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) --resource-usage -c $< -o $(BUILD)/obj/cuda/$*.o \
+	    2> $(BUILD)/obj/cuda/$*.res.tmp; rc=$$?; \
+	  grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' $(BUILD)/obj/cuda/$*.res.tmp >&2; \
+	  mv $(BUILD)/obj/cuda/$*.res.tmp $(BUILD)/obj/cuda/$*.res; touch $(BUILD)/obj/cuda/$*.res; \
+	  exit $$rc
 
 $(LIB): $(OBJS) $(CUDA_OBJS)
 	@rm -f $@
@@ -192,8 +201,8 @@ EMU_KERNELS := $(filter-out gemm backend_cuda comm_staging attention_cudnn%,$(pa
 EMU_OBJS := $(patsubst %,$(EMU_DIR)/%.o,$(EMU_KERNELS)) $(EMU_DIR)/emu_glue.o
 # (include/*.h too: the kernels see backend.h's structs, and a stale object
 # built against an older layout crashes the emulation)
-EMU_HDRS := $(EMU_DIR)/common.cuh $(EMU_DIR)/attention.cuh kernels/cuda/device.cuh kernels/cuda/ops.cuh \
-            $(wildcard include/*.h)
+EMU_HDRS := $(EMU_DIR)/common.cuh $(EMU_DIR)/attention.cuh $(EMU_DIR)/vec.cuh kernels/cuda/device.cuh \
+            kernels/cuda/ops.cuh $(wildcard include/*.h)
 # -w: the rewritten kernels are checked by nvcc -Wall already
 EMU_CXXFLAGS := -std=c++20 -O2 -pthread -w -I$(EMU_DIR) -Ikernels/cuda -Iinclude $(CUDA_INC)
 EMU_TEST := $(BUILD)/tests/test_cuda_emu
@@ -204,6 +213,9 @@ $(EMU_DIR)/common.cuh: tests/emu/common.cuh
 $(EMU_DIR)/attention.cuh: kernels/cuda/attention.cuh
 	@mkdir -p $(dir $@)
 	cp $< $@
+$(EMU_DIR)/vec.cuh: kernels/cuda/vec.cuh tests/emu/transform.py
+	@mkdir -p $(dir $@)
+	python3 tests/emu/transform.py $< > $@.tmp && mv $@.tmp $@
 $(EMU_DIR)/%.cpp: kernels/cuda/%.cu tests/emu/transform.py
 	@mkdir -p $(dir $@)
 	python3 tests/emu/transform.py $< > $@.tmp && mv $@.tmp $@

@@ -130,9 +130,9 @@ typedef struct {
     int64_t uid[PACK_MAX];
     void *ptr[PACK_MAX];
     int n;
-} Pack;
+} VariantPack;
 
-static void pack_add(Pack *pk, int64_t uid, const void *ptr) {
+static void pack_add(VariantPack *pk, int64_t uid, const void *ptr) {
     if (pk->n == PACK_MAX) lt_fatal("cuDNN variant pack: more than %d tensors", PACK_MAX);
     pk->uid[pk->n] = uid;
     pk->ptr[pk->n++] = (void *)ptr;
@@ -140,14 +140,14 @@ static void pack_add(Pack *pk, int64_t uid, const void *ptr) {
 
 /* Three tensors at base + {0, C, 2C} elements (q | k | v of each token):
  * uids first, first + 1, first + 2. */
-static void pack_qkv(Pack *pk, int64_t first, const void *base, size_t C) {
+static void pack_qkv(VariantPack *pk, int64_t first, const void *base, size_t C) {
     const bf16 *b = (const bf16 *)base;
     for (int i = 0; i < 3; i++) pack_add(pk, first + i, b + i * C);
 }
 
 /* Execute p on the current stream: the scalars and workspace tensors are
  * added to the call's pack here. */
-static void run_plan(LtBackend *be, CudnnAttn *ca, CuAttnPlan *p, Pack *pk) {
+static void run_plan(LtBackend *be, CudnnAttn *ca, CuAttnPlan *p, VariantPack *pk) {
     char *ws = (char *)cu_scratch(be, cudnn_plan_workspace(p));
     pack_add(pk, UID_SCALE, &p->scale);
     pack_add(pk, UID_NEG_INF, &p->neg_inf);
@@ -184,7 +184,7 @@ int cudnn_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, i
     const void *ptrs[] = {qkv, out, lse};
     CuAttnPlan *p = plan_for(ca, &s, ptrs, 3);
     if (!p) return 0;
-    Pack pk = {};
+    VariantPack pk = {};
     pack_qkv(&pk, UID_Q, qkv, (size_t)NH * HD);
     pack_add(&pk, UID_O, out);
     pack_add(&pk, UID_STATS, lse);
@@ -200,7 +200,7 @@ int cudnn_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void 
     const void *ptrs[] = {dqkv, dout, qkv, out, lse};
     CuAttnPlan *p = plan_for(ca, &s, ptrs, 5);
     if (!p) return 0;
-    Pack pk = {};
+    VariantPack pk = {};
     pack_qkv(&pk, UID_Q, qkv, (size_t)NH * HD);
     pack_add(&pk, UID_O, out);
     pack_add(&pk, UID_DO, dout);

@@ -23,6 +23,10 @@
 #define AM_THREADS 128
 #define AM_BR 64 /* query rows per block (forward, dq) */
 #define AM_BC 64 /* keys per tile (forward, dq) and per block (dkdv) */
+/* Forward blocks per SM promised to ptxas (launch bounds; 0 = none). HD 32: 4,
+ * i.e. up to 128 registers - left to its own heuristic, sm_90's ptxas keeps it
+ * at 96 registers and spills (tests/test_resource_usage.sh); 117-121 fit. */
+#define AM_FWD_MIN_BLOCKS(HD) ((HD) == 32 ? 4 : 0)
 
 /* ======================= device helpers ======================= */
 
@@ -81,7 +85,7 @@ __device__ __forceinline__ void ld_afrag(uint32_t a[4], const bf16 *s, int r0, i
 
 // qkv (B,T,3,NH,HD) -> out (B,T,NH,HD), lse (B,NH,T). grid (ceil(T/64), B*NH), 128 threads.
 template <int HD>
-__global__ void __launch_bounds__(AM_THREADS)
+__global__ void __launch_bounds__(AM_THREADS, AM_FWD_MIN_BLOCKS(HD))
     attn_mma_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, int T_, int NH, float sl2) {
     constexpr int SD = HD + 8, KD = HD / 16, ND = HD / 8;
     extern __shared__ __align__(16) unsigned char am_raw[];

@@ -87,6 +87,7 @@ void *cu_scratch(LtBackend *be, size_t bytes);
 void *cu_workspace(LtBackend *be, size_t *bytes);
 
 #include "device.cuh" /* bf16 conversion, warp/block reductions, GeLU math, launch sizes */
+#include "vec.cuh"    /* 16-byte packs, the elementwise map kernel */
 #include "ops.cuh"    /* the op entries (cu_*) */
 
 #endif

@@ -13,7 +13,21 @@
  * per (t, c). Token ids >= 0 are trusted to lie in [0, V); a negative id is a
  * row owned by another tensor-parallel rank: no wte term in the forward, no
  * wte gradient (never matched by any bucket). wpe == NULL (forward) drops the
- * position term; dwte / dwpe == NULL skip that gradient. */
+ * position term; dwte / dwpe == NULL skip that gradient.
+ * Rows move in 16-byte packs (bf16 x 8, fp32 x 4; the fp32 gradient rows as
+ * one or two 16-byte accesses per pack) when C is a multiple of the pack and
+ * every tensor is 16-byte aligned, else one element per access (the same
+ * kernels with VEC = 1); a pack covers the same columns in every row, so the
+ * per-element order of the sums (and the result) is the same on both paths.
+ *
+ * Bytes per element of a (B*T, C) activation (s = sizeof(act)): forward 3s
+ * (read the wte and wpe rows, write out; wpe rows are shared by the batch and
+ * mostly cached, so 2s + s/B from DRAM - the floor); dwpe 4 * 2 / B + s (read
+ * and write the fp32 dwpe once, read dout), dwte 8 + s per token (read and
+ * write the fp32 row of dwte, read dout; the floor for rows that repeat
+ * within a batch is lower, as the sequential sum keeps them in L2), plus the
+ * bucket scan's N * G token reads from L2. Before: the same bytes, as 2- or
+ * 4-byte scalar accesses. */
 #include "common.cuh"
 
 #define EMB_THREADS 256
@@ -22,7 +36,7 @@
 
 // out (B*T, C) = wte[tokens] (V, C) + wpe[t] (T, C); one block per token row.
 // A negative token id contributes no wte term; wpe == NULL, no position term.
-template <typename T>
+template <typename T, int VEC>
 __global__ void embedding_fwd_kernel(T *out, const int32_t *tokens, const T *wte, const T *wpe,
                                      int T_, int C) {
     const size_t n = blockIdx.x;
@@ -31,27 +45,30 @@ __global__ void embedding_fwd_kernel(T *out, const int32_t *tokens, const T *wte
     const T *e = tok >= 0 ? wte + (size_t)tok * C : nullptr;
     const T *p = wpe ? wpe + (size_t)t * C : nullptr;
     T *o = out + n * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float v = 0.f;
-        if (e) v = to_f(e[c]);
-        if (p) v += to_f(p[c]);
-        o[c] = from_f<T>(v);
+    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
+        float v[VEC] = {};
+        if (e) ld_f<VEC>(e + c, v);
+        if (p) add_f<VEC>(v, p + c);
+        st_f<VEC>(o + c, v);
     }
 }
 
-// dwpe (T, C) += sum over b of dout (B, T, C); one thread per (t, c), b ascending.
-template <typename T>
-__global__ void wpe_bwd_kernel(float *dwpe, const T *dout, int B, int T_, int C) {
-    const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    const size_t TC = (size_t)T_ * C;
-    if (i >= TC) return;
-    float acc = dwpe[i];
-    for (int b = 0; b < B; b++) acc += to_f(dout[(size_t)b * TC + i]);
-    dwpe[i] = acc;
-}
+// dwpe (T, C) += sum over b of dout (B, T, C), b ascending (map_kernel functor over T*C).
+template <typename T> struct WpeBwd {
+    float *dwpe;
+    const T *dout;
+    int B;
+    size_t TC;
+    template <int K> __device__ __forceinline__ void apply(size_t i) const {
+        float acc[K];
+        ld_f<K>(dwpe + i, acc);
+        for (int b = 0; b < B; b++) add_f<K>(acc, dout + (size_t)b * TC + i);
+        st_f<K>(dwpe + i, acc);
+    }
+};
 
 // dwte (V, C) += dout (N, C) rows gathered by tokens; block g owns ids with id % G == g.
-template <typename T>
+template <typename T, int VEC>
 __global__ void __launch_bounds__(EMB_THREADS)
     wte_bwd_kernel(float *dwte, const T *dout, const int32_t *tokens, int N, int C, unsigned G) {
     __shared__ int list[EMB_THREADS];
@@ -76,7 +93,12 @@ __global__ void __launch_bounds__(EMB_THREADS)
             const int n = list[j];
             const T *src = dout + (size_t)n * C;
             float *dst = dwte + (size_t)tokens[n] * C;
-            for (int c = tid; c < C; c += EMB_THREADS) dst[c] += to_f(src[c]);
+            for (int c = tid * VEC; c < C; c += EMB_THREADS * VEC) {
+                float a[VEC];
+                ld_f<VEC>(dst + c, a);
+                add_f<VEC>(a, src + c);
+                st_f<VEC>(dst + c, a);
+            }
         }
         __syncthreads(); /* list and wcount are rewritten next round */
     }
@@ -84,30 +106,39 @@ __global__ void __launch_bounds__(EMB_THREADS)
 
 /* ======================= launchers ======================= */
 
+template <typename T, int VEC>
+static void emb_fwd_launch(T *out, const int32_t *tokens, const T *wte, const T *wpe, int B,
+                           int T_, int C, cudaStream_t st) {
+    const int packs = C / VEC, threads = packs >= 256 ? 256 : ((packs + 31) / 32) * 32;
+    embedding_fwd_kernel<T, VEC><<<(unsigned)((size_t)B * T_), threads, 0, st>>>(out, tokens, wte,
+                                                                               wpe, T_, C);
+    CU_CHECK_LAUNCH();
+}
+
 template <typename T>
 static void launch_embedding_fwd(T *out, const int32_t *tokens, const T *wte, const T *wpe, int B,
                                  int T_, int C, cudaStream_t st) {
-    const int threads = C >= 256 ? 256 : ((C + 31) / 32) * 32;
-    embedding_fwd_kernel<T><<<(unsigned)((size_t)B * T_), threads, 0, st>>>(out, tokens, wte, wpe,
-                                                                           T_, C);
-    CU_CHECK_LAUNCH();
+    if (cu_aligned16(out, wte, wpe) && C % LT_VEC(T) == 0)
+        emb_fwd_launch<T, LT_VEC(T)>(out, tokens, wte, wpe, B, T_, C, st);
+    else
+        emb_fwd_launch<T, 1>(out, tokens, wte, wpe, B, T_, C, st);
 }
 
 template <typename T>
 static void launch_embedding_bwd(float *dwte, float *dwpe, const T *dout, const int32_t *tokens,
                                  int B, int T_, int C, cudaStream_t st) {
-    const int N = B * T_;
-    if (dwpe) {
-        wpe_bwd_kernel<T><<<cu_blocks((size_t)T_ * C, 256), 256, 0, st>>>(dwpe, dout, B, T_, C);
-        CU_CHECK_LAUNCH();
-    }
-    if (dwte) {
-        unsigned G = (unsigned)(N / 16);
-        if (G < 1) G = 1;
-        if (G > 1024) G = 1024;
-        wte_bwd_kernel<T><<<G, EMB_THREADS, 0, st>>>(dwte, dout, tokens, N, C, G);
-        CU_CHECK_LAUNCH();
-    }
+    constexpr int PK = LT_VEC(T);
+    const int N = B * T_, vec = cu_aligned16(dwte, dwpe, dout) && C % PK == 0;
+    const size_t TC = (size_t)T_ * C;
+    if (dwpe) launch_map<PK>(WpeBwd<T>{dwpe, dout, B, TC}, TC, vec, st);
+    if (!dwte) return;
+    unsigned G = (unsigned)(N / 16);
+    G = G < 1 ? 1 : (G > 1024 ? 1024 : G);
+    if (vec)
+        wte_bwd_kernel<T, PK><<<G, EMB_THREADS, 0, st>>>(dwte, dout, tokens, N, C, G);
+    else
+        wte_bwd_kernel<T, 1><<<G, EMB_THREADS, 0, st>>>(dwte, dout, tokens, N, C, G);
+    CU_CHECK_LAUNCH();
 }
 
 /* ======================= op entries ======================= */

@@ -14,8 +14,18 @@
  * cuBLASLt type combination), so weight gradients accumulate in fp32 in
  * place. fp32 mode uses CUBLAS_COMPUTE_32F with fp32 data, which never uses
  * TF32 (that needs CUBLAS_COMPUTE_32F_FAST_TF32).
- * dbias is NOT taken from the BGRADB epilogue (it overwrites, and we must
- * accumulate); a deterministic two-pass column sum (reduce.cu) adds it.
+ * dbias: in bf16 the dweight GEMM also produces the column sums of dout with
+ * the BGRADB epilogue (reduction over k = N; the bias gradient has the C type,
+ * fp32). The epilogue overwrites its vector while lattice's dbias accumulates
+ * (+=) over micro batches, so it writes into the stream's scratch and add_f32
+ * adds that into dbias (4 * OC bytes each way instead of a second read of
+ * dout, 2 * N * OC bytes). fp32 (compared with the CPU at 1e-5), a NULL dw,
+ * LT_CUDA_GEMM=plain, or no algorithm for the epilogue take the column-sum
+ * kernel of reduce.cu (one read of dout, deterministic). UNVERIFIED without a
+ * GPU: the host emulation has no cuBLASLt, so the BGRADB path (its support for
+ * this type combination and op(B) = T, its result and its bitwise
+ * reproducibility) is first checked by tests/gpu/test_gpu_ops' linear case
+ * (dbias against the CPU, and a second run bit for bit).
  * When cuBLASLt has no algorithm for an epilogue (aux ld not a multiple of 8,
  * bias not 16-byte aligned, or the heuristic returns nothing) we run the
  * plain GEMM and apply bias / GeLU / dGeLU with an elementwise kernel.
@@ -36,7 +46,7 @@ typedef struct {
     cudaDataType_t ab_type, d_type;
     float beta;
     cublasLtEpilogue_t epi;
-    const void *bias; /* length m, type d_type */
+    const void *bias; /* length m, type d_type; BGRADB: length n, written */
     const void *aux;  /* m x n, ld = ldd, type d_type */
 } GemmArgs;
 
@@ -260,6 +270,7 @@ void cu_linear_bwd(LtBackend *be, void *dinp, float *dw, float *dbias, const voi
             }
         }
     }
+    int dbias_done = 0;
     if (dw && N > 0 && C > 0 && OC > 0) {
         GemmArgs g;
         memset(&g, 0, sizeof g);
@@ -277,7 +288,14 @@ void cu_linear_bwd(LtBackend *be, void *dinp, float *dw, float *dbias, const voi
         g.ab_type = at;
         g.d_type = CUDA_R_32F;
         g.beta = 1.f;
-        gemm_plain(be, &g);
+        if (dbias && cu_is_bf16(be) && !cu_impl(be)->gemm_no_epilogue) {
+            float *bgrad = (float *)cu_scratch(be, (size_t)OC * sizeof(float));
+            g.epi = CUBLASLT_EPILOGUE_BGRADB;
+            g.bias = bgrad;
+            dbias_done = gemm_run(be, &g);
+            if (dbias_done) cu_add_f32(be, dbias, bgrad, (size_t)OC);
+        }
+        if (!dbias_done) gemm_plain(be, &g);
     }
-    if (dbias && N > 0 && OC > 0) cu_colsum_add(be, dbias, dout, N, OC);
+    if (dbias && !dbias_done && N > 0 && OC > 0) cu_colsum_add(be, dbias, dout, N, OC);
 }

@@ -1,200 +1,249 @@
-/* layernorm.cu - residual add fused with LayerNorm, and its backward.
+/* layernorm.cu - residual add fused with LayerNorm, its one-pass backward,
+ * and the residual add alone (add_act).
  *
- * Design note. Forward: one warp per row; pass 1 forms the residual sum
- * (rounded to the act type, stored, and that rounded x is what is
- * normalized, as on the CPU backend) and its mean, pass 2 the centered
- * variance (two-pass, no E[x^2]-mean^2 cancellation), pass 3 writes out.
- * Passes 2-3 re-read the row, which the warp just touched (L1/L2 hits).
- * Backward: a block walks rows g, g+G, ... (G = min(N, 512), a function of N
- * only). Thread j owns columns j, j+blockDim, ... and accumulates dw/db for
- * them in shared memory, so no two threads ever add into the same slot; the
- * two row means (of dxhat and dxhat*xhat) use a fixed-order block reduction.
- * Each block writes its dw/db partial to scratch (G, 2, C); a second kernel
- * adds the G partials in index order into dw/db. Deterministic, no atomics.
- * dinp accumulates (+=) as backend.h requires.
- * add_act: the residual add alone, elementwise, with the forward's exact
- * expression (from_f(to_f(a) + to_f(b))), so its result equals resid_out bit for
- * bit. 16-byte vectors when all three pointers are 16-byte aligned (a scalar
- * kernel otherwise); each element is read and written by one thread, so out may
- * alias a or b. */
+ * Design note. Both directions give each row to one warp and move the row in
+ * 16-byte packs (bf16 x 8, fp32 x 4) when C is a multiple of the pack and
+ * every tensor is 16-byte aligned; otherwise the same kernels run with one
+ * element per access (VEC = 1). Lanes own the packs lane, lane + 32, ... of
+ * the row, and each warp owns a slice of dynamic shared memory in which only
+ * that lane ever touches its packs' slots: no barrier inside a row.
+ *  - Forward: the residual sum (rounded to the act type, stored, and that
+ *    rounded x is what is normalized, as on the CPU backend) goes to the
+ *    warp's slice (C elements) as it is formed, so a and b are read once;
+ *    mean, then the centered variance (two-pass, no E[x^2] - mean^2
+ *    cancellation) and the output come from the slice.
+ *  - Backward, one pass over (dout, inp): a row's packs are loaded once, kept
+ *    in the warp's slice, and the same loop accumulates both row reductions
+ *    (mean of dxhat and of dxhat * xhat) and the warp's dw/db (lane-owned fp32
+ *    slots); after two warp sums, dinp += from the slice. A block's warps take
+ *    rows blockIdx * W + w, stepping by G * W (G = min(ceil(N / W), 256), W
+ *    from C and the act size only); at the end each block adds its W warps'
+ *    dw/db in warp order into its row of the partials (G, 2C) in the stream's
+ *    scratch, and reduce.cu's column sum adds the G rows, in order, into dw
+ *    and db. Deterministic, no atomics. dinp accumulates (+=) as backend.h
+ *    requires.
+ *  - add_act: the residual add alone (vec.cuh's AddMap) with the
+ *    forward's expression from_f(to_f(a) + to_f(b)), so its result equals
+ *    resid_out bit for bit; each element is read and written by one thread,
+ *    so out may alias a or b.
+ * Shared memory: forward W * C * s bytes (W = min(8, 48 KiB / (C * s)));
+ * backward W * 2C * (4 + s) (W = min(8, 96 KiB / that per warp)); a row too
+ * large for one warp's slice within the device's opt-in limit is refused
+ * (lt_fatal): the backward takes C <= 14.5K fp32 / 19.3K bf16 on an H100
+ * (227 KiB), 10.4K / 13.9K on an A100 (163 KiB); before, with dw/db alone in
+ * shared memory, 29K / 20.8K in either precision.
+ *
+ * Bytes per element (s = sizeof(act): 2 bf16, 4 fp32; w, bias, mean, rstd
+ * are per row or per column and come from cache). Forward: with the residual
+ * 4s (read a, b; write resid_out, out), without 2s - the floor. Backward: 4s
+ * (read dout, inp, dinp; write dinp) - the floor - plus 8 * C * G bytes of
+ * partials written and read once (G <= 256 rows of 2C floats). add_act 3s.
+ * Before: forward re-read the row twice from global memory (L1/L2 hits) and
+ * backward read dout and inp twice per row; all accesses 2- or 4-byte
+ * scalars (add_act already had 16-byte packs), and the dw/db partials were
+ * up to 512 rows summed by one thread per column. */
 #include "common.cuh"
 
 #define LN_EPS 1e-5f
-#define LN_FWD_ROWS 8 /* warps (rows) per forward block */
-#define LN_BWD_THREADS 256
-#define LN_BWD_MAX_BLOCKS 512
-#define ADD_THREADS 256
+#define LN_WARPS 8 /* most warps (rows in flight) per block */
+#define LN_FWD_SMEM (48 * 1024)
+#define LN_BWD_SMEM (96 * 1024)
+#define LN_BWD_MAX_BLOCKS 256
 
 /* ======================= kernels ======================= */
 
-// a, b (N, C) -> resid_out = a + b (N, C); out (N, C); mean, rstd (N). b may be NULL.
-template <typename T>
-__global__ void __launch_bounds__(LN_FWD_ROWS * 32)
+// One row: x = a (+ b, rounded, also stored to ro) into the slice xs (C); returns the lane's sum.
+template <typename T, int VEC>
+__device__ __forceinline__ float ln_stage_row(T *xs, T *ro, const T *a, const T *b, int C,
+                                              int lane) {
+    float s = 0.f;
+    for (int c = lane * VEC; c < C; c += 32 * VEC) {
+        float x[VEC];
+        ld_f<VEC>(a + c, x);
+        if (b) add_f<VEC>(x, b + c);
+        const Pack<T, VEC> xp = pack_f<T, VEC>(x); /* a unchanged, or the rounded sum */
+        if (b) st_pack<VEC>(ro + c, xp);
+        st_pack<VEC>(xs + c, xp);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) s += to_f(xp.v[k]);
+    }
+    return s;
+}
+
+// The lane's sum of (x - m)^2 over its packs of the slice xs (C).
+template <typename T, int VEC>
+__device__ __forceinline__ float ln_sq_dev(const T *xs, float m, int C, int lane) {
+    float s = 0.f;
+    for (int c = lane * VEC; c < C; c += 32 * VEC) {
+        float x[VEC];
+        ld_f<VEC>(xs + c, x);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) s += (x[k] - m) * (x[k] - m);
+    }
+    return s;
+}
+
+// a, b (N, C) -> resid_out = a + b when b != NULL (N, C); out (N, C); mean, rstd (N).
+template <typename T, int VEC>
+__global__ void __launch_bounds__(LN_WARPS * 32)
     layernorm_fwd_kernel(T *resid_out, T *out, float *mean, float *rstd, const T *a, const T *b,
                          const T *w, const T *bias, int N, int C) {
-    const int lane = threadIdx.x & 31;
-    const int row = blockIdx.x * LN_FWD_ROWS + (threadIdx.x >> 5);
+    extern __shared__ __align__(16) unsigned char ln_smem[];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int row = blockIdx.x * (blockDim.x >> 5) + wid;
     if (row >= N) return;
+    T *xs = reinterpret_cast<T *>(ln_smem) + (size_t)wid * C;
     const size_t off = (size_t)row * C;
-    const T *x;
-    float s = 0.f;
-    if (b) {
-        T *ro = resid_out + off;
-        for (int c = lane; c < C; c += 32) {
-            T v = from_f<T>(to_f(a[off + c]) + to_f(b[off + c]));
-            ro[c] = v;
-            s += to_f(v);
-        }
-        x = ro;
-    } else {
-        for (int c = lane; c < C; c += 32) s += to_f(a[off + c]);
-        x = a + off;
+    const float m =
+        warp_sum(ln_stage_row<T, VEC>(xs, resid_out + off, a + off, b ? b + off : b, C, lane)) /
+        (float)C;
+    const float r = 1.f / sqrtf(warp_sum(ln_sq_dev<T, VEC>(xs, m, C, lane)) / (float)C + LN_EPS);
+    for (int c = lane * VEC; c < C; c += 32 * VEC) {
+        float x[VEC], g[VEC], bb[VEC];
+        ld_f<VEC>(xs + c, x);
+        ld_f<VEC>(w + c, g);
+        ld_f<VEC>(bias + c, bb);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) x[k] = (x[k] - m) * r * g[k] + bb[k];
+        st_f<VEC>(out + off + c, x);
     }
-    const float m = warp_sum(s) / (float)C;
-    float s2 = 0.f;
-    for (int c = lane; c < C; c += 32) {
-        float d = to_f(x[c]) - m;
-        s2 += d * d;
-    }
-    const float r = 1.f / sqrtf(warp_sum(s2) / (float)C + LN_EPS);
-    T *o = out + off;
-    for (int c = lane; c < C; c += 32)
-        o[c] = from_f<T>((to_f(x[c]) - m) * r * to_f(w[c]) + to_f(bias[c]));
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = r;
     }
 }
 
-// dinp (N, C) += dLN/dx; part (G, 2, C) <- per-block partial dw, db.
-template <typename T>
-__global__ void __launch_bounds__(LN_BWD_THREADS)
-    layernorm_bwd_kernel(T *dinp, float *part, const T *dout, const T *inp, const T *w,
-                         const float *mean, const float *rstd, int N, int C) {
-    extern __shared__ float ln_sh[]; /* dw_s (C) | db_s (C) */
-    __shared__ float red[32];
-    float *dw_s = ln_sh, *db_s = ln_sh + C;
-    const int tid = threadIdx.x;
-    for (int c = tid; c < C; c += LN_BWD_THREADS) dw_s[c] = db_s[c] = 0.f;
-    const float invC = 1.f / (float)C;
-    for (int row = blockIdx.x; row < N; row += gridDim.x) {
-        const size_t off = (size_t)row * C;
-        const float m = mean[row], r = rstd[row];
-        float s1 = 0.f, s2 = 0.f;
-        for (int c = tid; c < C; c += LN_BWD_THREADS) {
-            const float xh = (to_f(inp[off + c]) - m) * r;
-            const float dy = to_f(dout[off + c]);
-            const float dxh = dy * to_f(w[c]);
+// One row of the backward: dout, inp (C) -> cache (2C: dout | inp); acc (2C: dw | db) +=;
+// dinp (C) += r * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
+template <typename T, int VEC>
+__device__ __forceinline__ void ln_bwd_row(T *dinp, float *acc, T *cache, const T *dout,
+                                           const T *inp, const T *w, float m, float r, int C,
+                                           int lane) {
+    float s1 = 0.f, s2 = 0.f;
+    for (int c = lane * VEC; c < C; c += 32 * VEC) {
+        const Pack<T, VEC> dp = ld_pack<VEC>(dout + c), xp = ld_pack<VEC>(inp + c);
+        float g[VEC], aw[VEC], ab[VEC];
+        ld_f<VEC>(w + c, g);
+        ld_f<VEC>(acc + c, aw);
+        ld_f<VEC>(acc + C + c, ab);
+        st_pack<VEC>(cache + c, dp);
+        st_pack<VEC>(cache + C + c, xp);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            const float dy = to_f(dp.v[k]), xh = (to_f(xp.v[k]) - m) * r, dxh = dy * g[k];
             s1 += dxh;
             s2 += dxh * xh;
-            dw_s[c] += dy * xh;
-            db_s[c] += dy;
+            aw[k] += dy * xh;
+            ab[k] += dy;
         }
-        const float m1 = block_sum(s1, red) * invC;
-        const float m2 = block_sum(s2, red) * invC;
-        for (int c = tid; c < C; c += LN_BWD_THREADS) {
-            const float xh = (to_f(inp[off + c]) - m) * r;
-            const float dxh = to_f(dout[off + c]) * to_f(w[c]);
-            const float d = r * (dxh - m1 - xh * m2);
-            dinp[off + c] = from_f<T>(to_f(dinp[off + c]) + d);
-        }
+        st_f<VEC>(acc + c, aw);
+        st_f<VEC>(acc + C + c, ab);
     }
-    float *pw = part + (size_t)blockIdx.x * 2 * C;
-    for (int c = tid; c < C; c += LN_BWD_THREADS) {
-        pw[c] = dw_s[c];
-        pw[C + c] = db_s[c];
-    }
-}
-
-// dw, db (C) += sum over g of part (G, 2, C), g ascending.
-__global__ void layernorm_bwd_final_kernel(float *dw, float *db, const float *part, int G, int C) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float sw = 0.f, sb = 0.f;
-    for (int g = 0; g < G; g++) {
-        sw += part[(size_t)g * 2 * C + c];
-        sb += part[(size_t)g * 2 * C + C + c];
-    }
-    if (dw) dw[c] += sw;
-    if (db) db[c] += sb;
-}
-
-// out (n) = a (n) + b (n), 16-byte vectors of 16 / sizeof(T) elements; the last
-// n % VEC elements by the first threads of the grid. out may equal a or b.
-template <typename T> struct alignas(16) AddPack {
-    T v[16 / sizeof(T)];
-};
-template <typename T>
-__global__ void __launch_bounds__(ADD_THREADS)
-    add_act_vec_kernel(T *out, const T *a, const T *b, size_t n) {
-    constexpr int VEC = 16 / sizeof(T);
-    const size_t nv = n / VEC, stride = (size_t)gridDim.x * blockDim.x;
-    const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    AddPack<T> *o = reinterpret_cast<AddPack<T> *>(out);
-    const AddPack<T> *pa = reinterpret_cast<const AddPack<T> *>(a);
-    const AddPack<T> *pb = reinterpret_cast<const AddPack<T> *>(b);
-    for (size_t i = tid; i < nv; i += stride) {
-        const AddPack<T> x = pa[i], y = pb[i];
-        AddPack<T> r;
+    const float m1 = warp_sum(s1) / (float)C, m2 = warp_sum(s2) / (float)C;
+    for (int c = lane * VEC; c < C; c += 32 * VEC) {
+        float dy[VEC], x[VEC], g[VEC], di[VEC];
+        ld_f<VEC>(cache + c, dy);
+        ld_f<VEC>(cache + C + c, x);
+        ld_f<VEC>(w + c, g);
+        ld_f<VEC>(dinp + c, di);
 #pragma unroll
-        for (int k = 0; k < VEC; k++) r.v[k] = from_f<T>(to_f(x.v[k]) + to_f(y.v[k]));
-        o[i] = r;
+        for (int k = 0; k < VEC; k++) {
+            const float xh = (x[k] - m) * r;
+            di[k] += r * (dy[k] * g[k] - m1 - xh * m2);
+        }
+        st_f<VEC>(dinp + c, di);
     }
-    const size_t i = nv * VEC + tid;
-    if (i < n) out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
 }
 
-// The same for pointers that are not all 16-byte aligned.
-template <typename T>
-__global__ void __launch_bounds__(ADD_THREADS)
-    add_act_kernel(T *out, const T *a, const T *b, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+// dinp (N, C) += dLN/dx; part (G, 2C) row blockIdx <- the block's dw | db over its rows.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(LN_WARPS * 32)
+    layernorm_bwd_kernel(T *dinp, float *part, const T *dout, const T *inp, const T *w,
+                         const float *mean, const float *rstd, int N, int C) {
+    extern __shared__ __align__(16) unsigned char ln_smem[];
+    const int W = blockDim.x >> 5, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    float *accs = reinterpret_cast<float *>(ln_smem); /* (W, 2C): each warp's dw | db */
+    float *acc = accs + (size_t)wid * 2 * C;
+    T *cache = reinterpret_cast<T *>(accs + (size_t)W * 2 * C) + (size_t)wid * 2 * C;
+    const float zero[VEC] = {};
+    for (int c = lane * VEC; c < C; c += 32 * VEC) { /* the slots this lane owns */
+        st_f<VEC>(acc + c, zero);
+        st_f<VEC>(acc + C + c, zero);
+    }
+    for (int row = blockIdx.x * W + wid; row < N; row += gridDim.x * W) {
+        const size_t off = (size_t)row * C;
+        ln_bwd_row<T, VEC>(dinp + off, acc, cache, dout + off, inp + off, w, mean[row],
+                           rstd[row], C, lane);
+    }
+    __syncthreads();
+    for (int c = threadIdx.x * VEC; c < 2 * C; c += blockDim.x * VEC) {
+        float t[VEC];
+        ld_f<VEC>(accs + c, t);
+        for (int i = 1; i < W; i++) add_f<VEC>(t, accs + (size_t)i * 2 * C + c); /* warp order */
+        st_f<VEC>(part + (size_t)blockIdx.x * 2 * C + c, t);
+    }
 }
 
 /* ======================= launchers ======================= */
 
+/* Warps per block for `bytes` of shared memory per warp within `budget`. */
+static int ln_warps(size_t bytes, size_t budget) {
+    const size_t w = budget / bytes;
+    return w < 1 ? 1 : (w > LN_WARPS ? LN_WARPS : (int)w);
+}
+
+/* Lets fn use smem bytes of dynamic shared memory, or stops: the row does not fit. */
+static void ln_smem_opt_in(const char *op, const void *fn, size_t smem, int C, int optin) {
+    if (smem > (size_t)optin)
+        lt_fatal("%s: C=%d needs %zu bytes of shared memory per block (device max %d)", op, C,
+                 smem, optin);
+    if (smem > 48 * 1024)
+        CU_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+}
+
+template <typename T, int VEC>
+static void ln_fwd_launch(T *resid_out, T *out, float *mean, float *rstd, const T *a, const T *b,
+                          const T *w, const T *bias, int N, int C, int optin, cudaStream_t st) {
+    const int W = ln_warps((size_t)C * sizeof(T), LN_FWD_SMEM);
+    const size_t smem = (size_t)W * C * sizeof(T);
+    ln_smem_opt_in("layernorm_fwd", (const void *)layernorm_fwd_kernel<T, VEC>, smem, C, optin);
+    const unsigned grid = (unsigned)((N + W - 1) / W);
+    layernorm_fwd_kernel<T, VEC><<<grid, W * 32, smem, st>>>(resid_out, out, mean, rstd, a, b, w,
+                                                            bias, N, C);
+    CU_CHECK_LAUNCH();
+}
+
 template <typename T>
 static void launch_layernorm_fwd(T *resid_out, T *out, float *mean, float *rstd, const T *a,
-                                 const T *b, const T *w, const T *bias, int N, int C,
+                                 const T *b, const T *w, const T *bias, int N, int C, int optin,
                                  cudaStream_t st) {
-    const unsigned grid = (unsigned)((N + LN_FWD_ROWS - 1) / LN_FWD_ROWS);
-    layernorm_fwd_kernel<T><<<grid, LN_FWD_ROWS * 32, 0, st>>>(resid_out, out, mean, rstd, a, b,
-                                                               w, bias, N, C);
-    CU_CHECK_LAUNCH();
-}
-
-template <typename T>
-static void launch_layernorm_bwd(T *dinp, float *dw, float *db, float *part, int G,
-                                 const T *dout, const T *inp, const T *w, const float *mean,
-                                 const float *rstd, int N, int C, int smem_optin,
-                                 cudaStream_t st) {
-    const size_t smem = (size_t)2 * C * sizeof(float);
-    if (smem + 32 * sizeof(float) > (size_t)smem_optin) /* + the static reduction buffer */
-        lt_fatal("layernorm_bwd: C=%d needs %zu bytes of shared memory (device max %d)", C, smem,
-                 smem_optin);
-    if (smem > 48 * 1024)
-        CU_CHECK(cudaFuncSetAttribute(layernorm_bwd_kernel<T>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    layernorm_bwd_kernel<T><<<G, LN_BWD_THREADS, smem, st>>>(dinp, part, dout, inp, w, mean,
-                                                             rstd, N, C);
-    CU_CHECK_LAUNCH();
-    layernorm_bwd_final_kernel<<<cu_blocks(C, 256), 256, 0, st>>>(dw, db, part, G, C);
-    CU_CHECK_LAUNCH();
-}
-
-template <typename T>
-static void launch_add_act(T *out, const T *a, const T *b, size_t n, cudaStream_t st) {
-    constexpr int VEC = 16 / sizeof(T);
-    const int aligned = (((uintptr_t)out | (uintptr_t)a | (uintptr_t)b) & 15) == 0;
-    unsigned g = cu_blocks(aligned ? n / VEC : n, ADD_THREADS);
-    if (g > 65535u * 8u) g = 65535u * 8u; /* grid-stride beyond */
-    if (aligned)
-        add_act_vec_kernel<T><<<g, ADD_THREADS, 0, st>>>(out, a, b, n);
+    if (cu_aligned16(resid_out, out, a, b, w, bias) && C % LT_VEC(T) == 0)
+        ln_fwd_launch<T, LT_VEC(T)>(resid_out, out, mean, rstd, a, b, w, bias, N, C, optin, st);
     else
-        add_act_kernel<T><<<g, ADD_THREADS, 0, st>>>(out, a, b, n);
+        ln_fwd_launch<T, 1>(resid_out, out, mean, rstd, a, b, w, bias, N, C, optin, st);
+}
+
+template <typename T, int VEC>
+static void ln_bwd_launch(T *dinp, float *part, int W, int G, const T *dout, const T *inp,
+                          const T *w, const float *mean, const float *rstd, int N, int C,
+                          int optin, cudaStream_t st) {
+    const size_t smem = (size_t)W * 2 * C * (sizeof(float) + sizeof(T));
+    ln_smem_opt_in("layernorm_bwd", (const void *)layernorm_bwd_kernel<T, VEC>, smem, C, optin);
+    layernorm_bwd_kernel<T, VEC><<<G, W * 32, smem, st>>>(dinp, part, dout, inp, w, mean, rstd,
+                                                         N, C);
     CU_CHECK_LAUNCH();
+}
+
+template <typename T>
+static void launch_layernorm_bwd(T *dinp, float *dw, float *db, float *part, int W, int G,
+                                 const T *dout, const T *inp, const T *w, const float *mean,
+                                 const float *rstd, int N, int C, int optin, cudaStream_t st) {
+    if (cu_aligned16(dinp, dout, inp, w) && C % LT_VEC(T) == 0)
+        ln_bwd_launch<T, LT_VEC(T)>(dinp, part, W, G, dout, inp, w, mean, rstd, N, C, optin, st);
+    else
+        ln_bwd_launch<T, 1>(dinp, part, W, G, dout, inp, w, mean, rstd, N, C, optin, st);
+    if (dw) launch_colsum_f32_add(dw, part, (size_t)2 * C, G, C, st);
+    if (db) launch_colsum_f32_add(db, part + C, (size_t)2 * C, G, C, st);
 }
 
 /* ======================= op entries ======================= */
@@ -203,14 +252,15 @@ void cu_layernorm_fwd(LtBackend *be, void *resid_out, void *out, float *mean, fl
                       const void *a, const void *b, const void *w, const void *bias, int N,
                       int C) {
     if (N <= 0 || C <= 0) return;
+    const int optin = cu_impl(be)->smem_optin;
     if (cu_is_bf16(be))
         launch_layernorm_fwd<bf16>((bf16 *)resid_out, (bf16 *)out, mean, rstd, (const bf16 *)a,
                                    (const bf16 *)b, (const bf16 *)w, (const bf16 *)bias, N, C,
-                                   cu_stream(be));
+                                   optin, cu_stream(be));
     else
         launch_layernorm_fwd<float>((float *)resid_out, (float *)out, mean, rstd,
                                     (const float *)a, (const float *)b, (const float *)w,
-                                    (const float *)bias, N, C, cu_stream(be));
+                                    (const float *)bias, N, C, optin, cu_stream(be));
 }
 
 void cu_layernorm_bwd(LtBackend *be, void *dinp, float *dw, float *db, const void *dout,
@@ -218,23 +268,29 @@ void cu_layernorm_bwd(LtBackend *be, void *dinp, float *dw, float *db, const voi
                       int C) {
     if (N <= 0 || C <= 0) return;
     if (!dinp) lt_fatal("layernorm_bwd: the CUDA backend needs dinp (the input gradient)");
-    const int G = N < LN_BWD_MAX_BLOCKS ? N : LN_BWD_MAX_BLOCKS;
+    const int W = ln_warps((size_t)2 * C * (sizeof(float) + be->act_size), LN_BWD_SMEM);
+    const int G0 = (N + W - 1) / W;
+    const int G = G0 < LN_BWD_MAX_BLOCKS ? G0 : LN_BWD_MAX_BLOCKS;
     float *part = (float *)cu_scratch(be, (size_t)G * 2 * C * sizeof(float));
     const int optin = cu_impl(be)->smem_optin;
     if (cu_is_bf16(be))
-        launch_layernorm_bwd<bf16>((bf16 *)dinp, dw, db, part, G, (const bf16 *)dout,
+        launch_layernorm_bwd<bf16>((bf16 *)dinp, dw, db, part, W, G, (const bf16 *)dout,
                                    (const bf16 *)inp, (const bf16 *)w, mean, rstd, N, C, optin,
                                    cu_stream(be));
     else
-        launch_layernorm_bwd<float>((float *)dinp, dw, db, part, G, (const float *)dout,
+        launch_layernorm_bwd<float>((float *)dinp, dw, db, part, W, G, (const float *)dout,
                                     (const float *)inp, (const float *)w, mean, rstd, N, C, optin,
                                     cu_stream(be));
 }
 
 void cu_add_act(LtBackend *be, void *out, const void *a, const void *b, size_t n) {
     if (n == 0) return;
+    const int vec = cu_aligned16(out, a, b);
     if (cu_is_bf16(be))
-        launch_add_act<bf16>((bf16 *)out, (const bf16 *)a, (const bf16 *)b, n, cu_stream(be));
+        launch_map<LT_VEC(bf16)>(AddMap<bf16>{(bf16 *)out, (const bf16 *)a, (const bf16 *)b}, n,
+                                 vec, cu_stream(be));
     else
-        launch_add_act<float>((float *)out, (const float *)a, (const float *)b, n, cu_stream(be));
+        launch_map<LT_VEC(float)>(
+            AddMap<float>{(float *)out, (const float *)a, (const float *)b}, n, vec,
+            cu_stream(be));
 }

@@ -47,8 +47,12 @@ void cu_act_from_f32(LtBackend *be, void *dst, const float *src, size_t n);
 void cu_act_to_f32(LtBackend *be, float *dst, const void *src, size_t n);
 
 /* Helpers shared between files (reduce.cu, gelu.cu). */
-/* dbias(OC) += column sums of dout(N, OC); deterministic two-pass. */
+/* dbias(OC) += column sums of dout(N, OC); deterministic, one read of dout. */
 void cu_colsum_add(LtBackend *be, float *dbias, const void *dout, int N, int OC);
+/* dst(ncols) += column sums of the fp32 matrix x(N rows, row stride ld), one launch,
+ * fixed order (layernorm.cu sums its per-block dw/db partials with it). */
+void launch_colsum_f32_add(float *dst, const float *x, size_t ld, int N, int ncols,
+                           cudaStream_t st);
 /* out = gelu(pre + bias) with pre_gelu = pre + bias (bias may be NULL; pre_gelu may
  * equal the buffer holding pre, it is rewritten in place) - the GEMM fallback. */
 void cu_bias_gelu(LtBackend *be, void *out, void *pre_gelu, const void *pre, const void *bias,

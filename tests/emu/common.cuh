@@ -35,7 +35,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __shared__
 #include "backend.h"
 #include "common.h" /* lt_fatal, lt_malloc */
@@ -140,5 +140,12 @@ static inline void emu_cp_async16(void *smem, const void *gmem, bool valid) {
 }
 void emu_run(dim3 grid, dim3 block, size_t smem, std::function<void()> fn);
 
+/* A 16-byte pack (kernels/cuda/vec.cuh) must sit on its alignment, as a GPU
+ * requires; x86 would not notice, so the emulation checks every pack access. */
+#define LT_PACK_CHECK(p, align)                                                             \
+    ((uintptr_t)(p) % (align) ? lt_fatal("emulation: misaligned %zu-byte pack access at %p", \
+                                         (size_t)(align), (const void *)(p))                  \
+                              : (void)0)
 #include "device.cuh" /* kernels/cuda: conversion, reductions, GeLU math, launch sizes */
+#include "vec.cuh"    /* kernels/cuda/vec.cuh rewritten by transform.py: packs, map kernel */
 #include "ops.cuh"    /* kernels/cuda: the op entries */

@@ -18,7 +18,7 @@ EmuBlock *g_eb;
 
 /* Static __shared__ variables of the running block: a NaN-filled arena and
  * each declaration's offset in it (assigned by the first thread asking). */
-static unsigned char g_static[48 * 1024];
+alignas(16) static unsigned char g_static[48 * 1024];
 static size_t g_static_used;
 static std::map<std::string, size_t> g_static_at;
 static std::mutex g_static_mu;
@@ -192,6 +192,13 @@ static const LtBackendOps emu_ops = {
     .scale_f32 = cu_scale_f32,
     .add_f32 = cu_add_f32,
 };
+
+/* The bias-gradient column sum (reduce.cu), which linear_bwd uses where
+ * cuBLASLt's BGRADB epilogue does not apply: tested on its own here, since
+ * the GEMMs around it have no emulation. */
+extern "C" void emu_colsum_add(LtBackend *be, float *dbias, const void *dout, int N, int OC) {
+    cu_colsum_add(be, dbias, dout, N, OC);
+}
 
 /* This binary has no real CUDA backend (the emulated one stands in). */
 extern "C" LtBackend *lt_backend_cuda_create(LtDtype, int, char *err, size_t errlen) {

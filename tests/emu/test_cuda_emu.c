@@ -2,16 +2,53 @@
  * run without a GPU: the CUDA backend's op entries and kernels
  * (the kernels/cuda sources except the cuBLASLt GEMMs and the runtime glue) execute
  * in the host emulation of tests/emu (every CUDA thread a host thread,
- * mma.sync from the PTX fragment tables, shared memory NaN-poisoned) on host
- * memory, against the CPU backend, with the same tolerances and the same
- * poisoned outputs and determinism checks. The linear case needs cuBLASLt
- * and runs only on a GPU. */
+ * mma.sync from the PTX fragment tables, shared memory NaN-poisoned, 16-byte
+ * packs checked for alignment) on host memory, against the CPU backend, with
+ * the same tolerances and the same poisoned outputs and determinism checks,
+ * including the runs with every buffer off the 16-byte grid (the scalar
+ * fallbacks; attention's misaligned run is left to the GPU: misaligned tensors
+ * take its generic path, which the alternative pairs run here already). The
+ * linear case needs cuBLASLt and runs only on a GPU; its bias-gradient column
+ * sum, which needs no GEMM, is checked here against a host sum (colsum). */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #define main test_gpu_ops_main
 #include "../gpu/test_gpu_ops.c"
 #undef main
 
 LtBackend *emu_cuda_backend_create(LtDtype dtype, int attn_simt);
+void emu_colsum_add(LtBackend *be, float *dbias, const void *dout, int N, int OC);
+
+/* dbias (OC) += column sums of dout (N, OC) on the device against the host's
+ * sum in double (inputs identical, so fp32 accuracy in both dtypes): one
+ * chunk added straight in (N <= 64), partial rows then their sum, OC not a
+ * multiple of the pack; bitwise equal when run twice. */
+static void t_colsum(const Pair *P) {
+    static const int shapes[][2] = {{7, 24}, {100, 40}, {300, 37}, {130, 1000}};
+    LtBackend *be = P->dut;
+    for (int s = 0; s < 4; s++) {
+        const int N = shapes[s][0], OC = shapes[s][1];
+        float *dout = hrand((size_t)N * OC, 1.f, P->bf16), *db0 = hrand(OC, 1.f, 0);
+        float *want = hzeros(OC), *got = hzeros(OC);
+        for (int c = 0; c < OC; c++) {
+            double t = db0[c];
+            for (int n = 0; n < N; n++) t += dout[(size_t)n * OC + c];
+            want[c] = (float)t;
+        }
+        void *d = act_up(be, dout, (size_t)N * OC);
+        float *g = f32_up(be, db0, OC);
+        emu_colsum_add(be, g, d, N, OC);
+        f32_down(be, got, g, OC);
+        char nm[64];
+        snprintf(nm, sizeof nm, "colsum N%d OC%d", N, OC);
+        cmp(P, nm, got, want, OC, 1e-5);
+        be->ops->upload(be, g, db0, (size_t)OC * 4);
+        emu_colsum_add(be, g, d, N, OC);
+        void *bits = raw_down(be, g, (size_t)OC * 4);
+        same_bits(P, "colsum", bits, got, (size_t)OC * 4);
+        dfree(be, d), dfree(be, g);
+        free(bits), free(dout), free(db0), free(want), free(got);
+    }
+}
 
 int main(void) {
     g_quick = 1;
@@ -29,12 +66,18 @@ int main(void) {
     const int npairs = (int)(sizeof pairs / sizeof pairs[0]);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         if (!strcmp(cases[c].name, "linear")) continue; /* cuBLASLt: GPU only */
+        const int attn = !strcmp(cases[c].name, "attention");
         for (int p = 0; p < npairs; p++) {
             /* the alternative backends differ only in the attention path */
-            if (pairs[p].tag[strlen(pairs[p].tag) - 1] == 'a' && strcmp(cases[c].name, "attention"))
-                continue;
+            if (pairs[p].tag[strlen(pairs[p].tag) - 1] == 'a' && !attn) continue;
             run_case(&cases[c], &pairs[p]);
+            if (cases[c].misalign && !attn) run_case_misaligned(&cases[c], &pairs[p]);
         }
+    }
+    const Case colsum = {"colsum", t_colsum, 1};
+    for (int p = 0; p < npairs; p += 2) { /* f32, bf16 */
+        run_case(&colsum, &pairs[p]);
+        run_case_misaligned(&colsum, &pairs[p]);
     }
     lt_backend_destroy(e32), lt_backend_destroy(e16), lt_backend_destroy(a32);
     lt_backend_destroy(a16), lt_backend_destroy(c32), lt_backend_destroy(c16);

@@ -26,6 +26,12 @@
  * (embedding_tp: negative ids, NULL wpe / dwte / dwpe; xent_tp: the vocab-split
  * cross-entropy simulated over shards of one device, also checked against the
  * device's own xent_fwd_bwd) use the same pairs and bounds.
+ * Alignment: the op contract promises none, and the memory-bound kernels take
+ * 16-byte vector paths only for aligned tensors whose rows are multiples of
+ * the vector width. The shapes include rows that are not (C, Vp, n not
+ * multiples of 8 or 4), and the cases marked `misalign` run a second time
+ * with every buffer 4 bytes off the 16-byte grid (g_offset; named
+ * CASE_PAIR_off4), which must give the same results through the scalar paths.
  * Usage: test_gpu_ops [--quick]   (--quick: small shapes only) */
 #include <math.h>
 #include <stdint.h>
@@ -48,6 +54,9 @@ typedef struct {
 } Pair;
 
 static int g_quick;
+/* Bytes every device buffer of a case starts past its (256-byte aligned)
+ * allocation: 0, or 4 for the misaligned runs. */
+static size_t g_offset;
 
 /* ---- host helpers -------------------------------------------------------- */
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
@@ -66,8 +75,12 @@ static float *hrand(size_t n, float scale, int bf) {
 static float *hzeros(size_t n) { return lt_calloc(n * sizeof(float)); }
 
 /* ---- device helpers (any backend) --------------------------------------- */
+static void *dalloc(LtBackend *be, size_t bytes) {
+    return (char *)be->ops->alloc(be, bytes + g_offset) + g_offset;
+}
+static void dfree(LtBackend *be, void *d) { be->ops->free(be, (char *)d - g_offset); }
 static void *act_up(LtBackend *be, const float *h, size_t n) {
-    void *d = be->ops->alloc(be, lt_act_bytes(be, n));
+    void *d = dalloc(be, lt_act_bytes(be, n));
     if (h && n) {
         float *tmp = be->ops->alloc(be, n * sizeof(float));
         be->ops->upload(be, tmp, h, n * sizeof(float));
@@ -84,7 +97,7 @@ static void act_down(LtBackend *be, float *h, const void *d, size_t n) {
     be->ops->free(be, tmp);
 }
 static float *f32_up(LtBackend *be, const float *h, size_t n) {
-    float *d = be->ops->alloc(be, n * sizeof(float));
+    float *d = dalloc(be, n * sizeof(float));
     if (h) be->ops->upload(be, d, h, n * sizeof(float));
     return d;
 }
@@ -92,7 +105,7 @@ static void f32_down(LtBackend *be, float *h, const float *d, size_t n) {
     be->ops->download(be, h, d, n * sizeof(float));
 }
 static void *i32_up(LtBackend *be, const int32_t *h, size_t n) {
-    void *d = be->ops->alloc(be, n * sizeof(int32_t));
+    void *d = dalloc(be, n * sizeof(int32_t));
     be->ops->upload(be, d, h, n * sizeof(int32_t));
     return d;
 }
@@ -102,7 +115,6 @@ static void poison(LtBackend *be, void *d, size_t bytes) {
     be->ops->upload(be, d, h, bytes);
     free(h);
 }
-static void dfree(LtBackend *be, void *d) { be->ops->free(be, d); }
 
 /* Raw bytes of a device buffer, for bitwise determinism checks. */
 static void *raw_down(LtBackend *be, const void *d, size_t bytes) {
@@ -166,9 +178,11 @@ static void run_embedding(LtBackend *be, int B, int T, int C, int V, const int32
 }
 
 static void t_embedding(const Pair *P) {
-    static const int shapes[][4] = {{2, 5, 24, 37}, {3, 64, 96, 1000}, {2, 257, 768, 50304}};
-    for (int s = 0; s < 3; s++) {
-        if (g_quick && s == 2) break;
+    /* C 20: fp32 packs, bf16 single elements; C 30: single elements in both */
+    static const int shapes[][4] = {{2, 5, 24, 37},   {3, 64, 96, 1000}, {2, 7, 20, 53},
+                                    {2, 5, 30, 37},   {2, 257, 768, 50304}};
+    for (int s = 0; s < 5; s++) {
+        if (g_quick && s == 4) break;
         const int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], V = shapes[s][3];
         const size_t N = (size_t)B * T;
         int32_t *tok = lt_malloc(N * sizeof(int32_t));
@@ -227,9 +241,10 @@ static void run_embedding_tp(LtBackend *be, int B, int T, int C, int V, const in
 }
 
 static void t_embedding_tp(const Pair *P) {
-    static const int shapes[][4] = {{2, 5, 24, 37}, {3, 64, 96, 1000}, {2, 257, 768, 12576}};
-    for (int s = 0; s < 3; s++) {
-        if (g_quick && s == 2) break;
+    static const int shapes[][4] = {{2, 5, 24, 37}, {3, 64, 96, 1000}, {2, 7, 20, 53},
+                                    {2, 257, 768, 12576}};
+    for (int s = 0; s < 4; s++) {
+        if (g_quick && s == 3) break;
         const int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], V = shapes[s][3];
         const size_t N = (size_t)B * T;
         int32_t *tok = lt_malloc(N * sizeof(int32_t));
@@ -268,9 +283,12 @@ static void t_embedding_tp(const Pair *P) {
 
 /* ======================= layernorm ======================= */
 static void t_layernorm(const Pair *P) {
-    static const int shapes[][2] = {{7, 24}, {5, 50}, {64, 768}, {33, 1600}, {300, 4096}};
-    for (int s = 0; s < 5; s++) {
-        if (g_quick && s >= 3) break;
+    /* C 50: single elements; C 36: fp32 packs, bf16 single elements; N 2100: more
+     * rows than the backward's warps, so warps take several rows */
+    static const int shapes[][2] = {{7, 24},    {5, 50},   {64, 768},  {9, 36},
+                                    {2100, 16}, {33, 1600}, {300, 4096}};
+    for (int s = 0; s < 7; s++) {
+        if (g_quick && s >= 5) break;
         const int N = shapes[s][0], C = shapes[s][1];
         const size_t NC = (size_t)N * C;
         float *a = hrand(NC, 2.f, P->bf16), *b = hrand(NC, 1.f, P->bf16);
@@ -505,8 +523,8 @@ static void t_linear(const Pair *P) {
 
 /* ======================= gelu ======================= */
 static void t_gelu(const Pair *P) {
-    static const size_t ns[] = {1000, 100003};
-    for (int s = 0; s < 2; s++) {
+    static const size_t ns[] = {5, 1000, 100003}; /* 5: under one bf16 pack */
+    for (int s = 0; s < 3; s++) {
         const size_t n = ns[s];
         float *x = hrand(n, 5.f, P->bf16), *dy = hrand(n, 1.f, P->bf16), *y[2], *dx[2];
         for (int k = 0; k < 2; k++) {
@@ -611,8 +629,10 @@ static void t_attention(const Pair *P) {
 
 /* ======================= cross-entropy ======================= */
 static void t_xent(const Pair *P) {
-    static const int shapes[][3] = {{5, 37, 40}, {16, 1000, 1024}, {4, 50257, 50304}};
-    for (int s = 0; s < 3; s++) {
+    /* Vp 12: fp32 packs, bf16 single elements; Vp 50: single elements in both */
+    static const int shapes[][3] = {{5, 37, 40}, {16, 1000, 1024}, {2, 9, 12}, {3, 45, 50},
+                                    {4, 50257, 50304}};
+    for (int s = 0; s < 5; s++) {
         const int N = shapes[s][0], V = shapes[s][1], Vp = shapes[s][2];
         const size_t n = (size_t)N * Vp;
         float *x = hrand(n, 4.f, P->bf16);
@@ -703,10 +723,11 @@ static void xent_tp_dev(LtBackend *be, int TP, int N, int V, int Vp, const float
 static void t_xent_tp(const Pair *P) {
     /* N V Vp TP: shard Vvalid sizes include 0 (6,30,64 at TP 4: 16,14,0,0) and a
      * last shard of 2 columns (50,64 at TP 4) */
-    static const int shapes[][4] = {{5, 37, 40, 2}, {6, 30, 64, 4}, {4, 50, 64, 4},
-                                    {16, 1000, 1024, 4}, {4, 50257, 50304, 8}};
-    for (int s = 0; s < 5; s++) {
-        if (g_quick && s == 4) break;
+    /* (3, 45, 60, 3): shards of 20 columns - fp32 packs, bf16 single elements */
+    static const int shapes[][4] = {{5, 37, 40, 2},      {6, 30, 64, 4}, {4, 50, 64, 4},
+                                    {16, 1000, 1024, 4}, {3, 45, 60, 3}, {4, 50257, 50304, 8}};
+    for (int s = 0; s < 6; s++) {
+        if (g_quick && s == 5) break;
         const int N = shapes[s][0], V = shapes[s][1], Vp = shapes[s][2], TP = shapes[s][3];
         const size_t n = (size_t)N * Vp;
         float *x = hrand(n, 4.f, P->bf16);
@@ -754,7 +775,7 @@ static double dev_sum(LtBackend *be, const float *d, size_t n, int squares) {
     be->ops->upload(be, acc, &start, sizeof start);
     be->ops->sum_f64(be, acc, d, n, squares);
     be->ops->download(be, &got, acc, sizeof got);
-    dfree(be, acc);
+    be->ops->free(be, acc); /* a double: naturally aligned even in the off4 runs */
     return got - start;
 }
 
@@ -781,7 +802,7 @@ static void t_step_scalars(const Pair *P) {
             be->ops->upload(be, dss, &ss[i], sizeof(double));
             be->ops->clip_coef(be, dc, dss, 1.0f);
             f32_down(be, &c[k], dc, 1);
-            dfree(be, dss), dfree(be, dc);
+            be->ops->free(be, dss), dfree(be, dc);
         }
         CHECK(c[1] == c[0], "clip_coef(%g): %.9g vs %.9g", ss[i], c[1], c[0]);
     }
@@ -800,13 +821,13 @@ static void t_step_scalars(const Pair *P) {
 }
 
 static void t_adamw(const Pair *P) {
-    static const size_t ns[] = {1000, 100003};
+    static const size_t ns[] = {3, 1000, 100003}; /* 3: under one pack */
     LtAdamArgs a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                     .weight_decay = 0.1f, .bc1 = 1.f - 0.729f, .bc2 = 1.f - 0.857375f};
     const float half = 0.5f;
-    for (int s = 0; s < 2; s++) {
-        /* the multiplier 0.7 from the host, or 1.4 x 0.5 with the 0.5 on the device */
-        a.grad_scale = s ? 1.4f : 0.7f;
+    for (int s = 0; s < 3; s++) {
+        /* the multiplier 0.7 from the host, or (s = 1) 1.4 x 0.5 with the 0.5 on the device */
+        a.grad_scale = s == 1 ? 1.4f : 0.7f;
         const size_t n = ns[s];
         float *master = hrand(n, 1.f, 0), *grad = hrand(n, 1.f, 0), *m = hrand(n, 0.1f, 0);
         float *v = hrand(n, 0.01f, 0);
@@ -818,7 +839,7 @@ static void t_adamw(const Pair *P) {
             float *dm = f32_up(be, master, n), *dg = f32_up(be, grad, n), *d1 = f32_up(be, m, n);
             float *d2 = f32_up(be, v, n);
             float *dh = f32_up(be, &half, 1);
-            a.grad_scale_dev = s ? dh : NULL;
+            a.grad_scale_dev = s == 1 ? dh : NULL;
             poison(be, dp, lt_act_bytes(be, n));
             be->ops->adamw(be, dp, dm, dg, d1, d2, n, &a);
             dfree(be, dh);
@@ -917,24 +938,37 @@ static void t_memory_streams(const Pair *P) {
 typedef struct {
     const char *name;
     void (*fn)(const Pair *);
+    int misalign; /* also run with every buffer off the 16-byte grid */
 } Case;
 
 static const Case cases[] = {
-    {"embedding", t_embedding}, {"embedding_tp", t_embedding_tp}, {"layernorm", t_layernorm},
-    {"add_act", t_add_act},     {"linear", t_linear},             {"gelu", t_gelu},
-    {"attention", t_attention}, {"xent", t_xent},                 {"xent_tp", t_xent_tp},
-    {"adamw", t_adamw},         {"reduce", t_reduce}, {"step_scalars", t_step_scalars},             {"memory_streams", t_memory_streams},
+    {"embedding", t_embedding, 1}, {"embedding_tp", t_embedding_tp, 1},
+    {"layernorm", t_layernorm, 1}, {"add_act", t_add_act, 1},
+    {"linear", t_linear, 1},       {"gelu", t_gelu, 1},
+    {"attention", t_attention, 1}, {"xent", t_xent, 1},
+    {"xent_tp", t_xent_tp, 1},     {"adamw", t_adamw, 1},
+    {"reduce", t_reduce, 1},       {"step_scalars", t_step_scalars, 0},
+    {"memory_streams", t_memory_streams, 0},
 };
 
-/* One case on one pair: a PASS or FAIL line named case_pair. */
+/* One case on one pair: a PASS or FAIL line named case_pair (case_pair_off4 for
+ * the misaligned run). */
 static void run_case(const Case *c, const Pair *p) {
     test_cur_failed = 0;
     fflush(stdout);
     c->fn(p);
-    printf("%s %s_%s\n", test_cur_failed ? "FAIL" : "PASS", c->name, p->tag);
+    printf("%s %s_%s%s\n", test_cur_failed ? "FAIL" : "PASS", c->name, p->tag,
+           g_offset ? "_off4" : "");
     if (test_cur_failed) test_n_fail++;
     else test_n_pass++;
     fflush(stdout);
+}
+
+/* The case once more with every device buffer 4 bytes off the 16-byte grid. */
+static void run_case_misaligned(const Case *c, const Pair *p) {
+    g_offset = 4;
+    run_case(c, p);
+    g_offset = 0;
 }
 
 static LtBackend *make_cuda(LtDtype dt, int alt) {
@@ -1032,6 +1066,7 @@ int main(int argc, char **argv) {
         for (int p = 0; p < npairs; p++) {
             if (pairs[p].cudnn && (!pairs[p].dut || strcmp(cases[c].name, "attention"))) continue;
             run_case(&cases[c], &pairs[p]);
+            if (cases[c].misalign) run_case_misaligned(&cases[c], &pairs[p]);
         }
     lt_backend_destroy(g32), lt_backend_destroy(g16), lt_backend_destroy(a32), lt_backend_destroy(a16);
     lt_backend_destroy(n16);
