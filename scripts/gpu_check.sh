@@ -14,10 +14,11 @@
 # nvidia-smi run in the machine's own environment.
 #
 # Phases after the build (GPU_CHECK_PHASES, comma list, default all of
-# "mpi,tests,sanitize,racecheck,attention,train,peer,parallel,bench"): mpirun
-# starting 4 ranks of tests/test_comm_mpi (CPU only), the op tests
+# "mpi,tests,sanitize,racecheck,attention,kernels,train,peer,parallel,bench"):
+# mpirun starting 4 ranks of tests/test_comm_mpi (CPU only), the op tests
 # (tests/gpu/test_gpu_ops), compute-sanitizer memcheck and racecheck on
-# test_gpu_ops --quick, the attention benchmark, CPU-vs-GPU training
+# test_gpu_ops --quick, the attention benchmark, the memory-bound kernels'
+# bandwidth (tests/gpu/bench_kernels), CPU-vs-GPU training
 # (tests/gpu/train_compare.sh), 2 ranks on one GPU under mpirun
 # (tests/gpu/parallel_gpu.sh) and the GPT-2 training benchmark
 # (scripts/bench.sh). They run in that order, whatever the list's order.
@@ -57,7 +58,7 @@ WORK=${GPU_CHECK_DIR:-$ROOT/build/gpu_check}
 mkdir -p "$WORK" || exit 2
 : >"$REPORT" || { echo "cannot write $REPORT" >&2; exit 2; }
 NPROC=$(nproc 2>/dev/null || echo 4)
-PHASES=${GPU_CHECK_PHASES:-mpi,tests,sanitize,racecheck,attention,train,peer,parallel,bench}
+PHASES=${GPU_CHECK_PHASES:-mpi,tests,sanitize,racecheck,attention,kernels,train,peer,parallel,bench}
 PHASE_TO=${GPU_CHECK_TIMEOUT:-540}
 BUILD_TO=${GPU_CHECK_BUILD_TIMEOUT:-480}
 BUDGET=${GPU_CHECK_BUDGET:-570}
@@ -308,6 +309,13 @@ if [ $BUILT = 1 ]; then
     phase_result attention $?
   fi
 
+  # ------------------------------------------------------------ memory-bound kernels
+  if want kernels; then
+    run_phase kernels "memory-bound kernels' bandwidth (tests/gpu/bench_kernels)" 1 -- \
+      env "${LT_ENV[@]}" "$GPU_TESTS/bench_kernels"
+    phase_result kernels $?
+  fi
+
   # ------------------------------------------------------------ full binary
   LT_BIN=$ROOT/build/lattice
   if [ -n "${GPU_CHECK_LATTICE:-}" ]; then
@@ -348,7 +356,7 @@ if [ $BUILT = 1 ]; then
     fi
   fi
 fi
-for p in mpi tests sanitize racecheck attention train peer parallel bench; do
+for p in mpi tests sanitize racecheck attention kernels train peer parallel bench; do
   want "$p" || continue
   case $p in sanitize) n=memcheck ;; *) n=$p ;; esac
   printf '%s\n' "${SUMMARY[@]}" | grep -q "^$n " && continue

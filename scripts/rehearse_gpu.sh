@@ -233,7 +233,7 @@ check probe_cccl "CCCL's nv/target not taken from the wheel" \
   grep -Eq "^lattice: CCCL headers \(nv/target\): $VENV/.*/nvidia/cu13/include" "$R"
 check probe_deps_from_bundle "libyaml/zstd/OpenBLAS/MPI not taken from the bundle" \
   grep -q "^lattice: yaml-0.1 libzstd openblas ompi-c: from the bundle $PWD/build/deps" "$R"
-for b in build/lattice build/tests/gpu/test_gpu_ops build/tests/gpu/bench_attention build/tests/test_comm_mpi \
+for b in build/lattice build/tests/gpu/test_gpu_ops build/tests/gpu/bench_attention build/tests/gpu/bench_kernels build/tests/test_comm_mpi \
          build/deps/ompi/bin/orterun build/deps/ompi/bin/orted; do
   check "ldd_$(basename "$b")" "$(ldd "$b" 2>&1 | grep -m3 'not found' | tr '\n' ' ')" \
     bash -c "[ -x $b ] && ldd $b && ! ldd $b | grep -q 'not found'"
@@ -276,6 +276,7 @@ for t in memcheck racecheck; do
     bash -c "[ -s $W/$t.log ] && ! grep -q 'compute-sanitizer not found' $R"
 done
 check phase_attention_no_gpu "bench_attention did not stop for want of a GPU" grep -qiE 'no usable CUDA device|no CUDA device' $W/attention.log
+check phase_kernels_no_gpu "bench_kernels did not stop for want of a GPU" grep -qiE 'no usable CUDA device|no CUDA device' $W/kernels.log
 check phase_train_cpu_runs "train_compare.sh's CPU runs did not train (bundle's OpenBLAS at run time)" \
   bash -c "grep -q 'cpu-fp32: backend' $W/train.log && grep -q 'cpu-bf16: backend' $W/train.log"
 check phase_train_no_gpu "train_compare.sh's CUDA runs failed for another reason" \
@@ -284,7 +285,7 @@ check phase_parallel_no_gpu "parallel_gpu.sh did not get as far as looking for a
 check phase_bench_no_gpu "bench.sh did not make its shard (python3 + lattice shard) or failed for another reason" \
   bash -c "grep -q 'making data/bench/random' $W/bench.log && grep -q 'no CUDA device is visible' $W/bench.log"
 check report_summary "no summary with every phase" \
-  bash -c "for p in build mpi tests memcheck racecheck attention train parallel bench; do sed -n '/^== summary/,\$p' $R | grep -q \"^\$p \" || exit 1; done"
+  bash -c "for p in build mpi tests memcheck racecheck attention kernels train parallel bench; do sed -n '/^== summary/,\$p' $R | grep -q \"^\$p \" || exit 1; done"
 
 # the Makefile's probe also finds the wheels with Debian's python3 first on PATH
 p=$(PATH=/usr/bin:/bin make -s --no-print-directory print-CUDA_LIB_FILES 2>/dev/null | tail -1)
