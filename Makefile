@@ -143,7 +143,7 @@ TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
 GPU_TEST_BINS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/*.c))
 
-.PHONY: all deps check-deps test test-full demo clean gpu-test peer-check gpu-build rehearse-gpu
+.PHONY: all deps check-deps test test-full demo clean gpu-test peer-check gpu-build rehearse-gpu fuzz
 all: check-deps $(BUILD)/lattice $(TEST_BINS) $(CUDA_RES)
 
 deps:
@@ -259,6 +259,47 @@ rehearse-gpu:
 
 # test and demo install packages first, then build in a fresh make (so the
 # dependency probe above sees what was just installed).
+# ---- fuzz targets (tests/fuzz) ----------------------------------------------
+# libFuzzer targets for the readers of untrusted input: token files (lattice,
+# llm.c, Megatron .idx/.bin), safetensors, the YAML config. Built with clang,
+# AddressSanitizer and UndefinedBehaviorSanitizer (Debian: clang and
+# libclang-rt-14-dev, which scripts/setup.sh installs) whenever clang is there;
+# make test runs a short pass on the committed corpus (tests/test_fuzz.sh),
+# make fuzz runs each target FUZZ_SECONDS (default 300) and keeps what it
+# finds in build/fuzz/corpus-TARGET and crashes in build/fuzz/artifacts.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 300
+FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BINS    := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
+FUZZ_SRCS    := src/common.c src/data_tokens.c src/safetensors.c src/config.c src/config_validate.c \
+                src/config_print.c src/checkpoint.c src/schedule.c src/schedule_p2p.c src/params.c
+FUZZ_OBJS    := $(patsubst src/%.c,$(BUILD)/fuzz/obj/%.o,$(FUZZ_SRCS))
+FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=address,undefined \
+                -fno-sanitize-recover=undefined -fno-omit-frame-pointer -Iinclude $(DEP_CFLAGS) -MMD -MP
+HAVE_FUZZ    := $(shell command -v $(FUZZ_CC) >/dev/null 2>&1 && echo 1)
+ifeq ($(HAVE_FUZZ),1)
+all: $(FUZZ_BINS)
+endif
+$(BUILD)/fuzz/obj/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(FUZZ_OBJS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_OBJS) $(DEP_LIBS) -lpthread -lm -o $@
+-include $(FUZZ_OBJS:.o=.d)
+
+fuzz: check-deps $(FUZZ_BINS)
+	@mkdir -p $(BUILD)/fuzz/artifacts
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(BUILD)/fuzz/corpus-$$t && cp -n tests/fuzz/corpus/$$t/* $(BUILD)/fuzz/corpus-$$t/; \
+	  echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	  $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 \
+	    -artifact_prefix=$(BUILD)/fuzz/artifacts/$$t- -print_final_stats=1 \
+	    $(BUILD)/fuzz/corpus-$$t 2>&1 | grep -E '^(#[0-9]+.*DONE|==[0-9]+==ERROR|SUMMARY|stat::number_of_executed_units)' \
+	    || true; \
+	  [ -z "$$(ls $(BUILD)/fuzz/artifacts/$$t-* 2>/dev/null)" ] || { echo "fuzz_$$t: crash inputs in $(BUILD)/fuzz/artifacts"; exit 1; }; \
+	done
+
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 test:
 	@scripts/setup.sh

@@ -15,6 +15,8 @@ PKGS=(
   "openmpi-bin:mpirun"
   "sentencepiece:tokenizer training and encoding (spm_train, spm_encode, spm_decode)"
   "python3:data preparation helpers"
+  "clang:fuzz targets (libFuzzer, tests/fuzz)"
+  "libclang-rt-14-dev:clang's sanitizer and libFuzzer runtimes"
 )
 missing=()
 for entry in "${PKGS[@]}"; do

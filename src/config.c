@@ -609,6 +609,40 @@ static void scalar_text(const yaml_event_t *ev, char *buf, size_t n) {
     buf[len] = '\0';
 }
 
+/* An explicit YAML tag on a value must agree with the key's type: `!!str 5`
+ * for an integer key is a string in YAML, not the number 5, and is refused
+ * (as is any tag outside YAML's core schema); untagged values are read by the
+ * key's type. Returns 0 when the tag (or its absence) is acceptable. */
+static int check_tag(const KeyDesc *k, const yaml_event_t *ev, const char *dotted,
+                     const char *where, char *err, size_t errlen) {
+    const char *tag = (const char *)ev->data.scalar.tag;
+    if (!tag || !strcmp(tag, "!")) /* "!" is the non-specific tag of a quoted scalar */
+        return 0;
+    static const char core[] = "tag:yaml.org,2002:";
+    const char *want = NULL;
+    switch (k->type) {
+    case KT_INT:
+    case KT_LONG:
+    case KT_U64: want = "int"; break;
+    case KT_DOUBLE: want = "float"; break;
+    case KT_BOOL: want = "bool"; break;
+    case KT_STR:
+    case KT_ENUM: want = "str"; break;
+    }
+    if (strncmp(tag, core, sizeof core - 1) == 0) {
+        const char *t = tag + sizeof core - 1;
+        if (!strcmp(t, want) || (k->type == KT_DOUBLE && !strcmp(t, "int")) ||
+            (!strcmp(t, "null") && (k->type == KT_STR || k->type == KT_ENUM)))
+            return 0;
+        return lt_cfg_fail(err, errlen, "%s: the value is tagged !!%s, but the key takes %s %s%s",
+                           dotted, t, !strcmp(want, "int") ? "an" : "a",
+                           !strcmp(want, "str") ? "string" : !strcmp(want, "int") ? "integer" : want,
+                           where);
+    }
+    return lt_cfg_fail(err, errlen, "%s: unsupported YAML tag '%s' (write the value untagged)%s",
+                       dotted, tag, where);
+}
+
 /* Keys of one section; the section's MAPPING-START has been consumed. */
 static int parse_keys(YamlIn *in, int sec) {
     yaml_event_t ev;
@@ -649,6 +683,10 @@ static int parse_keys(YamlIn *in, int sec) {
             yaml_event_delete(&ev);
             return lt_cfg_fail(in->err, in->errlen, "%s: expected a single value, got %s%s", dotted,
                                kind, where);
+        }
+        if (check_tag(&lt_cfg_keys[ki], &ev, dotted, where, in->err, in->errlen)) {
+            yaml_event_delete(&ev);
+            return -1;
         }
         int rc = set_value(in->cfg, &lt_cfg_keys[ki], (const char *)ev.data.scalar.value,
                            ev.data.scalar.length, ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE,

@@ -404,6 +404,12 @@ static void test_load_errors(void) {
          {"optimizer.zero_stage must be in [0, 2], got 3", "command line"},
          NULL},
         {NULL, "train.steps=", {"train.steps", "integer"}, NULL},
+        /* explicit tags must agree with the key's type (!!str 5 is a string in YAML) */
+        {"train:\n  steps: !!str 5\n", NULL, {"train.steps", "tagged !!str", "integer", "cfg.yaml:2"},
+         NULL},
+        {"optimizer:\n  lr: !!bool true\n", NULL, {"optimizer.lr", "tagged !!bool"}, NULL},
+        {"model:\n  attention: !!int 1\n", NULL, {"model.attention", "tagged !!int", "string"}, NULL},
+        {"train:\n  steps: !custom 5\n", NULL, {"train.steps", "unsupported YAML tag '!custom'"}, NULL},
         /* a file error wins over later overrides */
         {"train:\n  steps: x\n", "train.steps=5", {"train.steps", "cfg.yaml:2"}, NULL},
     };
@@ -437,6 +443,14 @@ static void test_load_errors(void) {
     CHECK(strlen(small) < sizeof small, "truncated message");
     CHECK(lt_config_load(&c, NULL, 1, bad, NULL, 0) == -1, "NULL err buffer");
     CHECK(lt_config_load(&c, NULL, 1, NULL, err, sizeof err) == -1, "NULL overrides array");
+
+    /* tags that agree with the key's type are accepted */
+    CHECK(load(&c, "train:\n  steps: !!int 7\noptimizer:\n  lr: !!float 0.5\n  min_lr: !!int 0\n"
+                   "data:\n  train_path: !!str 5\n",
+               0, NULL, err, sizeof err) == 0,
+          "agreeing tags: %s", err);
+    CHECK(c.train.steps == 7 && c.optimizer.lr == 0.5 && !strcmp(c.data.train_path, "5"),
+          "tagged values");
 }
 
 /* Every per-key range: the first value is refused, the second (the boundary)
