@@ -24,13 +24,21 @@ double lt_peak_tflops(LtBackend *be, const LtConfig *cfg, const char **source);
 double lt_peak_table(const char *device_name, LtPrecision prec);
 
 typedef struct {
-    FILE *f; /* NULL when no metrics file */
+    FILE *f;       /* NULL when no metrics file */
+    char path[LT_PATH_MAX];
+    int error;     /* errno of the first failed write (0: none) */
 } LtMetricsFile;
 
 /* Open for append (creating directories is the caller's job); exits with code
- * 2 and a clear message when the file cannot be opened. */
+ * 2 and a clear message when the file cannot be opened. Every line is one
+ * JSON object (non-finite numbers as null) written whole and flushed; the
+ * first write error is said on stderr at once, stops further writes, and is
+ * kept for lt_metrics_status, so the caller can exit non-zero at the end
+ * instead of leaving a silently truncated file. */
 void lt_metrics_open(LtMetricsFile *m, const char *path);
 void lt_metrics_close(LtMetricsFile *m);
+/* 0, or -1 with the failed write's path and reason in err. */
+int lt_metrics_status(const LtMetricsFile *m, char *err, size_t errlen);
 void lt_metrics_train(LtMetricsFile *m, long step, double loss, double lr, double grad_norm,
                       double tokens_per_sec, double tflops, double mfu, double step_ms);
 void lt_metrics_eval(LtMetricsFile *m, long step, double val_loss, long samples);

@@ -2,6 +2,9 @@
 #include "metrics.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,35 +75,87 @@ double lt_peak_tflops(LtBackend *be, const LtConfig *cfg, const char **source) {
 }
 
 void lt_metrics_open(LtMetricsFile *m, const char *path) {
-    m->f = NULL;
+    memset(m, 0, sizeof *m);
     if (!path || !path[0]) return;
     m->f = fopen(path, "a");
     if (!m->f) lt_input_error("logging.metrics_file: cannot open '%s': %s", path, strerror(errno));
+    snprintf(m->path, sizeof m->path, "%s", path);
+}
+
+/* The first write error is kept (errno) and said once; later lines are not
+ * attempted, so the file ends at the last complete line. */
+static void metrics_fail(LtMetricsFile *m, int e) {
+    if (m->error) return;
+    m->error = e ? e : EIO;
+    fprintf(stderr, "lattice: error: logging.metrics_file: writing '%s' failed: %s; no further "
+                    "metrics are written and the run will exit non-zero\n",
+            m->path, strerror(m->error));
 }
 
 void lt_metrics_close(LtMetricsFile *m) {
-    if (m->f) fclose(m->f);
+    if (m->f && fclose(m->f) != 0) metrics_fail(m, errno);
     m->f = NULL;
+}
+
+int lt_metrics_status(const LtMetricsFile *m, char *err, size_t errlen) {
+    if (!m->error) return 0;
+    return lt_errorf(err, errlen, "logging.metrics_file: writing '%s' failed: %s", m->path,
+                     strerror(m->error));
+}
+
+/* One JSON line built in memory: "key": value pairs; a non-finite number is
+ * written as null (JSON has no NaN or Infinity). */
+typedef struct {
+    char buf[1024];
+    size_t n;
+} Line;
+
+static void put(Line *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(Line *l, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(l->buf + l->n, sizeof l->buf - l->n, fmt, ap);
+    va_end(ap);
+    if (k > 0) l->n = l->n + (size_t)k < sizeof l->buf ? l->n + (size_t)k : sizeof l->buf - 1;
+}
+
+static void put_num(Line *l, const char *key, double v, const char *fmt) {
+    put(l, "%s\"%s\": ", l->n > 1 ? ", " : "", key);
+    if (isfinite(v))
+        put(l, fmt, v);
+    else
+        put(l, "null");
+}
+
+static void write_line(LtMetricsFile *m, Line *l) {
+    put(l, "}\n");
+    if (m->error) return;
+    if (fwrite(l->buf, 1, l->n, m->f) != l->n || fflush(m->f) != 0) metrics_fail(m, errno);
 }
 
 void lt_metrics_train(LtMetricsFile *m, long step, double loss, double lr, double grad_norm,
                       double tokens_per_sec, double tflops, double mfu, double step_ms) {
     if (!m->f) return;
-    fprintf(m->f,
-            "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-            "\"tokens_per_sec\": %.6g, \"tflops_per_device\": %.6g, \"mfu\": %.6g, "
-            "\"step_ms\": %.6g}\n",
-            step, loss, lr, grad_norm, tokens_per_sec, tflops, mfu, step_ms);
-    fflush(m->f);
+    Line l = {.n = 0};
+    put(&l, "{\"step\": %ld", step);
+    put_num(&l, "loss", loss, "%.9g");
+    put_num(&l, "lr", lr, "%.9g");
+    put_num(&l, "grad_norm", grad_norm, "%.9g");
+    put_num(&l, "tokens_per_sec", tokens_per_sec, "%.6g");
+    put_num(&l, "tflops_per_device", tflops, "%.6g");
+    put_num(&l, "mfu", mfu, "%.6g");
+    put_num(&l, "step_ms", step_ms, "%.6g");
+    write_line(m, &l);
 }
 
 void lt_metrics_eval(LtMetricsFile *m, long step, double val_loss, long samples) {
     if (!m->f) return;
-    fprintf(m->f,
-            "{\"eval\": true, \"step\": %ld, \"val_loss\": %.9g, \"val_log_ppl\": %.9g, "
-            "\"val_samples\": %ld}\n",
-            step, val_loss, val_loss, samples);
-    fflush(m->f);
+    Line l = {.n = 0};
+    put(&l, "{\"eval\": true, \"step\": %ld", step);
+    put_num(&l, "val_loss", val_loss, "%.9g");
+    put_num(&l, "val_log_ppl", val_loss, "%.9g");
+    put(&l, ", \"val_samples\": %ld", samples);
+    write_line(m, &l);
 }
 
 static int cmp_double(const void *a, const void *b) {

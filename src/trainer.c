@@ -749,6 +749,12 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     }
     if (cfg->checkpoint.dir[0]) save_checkpoint(&r, step);
     lt_metrics_close(&mf);
+    char merr[LT_PATH_MAX + 128];
+    if (lt_metrics_status(&mf, merr, sizeof merr) && exit_code == 0) {
+        lt_log("error: %s (training finished%s)\n", merr,
+               cfg->checkpoint.dir[0] ? " and its checkpoint was saved" : "");
+        exit_code = LT_EXIT_INPUT;
+    }
     lt_model_set_loss_acc(r.model, NULL);
     if (graph) be->ops->graph_destroy(be, graph);
     free(rows);
@@ -779,8 +785,11 @@ int lt_cmd_eval(LtConfig *cfg, const LtWorld *w) {
     lt_metrics_open(&mf, w->rank == 0 ? cfg->logging.metrics_file : NULL);
     lt_metrics_eval(&mf, r.start_step, vl, ns);
     lt_metrics_close(&mf);
+    char merr[LT_PATH_MAX + 128];
+    const int rc = lt_metrics_status(&mf, merr, sizeof merr) ? LT_EXIT_INPUT : 0;
+    if (rc) lt_log("error: %s\n", merr);
     run_teardown(&r);
-    return 0;
+    return rc;
 }
 
 /* Draw from softmax(logits / temperature) restricted to the top_k largest. */

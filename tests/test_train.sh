@@ -113,6 +113,17 @@ assert ev[-1]['val_loss'] < 5.0, f"val loss {ev[-1]['val_loss']}"
 PY
   then pass loss_falls_on_real_text; else fail loss_falls_on_real_text "see metrics"; fi
 else fail loss_falls_on_real_text "train exited $?: $(tail -3 "$T/train.log")"; fi
+# a metrics file that cannot be written (a full disk: /dev/full takes the open and
+# fails every write) is said at once and makes the run exit 2 after it trained and
+# saved its checkpoint, instead of exiting 0 with a truncated file
+if [ -w /dev/full ]; then
+  "$LT" train $CFG $D train.steps=3 logging.metrics_file=/dev/full checkpoint.dir=$T/ck_full \
+    > "$T/full.log" 2>&1
+  rc=$?
+  if [ $rc -eq 2 ] && grep -q "logging.metrics_file: writing '/dev/full' failed: No space left" "$T/full.log" &&
+     [ -e "$T/ck_full/latest" ]; then pass metrics_write_error
+  else fail metrics_write_error "rc=$rc, $(grep -i 'metrics\|error' "$T/full.log" | head -2)"; fi
+fi
 # a step makes the host wait for the device once (the CPU backend counts the
 # calls a GPU would wait in): the loss, grad norm and clip stay on the device
 if grep -q "host waits per step 1$" "$T/train.log"; then pass one_host_wait_per_step
