@@ -18,6 +18,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -413,6 +414,13 @@ int lt_cfg_check_range(const LtConfig *c, const KeyDesc *k, const char *where, c
             (k->dflags & D_NO_MAX) || ((k->dflags & D_MAX_OPEN) ? v < k->dmax : v <= k->dmax);
         if (!isfinite(v))
             return lt_cfg_fail(err, errlen, "%s must be a finite number%s", name, where);
+        /* the engine computes with these in fp32 (AdamW's arguments, sampling):
+         * a value fp32 cannot hold would become inf or 0 there */
+        if (fabs(v) > FLT_MAX || (v != 0.0 && (float)v == 0.0f))
+            return lt_cfg_fail(err, errlen,
+                               "%s = %g does not fit in fp32 (magnitude up to %g, and not below "
+                               "%g unless 0)%s",
+                               name, v, (double)FLT_MAX, (double)FLT_TRUE_MIN, where);
         if (lo_ok && hi_ok)
             return 0;
         if (k->dflags & D_NO_MAX)
