@@ -42,6 +42,9 @@ const char *lt_tokens_path(const LtTokenFile *f);
  * range, short read, out of bounds) in err. */
 int lt_tokens_read(LtTokenFile *f, uint64_t start, uint64_t n, int32_t *out, char *err,
                    size_t errlen);
+/* Read every token once: each lattice block's CRC and size, and every id
+ * against the limit. 0, or -1 with the first problem (file, offset) in err. */
+int lt_tokens_validate(LtTokenFile *f, char *err, size_t errlen);
 
 /* Streaming writer of the lattice shard format. block_tokens 0 = default
  * (65536); zstd_level 0 = default (3). Token width is 2 bytes when

@@ -650,9 +650,7 @@ fail:
 /* ---- open / read ----------------------------------------------------------- */
 
 /* Finish an open: check every token id of a small uncompressed file. */
-static LtTokenFile *scan_small(LtTokenFile *f, char *err, size_t errlen) {
-    if (!f || f->fmt == FMT_LATTICE || f->ntokens * (uint64_t)f->elem > SCAN_AT_OPEN_BYTES)
-        return f;
+int lt_tokens_validate(LtTokenFile *f, char *err, size_t errlen) {
     enum { CHUNK = 1 << 16 };
     int32_t *buf = lt_malloc(CHUNK * sizeof *buf);
     int rc = 0;
@@ -661,7 +659,16 @@ static LtTokenFile *scan_small(LtTokenFile *f, char *err, size_t errlen) {
         rc = lt_tokens_read(f, pos, n, buf, err, errlen);
     }
     free(buf);
-    if (rc == 0) return f;
+    return rc;
+}
+
+/* llm.c and Megatron files without checksums, up to SCAN_AT_OPEN_BYTES: every
+ * token id checked at open (lattice shards have their index checked at open
+ * and each block's CRC and ids when it is read). */
+static LtTokenFile *scan_small(LtTokenFile *f, char *err, size_t errlen) {
+    if (!f || f->fmt == FMT_LATTICE || f->ntokens * (uint64_t)f->elem > SCAN_AT_OPEN_BYTES)
+        return f;
+    if (lt_tokens_validate(f, err, errlen) == 0) return f;
     lt_tokens_close(f);
     return NULL;
 }

@@ -502,6 +502,11 @@ static void open_valid(Run *r) {
     const LtConfig *c = r->cfg;
     if (!c->data.valid_path[0]) return;
     r->valid = open_tokens("data.valid_path", c->data.valid_path, c->model.vocab_size);
+    /* read whole at every evaluation anyway: check all of it now, not at the
+     * end of the run when the final evaluation would find a bad block */
+    char err[LT_PATH_MAX + 256];
+    if (lt_tokens_validate(r->valid, err, sizeof err))
+        lt_input_error("data.valid_path: %s", err);
     if (lt_num_samples(lt_tokens_count(r->valid), c->model.seq_length) <
         (uint64_t)c->train.micro_batch_size)
         lt_input_error("data.valid_path: '%s' holds %llu tokens, fewer than one micro batch of "

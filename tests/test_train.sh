@@ -124,6 +124,20 @@ if [ -w /dev/full ]; then
      [ -e "$T/ck_full/latest" ]; then pass metrics_write_error
   else fail metrics_write_error "rc=$rc, $(grep -i 'metrics\|error' "$T/full.log" | head -2)"; fi
 fi
+# a damaged block in the validation file is found before step 1 (it used to
+# surface only at the end-of-run evaluation, after all the training)
+python3 - "$T/valid.ltok" "$T/valid_bad.ltok" <<'PY'
+import sys
+d = bytearray(open(sys.argv[1], 'rb').read())
+d[64 + 5] ^= 0xff  # inside the first zstd block; header and index stay valid
+open(sys.argv[2], 'wb').write(d)
+PY
+"$LT" train $CFG data.train_path=$T/train.ltok data.valid_path=$T/valid_bad.ltok train.steps=3 \
+  > "$T/vbad.log" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "data.valid_path: .*valid_bad.ltok" "$T/vbad.log" &&
+   ! grep -q "^step " "$T/vbad.log"; then pass bad_valid_file_found_at_start
+else fail bad_valid_file_found_at_start "rc=$rc, $(tail -2 "$T/vbad.log")"; fi
 # a step makes the host wait for the device once (the CPU backend counts the
 # calls a GPU would wait in): the loss, grad norm and clip stay on the device
 if grep -q "host waits per step 1$" "$T/train.log"; then pass one_host_wait_per_step
