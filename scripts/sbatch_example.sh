@@ -10,6 +10,13 @@
 #SBATCH --cpus-per-task=12
 #SBATCH --time=24:00:00
 #SBATCH --output=lattice-%j.out
+# SIGUSR1 to every task 180 s before the time limit: lattice stops after the
+# current step and saves a checkpoint (exit 138). Without it Slurm sends SIGTERM
+# at the limit and SIGKILL KillWait (30 s by default) later, which the last
+# step and the save must then fit in. Raise 180 when a step plus a save take
+# longer. To stop the job early: scancel --signal=TERM JOBID (a signal to srun
+# itself makes Slurm SIGKILL the tasks, without a save).
+#SBATCH --signal=USR1@180
 set -euo pipefail
 CONFIG=${1:?usage: sbatch scripts/sbatch_example.sh CONFIG.yaml [key=value ...]}
 shift

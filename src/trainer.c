@@ -51,8 +51,20 @@ typedef struct {
     const char *peak_source;
 } Run;
 
+/* SIGTERM, SIGINT, SIGUSR1 (Slurm's --signal=USR1@T): every rank stops after
+ * the same step, saves, and exits 128 + the signal. An interrupt while a stop
+ * is already under way (a second Ctrl-C during a long step or the save) aborts
+ * at once, without saving: saves are atomic, so the previous checkpoint stays. */
 static volatile sig_atomic_t g_stop_signal = 0;
-static void on_signal(int sig) { g_stop_signal = sig; }
+static void on_signal(int sig) {
+    if (sig == SIGINT && g_stop_signal) {
+        static const char msg[] = "lattice: second interrupt: aborting at once, without saving\n";
+        ssize_t k = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)k;
+        _exit(128 + SIGINT);
+    }
+    g_stop_signal = sig;
+}
 
 /* ---- set-up ---------------------------------------------------------------- */
 
@@ -652,6 +664,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     lt_metrics_open(&mf, w->rank == 0 ? cfg->logging.metrics_file : NULL);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    signal(SIGUSR1, on_signal);
 
     const double flops_step = lt_model_flops_per_sample(&r.model->d, 0) * G;
     const double tokens_step = (double)G * S;

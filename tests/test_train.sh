@@ -234,16 +234,36 @@ else fail schedule_from_config "$(echo "$out" | tail -2)"; fi
 expect_input_error schedule_bad_layers "num_layers" "$LT" schedule $CFG \
   parallel.pipeline_model_parallel_size=2 model.num_layers=3
 
-# ---- SIGTERM: stop after the current step, save, resume ---------------------------
-"$LT" train $CFG $D train.steps=100000 checkpoint.dir=$T/ckS logging.log_interval=1 \
-  > "$T/sig.log" 2>&1 &
+# ---- SIGTERM, and SIGUSR1 (Slurm's --signal=USR1@T before the time limit): stop
+# after the current step, save, exit 128 + the signal ----------------------------
+signal_saves() { # name signal number
+  local name=$1 sig=$2 num=$3 rc
+  "$LT" train $CFG $D train.steps=100000 checkpoint.dir=$T/ck_$name logging.log_interval=1 \
+    > "$T/$name.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 100); do grep -q "step      3/" "$T/$name.log" 2>/dev/null && break; sleep 0.1; done
+  kill -"$sig" $pid
+  wait $pid
+  rc=$?
+  if [ $rc -eq $((128 + num)) ] && [ -f $T/ck_$name/latest ] &&
+     grep -q "received signal $num" "$T/$name.log"; then pass "$name"
+  else fail "$name" "rc=$rc $(tail -2 "$T/$name.log")"; fi
+}
+signal_saves sigterm_saves_checkpoint TERM 15
+signal_saves sigusr1_saves_checkpoint USR1 10
+
+# ---- a second Ctrl-C during a long step aborts at once, without saving -------------
+# (steps of a wider model take long enough for both interrupts to land inside one)
+"$LT" train $CFG $D train.steps=100000 checkpoint.dir=$T/ckI logging.log_interval=1 \
+  model.hidden_size=512 model.num_layers=6 model.num_attention_heads=8 \
+  train.micro_batch_size=8 train.global_batch_size=64 > "$T/int2.log" 2>&1 &
 pid=$!
-for _ in $(seq 100); do grep -q "step      3/" "$T/sig.log" 2>/dev/null && break; sleep 0.1; done
-kill -TERM $pid
+for _ in $(seq 300); do grep -q "step      1/" "$T/int2.log" 2>/dev/null && break; sleep 0.1; done
+kill -INT $pid; sleep 0.05; kill -INT $pid
 wait $pid
 rc=$?
-if [ $rc -eq 143 ] && [ -f $T/ckS/latest ] && grep -q "received signal 15" "$T/sig.log"; then
-  pass sigterm_saves_checkpoint
-else fail sigterm_saves_checkpoint "rc=$rc $(tail -2 "$T/sig.log")"; fi
+if [ $rc -eq 130 ] && grep -q "second interrupt: aborting at once, without saving" "$T/int2.log" &&
+   [ ! -e $T/ckI/latest ]; then pass second_interrupt_aborts
+else fail second_interrupt_aborts "rc=$rc $(tail -2 "$T/int2.log")"; fi
 
 exit $((failures > 0))
