@@ -43,6 +43,19 @@ typedef struct {
 int lt_ckpt_save(const char *dir, const LtParamTable *t, const LtCkptState *s,
                  const LtCkptMeta *meta, const LtConfig *cfg, char *err, size_t errlen);
 
+/* Before a run's first save: `dir` exists (created if needed) and a file can
+ * be created, written, synced and removed in it; entries left by a writer
+ * killed mid-save (.tmp-step_*, .old-step_*, latest.tmp) are removed - one run
+ * writes a checkpoint directory at a time. *removed = how many. 0 or -1. */
+int lt_ckpt_prepare_dir(const char *dir, int *removed, char *err, size_t errlen);
+/* After a save is complete: keep the newest `keep` step directories (and the
+ * one `latest` names), remove older ones; keep <= 0 keeps all. 0 or -1. */
+int lt_ckpt_prune(const char *dir, int keep, int *removed, char *err, size_t errlen);
+/* checkpoint.load=auto: 1 and the newest complete checkpoint's step directory
+ * when `dir` has a `latest`; 0 when `dir` does not exist or has none (start
+ * fresh); -1 when `latest` is there but does not name a checkpoint. */
+int lt_ckpt_find_latest(const char *dir, char *stepdir, size_t len, char *err, size_t errlen);
+
 /* Resolve `path` (a checkpoint.dir with a `latest` file, or one step
  * directory) to a step directory. Returns 0 or -1 with err. */
 int lt_ckpt_resolve(const char *path, char *stepdir, size_t len, char *err, size_t errlen);

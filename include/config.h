@@ -72,7 +72,8 @@ typedef struct {
     struct {
         char dir[LT_PATH_MAX];         /* "" = no checkpoints */
         long save_interval;            /* 0 = only at the end */
-        char load[LT_PATH_MAX];        /* "" = start fresh */
+        char load[LT_PATH_MAX];        /* "" = start fresh; "auto" = newest in dir, if any */
+        int keep_last;                 /* 0 = keep every checkpoint */
     } checkpoint;
     struct {
         char metrics_file[LT_PATH_MAX]; /* "" = none */

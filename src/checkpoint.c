@@ -39,6 +39,7 @@
  * directory saved last. One process writes a given checkpoint directory. */
 #include "checkpoint.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -641,6 +642,144 @@ int lt_ckpt_save(const char *dir, const LtParamTable *t, const LtCkptState *s,
         return -1;
     }
     return 0;
+}
+
+/* ---- the checkpoint directory: preparing, pruning, finding the newest ---------- */
+
+/* Whether name is a step directory's name (step_ and 8+ digits); its step. */
+static int step_name(const char *name, long *step) {
+    if (strncmp(name, "step_", 5) != 0 || strlen(name) < 13) return 0;
+    char *end;
+    errno = 0;
+    long v = strtol(name + 5, &end, 10);
+    if (*end || errno || v < 0 || !(name[5] >= '0' && name[5] <= '9')) return 0;
+    *step = v;
+    return 1;
+}
+
+/* Left behind by a writer that died mid-save: its temporary step directory,
+ * the previous checkpoint it had moved aside, its half-written latest. */
+static int stale_name(const char *name) {
+    return strncmp(name, ".tmp-step_", 10) == 0 || strncmp(name, ".old-step_", 10) == 0 ||
+           strcmp(name, "latest.tmp") == 0;
+}
+
+int lt_ckpt_prepare_dir(const char *dir, int *removed, char *err, size_t errlen) {
+    *removed = 0;
+    if (lt_mkdir_p(dir, err, errlen)) return -1;
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return lt_errorf(err, errlen, "%s is not a directory", dir);
+    char probe[PATH_MAX], name[64];
+    snprintf(name, sizeof name, ".probe-%ld", (long)getpid());
+    if (join(probe, dir, name, err, errlen)) return -1;
+    FILE *f = fopen(probe, "w");
+    if (!f) return lt_errorf(err, errlen, "cannot create a file in %s: %s", dir, strerror(errno));
+    const int wrote = fputs("lattice\n", f) >= 0;
+    if (lt_file_commit(f, probe, err, errlen) || !wrote) {
+        remove(probe);
+        return wrote ? -1 : lt_errorf(err, errlen, "cannot write to %s", probe);
+    }
+    if (remove(probe) != 0)
+        return lt_errorf(err, errlen, "cannot remove %s: %s", probe, strerror(errno));
+    DIR *d = opendir(dir);
+    if (!d) return lt_errorf(err, errlen, "cannot list %s: %s", dir, strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (!stale_name(e->d_name)) continue;
+        char path[PATH_MAX];
+        if (join(path, dir, e->d_name, err, errlen)) {
+            rc = -1;
+            break;
+        }
+        if (remove_tree(path) != 0) {
+            rc = lt_errorf(err, errlen, "cannot remove the stale %s: %s", path, strerror(errno));
+            break;
+        }
+        (*removed)++;
+    }
+    closedir(d);
+    return rc;
+}
+
+typedef struct {
+    long step;
+    char name[NAME_MAX + 1];
+} StepEntry;
+
+static int step_cmp(const void *a, const void *b) {
+    long x = ((const StepEntry *)a)->step, y = ((const StepEntry *)b)->step;
+    return (x > y) - (x < y);
+}
+
+/* The name latest holds ("" when there is none or it cannot be read). */
+static void read_latest(const char *dir, char *name, size_t cap) {
+    char path[PATH_MAX], e[64];
+    name[0] = '\0';
+    if (join(path, dir, "latest", e, sizeof e)) return;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    size_t n = fread(name, 1, cap - 1, f);
+    fclose(f);
+    name[n] = '\0';
+    name[strcspn(name, "\r\n")] = '\0';
+}
+
+int lt_ckpt_prune(const char *dir, int keep, int *removed, char *err, size_t errlen) {
+    *removed = 0;
+    if (keep <= 0) return 0;
+    DIR *d = opendir(dir);
+    if (!d) return lt_errorf(err, errlen, "cannot list %s: %s", dir, strerror(errno));
+    StepEntry *v = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long step;
+        if (!step_name(e->d_name, &step)) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            StepEntry *g = realloc(v, cap * sizeof *v);
+            if (!g) lt_fatal("out of host memory listing %s", dir);
+            v = g;
+        }
+        v[n].step = step;
+        snprintf(v[n].name, sizeof v[n].name, "%s", e->d_name);
+        n++;
+    }
+    closedir(d);
+    char latest[256];
+    read_latest(dir, latest, sizeof latest);
+    qsort(v, n, sizeof *v, step_cmp);
+    int rc = 0;
+    /* step directories exist only complete (renamed into place after an fsync):
+     * the newest `keep` stay, and so does the one latest names */
+    for (size_t i = 0; i + (size_t)keep < n; i++) {
+        if (!strcmp(v[i].name, latest)) continue;
+        char path[PATH_MAX];
+        if (join(path, dir, v[i].name, err, errlen)) {
+            rc = -1;
+            break;
+        }
+        if (remove_tree(path) != 0) {
+            rc = lt_errorf(err, errlen, "cannot remove the old checkpoint %s: %s", path,
+                           strerror(errno));
+            break;
+        }
+        (*removed)++;
+    }
+    free(v);
+    return rc;
+}
+
+int lt_ckpt_find_latest(const char *dir, char *stepdir, size_t len, char *err, size_t errlen) {
+    char probe[PATH_MAX];
+    struct stat st;
+    if (stat(dir, &st) != 0) return errno == ENOENT ? 0 : lt_errorf(err, errlen, "%s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return lt_errorf(err, errlen, "%s is not a directory", dir);
+    if (join(probe, dir, "latest", err, errlen)) return -1;
+    if (!file_exists(probe)) return 0;
+    return lt_ckpt_resolve(dir, stepdir, len, err, errlen) ? -1 : 1;
 }
 
 int lt_ckpt_resolve(const char *path, char *stepdir, size_t len, char *err, size_t errlen) {

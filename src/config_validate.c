@@ -92,6 +92,12 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
             goto out;
         }
     }
+    if (!strcmp(t->checkpoint.load, "auto") && !t->checkpoint.dir[0]) {
+        lt_cfg_fail(err, errlen,
+                    "checkpoint.load=auto resumes from the newest checkpoint in checkpoint.dir, "
+                    "which is not set");
+        goto out;
+    }
     if (vpp > 1 && pp == 1) {
         lt_cfg_fail(err, errlen,
                     "parallel.virtual_pipeline_model_parallel_size (%lld) > 1 needs "

@@ -227,6 +227,26 @@ static void setup_groups(Run *r) {
     free(members);
 }
 
+/* The step directory checkpoint.load names: 1 and stepdir, or 0 for a fresh
+ * start. `auto` takes the newest complete checkpoint in checkpoint.dir, or
+ * starts fresh when there is none yet (a job script that resubmits itself). */
+static int resolve_load(const LtConfig *cfg, char *stepdir, size_t len) {
+    char err[1024];
+    const char *load = cfg->checkpoint.load;
+    if (!load[0]) return 0;
+    if (strcmp(load, "auto") == 0) {
+        const int found = lt_ckpt_find_latest(cfg->checkpoint.dir, stepdir, len, err, sizeof err);
+        if (found < 0) lt_input_error("checkpoint.load=auto: %s", err);
+        if (!found)
+            lt_log("checkpoint.load=auto: no checkpoint in %s yet: starting fresh\n",
+                   cfg->checkpoint.dir);
+        return found;
+    }
+    if (lt_ckpt_resolve(load, stepdir, len, err, sizeof err))
+        lt_input_error("checkpoint.load: %s", err);
+    return 1;
+}
+
 /* Load a checkpoint's global tensors into st (arrays of r->global.total).
  * The padded vocabulary depends on the TP size the checkpoint was written
  * with; when it differs from this run's, the checkpoint is read with its own
@@ -311,10 +331,8 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
     LtCkptState st = {lt_malloc(r->global.total * sizeof(float)), NULL, NULL};
     LtCkptMeta meta = {0};
     char stepdir[LT_PATH_MAX + 64];
-    if (cfg->checkpoint.load[0]) {
-        char err[1024];
-        if (lt_ckpt_resolve(cfg->checkpoint.load, stepdir, sizeof stepdir, err, sizeof err))
-            lt_input_error("checkpoint.load: %s", err);
+    const int resume = resolve_load(cfg, stepdir, sizeof stepdir);
+    if (resume) {
         if (need_optimizer) {
             st.m = lt_malloc(r->global.total * sizeof(float));
             st.v = lt_malloc(r->global.total * sizeof(float));
@@ -354,8 +372,7 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
     free(st.m);
     free(st.v);
     free(host);
-    if (cfg->checkpoint.load[0])
-        lt_log("resumed from %s at step %ld\n", stepdir, r->start_step);
+    if (resume) lt_log("resumed from %s at step %ld\n", stepdir, r->start_step);
     r->peak_tflops = lt_peak_tflops(r->be, cfg, &r->peak_source);
 }
 
@@ -558,10 +575,15 @@ static void save_checkpoint(Run *r, long step) {
     /* the full state is identical everywhere now: the first rank writes it */
     if (r->world->rank == 0 && lt_ckpt_save(c->checkpoint.dir, g, &st, &meta, c, err, sizeof err))
         lt_fatal("saving checkpoint at step %ld failed: %s", step, err);
+    int pruned = 0; /* older checkpoints go only once this one is complete */
+    if (r->world->rank == 0 &&
+        lt_ckpt_prune(c->checkpoint.dir, c->checkpoint.keep_last, &pruned, err, sizeof err))
+        lt_log("warning: checkpoint.keep_last: %s\n", err);
     lt_comm_barrier(r->dp);
     lt_comm_barrier(r->tp);
     lt_comm_barrier(r->pp);
-    lt_log("saved checkpoint step %ld to %s (%.2f s)\n", step, c->checkpoint.dir, lt_now() - t0);
+    lt_log("saved checkpoint step %ld to %s (%.2f s%s)\n", step, c->checkpoint.dir, lt_now() - t0,
+           pruned ? "; older ones beyond checkpoint.keep_last removed" : "");
     free(st.master);
     free(st.m);
     free(st.v);
@@ -658,6 +680,14 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     r.loader = lt_loader_create(r.train, &lc, err, sizeof err);
     if (!r.loader) lt_input_error("data.train_path: %s", err);
     check_cuda_graph(&r);
+    if (cfg->checkpoint.dir[0] && w->rank == 0) { /* before step 1, not at the first save */
+        int stale = 0;
+        if (lt_ckpt_prepare_dir(cfg->checkpoint.dir, &stale, err, sizeof err))
+            lt_input_error("checkpoint.dir: %s", err);
+        if (stale)
+            lt_log("checkpoint.dir: removed %d entr%s left by a save that was killed\n", stale,
+                   stale == 1 ? "y" : "ies");
+    }
     print_summary(&r);
 
     LtMetricsFile mf;

@@ -256,6 +256,69 @@ static void test_latest_and_resolve(void) {
     free(dir);
 }
 
+/* The directory's housekeeping: a run's first save finds it writable (checked
+ * before step 1) and clears what killed writers left; keep_last prunes only
+ * older complete checkpoints; load=auto finds the newest or none. */
+static void test_dir_housekeeping(void) {
+    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], path[4200];
+    REQUIRE(dir, "mkdtemp");
+    int n = -1;
+    /* leftovers of a writer killed mid-save */
+    snprintf(path, sizeof path, "%s/.tmp-step_00000300-999999", dir);
+    mkdir(path, 0777);
+    snprintf(path, sizeof path, "%s/.tmp-step_00000300-999999/state.lt", dir);
+    write_text(path, "partial");
+    snprintf(path, sizeof path, "%s/.old-step_00000200-999999", dir);
+    mkdir(path, 0777);
+    snprintf(path, sizeof path, "%s/latest.tmp", dir);
+    write_text(path, "step_00000300\n");
+    snprintf(path, sizeof path, "%s/notes.txt", dir); /* not ours: kept */
+    write_text(path, "x");
+    CHECK(lt_ckpt_find_latest(dir, stepdir, sizeof stepdir, err, sizeof err) == 0,
+          "no latest yet: %s", err);
+    CHECK(lt_ckpt_prepare_dir(dir, &n, err, sizeof err) == 0 && n == 3, "prepare: %d %s", n, err);
+    CHECK(count_prefix(dir, ".tmp-") == 0 && count_prefix(dir, ".old-") == 0 &&
+              count_prefix(dir, "latest.tmp") == 0 && count_prefix(dir, "notes.txt") == 1 &&
+              count_prefix(dir, ".probe-") == 0,
+          "stale entries left, or others removed");
+    /* keep_last: the newest N complete checkpoints stay */
+    Fixture f;
+    fixture_init(&f, 2, 128, 1, 13);
+    for (long step = 1; step <= 5; step++) CHECK(save_step(dir, &f, step, err) == 0, "save: %s", err);
+    CHECK(lt_ckpt_prune(dir, 0, &n, err, sizeof err) == 0 && n == 0 && count_prefix(dir, "step_") == 5,
+          "keep 0 keeps all");
+    CHECK(lt_ckpt_prune(dir, 2, &n, err, sizeof err) == 0 && n == 3, "prune: %d %s", n, err);
+    CHECK(count_prefix(dir, "step_") == 2 && count_prefix(dir, "step_00000004") == 1 &&
+              count_prefix(dir, "step_00000005") == 1,
+          "keep_last 2 must leave steps 4 and 5");
+    /* an older step saved again (latest names it) is never pruned */
+    CHECK(save_step(dir, &f, 3, err) == 0, "save 3: %s", err);
+    CHECK(lt_ckpt_prune(dir, 1, &n, err, sizeof err) == 0, "prune: %s", err);
+    CHECK(count_prefix(dir, "step_00000003") == 1 && count_prefix(dir, "step_00000005") == 1 &&
+              count_prefix(dir, "step_") == 2,
+          "latest (step 3) and the newest (step 5) stay");
+    snprintf(path, sizeof path, "%s/step_00000003", dir);
+    CHECK(lt_ckpt_find_latest(dir, stepdir, sizeof stepdir, err, sizeof err) == 1 &&
+              strcmp(stepdir, path) == 0,
+          "find_latest: %s", stepdir);
+    snprintf(path, sizeof path, "%s/missing", dir);
+    CHECK(lt_ckpt_find_latest(path, stepdir, sizeof stepdir, err, sizeof err) == 0,
+          "a directory not created yet: start fresh");
+    snprintf(path, sizeof path, "%s/latest", dir);
+    write_text(path, "step_00000009\n");
+    CHECK(lt_ckpt_find_latest(dir, stepdir, sizeof stepdir, err, sizeof err) == -1 &&
+              strstr(err, "step_00000009"),
+          "latest naming nothing: %s", err);
+    /* unusable directories are found before any training */
+    CHECK(lt_ckpt_prepare_dir("/proc/lattice-x", &n, err, sizeof err) == -1, "/proc refused");
+    snprintf(path, sizeof path, "%s/notes.txt", dir);
+    CHECK(lt_ckpt_prepare_dir(path, &n, err, sizeof err) == -1 && strstr(err, "notes.txt"),
+          "a file as the directory: %s", err);
+    fixture_free(&f);
+    rm_rf(dir);
+    free(dir);
+}
+
 static void test_resave_same_step_replaces(void) {
     char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
     REQUIRE(dir, "mkdtemp");
@@ -670,6 +733,7 @@ int main(void) {
     RUN(test_architecture_mismatch);
     RUN(test_resolve_errors);
     RUN(test_load_config_roundtrip);
+    RUN(test_dir_housekeeping);
     RUN(test_export_hf);
     RUN(test_export_tensor_parallel_config);
     RUN(test_safetensors_reader);

@@ -138,6 +138,25 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "data.valid_path: .*valid_bad.ltok" "$T/vbad.log" &&
    ! grep -q "^step " "$T/vbad.log"; then pass bad_valid_file_found_at_start
 else fail bad_valid_file_found_at_start "rc=$rc, $(tail -2 "$T/vbad.log")"; fi
+# checkpoint directory housekeeping: an unusable checkpoint.dir stops the run
+# before step 1; keep_last keeps the newest N; load=auto starts fresh, then
+# resumes from the newest; a killed writer's temporary directory is removed
+expect_input_error unwritable_checkpoint_dir "checkpoint.dir: .*lattice-x" \
+  "$LT" train $CFG $D train.steps=2 checkpoint.dir=/proc/lattice-x
+"$LT" train $CFG $D train.steps=5 checkpoint.dir=$T/ckK checkpoint.save_interval=1 \
+  checkpoint.keep_last=2 checkpoint.load=auto > "$T/keep.log" 2>&1
+rc=$?
+n=$(ls -d $T/ckK/step_* 2>/dev/null | wc -l)
+if [ $rc -eq 0 ] && [ "$n" -eq 2 ] && [ -d $T/ckK/step_00000004 ] && [ -d $T/ckK/step_00000005 ] &&
+   grep -q "no checkpoint in .*ckK yet: starting fresh" "$T/keep.log"; then pass keep_last_and_auto_fresh
+else fail keep_last_and_auto_fresh "rc=$rc, $n step dirs, $(tail -1 "$T/keep.log")"; fi
+mkdir -p $T/ckK/.tmp-step_00000009-999999
+"$LT" train $CFG $D train.steps=7 checkpoint.dir=$T/ckK checkpoint.load=auto > "$T/auto.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "resumed from .*ckK/step_00000005 at step 5" "$T/auto.log" &&
+   grep -q "removed 1 entry left by a save that was killed" "$T/auto.log" &&
+   [ ! -e $T/ckK/.tmp-step_00000009-999999 ]; then pass auto_resume_and_stale_cleanup
+else fail auto_resume_and_stale_cleanup "rc=$rc, $(grep -i 'resum\|removed\|error' "$T/auto.log" | head -2)"; fi
 # a step makes the host wait for the device once (the CPU backend counts the
 # calls a GPU would wait in): the loss, grad norm and clip stay on the device
 if grep -q "host waits per step 1$" "$T/train.log"; then pass one_host_wait_per_step
