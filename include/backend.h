@@ -34,7 +34,8 @@ typedef struct {
     float bc1, bc2;    /* bias corrections 1 - beta^t */
     float grad_scale;  /* multiplies the gradient first (clip coefficient) */
     const float *grad_scale_dev; /* device scalar, a further gradient multiplier computed
-                                  * on the device (clip_coef); NULL = 1 */
+                                  * on the device (clip_coef); NULL = 1; negative: skip
+                                  * the step (param, master, m, v left untouched) */
 } LtAdamArgs;
 
 typedef struct {
@@ -189,11 +190,15 @@ typedef struct {
      * buffer, accumulated in double; acc is one double of device memory. The host does
      * not wait. Deterministic. */
     void (*sum_f64)(LtBackend *be, double *acc, const float *x, size_t n, int squares);
-    /* coef[0] = min(1, clip / (sqrt(sumsq[0]) + 1e-6)) when clip > 0, else 1; and 0
-     * whenever sumsq[0] is not finite (a diverged step then changes no weight through
-     * its gradient). Device scalars: the gradient-clipping coefficient without a host
-     * round trip. */
+    /* coef[0] = min(1, clip / (sqrt(sumsq[0]) + 1e-6)) when clip > 0, else 1; and -1
+     * whenever sumsq[0] is not finite: the mark of a step to skip (adamw given it as
+     * grad_scale_dev leaves every weight and moment as it was). Device scalars: the
+     * gradient-clipping coefficient without a host round trip. */
     void (*clip_coef)(LtBackend *be, float *coef, const double *sumsq, float clip);
+    /* acc[0] += 0 when x[0] is finite, else NaN (one double each, device memory):
+     * folds a non-finite loss into the gradient sum of squares, so that the step is
+     * skipped on every rank the sum is reduced over. */
+    void (*flag_nonfinite)(LtBackend *be, double *acc, const double *x);
     /* Vocab-parallel ownership in place: ids[i] -= start when start <= ids[i] <
      * start + count, else ids[i] = -1 (see embedding_fwd). */
     void (*localize_ids)(LtBackend *be, int32_t *ids, size_t n, int start, int count);

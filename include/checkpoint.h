@@ -25,7 +25,9 @@ extern "C" {
 #endif
 
 typedef struct {
-    long step;                 /* optimizer steps completed */
+    long step;                 /* training steps completed */
+    long optimizer_steps;      /* Adam updates applied: step minus the skipped (non-finite) steps;
+                                * -1 when reading a checkpoint that predates the field (= step) */
     uint64_t samples_consumed; /* global training samples consumed */
     uint64_t seed;             /* train.seed of the run */
     uint64_t data_seed;        /* seed of the shuffle permutation */

@@ -20,6 +20,7 @@ extern "C" {
 
 #define LT_EXIT_INTERNAL 1
 #define LT_EXIT_INPUT 2
+#define LT_EXIT_DIVERGED 3 /* more non-finite steps in a row than train.max_skipped_steps */
 
 /* Rank shown in every message (set once MPI is up; -1 = single process). */
 void lt_set_log_rank(int rank);

@@ -54,6 +54,7 @@ typedef struct {
         int threads;                   /* CPU threads per rank, 0 = all cores / local ranks */
         int lm_head_chunk;             /* tokens per LM head / loss chunk, 0 = auto (see model.h) */
         bool cuda_graph;               /* replay each step's forward/backward as a CUDA graph */
+        int max_skipped_steps;         /* consecutive non-finite steps skipped before stopping */
     } train;
     struct {
         double lr, min_lr;

@@ -53,7 +53,8 @@ typedef struct {
     size_t state_bytes;     /* master + moments held by this rank */
     size_t grad_bytes;      /* gradient memory held by the optimizer (shards) */
     double *scalars;        /* device: [0] sum of squares for lt_optim_grad_norm, [1] holds
-                             * the float clip coefficient of lt_optim_clip_coef */
+                             * the float clip coefficient of lt_optim_clip_coef, [2] the
+                             * non-finite-loss flag of lt_optim_grad_sumsq */
 } LtOptimizer;
 
 /* Padded flat size for a table split over dp ranks (shards a multiple of 64). */
@@ -89,8 +90,17 @@ void lt_optim_set_pp(LtOptimizer *o, const LtComm *pp);
 
 /* ss_dev[0] (one double of device memory, overwritten) = the global sum of
  * squares of the reduced gradient, summed over DP, TP and PP on the device:
- * the host does not wait. Collective over those groups. */
-void lt_optim_grad_sumsq(LtOptimizer *o, const float *grads, double *ss_dev);
+ * the host does not wait. Collective over those groups. With loss_dev (this
+ * rank's loss sum on the device), a non-finite loss on any rank makes the sum
+ * NaN on every rank, so that every rank skips the step (clip_coef). */
+void lt_optim_grad_sumsq(LtOptimizer *o, const float *grads, double *ss_dev,
+                         const double *loss_dev);
+/* The reduced gradient lt_optim_grad_sumsq reads on this rank: grads itself
+ * (ZeRO 0), else this rank's shard (its first element). */
+float *lt_optim_grad_base(LtOptimizer *o, float *grads);
+/* The step just taken was skipped on the device (its sum of squares was not
+ * finite): the next step's bias correction counts it out. */
+void lt_optim_skipped(LtOptimizer *o);
 /* Global L2 norm of the reduced gradient on the host (collective; waits for
  * the device: for tests and tools, the trainer reads it with the metrics). */
 double lt_optim_grad_norm(LtOptimizer *o, const float *grads);

@@ -45,6 +45,7 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -436,6 +437,13 @@ static int load_state(const char *stepdir, const LtParamTable *t, LtCkptState *s
                 break;
             }
             rc = read_tensor(f, path, r, dst[k] + p->offset, err, errlen);
+            /* a diverged model is not resumed, evaluated or exported */
+            for (size_t j = 0; rc == 0 && j < p->numel; j++)
+                if (!isfinite(dst[k][p->offset + j]))
+                    rc = lt_errorf(err, errlen,
+                                   "checkpoint %s: tensor '%s' holds a non-finite value (%g at "
+                                   "element %zu): the model it saved had diverged",
+                                   stepdir, name, (double)dst[k][p->offset + j], j);
         }
     }
     free(recs);
@@ -453,8 +461,10 @@ static int write_meta(const char *path, const LtParamTable *t, const LtCkptState
     fprintf(f,
             "{\n  \"format\": \"lattice-checkpoint\",\n  \"format_version\": %d,\n"
             "  \"step\": %ld,\n  \"samples_consumed\": %" PRIu64 ",\n  \"seed\": %" PRIu64 ",\n"
-            "  \"data_seed\": %" PRIu64 ",\n  \"rng_state\": %" PRIu64 ",\n",
-            META_VERSION, m->step, m->samples_consumed, m->seed, m->data_seed, m->rng_state);
+            "  \"data_seed\": %" PRIu64 ",\n  \"rng_state\": %" PRIu64 ",\n"
+            "  \"optimizer_steps\": %ld,\n",
+            META_VERSION, m->step, m->samples_consumed, m->seed, m->data_seed, m->rng_state,
+            m->optimizer_steps >= 0 && m->optimizer_steps <= m->step ? m->optimizer_steps : m->step);
     fprintf(f,
             "  \"num_layers\": %d,\n  \"hidden_size\": %d,\n  \"num_attention_heads\": %d,\n"
             "  \"ffn_hidden_size\": %d,\n  \"seq_length\": %d,\n  \"max_position_embeddings\": %d,\n"
@@ -565,6 +575,16 @@ static int read_meta(const char *stepdir, LtCkptMeta *m, char *err, size_t errle
         return -1;
     if (step > LONG_MAX) return lt_errorf(err, errlen, "%s: step out of range", path);
     m->step = (long)step;
+    m->optimizer_steps = m->step; /* written since skipped steps exist; older files: = step */
+    char val[64];
+    if (json_flat_get(js, "optimizer_steps", val, sizeof val) == 1) {
+        uint64_t os;
+        if (meta_u64(js, "optimizer_steps", &os, path, err, errlen)) return -1;
+        if (os > step)
+            return lt_errorf(err, errlen, "%s: optimizer_steps %" PRIu64 " exceeds step %" PRIu64,
+                             path, os, step);
+        m->optimizer_steps = (long)os;
+    }
     return 0;
 }
 

@@ -90,6 +90,7 @@ const KeyDesc lt_cfg_keys[] = {
     K_INT(train, threads, 0, INT_MAX),
     K_INT(train, lm_head_chunk, 0, INT_MAX),
     K_BOOL(train, cuda_graph),
+    K_INT(train, max_skipped_steps, 0, INT_MAX),
 
     K_DBL(optimizer, lr, 0, 0, D_NO_MAX),
     K_DBL(optimizer, min_lr, 0, 0, D_NO_MAX),
@@ -884,6 +885,7 @@ void lt_config_defaults(LtConfig *c) {
     c->train.recompute = LT_RECOMPUTE_NONE;
     c->train.device = LT_DEVICE_AUTO;
     c->train.threads = 0;
+    c->train.max_skipped_steps = 5;
 
     c->optimizer.lr = 6e-4;
     c->optimizer.min_lr = 6e-5;

@@ -37,7 +37,7 @@ LtOptimizer *lt_optim_create(LtBackend *be, const LtParamTable *t, const LtConfi
     o->m = be->ops->alloc(be, bytes);
     o->v = be->ops->alloc(be, bytes);
     o->state_bytes = 3 * bytes;
-    o->scalars = be->ops->alloc(be, 2 * sizeof(double));
+    o->scalars = be->ops->alloc(be, 3 * sizeof(double));
     if (o->zero_stage >= 1) {
         o->grad_shard = be->ops->alloc(be, bytes);
         o->grad_bytes = bytes;
@@ -157,13 +157,25 @@ static void counted_sumsq(LtOptimizer *o, double *ss, const float *g, size_t bas
     if (run_n) o->be->ops->sum_f64(o->be, ss, g + (run - base), run_n, 1);
 }
 
-void lt_optim_grad_sumsq(LtOptimizer *o, const float *grads, double *ss_dev) {
-    o->be->ops->zero(o->be, ss_dev, sizeof(double));
+void lt_optim_grad_sumsq(LtOptimizer *o, const float *grads, double *ss_dev,
+                         const double *loss_dev) {
+    LtBackend *be = o->be;
+    be->ops->zero(be, ss_dev, sizeof(double));
     if (o->zero_stage == 0) { /* every DP rank holds the same reduced gradient */
         counted_sumsq(o, ss_dev, grads, 0, 0, o->table->total);
+        if (loss_dev) { /* but not the same loss: a non-finite one anywhere (or a replica
+                         * whose gradient differs), NaN everywhere */
+            double *flag = o->scalars + 2;
+            be->ops->zero(be, flag, sizeof(double));
+            be->ops->flag_nonfinite(be, flag, loss_dev);
+            be->ops->flag_nonfinite(be, flag, ss_dev);
+            if (o->dp) lt_comm_all_reduce(o->dp, flag, 1, LT_COMM_F64, LT_COMM_SUM);
+            be->ops->flag_nonfinite(be, ss_dev, flag);
+        }
     } else {
         counted_sumsq(o, ss_dev, o->grad_shard, o->shard_begin, o->shard_begin,
                       o->shard_begin + o->shard_len);
+        if (loss_dev) be->ops->flag_nonfinite(be, ss_dev, loss_dev);
         lt_comm_all_reduce(o->dp, ss_dev, 1, LT_COMM_F64, LT_COMM_SUM);
     }
     if (o->tp) lt_comm_all_reduce(o->tp, ss_dev, 1, LT_COMM_F64, LT_COMM_SUM);
@@ -172,9 +184,17 @@ void lt_optim_grad_sumsq(LtOptimizer *o, const float *grads, double *ss_dev) {
 
 double lt_optim_grad_norm(LtOptimizer *o, const float *grads) {
     double ss = 0.0;
-    lt_optim_grad_sumsq(o, grads, o->scalars);
+    lt_optim_grad_sumsq(o, grads, o->scalars, NULL);
     o->be->ops->download(o->be, &ss, o->scalars, sizeof ss);
     return sqrt(ss);
+}
+
+float *lt_optim_grad_base(LtOptimizer *o, float *grads) {
+    return o->zero_stage == 0 ? grads : o->grad_shard;
+}
+
+void lt_optim_skipped(LtOptimizer *o) {
+    if (o->step > 0) o->step--;
 }
 
 const float *lt_optim_clip_coef(LtOptimizer *o, const double *ss_dev, double clip) {

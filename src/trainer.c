@@ -360,7 +360,7 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
         r->opt = lt_optim_create(r->be, t, cfg, r->dp, r->model->flat, host);
         lt_optim_set_tp(r->opt, r->tp);
         lt_optim_set_pp(r->opt, r->pp);
-        if (st.m) lt_optim_load_state(r->opt, host, st.m, st.v, meta.step);
+        if (st.m) lt_optim_load_state(r->opt, host, st.m, st.v, meta.optimizer_steps);
         if (mo.grad_buckets) {
             lt_optim_set_bucket_size(r->opt, r->model->grads_len > r->model->emb_grads_len
                                                  ? r->model->grads_len
@@ -565,6 +565,7 @@ static void save_checkpoint(Run *r, long step) {
     }
     LtCkptMeta meta = {
         .step = step,
+        .optimizer_steps = r->opt ? r->opt->step : step,
         .samples_consumed = (uint64_t)step * (uint64_t)c->train.global_batch_size,
         .seed = c->train.seed,
         .data_seed = c->train.seed,
@@ -667,6 +668,47 @@ static void check_cuda_graph(const Run *r) {
                        r->topo.dp);
 }
 
+/* Test hook: LT_INJECT_NONFINITE="KIND:STEP[:RANK][,...]" (KIND loss or grad,
+ * STEP 1-based, RANK default 0; up to 4 entries) makes that rank's loss sum
+ * NaN, or the first element of the reduced gradient it holds +Inf, at that
+ * step (an extra host wait that step), for the tests of non-finite steps.
+ * Unset in normal runs. */
+#define INJECT_MAX 4
+typedef struct {
+    int kind[INJECT_MAX]; /* 0 none, 1 loss, 2 grad */
+    long step[INJECT_MAX];
+} Inject;
+
+static Inject inject_parse(int rank) {
+    Inject in = {{0}, {0}};
+    const char *e = getenv("LT_INJECT_NONFINITE");
+    for (int i = 0; e && *e && i < INJECT_MAX; i++) {
+        char kind[8];
+        long step = 0;
+        int r = 0, n = sscanf(e, "%7[a-z]:%ld:%d", kind, &step, &r);
+        if (n < 2 || step < 1 || (strcmp(kind, "loss") && strcmp(kind, "grad")))
+            lt_input_error("LT_INJECT_NONFINITE='%s': expected loss|grad:STEP[:RANK][,...]", e);
+        if (r == rank) in.kind[i] = strcmp(kind, "loss") ? 2 : 1, in.step[i] = step;
+        e = strchr(e, ',');
+        if (e) e++;
+    }
+    return in;
+}
+
+static void inject_nonfinite(Run *r, const Inject *in, long step, double *loss_dev) {
+    LtBackend *be = r->be;
+    for (int i = 0; i < INJECT_MAX; i++) {
+        if (!in->kind[i] || step + 1 != in->step[i]) continue;
+        if (in->kind[i] == 1) {
+            const double nan = NAN;
+            be->ops->upload(be, loss_dev, &nan, sizeof nan);
+        } else {
+            const float inf = INFINITY;
+            be->ops->upload(be, lt_optim_grad_base(r->opt, r->model->grads), &inf, sizeof inf);
+        }
+    }
+}
+
 int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     if (!cfg->data.train_path[0]) lt_input_error("data.train_path is not set");
     Run r;
@@ -715,7 +757,8 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     double *times = lt_malloc((size_t)(nsteps > 0 ? nsteps : 1) * sizeof(double));
     int ntimes = 0;
     long step = r.start_step;
-    int exit_code = 0;
+    int exit_code = 0, skipped = 0; /* consecutive skipped steps */
+    Inject inject = inject_parse(w->rank);
 
     for (; step < cfg->train.steps; step++) {
         double t0 = lt_now();
@@ -729,7 +772,8 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
             lt_model_sp_reduce_grads(r.model, 0, r.model->table.n - 1);
         reduce_embedding_grads(&r);
         lt_optim_reduce_grads(r.opt, r.model->grads);
-        lt_optim_grad_sumsq(r.opt, r.model->grads, stats_dev + 1);
+        inject_nonfinite(&r, &inject, step, stats_dev);
+        lt_optim_grad_sumsq(r.opt, r.model->grads, stats_dev + 1, stats_dev);
         double lr = lt_lr_at(cfg, step);
         lt_optim_step(r.opt, r.model->params, r.model->grads, lr, 1.0,
                       lt_optim_clip_coef(r.opt, stats_dev + 1, cfg->optimizer.clip_grad));
@@ -742,9 +786,15 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         lt_comm_all_reduce(lt_comm_host(r.dp), &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);
         lt_comm_all_reduce(lt_comm_host(r.pp), &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);
         double loss = loss_sum / tokens_step, norm = sqrt(stats[1]);
-        if (!isfinite(loss) || !isfinite(norm)) /* (the update ran with clip coefficient 0) */
-            lt_fatal("step %ld: loss %g, grad norm %g: training diverged (lower optimizer.lr?)",
-                     step + 1, loss, norm);
+        if (!isfinite(norm)) { /* every rank skipped the update on the device (clip_coef) */
+            lt_optim_skipped(r.opt);
+            skipped++;
+            lt_log("step %ld: loss %g, grad norm %g: not finite: update skipped (weights and "
+                   "Adam moments unchanged; %d in a row, train.max_skipped_steps=%d)\n",
+                   step + 1, loss, norm, skipped, cfg->train.max_skipped_steps);
+        } else {
+            skipped = 0;
+        }
         double dt = lt_now() - t0;
         times[ntimes++] = dt;
         double tflops = flops_step / dt / 1e12 / w->world;
@@ -765,6 +815,15 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         if (cfg->checkpoint.dir[0] && cfg->checkpoint.save_interval > 0 &&
             (step + 1) % cfg->checkpoint.save_interval == 0 && step + 1 < cfg->train.steps)
             save_checkpoint(&r, step + 1);
+        if (skipped > cfg->train.max_skipped_steps) { /* the same decision on every rank */
+            lt_log("error: %d consecutive steps with a non-finite loss or gradient norm (up to "
+                   "step %ld): training diverged; stopping without saving, so the last good "
+                   "checkpoint stays the newest (lower optimizer.lr, raise optimizer.warmup_steps?)\n",
+                   skipped, step + 1);
+            step++;
+            exit_code = LT_EXIT_DIVERGED;
+            break;
+        }
         if (w->world > 1) { /* every rank stops after the same step: max over the world */
             int32_t sig = (int32_t)g_stop_signal;
             lt_comm_all_reduce(lt_comm_host(r.dp), &sig, 1, LT_COMM_I32, LT_COMM_MAX);
@@ -795,7 +854,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         lt_log("eval step %ld | val loss %.4f | val ppl %.2f | %ld samples\n", step, vl, exp(vl), ns);
         lt_metrics_eval(&mf, step, vl, ns);
     }
-    if (cfg->checkpoint.dir[0]) save_checkpoint(&r, step);
+    if (cfg->checkpoint.dir[0] && exit_code != LT_EXIT_DIVERGED) save_checkpoint(&r, step);
     lt_metrics_close(&mf);
     char merr[LT_PATH_MAX + 128];
     if (lt_metrics_status(&mf, merr, sizeof merr) && exit_code == 0) {

@@ -51,11 +51,13 @@ static void tiny_config(LtConfig *c, int layers) {
     c->model.make_vocab_size_divisible_by = 128;
 }
 
-/* Random values plus a few bit patterns that must survive exactly. */
+/* Random values plus a few bit patterns that must survive exactly (-0, the
+ * smallest denormal, the largest finite float, a denormal; non-finite values
+ * are refused at load, see test_nonfinite_refused). */
 static float *random_array(size_t n, uint64_t seed) {
     float *x = malloc(sizeof(float) * n);
     for (size_t i = 0; i < n; i++) x[i] = lt_normal_at(seed, 7, i);
-    const uint32_t specials[] = {0x80000000u, 0x00000001u, 0x7f800000u, 0x7fc12345u};
+    const uint32_t specials[] = {0x80000000u, 0x00000001u, 0x7f7fffffu, 0x00012345u};
     for (size_t i = 0; i < 4 && i < n; i++) memcpy(&x[i * 97 % n], &specials[i], 4);
     return x;
 }
@@ -314,6 +316,30 @@ static void test_dir_housekeeping(void) {
     snprintf(path, sizeof path, "%s/notes.txt", dir);
     CHECK(lt_ckpt_prepare_dir(path, &n, err, sizeof err) == -1 && strstr(err, "notes.txt"),
           "a file as the directory: %s", err);
+    fixture_free(&f);
+    rm_rf(dir);
+    free(dir);
+}
+
+/* A checkpoint holding a non-finite weight or moment (a model that had
+ * diverged) is refused at load - resume, eval, sample, export - naming it. */
+static void test_nonfinite_refused(void) {
+    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    REQUIRE(dir, "mkdtemp");
+    Fixture f;
+    fixture_init(&f, 2, 128, 1, 13);
+    for (int k = 0; k < 2; k++) {
+        float *x = k ? f.s.m : f.s.master, keep = x[5];
+        x[5] = k ? INFINITY : NAN;
+        CHECK(save_step(dir, &f, 10 + k, err) == 0, "save: %s", err);
+        x[5] = keep;
+        snprintf(stepdir, sizeof stepdir, "%s/step_%08d", dir, 10 + k);
+        LtCkptState got;
+        CHECK(load_fresh(stepdir, &f.t, 1, &got, NULL, err) == -1 && strstr(err, "non-finite") &&
+                  strstr(err, k ? "adam_m/" : "param/") && strstr(err, "diverged"),
+              "load of a non-finite %s: %s", k ? "moment" : "weight", err);
+        state_free(&got);
+    }
     fixture_free(&f);
     rm_rf(dir);
     free(dir);
@@ -734,6 +760,7 @@ int main(void) {
     RUN(test_resolve_errors);
     RUN(test_load_config_roundtrip);
     RUN(test_dir_housekeeping);
+    RUN(test_nonfinite_refused);
     RUN(test_export_hf);
     RUN(test_export_tensor_parallel_config);
     RUN(test_safetensors_reader);

@@ -324,7 +324,9 @@ static void test_sumsq_scale(void) {
 }
 
 /* clip_coef on device scalars (host memory here) against lt_clip_coef; a
- * non-finite sum of squares gives 0. localize_ids: vocab-parallel ownership. */
+ * non-finite sum of squares gives -1, the mark of a skipped step, which adamw
+ * obeys by changing nothing; flag_nonfinite folds a non-finite loss into the
+ * sum. localize_ids: vocab-parallel ownership. */
 static void test_clip_localize(void) {
     const double ss[] = {16.0, 0.25, 0.0, 1e30};
     for (int i = 0; i < 4; i++) {
@@ -338,7 +340,27 @@ static void test_clip_localize(void) {
     for (int i = 0; i < 2; i++) {
         float c = -1.f;
         g_f32->ops->clip_coef(g_f32, &c, &bad[i], 1.0f);
-        CHECK(c == 0.0f, "clip_coef(%g) = %g, want 0", bad[i], c);
+        CHECK(c == -1.0f, "clip_coef(%g) = %g, want -1 (skip)", bad[i], c);
+    }
+    const double xs[] = {2.5, -0.0, NAN, INFINITY, -INFINITY};
+    for (int i = 0; i < 5; i++) {
+        double acc = 7.0;
+        g_f32->ops->flag_nonfinite(g_f32, &acc, &xs[i]);
+        CHECK(isfinite(xs[i]) ? acc == 7.0 : isnan(acc), "flag_nonfinite(%g): %g", xs[i], acc);
+    }
+    /* a skipped step changes no weight, moment or compute copy, in both dtypes */
+    for (int k = 0; k < 2; k++) {
+        LtBackend *be = k ? g_bf16 : g_f32;
+        float master[5] = {1, -2, 3, 0.5f, 8}, m[5] = {0.1f, 0, -0.1f, 1, 2}, v[5] = {1, 2, 3, 4, 5};
+        float grad[5] = {1, 1, NAN, INFINITY, 1}, param[5] = {9, 9, 9, 9, 9}, skip = -1.0f;
+        float m0[5], v0[5], w0[5];
+        memcpy(m0, m, sizeof m), memcpy(v0, v, sizeof v), memcpy(w0, master, sizeof master);
+        LtAdamArgs a = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                        .bc1 = 0.1f, .bc2 = 0.05f, .grad_scale = 1.0f, .grad_scale_dev = &skip};
+        be->ops->adamw(be, param, master, grad, m, v, 5, &a);
+        CHECK(!memcmp(m, m0, sizeof m) && !memcmp(v, v0, sizeof v) && !memcmp(master, w0, sizeof w0),
+              "a skipped step changed the state");
+        CHECK(param[0] == 9 && param[4] == 9, "a skipped step rewrote the compute copy");
     }
     int32_t ids[] = {0, 9, 10, 19, 20, 25, -1};
     const int32_t want[] = {-1, -1, 0, 9, -1, -1, -1};

@@ -215,6 +215,25 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "received signal 15 after step" "
   pass sigterm_to_one_stage_stops_all_and_saves
 else fail sigterm_to_one_stage_stops_all_and_saves "rc=$rc victim=$victim: $(tail -3 "$T/sig/log")"; fi
 
+# ---- non-finite steps on one rank: every rank skips, weights bitwise unchanged -----
+# tp2 x pp2 x dp2, SP, ZeRO 1: a NaN loss on rank 5 at step 2 and an Inf in the
+# gradient shard of rank 2 at step 4; the checkpoint after each skipped step is
+# byte-identical to the one before it
+mkdir -p "$T/nonfinite"
+LT_INJECT_NONFINITE=loss:2:5,grad:4:2 $MPI -np 8 -x LT_INJECT_NONFINITE "$LT" train $BASE \
+  parallel.pipeline_model_parallel_size=2 parallel.tensor_model_parallel_size=2 \
+  parallel.sequence_parallel=true optimizer.zero_stage=1 train.steps=5 eval.interval=0 \
+  checkpoint.dir=$T/nonfinite/ck checkpoint.save_interval=1 >"$T/nonfinite/log" 2>&1
+rc=$?
+c=$T/nonfinite/ck
+if [ $rc -eq 0 ] && grep -q "^step 2: .*update skipped" "$T/nonfinite/log" &&
+   grep -q "^step 4: .*update skipped" "$T/nonfinite/log" &&
+   cmp -s $c/step_00000001/state.lt $c/step_00000002/state.lt &&
+   cmp -s $c/step_00000003/state.lt $c/step_00000004/state.lt &&
+   ! cmp -s $c/step_00000002/state.lt $c/step_00000003/state.lt; then
+  pass nonfinite_on_one_rank_every_rank_skips
+else fail nonfinite_on_one_rank_every_rank_skips "rc=$rc: $(grep -i 'skip\|error' "$T/nonfinite/log" | head -3)"; fi
+
 # ---- bad pipeline configs are refused with one message -----------------------------
 refused() { # name pattern np overrides...
   local name=$1 pat=$2 np=$3; shift 3

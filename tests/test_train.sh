@@ -157,6 +157,32 @@ if [ $rc -eq 0 ] && grep -q "resumed from .*ckK/step_00000005 at step 5" "$T/aut
    grep -q "removed 1 entry left by a save that was killed" "$T/auto.log" &&
    [ ! -e $T/ckK/.tmp-step_00000009-999999 ]; then pass auto_resume_and_stale_cleanup
 else fail auto_resume_and_stale_cleanup "rc=$rc, $(grep -i 'resum\|removed\|error' "$T/auto.log" | head -2)"; fi
+# ---- non-finite steps: skipped on the device, weights and moments unchanged ------
+# (LT_INJECT_NONFINITE: a NaN loss at step 3; the checkpoints of steps 2 and 3
+# are then byte-identical, and resuming from step 3 reproduces step 5 exactly,
+# the skipped step being left out of Adam's bias correction)
+LT_INJECT_NONFINITE=loss:3 "$LT" train $CFG $D train.steps=5 checkpoint.dir=$T/ckN \
+  checkpoint.save_interval=1 > "$T/nan.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^step 3: loss nan, .*update skipped (weights and Adam moments unchanged" "$T/nan.log" &&
+   cmp -s $T/ckN/step_00000002/state.lt $T/ckN/step_00000003/state.lt &&
+   ! cmp -s $T/ckN/step_00000003/state.lt $T/ckN/step_00000004/state.lt &&
+   grep -q '"optimizer_steps": 4' $T/ckN/step_00000005/meta.json; then pass nonfinite_step_skipped
+else fail nonfinite_step_skipped "rc=$rc, $(grep -i 'skip\|error' "$T/nan.log" | head -2)"; fi
+"$LT" train $CFG $D train.steps=5 checkpoint.dir=$T/ckN2 checkpoint.load=$T/ckN/step_00000003 \
+  > "$T/nan2.log" 2>&1
+if cmp -s $T/ckN/step_00000005/state.lt $T/ckN2/step_00000005/state.lt; then pass skipped_step_resume_exact
+else fail skipped_step_resume_exact "step 5 differs after resuming from the skipped step 3"; fi
+# more consecutive skips than train.max_skipped_steps: exit 3, nothing saved, and
+# the metrics hold null for the non-finite values (valid JSON)
+LT_INJECT_NONFINITE=grad:2,grad:3 "$LT" train $CFG $D train.steps=6 checkpoint.dir=$T/ckD \
+  train.max_skipped_steps=1 logging.metrics_file=$T/nan.jsonl > "$T/div.log" 2>&1
+rc=$?
+if [ $rc -eq 3 ] && grep -q "2 consecutive steps with a non-finite loss or gradient norm (up to step 3)" "$T/div.log" &&
+   [ ! -e $T/ckD/latest ] &&
+   python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert r[1]['grad_norm'] is None and len(r) == 3" $T/nan.jsonl
+then pass diverged_run_stops_unsaved
+else fail diverged_run_stops_unsaved "rc=$rc, $(grep -i 'error' "$T/div.log" | head -2)"; fi
 # a step makes the host wait for the device once (the CPU backend counts the
 # calls a GPU would wait in): the loss, grad norm and clip stay on the device
 if grep -q "host waits per step 1$" "$T/train.log"; then pass one_host_wait_per_step

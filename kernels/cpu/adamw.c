@@ -10,6 +10,7 @@ void cpu_adamw(LtBackend *be, void *param_, float *master, const float *grad, fl
     float *param = param_;
     const int bf16 = cpu_is_bf16(be);
     const float lr = a->lr, b1 = a->beta1, b2 = a->beta2, eps = a->eps, wd = a->weight_decay;
+    if (a->grad_scale_dev && *a->grad_scale_dev < 0.0f) return; /* a skipped step */
     const float ibc1 = 1.0f / a->bc1, ibc2 = 1.0f / a->bc2,
                 gs = a->grad_scale * (a->grad_scale_dev ? *a->grad_scale_dev : 1.0f);
     long long nn = (long long)n;
@@ -58,7 +59,7 @@ void cpu_sum_f64(LtBackend *be, double *acc, const float *x, size_t n, int squar
 void cpu_clip_coef(LtBackend *be, float *coef, const double *sumsq, float clip) {
     const double ss = sumsq[0];
     if (!isfinite(ss)) {
-        coef[0] = 0.0f;
+        coef[0] = -1.0f; /* skip the step */
         return;
     }
     const double c = clip > 0.0f ? clip / (sqrt(ss) + 1e-6) : 1.0;
@@ -75,4 +76,9 @@ void cpu_add_f32(LtBackend *be, float *dst, const float *src, size_t n) {
     long long nn = (long long)n;
 #pragma omp parallel for simd schedule(static) num_threads(cpu_nthreads(be)) if (n > 65536)
     for (long long i = 0; i < nn; i++) dst[i] += src[i];
+}
+
+void cpu_flag_nonfinite(LtBackend *be, double *acc, const double *x) {
+    (void)be;
+    if (!isfinite(x[0])) acc[0] += NAN;
 }

@@ -54,6 +54,7 @@ static const LtBackendOps cpu_ops = {
     .adamw = cpu_adamw,
     .sum_f64 = cpu_sum_f64,
     .clip_coef = cpu_clip_coef,
+    .flag_nonfinite = cpu_flag_nonfinite,
     .localize_ids = cpu_localize_ids,
     .scale_f32 = cpu_scale_f32,
     .add_f32 = cpu_add_f32,

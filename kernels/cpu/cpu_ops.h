@@ -181,6 +181,7 @@ void cpu_adamw(LtBackend *be, void *param, float *master, const float *grad, flo
                size_t n, const LtAdamArgs *a);
 void cpu_sum_f64(LtBackend *be, double *acc, const float *x, size_t n, int squares);
 void cpu_clip_coef(LtBackend *be, float *coef, const double *sumsq, float clip);
+void cpu_flag_nonfinite(LtBackend *be, double *acc, const double *x);
 void cpu_scale_f32(LtBackend *be, float *x, float s, size_t n);
 void cpu_add_f32(LtBackend *be, float *dst, const float *src, size_t n);
 

@@ -34,7 +34,9 @@ template <typename T> struct AdamStep {
         ld_f<K>(m + i, mi);
         ld_f<K>(v + i, vi);
         ld_f<K>(master + i, w);
-        const float scale = a.grad_scale * (a.grad_scale_dev ? *a.grad_scale_dev : 1.f);
+        const float dev = a.grad_scale_dev ? *a.grad_scale_dev : 1.f;
+        if (dev < 0.f) return; /* a skipped step: nothing changes */
+        const float scale = a.grad_scale * dev;
 #pragma unroll
         for (int k = 0; k < K; k++) {
             const float gs = g[k] * scale;

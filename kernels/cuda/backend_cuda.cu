@@ -343,6 +343,7 @@ static const LtBackendOps cuda_ops = {
     .adamw = cu_adamw,
     .sum_f64 = cu_sum_f64,
     .clip_coef = cu_clip_coef,
+    .flag_nonfinite = cu_flag_nonfinite,
     .localize_ids = cu_localize_ids,
     .scale_f32 = cu_scale_f32,
     .add_f32 = cu_add_f32,

@@ -39,6 +39,7 @@ void cu_adamw(LtBackend *be, void *param, float *master, const float *grad, floa
               size_t n, const LtAdamArgs *a);
 void cu_sum_f64(LtBackend *be, double *acc, const float *x, size_t n, int squares);
 void cu_clip_coef(LtBackend *be, float *coef, const double *sumsq, float clip);
+void cu_flag_nonfinite(LtBackend *be, double *acc, const double *x);
 void cu_localize_ids(LtBackend *be, int32_t *ids, size_t n, int start, int count);
 void cu_scale_f32(LtBackend *be, float *x, float s, size_t n);
 void cu_add_f32(LtBackend *be, float *dst, const float *src, size_t n);

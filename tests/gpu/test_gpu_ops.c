@@ -779,8 +779,10 @@ static double dev_sum(LtBackend *be, const float *d, size_t n, int squares) {
     return got - start;
 }
 
-/* The step's device scalars: plain sums, the clip coefficient (finite and not)
- * and vocab-parallel id localization, the device against the CPU. */
+/* The step's device scalars: plain sums, the clip coefficient (finite and not:
+ * -1 marks a skipped step), a non-finite loss flagged into a sum, a skipped
+ * AdamW step changing nothing, and vocab-parallel id localization, the device
+ * against the CPU. */
 static void t_step_scalars(const Pair *P) {
     const size_t n = 100003;
     float *x = hrand(n, 1.f, 0);
@@ -805,6 +807,39 @@ static void t_step_scalars(const Pair *P) {
             be->ops->free(be, dss), dfree(be, dc);
         }
         CHECK(c[1] == c[0], "clip_coef(%g): %.9g vs %.9g", ss[i], c[1], c[0]);
+    }
+    const double xs[] = {2.5, NAN, -INFINITY};
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            double *d = be->ops->alloc(be, 2 * sizeof(double)), h[2] = {7.0, xs[i]};
+            be->ops->upload(be, d, h, sizeof h);
+            be->ops->flag_nonfinite(be, d, d + 1);
+            be->ops->download(be, h, d, sizeof h);
+            be->ops->free(be, d);
+            CHECK(isfinite(xs[i]) ? h[0] == 7.0 : isnan(h[0]), "%s flag_nonfinite(%g): %g",
+                  k ? "dut" : "ref", xs[i], h[0]);
+        }
+    { /* adamw told to skip (coefficient -1 on the device) changes nothing */
+        const size_t na = 1003;
+        float *w = hrand(na, 1.f, 0), *g = hrand(na, 1.f, 0), skip = -1.f;
+        LtAdamArgs a = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                        .weight_decay = 0.1f, .bc1 = 0.1f, .bc2 = 0.05f, .grad_scale = 1.f};
+        LtBackend *be = P->dut;
+        float *dw = f32_up(be, w, na), *dg = f32_up(be, g, na), *dm = f32_up(be, g, na);
+        float *dv = f32_up(be, w, na), *ds = f32_up(be, &skip, 1);
+        void *dp = act_up(be, w, na);
+        void *p0 = raw_down(be, dp, lt_act_bytes(be, na));
+        a.grad_scale_dev = ds;
+        be->ops->adamw(be, dp, dw, dg, dm, dv, na, &a);
+        void *p1 = raw_down(be, dp, lt_act_bytes(be, na));
+        float *hw = hzeros(na), *hm = hzeros(na), *hv = hzeros(na);
+        f32_down(be, hw, dw, na), f32_down(be, hm, dm, na), f32_down(be, hv, dv, na);
+        CHECK(!memcmp(hw, w, na * 4) && !memcmp(hm, g, na * 4) && !memcmp(hv, w, na * 4) &&
+                  !memcmp(p0, p1, lt_act_bytes(be, na)),
+              "a skipped adamw step changed the state");
+        dfree(be, dw), dfree(be, dg), dfree(be, dm), dfree(be, dv), dfree(be, ds), dfree(be, dp);
+        free(w), free(g), free(hw), free(hm), free(hv), free(p0), free(p1);
     }
     enum { NI = 5000 };
     int32_t *ids = lt_malloc(NI * sizeof(int32_t)), *got[2];
