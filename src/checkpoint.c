@@ -2,7 +2,8 @@
  *
  * A step directory <dir>/step_NNNNNNNN holds three files:
  *
- * state.lt, format version 1; every integer little-endian:
+ * state.lt, format version 2 (version 1 is read too); every integer
+ * little-endian:
  *
  *   offset  bytes  field
  *   0       8      magic "LTSTATE\0"
@@ -11,7 +12,8 @@
  *   16      8      u64 data_start: file offset of the first tensor's data
  *   24      8      u64 file_size: total length of the file in bytes
  *   32      4      u32 CRC-32 of the record table (bytes [64, 64 + 192 R))
- *   36      28     zero
+ *   36      4      u32 CRC-32 of header bytes [0, 36) (version 2; zero in version 1)
+ *   40      24     zero (checked)
  *   64      192 R  record table, one record per tensor:
  *                    +0    128  name, NUL-padded: "param/<name>", "adam_m/<name>",
  *                               "adam_v/<name>" (<name> from the LtParamTable)
@@ -56,8 +58,8 @@
 #include "common.h"
 
 #define STATE_MAGIC "LTSTATE" /* 8 bytes with its NUL */
-#define STATE_VERSION 1u
-#define META_VERSION 1
+#define STATE_VERSION 2u /* 2: header CRC; 1 still read */
+#define META_VERSION 2   /* 2: meta_crc32; 1 still read */
 #define HDR_BYTES 64
 #define REC_BYTES 192
 #define REC_NAME 128
@@ -290,6 +292,7 @@ static int write_state(const char *path, const LtParamTable *t, const LtCkptStat
     put_u64(head + 16, data_start);
     put_u64(head + 24, end);
     put_u32(head + 32, lt_crc32(0, head + HDR_BYTES, (size_t)REC_BYTES * nrec));
+    put_u32(head + 36, lt_crc32(0, head, 36));
     if (fseeko(f, 0, SEEK_SET) != 0 || fwrite(head, 1, (size_t)data_start, f) != data_start) {
         lt_errorf(err, errlen, "error writing %s: %s", path, strerror(errno));
         goto close;
@@ -335,9 +338,14 @@ static int read_table(FILE *f, const char *path, Rec **recs_out, uint32_t *n_out
         return lt_errorf(err, errlen, "%s is not a lattice state file (bad magic)", path);
     const uint32_t version = get_u32(h + 8), n = get_u32(h + 12);
     const uint64_t data_start = get_u64(h + 16), file_size = get_u64(h + 24);
-    if (version != STATE_VERSION)
-        return lt_errorf(err, errlen, "%s has format version %u; this build reads version %u", path,
-                    version, STATE_VERSION);
+    if (version != STATE_VERSION && version != 1)
+        return lt_errorf(err, errlen, "%s has format version %u; this build reads versions 1 and %u",
+                         path, version, STATE_VERSION);
+    static const unsigned char zero[HDR_BYTES];
+    if ((version >= 2 && get_u32(h + 36) != lt_crc32(0, h, 36)) ||
+        memcmp(h + (version >= 2 ? 40 : 36), zero, HDR_BYTES - (version >= 2 ? 40 : 36)) != 0)
+        return lt_errorf(err, errlen, "%s has a corrupt header (CRC mismatch or reserved bytes set)",
+                         path);
     if (n > MAX_RECORDS || data_start < HDR_BYTES + (uint64_t)REC_BYTES * n || file_size < data_start)
         return lt_errorf(err, errlen, "%s has a corrupt header", path);
     if (size < file_size)
@@ -455,23 +463,33 @@ static int load_state(const char *stepdir, const LtParamTable *t, LtCkptState *s
 
 static int write_meta(const char *path, const LtParamTable *t, const LtCkptState *s,
                       const LtCkptMeta *m, char *err, size_t errlen) {
+    const LtModelDims *d = &t->dims;
+    char js[4096];
+    int n = snprintf(
+        js, sizeof js,
+        "{\n  \"format\": \"lattice-checkpoint\",\n  \"format_version\": %d,\n"
+        "  \"step\": %ld,\n  \"samples_consumed\": %" PRIu64 ",\n  \"seed\": %" PRIu64 ",\n"
+        "  \"data_seed\": %" PRIu64 ",\n  \"rng_state\": %" PRIu64 ",\n"
+        "  \"optimizer_steps\": %ld,\n"
+        "  \"num_layers\": %d,\n  \"hidden_size\": %d,\n  \"num_attention_heads\": %d,\n"
+        "  \"ffn_hidden_size\": %d,\n  \"seq_length\": %d,\n  \"max_position_embeddings\": %d,\n"
+        "  \"vocab_size\": %d,\n  \"padded_vocab_size\": %d,\n  \"num_parameters\": %zu,\n"
+        "  \"optimizer_state\": %s,\n",
+        META_VERSION, m->step, m->samples_consumed, m->seed, m->data_seed, m->rng_state,
+        m->optimizer_steps >= 0 && m->optimizer_steps <= m->step ? m->optimizer_steps : m->step,
+        d->num_layers, d->hidden, d->heads, d->ffn, d->seq_len, d->max_pos, d->vocab,
+        d->padded_vocab, t->total, s->m && s->v ? "true" : "false");
+    if (n < 0 || (size_t)n >= sizeof js - 64) return lt_errorf(err, errlen, "%s: metadata too long", path);
+    /* the last key guards every byte before its line: an edited step (which
+     * moves the data position and the LR schedule) is refused at load */
+    snprintf(js + n, sizeof js - (size_t)n, "  \"meta_crc32\": %u\n}\n",
+             (unsigned)lt_crc32(0, js, (size_t)n));
     FILE *f = fopen(path, "w");
     if (!f) return lt_errorf(err, errlen, "cannot create %s: %s", path, strerror(errno));
-    const LtModelDims *d = &t->dims;
-    fprintf(f,
-            "{\n  \"format\": \"lattice-checkpoint\",\n  \"format_version\": %d,\n"
-            "  \"step\": %ld,\n  \"samples_consumed\": %" PRIu64 ",\n  \"seed\": %" PRIu64 ",\n"
-            "  \"data_seed\": %" PRIu64 ",\n  \"rng_state\": %" PRIu64 ",\n"
-            "  \"optimizer_steps\": %ld,\n",
-            META_VERSION, m->step, m->samples_consumed, m->seed, m->data_seed, m->rng_state,
-            m->optimizer_steps >= 0 && m->optimizer_steps <= m->step ? m->optimizer_steps : m->step);
-    fprintf(f,
-            "  \"num_layers\": %d,\n  \"hidden_size\": %d,\n  \"num_attention_heads\": %d,\n"
-            "  \"ffn_hidden_size\": %d,\n  \"seq_length\": %d,\n  \"max_position_embeddings\": %d,\n"
-            "  \"vocab_size\": %d,\n  \"padded_vocab_size\": %d,\n  \"num_parameters\": %zu,\n"
-            "  \"optimizer_state\": %s\n}\n",
-            d->num_layers, d->hidden, d->heads, d->ffn, d->seq_len, d->max_pos, d->vocab,
-            d->padded_vocab, t->total, s->m && s->v ? "true" : "false");
+    if (fputs(js, f) < 0) {
+        fclose(f);
+        return lt_errorf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    }
     return lt_file_commit(f, path, err, errlen);
 }
 
@@ -564,9 +582,21 @@ static int read_meta(const char *stepdir, LtCkptMeta *m, char *err, size_t errle
     js[n] = '\0';
     uint64_t version, step;
     if (meta_u64(js, "format_version", &version, path, err, errlen)) return -1;
-    if (version != META_VERSION)
-        return lt_errorf(err, errlen, "%s has format version %" PRIu64 "; this build reads version %d", path,
-                    version, META_VERSION);
+    if (version != META_VERSION && version != 1)
+        return lt_errorf(err, errlen, "%s has format version %" PRIu64 "; this build reads versions 1 and %d",
+                         path, version, META_VERSION);
+    if (version >= 2) { /* the CRC of every byte before the meta_crc32 line */
+        uint64_t want;
+        const char *key = strstr(js, "\"meta_crc32\"");
+        if (meta_u64(js, "meta_crc32", &want, path, err, errlen)) return -1;
+        const char *line = key;
+        while (line > js && line[-1] != '\n') line--;
+        if (!key || lt_crc32(0, js, (size_t)(line - js)) != want)
+            return lt_errorf(err, errlen,
+                             "%s was modified after it was written (meta_crc32 mismatch): "
+                             "refusing to resume from edited metadata",
+                             path);
+    }
     if (meta_u64(js, "step", &step, path, err, errlen) ||
         meta_u64(js, "samples_consumed", &m->samples_consumed, path, err, errlen) ||
         meta_u64(js, "seed", &m->seed, path, err, errlen) ||

@@ -449,11 +449,38 @@ static void test_corruption_detected(void) {
     CHECK(strstr(err, "magic") != NULL, "err: %s", err);
     state_free(&got);
     poke(path, 0, 0x20);
-    poke(path, 8, 0x02);
+    poke(path, 8, 0x01);
     CHECK(load_fresh(stepdir, &f.t, 1, &got, NULL, err) != 0, "version 3 loaded");
     CHECK(strstr(err, "version 3") != NULL, "err: %s", err);
     state_free(&got);
-    poke(path, 8, 0x02);
+    poke(path, 8, 0x01);
+    /* a reserved header byte, and a header field the CRC covers (the record count) */
+    static const long hdr_bytes[] = {50, 12};
+    for (int i = 0; i < 2; i++) {
+        poke(path, hdr_bytes[i], 0x04);
+        CHECK(load_fresh(stepdir, &f.t, 1, &got, NULL, err) != 0 && strstr(err, "corrupt header"),
+              "header byte %ld: %s", hdr_bytes[i], err);
+        state_free(&got);
+        poke(path, hdr_bytes[i], 0x04);
+    }
+    CHECK(load_fresh(stepdir, &f.t, 1, &got, NULL, err) == 0, "restored header: %s", err);
+    state_free(&got);
+    /* meta.json edited by hand (its step, which sets the data position and the LR) */
+    char mpath[4200];
+    snprintf(mpath, sizeof mpath, "%s/meta.json", stepdir);
+    char *js = read_text(mpath), *at = js ? strstr(js, "\"step\": 1,") : NULL;
+    REQUIRE(at, "meta.json has no step");
+    at[8] = '7';
+    write_text(mpath, js);
+    CHECK(load_fresh(stepdir, &f.t, 1, &got, NULL, err) != 0 && strstr(err, "meta_crc32") &&
+              strstr(err, "meta.json"),
+          "edited meta.json: %s", err);
+    state_free(&got);
+    at[8] = '1';
+    write_text(mpath, js);
+    free(js);
+    CHECK(load_fresh(stepdir, &f.t, 1, &got, NULL, err) == 0, "restored meta.json: %s", err);
+    state_free(&got);
 
     /* Truncation, near the end and inside the header. */
     CHECK(truncate(path, size - 100) == 0, "truncate");
