@@ -103,7 +103,8 @@ static int fill_step(const LtLoader *l, long step, int32_t *out, char *err, size
         uint64_t id = lt_loader_sample_id(l, base + (uint64_t)i);
         if (lt_tokens_read(l->f, id * (uint64_t)l->cfg.seq_len, l->row, out + (size_t)i * l->row,
                            inner, sizeof inner) != 0) {
-            lt_errorf(err, errlen, "step %ld, sample %llu: %s", step, (unsigned long long)id, inner);
+            lt_errorf(err, errlen, "sample %llu (tokens from %llu): %s", (unsigned long long)id,
+                      (unsigned long long)(id * (uint64_t)l->cfg.seq_len), inner);
             return -1;
         }
     }

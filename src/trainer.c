@@ -759,12 +759,17 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     long step = r.start_step;
     int exit_code = 0, skipped = 0; /* consecutive skipped steps */
     Inject inject = inject_parse(w->rank);
+    /* A step's samples are fetched at the end of the step before (timed with
+     * the step they feed), so that bad data met mid-run is known to every rank
+     * at the step boundary: all stop there, save the last good step, exit 2. */
+    char data_err[1024] = "";
+    double t_next = lt_now();
+    if (step < cfg->train.steps && lt_loader_get(r.loader, step, rows, err, sizeof err))
+        lt_input_error("data.train_path: step %ld: %s", step + 1, err);
 
     for (; step < cfg->train.steps; step++) {
-        double t0 = lt_now();
+        double t0 = t_next;
         const unsigned long waits0 = be->host_waits;
-        if (lt_loader_get(r.loader, step, rows, err, sizeof err))
-            lt_input_error("data.train_path: step %ld: %s", step + 1, err);
         split_rows(rows, local, S, in, tgt); /* micro batch j: rows j*mbs .. */
         run_step_body(&r, &graph, step == r.start_step, in, tgt, stats_dev,
                       (float)(1.0 / tokens_step));
@@ -824,12 +829,26 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
             exit_code = LT_EXIT_DIVERGED;
             break;
         }
+        t_next = lt_now();
+        int32_t stop[2] = {(int32_t)g_stop_signal, 0}; /* signal, bad data */
+        if (step + 1 < cfg->train.steps &&
+            lt_loader_get(r.loader, step + 1, rows, data_err, sizeof data_err))
+            stop[1] = 1;
         if (w->world > 1) { /* every rank stops after the same step: max over the world */
-            int32_t sig = (int32_t)g_stop_signal;
-            lt_comm_all_reduce(lt_comm_host(r.dp), &sig, 1, LT_COMM_I32, LT_COMM_MAX);
-            lt_comm_all_reduce(lt_comm_host(r.tp), &sig, 1, LT_COMM_I32, LT_COMM_MAX);
-            lt_comm_all_reduce(lt_comm_host(r.pp), &sig, 1, LT_COMM_I32, LT_COMM_MAX);
-            g_stop_signal = sig;
+            lt_comm_all_reduce(lt_comm_host(r.dp), stop, 2, LT_COMM_I32, LT_COMM_MAX);
+            lt_comm_all_reduce(lt_comm_host(r.tp), stop, 2, LT_COMM_I32, LT_COMM_MAX);
+            lt_comm_all_reduce(lt_comm_host(r.pp), stop, 2, LT_COMM_I32, LT_COMM_MAX);
+            g_stop_signal = stop[0];
+        }
+        if (stop[1]) {
+            if (data_err[0]) /* the rank(s) that met it say what and where */
+                fprintf(stderr, "lattice: error: [rank %d] data.train_path: step %ld: %s\n",
+                        w->rank, step + 2, data_err);
+            lt_log("bad training data for step %ld: stopping after step %ld and saving it, the "
+                   "last good step\n", step + 2, step + 1);
+            step++;
+            exit_code = LT_EXIT_INPUT;
+            break;
         }
         if (g_stop_signal) {
             lt_log("received signal %d after step %ld: stopping\n", (int)g_stop_signal, step + 1);

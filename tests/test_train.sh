@@ -157,6 +157,36 @@ if [ $rc -eq 0 ] && grep -q "resumed from .*ckK/step_00000005 at step 5" "$T/aut
    grep -q "removed 1 entry left by a save that was killed" "$T/auto.log" &&
    [ ! -e $T/ckK/.tmp-step_00000009-999999 ]; then pass auto_resume_and_stale_cleanup
 else fail auto_resume_and_stale_cleanup "rc=$rc, $(grep -i 'resum\|removed\|error' "$T/auto.log" | head -2)"; fi
+# ---- bad training data met mid-run: every rank stops at the step boundary, the
+# last good step is saved, exit 2 naming file, block and sample -----------------
+python3 - "$T/train.ids" "$T/mid.ids" <<'PY'
+import sys
+open(sys.argv[2], 'w').write(' '.join(open(sys.argv[1]).read().split()[:4000]) + '\n')
+PY
+"$LT" shard --vocab-size 256 --block-tokens 256 --input "$T/mid.ids" "$T/mid.ltok" >/dev/null
+python3 - "$T/mid.ltok" "$T/mid_bad.ltok" <<'PY'
+import struct, sys
+d = bytearray(open(sys.argv[1], 'rb').read())
+idx = struct.unpack_from('<Q', d, 40)[0]
+off, size = struct.unpack_from('<QI', d, idx + 16 * 8)  # block 8: tokens 2048..2303
+d[off + size // 2] ^= 0xff
+open(sys.argv[2], 'wb').write(d)
+PY
+midrun() { # name launcher...
+  local name=$1; shift
+  "$@" train $CFG data.train_path=$T/mid_bad.ltok data.shuffle=false train.steps=20 \
+    checkpoint.dir=$T/ck_$name > "$T/$name.log" 2>&1
+  local rc=$?
+  if [ $rc -eq 2 ] && grep -q "data.train_path: step 8: sample 63 (tokens from 2016): .*mid_bad.ltok': block 8 checksum mismatch" "$T/$name.log" &&
+     grep -q "stopping after step 7 and saving it" "$T/$name.log" &&
+     [ "$(cat $T/ck_$name/latest 2>/dev/null)" = step_00000007 ]; then pass "$name"
+  else fail "$name" "rc=$rc, latest $(cat $T/ck_$name/latest 2>/dev/null): $(grep -i 'error' "$T/$name.log" | head -2)"; fi
+}
+midrun bad_data_midrun_saves_last_good "$LT"
+if command -v mpirun >/dev/null; then # the rank that meets it is not rank 0 (dp 2: rank 1 reads sample 63)
+  midrun bad_data_midrun_dp2_saves_last_good timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$LT"
+fi
+
 # ---- non-finite steps: skipped on the device, weights and moments unchanged ------
 # (LT_INJECT_NONFINITE: a NaN loss at step 3; the checkpoints of steps 2 and 3
 # are then byte-identical, and resuming from step 3 reproduces step 5 exactly,
