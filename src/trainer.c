@@ -574,8 +574,13 @@ static void save_checkpoint(Run *r, long step) {
     char err[1024];
     double t0 = lt_now();
     /* the full state is identical everywhere now: the first rank writes it */
-    if (r->world->rank == 0 && lt_ckpt_save(c->checkpoint.dir, g, &st, &meta, c, err, sizeof err))
-        lt_fatal("saving checkpoint at step %ld failed: %s", step, err);
+    if (r->world->rank == 0 && lt_ckpt_save(c->checkpoint.dir, g, &st, &meta, c, err, sizeof err)) {
+        /* the partial step directory is gone and latest still names the previous one */
+        fprintf(stderr, "lattice: error: saving checkpoint step %ld to %s failed: %s (the previous "
+                        "checkpoint, if any, is intact and still named by latest)\n",
+                step, c->checkpoint.dir, err);
+        exit(LT_EXIT_INTERNAL);
+    }
     int pruned = 0; /* older checkpoints go only once this one is complete */
     if (r->world->rank == 0 &&
         lt_ckpt_prune(c->checkpoint.dir, c->checkpoint.keep_last, &pruned, err, sizeof err))
