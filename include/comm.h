@@ -76,6 +76,7 @@ typedef struct {
     const LtComm *comm;
     const char *op;  /* operation name for error messages */
     int active;      /* 1 while communication is pending */
+    int peer;        /* point-to-point: the peer's rank in the group; -1 otherwise */
     union {
         uint64_t u[2];
         void *p[2];

@@ -22,6 +22,7 @@
 
 #include "comm_internal.h"
 #include "common.h"
+#include "watchdog.h"
 #ifdef LT_HAVE_CUDA
 #include "comm_cuda.h"
 #endif
@@ -59,9 +60,13 @@ static void comm_fail(const LtComm *c, const char *op, const char *call, int rc,
 }
 
 /* Check an MPI call made for operation op on group c. */
+/* Every MPI call is a wait the watchdog bounds (comm.timeout_s): the blocking
+ * ones may wait on another rank; starting a nonblocking one returns at once. */
 #define COMM_CHECK(c, op, call)                                                         \
     do {                                                                                \
+        lt_watchdog_enter((op), (c) ? (c)->name : NULL, -1);                            \
         int rc_ = (call);                                                               \
+        lt_watchdog_leave();                                                            \
         if (rc_ != MPI_SUCCESS) comm_fail((c), (op), #call, rc_, __FILE__, __LINE__);   \
     } while (0)
 
@@ -336,6 +341,7 @@ static LtCommRequest req_idle(const LtComm *c, const char *op) {
     memset(&r, 0, sizeof r);
     r.comm = c;
     r.op = op;
+    r.peer = -1;
     return r;
 }
 
@@ -544,6 +550,7 @@ LtCommRequest lt_comm_send_start(const LtComm *c, const void *buf, size_t count,
     COMM_CHECK(c, name, MPI_Isend(buf, n, mpi_type(t), peer, tag, c->comm, &mr));
     LtCommRequest r = req_active(c, name, mr);
     r.stage_host = host;
+    r.peer = peer;
     return r;
 }
 
@@ -568,6 +575,7 @@ LtCommRequest lt_comm_recv_start(const LtComm *c, void *buf, size_t count, LtCom
     r.stage_host = host;
     r.stage_dev = dev;
     r.stage_bytes = bytes;
+    r.peer = peer;
     return r;
 }
 
@@ -609,7 +617,9 @@ void lt_comm_finish(LtCommRequest *r) {
 #endif
     MPI_Request mr;
     memcpy(&mr, &r->handle, sizeof mr);
+    lt_watchdog_enter(r->op, r->comm->name, r->peer);
     COMM_CHECK(r->comm, r->op, MPI_Wait(&mr, MPI_STATUS_IGNORE));
+    lt_watchdog_leave();
     req_done(r);
 }
 

@@ -17,6 +17,7 @@
  * and the operation, with ncclGetErrorString and ncclGetLastError. */
 #include "comm.h"
 #include "common.h"
+#include "watchdog.h"
 
 #ifdef LT_HAVE_CUDA
 
@@ -73,6 +74,27 @@ static cudaStream_t cur_stream(const LtNccl *n) {
     return (cudaStream_t)lt_cuda_current_stream(n->be);
 }
 
+/* Live communicators, aborted by the watchdog when a wait times out: their
+ * kernels then stop instead of waiting forever for a dead peer. */
+#define MAX_LIVE 64
+static LtNccl *g_live[MAX_LIVE];
+
+static void abort_live(void *unused) {
+    (void)unused;
+    for (int i = 0; i < MAX_LIVE; i++)
+        if (g_live[i] && g_live[i]->comm) ncclCommAbort(g_live[i]->comm);
+}
+
+static void track(LtNccl *n, LtNccl *old) {
+    static int hooked;
+    if (!hooked) lt_watchdog_on_timeout(abort_live, NULL), hooked = 1;
+    for (int i = 0; i < MAX_LIVE; i++)
+        if (g_live[i] == old) {
+            g_live[i] = n;
+            return;
+        }
+}
+
 LtNccl *lt_nccl_create(MPI_Comm comm, int rank, int size, LtBackend *be, const char *name) {
     LtNccl *n = lt_calloc(sizeof *n);
     n->be = be;
@@ -89,11 +111,13 @@ LtNccl *lt_nccl_create(MPI_Comm comm, int rank, int size, LtBackend *be, const c
                  n->name, rank, size, rc);
     lt_cuda_set_device(be);
     NCCL_CHECK(n, n->name, "create", ncclCommInitRank(&n->comm, size, id, rank));
+    track(n, NULL);
     return n;
 }
 
 void lt_nccl_destroy(LtNccl *n) {
     if (!n) return;
+    track(NULL, n);
     if (n->comm) {
         ncclResult_t st = ncclSuccess;
         if (ncclCommGetAsyncError(n->comm, &st) == ncclSuccess && st == ncclSuccess)

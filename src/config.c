@@ -121,6 +121,7 @@ const KeyDesc lt_cfg_keys[] = {
     K_INT(eval, iters, 1, INT_MAX),
 
     K_ENUM(comm, backend, COMM_NAMES),
+    K_DBL(comm, timeout_s, 0, 0, D_NO_MAX),
 
     K_INT(sample, num_tokens, 1, INT_MAX),
     K_DBL(sample, temperature, 0, 0, D_MIN_OPEN | D_NO_MAX),
@@ -901,6 +902,7 @@ void lt_config_defaults(LtConfig *c) {
     c->data.shuffle = true;
     c->data.prefetch = 2;
 
+    c->comm.timeout_s = 600;
     c->checkpoint.save_interval = 0;
 
     c->logging.log_interval = 1;

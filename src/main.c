@@ -23,6 +23,7 @@
 #include "dist.h"
 #include "schedule.h"
 #include "trainer.h"
+#include "watchdog.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -145,7 +146,9 @@ int main(int argc, char **argv) {
         lt_config_print(&cfg, out);
         fflush(out);
     }
+    if (w.world > 1) lt_watchdog_start(cfg.comm.timeout_s, w.rank);
     int rc = run(&cfg, &w);
+    lt_watchdog_stop();
     lt_world_finalize(&w);
     return rc;
 }

@@ -24,6 +24,7 @@
 #include "optim.h"
 #include "pipeline.h"
 #include "topology.h"
+#include "watchdog.h"
 
 typedef struct {
     LtConfig *cfg;
@@ -775,6 +776,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     for (; step < cfg->train.steps; step++) {
         double t0 = t_next;
         const unsigned long waits0 = be->host_waits;
+        lt_watchdog_set_step(step + 1);
         split_rows(rows, local, S, in, tgt); /* micro batch j: rows j*mbs .. */
         run_step_body(&r, &graph, step == r.start_step, in, tgt, stats_dev,
                       (float)(1.0 / tokens_step));
@@ -790,7 +792,10 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         sync_tied_embedding(&r);
         /* the step's one host wait; its loss and gradient norm come back with it */
         be->ops->download_async(be, stats, stats_dev, 2 * sizeof(double));
+        /* NCCL's collectives wait on the device: a dead peer shows up here */
+        lt_watchdog_enter("the step's device synchronisation", NULL, -1);
         be->ops->synchronize(be);
+        lt_watchdog_leave();
         if (be->host_waits - waits0 > max_waits) max_waits = be->host_waits - waits0;
         double loss_sum = stats[0]; /* (0 off the last pipeline stage) */
         lt_comm_all_reduce(lt_comm_host(r.dp), &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);

@@ -73,4 +73,30 @@ if mount -t tmpfs -o size=700k tmpfs "$T/full" 2>/dev/null; then
 else
   echo "note: cannot mount a tmpfs here (not root?): the disk-full case did not run"
 fi
+# ---- a stopped rank and a killed rank: every other rank exits non-zero within ---
+# comm.timeout_s plus a margin, and mpirun leaves no process behind
+if command -v mpirun >/dev/null; then
+  stall() { # name signal
+    local name=$1 sig=$2 rc victim t0 dt left
+    timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$LT" train $CFG train.steps=100000 \
+      logging.log_interval=1 comm.timeout_s=3 checkpoint.dir=$T/$name > "$T/$name.log" 2>&1 &
+    local mp=$!
+    for _ in $(seq 300); do grep -q "step      3/" "$T/$name.log" 2>/dev/null && break; sleep 0.1; done
+    victim=$(pgrep -f "^$LT train .*checkpoint.dir=$T/$name" | tail -1)
+    t0=$(date +%s)
+    [ -n "$victim" ] && kill -"$sig" "$victim"
+    wait $mp
+    rc=$?
+    dt=$(( $(date +%s) - t0 ))
+    sleep 1
+    left=$(pgrep -f "^$LT train .*checkpoint.dir=$T/$name" | wc -l)
+    [ "$left" -gt 0 ] && pkill -KILL -f "^$LT train .*checkpoint.dir=$T/$name"
+    if [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $dt -le 33 ] && [ "$left" -eq 0 ] &&
+       { [ "$sig" != STOP ] || grep -q "has waited [0-9]* s, more than comm.timeout_s = 3, at step" "$T/$name.log"; }; then
+      pass "$name (exit $rc after $dt s)"
+    else fail "$name" "victim=$victim rc=$rc after $dt s, $left processes left: $(grep -i 'error' "$T/$name.log" | head -2)"; fi
+  }
+  stall stopped_rank_ends_job STOP
+  stall killed_rank_ends_job KILL
+fi
 exit $((failures > 0))
