@@ -35,7 +35,7 @@ for t in $targets; do
   fi
   scratch=$(mktemp -d)
   cp "$seeds"/* "$scratch"/
-  "$bin" -max_total_time="$secs" -max_len=8192 -rss_limit_mb=2048 -timeout=10 \
+  "$bin" -max_total_time="$secs" -max_len=16384 -rss_limit_mb=2048 -timeout=10 \
     -artifact_prefix="$BUILD/fuzz/artifacts/$t-" -print_final_stats=1 "$scratch" >"$log" 2>&1
   rc=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")

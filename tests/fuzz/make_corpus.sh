@@ -2,13 +2,13 @@
 # make_corpus.sh BUILD_DIR - regenerate the committed seed corpus of the fuzz
 # targets (tests/fuzz/corpus/TARGET/): small valid inputs of every format, so
 # that the short pass in make test starts from files that parse. Needs a built
-# lattice (for its shard writer) and python3. Each token-file seed starts with
+# lattice (for its shard writer), the fuzz targets (make) and python3. Each token-file seed starts with
 # fuzz_tokens' mode byte (see fuzz_tokens.c).
 set -eu
 BUILD=${1:-build}
 cd "$(dirname "$0")/../.."
 C=tests/fuzz/corpus
-rm -rf "$C" && mkdir -p "$C/tokens" "$C/safetensors" "$C/config"
+rm -rf "$C" && mkdir -p "$C/tokens" "$C/safetensors" "$C/config" "$C/checkpoint"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # token ids: two short documents
@@ -50,4 +50,6 @@ open(f"{C}/safetensors/two", "wb").write(st([("a", [2, 3], [1, 2, 3, 4, 5, 6]), 
 open(f"{C}/safetensors/gpt2_names", "wb").write(st([("wte.weight", [3, 2], [1] * 6), ("h.0.ln_1.weight", [2], [1, 1])]))
 PY
 cp configs/tiny.yaml configs/demo.yaml configs/gpt2-124m.yaml "$C/config/"
+# a real checkpoint of fuzz_checkpoint's tiny model, written by the target itself
+LT_FUZZ_WRITE_SEED="$C/checkpoint/tiny_step3" "$BUILD/fuzz/fuzz_checkpoint"
 ls "$C"/* | wc -l
