@@ -75,6 +75,7 @@ typedef struct {
         long save_interval;            /* 0 = only at the end */
         char load[LT_PATH_MAX];        /* "" = start fresh; "auto" = newest in dir, if any */
         int keep_last;                 /* 0 = keep every checkpoint */
+        bool async;                    /* write in a background thread while training goes on */
     } checkpoint;
     struct {
         char metrics_file[LT_PATH_MAX]; /* "" = none */

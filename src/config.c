@@ -112,6 +112,7 @@ const KeyDesc lt_cfg_keys[] = {
     K_LONG(checkpoint, save_interval, 0),
     K_STR(checkpoint, load),
     K_INT(checkpoint, keep_last, 0, INT_MAX),
+    K_BOOL(checkpoint, async),
 
     K_STR(logging, metrics_file),
     K_INT(logging, log_interval, 1, INT_MAX),

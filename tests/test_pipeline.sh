@@ -234,6 +234,25 @@ if [ $rc -eq 0 ] && grep -q "^step 2: .*update skipped" "$T/nonfinite/log" &&
   pass nonfinite_on_one_rank_every_rank_skips
 else fail nonfinite_on_one_rank_every_rank_skips "rc=$rc: $(grep -i 'skip\|error' "$T/nonfinite/log" | head -3)"; fi
 
+# ---- asynchronous saves under tp2 x pp2 x dp2, ZeRO 1: the same bytes as synchronous
+# ones, and resuming from one continues bit for bit -------------------------------
+L3D="parallel.pipeline_model_parallel_size=2 parallel.tensor_model_parallel_size=2
+     optimizer.zero_stage=1 eval.interval=0 checkpoint.save_interval=2"
+mkdir -p "$T/async"
+$MPI -np 8 "$LT" train $BASE $L3D train.steps=4 checkpoint.dir=$T/async/sync >"$T/async/sync.log" 2>&1 &&
+$MPI -np 8 "$LT" train $BASE $L3D train.steps=4 checkpoint.dir=$T/async/bg checkpoint.async=true \
+  >"$T/async/bg.log" 2>&1 &&
+$MPI -np 8 "$LT" train $BASE $L3D train.steps=4 checkpoint.dir=$T/async/re checkpoint.async=true \
+  checkpoint.load=$T/async/bg/step_00000002 >"$T/async/re.log" 2>&1
+rc=$?
+a=$T/async
+if [ $rc -eq 0 ] && grep -q "written in the background" "$a/bg.log" &&
+   cmp -s $a/sync/step_00000002/state.lt $a/bg/step_00000002/state.lt &&
+   cmp -s $a/sync/step_00000004/state.lt $a/bg/step_00000004/state.lt &&
+   cmp -s $a/sync/step_00000004/state.lt $a/re/step_00000004/state.lt; then
+  pass async_saves_identical_and_resume_exact_3d
+else fail async_saves_identical_and_resume_exact_3d "rc=$rc: $(grep -i error $a/*.log | head -2)"; fi
+
 # ---- bad pipeline configs are refused with one message -----------------------------
 refused() { # name pattern np overrides...
   local name=$1 pat=$2 np=$3; shift 3
