@@ -21,6 +21,7 @@
 #include "config.h"
 #include "data.h"
 #include "dist.h"
+#include "plan.h"
 #include "schedule.h"
 #include "trainer.h"
 #include "watchdog.h"
@@ -36,6 +37,8 @@ static void usage(FILE *f) {
             "       lattice schedule --pp P [--vpp V] --micro-batches M [--fwd-cost F] "
             "[--bwd-cost B] [--latency L] [--svg FILE]\n"
             "       lattice schedule CONFIG.yaml [--world N] [section.key=value ...] [--svg FILE]\n"
+            "       lattice plan   CONFIG.yaml [--gpus N] [--gpus-per-node G] [--gpu h100|h200|a100]\n"
+            "                      [--gpu-mem-gib M] [--top K] [--layout] [section.key=value ...]\n"
             "       lattice --version\n");
 }
 
@@ -85,6 +88,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "shard")) return lt_cmd_shard(argc - 1, argv + 1);
     if (!strcmp(cmd, "schedule")) return lt_cmd_schedule(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan")) return lt_cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "export")) {
         if (argc != 4) {
             usage(stderr);

@@ -1,0 +1,436 @@
+/* plan.c - the parallelism planner (see plan.h): memory per rank by
+ * category, step time, and `lattice plan`, which enumerates layouts. */
+#include "plan.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "backend.h"
+#include "common.h"
+#include "model.h"
+#include "optim.h"
+#include "params.h"
+#include "pipeline.h"
+#include "schedule.h"
+
+/* ---- memory ------------------------------------------------------------------ */
+
+/* Gradient buffer of a stage with ZeRO-2 buckets (model.c, setup_grads): one
+ * buffer as long as the largest parameter group (the embeddings, a layer, the
+ * final LayerNorm), and the embeddings' own when pipelined. */
+static void bucket_grads(const LtParamTable *t, int pp, int vpp, size_t *len, size_t *emb_len) {
+    const int first_layer_param = t->idx_layer0;
+    const int end_layers = t->idx_lnf >= 0 ? t->idx_lnf : t->n;
+    const int layers_here = t->chunk_layers * vpp; /* every chunk of this stage */
+    const int per_layer = layers_here > 0 ? (end_layers - first_layer_param) / layers_here : 0;
+    *len = 0, *emb_len = 0;
+    const int own_emb = pp > 1 && t->idx_wte >= 0;
+    if (t->idx_wte >= 0) {
+        const int last = t->idx_wpe >= 0 ? t->idx_wpe : t->idx_wte;
+        size_t span = t->p[last].offset + t->p[last].numel - t->p[t->idx_wte].offset;
+        if (own_emb) *emb_len = span;
+        else if (span > *len) *len = span;
+    }
+    for (int l = 0; l < layers_here; l++) {
+        const int a = first_layer_param + l * per_layer, b = a + per_layer - 1;
+        size_t span = t->p[b].offset + t->p[b].numel - t->p[a].offset;
+        if (span > *len) *len = span;
+    }
+    if (t->idx_lnf >= 0) {
+        size_t span = t->p[t->n - 1].offset + t->p[t->n - 1].numel - t->p[t->idx_lnf].offset;
+        if (span > *len) *len = span;
+    }
+    if (*len == 0) *len = 1;
+}
+
+int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, LtPlanMemory *out,
+                   char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    const int tp = c->parallel.tensor_model_parallel_size, pp = c->parallel.pipeline_model_parallel_size,
+              vpp = c->parallel.virtual_pipeline_model_parallel_size;
+    const int dp = world / (tp * pp);
+    const int M = c->train.global_batch_size / (c->train.micro_batch_size * dp);
+    const int sp = tp > 1 && c->parallel.sequence_parallel;
+    const int zero = dp > 1 ? c->optimizer.zero_stage : 0;
+    const LtModelDims d = lt_dims_from_config(c);
+    const size_t B = (size_t)c->train.micro_batch_size, T = (size_t)c->model.seq_length, N = B * T,
+                 C = (size_t)d.hidden, F = (size_t)d.ffn / (size_t)tp, H = (size_t)d.heads / (size_t)tp,
+                 R = sp ? N / (size_t)tp : N, Vl = (size_t)d.padded_vocab / (size_t)tp;
+    const int slots = lt_pipeline_slots(pp, vpp, M, stage);
+    if (slots < 1)
+        return lt_errorf(err, errlen, "no valid pipeline schedule for pp %d, vpp %d, %d micro batches",
+                         pp, vpp, M);
+    LtParamTable t;
+    lt_params_build_stage(&t, &d, tp, 0, (LtStagePlace){pp, stage, vpp});
+    const size_t flat = lt_optim_flat_size(&t, dp);
+
+    out->params = a * flat;
+    /* gradients: the model's buffer, and the optimizer's shard (ZeRO >= 1) */
+    size_t shard = zero >= 1 ? flat / (size_t)dp : flat;
+    if (zero == 2) {
+        size_t len, emb;
+        bucket_grads(&t, pp, vpp, &len, &emb);
+        size_t bucket = len > emb ? len : emb, recv = bucket < shard ? bucket : shard;
+        out->grads = 4 * (len + emb) + 4 * shard + 4 * recv;
+    } else {
+        out->grads = 4 * flat + (zero >= 1 ? 4 * shard : 0);
+    }
+    out->optimizer = 3 * 4 * shard; /* fp32 master, Adam m and v */
+
+    /* activations kept per layer, per micro batch in flight (Korthikanti et
+     * al.'s sbh terms for lattice's tensors; flash attention keeps only the
+     * log-sum-exp, no s^2 term): LN1 and LN2 outputs, qkv, attention output,
+     * the residual after attention, the MLP's pre-GeLU and GeLU outputs, LN
+     * statistics and the log-sum-exp */
+    const size_t layer = a * (N * C + N * 3 * C / (size_t)tp + R * C + N * C + 2 * N * F) +
+                         4 * (4 * R + N * H),
+                 atty = a * N * C / (size_t)tp, x = a * R * C;
+    const size_t n = (size_t)t.chunk_layers, per_slot_io = a * R * C + 4 * N; /* dout, tokens */
+    const int rc = c->train.recompute;
+    size_t act;
+    if (rc == LT_RECOMPUTE_FULL) /* each layer's input per slot; one shared set refilled */
+        act = (size_t)slots * (n * x + per_slot_io) + layer + atty;
+    else if (rc == LT_RECOMPUTE_SELECTIVE) /* the attention output recomputed: one shared */
+        act = (size_t)slots * (n * (x + layer) + per_slot_io) + atty;
+    else
+        act = (size_t)slots * (n * (x + layer + atty) + per_slot_io);
+    out->activations = act;
+
+    /* workspace: the LM head and loss (last stage), the backward's scratch */
+    const size_t chunk =
+        (size_t)lt_model_lm_head_chunk(N, Vl, a, c->train.lm_head_chunk);
+    size_t ws = 4 * (size_t)d.padded_vocab; /* stage_f32 */
+    if (t.last_stage)
+        ws += a * N * C + 8 * R + a * R * C + a * chunk * Vl + 4 * N + 12 * chunk + 4 * N;
+    ws += a * N * C;                            /* scratch */
+    if (sp) ws += a * R * C + a * N * C;        /* SP scratch, gathered gradient */
+    ws += a * N * C + a * N * 3 * C / (size_t)tp + a * N * F; /* dc, d3c, dff */
+    out->workspace = ws;
+    lt_params_free(&t);
+    return 0;
+}
+
+/* ---- GPUs -------------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    double bf16_tflops, fp32_tflops; /* dense peaks (datasheet) */
+    double mem_gib, hbm_gbs;         /* memory and its bandwidth */
+    double nvlink_gbs, net_gbs;      /* per GPU, one direction: inside a node, across nodes */
+    double gemm_eff;                 /* achieved / peak for the model's GEMMs */
+    const char *source;
+} Gpu;
+
+/* Datasheet peaks and bandwidths. The efficiencies are provisional: lattice
+ * has not measured its GEMMs on these GPUs yet (`lattice plan --calibrate`
+ * on the machine replaces them; README). Network: one 400 Gb/s NIC per GPU. */
+static const Gpu GPUS[] = {
+    {"h100", 989.4, 66.9, 80, 3350, 450, 50, 0.60, "datasheet peaks; efficiency assumed"},
+    {"h200", 989.4, 66.9, 141, 4800, 450, 50, 0.62, "datasheet peaks; efficiency assumed"},
+    {"a100", 312.0, 19.5, 80, 2039, 300, 25, 0.65, "datasheet peaks; efficiency assumed"},
+};
+
+/* ---- step time --------------------------------------------------------------- */
+
+typedef struct {
+    int tp, pp, vpp, dp, mbs, rc, zero, sp;
+    LtPlanMemory mem; /* the largest stage's */
+    double mem_gib;
+    int fits;
+    double compute, tp_comm, pp_comm, dp_comm, optim, bubble, step, mfu;
+    int simulated;
+} Cand;
+
+static double ring(double bytes, int n, double gbs, double lat) {
+    return n > 1 ? 2.0 * (n - 1) / n * bytes / (gbs * 1e9) + 2.0 * (n - 1) * lat : 0.0;
+}
+
+/* Predicted step time; sim: take the makespan from the schedule simulator. */
+static void step_time(const LtConfig *c, const Gpu *g, int gpn, Cand *k, int sim) {
+    const LtModelDims d = lt_dims_from_config(c);
+    const double a = c->train.precision == LT_PREC_BF16 ? 2.0 : 4.0;
+    const double peak = (c->train.precision == LT_PREC_BF16 ? g->bf16_tflops : g->fp32_tflops) * 1e12;
+    const int G = c->train.global_batch_size, M = G / (k->mbs * k->dp), V = k->vpp, P = k->pp;
+    const double S = c->model.seq_length, N = (double)k->mbs * S, C = d.hidden;
+    const double lat = 5e-6;
+    /* one chunk of one micro batch on one GPU */
+    const double fwd_flops = lt_model_flops_per_sample(&d, 0) / 3.0 * k->mbs / (k->tp * P * V);
+    /* GEMMs with few rows run below the large-GEMM efficiency: half of it at
+     * 256 tokens per micro batch (an assumption until measured) */
+    const double eff = g->gemm_eff * N / (N + 256.0);
+    const double tf = fwd_flops / (peak * eff);
+    double tb = 2.0 * tf + (k->rc == LT_RECOMPUTE_FULL ? tf : 0.0);
+    const double layers = (double)d.num_layers / (P * V);
+    const double intra = k->tp <= gpn ? g->nvlink_gbs : g->net_gbs;
+    /* two all-reduces (or all-gather + reduce-scatter with SP) per layer each way */
+    const double tpc = layers * 2.0 * ring(a * N * C, k->tp, intra, lat);
+    const double tf_all = tf + tpc, tb_all = tb + tpc;
+    /* a stage holds tp * dp consecutive ranks: boundaries cross nodes when that fills one */
+    const double p2p_gbs = k->tp * k->dp >= gpn ? g->net_gbs : g->nvlink_gbs;
+    const double p2p = P > 1 ? a * N * C / (k->sp ? k->tp : 1) / (p2p_gbs * 1e9) + lat : 0.0;
+    double makespan = (V * (double)M + P - 1) * (tf_all + tb_all) + (P > 1 ? 2.0 * (P - 1) * p2p : 0);
+    if (P == 1) k->simulated = 1; /* no pipeline: no bubble to simulate */
+    if (sim && P > 1) {
+        LtSimResult res;
+        char err[256];
+        if (lt_schedule_simulate_all(P, V, M, (LtSimCost){tf_all, tb_all, p2p}, &res, err,
+                                     sizeof err) == 0) {
+            makespan = res.makespan;
+            lt_sim_free(&res);
+            k->simulated = 1;
+        }
+    }
+    const double busy = V * (double)M * (tf + tb);
+    k->compute = busy;
+    k->tp_comm = V * (double)M * 2.0 * tpc;
+    k->pp_comm = P > 1 ? 2.0 * V * (double)M * p2p : 0.0;
+    k->bubble = makespan - busy - k->tp_comm - k->pp_comm;
+    if (k->bubble < 0) k->bubble = 0;
+    /* data parallel: the gradient reduction (fp32), and with ZeRO the weights' gather */
+    const double local = (double)k->mem.params / a;
+    const double dp_gbs = k->tp * k->dp > gpn ? g->net_gbs : g->nvlink_gbs;
+    k->dp_comm = k->zero == 0 ? ring(4.0 * local, k->dp, dp_gbs, lat)
+                              : ring(4.0 * local, k->dp, dp_gbs, lat) / 2.0 +
+                                    ring(a * local, k->dp, dp_gbs, lat) / 2.0;
+    const double shard = k->zero ? local / k->dp : local;
+    k->optim = shard * (28.0 + a) / (g->hbm_gbs * 1e9);
+    k->step = makespan + k->dp_comm + k->optim;
+    k->mfu = lt_model_flops_per_sample(&d, 0) * G / k->step / (k->tp * k->pp * k->dp * peak);
+}
+
+/* ---- enumeration and the table ---------------------------------------------- */
+
+/* fitting first, then faster, then (within 0.1%) smaller */
+static int cand_cmp(const void *x, const void *y) {
+    const Cand *a = x, *b = y;
+    if (a->fits != b->fits) return b->fits - a->fits;
+    if (fabs(a->step - b->step) > 1e-3 * fmin(a->step, b->step))
+        return (a->step > b->step) - (a->step < b->step);
+    return (a->mem_gib > b->mem_gib) - (a->mem_gib < b->mem_gib);
+}
+
+static const char *binds(const Cand *k, double cap_gib) {
+    if (!k->fits) return "memory (does not fit)";
+    if (k->mem_gib > 0.9 * cap_gib) return "memory (>90% used)";
+    double parts[3] = {k->bubble, k->tp_comm + k->pp_comm, k->dp_comm};
+    const char *names[3] = {"pipeline bubble", "TP/PP communication", "DP communication"};
+    int best = 0;
+    for (int i = 1; i < 3; i++)
+        if (parts[i] > parts[best]) best = i;
+    return parts[best] > 0.05 * k->step ? names[best] : "compute";
+}
+
+static const char *rc_name(int rc) {
+    return rc == LT_RECOMPUTE_FULL ? "full" : rc == LT_RECOMPUTE_SELECTIVE ? "sel" : "none";
+}
+
+static int layout_config(const LtConfig *base, const Cand *k, LtConfig *c, int world) {
+    *c = *base;
+    c->parallel.tensor_model_parallel_size = k->tp;
+    c->parallel.pipeline_model_parallel_size = k->pp;
+    c->parallel.virtual_pipeline_model_parallel_size = k->vpp;
+    c->parallel.sequence_parallel = k->sp;
+    c->train.micro_batch_size = k->mbs;
+    c->train.recompute = k->rc;
+    c->optimizer.zero_stage = k->zero;
+    char err[512];
+    return lt_config_validate(c, world, err, sizeof err);
+}
+
+static void plan_memory_max(const LtConfig *c, Cand *k, size_t a) {
+    /* the first stage holds the most micro batches in flight and the
+     * embeddings, the last the LM head: the largest is one of them */
+    int stages[2] = {0, k->pp - 1};
+    memset(&k->mem, 0, sizeof k->mem);
+    for (int i = 0; i < (k->pp > 1 ? 2 : 1); i++) {
+        LtPlanMemory m;
+        char err[256];
+        if (lt_plan_memory(c, k->tp * k->pp * k->dp, stages[i], a, &m, err, sizeof err)) continue;
+        if (lt_plan_total(&m) > lt_plan_total(&k->mem)) k->mem = m;
+    }
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: lattice plan CONFIG.yaml [--gpus N] [--gpus-per-node G] [--gpu h100|h200|a100]\n"
+            "                    [--gpu-mem-gib M] [--top K] [--layout] [section.key=value ...]\n"
+            "Enumerates tp x pp x vpp x dp layouts, micro batch sizes, recomputation, ZeRO stages\n"
+            "and sequence parallelism for N GPUs (default: the config's world) and prints the\n"
+            "fastest that fit, with memory per GPU by category, predicted step time, tokens/s,\n"
+            "MFU and what binds each. --layout: the config's own layout only, with the memory\n"
+            "of every pipeline stage in the engine's categories (compare with the run's summary).\n");
+}
+
+static int bad(const char *msg, const char *arg) {
+    fprintf(stderr, "lattice plan: error: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
+    return LT_EXIT_INPUT;
+}
+
+int lt_cmd_plan(int argc, char **argv) {
+    const char *config = NULL, *gpu_name = "h100";
+    int gpus = 0, gpn = 8, top = 15, layout = 0;
+    double mem_gib = 0;
+    char **over = calloc((size_t)argc + 1, sizeof(char *));
+    int nover = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) return usage(stdout), free(over), 0;
+        if (!strcmp(o, "--layout")) {
+            layout = 1;
+            continue;
+        }
+        if (strncmp(o, "--", 2) != 0) {
+            if (!config && !strchr(o, '=')) config = o;
+            else if (strchr(o, '=')) over[nover++] = argv[i];
+            else return free(over), bad("unexpected argument", o);
+            continue;
+        }
+        if (i + 1 >= argc) return free(over), bad("needs a value", o);
+        const char *v = argv[++i];
+        char *end;
+        long x = strtol(v, &end, 10);
+        if (!strcmp(o, "--gpu")) gpu_name = v;
+        else if (!strcmp(o, "--gpu-mem-gib")) {
+            mem_gib = strtod(v, &end);
+            if (*end || !(mem_gib > 0)) return free(over), bad("--gpu-mem-gib needs a positive number", v);
+        } else if (*end || x < 1 || x > (1 << 20)) return free(over), bad("expected a positive integer", v);
+        else if (!strcmp(o, "--gpus")) gpus = (int)x;
+        else if (!strcmp(o, "--gpus-per-node")) gpn = (int)x;
+        else if (!strcmp(o, "--top")) top = (int)x;
+        else return free(over), bad("unknown option", o);
+    }
+    if (!config) return free(over), usage(stderr), LT_EXIT_INPUT;
+    LtConfig base;
+    char err[2048];
+    lt_config_defaults(&base);
+    if (lt_config_load(&base, config, nover, over, err, sizeof err)) return free(over), bad(err, NULL);
+    free(over);
+    const Gpu *g = NULL;
+    for (size_t i = 0; i < sizeof GPUS / sizeof GPUS[0]; i++)
+        if (!strcasecmp(gpu_name, GPUS[i].name)) g = &GPUS[i];
+    if (!g) return bad("unknown --gpu (known: h100, h200, a100)", gpu_name);
+    const double cap = mem_gib > 0 ? mem_gib : g->mem_gib;
+    const size_t a = base.train.precision == LT_PREC_BF16 ? 2 : 4;
+    const int cfg_world = base.parallel.tensor_model_parallel_size *
+                          base.parallel.pipeline_model_parallel_size;
+
+    if (layout) { /* the config's own layout, every stage, on the device it names */
+        int world = gpus ? gpus : cfg_world;
+        LtConfig c = base;
+        if (lt_config_validate(&c, world, err, sizeof err)) return bad(err, NULL);
+        const int cpu = c.train.device == LT_DEVICE_CPU ||
+                        (c.train.device == LT_DEVICE_AUTO && lt_cuda_device_count() <= 0);
+        const size_t act = cpu ? 4 : a; /* the CPU backend holds bf16 values in floats */
+        const int P = c.parallel.pipeline_model_parallel_size;
+        printf("plan: %s, %d rank(s): tp %d, pp %d, vpp %d, dp %d, micro batch %d, recompute %s, "
+               "ZeRO %d%s\n",
+               config, world, c.parallel.tensor_model_parallel_size, P,
+               c.parallel.virtual_pipeline_model_parallel_size,
+               world / (c.parallel.tensor_model_parallel_size * P),
+               c.train.micro_batch_size, rc_name(c.train.recompute), c.optimizer.zero_stage,
+               c.parallel.sequence_parallel ? ", SP" : "");
+        for (int s = 0; s < P; s++) {
+            LtPlanMemory m;
+            if (lt_plan_memory(&c, world, s, act, &m, err, sizeof err)) return bad(err, NULL);
+            printf("memory bytes per rank (predicted, stage %d): params=%zu grads=%zu optimizer=%zu "
+                   "activations=%zu workspace=%zu total=%zu\n",
+                   s, m.params, m.grads, m.optimizer, m.activations, m.workspace, lt_plan_total(&m));
+        }
+        return 0;
+    }
+
+    if (gpus == 0) gpus = cfg_world > 1 ? cfg_world : 8;
+    if (gpus > gpn && gpus % gpn)
+        return bad("--gpus must be a multiple of --gpus-per-node when it spans nodes", NULL);
+    const LtModelDims d0 = lt_dims_from_config(&base);
+    size_t ncand = 0, cap_c = 1024;
+    Cand *cs = lt_malloc(sizeof(Cand) * cap_c);
+    for (int tp = 1; tp <= gpn && tp <= gpus; tp *= 2) {
+        if (gpus % tp || d0.heads % tp) continue;
+        for (int pp = 1; pp <= gpus / tp; pp++) {
+            if ((gpus / tp) % pp || d0.num_layers % pp) continue;
+            const int dp = gpus / (tp * pp);
+            for (int vpp = 1; vpp <= 8; vpp *= 2) {
+                if ((vpp > 1 && pp == 1) || d0.num_layers % (pp * vpp)) continue;
+                for (int mbs = 1; mbs <= 16; mbs *= 2) {
+                    if (base.train.global_batch_size % (mbs * dp)) continue;
+                    for (int rc = 0; rc < 3; rc++)
+                        for (int zero = 0; zero <= (dp > 1 ? 2 : 0); zero++)
+                            for (int sp = 0; sp <= (tp > 1); sp++) {
+                                Cand k = {.tp = tp, .pp = pp, .vpp = vpp, .dp = dp, .mbs = mbs,
+                                          .rc = rc == 0   ? LT_RECOMPUTE_NONE
+                                                : rc == 1 ? LT_RECOMPUTE_SELECTIVE
+                                                          : LT_RECOMPUTE_FULL,
+                                          .zero = zero, .sp = sp};
+                                LtConfig c;
+                                if (layout_config(&base, &k, &c, gpus)) continue;
+                                plan_memory_max(&c, &k, a);
+                                k.mem_gib = (double)lt_plan_total(&k.mem) / (1024.0 * 1024 * 1024);
+                                k.fits = k.mem_gib <= cap;
+                                step_time(&c, g, gpn, &k, 0);
+                                if (ncand == cap_c) cs = realloc(cs, sizeof(Cand) * (cap_c *= 2));
+                                if (!cs) lt_fatal("out of host memory");
+                                cs[ncand++] = k;
+                            }
+                }
+            }
+        }
+    }
+    if (ncand == 0)
+        return free(cs), bad("no valid layout for this model on that many GPUs (heads, layers and "
+                             "the global batch must divide)", NULL);
+    qsort(cs, ncand, sizeof *cs, cand_cmp);
+    /* the schedule simulator refines the leaders' pipeline time, bubble included */
+    for (size_t i = 0; i < ncand && i < 64; i++) {
+        LtConfig c;
+        layout_config(&base, &cs[i], &c, gpus);
+        step_time(&c, g, gpn, &cs[i], 1);
+    }
+    qsort(cs, ncand < 64 ? ncand : 64, sizeof *cs, cand_cmp);
+    size_t nfit = 0;
+    for (size_t i = 0; i < ncand; i++) nfit += cs[i].fits;
+    if (nfit == 0) {
+        const Cand *best = NULL;
+        for (size_t i = 0; i < ncand; i++)
+            if (!best || cs[i].mem_gib < best->mem_gib) best = &cs[i];
+        fprintf(stderr,
+                "lattice plan: error: the model fits nowhere on %d x %.0f GiB: the smallest layout "
+                "(tp %d, pp %d, vpp %d, dp %d, micro batch %d, recompute %s, ZeRO %d%s) needs %.1f "
+                "GiB per GPU\n",
+                gpus, cap, best->tp, best->pp, best->vpp, best->dp, best->mbs, rc_name(best->rc),
+                best->zero, best->sp ? ", SP" : "", best->mem_gib);
+        free(cs);
+        return LT_EXIT_INPUT;
+    }
+    printf("plan: %s on %d x %s (%.0f GiB; %s), %d GPUs per node, %s, global batch %d x %d tokens\n",
+           config, gpus, g->name, cap, g->source, gpn,
+           base.train.precision == LT_PREC_BF16 ? "bf16" : "fp32", base.train.global_batch_size,
+           base.model.seq_length);
+    printf("%zu layouts, %zu fit; the fastest %d that fit (step time: compute + the schedule's "
+           "bubble + TP/PP/DP communication, none of it overlapped yet):\n",
+           ncand, nfit, top);
+    printf("%3s %3s %3s %3s %3s %4s %4s %2s | %6s %6s %6s %6s %6s %6s | %8s %9s %5s | %s\n", "tp",
+           "pp", "vpp", "dp", "mbs", "rc", "zero", "sp", "params", "grads", "optim", "acts", "ws",
+           "GiB", "step s", "tok/s", "MFU", "binds");
+    const double gib = 1024.0 * 1024 * 1024;
+    int shown = 0;
+    for (size_t i = 0; i < ncand && shown < top; i++) {
+        const Cand *k = &cs[i];
+        if (!k->fits) break;
+        printf("%3d %3d %3d %3d %3d %4s %4d %2s | %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f | %8.3f %9.0f "
+               "%4.0f%% | %s%s\n",
+               k->tp, k->pp, k->vpp, k->dp, k->mbs, rc_name(k->rc), k->zero, k->sp ? "y" : "n",
+               k->mem.params / gib, k->mem.grads / gib, k->mem.optimizer / gib,
+               k->mem.activations / gib, k->mem.workspace / gib, k->mem_gib, k->step,
+               base.train.global_batch_size * (double)base.model.seq_length / k->step,
+               100.0 * k->mfu, binds(k, cap),
+               k->simulated ? "" : " (bubble by formula)");
+        shown++;
+    }
+    free(cs);
+    return 0;
+}

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# test_plan.sh BUILD_DIR - the planner (lattice plan): its memory prediction
+# for a layout agrees with what the engine allocates (the run summary's
+# "memory bytes per rank" line, and every stage's activations) within 5% in
+# each category, over the layouts the suite trains (data, tensor, sequence and
+# pipeline parallelism, ZeRO 0/1/2, recomputation, bf16); its table for GPT-2
+# 1.5B on 8 GPUs; its refusals.
+set -u
+BUILD=$1
+LT="$BUILD/lattice"
+T=$(mktemp -d /tmp/lt-plan-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+failures=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+command -v mpirun >/dev/null || { fail mpirun "mpirun not found (openmpi-bin)"; exit 1; }
+python3 -c "
+import random
+random.seed(7)
+print(' '.join(str(random.randrange(256)) for _ in range(50000)))" > "$T/ids"
+"$LT" shard --vocab-size 256 --input "$T/ids" "$T/train.ltok" >/dev/null || { fail prepare shard; exit 1; }
+BASE="configs/tiny.yaml model.num_layers=4 data.train_path=$T/train.ltok train.steps=0
+      train.micro_batch_size=2"
+
+agree() { # name ranks overrides...
+  local name=$1 np=$2; shift 2
+  local launch="$LT"
+  [ "$np" -gt 1 ] && launch="timeout 120 mpirun --allow-run-as-root --oversubscribe -np $np $LT"
+  $launch train $BASE "$@" > "$T/$name.run" 2>&1 || { fail "$name" "run: $(tail -2 "$T/$name.run")"; return; }
+  "$LT" plan $BASE "$@" --layout --gpus "$np" > "$T/$name.plan" 2>&1 || { fail "$name" "plan: $(tail -2 "$T/$name.plan")"; return; }
+  local err
+  if err=$(python3 - "$T/$name.run" "$T/$name.plan" <<'PY'
+import re, sys
+run, plan = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+cats = ('params', 'grads', 'optimizer', 'activations', 'workspace')
+got = {k: int(v) for k, v in re.findall(r'(\w+)=(\d+)', re.search(r'memory bytes per rank: (.*)', run).group(1))}
+want = {k: int(v) for k, v in re.findall(r'(\w+)=(\d+)', re.search(r'predicted, stage 0\): (.*)', plan).group(1))}
+for k in cats:
+    assert abs(want[k] - got[k]) <= 0.05 * max(got[k], 1), f'{k}: engine {got[k]}, planner {want[k]}'
+# every stage's activations (the pipeline line of the summary)
+stages = [int(float(b)) for b in re.findall(r'stage \d+ [\d.]+ MiB \((\d+) bytes', run)]
+pred = [int(v) for v in re.findall(r'predicted, stage \d+\): .*activations=(\d+)', plan)]
+if stages:
+    assert len(stages) == len(pred), (stages, pred)
+    for s, (a, b) in enumerate(zip(stages, pred)):
+        assert abs(a - b) <= 0.05 * a, f'stage {s} activations: engine {a}, planner {b}'
+print(f"{len(cats)} categories{' and %d stages' % len(stages) if stages else ''}")
+PY
+  2>&1); then pass "plan_memory_$name ($err)"
+  else fail "plan_memory_$name" "$(echo "$err" | tail -1)"; fi
+}
+agree single 1
+agree dp2_zero1 2 optimizer.zero_stage=1
+agree dp2_zero2 2 optimizer.zero_stage=2
+agree tp2_sp 2 parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true
+agree pp2_vpp2 2 parallel.pipeline_model_parallel_size=2 parallel.virtual_pipeline_model_parallel_size=2
+agree pp2_full_bf16 2 parallel.pipeline_model_parallel_size=2 train.recompute=full train.precision=bf16
+agree tp2_pp2_dp2_sel 8 parallel.tensor_model_parallel_size=2 parallel.pipeline_model_parallel_size=2 \
+  optimizer.zero_stage=1 train.recompute=selective train.global_batch_size=16
+
+# the table: GPT-2 1.5B on one 8-GPU node
+"$LT" plan configs/gpt2-1.5b.yaml --gpus 8 --top 5 > "$T/table" 2>&1
+rc=$?
+rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ ' "$T/table")
+if [ $rc -eq 0 ] && [ "$rows" -eq 5 ] && grep -q "layouts, [0-9]* fit" "$T/table"; then pass plan_table
+else fail plan_table "rc=$rc rows=$rows: $(head -3 "$T/table")"; fi
+# refusals: GPUs not a multiple of the node size; a model that fits nowhere
+"$LT" plan configs/gpt2-1.5b.yaml --gpus 12 > "$T/r1" 2>&1
+rc1=$?
+"$LT" plan configs/gpt2-1.5b.yaml --gpus 8 --gpu-mem-gib 1 > "$T/r2" 2>&1
+rc2=$?
+if [ $rc1 -eq 2 ] && grep -q "multiple of --gpus-per-node" "$T/r1" && [ $rc2 -eq 2 ] &&
+   grep -q "fits nowhere on 8 x 1 GiB: the smallest layout .* needs [0-9.]* GiB per GPU" "$T/r2"; then
+  pass plan_refusals
+else fail plan_refusals "rc $rc1/$rc2: $(cat "$T/r1" "$T/r2" | grep error | head -2)"; fi
+exit $((failures > 0))
