@@ -7,20 +7,9 @@
 # previous checkpoint intact and named by `latest`, and removes the partial one.
 set -u
 BUILD=$1
-LT="$BUILD/lattice"
-T=$(mktemp -d /tmp/lt-faults-XXXXXX)
-cleanup() { mountpoint -q "$T/full" 2>/dev/null && umount "$T/full"; rm -rf "$T"; }
-trap cleanup EXIT
-failures=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
-
-python3 -c "
-import random
-random.seed(5)
-print(' '.join(str(random.randrange(256)) for _ in range(200000)))" > "$T/ids"
-"$LT" shard --vocab-size 256 --input "$T/ids" "$T/train.ltok" >/dev/null ||
-  { fail prepare "lattice shard failed"; exit 1; }
+. "$(dirname "$0")/lib.sh" faults
+cleanup_extra() { mountpoint -q "$T/full" 2>/dev/null && umount "$T/full"; }
+random_shard "$T/train.ltok" 200000 5 || { fail prepare "lattice shard failed"; exit 1; }
 CFG="configs/tiny.yaml data.train_path=$T/train.ltok data.valid_path=$T/train.ltok
      logging.log_interval=1000 eval.interval=0 eval.iters=1"
 # a wider model so that a save (about 30 MB) takes long enough to be hit

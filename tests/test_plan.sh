@@ -7,18 +7,9 @@
 # 1.5B on 8 GPUs; its refusals.
 set -u
 BUILD=$1
-LT="$BUILD/lattice"
-T=$(mktemp -d /tmp/lt-plan-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-failures=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh" plan
 command -v mpirun >/dev/null || { fail mpirun "mpirun not found (openmpi-bin)"; exit 1; }
-python3 -c "
-import random
-random.seed(7)
-print(' '.join(str(random.randrange(256)) for _ in range(50000)))" > "$T/ids"
-"$LT" shard --vocab-size 256 --input "$T/ids" "$T/train.ltok" >/dev/null || { fail prepare shard; exit 1; }
+random_shard "$T/train.ltok" 50000 7 || { fail prepare "lattice shard failed"; exit 1; }
 BASE="configs/tiny.yaml model.num_layers=4 data.train_path=$T/train.ltok train.steps=0
       train.micro_batch_size=2"
 

@@ -1,0 +1,18 @@
+# lib.sh - sourced by the shell tests: the binary, a scratch directory removed
+# at exit (plus whatever `cleanup_extra` undoes), PASS/FAIL lines, and a
+# random-token shard. Usage: BUILD=$1; . tests/lib.sh NAME
+LT="$BUILD/lattice"
+T=$(mktemp -d "/tmp/lt-$1-XXXXXX")
+cleanup_extra() { :; }
+trap 'cleanup_extra; rm -rf "$T"' EXIT
+failures=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+# random_shard OUT N SEED: N uniform token ids < 256 as a lattice shard
+random_shard() {
+  python3 -c "
+import random, sys
+random.seed(int(sys.argv[2]))
+print(' '.join(str(random.randrange(256)) for _ in range(int(sys.argv[1]))))" "$2" "$3" > "$T/ids.$3" &&
+    "$LT" shard --vocab-size 256 --input "$T/ids.$3" "$1" >/dev/null
+}
