@@ -24,6 +24,7 @@
 #include "model.h"
 #include "optim.h"
 #include "pipeline.h"
+#include "plan.h"
 #include "topology.h"
 #include "watchdog.h"
 
@@ -454,6 +455,17 @@ static void print_summary(const Run *r) {
            "workspace=%zu (parameter elements %zu)\n",
            m->params, m->grads + (r->opt ? r->opt->grad_bytes : 0),
            r->opt ? r->opt->state_bytes : 0, m->activations, m->workspace, r->model->table.total);
+    LtPlanMemory pm; /* the planner's prediction for this rank, beside what it allocated */
+    char perr[256];
+    if (r->opt && lt_plan_memory(r->cfg, r->world->world, r->coords.pp, r->be->act_size, &pm, perr,
+                                 sizeof perr) == 0) {
+        const double alloc = (double)engine_bytes(r), pred = (double)lt_plan_total(&pm);
+        lt_log("memory     planner's prediction (lattice plan): params %.1f MiB, grads %.1f MiB, "
+               "optimizer %.1f MiB, activations %.1f MiB, workspace %.1f MiB, total %.1f MiB "
+               "(%+.1f%% of the allocation)\n",
+               mib(pm.params), mib(pm.grads), mib(pm.optimizer), mib(pm.activations),
+               mib(pm.workspace), mib(lt_plan_total(&pm)), 100.0 * (pred - alloc) / alloc);
+    }
     if (r->model->table.last_stage) {
         const LtModel *md = r->model;
         const size_t N = (size_t)md->B * (size_t)md->T, X = (size_t)md->xent_chunk;

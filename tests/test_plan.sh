@@ -2,7 +2,7 @@
 # test_plan.sh BUILD_DIR - the planner (lattice plan): its memory prediction
 # for a layout agrees with what the engine allocates (the run summary's
 # "memory bytes per rank" line, and every stage's activations) within 5% in
-# each category, over the layouts the suite trains (data, tensor, sequence and
+# each category, and the run summary prints it next to the allocation, over the layouts the suite trains (data, tensor, sequence and
 # pipeline parallelism, ZeRO 0/1/2, recomputation, bf16); its table for GPT-2
 # 1.5B on 8 GPUs; its refusals.
 set -u
@@ -35,6 +35,9 @@ if stages:
     assert len(stages) == len(pred), (stages, pred)
     for s, (a, b) in enumerate(zip(stages, pred)):
         assert abs(a - b) <= 0.05 * a, f'stage {s} activations: engine {a}, planner {b}'
+# the engine prints the planner's prediction next to its allocation
+pct = float(re.search(r"planner's prediction .*\(([-+][\d.]+)% of the allocation\)", run).group(1))
+assert abs(pct) <= 5.0, f'the run summary says {pct}%'
 print(f"{len(cats)} categories{' and %d stages' % len(stages) if stages else ''}")
 PY
   2>&1); then pass "plan_memory_$name ($err)"
