@@ -141,7 +141,7 @@ typedef struct {
     LtPlanMemory mem; /* the largest stage's */
     double mem_gib;
     int fits;
-    double compute, tp_comm, pp_comm, dp_comm, optim, bubble, step, mfu;
+    double compute, tp_comm, pp_comm, dp_comm, optim, bubble, step, mfu, tokens_per_s;
     int simulated;
 } Cand;
 
@@ -200,6 +200,7 @@ static void step_time(const LtConfig *c, const Gpu *g, int gpn, Cand *k, int sim
     k->optim = shard * (28.0 + a) / (g->hbm_gbs * 1e9);
     k->step = makespan + k->dp_comm + k->optim;
     k->mfu = lt_model_flops_per_sample(&d, 0) * G / k->step / (k->tp * k->pp * k->dp * peak);
+    k->tokens_per_s = G * S / k->step;
 }
 
 /* ---- enumeration and the table ---------------------------------------------- */
@@ -254,14 +255,26 @@ static void plan_memory_max(const LtConfig *c, Cand *k, size_t a) {
     }
 }
 
+static void print_row(const Cand *k, double cap, const char *prefix) {
+    const double gib = 1024.0 * 1024 * 1024;
+    printf("%s%3d %3d %3d %3d %3d %4s %4d %2s | %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f | %8.3f %9.0f "
+           "%4.0f%% | %s%s\n",
+           prefix, k->tp, k->pp, k->vpp, k->dp, k->mbs, rc_name(k->rc), k->zero, k->sp ? "y" : "n",
+           k->mem.params / gib, k->mem.grads / gib, k->mem.optimizer / gib, k->mem.activations / gib,
+           k->mem.workspace / gib, k->mem_gib, k->step, k->tokens_per_s, 100.0 * k->mfu,
+           binds(k, cap), k->simulated ? "" : " (bubble by formula)");
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: lattice plan CONFIG.yaml [--gpus N] [--gpus-per-node G] [--gpu h100|h200|a100]\n"
-            "                    [--gpu-mem-gib M] [--top K] [--layout] [section.key=value ...]\n"
+            "                    [--gpu-mem-gib M] [--top K] [--show TPxPP[xVPP]]... [--layout]\n"
+            "                    [section.key=value ...]\n"
             "Enumerates tp x pp x vpp x dp layouts, micro batch sizes, recomputation, ZeRO stages\n"
             "and sequence parallelism for N GPUs (default: the config's world) and prints the\n"
             "fastest that fit, with memory per GPU by category, predicted step time, tokens/s,\n"
-            "MFU and what binds each. --layout: the config's own layout only, with the memory\n"
+            "MFU and what binds each; --show adds the fastest fitting layout of that shape.\n"
+            "--layout: the config's own layout only, with the memory\n"
             "of every pipeline stage in the engine's categories (compare with the run's summary).\n");
 }
 
@@ -272,7 +285,7 @@ static int bad(const char *msg, const char *arg) {
 
 int lt_cmd_plan(int argc, char **argv) {
     const char *config = NULL, *gpu_name = "h100";
-    int gpus = 0, gpn = 8, top = 15, layout = 0;
+    int gpus = 0, gpn = 8, top = 15, layout = 0, nshow = 0, show[8][3];
     double mem_gib = 0;
     char **over = calloc((size_t)argc + 1, sizeof(char *));
     int nover = 0;
@@ -294,6 +307,12 @@ int lt_cmd_plan(int argc, char **argv) {
         char *end;
         long x = strtol(v, &end, 10);
         if (!strcmp(o, "--gpu")) gpu_name = v;
+        else if (!strcmp(o, "--show")) {
+            int t3[3] = {0, 0, 1}, n = sscanf(v, "%dx%dx%d", &t3[0], &t3[1], &t3[2]);
+            if (n < 2 || t3[0] < 1 || t3[1] < 1 || t3[2] < 1 || nshow == 8)
+                return free(over), bad("--show takes TPxPP or TPxPPxVPP (at most 8 of them)", v);
+            memcpy(show[nshow++], t3, sizeof t3);
+        }
         else if (!strcmp(o, "--gpu-mem-gib")) {
             mem_gib = strtod(v, &end);
             if (*end || !(mem_gib > 0)) return free(over), bad("--gpu-mem-gib needs a positive number", v);
@@ -416,20 +435,31 @@ int lt_cmd_plan(int argc, char **argv) {
     printf("%3s %3s %3s %3s %3s %4s %4s %2s | %6s %6s %6s %6s %6s %6s | %8s %9s %5s | %s\n", "tp",
            "pp", "vpp", "dp", "mbs", "rc", "zero", "sp", "params", "grads", "optim", "acts", "ws",
            "GiB", "step s", "tok/s", "MFU", "binds");
-    const double gib = 1024.0 * 1024 * 1024;
     int shown = 0;
     for (size_t i = 0; i < ncand && shown < top; i++) {
-        const Cand *k = &cs[i];
-        if (!k->fits) break;
-        printf("%3d %3d %3d %3d %3d %4s %4d %2s | %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f | %8.3f %9.0f "
-               "%4.0f%% | %s%s\n",
-               k->tp, k->pp, k->vpp, k->dp, k->mbs, rc_name(k->rc), k->zero, k->sp ? "y" : "n",
-               k->mem.params / gib, k->mem.grads / gib, k->mem.optimizer / gib,
-               k->mem.activations / gib, k->mem.workspace / gib, k->mem_gib, k->step,
-               base.train.global_batch_size * (double)base.model.seq_length / k->step,
-               100.0 * k->mfu, binds(k, cap),
-               k->simulated ? "" : " (bubble by formula)");
+        if (!cs[i].fits) break;
+        print_row(&cs[i], cap, "");
         shown++;
+    }
+    /* layouts asked for by name (--show TPxPPxVPP): the fastest of each that fits */
+    for (int s = 0; s < nshow; s++) {
+        Cand *best = NULL;
+        size_t at = 0;
+        for (size_t i = 0; i < ncand && !best; i++)
+            if (cs[i].fits && cs[i].tp == show[s][0] && cs[i].pp == show[s][1] &&
+                cs[i].vpp == show[s][2])
+                best = &cs[i], at = i;
+        if (!best) {
+            printf("--show %dx%dx%d: no layout with tp %d, pp %d, vpp %d fits (or divides)\n",
+                   show[s][0], show[s][1], show[s][2], show[s][0], show[s][1], show[s][2]);
+            continue;
+        }
+        LtConfig c;
+        layout_config(&base, best, &c, gpus);
+        step_time(&c, g, gpn, best, 1);
+        printf("--show %dx%dx%d, the fastest such layout (about #%zu of %zu):\n", show[s][0],
+               show[s][1], show[s][2], at + 1, nfit);
+        print_row(best, cap, "");
     }
     free(cs);
     return 0;
