@@ -53,11 +53,11 @@ agree tp2_pp2_dp2_sel 8 parallel.tensor_model_parallel_size=2 parallel.pipeline_
   optimizer.zero_stage=1 train.recompute=selective train.global_batch_size=16
 
 # the table: GPT-2 1.5B on one 8-GPU node
-"$LT" plan configs/gpt2-1.5b.yaml --gpus 8 --top 5 --show 2x2x2 > "$T/table" 2>&1
+"$LT" plan configs/gpt2-1.5b.yaml --gpus 8 --top 5 --show 1x4x2 > "$T/table" 2>&1
 rc=$?
 rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ ' "$T/table")
 if [ $rc -eq 0 ] && [ "$rows" -eq 6 ] && grep -q "layouts, [0-9]* fit" "$T/table" &&
-   grep -A1 -- "--show 2x2x2, the fastest such layout" "$T/table" | grep -qE '^ +2 +2 +2 +2 '; then pass plan_table
+   grep -A1 -- "--show 1x4x2, the fastest such layout" "$T/table" | grep -qE "^ +1 +4 +2 +2 "; then pass plan_table
 else fail plan_table "rc=$rc rows=$rows: $(head -3 "$T/table")"; fi
 # refusals: GPUs not a multiple of the node size; a model that fits nowhere
 "$LT" plan configs/gpt2-1.5b.yaml --gpus 12 > "$T/r1" 2>&1
