@@ -85,6 +85,9 @@ typedef struct {
     struct {
         long interval;                 /* 0 = no periodic eval (eval still runs at the end if valid data) */
         int iters;                     /* global batches of validation samples per eval */
+        long samples;                  /* validation sequences per eval; 0 = iters x global batch */
+        long interval_samples;         /* evaluate each time this many more samples were trained */
+        double target_log_ppl;         /* stop at the first eval at or below it; 0 = none */
     } eval;
     struct {
         LtCommBackend backend;

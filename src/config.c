@@ -120,6 +120,9 @@ const KeyDesc lt_cfg_keys[] = {
 
     K_LONG(eval, interval, 0),
     K_INT(eval, iters, 1, INT_MAX),
+    K_LONG(eval, samples, 0),
+    K_LONG(eval, interval_samples, 0),
+    K_DBL(eval, target_log_ppl, 0, 0, D_NO_MAX),
 
     K_ENUM(comm, backend, COMM_NAMES),
     K_DBL(comm, timeout_s, 0, 0, D_NO_MAX),

@@ -92,6 +92,16 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
             goto out;
         }
     }
+    if (t->eval.interval > 0 && t->eval.interval_samples > 0) {
+        lt_cfg_fail(err, errlen, "eval.interval and eval.interval_samples are both set: choose one");
+        goto out;
+    }
+    if (t->eval.samples % t->train.micro_batch_size) {
+        lt_cfg_fail(err, errlen,
+                    "eval.samples (%ld) must be a multiple of train.micro_batch_size (%d)",
+                    t->eval.samples, t->train.micro_batch_size);
+        goto out;
+    }
     if (!strcmp(t->checkpoint.load, "auto") && !t->checkpoint.dir[0]) {
         lt_cfg_fail(err, errlen,
                     "checkpoint.load=auto resumes from the newest checkpoint in checkpoint.dir, "

@@ -505,7 +505,8 @@ static double evaluate(Run *r, long *samples_out) {
     const int S = c->model.seq_length, mbs = c->train.micro_batch_size;
     enum { BLOCK = 16 }; /* micro batches per pipelined forward pass */
     uint64_t avail = lt_num_samples(lt_tokens_count(r->valid), S);
-    uint64_t n = (uint64_t)c->eval.iters * (uint64_t)c->train.global_batch_size;
+    uint64_t n = c->eval.samples > 0 ? (uint64_t)c->eval.samples
+                                      : (uint64_t)c->eval.iters * (uint64_t)c->train.global_batch_size;
     if (n > avail) n = avail / (uint64_t)mbs * (uint64_t)mbs;
     int32_t *rows = lt_malloc((size_t)BLOCK * mbs * (S + 1) * sizeof(int32_t));
     int32_t *in = lt_malloc((size_t)BLOCK * mbs * S * sizeof(int32_t));
@@ -791,6 +792,7 @@ static void inject_nonfinite(Run *r, const Inject *in, long step, double *loss_d
 }
 
 int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
+    const double t_init_start = lt_now(); /* MLPerf: initialisation is timed apart */
     if (!cfg->data.train_path[0]) lt_input_error("data.train_path is not set");
     Run r;
     run_setup(&r, cfg, w, 1); /* layout checks first: they are collective */
@@ -844,7 +846,9 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
      * the step they feed), so that bad data met mid-run is known to every rank
      * at the step boundary: all stop there, save the last good step, exit 2. */
     char data_err[1024] = "";
-    double t_next = lt_now();
+    int target_reached = 0;
+    const double t_run_start = lt_now(); /* MLPerf's run start: training from here */
+    double t_next = t_run_start;
     if (step < cfg->train.steps && lt_loader_get(r.loader, step, rows, err, sizeof err))
         lt_input_error("data.train_path: step %ld: %s", step + 1, err);
 
@@ -895,12 +899,26 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
                    "TFLOP/s | MFU %.1f%% | %.1f ms | mem %.1f MiB\n",
                    step + 1, cfg->train.steps, loss, lr, norm, tokens_step / dt, tflops,
                    100.0 * mfu, dt * 1e3, mib(engine_bytes(&r)));
-        if (r.valid && cfg->eval.interval > 0 && (step + 1) % cfg->eval.interval == 0) {
+        const long done = (step + 1) * (long)G, before = step * (long)G; /* samples trained */
+        const long every = cfg->eval.interval_samples;
+        if (r.valid && ((cfg->eval.interval > 0 && (step + 1) % cfg->eval.interval == 0) ||
+                        (every > 0 && done / every > before / every))) {
             long ns;
             double vl = evaluate(&r, &ns);
-            lt_log("eval step %ld | val loss %.4f | val ppl %.2f | %ld samples\n", step + 1, vl,
-                   exp(vl), ns);
+            lt_log("eval step %ld | val loss %.4f | val log ppl %.4f | val ppl %.2f | %ld samples | "
+                   "%ld trained\n",
+                   step + 1, vl, vl, exp(vl), ns, done);
             lt_metrics_eval(&mf, step + 1, vl, ns);
+            if (cfg->eval.target_log_ppl > 0 && vl <= cfg->eval.target_log_ppl) {
+                lt_log("target reached: val log ppl %.4f <= eval.target_log_ppl %g at step %ld after "
+                       "%ld samples; time to train %.1f s (run start to this evaluation; "
+                       "initialisation %.1f s, not counted)\n",
+                       vl, cfg->eval.target_log_ppl, step + 1, done, lt_now() - t_run_start,
+                       t_run_start - t_init_start);
+                target_reached = 1;
+                step++;
+                break;
+            }
         }
         if (cfg->checkpoint.dir[0] && cfg->checkpoint.save_interval > 0 &&
             (step + 1) % cfg->checkpoint.save_interval == 0 && step + 1 < cfg->train.steps)
@@ -951,7 +969,10 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
                r.peak_tflops > 0 ? 100.0 * flops_step / med / 1e12 / w->world / r.peak_tflops : 0.0,
                max_waits);
     }
-    if (r.valid && exit_code == 0 &&
+    if (cfg->eval.target_log_ppl > 0 && !target_reached)
+        lt_log("target not reached: eval.target_log_ppl %g after %ld steps (%.1f s of training)\n",
+               cfg->eval.target_log_ppl, step, lt_now() - t_run_start);
+    if (r.valid && exit_code == 0 && !target_reached && cfg->eval.interval_samples == 0 &&
         (cfg->eval.interval == 0 || step % cfg->eval.interval != 0 || step == 0)) {
         long ns;
         double vl = evaluate(&r, &ns);

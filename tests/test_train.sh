@@ -187,6 +187,23 @@ if command -v mpirun >/dev/null; then # the rank that meets it is not rank 0 (dp
   midrun bad_data_midrun_dp2_saves_last_good timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$LT"
 fi
 
+# ---- MLPerf-style evaluation: every eval.interval_samples trained samples over the
+# first eval.samples validation sequences; eval.target_log_ppl stops the run at the
+# first evaluation that reaches it and reports the time to train ------------------
+"$LT" train $CFG $D train.steps=400 eval.interval=0 eval.interval_samples=80 eval.samples=16 \
+  eval.target_log_ppl=4.6 logging.log_interval=1000 checkpoint.dir=$T/ckT > "$T/target.log" 2>&1
+rc=$?
+n_eval=$(grep -c "^eval step .* | 16 samples | [0-9]*0 trained" "$T/target.log")
+stop=$(sed -n 's/^target reached: .* at step \([0-9]*\) after \([0-9]*\) samples; time to train [0-9.]* s .*/\1 \2/p' "$T/target.log")
+if [ $rc -eq 0 ] && [ -n "$stop" ] && [ "${stop% *}" -lt 400 ] && [ $(( ${stop% *} % 10 )) -eq 0 ] &&
+   [ "$n_eval" -eq $(( ${stop% *} / 10 )) ] && [ -f "$T/ckT/step_$(printf %08d "${stop% *}")/state.lt" ]; then
+  pass eval_target_stops_run
+else fail eval_target_stops_run "rc=$rc stop='$stop' evals=$n_eval: $(grep -E 'target|error' "$T/target.log" | head -2)"; fi
+expect_input_error eval_intervals_exclusive "eval.interval and eval.interval_samples" \
+  "$LT" train $CFG $D eval.interval=5 eval.interval_samples=80
+expect_input_error eval_samples_multiple "eval.samples .* multiple of train.micro_batch_size" \
+  "$LT" train $CFG $D eval.samples=6
+
 # ---- non-finite steps: skipped on the device, weights and moments unchanged ------
 # (LT_INJECT_NONFINITE: a NaN loss at step 3; the checkpoints of steps 2 and 3
 # are then byte-identical, and resuming from step 3 reproduces step 5 exactly,
