@@ -79,6 +79,10 @@ typedef struct {
     } checkpoint;
     struct {
         char metrics_file[LT_PATH_MAX]; /* "" = none */
+        char mllog[LT_PATH_MAX];        /* MLPerf log file; "" = none */
+        char mllog_benchmark[LT_PATH_MAX]; /* gpt3 | llama31_8b | llama31_405b */
+        char mllog_org[LT_PATH_MAX];    /* submission_org */
+        char mllog_platform[LT_PATH_MAX]; /* submission_platform */
         int log_interval;
         double peak_tflops;            /* 0 = from the device table / measured CPU peak */
     } logging;

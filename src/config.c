@@ -115,6 +115,10 @@ const KeyDesc lt_cfg_keys[] = {
     K_BOOL(checkpoint, async),
 
     K_STR(logging, metrics_file),
+    K_STR(logging, mllog),
+    K_STR(logging, mllog_benchmark),
+    K_STR(logging, mllog_org),
+    K_STR(logging, mllog_platform),
     K_INT(logging, log_interval, 1, INT_MAX),
     K_DBL(logging, peak_tflops, 0, 0, D_NO_MAX),
 

@@ -92,6 +92,15 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
             goto out;
         }
     }
+    if (t->logging.mllog[0] && strcmp(t->logging.mllog_benchmark, "gpt3") &&
+        strcmp(t->logging.mllog_benchmark, "llama31_8b") &&
+        strcmp(t->logging.mllog_benchmark, "llama31_405b")) {
+        lt_cfg_fail(err, errlen,
+                    "logging.mllog needs logging.mllog_benchmark: gpt3, llama31_8b or llama31_405b "
+                    "(got '%s')",
+                    t->logging.mllog_benchmark);
+        goto out;
+    }
     if (t->eval.interval > 0 && t->eval.interval_samples > 0) {
         lt_cfg_fail(err, errlen, "eval.interval and eval.interval_samples are both set: choose one");
         goto out;

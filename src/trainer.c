@@ -21,6 +21,7 @@
 #include "common.h"
 #include "data.h"
 #include "metrics.h"
+#include "mllog.h"
 #include "model.h"
 #include "optim.h"
 #include "pipeline.h"
@@ -793,6 +794,8 @@ static void inject_nonfinite(Run *r, const Inject *in, long step, double *loss_d
 
 int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     const double t_init_start = lt_now(); /* MLPerf: initialisation is timed apart */
+    lt_mllog_open(cfg, w->rank);
+    lt_mllog(LT_MLLOG_START, "init_start", "null", NULL);
     if (!cfg->data.train_path[0]) lt_input_error("data.train_path is not set");
     Run r;
     run_setup(&r, cfg, w, 1); /* layout checks first: they are collective */
@@ -847,7 +850,13 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
      * at the step boundary: all stop there, save the last good step, exit 2. */
     char data_err[1024] = "";
     int target_reached = 0;
+    char mmeta[96]; /* MLPerf: samples_count (and epoch_num, the same count) of an event */
+    lt_mllog_hyperparameters(cfg, r.micro_batches, r.start_step);
+    lt_mllog(LT_MLLOG_END, "init_stop", "null", NULL);
     const double t_run_start = lt_now(); /* MLPerf's run start: training from here */
+    lt_mllog(LT_MLLOG_START, "run_start", "null", NULL);
+    snprintf(mmeta, sizeof mmeta, "\"samples_count\": %ld", step * (long)G);
+    lt_mllog(LT_MLLOG_START, "block_start", "null", mmeta);
     double t_next = t_run_start;
     if (step < cfg->train.steps && lt_loader_get(r.loader, step, rows, err, sizeof err))
         lt_input_error("data.train_path: step %ld: %s", step + 1, err);
@@ -909,6 +918,18 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
                    "%ld trained\n",
                    step + 1, vl, vl, exp(vl), ns, done);
             lt_metrics_eval(&mf, step + 1, vl, ns);
+            if (lt_mllog_on()) {
+                char acc[64];
+                snprintf(mmeta, sizeof mmeta, "\"samples_count\": %ld, \"epoch_num\": %ld", done, done);
+                snprintf(acc, sizeof acc, "%.6f", isfinite(vl) ? vl : 1e9);
+                lt_mllog(LT_MLLOG_END, "block_stop", "null", mmeta);
+                lt_mllog(LT_MLLOG_START, "eval_start", "null", mmeta);
+                lt_mllog(LT_MLLOG_POINT, "eval_accuracy", acc, mmeta);
+                lt_mllog(LT_MLLOG_END, "eval_stop", "null", mmeta);
+                if (!(cfg->eval.target_log_ppl > 0 && vl <= cfg->eval.target_log_ppl) &&
+                    step + 1 < cfg->train.steps)
+                    lt_mllog(LT_MLLOG_START, "block_start", "null", mmeta);
+            }
             if (cfg->eval.target_log_ppl > 0 && vl <= cfg->eval.target_log_ppl) {
                 lt_log("target reached: val log ppl %.4f <= eval.target_log_ppl %g at step %ld after "
                        "%ld samples; time to train %.1f s (run start to this evaluation; "
@@ -969,6 +990,9 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
                r.peak_tflops > 0 ? 100.0 * flops_step / med / 1e12 / w->world / r.peak_tflops : 0.0,
                max_waits);
     }
+    snprintf(mmeta, sizeof mmeta, "\"status\": \"%s\"", target_reached ? "success" : "aborted");
+    lt_mllog(LT_MLLOG_END, "run_stop", "null", mmeta);
+    lt_mllog_close();
     if (cfg->eval.target_log_ppl > 0 && !target_reached)
         lt_log("target not reached: eval.target_log_ppl %g after %ld steps (%.1f s of training)\n",
                cfg->eval.target_log_ppl, step, lt_now() - t_run_start);

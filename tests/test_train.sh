@@ -199,6 +199,47 @@ if [ $rc -eq 0 ] && [ -n "$stop" ] && [ "${stop% *}" -lt 400 ] && [ $(( ${stop% 
    [ "$n_eval" -eq $(( ${stop% *} / 10 )) ] && [ -f "$T/ckT/step_$(printf %08d "${stop% *}")/state.lt" ]; then
   pass eval_target_stops_run
 else fail eval_target_stops_run "rc=$rc stop='$stop' evals=$n_eval: $(grep -E 'target|error' "$T/target.log" | head -2)"; fi
+# the same run's MLPerf log: valid JSON lines, every key the rules require once,
+# in order, eval records with samples_count and epoch_num, run_stop success
+"$LT" train $CFG $D train.steps=400 eval.interval=0 eval.interval_samples=80 eval.samples=16 \
+  eval.target_log_ppl=4.6 logging.log_interval=1000 logging.mllog=$T/mlperf.log \
+  logging.mllog_benchmark=gpt3 logging.mllog_org=lattice logging.mllog_platform=cpu > "$T/mllog.log" 2>&1
+if err=$(python3 - "$T/mlperf.log" <<'PY' 2>&1
+import json, sys
+recs = []
+for line in open(sys.argv[1]):
+    assert line.startswith(':::MLLOG '), line
+    r = json.loads(line[len(':::MLLOG '):])
+    for k in ('namespace', 'time_ms', 'event_type', 'key', 'value', 'metadata'):
+        assert k in r, (k, r)
+    assert 'file' in r['metadata'] and 'lineno' in r['metadata'], r
+    recs.append(r)
+keys = [r['key'] for r in recs]
+once = ['submission_org', 'submission_platform', 'submission_division', 'submission_benchmark',
+        'init_stop', 'run_start', 'run_stop', 'global_batch_size', 'max_sequence_length', 'opt_name',
+        'opt_base_learning_rate', 'opt_end_learning_rate', 'opt_learning_rate_decay_steps',
+        'opt_learning_rate_warmup_steps', 'opt_learning_rate_decay_schedule', 'opt_adam_beta_1',
+        'opt_adam_beta_2', 'opt_adam_epsilon', 'opt_gradient_clip_norm',
+        'gradient_accumulation_steps', 'eval_samples', 'train_samples', 'init_checkpoint_step']
+for k in once:
+    assert keys.count(k) == 1, f'{k} appears {keys.count(k)} times'
+for k in ('cache_clear', 'init_start', 'block_start', 'block_stop', 'eval_start', 'eval_accuracy', 'eval_stop'):
+    assert keys.count(k) >= 1, f'no {k}'
+order = [keys.index(k) for k in ('init_start', 'init_stop', 'run_start', 'block_start')]
+assert order == sorted(order) and keys[-1] == 'run_stop', 'order'
+assert all(keys.index(k) < keys.index('init_stop') for k in once[:4] + once[7:]), 'hyperparameters after init_stop'
+for r in recs:
+    if r['key'] in ('eval_accuracy', 'block_stop', 'eval_start', 'eval_stop'):
+        assert 'samples_count' in r['metadata'] and 'epoch_num' in r['metadata'], r
+assert keys.count('block_start') == keys.count('block_stop'), 'blocks unpaired'
+assert recs[-1]['metadata']['status'] == 'success', recs[-1]
+assert recs[keys.index('eval_samples')]['value'] == 16
+print(len(recs))
+PY
+); then pass "mllog_content ($err lines)"
+else fail mllog_content "$(echo "$err" | tail -1)"; fi
+expect_input_error mllog_needs_benchmark "logging.mllog_benchmark" \
+  "$LT" train $CFG $D logging.mllog=$T/x.log
 expect_input_error eval_intervals_exclusive "eval.interval and eval.interval_samples" \
   "$LT" train $CFG $D eval.interval=5 eval.interval_samples=80
 expect_input_error eval_samples_multiple "eval.samples .* multiple of train.micro_batch_size" \

@@ -1,0 +1,105 @@
+/* mllog.c - see mllog.h. Lines are flushed as written: a run that dies keeps
+ * its log up to that point. */
+#include "mllog.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "common.h"
+
+static FILE *g_f;
+
+int lt_mllog_on(void) { return g_f != NULL; }
+
+static double now_ms(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec * 1e3 + (double)tv.tv_usec / 1e3;
+}
+
+void lt_mllog_at(LtMllogType type, const char *key, const char *value, const char *meta,
+                 const char *file, int line) {
+    if (!g_f) return;
+    static const char *types[] = {"POINT_IN_TIME", "INTERVAL_START", "INTERVAL_END"};
+    const char *base = strrchr(file, '/');
+    fprintf(g_f,
+            ":::MLLOG {\"namespace\": \"\", \"time_ms\": %.0f, \"event_type\": \"%s\", \"key\": "
+            "\"%s\", \"value\": %s, \"metadata\": {\"file\": \"%s\", \"lineno\": %d%s%s}}\n",
+            now_ms(), types[type], key, value ? value : "null", base ? base + 1 : file, line,
+            meta && meta[0] ? ", " : "", meta ? meta : "");
+    if (fflush(g_f) != 0)
+        fprintf(stderr, "lattice: warning: logging.mllog: writing failed: %s\n", strerror(errno));
+}
+
+static void str_value(char *out, size_t n, const char *s) {
+    size_t k = 0;
+    out[k++] = '"';
+    for (; *s && k + 3 < n; s++) {
+        if (*s == '"' || *s == '\\') out[k++] = '\\';
+        out[k++] = (unsigned char)*s >= 0x20 ? *s : '?';
+    }
+    out[k++] = '"';
+    out[k] = '\0';
+}
+
+void lt_mllog_open(const LtConfig *c, int rank) {
+    if (rank != 0 || !c->logging.mllog[0]) return;
+    g_f = fopen(c->logging.mllog, "a");
+    if (!g_f)
+        lt_input_error("logging.mllog: cannot open '%s': %s", c->logging.mllog, strerror(errno));
+    char v[600];
+    str_value(v, sizeof v, c->logging.mllog_org);
+    lt_mllog(LT_MLLOG_POINT, "submission_org", v, NULL);
+    str_value(v, sizeof v, c->logging.mllog_platform);
+    lt_mllog(LT_MLLOG_POINT, "submission_platform", v, NULL);
+    lt_mllog(LT_MLLOG_POINT, "submission_division", "\"closed\"", NULL);
+    lt_mllog(LT_MLLOG_POINT, "submission_status", "\"onprem\"", NULL);
+    str_value(v, sizeof v, c->logging.mllog_benchmark);
+    lt_mllog(LT_MLLOG_POINT, "submission_benchmark", v, NULL);
+    /* lattice reads its files with plain reads: the operating system's page
+     * cache is the submitter's to drop before the run (sync; echo 3 >
+     * /proc/sys/vm/drop_caches) */
+    lt_mllog(LT_MLLOG_POINT, "cache_clear", "true", NULL);
+}
+
+void lt_mllog_close(void) {
+    if (g_f) fclose(g_f);
+    g_f = NULL;
+}
+
+static void num(const char *key, double x) {
+    char v[64];
+    snprintf(v, sizeof v, "%.10g", x);
+    lt_mllog(LT_MLLOG_POINT, key, v, NULL);
+}
+
+void lt_mllog_hyperparameters(const LtConfig *c, int accumulation, long init_step) {
+    if (!g_f) return;
+    const int llama = strncmp(c->logging.mllog_benchmark, "llama", 5) == 0;
+    const long decay = c->optimizer.decay_steps > 0 ? c->optimizer.decay_steps : c->train.steps;
+    num("global_batch_size", c->train.global_batch_size);
+    num("max_sequence_length", c->model.seq_length);
+    lt_mllog(LT_MLLOG_POINT, "opt_name", llama ? "\"adamw\"" : "\"adam\"", NULL);
+    num("opt_base_learning_rate", c->optimizer.lr);
+    num("opt_end_learning_rate", c->optimizer.min_lr);
+    num("opt_learning_rate_warmup_steps", c->optimizer.warmup_steps);
+    /* lattice's cosine decays from the end of the warm-up to decay_steps */
+    num("opt_learning_rate_decay_steps", decay - c->optimizer.warmup_steps);
+    lt_mllog(LT_MLLOG_POINT, "opt_learning_rate_decay_schedule", "\"cosine with linear warmup\"",
+             NULL);
+    num(llama ? "opt_adamw_beta_1" : "opt_adam_beta_1", c->optimizer.beta1);
+    num(llama ? "opt_adamw_beta_2" : "opt_adam_beta_2", c->optimizer.beta2);
+    num(llama ? "opt_adamw_epsilon" : "opt_adam_epsilon", c->optimizer.eps);
+    if (llama) num("opt_adamw_weight_decay", c->optimizer.weight_decay);
+    else num("opt_weight_decay", c->optimizer.weight_decay);
+    num("opt_gradient_clip_norm", c->optimizer.clip_grad);
+    num("gradient_accumulation_steps", accumulation);
+    num("eval_samples", c->eval.samples > 0 ? (double)c->eval.samples
+                                            : (double)c->eval.iters * c->train.global_batch_size);
+    num("train_samples", (double)c->train.steps * c->train.global_batch_size);
+    if (llama) num("max_steps", c->train.steps);
+    num("init_checkpoint_step", init_step);
+    num("seed", (double)c->train.seed);
+}
