@@ -287,6 +287,7 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(FUZZ_OBJS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_OBJS) $(DEP_LIBS) -lpthread -lm -o $@
 -include $(FUZZ_OBJS:.o=.d)
+.SECONDARY: $(FUZZ_OBJS) # kept: make would delete them as intermediates and rebuild them every time
 
 fuzz: check-deps $(FUZZ_BINS)
 	@mkdir -p $(BUILD)/fuzz/artifacts

@@ -13,11 +13,12 @@
  *    one-line reason; an explicit "cudnn" that cannot be honoured is an
  *    error naming the key.
  *  - lt_attn_cudnn_call_ok: the per-call rules (sequence length, head dim,
- *    pointer alignment, known cuDNN bugs); a call that fails them runs on
+ *    key/value heads, pointer alignment, known cuDNN bugs); a call that
+ *    fails them runs on
  *    lattice's kernels (both implementations keep the same lse, so a forward
  *    from one and a backward from the other agree).
  *  - LtAttnPlanCache: execution plans are built once per key (direction,
- *    B, T, NH, HD, dtype, determinism, device) and reused; a key for which
+ *    B, T, NH, NKV, HD, dtype, determinism, device) and reused; a key for which
  *    no plan could be built is cached too (with the reason), so it is not
  *    retried on every call. Fixed size, least recently used entry evicted.
  * The plans themselves are opaque here (void *, destroyed by a callback). */
@@ -68,7 +69,7 @@ typedef enum { LT_ATTN_FWD = 0, LT_ATTN_BWD = 1 } LtAttnDir;
 
 typedef struct {
     LtAttnDir dir;
-    int B, T, NH, HD;
+    int B, T, NH, NKV, HD; /* NKV key/value heads (backend.h: grouped-query attention) */
 } LtAttnShape;
 
 /* 1 when cuDNN takes this call: env as resolved to cuDNN, the call's shape
@@ -84,7 +85,7 @@ int lt_attn_cudnn_call_ok(const LtAttnEnv *env, const LtAttnShape *s, const void
  * the variant pack of each call). */
 typedef struct {
     int dir;             /* LtAttnDir */
-    int B, T, NH, HD;
+    int B, T, NH, NKV, HD;
     int dtype;           /* LtDtype of the act tensors */
     int deterministic;
     int device;          /* CUDA device (a cache belongs to one backend and handle) */

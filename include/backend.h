@@ -11,7 +11,8 @@
  * Shapes (row-major): N = B*T tokens, C hidden, OC output features,
  * NH heads, HD head dim (C = NH*HD), V true vocab, Vp padded vocab.
  * Linear weights are stored [OC, C] (out-features major), as in Megatron.
- * QKV activations are (B, T, 3, NH, HD): per token q | k | v. */
+ * QKV activations hold per token q (NH, HD) | k (NKV, HD) | v (NKV, HD): NKV
+ * key/value heads (grouped-query attention; NKV == NH is (B, T, 3, NH, HD)). */
 #ifndef LT_BACKEND_H
 #define LT_BACKEND_H
 
@@ -131,14 +132,21 @@ typedef struct {
     /* Elementwise tanh-approximation GeLU and its backward (dinp overwritten). */
     void (*gelu_fwd)(LtBackend *be, void *out, const void *inp, size_t n);
     void (*gelu_bwd)(LtBackend *be, void *dinp, const void *inp, const void *dout, size_t n);
-    /* Causal self-attention, scale 1/sqrt(HD). qkv (B,T,3,NH,HD) -> out (B,T,NH,HD);
-     * lse (B,NH,T) = log-sum-exp of each row of scaled scores, saved for backward.
-     * Never materializes a (T,T) matrix per head in memory beyond one row/tile. */
+    /* Causal self-attention, scale 1/sqrt(HD), with NKV key/value heads (grouped-query
+     * attention; NH % NKV == 0, refused otherwise; NKV == NH: multi-head, NKV == 1:
+     * multi-query). qkv (B, T, NH + 2*NKV, HD), per token q (NH, HD) | k (NKV, HD) |
+     * v (NKV, HD); query head h attends with key/value head h / (NH / NKV).
+     * -> out (B,T,NH,HD); lse (B,NH,T) = log-sum-exp of each row of scaled scores,
+     * saved for backward. Never materializes a (T,T) matrix per head in memory beyond
+     * one row/tile, nor a copy of K/V per query head. */
     void (*attention_fwd)(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T,
-                          int NH, int HD);
-    /* dqkv (B,T,3,NH,HD) overwritten, from dout (B,T,NH,HD) and the forward's qkv, out, lse. */
+                          int NH, int NKV, int HD);
+    /* dqkv (qkv's layout) overwritten, from dout (B,T,NH,HD) and the forward's qkv, out,
+     * lse. dK/dV of a key/value head is the sum over its NH/NKV query heads, taken in a
+     * fixed order (deterministic on every backend that says so, no atomics). */
     void (*attention_bwd)(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                          const void *out, const float *lse, int B, int T, int NH, int HD);
+                          const void *out, const float *lse, int B, int T, int NH, int NKV,
+                          int HD);
     /* Fused softmax + cross-entropy over rows of logits (N, Vp), only the first V
      * columns are real (padded columns get no probability). losses[i] (fp32) =
      * logsumexp(logits[i,:V]) - logits[i, targets[i]]. If dscale != 0 the logits

@@ -5,7 +5,9 @@
  * graph of kernels/cuda/attention_cudnn_graph.cu) supports, as cuDNN's
  * frontend checks it before building the same graph: bf16 (or fp16) only,
  * compute capability 8.0 or newer, head dim a multiple of 8 up to 128 (256
- * on Hopper), sequence length above 1 for the backward, no 9.10.0/9.10.1,
+ * on Hopper), sequence length above 1 for the backward, key/value heads that
+ * divide the query heads (grouped-query attention: K/V tensors of NKV heads,
+ * dK/dV reduced over each group inside the graph), no 9.10.0/9.10.1,
  * and on cuDNN <= 9.15.0 a backward whose key length is not a multiple of
  * 128 needs a padding-mask workaround this build does not make. A
  * deterministic backward is the graph variant without fp32 dQ accumulation,
@@ -103,6 +105,10 @@ int lt_attn_cudnn_call_ok(const LtAttnEnv *env, const LtAttnShape *s, const void
     if (s->B < 1 || s->NH < 1 || s->T < 2)
         return call_refused(why, whylen, "%s with B=%d NH=%d T=%d (cuDNN needs T >= 2)", dir,
                             s->B, s->NH, s->T);
+    if (s->NKV < 1 || s->NH % s->NKV)
+        return call_refused(why, whylen,
+                            "%s with %d key/value heads for %d query heads (cuDNN needs a "
+                            "divisor of the query heads)", dir, s->NKV, s->NH);
     if (s->HD % 8 || s->HD > hdmax)
         return call_refused(why, whylen, "%s with head dim %d (cuDNN: multiples of 8 up to %d)",
                             dir, s->HD, hdmax);
@@ -123,7 +129,7 @@ int lt_attn_cudnn_call_ok(const LtAttnEnv *env, const LtAttnShape *s, const void
 /* 1 when two keys name the same plan (field by field: no padding bytes compared). */
 static int key_eq(const LtAttnPlanKey *a, const LtAttnPlanKey *b) {
     return a->dir == b->dir && a->B == b->B && a->T == b->T && a->NH == b->NH &&
-           a->HD == b->HD && a->dtype == b->dtype && a->deterministic == b->deterministic &&
+           a->NKV == b->NKV && a->HD == b->HD && a->dtype == b->dtype && a->deterministic == b->deterministic &&
            a->device == b->device;
 }
 

@@ -373,7 +373,7 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
     sp_gather(m, a->ln1, R, C);
     o->linear_fwd(be, a->qkv, NULL, a->ln1, param(m, lidx(m, l, P_QKVW)),
                   param(m, lidx(m, l, P_QKVB)), N, C, 3 * CL);
-    o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, HD);
+    o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, NH, HD);
     o->linear_fwd(be, m->scratch_c, NULL, a->atty, param(m, lidx(m, l, P_PROJW)),
                   row_bias(m, lidx(m, l, P_PROJB)), N, CL, C);
     void *attn = tp_finish(m, m->scratch_c, m->scratch_sp, R, C);
@@ -497,7 +497,7 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
 static void recompute_layer(LtModel *m, int l, LtLayerActs *a, void *x, int B) {
     if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE)
         m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, B, m->T, m->heads_local,
-                                  m->d.hidden / m->d.heads);
+                                  m->heads_local, m->d.hidden / m->d.heads);
     else
         layer_forward(m, l, a, B, x, x, NULL);
 }
@@ -528,7 +528,7 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
         dout = grad_full(m, dres, R, C);
         o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_PROJW)), grad(m, lidx(m, l, P_PROJB)), dout,
                       a->atty, param(m, lidx(m, l, P_PROJW)), NULL, N, CL, C);
-        o->attention_bwd(be, m->d3c, m->dc, a->qkv, a->atty, a->lse, B, T, NH, HD);
+        o->attention_bwd(be, m->d3c, m->dc, a->qkv, a->atty, a->lse, B, T, NH, NH, HD);
         o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_QKVW)), grad(m, lidx(m, l, P_QKVB)), m->d3c,
                       a->ln1, param(m, lidx(m, l, P_QKVW)), NULL, N, C, 3 * CL);
         dln = tp_finish(m, m->dc, m->scratch_sp, R, C);

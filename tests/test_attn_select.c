@@ -85,7 +85,7 @@ static void test_call_rules(void) {
     const void *ok[3] = {buf, buf + 4, buf + 8}, *bad[3] = {buf, (const char *)buf + 2, buf};
     LtAttnEnv e = h100(LT_ATTN_CUDNN);
     char why[256];
-    LtAttnShape s = {LT_ATTN_FWD, 2, 1024, 16, 64};
+    LtAttnShape s = {LT_ATTN_FWD, 2, 1024, 16, 16, 64};
     CHECK(lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why), "fwd 1024: %s", why);
     s.dir = LT_ATTN_BWD;
     CHECK(lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why), "bwd 1024: %s", why);
@@ -121,6 +121,16 @@ static void test_call_rules(void) {
     e.sm = 80, s.HD = 192;
     CHECK(!lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why) && has(why, "up to 128"),
           "HD 192 on sm_80: %s", why);
+    /* grouped K/V: any divisor of the query heads, in both directions */
+    e = h100(LT_ATTN_CUDNN), s.HD = 128, s.T = 2048;
+    const int nkv[][2] = {{8, 1}, {1, 1}, {4, 1}, {16, 1}, {6, 0}, {0, 0}, {32, 0}};
+    for (int i = 0; i < 7; i++)
+        for (int d = 0; d < 2; d++) {
+            s.dir = (LtAttnDir)d, s.NKV = nkv[i][0];
+            const int got = lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why);
+            CHECK(got == nkv[i][1] && (got || has(why, "key/value heads")), "NKV %d dir %d: %s",
+                  s.NKV, d, got ? "taken" : why);
+        }
 }
 
 /* ---- plan cache with counting stand-in plans --------------------------------- */
@@ -148,7 +158,7 @@ static void fake_destroy(void *plan, void *ctx) {
 }
 
 static LtAttnPlanKey key_of(int i) {
-    LtAttnPlanKey k = {LT_ATTN_FWD, 4, 1024 + 128 * i, 16, 64, LT_BF16, 1, 0};
+    LtAttnPlanKey k = {LT_ATTN_FWD, 4, 1024 + 128 * i, 16, 16, 64, LT_BF16, 1, 0};
     return k;
 }
 
@@ -166,16 +176,17 @@ static void test_cache_keys(void) {
     }
     CHECK(f.builds == 1 && c.hits == 3 && c.builds == 1, "one build, 3 hits (%ld)", c.hits);
     /* every field of the key makes a different plan */
-    for (int field = 0; field < 8; field++) {
+    for (int field = 0; field < 9; field++) {
         LtAttnPlanKey d = k;
-        int *v[8] = {&d.dir, &d.B, &d.T, &d.NH, &d.HD, &d.dtype, &d.deterministic, &d.device};
+        int *v[9] = {&d.dir,   &d.B,     &d.T,             &d.NH,    &d.NKV,
+                     &d.HD,    &d.dtype, &d.deterministic, &d.device};
         *v[field] ^= 1;
         LtAttnPlanSlot *s = lt_attn_cache_fetch(&c, &d, fake_build, &built);
         CHECK(built == 1 && s->plan && s->plan != p, "field %d is part of the key", field);
     }
-    CHECK(lt_attn_cache_size(&c) == 9 && f.builds == 9, "9 entries, %d builds", f.builds);
+    CHECK(lt_attn_cache_size(&c) == 10 && f.builds == 10, "10 entries, %d builds", f.builds);
     lt_attn_cache_clear(&c);
-    CHECK(f.destroys == 9 && lt_attn_cache_size(&c) == 0, "clear destroys all (%d)", f.destroys);
+    CHECK(f.destroys == 10 && lt_attn_cache_size(&c) == 0, "clear destroys all (%d)", f.destroys);
 }
 
 static void test_cache_failures(void) {
@@ -247,16 +258,20 @@ static void test_no_gpu(void) {
  * variants finalizes, and so does the operation graph (seen to work without
  * a handle on cuDNN 9.19; older releases may want the handle for that step,
  * so there only the descriptors are required). Whether cuDNN has a fused
- * engine for them is a GPU question (tests/gpu/test_gpu_ops). */
+ * engine for them is a GPU question (tests/gpu/test_gpu_ops). Grouped K/V
+ * shapes included, and a head split cuDNN must refuse. */
 static void test_cudnn_graphs(void) {
-    static const int shapes[][4] = {{2, 1024, 16, 64}, {1, 129, 2, 128}, {3, 64, 1, 256}};
+    /* B T NH NKV HD: multi-head, then grouped K/V (Llama 3 8B's 32/8 heads) and multi-query */
+    static const int shapes[][5] = {{2, 1024, 16, 16, 64}, {1, 129, 2, 2, 128}, {3, 64, 1, 1, 256},
+                                    {1, 256, 32, 8, 128},  {2, 128, 4, 1, 64}};
+    const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
     const long v = lt_cudnn_version();
     char why[256];
-    for (int s = 0; s < 3; s++)
+    for (int s = 0; s < nshapes; s++)
         for (int variant = 0; variant < 3; variant++) { /* fwd, bwd deterministic, bwd atomic */
-            const LtAttnPlanKey k = {variant ? LT_ATTN_BWD : LT_ATTN_FWD, shapes[s][0],
-                                     shapes[s][1], shapes[s][2], shapes[s][3], LT_BF16,
-                                     variant != 2, 0};
+            const int *x = shapes[s];
+            const LtAttnPlanKey k = {variant ? LT_ATTN_BWD : LT_ATTN_FWD, x[0], x[1], x[2], x[3],
+                                     x[4], LT_BF16, variant != 2, 0};
             why[0] = '\0';
             const int rc = lt_cudnn_graph_check(&k, why, sizeof why);
             if (v == 0) {
@@ -267,6 +282,13 @@ static void test_cudnn_graphs(void) {
             CHECK(v < 91900 || rc == 0, "shape %d variant %d: operation graph: %s", s, variant,
                   why);
         }
+    /* cuDNN checks the grouping itself: K/V heads that do not divide the query heads */
+    for (int variant = 0; variant < 2 && v > 0; variant++) {
+        const LtAttnPlanKey k = {variant ? LT_ATTN_BWD : LT_ATTN_FWD, 1, 256, 32, 3, 128, LT_BF16,
+                                 1, 0};
+        CHECK(lt_cudnn_graph_check(&k, why, sizeof why) == -1 && has(why, "matmul"),
+              "NH 32 NKV 3 variant %d: %s", variant, why);
+    }
 }
 
 int main(void) {

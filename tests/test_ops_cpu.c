@@ -174,19 +174,24 @@ static void ref_linear_bwd(double *dinp, double *dw, double *db, const double *d
     }
 }
 /* Naive causal attention; with dout != NULL also the backward into dqkv. */
+/* Causal attention in double, qkv (B, T, NH + 2*NKV, HD): query head h uses
+ * key/value head h / (NH / NKV). dqkv (same layout) gets the gradient of
+ * sum(out * dout) when not NULL. */
 static void ref_attention(double *out, double *lse, double *dqkv, const double *dout,
-                          const double *qkv, int B, int T, int NH, int HD) {
-    int C = NH * HD;
+                          const double *qkv, int B, int T, int NH, int NKV, int HD) {
+    const int C = NH * HD, G = NH / NKV;
+    const size_t W = (size_t)(NH + 2 * NKV) * HD;
     double *p = dalloc(T), *dp = dalloc(T), sc = 1 / sqrt((double)HD);
-    if (dqkv) memset(dqkv, 0, sizeof(double) * B * T * 3 * C);
+    if (dqkv) memset(dqkv, 0, sizeof(double) * B * T * W);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
-                const double *q = qkv + ((size_t)(b * T + i) * 3) * C + h * HD;
+                const size_t kh = (size_t)C + (size_t)(h / G) * HD, vh = kh + (size_t)NKV * HD;
+                const size_t qi = (size_t)(b * T + i) * W + (size_t)h * HD;
+                const double *q = qkv + qi;
                 double m = -INFINITY, z = 0;
                 for (int j = 0; j <= i; j++) {
-                    const double *k = qkv + ((size_t)(b * T + j) * 3 + 1) * C + h * HD;
-                    p[j] = sc * dot(q, k, HD);
+                    p[j] = sc * dot(q, qkv + (size_t)(b * T + j) * W + kh, HD);
                     m = p[j] > m ? p[j] : m;
                 }
                 for (int j = 0; j <= i; j++) z += (p[j] = exp(p[j] - m));
@@ -194,21 +199,19 @@ static void ref_attention(double *out, double *lse, double *dqkv, const double *
                 for (int d = 0; d < HD; d++) o[d] = 0;
                 for (int j = 0; j <= i; j++) {
                     p[j] /= z;
-                    for (int d = 0; d < HD; d++)
-                        o[d] += p[j] * qkv[((size_t)(b * T + j) * 3 + 2) * C + h * HD + d];
+                    for (int d = 0; d < HD; d++) o[d] += p[j] * qkv[(size_t)(b * T + j) * W + vh + d];
                 }
                 if (lse) lse[(size_t)(b * NH + h) * T + i] = m + log(z);
                 if (!dqkv) continue;
                 const double *g = dout + (size_t)(b * T + i) * C + h * HD;
                 double D = 0;
                 for (int j = 0; j <= i; j++) {
-                    dp[j] = dot(g, qkv + ((size_t)(b * T + j) * 3 + 2) * C + h * HD, HD);
+                    dp[j] = dot(g, qkv + (size_t)(b * T + j) * W + vh, HD);
                     D += p[j] * dp[j];
                 }
                 for (int j = 0; j <= i; j++) {
                     double ds = p[j] * (dp[j] - D) * sc;
-                    size_t kj = ((size_t)(b * T + j) * 3 + 1) * C + h * HD, vj = kj + C;
-                    size_t qi = ((size_t)(b * T + i) * 3) * C + h * HD;
+                    size_t kj = (size_t)(b * T + j) * W + kh, vj = (size_t)(b * T + j) * W + vh;
                     for (int d = 0; d < HD; d++) {
                         dqkv[qi + d] += ds * qkv[kj + d];
                         dqkv[kj + d] += ds * qkv[qi + d];
@@ -687,35 +690,116 @@ static void test_gelu(void) {
 }
 
 /* ---- attention -------------------------------------------------------------- */
-static struct { int B, T, NH, HD; double *qkv, *R, *out; } A;
+static struct { int B, T, NH, NKV, HD; double *qkv, *R, *out; } A;
 static double attention_loss(void) {
-    ref_attention(A.out, NULL, NULL, NULL, A.qkv, A.B, A.T, A.NH, A.HD);
+    ref_attention(A.out, NULL, NULL, NULL, A.qkv, A.B, A.T, A.NH, A.NKV, A.HD);
     return dot(A.out, A.R, (size_t)A.B * A.T * A.NH * A.HD);
 }
 static void run_attention(LtBackend *be, float *out, float *lse, float *dqkv, const float *qkv,
-                          const float *dout, int B, int T, int NH, int HD) {
-    size_t n = (size_t)B * T * NH * HD;
-    poison(out, n), poison(lse, (size_t)B * NH * T), poison(dqkv, 3 * n);
-    be->ops->attention_fwd(be, out, lse, qkv, B, T, NH, HD);
-    be->ops->attention_bwd(be, dqkv, dout, qkv, out, lse, B, T, NH, HD);
+                          const float *dout, int B, int T, int NH, int NKV, int HD) {
+    size_t n = (size_t)B * T * NH * HD, nq = (size_t)B * T * (NH + 2 * NKV) * HD;
+    poison(out, n), poison(lse, (size_t)B * NH * T), poison(dqkv, nq);
+    be->ops->attention_fwd(be, out, lse, qkv, B, T, NH, NKV, HD);
+    be->ops->attention_bwd(be, dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);
 }
+/* Against float64 and finite differences: multi-head shapes (NKV = NH), then
+ * grouped K/V (NH 4 NKV 2, NH 6 NKV 3 with T past one 64-row block) and
+ * multi-query (NKV 1). */
 static void test_attention(void) {
-    int shapes[][4] = {{1, 7, 4, 3}, {2, 9, 1, 8}, {2, 150, 2, 3}, {1, 200, 3, 16}, {1, 64, 2, 64}};
-    for (int s = 0; s < 5; s++) {
-        int B = shapes[s][0], T = shapes[s][1], NH = shapes[s][2], HD = shapes[s][3];
-        size_t n = (size_t)B * T * NH * HD, nl = (size_t)B * NH * T;
-        float *qkv = falloc(3 * n), *R = falloc(n), *out = falloc(n), *lse = falloc(nl), *dqkv = falloc(3 * n);
-        fill(qkv, 3 * n, 1.5f, 0), fill(R, n, 1, 0);
-        A.B = B, A.T = T, A.NH = NH, A.HD = HD, A.qkv = todbl(qkv, 3 * n), A.R = todbl(R, n), A.out = dalloc(n);
-        double *rlse = dalloc(nl), *rdqkv = dalloc(3 * n);
-        run_attention(g_f32, out, lse, dqkv, qkv, R, B, T, NH, HD);
-        ref_attention(A.out, rlse, rdqkv, A.R, A.qkv, B, T, NH, HD);
+    int shapes[][5] = {{1, 7, 4, 4, 3},   {2, 9, 1, 1, 8},  {2, 150, 2, 2, 3}, {1, 200, 3, 3, 16},
+                       {1, 64, 2, 2, 64}, {2, 9, 4, 2, 8},  {1, 7, 4, 1, 3},   {1, 130, 6, 3, 5},
+                       {2, 70, 4, 1, 16}};
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+        int B = shapes[s][0], T = shapes[s][1], NH = shapes[s][2], NKV = shapes[s][3], HD = shapes[s][4];
+        size_t n = (size_t)B * T * NH * HD, nl = (size_t)B * NH * T, nq = (size_t)B * T * (NH + 2 * NKV) * HD;
+        float *qkv = falloc(nq), *R = falloc(n), *out = falloc(n), *lse = falloc(nl), *dqkv = falloc(nq);
+        fill(qkv, nq, 1.5f, 0), fill(R, n, 1, 0);
+        A.B = B, A.T = T, A.NH = NH, A.NKV = NKV, A.HD = HD;
+        A.qkv = todbl(qkv, nq), A.R = todbl(R, n), A.out = dalloc(n);
+        double *rlse = dalloc(nl), *rdqkv = dalloc(nq);
+        run_attention(g_f32, out, lse, dqkv, qkv, R, B, T, NH, NKV, HD);
+        ref_attention(A.out, rlse, rdqkv, A.R, A.qkv, B, T, NH, NKV, HD);
         CHECK(err(out, A.out, n) <= TOL_FWD, "out %d: %g", s, err(out, A.out, n));
         CHECK(err(lse, rlse, nl) <= TOL_FWD, "lse %d: %g", s, err(lse, rlse, nl));
-        CHECK(err(dqkv, rdqkv, 3 * n) <= TOL_BWD, "dqkv %d: %g", s, err(dqkv, rdqkv, 3 * n));
-        CHECK_FD(attention_loss, A.qkv, 3 * n, dqkv, "dqkv", s);
+        CHECK(err(dqkv, rdqkv, nq) <= TOL_BWD, "dqkv %d: %g", s, err(dqkv, rdqkv, nq));
+        CHECK_FD(attention_loss, A.qkv, nq, dqkv, "dqkv", s);
         free(qkv), free(R), free(out), free(lse), free(dqkv), free(A.qkv), free(A.R), free(A.out);
         free(rlse), free(rdqkv);
+    }
+}
+
+/* Grouped K/V equals multi-head attention with each K/V head replicated for
+ * its query heads: the same out and lse bitwise (same values, same order), and
+ * dK/dV equal to the replicated heads' dK/dV summed over each group (in head
+ * order, as the grouped backward sums); dQ bitwise. fp32 and bf16. */
+static void test_attention_gqa_as_mha(void) {
+    static const int shapes[][5] = {{2, 70, 4, 2, 8}, {1, 130, 6, 1, 16}, {1, 33, 4, 4, 8}};
+    for (int k = 0; k < 2; k++) {
+        LtBackend *be = k ? g_bf16 : g_f32;
+        for (int s = 0; s < 3; s++) {
+            const int B = shapes[s][0], T = shapes[s][1], NH = shapes[s][2], NKV = shapes[s][3];
+            const int HD = shapes[s][4], G = NH / NKV, N = B * T;
+            const size_t n = (size_t)N * NH * HD, nl = (size_t)B * NH * T;
+            const size_t Wg = (size_t)(NH + 2 * NKV) * HD, Wm = (size_t)3 * NH * HD;
+            float *qg = falloc(N * Wg), *qm = falloc(N * Wm), *R = falloc(n);
+            fill(qg, N * Wg, 1.5f, k), fill(R, n, 1, k);
+            for (int t = 0; t < N; t++) /* q as is; K/V head h / G copied to head h */
+                for (int h = 0; h < 3 * NH; h++) {
+                    const int part = h / NH, hh = h % NH;
+                    const size_t src = part == 0 ? (size_t)hh : (size_t)NH + (part - 1) * NKV + hh / G;
+                    memcpy(qm + t * Wm + (size_t)h * HD, qg + t * Wg + src * HD, sizeof(float) * HD);
+                }
+            float *og = falloc(n), *om = falloc(n), *lg = falloc(nl), *lm = falloc(nl);
+            float *dg = falloc(N * Wg), *dm = falloc(N * Wm);
+            run_attention(be, og, lg, dg, qg, R, B, T, NH, NKV, HD);
+            run_attention(be, om, lm, dm, qm, R, B, T, NH, NH, HD);
+            CHECK(memcmp(og, om, n * 4) == 0 && memcmp(lg, lm, nl * 4) == 0, "out/lse %d %d", k, s);
+            double worst = 0;
+            int dq_same = 1;
+            for (int t = 0; t < N; t++) {
+                dq_same &= memcmp(dg + t * Wg, dm + t * Wm, sizeof(float) * NH * HD) == 0;
+                for (int part = 1; part < 3; part++)
+                    for (int g = 0; g < NKV; g++)
+                        for (int d = 0; d < HD; d++) {
+                            float sum = 0; /* the replicated heads' gradients, in head order */
+                            for (int i = 0; i < G; i++)
+                                sum += dm[t * Wm + ((size_t)part * NH + g * G + i) * HD + d];
+                            const float got = dg[t * Wg + ((size_t)NH + (part - 1) * NKV + g) * HD + d];
+                            double mag = 1e-30;
+                            for (int i = 0; i < G; i++)
+                                mag += fabs(dm[t * Wm + ((size_t)part * NH + g * G + i) * HD + d]);
+                            const double e = fabs(got - sum) / mag;
+                            worst = e > worst ? e : worst;
+                        }
+            }
+            CHECK(dq_same, "dq %d %d", k, s);
+            /* fp32: the same fp32 partials summed in the same order, bitwise; bf16:
+             * the replicas were each rounded to bf16 (unit roundoff 2^-8) before
+             * this sum, the grouped sum once after it */
+            const double bound = k ? (G + 1) * 0x1p-8 : 0.0;
+            CHECK(worst <= bound, "dK/dV vs summed replicas %d %d: %g (bound %g)", k, s, worst, bound);
+            free(qg), free(qm), free(R), free(og), free(om), free(lg), free(lm), free(dg), free(dm);
+        }
+    }
+}
+
+/* NH not a multiple of NKV, or NKV 0, is an internal error (exit 1) in both directions. */
+static void test_attention_refuses_heads(void) {
+    static const int bad[][2] = {{3, 2}, {4, 0}, {2, 4}}; /* NH NKV */
+    for (int c = 0; c < 6; c++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (!freopen("/dev/null", "w", stderr)) _exit(3);
+            float x[256] = {0}, lse[16];
+            const int NH = bad[c / 2][0], NKV = bad[c / 2][1];
+            if (c % 2) g_f32->ops->attention_bwd(g_f32, x, x, x, x, lse, 1, 2, NH, NKV, 4);
+            else g_f32->ops->attention_fwd(g_f32, x, lse, x, 1, 2, NH, NKV, 4);
+            _exit(0);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == LT_EXIT_INTERNAL, "case %d: status %d", c, st);
     }
 }
 
@@ -972,8 +1056,8 @@ static void test_bf16(void) {
         be->ops->linear_bwd(be, r[6], NULL, NULL, R, in2, w, in2, N, C, H);
         be->ops->gelu_fwd(be, r[7], in, N * H);
         be->ops->gelu_bwd(be, r[8], in, R, N * H);
-        be->ops->attention_fwd(be, r[9], lse, qkv, B, T, NH, HD);
-        be->ops->attention_bwd(be, r[10], R, qkv, r[9], lse, B, T, NH, HD);
+        be->ops->attention_fwd(be, r[9], lse, qkv, B, T, NH, NH, HD);
+        be->ops->attention_bwd(be, r[10], R, qkv, r[9], lse, B, T, NH, NH, HD);
         memcpy(r[11], lg, N * VP * 4);
         be->ops->xent_fwd_bwd(be, loss, r[11], tok, N, V, VP, 1.0f / N);
         if (k == 1) CHECK(normerr(loss, o[0][11] + N * VP, N) <= 1e-5, "bf16 xent losses (fp32 math)");
@@ -1008,7 +1092,7 @@ static void test_determinism(void) {
     for (int k = 0; k < 3; k++) {
         out[k] = falloc(N * C), lse[k] = falloc(B * NH * T), dqkv[k] = falloc(3 * N * C);
         dwte[k] = lt_calloc(VT * C * 4), dwpe[k] = lt_calloc(T * C * 4);
-        run_attention(bes[k], out[k], lse[k], dqkv[k], qkv, R, B, T, NH, HD);
+        run_attention(bes[k], out[k], lse[k], dqkv[k], qkv, R, B, T, NH, NH, HD);
         bes[k]->ops->embedding_bwd(bes[k], dwte[k], dwpe[k], R, tok, B, T, C);
     }
     for (int k = 1; k < 3; k++) {
@@ -1038,9 +1122,9 @@ static void timing(void) {
         double t0 = lt_now();
         be->ops->linear_fwd(be, y, pre, x, w, bias, N, C, OC);
         double t1 = lt_now();
-        be->ops->attention_fwd(be, o, lse, qkv, B, T, NH, HD);
+        be->ops->attention_fwd(be, o, lse, qkv, B, T, NH, NH, HD);
         double t2 = lt_now();
-        be->ops->attention_bwd(be, dqkv, o, qkv, o, lse, B, T, NH, HD);
+        be->ops->attention_bwd(be, dqkv, o, qkv, o, lse, B, T, NH, NH, HD);
         double t3 = lt_now();
         tl = t1 - t0 < tl ? t1 - t0 : tl, tf = t2 - t1 < tf ? t2 - t1 : tf, tb = t3 - t2 < tb ? t3 - t2 : tb;
     }
@@ -1067,6 +1151,8 @@ int main(void) {
     RUN(test_linear_mlp);
     RUN(test_gelu);
     RUN(test_attention);
+    RUN(test_attention_gqa_as_mha);
+    RUN(test_attention_refuses_heads);
     RUN(test_xent);
     RUN(test_xent_tp);
     RUN(test_adamw);

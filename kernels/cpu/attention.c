@@ -1,6 +1,8 @@
-/* attention.c - causal multi-head self-attention, flash-style on the CPU.
+/* attention.c - causal self-attention with grouped K/V, flash-style on the CPU.
  *
- * Layouts: qkv (B,T,3,NH,HD), out and dout (B,T,NH,HD), lse (B,NH,T).
+ * Layouts: qkv (B,T,NH+2*NKV,HD): per token q (NH heads) | k (NKV) | v (NKV);
+ * out and dout (B,T,NH,HD), lse (B,NH,T). Query head h uses key/value head
+ * h / G, G = NH / NKV (NKV == NH: multi-head, 1: multi-query).
  * Scores s_ij = scale * (q_i . k_j), scale = 1/sqrt(HD), keys j <= i.
  * Work is done on tiles of ATT_BQ query rows x ATT_BK keys; no (T,T) matrix
  * ever exists.
@@ -10,7 +12,8 @@
  * running sum l and an unnormalized output row o (online softmax): for a new
  * block with row max mb,
  *   m' = max(m, mb), l' = l e^(m-m') + sum_j e^(s_j-m'), o' = o e^(m-m') + sum_j e^(s_j-m') v_j.
- * Only out = o/l and lse = m + log l are stored.
+ * Only out = o/l and lse = m + log l are stored. K and V are packed once per
+ * key/value head and shared by the G query heads of its group.
  *
  * Backward: one task per (batch, head), so a head's dq, dk, dv are summed by
  * one thread in a fixed order (deterministic, no atomics, independent of the
@@ -18,6 +21,11 @@
  * at or below the diagonal, probabilities are recomputed from lse:
  *   p_ij = exp(s_ij - lse_i), dp_ij = dout_i . v_j, ds_ij = scale p_ij (dp_ij - D_i),
  *   dv_j += sum_i p_ij dout_i,  dk_j += sum_i ds_ij q_i,  dq_i += sum_j ds_ij k_j.
+ * Grouped K/V (G > 1): a (batch, query head) task writes its dK, dV as fp32
+ * partials (B, NH, T, HD) into the backend's scratch instead of dqkv, and a
+ * second parallel pass sums each group's G partials in head order and stores
+ * them: as deterministic as G == 1 and as parallel (B*NH tasks), never a copy
+ * of K/V per query head. G == 1 stores straight into dqkv as before.
  *
  * Kernels: tile_abt (a tile of dot products against a transposed, (HD, ATT_BK)
  * gathered K or V block, one ATT_BK-wide accumulator row held in registers)
@@ -108,29 +116,37 @@ static void tile_acc(float *restrict c, const float *restrict a, size_t ar, size
     }
 }
 
+/* Refuse a head split the layout cannot express. */
+static void check_heads(int NH, int NKV) {
+    if (NKV <= 0 || NH % NKV)
+        lt_fatal("attention: %d query heads do not split into %d key/value heads", NH, NKV);
+}
+
 void cpu_attention_fwd(LtBackend *be, void *out_, float *lse, const void *qkv_, int B, int T,
-                       int NH, int HD) {
+                       int NH, int NKV, int HD) {
     float *out = out_;
     const float *qkv = qkv_;
-    const int bf16 = cpu_is_bf16(be), nt = cpu_nthreads(be);
+    check_heads(NH, NKV);
+    const int bf16 = cpu_is_bf16(be), nt = cpu_nthreads(be), G = NH / NKV;
     const int HDP = padded_hd(HD);
-    const size_t C = (size_t)NH * HD, C3 = 3 * C;
+    const size_t C = (size_t)NH * HD, W = (size_t)(NH + 2 * NKV) * HD, KVC = (size_t)NKV * HD;
     const float scale = 1.0f / sqrtf((float)HD);
     const int nqb = (T + ATT_BQ - 1) / ATT_BQ, nkb = (T + ATT_BK - 1) / ATT_BK;
-    /* Pack every head's K transposed, (nkb, HD, ATT_BK), and V rows, (nkb*ATT_BK, HDP),
-     * once, so the query-block tasks below do not each gather them again. */
+    /* Pack every key/value head's K transposed, (nkb, HD, ATT_BK), and V rows,
+     * (nkb*ATT_BK, HDP), once, so the query-block tasks below (of all G query
+     * heads of the group) do not each gather them again. */
     const size_t kt_len = (size_t)nkb * HD * ATT_BK, head_len = kt_len + (size_t)nkb * ATT_BK * HDP;
-    float *pack = cpu_scratch(be, (size_t)B * NH * head_len);
-    const long long npack = (long long)B * NH * nkb;
+    float *pack = cpu_scratch(be, (size_t)B * NKV * head_len);
+    const long long npack = (long long)B * NKV * nkb;
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (long long task = 0; task < npack; task++) {
-        const int kb = (int)(task % nkb), bh = (int)(task / nkb), b = bh / NH, h = bh % NH;
-        const float *kh = qkv + (size_t)b * T * C3 + C + (size_t)h * HD;
+        const int kb = (int)(task % nkb), bg = (int)(task / nkb), b = bg / NKV, g = bg % NKV;
+        const float *kh = qkv + (size_t)b * T * W + C + (size_t)g * HD;
         const int j0 = kb * ATT_BK, nj = T - j0 < ATT_BK ? T - j0 : ATT_BK;
-        float *hp = pack + (size_t)bh * head_len;
+        float *hp = pack + (size_t)bg * head_len;
         float *vb = hp + kt_len + (size_t)j0 * HDP;
-        gather_t(hp + (size_t)kb * HD * ATT_BK, kh, C3, j0, nj, HD);
-        gather_rows(vb, kh + C, C3, j0, nj, HD, HDP);
+        gather_t(hp + (size_t)kb * HD * ATT_BK, kh, W, j0, nj, HD);
+        gather_rows(vb, kh + KVC, W, j0, nj, HD, HDP);
         memset(vb + (size_t)nj * HDP, 0, sizeof(float) * (size_t)(ATT_BK - nj) * HDP);
     }
     const long long ntask = (long long)B * NH * nqb;
@@ -144,8 +160,8 @@ void cpu_attention_fwd(LtBackend *be, void *out_, float *lse, const void *qkv_, 
         for (long long task = 0; task < ntask; task++) {
             const int qb = nqb - 1 - (int)(task % nqb), bh = (int)(task / nqb);
             const int b = bh / NH, h = bh % NH;
-            const float *qh = qkv + (size_t)b * T * C3 + (size_t)h * HD;
-            const float *hp = pack + (size_t)bh * head_len;
+            const float *qh = qkv + (size_t)b * T * W + (size_t)h * HD;
+            const float *hp = pack + ((size_t)b * NKV + h / G) * head_len;
             const int i0 = qb * ATT_BQ, ni = T - i0 < ATT_BQ ? T - i0 : ATT_BQ;
             const int kend = i0 + ni; /* keys visible to this block */
             for (int i = 0; i < ni; i++) m[i] = -INFINITY, l[i] = 0.0f;
@@ -154,7 +170,7 @@ void cpu_attention_fwd(LtBackend *be, void *out_, float *lse, const void *qkv_, 
                 const int nj = kend - j0 < ATT_BK ? kend - j0 : ATT_BK;
                 const float *kt = hp + (size_t)(j0 / ATT_BK) * HD * ATT_BK;
                 const float *vb = hp + kt_len + (size_t)j0 * HDP;
-                tile_abt(st, qh + (size_t)i0 * C3, C3, kt, ni, HD, scale);
+                tile_abt(st, qh + (size_t)i0 * W, W, kt, ni, HD, scale);
                 for (int i = 0; i < ni; i++) {
                     float *s = st + (size_t)i * ATT_BK, *oi = o + (size_t)i * HDP;
                     const int jl = i0 + i - j0 + 1 < nj ? i0 + i - j0 + 1 : nj; /* causal limit */
@@ -202,15 +218,40 @@ typedef struct {
     float *dd;                /* D_i, (T) */
 } AttBwdScratch;
 
+/* dst (B, T, NKV, HD) rows of stride W = sum over the G query heads of each
+ * group, in head order, of part (B, NH, T, HD) fp32; rounded like act stores. */
+static void sum_groups(LtBackend *be, float *dst, const float *part, int B, int T, int NH, int NKV,
+                       int HD, size_t W) {
+    const int G = NH / NKV, bf16 = cpu_is_bf16(be);
+    const long long rows = (long long)B * T;
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(be))
+    for (long long r = 0; r < rows; r++) {
+        const int b = (int)(r / T), t = (int)(r % T);
+        for (int g = 0; g < NKV; g++) {
+            const float *src = part + (((size_t)b * NH + (size_t)g * G) * T + t) * HD;
+            float *o = dst + (size_t)r * W + (size_t)g * HD;
+            for (int d = 0; d < HD; d++) {
+                float s = src[d];
+                for (int i = 1; i < G; i++) s += src[(size_t)i * T * HD + d];
+                o[d] = cpu_store(bf16, s);
+            }
+        }
+    }
+}
+
 void cpu_attention_bwd(LtBackend *be, void *dqkv_, const void *dout_, const void *qkv_,
-                       const void *out_, const float *lse, int B, int T, int NH, int HD) {
+                       const void *out_, const float *lse, int B, int T, int NH, int NKV, int HD) {
     float *dqkv = dqkv_;
     const float *dout = dout_, *qkv = qkv_, *out = out_;
-    const int bf16 = cpu_is_bf16(be);
+    check_heads(NH, NKV);
+    const int bf16 = cpu_is_bf16(be), G = NH / NKV;
     const int HDP = padded_hd(HD);
-    const size_t C = (size_t)NH * HD, C3 = 3 * C, th = (size_t)(T > 0 ? T : 1) * HDP;
+    const size_t C = (size_t)NH * HD, W = (size_t)(NH + 2 * NKV) * HD, KVC = (size_t)NKV * HD;
+    const size_t th = (size_t)(T > 0 ? T : 1) * HDP, nkv = (size_t)B * NH * T * HD;
     const float scale = 1.0f / sqrtf((float)HD);
     const int nhead = B * NH;
+    /* G > 1: fp32 dK | dV partials per query head, (2, B, NH, T, HD) */
+    float *part = G > 1 ? cpu_scratch(be, 2 * nkv) : NULL;
 #pragma omp parallel num_threads(cpu_nthreads(be))
     {
         AttBwdScratch w;
@@ -226,11 +267,17 @@ void cpu_attention_bwd(LtBackend *be, void *dqkv_, const void *dout_, const void
 #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < nhead; bh++) {
             const int b = bh / NH, h = bh % NH;
-            const size_t hoff = (size_t)b * T * C3 + (size_t)h * HD;
+            const size_t qoff = (size_t)b * T * W + (size_t)h * HD;
+            const size_t koff = (size_t)b * T * W + C + (size_t)(h / G) * HD;
             const size_t aoff = (size_t)b * T * C + (size_t)h * HD; /* into out / dout */
-            const float *qh = qkv + hoff, *kh = qh + C, *vh = qh + 2 * C, *lh = lse + (size_t)bh * T;
-            gather_rows(w.q, qh, C3, 0, T, HD, HDP);
-            gather_rows(w.k, kh, C3, 0, T, HD, HDP);
+            const float *qh = qkv + qoff, *kh = qkv + koff, *vh = kh + KVC, *lh = lse + (size_t)bh * T;
+            /* this head's dK, dV rows: into dqkv (G == 1) or its fp32 partials */
+            float *dkh = G > 1 ? part + (size_t)bh * T * HD : dqkv + koff;
+            float *dvh = G > 1 ? dkh + nkv : dqkv + koff + KVC;
+            const size_t dstride = G > 1 ? (size_t)HD : W;
+            const int dround = G > 1 ? 0 : bf16;
+            gather_rows(w.q, qh, W, 0, T, HD, HDP);
+            gather_rows(w.k, kh, W, 0, T, HD, HDP);
             gather_rows(w.dout, dout + aoff, C, 0, T, HD, HDP);
             memset(w.dq, 0, sizeof(float) * th);
             for (int t = 0; t < T; t++) {
@@ -242,13 +289,13 @@ void cpu_attention_bwd(LtBackend *be, void *dqkv_, const void *dout_, const void
             }
             for (int j0 = 0; j0 < T; j0 += ATT_BK) {
                 const int nj = T - j0 < ATT_BK ? T - j0 : ATT_BK;
-                gather_t(w.kt, kh, C3, j0, nj, HD);
-                gather_t(w.vt, vh, C3, j0, nj, HD);
+                gather_t(w.kt, kh, W, j0, nj, HD);
+                gather_t(w.vt, vh, W, j0, nj, HD);
                 memset(w.dk, 0, sizeof(float) * (size_t)ATT_BK * HDP);
                 memset(w.dv, 0, sizeof(float) * (size_t)ATT_BK * HDP);
                 for (int i0 = j0 / ATT_BQ * ATT_BQ; i0 < T; i0 += ATT_BQ) {
                     const int ni = T - i0 < ATT_BQ ? T - i0 : ATT_BQ;
-                    tile_abt(w.p, qh + (size_t)i0 * C3, C3, w.kt, ni, HD, scale);       /* S */
+                    tile_abt(w.p, qh + (size_t)i0 * W, W, w.kt, ni, HD, scale);         /* S */
                     tile_abt(w.ds, w.dout + (size_t)i0 * HDP, HDP, w.vt, ni, HD, 1.0f); /* dP */
                     for (int i = 0; i < ni; i++) {
                         float *p = w.p + (size_t)i * ATT_BK, *ds = w.ds + (size_t)i * ATT_BK;
@@ -267,19 +314,23 @@ void cpu_attention_bwd(LtBackend *be, void *dqkv_, const void *dout_, const void
                     tile_acc(w.dq + (size_t)i0 * HDP, w.ds, ATT_BK, 1, w.k + (size_t)j0 * HDP, ni, nj, HDP);
                 }
                 for (int j = 0; j < nj; j++) {
-                    float *dst = dqkv + hoff + (size_t)(j0 + j) * C3;
+                    float *dk = dkh + (size_t)(j0 + j) * dstride, *dv = dvh + (size_t)(j0 + j) * dstride;
                     for (int d = 0; d < HD; d++) {
-                        dst[C + d] = cpu_store(bf16, w.dk[(size_t)j * HDP + d]);
-                        dst[2 * C + d] = cpu_store(bf16, w.dv[(size_t)j * HDP + d]);
+                        dk[d] = cpu_store(dround, w.dk[(size_t)j * HDP + d]);
+                        dv[d] = cpu_store(dround, w.dv[(size_t)j * HDP + d]);
                     }
                 }
             }
             for (int t = 0; t < T; t++) {
-                float *dst = dqkv + hoff + (size_t)t * C3;
+                float *dst = dqkv + qoff + (size_t)t * W;
                 for (int d = 0; d < HD; d++) dst[d] = cpu_store(bf16, w.dq[(size_t)t * HDP + d]);
             }
         }
         free(w.q), free(w.dout), free(w.k), free(w.dq), free(w.kt), free(w.vt);
         free(w.dk), free(w.dv), free(w.p), free(w.ds), free(w.dd);
+    }
+    if (G > 1) {
+        sum_groups(be, dqkv + C, part, B, T, NH, NKV, HD, W);
+        sum_groups(be, dqkv + C + KVC, part + nkv, B, T, NH, NKV, HD, W);
     }
 }

@@ -162,9 +162,10 @@ void cpu_gelu_bwd(LtBackend *be, void *dinp, const void *inp, const void *dout, 
 
 /* attention.c */
 void cpu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T,
-                       int NH, int HD);
+                       int NH, int NKV, int HD);
 void cpu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                       const void *out, const float *lse, int B, int T, int NH, int HD);
+                       const void *out, const float *lse, int B, int T, int NH, int NKV,
+                       int HD);
 
 /* xent.c */
 void cpu_xent_fwd_bwd(LtBackend *be, float *losses, void *logits, const int32_t *targets, int N,

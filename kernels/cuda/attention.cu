@@ -11,7 +11,12 @@
  * backend was created with LT_CUDA_ATTN=simt (the GPU tests use that to
  * check one path against the other). lattice's backward passes are
  * deterministic (no atomics); every path overwrites each element of dqkv.
- * D lives in the stream's scratch. */
+ * D lives in the stream's scratch.
+ * Grouped K/V (NKV < NH): every kernel indexes the group's K/V head in qkv,
+ * never a per-query-head copy; lattice's dK/dV kernels own a key tile of one
+ * key/value head and loop over the G query heads of its group in head order
+ * inside the block, so a group's dK/dV is summed in registers in a fixed
+ * order (the kernel files' design notes say more). */
 #include "attention.cuh"
 
 #define AD_ROWS 8 /* warps (rows) per block of the D pre-pass */
@@ -52,30 +57,44 @@ static int use_mma(LtBackend *be, int HD) {
     return cu_is_bf16(be) && !cu_impl(be)->attn_simt && attention_mma_supported(HD);
 }
 
+/* 0 for an empty call; fatal for a head split the layout cannot express; else 1. */
+static int attn_check(int B, int T, int NH, int NKV, int HD) {
+    if (B <= 0 || T <= 0 || NH <= 0 || HD <= 0) return 0;
+    if (NKV <= 0 || NH % NKV)
+        lt_fatal("attention: %d query heads do not split into %d key/value heads", NH, NKV);
+    return 1;
+}
+
+/* lattice's kernels have a grid row per (batch, query head). */
+static void grid_check(int B, int NH) {
+    if (B * NH > 65535) lt_fatal("attention: B*NH = %d exceeds the grid limit 65535", B * NH);
+}
+
 /* ======================= op entries ======================= */
 
-// qkv (B, T, 3, NH, HD) -> out (B, T, NH, HD), lse (B, NH, T)
+// qkv (B, T, NH + 2*NKV, HD) -> out (B, T, NH, HD), lse (B, NH, T)
 void cu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T, int NH,
-                      int HD) {
-    if (B <= 0 || T <= 0 || NH <= 0 || HD <= 0) return;
-    if (cu_impl(be)->cudnn && cudnn_attention_fwd(be, out, lse, qkv, B, T, NH, HD)) return;
-    if (B * NH > 65535) lt_fatal("attention: B*NH = %d exceeds the grid limit 65535", B * NH);
+                      int NKV, int HD) {
+    if (!attn_check(B, T, NH, NKV, HD)) return;
+    if (cu_impl(be)->cudnn && cudnn_attention_fwd(be, out, lse, qkv, B, T, NH, NKV, HD)) return;
+    grid_check(B, NH);
     const int optin = cu_impl(be)->smem_optin;
     if (use_mma(be, HD) && aligned(qkv, 16) && aligned(out, 4))
-        launch_attention_mma_fwd((bf16 *)out, lse, (const bf16 *)qkv, B, T, NH, HD, optin,
+        launch_attention_mma_fwd((bf16 *)out, lse, (const bf16 *)qkv, B, T, NH, NKV, HD, optin,
                                  cu_stream(be));
     else
-        launch_attention_simt_fwd(cu_is_bf16(be), out, lse, qkv, B, T, NH, HD, optin,
+        launch_attention_simt_fwd(cu_is_bf16(be), out, lse, qkv, B, T, NH, NKV, HD, optin,
                                   cu_stream(be));
 }
 
-// dout (B, T, NH, HD), qkv, out, lse -> dqkv (B, T, 3, NH, HD), overwritten
+// dout (B, T, NH, HD), qkv, out, lse -> dqkv (qkv's layout), overwritten
 void cu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                      const void *out, const float *lse, int B, int T, int NH, int HD) {
-    if (B <= 0 || T <= 0 || NH <= 0 || HD <= 0) return;
-    if (cu_impl(be)->cudnn && cudnn_attention_bwd(be, dqkv, dout, qkv, out, lse, B, T, NH, HD))
+                      const void *out, const float *lse, int B, int T, int NH, int NKV, int HD) {
+    if (!attn_check(B, T, NH, NKV, HD)) return;
+    if (cu_impl(be)->cudnn &&
+        cudnn_attention_bwd(be, dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD))
         return;
-    if (B * NH > 65535) lt_fatal("attention: B*NH = %d exceeds the grid limit 65535", B * NH);
+    grid_check(B, NH);
     const int optin = cu_impl(be)->smem_optin;
     float *D = (float *)cu_scratch(be, (size_t)B * NH * T * sizeof(float));
     if (cu_is_bf16(be))
@@ -86,8 +105,8 @@ void cu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *q
                              cu_stream(be));
     if (use_mma(be, HD) && aligned(qkv, 16) && aligned(dout, 16) && aligned(dqkv, 4))
         launch_attention_mma_bwd((bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D, B,
-                                 T, NH, HD, optin, cu_stream(be));
+                                 T, NH, NKV, HD, optin, cu_stream(be));
     else
-        launch_attention_simt_bwd(cu_is_bf16(be), dqkv, dout, qkv, lse, D, B, T, NH, HD, optin,
-                                  cu_stream(be));
+        launch_attention_simt_bwd(cu_is_bf16(be), dqkv, dout, qkv, lse, D, B, T, NH, NKV, HD,
+                                  optin, cu_stream(be));
 }

@@ -1,8 +1,11 @@
 /* attention.cuh - pieces shared by the attention files (attention.cu entry,
  * attention_simt.cu generic path, attention_mma.cu bf16 tensor-core path).
  *
- * Layouts: qkv (B, T, 3, NH, HD) - row (b, t) holds q | k | v, each NH*HD;
- * out / dout (B, T, NH, HD); lse and D (B, NH, T) fp32. Scores use the
+ * Layouts: qkv (B, T, NH + 2*NKV, HD) - row (b, t) holds q (NH heads) |
+ * k (NKV heads) | v (NKV heads), NKV key/value heads shared by groups of
+ * G = NH / NKV query heads (query head h uses key/value head h / G; NKV == NH
+ * is plain multi-head attention); out / dout (B, T, NH, HD); lse and D
+ * (B, NH, T) fp32. Scores use the
  * base-2 domain internally: s2 = (q.k) * scale * log2(e), so that
  * lse_natural = (m2 + log2(l)) * ln(2) and p = exp2(s2 - lse * log2(e)). */
 #ifndef LT_CUDA_ATTENTION_CUH
@@ -14,10 +17,12 @@
 #define ATT_LOG2E 1.4426950408889634f
 #define ATT_LN2 0.6931471805599453f
 
-/* Element offset of q (which=0), k (1) or v (2) of token t, head h, in qkv. */
-__device__ __forceinline__ size_t qkv_off(int b, int t, int h, int which, int T, int NH, int HD) {
-    const size_t C = (size_t)NH * HD;
-    return ((size_t)b * T + t) * 3 * C + (size_t)which * C + (size_t)h * HD;
+/* Element offset of q (which=0; h a query head), k (1) or v (2) (h a
+ * key/value head) of token t in qkv. */
+__device__ __forceinline__ size_t qkv_off(int b, int t, int h, int which, int T, int NH, int NKV,
+                                          int HD) {
+    const int col = (which ? NH + (which - 1) * NKV : 0) + h; /* head slot within the row */
+    return ((size_t)b * T + t) * (size_t)(NH + 2 * NKV) * HD + (size_t)col * HD;
 }
 /* Element offset of token t, head h in out / dout (B, T, NH, HD). */
 __device__ __forceinline__ size_t out_off(int b, int t, int h, int T, int NH, int HD) {
@@ -27,18 +32,18 @@ __device__ __forceinline__ size_t out_off(int b, int t, int h, int T, int NH, in
 /* Generic (SIMT) path: any HD <= 256, fp32 or bf16 acts. */
 #define ATT_SIMT_MAX_HD 256
 void launch_attention_simt_fwd(int is_bf16, void *out, float *lse, const void *qkv, int B, int T,
-                               int NH, int HD, int smem_optin, cudaStream_t st);
+                               int NH, int NKV, int HD, int smem_optin, cudaStream_t st);
 void launch_attention_simt_bwd(int is_bf16, void *dqkv, const void *dout, const void *qkv,
-                               const float *lse, const float *Dbuf, int B, int T, int NH, int HD,
-                               int smem_optin, cudaStream_t st);
+                               const float *lse, const float *Dbuf, int B, int T, int NH, int NKV,
+                               int HD, int smem_optin, cudaStream_t st);
 
 /* Tensor-core path: bf16 acts, HD in {32, 64, 80, 96, 128}, 16-byte aligned tensors. */
 int attention_mma_supported(int HD);
-void launch_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, int HD,
-                              int smem_optin, cudaStream_t st);
+void launch_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH,
+                              int NKV, int HD, int smem_optin, cudaStream_t st);
 void launch_attention_mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                              const float *Dbuf, int B, int T, int NH, int HD, int smem_optin,
-                              cudaStream_t st);
+                              const float *Dbuf, int B, int T, int NH, int NKV, int HD,
+                              int smem_optin, cudaStream_t st);
 
 /* cuDNN's fused attention (attention_cudnn*.cu), used when the backend's
  * model.attention resolved to cuDNN (CudaImpl.cudnn != NULL). The entries
@@ -46,9 +51,9 @@ void launch_attention_mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, con
  * (shape, alignment or no plan for it: counted, and logged once). */
 struct CudnnAttn;
 int cudnn_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T, int NH,
-                        int HD);
+                        int NKV, int HD);
 int cudnn_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                        const void *out, const float *lse, int B, int T, int NH, int HD);
+                        const void *out, const float *lse, int B, int T, int NH, int NKV, int HD);
 /* A cuDNN handle and plan cache on the current device, for env (resolved to
  * cuDNN); NULL with the reason in err when cuDNN cannot start. */
 struct CudnnAttn *cudnn_attn_create(int device, const LtAttnEnv *env, char *err, size_t errlen);

@@ -102,23 +102,24 @@ static CuAttnPlan *plan_for(CudnnAttn *ca, const LtAttnShape *s, const void *con
         fallback(ca, s->dir, why);
         return NULL;
     }
-    const LtAttnPlanKey key = {s->dir, s->B, s->T, s->NH, s->HD, LT_BF16, ca->env.deterministic,
-                               ca->device};
+    const LtAttnPlanKey key = {s->dir, s->B, s->T, s->NH, s->NKV, s->HD, LT_BF16,
+                               ca->env.deterministic, ca->device};
     int built = 0;
     LtAttnPlanSlot *slot = lt_attn_cache_fetch(&ca->cache, &key, plan_build_cb, &built);
     const CuAttnPlan *p = (const CuAttnPlan *)slot->plan;
     if (built && p)
-        lt_log("attention: cuDNN %s plan B=%d T=%d NH=%d HD=%d: engine %lld%s, workspace %zu "
-               "bytes\n", dir_name(s->dir), s->B, s->T, s->NH, s->HD, (long long)p->engine,
-               p->engine_nondet ? " (noted non-deterministic)" : "", cudnn_plan_workspace(p));
+        lt_log("attention: cuDNN %s plan B=%d T=%d NH=%d NKV=%d HD=%d: engine %lld%s, "
+               "workspace %zu bytes\n", dir_name(s->dir), s->B, s->T, s->NH, s->NKV, s->HD,
+               (long long)p->engine, p->engine_nondet ? " (noted non-deterministic)" : "",
+               cudnn_plan_workspace(p));
     if (p) return (CuAttnPlan *)slot->plan;
     if (built) {
         ca->plans_failed++;
-        lt_log("attention: cuDNN has no %s plan for B=%d T=%d NH=%d HD=%d: %s\n", dir_name(s->dir),
-               s->B, s->T, s->NH, s->HD, slot->why);
+        lt_log("attention: cuDNN has no %s plan for B=%d T=%d NH=%d NKV=%d HD=%d: %s\n",
+               dir_name(s->dir), s->B, s->T, s->NH, s->NKV, s->HD, slot->why);
     }
-    snprintf(why, sizeof why, "no cuDNN plan for B=%d T=%d NH=%d HD=%d: %s", s->B, s->T, s->NH,
-             s->HD, slot->why);
+    snprintf(why, sizeof why, "no cuDNN plan for B=%d T=%d NH=%d NKV=%d HD=%d: %.140s", s->B,
+             s->T, s->NH, s->NKV, s->HD, slot->why);
     fallback(ca, s->dir, why);
     return NULL;
 }
@@ -138,11 +139,13 @@ static void pack_add(VariantPack *pk, int64_t uid, const void *ptr) {
     pk->ptr[pk->n++] = (void *)ptr;
 }
 
-/* Three tensors at base + {0, C, 2C} elements (q | k | v of each token):
- * uids first, first + 1, first + 2. */
-static void pack_qkv(VariantPack *pk, int64_t first, const void *base, size_t C) {
+/* Three tensors at base + {0, NH, NH + NKV} * HD elements (q | k | v of each
+ * token): uids first, first + 1, first + 2. */
+static void pack_qkv(VariantPack *pk, int64_t first, const void *base, int NH, int NKV, int HD) {
     const bf16 *b = (const bf16 *)base;
-    for (int i = 0; i < 3; i++) pack_add(pk, first + i, b + i * C);
+    pack_add(pk, first, b);
+    pack_add(pk, first + 1, b + (size_t)NH * HD);
+    pack_add(pk, first + 2, b + (size_t)(NH + NKV) * HD);
 }
 
 /* Execute p on the current stream: the scalars and workspace tensors are
@@ -176,36 +179,36 @@ static void run_plan(LtBackend *be, CudnnAttn *ca, CuAttnPlan *p, VariantPack *p
     ca->calls[p->dir]++;
 }
 
-// qkv (B, T, 3, NH, HD) -> out (B, T, NH, HD), lse (B, NH, T); 1 when run here
+// qkv (B, T, NH + 2*NKV, HD) -> out (B, T, NH, HD), lse (B, NH, T); 1 when run here
 int cudnn_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T, int NH,
-                        int HD) {
+                        int NKV, int HD) {
     CudnnAttn *ca = cu_impl(be)->cudnn;
-    const LtAttnShape s = {LT_ATTN_FWD, B, T, NH, HD};
+    const LtAttnShape s = {LT_ATTN_FWD, B, T, NH, NKV, HD};
     const void *ptrs[] = {qkv, out, lse};
     CuAttnPlan *p = plan_for(ca, &s, ptrs, 3);
     if (!p) return 0;
     VariantPack pk = {};
-    pack_qkv(&pk, UID_Q, qkv, (size_t)NH * HD);
+    pack_qkv(&pk, UID_Q, qkv, NH, NKV, HD);
     pack_add(&pk, UID_O, out);
     pack_add(&pk, UID_STATS, lse);
     run_plan(be, ca, p, &pk);
     return 1;
 }
 
-// dout, qkv, out, lse -> dqkv (B, T, 3, NH, HD) overwritten; 1 when run here
+// dout, qkv, out, lse -> dqkv (qkv's layout) overwritten; 1 when run here
 int cudnn_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                        const void *out, const float *lse, int B, int T, int NH, int HD) {
+                        const void *out, const float *lse, int B, int T, int NH, int NKV, int HD) {
     CudnnAttn *ca = cu_impl(be)->cudnn;
-    const LtAttnShape s = {LT_ATTN_BWD, B, T, NH, HD};
+    const LtAttnShape s = {LT_ATTN_BWD, B, T, NH, NKV, HD};
     const void *ptrs[] = {dqkv, dout, qkv, out, lse};
     CuAttnPlan *p = plan_for(ca, &s, ptrs, 5);
     if (!p) return 0;
     VariantPack pk = {};
-    pack_qkv(&pk, UID_Q, qkv, (size_t)NH * HD);
+    pack_qkv(&pk, UID_Q, qkv, NH, NKV, HD);
     pack_add(&pk, UID_O, out);
     pack_add(&pk, UID_DO, dout);
     pack_add(&pk, UID_STATS, lse);
-    pack_qkv(&pk, UID_DQ, dqkv, (size_t)NH * HD);
+    pack_qkv(&pk, UID_DQ, dqkv, NH, NKV, HD);
     run_plan(be, ca, p, &pk);
     return 1;
 }
@@ -221,9 +224,11 @@ CudnnAttn *cudnn_attn_create(int device, const LtAttnEnv *env, char *err, size_t
 }
 void cudnn_attn_destroy(CudnnAttn *ca) { (void)ca; }
 void cudnn_attn_counters(const CudnnAttn *ca, LtAttnInfo *info) { (void)ca, (void)info; }
-int cudnn_attention_fwd(LtBackend *, void *, float *, const void *, int, int, int, int) { return 0; }
+int cudnn_attention_fwd(LtBackend *, void *, float *, const void *, int, int, int, int, int) {
+    return 0;
+}
 int cudnn_attention_bwd(LtBackend *, void *, const void *, const void *, const void *,
-                        const float *, int, int, int, int) {
+                        const float *, int, int, int, int, int) {
     return 0;
 }
 

@@ -20,10 +20,17 @@
  * cuDNN computes it with a dP workspace, which is deterministic on Hopper;
  * routed through a non-virtual fp32 accumulator and an IDENTITY into dQ it
  * uses atomic accumulation (faster, not bitwise repeatable; zeroed by us
- * before cuDNN 9.6). lattice's layouts are strided views, no copies:
- * Q/K/V at qkv + {0, C, 2C} with strides {T*3C, HD, 3C, 1} (K and V^T swap
- * the last two), O/dO {T*C, HD, C, 1}, Stats {NH*T, T, 1, 1}; every tensor
- * declared 16-byte aligned (the caller checks the pointers). The engine is
+ * before cuDNN 9.6). lattice's layouts are strided views, no copies: with
+ * W = (NH + 2*NKV) * HD the row width of qkv, Q (B, NH, T, HD), K and V
+ * (B, NKV, T, HD) at qkv + {0, NH, NH + NKV} * HD with strides {T*W, HD, W, 1}
+ * (K^T and V^T swap the last two), O/dO {T*C, HD, C, 1}, Stats
+ * {NH*T, T, 1, 1}; every tensor declared 16-byte aligned (the caller checks
+ * the pointers). Grouped-query attention (NKV < NH) is spelled as
+ * cudnn-frontend spells it: the matmuls with K and V take their NKV-head
+ * tensors as they are (cuDNN maps query head h to K/V head h / (NH / NKV)),
+ * and dK, dV are matmuls into virtual (B, NH, T, HD) tensors that an ADD
+ * reduction sums over each group of NH / NKV consecutive heads into the
+ * real dK, dV; the fused kernel does that reduction itself. The engine is
  * the first of cuDNN's heuristics list (mode A, then fallback) whose plan
  * finalizes. */
 #include <float.h>
@@ -144,7 +151,9 @@ static void cg_pw(CuGraph *g, cudnnPointwiseMode_t mode, CuDesc x, CuDesc b, CuD
     cg_pointwise(g, mode, CUDNN_DATA_FLOAT, -1, x, b, NULL, y);
 }
 
-/* y = reduction of x over the dims where y has extent 1, in fp32. */
+/* y = reduction of x over the dims where y has extent 1, in fp32 (or, for
+ * grouped K/V gradients, where y's head dim is a divisor of x's: sums over
+ * groups of consecutive heads). */
 static void cg_reduce(CuGraph *g, cudnnReduceTensorOp_t mode, CuDesc x, CuDesc y) {
     const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
     CuDesc rd = cg_new(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
@@ -182,11 +191,12 @@ static void cg_reshape(CuGraph *g, CuDesc x, CuDesc y) {
 
 /* ======================= SDPA graphs ======================= */
 
-/* The shapes of one (B, NH, T, HD) attention, in lattice's layouts. */
+/* The shapes of one (B, NH, NKV, T, HD) attention, in lattice's layouts. */
 typedef struct {
     Dims q, kt, o, stats;    /* qkv views, out / dout, lse */
     Dims ss, ss_t, s1, sd;   /* virtual: scores, transposed scores, row stats, (B,H,T,HD) */
-    Dims k;                  /* K itself (the backward's dQ = dS K) */
+    Dims k;                  /* K and V, (B, NKV, T, HD) views of qkv */
+    int grouped;             /* NKV < NH */
 } Shapes;
 
 static Dims dims(int64_t a, int64_t b, int64_t c, int64_t d, int64_t sa, int64_t sb, int64_t sc,
@@ -196,11 +206,13 @@ static Dims dims(int64_t a, int64_t b, int64_t c, int64_t d, int64_t sa, int64_t
 }
 
 static Shapes shapes_of(const LtAttnPlanKey *k) {
-    const int64_t B = k->B, H = k->NH, T = k->T, D = k->HD, C = H * D, C3 = 3 * C;
+    const int64_t B = k->B, H = k->NH, HK = k->NKV, T = k->T, D = k->HD, C = H * D;
+    const int64_t W = (H + 2 * HK) * D; /* qkv's row */
     Shapes s;
-    s.q = dims(B, H, T, D, T * C3, D, C3, 1);
-    s.kt = dims(B, H, D, T, T * C3, D, 1, C3);
-    s.k = s.q;
+    s.q = dims(B, H, T, D, T * W, D, W, 1);
+    s.kt = dims(B, HK, D, T, T * W, D, 1, W);
+    s.k = dims(B, HK, T, D, T * W, D, W, 1);
+    s.grouped = HK != H;
     s.o = dims(B, H, T, D, T * C, D, C, 1);
     s.stats = dims(B, H, T, 1, H * T, T, 1, 1);
     s.ss = dims(B, H, T, T, H * T * T, T * T, T, 1);
@@ -257,13 +269,13 @@ static CuDesc softmax_with_stats(CuGraph *g, const Shapes *s, CuDesc x, CuDesc s
     return p;
 }
 
-/* The three non-virtual views of a (B, T, 3, NH, HD) buffer, uids
+/* The three non-virtual views of a (B, T, NH + 2*NKV, HD) buffer, uids
  * first, first + 1, first + 2: Q, K^T, V (transpose_v: V^T). */
 static void qkv_views(CuGraph *g, const Shapes *s, int64_t first, bool transpose_v, CuDesc out[3]) {
     const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16;
     out[0] = cg_tensor(g, first, bf, &s->q, false, false);
     out[1] = cg_tensor(g, first + 1, bf, &s->kt, false, false);
-    out[2] = cg_tensor(g, first + 2, bf, transpose_v ? &s->kt : &s->q, false, false);
+    out[2] = cg_tensor(g, first + 2, bf, transpose_v ? &s->kt : &s->k, false, false);
 }
 
 static void fwd_graph(CuGraph *g, const Shapes *s) {
@@ -310,6 +322,18 @@ static void matmul_transposed(CuGraph *g, const Shapes *s, CuDesc x, CuDesc y, C
     cg_matmul(g, xt, y, out);
 }
 
+/* A K/V gradient kv = x^T y: straight into kv (NKV == NH), or per query head
+ * into a virtual (B, NH, T, HD) tensor summed over each group into kv. */
+static void kv_grad(CuGraph *g, const Shapes *s, CuDesc x, CuDesc y, CuDesc kv) {
+    if (!s->grouped) {
+        matmul_transposed(g, s, x, y, kv);
+        return;
+    }
+    CuDesc per_head = cg_virtual(g, CUDNN_DATA_BFLOAT16, &s->sd); /* as cudnn-frontend types it */
+    matmul_transposed(g, s, x, y, per_head);
+    cg_reduce(g, CUDNN_REDUCE_TENSOR_ADD, per_head, kv);
+}
+
 /* dQ = dS K: straight into dQ (deterministic), or through an fp32
  * accumulator in the workspace and an IDENTITY copy. */
 static void bwd_dq(CuGraph *g, const Shapes *s, CuDesc ds, CuDesc kt, CuDesc dq, int accum) {
@@ -331,14 +355,14 @@ static void bwd_graph(CuGraph *g, const Shapes *s, int accum) {
     CuDesc dO = cg_tensor(g, UID_DO, CUDNN_DATA_BFLOAT16, &s->o, false, false);
     CuDesc stats = cg_tensor(g, UID_STATS, CUDNN_DATA_FLOAT, &s->stats, false, false);
     for (int i = 0; i < 3; i++) /* dQ, dK, dV: all in qkv's own layout */
-        grad[i] = cg_tensor(g, UID_DQ + i, CUDNN_DATA_BFLOAT16, &s->q, false, false);
+        grad[i] = cg_tensor(g, UID_DQ + i, CUDNN_DATA_BFLOAT16, i ? &s->k : &s->q, false, false);
     CuDesc scale = cg_scalar(g, UID_SCALE), neg = cg_scalar(g, UID_NEG_INF);
     CuDesc one = cg_scalar(g, UID_ONE);
     CuDesc sums = bwd_row_sums(g, s, dO, o, one);
     CuDesc p = bwd_probs(g, s, in[0], in[1], stats, scale, neg);
-    matmul_transposed(g, s, p, dO, grad[2]);
+    kv_grad(g, s, p, dO, grad[2]);
     CuDesc ds = bwd_dscores(g, s, p, dO, in[2], sums, scale);
-    matmul_transposed(g, s, ds, in[0], grad[1]);
+    kv_grad(g, s, ds, in[0], grad[1]);
     bwd_dq(g, s, ds, in[1], grad[0], accum);
 }
 

@@ -13,11 +13,29 @@
  * products) is two 16-bit loads. Two accumulator tiles of 8 columns form the
  * A operand of the next product directly (the FA2 register trick), rounded to
  * bf16. Scores are in the base-2 domain (attention.cuh).
- * Forward: grid (query tiles, B*NH), heaviest tiles first; online softmax on
+ * Forward: grid (query tiles, G, B*NKV) (G = NH / NKV, below; one block
+ * per query tile and query head), heaviest tiles first; online softmax on
  * quad shuffles; writes out and lse. Backward, deterministic: kernel dq owns
  * a query tile and loops over key tiles up to the diagonal; kernel dkdv owns
  * a key tile (warps own keys, so S^T = K Q^T comes out already transposed)
- * and loops over query tiles from the diagonal to T. No atomics. */
+ * and loops over query tiles from the diagonal to T. No atomics.
+ * Grouped K/V (NKV < NH, G = NH / NKV query heads per K/V head): forward and
+ * dq load the K/V tiles of their query head's group. dkdv's grid is
+ * (key tiles, B*NKV): a block owns a key tile of one K/V head and walks the
+ * (query head of the group, query tile) pairs head-major, as one flat loop,
+ * so the cp.async double buffer runs on across head boundaries and the
+ * group's dK/dV is summed in the same registers in a fixed order (head 0's
+ * tiles, then head 1's, ...): deterministic, no partial buffers, no extra
+ * pass, K/V tiles loaded once per group. The cost is G times fewer dkdv
+ * blocks, each G times longer: B*NKV*T/64 blocks, at B 1, NKV 8, T 2048 that
+ * is 256, about one wave at two blocks per SM on 132 SMs. Far fewer (one K/V
+ * head per tensor-parallel rank at B 1: 128 blocks at T 8192) would leave SMs
+ * idle; per-head fp32 partials plus a fixed-order sum would spread that
+ * further, not done before a GPU measurement asks for it. G == 1 is the
+ * multi-head kernel exactly (same loop, same order, same bits). Forward and
+ * dq take the query head within the group from blockIdx.y and the (batch,
+ * K/V head) from blockIdx.z, which spares the kernels an integer division
+ * (that alone cost up to 47 registers in ptxas's allocation). */
 #include "attention.cuh"
 
 #define AM_THREADS 128
@@ -81,20 +99,36 @@ __device__ __forceinline__ void ld_afrag(uint32_t a[4], const bf16 *s, int r0, i
     a[3] = ld32(s + (r0 + 8) * SD + k0 + 8);
 }
 
+// Bases (token 0 of batch b) of the Q of query head h and of the K and V of
+// key/value head kvh in qkv (B, T, NH + 2*NKV, HD); returns the row stride.
+__device__ __forceinline__ size_t am_head_ptrs(const bf16 *qkv, int b, int h, int kvh, int T_,
+                                               int NH, int NKV, int HD, const bf16 **q,
+                                               const bf16 **k, const bf16 **v) {
+    const size_t rs = (size_t)(NH + 2 * NKV) * HD;
+    const bf16 *row = qkv + (size_t)b * T_ * rs;
+    *q = row + (size_t)h * HD;
+    *k = row + (size_t)(NH + kvh) * HD;
+    *v = *k + (size_t)NKV * HD;
+    return rs;
+}
+
 /* ======================= kernels ======================= */
 
-// qkv (B,T,3,NH,HD) -> out (B,T,NH,HD), lse (B,NH,T). grid (ceil(T/64), B*NH), 128 threads.
+// qkv (B,T,NH+2*NKV,HD) -> out (B,T,NH,HD), lse (B,NH,T). grid (ceil(T/64), G, B*NKV):
+// query head kvh*G + blockIdx.y of K/V head kvh; 128 threads.
 template <int HD>
 __global__ void __launch_bounds__(AM_THREADS, AM_FWD_MIN_BLOCKS(HD))
-    attn_mma_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, int T_, int NH, float sl2) {
+    attn_mma_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, int T_, int NKV, int G,
+                        float sl2) {
     constexpr int SD = HD + 8, KD = HD / 16, ND = HD / 8;
     extern __shared__ __align__(16) unsigned char am_raw[];
     bf16 *Qs = (bf16 *)am_raw, *Ks = Qs + AM_BR * SD, *Vs = Ks + 2 * AM_BC * SD;
-    const int bh = blockIdx.y, b = bh / NH, h = bh - b * NH;
+    const int b = blockIdx.z / NKV, kvh = blockIdx.z - b * NKV, NH = NKV * G;
+    const int h = kvh * G + blockIdx.y, bh = b * NH + h;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * AM_BR;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c2 = (lane & 3) * 2;
-    const size_t C = (size_t)NH * HD, rs = 3 * C;
-    const bf16 *qb = qkv + (size_t)b * T_ * rs + (size_t)h * HD, *kb = qb + C, *vb = qb + 2 * C;
+    const bf16 *qb, *kb, *vb;
+    const size_t rs = am_head_ptrs(qkv, b, h, kvh, T_, NH, NKV, HD, &qb, &kb, &vb);
     am_load<HD>(Qs, qb, rs, q0, T_, AM_BR);
     cp_async_commit();
     am_load<HD>(Ks, kb, rs, 0, T_, AM_BC);
@@ -210,20 +244,23 @@ __global__ void __launch_bounds__(AM_THREADS, AM_FWD_MIN_BLOCKS(HD))
     }
 }
 
-// dQ of one 64-row query tile: dqkv q slice. grid (ceil(T/64), B*NH), 128 threads.
+// dQ of one 64-row query tile: dqkv q slice. grid (ceil(T/64), G, B*NKV) as the forward's,
+// 128 threads.
 template <int HD>
 __global__ void __launch_bounds__(AM_THREADS)
     attn_mma_dq_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                       const float *Dbuf, int T_, int NH, float sl2, float scale) {
+                       const float *Dbuf, int T_, int NKV, int G, float sl2, float scale) {
     constexpr int SD = HD + 8, KD = HD / 16, ND = HD / 8;
     extern __shared__ __align__(16) unsigned char am_raw[];
     bf16 *Qs = (bf16 *)am_raw, *dOs = Qs + AM_BR * SD, *Ks = dOs + AM_BR * SD;
     bf16 *Vs = Ks + 2 * AM_BC * SD;
-    const int bh = blockIdx.y, b = bh / NH, h = bh - b * NH;
+    const int b = blockIdx.z / NKV, kvh = blockIdx.z - b * NKV, NH = NKV * G;
+    const int h = kvh * G + blockIdx.y, bh = b * NH + h;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * AM_BR;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c2 = (lane & 3) * 2;
-    const size_t C = (size_t)NH * HD, rs = 3 * C;
-    const bf16 *qb = qkv + (size_t)b * T_ * rs + (size_t)h * HD, *kb = qb + C, *vb = qb + 2 * C;
+    const size_t C = (size_t)NH * HD;
+    const bf16 *qb, *kb, *vb;
+    const size_t rs = am_head_ptrs(qkv, b, h, kvh, T_, NH, NKV, HD, &qb, &kb, &vb);
     const bf16 *ob = dout + (size_t)b * T_ * C + (size_t)h * HD;
     am_load<HD>(Qs, qb, rs, q0, T_, AM_BR);
     am_load<HD>(dOs, ob, C, q0, T_, AM_BR);
@@ -298,13 +335,13 @@ __global__ void __launch_bounds__(AM_THREADS)
         __syncthreads();
     }
     if (qi0 < T_) {
-        bf16 *dp0 = dqkv + qkv_off(b, qi0, h, 0, T_, NH, HD) + c2;
+        bf16 *dp0 = dqkv + qkv_off(b, qi0, h, 0, T_, NH, NKV, HD) + c2;
 #pragma unroll
         for (int n = 0; n < ND; n++)
             *reinterpret_cast<uint32_t *>(dp0 + n * 8) = pack_bf16(dq[n][0] * scale, dq[n][1] * scale);
     }
     if (qi1 < T_) {
-        bf16 *dp1 = dqkv + qkv_off(b, qi1, h, 0, T_, NH, HD) + c2;
+        bf16 *dp1 = dqkv + qkv_off(b, qi1, h, 0, T_, NH, NKV, HD) + c2;
 #pragma unroll
         for (int n = 0; n < ND; n++)
             *reinterpret_cast<uint32_t *>(dp1 + n * 8) = pack_bf16(dq[n][2] * scale, dq[n][3] * scale);
@@ -322,29 +359,32 @@ __device__ __forceinline__ void am_load_stats(float *L, float *D, const float *l
     }
 }
 
-// dK, dV of one 64-key tile: dqkv k and v slices. grid (ceil(T/64), B*NH), 128 threads.
+// dK, dV of one 64-key tile of one key/value head, summed over the query heads of its
+// group: dqkv k and v slices. grid (ceil(T/64), B*NKV), 128 threads.
 template <int HD, int BR>
 __global__ void __launch_bounds__(AM_THREADS)
     attn_mma_dkdv_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                         const float *Dbuf, int T_, int NH, float sl2, float scale) {
+                         const float *Dbuf, int T_, int NKV, int G, float sl2, float scale) {
     constexpr int SD = HD + 8, KD = HD / 16, ND = HD / 8, NQ = BR / 8;
     extern __shared__ __align__(16) unsigned char am_raw[];
     bf16 *Ks = (bf16 *)am_raw, *Vs = Ks + AM_BC * SD, *Qs = Vs + AM_BC * SD;
     bf16 *dOs = Qs + 2 * BR * SD;
     float *Ls = (float *)(dOs + 2 * BR * SD), *Dsh = Ls + 2 * BR;
-    const int bh = blockIdx.y, b = bh / NH, h = bh - b * NH;
+    const int bg = blockIdx.y, b = bg / NKV, kvh = bg - b * NKV, NH = NKV * G;
     const int kt0 = blockIdx.x * AM_BC;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c2 = (lane & 3) * 2;
-    const size_t C = (size_t)NH * HD, rs = 3 * C;
-    const bf16 *qb = qkv + (size_t)b * T_ * rs + (size_t)h * HD, *kb = qb + C, *vb = qb + 2 * C;
-    const bf16 *ob = dout + (size_t)b * T_ * C + (size_t)h * HD;
+    const size_t C = (size_t)NH * HD, bh0 = (size_t)b * NH + (size_t)kvh * G; /* group's head 0 */
+    const bf16 *qb, *kb, *vb;
+    const size_t rs = am_head_ptrs(qkv, b, kvh * G, kvh, T_, NH, NKV, HD, &qb, &kb, &vb);
+    const bf16 *ob = dout + (size_t)b * T_ * C + (size_t)kvh * G * HD;
     am_load<HD>(Ks, kb, rs, kt0, T_, AM_BC);
     am_load<HD>(Vs, vb, rs, kt0, T_, AM_BC);
     am_load<HD>(Qs, qb, rs, kt0, T_, BR);
     am_load<HD>(dOs, ob, C, kt0, T_, BR);
     cp_async_commit();
-    am_load_stats<BR>(Ls, Dsh, lse, Dbuf, bh, kt0, T_);
-    const int nqt = (T_ - kt0 + BR - 1) / BR;
+    am_load_stats<BR>(Ls, Dsh, lse, Dbuf, bh0, kt0, T_);
+    /* steps: (query head of the group, query tile) pairs, head-major */
+    const int nsteps = G * ((T_ - kt0 + BR - 1) / BR);
     const int kr = w * 16 + g; /* local key rows kr, kr+8 */
     const int ki0 = kt0 + kr, ki1 = ki0 + 8;
     float dk[ND][4], dv[ND][4];
@@ -352,13 +392,17 @@ __global__ void __launch_bounds__(AM_THREADS)
     for (int n = 0; n < ND; n++)
 #pragma unroll
         for (int r = 0; r < 4; r++) dk[n][r] = dv[n][r] = 0.f;
-    for (int j = 0; j < nqt; j++) {
-        const int buf = j & 1, qt0 = kt0 + j * BR;
-        if (j + 1 < nqt) {
-            am_load<HD>(Qs + (buf ^ 1) * BR * SD, qb, rs, qt0 + BR, T_, BR);
-            am_load<HD>(dOs + (buf ^ 1) * BR * SD, ob, C, qt0 + BR, T_, BR);
+    int qt0 = kt0, hq = 0; /* this step's first query row and head within the group */
+    for (int j = 0; j < nsteps; j++) {
+        const int buf = j & 1;
+        if (j + 1 < nsteps) {
+            const bool wrap = qt0 + BR >= T_; /* the next step starts the next head */
+            const int nq0 = wrap ? kt0 : qt0 + BR, nh = hq + wrap;
+            am_load<HD>(Qs + (buf ^ 1) * BR * SD, qb + (size_t)nh * HD, rs, nq0, T_, BR);
+            am_load<HD>(dOs + (buf ^ 1) * BR * SD, ob + (size_t)nh * HD, C, nq0, T_, BR);
             cp_async_commit();
-            am_load_stats<BR>(Ls + (buf ^ 1) * BR, Dsh + (buf ^ 1) * BR, lse, Dbuf, bh, qt0 + BR, T_);
+            am_load_stats<BR>(Ls + (buf ^ 1) * BR, Dsh + (buf ^ 1) * BR, lse, Dbuf, bh0 + nh, nq0,
+                              T_);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -420,10 +464,13 @@ __global__ void __launch_bounds__(AM_THREADS)
             }
         }
         __syncthreads();
+        const bool wrap = qt0 + BR >= T_;
+        qt0 = wrap ? kt0 : qt0 + BR;
+        hq += wrap;
     }
     if (ki0 < T_) {
-        bf16 *kp = dqkv + qkv_off(b, ki0, h, 1, T_, NH, HD) + c2;
-        bf16 *vp = dqkv + qkv_off(b, ki0, h, 2, T_, NH, HD) + c2;
+        bf16 *kp = dqkv + qkv_off(b, ki0, kvh, 1, T_, NH, NKV, HD) + c2;
+        bf16 *vp = dqkv + qkv_off(b, ki0, kvh, 2, T_, NH, NKV, HD) + c2;
 #pragma unroll
         for (int n = 0; n < ND; n++) {
             *reinterpret_cast<uint32_t *>(kp + n * 8) = pack_bf16(dk[n][0] * scale, dk[n][1] * scale);
@@ -431,8 +478,8 @@ __global__ void __launch_bounds__(AM_THREADS)
         }
     }
     if (ki1 < T_) {
-        bf16 *kp = dqkv + qkv_off(b, ki1, h, 1, T_, NH, HD) + c2;
-        bf16 *vp = dqkv + qkv_off(b, ki1, h, 2, T_, NH, HD) + c2;
+        bf16 *kp = dqkv + qkv_off(b, ki1, kvh, 1, T_, NH, NKV, HD) + c2;
+        bf16 *vp = dqkv + qkv_off(b, ki1, kvh, 2, T_, NH, NKV, HD) + c2;
 #pragma unroll
         for (int n = 0; n < ND; n++) {
             *reinterpret_cast<uint32_t *>(kp + n * 8) = pack_bf16(dk[n][2] * scale, dk[n][3] * scale);
@@ -451,19 +498,19 @@ static void am_set_smem(const void *fn, size_t smem, int optin) {
 }
 
 template <int HD>
-static void mma_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T_, int NH, int optin,
-                    cudaStream_t st) {
+static void mma_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T_, int NH, int NKV,
+                    int optin, cudaStream_t st) {
     const size_t smem = (size_t)(AM_BR + 4 * AM_BC) * (HD + 8) * sizeof(bf16);
     am_set_smem((const void *)attn_mma_fwd_kernel<HD>, smem, optin);
     const float sl2 = ATT_LOG2E / sqrtf((float)HD);
-    dim3 grid((T_ + AM_BR - 1) / AM_BR, B * NH);
-    attn_mma_fwd_kernel<HD><<<grid, AM_THREADS, smem, st>>>(out, lse, qkv, T_, NH, sl2);
+    dim3 grid((T_ + AM_BR - 1) / AM_BR, NH / NKV, B * NKV);
+    attn_mma_fwd_kernel<HD><<<grid, AM_THREADS, smem, st>>>(out, lse, qkv, T_, NKV, NH / NKV, sl2);
     CU_CHECK_LAUNCH();
 }
 
 template <int HD>
 static void mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                    const float *Dbuf, int B, int T_, int NH, int optin, cudaStream_t st) {
+                    const float *Dbuf, int B, int T_, int NH, int NKV, int optin, cudaStream_t st) {
     constexpr int BR = HD <= 64 ? 64 : 32;
     const float scale = 1.f / sqrtf((float)HD), sl2 = scale * ATT_LOG2E;
     const size_t smem_kv =
@@ -471,12 +518,13 @@ static void mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *
     const size_t smem_q = (size_t)(2 * AM_BR + 4 * AM_BC) * (HD + 8) * sizeof(bf16);
     am_set_smem((const void *)attn_mma_dkdv_kernel<HD, BR>, smem_kv, optin);
     am_set_smem((const void *)attn_mma_dq_kernel<HD>, smem_q, optin);
-    dim3 grid_kv((T_ + AM_BC - 1) / AM_BC, B * NH), grid_q((T_ + AM_BR - 1) / AM_BR, B * NH);
+    const int G = NH / NKV;
+    dim3 grid_kv((T_ + AM_BC - 1) / AM_BC, B * NKV), grid_q((T_ + AM_BR - 1) / AM_BR, G, B * NKV);
     attn_mma_dkdv_kernel<HD, BR><<<grid_kv, AM_THREADS, smem_kv, st>>>(dqkv, dout, qkv, lse, Dbuf,
-                                                                       T_, NH, sl2, scale);
+                                                                       T_, NKV, G, sl2, scale);
     CU_CHECK_LAUNCH();
-    attn_mma_dq_kernel<HD><<<grid_q, AM_THREADS, smem_q, st>>>(dqkv, dout, qkv, lse, Dbuf, T_, NH,
-                                                               sl2, scale);
+    attn_mma_dq_kernel<HD><<<grid_q, AM_THREADS, smem_q, st>>>(dqkv, dout, qkv, lse, Dbuf, T_, NKV,
+                                                               G, sl2, scale);
     CU_CHECK_LAUNCH();
 }
 
@@ -484,27 +532,27 @@ int attention_mma_supported(int HD) {
     return HD == 32 || HD == 64 || HD == 80 || HD == 96 || HD == 128;
 }
 
-void launch_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, int HD,
-                              int smem_optin, cudaStream_t st) {
+void launch_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH,
+                              int NKV, int HD, int smem_optin, cudaStream_t st) {
     switch (HD) {
-    case 32: mma_fwd<32>(out, lse, qkv, B, T, NH, smem_optin, st); break;
-    case 64: mma_fwd<64>(out, lse, qkv, B, T, NH, smem_optin, st); break;
-    case 80: mma_fwd<80>(out, lse, qkv, B, T, NH, smem_optin, st); break;
-    case 96: mma_fwd<96>(out, lse, qkv, B, T, NH, smem_optin, st); break;
-    case 128: mma_fwd<128>(out, lse, qkv, B, T, NH, smem_optin, st); break;
+    case 32: mma_fwd<32>(out, lse, qkv, B, T, NH, NKV, smem_optin, st); break;
+    case 64: mma_fwd<64>(out, lse, qkv, B, T, NH, NKV, smem_optin, st); break;
+    case 80: mma_fwd<80>(out, lse, qkv, B, T, NH, NKV, smem_optin, st); break;
+    case 96: mma_fwd<96>(out, lse, qkv, B, T, NH, NKV, smem_optin, st); break;
+    case 128: mma_fwd<128>(out, lse, qkv, B, T, NH, NKV, smem_optin, st); break;
     default: lt_fatal("attention (mma): unsupported head dim %d", HD);
     }
 }
 
 void launch_attention_mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                              const float *Dbuf, int B, int T, int NH, int HD, int smem_optin,
-                              cudaStream_t st) {
+                              const float *Dbuf, int B, int T, int NH, int NKV, int HD,
+                              int smem_optin, cudaStream_t st) {
     switch (HD) {
-    case 32: mma_bwd<32>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, smem_optin, st); break;
-    case 64: mma_bwd<64>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, smem_optin, st); break;
-    case 80: mma_bwd<80>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, smem_optin, st); break;
-    case 96: mma_bwd<96>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, smem_optin, st); break;
-    case 128: mma_bwd<128>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, smem_optin, st); break;
+    case 32: mma_bwd<32>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, NKV, smem_optin, st); break;
+    case 64: mma_bwd<64>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, NKV, smem_optin, st); break;
+    case 80: mma_bwd<80>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, NKV, smem_optin, st); break;
+    case 96: mma_bwd<96>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, NKV, smem_optin, st); break;
+    case 128: mma_bwd<128>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, NKV, smem_optin, st); break;
     default: lt_fatal("attention (mma): unsupported head dim %d", HD);
     }
 }

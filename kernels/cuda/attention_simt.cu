@@ -14,7 +14,15 @@
  * owns a key tile and loops over the query tiles at or after it,
  * accumulating dK, dV in registers. Kernel dq: a block owns a query tile and
  * loops over the key tiles up to the diagonal. Each output element is
- * written by exactly one thread. */
+ * written by exactly one thread.
+ * Grouped K/V (G = NH / NKV query heads per K/V head): forward and dq load
+ * their query head's group's K/V tiles; dkdv's grid is (key tiles, B*NKV)
+ * and its block walks the group's query heads in order, each over its query
+ * tiles, adding into the same register accumulators: the group's sum in a
+ * fixed order, no atomics, no partial buffers (G == 1: the multi-head
+ * kernel, same order, same bits). Forward and dq keep the (tiles, B*NH)
+ * grid and divide for the K/V head: the tensor-core path's (tiles, G, B*NKV)
+ * grid made ptxas spill this file's dq kernel on sm_90. */
 #include "attention.cuh"
 
 #define AS_TILE 32
@@ -24,15 +32,17 @@
 
 /* ======================= kernels ======================= */
 
-// Load rows [t0, t0+32) of one q/k/v slice (or of dout when which < 0) into dst (32, stride) fp32.
+// Load rows [t0, t0+32) of one q/k/v slice (or of dout when which < 0) into dst (32, stride)
+// fp32; h is a query head for q and dout, a key/value head for k and v.
 template <typename T>
 __device__ __forceinline__ void simt_load_tile(float *dst, int stride, const T *src, int b, int h,
-                                               int which, int t0, int T_, int NH, int HD) {
+                                               int which, int t0, int T_, int NH, int NKV, int HD) {
     for (int i = threadIdx.x; i < AS_TILE * HD; i += AS_THREADS) {
         const int r = i / HD, d = i - r * HD, t = t0 + r;
         float v = 0.f;
         if (t < T_) {
-            size_t o = which < 0 ? out_off(b, t, h, T_, NH, HD) : qkv_off(b, t, h, which, T_, NH, HD);
+            size_t o = which < 0 ? out_off(b, t, h, T_, NH, HD)
+                                 : qkv_off(b, t, h, which, T_, NH, NKV, HD);
             v = to_f(src[o + d]);
         }
         dst[r * stride + d] = v;
@@ -68,17 +78,19 @@ __device__ __forceinline__ void simt_bwd_phase1(const float *Qs, const float *dO
     }
 }
 
-// qkv (B,T,3,NH,HD) -> out (B,T,NH,HD), lse (B,NH,T). grid (ceil(T/32), B*NH).
+// qkv (B,T,NH+2*NKV,HD) -> out (B,T,NH,HD), lse (B,NH,T). grid (ceil(T/32), B*NH); query
+// head h uses K/V head h / G.
 template <typename T, int NCH>
 __global__ void __launch_bounds__(AS_THREADS)
-    attn_simt_fwd_kernel(T *out, float *lse, const T *qkv, int T_, int NH, int HD, float sl2) {
+    attn_simt_fwd_kernel(T *out, float *lse, const T *qkv, int T_, int NKV, int G, int HD,
+                         float sl2) {
     extern __shared__ float as_sm[];
     const int KS = HD | 1;
     float *Qs = as_sm, *Ks = Qs + AS_TILE * KS, *Vs = Ks + AS_TILE * KS, *Ps = Vs + AS_TILE * HD;
-    const int bh = blockIdx.y, b = bh / NH, h = bh - b * NH;
+    const int NH = NKV * G, bh = blockIdx.y, b = bh / NH, h = bh - b * NH, hk = h / G;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * AS_TILE; /* heaviest tiles first */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    simt_load_tile(Qs, KS, qkv, b, h, 0, q0, T_, NH, HD);
+    simt_load_tile(Qs, KS, qkv, b, h, 0, q0, T_, NH, NKV, HD);
     float o[AS_ROWS][NCH], m[AS_ROWS], l[AS_ROWS];
 #pragma unroll
     for (int i = 0; i < AS_ROWS; i++) {
@@ -90,8 +102,8 @@ __global__ void __launch_bounds__(AS_THREADS)
     const int qlast = min(q0 + AS_TILE - 1, T_ - 1);
     for (int kt0 = 0; kt0 <= qlast; kt0 += AS_TILE) {
         __syncthreads(); /* previous K/V tile fully consumed */
-        simt_load_tile(Ks, KS, qkv, b, h, 1, kt0, T_, NH, HD);
-        simt_load_tile(Vs, HD, qkv, b, h, 2, kt0, T_, NH, HD);
+        simt_load_tile(Ks, KS, qkv, b, hk, 1, kt0, T_, NH, NKV, HD);
+        simt_load_tile(Vs, HD, qkv, b, hk, 2, kt0, T_, NH, NKV, HD);
         __syncthreads();
         float s[AS_ROWS];
 #pragma unroll
@@ -160,31 +172,34 @@ __device__ __forceinline__ void simt_load_rowstats(float *lse_s, float *D_s, con
     }
 }
 
-// dK, dV for one key tile of one (b, h): dqkv k and v slices. grid (ceil(T/32), B*NH).
+// dK, dV for one key tile of one (b, key/value head), summed over the group's query heads:
+// dqkv k and v slices. grid (ceil(T/32), B*NKV).
 template <typename T, int NCH>
 __global__ void __launch_bounds__(AS_THREADS)
     attn_simt_dkdv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse,
-                          const float *Dbuf, int T_, int NH, int HD, float sl2, float scale) {
+                          const float *Dbuf, int T_, int NKV, int G, int HD, float sl2,
+                          float scale) {
     extern __shared__ float as_sm[];
     const int KS = HD | 1;
     float *Qs = as_sm, *dOs = Qs + AS_TILE * KS, *Ks = dOs + AS_TILE * KS, *Vs = Ks + AS_TILE * KS;
     float *Ps = Vs + AS_TILE * KS, *dSs = Ps + AS_TILE * AS_PS, *lse_s = dSs + AS_TILE * AS_PS;
     float *D_s = lse_s + AS_TILE;
-    const int bh = blockIdx.y, b = bh / NH, h = bh - b * NH;
+    const int bg = blockIdx.y, b = bg / NKV, hk = bg - b * NKV, NH = NKV * G;
     const int kt0 = blockIdx.x * AS_TILE;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    simt_load_tile(Ks, KS, qkv, b, h, 1, kt0, T_, NH, HD);
-    simt_load_tile(Vs, KS, qkv, b, h, 2, kt0, T_, NH, HD);
+    simt_load_tile(Ks, KS, qkv, b, hk, 1, kt0, T_, NH, NKV, HD);
+    simt_load_tile(Vs, KS, qkv, b, hk, 2, kt0, T_, NH, NKV, HD);
     float dk[AS_ROWS][NCH], dv[AS_ROWS][NCH];
 #pragma unroll
     for (int j = 0; j < AS_ROWS; j++)
 #pragma unroll
         for (int k = 0; k < NCH; k++) dk[j][k] = dv[j][k] = 0.f;
+    for (int h = hk * G; h < (hk + 1) * G; h++) /* the group's query heads, in order */
     for (int q0 = kt0; q0 < T_; q0 += AS_TILE) {
         __syncthreads(); /* previous Q/dO/P/dS tiles fully consumed */
-        simt_load_tile(Qs, KS, qkv, b, h, 0, q0, T_, NH, HD);
-        simt_load_tile(dOs, KS, dout, b, h, -1, q0, T_, NH, HD);
-        simt_load_rowstats(lse_s, D_s, lse, Dbuf, bh, q0, T_);
+        simt_load_tile(Qs, KS, qkv, b, h, 0, q0, T_, NH, NKV, HD);
+        simt_load_tile(dOs, KS, dout, b, h, -1, q0, T_, NH, NKV, HD);
+        simt_load_rowstats(lse_s, D_s, lse, Dbuf, (size_t)b * NH + h, q0, T_);
         __syncthreads();
         simt_bwd_phase1(Qs, dOs, Ks, Vs, KS, HD, lse_s, D_s, q0, kt0, T_, sl2, Ps, dSs);
         __syncthreads();
@@ -208,8 +223,8 @@ __global__ void __launch_bounds__(AS_THREADS)
     for (int j = 0; j < AS_ROWS; j++) {
         const int kj = kt0 + w * AS_ROWS + j;
         if (kj >= T_) continue;
-        T *dkrow = dqkv + qkv_off(b, kj, h, 1, T_, NH, HD);
-        T *dvrow = dqkv + qkv_off(b, kj, h, 2, T_, NH, HD);
+        T *dkrow = dqkv + qkv_off(b, kj, hk, 1, T_, NH, NKV, HD);
+        T *dvrow = dqkv + qkv_off(b, kj, hk, 2, T_, NH, NKV, HD);
 #pragma unroll
         for (int k = 0; k < NCH; k++) {
             const int d = lane + 32 * k;
@@ -225,17 +240,17 @@ __global__ void __launch_bounds__(AS_THREADS)
 template <typename T, int NCH>
 __global__ void __launch_bounds__(AS_THREADS)
     attn_simt_dq_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *Dbuf,
-                        int T_, int NH, int HD, float sl2, float scale) {
+                        int T_, int NKV, int G, int HD, float sl2, float scale) {
     extern __shared__ float as_sm[];
     const int KS = HD | 1;
     float *Qs = as_sm, *dOs = Qs + AS_TILE * KS, *Ks = dOs + AS_TILE * KS, *Vs = Ks + AS_TILE * KS;
     float *dSs = Vs + AS_TILE * KS + AS_TILE * AS_PS, *lse_s = dSs + AS_TILE * AS_PS;
     float *D_s = lse_s + AS_TILE;
-    const int bh = blockIdx.y, b = bh / NH, h = bh - b * NH;
+    const int NH = NKV * G, bh = blockIdx.y, b = bh / NH, h = bh - b * NH, hk = h / G;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * AS_TILE;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    simt_load_tile(Qs, KS, qkv, b, h, 0, q0, T_, NH, HD);
-    simt_load_tile(dOs, KS, dout, b, h, -1, q0, T_, NH, HD);
+    simt_load_tile(Qs, KS, qkv, b, h, 0, q0, T_, NH, NKV, HD);
+    simt_load_tile(dOs, KS, dout, b, h, -1, q0, T_, NH, NKV, HD);
     simt_load_rowstats(lse_s, D_s, lse, Dbuf, bh, q0, T_);
     float dq[AS_ROWS][NCH];
 #pragma unroll
@@ -245,8 +260,8 @@ __global__ void __launch_bounds__(AS_THREADS)
     const int qlast = min(q0 + AS_TILE - 1, T_ - 1);
     for (int kt0 = 0; kt0 <= qlast; kt0 += AS_TILE) {
         __syncthreads(); /* previous K tile fully consumed */
-        simt_load_tile(Ks, KS, qkv, b, h, 1, kt0, T_, NH, HD);
-        simt_load_tile(Vs, KS, qkv, b, h, 2, kt0, T_, NH, HD);
+        simt_load_tile(Ks, KS, qkv, b, hk, 1, kt0, T_, NH, NKV, HD);
+        simt_load_tile(Vs, KS, qkv, b, hk, 2, kt0, T_, NH, NKV, HD);
         __syncthreads();
         simt_bwd_phase1(Qs, dOs, Ks, Vs, KS, HD, lse_s, D_s, q0, kt0, T_, sl2, NULL, dSs);
         __syncwarp(); /* dS rows of this warp were written by this warp */
@@ -269,7 +284,7 @@ __global__ void __launch_bounds__(AS_THREADS)
     for (int i = 0; i < AS_ROWS; i++) {
         const int qi = q0 + w * AS_ROWS + i;
         if (qi >= T_) continue;
-        T *dqrow = dqkv + qkv_off(b, qi, h, 0, T_, NH, HD);
+        T *dqrow = dqkv + qkv_off(b, qi, h, 0, T_, NH, NKV, HD);
 #pragma unroll
         for (int k = 0; k < NCH; k++) {
             const int d = lane + 32 * k;
@@ -288,29 +303,31 @@ static void set_smem(const void *fn, size_t smem, int optin) {
 }
 
 template <typename T, int NCH>
-static void simt_fwd(T *out, float *lse, const T *qkv, int B, int T_, int NH, int HD, int optin,
-                     cudaStream_t st) {
+static void simt_fwd(T *out, float *lse, const T *qkv, int B, int T_, int NH, int NKV, int HD,
+                     int optin, cudaStream_t st) {
     const size_t smem = (size_t)(2 * AS_TILE * (HD | 1) + AS_TILE * HD + AS_TILE * AS_PS) * 4;
     set_smem((const void *)attn_simt_fwd_kernel<T, NCH>, smem, optin);
     const float sl2 = ATT_LOG2E / sqrtf((float)HD);
     dim3 grid((T_ + AS_TILE - 1) / AS_TILE, B * NH);
-    attn_simt_fwd_kernel<T, NCH><<<grid, AS_THREADS, smem, st>>>(out, lse, qkv, T_, NH, HD, sl2);
+    attn_simt_fwd_kernel<T, NCH><<<grid, AS_THREADS, smem, st>>>(out, lse, qkv, T_, NKV, NH / NKV,
+                                                                 HD, sl2);
     CU_CHECK_LAUNCH();
 }
 
 template <typename T, int NCH>
 static void simt_bwd(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *Dbuf,
-                     int B, int T_, int NH, int HD, int optin, cudaStream_t st) {
+                     int B, int T_, int NH, int NKV, int HD, int optin, cudaStream_t st) {
     const size_t smem = AS_BWD_SMEM(HD);
     set_smem((const void *)attn_simt_dkdv_kernel<T, NCH>, smem, optin);
     set_smem((const void *)attn_simt_dq_kernel<T, NCH>, smem, optin);
     const float scale = 1.f / sqrtf((float)HD), sl2 = scale * ATT_LOG2E;
-    dim3 grid((T_ + AS_TILE - 1) / AS_TILE, B * NH);
-    attn_simt_dkdv_kernel<T, NCH><<<grid, AS_THREADS, smem, st>>>(dqkv, dout, qkv, lse, Dbuf, T_,
-                                                                  NH, HD, sl2, scale);
+    const int G = NH / NKV, nt = (T_ + AS_TILE - 1) / AS_TILE;
+    dim3 grid_kv(nt, B * NKV), grid_q(nt, B * NH);
+    attn_simt_dkdv_kernel<T, NCH><<<grid_kv, AS_THREADS, smem, st>>>(dqkv, dout, qkv, lse, Dbuf,
+                                                                     T_, NKV, G, HD, sl2, scale);
     CU_CHECK_LAUNCH();
-    attn_simt_dq_kernel<T, NCH><<<grid, AS_THREADS, smem, st>>>(dqkv, dout, qkv, lse, Dbuf, T_,
-                                                                NH, HD, sl2, scale);
+    attn_simt_dq_kernel<T, NCH><<<grid_q, AS_THREADS, smem, st>>>(dqkv, dout, qkv, lse, Dbuf, T_,
+                                                                  NKV, G, HD, sl2, scale);
     CU_CHECK_LAUNCH();
 }
 
@@ -326,24 +343,24 @@ static void simt_bwd(T *dqkv, const T *dout, const T *qkv, const float *lse, con
     }
 
 void launch_attention_simt_fwd(int is_bf16, void *out, float *lse, const void *qkv, int B, int T,
-                               int NH, int HD, int smem_optin, cudaStream_t st) {
+                               int NH, int NKV, int HD, int smem_optin, cudaStream_t st) {
     if (is_bf16) {
-        AS_DISPATCH(simt_fwd, bf16, (bf16 *)out, lse, (const bf16 *)qkv, B, T, NH, HD, smem_optin,
-                    st);
+        AS_DISPATCH(simt_fwd, bf16, (bf16 *)out, lse, (const bf16 *)qkv, B, T, NH, NKV, HD,
+                    smem_optin, st);
     } else {
-        AS_DISPATCH(simt_fwd, float, (float *)out, lse, (const float *)qkv, B, T, NH, HD,
+        AS_DISPATCH(simt_fwd, float, (float *)out, lse, (const float *)qkv, B, T, NH, NKV, HD,
                     smem_optin, st);
     }
 }
 
 void launch_attention_simt_bwd(int is_bf16, void *dqkv, const void *dout, const void *qkv,
-                               const float *lse, const float *Dbuf, int B, int T, int NH, int HD,
-                               int smem_optin, cudaStream_t st) {
+                               const float *lse, const float *Dbuf, int B, int T, int NH, int NKV,
+                               int HD, int smem_optin, cudaStream_t st) {
     if (is_bf16) {
         AS_DISPATCH(simt_bwd, bf16, (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse,
-                    Dbuf, B, T, NH, HD, smem_optin, st);
+                    Dbuf, B, T, NH, NKV, HD, smem_optin, st);
     } else {
         AS_DISPATCH(simt_bwd, float, (float *)dqkv, (const float *)dout, (const float *)qkv, lse,
-                    Dbuf, B, T, NH, HD, smem_optin, st);
+                    Dbuf, B, T, NH, NKV, HD, smem_optin, st);
     }
 }

@@ -24,9 +24,10 @@ void cu_linear_bwd(LtBackend *be, void *dinp, float *dw, float *dbias, const voi
 void cu_gelu_fwd(LtBackend *be, void *out, const void *inp, size_t n);
 void cu_gelu_bwd(LtBackend *be, void *dinp, const void *inp, const void *dout, size_t n);
 void cu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T,
-                      int NH, int HD);
+                      int NH, int NKV, int HD);
 void cu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                      const void *out, const float *lse, int B, int T, int NH, int HD);
+                      const void *out, const float *lse, int B, int T, int NH, int NKV,
+                      int HD);
 void cu_xent_fwd_bwd(LtBackend *be, float *losses, void *logits, const int32_t *targets, int N,
                      int V, int Vp, float dscale);
 void cu_xent_tp_stats(LtBackend *be, float *row_max, float *row_sumexp, float *row_target,

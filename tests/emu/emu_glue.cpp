@@ -39,7 +39,7 @@ void *emu_static_smem(const char *key, size_t bytes) {
  * together: thread 0 prepares each block (fresh NaN-filled shared memory)
  * between two barriers. */
 void emu_run(dim3 grid, dim3 block, size_t smem, std::function<void()> fn) {
-    if (grid.y > 65535 || grid.z != 1 || block.y != 1 || block.z != 1 ||
+    if (grid.y > 65535 || grid.z > 65535 || block.y != 1 || block.z != 1 ||
         block.x > 32 * EMU_MAX_WARPS || block.x % 32 || block.x == 0)
         lt_fatal("emulation: unsupported launch shape (%u x %u x %u blocks of %u x %u x %u)",
                  grid.x, grid.y, grid.z, block.x, block.y, block.z);
@@ -53,14 +53,15 @@ void emu_run(dim3 grid, dim3 block, size_t smem, std::function<void()> fn) {
     for (unsigned w = 0; w < block.x / 32; w++) eb->warp[w] = new std::barrier<>(32);
     g_eb = eb;
     std::barrier<> gate(block.x);
-    const size_t nblocks = (size_t)grid.x * grid.y;
+    const size_t nblocks = (size_t)grid.x * grid.y * grid.z;
     std::vector<std::thread> th;
     for (unsigned t = 0; t < block.x; t++)
         th.emplace_back([t, &fn, &gate, nblocks, grid, smem] {
             threadIdx = dim3(t, 0, 0);
             for (size_t k = 0; k < nblocks; k++) {
                 if (t == 0) {
-                    blockIdx = dim3((unsigned)(k % grid.x), (unsigned)(k / grid.x), 0);
+                    blockIdx = dim3((unsigned)(k % grid.x), (unsigned)(k / grid.x % grid.y),
+                                    (unsigned)(k / grid.x / grid.y));
                     memset(g_smem, 0xff, smem); /* NaN in every float and bf16 */
                     memset(g_static, 0xff, sizeof g_static);
                     g_static_used = 0;
@@ -214,9 +215,11 @@ extern "C" int lt_cuda_compiled(void) { return 0; }
  * into the cuDNN path (made only when CudaImpl.cudnn is set, never here)
  * report "not run". */
 extern "C" long lt_cudnn_version(void) { return 0; }
-int cudnn_attention_fwd(LtBackend *, void *, float *, const void *, int, int, int, int) { return 0; }
+int cudnn_attention_fwd(LtBackend *, void *, float *, const void *, int, int, int, int, int) {
+    return 0;
+}
 int cudnn_attention_bwd(LtBackend *, void *, const void *, const void *, const void *,
-                        const float *, int, int, int, int) {
+                        const float *, int, int, int, int, int) {
     return 0;
 }
 extern "C" int lt_cuda_attention_configure(LtBackend *be, LtAttnImpl want, int deterministic,

@@ -33,12 +33,14 @@ static double attn_bound_err(const double *got, const double *ref, size_t n) {
     return worst;
 }
 
-/* qkv (B, T, 3, NH, HD) and dout (B, T, NH, HD), bf16 values held in floats.
- * Sets *tol_out and *tol_dqkv to max(tol, 2 * error of the rounded-operand
- * attention). */
-static void attn_bf16_bounds(const float *qkv, const float *dout, int B, int T, int NH, int HD,
-                             double tol, double *tol_out, double *tol_dqkv) {
-    const size_t C = (size_t)NH * HD, C3 = 3 * C, no = (size_t)B * T * C, nq = (size_t)B * T * C3;
+/* qkv (B, T, NH + 2*NKV, HD) (query head h uses key/value head h / (NH/NKV))
+ * and dout (B, T, NH, HD), bf16 values held in floats. Sets *tol_out and
+ * *tol_dqkv to max(tol, 2 * error of the rounded-operand attention). */
+static void attn_bf16_bounds(const float *qkv, const float *dout, int B, int T, int NH, int NKV,
+                             int HD, double tol, double *tol_out, double *tol_dqkv) {
+    const size_t C = (size_t)NH * HD, C3 = (size_t)(NH + 2 * NKV) * HD, no = (size_t)B * T * C;
+    const size_t nq = (size_t)B * T * C3, KV = (size_t)NKV * HD;
+    const int G = NH / NKV;
     const double sc = 1.0 / sqrt((double)HD);
     double *out[2], *dq[2];
     for (int r = 0; r < 2; r++) {
@@ -48,8 +50,8 @@ static void attn_bf16_bounds(const float *qkv, const float *dout, int B, int T, 
     double *P = lt_malloc((size_t)T * T * sizeof(double)), *s = lt_malloc((size_t)T * sizeof(double));
     double *D = lt_malloc((size_t)T * sizeof(double));
 #define Q_(b, t, h, k) qkv[((size_t)(b) * T + (t)) * C3 + (size_t)(h) * HD + (k)]
-#define K_(b, t, h, k) qkv[((size_t)(b) * T + (t)) * C3 + C + (size_t)(h) * HD + (k)]
-#define V_(b, t, h, k) qkv[((size_t)(b) * T + (t)) * C3 + 2 * C + (size_t)(h) * HD + (k)]
+#define K_(b, t, h, k) qkv[((size_t)(b) * T + (t)) * C3 + C + (size_t)((h) / G) * HD + (k)]
+#define V_(b, t, h, k) qkv[((size_t)(b) * T + (t)) * C3 + C + KV + (size_t)((h) / G) * HD + (k)]
 #define DO_(b, t, h, k) dout[((size_t)(b) * T + (t)) * C + (size_t)(h) * HD + (k)]
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
@@ -87,9 +89,9 @@ static void attn_bf16_bounds(const float *qkv, const float *dout, int B, int T, 
                         if (r) ds = lt_bf16_round((float)ds), pv = lt_bf16_round((float)p);
                         double *g = dq[r];
                         for (int k = 0; k < HD; k++) {
-                            g[((size_t)b * T + j) * C3 + 2 * C + (size_t)h * HD + k] += pv * DO_(b, i, h, k);
+                            g[((size_t)b * T + j) * C3 + C + KV + (size_t)(h / G) * HD + k] += pv * DO_(b, i, h, k);
                             g[((size_t)b * T + i) * C3 + (size_t)h * HD + k] += sc * ds * K_(b, j, h, k);
-                            g[((size_t)b * T + j) * C3 + C + (size_t)h * HD + k] += sc * ds * Q_(b, i, h, k);
+                            g[((size_t)b * T + j) * C3 + C + (size_t)(h / G) * HD + k] += sc * ds * Q_(b, i, h, k);
                         }
                     }
                 }

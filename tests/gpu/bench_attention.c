@@ -4,7 +4,10 @@
  * --nondet).
  *
  * For T in {1024, 2048} and HD in {64, 128}: B*T = 16384 tokens, NH*HD = 2048
- * (so NH = 32 or 16), bf16 (and fp32 with --f32, where only lattice runs).
+ * (so NH = 32 or 16), bf16 (and fp32 with --f32, where only lattice runs);
+ * then grouped-query attention as in Llama 3 8B: T 2048, HD 128, NH 32 query
+ * heads sharing NKV 8 key/value heads (FLOPs counted per query head, so the
+ * figures compare with the multi-head lines).
  * FLOPs use the usual causal convention: forward 4*B*NH*T^2*HD / 2 (two
  * matmuls over half the score matrix), backward 2.5x that (five matmuls, one
  * of them recomputing S). Each figure is the median over 15 samples; a
@@ -13,7 +16,8 @@
  * configuration then runs it). A cuDNN configuration that cuDNN's rules
  * left (partly) to lattice's kernels is marked. Prints one line per
  * configuration:
- *   attn cudnn-det T=1024 HD=64 B=16 NH=32 bf16: fwd X TFLOP/s (t ms) bwd Y ... fwd+bwd Z */
+ *   attn cudnn-det T=1024 HD=64 B=16 NH=32 bf16: fwd X TFLOP/s (t ms) bwd Y ... fwd+bwd Z
+ * (with "NKV=8" after NH for the grouped configuration). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,15 +38,15 @@ typedef struct {
     LtBackend *be;
     void *out, *qkv, *dout, *dqkv;
     float *lse;
-    int B, T, NH, HD;
+    int B, T, NH, NKV, HD;
 } Bench;
 
 static void run_fwd(Bench *b) {
-    b->be->ops->attention_fwd(b->be, b->out, b->lse, b->qkv, b->B, b->T, b->NH, b->HD);
+    b->be->ops->attention_fwd(b->be, b->out, b->lse, b->qkv, b->B, b->T, b->NH, b->NKV, b->HD);
 }
 static void run_bwd(Bench *b) {
     b->be->ops->attention_bwd(b->be, b->dqkv, b->dout, b->qkv, b->out, b->lse, b->B, b->T, b->NH,
-                              b->HD);
+                              b->NKV, b->HD);
 }
 
 /* Median seconds per call of fn. */
@@ -72,11 +76,15 @@ static void fill(LtBackend *be, void *dst, size_t n, uint64_t seed) {
     free(h);
 }
 
-/* One configuration (T, HD) timed on be; the line names the path. */
-static void bench_one(LtBackend *be, const char *path, int T, int HD) {
+/* One configuration (T, NH query heads, NKV key/value heads, HD) timed on be;
+ * the line names the path. */
+static void bench_one(LtBackend *be, const char *path, int T, int NH, int NKV, int HD) {
     const LtDtype dt = be->dtype;
-    Bench b = {be, NULL, NULL, NULL, NULL, NULL, 16384 / T, T, 2048 / HD, HD};
-    const size_t no = (size_t)b.B * b.T * b.NH * b.HD, nq = 3 * no;
+    Bench b = {be, NULL, NULL, NULL, NULL, NULL, 16384 / T, T, NH, NKV, HD};
+    const size_t no = (size_t)b.B * b.T * b.NH * b.HD;
+    const size_t nq = (size_t)b.B * b.T * (b.NH + 2 * b.NKV) * b.HD;
+    char kv[32] = "";
+    if (NKV != NH) snprintf(kv, sizeof kv, " NKV=%d", NKV);
     b.qkv = be->ops->alloc(be, lt_act_bytes(be, nq));
     b.dqkv = be->ops->alloc(be, lt_act_bytes(be, nq));
     b.out = be->ops->alloc(be, lt_act_bytes(be, no));
@@ -91,9 +99,9 @@ static void bench_one(LtBackend *be, const char *path, int T, int HD) {
     const long fell = after.fallback_calls[0] + after.fallback_calls[1] -
                       before.fallback_calls[0] - before.fallback_calls[1];
     const double flop_f = 2.0 * b.B * b.NH * (double)b.T * b.T * b.HD, flop_b = 2.5 * flop_f;
-    printf("attn %s T=%d HD=%d B=%d NH=%d %s: fwd %.1f TFLOP/s (%.3f ms)  bwd %.1f TFLOP/s "
+    printf("attn %s T=%d HD=%d B=%d NH=%d%s %s: fwd %.1f TFLOP/s (%.3f ms)  bwd %.1f TFLOP/s "
            "(%.3f ms)  fwd+bwd %.1f TFLOP/s%s\n",
-           path, b.T, b.HD, b.B, b.NH, dt == LT_BF16 ? "bf16" : "fp32", flop_f / tf * 1e-12,
+           path, b.T, b.HD, b.B, b.NH, kv, dt == LT_BF16 ? "bf16" : "fp32", flop_f / tf * 1e-12,
            tf * 1e3, flop_b / tb * 1e-12, tb * 1e3, (flop_f + flop_b) / (tf + tb) * 1e-12,
            fell ? "  [some calls ran on lattice's kernels]" : "");
     if (fell) printf("  (%s)\n", after.last_fallback);
@@ -139,7 +147,9 @@ int main(int argc, char **argv) {
         }
         printf("%s: %s\n", paths[p].name, ch.reason);
         for (int ti = 0; ti < 2; ti++)
-            for (int hi = 0; hi < 2; hi++) bench_one(be, paths[p].name, Ts[ti], HDs[hi]);
+            for (int hi = 0; hi < 2; hi++)
+                bench_one(be, paths[p].name, Ts[ti], 2048 / HDs[hi], 2048 / HDs[hi], HDs[hi]);
+        bench_one(be, paths[p].name, 2048, 32, 8, 128); /* grouped K/V, Llama 3 8B's heads */
     }
     lt_backend_destroy(be);
     return 0;

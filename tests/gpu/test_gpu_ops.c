@@ -565,17 +565,31 @@ static void check_cudnn_ran(const Pair *P, const LtAttnInfo *before) {
     CHECK(fwd > 0 && bwd > 0, "cuDNN ran %ld forward and %ld backward calls", fwd, bwd);
 }
 
+/* Shapes: B, T, NH query heads, NKV key/value heads, HD; quick: also in --quick
+ * (and the emulation). Grouped K/V (NKV < NH) on each path: tensor-core head
+ * dims with 64-row (HD <= 64) and 32-row (HD > 64) dK/dV query tiles, T not a
+ * tile multiple (a key tile's steps wrap from one query head to the next at
+ * different places), multi-query, and generic-path head dims. */
+static const struct {
+    int B, T, NH, NKV, HD, quick;
+} attn_shapes[] = {
+    {1, 1, 1, 1, 64, 1},    {2, 17, 3, 3, 64, 1},   {1, 100, 2, 2, 32, 1},
+    {2, 129, 2, 2, 80, 1},  {1, 200, 2, 2, 96, 1},  {1, 257, 2, 2, 128, 1},
+    {1, 70, 2, 2, 40, 1},   {1, 33, 1, 1, 24, 1},   {2, 1024, 4, 4, 64, 0},
+    {1, 100, 4, 2, 32, 1},  {2, 70, 4, 1, 64, 1},   {1, 80, 6, 2, 96, 1},
+    {1, 150, 4, 2, 128, 1}, {1, 33, 3, 1, 24, 1},   {2, 45, 4, 2, 40, 1},
+    {1, 700, 2, 2, 128, 0}, {1, 300, 1, 1, 200, 0}, {2, 256, 2, 2, 128, 0},
+    {2, 512, 8, 2, 128, 0}, {1, 700, 4, 1, 64, 0},  {1, 300, 6, 3, 80, 0},
+};
+
 static void t_attention(const Pair *P) {
-    static const int shapes[][4] = {{1, 1, 1, 64},  {2, 17, 3, 64},   {1, 100, 2, 32},
-                                    {2, 129, 2, 80}, {1, 200, 2, 96},  {1, 257, 2, 128},
-                                    {1, 70, 2, 40},  {1, 33, 1, 24},   {2, 1024, 4, 64},
-                                    {1, 700, 2, 128}, {1, 300, 1, 200}, {2, 256, 2, 128}};
     LtAttnInfo before;
     if (P->cudnn) lt_cuda_attention_info(P->dut, &before);
-    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
-        if (g_quick && s >= 8) break;
-        const int B = shapes[s][0], T = shapes[s][1], NH = shapes[s][2], HD = shapes[s][3];
-        const size_t nq = (size_t)B * T * 3 * NH * HD, no = (size_t)B * T * NH * HD;
+    for (int s = 0; s < (int)(sizeof attn_shapes / sizeof attn_shapes[0]); s++) {
+        if (g_quick && !attn_shapes[s].quick) continue;
+        const int B = attn_shapes[s].B, T = attn_shapes[s].T, NH = attn_shapes[s].NH;
+        const int NKV = attn_shapes[s].NKV, HD = attn_shapes[s].HD;
+        const size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD;
         const size_t nl = (size_t)B * NH * T;
         float *qkv = hrand(nq, 1.7f, P->bf16), *dout = hrand(no, 1.f, P->bf16);
         float *o[2], *l[2], *g[2];
@@ -585,7 +599,7 @@ static void t_attention(const Pair *P) {
             void *dq = act_up(be, qkv, nq), *dout_ = act_up(be, NULL, no);
             float *dl = f32_up(be, NULL, nl);
             poison(be, dout_, lt_act_bytes(be, no)), poison(be, dl, nl * 4);
-            be->ops->attention_fwd(be, dout_, dl, dq, B, T, NH, HD);
+            be->ops->attention_fwd(be, dout_, dl, dq, B, T, NH, NKV, HD);
             o[k] = hzeros(no), l[k] = hzeros(nl);
             act_down(be, o[k], dout_, no), f32_down(be, l[k], dl, nl);
             dfree(be, dout_), dfree(be, dl), dfree(be, dq);
@@ -600,13 +614,13 @@ static void t_attention(const Pair *P) {
             float *dl = f32_up(be, l[0], nl);
             void *dqkv = act_up(be, NULL, nq);
             poison(be, dqkv, lt_act_bytes(be, nq));
-            be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, B, T, NH, HD);
+            be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, B, T, NH, NKV, HD);
             g[k] = hzeros(nq);
             act_down(be, g[k], dqkv, nq);
             if (k && !P->nondet) {
                 void *first = raw_down(be, dqkv, lt_act_bytes(be, nq));
                 poison(be, dqkv, lt_act_bytes(be, nq));
-                be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, B, T, NH, HD);
+                be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, B, T, NH, NKV, HD);
                 bits = raw_down(be, dqkv, lt_act_bytes(be, nq));
                 same_bits(P, "attn_bwd dqkv", bits, first, lt_act_bytes(be, nq));
                 free(first), free(bits);
@@ -615,11 +629,11 @@ static void t_attention(const Pair *P) {
         }
         char nm[96];
         double tol_out = P->tol, tol_dqkv = P->tol; /* bf16: see attn_bound.h */
-        if (P->bf16) attn_bf16_bounds(qkv, dout, B, T, NH, HD, P->tol, &tol_out, &tol_dqkv);
-        snprintf(nm, sizeof nm, "attn_fwd B%d T%d NH%d HD%d out", B, T, NH, HD);
+        if (P->bf16) attn_bf16_bounds(qkv, dout, B, T, NH, NKV, HD, P->tol, &tol_out, &tol_dqkv);
+        snprintf(nm, sizeof nm, "attn_fwd B%d T%d NH%d NKV%d HD%d out", B, T, NH, NKV, HD);
         cmp(P, nm, o[1], o[0], no, tol_out);
         cmp(P, "attn_fwd lse", l[1], l[0], nl, P->tol);
-        snprintf(nm, sizeof nm, "attn_bwd T%d HD%d dqkv", T, HD);
+        snprintf(nm, sizeof nm, "attn_bwd T%d NH%d NKV%d HD%d dqkv", T, NH, NKV, HD);
         cmp(P, nm, g[1], g[0], nq, tol_dqkv);
         for (int k = 0; k < 2; k++) free(o[k]), free(l[k]), free(g[k]);
         free(qkv), free(dout);
