@@ -326,4 +326,4 @@ clean:
 print-%:
 	@echo '$($*)'
 
--include $(OBJS:.o=.d) $(CUDA_OBJS:.o=.d)
+-include $(OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(BUILD)/obj/src/main.d

@@ -22,9 +22,12 @@ typedef enum { LT_PREC_FP32 = 0, LT_PREC_BF16 = 1 } LtPrecision;
 typedef enum { LT_RECOMPUTE_NONE = 0, LT_RECOMPUTE_SELECTIVE, LT_RECOMPUTE_FULL } LtRecompute;
 typedef enum { LT_DEVICE_AUTO = 0, LT_DEVICE_CPU, LT_DEVICE_CUDA } LtDeviceKind;
 typedef enum { LT_COMM_AUTO = 0, LT_COMM_NCCL, LT_COMM_MPI } LtCommBackend;
+typedef enum { LT_ARCH_GPT = 0, LT_ARCH_LLAMA = 1 } LtArch;
+typedef enum { LT_ROPE_NONE = 0, LT_ROPE_LLAMA3 = 1 } LtRopeScalingKind;
 
 typedef struct {
     struct {
+        LtArch arch;                   /* gpt (GPT-2/3 block) | llama (RMSNorm, SwiGLU, RoPE, GQA) */
         int num_layers;
         int hidden_size;
         int num_attention_heads;
@@ -36,6 +39,15 @@ typedef struct {
         int padded_vocab_size;         /* derived: vocab rounded up (not a key) */
         LtAttnImpl attention;          /* auto | cudnn | lattice (CUDA backend's attention) */
         bool attention_deterministic;  /* only bitwise-repeatable attention backward passes */
+        int num_query_groups;          /* key/value heads (llama); 0 = num_attention_heads */
+        double norm_epsilon;           /* RMSNorm epsilon (llama; GPT's LayerNorm uses 1e-5) */
+        double rotary_base;            /* RoPE base theta (llama) */
+        LtRopeScalingKind rope_scaling; /* none | llama3 (Llama 3.1's frequency scaling) */
+        double rope_scaling_factor;    /* llama3: 8 */
+        double rope_low_freq_factor;   /* llama3: 1 */
+        double rope_high_freq_factor;  /* llama3: 4 */
+        int rope_original_max_position; /* llama3: 8192 */
+        bool untie_embeddings_and_output_weights; /* LM head its own weight, not wte */
     } model;
     struct {
         int tensor_model_parallel_size;
@@ -141,6 +153,8 @@ const char *lt_recompute_name(LtRecompute r);
 const char *lt_device_name(LtDeviceKind d);
 const char *lt_comm_backend_name(LtCommBackend b);
 const char *lt_attention_name(LtAttnImpl a);
+const char *lt_arch_name(LtArch a);
+const char *lt_rope_scaling_name(LtRopeScalingKind k);
 
 #ifdef __cplusplus
 }

@@ -93,6 +93,8 @@ typedef struct {
     int recompute;        /* LT_MODEL_RECOMPUTE_* */
     unsigned char *sp_partial; /* per parameter: gradient partial over TP under SP */
     int heads_local, ffn_local, vocab_local; /* this rank's heads, ffn columns, vocab rows */
+    int kv_local;         /* this rank's key/value heads (grouped-query attention) */
+    int qkv_local;        /* columns of this rank's qkv: (heads_local + 2 kv_local) * head dim */
     int vocab_start, vocab_valid;            /* first owned vocab id; owned ids < true vocab */
     int pp, pp_rank, vpp; /* pipeline place (1, 0, 1 without pipelining) */
     int chunk_layers;     /* layers per chunk */
@@ -121,7 +123,9 @@ typedef struct {
     void *scratch_sp;     /* (N/tp, C): their reduce-scattered rows (SP only) */
     void *dfull;          /* (N, C): all-gathered residual gradient (SP only) */
     /* backward workspace */
-    void *dc, *d3c, *dff; /* (N,C), (N,3C), (N,F) */
+    void *dc, *d3c, *dff; /* (N,C), (N,qkv_local), (N,F) */
+    void *dgu;            /* llama: (N, 2F) gradient of gate | up */
+    float *rope_cs;       /* llama: (T, HD/2, 2) rotary cos, sin; NULL without RoPE */
     void *logits;         /* (xent_chunk, Vp): logits, then their gradient in place */
     float *losses;        /* (N) per-token losses */
     float *xstat;         /* (3, xent_chunk) vocab-parallel row max / sum of exp / target logit */

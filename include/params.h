@@ -19,7 +19,21 @@ extern "C" {
 
 typedef struct {
     int num_layers, hidden, heads, ffn, seq_len, max_pos, vocab, padded_vocab;
+    /* the block (model.arch) and what only the Llama block reads; zero = GPT-2 */
+    int arch;          /* LT_ARCH_GPT | LT_ARCH_LLAMA */
+    int kv_heads;      /* key/value heads (grouped-query attention); 0 = heads */
+    int untied;        /* the LM head has a weight of its own (lm_head), not wte */
+    float norm_eps;    /* RMSNorm epsilon (llama) */
+    double rope_base;  /* rotary embedding base theta (llama) */
+    int rope_scaling;  /* LT_ROPE_NONE | LT_ROPE_LLAMA3 */
+    double rope_factor, rope_low_freq, rope_high_freq;
+    int rope_original_max_pos;
 } LtModelDims;
+
+/* Key/value heads of dims: kv_heads, or heads when not set (multi-head). */
+static inline int lt_dims_kv_heads(const LtModelDims *d) {
+    return d->kv_heads > 0 ? d->kv_heads : d->heads;
+}
 
 /* The model dimensions a validated config describes. */
 LtModelDims lt_dims_from_config(const LtConfig *c);
@@ -32,7 +46,9 @@ typedef enum {
     LT_SPLIT_ROWS,     /* dim 0 split in tp contiguous parts: column-parallel weights and
                         * their biases, the vocab-parallel embedding */
     LT_SPLIT_COLS,     /* dim 1 split: row-parallel weights (input features) */
-    LT_SPLIT_QKV,      /* dim 0 holds q | k | v blocks, each split by heads */
+    LT_SPLIT_BLOCKS,   /* dim 0 holds nblocks consecutive blocks (q | k | v of the
+                        * attention input, gate | up of SwiGLU), each split in tp
+                        * contiguous parts: rank r holds part r of every block */
 } LtSplit;
 
 typedef struct {
@@ -41,6 +57,8 @@ typedef struct {
     int64_t shape[2];  /* this rank's shard */
     int64_t gshape[2]; /* the global parameter */
     LtSplit split;
+    int nblocks;       /* LT_SPLIT_BLOCKS: blocks in dim 0 (at most 3) */
+    int64_t block_rows[3]; /* LT_SPLIT_BLOCKS: global rows of each block */
     size_t offset;     /* element offset in the flat buffer */
     size_t numel;
     int decay;         /* 1: weight decay applies (2-D parameters) */
@@ -73,21 +91,32 @@ typedef struct {
     int chunk_layers;       /* layers per chunk: num_layers / (pp * vpp) */
     int first_stage, last_stage; /* 1: holds the embeddings / the final LN and LM head */
     int idx_wte, idx_wpe, idx_lnf; /* table indices; -1 when not held (lnf: ln_f.weight,
-                                    * ln_f.bias follows) */
+                                    * and for GPT ln_f.bias after it) */
+    int idx_head;           /* the untied LM head (lm_head.weight, after ln_f); -1 when the
+                             * head is the tied wte or not held */
     int idx_layer0;         /* index of the first layer's first parameter */
+    int per_layer;          /* parameters per layer: LT_PARAMS_PER_LAYER or
+                             * LT_LLAMA_PARAMS_PER_LAYER */
 } LtParamTable;
 
-/* Parameters per transformer layer in the table. */
+/* Parameters per transformer layer in the table: GPT, Llama. */
 #define LT_PARAMS_PER_LAYER 12
+#define LT_LLAMA_PARAMS_PER_LAYER 6
 
 /* Global layer index of local layer `l` (chunk l / chunk_layers) of a table. */
 int lt_params_global_layer(const LtParamTable *t, int l);
 
-/* Build the table for the GPT described by dims. Order: wte, wpe, then per
- * layer ln_1.{weight,bias}, attn.qkv.{weight,bias}, attn.proj.{weight,bias},
- * ln_2.{weight,bias}, mlp.fc.{weight,bias}, mlp.proj.{weight,bias}, then
- * ln_f.{weight,bias}. Shapes: wte (Vp,C), wpe (P,C), qkv.weight (3C,C),
- * proj.weight (C,C), fc.weight (F,C), mlp.proj.weight (C,F). */
+/* Build the table for the model described by dims.
+ * GPT: wte, wpe, then per layer ln_1.{weight,bias}, attn.qkv.{weight,bias},
+ * attn.proj.{weight,bias}, ln_2.{weight,bias}, mlp.fc.{weight,bias},
+ * mlp.proj.{weight,bias}, then ln_f.{weight,bias}. Shapes: wte (Vp,C), wpe
+ * (P,C), qkv.weight (3C,C), proj.weight (C,C), fc.weight (F,C),
+ * mlp.proj.weight (C,F).
+ * Llama (no biases, no position table): wte, then per layer ln_1.weight
+ * (RMSNorm), attn.qkv.weight ((NH + 2 NKV) HD, C: q | k | v), attn.proj.weight
+ * (C, C), ln_2.weight, mlp.gate_up.weight (2F, C: gate | up),
+ * mlp.down.weight (C, F), then ln_f.weight.
+ * Either arch with dims.untied: lm_head.weight (Vp, C) after ln_f. */
 void lt_params_build(LtParamTable *t, const LtModelDims *d);
 /* The shards held by tensor-parallel rank tp_rank of tp (tp divides heads,
  * ffn and padded vocab). lt_params_build is the tp = 1 case. */

@@ -471,12 +471,15 @@ static int write_meta(const char *path, const LtParamTable *t, const LtCkptState
         "  \"step\": %ld,\n  \"samples_consumed\": %" PRIu64 ",\n  \"seed\": %" PRIu64 ",\n"
         "  \"data_seed\": %" PRIu64 ",\n  \"rng_state\": %" PRIu64 ",\n"
         "  \"optimizer_steps\": %ld,\n"
+        "  \"arch\": \"%s\",\n  \"num_query_groups\": %d,\n"
+        "  \"untie_embeddings_and_output_weights\": %s,\n"
         "  \"num_layers\": %d,\n  \"hidden_size\": %d,\n  \"num_attention_heads\": %d,\n"
         "  \"ffn_hidden_size\": %d,\n  \"seq_length\": %d,\n  \"max_position_embeddings\": %d,\n"
         "  \"vocab_size\": %d,\n  \"padded_vocab_size\": %d,\n  \"num_parameters\": %zu,\n"
         "  \"optimizer_state\": %s,\n",
         META_VERSION, m->step, m->samples_consumed, m->seed, m->data_seed, m->rng_state,
         m->optimizer_steps >= 0 && m->optimizer_steps <= m->step ? m->optimizer_steps : m->step,
+        lt_arch_name((LtArch)d->arch), lt_dims_kv_heads(d), d->untied ? "true" : "false",
         d->num_layers, d->hidden, d->heads, d->ffn, d->seq_len, d->max_pos, d->vocab,
         d->padded_vocab, t->total, s->m && s->v ? "true" : "false");
     if (n < 0 || (size_t)n >= sizeof js - 64) return lt_errorf(err, errlen, "%s: metadata too long", path);

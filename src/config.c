@@ -36,6 +36,8 @@ _Static_assert(sizeof(LtRecompute) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtDeviceKind) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtCommBackend) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtAttnImpl) == sizeof(int), "enum size");
+_Static_assert(sizeof(LtArch) == sizeof(int), "enum size");
+_Static_assert(sizeof(LtRopeScalingKind) == sizeof(int), "enum size");
 
 /* ---- the key table ------------------------------------------------------- */
 
@@ -45,6 +47,8 @@ static const char *const DEVICE_NAMES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const COMM_NAMES[] = {"auto", "nccl", "mpi", NULL};
 /* index = LtAttnImpl */
 static const char *const ATTENTION_NAMES[] = {"auto", "cudnn", "lattice", NULL};
+static const char *const ARCH_NAMES[] = {"gpt", "llama", NULL};             /* index = LtArch */
+static const char *const ROPE_SCALING_NAMES[] = {"none", "llama3", NULL}; /* LtRopeScalingKind */
 
 #define OFF(sec, key) offsetof(LtConfig, sec.key)
 #define K_INT(sec, key, lo, hi)                                                                    \
@@ -64,6 +68,7 @@ static const char *const ATTENTION_NAMES[] = {"auto", "cudnn", "lattice", NULL};
 
 /* Order here is the order of lt_config_print. Sections must be contiguous. */
 const KeyDesc lt_cfg_keys[] = {
+    K_ENUM(model, arch, ARCH_NAMES),
     K_INT(model, num_layers, 1, INT_MAX),
     K_INT(model, hidden_size, 1, INT_MAX),
     K_INT(model, num_attention_heads, 1, INT_MAX),
@@ -74,6 +79,15 @@ const KeyDesc lt_cfg_keys[] = {
     K_INT(model, make_vocab_size_divisible_by, 1, INT_MAX),
     K_ENUM(model, attention, ATTENTION_NAMES),
     K_BOOL(model, attention_deterministic),
+    K_INT(model, num_query_groups, 0, INT_MAX),
+    K_DBL(model, norm_epsilon, 0, 1, D_MIN_OPEN),
+    K_DBL(model, rotary_base, 1, 0, D_MIN_OPEN | D_NO_MAX),
+    K_ENUM(model, rope_scaling, ROPE_SCALING_NAMES),
+    K_DBL(model, rope_scaling_factor, 1, 0, D_NO_MAX),
+    K_DBL(model, rope_low_freq_factor, 0, 0, D_MIN_OPEN | D_NO_MAX),
+    K_DBL(model, rope_high_freq_factor, 0, 0, D_MIN_OPEN | D_NO_MAX),
+    K_INT(model, rope_original_max_position, 1, INT_MAX),
+    K_BOOL(model, untie_embeddings_and_output_weights),
 
     K_INT(parallel, tensor_model_parallel_size, 1, INT_MAX),
     K_INT(parallel, pipeline_model_parallel_size, 1, INT_MAX),
@@ -880,6 +894,16 @@ void lt_config_defaults(LtConfig *c) {
     c->model.padded_vocab_size = 0;
     c->model.attention = LT_ATTN_AUTO;
     c->model.attention_deterministic = true;
+    c->model.arch = LT_ARCH_GPT;
+    c->model.num_query_groups = 0;
+    c->model.norm_epsilon = 1e-5;
+    c->model.rotary_base = 500000;
+    c->model.rope_scaling = LT_ROPE_NONE;
+    c->model.rope_scaling_factor = 8;
+    c->model.rope_low_freq_factor = 1;
+    c->model.rope_high_freq_factor = 4;
+    c->model.rope_original_max_position = 8192;
+    c->model.untie_embeddings_and_output_weights = false;
 
     c->parallel.tensor_model_parallel_size = 1;
     c->parallel.pipeline_model_parallel_size = 1;
@@ -969,6 +993,13 @@ const char *lt_device_name(LtDeviceKind d) {
 }
 const char *lt_comm_backend_name(LtCommBackend b) {
     return (int)b >= 0 && (int)b < lt_cfg_enum_count(COMM_NAMES) ? COMM_NAMES[b] : "unknown";
+}
+const char *lt_arch_name(LtArch a) {
+    return (int)a >= 0 && (int)a < lt_cfg_enum_count(ARCH_NAMES) ? ARCH_NAMES[a] : "unknown";
+}
+const char *lt_rope_scaling_name(LtRopeScalingKind k) {
+    return (int)k >= 0 && (int)k < lt_cfg_enum_count(ROPE_SCALING_NAMES) ? ROPE_SCALING_NAMES[k]
+                                                                       : "unknown";
 }
 const char *lt_attention_name(LtAttnImpl a) {
     return (int)a >= 0 && (int)a < lt_cfg_enum_count(ATTENTION_NAMES) ? ATTENTION_NAMES[a]

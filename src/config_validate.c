@@ -8,6 +8,40 @@
 #include "config_internal.h"
 #include "schedule.h"
 
+/* Keys that only the Llama block reads: refused for model.arch=gpt when set
+ * away from their defaults, so a GPT config never carries a setting that does
+ * nothing. Returns -1 with the message in err. */
+static int llama_only_keys(const LtConfig *c, int llama, char *err, size_t errlen) {
+    if (llama) return 0;
+    LtConfig d;
+    lt_config_defaults(&d);
+    const struct {
+        const char *name;
+        int differs;
+    } keys[] = {
+        {"model.num_query_groups", c->model.num_query_groups != 0 &&
+                                       c->model.num_query_groups != c->model.num_attention_heads},
+        {"model.norm_epsilon", c->model.norm_epsilon != d.model.norm_epsilon},
+        {"model.rotary_base", c->model.rotary_base != d.model.rotary_base},
+        {"model.rope_scaling", c->model.rope_scaling != d.model.rope_scaling},
+        {"model.rope_scaling_factor", c->model.rope_scaling_factor != d.model.rope_scaling_factor},
+        {"model.rope_low_freq_factor",
+         c->model.rope_low_freq_factor != d.model.rope_low_freq_factor},
+        {"model.rope_high_freq_factor",
+         c->model.rope_high_freq_factor != d.model.rope_high_freq_factor},
+        {"model.rope_original_max_position",
+         c->model.rope_original_max_position != d.model.rope_original_max_position},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (keys[i].differs)
+            return lt_cfg_fail(err, errlen,
+                               "%s is a setting of the Llama block (grouped-query attention, "
+                               "RMSNorm, rotary embeddings) and needs model.arch=llama; "
+                               "model.arch is gpt",
+                               keys[i].name);
+    return 0;
+}
+
 int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
     char dummy[8];
     if (!err || errlen == 0) {
@@ -31,6 +65,13 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
     const long long vpp = t->parallel.virtual_pipeline_model_parallel_size;
     const long long hidden = t->model.hidden_size, heads = t->model.num_attention_heads;
 
+    const int llama = t->model.arch == LT_ARCH_LLAMA;
+    if (llama && t->model.ffn_hidden_size == 0) {
+        lt_cfg_fail(err, errlen,
+                    "model.arch=llama needs model.ffn_hidden_size (the SwiGLU inner width, e.g. "
+                    "14336 for Llama 3.1 8B); it has no 4*hidden_size default");
+        goto out;
+    }
     if (t->model.ffn_hidden_size == 0) {
         if (hidden > INT_MAX / 4) {
             lt_cfg_fail(err, errlen,
@@ -43,6 +84,8 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
     }
     if (t->optimizer.decay_steps == 0)
         t->optimizer.decay_steps = t->train.steps;
+    if (t->model.num_query_groups == 0) t->model.num_query_groups = t->model.num_attention_heads;
+    if (llama_only_keys(c, llama, err, errlen)) goto out;
     const long long ffn = t->model.ffn_hidden_size;
 
     if (hidden % heads) {
@@ -75,6 +118,29 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
                     global, micro, dp, micro * dp);
         goto out;
     }
+    if (heads % t->model.num_query_groups) {
+        lt_cfg_fail(err, errlen,
+                    "model.num_query_groups (%d) must divide model.num_attention_heads (%lld): "
+                    "each key/value head serves the same number of query heads",
+                    t->model.num_query_groups, heads);
+        goto out;
+    }
+    if (t->model.rope_scaling == LT_ROPE_LLAMA3 &&
+        t->model.rope_high_freq_factor <= t->model.rope_low_freq_factor) {
+        lt_cfg_fail(err, errlen,
+                    "model.rope_scaling=llama3 needs model.rope_high_freq_factor (%g) > "
+                    "model.rope_low_freq_factor (%g)",
+                    t->model.rope_high_freq_factor, t->model.rope_low_freq_factor);
+        goto out;
+    }
+    if (llama && (hidden / heads) % 2) {
+        lt_cfg_fail(err, errlen,
+                    "model.arch=llama: rotary embeddings rotate pairs of elements, so the head "
+                    "dimension model.hidden_size / model.num_attention_heads (%lld / %lld = %lld) "
+                    "must be even",
+                    hidden, heads, hidden / heads);
+        goto out;
+    }
     const struct {
         const char *name;
         long long v;
@@ -82,8 +148,9 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
         {"model.hidden_size", hidden},
         {"model.num_attention_heads", heads},
         {"model.ffn_hidden_size", ffn},
+        {"model.num_query_groups", t->model.num_query_groups},
     };
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         if (by_tp[i].v % tp) {
             lt_cfg_fail(err, errlen,
                         "%s (%lld) must be divisible by "

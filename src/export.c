@@ -151,6 +151,12 @@ int lt_export_hf(const char *ckpt_path, const char *out_dir, char *err, size_t e
     }
     const LtModelDims dims = lt_dims_from_config(cfg);
     free(cfg);
+    if (dims.arch != LT_ARCH_GPT || dims.untied)
+        return lt_errorf(err, errlen,
+                         "%s: lattice export writes GPT-2 checkpoints with a tied LM head; this "
+                         "one is model.arch=%s%s",
+                         stepdir, lt_arch_name((LtArch)dims.arch),
+                         dims.untied ? " with an untied LM head" : "");
 
     LtParamTable t;
     lt_params_build(&t, &dims);

@@ -16,7 +16,18 @@
  * turned into its gradient in place and immediately pushed back into dlnf and
  * dwte (so (N x V) logits never exist), and dlnf through LN_f into the
  * slot's output gradient - all during the forward, so the last stage's
- * backward starts like every other stage's: from a gradient of its output. */
+ * backward starts like every other stage's: from a gradient of its output.
+ *
+ * The Llama block (model.arch=llama) has the same dataflow with other ops:
+ *   ln = RMSNorm (no bias, fused with the residual add the same way);
+ *   qkv (N, (NH + 2 NKV) HD) with NKV key/value heads, RoPE applied in place
+ *   to its q and k heads before attention (qkv keeps the rotated values, which
+ *   is what attention's backward needs; the rotation's backward is the
+ *   inverse rotation of dq, dk);
+ *   fch_pre = ln2 W_gate_up^T (N, 2F: gate | up), fch = silu(gate) * up;
+ *   no biases, no position table. The parameter roles below map both blocks
+ *   onto one layer routine; a role a block lacks (biases) is absent (NULL).
+ * An untied LM head (lm_head, either block) replaces wte in the logits. */
 #include "model.h"
 
 #include <math.h>
@@ -24,9 +35,15 @@
 #include <string.h>
 
 #include "common.h"
+#include "rope.h"
 
+/* Parameter roles within a layer: GPT's table order (params.h). For Llama
+ * P_FCW is mlp.gate_up.weight and P_FC2W mlp.down.weight. */
 enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FC2W,
-       P_FC2B, P_PER_LAYER };
+       P_FC2B, P_ROLES };
+/* Position of each role in a layer's slice of the table, -1 when absent. */
+static const int GPT_ROLES[P_ROLES] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+static const int LLAMA_ROLES[P_ROLES] = {0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1};
 
 int lt_model_lm_head_chunk(size_t N, size_t Vl, size_t act_bytes, int requested) {
     if (N == 0) return 1;
@@ -43,8 +60,26 @@ static void *param(const LtModel *m, int i) {
     return (char *)m->params + lt_act_bytes(m->be, m->table.p[i].offset);
 }
 static float *grad(const LtModel *m, int i) { return m->gptr[i]; }
-/* Table index of parameter k of local layer l (chunk l / chunk_layers). */
-static int lidx(const LtModel *m, int l, int k) { return m->table.idx_layer0 + P_PER_LAYER * l + k; }
+static int is_llama(const LtModel *m) { return m->d.arch == LT_ARCH_LLAMA; }
+/* Table index of the parameter of role k of local layer l (chunk l /
+ * chunk_layers), -1 when the block has no such parameter. */
+static int lidx(const LtModel *m, int l, int k) {
+    const int pos = (is_llama(m) ? LLAMA_ROLES : GPT_ROLES)[k];
+    return pos < 0 ? -1 : m->table.idx_layer0 + m->table.per_layer * l + pos;
+}
+/* Parameter / gradient of role k of layer l, NULL when absent. */
+static void *lw(const LtModel *m, int l, int k) {
+    const int i = lidx(m, l, k);
+    return i < 0 ? NULL : param(m, i);
+}
+static float *lg(const LtModel *m, int l, int k) {
+    const int i = lidx(m, l, k);
+    return i < 0 ? NULL : grad(m, i);
+}
+/* The LM head's weight: the untied lm_head, else the tied wte. */
+static int head_idx(const LtModel *m) {
+    return m->table.idx_head >= 0 ? m->table.idx_head : m->table.idx_wte;
+}
 
 static void *act_alloc(LtModel *m, size_t n, size_t *acc) {
     size_t bytes = lt_act_bytes(m->be, n);
@@ -66,8 +101,8 @@ static size_t group_span(const LtParamTable *t, int first, int last) {
 static int emb_last(const LtParamTable *t) { return t->idx_wpe >= 0 ? t->idx_wpe : t->idx_wte; }
 static int group_first(const LtParamTable *t, int i) {
     if (t->idx_wte >= 0 && i <= emb_last(t)) return t->idx_wte;
-    if (t->idx_lnf >= 0 && i >= t->idx_lnf) return t->idx_lnf;
-    return t->idx_layer0 + P_PER_LAYER * ((i - t->idx_layer0) / P_PER_LAYER);
+    if (t->idx_lnf >= 0 && i >= t->idx_lnf) return t->idx_lnf; /* ln_f (and lm_head) */
+    return t->idx_layer0 + t->per_layer * ((i - t->idx_layer0) / t->per_layer);
 }
 
 /* Point every parameter's gradient into the flat buffer, or (buckets) into one
@@ -82,7 +117,7 @@ static void setup_grads(LtModel *m, int buckets) {
         for (int i = 0; i < t->n; i++) m->gptr[i] = m->grads + t->p[i].offset;
         return;
     }
-    const int own_emb = m->pp > 1 && t->idx_wte >= 0;
+    const int own_emb = m->pp > 1 && t->idx_wte >= 0 && !m->d.untied;
     size_t len = 0;
     for (int i = 0; i < t->n;) {
         int f = group_first(t, i), last = i;
@@ -105,17 +140,17 @@ static void setup_grads(LtModel *m, int buckets) {
 /* One set of layer activations; fields in `share` (non-NULL) are reused. */
 static void layer_acts_alloc(LtModel *m, LtLayerActs *la, const LtLayerActs *share, size_t *a) {
     const size_t N = (size_t)m->B * m->T, C = m->d.hidden, F = m->ffn_local,
-                 C3 = 3 * C / (size_t)m->tp_size, R = m->boundary / C;
+                 R = m->boundary / C, CL = (size_t)m->heads_local * (C / (size_t)m->d.heads);
     la->ln1 = act_alloc(m, N * C, a);
-    la->qkv = act_alloc(m, N * C3, a);
-    la->atty = share && share->atty ? share->atty : act_alloc(m, N * C3 / 3, a);
+    la->qkv = act_alloc(m, N * (size_t)m->qkv_local, a);
+    la->atty = share && share->atty ? share->atty : act_alloc(m, N * CL, a);
     la->r2 = act_alloc(m, R * C, a);
     la->ln2 = act_alloc(m, N * C, a);
-    la->fch_pre = act_alloc(m, N * F, a);
+    la->fch_pre = act_alloc(m, N * F * (is_llama(m) ? 2 : 1), a); /* llama: gate | up */
     la->fch = act_alloc(m, N * F, a);
-    la->mean1 = f32_alloc(m, R, a);
+    la->mean1 = is_llama(m) ? NULL : f32_alloc(m, R, a); /* RMSNorm keeps no mean */
     la->rstd1 = f32_alloc(m, R, a);
-    la->mean2 = f32_alloc(m, R, a);
+    la->mean2 = is_llama(m) ? NULL : f32_alloc(m, R, a);
     la->rstd2 = f32_alloc(m, R, a);
     la->lse = f32_alloc(m, N * (size_t)m->heads_local, a);
 }
@@ -160,8 +195,33 @@ static void setup_slots(LtModel *m, int nslots) {
     }
 }
 
+/* The rotary table (T, HD/2, 2) of cos, sin on the device (llama). */
+static float *rope_setup(LtModel *m, size_t *acc) {
+    const int HD = m->d.hidden / m->d.heads;
+    const LtRopeScaling sc = {
+        .type = m->d.rope_scaling == LT_ROPE_LLAMA3 ? LT_ROPE_SCALING_LLAMA3 : LT_ROPE_SCALING_NONE,
+        .factor = m->d.rope_factor,
+        .low_freq_factor = m->d.rope_low_freq,
+        .high_freq_factor = m->d.rope_high_freq,
+        .original_max_position = m->d.rope_original_max_pos,
+    };
+    const size_t n = (size_t)m->T * (size_t)HD;
+    float *host = lt_malloc(n * sizeof(float));
+    lt_rope_table(host, m->T, HD, m->d.rope_base, &sc);
+    float *dev = f32_alloc(m, n, acc);
+    m->be->ops->upload(m->be, dev, host, n * sizeof(float));
+    free(host);
+    return dev;
+}
+
 LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
                          const LtModelOptions *opt) {
+    const LtBackendOps *o = be->ops;
+    if (d->arch == LT_ARCH_LLAMA && (!o->rmsnorm_fwd || !o->rmsnorm_bwd || !o->swiglu_fwd ||
+                                     !o->swiglu_bwd || !o->rope))
+        lt_input_error("model.arch=llama: the %s backend has no RMSNorm, SwiGLU or rotary "
+                       "embedding kernels",
+                       be->ops->name);
     LtModel *m = lt_calloc(sizeof *m);
     m->be = be;
     m->d = *d;
@@ -178,6 +238,8 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     lt_params_build_stage(&m->table, d, m->tp_size, m->tp_rank, place);
     m->chunk_layers = m->table.chunk_layers;
     m->heads_local = d->heads / m->tp_size;
+    m->kv_local = lt_dims_kv_heads(d) / m->tp_size;
+    m->qkv_local = (m->heads_local + 2 * m->kv_local) * (d->hidden / d->heads);
     m->ffn_local = d->ffn / m->tp_size;
     m->vocab_local = d->padded_vocab / m->tp_size;
     m->vocab_start = m->tp_rank * m->vocab_local;
@@ -185,8 +247,7 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     if (m->vocab_valid < 0) m->vocab_valid = 0;
     if (m->vocab_valid > m->vocab_local) m->vocab_valid = m->vocab_local;
     m->sp = m->tp && opt->sequence_parallel;
-    const size_t N = (size_t)B * T, C = d->hidden, F = m->ffn_local,
-                 C3 = 3 * C / (size_t)m->tp_size;
+    const size_t N = (size_t)B * T, C = d->hidden, F = m->ffn_local;
     const size_t R = m->sp ? N / (size_t)m->tp_size : N; /* residual-stream rows of this rank */
     LT_CHECK(!m->sp || N % (size_t)m->tp_size == 0);
     m->boundary = R * C;
@@ -221,8 +282,12 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     m->scratch_sp = m->sp ? act_alloc(m, R * C, w) : NULL;
     m->dfull = m->sp ? act_alloc(m, N * C, w) : NULL;
     m->dc = act_alloc(m, N * C, w);
-    m->d3c = act_alloc(m, N * C3, w);
+    m->d3c = act_alloc(m, N * (size_t)m->qkv_local, w);
     m->dff = act_alloc(m, N * F, w);
+    if (is_llama(m)) {
+        m->dgu = act_alloc(m, 2 * N * F, w);
+        m->rope_cs = rope_setup(m, w);
+    }
     m->own_loss_acc = be->ops->alloc(be, sizeof(double));
     m->loss_acc = m->own_loss_acc;
     return m;
@@ -249,7 +314,7 @@ void lt_model_destroy(LtModel *m) {
     if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE) fr(be, m->shared.atty);
     void *ps[] = {m->params, m->grads, m->emb_grads, m->stage_f32, m->lnf, m->meanf, m->rstdf,
                   m->xlast, m->scratch_c, m->scratch_sp, m->dfull, m->dc, m->d3c, m->dff,
-                  m->logits, m->losses, m->xstat, m->targets, m->own_loss_acc};
+                  m->dgu, m->rope_cs, m->logits, m->losses, m->xstat, m->targets, m->own_loss_acc};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) fr(be, ps[i]);
     free(m->gptr);
@@ -310,8 +375,32 @@ static void tp_reduce_f32(LtModel *m, float *x, size_t n, LtCommOp op) {
     if (m->tp) lt_comm_all_reduce(m->tp, x, n, LT_COMM_F32, op);
 }
 
-/* A row-parallel layer's bias is added once: by the first TP rank. */
-static const void *row_bias(const LtModel *m, int i) { return m->tp_rank == 0 ? param(m, i) : NULL; }
+/* A row-parallel layer's bias (role k of layer l; absent: NULL) is added
+ * once: by the first TP rank. */
+static const void *row_bias(const LtModel *m, int l, int k) {
+    return m->tp_rank == 0 ? lw(m, l, k) : NULL;
+}
+
+/* The block's normalization fused with the residual add (backend.h:
+ * layernorm_fwd, rmsnorm_fwd): LayerNorm with weight and bias, or RMSNorm
+ * with weight only (mean and bias unused). */
+static void norm_fwd(LtModel *m, void *resid_out, void *out, float *mean, float *rstd,
+                     const void *a, const void *b, const void *w, const void *bias, int R, int C) {
+    LtBackend *be = m->be;
+    if (is_llama(m))
+        be->ops->rmsnorm_fwd(be, resid_out, out, rstd, a, b, w, m->d.norm_eps, R, C);
+    else
+        be->ops->layernorm_fwd(be, resid_out, out, mean, rstd, a, b, w, bias, R, C);
+}
+static void norm_bwd(LtModel *m, void *dinp, float *dw, float *db, const void *dout,
+                     const void *inp, const void *w, const float *mean, const float *rstd, int R,
+                     int C) {
+    LtBackend *be = m->be;
+    if (is_llama(m))
+        be->ops->rmsnorm_bwd(be, dinp, dw, dout, inp, w, rstd, R, C);
+    else
+        be->ops->layernorm_bwd(be, dinp, dw, db, dout, inp, w, mean, rstd, R, C);
+}
 
 /* ---- sequence parallelism ------------------------------------------------------
  * With sequence_parallel the residual stream, the LayerNorms and their
@@ -365,23 +454,28 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
     const int T = m->T, C = m->d.hidden, F = m->ffn_local, NH = m->heads_local,
-              HD = m->d.hidden / m->d.heads, CL = NH * HD;
+              NKV = m->kv_local, HD = m->d.hidden / m->d.heads, CL = NH * HD;
     const int N = B * T, R = m->sp ? N / m->tp_size : N;
     const size_t mine = m->sp ? (size_t)m->tp_rank * R : 0; /* first row of this rank's slot */
-    o->layernorm_fwd(be, delta ? xin : NULL, rows_at(m, a->ln1, mine, C), a->mean1, a->rstd1, x,
-                     delta, param(m, lidx(m, l, P_LN1W)), param(m, lidx(m, l, P_LN1B)), R, C);
+    norm_fwd(m, delta ? xin : NULL, rows_at(m, a->ln1, mine, C), a->mean1, a->rstd1, x, delta,
+             lw(m, l, P_LN1W), lw(m, l, P_LN1B), R, C);
     sp_gather(m, a->ln1, R, C);
-    o->linear_fwd(be, a->qkv, NULL, a->ln1, param(m, lidx(m, l, P_QKVW)),
-                  param(m, lidx(m, l, P_QKVB)), N, C, 3 * CL);
-    o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, NH, HD);
-    o->linear_fwd(be, m->scratch_c, NULL, a->atty, param(m, lidx(m, l, P_PROJW)),
-                  row_bias(m, lidx(m, l, P_PROJB)), N, CL, C);
+    o->linear_fwd(be, a->qkv, NULL, a->ln1, lw(m, l, P_QKVW), lw(m, l, P_QKVB), N, C,
+                  m->qkv_local);
+    if (m->rope_cs) o->rope(be, a->qkv, m->rope_cs, B, T, NH, NKV, HD, 0);
+    o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, NKV, HD);
+    o->linear_fwd(be, m->scratch_c, NULL, a->atty, lw(m, l, P_PROJW), row_bias(m, l, P_PROJB), N,
+                  CL, C);
     void *attn = tp_finish(m, m->scratch_c, m->scratch_sp, R, C);
-    o->layernorm_fwd(be, a->r2, rows_at(m, a->ln2, mine, C), a->mean2, a->rstd2, xin, attn,
-                     param(m, lidx(m, l, P_LN2W)), param(m, lidx(m, l, P_LN2B)), R, C);
+    norm_fwd(m, a->r2, rows_at(m, a->ln2, mine, C), a->mean2, a->rstd2, xin, attn,
+             lw(m, l, P_LN2W), lw(m, l, P_LN2B), R, C);
     sp_gather(m, a->ln2, R, C);
-    o->linear_fwd(be, a->fch, a->fch_pre, a->ln2, param(m, lidx(m, l, P_FCW)),
-                  param(m, lidx(m, l, P_FCB)), N, C, F);
+    if (is_llama(m)) { /* fch_pre = gate | up, fch = silu(gate) * up */
+        o->linear_fwd(be, a->fch_pre, NULL, a->ln2, lw(m, l, P_FCW), NULL, N, C, 2 * F);
+        o->swiglu_fwd(be, a->fch, a->fch_pre, N, F);
+    } else {
+        o->linear_fwd(be, a->fch, a->fch_pre, a->ln2, lw(m, l, P_FCW), lw(m, l, P_FCB), N, C, F);
+    }
 }
 
 /* Upload ids (asynchronously) and, when the vocabulary is split over TP,
@@ -407,8 +501,9 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
     if (lt_model_chunk_first(m, c)) {
         upload_ids(m, sl->tokens, tokens, N);
         void *emb = m->sp ? m->scratch_c : sl->x[0];
+        const int wpe = m->table.idx_wpe; /* none for llama */
         o->embedding_fwd(be, emb, sl->tokens, param(m, m->table.idx_wte),
-                         m->tp_rank == 0 ? param(m, m->table.idx_wpe) : NULL, B, T, C);
+                         m->tp_rank == 0 && wpe >= 0 ? param(m, wpe) : NULL, B, T, C);
         void *x0 = tp_finish(m, emb, sl->x[0], R, C);
         LT_CHECK(x0 == sl->x[0]);
     }
@@ -417,15 +512,15 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
         const int l = c * n + j;
         LtLayerActs *a = &sl->layer[j];
         layer_forward(m, l, a, B, sl->x[j], j ? sl->layer[j - 1].r2 : sl->x[0], delta);
-        o->linear_fwd(be, m->scratch_c, NULL, a->fch, param(m, lidx(m, l, P_FC2W)),
-                      row_bias(m, lidx(m, l, P_FC2B)), N, F, C);
+        o->linear_fwd(be, m->scratch_c, NULL, a->fch, lw(m, l, P_FC2W), row_bias(m, l, P_FC2B),
+                      N, F, C);
         delta = tp_finish(m, m->scratch_c, m->scratch_sp, R, C);
     }
     const void *last = n ? sl->layer[n - 1].r2 : sl->x[0];
     if (lt_model_chunk_last(m, c)) {
-        int f = m->table.idx_lnf;
-        o->layernorm_fwd(be, delta ? m->xlast : NULL, rows_at(m, m->lnf, mine, C), m->meanf,
-                         m->rstdf, last, delta, param(m, f), param(m, f + 1), R, C);
+        const int f = m->table.idx_lnf;
+        norm_fwd(m, delta ? m->xlast : NULL, rows_at(m, m->lnf, mine, C), m->meanf, m->rstdf,
+                 last, delta, param(m, f), is_llama(m) ? NULL : param(m, f + 1), R, C);
         if (!delta) o->copy(be, m->xlast, last, lt_act_bytes(be, (size_t)R * C));
         sp_gather(m, m->lnf, R, C);
     } else if (delta) {
@@ -441,7 +536,7 @@ static void loss_chunks(LtModel *m, int N, float grad_scale) {
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
     const int C = m->d.hidden, V = m->d.vocab, Vl = m->vocab_local;
-    const int X = m->xent_chunk, wte = m->table.idx_wte;
+    const int X = m->xent_chunk, wte = head_idx(m); /* the LM head: tied wte or lm_head */
     float *gmax = m->xstat, *gsum = m->xstat + X, *gtgt = m->xstat + 2 * X;
     for (int r = 0; r < N; r += X) {
         int n = N - r < X ? N - r : X;
@@ -477,16 +572,17 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
     upload_ids(m, m->targets, targets, N);
     loss_chunks(m, N, grad_scale);
     if (grad_scale == 0.0f) return;
-    /* the LM head's share of the tied embedding (its own buffer with pipelining) */
-    if (!m->emb_grads) grads_ready(m, m->table.idx_wte, m->table.idx_wte);
+    /* the LM head's share of the tied embedding (its own buffer with pipelining); an
+     * untied head is handed over with the final norm below */
+    if (!m->emb_grads && m->table.idx_head < 0) grads_ready(m, m->table.idx_wte, m->table.idx_wte);
     /* dlnf -> through the final LayerNorm into the gradient of the chunk output */
     const int f = m->table.idx_lnf;
     LtActSlot *sl = &m->slot[s];
     void *dln = tp_finish(m, m->dc, m->scratch_sp, R, C); /* d(lnf), this rank's rows */
     be->ops->zero(be, sl->dout, lt_act_bytes(be, (size_t)R * C));
-    be->ops->layernorm_bwd(be, sl->dout, grad(m, f), grad(m, f + 1), dln, m->xlast, param(m, f),
-                           m->meanf, m->rstdf, R, C);
-    grads_ready(m, f, f + 1);
+    norm_bwd(m, sl->dout, grad(m, f), is_llama(m) ? NULL : grad(m, f + 1), dln, m->xlast,
+             param(m, f), m->meanf, m->rstdf, R, C);
+    grads_ready(m, f, m->table.n - 1); /* the final group: ln_f (and lm_head) */
 }
 
 /* Refill what backward of local layer l (activations a, input x) needs that
@@ -497,16 +593,36 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
 static void recompute_layer(LtModel *m, int l, LtLayerActs *a, void *x, int B) {
     if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE)
         m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, B, m->T, m->heads_local,
-                                  m->heads_local, m->d.hidden / m->d.heads);
+                                  m->kv_local, m->d.hidden / m->d.heads);
     else
         layer_forward(m, l, a, B, x, x, NULL);
+}
+
+/* Backward of the MLP of layer l from dout (the layer output's gradient, all
+ * N rows) into m->dc (the gradient of ln2, partial over TP). */
+static void mlp_backward(LtModel *m, int l, LtLayerActs *a, const void *dout, int N) {
+    LtBackend *be = m->be;
+    const LtBackendOps *o = be->ops;
+    const int C = m->d.hidden, F = m->ffn_local;
+    if (is_llama(m)) {
+        o->linear_bwd(be, m->dff, lg(m, l, P_FC2W), NULL, dout, a->fch, lw(m, l, P_FC2W), NULL, N,
+                      F, C);
+        o->swiglu_bwd(be, m->dgu, a->fch_pre, m->dff, N, F);
+        o->linear_bwd(be, m->dc, lg(m, l, P_FCW), NULL, m->dgu, a->ln2, lw(m, l, P_FCW), NULL, N,
+                      C, 2 * F);
+    } else {
+        o->linear_bwd(be, m->dff, lg(m, l, P_FC2W), lg(m, l, P_FC2B), dout, a->fch,
+                      lw(m, l, P_FC2W), a->fch_pre, N, F, C);
+        o->linear_bwd(be, m->dc, lg(m, l, P_FCW), lg(m, l, P_FCB), m->dff, a->ln2, lw(m, l, P_FCW),
+                      NULL, N, C, F);
+    }
 }
 
 void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
     LT_CHECK(c >= 0 && c < m->vpp && s >= 0 && s < m->nslots);
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
-    const int B = m->B, T = m->T, C = m->d.hidden, F = m->ffn_local, NH = m->heads_local,
+    const int B = m->B, T = m->T, C = m->d.hidden, NH = m->heads_local, NKV = m->kv_local,
               HD = m->d.hidden / m->d.heads, CL = NH * HD, n = m->chunk_layers;
     const int N = B * T, R = m->sp ? N / m->tp_size : N;
     LtActSlot *sl = &m->slot[s];
@@ -517,30 +633,28 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
         if (m->recompute) recompute_layer(m, l, a, sl->x[j], B);
         /* dres = d(output of layer l) flows to both mlp_out and r2 */
         void *dout = grad_full(m, dres, R, C);
-        o->linear_bwd(be, m->dff, grad(m, lidx(m, l, P_FC2W)), grad(m, lidx(m, l, P_FC2B)), dout,
-                      a->fch, param(m, lidx(m, l, P_FC2W)), a->fch_pre, N, F, C);
-        o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_FCW)), grad(m, lidx(m, l, P_FCB)), m->dff,
-                      a->ln2, param(m, lidx(m, l, P_FCW)), NULL, N, C, F);
+        mlp_backward(m, l, a, dout, N);
         void *dln = tp_finish(m, m->dc, m->scratch_sp, R, C);
-        o->layernorm_bwd(be, dres, grad(m, lidx(m, l, P_LN2W)), grad(m, lidx(m, l, P_LN2B)), dln,
-                         a->r2, param(m, lidx(m, l, P_LN2W)), a->mean2, a->rstd2, R, C);
+        norm_bwd(m, dres, lg(m, l, P_LN2W), lg(m, l, P_LN2B), dln, a->r2, lw(m, l, P_LN2W),
+                 a->mean2, a->rstd2, R, C);
         /* dres = d(r2) flows to both the attention projection and the layer input */
         dout = grad_full(m, dres, R, C);
-        o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_PROJW)), grad(m, lidx(m, l, P_PROJB)), dout,
-                      a->atty, param(m, lidx(m, l, P_PROJW)), NULL, N, CL, C);
-        o->attention_bwd(be, m->d3c, m->dc, a->qkv, a->atty, a->lse, B, T, NH, NH, HD);
-        o->linear_bwd(be, m->dc, grad(m, lidx(m, l, P_QKVW)), grad(m, lidx(m, l, P_QKVB)), m->d3c,
-                      a->ln1, param(m, lidx(m, l, P_QKVW)), NULL, N, C, 3 * CL);
+        o->linear_bwd(be, m->dc, lg(m, l, P_PROJW), lg(m, l, P_PROJB), dout, a->atty,
+                      lw(m, l, P_PROJW), NULL, N, CL, C);
+        o->attention_bwd(be, m->d3c, m->dc, a->qkv, a->atty, a->lse, B, T, NH, NKV, HD);
+        if (m->rope_cs) o->rope(be, m->d3c, m->rope_cs, B, T, NH, NKV, HD, 1); /* d(pre-RoPE) */
+        o->linear_bwd(be, m->dc, lg(m, l, P_QKVW), lg(m, l, P_QKVB), m->d3c, a->ln1,
+                      lw(m, l, P_QKVW), NULL, N, C, m->qkv_local);
         dln = tp_finish(m, m->dc, m->scratch_sp, R, C);
-        o->layernorm_bwd(be, dres, grad(m, lidx(m, l, P_LN1W)), grad(m, lidx(m, l, P_LN1B)), dln,
-                         sl->x[j], param(m, lidx(m, l, P_LN1W)), a->mean1, a->rstd1, R, C);
-        grads_ready(m, lidx(m, l, 0), lidx(m, l, P_PER_LAYER - 1));
+        norm_bwd(m, dres, lg(m, l, P_LN1W), lg(m, l, P_LN1B), dln, sl->x[j], lw(m, l, P_LN1W),
+                 a->mean1, a->rstd1, R, C);
+        grads_ready(m, lidx(m, l, 0), lidx(m, l, 0) + m->table.per_layer - 1);
     }
     if (lt_model_chunk_first(m, c)) {
-        const int e = m->table.idx_wte;
-        o->embedding_bwd(be, grad(m, e), grad(m, m->table.idx_wpe), grad_full(m, dres, R, C),
-                         sl->tokens, B, T, C);
-        if (!m->emb_grads) grads_ready(m, e, m->table.idx_wpe);
+        const int e = m->table.idx_wte, wpe = m->table.idx_wpe;
+        o->embedding_bwd(be, grad(m, e), wpe >= 0 ? grad(m, wpe) : NULL,
+                         grad_full(m, dres, R, C), sl->tokens, B, T, C);
+        if (!m->emb_grads) grads_ready(m, e, wpe >= 0 ? wpe : e);
     } else {
         LT_CHECK(din != NULL);
         o->copy(be, din, dres, lt_act_bytes(be, (size_t)R * C));
@@ -584,16 +698,20 @@ void lt_model_next_logits(LtModel *m, const int32_t *tokens, int len, float *out
     chunk_body(m, 0, 0, 1, row, NULL);
     free(row);
     const void *x = (const char *)m->lnf + lt_act_bytes(be, (size_t)(len - 1) * C);
-    be->ops->linear_fwd(be, m->logits, NULL, x, param(m, m->table.idx_wte), NULL, 1, C, Vp);
+    be->ops->linear_fwd(be, m->logits, NULL, x, param(m, head_idx(m)), NULL, 1, C, Vp);
     be->ops->act_to_f32(be, m->stage_f32, m->logits, (size_t)Vp);
     be->ops->download(be, out, m->stage_f32, (size_t)V * sizeof(float));
 }
 
 double lt_model_flops_per_sample(const LtModelDims *d, int causal) {
     const double s = d->seq_len, h = d->hidden, F = d->ffn, L = d->num_layers,
-                 V = d->padded_vocab;
+                 V = d->padded_vocab, kv = (double)lt_dims_kv_heads(d) * (h / d->heads);
     const double attn = causal ? 2.0 * s * h : 4.0 * s * h;
-    /* forward FLOPs per token: per layer QKV 6h^2 + proj 2h^2 + MLP 4hF + scores and
-     * weighted sum 4sh; LM head 2hV. Backward = 2x forward. */
-    return 3.0 * s * (L * (8.0 * h * h + 4.0 * h * F + attn) + 2.0 * h * V);
+    /* forward FLOPs per token and layer: the q, k, v projections 2h(h + 2kv) (GPT:
+     * kv = h, 6h^2), the output projection 2h^2, the MLP 4hF (GPT: two matrices) or
+     * 6hF (SwiGLU: gate, up, down), scores and weighted sum 4sh (query heads, GQA
+     * or not); the LM head 2hV (tied or not). Backward = 2x forward. */
+    const double mlp = d->arch == LT_ARCH_LLAMA ? 6.0 * h * F : 4.0 * h * F;
+    const double layer = 2.0 * h * (h + 2.0 * kv) + 2.0 * h * h + mlp + attn;
+    return 3.0 * s * (L * layer + 2.0 * h * V);
 }

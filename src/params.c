@@ -32,7 +32,7 @@ static LtParam *add(LtParamTable *t, int *cap, LtSplit split, LtInitKind init, f
     p->gshape[0] = r;
     p->gshape[1] = c > 0 ? c : 1;
     p->split = split;
-    p->shape[0] = split == LT_SPLIT_ROWS || split == LT_SPLIT_QKV ? r / t->tp : r;
+    p->shape[0] = split == LT_SPLIT_ROWS || split == LT_SPLIT_BLOCKS ? r / t->tp : r;
     p->shape[1] = split == LT_SPLIT_COLS ? p->gshape[1] / t->tp : p->gshape[1];
     p->numel = (size_t)p->shape[0] * (size_t)p->shape[1];
     p->offset = t->total;
@@ -56,6 +56,58 @@ int lt_params_global_layer(const LtParamTable *t, int l) {
     return (c * t->place.pp + t->place.pp_rank) * n + l % n;
 }
 
+/* A dim-0-blocked parameter: nb blocks of rows[k] global rows, each split over TP. */
+static LtParam *add_blocks(LtParamTable *t, int *cap, LtInitKind init, float std, int decay,
+                           int nb, const int64_t *rows, int64_t c, const char *name) {
+    int64_t r = 0;
+    for (int k = 0; k < nb; k++) {
+        LT_CHECK(rows[k] % t->tp == 0);
+        r += rows[k];
+    }
+    LtParam *p = add(t, cap, LT_SPLIT_BLOCKS, init, std, decay, r, c, "%s", name);
+    p->nblocks = nb;
+    for (int k = 0; k < nb; k++) p->block_rows[k] = rows[k];
+    return p;
+}
+
+/* One GPT layer (12 parameters). */
+static void add_gpt_layer(LtParamTable *t, int *cap, const LtModelDims *d, int l, float std,
+                          float proj_std) {
+    const int64_t C = d->hidden, F = d->ffn, qkv[3] = {C, C, C};
+    char nm[96];
+    add(t, cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_1.weight", l);
+    add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.ln_1.bias", l);
+    snprintf(nm, sizeof nm, "h.%d.attn.qkv.weight", l);
+    add_blocks(t, cap, LT_INIT_NORMAL, std, 1, 3, qkv, C, nm);
+    snprintf(nm, sizeof nm, "h.%d.attn.qkv.bias", l);
+    add_blocks(t, cap, LT_INIT_ZEROS, 0, 0, 3, qkv, 0, nm);
+    add(t, cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, C, "h.%d.attn.proj.weight", l);
+    add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.attn.proj.bias", l);
+    add(t, cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_2.weight", l);
+    add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.ln_2.bias", l);
+    add(t, cap, LT_SPLIT_ROWS, LT_INIT_NORMAL, std, 1, F, C, "h.%d.mlp.fc.weight", l);
+    add(t, cap, LT_SPLIT_ROWS, LT_INIT_ZEROS, 0, 0, F, 0, "h.%d.mlp.fc.bias", l);
+    add(t, cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, F, "h.%d.mlp.proj.weight", l);
+    add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.mlp.proj.bias", l);
+}
+
+/* One Llama layer (6 parameters, no biases). */
+static void add_llama_layer(LtParamTable *t, int *cap, const LtModelDims *d, int l, float std,
+                            float proj_std) {
+    const int64_t C = d->hidden, F = d->ffn, HD = d->hidden / d->heads;
+    const int64_t qkv[3] = {d->heads * HD, lt_dims_kv_heads(d) * HD, lt_dims_kv_heads(d) * HD};
+    const int64_t gu[2] = {F, F};
+    char nm[96];
+    add(t, cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_1.weight", l);
+    snprintf(nm, sizeof nm, "h.%d.attn.qkv.weight", l);
+    add_blocks(t, cap, LT_INIT_NORMAL, std, 1, 3, qkv, C, nm);
+    add(t, cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, C, "h.%d.attn.proj.weight", l);
+    add(t, cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_2.weight", l);
+    snprintf(nm, sizeof nm, "h.%d.mlp.gate_up.weight", l);
+    add_blocks(t, cap, LT_INIT_NORMAL, std, 1, 2, gu, C, nm);
+    add(t, cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, F, "h.%d.mlp.down.weight", l);
+}
+
 void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp_rank,
                            LtStagePlace place) {
     memset(t, 0, sizeof *t);
@@ -63,20 +115,24 @@ void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp
     t->tp = tp;
     t->tp_rank = tp_rank;
     t->place = place;
+    const int llama = d->arch == LT_ARCH_LLAMA, kvh = lt_dims_kv_heads(d);
     LT_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp);
-    LT_CHECK(d->heads % tp == 0 && d->ffn % tp == 0 && d->padded_vocab % tp == 0);
+    LT_CHECK(d->heads % tp == 0 && kvh % tp == 0 && d->heads % kvh == 0 && d->ffn % tp == 0 &&
+             d->padded_vocab % tp == 0);
     LT_CHECK(place.pp >= 1 && place.vpp >= 1 && place.pp_rank >= 0 && place.pp_rank < place.pp);
     LT_CHECK(d->num_layers % (place.pp * place.vpp) == 0);
     t->chunk_layers = d->num_layers / (place.pp * place.vpp);
     t->first_stage = place.pp_rank == 0;
     t->last_stage = place.pp_rank == place.pp - 1;
-    t->idx_wte = t->idx_wpe = t->idx_lnf = -1;
+    t->idx_wte = t->idx_wpe = t->idx_lnf = t->idx_head = -1;
+    t->per_layer = llama ? LT_LLAMA_PARAMS_PER_LAYER : LT_PARAMS_PER_LAYER;
     int cap = 0;
-    const int64_t C = d->hidden, F = d->ffn;
-    const int L = d->num_layers;
+    const int64_t C = d->hidden;
+    const int L = d->num_layers, P = t->per_layer, nemb = llama ? 1 : 2; /* wte (, wpe) */
     const float std = 0.02f;
     const float proj_std = 0.02f / sqrtf(2.0f * (float)d->num_layers);
-    if (t->first_stage || t->last_stage) {
+    /* the tied LM head is wte: the last stage holds a copy of it */
+    if (t->first_stage || (t->last_stage && !d->untied)) {
         t->idx_wte = t->n;
         LtParam *wte =
             add(t, &cap, LT_SPLIT_ROWS, LT_INIT_NORMAL, std, 1, d->padded_vocab, C, "wte");
@@ -84,7 +140,7 @@ void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp
         wte->gidx = 0;
         wte->tied_copy = !t->first_stage;
     }
-    if (t->first_stage) {
+    if (t->first_stage && !llama) {
         t->idx_wpe = t->n;
         add(t, &cap, LT_SPLIT_NONE, LT_INIT_NORMAL, std, 1, d->max_pos, C, "wpe")->gidx = 1;
     }
@@ -92,27 +148,25 @@ void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp
     const int held = t->chunk_layers * place.vpp;
     for (int ll = 0; ll < held; ll++) {
         const int l = lt_params_global_layer(t, ll), first = t->n;
-        add(t, &cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_1.weight", l);
-        add(t, &cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.ln_1.bias", l);
-        add(t, &cap, LT_SPLIT_QKV, LT_INIT_NORMAL, std, 1, 3 * C, C, "h.%d.attn.qkv.weight", l);
-        add(t, &cap, LT_SPLIT_QKV, LT_INIT_ZEROS, 0, 0, 3 * C, 0, "h.%d.attn.qkv.bias", l);
-        add(t, &cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, C, "h.%d.attn.proj.weight", l);
-        add(t, &cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.attn.proj.bias", l);
-        add(t, &cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_2.weight", l);
-        add(t, &cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.ln_2.bias", l);
-        add(t, &cap, LT_SPLIT_ROWS, LT_INIT_NORMAL, std, 1, F, C, "h.%d.mlp.fc.weight", l);
-        add(t, &cap, LT_SPLIT_ROWS, LT_INIT_ZEROS, 0, 0, F, 0, "h.%d.mlp.fc.bias", l);
-        add(t, &cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, F, "h.%d.mlp.proj.weight", l);
-        add(t, &cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.mlp.proj.bias", l);
-        for (int k = 0; k < LT_PARAMS_PER_LAYER; k++)
-            t->p[first + k].gidx = 2 + LT_PARAMS_PER_LAYER * l + k;
+        if (llama)
+            add_llama_layer(t, &cap, d, l, std, proj_std);
+        else
+            add_gpt_layer(t, &cap, d, l, std, proj_std);
+        LT_CHECK(t->n - first == P);
+        for (int k = 0; k < P; k++) t->p[first + k].gidx = nemb + P * l + k;
     }
     if (t->last_stage) {
+        const int g = nemb + P * L; /* global index of ln_f.weight */
         t->idx_lnf = t->n;
-        add(t, &cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "ln_f.weight")->gidx =
-            2 + LT_PARAMS_PER_LAYER * L;
-        add(t, &cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "ln_f.bias")->gidx =
-            3 + LT_PARAMS_PER_LAYER * L;
+        add(t, &cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "ln_f.weight")->gidx = g;
+        if (!llama) add(t, &cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "ln_f.bias")->gidx = g + 1;
+        if (d->untied) {
+            t->idx_head = t->n;
+            LtParam *h = add(t, &cap, LT_SPLIT_ROWS, LT_INIT_NORMAL, std, 1, d->padded_vocab, C,
+                             "lm_head.weight");
+            h->rows_valid = d->vocab;
+            h->gidx = g + (llama ? 1 : 2);
+        }
     }
 }
 
@@ -129,15 +183,21 @@ const LtParam *lt_params_find(const LtParamTable *t, const char *name) {
 
 size_t lt_param_global_index(const LtParamTable *t, const LtParam *p, size_t local) {
     size_t cols = (size_t)p->shape[1], i = local / cols, j = local % cols;
-    size_t R = (size_t)p->gshape[0], Cg = (size_t)p->gshape[1], r = (size_t)t->tp_rank;
+    size_t Cg = (size_t)p->gshape[1], r = (size_t)t->tp_rank;
     switch (p->split) {
     case LT_SPLIT_NONE: return local;
     case LT_SPLIT_ROWS: return (r * (size_t)p->shape[0] + i) * Cg + j;
     case LT_SPLIT_COLS: return i * Cg + r * cols + j;
-    case LT_SPLIT_QKV: {
-        size_t block = (size_t)p->shape[0] / 3; /* rows of q (or k, v) on this rank */
-        size_t s = i / block, w = i % block;
-        return (s * (R / 3) + r * block + w) * Cg + j;
+    case LT_SPLIT_BLOCKS: {
+        size_t g0 = 0; /* global first row of the block holding local row i */
+        for (int b = 0; b < p->nblocks; b++) {
+            const size_t rows = (size_t)p->block_rows[b] / (size_t)t->tp; /* on this rank */
+            if (i < rows) return (g0 + r * rows + i) * Cg + j;
+            i -= rows;
+            g0 += (size_t)p->block_rows[b];
+        }
+        LT_CHECK(!"row outside the blocks");
+        return local;
     }
     }
     return local;
@@ -213,6 +273,16 @@ LtModelDims lt_dims_from_config(const LtConfig *c) {
         .max_pos = c->model.max_position_embeddings,
         .vocab = c->model.vocab_size,
         .padded_vocab = c->model.padded_vocab_size,
+        .arch = c->model.arch,
+        .kv_heads = c->model.num_query_groups,
+        .untied = c->model.untie_embeddings_and_output_weights,
+        .norm_eps = (float)c->model.norm_epsilon,
+        .rope_base = c->model.rotary_base,
+        .rope_scaling = c->model.rope_scaling,
+        .rope_factor = c->model.rope_scaling_factor,
+        .rope_low_freq = c->model.rope_low_freq_factor,
+        .rope_high_freq = c->model.rope_high_freq_factor,
+        .rope_original_max_pos = c->model.rope_original_max_position,
     };
     return d;
 }

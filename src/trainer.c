@@ -42,7 +42,8 @@ typedef struct {
     LtComm *dp;         /* data-parallel group (device buffers with the CUDA backend) */
     LtComm *tp;         /* tensor-parallel group (device buffers with the CUDA backend) */
     LtComm *pp;         /* pipeline group: stage-to-stage sends (MPI; staged with CUDA) */
-    LtComm *emb;        /* embedding group: first and last stage (pp > 1; else NULL) */
+    LtComm *emb;        /* embedding group: first and last stage (pp > 1 with a tied LM
+                         * head; else NULL) */
     LtPipeline *pipe;   /* walks this rank's schedule */
     int micro_batches;  /* per step and data-parallel rank: G / (mbs * dp) */
     LtCommLib comm_lib; /* library of dp/tp when they take device buffers */
@@ -224,7 +225,10 @@ static void setup_groups(Run *r) {
      * as NCCL needs (schedules are proven deadlock-free under its semantics) */
     n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_PP, members);
     r->pp = lt_comm_split_members_ex(members, n, "pp", o);
-    if (r->topo.pp > 1) { /* middle stages get a non-member handle */
+    /* the tied embedding's two halves (first and last stage); an untied LM head
+     * has nothing to share */
+    if (r->topo.pp > 1 && !r->cfg->model.untie_embeddings_and_output_weights) {
+        /* middle stages get a non-member handle */
         n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_EMBEDDING, members);
         r->emb = lt_comm_split_members_ex(members, n, "embedding", o);
     }
