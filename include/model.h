@@ -107,6 +107,7 @@ typedef struct {
     float *emb_grads;     /* buckets with pipelining: the embedding group's own buffer */
     size_t emb_grads_len;
     float **gptr;         /* per parameter: where its gradient accumulates */
+    int buckets;          /* gradients handed over group by group (grad_buckets) */
     LtGradReadyFn grads_ready;
     void *grads_ready_ctx;
     float *stage_f32;     /* (Vp) fp32 staging for sampled logits */
@@ -144,6 +145,16 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
 
 /* Install the bucket consumer (required when grad_buckets is set). */
 void lt_model_set_grad_hook(LtModel *m, LtGradReadyFn fn, void *ctx);
+/* 1 when the model hands its gradients over group by group (grad_buckets). */
+int lt_model_grad_buckets(const LtModel *m);
+/* The largest bucket the model hands over (elements): the shared bucket or the
+ * embedding group's own buffer. */
+size_t lt_model_bucket_len(const LtModel *m);
+/* Where parameter i's gradient accumulates (fp32, its numel elements). */
+float *lt_model_grad(const LtModel *m, int i);
+/* The embedding group's own gradient buffer (buckets with pipelining and a
+ * tied LM head) and its length; NULL when there is none. */
+float *lt_model_emb_grads(const LtModel *m, size_t *len);
 void lt_model_destroy(LtModel *m);
 
 /* Set the compute-dtype parameters from fp32 host values (table order). */

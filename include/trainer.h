@@ -15,6 +15,11 @@ extern "C" {
 int lt_cmd_train(LtConfig *cfg, const LtWorld *w);
 int lt_cmd_eval(LtConfig *cfg, const LtWorld *w);
 int lt_cmd_sample(LtConfig *cfg, const LtWorld *w);
+/* The model's fp32 next-token logits (true vocabulary) after each prefix of
+ * the first model.seq_length tokens of the validation (else training) data,
+ * from checkpoint.load: a line "tokens ID..." then one line of V numbers per
+ * position, on stdout (for checking a model against another implementation). */
+int lt_cmd_logits(LtConfig *cfg, const LtWorld *w);
 
 /* The loader settings `lattice train` reads its data with (rows first ..
  * first+count-1 of each global batch). */

@@ -3,6 +3,7 @@
  *   lattice train  CONFIG.yaml [key.path=value ...]
  *   lattice eval   CONFIG.yaml [key.path=value ...]
  *   lattice sample CONFIG.yaml [key.path=value ...]   token ids to stdout
+ *   lattice logits CONFIG.yaml [key.path=value ...]   next-token logits to stdout
  *   lattice export CHECKPOINT OUT_DIR
  *   lattice batches CONFIG.yaml [key.path=value ...] --out FILE   batches train reads
  *   lattice shard  ...                                 (see lattice shard --help)
@@ -31,6 +32,7 @@ static void usage(FILE *f) {
             "usage: lattice train  CONFIG.yaml [section.key=value ...]\n"
             "       lattice eval   CONFIG.yaml [section.key=value ...]\n"
             "       lattice sample CONFIG.yaml [section.key=value ...]\n"
+            "       lattice logits CONFIG.yaml [section.key=value ...]\n"
             "       lattice export CHECKPOINT OUT_DIR\n"
             "       lattice batches CONFIG.yaml [section.key=value ...] --out FILE\n"
             "       lattice shard  --vocab-size V [--format lattice|llmc] [--input FILE] OUT\n"
@@ -128,6 +130,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "train")) run = lt_cmd_train;
     else if (!strcmp(cmd, "eval")) run = lt_cmd_eval;
     else if (!strcmp(cmd, "sample")) run = lt_cmd_sample;
+    else if (!strcmp(cmd, "logits")) run = lt_cmd_logits;
     if (!run) {
         fprintf(stderr, "lattice: error: unknown command '%s'\n", cmd);
         usage(stderr);
@@ -138,14 +141,14 @@ int main(int argc, char **argv) {
         usage(stderr);
         return LT_EXIT_INPUT;
     }
-    if (run == lt_cmd_sample) lt_log_to_stderr(1);
+    if (run == lt_cmd_sample || run == lt_cmd_logits) lt_log_to_stderr(1);
     LtWorld w;
     lt_world_init(&w, &argc, &argv);
     static LtConfig cfg;
     lt_world_collective_errors(&w, 1); /* ends after the layout checks (trainer) */
     load_config(&cfg, argc - 2, argv + 2, &w);
     if (w.rank == 0) {
-        FILE *out = run == lt_cmd_sample ? stderr : stdout;
+        FILE *out = run == lt_cmd_sample || run == lt_cmd_logits ? stderr : stdout;
         fprintf(out, "lattice %s %s: resolved config\n", LT_VERSION, cmd);
         lt_config_print(&cfg, out);
         fflush(out);

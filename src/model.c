@@ -110,6 +110,7 @@ static int group_first(const LtParamTable *t, int i) {
  * buffer of its own that lives through the step (see model.h). */
 static void setup_grads(LtModel *m, int buckets) {
     const LtParamTable *t = &m->table;
+    m->buckets = buckets;
     m->gptr = lt_calloc(sizeof(float *) * (size_t)t->n);
     if (!buckets) {
         m->grads_len = m->flat;
@@ -337,6 +338,16 @@ void lt_model_set_params(LtModel *m, const float *host) {
 void lt_model_set_grad_hook(LtModel *m, LtGradReadyFn fn, void *ctx) {
     m->grads_ready = fn;
     m->grads_ready_ctx = ctx;
+}
+
+int lt_model_grad_buckets(const LtModel *m) { return m->buckets; }
+size_t lt_model_bucket_len(const LtModel *m) {
+    return m->grads_len > m->emb_grads_len ? m->grads_len : m->emb_grads_len;
+}
+float *lt_model_grad(const LtModel *m, int i) { return m->gptr[i]; }
+float *lt_model_emb_grads(const LtModel *m, size_t *len) {
+    *len = m->emb_grads_len;
+    return m->emb_grads;
 }
 
 void lt_model_zero_grads(LtModel *m) {

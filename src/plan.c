@@ -28,7 +28,7 @@ static void bucket_grads(const LtParamTable *t, int pp, int vpp, size_t *len, si
     const int layers_here = t->chunk_layers * vpp; /* every chunk of this stage */
     const int per_layer = layers_here > 0 ? (end_layers - first_layer_param) / layers_here : 0;
     *len = 0, *emb_len = 0;
-    const int own_emb = pp > 1 && t->idx_wte >= 0;
+    const int own_emb = pp > 1 && t->idx_wte >= 0 && !t->dims.untied;
     if (t->idx_wte >= 0) {
         const int last = t->idx_wpe >= 0 ? t->idx_wpe : t->idx_wte;
         size_t span = t->p[last].offset + t->p[last].numel - t->p[t->idx_wte].offset;
@@ -60,6 +60,14 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, LtPlanMemo
     const size_t B = (size_t)c->train.micro_batch_size, T = (size_t)c->model.seq_length, N = B * T,
                  C = (size_t)d.hidden, F = (size_t)d.ffn / (size_t)tp, H = (size_t)d.heads / (size_t)tp,
                  R = sp ? N / (size_t)tp : N, Vl = (size_t)d.padded_vocab / (size_t)tp;
+    const int llama = d.arch == LT_ARCH_LLAMA;
+    /* this rank's qkv columns ((NH + 2 NKV) HD / tp; GPT 3C / tp), norm statistics
+     * per row (LayerNorm mean and rstd, RMSNorm rstd only), MLP activation
+     * tensors of F columns (GeLU: pre-activation and output; SwiGLU: gate | up
+     * (2F) and output) */
+    const size_t QKV = ((size_t)d.heads + 2 * (size_t)lt_dims_kv_heads(&d)) * (C / (size_t)d.heads) /
+                       (size_t)tp,
+                 stats = llama ? 2 : 4, mlp_f = llama ? 3 : 2;
     const int slots = lt_pipeline_slots(pp, vpp, M, stage);
     if (slots < 1)
         return lt_errorf(err, errlen, "no valid pipeline schedule for pp %d, vpp %d, %d micro batches",
@@ -84,10 +92,10 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, LtPlanMemo
     /* activations kept per layer, per micro batch in flight (Korthikanti et
      * al.'s sbh terms for lattice's tensors; flash attention keeps only the
      * log-sum-exp, no s^2 term): LN1 and LN2 outputs, qkv, attention output,
-     * the residual after attention, the MLP's pre-GeLU and GeLU outputs, LN
+     * the residual after attention, the MLP's activation tensors, norm
      * statistics and the log-sum-exp */
-    const size_t layer = a * (N * C + N * 3 * C / (size_t)tp + R * C + N * C + 2 * N * F) +
-                         4 * (4 * R + N * H),
+    const size_t layer = a * (N * C + N * QKV + R * C + N * C + mlp_f * N * F) +
+                         4 * (stats * R + N * H),
                  atty = a * N * C / (size_t)tp, x = a * R * C;
     const size_t n = (size_t)t.chunk_layers, per_slot_io = a * R * C + 4 * N; /* dout, tokens */
     const int rc = c->train.recompute;
@@ -108,7 +116,8 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, LtPlanMemo
         ws += a * N * C + 8 * R + a * R * C + a * chunk * Vl + 4 * N + 12 * chunk + 4 * N;
     ws += a * N * C;                            /* scratch */
     if (sp) ws += a * R * C + a * N * C;        /* SP scratch, gathered gradient */
-    ws += a * N * C + a * N * 3 * C / (size_t)tp + a * N * F; /* dc, d3c, dff */
+    ws += a * N * C + a * N * QKV + a * N * F; /* dc, d3c, dff */
+    if (llama) ws += a * 2 * N * F + 4 * T * (C / (size_t)d.heads); /* dgu, rotary table */
     out->workspace = ws;
     lt_params_free(&t);
     return 0;

@@ -20,6 +20,7 @@
 #include "comm.h"
 #include "common.h"
 #include "data.h"
+#include "grads.h"
 #include "metrics.h"
 #include "mllog.h"
 #include "model.h"
@@ -35,6 +36,7 @@ typedef struct {
     LtBackend *be;
     LtModel *model;
     LtOptimizer *opt;
+    LtGrads *grads;     /* gradient finalisation (training only) */
     LtTokenFile *train, *valid;
     LtLoader *loader;
     LtTopology topo;
@@ -119,15 +121,6 @@ static LtTokenFile *open_tokens(const char *key, const char *path, int vocab) {
     LtTokenFile *f = lt_tokens_open(path, vocab, err, sizeof err);
     if (!f) lt_input_error("%s: %s", key, err);
     return f;
-}
-
-/* ZeRO-2: the model hands each finished gradient group to the optimizer. */
-static void on_grads_ready(void *ctx, int first, int last) {
-    Run *r = ctx;
-    const LtParamTable *t = &r->model->table;
-    size_t begin = t->p[first].offset, len = t->p[last].offset + t->p[last].numel - begin;
-    lt_model_sp_reduce_grads(r->model, first, last);
-    lt_optim_reduce_bucket(r->opt, r->model->grads, begin, len);
 }
 
 /* 1 when two ranks anywhere use the same GPU: every rank's device UUID is
@@ -369,12 +362,7 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
         lt_optim_set_tp(r->opt, r->tp);
         lt_optim_set_pp(r->opt, r->pp);
         if (st.m) lt_optim_load_state(r->opt, host, st.m, st.v, meta.optimizer_steps);
-        if (mo.grad_buckets) {
-            lt_optim_set_bucket_size(r->opt, r->model->grads_len > r->model->emb_grads_len
-                                                 ? r->model->grads_len
-                                                 : r->model->emb_grads_len);
-            lt_model_set_grad_hook(r->model, on_grads_ready, r);
-        }
+        r->grads = lt_grads_create(r->model, r->opt, r->emb);
     }
     free(st.master);
     free(st.m);
@@ -388,6 +376,7 @@ static void run_teardown(Run *r) {
     if (r->loader) lt_loader_destroy(r->loader);
     if (r->train) lt_tokens_close(r->train);
     if (r->valid) lt_tokens_close(r->valid);
+    lt_grads_destroy(r->grads);
     lt_optim_destroy(r->opt);
     lt_pipeline_destroy(r->pipe);
     lt_model_destroy(r->model);
@@ -444,11 +433,16 @@ static void print_summary(const Run *r) {
            r->topo.tp, r->topo.pp, r->topo.dp, c->optimizer.zero_stage,
            c->optimizer.zero_stage && r->topo.dp == 1 ? " (one data-parallel rank: nothing to shard)"
                                                       : "");
-    lt_log("model      %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (padded %d): "
+    char groups[48] = "";
+    if (c->model.num_query_groups != c->model.num_attention_heads)
+        snprintf(groups, sizeof groups, " over %d key/value groups", c->model.num_query_groups);
+    lt_log("model      %s, %d layers, hidden %d, %d heads%s, ffn %d, seq %d, vocab %d (padded %d)%s: "
            "%.3f M parameters\n",
-           c->model.num_layers, c->model.hidden_size, c->model.num_attention_heads,
-           c->model.ffn_hidden_size, c->model.seq_length, c->model.vocab_size,
-           c->model.padded_vocab_size, (double)r->global.total / 1e6);
+           lt_arch_name(c->model.arch), c->model.num_layers, c->model.hidden_size,
+           c->model.num_attention_heads, groups, c->model.ffn_hidden_size, c->model.seq_length,
+           c->model.vocab_size, c->model.padded_vocab_size,
+           c->model.untie_embeddings_and_output_weights ? ", untied LM head" : "",
+           (double)r->global.total / 1e6);
     lt_log("attention  %s (%s)\n", r->attn.cudnn ? "cudnn" : "lattice", r->attn.reason);
     print_pipeline(r);
     lt_log("memory     params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations %.1f "
@@ -679,34 +673,6 @@ static void save_checkpoint(Run *r, long step) {
 
 /* ---- train ----------------------------------------------------------------- */
 
-/* After the update: the last stage's copy of the tied embedding takes the
- * first stage's values. Both applied the same summed gradient, but their DP
- * reductions ran over buffers of different lengths, and a library may sum an
- * element in an order that depends on its position; this keeps the copies
- * bit-identical whatever the library does. */
-static void sync_tied_embedding(Run *r) {
-    LtModel *m = r->model;
-    const LtParamTable *t = &m->table;
-    if (!r->emb || !lt_comm_member(r->emb) || t->idx_wte < 0) return;
-    const LtParam *p = &t->p[t->idx_wte];
-    lt_comm_broadcast(r->emb, (char *)m->params + lt_act_bytes(m->be, p->offset), p->numel,
-                      lt_comm_act_type(m->be), 0);
-}
-
-/* Pipelining: the first stage's embedding and the last stage's LM head are
- * one tied parameter; sum their gradients over the embedding group (before
- * the data-parallel reduction; the sums commute). With gradient buckets the
- * embedding group kept its own buffer through the step: hand it over now. */
-static void reduce_embedding_grads(Run *r) {
-    LtModel *m = r->model;
-    const LtParamTable *t = &m->table;
-    if (!r->emb || !lt_comm_member(r->emb) || t->idx_wte < 0) return;
-    lt_comm_all_reduce(r->emb, m->gptr[t->idx_wte], t->p[t->idx_wte].numel, LT_COMM_F32,
-                       LT_COMM_SUM);
-    if (m->emb_grads)
-        lt_optim_reduce_bucket(r->opt, m->emb_grads, t->p[t->idx_wte].offset, m->emb_grads_len);
-}
-
 /* The part of a step a CUDA graph replays (train.cuda_graph): zeroing, and
  * every micro batch's id upload (from the fixed page-locked in/tgt), forward
  * and backward. */
@@ -872,16 +838,13 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         split_rows(rows, local, S, in, tgt); /* micro batch j: rows j*mbs .. */
         run_step_body(&r, &graph, step == r.start_step, in, tgt, stats_dev,
                       (float)(1.0 / tokens_step));
-        if (!r.model->grads_ready) /* (with buckets this happened group by group) */
-            lt_model_sp_reduce_grads(r.model, 0, r.model->table.n - 1);
-        reduce_embedding_grads(&r);
-        lt_optim_reduce_grads(r.opt, r.model->grads);
+        lt_grads_finalize(r.grads);
         inject_nonfinite(&r, &inject, step, stats_dev);
         lt_optim_grad_sumsq(r.opt, r.model->grads, stats_dev + 1, stats_dev);
         double lr = lt_lr_at(cfg, step);
         lt_optim_step(r.opt, r.model->params, r.model->grads, lr, 1.0,
                       lt_optim_clip_coef(r.opt, stats_dev + 1, cfg->optimizer.clip_grad));
-        sync_tied_embedding(&r);
+        lt_grads_sync_tied(r.grads);
         /* the step's one host wait; its loss and gradient norm come back with it */
         be->ops->download_async(be, stats, stats_dev, 2 * sizeof(double));
         /* NCCL's collectives wait on the device: a dead peer shows up here */
@@ -1083,6 +1046,22 @@ static int sample_token(float *logits, int V, double temperature, int top_k, dou
     return V - 1;
 }
 
+/* The first tokens of the validation (else training) data into seq: n of
+ * them, at most `max` (0 when there is no data). */
+static int read_prompt(const LtConfig *cfg, int32_t *seq, int max) {
+    const char *ppath = cfg->data.valid_path[0] ? cfg->data.valid_path : cfg->data.train_path;
+    if (!ppath[0] || max <= 0) return 0;
+    LtTokenFile *f = open_tokens(cfg->data.valid_path[0] ? "data.valid_path" : "data.train_path",
+                                 ppath, cfg->model.vocab_size);
+    int n = max;
+    if ((uint64_t)n > lt_tokens_count(f)) n = (int)lt_tokens_count(f);
+    char err[1024];
+    if (n > 0 && lt_tokens_read(f, 0, (uint64_t)n, seq, err, sizeof err))
+        lt_input_error("%s: %s", ppath, err);
+    lt_tokens_close(f);
+    return n;
+}
+
 int lt_cmd_sample(LtConfig *cfg, const LtWorld *w) {
     if (w->world != 1) lt_input_error("sample runs as a single process (got %d ranks)", w->world);
     cfg->train.micro_batch_size = 1;
@@ -1091,21 +1070,10 @@ int lt_cmd_sample(LtConfig *cfg, const LtWorld *w) {
     if (!cfg->checkpoint.load[0])
         lt_log("note: checkpoint.load is not set: sampling from the untrained initial model\n");
     const int S = cfg->model.seq_length, V = cfg->model.vocab_size;
-    /* prompt: the first tokens of the validation (else training) data */
-    const char *ppath = cfg->data.valid_path[0] ? cfg->data.valid_path : cfg->data.train_path;
-    int plen = 0;
     int total = cfg->sample.num_tokens;
     int32_t *seq = lt_calloc((size_t)(total + S) * sizeof(int32_t));
-    if (ppath[0]) {
-        LtTokenFile *f = open_tokens(cfg->data.valid_path[0] ? "data.valid_path" : "data.train_path",
-                                     ppath, V);
-        plen = S / 8 < 8 ? (S < 8 ? S - 1 : S / 8) : 8;
-        if ((uint64_t)plen > lt_tokens_count(f)) plen = (int)lt_tokens_count(f);
-        char err[1024];
-        if (plen > 0 && lt_tokens_read(f, 0, (uint64_t)plen, seq, err, sizeof err))
-            lt_input_error("%s: %s", ppath, err);
-        lt_tokens_close(f);
-    }
+    /* prompt: the first tokens of the validation (else training) data */
+    int plen = read_prompt(cfg, seq, S / 8 < 8 ? (S < 8 ? S - 1 : S / 8) : 8);
     if (plen == 0) plen = 1; /* token 0 as the prompt */
     float *logits = lt_malloc((size_t)V * sizeof(float));
     int len = plen;
@@ -1117,6 +1085,31 @@ int lt_cmd_sample(LtConfig *cfg, const LtWorld *w) {
     }
     for (int i = 0; i < len; i++) printf(i ? " %d" : "%d", seq[i]);
     printf("\n");
+    fflush(stdout);
+    free(logits);
+    free(seq);
+    run_teardown(&r);
+    return 0;
+}
+
+int lt_cmd_logits(LtConfig *cfg, const LtWorld *w) {
+    if (w->world != 1) lt_input_error("logits runs as a single process (got %d ranks)", w->world);
+    cfg->train.micro_batch_size = 1;
+    Run r;
+    run_setup(&r, cfg, w, 0);
+    const int S = cfg->model.seq_length, V = cfg->model.vocab_size;
+    int32_t *seq = lt_calloc((size_t)S * sizeof(int32_t));
+    const int n = read_prompt(cfg, seq, S);
+    if (n == 0) lt_input_error("logits: data.valid_path or data.train_path must hold tokens");
+    float *logits = lt_malloc((size_t)V * sizeof(float));
+    printf("tokens");
+    for (int i = 0; i < n; i++) printf(" %d", seq[i]);
+    printf("\n");
+    for (int len = 1; len <= n; len++) { /* the prediction after each prefix */
+        lt_model_next_logits(r.model, seq, len, logits);
+        for (int v = 0; v < V; v++) printf(v ? " %.9g" : "%.9g", logits[v]);
+        printf("\n");
+    }
     fflush(stdout);
     free(logits);
     free(seq);

@@ -47,32 +47,7 @@ run() { # name np overrides...
 
 # compare REF NAME LOSS_TOL WEIGHT_TOL: per-step loss and grad norm, exported weights
 compare() {
-  python3 - "$T/$1" "$T/$2" "$3" "$4" <<'PY'
-import json, struct, sys
-a, b, tol, wtol = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
-def recs(d):
-    return [json.loads(l) for l in open(d + '/m.jsonl') if '"eval"' not in l]
-ra, rb = recs(a), recs(b)
-assert len(ra) == len(rb) == 10, (len(ra), len(rb))
-for x, y in zip(ra, rb):
-    for k in ('loss', 'grad_norm'):
-        rel = abs(x[k] - y[k]) / max(abs(x[k]), 1e-12)
-        assert rel <= tol, f"step {x['step']} {k}: {x[k]} vs {y[k]} (rel {rel:.2e})"
-def tensors(d):
-    raw = open(d + '/hf/model.safetensors', 'rb').read()
-    n = struct.unpack('<Q', raw[:8])[0]
-    hdr = json.loads(raw[8:8 + n])
-    out = {}
-    for k, v in hdr.items():
-        if k == '__metadata__': continue
-        s, e = v['data_offsets']
-        out[k] = struct.unpack('<%df' % ((e - s) // 4), raw[8 + n + s: 8 + n + e])
-    return out
-ta, tb = tensors(a), tensors(b)
-assert ta.keys() == tb.keys()
-worst = max(max(abs(p - q) for p, q in zip(ta[k], tb[k])) for k in ta)
-assert worst <= wtol, f"exported weights differ by {worst:.3e}"
-PY
+  python3 tests/compare_runs.py "$T/$1" "$T/$2" "$3" "$4"
 }
 
 mem() { # name key -> bytes from the engine's accounting line

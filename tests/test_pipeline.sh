@@ -53,38 +53,7 @@ run() { # name np overrides...
 # compare REF NAME LOSS_TOL WEIGHT_TOL: per-step loss and grad norm, validation
 # losses, exported weights
 compare() {
-  python3 - "$T/$1" "$T/$2" "$3" "$4" <<'PY'
-import json, struct, sys
-a, b, tol, wtol = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
-def recs(d, ev):
-    return [r for r in map(json.loads, open(d + '/m.jsonl')) if bool(r.get('eval')) == ev]
-ra, rb = recs(a, False), recs(b, False)
-assert len(ra) == len(rb) == 10, (len(ra), len(rb))
-for x, y in zip(ra, rb):
-    for k in ('loss', 'grad_norm'):
-        rel = abs(x[k] - y[k]) / max(abs(x[k]), 1e-12)
-        assert rel <= tol, f"step {x['step']} {k}: {x[k]} vs {y[k]} (rel {rel:.2e})"
-ea, eb = recs(a, True), recs(b, True)
-assert len(ea) == len(eb) == 2, ('eval records', len(ea), len(eb))
-for x, y in zip(ea, eb):
-    k = 'val_loss' if 'val_loss' in x else 'loss'
-    rel = abs(x[k] - y[k]) / abs(x[k])
-    assert rel <= tol, f"eval at step {x['step']}: {x[k]} vs {y[k]} (rel {rel:.2e})"
-def tensors(d):
-    raw = open(d + '/hf/model.safetensors', 'rb').read()
-    n = struct.unpack('<Q', raw[:8])[0]
-    hdr = json.loads(raw[8:8 + n])
-    out = {}
-    for k, v in hdr.items():
-        if k == '__metadata__': continue
-        s, e = v['data_offsets']
-        out[k] = struct.unpack('<%df' % ((e - s) // 4), raw[8 + n + s: 8 + n + e])
-    return out
-ta, tb = tensors(a), tensors(b)
-assert ta.keys() == tb.keys()
-worst = max(max(abs(p - q) for p, q in zip(ta[k], tb[k])) for k in ta)
-assert worst <= wtol, f"exported weights differ by {worst:.3e}"
-PY
+  python3 tests/compare_runs.py "$T/$1" "$T/$2" "$3" "$4" --evals 2
 }
 
 # ---- fp32 layouts against one process -------------------------------------------
@@ -203,9 +172,11 @@ else fail eval_on_tp2_pp2_vpp2_matches_single_process "one process '$v1', pipeli
 # ---- a signal to one stage stops every stage after the same step --------------------
 mkdir -p "$T/sig"
 $MPI -np 2 "$LT" train $BASE parallel.pipeline_model_parallel_size=2 train.steps=100000 \
-  eval.interval=0 checkpoint.dir=$T/sig/ck >"$T/sig/log" 2>&1 &
+  eval.interval=0 logging.log_interval=1 checkpoint.dir=$T/sig/ck >"$T/sig/log" 2>&1 &
 mpid=$!
-sleep 3
+# wait until training runs (the signal handlers are installed before step 1, whose
+# line comes first): a fixed sleep lost the race on a loaded machine
+for _ in $(seq 240); do grep -q "^step " "$T/sig/log" 2>/dev/null && break; sleep 0.5; done
 victim=$(pgrep -P $mpid | tail -1) # a rank process (the launcher forks them)
 [ -n "$victim" ] && kill -TERM "$victim"
 wait $mpid

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""compare_runs.py REF RUN LOSS_TOL WEIGHT_TOL [--steps N] [--evals N]
+
+Two training runs of the layout tests agree: the per-step loss and gradient
+norm of RUN/m.jsonl within LOSS_TOL (relative) of REF's, the same number of
+steps (N, default 10); with --evals N also N evaluation records each; and the
+exported weights (RUN/hf/model.safetensors, fp32) within WEIGHT_TOL
+(absolute). Exits 1 with the first disagreement on stderr."""
+import json
+import struct
+import sys
+
+
+def records(d, ev):
+    return [r for r in map(json.loads, open(d + '/m.jsonl')) if bool(r.get('eval')) == ev]
+
+
+def tensors(d):
+    raw = open(d + '/hf/model.safetensors', 'rb').read()
+    n = struct.unpack('<Q', raw[:8])[0]
+    out = {}
+    for k, v in json.loads(raw[8:8 + n]).items():
+        if k == '__metadata__':
+            continue
+        s, e = v['data_offsets']
+        out[k] = struct.unpack('<%df' % ((e - s) // 4), raw[8 + n + s:8 + n + e])
+    return out
+
+
+def main(argv):
+    a, b, tol, wtol = argv[1], argv[2], float(argv[3]), float(argv[4])
+    opts = dict(zip(argv[5::2], map(int, argv[6::2])))
+    steps, evals = opts.get('--steps', 10), opts.get('--evals')
+    ra, rb = records(a, False), records(b, False)
+    assert len(ra) == len(rb) == steps, ('step records', len(ra), len(rb))
+    for x, y in zip(ra, rb):
+        for k in ('loss', 'grad_norm'):
+            rel = abs(x[k] - y[k]) / max(abs(x[k]), 1e-12)
+            assert rel <= tol, f"step {x['step']} {k}: {x[k]} vs {y[k]} (rel {rel:.2e})"
+    if evals is not None:
+        ea, eb = records(a, True), records(b, True)
+        assert len(ea) == len(eb) == evals, ('eval records', len(ea), len(eb))
+        for x, y in zip(ea, eb):
+            k = 'val_loss' if 'val_loss' in x else 'loss'
+            rel = abs(x[k] - y[k]) / abs(x[k])
+            assert rel <= tol, f"eval at step {x['step']}: {x[k]} vs {y[k]} (rel {rel:.2e})"
+    ta, tb = tensors(a), tensors(b)
+    assert ta.keys() == tb.keys(), ('tensor names', sorted(ta.keys() ^ tb.keys()))
+    worst = max(max(abs(p - q) for p, q in zip(ta[k], tb[k])) for k in ta)
+    assert worst <= wtol, f"exported weights differ by {worst:.3e}"
+
+
+if __name__ == '__main__':
+    try:
+        main(sys.argv)
+    except AssertionError as e:
+        sys.exit(f"runs differ: {e}")
