@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "common.h"
 #include "optim.h"
+#include "rope.h"
 #include "test.h"
 
 static LtBackend *g_f32, *g_bf16;
@@ -945,6 +946,49 @@ static void test_adamw(void) {
     }
 }
 
+/* ---- RoPE ------------------------------------------------------------------- */
+/* lt_rope_inv_freq at HD 128, base 500000 against values computed apart from it (Python,
+ * f = exp(-(2j/128) ln 500000), the wavelength 2 pi / f put in its band by hand): j 0, 10,
+ * 28 keep f (wavelength under 8192/4 = 2048), j 29, 32, 34 are blended, j 35 (8219,
+ * just past 8192), 40, 63 are divided by 8; no scaling and s == NULL give the plain
+ * powers; lt_rope_table holds cos, sin of t * f with the angle taken in double (at
+ * t = 8191 an fp32 angle would be off by ~5e-4). */
+static void test_rope_freq(void) {
+    static const struct { int j; double want; } w[] = {
+        {0, 1.0}, {10, 0.1286873734326505}, {28, 0.0032114459947525913},
+        {29, 0.0021665707635033595}, {32, 0.0005248461609929551}, {34, 0.00017850781276799665},
+        {35, 9.556212353964687e-05}, {40, 3.4281021959525906e-05}, {63, 3.0689259889145127e-07}};
+    const LtRopeScaling l3 = {LT_ROPE_SCALING_LLAMA3, 8, 1, 4, 8192};
+    const LtRopeScaling none = {LT_ROPE_SCALING_NONE, 8, 1, 4, 8192};
+    double f[64], f0[64], f1[64];
+    lt_rope_inv_freq(f, 128, 500000.0, &l3);
+    lt_rope_inv_freq(f0, 128, 500000.0, &none);
+    lt_rope_inv_freq(f1, 128, 500000.0, NULL);
+    for (size_t k = 0; k < sizeof w / sizeof w[0]; k++)
+        CHECK(fabs(f[w[k].j] - w[k].want) <= 1e-12 * w[k].want, "llama3 inv_freq[%d] = %.17g, want %.17g",
+              w[k].j, f[w[k].j], w[k].want);
+    for (int j = 0; j < 64; j++) {
+        const double p = exp(-(2.0 * j / 128) * log(500000.0));
+        CHECK(fabs(f0[j] - p) <= 1e-13 * p && f1[j] == f0[j], "plain inv_freq[%d] = %.17g", j, f0[j]);
+        CHECK(f[j] <= f0[j] && f[j] >= f0[j] / 8 * (1 - 1e-15), "llama3 inv_freq[%d] out of [f/8, f]", j);
+    }
+    enum { TT = 8192, HD = 16 };
+    float *cs = falloc((size_t)TT * HD);
+    double g[HD / 2];
+    lt_rope_table(cs, TT, HD, 10000.0, &l3);
+    lt_rope_inv_freq(g, HD, 10000.0, &l3);
+    double e = 0;
+    for (int t = 0; t < TT; t += 91)
+        for (int j = 0; j < HD / 2; j++) {
+            const float *p = cs + ((size_t)t * (HD / 2) + j) * 2;
+            e = fmax(e, fmax(fabs(p[0] - cos(t * g[j])), fabs(p[1] - sin(t * g[j]))));
+        }
+    const float *last = cs + (size_t)(TT - 1) * HD;
+    e = fmax(e, fmax(fabs(last[0] - cos((TT - 1) * g[0])), fabs(last[1] - sin((TT - 1) * g[0]))));
+    CHECK(e <= 1e-7, "cos/sin table: max error %g", e);
+    free(cs);
+}
+
 /* ---- bf16 mode: same bf16 inputs through both backends ---------------------- */
 static void bf16_cmp(const char *what, const float *o16, const float *o32, size_t n) {
     CHECK(all_bf16(o16, n), "%s: output not bf16-representable", what);
@@ -1070,6 +1114,7 @@ int main(void) {
     RUN(test_xent);
     RUN(test_xent_tp);
     RUN(test_adamw);
+    RUN(test_rope_freq);
     RUN(test_bf16);
     timing();
     RUN(test_determinism);
