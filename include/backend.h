@@ -6,7 +6,8 @@
  * rounded to bf16 (round-to-nearest-even) after every op; the CUDA backend
  * stores real 16-bit bf16. Use lt_act_size() for byte sizes. fp32 tensors
  * (typed float*) are: weight gradients (always accumulated, +=), master
- * weights, Adam moments, LayerNorm statistics, attention log-sum-exp, losses.
+ * weights, Adam moments, LayerNorm and RMSNorm statistics, attention
+ * log-sum-exp, losses, RoPE's cos/sin table.
  *
  * Shapes (row-major): N = B*T tokens, C hidden, OC output features,
  * NH heads, HD head dim (C = NH*HD), V true vocab, Vp padded vocab.
@@ -131,6 +132,35 @@ typedef struct {
     /* Elementwise tanh-approximation GeLU and its backward (dinp overwritten). */
     void (*gelu_fwd)(LtBackend *be, void *out, const void *inp, size_t n);
     void (*gelu_bwd)(LtBackend *be, void *dinp, const void *inp, const void *dout, size_t n);
+    /* Residual add fused with RMSNorm: if b != NULL: resid_out = a + b (stored in the act
+     * dtype, exactly as layernorm_fwd / add_act round it) and x = resid_out; else x = a.
+     * out = x * rstd * w, rstd = 1 / sqrt(mean over C of x^2 + eps) (fp32, statistics
+     * accumulated in at least fp32, saved for backward: rstd (N)). No bias. */
+    void (*rmsnorm_fwd)(LtBackend *be, void *resid_out, void *out, float *rstd, const void *a,
+                        const void *b, const void *w, float eps, int N, int C);
+    /* dinp += dRMSNorm/dx (accumulates, like layernorm_bwd: it is the residual stream's
+     * gradient); dw += sum over rows of dout * x * rstd (fp32). inp is the x the forward
+     * normalized. Deterministic. */
+    void (*rmsnorm_bwd)(LtBackend *be, void *dinp, float *dw, const void *dout, const void *inp,
+                        const void *w, const float *rstd, int N, int C);
+    /* SwiGLU: gu (N, 2F), each row gate (F) | up (F); out (N, F) = silu(gate) * up,
+     * silu(x) = x / (1 + exp(-x)). Overwrites out. */
+    void (*swiglu_fwd)(LtBackend *be, void *out, const void *gu, int N, int F);
+    /* dgu (N, 2F) overwritten: dgate = dout * up * silu'(gate), dup = dout * silu(gate).
+     * dgu may not alias gu. */
+    void (*swiglu_bwd)(LtBackend *be, void *dgu, const void *gu, const void *dout, int N, int F);
+    /* Rotary position embedding in place on the query and key heads of qkv
+     * (B, T, NH + 2*NKV, HD) as attention_fwd lays it out (q: NH heads, k: NKV heads; the
+     * v heads are not touched). Token i of the batch has position t = i % T. cs (T, HD/2, 2)
+     * fp32 holds cos, sin of the angle of position t and frequency pair j; pair j rotates
+     * elements j and j + HD/2 of each head (the "rotate half" convention of Hugging Face's
+     * Llama and Megatron's non-interleaved RoPE):
+     *   x'[j] = x[j] cos - x[j + HD/2] sin,  x'[j + HD/2] = x[j + HD/2] cos + x[j] sin.
+     * inverse != 0 rotates by the opposite angle (sin negated): applied to dq, dk of a
+     * dqkv it is the backward of the forward rotation. HD even. Computed in fp32, stored
+     * in the act dtype. */
+    void (*rope)(LtBackend *be, void *qkv, const float *cs, int B, int T, int NH, int NKV, int HD,
+                 int inverse);
     /* Causal self-attention, scale 1/sqrt(HD). qkv (B,T,3,NH,HD) -> out (B,T,NH,HD);
      * lse (B,NH,T) = log-sum-exp of each row of scaled scores, saved for backward.
      * Never materializes a (T,T) matrix per head in memory beyond one row/tile. */
