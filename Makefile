@@ -202,7 +202,7 @@ EMU_OBJS := $(patsubst %,$(EMU_DIR)/%.o,$(EMU_KERNELS)) $(EMU_DIR)/emu_glue.o
 # (include/*.h too: the kernels see backend.h's structs, and a stale object
 # built against an older layout crashes the emulation)
 EMU_HDRS := $(EMU_DIR)/common.cuh $(EMU_DIR)/attention.cuh $(EMU_DIR)/vec.cuh kernels/cuda/device.cuh \
-            kernels/cuda/ops.cuh $(wildcard include/*.h)
+            kernels/cuda/ops.cuh kernels/cuda/rownorm.cuh $(wildcard include/*.h)
 # -w: the rewritten kernels are checked by nvcc -Wall already
 EMU_CXXFLAGS := -std=c++20 -O2 -pthread -w -I$(EMU_DIR) -Ikernels/cuda -Iinclude $(CUDA_INC)
 EMU_TEST := $(BUILD)/tests/test_cuda_emu

@@ -6,7 +6,8 @@
  * rounded to bf16 (round-to-nearest-even) after every op; the CUDA backend
  * stores real 16-bit bf16. Use lt_act_size() for byte sizes. fp32 tensors
  * (typed float*) are: weight gradients (always accumulated, +=), master
- * weights, Adam moments, LayerNorm statistics, attention log-sum-exp, losses.
+ * weights, Adam moments, LayerNorm and RMSNorm statistics, attention
+ * log-sum-exp, losses, RoPE's cos/sin table.
  *
  * Shapes (row-major): N = B*T tokens, C hidden, OC output features,
  * NH heads, HD head dim (C = NH*HD), V true vocab, Vp padded vocab.

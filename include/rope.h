@@ -1,4 +1,16 @@
-/* rope.h - rotary position embedding tables (host side). */
+/* rope.h - the host side of rotary position embeddings: the inverse
+ * frequencies of the rotation pairs (plain base^(-2j/HD), or with Llama 3.1's
+ * frequency scaling) and the (T, HD/2, 2) cos/sin table the backends' rope op
+ * reads (backend.h). Plain C, no backend: the model fills the table once and
+ * uploads it.
+ *
+ * Llama 3.1's scaling leaves the high frequencies (wavelength 2*pi/f shorter
+ * than original/high_freq_factor positions) as they are, divides the low ones
+ * (wavelength longer than original/low_freq_factor) by `factor`, and blends the
+ * two linearly in 1/wavelength between those bounds (both bounds belong to the
+ * blend, where it equals the neighbouring band). The rule is the one of Hugging
+ * Face transformers' "llama3" rope_type (_compute_llama3_parameters); here it is
+ * evaluated in double rather than fp32. */
 #ifndef LT_ROPE_H
 #define LT_ROPE_H
 
@@ -15,7 +27,13 @@ typedef struct {
 } LtRopeScaling;
 enum { LT_ROPE_SCALING_NONE = 0, LT_ROPE_SCALING_LLAMA3 = 1 };
 
+/* inv_freq[j] for j < HD/2: base^(-2j/HD), then Llama 3.1's scaling when s->type is
+ * LLAMA3 (wavelength 2*pi/f: above original/low_freq_factor divide by factor; below
+ * original/high_freq_factor keep; between, smooth = (original/wavelen - low)/(high - low),
+ * f' = (1 - smooth) * f / factor + smooth * f). Computed in double. s may be NULL (no
+ * scaling). */
 void lt_rope_inv_freq(double *inv_freq, int HD, double base, const LtRopeScaling *s);
+/* cs (T, HD/2, 2) fp32: cos and sin of t * inv_freq[j] (angle computed in double). */
 void lt_rope_table(float *cs, int T, int HD, double base, const LtRopeScaling *s);
 
 #ifdef __cplusplus

@@ -1,6 +1,7 @@
 /* test_ops_cpu.c - the CPU backend against float64 references written here,
  * central finite differences of L = sum(out * R) through those references,
- * accumulation / NULL-skip semantics, bf16 mode, determinism, plus an
+ * accumulation / NULL-skip semantics, bf16 mode, determinism (the Llama ops:
+ * RMSNorm, SwiGLU, RoPE and its frequency table too), plus an
  * informational timing line. Every overwritten output is poisoned with NaN
  * before the call, and every comparison fails on NaN. */
 #include <omp.h>
@@ -13,6 +14,7 @@
 #include "backend.h"
 #include "common.h"
 #include "optim.h"
+#include "rope.h"
 #include "test.h"
 
 static LtBackend *g_f32, *g_bf16;
@@ -1029,6 +1031,344 @@ static void test_adamw(void) {
     }
 }
 
+/* ---- RMSNorm ---------------------------------------------------------------- */
+static void ref_rmsnorm(double *resid, double *out, double *rstd, const double *a, const double *b,
+                        const double *w, double eps, int N, int C) {
+    for (int i = 0; i < N; i++) {
+        const double *x = a + (size_t)i * C;
+        if (b) {
+            for (int c = 0; c < C; c++) resid[i * C + c] = a[i * C + c] + b[i * C + c];
+            x = resid + (size_t)i * C;
+        }
+        double ms = 0;
+        for (int c = 0; c < C; c++) ms += x[c] * x[c] / C;
+        double rs = 1 / sqrt(ms + eps);
+        if (rstd) rstd[i] = rs;
+        for (int c = 0; c < C; c++) out[i * C + c] = x[c] * rs * w[c];
+    }
+}
+/* dx (overwritten) and dw (+=) of sum(out * dout) */
+static void ref_rmsnorm_bwd(double *dx, double *dw, const double *dout, const double *x,
+                            const double *w, double eps, int N, int C) {
+    for (int i = 0; i < N; i++) {
+        const double *xi = x + (size_t)i * C, *d = dout + (size_t)i * C;
+        double ms = 0, sgx = 0;
+        for (int c = 0; c < C; c++) ms += xi[c] * xi[c] / C;
+        double rs = 1 / sqrt(ms + eps);
+        for (int c = 0; c < C; c++) sgx += d[c] * w[c] * xi[c] * rs / C;
+        for (int c = 0; c < C; c++) {
+            dx[i * C + c] = rs * (d[c] * w[c] - xi[c] * rs * sgx);
+            dw[c] += d[c] * xi[c] * rs;
+        }
+    }
+}
+static struct { int N, C, resid; double eps, *a, *b, *w, *R, *res, *out; } RN;
+static double rmsnorm_loss(void) {
+    ref_rmsnorm(RN.res, RN.out, NULL, RN.a, RN.resid ? RN.b : NULL, RN.w, RN.eps, RN.N, RN.C);
+    return dot(RN.out, RN.R, (size_t)RN.N * RN.C);
+}
+/* fp32 against the float64 reference (accumulating backward) and finite differences,
+ * with and without the residual (resid_out NULL then: never written); bf16 against fp32
+ * on the same bf16 inputs; resid_out bitwise equal to add_act in both dtypes; eps alone
+ * sets rstd of an all-zero row. */
+static void test_rmsnorm(void) {
+    int shapes[][2] = {{7, 12}, {5, 33}, {33, 64}};
+    for (int s = 0; s < 6; s++) {
+        int N = shapes[s / 2][0], C = shapes[s / 2][1], resid = s % 2;
+        const float eps = s < 2 ? 1e-2f : 1e-5f; /* large: eps matters to the gradient too */
+        size_t n = (size_t)N * C;
+        float *a = falloc(n), *b = falloc(n), *w = falloc(C), *R = falloc(n), *res = falloc(n);
+        float *out = falloc(n), *rstd = falloc(N), *dinp = falloc(n), *dw = falloc(C);
+        fill(a, n, 1, 0), fill(b, n, 0.5f, 0), fill(w, C, 0.5f, 0), fill(R, n, 1, 0);
+        for (int c = 0; c < C; c++) w[c] += 1.0f;
+        fill(dinp, n, 1, 0), fill(dw, C, 1, 0);
+        RN.N = N, RN.C = C, RN.resid = resid, RN.eps = eps, RN.a = todbl(a, n), RN.b = todbl(b, n);
+        RN.w = todbl(w, C), RN.R = todbl(R, n), RN.res = dalloc(n), RN.out = dalloc(n);
+        double *rrstd = dalloc(N), *rdx = dalloc(n), *rdw = todbl(dw, C), *rdinp = todbl(dinp, n);
+        poison(res, n), poison(out, n), poison(rstd, N);
+        g_f32->ops->rmsnorm_fwd(g_f32, resid ? res : NULL, out, rstd, a, resid ? b : NULL, w, eps,
+                                N, C);
+        ref_rmsnorm(RN.res, RN.out, rrstd, RN.a, resid ? RN.b : NULL, RN.w, eps, N, C);
+        CHECK(err(out, RN.out, n) <= TOL_FWD, "out case %d: %g", s, err(out, RN.out, n));
+        CHECK(err(rstd, rrstd, N) <= TOL_FWD, "rstd case %d: %g", s, err(rstd, rrstd, N));
+        if (resid) CHECK(err(res, RN.res, n) <= TOL_FWD, "resid_out case %d", s);
+        const float *x = resid ? res : a;
+        g_f32->ops->rmsnorm_bwd(g_f32, dinp, dw, R, x, w, rstd, N, C);
+        ref_rmsnorm_bwd(rdx, rdw, RN.R, resid ? RN.res : RN.a, RN.w, eps, N, C);
+        for (size_t i = 0; i < n; i++) rdinp[i] += rdx[i];
+        CHECK(err(dinp, rdinp, n) <= TOL_BWD, "dinp (+=) case %d: %g", s, err(dinp, rdinp, n));
+        CHECK(err(dw, rdw, C) <= TOL_BWD, "dw (+=) case %d: %g", s, err(dw, rdw, C));
+        memset(dinp, 0, n * 4), memset(dw, 0, C * 4);
+        g_f32->ops->rmsnorm_bwd(g_f32, dinp, dw, R, x, w, rstd, N, C);
+        CHECK_FD(rmsnorm_loss, RN.a, n, dinp, "da", s);
+        if (resid) CHECK_FD(rmsnorm_loss, RN.b, n, dinp, "db(resid)", s);
+        CHECK_FD(rmsnorm_loss, RN.w, C, dw, "dw", s);
+        /* bf16: the same bf16 inputs through both dtypes; resid_out = add_act bitwise */
+        for (size_t i = 0; i < n; i++) a[i] = lt_bf16_round(a[i]), b[i] = lt_bf16_round(b[i]);
+        for (size_t i = 0; i < n; i++) R[i] = lt_bf16_round(R[i]);
+        for (int c = 0; c < C; c++) w[c] = lt_bf16_round(w[c]);
+        float *o[2], *ro[2], *di[2], *gw[2], *sum = falloc(n), *st = falloc(N);
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? g_bf16 : g_f32;
+            o[k] = falloc(n), ro[k] = falloc(n), di[k] = falloc(n), gw[k] = lt_calloc(C * 4);
+            poison(o[k], n), poison(ro[k], n), poison(sum, n);
+            be->ops->rmsnorm_fwd(be, ro[k], o[k], st, a, b, w, eps, N, C);
+            be->ops->add_act(be, sum, a, b, n);
+            CHECK(memcmp(sum, ro[k], n * 4) == 0, "%s resid_out = add_act bitwise, case %d",
+                  k ? "bf16" : "fp32", s);
+            memset(di[k], 0, n * 4);
+            be->ops->rmsnorm_bwd(be, di[k], gw[k], R, ro[k], w, st, N, C);
+        }
+        CHECK(all_bf16(o[1], n) && all_bf16(ro[1], n) && all_bf16(di[1], n),
+              "bf16 outputs representable, case %d", s);
+        CHECK(normerr(o[1], o[0], n) <= TOL_BF16, "bf16 out case %d: %g", s, normerr(o[1], o[0], n));
+        CHECK(normerr(di[1], di[0], n) <= TOL_BF16, "bf16 dinp case %d: %g", s,
+              normerr(di[1], di[0], n));
+        CHECK(normerr(gw[1], gw[0], C) <= TOL_BF16, "bf16 dw case %d: %g", s,
+              normerr(gw[1], gw[0], C));
+        for (int k = 0; k < 2; k++) free(o[k]), free(ro[k]), free(di[k]), free(gw[k]);
+        free(sum), free(st);
+        free(a), free(b), free(w), free(R), free(res), free(out), free(rstd), free(dinp), free(dw);
+        free(rrstd), free(rdx), free(rdw), free(rdinp);
+        free(RN.a), free(RN.b), free(RN.w), free(RN.R), free(RN.res), free(RN.out);
+    }
+    /* an all-zero row: rstd = 1 / sqrt(eps) exactly as eps sets it, out = 0 */
+    float z[2 * 8] = {0}, wz[8], oz[16], rz[2];
+    for (int c = 0; c < 8; c++) wz[c] = 1.0f, z[8 + c] = (float)(c + 1);
+    g_f32->ops->rmsnorm_fwd(g_f32, NULL, oz, rz, z, NULL, wz, 0.25f, 2, 8);
+    CHECK(rz[0] == 2.0f && oz[0] == 0.0f && oz[7] == 0.0f, "zero row: rstd %g (want 2)", rz[0]);
+    CHECK(fabs(rz[1] - 1 / sqrt(204.0 / 8 + 0.25)) < 1e-7, "row 1..8: rstd %g", rz[1]);
+}
+
+/* ---- SwiGLU ----------------------------------------------------------------- */
+static double ref_silu(double x) { return x / (1 + exp(-x)); }
+static double ref_silu_grad(double x) {
+    double s = 1 / (1 + exp(-x));
+    return s + x * s * (1 - s);
+}
+static struct { int N, F; double *gu, *R; } SW;
+static double swiglu_loss(void) {
+    double l = 0;
+    for (int i = 0; i < SW.N; i++)
+        for (int f = 0; f < SW.F; f++) {
+            const double *g = SW.gu + (size_t)i * 2 * SW.F;
+            l += ref_silu(g[f]) * g[SW.F + f] * SW.R[(size_t)i * SW.F + f];
+        }
+    return l;
+}
+/* fp32 against float64 (tails of the gate included) and finite differences; bf16
+ * against fp32 on the same inputs; every output element written (poisoned first). */
+static void test_swiglu(void) {
+    int shapes[][2] = {{7, 13}, {3, 64}, {40, 5}};
+    for (int s = 0; s < 3; s++) {
+        int N = shapes[s][0], F = shapes[s][1];
+        size_t n = (size_t)N * F;
+        float *gu = falloc(2 * n), *R = falloc(n), *out = falloc(n), *dgu = falloc(2 * n);
+        fill(gu, 2 * n, 2, 0), fill(R, n, 1, 0);
+        if (s == 0) gu[0] = -40, gu[1] = 40, gu[2] = 0, gu[3] = -100; /* gate tails */
+        SW.N = N, SW.F = F, SW.gu = todbl(gu, 2 * n), SW.R = todbl(R, n);
+        double *ry = dalloc(n), *rdgu = dalloc(2 * n);
+        for (int i = 0; i < N; i++)
+            for (int f = 0; f < F; f++) {
+                const double g = SW.gu[(size_t)i * 2 * F + f], u = SW.gu[(size_t)i * 2 * F + F + f];
+                const double d = SW.R[(size_t)i * F + f];
+                ry[(size_t)i * F + f] = ref_silu(g) * u;
+                rdgu[(size_t)i * 2 * F + f] = d * u * ref_silu_grad(g);
+                rdgu[(size_t)i * 2 * F + F + f] = d * ref_silu(g);
+            }
+        poison(out, n), poison(dgu, 2 * n);
+        g_f32->ops->swiglu_fwd(g_f32, out, gu, N, F);
+        g_f32->ops->swiglu_bwd(g_f32, dgu, gu, R, N, F);
+        CHECK(err(out, ry, n) <= TOL_FWD, "fwd case %d: %g", s, err(out, ry, n));
+        CHECK(err(dgu, rdgu, 2 * n) <= TOL_BWD, "bwd case %d: %g", s, err(dgu, rdgu, 2 * n));
+        if (s == 0) CHECK(fabsf(out[3]) < 1e-30f && fabsf(dgu[3]) < 1e-30f, "gate -100: %g %g", out[3], dgu[3]);
+        CHECK_FD(swiglu_loss, SW.gu, 2 * n, dgu, "dgu", s);
+        for (size_t i = 0; i < 2 * n; i++) gu[i] = lt_bf16_round(gu[i]);
+        for (size_t i = 0; i < n; i++) R[i] = lt_bf16_round(R[i]);
+        float *o[2], *d[2];
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? g_bf16 : g_f32;
+            o[k] = falloc(n), d[k] = falloc(2 * n);
+            poison(o[k], n), poison(d[k], 2 * n);
+            be->ops->swiglu_fwd(be, o[k], gu, N, F);
+            be->ops->swiglu_bwd(be, d[k], gu, R, N, F);
+        }
+        CHECK(all_bf16(o[1], n) && all_bf16(d[1], 2 * n), "bf16 outputs representable, case %d", s);
+        CHECK(normerr(o[1], o[0], n) <= TOL_BF16, "bf16 fwd case %d", s);
+        CHECK(normerr(d[1], d[0], 2 * n) <= TOL_BF16, "bf16 bwd case %d", s);
+        for (int k = 0; k < 2; k++) free(o[k]), free(d[k]);
+        free(gu), free(R), free(out), free(dgu), free(SW.gu), free(SW.R), free(ry), free(rdgu);
+    }
+}
+
+/* ---- RoPE ------------------------------------------------------------------- */
+/* out = qkv (B, T, NH + 2 NKV, HD) with its q and k heads rotated by the angles
+ * t * inv_freq[j] (t = token % T), taken in double here; sign -1: the inverse. */
+static void ref_rope(double *out, const double *qkv, const double *inv_freq, int B, int T, int NH,
+                     int NKV, int HD, double sign) {
+    const int H2 = HD / 2, NA = NH + 2 * NKV;
+    memcpy(out, qkv, sizeof(double) * (size_t)B * T * NA * HD);
+    for (int i = 0; i < B * T; i++)
+        for (int h = 0; h < NH + NKV; h++)
+            for (int j = 0; j < H2; j++) {
+                const double a = (i % T) * inv_freq[j], c = cos(a), s = sign * sin(a);
+                const size_t p = ((size_t)i * NA + h) * HD + j;
+                out[p] = qkv[p] * c - qkv[p + H2] * s;
+                out[p + H2] = qkv[p + H2] * c + qkv[p] * s;
+            }
+}
+static struct { int B, T, NH, NKV, HD; double *x, *R, *out, *f; } RP;
+static double rope_loss(void) {
+    ref_rope(RP.out, RP.x, RP.f, RP.B, RP.T, RP.NH, RP.NKV, RP.HD, 1);
+    return dot(RP.out, RP.R, (size_t)RP.B * RP.T * (RP.NH + 2 * RP.NKV) * RP.HD);
+}
+/* Forward and inverse against float64 (the table from lt_rope_table, the reference's
+ * angles from lt_rope_inv_freq in double), v heads untouched, the same positions in
+ * every batch element, grouped K/V (NKV < NH), inverse(rope(x)) = x within rounding,
+ * the adjoint identity <rope(x), y> = <x, rope_inverse(y)> and finite differences of
+ * <rope(x), R> against rope_inverse(R) (the backward); bf16 against fp32. */
+static void test_rope(void) {
+    int shapes[][5] = {{2, 5, 4, 2, 8}, {3, 7, 3, 1, 6}, {1, 4, 2, 2, 2}, {2, 33, 4, 4, 64}};
+    const LtRopeScaling l3 = {LT_ROPE_SCALING_LLAMA3, 8, 1, 4, 16};
+    for (int s = 0; s < 4; s++) {
+        const int B = shapes[s][0], T = shapes[s][1], NH = shapes[s][2], NKV = shapes[s][3];
+        const int HD = shapes[s][4], NA = NH + 2 * NKV, H2 = HD / 2;
+        const size_t n = (size_t)B * T * NA * HD, tok = (size_t)NA * HD;
+        const LtRopeScaling *sc = s == 3 ? &l3 : NULL;
+        const double base = s == 3 ? 500000.0 : 10000.0;
+        float *cs = falloc((size_t)T * HD), *x = falloc(n), *y = falloc(n), *R = falloc(n);
+        float *x2 = falloc(n), *gx = falloc(n);
+        lt_rope_table(cs, T, HD, base, sc);
+        fill(x, n, 1, 0), fill(R, n, 1, 0);
+        RP.B = B, RP.T = T, RP.NH = NH, RP.NKV = NKV, RP.HD = HD, RP.x = todbl(x, n);
+        RP.R = todbl(R, n), RP.out = dalloc(n), RP.f = dalloc(H2);
+        lt_rope_inv_freq(RP.f, HD, base, sc);
+        double *rinv = dalloc(n);
+        memcpy(y, x, n * 4);
+        g_f32->ops->rope(g_f32, y, cs, B, T, NH, NKV, HD, 0);
+        rope_loss();
+        CHECK(err(y, RP.out, n) <= TOL_FWD, "fwd case %d: %g", s, err(y, RP.out, n));
+        int vsame = 1;
+        for (int i = 0; i < B * T; i++)
+            vsame &= !memcmp(y + i * tok + (size_t)(NH + NKV) * HD, x + i * tok + (size_t)(NH + NKV) * HD,
+                             (size_t)NKV * HD * 4);
+        CHECK(vsame, "v heads changed, case %d", s);
+        memcpy(x2, y, n * 4);
+        g_f32->ops->rope(g_f32, x2, cs, B, T, NH, NKV, HD, 1);
+        ref_rope(rinv, RP.x, RP.f, B, T, NH, NKV, HD, -1);
+        memcpy(gx, x, n * 4);
+        g_f32->ops->rope(g_f32, gx, cs, B, T, NH, NKV, HD, 1);
+        CHECK(err(gx, rinv, n) <= TOL_FWD, "inverse case %d: %g", s, err(gx, rinv, n));
+        CHECK(normerr(x2, x, n) <= 1e-6, "inverse(rope(x)) case %d: %g", s, normerr(x2, x, n));
+        /* <rope(x), R> = <x, rope_inverse(R)> */
+        memcpy(gx, R, n * 4);
+        g_f32->ops->rope(g_f32, gx, cs, B, T, NH, NKV, HD, 1);
+        double l = 0, r = 0;
+        for (size_t i = 0; i < n; i++) l += (double)y[i] * R[i], r += (double)x[i] * gx[i];
+        CHECK(fabs(l - r) <= 1e-5 * (fabs(l) + 1), "adjoint case %d: %.9g vs %.9g", s, l, r);
+        CHECK_FD(rope_loss, RP.x, n, gx, "rope_inverse(R) = d<rope(x), R>/dx", s);
+        /* every batch element has positions 0 .. T-1: batch 0's tokens copied to the last */
+        if (B > 1) {
+            memcpy(x2, x, n * 4);
+            memcpy(x2 + (B - 1) * T * tok, x2, T * tok * 4);
+            g_f32->ops->rope(g_f32, x2, cs, B, T, NH, NKV, HD, 0);
+            CHECK(!memcmp(x2 + (B - 1) * T * tok, x2, T * tok * 4) && !memcmp(x2, y, T * tok * 4),
+                  "batch element %d differs from element 0 on the same input, case %d", B - 1, s);
+        }
+        /* bf16: the same bf16 inputs; the round trip within two roundings */
+        for (size_t i = 0; i < n; i++) x[i] = lt_bf16_round(x[i]);
+        memcpy(y, x, n * 4), memcpy(x2, x, n * 4);
+        g_f32->ops->rope(g_f32, y, cs, B, T, NH, NKV, HD, 0);
+        g_bf16->ops->rope(g_bf16, x2, cs, B, T, NH, NKV, HD, 0);
+        CHECK(all_bf16(x2, n) && normerr(x2, y, n) <= TOL_BF16, "bf16 fwd case %d: %g", s,
+              normerr(x2, y, n));
+        g_bf16->ops->rope(g_bf16, x2, cs, B, T, NH, NKV, HD, 1);
+        CHECK(normerr(x2, x, n) <= TOL_BF16, "bf16 inverse(rope(x)) case %d: %g", s,
+              normerr(x2, x, n));
+        free(cs), free(x), free(y), free(R), free(x2), free(gx), free(rinv);
+        free(RP.x), free(RP.R), free(RP.out), free(RP.f);
+    }
+}
+
+/* lt_rope_inv_freq at HD 128, base 500000 against values computed apart from it (Python,
+ * f = exp(-(2j/128) ln 500000), the wavelength 2 pi / f put in its band by hand): j 0, 10,
+ * 28 keep f (wavelength under 8192/4 = 2048), j 29, 32, 34 are blended, j 35 (8219,
+ * just past 8192), 40, 63 are divided by 8; no scaling and s == NULL give the plain
+ * powers; lt_rope_table holds cos, sin of t * f with the angle taken in double (at
+ * t = 8191 an fp32 angle would be off by ~5e-4). */
+static void test_rope_freq(void) {
+    static const struct { int j; double want; } w[] = {
+        {0, 1.0}, {10, 0.1286873734326505}, {28, 0.0032114459947525913},
+        {29, 0.0021665707635033595}, {32, 0.0005248461609929551}, {34, 0.00017850781276799665},
+        {35, 9.556212353964687e-05}, {40, 3.4281021959525906e-05}, {63, 3.0689259889145127e-07}};
+    const LtRopeScaling l3 = {LT_ROPE_SCALING_LLAMA3, 8, 1, 4, 8192};
+    const LtRopeScaling none = {LT_ROPE_SCALING_NONE, 8, 1, 4, 8192};
+    double f[64], f0[64], f1[64];
+    lt_rope_inv_freq(f, 128, 500000.0, &l3);
+    lt_rope_inv_freq(f0, 128, 500000.0, &none);
+    lt_rope_inv_freq(f1, 128, 500000.0, NULL);
+    for (size_t k = 0; k < sizeof w / sizeof w[0]; k++)
+        CHECK(fabs(f[w[k].j] - w[k].want) <= 1e-12 * w[k].want, "llama3 inv_freq[%d] = %.17g, want %.17g",
+              w[k].j, f[w[k].j], w[k].want);
+    for (int j = 0; j < 64; j++) {
+        const double p = exp(-(2.0 * j / 128) * log(500000.0));
+        CHECK(fabs(f0[j] - p) <= 1e-13 * p && f1[j] == f0[j], "plain inv_freq[%d] = %.17g", j, f0[j]);
+        CHECK(f[j] <= f0[j] && f[j] >= f0[j] / 8 * (1 - 1e-15), "llama3 inv_freq[%d] out of [f/8, f]", j);
+    }
+    enum { TT = 8192, HD = 16 };
+    float *cs = falloc((size_t)TT * HD);
+    double g[HD / 2];
+    lt_rope_table(cs, TT, HD, 10000.0, &l3);
+    lt_rope_inv_freq(g, HD, 10000.0, &l3);
+    double e = 0;
+    for (int t = 0; t < TT; t += 91)
+        for (int j = 0; j < HD / 2; j++) {
+            const float *p = cs + ((size_t)t * (HD / 2) + j) * 2;
+            e = fmax(e, fmax(fabs(p[0] - cos(t * g[j])), fabs(p[1] - sin(t * g[j]))));
+        }
+    const float *last = cs + (size_t)(TT - 1) * HD;
+    e = fmax(e, fmax(fabs(last[0] - cos((TT - 1) * g[0])), fabs(last[1] - sin((TT - 1) * g[0]))));
+    CHECK(e <= 1e-7, "cos/sin table: max error %g", e);
+    free(cs);
+}
+
+/* ---- determinism of the Llama ops: repeated runs and 1 vs 4 threads bitwise equal */
+static void test_llama_determinism(void) {
+    enum { N = 300, C = 200, F = 72, B = 3, T = 20, NH = 4, NKV = 2, HD = 16 };
+    enum { NQ = B * T * (NH + 2 * NKV) * HD };
+    LtBackend *be1 = lt_backend_cpu_create(LT_F32, 1), *be4 = lt_backend_cpu_create(LT_F32, 4);
+    LtBackend *bes[3] = {be4, be4, be1};
+    float *a = falloc(N * C), *w = falloc(C), *R = falloc(N * C), *gu = falloc(N * 2 * F);
+    float *q0 = falloc(NQ), *cs = falloc(T * HD), *o[3][6];
+    fill(a, N * C, 1, 0), fill(w, C, 1, 0), fill(R, N * C, 1, 0), fill(gu, N * 2 * F, 2, 0);
+    fill(q0, NQ, 1, 0);
+    lt_rope_table(cs, T, HD, 10000.0, NULL);
+    for (int k = 0; k < 3; k++) {
+        LtBackend *be = bes[k];
+        float **r = o[k], rstd[N];
+        r[0] = falloc(N * C), r[1] = lt_calloc(N * C * 4), r[2] = lt_calloc(C * 4);
+        r[3] = falloc(N * F), r[4] = falloc(N * 2 * F), r[5] = falloc(NQ);
+        be->ops->rmsnorm_fwd(be, NULL, r[0], rstd, a, NULL, w, 1e-5f, N, C);
+        be->ops->rmsnorm_bwd(be, r[1], r[2], R, a, w, rstd, N, C);
+        be->ops->swiglu_fwd(be, r[3], gu, N, F);
+        be->ops->swiglu_bwd(be, r[4], gu, R, N, F);
+        memcpy(r[5], q0, NQ * 4);
+        be->ops->rope(be, r[5], cs, B, T, NH, NKV, HD, 0);
+    }
+    static const char *names[6] = {"rmsnorm out", "rmsnorm dinp", "rmsnorm dw",
+                                   "swiglu out", "swiglu dgu", "rope"};
+    const size_t sz[6] = {N * C, N * C, C, N * F, N * 2 * F, NQ};
+    for (int k = 1; k < 3; k++)
+        for (int j = 0; j < 6; j++)
+            CHECK(memcmp(o[0][j], o[k][j], sz[j] * 4) == 0, "%s %s", names[j],
+                  k == 1 ? "repeat" : "1 vs 4 threads");
+    CHECK(isfinite(o[0][2][0]) && isfinite(o[0][4][0]), "outputs computed");
+    for (int k = 0; k < 3; k++)
+        for (int j = 0; j < 6; j++) free(o[k][j]);
+    free(a), free(w), free(R), free(gu), free(q0), free(cs);
+    lt_backend_destroy(be1), lt_backend_destroy(be4);
+}
+
 /* ---- bf16 mode: same bf16 inputs through both backends ---------------------- */
 static void bf16_cmp(const char *what, const float *o16, const float *o32, size_t n) {
     CHECK(all_bf16(o16, n), "%s: output not bf16-representable", what);
@@ -1156,6 +1496,11 @@ int main(void) {
     RUN(test_xent);
     RUN(test_xent_tp);
     RUN(test_adamw);
+    RUN(test_rmsnorm);
+    RUN(test_swiglu);
+    RUN(test_rope);
+    RUN(test_rope_freq);
+    RUN(test_llama_determinism);
     RUN(test_bf16);
     timing();
     RUN(test_determinism);

@@ -1,7 +1,7 @@
 /* backend_cpu.c - the CPU backend's op table and constructor.
  * Ops live in one file per family (memory.c, embedding.c, layernorm.c,
- * linear.c, gelu.c, attention.c, xent.c, adamw.c); see cpu_ops.h for the
- * storage and threading conventions. */
+ * rmsnorm.c, linear.c, gelu.c, swiglu.c, rope.c, attention.c, xent.c,
+ * adamw.c); see cpu_ops.h for the storage and threading conventions. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -46,6 +46,11 @@ static const LtBackendOps cpu_ops = {
     .linear_bwd = cpu_linear_bwd,
     .gelu_fwd = cpu_gelu_fwd,
     .gelu_bwd = cpu_gelu_bwd,
+    .rmsnorm_fwd = cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = cpu_rmsnorm_bwd,
+    .swiglu_fwd = cpu_swiglu_fwd,
+    .swiglu_bwd = cpu_swiglu_bwd,
+    .rope = cpu_rope,
     .attention_fwd = cpu_attention_fwd,
     .attention_bwd = cpu_attention_bwd,
     .xent_fwd_bwd = cpu_xent_fwd_bwd,

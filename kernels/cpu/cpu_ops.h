@@ -48,6 +48,19 @@ static inline float cpu_bf16_round(float f) {
 /* Value stored into an act tensor: rounded to bf16 when bf16 != 0. */
 static inline float cpu_store(int bf16, float x) { return bf16 ? cpu_bf16_round(x) : x; }
 
+/* Row i (C wide) of the residual stream a norm normalizes: a's row, or when b != NULL
+ * the row of resid_out = a + b, stored in the act dtype first (the expression of
+ * cpu_add_act: the two agree bit for bit). layernorm.c, rmsnorm.c. */
+static inline const float *cpu_resid_row(int bf16, float *resid_out, const float *a,
+                                         const float *b, int i, int C) {
+    const float *x = a + (size_t)i * C;
+    if (!b) return x;
+    float *r = resid_out + (size_t)i * C;
+    const float *bi = b + (size_t)i * C;
+    for (int c = 0; c < C; c++) r[c] = cpu_store(bf16, x[c] + bi[c]);
+    return r;
+}
+
 /* A workspace of at least n floats owned by the backend, valid until the next
  * cpu_scratch call (ops are called by one host thread at a time, so one op
  * owns it for its duration). Contents are undefined. */
@@ -149,6 +162,10 @@ void cpu_layernorm_bwd(LtBackend *be, void *dinp, float *dw, float *db, const vo
                        const void *inp, const void *w, const float *mean, const float *rstd, int N,
                        int C);
 void cpu_add_act(LtBackend *be, void *out, const void *a, const void *b, size_t n);
+/* dw += sum over rows of dout * (x - mean) * rstd (mean NULL: 0, RMSNorm's x * rstd),
+ * db += sum over rows of dout; either may be NULL. Deterministic; nt threads. */
+void cpu_norm_param_grads(float *dw, float *db, const float *dout, const float *inp,
+                          const float *mean, const float *rstd, int N, int C, int nt);
 
 /* linear.c */
 void cpu_linear_fwd(LtBackend *be, void *out, void *pre_gelu, const void *inp, const void *w,
@@ -159,6 +176,20 @@ void cpu_linear_bwd(LtBackend *be, void *dinp, float *dw, float *dbias, const vo
 /* gelu.c */
 void cpu_gelu_fwd(LtBackend *be, void *out, const void *inp, size_t n);
 void cpu_gelu_bwd(LtBackend *be, void *dinp, const void *inp, const void *dout, size_t n);
+
+/* rmsnorm.c */
+void cpu_rmsnorm_fwd(LtBackend *be, void *resid_out, void *out, float *rstd, const void *a,
+                     const void *b, const void *w, float eps, int N, int C);
+void cpu_rmsnorm_bwd(LtBackend *be, void *dinp, float *dw, const void *dout, const void *inp,
+                     const void *w, const float *rstd, int N, int C);
+
+/* swiglu.c */
+void cpu_swiglu_fwd(LtBackend *be, void *out, const void *gu, int N, int F);
+void cpu_swiglu_bwd(LtBackend *be, void *dgu, const void *gu, const void *dout, int N, int F);
+
+/* rope.c */
+void cpu_rope(LtBackend *be, void *qkv, const float *cs, int B, int T, int NH, int NKV, int HD,
+              int inverse);
 
 /* attention.c */
 void cpu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T,

@@ -12,13 +12,7 @@ void cpu_layernorm_fwd(LtBackend *be, void *resid_out_, void *out_, float *mean,
     const int bf16 = cpu_is_bf16(be);
 #pragma omp parallel for schedule(static) num_threads(cpu_nthreads(be))
     for (int i = 0; i < N; i++) {
-        const float *x = a + (size_t)i * C;
-        if (b) { /* x = resid_out = a + b, stored in the act dtype first */
-            float *r = resid_out + (size_t)i * C;
-            const float *bi = b + (size_t)i * C;
-            for (int c = 0; c < C; c++) r[c] = cpu_store(bf16, x[c] + bi[c]);
-            x = r;
-        }
+        const float *x = cpu_resid_row(bf16, resid_out, a, b, i, C);
         double s = 0.0;
 #pragma omp simd reduction(+ : s)
         for (int c = 0; c < C; c++) s += x[c];
@@ -53,7 +47,7 @@ void cpu_add_act(LtBackend *be, void *out_, const void *a_, const void *b_, size
 /* With xhat = (x - mean) * rstd and g = dout * w:
  *   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw = sum_i dout*xhat,  db = sum_i dout.
  * dinp rows are handled in parallel over rows; dw/db in parallel over channel
- * ranges (each thread sums its channels over all rows in order). */
+ * ranges (cpu_norm_param_grads: each thread sums its channels over all rows in order). */
 void cpu_layernorm_bwd(LtBackend *be, void *dinp_, float *dw, float *db, const void *dout_,
                        const void *inp_, const void *w_, const float *mean, const float *rstd,
                        int N, int C) {
@@ -83,26 +77,33 @@ void cpu_layernorm_bwd(LtBackend *be, void *dinp_, float *dw, float *db, const v
             }
         }
     }
-    if (dw || db) {
-        const int cb = 64; /* channels per task */
-        const int ntask = (C + cb - 1) / cb;
+    if (dw || db) cpu_norm_param_grads(dw, db, dout, inp, mean, rstd, N, C, nt);
+}
+
+/* dw += sum over rows of dout * xhat, xhat = (x - mean) * rstd (x * rstd when mean is NULL:
+ * RMSNorm); db += sum over rows of dout; either may be NULL. In parallel over ranges of 64
+ * channels, each task summing its channels over all rows in row order: deterministic and
+ * independent of the thread count. */
+void cpu_norm_param_grads(float *dw, float *db, const float *dout, const float *inp,
+                          const float *mean, const float *rstd, int N, int C, int nt) {
+    const int cb = 64; /* channels per task */
+    const int ntask = (C + cb - 1) / cb;
 #pragma omp parallel for schedule(static) num_threads(nt)
-        for (int task = 0; task < ntask; task++) {
-            int c0 = task * cb, c1 = c0 + cb < C ? c0 + cb : C;
-            float accw[64], accb[64];
-            for (int c = 0; c < c1 - c0; c++) accw[c] = accb[c] = 0.0f;
-            for (int i = 0; i < N; i++) {
-                const float *x = inp + (size_t)i * C + c0, *d = dout + (size_t)i * C + c0;
-                const float m = mean[i], rs = rstd[i];
-                for (int c = 0; c < c1 - c0; c++) {
-                    accw[c] += d[c] * (x[c] - m) * rs;
-                    accb[c] += d[c];
-                }
-            }
+    for (int task = 0; task < ntask; task++) {
+        int c0 = task * cb, c1 = c0 + cb < C ? c0 + cb : C;
+        float accw[64], accb[64];
+        for (int c = 0; c < c1 - c0; c++) accw[c] = accb[c] = 0.0f;
+        for (int i = 0; i < N; i++) {
+            const float *x = inp + (size_t)i * C + c0, *d = dout + (size_t)i * C + c0;
+            const float m = mean ? mean[i] : 0.0f, rs = rstd[i];
             for (int c = 0; c < c1 - c0; c++) {
-                if (dw) dw[c0 + c] += accw[c];
-                if (db) db[c0 + c] += accb[c];
+                accw[c] += d[c] * (x[c] - m) * rs;
+                accb[c] += d[c];
             }
+        }
+        for (int c = 0; c < c1 - c0; c++) {
+            if (dw) dw[c0 + c] += accw[c];
+            if (db) db[c0 + c] += accb[c];
         }
     }
 }

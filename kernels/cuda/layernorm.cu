@@ -6,7 +6,9 @@
  * every tensor is 16-byte aligned; otherwise the same kernels run with one
  * element per access (VEC = 1). Lanes own the packs lane, lane + 32, ... of
  * the row, and each warp owns a slice of dynamic shared memory in which only
- * that lane ever touches its packs' slots: no barrier inside a row.
+ * that lane ever touches its packs' slots: no barrier inside a row. The
+ * row staging, the block's warp-order partial sum and the launch sizing are
+ * shared with rmsnorm.cu (rownorm.cuh).
  *  - Forward: the residual sum (rounded to the act type, stored, and that
  *    rounded x is what is normalized, as on the CPU backend) goes to the
  *    warp's slice (C elements) as it is formed, so a and b are read once;
@@ -43,32 +45,14 @@
  * scalars (add_act already had 16-byte packs), and the dw/db partials were
  * up to 512 rows summed by one thread per column. */
 #include "common.cuh"
+#include "rownorm.cuh"
 
 #define LN_EPS 1e-5f
-#define LN_WARPS 8 /* most warps (rows in flight) per block */
 #define LN_FWD_SMEM (48 * 1024)
 #define LN_BWD_SMEM (96 * 1024)
 #define LN_BWD_MAX_BLOCKS 256
 
 /* ======================= kernels ======================= */
-
-// One row: x = a (+ b, rounded, also stored to ro) into the slice xs (C); returns the lane's sum.
-template <typename T, int VEC>
-__device__ __forceinline__ float ln_stage_row(T *xs, T *ro, const T *a, const T *b, int C,
-                                              int lane) {
-    float s = 0.f;
-    for (int c = lane * VEC; c < C; c += 32 * VEC) {
-        float x[VEC];
-        ld_f<VEC>(a + c, x);
-        if (b) add_f<VEC>(x, b + c);
-        const Pack<T, VEC> xp = pack_f<T, VEC>(x); /* a unchanged, or the rounded sum */
-        if (b) st_pack<VEC>(ro + c, xp);
-        st_pack<VEC>(xs + c, xp);
-#pragma unroll
-        for (int k = 0; k < VEC; k++) s += to_f(xp.v[k]);
-    }
-    return s;
-}
 
 // The lane's sum of (x - m)^2 over its packs of the slice xs (C).
 template <typename T, int VEC>
@@ -85,7 +69,7 @@ __device__ __forceinline__ float ln_sq_dev(const T *xs, float m, int C, int lane
 
 // a, b (N, C) -> resid_out = a + b when b != NULL (N, C); out (N, C); mean, rstd (N).
 template <typename T, int VEC>
-__global__ void __launch_bounds__(LN_WARPS * 32)
+__global__ void __launch_bounds__(ROW_WARPS * 32)
     layernorm_fwd_kernel(T *resid_out, T *out, float *mean, float *rstd, const T *a, const T *b,
                          const T *w, const T *bias, int N, int C) {
     extern __shared__ __align__(16) unsigned char ln_smem[];
@@ -95,7 +79,7 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
     T *xs = reinterpret_cast<T *>(ln_smem) + (size_t)wid * C;
     const size_t off = (size_t)row * C;
     const float m =
-        warp_sum(ln_stage_row<T, VEC>(xs, resid_out + off, a + off, b ? b + off : b, C, lane)) /
+        warp_sum(row_stage<T, VEC, false>(xs, resid_out + off, a + off, b ? b + off : b, C, lane)) /
         (float)C;
     const float r = 1.f / sqrtf(warp_sum(ln_sq_dev<T, VEC>(xs, m, C, lane)) / (float)C + LN_EPS);
     for (int c = lane * VEC; c < C; c += 32 * VEC) {
@@ -157,7 +141,7 @@ __device__ __forceinline__ void ln_bwd_row(T *dinp, float *acc, T *cache, const 
 
 // dinp (N, C) += dLN/dx; part (G, 2C) row blockIdx <- the block's dw | db over its rows.
 template <typename T, int VEC>
-__global__ void __launch_bounds__(LN_WARPS * 32)
+__global__ void __launch_bounds__(ROW_WARPS * 32)
     layernorm_bwd_kernel(T *dinp, float *part, const T *dout, const T *inp, const T *w,
                          const float *mean, const float *rstd, int N, int C) {
     extern __shared__ __align__(16) unsigned char ln_smem[];
@@ -176,37 +160,17 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
                            rstd[row], C, lane);
     }
     __syncthreads();
-    for (int c = threadIdx.x * VEC; c < 2 * C; c += blockDim.x * VEC) {
-        float t[VEC];
-        ld_f<VEC>(accs + c, t);
-        for (int i = 1; i < W; i++) add_f<VEC>(t, accs + (size_t)i * 2 * C + c); /* warp order */
-        st_f<VEC>(part + (size_t)blockIdx.x * 2 * C + c, t);
-    }
+    row_block_sum<VEC>(part + (size_t)blockIdx.x * 2 * C, accs, W, 2 * C);
 }
 
 /* ======================= launchers ======================= */
 
-/* Warps per block for `bytes` of shared memory per warp within `budget`. */
-static int ln_warps(size_t bytes, size_t budget) {
-    const size_t w = budget / bytes;
-    return w < 1 ? 1 : (w > LN_WARPS ? LN_WARPS : (int)w);
-}
-
-/* Lets fn use smem bytes of dynamic shared memory, or stops: the row does not fit. */
-static void ln_smem_opt_in(const char *op, const void *fn, size_t smem, int C, int optin) {
-    if (smem > (size_t)optin)
-        lt_fatal("%s: C=%d needs %zu bytes of shared memory per block (device max %d)", op, C,
-                 smem, optin);
-    if (smem > 48 * 1024)
-        CU_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-}
-
 template <typename T, int VEC>
 static void ln_fwd_launch(T *resid_out, T *out, float *mean, float *rstd, const T *a, const T *b,
                           const T *w, const T *bias, int N, int C, int optin, cudaStream_t st) {
-    const int W = ln_warps((size_t)C * sizeof(T), LN_FWD_SMEM);
+    const int W = row_warps((size_t)C * sizeof(T), LN_FWD_SMEM);
     const size_t smem = (size_t)W * C * sizeof(T);
-    ln_smem_opt_in("layernorm_fwd", (const void *)layernorm_fwd_kernel<T, VEC>, smem, C, optin);
+    row_smem_opt_in("layernorm_fwd", (const void *)layernorm_fwd_kernel<T, VEC>, smem, C, optin);
     const unsigned grid = (unsigned)((N + W - 1) / W);
     layernorm_fwd_kernel<T, VEC><<<grid, W * 32, smem, st>>>(resid_out, out, mean, rstd, a, b, w,
                                                             bias, N, C);
@@ -228,7 +192,7 @@ static void ln_bwd_launch(T *dinp, float *part, int W, int G, const T *dout, con
                           const T *w, const float *mean, const float *rstd, int N, int C,
                           int optin, cudaStream_t st) {
     const size_t smem = (size_t)W * 2 * C * (sizeof(float) + sizeof(T));
-    ln_smem_opt_in("layernorm_bwd", (const void *)layernorm_bwd_kernel<T, VEC>, smem, C, optin);
+    row_smem_opt_in("layernorm_bwd", (const void *)layernorm_bwd_kernel<T, VEC>, smem, C, optin);
     layernorm_bwd_kernel<T, VEC><<<G, W * 32, smem, st>>>(dinp, part, dout, inp, w, mean, rstd,
                                                          N, C);
     CU_CHECK_LAUNCH();
@@ -268,7 +232,7 @@ void cu_layernorm_bwd(LtBackend *be, void *dinp, float *dw, float *db, const voi
                       int C) {
     if (N <= 0 || C <= 0) return;
     if (!dinp) lt_fatal("layernorm_bwd: the CUDA backend needs dinp (the input gradient)");
-    const int W = ln_warps((size_t)2 * C * (sizeof(float) + be->act_size), LN_BWD_SMEM);
+    const int W = row_warps((size_t)2 * C * (sizeof(float) + be->act_size), LN_BWD_SMEM);
     const int G0 = (N + W - 1) / W;
     const int G = G0 < LN_BWD_MAX_BLOCKS ? G0 : LN_BWD_MAX_BLOCKS;
     float *part = (float *)cu_scratch(be, (size_t)G * 2 * C * sizeof(float));

@@ -23,6 +23,14 @@ void cu_linear_bwd(LtBackend *be, void *dinp, float *dw, float *dbias, const voi
                    const void *inp, const void *w, const void *gelu_pre, int N, int C, int OC);
 void cu_gelu_fwd(LtBackend *be, void *out, const void *inp, size_t n);
 void cu_gelu_bwd(LtBackend *be, void *dinp, const void *inp, const void *dout, size_t n);
+void cu_rmsnorm_fwd(LtBackend *be, void *resid_out, void *out, float *rstd, const void *a,
+                    const void *b, const void *w, float eps, int N, int C);
+void cu_rmsnorm_bwd(LtBackend *be, void *dinp, float *dw, const void *dout, const void *inp,
+                    const void *w, const float *rstd, int N, int C);
+void cu_swiglu_fwd(LtBackend *be, void *out, const void *gu, int N, int F);
+void cu_swiglu_bwd(LtBackend *be, void *dgu, const void *gu, const void *dout, int N, int F);
+void cu_rope(LtBackend *be, void *qkv, const float *cs, int B, int T, int NH, int NKV, int HD,
+             int inverse);
 void cu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T,
                       int NH, int NKV, int HD);
 void cu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,

@@ -20,7 +20,8 @@
  * `template <int K> void apply(size_t i) const` for elements [i, i + K); it
  * issues all its loads before its arithmetic, so each thread has one 16-byte
  * load per input in flight. AddMap (out = a + b: add_act, add_f32) is the one
- * functor two files share. */
+ * functor two files share. Functors over row-structured tensors find the row
+ * with idx_div. */
 #ifndef LT_CUDA_VEC_CUH
 #define LT_CUDA_VEC_CUH
 
@@ -79,6 +80,14 @@ __device__ __forceinline__ void ld_f_upto(const T *p, int lim, float (&f)[N]) {
     }
 #pragma unroll
     for (int k = 0; k < N; k++) f[k] = k < lim ? to_f(p[k]) : 0.f;
+}
+
+/* i / d for functors that recover a row from a flat index (swiglu, rope): in
+ * 32-bit arithmetic when idx32 (the launcher found every index below 2^32: the
+ * 32-bit division is a short inline sequence, the 64-bit one a far longer
+ * subroutine), else in 64. */
+__device__ __forceinline__ size_t idx_div(size_t i, size_t d, int idx32) {
+    return idx32 ? (size_t)((uint32_t)i / (uint32_t)d) : i / d;
 }
 
 /* 1 when every pointer is 16-byte aligned (NULL counts as aligned). */

@@ -21,11 +21,14 @@
  * it (elementwise relative error is meaningless for values that cancel to
  * ~0). Bounds: fp32 1e-5 (fp32 GEMMs use CUBLAS_COMPUTE_32F, never TF32),
  * bf16 1e-2; add_f32 is exact (0), and so is add_act when both sides have the
- * same dtype. Determinism: embedding_bwd, layernorm_bwd, attention_bwd and
- * linear_bwd run twice and must match bitwise. The tensor-parallel cases
- * (embedding_tp: negative ids, NULL wpe / dwte / dwpe; xent_tp: the vocab-split
- * cross-entropy simulated over shards of one device, also checked against the
- * device's own xent_fwd_bwd) use the same pairs and bounds.
+ * same dtype. Determinism: embedding_bwd, layernorm_bwd, rmsnorm_bwd,
+ * attention_bwd and linear_bwd run twice and must match bitwise. The
+ * tensor-parallel cases (embedding_tp: negative ids, NULL wpe / dwte / dwpe;
+ * xent_tp: the vocab-split cross-entropy simulated over shards of one device,
+ * also checked against the device's own xent_fwd_bwd) and the Llama block's
+ * ops (rmsnorm with and without the residual, swiglu, rope forward and
+ * inverse with grouped K/V, v heads checked untouched) use the same pairs and
+ * bounds.
  * Alignment: the op contract promises none, and the memory-bound kernels take
  * 16-byte vector paths only for aligned tensors whose rows are multiples of
  * the vector width. The shapes include rows that are not (C, Vp, n not
@@ -43,6 +46,7 @@
 #include "attn_select.h"
 #include "backend.h"
 #include "common.h"
+#include "rope.h"
 
 typedef struct {
     LtBackend *ref, *dut;
@@ -282,14 +286,16 @@ static void t_embedding_tp(const Pair *P) {
 }
 
 /* ======================= layernorm ======================= */
+/* The norms' shapes (layernorm, rmsnorm; --quick: the first 5). C 50: single elements;
+ * C 36: fp32 packs, bf16 single elements; N 2100: more rows than the backward's warps,
+ * so warps take several rows. */
+static const int norm_shapes[7][2] = {{7, 24},    {5, 50},    {64, 768},  {9, 36},
+                                      {2100, 16}, {33, 1600}, {300, 4096}};
+
 static void t_layernorm(const Pair *P) {
-    /* C 50: single elements; C 36: fp32 packs, bf16 single elements; N 2100: more
-     * rows than the backward's warps, so warps take several rows */
-    static const int shapes[][2] = {{7, 24},    {5, 50},   {64, 768},  {9, 36},
-                                    {2100, 16}, {33, 1600}, {300, 4096}};
     for (int s = 0; s < 7; s++) {
         if (g_quick && s >= 5) break;
-        const int N = shapes[s][0], C = shapes[s][1];
+        const int N = norm_shapes[s][0], C = norm_shapes[s][1];
         const size_t NC = (size_t)N * C;
         float *a = hrand(NC, 2.f, P->bf16), *b = hrand(NC, 1.f, P->bf16);
         for (size_t i = 0; i < NC; i++) a[i] = P->bf16 ? lt_bf16_round(a[i] + 0.3f) : a[i] + 0.3f;
@@ -545,6 +551,157 @@ static void t_gelu(const Pair *P) {
         cmp(P, nm, dx[1], dx[0], n, P->tol);
         for (int k = 0; k < 2; k++) free(y[k]), free(dx[k]);
         free(x), free(dy);
+    }
+}
+
+/* ======================= rmsnorm ======================= */
+/* One backend: the forward (residual add when b; resid_out NULL otherwise) into ro, o, rs;
+ * when gi, the backward from the host's x = a and its rstd rh, accumulating into copies of
+ * dinp0 and dw0 into gi, gw; when bits, the raw bytes of that backward and of a second one
+ * from the same start (bits[0..1] first, bits[2..3] second: dinp, dw). */
+static void run_rmsnorm(LtBackend *be, int N, int C, float eps, const float *a, const float *b,
+                        const float *w, const float *dy, const float *rh, const float *dinp0,
+                        const float *dw0, float *ro, float *o, float *rs, float *gi, float *gw,
+                        void **bits) {
+    const size_t NC = (size_t)N * C, ab = lt_act_bytes(be, NC);
+    void *da = act_up(be, a, NC), *db = b ? act_up(be, b, NC) : NULL, *dw = act_up(be, w, C);
+    void *dro = act_up(be, NULL, NC), *dout = act_up(be, NULL, NC);
+    float *drs = f32_up(be, NULL, N);
+    poison(be, dro, ab), poison(be, dout, ab), poison(be, drs, N * 4);
+    be->ops->rmsnorm_fwd(be, b ? dro : NULL, dout, drs, da, db, dw, eps, N, C);
+    if (b) act_down(be, ro, dro, NC);
+    act_down(be, o, dout, NC), f32_down(be, rs, drs, N);
+    if (gi) {
+        void *ddy = act_up(be, dy, NC), *dinp = act_up(be, dinp0, NC);
+        float *drh = f32_up(be, rh, N), *gwd = f32_up(be, dw0, C);
+        be->ops->rmsnorm_bwd(be, dinp, gwd, ddy, da, dw, drh, N, C);
+        act_down(be, gi, dinp, NC), f32_down(be, gw, gwd, C);
+        if (bits) {
+            bits[0] = raw_down(be, dinp, ab), bits[1] = raw_down(be, gwd, C * 4);
+            be->ops->upload(be, gwd, dw0, C * 4);
+            dfree(be, dinp);
+            dinp = act_up(be, dinp0, NC);
+            be->ops->rmsnorm_bwd(be, dinp, gwd, ddy, da, dw, drh, N, C);
+            bits[2] = raw_down(be, dinp, ab), bits[3] = raw_down(be, gwd, C * 4);
+        }
+        dfree(be, ddy), dfree(be, dinp), dfree(be, drh), dfree(be, gwd);
+    }
+    dfree(be, da), dfree(be, dw), dfree(be, dro), dfree(be, dout), dfree(be, drs);
+    if (db) dfree(be, db);
+}
+
+static void t_rmsnorm(const Pair *P) {
+    for (int s = 0; s < 7; s++) {
+        if (g_quick && s >= 5) break;
+        const int N = norm_shapes[s][0], C = norm_shapes[s][1];
+        const size_t NC = (size_t)N * C;
+        const float eps = s % 2 ? 0.25f : 1e-5f; /* 0.25: eps moves rstd well past tol */
+        float *a = hrand(NC, 2.f, P->bf16), *b = hrand(NC, 1.f, P->bf16);
+        float *w = hrand(C, 1.f, P->bf16), *dy = hrand(NC, 1.f, P->bf16);
+        float *dinp0 = hrand(NC, 1.f, P->bf16), *dw0 = hrand(C, 1.f, 0), *rh = hzeros(N);
+        for (int r = 0; r < N; r++) { /* host rstd of x = a, for the backward */
+            double ss = 0;
+            for (int c = 0; c < C; c++) ss += (double)a[(size_t)r * C + c] * a[(size_t)r * C + c];
+            rh[r] = (float)(1.0 / sqrt(ss / C + eps));
+        }
+        for (int withb = 0; withb < 2; withb++) {
+            float *ro[2], *o[2], *rs[2], *gi[2], *gw[2];
+            void *bits[4] = {0};
+            for (int k = 0; k < 2; k++) {
+                ro[k] = hzeros(NC), o[k] = hzeros(NC), rs[k] = hzeros(N);
+                gi[k] = withb ? hzeros(NC) : NULL, gw[k] = hzeros(C);
+                run_rmsnorm(k ? P->dut : P->ref, N, C, eps, a, withb ? b : NULL, w, dy, rh, dinp0,
+                            dw0, ro[k], o[k], rs[k], gi[k], gw[k], k && withb ? bits : NULL);
+            }
+            char nm[96];
+            snprintf(nm, sizeof nm, "rms_fwd%s N%d C%d out", withb ? "+res" : "", N, C);
+            cmp(P, nm, o[1], o[0], NC, P->tol);
+            if (withb) cmp(P, "rms_fwd resid_out", ro[1], ro[0], NC, P->tol);
+            cmp(P, "rms_fwd rstd", rs[1], rs[0], N, P->tol);
+            if (withb) { /* the backward once per shape */
+                snprintf(nm, sizeof nm, "rms_bwd N%d C%d dinp", N, C);
+                cmp(P, nm, gi[1], gi[0], NC, P->tol);
+                cmp(P, "rms_bwd dw", gw[1], gw[0], C, P->tol);
+                same_bits(P, "rms_bwd dinp", bits[2], bits[0], lt_act_bytes(P->dut, NC));
+                same_bits(P, "rms_bwd dw", bits[3], bits[1], C * 4);
+                for (int i = 0; i < 4; i++) free(bits[i]);
+            }
+            for (int k = 0; k < 2; k++) free(ro[k]), free(o[k]), free(rs[k]), free(gi[k]), free(gw[k]);
+        }
+        free(a), free(b), free(w), free(dy), free(dinp0), free(dw0), free(rh);
+    }
+}
+
+/* ======================= swiglu ======================= */
+static void t_swiglu(const Pair *P) {
+    /* F 3: under one pack; F 20: fp32 packs, bf16 single elements; F 100, 1376: packs */
+    static const int shapes[][2] = {{5, 3}, {7, 20}, {33, 100}, {64, 1376}, {512, 3584}};
+    for (int s = 0; s < 5; s++) {
+        if (g_quick && s == 4) break;
+        const int N = shapes[s][0], F = shapes[s][1];
+        const size_t n = (size_t)N * F;
+        float *gu = hrand(2 * n, 4.f, P->bf16), *dy = hrand(n, 1.f, P->bf16), *y[2], *dg[2];
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            void *dgu_in = act_up(be, gu, 2 * n), *ddy = act_up(be, dy, n);
+            void *dout = act_up(be, NULL, n), *dgu = act_up(be, NULL, 2 * n);
+            poison(be, dout, lt_act_bytes(be, n)), poison(be, dgu, lt_act_bytes(be, 2 * n));
+            be->ops->swiglu_fwd(be, dout, dgu_in, N, F);
+            be->ops->swiglu_bwd(be, dgu, dgu_in, ddy, N, F);
+            y[k] = hzeros(n), dg[k] = hzeros(2 * n);
+            act_down(be, y[k], dout, n), act_down(be, dg[k], dgu, 2 * n);
+            dfree(be, dgu_in), dfree(be, ddy), dfree(be, dout), dfree(be, dgu);
+        }
+        char nm[64];
+        snprintf(nm, sizeof nm, "swiglu_fwd N%d F%d", N, F);
+        cmp(P, nm, y[1], y[0], n, P->tol);
+        snprintf(nm, sizeof nm, "swiglu_bwd dgu N%d F%d", N, F);
+        cmp(P, nm, dg[1], dg[0], 2 * n, P->tol);
+        for (int k = 0; k < 2; k++) free(y[k]), free(dg[k]);
+        free(gu), free(dy);
+    }
+}
+
+/* ======================= rope ======================= */
+/* Forward on one tensor and inverse (the backward) on another, in place, with Llama 3.1's
+ * scaled table; NKV < NH (grouped K/V); the v heads must come back unchanged. The inverse
+ * reads its table one float past an aligned start (a copy at cs + 1): aligned qkv with a
+ * misaligned table must take the scalar path. */
+static void t_rope(const Pair *P) {
+    /* HD/2 3: single pairs; 4: fp32 packs, bf16 single pairs; 8, 64: packs in both */
+    static const int shapes[][5] = {
+        {2, 5, 4, 2, 8}, {3, 7, 3, 1, 6}, {2, 9, 4, 4, 16}, {1, 33, 8, 2, 128}, {2, 1024, 32, 8, 128}};
+    const LtRopeScaling l3 = {LT_ROPE_SCALING_LLAMA3, 8, 1, 4, 64};
+    for (int s = 0; s < 5; s++) {
+        if (g_quick && s == 4) break;
+        const int B = shapes[s][0], T = shapes[s][1], NH = shapes[s][2], NKV = shapes[s][3];
+        const int HD = shapes[s][4], NA = NH + 2 * NKV;
+        const size_t n = (size_t)B * T * NA * HD;
+        float *cs = lt_malloc((size_t)T * HD * sizeof(float));
+        lt_rope_table(cs, T, HD, 500000.0, &l3);
+        float *x = hrand(n, 1.f, P->bf16), *g = hrand(n, 1.f, P->bf16), *y[2], *gi[2];
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            float *dcs = f32_up(be, cs, (size_t)T * HD), *dcs1 = f32_up(be, NULL, (size_t)T * HD + 1);
+            void *dx = act_up(be, x, n), *dg = act_up(be, g, n);
+            be->ops->upload(be, dcs1 + 1, cs, (size_t)T * HD * sizeof(float));
+            be->ops->rope(be, dx, dcs, B, T, NH, NKV, HD, 0);
+            be->ops->rope(be, dg, dcs1 + 1, B, T, NH, NKV, HD, 1);
+            y[k] = hzeros(n), gi[k] = hzeros(n);
+            act_down(be, y[k], dx, n), act_down(be, gi[k], dg, n);
+            dfree(be, dcs), dfree(be, dcs1), dfree(be, dx), dfree(be, dg);
+        }
+        char nm[64];
+        snprintf(nm, sizeof nm, "rope B%d T%d NH%d NKV%d HD%d", B, T, NH, NKV, HD);
+        cmp(P, nm, y[1], y[0], n, P->tol);
+        cmp(P, "rope inverse", gi[1], gi[0], n, P->tol);
+        size_t vbad = 0; /* the inputs are exact in the act dtype: v must come back bit for bit */
+        for (size_t i = 0; i < n; i++)
+            if ((int)(i / HD % NA) >= NH + NKV) vbad += memcmp(&y[1][i], &x[i], 4) != 0;
+        printf("  %-5s %-28s v heads changed: %zu\n", P->tag, "rope", vbad);
+        CHECK(vbad == 0, "rope changed %zu elements of the v heads", vbad);
+        for (int k = 0; k < 2; k++) free(y[k]), free(gi[k]);
+        free(cs), free(x), free(g);
     }
 }
 
@@ -998,6 +1155,8 @@ static const Case cases[] = {
     {"xent_tp", t_xent_tp, 1},     {"adamw", t_adamw, 1},
     {"reduce", t_reduce, 1},       {"step_scalars", t_step_scalars, 0},
     {"memory_streams", t_memory_streams, 0},
+    {"rmsnorm", t_rmsnorm, 1},     {"swiglu", t_swiglu, 1},
+    {"rope", t_rope, 1},
 };
 
 /* One case on one pair: a PASS or FAIL line named case_pair (case_pair_off4 for
