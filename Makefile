@@ -3,6 +3,7 @@
 #   make CUDA=0     skip the CUDA backend
 #   make test       set-up + build + the whole suite (ends with "N passed, N failed")
 #   make demo       set-up + build + sample corpus + train a small GPT + print generated text
+#                   (DEMO_CONFIG=configs/llama-demo.yaml: the same with the Llama block)
 #   make deps       install missing Debian packages (when root)
 #   make peer-check the PyTorch peer trains the same model (needs torch; PEER_PYTHON)
 
@@ -314,10 +315,12 @@ test-full:
 	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@LT_TEST_FULL=1 tests/run.sh $(BUILD)
 
+# DEMO_CONFIG=configs/llama-demo.yaml trains the Llama block instead
+DEMO_CONFIG ?= configs/demo.yaml
 demo:
 	@scripts/setup.sh
 	@$(MAKE) --no-print-directory -j$(NPROC) all
-	@scripts/demo.sh $(BUILD)
+	@LT_DEMO_CONFIG=$(DEMO_CONFIG) scripts/demo.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """compare_runs.py REF RUN LOSS_TOL WEIGHT_TOL [--steps N] [--evals N]
+compare_runs.py --resumed REF_METRICS RUN_METRICS FIRST LAST TOL
 
 Two training runs of the layout tests agree: the per-step loss and gradient
 norm of RUN/m.jsonl within LOSS_TOL (relative) of REF's, the same number of
 steps (N, default 10); with --evals N also N evaluation records each; and the
 exported weights (RUN/hf/model.safetensors, fp32) within WEIGHT_TOL
-(absolute). Exits 1 with the first disagreement on stderr."""
+(absolute). With --resumed: a run resumed from a checkpoint logged exactly
+steps FIRST..LAST, and each step's loss and gradient norm is within TOL of
+the same step of the reference metrics file. Exits 1 with the first
+disagreement on stderr."""
 import json
 import struct
 import sys
@@ -27,7 +31,19 @@ def tensors(d):
     return out
 
 
+def resumed(ref_path, run_path, first, last, tol):
+    ref = {r['step']: r for r in map(json.loads, open(ref_path)) if not r.get('eval')}
+    got = [r for r in map(json.loads, open(run_path)) if not r.get('eval')]
+    assert [r['step'] for r in got] == list(range(first, last + 1)), [r['step'] for r in got]
+    for r in got:
+        for k in ('loss', 'grad_norm'):
+            rel = abs(r[k] - ref[r['step']][k]) / abs(ref[r['step']][k])
+            assert rel <= tol, f"step {r['step']} {k}: {r[k]} vs {ref[r['step']][k]}"
+
+
 def main(argv):
+    if argv[1] == '--resumed':
+        return resumed(argv[2], argv[3], int(argv[4]), int(argv[5]), float(argv[6]))
     a, b, tol, wtol = argv[1], argv[2], float(argv[3]), float(argv[4])
     opts = dict(zip(argv[5::2], map(int, argv[6::2])))
     steps, evals = opts.get('--steps', 10), opts.get('--evals')

@@ -16,3 +16,13 @@ random.seed(int(sys.argv[2]))
 print(' '.join(str(random.randrange(256)) for _ in range(int(sys.argv[1]))))" "$2" "$3" > "$T/ids.$3" &&
     "$LT" shard --vocab-size 256 --input "$T/ids.$3" "$1" >/dev/null
 }
+# text_shard OUT: English text (the GPL-3 and Apache-2.0 licence texts) as
+# byte-level token ids (vocab 256) in a lattice shard
+text_shard() {
+  cat /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 > "$T/text.txt" &&
+    python3 -c "
+import sys
+d = open(sys.argv[1], 'rb').read()
+open(sys.argv[2], 'w').write(' '.join(map(str, d)))" "$T/text.txt" "$T/text.ids" &&
+    "$LT" shard --vocab-size 256 --input "$T/text.ids" "$1" >/dev/null
+}

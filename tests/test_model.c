@@ -17,6 +17,18 @@ static LtModelDims tiny_dims(void) {
     return d;
 }
 
+/* A tiny Llama: grouped-query attention (4 query heads over 2 key/value
+ * heads), SwiGLU of width 48, RoPE with Llama 3.1's scaling (original
+ * context 4 < seq 8, so all three frequency bands occur), untied LM head. */
+static LtModelDims tiny_llama_dims(void) {
+    LtModelDims d = {.num_layers = 2, .hidden = 32, .heads = 4, .ffn = 48, .seq_len = 8,
+                     .max_pos = 8, .vocab = 37, .padded_vocab = 128, .arch = LT_ARCH_LLAMA,
+                     .kv_heads = 2, .untied = 1, .norm_eps = 1e-5f, .rope_base = 10000,
+                     .rope_scaling = LT_ROPE_LLAMA3, .rope_factor = 8, .rope_low_freq = 1,
+                     .rope_high_freq = 4, .rope_original_max_pos = 4};
+    return d;
+}
+
 static void random_tokens(int32_t *x, int n, int V, uint64_t seed) {
     for (int i = 0; i < n; i++) x[i] = (int32_t)(lt_uniform_at(seed, 7, (uint64_t)i) * V);
 }
@@ -27,8 +39,7 @@ static double loss_with(LtModel *m, const float *host, const int32_t *in, const 
     return lt_model_step(m, in, tgt, 0.0f);
 }
 
-static void test_initial_loss(void) {
-    LtModelDims d = tiny_dims();
+static void initial_loss(LtModelDims d) {
     LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
     LtModel *m = lt_model_create(be, &d, 2, d.seq_len, NULL);
     float *host = malloc(m->table.total * sizeof(float));
@@ -38,11 +49,16 @@ static void test_initial_loss(void) {
     random_tokens(in, N, d.vocab, 1);
     random_tokens(tgt, N, d.vocab, 2);
     double loss = loss_with(m, host, in, tgt) / N;
-    CHECK(fabs(loss - log((double)d.vocab)) < 0.05, "initial loss %.4f vs ln V %.4f", loss,
-          log((double)d.vocab));
+    CHECK(fabs(loss - log((double)d.vocab)) < 0.05, "%s: initial loss %.4f vs ln V %.4f",
+          lt_arch_name((LtArch)d.arch), loss, log((double)d.vocab));
     free(host);
     lt_model_destroy(m);
     lt_backend_destroy(be);
+}
+
+static void test_initial_loss(void) {
+    initial_loss(tiny_dims());
+    initial_loss(tiny_llama_dims());
 }
 
 static void test_init_layout_independent(void) {
@@ -74,8 +90,10 @@ static void test_init_layout_independent(void) {
     lt_params_free(&tb);
 }
 
-static void test_gradient_check(void) {
-    LtModelDims d = tiny_dims();
+/* The whole model's gradient by central finite differences of the mean token
+ * loss, three entries of every parameter (wte: rows the inputs use; an untied
+ * lm_head: rows the targets use). */
+static void gradient_check(LtModelDims d) {
     const int B = 2, N = B * d.seq_len;
     LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
     LtModel *m = lt_model_create(be, &d, B, d.seq_len, NULL);
@@ -85,7 +103,7 @@ static void test_gradient_check(void) {
     /* larger weights than the init so every path carries real gradient */
     for (size_t i = 0; i < t->total; i++) host[i] += 0.3f * lt_normal_at(3, 3, i);
     for (int i = 0; i < t->n; i++) /* keep padded vocab rows zero */
-        if (!strcmp(t->p[i].name, "wte"))
+        if (!strcmp(t->p[i].name, "wte") || !strcmp(t->p[i].name, "lm_head.weight"))
             memset(host + t->p[i].offset + (size_t)d.vocab * d.hidden, 0,
                    (size_t)(d.padded_vocab - d.vocab) * d.hidden * sizeof(float));
     int32_t in[16], tgt[16];
@@ -103,6 +121,7 @@ static void test_gradient_check(void) {
         for (int k = 0; k < 3; k++) {
             size_t j = (size_t)(lt_uniform_at(77, (uint64_t)pi, (uint64_t)k) * (double)p->numel);
             if (!strcmp(p->name, "wte")) j = (size_t)in[k] * d.hidden + (size_t)k; /* used rows */
+            if (!strcmp(p->name, "lm_head.weight")) j = (size_t)tgt[k] * d.hidden + (size_t)k;
             size_t at = p->offset + j;
             float keep = host[at];
             host[at] = keep + h;
@@ -119,16 +138,29 @@ static void test_gradient_check(void) {
             }
         }
     }
-    CHECK(bad == 0, "%d of %d gradient entries disagree with finite differences", bad, checked);
+    CHECK(bad == 0, "%s: %d of %d gradient entries disagree with finite differences",
+          lt_arch_name((LtArch)d.arch), bad, checked);
     /* padded vocabulary rows never receive gradient */
-    const LtParam *wte = &t->p[0];
+    const LtParam *head = &t->p[t->idx_head >= 0 ? t->idx_head : t->idx_wte];
     double padsum = 0.0;
-    for (size_t j = (size_t)d.vocab * d.hidden; j < wte->numel; j++) padsum += fabs(g[wte->offset + j]);
-    CHECK(padsum == 0.0, "padded vocab rows got gradient %g", padsum);
+    for (size_t j = (size_t)d.vocab * d.hidden; j < head->numel; j++)
+        padsum += fabs(g[head->offset + j]);
+    CHECK(padsum == 0.0, "padded vocab rows of %s got gradient %g", head->name, padsum);
     free(g);
     free(host);
     lt_model_destroy(m);
     lt_backend_destroy(be);
+}
+
+static void test_gradient_check(void) {
+    gradient_check(tiny_dims());
+    LtModelDims gpt_untied = tiny_dims();
+    gpt_untied.untied = 1;
+    gradient_check(gpt_untied);
+    gradient_check(tiny_llama_dims());
+    LtModelDims mqa = tiny_llama_dims(); /* multi-query, tied, no RoPE scaling */
+    mqa.kv_heads = 1, mqa.untied = 0, mqa.rope_scaling = LT_ROPE_NONE;
+    gradient_check(mqa);
 }
 
 /* Largest |difference| between two models' gradients, relative to the
@@ -289,6 +321,71 @@ static void test_flops(void) {
     CHECK(lt_model_flops_per_sample(&d, 1) < ref, "causal count not smaller");
 }
 
+/* The Llama table: names and shapes, and tensor-parallel shards that hold
+ * their query heads, key/value heads and gate/up rows (each block split) and
+ * put every global element back exactly once. */
+static void test_llama_table(void) {
+    LtModelDims d = tiny_llama_dims(); /* C 32, NH 4, NKV 2, HD 8, F 48 */
+    LtParamTable g;
+    lt_params_build(&g, &d);
+    CHECK(g.n == 1 + 6 * d.num_layers + 2 && g.idx_wpe < 0 && g.idx_head == g.n - 1,
+          "%d parameters, wpe %d, lm_head %d", g.n, g.idx_wpe, g.idx_head);
+    const LtParam *qkv = lt_params_find(&g, "h.1.attn.qkv.weight");
+    const LtParam *gu = lt_params_find(&g, "h.1.mlp.gate_up.weight");
+    const LtParam *dn = lt_params_find(&g, "h.1.mlp.down.weight");
+    REQUIRE(qkv && gu && dn && lt_params_find(&g, "ln_f.weight") &&
+                !lt_params_find(&g, "ln_f.bias") && !lt_params_find(&g, "h.0.attn.qkv.bias"),
+            "llama parameter names");
+    CHECK(qkv->gshape[0] == (4 + 2 * 2) * 8 && qkv->gshape[1] == 32 && gu->gshape[0] == 96 &&
+              dn->gshape[0] == 32 && dn->gshape[1] == 48,
+          "shapes qkv %lldx%lld gate_up %lld down %lldx%lld", (long long)qkv->gshape[0],
+          (long long)qkv->gshape[1], (long long)gu->gshape[0], (long long)dn->gshape[0],
+          (long long)dn->gshape[1]);
+    float *G = malloc(g.total * sizeof(float)), *back = malloc(g.total * sizeof(float));
+    for (size_t i = 0; i < g.total; i++) G[i] = (float)i, back[i] = -1.0f;
+    int rows_ok = 1;
+    for (int r = 0; r < 2; r++) {
+        LtParamTable t;
+        lt_params_build_tp(&t, &d, 2, r);
+        float *shard = malloc(t.total * sizeof(float));
+        lt_params_from_global(&t, shard, &g, G);
+        /* local qkv rows: q heads 2r, 2r+1 (16 rows), k head r, v head r (8 rows each) */
+        const LtParam *q = lt_params_find(&t, "h.1.attn.qkv.weight");
+        for (int i = 0; i < 32; i++) {
+            const int want = i < 16 ? 16 * r + i : i < 24 ? 32 + 8 * r + (i - 16)
+                                                           : 48 + 8 * r + (i - 24);
+            rows_ok &= shard[q->offset + (size_t)i * 32] == G[qkv->offset + (size_t)want * 32];
+        }
+        const LtParam *u = lt_params_find(&t, "h.1.mlp.gate_up.weight"); /* gate 24 | up 24 */
+        for (int i = 0; i < 48; i++) {
+            const int want = i < 24 ? 24 * r + i : 48 + 24 * r + (i - 24);
+            rows_ok &= shard[u->offset + (size_t)i * 32] == G[gu->offset + (size_t)want * 32];
+        }
+        lt_params_to_global(&t, shard, &g, back, r == 0);
+        free(shard);
+        lt_params_free(&t);
+    }
+    CHECK(rows_ok, "tensor-parallel shards hold the wrong rows of qkv or gate_up");
+    CHECK(memcmp(G, back, g.total * sizeof(float)) == 0, "shards do not rebuild the model");
+    free(G);
+    free(back);
+    lt_params_free(&g);
+}
+
+/* Llama 3.1 8B's training FLOPs per sample from its parameter count: 6 FLOPs
+ * per matmul parameter and token plus attention's 12 L s^2 h. */
+static void test_llama_flops(void) {
+    LtModelDims d = {.num_layers = 32, .hidden = 4096, .heads = 32, .ffn = 14336,
+                     .seq_len = 8192, .max_pos = 8192, .vocab = 128256, .padded_vocab = 128256,
+                     .arch = LT_ARCH_LLAMA, .kv_heads = 8, .untied = 1};
+    const double h = 4096, L = 32, s = 8192, V = 128256, kv = 8 * 128, F = 14336;
+    const double matmul = L * (h * (h + 2 * kv) + h * h + 3 * h * F) + h * V;
+    const double ref = 6 * s * matmul + 12 * L * s * s * h;
+    CHECK(test_relerr(lt_model_flops_per_sample(&d, 0), ref, 1) < 1e-12, "llama flops %g vs %g",
+          lt_model_flops_per_sample(&d, 0), ref);
+    CHECK(fabs(matmul / 7.5e9 - 1) < 0.01, "8B matmul parameters %g", matmul);
+}
+
 int main(void) {
     RUN(test_initial_loss);
     RUN(test_init_layout_independent);
@@ -298,5 +395,7 @@ int main(void) {
     RUN(test_fit_batch);
     RUN(test_lr_schedule);
     RUN(test_flops);
+    RUN(test_llama_table);
+    RUN(test_llama_flops);
     return test_summary();
 }

@@ -3,7 +3,7 @@
 # for a layout agrees with what the engine allocates (the run summary's
 # "memory bytes per rank" line, and every stage's activations) within 5% in
 # each category, and the run summary prints it next to the allocation, over the layouts the suite trains (data, tensor, sequence and
-# pipeline parallelism, ZeRO 0/1/2, recomputation, bf16); its table for GPT-2
+# pipeline parallelism, ZeRO 0/1/2, recomputation, bf16; GPT and Llama); its table for GPT-2
 # 1.5B on 8 GPUs; its refusals.
 set -u
 BUILD=$1
@@ -51,6 +51,14 @@ agree pp2_vpp2 2 parallel.pipeline_model_parallel_size=2 parallel.virtual_pipeli
 agree pp2_full_bf16 2 parallel.pipeline_model_parallel_size=2 train.recompute=full train.precision=bf16
 agree tp2_pp2_dp2_sel 8 parallel.tensor_model_parallel_size=2 parallel.pipeline_model_parallel_size=2 \
   optimizer.zero_stage=1 train.recompute=selective train.global_batch_size=16
+# the Llama block (RMSNorm statistics, grouped qkv, SwiGLU's gate|up, the rotary table,
+# an untied LM head)
+LBASE="configs/llama-tiny.yaml model.num_layers=4 data.train_path=$T/train.ltok train.steps=0
+       train.micro_batch_size=2"
+BASE="$LBASE" agree llama_single_full_bf16 1 train.recompute=full train.precision=bf16
+BASE="$LBASE" agree llama_tp2_sp 2 parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true
+BASE="$LBASE" agree llama_pp2_dp2_zero2_sel 4 parallel.pipeline_model_parallel_size=2 \
+  optimizer.zero_stage=2 train.recompute=selective
 
 # the table: GPT-2 1.5B on one 8-GPU node
 "$LT" plan configs/gpt2-1.5b.yaml --gpus 8 --top 5 --show 1x4x2 > "$T/table" 2>&1

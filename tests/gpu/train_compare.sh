@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # train_compare.sh BUILD_DIR - end-to-end check of the CUDA backend against the
-# CPU backend: `lattice train` on configs/tiny.yaml-like settings for 20 steps
+# CPU backend: `lattice train` on configs/tiny.yaml and configs/llama-tiny.yaml
+# (the Llama block: RMSNorm, SwiGLU, RoPE, grouped-query attention) for 20 steps
 # with train.device=cpu and train.device=cuda on the same data and seed, in
 # fp32 and bf16, then compares the per-step training losses of the metrics
 # files: max relative difference <= 1e-4 (fp32) and <= 2e-2 (bf16); and a bf16
@@ -48,7 +49,7 @@ fi
 run() { # name device precision [overrides...] -> metrics file $T/NAME.jsonl, log $T/NAME.log
   local name=$1 dev=$2 prec=$3
   shift 3
-  "$LT" train configs/tiny.yaml "train.device=$dev" "train.precision=$prec" "train.steps=$STEPS" "$@" \
+  "$LT" train "configs/$CFG.yaml" "train.device=$dev" "train.precision=$prec" "train.steps=$STEPS" "$@" \
     "data.train_path=$T/train.ltok" data.valid_path= checkpoint.dir= checkpoint.load= \
     "logging.metrics_file=$T/$name.jsonl" logging.log_interval=5 >"$T/$name.log" 2>&1
   local rc=$?
@@ -100,17 +101,20 @@ PY
   if [ $rc = 0 ]; then pass "$tname ($out)"; else fail "$tname" "$out"; fi
 }
 
-for prec in fp32 bf16; do
-  case $prec in fp32) tol=$TOL_FP32 ;; bf16) tol=$TOL_BF16 ;; esac
-  ok=1
-  run "cpu-$prec" cpu "$prec" || ok=0
-  run "cuda-$prec" "$DEV" "$prec" || ok=0
-  [ $ok = 1 ] && compare "cpu-$prec" "cuda-$prec" "train_${prec}_cpu_vs_${DEV}" "$tol"
+for CFG in tiny llama-tiny; do
+  for prec in fp32 bf16; do
+    case $prec in fp32) tol=$TOL_FP32 ;; bf16) tol=$TOL_BF16 ;; esac
+    ok=1
+    run "$CFG-cpu-$prec" cpu "$prec" || ok=0
+    run "$CFG-cuda-$prec" "$DEV" "$prec" || ok=0
+    [ $ok = 1 ] && compare "$CFG-cpu-$prec" "$CFG-cuda-$prec" "${CFG}_${prec}_cpu_vs_${DEV}" "$tol"
+  done
 done
+CFG=tiny
 # the step replayed as a CUDA graph runs the same kernels: identical losses
 if [ "$DEV" = cuda ] && run cuda-bf16-graph cuda bf16 train.cuda_graph=true; then
   if grep -q "cuda graph: forward and backward" "$T/cuda-bf16-graph.log"; then
-    compare cuda-bf16 cuda-bf16-graph train_bf16_cuda_graph_identical 0
+    compare tiny-cuda-bf16 cuda-bf16-graph train_bf16_cuda_graph_identical 0
   else fail train_bf16_cuda_graph_identical "no capture reported in the log"; fi
 fi
 echo "$passed passed, $failed failed"
