@@ -326,7 +326,9 @@ static int op_begin(const LtComm *c, const char *op, size_t count, LtCommType t)
     if (lt_comm_type_size(t) == 0)
         lt_fatal("communication: %s on group '%s': bad element type %d", op, c->name, (int)t);
 #ifdef LT_HAVE_CUDA
-    if (c->nccl) return 0; /* NCCL counts are size_t (the MPI count goes unused) */
+    /* NCCL counts are size_t (the MPI count goes unused: callers test count == 0,
+     * not the returned value, which is 0 for every NCCL operation) */
+    if (c->nccl) return 0;
 #endif
     /* MPI counts are int: larger operations would need a contiguous derived
      * datatype (or chunks); refused with the sizes until a model needs them */
@@ -376,7 +378,7 @@ LtCommRequest lt_comm_all_reduce_start(const LtComm *c, void *buf, size_t count,
     int n = op_begin(c, name, count, t);
     if (op != LT_COMM_SUM && op != LT_COMM_MAX)
         lt_fatal("communication: all_reduce on group '%s': bad reduction %d", c->name, (int)op);
-    if (c->size == 1 || n == 0) return req_idle(c, name);
+    if (c->size == 1 || count == 0) return req_idle(c, name);
     NCCL_DISPATCH(c, name, lt_nccl_all_reduce(c->nccl, name, buf, count, t, op));
     if (c->stage) { /* blocking through pinned memory */
         size_t bytes = count * lt_comm_type_size(t);
@@ -402,7 +404,7 @@ LtCommRequest lt_comm_reduce_scatter_start(const LtComm *c, const void *send, vo
                                            size_t count, LtCommType t) {
     const char *name = "reduce_scatter";
     int n = op_begin(c, name, count, t);
-    if (n == 0) return req_idle(c, name);
+    if (count == 0) return req_idle(c, name);
     size_t bytes = count * lt_comm_type_size(t);
     if (c->size == 1) {
         comm_copy(c, recv, send, bytes);
@@ -480,7 +482,7 @@ LtCommRequest lt_comm_all_gather_start(const LtComm *c, const void *send, void *
                                        size_t count, LtCommType t) {
     const char *name = "all_gather";
     int n = op_begin(c, name, count, t);
-    if (n == 0) return req_idle(c, name);
+    if (count == 0) return req_idle(c, name);
     size_t bytes = count * lt_comm_type_size(t);
     const void *mine = (const char *)recv + (size_t)c->rank * bytes;
     if (c->size == 1) {
@@ -516,7 +518,7 @@ LtCommRequest lt_comm_broadcast_start(const LtComm *c, void *buf, size_t count, 
     const char *name = "broadcast";
     int n = op_begin(c, name, count, t);
     check_peer(c, name, "root", root);
-    if (c->size == 1 || n == 0) return req_idle(c, name);
+    if (c->size == 1 || count == 0) return req_idle(c, name);
     NCCL_DISPATCH(c, name, lt_nccl_broadcast(c->nccl, name, buf, count, t, root));
     if (c->stage) {
         size_t bytes = count * lt_comm_type_size(t);
