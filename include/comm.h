@@ -11,10 +11,11 @@
  *   - MPI, host buffers (the default; lt_comm_world, lt_comm_split_members,
  *     lt_comm_split_color): nonblocking MPI underneath (MPI_Iallreduce, ...).
  *   - MPI, device buffers of a backend (device = 1): with the CPU backend
- *     (device memory is host memory) exactly the host path. With the CUDA
- *     backend every operation is staged (src/comm_staged.c, on the backend's
- *     own entries) through a page-locked host buffer owned by the group
- *     (host_alloc; sized on first use, grown when a larger operation comes):
+ *     (device memory is host memory) exactly the host path, unless a test
+ *     asks for staging (LtCommOptions.stage). With the CUDA backend every
+ *     operation is staged (src/comm_staged.c, on the backend's own entries)
+ *     through a page-locked host buffer owned by the group (host_alloc;
+ *     sized on first use, grown when a larger operation comes):
  *     the start call downloads the input on the backend's current stream
  *     (synchronizing it), runs the blocking MPI operation, uploads the result
  *     (synchronizing again) and returns an already finished request. So there
@@ -110,6 +111,9 @@ typedef struct {
     LtCommLib lib;
     int device;     /* 1: buffers are device memory of be (NCCL implies 1) */
     LtBackend *be;  /* required for device buffers and NCCL; its current stream is used */
+    int stage;      /* for tests: 1 stages MPI device buffers through host memory even
+                     * where they are host memory (the CPU backend, which otherwise takes
+                     * the host path), to run the staged path without a GPU */
 } LtCommOptions;
 /* As lt_comm_split_members, on the library and buffer location of *opt
  * (NULL: MPI, host buffers - the same as lt_comm_split_members). Collective

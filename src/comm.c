@@ -11,7 +11,7 @@
  * LT_MPI_CHECK, which names the group and the operation before exiting.
  * The table is chosen when the group is created: NCCL for NCCL groups of
  * more than one rank, staging for device buffers the host cannot read
- * (a GPU's), MPI otherwise. */
+ * (a GPU's, or any with LtCommOptions.stage for tests), MPI otherwise. */
 #include "comm.h"
 
 #include <limits.h>
@@ -169,8 +169,8 @@ LtComm *lt_comm_split_members_ex(const int *members, int n, const char *name,
     h->host = h;
     c->host = h;
     /* device memory the host cannot read (a GPU's) is staged; the CPU
-     * backend's is host memory, moved as it is */
-    int staged = opt->lib == LT_COMM_LIB_MPI && opt->be->device_id >= 0;
+     * backend's is host memory, moved as it is unless a test asks */
+    int staged = opt->lib == LT_COMM_LIB_MPI && (opt->be->device_id >= 0 || opt->stage);
     if (opt->lib == LT_COMM_LIB_NCCL && c->size > 1)
         c->impl = lt_comm_nccl_impl;
     else if (staged)
