@@ -194,11 +194,11 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 # The CUDA backend's kernels also run on the CPU, in a host emulation
 # (tests/emu): built wherever the CUDA headers are (nvcc found), run by make
 # test like every tests/test_* binary. Everything but the cuBLASLt GEMMs
-# (gemm.cu), the runtime glue (backend_cuda.cu, comm_staging.cu) and cuDNN's
+# (gemm.cu), the runtime glue (backend_cuda.cu) and cuDNN's
 # attention (attention_cudnn*.cu; the emulated backend resolves to lattice's).
 ifeq ($(CUDA),1)
 EMU_DIR  := $(BUILD)/emu
-EMU_KERNELS := $(filter-out gemm backend_cuda comm_staging attention_cudnn%,$(patsubst kernels/cuda/%.cu,%,$(CUDA_SRCS)))
+EMU_KERNELS := $(filter-out gemm backend_cuda attention_cudnn%,$(patsubst kernels/cuda/%.cu,%,$(CUDA_SRCS)))
 EMU_OBJS := $(patsubst %,$(EMU_DIR)/%.o,$(EMU_KERNELS)) $(EMU_DIR)/emu_glue.o
 # (include/*.h too: the kernels see backend.h's structs, and a stale object
 # built against an older layout crashes the emulation)

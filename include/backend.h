@@ -76,6 +76,14 @@ typedef struct {
     void (*event_destroy)(LtBackend *be, LtEvent *e);
     void (*event_record)(LtBackend *be, LtEvent *e, LtStream *s);
     void (*stream_wait_event)(LtBackend *be, LtStream *s, LtEvent *e);
+    /* The stream the ops run on now (set_stream's; NULL = the default stream), for
+     * event_record / stream_wait_event in order with them. A backend whose ops all
+     * run at once on the calling thread (the CPU) returns NULL. */
+    LtStream *(*current_stream)(LtBackend *be);
+    /* (optional: NULL where streams are not a library's objects, as on the CPU)
+     * The library's handle behind s (NULL = the default stream): a cudaStream_t on
+     * CUDA, for code that enqueues work of its own in order with the ops (NCCL). */
+    void *(*native_stream)(LtBackend *be, LtStream *s);
 
     /* ---- graphs (optional: NULL where the backend cannot capture) ----
      * Ops issued on the current stream between capture_begin and capture_end

@@ -11,9 +11,11 @@
  *   - MPI, host buffers (the default; lt_comm_world, lt_comm_split_members,
  *     lt_comm_split_color): nonblocking MPI underneath (MPI_Iallreduce, ...).
  *   - MPI, device buffers of a backend (device = 1): with the CPU backend
- *     (device memory is host memory) exactly the host path. With the CUDA
- *     backend every operation is staged through a pinned host buffer owned by
- *     the group (sized on first use, grown when a larger operation comes):
+ *     (device memory is host memory) exactly the host path, unless a test
+ *     asks for staging (LtCommOptions.stage). With the CUDA backend every
+ *     operation is staged (src/comm_staged.c, on the backend's own entries)
+ *     through a page-locked host buffer owned by the group (host_alloc;
+ *     sized on first use, grown when a larger operation comes):
  *     the start call downloads the input on the backend's current stream
  *     (synchronizing it), runs the blocking MPI operation, uploads the result
  *     (synchronizing again) and returns an already finished request. So there
@@ -24,11 +26,12 @@
  *   - NCCL, device buffers of the CUDA backend (src/comm_nccl.c, only in
  *     builds with CUDA): one NCCL communicator per group, bootstrapped with an
  *     ncclUniqueId broadcast over the group's MPI communicator. start enqueues
- *     on the backend's current CUDA stream and records an event; finish makes
- *     the then-current stream wait for that event (device-side; the host does
- *     not block) and checks ncclCommGetAsyncError. Tags of send/recv are
- *     checked but not used: NCCL matches point-to-point operations between
- *     two ranks by issue order. NCCL refuses two ranks on one GPU.
+ *     on the backend's current stream and records one of the backend's
+ *     events; finish makes the then-current stream wait for that event
+ *     (device-side; the host does not block) and checks
+ *     ncclCommGetAsyncError. Tags of send/recv are checked but not used: NCCL
+ *     matches point-to-point operations between two ranks by issue order.
+ *     NCCL refuses two ranks on one GPU.
  * A group with device buffers has a companion for host buffers over the same
  * ranks (lt_comm_host; MPI, shares the MPI communicator): use it for host
  * scalars and host arrays. For host groups lt_comm_host returns the group.
@@ -81,7 +84,7 @@ typedef struct {
         uint64_t u[2];
         void *p[2];
     } handle;
-    /* staged point-to-point (MPI with CUDA device buffers): the host copy
+    /* staged point-to-point (MPI with device buffers staged): the host copy
      * (freed at finish) and, for recv, the device buffer it is uploaded to */
     void *stage_host, *stage_dev;
     size_t stage_bytes;
@@ -108,6 +111,9 @@ typedef struct {
     LtCommLib lib;
     int device;     /* 1: buffers are device memory of be (NCCL implies 1) */
     LtBackend *be;  /* required for device buffers and NCCL; its current stream is used */
+    int stage;      /* for tests: 1 stages MPI device buffers through host memory even
+                     * where they are host memory (the CPU backend, which otherwise takes
+                     * the host path), to run the staged path without a GPU */
 } LtCommOptions;
 /* As lt_comm_split_members, on the library and buffer location of *opt
  * (NULL: MPI, host buffers - the same as lt_comm_split_members). Collective

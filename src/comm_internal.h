@@ -1,46 +1,82 @@
-/* comm_internal.h - internal interface between the MPI front end of comm.h
- * (src/comm_mpi.c, which owns LtComm) and the NCCL backend (src/comm_nccl.c,
- * compiled to a real implementation only with LT_HAVE_CUDA). Not a public
- * header. Every lt_nccl_* start function enqueues on the backend's current
- * CUDA stream and returns an event (cudaEvent_t as void *) for
- * lt_nccl_finish. Arguments are validated by the caller (member, count,
- * type, peer/root, group size > 1). */
+/* comm_internal.h - between the front end of comm.h (src/comm.c: groups,
+ * argument checks, one-rank shortcuts, requests) and the implementations it
+ * dispatches to, one per file with the same static shape:
+ *   src/comm_mpi.c     host buffers over nonblocking MPI (bf16 reduced in fp32)
+ *   src/comm_staged.c  device buffers staged through the backend's host memory
+ *                      around the host path (built on backend entries only)
+ *   src/comm_nccl.c    NCCL on the backend's current stream (builds with CUDA)
+ * Each group picks its table when it is created. Not a public header. */
 #ifndef LT_COMM_INTERNAL_H
 #define LT_COMM_INTERNAL_H
 
 #include <mpi.h>
 
 #include "comm.h"
+#include "watchdog.h"
 
-typedef struct LtNccl LtNccl;
+typedef struct LtCommImpl LtCommImpl;
 
-/* Collective over the members of comm (size > 1): the NCCL communicator of
- * group `name` on be's GPU. */
-LtNccl *lt_nccl_create(MPI_Comm comm, int rank, int size, LtBackend *be, const char *name);
-void lt_nccl_destroy(LtNccl *n);
+struct LtComm {
+    MPI_Comm comm;  /* MPI_COMM_NULL: no MPI (one-rank world) or not a member */
+    int rank, size; /* rank -1 / size 0 when not a member */
+    int *global;    /* group rank -> world rank */
+    char name[48];
+    LtCommLib lib;
+    int device;     /* operations take device buffers of be */
+    int borrowed;   /* host companion: comm and global belong to the parent */
+    LtBackend *be;
+    LtComm *host;   /* handle for host buffers (self for host groups) */
+    const LtCommImpl *impl;
+    void *state;    /* the implementation's own (impl->destroy frees it) */
+};
 
-void *lt_nccl_all_reduce(LtNccl *n, const char *op, void *buf, size_t count, LtCommType t,
-                         LtCommOp red);
-/* recv == send: result in the first chunk (as comm.h). */
-void *lt_nccl_reduce_scatter(LtNccl *n, const char *op, const void *send, void *recv,
-                             size_t count, LtCommType t);
-/* Per-rank counts (ncclReduce to each root inside one NCCL group). */
-void *lt_nccl_reduce_scatter_v(LtNccl *n, const char *op, const void *send, void *recv,
-                               const int *counts, LtCommType t);
-void *lt_nccl_all_gather(LtNccl *n, const char *op, const void *send, void *recv, size_t count,
-                         LtCommType t);
-void *lt_nccl_broadcast(LtNccl *n, const char *op, void *buf, size_t count, LtCommType t,
-                        int root);
-void *lt_nccl_send(LtNccl *n, const char *op, const void *buf, size_t count, LtCommType t,
-                   int peer);
-void *lt_nccl_recv(LtNccl *n, const char *op, void *buf, size_t count, LtCommType t, int peer);
-/* ncclGroupStart / ncclGroupEnd around point-to-point operations; inside,
- * send and recv return NULL (no event: the operations are launched at the
- * end, on the current stream). */
-void lt_nccl_batch_begin(LtNccl *n);
-void lt_nccl_batch_end(LtNccl *n);
-/* The current stream waits for the operation's event (when not NULL); async
- * errors are checked. */
-void lt_nccl_finish(LtNccl *n, const char *op, void *event);
+/* An implementation. The front end calls the operations only on a member of
+ * a group of more than one rank, with checked arguments (member, type, count
+ * within the limit, peer/root in the group, tag >= 0) and, for the
+ * collectives but reduce_scatter_v, count > 0. r arrives idle with comm and
+ * op set (peer for send/recv); an operation marks it active and keeps its
+ * handle in r->handle, or leaves it idle when it completed before returning.
+ * The front end clears active and handle after finish, and after test when
+ * it returns 1. */
+struct LtCommImpl {
+    const char *name;
+    int wide_counts; /* counts above INT_MAX are fine */
+    void (*create)(LtComm *c);  /* (optional) collective over the group's members */
+    void (*destroy)(LtComm *c); /* frees c->state */
+    void (*all_reduce)(LtCommRequest *r, void *buf, size_t count, LtCommType t, LtCommOp red);
+    void (*reduce_scatter)(LtCommRequest *r, const void *send, void *recv, size_t count,
+                           LtCommType t);
+    /* total = the sum of counts; r may be left active (the front end finishes it) */
+    void (*reduce_scatter_v)(LtCommRequest *r, const void *send, void *recv, const int *counts,
+                             size_t total, LtCommType t);
+    void (*all_gather)(LtCommRequest *r, const void *send, void *recv, size_t count,
+                       LtCommType t);
+    void (*broadcast)(LtCommRequest *r, void *buf, size_t count, LtCommType t, int root);
+    void (*send)(LtCommRequest *r, const void *buf, size_t count, LtCommType t, int tag);
+    void (*recv)(LtCommRequest *r, void *buf, size_t count, LtCommType t, int tag);
+    void (*batch_begin)(const LtComm *c); /* (optional) */
+    void (*batch_end)(const LtComm *c);   /* (optional) */
+    void (*finish)(LtCommRequest *r);     /* waits for an active request */
+    int (*test)(LtCommRequest *r);        /* never blocks: 1 when done (as finish) */
+};
+
+extern const LtCommImpl lt_comm_mpi_impl;
+extern const LtCommImpl lt_comm_staged_impl;
+extern const LtCommImpl *const lt_comm_nccl_impl; /* NULL in builds without CUDA */
+
+/* Ends the process (lt_fatal, code 1) naming the group, op and failed call. */
+void lt_comm_mpi_fail(const LtComm *c, const char *op, const char *call, int rc,
+                      const char *file, int line) __attribute__((noreturn));
+
+/* Check an MPI call made for operation op on group c. Every MPI call is a
+ * wait the watchdog bounds (comm.timeout_s): the blocking ones may wait on
+ * another rank; starting a nonblocking one returns at once. */
+#define LT_MPI_CHECK(c, op, call)                                                           \
+    do {                                                                                    \
+        lt_watchdog_enter((op), (c) ? (c)->name : NULL, -1);                                \
+        int rc_ = (call);                                                                   \
+        lt_watchdog_leave();                                                                \
+        if (rc_ != MPI_SUCCESS) lt_comm_mpi_fail((c), (op), #call, rc_, __FILE__, __LINE__); \
+    } while (0)
 
 #endif

@@ -1,9 +1,8 @@
-/* comm_nccl.c - the NCCL backend of comm.h (see comm_internal.h).
- *
- * Compiled to a real implementation only in builds with CUDA (LT_HAVE_CUDA;
- * the Makefile then links -lnccl and puts the CUDA include directory on the
- * C compiler's system path). Without CUDA only lt_comm_nccl_compiled() exists
- * (returning 0) and lt_comm_split_members_ex refuses NCCL with a message.
+/* comm_nccl.c - device buffers of the CUDA backend over NCCL (see
+ * comm_internal.h). A real implementation only in builds with CUDA
+ * (LT_HAVE_CUDA; the Makefile then links NCCL and puts the CUDA include
+ * directory on the C compiler's system path); without CUDA the table pointer
+ * is NULL, and the front end refuses NCCL groups with a message.
  *
  * One NCCL communicator per group of more than one rank: group rank 0 makes
  * an ncclUniqueId, MPI_Bcast sends it over the group's MPI communicator, and
@@ -11,52 +10,51 @@
  * NCCL 2.x; ncclCommSplit from a world communicator would save the
  * bootstrap from NCCL 2.18 on, but needs a world NCCL communicator, which
  * the ranks sharing a GPU cannot have). Operations are enqueued on the
- * backend's current CUDA stream; start records an event after the operation,
- * finish makes the then-current stream wait for it and checks
- * ncclCommGetAsyncError. Every NCCL failure ends in lt_fatal naming the group
- * and the operation, with ncclGetErrorString and ncclGetLastError. */
-#include "comm.h"
-#include "common.h"
-#include "watchdog.h"
+ * backend's current stream (current_stream / native_stream); start records
+ * one of the backend's events after the operation, finish makes the
+ * then-current stream wait for it (device-side; the host does not block) and
+ * checks ncclCommGetAsyncError. Tags are not used: NCCL matches
+ * point-to-point operations between two ranks by issue order. Every NCCL
+ * failure ends in lt_fatal naming the group and the operation, with
+ * ncclGetErrorString and ncclGetLastError. The only CUDA call of its own is
+ * cudaSetDevice before the communicator is made. */
+#include "comm_internal.h"
 
-#ifdef LT_HAVE_CUDA
+#ifdef LT_HAVE_CUDA /* the one place: nccl.h and libnccl exist only with CUDA */
 
 #include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_cuda.h"
-#include "comm_internal.h"
+#include "common.h"
 
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
 #error "lattice needs NCCL >= 2.14 (ncclGetLastError, ncclInProgress)"
 #endif
 
-int lt_comm_nccl_compiled(void) { return 1; }
-
-struct LtNccl {
+/* c->state */
+typedef struct {
     ncclComm_t comm;
-    LtBackend *be;
-    int rank, size;
-    char name[48];
-};
+} Nccl;
 
-static void nccl_fail(const LtNccl *n, const char *name, const char *op, const char *call,
-                      ncclResult_t rc, const char *file, int line) __attribute__((noreturn));
-static void nccl_fail(const LtNccl *n, const char *name, const char *op, const char *call,
-                      ncclResult_t rc, const char *file, int line) {
-    const char *last = n && n->comm ? ncclGetLastError(n->comm) : ncclGetLastError(NULL);
+static ncclComm_t nccl_of(const LtComm *c) { return c->state ? ((Nccl *)c->state)->comm : NULL; }
+
+static void nccl_fail(const LtComm *c, const char *op, const char *call, ncclResult_t rc,
+                      const char *file, int line) __attribute__((noreturn));
+static void nccl_fail(const LtComm *c, const char *op, const char *call, ncclResult_t rc,
+                      const char *file, int line) {
+    const char *last = ncclGetLastError(nccl_of(c));
     lt_fatal_at(file, line,
                 "communication: %s on group '%s' (rank %d of %d, NCCL) failed: %s: %s%s%s", op,
-                name, n ? n->rank : -1, n ? n->size : 0, call, ncclGetErrorString(rc),
+                c->name, c->rank, c->size, call, ncclGetErrorString(rc),
                 last && last[0] ? ": " : "", last ? last : "");
 }
 
-/* Check an NCCL call made for operation op on n (group name nm). */
-#define NCCL_CHECK(n, nm, op, call)                                                   \
-    do {                                                                              \
-        ncclResult_t nc_rc_ = (call);                                                 \
-        if (nc_rc_ != ncclSuccess) nccl_fail((n), (nm), (op), #call, nc_rc_, __FILE__, __LINE__); \
+/* Check an NCCL call made for operation op on group c. */
+#define NCCL_CHECK(c, op, call)                                                      \
+    do {                                                                             \
+        ncclResult_t nc_rc_ = (call);                                                \
+        if (nc_rc_ != ncclSuccess) nccl_fail((c), (op), #call, nc_rc_, __FILE__, __LINE__); \
     } while (0)
 
 static ncclDataType_t nccl_type(LtCommType t) {
@@ -70,14 +68,17 @@ static ncclDataType_t nccl_type(LtCommType t) {
     return ncclUint8;
 }
 
-static cudaStream_t cur_stream(const LtNccl *n) {
-    return (cudaStream_t)lt_cuda_current_stream(n->be);
+/* The cudaStream_t the backend's ops run on now. */
+static cudaStream_t cur_stream(const LtComm *c) {
+    LtBackend *be = c->be;
+    return (cudaStream_t)be->ops->native_stream(be, be->ops->current_stream(be));
 }
 
+/* ---- communicators ---- */
 /* Live communicators, aborted by the watchdog when a wait times out: their
  * kernels then stop instead of waiting forever for a dead peer. */
 #define MAX_LIVE 64
-static LtNccl *g_live[MAX_LIVE];
+static Nccl *g_live[MAX_LIVE];
 
 static void abort_live(void *unused) {
     (void)unused;
@@ -85,7 +86,7 @@ static void abort_live(void *unused) {
         if (g_live[i] && g_live[i]->comm) ncclCommAbort(g_live[i]->comm);
 }
 
-static void track(LtNccl *n, LtNccl *old) {
+static void track(Nccl *n, Nccl *old) {
     static int hooked;
     if (!hooked) lt_watchdog_on_timeout(abort_live, NULL), hooked = 1;
     for (int i = 0; i < MAX_LIVE; i++)
@@ -95,27 +96,27 @@ static void track(LtNccl *n, LtNccl *old) {
         }
 }
 
-LtNccl *lt_nccl_create(MPI_Comm comm, int rank, int size, LtBackend *be, const char *name) {
-    LtNccl *n = lt_calloc(sizeof *n);
-    n->be = be;
-    n->rank = rank;
-    n->size = size;
-    snprintf(n->name, sizeof n->name, "%s", name ? name : "?");
+static void nccl_create(LtComm *c) {
+    Nccl *n = lt_calloc(sizeof *n);
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
-    if (rank == 0) NCCL_CHECK(NULL, n->name, "create", ncclGetUniqueId(&id));
-    int rc = MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, comm);
+    if (c->rank == 0) NCCL_CHECK(c, "create", ncclGetUniqueId(&id));
+    int rc = MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->comm);
     if (rc != MPI_SUCCESS)
         lt_fatal("communication: create on group '%s' (rank %d of %d): broadcasting the NCCL "
                  "unique id over MPI failed (MPI error %d)",
-                 n->name, rank, size, rc);
-    lt_cuda_set_device(be);
-    NCCL_CHECK(n, n->name, "create", ncclCommInitRank(&n->comm, size, id, rank));
+                 c->name, c->rank, c->size, rc);
+    cudaError_t e = cudaSetDevice(c->be->device_id); /* the communicator's GPU */
+    if (e != cudaSuccess)
+        lt_fatal("communication: create on group '%s': CUDA error %s (%d) in cudaSetDevice(%d)",
+                 c->name, cudaGetErrorString(e), (int)e, c->be->device_id);
+    NCCL_CHECK(c, "create", ncclCommInitRank(&n->comm, c->size, id, c->rank));
+    c->state = n;
     track(n, NULL);
-    return n;
 }
 
-void lt_nccl_destroy(LtNccl *n) {
+static void nccl_destroy(LtComm *c) {
+    Nccl *n = c->state;
     if (!n) return;
     track(NULL, n);
     if (n->comm) {
@@ -126,15 +127,16 @@ void lt_nccl_destroy(LtNccl *n) {
             ncclCommAbort(n->comm);
     }
     free(n);
+    c->state = NULL;
 }
 
 /* Move `bytes` from src down to dst < src on the current stream in pieces no
  * longer than src - dst, so no single copy overlaps itself (memmove). */
-static void move_down(LtNccl *n, char *dst, const char *src, size_t bytes) {
+static void move_down(const LtComm *c, char *dst, const char *src, size_t bytes) {
     size_t gap = (size_t)(src - dst);
     while (bytes) {
         size_t k = bytes < gap ? bytes : gap;
-        lt_cuda_copy_async(n->be, dst, src, k);
+        c->be->ops->copy(c->be, dst, src, k);
         dst += k;
         src += k;
         bytes -= k;
@@ -144,116 +146,148 @@ static void move_down(LtNccl *n, char *dst, const char *src, size_t bytes) {
 /* An NCCL group belongs to the calling thread, not to one communicator: while
  * a batch is open, any other NCCL call would join it and launch only at its
  * end. lattice issues NCCL from one thread; this is that thread's batch. */
-static LtNccl *g_batch;
+static const LtComm *g_batch;
 
-/* The event that marks the end of the operation just enqueued. */
-static void *nccl_done(LtNccl *n) {
+/* The operation just enqueued: r becomes active, holding a new event recorded
+ * after it on the current stream. */
+static void nccl_started(LtCommRequest *r) {
+    const LtComm *c = r->comm;
     if (g_batch)
         lt_fatal("communication: an operation on group '%s' inside the open batch of group '%s'",
-                 n->name, g_batch->name);
-    return lt_cuda_event_record_current(n->be);
+                 c->name, g_batch->name);
+    LtBackend *be = c->be;
+    LtEvent *e = be->ops->event_create(be);
+    be->ops->event_record(be, e, be->ops->current_stream(be));
+    r->active = 1;
+    r->handle.p[0] = e;
 }
 
-void *lt_nccl_all_reduce(LtNccl *n, const char *op, void *buf, size_t count, LtCommType t,
-                         LtCommOp red) {
-    NCCL_CHECK(n, n->name, op,
+/* ---- collectives ---- */
+static void nccl_all_reduce(LtCommRequest *r, void *buf, size_t count, LtCommType t,
+                            LtCommOp red) {
+    const LtComm *c = r->comm;
+    NCCL_CHECK(c, r->op,
                ncclAllReduce(buf, buf, count, nccl_type(t), red == LT_COMM_MAX ? ncclMax : ncclSum,
-                             n->comm, cur_stream(n)));
-    return nccl_done(n);
+                             nccl_of(c), cur_stream(c)));
+    nccl_started(r);
 }
 
-void *lt_nccl_reduce_scatter(LtNccl *n, const char *op, const void *send, void *recv,
-                             size_t count, LtCommType t) {
+static void nccl_reduce_scatter(LtCommRequest *r, const void *send, void *recv, size_t count,
+                                LtCommType t) {
+    const LtComm *c = r->comm;
     size_t bytes = count * lt_comm_type_size(t);
     if (send == recv) {
         /* NCCL's in-place form puts the result at chunk `rank`; comm.h wants it first */
-        char *mine = (char *)recv + (size_t)n->rank * bytes;
-        NCCL_CHECK(n, n->name, op,
-                   ncclReduceScatter(send, mine, count, nccl_type(t), ncclSum, n->comm,
-                                     cur_stream(n)));
-        if (n->rank) move_down(n, recv, mine, bytes);
+        char *mine = (char *)recv + (size_t)c->rank * bytes;
+        NCCL_CHECK(c, r->op,
+                   ncclReduceScatter(send, mine, count, nccl_type(t), ncclSum, nccl_of(c),
+                                     cur_stream(c)));
+        if (c->rank) move_down(c, recv, mine, bytes);
     } else {
-        NCCL_CHECK(n, n->name, op,
-                   ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, n->comm,
-                                     cur_stream(n)));
+        NCCL_CHECK(c, r->op,
+                   ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, nccl_of(c),
+                                     cur_stream(c)));
     }
-    return nccl_done(n);
+    nccl_started(r);
 }
 
-void *lt_nccl_reduce_scatter_v(LtNccl *n, const char *op, const void *send, void *recv,
-                               const int *counts, LtCommType t) {
+static void nccl_reduce_scatter_v(LtCommRequest *r, const void *send, void *recv,
+                                  const int *counts, size_t total, LtCommType t) {
+    const LtComm *c = r->comm;
     size_t tsz = lt_comm_type_size(t), off = 0, mine_off = 0;
-    for (int r = 0; r < n->rank; r++) mine_off += (size_t)counts[r];
+    (void)total;
+    for (int q = 0; q < c->rank; q++) mine_off += (size_t)counts[q];
     /* in place (recv == send): reduce this rank's range into itself, then move it first.
      * recvbuff of ncclReduce is only written on the root; non-roots pass dst too (a valid
      * device pointer, never touched). */
     void *dst = send == recv ? (char *)recv + mine_off * tsz : recv;
-    cudaStream_t st = cur_stream(n);
-    NCCL_CHECK(n, n->name, op, ncclGroupStart());
-    for (int r = 0; r < n->size; r++) {
-        if (counts[r] > 0) /* counts are the same on every rank: all skip alike */
-            NCCL_CHECK(n, n->name, op,
-                       ncclReduce((const char *)send + off * tsz, dst, (size_t)counts[r],
-                                  nccl_type(t), ncclSum, r, n->comm, st));
-        off += (size_t)counts[r];
+    cudaStream_t st = cur_stream(c);
+    NCCL_CHECK(c, r->op, ncclGroupStart());
+    for (int q = 0; q < c->size; q++) {
+        if (counts[q] > 0) /* counts are the same on every rank: all skip alike */
+            NCCL_CHECK(c, r->op,
+                       ncclReduce((const char *)send + off * tsz, dst, (size_t)counts[q],
+                                  nccl_type(t), ncclSum, q, nccl_of(c), st));
+        off += (size_t)counts[q];
     }
-    NCCL_CHECK(n, n->name, op, ncclGroupEnd());
-    if (dst != recv) move_down(n, recv, dst, (size_t)counts[n->rank] * tsz);
-    return nccl_done(n);
+    NCCL_CHECK(c, r->op, ncclGroupEnd());
+    if (dst != recv) move_down(c, recv, dst, (size_t)counts[c->rank] * tsz);
+    nccl_started(r);
 }
 
-void *lt_nccl_all_gather(LtNccl *n, const char *op, const void *send, void *recv, size_t count,
-                         LtCommType t) {
-    NCCL_CHECK(n, n->name, op,
-               ncclAllGather(send, recv, count, nccl_type(t), n->comm, cur_stream(n)));
-    return nccl_done(n);
+static void nccl_all_gather(LtCommRequest *r, const void *send, void *recv, size_t count,
+                            LtCommType t) {
+    const LtComm *c = r->comm;
+    NCCL_CHECK(c, r->op,
+               ncclAllGather(send, recv, count, nccl_type(t), nccl_of(c), cur_stream(c)));
+    nccl_started(r);
 }
 
-void *lt_nccl_broadcast(LtNccl *n, const char *op, void *buf, size_t count, LtCommType t,
-                        int root) {
-    NCCL_CHECK(n, n->name, op,
-               ncclBroadcast(buf, buf, count, nccl_type(t), root, n->comm, cur_stream(n)));
-    return nccl_done(n);
+static void nccl_broadcast(LtCommRequest *r, void *buf, size_t count, LtCommType t, int root) {
+    const LtComm *c = r->comm;
+    NCCL_CHECK(c, r->op,
+               ncclBroadcast(buf, buf, count, nccl_type(t), root, nccl_of(c), cur_stream(c)));
+    nccl_started(r);
 }
 
-/* Inside this group's batch: no event (the operations launch at its end). */
-static void *p2p_done(LtNccl *n) {
-    if (g_batch && g_batch != n)
+/* ---- point to point and batches ---- */
+/* Inside this group's batch: active without an event (the operations launch
+ * at the batch's end, ordered by the stream). */
+static void p2p_started(LtCommRequest *r) {
+    const LtComm *c = r->comm;
+    if (g_batch && g_batch != c)
         lt_fatal("communication: a send/recv on group '%s' inside the open batch of group '%s'",
-                 n->name, g_batch->name);
-    return g_batch ? NULL : nccl_done(n);
+                 c->name, g_batch->name);
+    if (g_batch)
+        r->active = 1;
+    else
+        nccl_started(r);
 }
 
-void *lt_nccl_send(LtNccl *n, const char *op, const void *buf, size_t count, LtCommType t,
-                   int peer) {
-    NCCL_CHECK(n, n->name, op, ncclSend(buf, count, nccl_type(t), peer, n->comm, cur_stream(n)));
-    return p2p_done(n);
+static void nccl_send(LtCommRequest *r, const void *buf, size_t count, LtCommType t, int tag) {
+    const LtComm *c = r->comm;
+    (void)tag;
+    NCCL_CHECK(c, r->op,
+               ncclSend(buf, count, nccl_type(t), r->peer, nccl_of(c), cur_stream(c)));
+    p2p_started(r);
 }
 
-void *lt_nccl_recv(LtNccl *n, const char *op, void *buf, size_t count, LtCommType t, int peer) {
-    NCCL_CHECK(n, n->name, op, ncclRecv(buf, count, nccl_type(t), peer, n->comm, cur_stream(n)));
-    return p2p_done(n);
+static void nccl_recv(LtCommRequest *r, void *buf, size_t count, LtCommType t, int tag) {
+    const LtComm *c = r->comm;
+    (void)tag;
+    NCCL_CHECK(c, r->op,
+               ncclRecv(buf, count, nccl_type(t), r->peer, nccl_of(c), cur_stream(c)));
+    p2p_started(r);
 }
 
-void lt_nccl_batch_begin(LtNccl *n) {
+static void nccl_batch_begin(const LtComm *c) {
     if (g_batch)
         lt_fatal("communication: batch on group '%s' begun inside the batch of group '%s'",
-                 n->name, g_batch->name);
-    NCCL_CHECK(n, n->name, "batch", ncclGroupStart());
-    g_batch = n;
+                 c->name, g_batch->name);
+    NCCL_CHECK(c, "batch", ncclGroupStart());
+    g_batch = c;
 }
 
-void lt_nccl_batch_end(LtNccl *n) {
-    if (g_batch != n)
-        lt_fatal("communication: batch on group '%s' ended without a begin", n->name);
+static void nccl_batch_end(const LtComm *c) {
+    if (g_batch != c)
+        lt_fatal("communication: batch on group '%s' ended without a begin", c->name);
     g_batch = NULL;
-    NCCL_CHECK(n, n->name, "batch", ncclGroupEnd());
+    NCCL_CHECK(c, "batch", ncclGroupEnd());
 }
 
-void lt_nccl_finish(LtNccl *n, const char *op, void *event) {
-    if (event) lt_cuda_event_wait_release(n->be, event);
+/* ---- completion ---- */
+static void nccl_finish(LtCommRequest *r) {
+    const LtComm *c = r->comm;
+    LtBackend *be = c->be;
+    LtEvent *e = r->handle.p[0];
+    if (e) {
+        be->ops->stream_wait_event(be, be->ops->current_stream(be), e);
+        /* safe while pending: CUDA releases the event once it has completed */
+        be->ops->event_destroy(be, e);
+    }
+    Nccl *n = c->state;
     ncclResult_t st = ncclSuccess;
-    NCCL_CHECK(n, n->name, op, ncclCommGetAsyncError(n->comm, &st));
+    NCCL_CHECK(c, r->op, ncclCommGetAsyncError(n->comm, &st));
     if (st != ncclSuccess && st != ncclInProgress) {
         char last[256];
         const char *l = ncclGetLastError(n->comm);
@@ -262,13 +296,40 @@ void lt_nccl_finish(LtNccl *n, const char *op, void *event) {
         n->comm = NULL;
         lt_fatal("communication: %s on group '%s' (rank %d of %d, NCCL) failed asynchronously: "
                  "%s%s%s",
-                 op, n->name, n->rank, n->size, ncclGetErrorString(st), last[0] ? ": " : "",
+                 r->op, c->name, c->rank, c->size, ncclGetErrorString(st), last[0] ? ": " : "",
                  last);
     }
 }
 
-#else /* no CUDA: NCCL is not available */
+/* Stream order puts later work on the current stream after the operation:
+ * nothing to wait for on the host. */
+static int nccl_test(LtCommRequest *r) {
+    nccl_finish(r);
+    return 1;
+}
 
-int lt_comm_nccl_compiled(void) { return 0; }
+static const LtCommImpl nccl_impl = {
+    .name = "nccl",
+    .wide_counts = 1, /* size_t all through */
+    .create = nccl_create,
+    .destroy = nccl_destroy,
+    .all_reduce = nccl_all_reduce,
+    .reduce_scatter = nccl_reduce_scatter,
+    .reduce_scatter_v = nccl_reduce_scatter_v,
+    .all_gather = nccl_all_gather,
+    .broadcast = nccl_broadcast,
+    .send = nccl_send,
+    .recv = nccl_recv,
+    .batch_begin = nccl_batch_begin,
+    .batch_end = nccl_batch_end,
+    .finish = nccl_finish,
+    .test = nccl_test,
+};
+
+const LtCommImpl *const lt_comm_nccl_impl = &nccl_impl;
+
+#else
+
+const LtCommImpl *const lt_comm_nccl_impl = NULL;
 
 #endif

@@ -6,7 +6,9 @@
  * relays the output and the exit code. Under mpirun every rank runs every test;
  * the failure flag is reduced over the world and rank 0 prints PASS/FAIL.
  * Every result is compared with values computed locally from the known
- * rank-dependent inputs. */
+ * rank-dependent inputs; the staged path (device buffers through host
+ * memory, what GPU buffers take over MPI) runs on the CPU backend and is
+ * compared byte for byte with the host path. */
 #include "comm.h"
 
 #include <mpi.h>
@@ -547,6 +549,168 @@ static void test_split_ex_cpu(void) {
     CHECK(strcmp(lt_comm_lib_name(LT_COMM_LIB_NCCL), "nccl") == 0, "lib name");
 }
 
+/* ---- the staged path on the CPU backend ----------------------------------- */
+/* A group asked to stage (LtCommOptions.stage) moves CPU-backend buffers
+ * through host_alloc memory with download/upload, the path GPU buffers take
+ * over MPI; every operation must give the host path's bytes. */
+enum { SC = 37 }; /* elements of one rank's chunk */
+enum { S_SUM, S_MAX, S_RS, S_RS_IN_PLACE, S_RSV, S_RSV_IN_PLACE, S_AG, S_AG_IN_PLACE, S_BCAST,
+       S_RING, S_BATCH, S_CASES };
+static const char *const s_case_name[S_CASES] = {
+    "all_reduce(sum)", "all_reduce(max)", "reduce_scatter", "reduce_scatter in place",
+    "reduce_scatter_v", "reduce_scatter_v in place", "all_gather", "all_gather in place",
+    "broadcast", "send/recv ring", "batch exchange"};
+
+/* Element i of group rank r: small numbers, exact in every type and in sums of
+ * NP of them (u8 sums stay below 256). */
+static void fill_typed(void *x, LtCommType t, size_t n, int r) {
+    for (size_t i = 0; i < n; i++) {
+        double v = (double)((r + 1) * 3 + (int)(i % 11)) + 0.5 * (double)((i + (size_t)r) % 3);
+        switch (t) {
+        case LT_COMM_F32: ((float *)x)[i] = (float)v; break;
+        case LT_COMM_F64: ((double *)x)[i] = v * (i % 2 ? -1 : 1); break;
+        case LT_COMM_I32: ((int32_t *)x)[i] = (int32_t)(v * 2) * (i % 3 ? 1 : -1); break;
+        case LT_COMM_U8: ((uint8_t *)x)[i] = (uint8_t)((int)(v * 2) & 0x3f); break;
+        case LT_COMM_BF16: ((uint16_t *)x)[i] = bf((float)v); break;
+        }
+    }
+}
+
+/* Case k of type t on group c: in holds this rank's size*SC elements, out gets
+ * the result (size*SC elements; parts a case does not write stay zero). */
+static void run_case(const LtComm *c, int k, LtCommType t, const void *in, void *out) {
+    const int n = lt_comm_size(c), me = lt_comm_rank(c);
+    const int next = (me + 1) % n, prev = (me + n - 1) % n;
+    const size_t tsz = lt_comm_type_size(t), chunk = SC * tsz, all = (size_t)n * SC;
+    char *o = out;
+    const char *x = in;
+    int counts[NP];
+    for (int q = 0; q < n; q++) counts[q] = q == 1 ? 0 : SC - 5 + 3 * q; /* a zero, sum < n*SC */
+    switch (k) {
+    case S_SUM:
+    case S_MAX:
+        memcpy(o, x, all * tsz);
+        lt_comm_all_reduce(c, o, all, t, k == S_SUM ? LT_COMM_SUM : LT_COMM_MAX);
+        break;
+    case S_RS: lt_comm_reduce_scatter(c, x, o, SC, t); break;
+    case S_RS_IN_PLACE:
+        memcpy(o, x, all * tsz);
+        lt_comm_reduce_scatter(c, o, o, SC, t);
+        break;
+    case S_RSV: lt_comm_reduce_scatter_v(c, x, o, counts, t); break;
+    case S_RSV_IN_PLACE:
+        memcpy(o, x, all * tsz);
+        lt_comm_reduce_scatter_v(c, o, o, counts, t);
+        break;
+    case S_AG: lt_comm_all_gather(c, x, o, SC, t); break;
+    case S_AG_IN_PLACE:
+        memcpy(o + (size_t)me * chunk, x, chunk);
+        lt_comm_all_gather(c, o + (size_t)me * chunk, o, SC, t);
+        break;
+    case S_BCAST: /* chunk r of out comes from root r */
+        for (int root = 0; root < n; root++) {
+            if (me == root) memcpy(o + (size_t)root * chunk, x + (size_t)root * chunk, chunk);
+            lt_comm_broadcast(c, o + (size_t)root * chunk, SC, t, root);
+        }
+        break;
+    case S_RING: { /* the receive is polled with lt_comm_test */
+        LtCommRequest rr = lt_comm_recv_start(c, o, all, t, prev, 3);
+        LtCommRequest rs = lt_comm_send_start(c, x, all, t, next, 3);
+        while (!lt_comm_test(&rr)) {
+        }
+        lt_comm_finish(&rs);
+        break;
+    }
+    case S_BATCH: {
+        LtCommRequest r[4];
+        lt_comm_batch_begin(c);
+        r[0] = lt_comm_send_start(c, x, SC, t, next, 1);
+        r[1] = lt_comm_send_start(c, x + chunk, SC, t, prev, 2);
+        r[2] = lt_comm_recv_start(c, o, SC, t, prev, 1);
+        r[3] = lt_comm_recv_start(c, o + chunk, SC, t, next, 2);
+        lt_comm_batch_end(c);
+        for (int q = 3; q >= 0; q--) lt_comm_finish(&r[q]);
+        break;
+    }
+    }
+}
+
+/* Every case and type on staged group s and host group h over the same ranks. */
+static void compare_staged(const LtComm *s, const LtComm *h, LtBackend *be) {
+    const int n = lt_comm_size(h), me = lt_comm_rank(h);
+    const size_t all = (size_t)n * SC;
+    const LtCommType types[] = {LT_COMM_F32, LT_COMM_F64, LT_COMM_I32, LT_COMM_U8, LT_COMM_BF16};
+    char *din = be->ops->alloc(be, all * 8), *dout = be->ops->alloc(be, all * 8);
+    char *hin = lt_calloc(all * 8), *hout = lt_calloc(all * 8);
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const LtCommType t = types[ti];
+        const size_t bytes = all * lt_comm_type_size(t);
+        fill_typed(hin, t, all, me);
+        be->ops->upload(be, din, hin, bytes);
+        for (int k = 0; k < S_CASES; k++) {
+            memset(hout, 0, bytes);
+            be->ops->zero(be, dout, bytes);
+            unsigned long waits = be->host_waits;
+            run_case(s, k, t, din, dout);
+            CHECK(be->host_waits > waits, "%s: %s type %d did not stage", lt_comm_name(s),
+                  s_case_name[k], (int)t);
+            run_case(h, k, t, hin, hout);
+            CHECK(memcmp(dout, hout, bytes) == 0, "%s (%d ranks): %s type %d differs from the "
+                  "host path", lt_comm_name(s), n, s_case_name[k], (int)t);
+        }
+    }
+    /* and the host path did reduce: f32 sums against local values */
+    fill_typed(hin, LT_COMM_F32, all, me);
+    lt_comm_all_reduce(h, hin, all, LT_COMM_F32, LT_COMM_SUM);
+    float *want = lt_calloc(all * sizeof(float)), *part = lt_calloc(all * sizeof(float));
+    for (int r = 0; r < n; r++) {
+        fill_typed(part, LT_COMM_F32, all, r);
+        for (size_t i = 0; i < all; i++) want[i] += part[i];
+    }
+    CHECK(memcmp(hin, want, all * sizeof(float)) == 0, "%s: host all_reduce sums",
+          lt_comm_name(h));
+    free(want), free(part), free(hin), free(hout);
+    be->ops->free(be, din);
+    be->ops->free(be, dout);
+}
+
+static void test_staged_cpu(void) {
+    LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
+    LtCommOptions stage = {.lib = LT_COMM_LIB_MPI, .device = 1, .be = be, .stage = 1};
+    LtCommOptions plain = {.lib = LT_COMM_LIB_MPI, .device = 1, .be = be};
+    int all[NP], pair[2] = {W.rank / 2 * 2, W.rank / 2 * 2 + 1}, self[1] = {W.rank};
+    for (int i = 0; i < NP; i++) all[i] = i;
+    /* without the option, CPU-backend buffers take the host path: no copies */
+    LtComm *d = lt_comm_split_members_ex(all, NP, "dev", &plain);
+    float x[4] = {1, 2, 3, 4};
+    unsigned long waits = be->host_waits;
+    lt_comm_all_reduce(d, x, 4, LT_COMM_F32, LT_COMM_SUM);
+    CHECK(be->host_waits == waits && x[3] == 4 * NP, "device buffers of the CPU backend staged");
+    lt_comm_free(d);
+    /* the world and two pairs {0,1}, {2,3} */
+    LtComm *sw = lt_comm_split_members_ex(all, NP, "staged-world", &stage);
+    LtComm *sp = lt_comm_split_members_ex(pair, 2, "staged-pair", &stage);
+    LtComm *hw = lt_comm_split_members(all, NP, "world"), *hp = lt_comm_split_members(pair, 2, "pair");
+    CHECK(lt_comm_lib(sw) == LT_COMM_LIB_MPI && lt_comm_device_buffers(sw) &&
+              lt_comm_host(sw) != sw && lt_comm_size(sp) == 2,
+          "staged group shape");
+    compare_staged(sw, hw, be);
+    compare_staged(sp, hp, be);
+    /* one rank: the shortcuts, nothing staged */
+    LtComm *s1 = lt_comm_split_members_ex(self, 1, "staged-one", &stage);
+    float y[4] = {0};
+    waits = be->host_waits;
+    lt_comm_all_reduce(s1, x, 4, LT_COMM_F32, LT_COMM_SUM);
+    lt_comm_reduce_scatter(s1, x, y, 4, LT_COMM_F32);
+    CHECK(be->host_waits == waits && y[3] == 4 * NP, "one-rank staged group");
+    lt_comm_free(s1);
+    lt_comm_free(hp);
+    lt_comm_free(hw);
+    lt_comm_free(sp);
+    lt_comm_free(sw);
+    lt_backend_destroy(be);
+}
+
 #define MRUN(fn)                                                                   \
     do {                                                                           \
         test_cur_failed = 0;                                                       \
@@ -599,6 +763,7 @@ int main(int argc, char **argv) {
     MRUN(test_bf16_world);
     MRUN(test_reduce_scatter_v);
     MRUN(test_split_ex_cpu);
+    MRUN(test_staged_cpu);
     int rc = test_n_fail ? 1 : 0;
     if (W.rank == 0) rc = test_summary();
     lt_world_finalize(&W);

@@ -283,6 +283,8 @@ static void test_memory(void) {
     be->ops->event_record(be, e, s);
     be->ops->stream_wait_event(be, NULL, e);
     be->ops->set_stream(be, NULL);
+    CHECK(be->ops->current_stream(be) == NULL && !be->ops->native_stream,
+          "CPU: one synchronous stream, no native handle");
     be->ops->synchronize(be);
     be->ops->event_destroy(be, e);
     be->ops->stream_destroy(be, s);

@@ -37,6 +37,7 @@ static const LtBackendOps cpu_ops = {
     .event_destroy = cpu_event_destroy,
     .event_record = cpu_event_record,
     .stream_wait_event = cpu_stream_wait_event,
+    .current_stream = cpu_current_stream,
     .embedding_fwd = cpu_embedding_fwd,
     .embedding_bwd = cpu_embedding_bwd,
     .layernorm_fwd = cpu_layernorm_fwd,

@@ -148,6 +148,7 @@ LtEvent *cpu_event_create(LtBackend *be);
 void cpu_event_destroy(LtBackend *be, LtEvent *e);
 void cpu_event_record(LtBackend *be, LtEvent *e, LtStream *s);
 void cpu_stream_wait_event(LtBackend *be, LtStream *s, LtEvent *e);
+LtStream *cpu_current_stream(LtBackend *be);
 
 /* embedding.c */
 void cpu_embedding_fwd(LtBackend *be, void *out, const int32_t *tokens, const void *wte,

@@ -5,7 +5,8 @@
  * (with OpenMP inside), so there is nothing to order. stream_create and
  * event_create return small heap objects (valid, distinct, to be passed to the
  * matching destroy) so that callers written for asynchronous backends work
- * unchanged; set_stream, event_record and stream_wait_event do nothing. */
+ * unchanged; set_stream, event_record and stream_wait_event do nothing, and
+ * current_stream is always the default (NULL). */
 #include <stdlib.h>
 
 #include "cpu_ops.h"
@@ -100,3 +101,5 @@ void cpu_event_destroy(LtBackend *be, LtEvent *e) { free(e); }
 void cpu_event_record(LtBackend *be, LtEvent *e, LtStream *s) {}
 
 void cpu_stream_wait_event(LtBackend *be, LtStream *s, LtEvent *e) {}
+
+LtStream *cpu_current_stream(LtBackend *be) { return NULL; }

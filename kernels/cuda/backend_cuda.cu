@@ -291,10 +291,12 @@ static void cu_graph_destroy(LtBackend *be, LtGraph *g) {
     cu_impl(be)->graphs_live--;
 }
 
-/* The cudaStream_t behind an LtStream (NULL = the backend's default stream),
- * for code that must enqueue its own work (NCCL) in order with the ops.
- * Not declared in a header yet: extern "C" void *lt_cuda_raw_stream(LtBackend *, LtStream *). */
-extern "C" void *lt_cuda_raw_stream(LtBackend *be, LtStream *s) { return (void *)resolve(be, s); }
+static LtStream *cu_current_stream(LtBackend *be) {
+    CudaImpl *im = cu_impl(be);
+    return im->cur == &im->def ? NULL : im->cur;
+}
+
+static void *cu_native_stream(LtBackend *be, LtStream *s) { return (void *)resolve(be, s); }
 
 /* ======================= creation ======================= */
 
@@ -322,6 +324,8 @@ static const LtBackendOps cuda_ops = {
     .event_destroy = cu_event_destroy,
     .event_record = cu_event_record,
     .stream_wait_event = cu_stream_wait_event,
+    .current_stream = cu_current_stream,
+    .native_stream = cu_native_stream,
     .capture_begin = cu_capture_begin,
     .capture_end = cu_capture_end,
     .graph_launch = cu_graph_launch,

@@ -140,6 +140,7 @@ static LtEvent *emu_event_create(LtBackend *) { return (LtEvent *)malloc(1); }
 static void emu_event_destroy(LtBackend *, LtEvent *e) { free(e); }
 static void emu_event_record(LtBackend *, LtEvent *, LtStream *) {}
 static void emu_stream_wait_event(LtBackend *, LtStream *, LtEvent *) {}
+static LtStream *emu_current_stream(LtBackend *) { return NULL; } /* ops run at once */
 
 static void *emu_host_alloc(LtBackend *be, size_t bytes) { return emu_alloc(be, bytes); }
 static void emu_count_copy(LtBackend *be, void *dst, const void *src, size_t bytes) {
@@ -172,6 +173,7 @@ static const LtBackendOps emu_ops = {
     .event_destroy = emu_event_destroy,
     .event_record = emu_event_record,
     .stream_wait_event = emu_stream_wait_event,
+    .current_stream = emu_current_stream,
     .embedding_fwd = cu_embedding_fwd,
     .embedding_bwd = cu_embedding_bwd,
     .layernorm_fwd = cu_layernorm_fwd,

@@ -1123,10 +1123,15 @@ static void t_memory_streams(const Pair *P) {
     LtStream *s = be->ops->stream_create(be);
     LtEvent *e = be->ops->event_create(be);
     be->ops->set_stream(be, s);
+    if (be->ops->native_stream) /* a real stream object: current_stream names it */
+        CHECK(be->ops->current_stream(be) == s &&
+                  be->ops->native_stream(be, s) != be->ops->native_stream(be, NULL),
+              "current_stream/native_stream after set_stream");
     be->ops->gelu_fwd(be, o2, d, n);
     be->ops->copy(be, c, o2, lt_act_bytes(be, n));
     be->ops->event_record(be, e, s);
     be->ops->set_stream(be, NULL);
+    CHECK(be->ops->current_stream(be) == NULL, "current_stream after set_stream(NULL)");
     be->ops->stream_wait_event(be, NULL, e);
     act_down(be, y1, o1, n), act_down(be, y2, c, n);
     CHECK(memcmp(y1, y2, n * 4) == 0, "op on a created stream differs from the default stream");
