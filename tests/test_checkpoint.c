@@ -15,6 +15,7 @@
 #include "checkpoint.h"
 #include "common.h"
 #include "config.h"
+#include "json.h"
 #include "params.h"
 #include "test.h"
 
@@ -776,6 +777,78 @@ static void test_safetensors_reader(void) {
     free(dir);
 }
 
+/* BF16 and F16 tensors are converted to fp32 exactly. */
+static void test_safetensors_half_dtypes(void) {
+    char *dir = make_tmpdir(), err[512] = "", path[4200];
+    REQUIRE(dir, "mkdtemp");
+    snprintf(path, sizeof path, "%s/h.safetensors", dir);
+    /* bf16: 1.0, -2.5, +inf; f16: 1.0, -2.0, 65504 (max), 2^-24 (smallest subnormal), -0 */
+    const uint16_t raw[8] = {0x3f80, 0xc020, 0x7f80, 0x3c00, 0xc000, 0x7bff, 0x0001, 0x8000};
+    unsigned char bytes[16];
+    for (int i = 0; i < 8; i++) bytes[2 * i] = (unsigned char)raw[i], bytes[2 * i + 1] = (unsigned char)(raw[i] >> 8);
+    write_st(path,
+             "{\"b\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,6]},"
+             "\"h\":{\"dtype\":\"F16\",\"shape\":[5],\"data_offsets\":[6,16]}}",
+             bytes, sizeof bytes);
+    int nd = 0;
+    int64_t shape[4];
+    float *x = lt_safetensors_read(path, "b", &nd, shape, err, sizeof err);
+    CHECK(x && nd == 1 && shape[0] == 3 && x[0] == 1.0f && x[1] == -2.5f && isinf(x[2]) && x[2] > 0,
+          "bf16: %s", err);
+    free(x);
+    x = lt_safetensors_read(path, "h", &nd, shape, err, sizeof err);
+    CHECK(x && shape[0] == 5 && x[0] == 1.0f && x[1] == -2.0f && x[2] == 65504.0f &&
+              x[3] == ldexpf(1.0f, -24) && x[4] == 0.0f && signbit(x[4]),
+          "f16: %s", err);
+    free(x);
+    /* other dtypes are listed but not read */
+    write_st(path, "{\"i\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[0,4]}}", bytes, 4);
+    x = lt_safetensors_read(path, "i", &nd, shape, err, sizeof err);
+    CHECK(!x && strstr(err, "'i' is I32"), "err: %s", err);
+    free(x);
+    rm_rf(dir);
+    free(dir);
+}
+
+static void test_json_reader(void) {
+    char err[512] = "";
+    const char *ok = " {\"a\": [1, -2.5e3, true, false, null], \"s\": \"x\\u00e9\\ud83d\\ude00\\n\","
+                     " \"o\": {\"big\": 18446744073709551615}} ";
+    LtJson *v = lt_json_parse(ok, strlen(ok), "t.json", err, sizeof err);
+    REQUIRE(v, "parse: %s", err);
+    const LtJson *a = lt_json_get(v, "a"), *s = lt_json_get(v, "s"), *o = lt_json_get(v, "o");
+    double d = 0;
+    uint64_t u = 0;
+    CHECK(a && a->type == LT_JSON_ARRAY && a->n == 5 && lt_json_double(&a->kids[1], &d) == 0 &&
+              d == -2500 && lt_json_u64(&a->kids[1], &u) != 0 && a->kids[2].boolean == 1 &&
+              a->kids[4].type == LT_JSON_NULL, "array");
+    CHECK(s && s->type == LT_JSON_STRING && strcmp(s->text, "x\xc3\xa9\xf0\x9f\x98\x80\n") == 0,
+          "string: %s", s ? s->text : "(none)");
+    CHECK(o && lt_json_u64(lt_json_get(o, "big"), &u) == 0 && u == UINT64_MAX, "u64");
+    CHECK(!lt_json_get(v, "missing") && !lt_json_get(a, "a"), "get");
+    lt_json_free(v);
+    /* refused, each with the file name and a byte offset */
+    const char *bad[] = {"", "{", "{\"a\":1,}", "[1 2]", "{\"a\":1,\"a\":2}", "01", "1.", "-",
+                         "\"\\ud800\"", "\"\\u0000\"", "\"a\x01\"", "nul", "{} x", "\"\\x\"",
+                         "{1:2}", "[1e]", "\"abc"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        v = lt_json_parse(bad[i], strlen(bad[i]), "t.json", err, sizeof err);
+        CHECK(!v && strstr(err, "t.json: invalid JSON at byte"), "'%s' accepted (%s)", bad[i], err);
+        lt_json_free(v);
+    }
+    v = lt_json_parse("{\"a\":1,\"a\":2}", 13, "t.json", err, sizeof err);
+    CHECK(!v && strstr(err, "\"a\" appears twice"), "err: %s", err);
+    lt_json_free(v);
+    /* nesting is bounded (no stack exhaustion) */
+    char deep[400];
+    memset(deep, '[', 200);
+    memset(deep + 200, ']', 200);
+    v = lt_json_parse(deep, sizeof deep, "t.json", err, sizeof err);
+    CHECK(!v && strstr(err, "nested deeper"), "err: %s", err);
+    lt_json_free(v);
+}
+
 int main(void) {
     RUN(test_roundtrip_bit_identical);
     RUN(test_weights_only_checkpoint);
@@ -791,5 +864,7 @@ int main(void) {
     RUN(test_export_hf);
     RUN(test_export_tensor_parallel_config);
     RUN(test_safetensors_reader);
+    RUN(test_safetensors_half_dtypes);
+    RUN(test_json_reader);
     return test_summary();
 }
