@@ -32,6 +32,8 @@ typedef struct {
     uint64_t seed;             /* train.seed of the run */
     uint64_t data_seed;        /* seed of the shuffle permutation */
     uint64_t rng_state;        /* sampler/dropout RNG state (reserved) */
+    int weights_only;          /* set by the readers: the checkpoint holds no Adam moments
+                                * (meta.json "optimizer_state": false); ignored by save */
 } LtCkptMeta;
 
 /* Host copies of the full (unsharded) state, each t->total fp32 elements.
@@ -62,6 +64,10 @@ int lt_ckpt_find_latest(const char *dir, char *stepdir, size_t len, char *err, s
  * directory) to a step directory. Returns 0 or -1 with err. */
 int lt_ckpt_resolve(const char *path, char *stepdir, size_t len, char *err, size_t errlen);
 
+/* Read and check only meta.json of a step directory (before deciding what to
+ * load). Returns 0 or -1 with a message naming the file. */
+int lt_ckpt_read_meta(const char *stepdir, LtCkptMeta *meta, char *err, size_t errlen);
+
 /* Load the config stored in a step directory (for export). */
 int lt_ckpt_load_config(const char *stepdir, LtConfig *cfg, char *err, size_t errlen);
 
@@ -71,9 +77,10 @@ int lt_ckpt_load_config(const char *stepdir, LtConfig *cfg, char *err, size_t er
 int lt_ckpt_load(const char *stepdir, const LtParamTable *t, LtCkptState *s, LtCkptMeta *meta,
                  char *err, size_t errlen);
 
-/* `lattice export`: write <out_dir>/model.safetensors (fp32, HF GPT-2 names,
- * Conv1D weights transposed to (in, out), vocab sliced to the true size) and
- * <out_dir>/config.json. Returns 0 or -1 with err. */
+/* `lattice export`: write <out_dir>/model.safetensors (fp32, vocab sliced to
+ * the true size; HF GPT2LMHeadModel names with Conv1D weights transposed to
+ * (in, out) for model.arch=gpt, LlamaForCausalLM names for llama; lm_head.weight
+ * when untied: see hf.h) and <out_dir>/config.json. Returns 0 or -1 with err. */
 int lt_export_hf(const char *ckpt_path, const char *out_dir, char *err, size_t errlen);
 
 /* One fp32 tensor for lt_safetensors_write: `data` holds prod(shape) values,
