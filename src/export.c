@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,10 +45,11 @@ static LtStTensor *tensor_list(const LtParamTable *t, const float *master, const
     return list;
 }
 
-/* A JSON number that Python reads as a float ("8.0", "1e-05"). */
+/* A JSON number that Python reads as a float: whole numbers of up to 16
+ * digits as "500000.0", others in the shortest exact form ("1e-05"). */
 static void json_float(double v, char *buf, size_t n) {
-    lt_format_double(v, buf, n);
-    if (!strpbrk(buf, ".eEni")) strncat(buf, ".0", n - strlen(buf) - 1);
+    if (v == floor(v) && fabs(v) < 1e16) snprintf(buf, n, "%.1f", v);
+    else lt_format_double(v, buf, n);
 }
 
 static void write_gpt2_config(FILE *f, const LtConfig *c) {

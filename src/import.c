@@ -513,9 +513,10 @@ static const LtStEntry *weights_find(const Weights *w, const char *name, int *fi
 }
 
 /* Non-learned buffers some files carry: GPT-2's causal masks
- * ("[transformer.]h.L.attn.bias", "...attn.masked_bias") and old Llama
- * files' rotary tables ("model.layers.L.self_attn.rotary_emb.inv_freq"). */
-static int is_buffer(const char *name, LtArch arch, int layers) {
+ * ("<prefix>h.L.attn.bias", "...attn.masked_bias", prefix "transformer." or
+ * none as the file's other names) and old Llama files' rotary tables
+ * ("model.layers.L.self_attn.rotary_emb.inv_freq"). */
+static int is_buffer(const char *name, LtArch arch, const char *gpt_prefix, int layers) {
     static const char *const gpt[] = {"attn.bias", "attn.masked_bias", NULL},
                              *llama[] = {"self_attn.rotary_emb.inv_freq", NULL};
     const char *p = name;
@@ -523,7 +524,8 @@ static int is_buffer(const char *name, LtArch arch, int layers) {
         if (strncmp(p, "model.layers.", 13)) return 0;
         p += 13;
     } else {
-        if (!strncmp(p, "transformer.", 12)) p += 12;
+        if (strncmp(p, gpt_prefix, strlen(gpt_prefix))) return 0;
+        p += strlen(gpt_prefix);
         if (strncmp(p, "h.", 2)) return 0;
         p += 2;
     }
@@ -585,7 +587,7 @@ static int match_tensors(Weights *w, const LtHfMap *map, int n, LtArch arch, int
     }
     for (f = 0; f < w->n; f++)
         for (k = 0; k < w->files[f].n; k++)
-            if (!w->used[f][k] && !is_buffer(w->files[f].e[k].name, arch, layers))
+            if (!w->used[f][k] && !is_buffer(w->files[f].e[k].name, arch, strip ? "" : "transformer.", layers))
                 return lt_errorf(err, errlen,
                                  "%s: tensor '%s' is not part of the %s model config.json describes",
                                  w->files[f].path, w->files[f].e[k].name,

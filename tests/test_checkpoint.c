@@ -21,17 +21,6 @@
 
 /* ---- helpers -------------------------------------------------------------- */
 
-static int rm_cb(const char *p, const struct stat *st, int fl, struct FTW *ftw) {
-    (void)st, (void)fl, (void)ftw;
-    return remove(p);
-}
-static void rm_rf(const char *p) { nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
-
-static char *make_tmpdir(void) {
-    char tmpl[] = "/tmp/lt_ckpt_test_XXXXXX";
-    char *d = mkdtemp(tmpl);
-    return d ? strdup(d) : NULL;
-}
 
 static LtModelDims tiny_dims(int layers, int padded_vocab) {
     LtModelDims d = {.num_layers = layers, .hidden = 8, .heads = 2, .ffn = 32, .seq_len = 16,
@@ -159,7 +148,7 @@ static int count_prefix(const char *dir, const char *prefix) {
 /* ---- save / load ---------------------------------------------------------- */
 
 static void test_roundtrip_bit_identical(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096];
     REQUIRE(dir, "mkdtemp");
     char sub[4096];
     snprintf(sub, sizeof sub, "%s/a/b/ckpt", dir); /* created with mkdir -p */
@@ -194,12 +183,12 @@ static void test_roundtrip_bit_identical(void) {
     state_free(&w);
     state_free(&got);
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 static void test_weights_only_checkpoint(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096];
     REQUIRE(dir, "mkdtemp");
     Fixture f;
     fixture_init(&f, 2, 128, 0, 12);
@@ -214,12 +203,12 @@ static void test_weights_only_checkpoint(void) {
     CHECK(strstr(err, "adam_m/wte") != NULL, "err: %s", err);
     state_free(&got);
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 static void test_latest_and_resolve(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], want[4200], path[4200];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], want[4200], path[4200];
     REQUIRE(dir, "mkdtemp");
     Fixture f;
     fixture_init(&f, 2, 128, 1, 13);
@@ -255,7 +244,7 @@ static void test_latest_and_resolve(void) {
     CHECK(count_prefix(dir, ".tmp-step_00000200") == 0 && count_prefix(dir, ".old-") == 0,
           "temporary directories left behind");
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -263,7 +252,7 @@ static void test_latest_and_resolve(void) {
  * before step 1) and clears what killed writers left; keep_last prunes only
  * older complete checkpoints; load=auto finds the newest or none. */
 static void test_dir_housekeeping(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], path[4200];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], path[4200];
     REQUIRE(dir, "mkdtemp");
     int n = -1;
     /* leftovers of a writer killed mid-save */
@@ -318,14 +307,14 @@ static void test_dir_housekeeping(void) {
     CHECK(lt_ckpt_prepare_dir(path, &n, err, sizeof err) == -1 && strstr(err, "notes.txt"),
           "a file as the directory: %s", err);
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 /* A checkpoint holding a non-finite weight or moment (a model that had
  * diverged) is refused at load - resume, eval, sample, export - naming it. */
 static void test_nonfinite_refused(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096];
     REQUIRE(dir, "mkdtemp");
     Fixture f;
     fixture_init(&f, 2, 128, 1, 13);
@@ -342,12 +331,12 @@ static void test_nonfinite_refused(void) {
         state_free(&got);
     }
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 static void test_resave_same_step_replaces(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096];
     REQUIRE(dir, "mkdtemp");
     Fixture a, b;
     fixture_init(&a, 2, 128, 1, 14);
@@ -367,7 +356,7 @@ static void test_resave_same_step_replaces(void) {
     state_free(&got);
     fixture_free(&a);
     fixture_free(&b);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -375,7 +364,7 @@ static void test_resave_same_step_replaces(void) {
  * the way of the step directory) reports the path and leaves `latest` on the
  * previous complete checkpoint. */
 static void test_failed_save_keeps_latest(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], want[4200], path[4200];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], want[4200], path[4200];
     REQUIRE(dir, "mkdtemp");
     Fixture f;
     fixture_init(&f, 2, 128, 1, 16);
@@ -407,7 +396,7 @@ static void test_failed_save_keeps_latest(void) {
     CHECK(lt_ckpt_save(path, &f.t, &f.s, &f.meta, &f.cfg, err, sizeof err) != 0, "save succeeded");
     CHECK(strstr(err, "step_00000003") != NULL, "err: %s", err);
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -419,7 +408,7 @@ static int saved(char *dir, Fixture *f, char *stepdir, char *err) {
 }
 
 static void test_corruption_detected(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], path[4200];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], path[4200];
     REQUIRE(dir, "mkdtemp");
     Fixture f;
     fixture_init(&f, 2, 128, 1, 17);
@@ -502,12 +491,12 @@ static void test_corruption_detected(void) {
     CHECK(load_fresh(stepdir, &f.t, 0, &got, NULL, err) != 0 && strstr(err, "meta.json"), "err: %s", err);
     state_free(&got);
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 static void test_architecture_mismatch(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096];
     REQUIRE(dir, "mkdtemp");
     Fixture one, two;
     fixture_init(&one, 1, 128, 1, 18);
@@ -531,12 +520,12 @@ static void test_architecture_mismatch(void) {
     fixture_free(&one);
     fixture_free(&two);
     fixture_free(&wide);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 static void test_resolve_errors(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], path[4200];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], path[4200];
     REQUIRE(dir, "mkdtemp");
     snprintf(path, sizeof path, "%s/nope", dir);
     CHECK(lt_ckpt_resolve(path, stepdir, sizeof stepdir, err, sizeof err) != 0, "missing path resolved");
@@ -549,12 +538,12 @@ static void test_resolve_errors(void) {
     CHECK(strstr(err, "step_00000042") != NULL, "err: %s", err);
     write_text(path, "../elsewhere\n");
     CHECK(lt_ckpt_resolve(dir, stepdir, sizeof stepdir, err, sizeof err) != 0, "latest escaping dir resolved");
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 static void test_load_config_roundtrip(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096];
     REQUIRE(dir, "mkdtemp");
     Fixture f;
     fixture_init(&f, 2, 128, 0, 21);
@@ -573,7 +562,7 @@ static void test_load_config_roundtrip(void) {
     CHECK(lt_ckpt_load_config(stepdir, &back, err, sizeof err) != 0 && strstr(err, "config.yaml"),
           "err: %s", err);
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -598,7 +587,7 @@ static float *st_get(const char *file, const char *name, int ndim, int64_t r, in
 }
 
 static void test_export_hf(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], out[4200], file[4300];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], out[4200], file[4300];
     REQUIRE(dir, "mkdtemp");
     Fixture f;
     fixture_init(&f, 2, 128, 1, 22);
@@ -670,14 +659,14 @@ static void test_export_hf(void) {
     /* Exporting something that is not a checkpoint fails cleanly. */
     CHECK(lt_export_hf(out, out, err, sizeof err) != 0 && strstr(err, "not a checkpoint"), "err: %s", err);
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 /* A run with tensor parallelism pads the vocabulary to a multiple of 128 * tp;
  * export must rebuild that padding to read wte, then slice it away. */
 static void test_export_tensor_parallel_config(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], file[4300];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], file[4300];
     REQUIRE(dir, "mkdtemp");
     Fixture f;
     fixture_init(&f, 2, 256, 0, 23);
@@ -690,7 +679,7 @@ static void test_export_tensor_parallel_config(void) {
     CHECK(wte && memcmp(wte, f.s.master + p->offset, sizeof(float) * 50 * 8) == 0, "wte differs");
     free(wte);
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -710,7 +699,7 @@ static void write_st(const char *path, const char *json, const void *data, size_
 }
 
 static void test_safetensors_reader(void) {
-    char *dir = make_tmpdir(), err[512] = "", path[4200];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", path[4200];
     REQUIRE(dir, "mkdtemp");
     snprintf(path, sizeof path, "%s/t.safetensors", dir);
     float a[6] = {1, 2, 3, 4, 5, 6}, b[2] = {-1.5f, 0.25f};
@@ -773,13 +762,13 @@ static void test_safetensors_reader(void) {
         CHECK(!x && err[0], "file truncated to %ld bytes accepted", cut[i]);
         free(x);
     }
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 /* BF16 and F16 tensors are converted to fp32 exactly. */
 static void test_safetensors_half_dtypes(void) {
-    char *dir = make_tmpdir(), err[512] = "", path[4200];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", path[4200];
     REQUIRE(dir, "mkdtemp");
     snprintf(path, sizeof path, "%s/h.safetensors", dir);
     /* bf16: 1.0, -2.5, +inf; f16: 1.0, -2.0, 65504 (max), 2^-24 (smallest subnormal), -0 */
@@ -806,7 +795,7 @@ static void test_safetensors_half_dtypes(void) {
     x = lt_safetensors_read(path, "i", &nd, shape, err, sizeof err);
     CHECK(!x && strstr(err, "'i' is I32"), "err: %s", err);
     free(x);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
