@@ -5,6 +5,8 @@
 #   make demo       set-up + build + sample corpus + train a small GPT + print generated text
 #   make deps       install missing Debian packages (when root)
 #   make peer-check the PyTorch peer trains the same model (needs torch; PEER_PYTHON)
+#   make hf-check   lattice import/export against transformers itself (needs torch and
+#                   transformers; HF_PYTHON)
 
 BUILD    ?= build
 CC       ?= gcc
@@ -143,7 +145,7 @@ TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
 GPU_TEST_BINS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/*.c))
 
-.PHONY: all deps check-deps test test-full demo clean gpu-test peer-check gpu-build rehearse-gpu fuzz
+.PHONY: all deps check-deps test test-full demo clean gpu-test peer-check hf-check gpu-build rehearse-gpu fuzz
 all: check-deps $(BUILD)/lattice $(TEST_BINS) $(CUDA_RES)
 
 deps:
@@ -247,6 +249,10 @@ gpu-test: check-deps $(GPU_TEST_BINS)
 # not part of make test: PEER_PYTHON=/path/bin/python PEER_CHECK_DEVICE=cpu|cuda
 peer-check: all
 	@bash tests/gpu/peer_check.sh $(BUILD)
+
+HF_PYTHON ?= python3
+hf-check: all
+	@$(HF_PYTHON) scripts/hf_check.py --lattice $(BUILD)/lattice
 
 # what scripts/gpu_check.sh builds on a GPU machine: the binary, the GPU tests
 # and the MPI test (no CPU test binaries, no host emulation)
