@@ -6,6 +6,8 @@
 #                   (DEMO_CONFIG=configs/llama-demo.yaml: the same with the Llama block)
 #   make deps       install missing Debian packages (when root)
 #   make peer-check the PyTorch peer trains the same model (needs torch; PEER_PYTHON)
+#   make hf-check   lattice import/export against transformers itself (needs torch and
+#                   transformers; HF_PYTHON)
 
 BUILD    ?= build
 CC       ?= gcc
@@ -144,7 +146,7 @@ TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
 GPU_TEST_BINS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/*.c))
 
-.PHONY: all deps check-deps test test-full demo clean gpu-test peer-check gpu-build rehearse-gpu fuzz
+.PHONY: all deps check-deps test test-full demo clean gpu-test peer-check hf-check gpu-build rehearse-gpu fuzz
 all: check-deps $(BUILD)/lattice $(TEST_BINS) $(CUDA_RES)
 
 deps:
@@ -249,6 +251,10 @@ gpu-test: check-deps $(GPU_TEST_BINS)
 peer-check: all
 	@bash tests/gpu/peer_check.sh $(BUILD)
 
+HF_PYTHON ?= python3
+hf-check: all
+	@$(HF_PYTHON) scripts/hf_check.py --lattice $(BUILD)/lattice
+
 # what scripts/gpu_check.sh builds on a GPU machine: the binary, the GPU tests
 # and the MPI test (no CPU test binaries, no host emulation)
 gpu-build: check-deps $(BUILD)/lattice $(GPU_TEST_BINS) $(BUILD)/tests/test_comm_mpi
@@ -272,8 +278,9 @@ FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS    := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
-FUZZ_SRCS    := src/common.c src/data_tokens.c src/safetensors.c src/config.c src/config_validate.c \
-                src/config_print.c src/checkpoint.c src/schedule.c src/schedule_p2p.c src/params.c
+FUZZ_SRCS    := src/common.c src/data_tokens.c src/json.c src/safetensors.c src/config.c src/config_validate.c \
+                src/config_print.c src/checkpoint.c src/schedule.c src/schedule_p2p.c src/params.c \
+                src/hf_map.c src/import.c src/export.c
 FUZZ_OBJS    := $(patsubst src/%.c,$(BUILD)/fuzz/obj/%.o,$(FUZZ_SRCS))
 FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=address,undefined \
                 -fno-sanitize-recover=undefined -fno-omit-frame-pointer -Iinclude $(DEP_CFLAGS) -MMD -MP

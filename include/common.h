@@ -63,6 +63,9 @@ FILE *lt_fopen_at(const char *path, const char *mode, const char *file, int line
 /* Wall clock in seconds (monotonic). */
 double lt_now(void);
 
+/* The shortest %g form of v that strtod reads back as exactly v. */
+void lt_format_double(double v, char *buf, size_t n);
+
 /* ---- bf16 ---------------------------------------------------------------- */
 /* Round-to-nearest-even conversion; NaN stays NaN. */
 static inline uint16_t lt_f32_to_bf16(float f) {

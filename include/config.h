@@ -132,6 +132,10 @@ void lt_config_defaults(LtConfig *c);
 int lt_config_load(LtConfig *c, const char *path, int nover, char **overrides, char *err,
                    size_t errlen);
 
+/* Apply `nover` overrides "section.key=value" to *c as lt_config_load does
+ * (same checks, later ones win). 0, or -1 with err and *c unchanged. */
+int lt_config_apply_overrides(LtConfig *c, int nover, char **overrides, char *err, size_t errlen);
+
 /* Per-key range checks again (for structs filled in code) plus cross-key
  * checks; fills derived fields: ffn_hidden_size 0 -> 4*hidden_size,
  * optimizer.decay_steps 0 -> train.steps, padded_vocab_size = vocab_size

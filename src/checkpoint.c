@@ -618,7 +618,12 @@ static int read_meta(const char *stepdir, LtCkptMeta *m, char *err, size_t errle
                              path, os, step);
         m->optimizer_steps = (long)os;
     }
+    m->weights_only = json_flat_get(js, "optimizer_state", val, sizeof val) == 1 && !strcmp(val, "false");
     return 0;
+}
+
+int lt_ckpt_read_meta(const char *stepdir, LtCkptMeta *meta, char *err, size_t errlen) {
+    return read_meta(stepdir, meta, err, errlen);
 }
 
 /* ---- public API ---------------------------------------------------------- */

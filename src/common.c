@@ -98,6 +98,14 @@ double lt_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void lt_format_double(double v, char *buf, size_t n) {
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) return;
+    }
+    snprintf(buf, n, "%.17g", v);
+}
+
 uint64_t lt_hash_bytes(const void *data, size_t n, uint64_t seed) {
     const unsigned char *p = data;
     uint64_t h = 0xcbf29ce484222325ull ^ lt_mix64(seed);

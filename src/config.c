@@ -966,8 +966,27 @@ int lt_config_load(LtConfig *c, const char *path, int nover, char **overrides, c
     int rc = 0;
     if (path)
         rc = load_file(tmp, path, err, errlen);
-    if (rc == 0 && nover > 0 && !overrides)
-        rc = lt_cfg_fail(err, errlen, "overrides array is NULL");
+    if (rc == 0)
+        rc = lt_config_apply_overrides(tmp, nover, overrides, err, errlen);
+    if (rc == 0)
+        memcpy(c, tmp, sizeof *c);
+    free(tmp);
+    return rc;
+}
+
+int lt_config_apply_overrides(LtConfig *c, int nover, char **overrides, char *err, size_t errlen) {
+    char dummy[8];
+    if (!err || errlen == 0) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    if (nover > 0 && !overrides)
+        return lt_cfg_fail(err, errlen, "overrides array is NULL");
+    LtConfig *tmp = malloc(sizeof *tmp);
+    if (!tmp)
+        return lt_cfg_fail(err, errlen, "out of memory loading the configuration");
+    memcpy(tmp, c, sizeof *tmp);
+    int rc = 0;
     for (int i = 0; rc == 0 && i < nover; i++) {
         if (!overrides[i])
             rc = lt_cfg_fail(err, errlen, "override %d is NULL", i);

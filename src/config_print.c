@@ -7,18 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "config.h"
 #include "config_internal.h"
-
-/* Shortest %g form that reads back as exactly v. */
-static void format_double(double v, char *buf, size_t n) {
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, n, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v)
-            return;
-    }
-    snprintf(buf, n, "%.17g", v);
-}
 
 /* Length of a well-formed UTF-8 sequence at s and its code point; 0 if not. */
 static int utf8_decode(const unsigned char *s, uint32_t *cp) {
@@ -97,7 +88,7 @@ void lt_config_print(const LtConfig *c, FILE *f) {
         case KT_LONG: fprintf(f, "%ld", *(const long *)v); break;
         case KT_U64: fprintf(f, "%" PRIu64, *(const uint64_t *)v); break;
         case KT_DOUBLE:
-            format_double(*(const double *)v, num, sizeof num);
+            lt_format_double(*(const double *)v, num, sizeof num);
             fputs(num, f);
             break;
         case KT_BOOL: fputs(*(const bool *)v ? "true" : "false", f); break;

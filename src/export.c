@@ -1,15 +1,17 @@
-/* export.c - `lattice export`: a checkpoint as a Hugging Face GPT-2 model.
+/* export.c - `lattice export`: a checkpoint as a Hugging Face model
+ * directory, GPT2LMHeadModel for model.arch=gpt and LlamaForCausalLM for
+ * model.arch=llama; the tensor names and layouts are hf.h's table.
  *
- * Our linear weights are stored (out, in) and applied as x W^T; HF GPT-2 uses
- * Conv1D modules whose weights are (in, out) and applied as x W, so every
- * attention/MLP weight matrix is transposed. Embedding, LayerNorm and bias
- * tensors copy over unchanged, except wte, whose padded rows (zero, never
- * seen by the tokenizer) are dropped: (padded_vocab, C) -> (vocab, C).
- * The output is fp32; lm_head is tied to wte (tie_word_embeddings). */
+ * A tensor that is a block of rows of one of ours (wte without its padded
+ * rows, Llama's q/k/v and gate/up) is contiguous in the master weights and
+ * written from there; GPT-2's Conv1D weights are (in, out), the transpose of
+ * our (out, in), and are copied transposed. The output is fp32; config.json
+ * names the architecture and every setting the model's function depends on. */
 #include "checkpoint.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,92 +19,40 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "hf.h"
 
-
-/* The tensors to export: names are stored alongside, transposed copies are
- * owned (freed by list_free). */
-typedef struct {
-    LtStTensor *t;
-    char (*names)[128];
-    float **owned;
-    int n, cap;
-} HfList;
-
-static void list_free(HfList *l) {
-    for (int i = 0; i < l->n; i++) free(l->owned[i]);
-    free(l->t);
-    free(l->names);
-    free(l->owned);
-}
-
-/* Add tensor `hf` from parameter `ours` of the table. transpose: our (R, C)
- * matrix becomes (C, R). rows > 0 keeps only the first `rows` rows. */
-static int add(HfList *l, const LtParamTable *t, const float *master, const char *hf,
-               const char *ours, int transpose, int64_t rows, char *err, size_t errlen) {
-    const LtParam *p = lt_params_find(t, ours);
-    if (!p) return lt_errorf(err, errlen, "export: model has no parameter '%s'", ours);
-    if (l->n == l->cap) return lt_errorf(err, errlen, "export: too many tensors");
-    LtStTensor *o = &l->t[l->n];
-    snprintf(l->names[l->n], sizeof l->names[0], "%s", hf);
-    o->name = l->names[l->n];
-    o->ndim = p->ndim;
-    o->shape[0] = p->shape[0];
-    o->shape[1] = p->ndim == 2 ? p->shape[1] : 0;
-    o->data = master + p->offset;
-    l->owned[l->n] = NULL;
-    if (rows > 0) o->shape[0] = rows; /* a prefix of rows is contiguous: no copy */
-    if (transpose) {
-        const int64_t R = p->shape[0], C = p->shape[1];
-        float *tr = lt_malloc(sizeof(float) * (size_t)(R * C));
-        const float *src = master + p->offset;
-        for (int64_t i = 0; i < R; i++)
-            for (int64_t j = 0; j < C; j++) tr[j * R + i] = src[i * C + j];
-        o->shape[0] = C;
-        o->shape[1] = R;
-        o->data = tr;
-        l->owned[l->n] = tr;
-    }
-    l->n++;
-    return 0;
-}
-
-static int build_list(HfList *l, const LtParamTable *t, const float *m, char *err, size_t errlen) {
-    const LtModelDims *d = &t->dims;
-    l->cap = 4 + 12 * d->num_layers;
-    l->t = lt_calloc(sizeof(LtStTensor) * (size_t)l->cap);
-    l->names = lt_calloc(sizeof(l->names[0]) * (size_t)l->cap);
-    l->owned = lt_calloc(sizeof(float *) * (size_t)l->cap);
-    if (add(l, t, m, "transformer.wte.weight", "wte", 0, d->vocab, err, errlen) ||
-        add(l, t, m, "transformer.wpe.weight", "wpe", 0, 0, err, errlen))
-        return -1;
-    /* HF suffix, our suffix, transposed */
-    static const struct { const char *hf, *ours; int tr; } layer[] = {
-        {"ln_1.weight", "ln_1.weight", 0},          {"ln_1.bias", "ln_1.bias", 0},
-        {"attn.c_attn.weight", "attn.qkv.weight", 1}, {"attn.c_attn.bias", "attn.qkv.bias", 0},
-        {"attn.c_proj.weight", "attn.proj.weight", 1}, {"attn.c_proj.bias", "attn.proj.bias", 0},
-        {"ln_2.weight", "ln_2.weight", 0},          {"ln_2.bias", "ln_2.bias", 0},
-        {"mlp.c_fc.weight", "mlp.fc.weight", 1},    {"mlp.c_fc.bias", "mlp.fc.bias", 0},
-        {"mlp.c_proj.weight", "mlp.proj.weight", 1}, {"mlp.c_proj.bias", "mlp.proj.bias", 0},
-    };
-    for (int i = 0; i < d->num_layers; i++)
-        for (size_t k = 0; k < sizeof layer / sizeof layer[0]; k++) {
-            char hf[128], ours[96];
-            snprintf(hf, sizeof hf, "transformer.h.%d.%s", i, layer[k].hf);
-            snprintf(ours, sizeof ours, "h.%d.%s", i, layer[k].ours);
-            if (add(l, t, m, hf, ours, layer[k].tr, 0, err, errlen)) return -1;
+/* The safetensors list of map[0, n): pointers into master, transposed
+ * copies in owned[] (freed by the caller). */
+static LtStTensor *tensor_list(const LtParamTable *t, const float *master, const LtHfMap *map,
+                               int n, float **owned) {
+    LtStTensor *list = lt_calloc(sizeof *list * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        const LtHfMap *m = &map[i];
+        const LtParam *p = &t->p[m->param];
+        const int64_t C = p->ndim == 2 ? p->gshape[1] : 1;
+        const float *src = master + p->offset + (size_t)(m->row0 * C);
+        list[i] = (LtStTensor){.name = m->hf, .ndim = m->ndim, .shape = {m->shape[0], m->shape[1]},
+                               .data = src};
+        owned[i] = NULL;
+        if (m->transpose) {
+            const int64_t R = m->rows;
+            float *tr = lt_malloc(sizeof(float) * (size_t)(R * C));
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t c = 0; c < C; c++) tr[c * R + r] = src[r * C + c];
+            list[i].data = owned[i] = tr;
         }
-    if (add(l, t, m, "transformer.ln_f.weight", "ln_f.weight", 0, 0, err, errlen) ||
-        add(l, t, m, "transformer.ln_f.bias", "ln_f.bias", 0, 0, err, errlen))
-        return -1;
-    return 0;
+    }
+    return list;
 }
 
-static int write_config_json(const char *path, const LtModelDims *d, char *err, size_t errlen) {
-    char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return lt_errorf(err, errlen, "path too long: %s", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return lt_errorf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+/* A JSON number that Python reads as a float: whole numbers of up to 16
+ * digits as "500000.0", others in the shortest exact form ("1e-05"). */
+static void json_float(double v, char *buf, size_t n) {
+    if (v == floor(v) && fabs(v) < 1e16) snprintf(buf, n, "%.1f", v);
+    else lt_format_double(v, buf, n);
+}
+
+static void write_gpt2_config(FILE *f, const LtConfig *c) {
     fprintf(f,
             "{\n"
             "  \"model_type\": \"gpt2\",\n"
@@ -116,7 +66,7 @@ static int write_config_json(const char *path, const LtModelDims *d, char *err, 
             "  \"vocab_size\": %d,\n"
             "  \"layer_norm_epsilon\": 1e-05,\n"
             "  \"activation_function\": \"gelu_new\",\n"
-            "  \"tie_word_embeddings\": true,\n"
+            "  \"tie_word_embeddings\": %s,\n"
             "  \"initializer_range\": 0.02,\n"
             "  \"resid_pdrop\": 0.0,\n"
             "  \"embd_pdrop\": 0.0,\n"
@@ -124,7 +74,66 @@ static int write_config_json(const char *path, const LtModelDims *d, char *err, 
             "  \"scale_attn_weights\": true,\n"
             "  \"torch_dtype\": \"float32\"\n"
             "}\n",
-            d->hidden, d->num_layers, d->heads, d->max_pos, d->max_pos, d->ffn, d->vocab);
+            c->model.hidden_size, c->model.num_layers, c->model.num_attention_heads,
+            c->model.max_position_embeddings, c->model.max_position_embeddings,
+            c->model.ffn_hidden_size, c->model.vocab_size,
+            c->model.untie_embeddings_and_output_weights ? "false" : "true");
+}
+
+static void write_llama_config(FILE *f, const LtConfig *c) {
+    char eps[40], theta[40], rope[512] = "null";
+    json_float(c->model.norm_epsilon, eps, sizeof eps);
+    json_float(c->model.rotary_base, theta, sizeof theta);
+    if (c->model.rope_scaling == LT_ROPE_LLAMA3) {
+        char fa[40], lo[40], hi[40];
+        json_float(c->model.rope_scaling_factor, fa, sizeof fa);
+        json_float(c->model.rope_low_freq_factor, lo, sizeof lo);
+        json_float(c->model.rope_high_freq_factor, hi, sizeof hi);
+        snprintf(rope, sizeof rope,
+                 "{\n    \"rope_type\": \"llama3\",\n    \"factor\": %s,\n"
+                 "    \"low_freq_factor\": %s,\n    \"high_freq_factor\": %s,\n"
+                 "    \"original_max_position_embeddings\": %d\n  }",
+                 fa, lo, hi, c->model.rope_original_max_position);
+    }
+    fprintf(f,
+            "{\n"
+            "  \"model_type\": \"llama\",\n"
+            "  \"architectures\": [\"LlamaForCausalLM\"],\n"
+            "  \"hidden_size\": %d,\n"
+            "  \"intermediate_size\": %d,\n"
+            "  \"num_hidden_layers\": %d,\n"
+            "  \"num_attention_heads\": %d,\n"
+            "  \"num_key_value_heads\": %d,\n"
+            "  \"head_dim\": %d,\n"
+            "  \"max_position_embeddings\": %d,\n"
+            "  \"vocab_size\": %d,\n"
+            "  \"rms_norm_eps\": %s,\n"
+            "  \"rope_theta\": %s,\n"
+            "  \"rope_scaling\": %s,\n"
+            "  \"tie_word_embeddings\": %s,\n"
+            "  \"hidden_act\": \"silu\",\n"
+            "  \"attention_bias\": false,\n"
+            "  \"attention_dropout\": 0.0,\n"
+            "  \"mlp_bias\": false,\n"
+            "  \"initializer_range\": 0.02,\n"
+            "  \"torch_dtype\": \"float32\"\n"
+            "}\n",
+            c->model.hidden_size, c->model.ffn_hidden_size, c->model.num_layers,
+            c->model.num_attention_heads, c->model.num_query_groups,
+            c->model.hidden_size / c->model.num_attention_heads, c->model.max_position_embeddings,
+            c->model.vocab_size, eps, theta, rope,
+            c->model.untie_embeddings_and_output_weights ? "false" : "true");
+}
+
+/* config.json of the validated config c, written atomically. */
+static int write_config_json(const char *path, const LtConfig *c, char *err, size_t errlen) {
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return lt_errorf(err, errlen, "path too long: %s", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return lt_errorf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    if (c->model.arch == LT_ARCH_LLAMA) write_llama_config(f, c);
+    else write_gpt2_config(f, c);
     if (lt_file_commit(f, tmp, err, errlen) || lt_rename_durable(tmp, path, err, errlen)) {
         remove(tmp);
         return -1;
@@ -150,35 +159,35 @@ int lt_export_hf(const char *ckpt_path, const char *out_dir, char *err, size_t e
         return -1;
     }
     const LtModelDims dims = lt_dims_from_config(cfg);
-    free(cfg);
-    if (dims.arch != LT_ARCH_GPT || dims.untied)
-        return lt_errorf(err, errlen,
-                         "%s: lattice export writes GPT-2 checkpoints with a tied LM head; this "
-                         "one is model.arch=%s%s",
-                         stepdir, lt_arch_name((LtArch)dims.arch),
-                         dims.untied ? " with an untied LM head" : "");
-
     LtParamTable t;
     lt_params_build(&t, &dims);
     float *master = lt_malloc(sizeof(float) * t.total);
     LtCkptState s = {master, NULL, NULL};
-    HfList list = {0};
+    LtHfMap *map = NULL;
+    LtStTensor *list = NULL;
+    float **owned = NULL;
+    int n = 0, rc = -1;
     char model[PATH_MAX], config[PATH_MAX];
-    int rc = -1;
     if (snprintf(model, sizeof model, "%s/model.safetensors", out_dir) >= (int)sizeof model ||
         snprintf(config, sizeof config, "%s/config.json", out_dir) >= (int)sizeof config) {
         lt_errorf(err, errlen, "path too long: %s", out_dir);
         goto done;
     }
-    if (lt_ckpt_load(stepdir, &t, &s, NULL, err, errlen) || build_list(&list, &t, master, err, errlen) ||
-        lt_mkdir_p(out_dir, err, errlen) ||
-        lt_safetensors_write(model, list.t, list.n, err, errlen) ||
-        write_config_json(config, &dims, err, errlen))
+    if (lt_ckpt_load(stepdir, &t, &s, NULL, err, errlen) || (n = lt_hf_map(&t, &map, err, errlen)) < 0)
+        goto done;
+    owned = lt_calloc(sizeof *owned * (size_t)n);
+    list = tensor_list(&t, master, map, n, owned);
+    if (lt_mkdir_p(out_dir, err, errlen) || lt_safetensors_write(model, list, n, err, errlen) ||
+        write_config_json(config, cfg, err, errlen))
         goto done;
     rc = 0;
 done:
-    list_free(&list);
+    for (int i = 0; owned && i < n; i++) free(owned[i]);
+    free(owned);
+    free(list);
+    free(map);
     free(master);
+    free(cfg);
     lt_params_free(&t);
     return rc;
 }

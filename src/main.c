@@ -4,7 +4,8 @@
  *   lattice eval   CONFIG.yaml [key.path=value ...]
  *   lattice sample CONFIG.yaml [key.path=value ...]   token ids to stdout
  *   lattice logits CONFIG.yaml [key.path=value ...]   next-token logits to stdout
- *   lattice export CHECKPOINT OUT_DIR
+ *   lattice export CHECKPOINT OUT_DIR                 Hugging Face model directory
+ *   lattice import HF_DIR OUT_DIR [key.path=value ...] weights-only checkpoint from an HF dir
  *   lattice batches CONFIG.yaml [key.path=value ...] --out FILE   batches train reads
  *   lattice shard  ...                                 (see lattice shard --help)
  *   lattice schedule --pp P [--vpp V] --micro-batches M [--svg FILE]
@@ -22,6 +23,7 @@
 #include "config.h"
 #include "data.h"
 #include "dist.h"
+#include "hf.h"
 #include "plan.h"
 #include "schedule.h"
 #include "trainer.h"
@@ -34,6 +36,7 @@ static void usage(FILE *f) {
             "       lattice sample CONFIG.yaml [section.key=value ...]\n"
             "       lattice logits CONFIG.yaml [section.key=value ...]\n"
             "       lattice export CHECKPOINT OUT_DIR\n"
+            "       lattice import HF_DIR OUT_CHECKPOINT_DIR [section.key=value ...]\n"
             "       lattice batches CONFIG.yaml [section.key=value ...] --out FILE\n"
             "       lattice shard  --vocab-size V [--format lattice|llmc] [--input FILE] OUT\n"
             "       lattice schedule --pp P [--vpp V] --micro-batches M [--fwd-cost F] "
@@ -99,6 +102,19 @@ int main(int argc, char **argv) {
         char err[2048];
         if (lt_export_hf(argv[2], argv[3], err, sizeof err)) lt_input_error("export: %s", err);
         printf("exported %s to %s (model.safetensors, config.json)\n", argv[2], argv[3]);
+        return 0;
+    }
+    if (!strcmp(cmd, "import")) {
+        /* lattice import HF_DIR OUT_CHECKPOINT_DIR [overrides] */
+        if (argc < 4) {
+            fprintf(stderr, "lattice: error: import needs HF_DIR and OUT_CHECKPOINT_DIR\n");
+            usage(stderr);
+            return LT_EXIT_INPUT;
+        }
+        char err[2048];
+        if (lt_import_hf(argv[2], argv[3], argc - 4, argv + 4, err, sizeof err))
+            lt_input_error("import: %s", err);
+        printf("imported %s to %s (weights only, step 0)\n", argv[2], argv[3]);
         return 0;
     }
     if (!strcmp(cmd, "batches")) {

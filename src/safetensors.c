@@ -1,4 +1,5 @@
-/* safetensors.c - writer and reader for the safetensors format (F32 only).
+/* safetensors.c - writer (F32) and reader (F32, BF16, F16) of the
+ * safetensors format.
  *
  * Layout: u64 little-endian N, then N bytes of UTF-8 JSON (padded with
  * spaces so the data starts at a multiple of 8), then the data section.
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "json.h"
 
 #define MAX_HEADER (100u << 20) /* same bound the reference implementation uses */
 
@@ -139,177 +141,7 @@ done:
     return rc;
 }
 
-/* ---- reader: a small JSON scanner over the header ------------------------- */
-
-typedef struct {
-    const char *p, *end;
-} Js;
-
-static void js_ws(Js *j) {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
-}
-
-static int js_peek(Js *j) {
-    js_ws(j);
-    return j->p < j->end ? (unsigned char)*j->p : -1;
-}
-
-static int js_expect(Js *j, char c) {
-    if (js_peek(j) != (unsigned char)c) return -1;
-    j->p++;
-    return 0;
-}
-
-static int hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* Decode a JSON string into out (NUL-terminated, UTF-8). -1 when malformed
- * or longer than cap-1 bytes. \u escapes outside the BMP are kept as two
- * 3-byte sequences (names never need them). */
-static int js_string(Js *j, char *out, size_t cap) {
-    size_t n = 0;
-    if (js_expect(j, '"')) return -1;
-    while (j->p < j->end && *j->p != '"') {
-        unsigned char c = (unsigned char)*j->p++;
-        unsigned cp = c;
-        if (c == '\\') {
-            if (j->p >= j->end) return -1;
-            char e = *j->p++;
-            switch (e) {
-            case '"': case '\\': case '/': cp = (unsigned char)e; break;
-            case 'b': cp = '\b'; break;
-            case 'f': cp = '\f'; break;
-            case 'n': cp = '\n'; break;
-            case 'r': cp = '\r'; break;
-            case 't': cp = '\t'; break;
-            case 'u':
-                cp = 0;
-                for (int i = 0; i < 4; i++) {
-                    int h = j->p < j->end ? hexval(*j->p++) : -1;
-                    if (h < 0) return -1;
-                    cp = cp * 16 + (unsigned)h;
-                }
-                break;
-            default: return -1;
-            }
-        } else if (c < 0x20) {
-            return -1;
-        }
-        /* Raw bytes (already UTF-8) pass through; escapes are encoded. */
-        unsigned char enc[3];
-        size_t k = 0;
-        if (cp < 0x80 || c != '\\') {
-            enc[k++] = (unsigned char)cp;
-        } else if (cp < 0x800) {
-            enc[k++] = (unsigned char)(0xc0 | cp >> 6);
-            enc[k++] = (unsigned char)(0x80 | (cp & 0x3f));
-        } else {
-            enc[k++] = (unsigned char)(0xe0 | cp >> 12);
-            enc[k++] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-            enc[k++] = (unsigned char)(0x80 | (cp & 0x3f));
-        }
-        if (n + k >= cap) return -1;
-        memcpy(out + n, enc, k);
-        n += k;
-    }
-    if (j->p >= j->end) return -1;
-    j->p++;
-    out[n] = '\0';
-    return 0;
-}
-
-static int js_u64(Js *j, uint64_t *v) {
-    js_ws(j);
-    if (j->p >= j->end || *j->p < '0' || *j->p > '9') return -1;
-    uint64_t x = 0;
-    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
-        unsigned dgt = (unsigned)(*j->p++ - '0');
-        if (x > (UINT64_MAX - dgt) / 10) return -1;
-        x = x * 10 + dgt;
-    }
-    *v = x;
-    return 0;
-}
-
-/* Skip one JSON value of any kind. */
-static int js_skip(Js *j, int depth) {
-    int c = js_peek(j);
-    if (depth > 64 || c < 0) return -1;
-    if (c == '"') {
-        char tmp[1024];
-        return js_string(j, tmp, sizeof tmp);
-    }
-    if (c == '{' || c == '[') {
-        char close = c == '{' ? '}' : ']';
-        j->p++;
-        if (js_peek(j) == close) return j->p++, 0;
-        for (;;) {
-            if (c == '{') {
-                char key[1024];
-                if (js_string(j, key, sizeof key) || js_expect(j, ':')) return -1;
-            }
-            if (js_skip(j, depth + 1)) return -1;
-            if (js_peek(j) == ',') j->p++;
-            else return js_expect(j, close);
-        }
-    }
-    /* number, true, false, null */
-    const char *start = j->p;
-    while (j->p < j->end && strchr("+-.0123456789eEtruefalsn", *j->p)) j->p++;
-    return j->p > start ? 0 : -1;
-}
-
-/* Parse a JSON array of unsigned integers into v[0..*n), at most max. */
-static int js_u64_array(Js *j, uint64_t *v, int max, int *n) {
-    *n = 0;
-    if (js_expect(j, '[')) return -1;
-    if (js_peek(j) == ']') return j->p++, 0;
-    for (;;) {
-        if (*n == max || js_u64(j, &v[*n])) return -1;
-        (*n)++;
-        if (js_peek(j) == ',') j->p++;
-        else return js_expect(j, ']');
-    }
-}
-
-typedef struct {
-    char dtype[16];
-    uint64_t shape[8];
-    int ndim;
-    uint64_t begin, end;
-    int have_dtype, have_shape, have_offsets;
-} TensorInfo;
-
-static int js_tensor_info(Js *j, TensorInfo *ti) {
-    memset(ti, 0, sizeof *ti);
-    if (js_expect(j, '{')) return -1;
-    if (js_peek(j) == '}') return j->p++, 0;
-    for (;;) {
-        char key[64];
-        if (js_string(j, key, sizeof key) || js_expect(j, ':')) return -1;
-        if (strcmp(key, "dtype") == 0) {
-            if (js_string(j, ti->dtype, sizeof ti->dtype)) return -1;
-            ti->have_dtype = 1;
-        } else if (strcmp(key, "shape") == 0) {
-            if (js_u64_array(j, ti->shape, 8, &ti->ndim)) return -1;
-            ti->have_shape = 1;
-        } else if (strcmp(key, "data_offsets") == 0) {
-            uint64_t o[2];
-            int k;
-            if (js_u64_array(j, o, 2, &k) || k != 2) return -1;
-            ti->begin = o[0], ti->end = o[1];
-            ti->have_offsets = 1;
-        } else if (js_skip(j, 1)) {
-            return -1;
-        }
-        if (js_peek(j) == ',') j->p++;
-        else return js_expect(j, '}');
-    }
-}
+/* ---- reader ----------------------------------------------------------------- */
 
 static int dtype_size(const char *d) {
     static const struct { const char *name; int size; } tab[] = {
@@ -322,118 +154,225 @@ static int dtype_size(const char *d) {
     return 0;
 }
 
-/* Parse the whole header, validating every entry against the data section
- * of data_len bytes; the entry named `want` goes to *found (found->ndim = -1
- * when absent). */
-static int parse_header(const char *hdr, size_t n, uint64_t data_len, const char *want,
-                        TensorInfo *found, const char *file, char *err, size_t errlen) {
-    Js j = {hdr, hdr + n};
+/* One header entry (key `name`, value v) into e; the data section has
+ * data_len bytes. */
+static int parse_entry(const LtJson *v, LtStEntry *e, uint64_t data_len, const char *file,
+                       char *err, size_t errlen) {
+    const char *name = v->key;
+    const LtJson *dt = lt_json_get(v, "dtype"), *sh = lt_json_get(v, "shape"),
+                 *off = lt_json_get(v, "data_offsets");
+    if (v->type != LT_JSON_OBJECT || !dt || dt->type != LT_JSON_STRING || !sh ||
+        sh->type != LT_JSON_ARRAY || !off || off->type != LT_JSON_ARRAY || off->n != 2)
+        return lt_errorf(err, errlen,
+                         "%s: malformed header entry for '%s' (needs \"dtype\", \"shape\" and "
+                         "two \"data_offsets\")", file, name);
+    const int es = dtype_size(dt->text);
+    if (!es || strlen(dt->text) >= sizeof e->dtype)
+        return lt_errorf(err, errlen, "%s: unknown dtype '%.32s' for '%s'", file, dt->text, name);
+    if (sh->n > LT_ST_MAX_DIMS)
+        return lt_errorf(err, errlen, "%s: '%s' has %d dims; at most %d are read", file, name,
+                         sh->n, LT_ST_MAX_DIMS);
+    snprintf(e->dtype, sizeof e->dtype, "%s", dt->text);
+    e->ndim = sh->n;
+    uint64_t numel = 1, bytes = (uint64_t)es;
+    for (int d = 0; d < sh->n; d++) {
+        uint64_t x;
+        if (lt_json_u64(&sh->kids[d], &x) || x > (uint64_t)INT64_MAX)
+            return lt_errorf(err, errlen, "%s: shape of '%s' is not a list of sizes", file, name);
+        if (x && bytes > UINT64_MAX / x)
+            return lt_errorf(err, errlen, "%s: shape of '%s' overflows", file, name);
+        e->shape[d] = (int64_t)x;
+        numel *= x;
+        bytes *= x;
+    }
+    if (lt_json_u64(&off->kids[0], &e->begin) || lt_json_u64(&off->kids[1], &e->end))
+        return lt_errorf(err, errlen, "%s: data_offsets of '%s' are not byte offsets", file, name);
+    if (e->begin > e->end || e->end > data_len)
+        return lt_errorf(err, errlen,
+                         "%s: data_offsets [%" PRIu64 ",%" PRIu64 "] of '%s' lie outside the "
+                         "data section (%" PRIu64 " bytes): truncated or corrupt file",
+                         file, e->begin, e->end, name, data_len);
+    if (e->end - e->begin != bytes)
+        return lt_errorf(err, errlen, "%s: '%s' has %" PRIu64 " data bytes, its shape needs %" PRIu64,
+                         file, name, e->end - e->begin, bytes);
+    e->numel = numel;
+    if (!(e->name = strdup(name))) return lt_errorf(err, errlen, "%s: out of memory", file);
+    return 0;
+}
+
+static int entry_cmp(const void *a, const void *b) {
+    return strcmp(((const LtStEntry *)a)->name, ((const LtStEntry *)b)->name);
+}
+
+void lt_st_close(LtStFile *st) {
+    for (int i = 0; i < st->n; i++) free(st->e[i].name);
+    free(st->e);
+    st->e = NULL;
+    st->n = 0;
+}
+
+/* Read the header bytes of an open file; *hdr malloc'd (NULL on error). */
+static int read_header(FILE *f, LtStFile *st, char **hdr, uint64_t *len, char *err, size_t errlen) {
+    struct stat sb;
+    unsigned char lenb[8];
+    *hdr = NULL;
+    if (fstat(fileno(f), &sb) != 0 || sb.st_size < 8 || fread(lenb, 1, 8, f) != 8)
+        return lt_errorf(err, errlen, "%s is truncated (no header length)", st->path);
+    st->file_size = (uint64_t)sb.st_size;
+    uint64_t n = 0;
+    for (int b = 7; b >= 0; b--) n = (n << 8) | lenb[b];
+    if (n > st->file_size - 8 || n > MAX_HEADER)
+        return lt_errorf(err, errlen, "%s: header length %" PRIu64 " exceeds the file (%" PRIu64 " bytes)",
+                         st->path, n, st->file_size);
+    if (!(*hdr = malloc((size_t)n + 1)))
+        return lt_errorf(err, errlen, "%s: out of memory for a header of %" PRIu64 " bytes", st->path, n);
+    if (fread(*hdr, 1, (size_t)n, f) != n) {
+        free(*hdr);
+        *hdr = NULL;
+        return lt_errorf(err, errlen, "error reading %s", st->path);
+    }
+    *len = n;
+    return 0;
+}
+
+int lt_st_open(LtStFile *st, const char *file, char *err, size_t errlen) {
+    memset(st, 0, sizeof *st);
+    if (snprintf(st->path, sizeof st->path, "%s", file) >= (int)sizeof st->path)
+        return lt_errorf(err, errlen, "path too long: %s", file);
+    FILE *f = fopen(file, "rb");
+    if (!f) return lt_errorf(err, errlen, "cannot open %s: %s", file, strerror(errno));
+    char *hdr;
+    uint64_t n = 0;
+    int rc = read_header(f, st, &hdr, &n, err, errlen);
+    fclose(f);
+    if (rc) return -1;
+    st->data_start = 8 + n;
+    const uint64_t data_len = st->file_size - st->data_start;
+    LtJson *js = lt_json_parse(hdr, (size_t)n, file, err, errlen);
+    free(hdr);
+    if (!js) return -1;
+    if (js->type != LT_JSON_OBJECT) {
+        lt_json_free(js);
+        return lt_errorf(err, errlen, "%s: header is not a JSON object", file);
+    }
+    st->e = calloc((size_t)js->n + 1, sizeof *st->e);
+    if (!st->e) {
+        lt_json_free(js);
+        return lt_errorf(err, errlen, "%s: out of memory", file);
+    }
     uint64_t max_end = 0;
-    found->ndim = -1;
-    if (js_expect(&j, '{')) return lt_errorf(err, errlen, "%s: header is not a JSON object", file);
-    if (js_peek(&j) != '}') {
-        for (;;) {
-            char key[1024];
-            TensorInfo ti;
-            if (js_string(&j, key, sizeof key) || js_expect(&j, ':'))
-                return lt_errorf(err, errlen, "%s: malformed header JSON", file);
-            if (strcmp(key, "__metadata__") == 0) {
-                if (js_skip(&j, 1)) return lt_errorf(err, errlen, "%s: malformed __metadata__", file);
-            } else {
-                if (js_tensor_info(&j, &ti) || !ti.have_dtype || !ti.have_shape || !ti.have_offsets)
-                    return lt_errorf(err, errlen, "%s: malformed header entry for '%s'", file, key);
-                int es = dtype_size(ti.dtype);
-                if (!es) return lt_errorf(err, errlen, "%s: unknown dtype '%s' for '%s'", file, ti.dtype, key);
-                uint64_t bytes = (uint64_t)es;
-                for (int d = 0; d < ti.ndim; d++) {
-                    if (ti.shape[d] && bytes > UINT64_MAX / ti.shape[d])
-                        return lt_errorf(err, errlen, "%s: shape of '%s' overflows", file, key);
-                    bytes *= ti.shape[d];
-                }
-                if (ti.begin > ti.end || ti.end > data_len)
-                    return lt_errorf(err, errlen,
-                                "%s: data_offsets [%" PRIu64 ",%" PRIu64 "] of '%s' lie outside the "
-                                "data section (%" PRIu64 " bytes): truncated or corrupt file",
-                                file, ti.begin, ti.end, key, data_len);
-                if (ti.end - ti.begin != bytes)
-                    return lt_errorf(err, errlen, "%s: '%s' has %" PRIu64 " data bytes, its shape needs %" PRIu64,
-                                file, key, ti.end - ti.begin, bytes);
-                if (ti.end > max_end) max_end = ti.end;
-                if (strcmp(key, want) == 0) *found = ti;
-            }
-            if (js_peek(&j) == ',') {
-                j.p++;
-                continue;
-            }
-            if (js_expect(&j, '}')) return lt_errorf(err, errlen, "%s: malformed header JSON", file);
+    for (int i = 0; rc == 0 && i < js->n; i++) {
+        const LtJson *v = &js->kids[i];
+        if (strcmp(v->key, "__metadata__") == 0) {
+            if (v->type != LT_JSON_OBJECT) rc = lt_errorf(err, errlen, "%s: malformed __metadata__", file);
+            continue;
+        }
+        rc = parse_entry(v, &st->e[st->n], data_len, file, err, errlen);
+        if (rc == 0 && st->e[st->n++].end > max_end) max_end = st->e[st->n - 1].end;
+    }
+    lt_json_free(js);
+    if (rc == 0 && max_end != data_len)
+        rc = lt_errorf(err, errlen, "%s: data section is %" PRIu64 " bytes, the header describes %" PRIu64,
+                       file, data_len, max_end);
+    if (rc) {
+        lt_st_close(st);
+        return -1;
+    }
+    qsort(st->e, (size_t)st->n, sizeof *st->e, entry_cmp); /* names are unique (lt_json_parse) */
+    return 0;
+}
+
+const LtStEntry *lt_st_find(const LtStFile *st, const char *name) {
+    LtStEntry key = {.name = (char *)name};
+    return st->n ? bsearch(&key, st->e, (size_t)st->n, sizeof *st->e, entry_cmp) : NULL;
+}
+
+/* IEEE half to float, exactly (subnormals, infinities and NaN included). */
+static float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
+    uint32_t u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | man << 13;
+    } else if (exp) {
+        u = sign | (exp + 112) << 23 | man << 13;
+    } else if (!man) {
+        u = sign;
+    } else { /* subnormal: man * 2^-24, normalized */
+        int e = 113;
+        uint32_t m = man;
+        while (!(m & 0x400u)) {
+            m <<= 1;
+            e--;
+        }
+        u = sign | (uint32_t)e << 23 | (m & 0x3ffu) << 13;
+    }
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+int lt_st_read_f32(const LtStFile *st, const LtStEntry *e, float *dst, char *err, size_t errlen) {
+    const int es = strcmp(e->dtype, "F32") == 0 ? 4
+                   : strcmp(e->dtype, "BF16") == 0 || strcmp(e->dtype, "F16") == 0 ? 2 : 0;
+    if (!es)
+        return lt_errorf(err, errlen, "%s: tensor '%s' is %s; only F32, BF16 and F16 are read",
+                         st->path, e->name, e->dtype);
+    const int bf16 = e->dtype[0] == 'B';
+    FILE *f = fopen(st->path, "rb");
+    if (!f) return lt_errorf(err, errlen, "cannot open %s: %s", st->path, strerror(errno));
+    struct stat sb;
+    int rc = 0;
+    if (fstat(fileno(f), &sb) != 0 || (uint64_t)sb.st_size != st->file_size)
+        rc = lt_errorf(err, errlen, "%s changed size since its header was read", st->path);
+    else if (fseeko(f, (off_t)(st->data_start + e->begin), SEEK_SET) != 0)
+        rc = lt_errorf(err, errlen, "cannot seek to tensor '%s' in %s", e->name, st->path);
+    enum { CHUNK = 1 << 20 };
+    unsigned char *buf = rc ? NULL : lt_malloc(CHUNK);
+    for (uint64_t i = 0; rc == 0 && i < e->numel;) {
+        const size_t k = (size_t)(e->numel - i < CHUNK / 4 ? e->numel - i : CHUNK / 4);
+        if (fread(buf, (size_t)es, k, f) != k) {
+            rc = lt_errorf(err, errlen, "error reading tensor '%s' from %s", e->name, st->path);
             break;
         }
-    } else {
-        j.p++;
+        for (size_t j = 0; j < k; j++) {
+            const unsigned char *q = buf + (size_t)es * j;
+            if (es == 4) {
+                const uint32_t u = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
+                                   (uint32_t)q[3] << 24;
+                memcpy(&dst[i + j], &u, 4);
+            } else {
+                const uint16_t h = (uint16_t)(q[0] | q[1] << 8);
+                dst[i + j] = bf16 ? lt_bf16_to_f32(h) : half_to_float(h);
+            }
+        }
+        i += k;
     }
-    if (js_peek(&j) != -1) return lt_errorf(err, errlen, "%s: trailing bytes after the header JSON", file);
-    if (max_end != data_len)
-        return lt_errorf(err, errlen, "%s: data section is %" PRIu64 " bytes, the header describes %" PRIu64,
-                    file, data_len, max_end);
-    return 0;
+    free(buf);
+    fclose(f);
+    return rc;
 }
 
 float *lt_safetensors_read(const char *file, const char *name, int *ndim, int64_t shape[4],
                            char *err, size_t errlen) {
-    FILE *f = fopen(file, "rb");
-    if (!f) {
-        lt_errorf(err, errlen, "cannot open %s: %s", file, strerror(errno));
-        return NULL;
-    }
-    char *hdr = NULL;
+    LtStFile st;
+    if (lt_st_open(&st, file, err, errlen)) return NULL;
     float *out = NULL;
-    struct stat st;
-    unsigned char lenb[8];
-    if (fstat(fileno(f), &st) != 0 || st.st_size < 8 || fread(lenb, 1, 8, f) != 8) {
-        lt_errorf(err, errlen, "%s is truncated (no header length)", file);
-        goto done;
-    }
-    const uint64_t size = (uint64_t)st.st_size;
-    uint64_t n = 0;
-    for (int b = 7; b >= 0; b--) n = (n << 8) | lenb[b];
-    if (n > size - 8 || n > MAX_HEADER) {
-        lt_errorf(err, errlen, "%s: header length %" PRIu64 " exceeds the file (%" PRIu64 " bytes)", file, n, size);
-        goto done;
-    }
-    hdr = lt_malloc((size_t)n + 1);
-    if (fread(hdr, 1, (size_t)n, f) != n) {
-        lt_errorf(err, errlen, "error reading %s", file);
-        goto done;
-    }
-    hdr[n] = '\0';
-    TensorInfo ti;
-    if (parse_header(hdr, (size_t)n, size - 8 - n, name, &ti, file, err, errlen)) goto done;
-    if (ti.ndim < 0) {
+    const LtStEntry *e = lt_st_find(&st, name);
+    if (!e) {
         lt_errorf(err, errlen, "%s has no tensor '%s'", file, name);
-        goto done;
+    } else if (e->ndim > 4) {
+        lt_errorf(err, errlen, "%s: tensor '%s' has %d dims; at most 4 are read here", file, name,
+                  e->ndim);
+    } else {
+        out = lt_malloc(sizeof(float) * (size_t)e->numel);
+        if (lt_st_read_f32(&st, e, out, err, errlen)) {
+            free(out);
+            out = NULL;
+        } else {
+            *ndim = e->ndim;
+            for (int d = 0; d < 4; d++) shape[d] = d < e->ndim ? e->shape[d] : 0;
+        }
     }
-    if (strcmp(ti.dtype, "F32") != 0 || ti.ndim > 4) {
-        lt_errorf(err, errlen, "%s: tensor '%s' is %s with %d dims; only F32 up to 4-D is supported", file,
-             name, ti.dtype, ti.ndim);
-        goto done;
-    }
-    const uint64_t bytes = ti.end - ti.begin;
-    unsigned char *raw = lt_malloc((size_t)bytes);
-    if (fseeko(f, (off_t)(8 + n + ti.begin), SEEK_SET) != 0 || fread(raw, 1, (size_t)bytes, f) != bytes) {
-        free(raw);
-        lt_errorf(err, errlen, "error reading tensor '%s' from %s", name, file);
-        goto done;
-    }
-    out = (float *)raw;
-    for (uint64_t i = 0; i < bytes / 4; i++) {
-        const unsigned char *q = raw + 4 * i;
-        uint32_t u = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
-        memcpy(&out[i], &u, 4);
-    }
-    *ndim = ti.ndim;
-    for (int d = 0; d < 4; d++) shape[d] = d < ti.ndim ? (int64_t)ti.shape[d] : 0;
-done:
-    free(hdr);
-    fclose(f);
+    lt_st_close(&st);
     return out;
 }

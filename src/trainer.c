@@ -334,9 +334,17 @@ static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimize
     char stepdir[LT_PATH_MAX + 64];
     const int resume = resolve_load(cfg, stepdir, sizeof stepdir);
     if (resume) {
-        if (need_optimizer) {
+        /* a weights-only checkpoint (lattice import, or saved without moments)
+         * starts the optimizer afresh: zero moments, no Adam step counted */
+        char err[1024];
+        if (lt_ckpt_read_meta(stepdir, &meta, err, sizeof err))
+            lt_input_error("checkpoint.load: %s", err);
+        if (need_optimizer && !meta.weights_only) {
             st.m = lt_malloc(r->global.total * sizeof(float));
             st.v = lt_malloc(r->global.total * sizeof(float));
+        } else if (need_optimizer) {
+            lt_log("checkpoint %s holds weights only: Adam starts from zero moments at step %ld\n",
+                   stepdir, meta.step);
         }
         load_global_state(r, stepdir, &st, &meta);
         /* this rank's shards of the global tensors (in place: local <= global) */

@@ -7,9 +7,12 @@
 #ifndef LT_TEST_H
 #define LT_TEST_H
 
+#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 static int test_cur_failed;
 static int test_n_pass, test_n_fail;
@@ -50,6 +53,19 @@ static inline double test_relerr(double a, double b, double floor_) {
         }                                                                         \
         fflush(stdout);                                                           \
     } while (0)
+
+/* A fresh directory /tmp/<tag>_XXXXXX (malloc'd path, NULL on failure) and
+ * its removal with everything in it. */
+static inline char *test_tmpdir(const char *tag) {
+    char tmpl[256];
+    snprintf(tmpl, sizeof tmpl, "/tmp/%s_XXXXXX", tag);
+    return mkdtemp(tmpl) ? strdup(tmpl) : NULL;
+}
+static inline int test_rm_cb(const char *p, const struct stat *st, int fl, struct FTW *ftw) {
+    (void)st, (void)fl, (void)ftw;
+    return remove(p);
+}
+static inline void test_rm_rf(const char *p) { nftw(p, test_rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
 
 static inline int test_summary(void) {
     printf("%d passed, %d failed\n", test_n_pass, test_n_fail);

@@ -15,22 +15,12 @@
 #include "checkpoint.h"
 #include "common.h"
 #include "config.h"
+#include "json.h"
 #include "params.h"
 #include "test.h"
 
 /* ---- helpers -------------------------------------------------------------- */
 
-static int rm_cb(const char *p, const struct stat *st, int fl, struct FTW *ftw) {
-    (void)st, (void)fl, (void)ftw;
-    return remove(p);
-}
-static void rm_rf(const char *p) { nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
-
-static char *make_tmpdir(void) {
-    char tmpl[] = "/tmp/lt_ckpt_test_XXXXXX";
-    char *d = mkdtemp(tmpl);
-    return d ? strdup(d) : NULL;
-}
 
 static LtModelDims tiny_dims(int layers, int padded_vocab) {
     LtModelDims d = {.num_layers = layers, .hidden = 8, .heads = 2, .ffn = 32, .seq_len = 16,
@@ -158,7 +148,7 @@ static int count_prefix(const char *dir, const char *prefix) {
 /* ---- save / load ---------------------------------------------------------- */
 
 static void test_roundtrip_bit_identical(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096];
     REQUIRE(dir, "mkdtemp");
     char sub[4096];
     snprintf(sub, sizeof sub, "%s/a/b/ckpt", dir); /* created with mkdir -p */
@@ -193,12 +183,12 @@ static void test_roundtrip_bit_identical(void) {
     state_free(&w);
     state_free(&got);
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 static void test_weights_only_checkpoint(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096];
     REQUIRE(dir, "mkdtemp");
     Fixture f;
     fixture_init(&f, 2, 128, 0, 12);
@@ -213,12 +203,12 @@ static void test_weights_only_checkpoint(void) {
     CHECK(strstr(err, "adam_m/wte") != NULL, "err: %s", err);
     state_free(&got);
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 static void test_latest_and_resolve(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], want[4200], path[4200];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], want[4200], path[4200];
     REQUIRE(dir, "mkdtemp");
     Fixture f;
     fixture_init(&f, 2, 128, 1, 13);
@@ -254,7 +244,7 @@ static void test_latest_and_resolve(void) {
     CHECK(count_prefix(dir, ".tmp-step_00000200") == 0 && count_prefix(dir, ".old-") == 0,
           "temporary directories left behind");
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -262,7 +252,7 @@ static void test_latest_and_resolve(void) {
  * before step 1) and clears what killed writers left; keep_last prunes only
  * older complete checkpoints; load=auto finds the newest or none. */
 static void test_dir_housekeeping(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], path[4200];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], path[4200];
     REQUIRE(dir, "mkdtemp");
     int n = -1;
     /* leftovers of a writer killed mid-save */
@@ -317,14 +307,14 @@ static void test_dir_housekeeping(void) {
     CHECK(lt_ckpt_prepare_dir(path, &n, err, sizeof err) == -1 && strstr(err, "notes.txt"),
           "a file as the directory: %s", err);
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 /* A checkpoint holding a non-finite weight or moment (a model that had
  * diverged) is refused at load - resume, eval, sample, export - naming it. */
 static void test_nonfinite_refused(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096];
     REQUIRE(dir, "mkdtemp");
     Fixture f;
     fixture_init(&f, 2, 128, 1, 13);
@@ -341,12 +331,12 @@ static void test_nonfinite_refused(void) {
         state_free(&got);
     }
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 static void test_resave_same_step_replaces(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096];
     REQUIRE(dir, "mkdtemp");
     Fixture a, b;
     fixture_init(&a, 2, 128, 1, 14);
@@ -366,7 +356,7 @@ static void test_resave_same_step_replaces(void) {
     state_free(&got);
     fixture_free(&a);
     fixture_free(&b);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -374,7 +364,7 @@ static void test_resave_same_step_replaces(void) {
  * the way of the step directory) reports the path and leaves `latest` on the
  * previous complete checkpoint. */
 static void test_failed_save_keeps_latest(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], want[4200], path[4200];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], want[4200], path[4200];
     REQUIRE(dir, "mkdtemp");
     Fixture f;
     fixture_init(&f, 2, 128, 1, 16);
@@ -406,7 +396,7 @@ static void test_failed_save_keeps_latest(void) {
     CHECK(lt_ckpt_save(path, &f.t, &f.s, &f.meta, &f.cfg, err, sizeof err) != 0, "save succeeded");
     CHECK(strstr(err, "step_00000003") != NULL, "err: %s", err);
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -418,7 +408,7 @@ static int saved(char *dir, Fixture *f, char *stepdir, char *err) {
 }
 
 static void test_corruption_detected(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], path[4200];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], path[4200];
     REQUIRE(dir, "mkdtemp");
     Fixture f;
     fixture_init(&f, 2, 128, 1, 17);
@@ -501,12 +491,12 @@ static void test_corruption_detected(void) {
     CHECK(load_fresh(stepdir, &f.t, 0, &got, NULL, err) != 0 && strstr(err, "meta.json"), "err: %s", err);
     state_free(&got);
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 static void test_architecture_mismatch(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096];
     REQUIRE(dir, "mkdtemp");
     Fixture one, two;
     fixture_init(&one, 1, 128, 1, 18);
@@ -530,12 +520,12 @@ static void test_architecture_mismatch(void) {
     fixture_free(&one);
     fixture_free(&two);
     fixture_free(&wide);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 static void test_resolve_errors(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], path[4200];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], path[4200];
     REQUIRE(dir, "mkdtemp");
     snprintf(path, sizeof path, "%s/nope", dir);
     CHECK(lt_ckpt_resolve(path, stepdir, sizeof stepdir, err, sizeof err) != 0, "missing path resolved");
@@ -548,12 +538,12 @@ static void test_resolve_errors(void) {
     CHECK(strstr(err, "step_00000042") != NULL, "err: %s", err);
     write_text(path, "../elsewhere\n");
     CHECK(lt_ckpt_resolve(dir, stepdir, sizeof stepdir, err, sizeof err) != 0, "latest escaping dir resolved");
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 static void test_load_config_roundtrip(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096];
     REQUIRE(dir, "mkdtemp");
     Fixture f;
     fixture_init(&f, 2, 128, 0, 21);
@@ -572,7 +562,7 @@ static void test_load_config_roundtrip(void) {
     CHECK(lt_ckpt_load_config(stepdir, &back, err, sizeof err) != 0 && strstr(err, "config.yaml"),
           "err: %s", err);
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -597,7 +587,7 @@ static float *st_get(const char *file, const char *name, int ndim, int64_t r, in
 }
 
 static void test_export_hf(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], out[4200], file[4300];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], out[4200], file[4300];
     REQUIRE(dir, "mkdtemp");
     Fixture f;
     fixture_init(&f, 2, 128, 1, 22);
@@ -669,14 +659,14 @@ static void test_export_hf(void) {
     /* Exporting something that is not a checkpoint fails cleanly. */
     CHECK(lt_export_hf(out, out, err, sizeof err) != 0 && strstr(err, "not a checkpoint"), "err: %s", err);
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
 /* A run with tensor parallelism pads the vocabulary to a multiple of 128 * tp;
  * export must rebuild that padding to read wte, then slice it away. */
 static void test_export_tensor_parallel_config(void) {
-    char *dir = make_tmpdir(), err[512] = "", stepdir[4096], file[4300];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], file[4300];
     REQUIRE(dir, "mkdtemp");
     Fixture f;
     fixture_init(&f, 2, 256, 0, 23);
@@ -689,7 +679,7 @@ static void test_export_tensor_parallel_config(void) {
     CHECK(wte && memcmp(wte, f.s.master + p->offset, sizeof(float) * 50 * 8) == 0, "wte differs");
     free(wte);
     fixture_free(&f);
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
 }
 
@@ -709,7 +699,7 @@ static void write_st(const char *path, const char *json, const void *data, size_
 }
 
 static void test_safetensors_reader(void) {
-    char *dir = make_tmpdir(), err[512] = "", path[4200];
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", path[4200];
     REQUIRE(dir, "mkdtemp");
     snprintf(path, sizeof path, "%s/t.safetensors", dir);
     float a[6] = {1, 2, 3, 4, 5, 6}, b[2] = {-1.5f, 0.25f};
@@ -772,8 +762,80 @@ static void test_safetensors_reader(void) {
         CHECK(!x && err[0], "file truncated to %ld bytes accepted", cut[i]);
         free(x);
     }
-    rm_rf(dir);
+    test_rm_rf(dir);
     free(dir);
+}
+
+/* BF16 and F16 tensors are converted to fp32 exactly. */
+static void test_safetensors_half_dtypes(void) {
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", path[4200];
+    REQUIRE(dir, "mkdtemp");
+    snprintf(path, sizeof path, "%s/h.safetensors", dir);
+    /* bf16: 1.0, -2.5, +inf; f16: 1.0, -2.0, 65504 (max), 2^-24 (smallest subnormal), -0 */
+    const uint16_t raw[8] = {0x3f80, 0xc020, 0x7f80, 0x3c00, 0xc000, 0x7bff, 0x0001, 0x8000};
+    unsigned char bytes[16];
+    for (int i = 0; i < 8; i++) bytes[2 * i] = (unsigned char)raw[i], bytes[2 * i + 1] = (unsigned char)(raw[i] >> 8);
+    write_st(path,
+             "{\"b\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,6]},"
+             "\"h\":{\"dtype\":\"F16\",\"shape\":[5],\"data_offsets\":[6,16]}}",
+             bytes, sizeof bytes);
+    int nd = 0;
+    int64_t shape[4];
+    float *x = lt_safetensors_read(path, "b", &nd, shape, err, sizeof err);
+    CHECK(x && nd == 1 && shape[0] == 3 && x[0] == 1.0f && x[1] == -2.5f && isinf(x[2]) && x[2] > 0,
+          "bf16: %s", err);
+    free(x);
+    x = lt_safetensors_read(path, "h", &nd, shape, err, sizeof err);
+    CHECK(x && shape[0] == 5 && x[0] == 1.0f && x[1] == -2.0f && x[2] == 65504.0f &&
+              x[3] == ldexpf(1.0f, -24) && x[4] == 0.0f && signbit(x[4]),
+          "f16: %s", err);
+    free(x);
+    /* other dtypes are listed but not read */
+    write_st(path, "{\"i\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[0,4]}}", bytes, 4);
+    x = lt_safetensors_read(path, "i", &nd, shape, err, sizeof err);
+    CHECK(!x && strstr(err, "'i' is I32"), "err: %s", err);
+    free(x);
+    test_rm_rf(dir);
+    free(dir);
+}
+
+static void test_json_reader(void) {
+    char err[512] = "";
+    const char *ok = " {\"a\": [1, -2.5e3, true, false, null], \"s\": \"x\\u00e9\\ud83d\\ude00\\n\","
+                     " \"o\": {\"big\": 18446744073709551615}} ";
+    LtJson *v = lt_json_parse(ok, strlen(ok), "t.json", err, sizeof err);
+    REQUIRE(v, "parse: %s", err);
+    const LtJson *a = lt_json_get(v, "a"), *s = lt_json_get(v, "s"), *o = lt_json_get(v, "o");
+    double d = 0;
+    uint64_t u = 0;
+    CHECK(a && a->type == LT_JSON_ARRAY && a->n == 5 && lt_json_double(&a->kids[1], &d) == 0 &&
+              d == -2500 && lt_json_u64(&a->kids[1], &u) != 0 && a->kids[2].boolean == 1 &&
+              a->kids[4].type == LT_JSON_NULL, "array");
+    CHECK(s && s->type == LT_JSON_STRING && strcmp(s->text, "x\xc3\xa9\xf0\x9f\x98\x80\n") == 0,
+          "string: %s", s ? s->text : "(none)");
+    CHECK(o && lt_json_u64(lt_json_get(o, "big"), &u) == 0 && u == UINT64_MAX, "u64");
+    CHECK(!lt_json_get(v, "missing") && !lt_json_get(a, "a"), "get");
+    lt_json_free(v);
+    /* refused, each with the file name and a byte offset */
+    const char *bad[] = {"", "{", "{\"a\":1,}", "[1 2]", "{\"a\":1,\"a\":2}", "01", "1.", "-",
+                         "\"\\ud800\"", "\"\\u0000\"", "\"a\x01\"", "nul", "{} x", "\"\\x\"",
+                         "{1:2}", "[1e]", "\"abc"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        v = lt_json_parse(bad[i], strlen(bad[i]), "t.json", err, sizeof err);
+        CHECK(!v && strstr(err, "t.json: invalid JSON at byte"), "'%s' accepted (%s)", bad[i], err);
+        lt_json_free(v);
+    }
+    v = lt_json_parse("{\"a\":1,\"a\":2}", 13, "t.json", err, sizeof err);
+    CHECK(!v && strstr(err, "\"a\" appears twice"), "err: %s", err);
+    lt_json_free(v);
+    /* nesting is bounded (no stack exhaustion) */
+    char deep[400];
+    memset(deep, '[', 200);
+    memset(deep + 200, ']', 200);
+    v = lt_json_parse(deep, sizeof deep, "t.json", err, sizeof err);
+    CHECK(!v && strstr(err, "nested deeper"), "err: %s", err);
+    lt_json_free(v);
 }
 
 int main(void) {
@@ -791,5 +853,7 @@ int main(void) {
     RUN(test_export_hf);
     RUN(test_export_tensor_parallel_config);
     RUN(test_safetensors_reader);
+    RUN(test_safetensors_half_dtypes);
+    RUN(test_json_reader);
     return test_summary();
 }

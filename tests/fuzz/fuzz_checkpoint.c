@@ -41,19 +41,8 @@ static void write_seed(const char *out) {
         fprintf(stderr, "seed: %s\n", err);
         exit(1);
     }
-    FILE *o = fopen(out, "wb");
-    const char *names[2] = {"meta.json", "state.lt"};
-    for (int k = 0; k < 2 && o; k++) {
-        snprintf(path, sizeof path, "%s/step_00000003/%s", dir, names[k]);
-        FILE *f = fopen(path, "rb");
-        if (!f) exit(1);
-        static unsigned char buf[1 << 20];
-        size_t n = fread(buf, 1, sizeof buf, f);
-        fclose(f);
-        if (k == 0) fputc((int)(n & 255), o), fputc((int)(n >> 8), o);
-        fwrite(buf, 1, n, o);
-    }
-    if (!o || fclose(o) != 0) exit(1);
+    snprintf(path, sizeof path, "%s/step_00000003", dir);
+    fuzz_write_pair(out, path, "meta.json", "state.lt");
     exit(0);
 }
 
@@ -65,10 +54,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (size < 2) return 0;
-    size_t L = (size_t)data[0] | (size_t)data[1] << 8;
-    data += 2, size -= 2;
-    if (L > size) L = size;
+    size_t L;
+    if (fuzz_split_pair(&data, &size, &L)) return 0;
     char dir[300];
     snprintf(dir, sizeof dir, "%s/step", fuzz_dir());
     mkdir(dir, 0777);

@@ -8,7 +8,7 @@ set -eu
 BUILD=${1:-build}
 cd "$(dirname "$0")/../.."
 C=tests/fuzz/corpus
-rm -rf "$C" && mkdir -p "$C/tokens" "$C/safetensors" "$C/config" "$C/checkpoint"
+rm -rf "$C" && mkdir -p "$C/tokens" "$C/safetensors" "$C/config" "$C/checkpoint" "$C/import"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # token ids: two short documents
@@ -52,4 +52,6 @@ PY
 cp configs/tiny.yaml configs/demo.yaml configs/gpt2-124m.yaml "$C/config/"
 # a real checkpoint of fuzz_checkpoint's tiny model, written by the target itself
 LT_FUZZ_WRITE_SEED="$C/checkpoint/tiny_step3" "$BUILD/fuzz/fuzz_checkpoint"
+# a tiny Llama and GPT-2 exported as Hugging Face directories, written by fuzz_import
+LT_FUZZ_WRITE_SEED="$C/import" "$BUILD/fuzz/fuzz_import"
 ls "$C"/* | wc -l

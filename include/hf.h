@@ -1,0 +1,61 @@
+/* hf.h - Hugging Face model directories: the tensor name and layout mapping
+ * that `lattice export` (checkpoint.h: lt_export_hf) writes and `lattice
+ * import` reads back.
+ *
+ * GPT (GPT2LMHeadModel): transformer.wte.weight = wte rows [0, vocab),
+ * transformer.wpe.weight, transformer.h.L.{ln_1, attn.c_attn, attn.c_proj,
+ * ln_2, mlp.c_fc, mlp.c_proj}.{weight, bias}, transformer.ln_f.{weight, bias},
+ * lm_head.weight (rows [0, vocab)) when untied. The four matrices of a layer
+ * are Conv1D weights in HF, stored (in, out): the transpose of ours.
+ * Llama (LlamaForCausalLM): model.embed_tokens.weight = wte rows [0, vocab),
+ * model.layers.L.input_layernorm.weight = h.L.ln_1.weight,
+ * self_attn.{q,k,v}_proj.weight = the q | k | v row blocks of h.L.attn.qkv.weight,
+ * self_attn.o_proj.weight = h.L.attn.proj.weight,
+ * post_attention_layernorm.weight = h.L.ln_2.weight,
+ * mlp.{gate,up}_proj.weight = the gate | up row blocks of h.L.mlp.gate_up.weight,
+ * mlp.down_proj.weight = h.L.mlp.down.weight, model.norm.weight = ln_f.weight,
+ * lm_head.weight (rows [0, vocab)) when untied. Both use (out, in) like
+ * torch.nn.Linear, and the same rotate-half RoPE, so nothing is permuted. */
+#ifndef LT_HF_H
+#define LT_HF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One Hugging Face tensor: rows [row0, row0 + rows) of a lattice parameter. */
+typedef struct {
+    char hf[128];       /* Hugging Face name */
+    int param;          /* index of the parameter in the table */
+    int64_t row0, rows; /* the rows of the parameter it holds (all of them, or a block) */
+    int transpose;      /* HF stores the (cols, rows) transpose (GPT-2 Conv1D) */
+    int ndim;           /* 1 or 2 */
+    int64_t shape[2];   /* its shape in the HF file */
+} LtHfMap;
+
+/* The Hugging Face tensors of the model of t (a tp = 1 table of the whole
+ * model: lt_params_build), in the order export writes them. *out is
+ * malloc'd; returns the count, or -1 with err (a parameter missing from t). */
+int lt_hf_map(const LtParamTable *t, LtHfMap **out, char *err, size_t errlen);
+
+/* `lattice import HF_DIR OUT_DIR [section.key=value ...]`: read a
+ * LlamaForCausalLM or GPT2LMHeadModel directory (config.json, and
+ * model.safetensors or model.safetensors.index.json with its shards; F32, BF16
+ * or F16 tensors) and write a weights-only lattice checkpoint at step 0 in
+ * OUT_DIR whose config.yaml holds the model keys of config.json and the
+ * overrides. Returns 0, or -1 with a message naming the file and the key or
+ * tensor. Memory: the fp32 output plus one tensor at a time (a chunk of it
+ * when no transpose is needed). */
+int lt_import_hf(const char *hf_dir, const char *out_dir, int nover, char **overrides, char *err,
+                 size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

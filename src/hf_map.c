@@ -1,0 +1,103 @@
+/* hf_map.c - the Hugging Face tensors of a lattice model (see hf.h). One
+ * table serves export and import, so the two cannot disagree. */
+#include "hf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+typedef struct {
+    const LtParamTable *t;
+    LtHfMap *m;
+    int n, cap;
+    char *err;
+    size_t errlen;
+} MapBuild;
+
+/* Append HF tensor `hf` = rows [row0, row0 + rows) of parameter `ours`
+ * (rows 0: all of them). */
+static int put(MapBuild *b, const char *hf, const char *ours, int64_t row0, int64_t rows,
+               int transpose) {
+    const LtParam *p = lt_params_find(b->t, ours);
+    if (!p) return lt_errorf(b->err, b->errlen, "the model has no parameter '%s'", ours);
+    if (b->n == b->cap) return lt_errorf(b->err, b->errlen, "too many Hugging Face tensors");
+    LtHfMap *m = &b->m[b->n++];
+    memset(m, 0, sizeof *m);
+    snprintf(m->hf, sizeof m->hf, "%s", hf);
+    m->param = (int)(p - b->t->p);
+    m->row0 = row0;
+    m->rows = rows ? rows : p->gshape[0];
+    m->transpose = transpose;
+    m->ndim = p->ndim;
+    m->shape[0] = transpose ? p->gshape[1] : m->rows;
+    m->shape[1] = p->ndim == 2 ? (transpose ? m->rows : p->gshape[1]) : 0;
+    return 0;
+}
+
+/* put() for layer l: "<hf_prefix>.<l>.<hf>" from "h.<l>.<ours>". */
+static int put_layer(MapBuild *b, const char *hf_prefix, int l, const char *hf, const char *ours,
+                     int64_t row0, int64_t rows, int transpose) {
+    char h[128], o[96];
+    snprintf(h, sizeof h, "%s.%d.%s", hf_prefix, l, hf);
+    snprintf(o, sizeof o, "h.%d.%s", l, ours);
+    return put(b, h, o, row0, rows, transpose);
+}
+
+static int map_gpt(MapBuild *b, const LtModelDims *d) {
+    static const struct { const char *hf, *ours; int tr; } layer[] = {
+        {"ln_1.weight", "ln_1.weight", 0},             {"ln_1.bias", "ln_1.bias", 0},
+        {"attn.c_attn.weight", "attn.qkv.weight", 1},  {"attn.c_attn.bias", "attn.qkv.bias", 0},
+        {"attn.c_proj.weight", "attn.proj.weight", 1}, {"attn.c_proj.bias", "attn.proj.bias", 0},
+        {"ln_2.weight", "ln_2.weight", 0},             {"ln_2.bias", "ln_2.bias", 0},
+        {"mlp.c_fc.weight", "mlp.fc.weight", 1},       {"mlp.c_fc.bias", "mlp.fc.bias", 0},
+        {"mlp.c_proj.weight", "mlp.proj.weight", 1},   {"mlp.c_proj.bias", "mlp.proj.bias", 0},
+    };
+    if (put(b, "transformer.wte.weight", "wte", 0, d->vocab, 0) ||
+        put(b, "transformer.wpe.weight", "wpe", 0, 0, 0))
+        return -1;
+    for (int l = 0; l < d->num_layers; l++)
+        for (size_t k = 0; k < sizeof layer / sizeof layer[0]; k++)
+            if (put_layer(b, "transformer.h", l, layer[k].hf, layer[k].ours, 0, 0, layer[k].tr))
+                return -1;
+    return put(b, "transformer.ln_f.weight", "ln_f.weight", 0, 0, 0) ||
+                   put(b, "transformer.ln_f.bias", "ln_f.bias", 0, 0, 0)
+               ? -1
+               : 0;
+}
+
+static int map_llama(MapBuild *b, const LtModelDims *d) {
+    const int64_t HD = d->hidden / d->heads, Q = (int64_t)d->heads * HD,
+                  KV = (int64_t)lt_dims_kv_heads(d) * HD, F = d->ffn;
+    const char *L = "model.layers";
+    if (put(b, "model.embed_tokens.weight", "wte", 0, d->vocab, 0)) return -1;
+    for (int l = 0; l < d->num_layers; l++)
+        if (put_layer(b, L, l, "input_layernorm.weight", "ln_1.weight", 0, 0, 0) ||
+            put_layer(b, L, l, "self_attn.q_proj.weight", "attn.qkv.weight", 0, Q, 0) ||
+            put_layer(b, L, l, "self_attn.k_proj.weight", "attn.qkv.weight", Q, KV, 0) ||
+            put_layer(b, L, l, "self_attn.v_proj.weight", "attn.qkv.weight", Q + KV, KV, 0) ||
+            put_layer(b, L, l, "self_attn.o_proj.weight", "attn.proj.weight", 0, 0, 0) ||
+            put_layer(b, L, l, "post_attention_layernorm.weight", "ln_2.weight", 0, 0, 0) ||
+            put_layer(b, L, l, "mlp.gate_proj.weight", "mlp.gate_up.weight", 0, F, 0) ||
+            put_layer(b, L, l, "mlp.up_proj.weight", "mlp.gate_up.weight", F, F, 0) ||
+            put_layer(b, L, l, "mlp.down_proj.weight", "mlp.down.weight", 0, 0, 0))
+            return -1;
+    return put(b, "model.norm.weight", "ln_f.weight", 0, 0, 0);
+}
+
+int lt_hf_map(const LtParamTable *t, LtHfMap **out, char *err, size_t errlen) {
+    const LtModelDims *d = &t->dims;
+    MapBuild b = {t, NULL, 0, 8 + 12 * d->num_layers, err, errlen};
+    b.m = lt_calloc(sizeof *b.m * (size_t)b.cap);
+    int rc = d->arch == LT_ARCH_LLAMA ? map_llama(&b, d) : map_gpt(&b, d);
+    if (rc == 0 && d->untied) rc = put(&b, "lm_head.weight", "lm_head.weight", 0, d->vocab, 0);
+    if (rc) {
+        free(b.m);
+        *out = NULL;
+        return -1;
+    }
+    *out = b.m;
+    return b.n;
+}
