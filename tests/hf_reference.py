@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""hf_reference.py HF_DIR LOGITS_FILE [TOL]
+
+An independent float64 forward pass, in plain Python, of a Hugging Face
+directory that `lattice export` wrote (LlamaForCausalLM or GPT2LMHeadModel:
+config.json and an fp32 model.safetensors), checked against the logits that
+`lattice logits` printed for the same checkpoint: the first line of
+LOGITS_FILE is "tokens ID...", then one line per prefix with the next-token
+logits. Every position's logits must agree within TOL (default 1e-5)
+relative to that position's largest |logit|. Written from the published
+definitions of the two architectures (RMSNorm, rotary embeddings in the
+"rotate half" form with Llama 3.1's frequency scaling, grouped-query
+attention, SwiGLU; GPT-2's LayerNorm, tanh GeLU and Conv1D weights), not from
+lattice's code."""
+import json
+import math
+import struct
+import sys
+
+
+def load_safetensors(path):
+    raw = open(path, 'rb').read()
+    n = struct.unpack('<Q', raw[:8])[0]
+    out = {}
+    for name, t in json.loads(raw[8:8 + n]).items():
+        if name == '__metadata__':
+            continue
+        assert t['dtype'] == 'F32', (name, t['dtype'])
+        s, e = t['data_offsets']
+        flat = struct.unpack('<%df' % ((e - s) // 4), raw[8 + n + s:8 + n + e])
+        shape = t['shape']
+        if len(shape) == 1:
+            out[name] = list(flat)
+        else:
+            r, c = shape
+            out[name] = [list(flat[i * c:(i + 1) * c]) for i in range(r)]
+    return out
+
+
+def matvec(w, x):  # w (out, in) rows . x
+    return [sum(a * b for a, b in zip(row, x)) for row in w]
+
+
+def vecmat(x, w):  # x . w with w (in, out): GPT-2's Conv1D
+    out = [0.0] * len(w[0])
+    for xi, row in zip(x, w):
+        for j, wij in enumerate(row):
+            out[j] += xi * wij
+    return out
+
+
+def rmsnorm(x, w, eps):
+    r = 1.0 / math.sqrt(sum(v * v for v in x) / len(x) + eps)
+    return [v * r * g for v, g in zip(x, w)]
+
+
+def layernorm(x, w, b, eps):
+    mu = sum(x) / len(x)
+    var = sum((v - mu) ** 2 for v in x) / len(x)
+    r = 1.0 / math.sqrt(var + eps)
+    return [(v - mu) * r * g + c for v, g, c in zip(x, w, b)]
+
+
+def inv_freq(cfg, hd):
+    base = cfg.get('rope_theta', 10000.0)
+    f = [base ** (-2.0 * j / hd) for j in range(hd // 2)]
+    sc = cfg.get('rope_scaling')
+    if sc and sc.get('rope_type', sc.get('type')) == 'llama3':
+        factor, lo, hi = sc['factor'], sc['low_freq_factor'], sc['high_freq_factor']
+        orig = sc['original_max_position_embeddings']
+        out = []
+        for fj in f:
+            wavelen = 2 * math.pi / fj
+            if wavelen < orig / hi:
+                out.append(fj)
+            elif wavelen > orig / lo:
+                out.append(fj / factor)
+            else:
+                smooth = (orig / wavelen - lo) / (hi - lo)
+                out.append((1 - smooth) * fj / factor + smooth * fj)
+        f = out
+    return f
+
+
+def rotate(x, pos, freqs):  # one head, rotate-half pairs (j, j + hd/2)
+    h = len(x) // 2
+    out = list(x)
+    for j in range(h):
+        c, s = math.cos(pos * freqs[j]), math.sin(pos * freqs[j])
+        out[j] = x[j] * c - x[j + h] * s
+        out[j + h] = x[j + h] * c + x[j] * s
+    return out
+
+
+def attend(qs, ks, vs, nh, nkv, hd):
+    """Causal attention; qs[t] has nh heads, ks/vs[t] nkv heads (flat)."""
+    g = nh // nkv
+    outs = []
+    for t in range(len(qs)):
+        o = []
+        for h in range(nh):
+            kv = h // g
+            q = qs[t][h * hd:(h + 1) * hd]
+            sc = [sum(a * b for a, b in zip(q, ks[u][kv * hd:(kv + 1) * hd])) / math.sqrt(hd)
+                  for u in range(t + 1)]
+            m = max(sc)
+            p = [math.exp(v - m) for v in sc]
+            z = sum(p)
+            acc = [0.0] * hd
+            for u in range(t + 1):
+                vu = vs[u][kv * hd:(kv + 1) * hd]
+                for d in range(hd):
+                    acc[d] += p[u] / z * vu[d]
+            o.extend(acc)
+        outs.append(o)
+    return outs
+
+
+def llama_logits(cfg, w, tokens):
+    C, L = cfg['hidden_size'], cfg['num_hidden_layers']
+    nh, nkv = cfg['num_attention_heads'], cfg.get('num_key_value_heads', cfg['num_attention_heads'])
+    hd, eps = cfg.get('head_dim', C // nh), cfg['rms_norm_eps']
+    freqs = inv_freq(cfg, hd)
+    xs = [list(w['model.embed_tokens.weight'][t]) for t in tokens]
+    for l in range(L):
+        p = 'model.layers.%d.' % l
+        hs = [rmsnorm(x, w[p + 'input_layernorm.weight'], eps) for x in xs]
+        qs, ks, vs = [], [], []
+        for t, h in enumerate(hs):
+            q = matvec(w[p + 'self_attn.q_proj.weight'], h)
+            k = matvec(w[p + 'self_attn.k_proj.weight'], h)
+            qs.append(sum((rotate(q[i * hd:(i + 1) * hd], t, freqs) for i in range(nh)), []))
+            ks.append(sum((rotate(k[i * hd:(i + 1) * hd], t, freqs) for i in range(nkv)), []))
+            vs.append(matvec(w[p + 'self_attn.v_proj.weight'], h))
+        att = attend(qs, ks, vs, nh, nkv, hd)
+        xs = [[a + b for a, b in zip(x, matvec(w[p + 'self_attn.o_proj.weight'], o))]
+              for x, o in zip(xs, att)]
+        for i, x in enumerate(xs):
+            h = rmsnorm(x, w[p + 'post_attention_layernorm.weight'], eps)
+            g = matvec(w[p + 'mlp.gate_proj.weight'], h)
+            u = matvec(w[p + 'mlp.up_proj.weight'], h)
+            a = [gi / (1.0 + math.exp(-gi)) * ui for gi, ui in zip(g, u)]
+            xs[i] = [xv + d for xv, d in zip(x, matvec(w[p + 'mlp.down_proj.weight'], a))]
+    head = w.get('lm_head.weight', w['model.embed_tokens.weight'])
+    return [matvec(head, rmsnorm(x, w['model.norm.weight'], eps)) for x in xs]
+
+
+def gelu(x):
+    return 0.5 * x * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def gpt2_logits(cfg, w, tokens):
+    C, L, nh = cfg['n_embd'], cfg['n_layer'], cfg['n_head']
+    hd, eps = C // nh, cfg.get('layer_norm_epsilon', 1e-5)
+    xs = [[a + b for a, b in zip(w['transformer.wte.weight'][t], w['transformer.wpe.weight'][i])]
+          for i, t in enumerate(tokens)]
+    for l in range(L):
+        p = 'transformer.h.%d.' % l
+        qkv = []
+        for x in xs:
+            h = layernorm(x, w[p + 'ln_1.weight'], w[p + 'ln_1.bias'], eps)
+            qkv.append([a + b for a, b in zip(vecmat(h, w[p + 'attn.c_attn.weight']),
+                                               w[p + 'attn.c_attn.bias'])])
+        att = attend([r[:C] for r in qkv], [r[C:2 * C] for r in qkv], [r[2 * C:] for r in qkv],
+                     nh, nh, hd)
+        for i, o in enumerate(att):
+            pr = vecmat(o, w[p + 'attn.c_proj.weight'])
+            xs[i] = [x + a + b for x, a, b in zip(xs[i], pr, w[p + 'attn.c_proj.bias'])]
+            h = layernorm(xs[i], w[p + 'ln_2.weight'], w[p + 'ln_2.bias'], eps)
+            f = [gelu(a + b) for a, b in zip(vecmat(h, w[p + 'mlp.c_fc.weight']),
+                                             w[p + 'mlp.c_fc.bias'])]
+            pr = vecmat(f, w[p + 'mlp.c_proj.weight'])
+            xs[i] = [x + a + b for x, a, b in zip(xs[i], pr, w[p + 'mlp.c_proj.bias'])]
+    head = w.get('lm_head.weight', w['transformer.wte.weight'])
+    return [matvec(head, layernorm(x, w['transformer.ln_f.weight'], w['transformer.ln_f.bias'],
+                                   eps)) for x in xs]
+
+
+def main(argv):
+    hf, lg = argv[1], argv[2]
+    tol = float(argv[3]) if len(argv) > 3 else 1e-5
+    cfg = json.load(open(hf + '/config.json'))
+    w = load_safetensors(hf + '/model.safetensors')
+    lines = open(lg).read().split('\n')
+    assert lines[0].startswith('tokens '), lines[0][:40]
+    tokens = [int(t) for t in lines[0].split()[1:]]
+    got = [[float(v) for v in ln.split()] for ln in lines[1:1 + len(tokens)]]
+    arch = cfg['architectures'][0]
+    ref = (llama_logits if arch == 'LlamaForCausalLM' else gpt2_logits)(cfg, w, tokens)
+    worst = 0.0
+    for pos, (r, g) in enumerate(zip(ref, got)):
+        assert len(r) == len(g), ('vocabulary', len(r), len(g))
+        scale = max(abs(v) for v in r)
+        err = max(abs(a - b) for a, b in zip(r, g)) / scale
+        assert err <= tol, f"position {pos}: logits differ by {err:.3e} of the largest (tol {tol:g})"
+        worst = max(worst, err)
+    print(f"{arch}: {len(tokens)} positions x {len(ref[0])} logits, max relative difference {worst:.2e}")
+
+
+if __name__ == '__main__':
+    try:
+        main(sys.argv)
+    except AssertionError as e:
+        sys.exit(f"reference disagrees: {e}")
