@@ -1,62 +1,25 @@
-/* trainer.c - the training loop and the other model-running subcommands.
+/* trainer.c - the training loop and evaluation.
  *
  * Step k (0-based): the loader hands over global samples k*G .. k*G+G-1;
  * they run as G/mbs micro batches whose gradients accumulate (each scaled by
- * 1/(G*S), so the sum is the gradient of the mean token loss); then grad norm,
- * clip coefficient, LR for update k, AdamW; then metrics, eval, checkpoint. */
+ * 1/(G*S), so the sum is the gradient of the mean token loss); then gradient
+ * finalisation (grads.h), grad norm, clip coefficient, LR for update k,
+ * AdamW; then metrics, eval, checkpoint. The engine itself (set-up, summary,
+ * saves) is engine.h's. */
 #include "trainer.h"
 
-#include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "attn_select.h"
-#include "backend.h"
 #include "checkpoint.h"
-#include "comm.h"
 #include "common.h"
-#include "data.h"
-#include "grads.h"
+#include "engine.h"
 #include "metrics.h"
 #include "mllog.h"
-#include "model.h"
-#include "optim.h"
-#include "pipeline.h"
-#include "plan.h"
-#include "topology.h"
 #include "watchdog.h"
-
-typedef struct {
-    LtConfig *cfg;
-    const LtWorld *world;
-    LtBackend *be;
-    LtModel *model;
-    LtOptimizer *opt;
-    LtGrads *grads;     /* gradient finalisation (training only) */
-    LtTokenFile *train, *valid;
-    LtLoader *loader;
-    LtTopology topo;
-    LtCoords coords;
-    LtComm *dp;         /* data-parallel group (device buffers with the CUDA backend) */
-    LtComm *tp;         /* tensor-parallel group (device buffers with the CUDA backend) */
-    LtComm *pp;         /* pipeline group: stage-to-stage sends (MPI; staged with CUDA) */
-    LtComm *emb;        /* embedding group: first and last stage (pp > 1 with a tied LM
-                         * head; else NULL) */
-    LtPipeline *pipe;   /* walks this rank's schedule */
-    int micro_batches;  /* per step and data-parallel rank: G / (mbs * dp) */
-    LtCommLib comm_lib; /* library of dp/tp when they take device buffers */
-    int comm_device;    /* 1: dp/tp take the backend's device buffers (CUDA backend) */
-    const char *comm_why; /* how comm.backend was resolved (CUDA backend) */
-    LtAttnChoice attn;    /* how model.attention was resolved */
-    LtParamTable global; /* the tp = 1 table: checkpoints hold global tensors */
-    long start_step;
-    double peak_tflops;
-    const char *peak_source;
-} Run;
 
 /* SIGTERM, SIGINT, SIGUSR1 (Slurm's --signal=USR1@T): every rank stops after
  * the same step, saves, and exits 128 + the signal. An interrupt while a stop
@@ -73,428 +36,6 @@ static void on_signal(int sig) {
     g_stop_signal = sig;
 }
 
-/* ---- set-up ---------------------------------------------------------------- */
-
-static LtBackend *make_backend(const LtConfig *c, const LtWorld *w) {
-    LtDtype dt = c->train.precision == LT_PREC_BF16 ? LT_BF16 : LT_F32;
-    int ngpu = lt_cuda_device_count();
-    int cuda = c->train.device == LT_DEVICE_CUDA || (c->train.device == LT_DEVICE_AUTO && ngpu > 0);
-    if (cuda) {
-        char err[512];
-        if (ngpu == 0 && lt_cuda_compiled())
-            lt_input_error("train.device=cuda: no CUDA device is visible");
-        LtBackend *be = lt_backend_cuda_create(dt, ngpu ? w->local_rank % ngpu : 0, err, sizeof err);
-        if (!be) lt_input_error("train.device=cuda: %s", err);
-        return be;
-    }
-    int threads = c->train.threads;
-    if (threads == 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = (int)(cores / (w->local_size > 0 ? w->local_size : 1));
-        if (threads < 1) threads = 1;
-    }
-    return lt_backend_cpu_create(dt, threads);
-}
-
-/* model.attention for this run's backend: the CUDA backend sets itself up
- * for the choice; the CPU backend always runs its own kernels, and an
- * explicit model.attention=cudnn there is an input error (this is reached
- * before any training, also when train.device=auto found no GPU). */
-static void setup_attention(Run *r) {
-    const LtConfig *c = r->cfg;
-    const int hd = c->model.hidden_size / c->model.num_attention_heads;
-    if (r->be->device_id < 0) {
-        const LtAttnEnv env = {.want = c->model.attention,
-                               .deterministic = c->model.attention_deterministic,
-                               .bf16 = c->train.precision == LT_PREC_BF16,
-                               .head_dim = hd};
-        if (lt_attn_resolve(&env, &r->attn)) lt_input_error("%s", r->attn.reason);
-        return;
-    }
-    if (lt_cuda_attention_configure(r->be, c->model.attention, c->model.attention_deterministic,
-                                    hd, &r->attn))
-        lt_input_error("%s", r->attn.reason);
-}
-
-static LtTokenFile *open_tokens(const char *key, const char *path, int vocab) {
-    char err[1024];
-    LtTokenFile *f = lt_tokens_open(path, vocab, err, sizeof err);
-    if (!f) lt_input_error("%s: %s", key, err);
-    return f;
-}
-
-/* 1 when two ranks anywhere use the same GPU: every rank's device UUID is
- * gathered over the world (CUDA_VISIBLE_DEVICES may number one GPU
- * differently in each process, or show each rank only its own). */
-static int32_t ranks_share_gpu(const Run *r) {
-    const int world = r->world->world;
-    if (world == 1) return 0;
-    unsigned char *all = lt_calloc((size_t)world * 16);
-    unsigned char *mine = all + (size_t)r->world->rank * 16;
-    if (lt_cuda_device_uuid(r->be->device_id, mine))
-        lt_fatal("cannot read the UUID of CUDA device %d", r->be->device_id);
-    LtComm *wc = lt_comm_world("world");
-    lt_comm_all_gather(wc, mine, all, 16, LT_COMM_U8);
-    lt_comm_free(wc);
-    int32_t shared = 0;
-    for (int a = 0; a < world && !shared; a++)
-        for (int b = a + 1; b < world && !shared; b++)
-            shared = memcmp(all + (size_t)a * 16, all + (size_t)b * 16, 16) == 0;
-    free(all);
-    return shared;
-}
-
-/* comm.backend -> the library of the groups that move the CUDA backend's
- * device tensors (dp, tp, pp, embedding). auto: NCCL when no two ranks use
- * the same GPU (ranks_share_gpu) and NCCL is compiled in, else MPI staged
- * through pinned host memory. nccl on GPUs shared by several ranks is an
- * input error (NCCL refuses two ranks on one device). The CPU backend always
- * uses MPI on host memory; comm.backend=nccl there is an input error with
- * more than one rank. */
-static void resolve_comm(Run *r) {
-    const LtConfig *c = r->cfg;
-    const LtWorld *w = r->world;
-    LtCommBackend want = c->comm.backend;
-    if (r->be->device_id < 0) {
-        if (want == LT_COMM_NCCL && w->world > 1)
-            lt_input_error("comm.backend=nccl: NCCL moves GPU buffers, but this run uses the "
-                           "CPU backend (train.device=%s); use comm.backend=mpi or auto",
-                           lt_device_name(c->train.device));
-        r->comm_device = 0;
-        r->comm_lib = LT_COMM_LIB_MPI;
-        return;
-    }
-    r->comm_device = 1;
-    int32_t shared = ranks_share_gpu(r);
-    if (want == LT_COMM_MPI) {
-        r->comm_lib = LT_COMM_LIB_MPI;
-        r->comm_why = "comm.backend=mpi: staged through pinned host memory";
-    } else if (want == LT_COMM_NCCL) {
-        if (!lt_comm_nccl_compiled())
-            lt_input_error("comm.backend=nccl: this binary was built without NCCL");
-        if (shared)
-            lt_input_error("comm.backend=nccl: some ranks share a GPU (%d ranks on this node, "
-                           "%d visible GPU(s)); NCCL needs one GPU per rank (use "
-                           "comm.backend=mpi or auto, which stage through host memory)",
-                           w->local_size, lt_cuda_device_count());
-        r->comm_lib = LT_COMM_LIB_NCCL;
-        r->comm_why = "comm.backend=nccl";
-    } else if (!shared && lt_comm_nccl_compiled()) {
-        r->comm_lib = LT_COMM_LIB_NCCL;
-        r->comm_why = "comm.backend=auto: one GPU per rank";
-    } else {
-        r->comm_lib = LT_COMM_LIB_MPI;
-        r->comm_why = shared ? "comm.backend=auto: ranks share a GPU, staged through pinned host "
-                               "memory"
-                             : "comm.backend=auto: no NCCL in this build, staged through pinned "
-                               "host memory";
-    }
-}
-
-/* Rank coordinates (the groups follow once the backend exists). */
-static void setup_topology(Run *r) {
-    const LtConfig *c = r->cfg;
-    char err[512];
-    if (lt_topology_init(&r->topo, r->world->world, c->parallel.tensor_model_parallel_size,
-                         c->parallel.pipeline_model_parallel_size, 0, err, sizeof err))
-        lt_input_error("%s", err);
-    if (lt_topology_coords(&r->topo, r->world->rank, &r->coords))
-        lt_fatal("rank %d outside the topology", r->world->rank);
-}
-
-/* The data- and tensor-parallel groups: host MPI groups with the CPU backend
- * (as always), device-buffer groups on the resolved library with CUDA. Host
- * scalars and arrays go through lt_comm_host() of these. */
-static void setup_groups(Run *r) {
-    resolve_comm(r);
-    LtCommOptions opt = {.lib = r->comm_lib, .device = 1, .be = r->be};
-    const LtCommOptions *o = r->comm_device ? &opt : NULL;
-    int *members = lt_malloc(sizeof(int) * (size_t)r->world->world);
-    int n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_DP, members);
-    r->dp = lt_comm_split_members_ex(members, n, "dp", o);
-    n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_TP, members);
-    r->tp = lt_comm_split_members_ex(members, n, "tp", o);
-    /* stage-to-stage messages on the same library: the executor batches them
-     * as NCCL needs (schedules are proven deadlock-free under its semantics) */
-    n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_PP, members);
-    r->pp = lt_comm_split_members_ex(members, n, "pp", o);
-    /* the tied embedding's two halves (first and last stage); an untied LM head
-     * has nothing to share */
-    if (r->topo.pp > 1 && !r->cfg->model.untie_embeddings_and_output_weights) {
-        /* middle stages get a non-member handle */
-        n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_EMBEDDING, members);
-        r->emb = lt_comm_split_members_ex(members, n, "embedding", o);
-    }
-    free(members);
-}
-
-/* The step directory checkpoint.load names: 1 and stepdir, or 0 for a fresh
- * start. `auto` takes the newest complete checkpoint in checkpoint.dir, or
- * starts fresh when there is none yet (a job script that resubmits itself). */
-static int resolve_load(const LtConfig *cfg, char *stepdir, size_t len) {
-    char err[1024];
-    const char *load = cfg->checkpoint.load;
-    if (!load[0]) return 0;
-    if (strcmp(load, "auto") == 0) {
-        const int found = lt_ckpt_find_latest(cfg->checkpoint.dir, stepdir, len, err, sizeof err);
-        if (found < 0) lt_input_error("checkpoint.load=auto: %s", err);
-        if (!found)
-            lt_log("checkpoint.load=auto: no checkpoint in %s yet: starting fresh\n",
-                   cfg->checkpoint.dir);
-        return found;
-    }
-    if (lt_ckpt_resolve(load, stepdir, len, err, sizeof err))
-        lt_input_error("checkpoint.load: %s", err);
-    return 1;
-}
-
-/* Load a checkpoint's global tensors into st (arrays of r->global.total).
- * The padded vocabulary depends on the TP size the checkpoint was written
- * with; when it differs from this run's, the checkpoint is read with its own
- * table and the rows both have are copied (padding rows are zero). */
-static void load_global_state(Run *r, const char *stepdir, LtCkptState *st, LtCkptMeta *meta) {
-    char err[1024];
-    LtConfig *saved = lt_calloc(sizeof *saved);
-    if (lt_ckpt_load_config(stepdir, saved, err, sizeof err))
-        lt_input_error("checkpoint.load: %s", err);
-    int saved_world = saved->parallel.tensor_model_parallel_size *
-                      saved->parallel.pipeline_model_parallel_size;
-    if (lt_config_validate(saved, saved_world, err, sizeof err))
-        lt_input_error("checkpoint.load: config.yaml of %s: %s", stepdir, err);
-    int padded = saved->model.padded_vocab_size;
-    free(saved);
-    if (padded == r->global.dims.padded_vocab) {
-        if (lt_ckpt_load(stepdir, &r->global, st, meta, err, sizeof err))
-            lt_input_error("checkpoint.load: %s", err);
-        return;
-    }
-    LtModelDims d = r->global.dims;
-    d.padded_vocab = padded;
-    LtParamTable ct;
-    lt_params_build(&ct, &d);
-    size_t bytes = ct.total * sizeof(float);
-    LtCkptState cs = {lt_malloc(bytes), st->m ? lt_malloc(bytes) : NULL,
-                      st->v ? lt_malloc(bytes) : NULL};
-    if (lt_ckpt_load(stepdir, &ct, &cs, meta, err, sizeof err))
-        lt_input_error("checkpoint.load: %s", err);
-    float *src[3] = {cs.master, cs.m, cs.v}, *dst[3] = {st->master, st->m, st->v};
-    for (int k = 0; k < 3; k++) {
-        if (!src[k]) continue;
-        if (lt_params_copy_rows(&ct, src[k], &r->global, dst[k], err, sizeof err))
-            lt_input_error("checkpoint.load: %s: %s", stepdir, err);
-        free(src[k]);
-    }
-    lt_log("checkpoint vocabulary padded to %d rows, this layout pads to %d: rows re-padded\n",
-           padded, r->global.dims.padded_vocab);
-    lt_params_free(&ct);
-}
-
-/* Build backend, model, optimizer; restore a checkpoint when configured. */
-static void run_setup(Run *r, LtConfig *cfg, const LtWorld *w, int need_optimizer) {
-    memset(r, 0, sizeof *r);
-    r->cfg = cfg;
-    r->world = w;
-    setup_topology(r);
-    lt_world_collective_errors(w, 0); /* from here on each rank reports its own errors */
-    r->be = make_backend(cfg, w);
-    setup_attention(r);
-    setup_groups(r);
-    LtModelDims d = lt_dims_from_config(cfg);
-    LtStagePlace place = {r->topo.pp, r->coords.pp, cfg->parallel.virtual_pipeline_model_parallel_size};
-    r->micro_batches = cfg->train.global_batch_size / (cfg->train.micro_batch_size * r->topo.dp);
-    /* training keeps the schedule's peak of micro batches in flight; forward
-     * only (eval, sample) needs one slot per chunk */
-    int slots = need_optimizer ? lt_pipeline_slots(place.pp, place.vpp, r->micro_batches, place.pp_rank)
-                               : place.vpp;
-    if (slots < 1) lt_fatal("no valid pipeline schedule for pp %d, vpp %d, %d micro batches", place.pp,
-                            place.vpp, r->micro_batches);
-    LtParamTable sizing;
-    lt_params_build_stage(&sizing, &d, r->topo.tp, r->coords.tp, place);
-    LtModelOptions mo = {.flat = lt_optim_flat_size(&sizing, r->topo.dp),
-                         .place = place,
-                         .slots = slots,
-                         .grad_buckets = need_optimizer && cfg->optimizer.zero_stage == 2 &&
-                                         r->topo.dp > 1,
-                         .tp = r->tp,
-                         .sequence_parallel = cfg->parallel.sequence_parallel,
-                         .lm_head_chunk = cfg->train.lm_head_chunk,
-                         .recompute = cfg->train.recompute == LT_RECOMPUTE_FULL
-                                          ? LT_MODEL_RECOMPUTE_FULL
-                                          : cfg->train.recompute == LT_RECOMPUTE_SELECTIVE
-                                                ? LT_MODEL_RECOMPUTE_SELECTIVE
-                                                : LT_MODEL_RECOMPUTE_NONE};
-    lt_params_free(&sizing);
-    lt_params_build(&r->global, &d);
-    r->model = lt_model_create(r->be, &d, cfg->train.micro_batch_size, cfg->model.seq_length, &mo);
-    r->pipe = lt_pipeline_create(r->model, r->pp, need_optimizer ? r->micro_batches : 0);
-    const LtParamTable *t = &r->model->table;
-    float *host = lt_malloc(t->total * sizeof(float));
-    LtCkptState st = {lt_malloc(r->global.total * sizeof(float)), NULL, NULL};
-    LtCkptMeta meta = {0};
-    char stepdir[LT_PATH_MAX + 64];
-    const int resume = resolve_load(cfg, stepdir, sizeof stepdir);
-    if (resume) {
-        /* a weights-only checkpoint (lattice import, or saved without moments)
-         * starts the optimizer afresh: zero moments, no Adam step counted */
-        char err[1024];
-        if (lt_ckpt_read_meta(stepdir, &meta, err, sizeof err))
-            lt_input_error("checkpoint.load: %s", err);
-        if (need_optimizer && !meta.weights_only) {
-            st.m = lt_malloc(r->global.total * sizeof(float));
-            st.v = lt_malloc(r->global.total * sizeof(float));
-        } else if (need_optimizer) {
-            lt_log("checkpoint %s holds weights only: Adam starts from zero moments at step %ld\n",
-                   stepdir, meta.step);
-        }
-        load_global_state(r, stepdir, &st, &meta);
-        /* this rank's shards of the global tensors (in place: local <= global) */
-        lt_params_from_global(t, host, &r->global, st.master);
-        if (st.m) {
-            float *tmp = lt_malloc(t->total * sizeof(float));
-            lt_params_from_global(t, tmp, &r->global, st.m);
-            memcpy(st.m, tmp, t->total * sizeof(float));
-            lt_params_from_global(t, tmp, &r->global, st.v);
-            memcpy(st.v, tmp, t->total * sizeof(float));
-            free(tmp);
-        }
-        if (meta.seed != cfg->train.seed)
-            lt_log("note: checkpoint was trained with train.seed=%llu, this run has %llu\n",
-                   (unsigned long long)meta.seed, (unsigned long long)cfg->train.seed);
-        r->start_step = meta.step;
-    } else {
-        lt_params_init(t, cfg->train.seed, host);
-    }
-    lt_model_set_params(r->model, host);
-    if (need_optimizer) {
-        r->opt = lt_optim_create(r->be, t, cfg, r->dp, r->model->flat, host);
-        lt_optim_set_tp(r->opt, r->tp);
-        lt_optim_set_pp(r->opt, r->pp);
-        if (st.m) lt_optim_load_state(r->opt, host, st.m, st.v, meta.optimizer_steps);
-        r->grads = lt_grads_create(r->model, r->opt, r->emb);
-    }
-    free(st.master);
-    free(st.m);
-    free(st.v);
-    free(host);
-    if (resume) lt_log("resumed from %s at step %ld\n", stepdir, r->start_step);
-    r->peak_tflops = lt_peak_tflops(r->be, cfg, &r->peak_source);
-}
-
-static void run_teardown(Run *r) {
-    if (r->loader) lt_loader_destroy(r->loader);
-    if (r->train) lt_tokens_close(r->train);
-    if (r->valid) lt_tokens_close(r->valid);
-    lt_grads_destroy(r->grads);
-    lt_optim_destroy(r->opt);
-    lt_pipeline_destroy(r->pipe);
-    lt_model_destroy(r->model);
-    lt_comm_free(r->dp); /* before the backend: NCCL and pinned staging use its GPU */
-    lt_comm_free(r->tp);
-    lt_comm_free(r->pp);
-    lt_comm_free(r->emb);
-    lt_backend_destroy(r->be);
-    lt_params_free(&r->global);
-}
-
-static double mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
-
-static size_t engine_bytes(const Run *r) {
-    const LtModelMemory *m = &r->model->mem;
-    return m->params + m->grads + m->activations + m->workspace +
-           (r->opt ? r->opt->state_bytes + r->opt->grad_bytes : 0);
-}
-
-/* Pipeline layout, schedule and each stage's activation memory (collective
- * over the pipeline group: every rank calls it). */
-static void print_pipeline(const Run *r) {
-    const LtModel *m = r->model;
-    const int P = r->topo.pp, V = m->vpp;
-    double mine[2] = {(double)m->mem.activations, (double)m->nslots};
-    double *all = lt_malloc(sizeof(double) * 2 * (size_t)P);
-    lt_comm_all_gather(lt_comm_host(r->pp), mine, all, 2, LT_COMM_F64);
-    if (P > 1 || r->micro_batches > 1) {
-        const int M = r->micro_batches;
-        lt_log("pipeline   %d stage(s) x %d chunk(s) of %d layer(s), %d micro batches per step: "
-               "%s, bubble (P-1)/(V*M+P-1) = %.1f%%\n",
-               P, V, m->chunk_layers, M,
-               P == 1 ? "gradient accumulation" : V > 1 ? "interleaved 1F1B" : "1F1B",
-               100.0 * (P - 1) / (double)(V * M + P - 1));
-    }
-    if (P > 1) {
-        char line[4096];
-        int at = 0;
-        for (int i = 0; i < P && at < (int)sizeof line - 64; i++)
-            at += snprintf(line + at, sizeof line - (size_t)at,
-                           "%s stage %d %.2f MiB (%.0f bytes, %d slots)", i ? "," : "", i,
-                           mib((size_t)all[2 * i]), all[2 * i], (int)all[2 * i + 1]);
-        lt_log("activations per pipeline rank:%s\n", line);
-    }
-    free(all);
-}
-
-static void print_summary(const Run *r) {
-    const LtConfig *c = r->cfg;
-    const LtModelMemory *m = &r->model->mem;
-    lt_log("backend    %s (%s), precision %s\n", r->be->ops->name, r->be->device_name,
-           lt_precision_name(c->train.precision));
-    lt_log("world      %d rank(s): tp %d x pp %d x dp %d, ZeRO stage %d%s\n", r->world->world,
-           r->topo.tp, r->topo.pp, r->topo.dp, c->optimizer.zero_stage,
-           c->optimizer.zero_stage && r->topo.dp == 1 ? " (one data-parallel rank: nothing to shard)"
-                                                      : "");
-    char groups[48] = "";
-    if (c->model.num_query_groups != c->model.num_attention_heads)
-        snprintf(groups, sizeof groups, " over %d key/value groups", c->model.num_query_groups);
-    lt_log("model      %s, %d layers, hidden %d, %d heads%s, ffn %d, seq %d, vocab %d (padded %d)%s: "
-           "%.3f M parameters\n",
-           lt_arch_name(c->model.arch), c->model.num_layers, c->model.hidden_size,
-           c->model.num_attention_heads, groups, c->model.ffn_hidden_size, c->model.seq_length,
-           c->model.vocab_size, c->model.padded_vocab_size,
-           c->model.untie_embeddings_and_output_weights ? ", untied LM head" : "",
-           (double)r->global.total / 1e6);
-    lt_log("attention  %s (%s)\n", r->attn.cudnn ? "cudnn" : "lattice", r->attn.reason);
-    print_pipeline(r);
-    lt_log("memory     params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations %.1f "
-           "MiB, workspace %.1f MiB, total %.1f MiB\n",
-           mib(m->params), mib(m->grads + (r->opt ? r->opt->grad_bytes : 0)),
-           mib(r->opt ? r->opt->state_bytes : 0), mib(m->activations), mib(m->workspace),
-           mib(engine_bytes(r)));
-    lt_log("memory bytes per rank: params=%zu grads=%zu optimizer=%zu activations=%zu "
-           "workspace=%zu (parameter elements %zu)\n",
-           m->params, m->grads + (r->opt ? r->opt->grad_bytes : 0),
-           r->opt ? r->opt->state_bytes : 0, m->activations, m->workspace, r->model->table.total);
-    LtPlanMemory pm; /* the planner's prediction for this rank, beside what it allocated */
-    char perr[256];
-    if (r->opt && lt_plan_memory(r->cfg, r->world->world, r->coords.pp, r->be->act_size, &pm, perr,
-                                 sizeof perr) == 0) {
-        const double alloc = (double)engine_bytes(r), pred = (double)lt_plan_total(&pm);
-        lt_log("memory     planner's prediction (lattice plan): params %.1f MiB, grads %.1f MiB, "
-               "optimizer %.1f MiB, activations %.1f MiB, workspace %.1f MiB, total %.1f MiB "
-               "(%+.1f%% of the allocation)\n",
-               mib(pm.params), mib(pm.grads), mib(pm.optimizer), mib(pm.activations),
-               mib(pm.workspace), mib(lt_plan_total(&pm)), 100.0 * (pred - alloc) / alloc);
-    }
-    if (r->model->table.last_stage) {
-        const LtModel *md = r->model;
-        const size_t N = (size_t)md->B * (size_t)md->T, X = (size_t)md->xent_chunk;
-        lt_log("lm head    %zu token(s) per chunk, %zu chunk(s) per micro batch: logits %.1f MiB "
-               "(%zu x %d vocabulary rows)\n",
-               X, (N + X - 1) / X, mib(lt_act_bytes(md->be, X * (size_t)md->vocab_local)), X,
-               md->vocab_local);
-    }
-    if (r->comm_device && r->world->world > 1)
-        lt_log("comm       %s on device buffers (%s)\n", lt_comm_lib_name(r->comm_lib),
-               r->comm_why);
-    lt_log("peak       %.3f TFLOP/s per device (%s)\n", r->peak_tflops, r->peak_source);
-    if (r->train)
-        lt_log("data train %s: %s format, %llu tokens, %llu samples\n", lt_tokens_path(r->train),
-               lt_tokens_format(r->train), (unsigned long long)lt_tokens_count(r->train),
-               (unsigned long long)lt_num_samples(lt_tokens_count(r->train), c->model.seq_length));
-    if (r->valid)
-        lt_log("data valid %s: %s format, %llu tokens, %llu samples\n", lt_tokens_path(r->valid),
-               lt_tokens_format(r->valid), (unsigned long long)lt_tokens_count(r->valid),
-               (unsigned long long)lt_num_samples(lt_tokens_count(r->valid), c->model.seq_length));
-}
-
 /* Split rows of S+1 tokens into inputs and targets (n rows). */
 static void split_rows(const int32_t *rows, int n, int S, int32_t *in, int32_t *tgt) {
     for (int i = 0; i < n; i++) {
@@ -507,7 +48,7 @@ static void split_rows(const int32_t *rows, int n, int S, int32_t *in, int32_t *
 
 /* Mean token loss over validation samples 0..n-1 (n = eval.iters * G, capped
  * to whole micro batches of what the file holds). */
-static double evaluate(Run *r, long *samples_out) {
+static double evaluate(LtRun *r, long *samples_out) {
     const LtConfig *c = r->cfg;
     const int S = c->model.seq_length, mbs = c->train.micro_batch_size;
     enum { BLOCK = 16 }; /* micro batches per pipelined forward pass */
@@ -549,10 +90,10 @@ static double evaluate(Run *r, long *samples_out) {
     return n ? sum / ((double)n * S) : NAN;
 }
 
-static void open_valid(Run *r) {
+static void open_valid(LtRun *r) {
     const LtConfig *c = r->cfg;
     if (!c->data.valid_path[0]) return;
-    r->valid = open_tokens("data.valid_path", c->data.valid_path, c->model.vocab_size);
+    r->valid = lt_run_open_tokens("data.valid_path", c->data.valid_path, c->model.vocab_size);
     /* read whole at every evaluation anyway: check all of it now, not at the
      * end of the run when the final evaluation would find a bad block */
     char err[LT_PATH_MAX + 256];
@@ -566,125 +107,12 @@ static void open_valid(Run *r) {
                        c->train.micro_batch_size, c->model.seq_length);
 }
 
-/* ---- checkpoint ------------------------------------------------------------ */
-
-/* The write of one checkpoint: the assembled global state, written by the
- * first rank, in this thread (checkpoint.async=false) or a background one. */
-typedef struct {
-    const LtConfig *cfg;
-    const LtParamTable *g;
-    LtCkptState st;
-    LtCkptMeta meta;
-    int rc, pruned;
-    double seconds; /* the write itself */
-    char err[1024];
-} CkptWrite;
-
-static void *ckpt_write(void *arg) {
-    CkptWrite *w = arg;
-    const double t0 = lt_now();
-    const char *dir = w->cfg->checkpoint.dir;
-    w->rc = lt_ckpt_save(dir, w->g, &w->st, &w->meta, w->cfg, w->err, sizeof w->err);
-    char perr[1024];
-    /* older checkpoints go only once this one is complete */
-    if (w->rc == 0 && lt_ckpt_prune(dir, w->cfg->checkpoint.keep_last, &w->pruned, perr, sizeof perr))
-        lt_log("warning: checkpoint.keep_last: %s\n", perr);
-    w->seconds = lt_now() - t0;
-    return NULL;
-}
-
-/* The save in flight (checkpoint.async): at most one. */
-static struct {
-    pthread_t thread;
-    CkptWrite *w;
-} g_save;
-
-static void ckpt_write_done(CkptWrite *w, const char *how, double blocked) {
-    if (w->rc) { /* the partial step directory is gone and latest still names the previous one */
-        fprintf(stderr, "lattice: error: saving checkpoint step %ld to %s failed: %s (the previous "
-                        "checkpoint, if any, is intact and still named by latest)\n",
-                w->meta.step, w->cfg->checkpoint.dir, w->err);
-        exit(LT_EXIT_INTERNAL);
-    }
-    lt_log("saved checkpoint step %ld to %s (%s %.2f s, the step loop blocked %.2f s%s)\n",
-           w->meta.step, w->cfg->checkpoint.dir, how, w->seconds, blocked,
-           w->pruned ? "; older ones beyond checkpoint.keep_last removed" : "");
-    free(w->st.master);
-    free(w->st.m);
-    free(w->st.v);
-    free(w);
-}
-
-/* Wait for the save in flight, if any (before the next one, at a stop, at the
- * end of training); returns the seconds waited. */
-static double ckpt_wait_async(void) {
-    if (!g_save.w) return 0.0;
-    const double t0 = lt_now();
-    pthread_join(g_save.thread, NULL);
-    const double waited = lt_now() - t0;
-    ckpt_write_done(g_save.w, "written in the background in", waited);
-    g_save.w = NULL;
-    return waited;
-}
-
-static void save_checkpoint(Run *r, long step) {
-    const LtConfig *c = r->cfg;
-    const double t_enter = lt_now();
-    double blocked = ckpt_wait_async(); /* at most one save in flight */
-    const LtParamTable *t = &r->model->table, *g = &r->global;
-    size_t bytes = t->total * sizeof(float), gbytes = g->total * sizeof(float);
-    float *local[3] = {lt_malloc(bytes), lt_malloc(bytes), lt_malloc(bytes)};
-    lt_optim_gather_state(r->opt, local[0], local[1], local[2]); /* collective over DP */
-    /* assemble global tensors: every TP rank writes its shards (replicated ones
-     * from TP rank 0 only), every stage its layers (the tied embedding from the
-     * first stage only), and sums over the TP and pipeline groups fill in the rest */
-    CkptWrite *w = lt_calloc(sizeof *w);
-    w->cfg = c;
-    w->g = g;
-    w->st = (LtCkptState){lt_calloc(gbytes), lt_calloc(gbytes), lt_calloc(gbytes)};
-    float *glob[3] = {w->st.master, w->st.m, w->st.v};
-    for (int k = 0; k < 3; k++) {
-        lt_params_to_global(t, local[k], g, glob[k], r->coords.tp == 0);
-        lt_comm_all_reduce(lt_comm_host(r->tp), glob[k], g->total, LT_COMM_F32, LT_COMM_SUM);
-        lt_comm_all_reduce(lt_comm_host(r->pp), glob[k], g->total, LT_COMM_F32, LT_COMM_SUM);
-        free(local[k]);
-    }
-    w->meta = (LtCkptMeta){
-        .step = step,
-        .optimizer_steps = r->opt ? r->opt->step : step,
-        .samples_consumed = (uint64_t)step * (uint64_t)c->train.global_batch_size,
-        .seed = c->train.seed,
-        .data_seed = c->train.seed,
-        .rng_state = c->train.seed,
-    };
-    /* the full state is identical everywhere now: the first rank writes it */
-    if (r->world->rank != 0) {
-        free(w->st.master), free(w->st.m), free(w->st.v), free(w);
-    } else if (c->checkpoint.async) { /* this state is the writer's own copy */
-        g_save.w = w;
-        if (pthread_create(&g_save.thread, NULL, ckpt_write, w) != 0)
-            lt_fatal("cannot start the checkpoint writer thread");
-        lt_log("checkpoint step %ld: state copied (the step loop blocked %.2f s), writing in the "
-               "background\n", step, lt_now() - t_enter);
-        return;
-    } else {
-        ckpt_write(w);
-        blocked = lt_now() - t_enter;
-        ckpt_write_done(w, "written in", blocked);
-    }
-    if (!c->checkpoint.async) { /* nobody runs ahead of a synchronous save */
-        lt_comm_barrier(r->dp);
-        lt_comm_barrier(r->tp);
-        lt_comm_barrier(r->pp);
-    }
-}
-
 /* ---- train ----------------------------------------------------------------- */
 
 /* The part of a step a CUDA graph replays (train.cuda_graph): zeroing, and
  * every micro batch's id upload (from the fixed page-locked in/tgt), forward
  * and backward. */
-static void step_body(Run *r, const int32_t *in, const int32_t *tgt, double *stats_dev,
+static void step_body(LtRun *r, const int32_t *in, const int32_t *tgt, double *stats_dev,
                       float grad_scale) {
     lt_model_zero_grads(r->model);
     lt_optim_zero_grad(r->opt);
@@ -692,10 +120,10 @@ static void step_body(Run *r, const int32_t *in, const int32_t *tgt, double *sta
     lt_pipeline_train(r->pipe, in, tgt, grad_scale);
 }
 
-/* Run step_body, from the second step of the run on as a replay of the graph
+/* LtRun step_body, from the second step of the run on as a replay of the graph
  * captured then (the first step grows every scratch arena and workspace to
  * its size: no allocation may happen while capturing). */
-static void run_step_body(Run *r, LtGraph **graph, int first, const int32_t *in,
+static void run_step_body(LtRun *r, LtGraph **graph, int first, const int32_t *in,
                           const int32_t *tgt, double *stats_dev, float grad_scale) {
     LtBackend *be = r->be;
     if (!r->cfg->train.cuda_graph || first) {
@@ -718,7 +146,7 @@ static void run_step_body(Run *r, LtGraph **graph, int first, const int32_t *in,
 
 /* train.cuda_graph needs a backend that captures, and no communication inside
  * the step (config validation refused tensor and pipeline parallelism). */
-static void check_cuda_graph(const Run *r) {
+static void check_cuda_graph(const LtRun *r) {
     if (!r->cfg->train.cuda_graph) return;
     if (!r->be->ops->capture_begin)
         lt_input_error("train.cuda_graph needs the CUDA backend; this run uses the %s backend "
@@ -756,7 +184,7 @@ static Inject inject_parse(int rank) {
     return in;
 }
 
-static void inject_nonfinite(Run *r, const Inject *in, long step, double *loss_dev) {
+static void inject_nonfinite(LtRun *r, const Inject *in, long step, double *loss_dev) {
     LtBackend *be = r->be;
     for (int i = 0; i < INJECT_MAX; i++) {
         if (!in->kind[i] || step + 1 != in->step[i]) continue;
@@ -775,9 +203,9 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     lt_mllog_open(cfg, w->rank);
     lt_mllog(LT_MLLOG_START, "init_start", "null", NULL);
     if (!cfg->data.train_path[0]) lt_input_error("data.train_path is not set");
-    Run r;
-    run_setup(&r, cfg, w, 1); /* layout checks first: they are collective */
-    r.train = open_tokens("data.train_path", cfg->data.train_path, cfg->model.vocab_size);
+    LtRun r;
+    lt_run_setup(&r, cfg, w, 1); /* layout checks first: they are collective */
+    r.train = lt_run_open_tokens("data.train_path", cfg->data.train_path, cfg->model.vocab_size);
     open_valid(&r);
     const int S = cfg->model.seq_length, G = cfg->train.global_batch_size,
               local = G / r.topo.dp;
@@ -794,7 +222,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
             lt_log("checkpoint.dir: removed %d entr%s left by a save that was killed\n", stale,
                    stale == 1 ? "y" : "ies");
     }
-    print_summary(&r);
+    lt_run_print_summary(&r);
 
     LtMetricsFile mf;
     lt_metrics_open(&mf, w->rank == 0 ? cfg->logging.metrics_file : NULL);
@@ -882,7 +310,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
             lt_log("step %6ld/%ld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | %.3f "
                    "TFLOP/s | MFU %.1f%% | %.1f ms | mem %.1f MiB\n",
                    step + 1, cfg->train.steps, loss, lr, norm, tokens_step / dt, tflops,
-                   100.0 * mfu, dt * 1e3, mib(engine_bytes(&r)));
+                   100.0 * mfu, dt * 1e3, lt_mib(lt_run_engine_bytes(&r)));
         const long done = (step + 1) * (long)G, before = step * (long)G; /* samples trained */
         const long every = cfg->eval.interval_samples;
         if (r.valid && ((cfg->eval.interval > 0 && (step + 1) % cfg->eval.interval == 0) ||
@@ -918,7 +346,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         }
         if (cfg->checkpoint.dir[0] && cfg->checkpoint.save_interval > 0 &&
             (step + 1) % cfg->checkpoint.save_interval == 0 && step + 1 < cfg->train.steps)
-            save_checkpoint(&r, step + 1);
+            lt_run_save_checkpoint(&r, step + 1);
         if (skipped > cfg->train.max_skipped_steps) { /* the same decision on every rank */
             lt_log("error: %d consecutive steps with a non-finite loss or gradient norm (up to "
                    "step %ld): training diverged; stopping without saving, so the last good "
@@ -978,8 +406,8 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         lt_log("eval step %ld | val loss %.4f | val ppl %.2f | %ld samples\n", step, vl, exp(vl), ns);
         lt_metrics_eval(&mf, step, vl, ns);
     }
-    if (cfg->checkpoint.dir[0] && exit_code != LT_EXIT_DIVERGED) save_checkpoint(&r, step);
-    ckpt_wait_async(); /* the end of training (or a stop) waits for the save in flight */
+    if (cfg->checkpoint.dir[0] && exit_code != LT_EXIT_DIVERGED) lt_run_save_checkpoint(&r, step);
+    lt_run_ckpt_wait(); /* the end of training (or a stop) waits for the save in flight */
     lt_metrics_close(&mf);
     char merr[LT_PATH_MAX + 128];
     if (lt_metrics_status(&mf, merr, sizeof merr) && exit_code == 0) {
@@ -995,7 +423,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     be->ops->host_free(be, stats);
     be->ops->free(be, stats_dev);
     free(times);
-    run_teardown(&r);
+    lt_run_teardown(&r);
     return exit_code;
 }
 
@@ -1003,10 +431,10 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
 
 int lt_cmd_eval(LtConfig *cfg, const LtWorld *w) {
     if (!cfg->data.valid_path[0]) lt_input_error("data.valid_path is not set (eval needs it)");
-    Run r;
-    run_setup(&r, cfg, w, 0);
+    LtRun r;
+    lt_run_setup(&r, cfg, w, 0);
     open_valid(&r);
-    print_summary(&r);
+    lt_run_print_summary(&r);
     long ns;
     double t0 = lt_now();
     double vl = evaluate(&r, &ns);
@@ -1020,107 +448,6 @@ int lt_cmd_eval(LtConfig *cfg, const LtWorld *w) {
     char merr[LT_PATH_MAX + 128];
     const int rc = lt_metrics_status(&mf, merr, sizeof merr) ? LT_EXIT_INPUT : 0;
     if (rc) lt_log("error: %s\n", merr);
-    run_teardown(&r);
+    lt_run_teardown(&r);
     return rc;
-}
-
-/* Draw from softmax(logits / temperature) restricted to the top_k largest. */
-static int sample_token(float *logits, int V, double temperature, int top_k, double u) {
-    float maxv = logits[0];
-    for (int i = 1; i < V; i++) maxv = logits[i] > maxv ? logits[i] : maxv;
-    float kth = -INFINITY;
-    if (top_k > 0 && top_k < V) {
-        /* threshold = k-th largest logit (simple selection, V is small enough) */
-        float *tmp = lt_malloc((size_t)V * sizeof(float));
-        memcpy(tmp, logits, (size_t)V * sizeof(float));
-        for (int k = 0; k < top_k; k++) {
-            int best = k;
-            for (int i = k + 1; i < V; i++) best = tmp[i] > tmp[best] ? i : best;
-            float x = tmp[k];
-            tmp[k] = tmp[best];
-            tmp[best] = x;
-        }
-        kth = tmp[top_k - 1];
-        free(tmp);
-    }
-    double total = 0.0;
-    for (int i = 0; i < V; i++) total += logits[i] >= kth ? exp((logits[i] - maxv) / temperature) : 0.0;
-    double target = u * total, acc = 0.0;
-    for (int i = 0; i < V; i++) {
-        if (logits[i] < kth) continue;
-        acc += exp((logits[i] - maxv) / temperature);
-        if (acc >= target) return i;
-    }
-    return V - 1;
-}
-
-/* The first tokens of the validation (else training) data into seq: n of
- * them, at most `max` (0 when there is no data). */
-static int read_prompt(const LtConfig *cfg, int32_t *seq, int max) {
-    const char *ppath = cfg->data.valid_path[0] ? cfg->data.valid_path : cfg->data.train_path;
-    if (!ppath[0] || max <= 0) return 0;
-    LtTokenFile *f = open_tokens(cfg->data.valid_path[0] ? "data.valid_path" : "data.train_path",
-                                 ppath, cfg->model.vocab_size);
-    int n = max;
-    if ((uint64_t)n > lt_tokens_count(f)) n = (int)lt_tokens_count(f);
-    char err[1024];
-    if (n > 0 && lt_tokens_read(f, 0, (uint64_t)n, seq, err, sizeof err))
-        lt_input_error("%s: %s", ppath, err);
-    lt_tokens_close(f);
-    return n;
-}
-
-int lt_cmd_sample(LtConfig *cfg, const LtWorld *w) {
-    if (w->world != 1) lt_input_error("sample runs as a single process (got %d ranks)", w->world);
-    cfg->train.micro_batch_size = 1;
-    Run r;
-    run_setup(&r, cfg, w, 0);
-    if (!cfg->checkpoint.load[0])
-        lt_log("note: checkpoint.load is not set: sampling from the untrained initial model\n");
-    const int S = cfg->model.seq_length, V = cfg->model.vocab_size;
-    int total = cfg->sample.num_tokens;
-    int32_t *seq = lt_calloc((size_t)(total + S) * sizeof(int32_t));
-    /* prompt: the first tokens of the validation (else training) data */
-    int plen = read_prompt(cfg, seq, S / 8 < 8 ? (S < 8 ? S - 1 : S / 8) : 8);
-    if (plen == 0) plen = 1; /* token 0 as the prompt */
-    float *logits = lt_malloc((size_t)V * sizeof(float));
-    int len = plen;
-    for (int i = 0; i < total; i++) {
-        int ctx = len < S ? len : S;
-        lt_model_next_logits(r.model, seq + len - ctx, ctx, logits);
-        double u = lt_uniform_at(cfg->sample.seed, 0x5a3b1e, (uint64_t)i);
-        seq[len++] = sample_token(logits, V, cfg->sample.temperature, cfg->sample.top_k, u);
-    }
-    for (int i = 0; i < len; i++) printf(i ? " %d" : "%d", seq[i]);
-    printf("\n");
-    fflush(stdout);
-    free(logits);
-    free(seq);
-    run_teardown(&r);
-    return 0;
-}
-
-int lt_cmd_logits(LtConfig *cfg, const LtWorld *w) {
-    if (w->world != 1) lt_input_error("logits runs as a single process (got %d ranks)", w->world);
-    cfg->train.micro_batch_size = 1;
-    Run r;
-    run_setup(&r, cfg, w, 0);
-    const int S = cfg->model.seq_length, V = cfg->model.vocab_size;
-    int32_t *seq = lt_calloc((size_t)S * sizeof(int32_t));
-    const int n = read_prompt(cfg, seq, S);
-    if (n == 0) lt_input_error("logits: data.valid_path or data.train_path must hold tokens");
-    float *logits = lt_malloc((size_t)V * sizeof(float));
-    printf("tokens");
-    for (int i = 0; i < n; i++) printf(" %d", seq[i]);
-    printf("\n");
-    for (int len = 1; len <= n; len++) { /* the prediction after each prefix */
-        lt_model_next_logits(r.model, seq, len, logits);
-        for (int v = 0; v < V; v++) printf(v ? " %.9g" : "%.9g", logits[v]);
-        printf("\n");
-    }
-    fflush(stdout);
-    free(logits);
-    free(seq);
-    run_teardown(&r);
-    return 0;
 }

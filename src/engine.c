@@ -1,0 +1,433 @@
+/* engine.c - setting up and tearing down a rank's engine, and its start-up
+ * summary (see engine.h). */
+#include "engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "common.h"
+#include "metrics.h"
+#include "plan.h"
+
+/* ---- set-up ---------------------------------------------------------------- */
+
+static LtBackend *make_backend(const LtConfig *c, const LtWorld *w) {
+    LtDtype dt = c->train.precision == LT_PREC_BF16 ? LT_BF16 : LT_F32;
+    int ngpu = lt_cuda_device_count();
+    int cuda = c->train.device == LT_DEVICE_CUDA || (c->train.device == LT_DEVICE_AUTO && ngpu > 0);
+    if (cuda) {
+        char err[512];
+        if (ngpu == 0 && lt_cuda_compiled())
+            lt_input_error("train.device=cuda: no CUDA device is visible");
+        LtBackend *be = lt_backend_cuda_create(dt, ngpu ? w->local_rank % ngpu : 0, err, sizeof err);
+        if (!be) lt_input_error("train.device=cuda: %s", err);
+        return be;
+    }
+    int threads = c->train.threads;
+    if (threads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = (int)(cores / (w->local_size > 0 ? w->local_size : 1));
+        if (threads < 1) threads = 1;
+    }
+    return lt_backend_cpu_create(dt, threads);
+}
+
+/* model.attention for this run's backend: the CUDA backend sets itself up
+ * for the choice; the CPU backend always runs its own kernels, and an
+ * explicit model.attention=cudnn there is an input error (this is reached
+ * before any training, also when train.device=auto found no GPU). */
+static void setup_attention(LtRun *r) {
+    const LtConfig *c = r->cfg;
+    const int hd = c->model.hidden_size / c->model.num_attention_heads;
+    if (r->be->device_id < 0) {
+        const LtAttnEnv env = {.want = c->model.attention,
+                               .deterministic = c->model.attention_deterministic,
+                               .bf16 = c->train.precision == LT_PREC_BF16,
+                               .head_dim = hd};
+        if (lt_attn_resolve(&env, &r->attn)) lt_input_error("%s", r->attn.reason);
+        return;
+    }
+    if (lt_cuda_attention_configure(r->be, c->model.attention, c->model.attention_deterministic,
+                                    hd, &r->attn))
+        lt_input_error("%s", r->attn.reason);
+}
+
+LtTokenFile *lt_run_open_tokens(const char *key, const char *path, int vocab) {
+    char err[1024];
+    LtTokenFile *f = lt_tokens_open(path, vocab, err, sizeof err);
+    if (!f) lt_input_error("%s: %s", key, err);
+    return f;
+}
+
+/* 1 when two ranks anywhere use the same GPU: every rank's device UUID is
+ * gathered over the world (CUDA_VISIBLE_DEVICES may number one GPU
+ * differently in each process, or show each rank only its own). */
+static int32_t ranks_share_gpu(const LtRun *r) {
+    const int world = r->world->world;
+    if (world == 1) return 0;
+    unsigned char *all = lt_calloc((size_t)world * 16);
+    unsigned char *mine = all + (size_t)r->world->rank * 16;
+    if (lt_cuda_device_uuid(r->be->device_id, mine))
+        lt_fatal("cannot read the UUID of CUDA device %d", r->be->device_id);
+    LtComm *wc = lt_comm_world("world");
+    lt_comm_all_gather(wc, mine, all, 16, LT_COMM_U8);
+    lt_comm_free(wc);
+    int32_t shared = 0;
+    for (int a = 0; a < world && !shared; a++)
+        for (int b = a + 1; b < world && !shared; b++)
+            shared = memcmp(all + (size_t)a * 16, all + (size_t)b * 16, 16) == 0;
+    free(all);
+    return shared;
+}
+
+/* comm.backend -> the library of the groups that move the CUDA backend's
+ * device tensors (dp, tp, pp, embedding). auto: NCCL when no two ranks use
+ * the same GPU (ranks_share_gpu) and NCCL is compiled in, else MPI staged
+ * through pinned host memory. nccl on GPUs shared by several ranks is an
+ * input error (NCCL refuses two ranks on one device). The CPU backend always
+ * uses MPI on host memory; comm.backend=nccl there is an input error with
+ * more than one rank. */
+static void resolve_comm(LtRun *r) {
+    const LtConfig *c = r->cfg;
+    const LtWorld *w = r->world;
+    LtCommBackend want = c->comm.backend;
+    if (r->be->device_id < 0) {
+        if (want == LT_COMM_NCCL && w->world > 1)
+            lt_input_error("comm.backend=nccl: NCCL moves GPU buffers, but this run uses the "
+                           "CPU backend (train.device=%s); use comm.backend=mpi or auto",
+                           lt_device_name(c->train.device));
+        r->comm_device = 0;
+        r->comm_lib = LT_COMM_LIB_MPI;
+        return;
+    }
+    r->comm_device = 1;
+    int32_t shared = ranks_share_gpu(r);
+    if (want == LT_COMM_MPI) {
+        r->comm_lib = LT_COMM_LIB_MPI;
+        r->comm_why = "comm.backend=mpi: staged through pinned host memory";
+    } else if (want == LT_COMM_NCCL) {
+        if (!lt_comm_nccl_compiled())
+            lt_input_error("comm.backend=nccl: this binary was built without NCCL");
+        if (shared)
+            lt_input_error("comm.backend=nccl: some ranks share a GPU (%d ranks on this node, "
+                           "%d visible GPU(s)); NCCL needs one GPU per rank (use "
+                           "comm.backend=mpi or auto, which stage through host memory)",
+                           w->local_size, lt_cuda_device_count());
+        r->comm_lib = LT_COMM_LIB_NCCL;
+        r->comm_why = "comm.backend=nccl";
+    } else if (!shared && lt_comm_nccl_compiled()) {
+        r->comm_lib = LT_COMM_LIB_NCCL;
+        r->comm_why = "comm.backend=auto: one GPU per rank";
+    } else {
+        r->comm_lib = LT_COMM_LIB_MPI;
+        r->comm_why = shared ? "comm.backend=auto: ranks share a GPU, staged through pinned host "
+                               "memory"
+                             : "comm.backend=auto: no NCCL in this build, staged through pinned "
+                               "host memory";
+    }
+}
+
+/* Rank coordinates (the groups follow once the backend exists). */
+static void setup_topology(LtRun *r) {
+    const LtConfig *c = r->cfg;
+    char err[512];
+    if (lt_topology_init(&r->topo, r->world->world, c->parallel.tensor_model_parallel_size,
+                         c->parallel.pipeline_model_parallel_size, 0, err, sizeof err))
+        lt_input_error("%s", err);
+    if (lt_topology_coords(&r->topo, r->world->rank, &r->coords))
+        lt_fatal("rank %d outside the topology", r->world->rank);
+}
+
+/* The data- and tensor-parallel groups: host MPI groups with the CPU backend
+ * (as always), device-buffer groups on the resolved library with CUDA. Host
+ * scalars and arrays go through lt_comm_host() of these. */
+static void setup_groups(LtRun *r) {
+    resolve_comm(r);
+    LtCommOptions opt = {.lib = r->comm_lib, .device = 1, .be = r->be};
+    const LtCommOptions *o = r->comm_device ? &opt : NULL;
+    int *members = lt_malloc(sizeof(int) * (size_t)r->world->world);
+    int n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_DP, members);
+    r->dp = lt_comm_split_members_ex(members, n, "dp", o);
+    n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_TP, members);
+    r->tp = lt_comm_split_members_ex(members, n, "tp", o);
+    /* stage-to-stage messages on the same library: the executor batches them
+     * as NCCL needs (schedules are proven deadlock-free under its semantics) */
+    n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_PP, members);
+    r->pp = lt_comm_split_members_ex(members, n, "pp", o);
+    /* the tied embedding's two halves (first and last stage); an untied LM head
+     * has nothing to share */
+    if (r->topo.pp > 1 && !r->cfg->model.untie_embeddings_and_output_weights) {
+        /* middle stages get a non-member handle */
+        n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_EMBEDDING, members);
+        r->emb = lt_comm_split_members_ex(members, n, "embedding", o);
+    }
+    free(members);
+}
+
+/* The step directory checkpoint.load names: 1 and stepdir, or 0 for a fresh
+ * start. `auto` takes the newest complete checkpoint in checkpoint.dir, or
+ * starts fresh when there is none yet (a job script that resubmits itself). */
+static int resolve_load(const LtConfig *cfg, char *stepdir, size_t len) {
+    char err[1024];
+    const char *load = cfg->checkpoint.load;
+    if (!load[0]) return 0;
+    if (strcmp(load, "auto") == 0) {
+        const int found = lt_ckpt_find_latest(cfg->checkpoint.dir, stepdir, len, err, sizeof err);
+        if (found < 0) lt_input_error("checkpoint.load=auto: %s", err);
+        if (!found)
+            lt_log("checkpoint.load=auto: no checkpoint in %s yet: starting fresh\n",
+                   cfg->checkpoint.dir);
+        return found;
+    }
+    if (lt_ckpt_resolve(load, stepdir, len, err, sizeof err))
+        lt_input_error("checkpoint.load: %s", err);
+    return 1;
+}
+
+/* Load a checkpoint's global tensors into st (arrays of r->global.total).
+ * The padded vocabulary depends on the TP size the checkpoint was written
+ * with; when it differs from this run's, the checkpoint is read with its own
+ * table and the rows both have are copied (padding rows are zero). */
+static void load_global_state(LtRun *r, const char *stepdir, LtCkptState *st, LtCkptMeta *meta) {
+    char err[1024];
+    LtConfig *saved = lt_calloc(sizeof *saved);
+    if (lt_ckpt_load_config(stepdir, saved, err, sizeof err))
+        lt_input_error("checkpoint.load: %s", err);
+    int saved_world = saved->parallel.tensor_model_parallel_size *
+                      saved->parallel.pipeline_model_parallel_size;
+    if (lt_config_validate(saved, saved_world, err, sizeof err))
+        lt_input_error("checkpoint.load: config.yaml of %s: %s", stepdir, err);
+    int padded = saved->model.padded_vocab_size;
+    free(saved);
+    if (padded == r->global.dims.padded_vocab) {
+        if (lt_ckpt_load(stepdir, &r->global, st, meta, err, sizeof err))
+            lt_input_error("checkpoint.load: %s", err);
+        return;
+    }
+    LtModelDims d = r->global.dims;
+    d.padded_vocab = padded;
+    LtParamTable ct;
+    lt_params_build(&ct, &d);
+    size_t bytes = ct.total * sizeof(float);
+    LtCkptState cs = {lt_malloc(bytes), st->m ? lt_malloc(bytes) : NULL,
+                      st->v ? lt_malloc(bytes) : NULL};
+    if (lt_ckpt_load(stepdir, &ct, &cs, meta, err, sizeof err))
+        lt_input_error("checkpoint.load: %s", err);
+    float *src[3] = {cs.master, cs.m, cs.v}, *dst[3] = {st->master, st->m, st->v};
+    for (int k = 0; k < 3; k++) {
+        if (!src[k]) continue;
+        if (lt_params_copy_rows(&ct, src[k], &r->global, dst[k], err, sizeof err))
+            lt_input_error("checkpoint.load: %s: %s", stepdir, err);
+        free(src[k]);
+    }
+    lt_log("checkpoint vocabulary padded to %d rows, this layout pads to %d: rows re-padded\n",
+           padded, r->global.dims.padded_vocab);
+    lt_params_free(&ct);
+}
+
+/* Build backend, model, optimizer; restore a checkpoint when configured. */
+void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer) {
+    memset(r, 0, sizeof *r);
+    r->cfg = cfg;
+    r->world = w;
+    setup_topology(r);
+    lt_world_collective_errors(w, 0); /* from here on each rank reports its own errors */
+    r->be = make_backend(cfg, w);
+    setup_attention(r);
+    setup_groups(r);
+    LtModelDims d = lt_dims_from_config(cfg);
+    LtStagePlace place = {r->topo.pp, r->coords.pp, cfg->parallel.virtual_pipeline_model_parallel_size};
+    r->micro_batches = cfg->train.global_batch_size / (cfg->train.micro_batch_size * r->topo.dp);
+    /* training keeps the schedule's peak of micro batches in flight; forward
+     * only (eval, sample) needs one slot per chunk */
+    int slots = need_optimizer ? lt_pipeline_slots(place.pp, place.vpp, r->micro_batches, place.pp_rank)
+                               : place.vpp;
+    if (slots < 1) lt_fatal("no valid pipeline schedule for pp %d, vpp %d, %d micro batches", place.pp,
+                            place.vpp, r->micro_batches);
+    LtParamTable sizing;
+    lt_params_build_stage(&sizing, &d, r->topo.tp, r->coords.tp, place);
+    LtModelOptions mo = {.flat = lt_optim_flat_size(&sizing, r->topo.dp),
+                         .place = place,
+                         .slots = slots,
+                         .grad_buckets = need_optimizer && cfg->optimizer.zero_stage == 2 &&
+                                         r->topo.dp > 1,
+                         .tp = r->tp,
+                         .sequence_parallel = cfg->parallel.sequence_parallel,
+                         .lm_head_chunk = cfg->train.lm_head_chunk,
+                         .recompute = cfg->train.recompute == LT_RECOMPUTE_FULL
+                                          ? LT_MODEL_RECOMPUTE_FULL
+                                          : cfg->train.recompute == LT_RECOMPUTE_SELECTIVE
+                                                ? LT_MODEL_RECOMPUTE_SELECTIVE
+                                                : LT_MODEL_RECOMPUTE_NONE};
+    lt_params_free(&sizing);
+    lt_params_build(&r->global, &d);
+    r->model = lt_model_create(r->be, &d, cfg->train.micro_batch_size, cfg->model.seq_length, &mo);
+    r->pipe = lt_pipeline_create(r->model, r->pp, need_optimizer ? r->micro_batches : 0);
+    const LtParamTable *t = &r->model->table;
+    float *host = lt_malloc(t->total * sizeof(float));
+    LtCkptState st = {lt_malloc(r->global.total * sizeof(float)), NULL, NULL};
+    LtCkptMeta meta = {0};
+    char stepdir[LT_PATH_MAX + 64];
+    const int resume = resolve_load(cfg, stepdir, sizeof stepdir);
+    if (resume) {
+        /* a weights-only checkpoint (lattice import, or saved without moments)
+         * starts the optimizer afresh: zero moments, no Adam step counted */
+        char err[1024];
+        if (lt_ckpt_read_meta(stepdir, &meta, err, sizeof err))
+            lt_input_error("checkpoint.load: %s", err);
+        if (need_optimizer && !meta.weights_only) {
+            st.m = lt_malloc(r->global.total * sizeof(float));
+            st.v = lt_malloc(r->global.total * sizeof(float));
+        } else if (need_optimizer) {
+            lt_log("checkpoint %s holds weights only: Adam starts from zero moments at step %ld\n",
+                   stepdir, meta.step);
+        }
+        load_global_state(r, stepdir, &st, &meta);
+        /* this rank's shards of the global tensors (in place: local <= global) */
+        lt_params_from_global(t, host, &r->global, st.master);
+        if (st.m) {
+            float *tmp = lt_malloc(t->total * sizeof(float));
+            lt_params_from_global(t, tmp, &r->global, st.m);
+            memcpy(st.m, tmp, t->total * sizeof(float));
+            lt_params_from_global(t, tmp, &r->global, st.v);
+            memcpy(st.v, tmp, t->total * sizeof(float));
+            free(tmp);
+        }
+        if (meta.seed != cfg->train.seed)
+            lt_log("note: checkpoint was trained with train.seed=%llu, this run has %llu\n",
+                   (unsigned long long)meta.seed, (unsigned long long)cfg->train.seed);
+        r->start_step = meta.step;
+    } else {
+        lt_params_init(t, cfg->train.seed, host);
+    }
+    lt_model_set_params(r->model, host);
+    if (need_optimizer) {
+        r->opt = lt_optim_create(r->be, t, cfg, r->dp, r->model->flat, host);
+        lt_optim_set_tp(r->opt, r->tp);
+        lt_optim_set_pp(r->opt, r->pp);
+        if (st.m) lt_optim_load_state(r->opt, host, st.m, st.v, meta.optimizer_steps);
+        r->grads = lt_grads_create(r->model, r->opt, r->emb);
+    }
+    free(st.master);
+    free(st.m);
+    free(st.v);
+    free(host);
+    if (resume) lt_log("resumed from %s at step %ld\n", stepdir, r->start_step);
+    r->peak_tflops = lt_peak_tflops(r->be, cfg, &r->peak_source);
+}
+
+void lt_run_teardown(LtRun *r) {
+    if (r->loader) lt_loader_destroy(r->loader);
+    if (r->train) lt_tokens_close(r->train);
+    if (r->valid) lt_tokens_close(r->valid);
+    lt_grads_destroy(r->grads);
+    lt_optim_destroy(r->opt);
+    lt_pipeline_destroy(r->pipe);
+    lt_model_destroy(r->model);
+    lt_comm_free(r->dp); /* before the backend: NCCL and pinned staging use its GPU */
+    lt_comm_free(r->tp);
+    lt_comm_free(r->pp);
+    lt_comm_free(r->emb);
+    lt_backend_destroy(r->be);
+    lt_params_free(&r->global);
+}
+
+size_t lt_run_engine_bytes(const LtRun *r) {
+    const LtModelMemory *m = &r->model->mem;
+    return m->params + m->grads + m->activations + m->workspace +
+           (r->opt ? r->opt->state_bytes + r->opt->grad_bytes : 0);
+}
+
+/* Pipeline layout, schedule and each stage's activation memory (collective
+ * over the pipeline group: every rank calls it). */
+static void print_pipeline(const LtRun *r) {
+    const LtModel *m = r->model;
+    const int P = r->topo.pp, V = m->vpp;
+    double mine[2] = {(double)m->mem.activations, (double)m->nslots};
+    double *all = lt_malloc(sizeof(double) * 2 * (size_t)P);
+    lt_comm_all_gather(lt_comm_host(r->pp), mine, all, 2, LT_COMM_F64);
+    if (P > 1 || r->micro_batches > 1) {
+        const int M = r->micro_batches;
+        lt_log("pipeline   %d stage(s) x %d chunk(s) of %d layer(s), %d micro batches per step: "
+               "%s, bubble (P-1)/(V*M+P-1) = %.1f%%\n",
+               P, V, m->chunk_layers, M,
+               P == 1 ? "gradient accumulation" : V > 1 ? "interleaved 1F1B" : "1F1B",
+               100.0 * (P - 1) / (double)(V * M + P - 1));
+    }
+    if (P > 1) {
+        char line[4096];
+        int at = 0;
+        for (int i = 0; i < P && at < (int)sizeof line - 64; i++)
+            at += snprintf(line + at, sizeof line - (size_t)at,
+                           "%s stage %d %.2f MiB (%.0f bytes, %d slots)", i ? "," : "", i,
+                           lt_mib((size_t)all[2 * i]), all[2 * i], (int)all[2 * i + 1]);
+        lt_log("activations per pipeline rank:%s\n", line);
+    }
+    free(all);
+}
+
+void lt_run_print_summary(const LtRun *r) {
+    const LtConfig *c = r->cfg;
+    const LtModelMemory *m = &r->model->mem;
+    lt_log("backend    %s (%s), precision %s\n", r->be->ops->name, r->be->device_name,
+           lt_precision_name(c->train.precision));
+    lt_log("world      %d rank(s): tp %d x pp %d x dp %d, ZeRO stage %d%s\n", r->world->world,
+           r->topo.tp, r->topo.pp, r->topo.dp, c->optimizer.zero_stage,
+           c->optimizer.zero_stage && r->topo.dp == 1 ? " (one data-parallel rank: nothing to shard)"
+                                                      : "");
+    char groups[48] = "";
+    if (c->model.num_query_groups != c->model.num_attention_heads)
+        snprintf(groups, sizeof groups, " over %d key/value groups", c->model.num_query_groups);
+    lt_log("model      %s, %d layers, hidden %d, %d heads%s, ffn %d, seq %d, vocab %d (padded %d)%s: "
+           "%.3f M parameters\n",
+           lt_arch_name(c->model.arch), c->model.num_layers, c->model.hidden_size,
+           c->model.num_attention_heads, groups, c->model.ffn_hidden_size, c->model.seq_length,
+           c->model.vocab_size, c->model.padded_vocab_size,
+           c->model.untie_embeddings_and_output_weights ? ", untied LM head" : "",
+           (double)r->global.total / 1e6);
+    lt_log("attention  %s (%s)\n", r->attn.cudnn ? "cudnn" : "lattice", r->attn.reason);
+    print_pipeline(r);
+    lt_log("memory     params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations %.1f "
+           "MiB, workspace %.1f MiB, total %.1f MiB\n",
+           lt_mib(m->params), lt_mib(m->grads + (r->opt ? r->opt->grad_bytes : 0)),
+           lt_mib(r->opt ? r->opt->state_bytes : 0), lt_mib(m->activations), lt_mib(m->workspace),
+           lt_mib(lt_run_engine_bytes(r)));
+    lt_log("memory bytes per rank: params=%zu grads=%zu optimizer=%zu activations=%zu "
+           "workspace=%zu (parameter elements %zu)\n",
+           m->params, m->grads + (r->opt ? r->opt->grad_bytes : 0),
+           r->opt ? r->opt->state_bytes : 0, m->activations, m->workspace, r->model->table.total);
+    LtPlanMemory pm; /* the planner's prediction for this rank, beside what it allocated */
+    char perr[256];
+    if (r->opt && lt_plan_memory(r->cfg, r->world->world, r->coords.pp, r->be->act_size, &pm, perr,
+                                 sizeof perr) == 0) {
+        const double alloc = (double)lt_run_engine_bytes(r), pred = (double)lt_plan_total(&pm);
+        lt_log("memory     planner's prediction (lattice plan): params %.1f MiB, grads %.1f MiB, "
+               "optimizer %.1f MiB, activations %.1f MiB, workspace %.1f MiB, total %.1f MiB "
+               "(%+.1f%% of the allocation)\n",
+               lt_mib(pm.params), lt_mib(pm.grads), lt_mib(pm.optimizer), lt_mib(pm.activations),
+               lt_mib(pm.workspace), lt_mib(lt_plan_total(&pm)), 100.0 * (pred - alloc) / alloc);
+    }
+    if (r->model->table.last_stage) {
+        const LtModel *md = r->model;
+        const size_t N = (size_t)md->B * (size_t)md->T, X = (size_t)md->xent_chunk;
+        lt_log("lm head    %zu token(s) per chunk, %zu chunk(s) per micro batch: logits %.1f MiB "
+               "(%zu x %d vocabulary rows)\n",
+               X, (N + X - 1) / X, lt_mib(lt_act_bytes(md->be, X * (size_t)md->vocab_local)), X,
+               md->vocab_local);
+    }
+    if (r->comm_device && r->world->world > 1)
+        lt_log("comm       %s on device buffers (%s)\n", lt_comm_lib_name(r->comm_lib),
+               r->comm_why);
+    lt_log("peak       %.3f TFLOP/s per device (%s)\n", r->peak_tflops, r->peak_source);
+    if (r->train)
+        lt_log("data train %s: %s format, %llu tokens, %llu samples\n", lt_tokens_path(r->train),
+               lt_tokens_format(r->train), (unsigned long long)lt_tokens_count(r->train),
+               (unsigned long long)lt_num_samples(lt_tokens_count(r->train), c->model.seq_length));
+    if (r->valid)
+        lt_log("data valid %s: %s format, %llu tokens, %llu samples\n", lt_tokens_path(r->valid),
+               lt_tokens_format(r->valid), (unsigned long long)lt_tokens_count(r->valid),
+               (unsigned long long)lt_num_samples(lt_tokens_count(r->valid), c->model.seq_length));
+}

@@ -1,0 +1,78 @@
+/* engine.h - internal: one rank's running engine as the subcommands share it
+ * (backend, groups, model, optimizer, gradient finalisation, data files):
+ * set-up from a validated config (layout checks first, as they are
+ * collective; groups; the model and its parameters, fresh or resumed), the
+ * start-up summary, checkpoint saves (synchronous or in the background) and
+ * teardown. src/engine.c and src/ckpt_save.c; used by src/trainer.c (train,
+ * eval) and src/sample.c (sample, logits). Not a public header. */
+#ifndef LT_ENGINE_H
+#define LT_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn_select.h"
+#include "backend.h"
+#include "comm.h"
+#include "config.h"
+#include "data.h"
+#include "dist.h"
+#include "grads.h"
+#include "model.h"
+#include "optim.h"
+#include "params.h"
+#include "pipeline.h"
+#include "topology.h"
+
+typedef struct {
+    LtConfig *cfg;
+    const LtWorld *world;
+    LtBackend *be;
+    LtModel *model;
+    LtOptimizer *opt;
+    LtGrads *grads;     /* gradient finalisation (training only) */
+    LtTokenFile *train, *valid;
+    LtLoader *loader;
+    LtTopology topo;
+    LtCoords coords;
+    LtComm *dp;         /* data-parallel group (device buffers with the CUDA backend) */
+    LtComm *tp;         /* tensor-parallel group (device buffers with the CUDA backend) */
+    LtComm *pp;         /* pipeline group: stage-to-stage sends (MPI; staged with CUDA) */
+    LtComm *emb;        /* embedding group: first and last stage (pp > 1 with a tied LM
+                         * head; else NULL) */
+    LtPipeline *pipe;   /* walks this rank's schedule */
+    int micro_batches;  /* per step and data-parallel rank: G / (mbs * dp) */
+    LtCommLib comm_lib; /* library of dp/tp when they take device buffers */
+    int comm_device;    /* 1: dp/tp take the backend's device buffers (CUDA backend) */
+    const char *comm_why; /* how comm.backend was resolved (CUDA backend) */
+    LtAttnChoice attn;    /* how model.attention was resolved */
+    LtParamTable global; /* the tp = 1 table: checkpoints hold global tensors */
+    long start_step;
+    double peak_tflops;
+    const char *peak_source;
+} LtRun;
+
+/* Set up r for cfg on this rank: topology and layout checks, backend,
+ * attention choice, groups, model (with this rank's parameters: initial, or
+ * from checkpoint.load) and, when need_optimizer, the optimizer (its state
+ * resumed too) and gradient finalisation. Exits on bad input (code 2). */
+void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer);
+void lt_run_teardown(LtRun *r);
+/* The start-up summary (rank 0): backend, layout, model, memory by category
+ * next to the planner's prediction, peak FLOP/s, pipeline stages. */
+void lt_run_print_summary(const LtRun *r);
+/* A token file opened for config key `key`; exits naming the key on error. */
+LtTokenFile *lt_run_open_tokens(const char *key, const char *path, int vocab);
+/* Device bytes the engine holds (model and optimizer). */
+size_t lt_run_engine_bytes(const LtRun *r);
+static inline double lt_mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
+
+/* Save the training state after `step` (collective over DP, TP and PP): the
+ * first rank writes it, in a background thread with checkpoint.async (at most
+ * one save in flight: this waits for the previous one first). */
+void lt_run_save_checkpoint(LtRun *r, long step);
+/* Wait for the save in flight, if any (at a stop, at the end of training);
+ * returns the seconds waited. */
+double lt_run_ckpt_wait(void);
+
+#endif
