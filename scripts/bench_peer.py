@@ -176,6 +176,17 @@ def resolve_config(doc, overrides):
     section.key=value overrides; derived values as lt_config_validate fills
     them (ffn 0 -> 4h, decay_steps 0 -> steps, padded vocab)."""
     c = {s: dict(kv) for s, kv in DEFAULTS.items()}
+    block = {k: str(v).strip().lower() for k, v in ((doc or {}).get("model") or {}).items()
+             if k in ("arch", "untie_embeddings_and_output_weights")}
+    for o in overrides:
+        key, _, val = o.partition("=")
+        if key in ("model.arch", "model.untie_embeddings_and_output_weights"):
+            block[key.split(".")[1]] = val.strip().lower()
+    if block.get("arch", "gpt") != "gpt" or block.get("untie_embeddings_and_output_weights",
+                                                        "false") in ("true", "yes", "on"):
+        raise InputError("the peer is a GPT-2 with a tied LM head; this config has model.arch="
+                         f"{block.get('arch', 'gpt')}, untie_embeddings_and_output_weights="
+                         f"{block.get('untie_embeddings_and_output_weights', 'false')}")
     for s, kv in (doc or {}).items():
         if s in c and isinstance(kv, dict):
             for k, v in kv.items():

@@ -126,6 +126,13 @@ else fail batches_needs_data "exit $rc: $err"; fi
 # ---- config resolution: the peer's view == lattice's resolved config ------------------
 for cfg in configs/*.yaml; do
   name=$(basename "$cfg" .yaml)
+  if grep -q "^  arch: llama" "$cfg"; then # the peer is GPT-2 only: it must say so, not run GPT-2
+    err=$(python3 "$PEER" --print-config --config "$cfg" 2>&1); rc=$?
+    if [ $rc -ne 0 ] && echo "$err" | grep -q "the peer is a GPT-2 with a tied LM head"; then
+      pass "peer_refuses_$name"
+    else fail "peer_refuses_$name" "exit $rc: $err"; fi
+    continue
+  fi
   # (stops with exit 2 at the missing data, after printing the resolved config)
   "$LT" train "$cfg" train.steps=1000 data.train_path= 2>/dev/null | sed -n '/^# lattice configuration/,$p' >"$T/$name.resolved.yaml"
   padded=$(sed -n 's/.*# padded_vocab_size: \([0-9]*\).*/\1/p' "$T/$name.resolved.yaml")
