@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# test_ckpt_format.sh BUILD_DIR - the checkpoint format as the README documents
+# it is enough for another tool: tests/read_state.py (written from the README)
+# reads a tiny Llama's checkpoint, checks every CRC, and finds the same weights
+# as lattice's own export; a flipped data byte and an edited meta.json are
+# caught by it.
+set -u
+BUILD=$1
+. tests/lib.sh ckfmt
+random_shard "$T/train.ltok" 20000 5 || { fail prepare "lattice shard failed"; exit 1; }
+"$LT" train configs/llama-tiny.yaml data.train_path=$T/train.ltok train.steps=2 eval.interval=0 \
+  logging.log_interval=100 checkpoint.dir=$T/ck >"$T/train.log" 2>&1 ||
+  { fail train "$(tail -2 "$T/train.log")"; exit 1; }
+S=$T/ck/step_00000002
+if python3 tests/read_state.py "$S" >"$T/state.txt" 2>&1 &&
+   "$LT" export "$T/ck" "$T/hf" >/dev/null 2>&1 &&
+   python3 - "$T/state.txt" "$T/hf/model.safetensors" <<'PY'
+import json, struct, sys
+sums = {l.split()[0]: float(l.split()[2]) for l in open(sys.argv[1]) if l.startswith('param/')}
+raw = open(sys.argv[2], 'rb').read()
+n = struct.unpack('<Q', raw[:8])[0]
+hdr = json.loads(raw[8:8 + n])
+def total(name):
+    s, e = hdr[name]['data_offsets']
+    return sum(struct.unpack('<%df' % ((e - s) // 4), raw[8 + n + s:8 + n + e]))
+pairs = {'param/wte': 'model.embed_tokens.weight', 'param/lm_head.weight': 'lm_head.weight',
+         'param/ln_f.weight': 'model.norm.weight',
+         'param/h.1.mlp.down.weight': 'model.layers.1.mlp.down_proj.weight'}
+for ours, hf in pairs.items():
+    assert abs(sums[ours] - total(hf)) <= 1e-6 * max(1.0, abs(sums[ours])), (ours, sums[ours], total(hf))
+assert len(sums) == 1 + 6 * 2 + 2, sorted(sums)
+PY
+then pass "documented_format_reads_checkpoint ($(wc -l < "$T/state.txt") lines)"
+else fail documented_format_reads_checkpoint "$(tail -2 "$T/state.txt")"; fi
+# a flipped byte in the last tensor's data, and an edited step in meta.json
+cp -r "$S" "$T/bad1" && cp -r "$S" "$T/bad2"
+python3 -c "
+import sys
+p = sys.argv[1] + '/state.lt'; d = bytearray(open(p, 'rb').read()); d[-8] ^= 1; open(p, 'wb').write(d)
+p = sys.argv[2] + '/meta.json'; t = open(p).read().replace('\"step\": 2', '\"step\": 3'); open(p, 'w').write(t)" \
+  "$T/bad1" "$T/bad2"
+e1=$(python3 tests/read_state.py "$T/bad1" 2>&1 >/dev/null); r1=$?
+e2=$(python3 tests/read_state.py "$T/bad2" 2>&1 >/dev/null); r2=$?
+if [ $r1 -ne 0 ] && echo "$e1" | grep -q "data CRC" && [ $r2 -ne 0 ] && echo "$e2" | grep -q "meta.json CRC"
+then pass documented_crcs_catch_damage
+else fail documented_crcs_catch_damage "flipped byte: $r1 $e1; edited meta: $r2 $e2"; fi
+exit $((failures > 0))
