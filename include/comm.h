@@ -136,6 +136,11 @@ int lt_comm_rank(const LtComm *c);  /* rank within the group (-1: not a member) 
 int lt_comm_size(const LtComm *c);  /* group size (0: not a member) */
 int lt_comm_member(const LtComm *c);
 const char *lt_comm_name(const LtComm *c);
+/* Seconds the calling threads spent inside this group's operations so far
+ * (starting, finishing, testing, barriers; its host companion included): the
+ * communication time a rank could not hide. With NCCL the device runs the
+ * operations asynchronously, so this is only the host's share there. */
+double lt_comm_busy_seconds(const LtComm *c);
 /* Global (world) rank of group rank r; -1 when out of range. */
 int lt_comm_global_rank(const LtComm *c, int r);
 size_t lt_comm_type_size(LtCommType t);

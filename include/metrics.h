@@ -39,8 +39,24 @@ void lt_metrics_open(LtMetricsFile *m, const char *path);
 void lt_metrics_close(LtMetricsFile *m);
 /* 0, or -1 with the failed write's path and reason in err. */
 int lt_metrics_status(const LtMetricsFile *m, char *err, size_t errlen);
+/* Where one step's time went on this rank, in milliseconds of the host clock
+ * (with the CPU backend the work itself; with CUDA what the host spent issuing
+ * it and waiting). forward/backward: the passes (tensor-parallel
+ * communication inside them included); grads: gradient finalisation (the
+ * data-parallel reduction); optimizer: norm, clipping, AdamW and the parameter
+ * gather; data: fetching the next step's samples; other: the rest (pipeline
+ * message exchanges, the step's device wait). comm_*: time inside each
+ * group's operations - communication the rank could not hide; pp includes
+ * waiting for neighbouring stages, i.e. the pipeline bubble. */
+typedef struct {
+    double forward, backward, grads, optimizer, data, other;
+    double comm_tp, comm_dp, comm_pp;
+} LtStepTimes;
+
+/* times may be NULL (no breakdown in the line). */
 void lt_metrics_train(LtMetricsFile *m, long step, double loss, double lr, double grad_norm,
-                      double tokens_per_sec, double tflops, double mfu, double step_ms);
+                      double tokens_per_sec, double tflops, double mfu, double step_ms,
+                      const LtStepTimes *times);
 void lt_metrics_eval(LtMetricsFile *m, long step, double val_loss, long samples);
 
 /* Median of n doubles (array is reordered). */

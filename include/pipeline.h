@@ -61,6 +61,10 @@ void lt_pipeline_forward(LtPipeline *p, const int32_t *tokens, const int32_t *ta
 
 /* Message buffers allocated so far (each one stage boundary tensor). */
 int lt_pipeline_message_buffers(const LtPipeline *p);
+/* Host seconds spent in forward and in backward passes of training since the
+ * last call (forward includes the last stage's loss head and its gradient;
+ * both include the tensor-parallel communication inside the layers); resets. */
+void lt_pipeline_take_times(LtPipeline *p, double *fwd_s, double *bwd_s);
 
 #ifdef __cplusplus
 }

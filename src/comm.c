@@ -206,6 +206,22 @@ size_t lt_comm_type_size(LtCommType t) {
     return 0;
 }
 
+/* ---- time spent ---- */
+/* The calling thread's time in an operation of group c is charged to it (the
+ * group's counter is the only state an operation changes on its handle, hence
+ * the cast: every LtComm is allocated mutable by comm_new). */
+#define CHARGED(c, call)                                                                    \
+    do {                                                                                    \
+        const double t0_ = lt_now();                                                        \
+        call;                                                                               \
+        ((LtComm *)(c))->busy_s += lt_now() - t0_;                                          \
+    } while (0)
+
+double lt_comm_busy_seconds(const LtComm *c) {
+    if (!c) return 0.0;
+    return c->busy_s + (c->host && c->host != c ? c->host->busy_s : 0.0);
+}
+
 /* ---- checks and requests ---- */
 /* Check the common arguments; returns the idle request of the operation. */
 static LtCommRequest op_begin(const LtComm *c, const char *op, size_t count, LtCommType t) {
@@ -250,7 +266,7 @@ LtCommRequest lt_comm_all_reduce_start(const LtComm *c, void *buf, size_t count,
     LtCommRequest r = op_begin(c, name, count, t);
     if (op != LT_COMM_SUM && op != LT_COMM_MAX)
         lt_fatal("communication: all_reduce on group '%s': bad reduction %d", c->name, (int)op);
-    if (c->size > 1 && count) c->impl->all_reduce(&r, buf, count, t, op);
+    if (c->size > 1 && count) CHARGED(c, c->impl->all_reduce(&r, buf, count, t, op));
     return r;
 }
 
@@ -262,9 +278,9 @@ static LtCommRequest chunk_op_start(const LtComm *c, const char *op, int gather,
     if (c->size == 1)
         copy_local(c, recv, send, count * lt_comm_type_size(t));
     else if (gather)
-        c->impl->all_gather(&r, send, recv, count, t);
+        CHARGED(c, c->impl->all_gather(&r, send, recv, count, t));
     else
-        c->impl->reduce_scatter(&r, send, recv, count, t);
+        CHARGED(c, c->impl->reduce_scatter(&r, send, recv, count, t));
     return r;
 }
 
@@ -284,7 +300,7 @@ void lt_comm_reduce_scatter_v(const LtComm *c, const void *send, void *recv, con
         copy_local(c, recv, send, (size_t)counts[0] * lt_comm_type_size(t));
         return;
     }
-    c->impl->reduce_scatter_v(&r, send, recv, counts, total, t);
+    CHARGED(c, c->impl->reduce_scatter_v(&r, send, recv, counts, total, t));
     lt_comm_finish(&r);
 }
 
@@ -297,7 +313,7 @@ LtCommRequest lt_comm_broadcast_start(const LtComm *c, void *buf, size_t count, 
                                       int root) {
     LtCommRequest r = op_begin(c, "broadcast", count, t);
     check_peer(c, r.op, "root", root);
-    if (c->size > 1 && count) c->impl->broadcast(&r, buf, count, t, root);
+    if (c->size > 1 && count) CHARGED(c, c->impl->broadcast(&r, buf, count, t, root));
     return r;
 }
 
@@ -315,14 +331,16 @@ static int p2p_begin(LtCommRequest *r, const LtComm *c, const char *op, size_t c
 LtCommRequest lt_comm_send_start(const LtComm *c, const void *buf, size_t count, LtCommType t,
                                  int peer, int tag) {
     LtCommRequest r;
-    if (p2p_begin(&r, c, "send", count, t, peer, tag)) c->impl->send(&r, buf, count, t, tag);
+    if (p2p_begin(&r, c, "send", count, t, peer, tag))
+        CHARGED(c, c->impl->send(&r, buf, count, t, tag));
     return r;
 }
 
 LtCommRequest lt_comm_recv_start(const LtComm *c, void *buf, size_t count, LtCommType t,
                                  int peer, int tag) {
     LtCommRequest r;
-    if (p2p_begin(&r, c, "recv", count, t, peer, tag)) c->impl->recv(&r, buf, count, t, tag);
+    if (p2p_begin(&r, c, "recv", count, t, peer, tag))
+        CHARGED(c, c->impl->recv(&r, buf, count, t, tag));
     return r;
 }
 
@@ -333,7 +351,7 @@ void lt_comm_batch_begin(const LtComm *c) {
 
 void lt_comm_batch_end(const LtComm *c) {
     op_begin(c, "batch", 0, LT_COMM_U8);
-    if (c->impl->batch_end) c->impl->batch_end(c);
+    if (c->impl->batch_end) CHARGED(c, c->impl->batch_end(c));
 }
 
 static void req_clear(LtCommRequest *r) {
@@ -343,13 +361,15 @@ static void req_clear(LtCommRequest *r) {
 
 void lt_comm_finish(LtCommRequest *r) {
     if (!r->active) return;
-    r->comm->impl->finish(r);
+    CHARGED(r->comm, r->comm->impl->finish(r));
     req_clear(r);
 }
 
 int lt_comm_test(LtCommRequest *r) {
     if (!r->active) return 1;
-    if (!r->comm->impl->test(r)) return 0;
+    int done;
+    CHARGED(r->comm, done = r->comm->impl->test(r));
+    if (!done) return 0;
     req_clear(r);
     return 1;
 }
@@ -392,5 +412,5 @@ void lt_comm_recv(const LtComm *c, void *buf, size_t count, LtCommType t, int pe
 void lt_comm_barrier(const LtComm *c) {
     op_begin(c, "barrier", 0, LT_COMM_U8);
     if (c->size == 1) return;
-    LT_MPI_CHECK(c, "barrier", MPI_Barrier(c->comm));
+    CHARGED(c, LT_MPI_CHECK(c, "barrier", MPI_Barrier(c->comm)));
 }

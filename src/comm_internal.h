@@ -28,6 +28,8 @@ struct LtComm {
     LtComm *host;   /* handle for host buffers (self for host groups) */
     const LtCommImpl *impl;
     void *state;    /* the implementation's own (impl->destroy frees it) */
+    double busy_s;  /* seconds the calling thread spent in this group's operations
+                     * (lt_comm_busy_seconds) */
 };
 
 /* An implementation. The front end calls the operations only on a member of

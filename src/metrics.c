@@ -134,7 +134,8 @@ static void write_line(LtMetricsFile *m, Line *l) {
 }
 
 void lt_metrics_train(LtMetricsFile *m, long step, double loss, double lr, double grad_norm,
-                      double tokens_per_sec, double tflops, double mfu, double step_ms) {
+                      double tokens_per_sec, double tflops, double mfu, double step_ms,
+                      const LtStepTimes *t) {
     if (!m->f) return;
     Line l = {.n = 0};
     put(&l, "{\"step\": %ld", step);
@@ -145,6 +146,23 @@ void lt_metrics_train(LtMetricsFile *m, long step, double loss, double lr, doubl
     put_num(&l, "tflops_per_device", tflops, "%.6g");
     put_num(&l, "mfu", mfu, "%.6g");
     put_num(&l, "step_ms", step_ms, "%.6g");
+    if (t) {
+        const struct {
+            const char *k;
+            double v;
+        } part[] = {{"forward", t->forward},   {"backward", t->backward}, {"grads", t->grads},
+                    {"optimizer", t->optimizer}, {"data", t->data},       {"other", t->other},
+                    {"comm_tp", t->comm_tp},   {"comm_dp", t->comm_dp}, {"comm_pp", t->comm_pp}};
+        put(&l, ", \"time_ms\": {");
+        for (size_t i = 0; i < sizeof part / sizeof part[0]; i++) {
+            put(&l, "%s\"%s\": ", i ? ", " : "", part[i].k);
+            if (isfinite(part[i].v))
+                put(&l, "%.4g", part[i].v);
+            else
+                put(&l, "null");
+        }
+        put(&l, "}");
+    }
     write_line(m, &l);
 }
 

@@ -29,6 +29,7 @@ struct LtPipeline {
     Msg *msgs;
     int nmsgs, cap;
     LtCommType type;  /* of boundary tensors */
+    double fwd_s, bwd_s; /* host seconds in forward / backward passes (lt_pipeline_take_times) */
 };
 
 int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank) {
@@ -219,9 +220,12 @@ void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targ
     if (p->M == 0) lt_fatal("pipeline: created for forward passes only");
     if (p->P == 1) { /* gradient accumulation: F0 B0 F1 B1 ... in slot 0 */
         for (int mb = 0; mb < p->M; mb++) {
+            double t0 = lt_now();
             lt_model_chunk_forward(m, 0, 0, tokens + (size_t)mb * bt, targets + (size_t)mb * bt,
                                    grad_scale, NULL);
+            const double t1 = lt_now();
             lt_model_chunk_backward(m, 0, 0, NULL);
+            p->fwd_s += t1 - t0, p->bwd_s += lt_now() - t1;
         }
         return;
     }
@@ -235,14 +239,18 @@ void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targ
         if (a->kind == LT_ACT_FORWARD) {
             int s = slot_take(p, c, mb);
             out_msg = lt_model_chunk_last(m, c) ? -1 : msg_take(p);
+            const double t0 = lt_now();
             lt_model_chunk_forward(m, c, s, tokens + (size_t)mb * bt, targets + (size_t)mb * bt,
                                    grad_scale, out_msg >= 0 ? p->msgs[out_msg].buf : NULL);
+            p->fwd_s += lt_now() - t0;
             i++;
         } else if (a->kind == LT_ACT_BACKWARD) {
             int *so = &p->slot_of[c * p->M + mb];
             LT_CHECK(*so >= 0);
             din_msg = lt_model_chunk_first(m, c) ? -1 : msg_take(p);
+            const double t0 = lt_now();
             lt_model_chunk_backward(m, c, *so, din_msg >= 0 ? p->msgs[din_msg].buf : NULL);
+            p->bwd_s += lt_now() - t0;
             p->free_slots[p->nfree++] = *so;
             *so = -1;
             i++;
@@ -286,4 +294,9 @@ void lt_pipeline_forward(LtPipeline *p, const int32_t *tokens, const int32_t *ta
         }
     }
     msgs_drain(p);
+}
+
+void lt_pipeline_take_times(LtPipeline *p, double *fwd_s, double *bwd_s) {
+    *fwd_s = p->fwd_s, *bwd_s = p->bwd_s;
+    p->fwd_s = p->bwd_s = 0.0;
 }

@@ -198,6 +198,30 @@ static void inject_nonfinite(LtRun *r, const Inject *in, long step, double *loss
     }
 }
 
+/* Seconds spent so far in the TP, DP and PP (with the embedding group's)
+ * operations. */
+static void comm_busy(const LtRun *r, double out[3]) {
+    out[0] = lt_comm_busy_seconds(r->tp);
+    out[1] = lt_comm_busy_seconds(r->dp);
+    out[2] = lt_comm_busy_seconds(r->pp) + lt_comm_busy_seconds(r->emb);
+}
+
+/* Where the step of dt seconds went (metrics.h), from the pipeline's pass
+ * times, the phases the loop timed and the groups' time since busy0. */
+static LtStepTimes step_times(LtRun *r, const double busy0[3], double dt, double data_s,
+                              double grads_s, double optim_s) {
+    double fwd, bwd, busy[3];
+    lt_pipeline_take_times(r->pipe, &fwd, &bwd);
+    comm_busy(r, busy);
+    LtStepTimes st = {.forward = fwd * 1e3, .backward = bwd * 1e3, .grads = grads_s * 1e3,
+                      .optimizer = optim_s * 1e3, .data = data_s * 1e3,
+                      .comm_tp = (busy[0] - busy0[0]) * 1e3, .comm_dp = (busy[1] - busy0[1]) * 1e3,
+                      .comm_pp = (busy[2] - busy0[2]) * 1e3};
+    st.other = dt * 1e3 - st.forward - st.backward - st.grads - st.optimizer - st.data;
+    if (st.other < 0) st.other = 0; /* clock granularity */
+    return st;
+}
+
 int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     const double t_init_start = lt_now(); /* MLPerf: initialisation is timed apart */
     lt_mllog_open(cfg, w->rank);
@@ -263,9 +287,11 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     lt_mllog(LT_MLLOG_START, "run_start", "null", NULL);
     snprintf(mmeta, sizeof mmeta, "\"samples_count\": %ld", step * (long)G);
     lt_mllog(LT_MLLOG_START, "block_start", "null", mmeta);
-    double t_next = t_run_start;
+    double t_next = t_run_start, busy_next[3];
+    comm_busy(&r, busy_next); /* with t_next: the start of the interval a step is timed over */
     if (step < cfg->train.steps && lt_loader_get(r.loader, step, rows, err, sizeof err))
         lt_input_error("data.train_path: step %ld: %s", step + 1, err);
+    double data_s = lt_now() - t_next; /* fetching the step's samples (during the step before) */
 
     for (; step < cfg->train.steps; step++) {
         double t0 = t_next;
@@ -274,13 +300,16 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         split_rows(rows, local, S, in, tgt); /* micro batch j: rows j*mbs .. */
         run_step_body(&r, &graph, step == r.start_step, in, tgt, stats_dev,
                       (float)(1.0 / tokens_step));
+        const double t_grads = lt_now();
         lt_grads_finalize(r.grads);
+        const double t_optim = lt_now();
         inject_nonfinite(&r, &inject, step, stats_dev);
         lt_optim_grad_sumsq(r.opt, r.model->grads, stats_dev + 1, stats_dev);
         double lr = lt_lr_at(cfg, step);
         lt_optim_step(r.opt, r.model->params, r.model->grads, lr, 1.0,
                       lt_optim_clip_coef(r.opt, stats_dev + 1, cfg->optimizer.clip_grad));
         lt_grads_sync_tied(r.grads);
+        const double t_optim_end = lt_now();
         /* the step's one host wait; its loss and gradient norm come back with it */
         be->ops->download_async(be, stats, stats_dev, 2 * sizeof(double));
         /* NCCL's collectives wait on the device: a dead peer shows up here */
@@ -303,14 +332,22 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         }
         double dt = lt_now() - t0;
         times[ntimes++] = dt;
+        LtStepTimes st = step_times(&r, busy_next, dt, data_s, t_optim - t_grads,
+                                    t_optim_end - t_optim);
         double tflops = flops_step / dt / 1e12 / w->world;
         double mfu = r.peak_tflops > 0 ? tflops / r.peak_tflops : 0.0;
-        lt_metrics_train(&mf, step + 1, loss, lr, norm, tokens_step / dt, tflops, mfu, dt * 1e3);
+        lt_metrics_train(&mf, step + 1, loss, lr, norm, tokens_step / dt, tflops, mfu, dt * 1e3,
+                         &st);
         if ((step + 1) % cfg->logging.log_interval == 0 || step + 1 == cfg->train.steps)
             lt_log("step %6ld/%ld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | %.3f "
                    "TFLOP/s | MFU %.1f%% | %.1f ms | mem %.1f MiB\n",
                    step + 1, cfg->train.steps, loss, lr, norm, tokens_step / dt, tflops,
                    100.0 * mfu, dt * 1e3, lt_mib(lt_run_engine_bytes(&r)));
+        if ((step + 1) % cfg->logging.log_interval == 0 || step + 1 == cfg->train.steps)
+            lt_log("time       forward %.1f | backward %.1f | grads %.1f | optimizer %.1f | data "
+                   "%.1f | other %.1f ms; communication not hidden: tp %.1f, dp %.1f, pp %.1f ms\n",
+                   st.forward, st.backward, st.grads, st.optimizer, st.data, st.other, st.comm_tp,
+                   st.comm_dp, st.comm_pp);
         const long done = (step + 1) * (long)G, before = step * (long)G; /* samples trained */
         const long every = cfg->eval.interval_samples;
         if (r.valid && ((cfg->eval.interval > 0 && (step + 1) % cfg->eval.interval == 0) ||
@@ -357,10 +394,12 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
             break;
         }
         t_next = lt_now();
+        comm_busy(&r, busy_next);
         int32_t stop[2] = {(int32_t)g_stop_signal, 0}; /* signal, bad data */
         if (step + 1 < cfg->train.steps &&
             lt_loader_get(r.loader, step + 1, rows, data_err, sizeof data_err))
             stop[1] = 1;
+        data_s = lt_now() - t_next;
         if (w->world > 1) { /* every rank stops after the same step: max over the world */
             lt_comm_all_reduce(lt_comm_host(r.dp), stop, 2, LT_COMM_I32, LT_COMM_MAX);
             lt_comm_all_reduce(lt_comm_host(r.tp), stop, 2, LT_COMM_I32, LT_COMM_MAX);

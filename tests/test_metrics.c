@@ -20,12 +20,15 @@ static char *slurp(const char *path) {
 }
 
 static void test_nonfinite_is_null(void) {
+    const LtStepTimes times = {.forward = 1.5, .backward = 3, .grads = 0.25, .optimizer = 0.5,
+                               .data = 0, .other = NAN, .comm_tp = 0.125, .comm_dp = 0.25,
+                               .comm_pp = 0};
     LtMetricsFile m;
     unlink(g_path);
     lt_metrics_open(&m, g_path);
-    lt_metrics_train(&m, 3, NAN, 1e-4, INFINITY, 100.0, -INFINITY, 0.5, 12.0);
+    lt_metrics_train(&m, 3, NAN, 1e-4, INFINITY, 100.0, -INFINITY, 0.5, 12.0, NULL);
     lt_metrics_eval(&m, 3, NAN, 8);
-    lt_metrics_train(&m, 4, 2.5, 1e-4, 0.75, 100.0, 1.0, 0.5, 12.0);
+    lt_metrics_train(&m, 4, 2.5, 1e-4, 0.75, 100.0, 1.0, 0.5, 12.0, &times);
     lt_metrics_close(&m);
     char err[256];
     CHECK(lt_metrics_status(&m, err, sizeof err) == 0, "status: %s", err);
@@ -40,6 +43,10 @@ static void test_nonfinite_is_null(void) {
                     "\"val_samples\": 8}\n"),
           "eval line: %s", s);
     CHECK(strstr(s, "{\"step\": 4, \"loss\": 2.5, "), "finite line: %s", s);
+    CHECK(strstr(s, ", \"step_ms\": 12, \"time_ms\": {\"forward\": 1.5, \"backward\": 3, "
+                    "\"grads\": 0.25, \"optimizer\": 0.5, \"data\": 0, \"other\": null, "
+                    "\"comm_tp\": 0.125, \"comm_dp\": 0.25, \"comm_pp\": 0}}\n"),
+          "time breakdown: %s", s);
 }
 
 static void test_write_error_kept(void) {
@@ -49,8 +56,8 @@ static void test_write_error_kept(void) {
     }
     LtMetricsFile m;
     lt_metrics_open(&m, "/dev/full");
-    lt_metrics_train(&m, 1, 2.0, 1e-4, 1.0, 1.0, 1.0, 0.1, 1.0);
-    lt_metrics_train(&m, 2, 2.0, 1e-4, 1.0, 1.0, 1.0, 0.1, 1.0);
+    lt_metrics_train(&m, 1, 2.0, 1e-4, 1.0, 1.0, 1.0, 0.1, 1.0, NULL);
+    lt_metrics_train(&m, 2, 2.0, 1e-4, 1.0, 1.0, 1.0, 0.1, 1.0, NULL);
     lt_metrics_close(&m);
     char err[256] = "";
     CHECK(lt_metrics_status(&m, err, sizeof err) == -1, "a failed write must be reported");

@@ -80,6 +80,27 @@ for l in $LAYOUTS; do
   else fail "${name}_matches_single_process" "$(echo "$err" | tail -1)"; fi
 done
 
+# ---- where the time goes: every step's breakdown adds up, and the groups that
+# communicate show time (tp 2 x dp 2) while one process shows none -------------------
+if python3 - "$T/tp2_dp2_zero1/m.jsonl" "$T/ref/m.jsonl" <<'PY'
+import json, sys
+for path, comm in ((sys.argv[1], True), (sys.argv[2], False)):
+    recs = [r for r in map(json.loads, open(path)) if not r.get('eval')]
+    assert len(recs) == 10, (path, len(recs))
+    for r in recs:
+        t = r['time_ms']
+        parts = sum(t[k] for k in ('forward', 'backward', 'grads', 'optimizer', 'data', 'other'))
+        assert abs(parts - r['step_ms']) <= 0.01 * r['step_ms'] + 0.05, (path, r['step'], parts, r['step_ms'])
+        assert min(t.values()) >= 0 and t['forward'] > 0 and t['backward'] > 0, (path, t)
+        assert t['comm_pp'] == 0, (path, t)
+        if comm:
+            assert t['comm_tp'] > 0 and t['comm_dp'] > 0, (path, t)
+        else:
+            assert t['comm_tp'] == 0 and t['comm_dp'] == 0, (path, t)
+PY
+then pass step_time_breakdown_adds_up
+else fail step_time_breakdown_adds_up "see the metrics of tp2_dp2_zero1 and ref"; fi
+
 # ---- activation recomputation composes with TP, SP and ZeRO ---------------------------
 for rc in full selective; do
   name=tp2_dp2_zero1_sp_recompute_$rc
