@@ -162,6 +162,88 @@ if start_checkpoint l405 configs/llama3.1-405b-mlperf-tiny.yaml; then pass l405_
 else fail l405_start_checkpoint "$(tail -2 "$T"/l405-*.log)"; fi
 flow llama31_405b configs/llama3.1-405b-mlperf-tiny.yaml llama31_405b 1.2 checkpoint.load="$T/l405-start"
 
+# ---- the full-size configs ------------------------------------------------------
+# Their layouts load and fit: lattice plan --layout on their GPU counts, every
+# pipeline stage under 80 GiB.
+for spec in gpt3-175b-mlperf:768 llama3.1-8b-mlperf:8 llama3.1-405b-mlperf:576; do
+  cfg=configs/${spec%%:*}.yaml
+  out=$("$LT" plan "$cfg" --layout --gpus "${spec##*:}" 2>&1); rc=$?
+  most=$(echo "$out" | sed -n 's/^memory bytes per rank (predicted, stage [0-9]*):.* total=\([0-9]*\)$/\1/p' | sort -n | tail -1)
+  if [ $rc -eq 0 ] && [ -n "$most" ] && [ "$most" -lt $((80 * 1024 * 1024 * 1024)) ]; then
+    pass "${spec%%:*}_layout_fits ($((most / 1024 / 1024 / 1024)) GiB)"
+  else fail "${spec%%:*}_layout_fits" "rc=$rc most=$most: $(echo "$out" | tail -2)"; fi
+done
+# What they log: each runs on one CPU process with its model shrunk (sequence
+# length, batch, optimizer, schedule, evaluation and checkpoint settings kept)
+# until the MLLOG line run_start, then is killed; the hyperparameters must
+# satisfy every value the rules fix (the YAML files named at the top).
+"$LT" train configs/gpt3-175b-mlperf-tiny.yaml $D parallel.tensor_model_parallel_size=1 \
+  parallel.sequence_parallel=false model.max_position_embeddings=2048 train.steps=5 \
+  checkpoint.load= checkpoint.dir="$T/g3full" logging.mllog= eval.target_log_ppl=0 > "$T/g3full.log" 2>&1 ||
+  fail gpt3_full_start_checkpoint "$(tail -2 "$T/g3full.log")"
+SHRINK="parallel.tensor_model_parallel_size=1 parallel.pipeline_model_parallel_size=1
+  parallel.virtual_pipeline_model_parallel_size=1 parallel.sequence_parallel=false
+  model.num_layers=2 model.hidden_size=32 model.num_attention_heads=4 model.vocab_size=256
+  train.device=cpu train.precision=fp32 train.threads=1 checkpoint.dir=$T/full-ck"
+LLAMA_SHRINK="model.num_query_groups=2 model.ffn_hidden_size=64"
+full_hyperparameters() { # name bench config overrides...
+  local name=$1 bench=$2 cfg=$3; shift 3
+  "$LT" train "$cfg" $D $SHRINK "$@" logging.mllog="$T/$name.mllog" > "$T/$name.log" 2>&1 &
+  local pid=$! i
+  for i in $(seq 1 600); do
+    grep -q '"key": "run_start"' "$T/$name.mllog" 2>/dev/null && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL $pid 2>/dev/null; wait $pid 2>/dev/null
+  local err
+  if err=$(python3 - "$T/$name.mllog" "$bench" <<'PY' 2>&1
+import json, math, sys
+val = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line[len(':::MLLOG '):])
+    assert r['key'] not in val, f'{r["key"]} twice'
+    val[r['key']] = r['value']
+assert 'run_start' in val, 'no run_start: ' + ', '.join(val)
+bench = sys.argv[2]
+assert val['submission_benchmark'] == bench
+assert val['opt_learning_rate_decay_schedule'] == 'cosine with linear warmup'
+assert val['opt_gradient_clip_norm'] == 1.0 and val['gradient_accumulation_steps'] > 0
+gbs, warm, decay = val['global_batch_size'], val['opt_learning_rate_warmup_steps'], val['opt_learning_rate_decay_steps']
+if bench == 'gpt3':   # training_4.1.0/closed_gpt3.yaml
+    assert val['max_sequence_length'] == 2048
+    assert val['opt_name'] == 'adam'
+    assert val['opt_base_learning_rate'] in (2e-5, 3e-5), val['opt_base_learning_rate']
+    assert (val['opt_adam_beta_1'], val['opt_adam_beta_2'], val['opt_adam_epsilon']) == (0.9, 0.95, 1e-8)
+    assert val['init_checkpoint_step'] > 0
+    assert warm == 265 and gbs == 1536        # the issue
+    assert math.isclose(val['opt_end_learning_rate'], val['opt_base_learning_rate'] / 10)  # the issue
+else:                 # training_5.1.0/closed_llama31_{8b,405b}.yaml
+    assert val['max_sequence_length'] == 8192
+    assert val['opt_name'] == 'adamw'
+    assert (val['opt_adamw_beta_1'], val['opt_adamw_beta_2'], val['opt_adamw_epsilon'],
+            val['opt_adamw_weight_decay']) == (0.9, 0.95, 1e-5, 0.1)
+if bench == 'llama31_8b':
+    assert val['eval_samples'] == 1024
+    assert val['max_steps'] == 1200000 and decay == 1_200_000 - warm
+    assert gbs == 32 and warm == 512          # MLCommons' reference
+if bench == 'llama31_405b':
+    assert val['eval_samples'] == 5760
+    assert val['opt_base_learning_rate'] * 1152 == gbs * 8e-5
+    assert warm == math.ceil(8000 * 1152 / gbs)
+    assert decay == math.ceil(1_200_000 * 1152 / gbs) - warm
+    assert val['init_checkpoint_step'] == 0
+print(f'{len(val)} keys')
+PY
+  ); then pass "${name}_hyperparameters_meet_rules ($err)"
+  else fail "${name}_hyperparameters_meet_rules" "$(echo "$err" | tail -1) $(grep -i error "$T/$name.log" | head -1)"; fi
+}
+full_hyperparameters gpt3_full gpt3 configs/gpt3-175b-mlperf.yaml \
+  checkpoint.load="$T/g3full/step_00000005"
+full_hyperparameters llama31_8b_full llama31_8b configs/llama3.1-8b-mlperf.yaml $LLAMA_SHRINK
+full_hyperparameters llama31_405b_full llama31_405b configs/llama3.1-405b-mlperf.yaml $LLAMA_SHRINK model.num_layers=4 \
+  checkpoint.load="$T/l405-start"
+
 # ---- lattice import --step refusals ------------------------------------------------
 for bad in -1 x 1.5 ""; do
   out=$("$LT" import "$T/gpt3-hf" "$T/bad-step" --step $bad 2>&1); rc=$?
