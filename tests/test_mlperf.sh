@@ -14,7 +14,8 @@
 # init_checkpoint_step), eval_accuracy records with samples_count (and
 # epoch_num for gpt3) and run_stop status success. The full-size configs are
 # checked too: they load, their layouts fit by lattice plan, and the values
-# they would log satisfy the rules' fixed values.
+# they would log satisfy the rules' fixed values. And scripts/mlperf_run.sh,
+# which the sbatch scripts run, with a stand-in for srun.
 # (scripts/mlperf_check.sh runs MLCommons' own checker on these logs when the
 # mlperf-logging package is installed; it is not part of this test.)
 set -u
@@ -243,6 +244,23 @@ full_hyperparameters gpt3_full gpt3 configs/gpt3-175b-mlperf.yaml \
 full_hyperparameters llama31_8b_full llama31_8b configs/llama3.1-8b-mlperf.yaml $LLAMA_SHRINK
 full_hyperparameters llama31_405b_full llama31_405b configs/llama3.1-405b-mlperf.yaml $LLAMA_SHRINK model.num_layers=4 \
   checkpoint.load="$T/l405-start"
+
+# ---- scripts/mlperf_run.sh (what the sbatch scripts run), with srun stood in
+# for by mpirun -np 2: the MLPERF_* variables reach the run and its log ----------
+mkdir -p "$T/bin"
+printf '#!/bin/sh\nwhile [ "${1#--}" != "$1" ]; do shift; done\nexec timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$@"\n' > "$T/bin/srun"
+chmod +x "$T/bin/srun"
+out=$(PATH="$T/bin:$PATH" LATTICE="$LT" MLPERF_TRAIN="$T/data/train.ltok" MLPERF_VALID="$T/data/valid.ltok" \
+  MLPERF_ORG=org-x MLPERF_PLATFORM=platform-y MLPERF_LOG="$T/run.mllog" \
+  scripts/mlperf_run.sh configs/llama3.1-8b-mlperf-tiny.yaml 2>&1); rc=$?
+if [ $rc -eq 0 ] && echo "$out" | grep -q "^target reached" &&
+   grep -q '"key": "submission_org", "value": "org-x"' "$T/run.mllog" &&
+   grep -q '"key": "submission_platform", "value": "platform-y"' "$T/run.mllog" &&
+   tail -1 "$T/run.mllog" | grep -q '"status": "success"'; then pass mlperf_run_script
+else fail mlperf_run_script "rc=$rc: $(echo "$out" | tail -2)"; fi
+out=$(MLPERF_VALID=x MLPERF_ORG=o MLPERF_PLATFORM=p scripts/mlperf_run.sh configs/llama3.1-8b-mlperf-tiny.yaml 2>&1); rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q MLPERF_TRAIN; then pass mlperf_run_needs_data
+else fail mlperf_run_needs_data "rc=$rc: $out"; fi
 
 # ---- lattice import --step refusals ------------------------------------------------
 for bad in -1 x 1.5 ""; do
