@@ -135,6 +135,8 @@ for r in recs:
         assert r['metadata'].get('samples_count', -1) >= 0, r
 counts = [r['metadata']['samples_count'] for r in evals]
 assert counts == sorted(counts) and all(c % 80 == 0 for c in counts), counts
+if bench == 'llama31_8b':   # eval.start_samples: the first evaluation after 160 samples
+    assert counts[0] == 160, counts
 assert 0 < evals[-1]['value'] <= target, f'last eval {evals[-1]["value"]} above target {target}'
 assert all(e['value'] > target for e in evals[:-1]), 'the run went on after reaching the target'
 assert recs[-1]['metadata'].get('status') == 'success', recs[-1]
@@ -269,6 +271,14 @@ for bad in -1 x 1.5 ""; do
   else fail "import_step_refused_$bad" "rc=$rc: $out"; bad=FAILED; break; fi
 done
 [ "$bad" != FAILED ] && pass import_bad_step_refused
+
+# ---- eval.start_samples needs interval_samples, of which it is a multiple ---------
+for over in "eval.start_samples=100" "eval.interval_samples=0 eval.start_samples=160"; do
+  out=$("$LT" train configs/llama3.1-8b-mlperf-tiny.yaml $D logging.mllog= $over 2>&1); rc=$?
+  if [ $rc -eq 2 ] && echo "$out" | grep -q "eval.start_samples .* needs eval.interval_samples"; then
+    pass "eval_start_samples_refused ($over)"
+  else fail "eval_start_samples_refused ($over)" "rc=$rc: $(echo "$out" | tail -1)"; fi
+done
 
 echo "$failures failure(s)"
 [ $failures -eq 0 ]
