@@ -103,6 +103,7 @@ typedef struct {
         int iters;                     /* global batches of validation samples per eval */
         long samples;                  /* validation sequences per eval; 0 = iters x global batch */
         long interval_samples;         /* evaluate each time this many more samples were trained */
+        long start_samples;            /* with interval_samples: none before this many samples */
         double target_log_ppl;         /* stop at the first eval at or below it; 0 = none */
     } eval;
     struct {

@@ -53,6 +53,12 @@ int lt_hf_map(const LtParamTable *t, LtHfMap **out, char *err, size_t errlen);
  * when no transpose is needed). */
 int lt_import_hf(const char *hf_dir, const char *out_dir, int nover, char **overrides, char *err,
                  size_t errlen);
+/* The same, with the checkpoint's step set to `step` (`lattice import --step N`):
+ * a start checkpoint that continues a run at step N - the learning-rate
+ * schedule and the data order resume there, and MLPerf's init_checkpoint_step
+ * is N - while Adam still starts from zero moments. */
+int lt_import_hf_at(const char *hf_dir, const char *out_dir, long step, int nover, char **overrides,
+                    char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

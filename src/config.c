@@ -140,6 +140,7 @@ const KeyDesc lt_cfg_keys[] = {
     K_INT(eval, iters, 1, INT_MAX),
     K_LONG(eval, samples, 0),
     K_LONG(eval, interval_samples, 0),
+    K_LONG(eval, start_samples, 0),
     K_DBL(eval, target_log_ppl, 0, 0, D_NO_MAX),
 
     K_ENUM(comm, backend, COMM_NAMES),

@@ -172,6 +172,14 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
         lt_cfg_fail(err, errlen, "eval.interval and eval.interval_samples are both set: choose one");
         goto out;
     }
+    if (t->eval.start_samples > 0 && (t->eval.interval_samples == 0 ||
+                                      t->eval.start_samples % t->eval.interval_samples)) {
+        lt_cfg_fail(err, errlen,
+                    "eval.start_samples (%ld) needs eval.interval_samples and must be a multiple of it "
+                    "(got %ld)",
+                    t->eval.start_samples, t->eval.interval_samples);
+        goto out;
+    }
     if (t->eval.samples % t->train.micro_batch_size) {
         lt_cfg_fail(err, errlen,
                     "eval.samples (%ld) must be a multiple of train.micro_batch_size (%d)",

@@ -639,6 +639,12 @@ static int check_out_dir(const char *out, char *err, size_t errlen) {
 
 int lt_import_hf(const char *hf_dir, const char *out_dir, int nover, char **overrides, char *err,
                  size_t errlen) {
+    return lt_import_hf_at(hf_dir, out_dir, 0, nover, overrides, err, errlen);
+}
+
+int lt_import_hf_at(const char *hf_dir, const char *out_dir, long step, int nover, char **overrides,
+                    char *err, size_t errlen) {
+    if (step < 0) return lt_errorf(err, errlen, "--step %ld: must be >= 0", step);
     LtConfig *cfg = lt_calloc(sizeof *cfg);
     Weights w = {0};
     LtParamTable t = {0};
@@ -682,7 +688,7 @@ int lt_import_hf(const char *hf_dir, const char *out_dir, int nover, char **over
         }
     }
     LtCkptState s = {master, NULL, NULL};
-    LtCkptMeta meta = {.step = 0, .optimizer_steps = 0, .seed = cfg->train.seed,
+    LtCkptMeta meta = {.step = step, .optimizer_steps = 0, .seed = cfg->train.seed,
                        .data_seed = cfg->train.seed};
     if (lt_ckpt_save(out_dir, &t, &s, &meta, cfg, err, errlen)) goto done;
     rc = 0;

@@ -5,14 +5,16 @@
  *   lattice sample CONFIG.yaml [key.path=value ...]   token ids to stdout
  *   lattice logits CONFIG.yaml [key.path=value ...]   next-token logits to stdout
  *   lattice export CHECKPOINT OUT_DIR                 Hugging Face model directory
- *   lattice import HF_DIR OUT_DIR [key.path=value ...] weights-only checkpoint from an HF dir
+ *   lattice import HF_DIR OUT_DIR [--step N] [key.path=value ...] weights-only checkpoint from an HF dir
  *   lattice batches CONFIG.yaml [key.path=value ...] --out FILE   batches train reads
  *   lattice shard  ...                                 (see lattice shard --help)
  *   lattice schedule --pp P [--vpp V] --micro-batches M [--svg FILE]
  *   lattice --version
  * Exit codes: 0 success, 2 bad input (config, data, checkpoint), 1 internal
  * failure, 128+N stopped by signal N (after saving a checkpoint when set). */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attn_select.h"
@@ -36,7 +38,7 @@ static void usage(FILE *f) {
             "       lattice sample CONFIG.yaml [section.key=value ...]\n"
             "       lattice logits CONFIG.yaml [section.key=value ...]\n"
             "       lattice export CHECKPOINT OUT_DIR\n"
-            "       lattice import HF_DIR OUT_CHECKPOINT_DIR [section.key=value ...]\n"
+            "       lattice import HF_DIR OUT_CHECKPOINT_DIR [--step N] [section.key=value ...]\n"
             "       lattice batches CONFIG.yaml [section.key=value ...] --out FILE\n"
             "       lattice shard  --vocab-size V [--format lattice|llmc] [--input FILE] OUT\n"
             "       lattice schedule --pp P [--vpp V] --micro-batches M [--fwd-cost F] "
@@ -111,10 +113,24 @@ int main(int argc, char **argv) {
             usage(stderr);
             return LT_EXIT_INPUT;
         }
-        char err[2048];
-        if (lt_import_hf(argv[2], argv[3], argc - 4, argv + 4, err, sizeof err))
+        /* --step N (anywhere after the two paths): the checkpoint's step */
+        char err[2048], **over = argv + 4, *end;
+        int nover = 0;
+        long step = 0;
+        for (int i = 4; i < argc; i++) {
+            if (strcmp(argv[i], "--step")) {
+                over[nover++] = argv[i];
+                continue;
+            }
+            errno = 0;
+            step = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
+            if (i + 1 >= argc || errno || end == argv[i + 1] || *end || step < 0)
+                lt_input_error("import: --step needs an integer >= 0");
+            i++;
+        }
+        if (lt_import_hf_at(argv[2], argv[3], step, nover, over, err, sizeof err))
             lt_input_error("import: %s", err);
-        printf("imported %s to %s (weights only, step 0)\n", argv[2], argv[3]);
+        printf("imported %s to %s (weights only, step %ld)\n", argv[2], argv[3], step);
         return 0;
     }
     if (!strcmp(cmd, "batches")) {

@@ -351,7 +351,8 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         const long done = (step + 1) * (long)G, before = step * (long)G; /* samples trained */
         const long every = cfg->eval.interval_samples;
         if (r.valid && ((cfg->eval.interval > 0 && (step + 1) % cfg->eval.interval == 0) ||
-                        (every > 0 && done / every > before / every))) {
+                        (every > 0 && done / every > before / every &&
+                         done >= cfg->eval.start_samples))) {
             long ns;
             double vl = evaluate(&r, &ns);
             lt_log("eval step %ld | val loss %.4f | val log ppl %.4f | val ppl %.2f | %ld samples | "
