@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "rope.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,9 +26,7 @@ typedef struct {
     int untied;        /* the LM head has a weight of its own (lm_head), not wte */
     float norm_eps;    /* RMSNorm epsilon (llama) */
     double rope_base;  /* rotary embedding base theta (llama) */
-    int rope_scaling;  /* LT_ROPE_NONE | LT_ROPE_LLAMA3 */
-    double rope_factor, rope_low_freq, rope_high_freq;
-    int rope_original_max_pos;
+    LtRopeScaling rope; /* its frequency scaling (type 0: none) */
 } LtModelDims;
 
 /* Key/value heads of dims: kv_heads, or heads when not set (multi-head). */

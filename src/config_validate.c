@@ -19,8 +19,8 @@ static int llama_only_keys(const LtConfig *c, int llama, char *err, size_t errle
         const char *name;
         int differs;
     } keys[] = {
-        {"model.num_query_groups", c->model.num_query_groups != 0 &&
-                                       c->model.num_query_groups != c->model.num_attention_heads},
+        /* (resolved: 0 became num_attention_heads) */
+        {"model.num_query_groups", c->model.num_query_groups != c->model.num_attention_heads},
         {"model.norm_epsilon", c->model.norm_epsilon != d.model.norm_epsilon},
         {"model.rotary_base", c->model.rotary_base != d.model.rotary_base},
         {"model.rope_scaling", c->model.rope_scaling != d.model.rope_scaling},
@@ -85,7 +85,7 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
     if (t->optimizer.decay_steps == 0)
         t->optimizer.decay_steps = t->train.steps;
     if (t->model.num_query_groups == 0) t->model.num_query_groups = t->model.num_attention_heads;
-    if (llama_only_keys(c, llama, err, errlen)) goto out;
+    if (llama_only_keys(t, llama, err, errlen)) goto out;
     const long long ffn = t->model.ffn_hidden_size;
 
     if (hidden % heads) {

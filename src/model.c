@@ -199,16 +199,9 @@ static void setup_slots(LtModel *m, int nslots) {
 /* The rotary table (T, HD/2, 2) of cos, sin on the device (llama). */
 static float *rope_setup(LtModel *m, size_t *acc) {
     const int HD = m->d.hidden / m->d.heads;
-    const LtRopeScaling sc = {
-        .type = m->d.rope_scaling == LT_ROPE_LLAMA3 ? LT_ROPE_SCALING_LLAMA3 : LT_ROPE_SCALING_NONE,
-        .factor = m->d.rope_factor,
-        .low_freq_factor = m->d.rope_low_freq,
-        .high_freq_factor = m->d.rope_high_freq,
-        .original_max_position = m->d.rope_original_max_pos,
-    };
     const size_t n = (size_t)m->T * (size_t)HD;
     float *host = lt_malloc(n * sizeof(float));
-    lt_rope_table(host, m->T, HD, m->d.rope_base, &sc);
+    lt_rope_table(host, m->T, HD, m->d.rope_base, &m->d.rope);
     float *dev = f32_alloc(m, n, acc);
     m->be->ops->upload(m->be, dev, host, n * sizeof(float));
     free(host);

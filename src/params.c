@@ -278,11 +278,12 @@ LtModelDims lt_dims_from_config(const LtConfig *c) {
         .untied = c->model.untie_embeddings_and_output_weights,
         .norm_eps = (float)c->model.norm_epsilon,
         .rope_base = c->model.rotary_base,
-        .rope_scaling = c->model.rope_scaling,
-        .rope_factor = c->model.rope_scaling_factor,
-        .rope_low_freq = c->model.rope_low_freq_factor,
-        .rope_high_freq = c->model.rope_high_freq_factor,
-        .rope_original_max_pos = c->model.rope_original_max_position,
+        .rope = {.type = c->model.rope_scaling == LT_ROPE_LLAMA3 ? LT_ROPE_SCALING_LLAMA3
+                                                                : LT_ROPE_SCALING_NONE,
+                 .factor = c->model.rope_scaling_factor,
+                 .low_freq_factor = c->model.rope_low_freq_factor,
+                 .high_freq_factor = c->model.rope_high_freq_factor,
+                 .original_max_position = c->model.rope_original_max_position},
     };
     return d;
 }

@@ -24,8 +24,7 @@ static LtModelDims tiny_llama_dims(void) {
     LtModelDims d = {.num_layers = 2, .hidden = 32, .heads = 4, .ffn = 48, .seq_len = 8,
                      .max_pos = 8, .vocab = 37, .padded_vocab = 128, .arch = LT_ARCH_LLAMA,
                      .kv_heads = 2, .untied = 1, .norm_eps = 1e-5f, .rope_base = 10000,
-                     .rope_scaling = LT_ROPE_LLAMA3, .rope_factor = 8, .rope_low_freq = 1,
-                     .rope_high_freq = 4, .rope_original_max_pos = 4};
+                     .rope = {LT_ROPE_SCALING_LLAMA3, 8, 1, 4, 4}};
     return d;
 }
 
@@ -159,7 +158,7 @@ static void test_gradient_check(void) {
     gradient_check(gpt_untied);
     gradient_check(tiny_llama_dims());
     LtModelDims mqa = tiny_llama_dims(); /* multi-query, tied, no RoPE scaling */
-    mqa.kv_heads = 1, mqa.untied = 0, mqa.rope_scaling = LT_ROPE_NONE;
+    mqa.kv_heads = 1, mqa.untied = 0, mqa.rope.type = LT_ROPE_SCALING_NONE;
     gradient_check(mqa);
 }
 
