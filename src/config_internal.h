@@ -30,6 +30,8 @@ typedef struct {
 /* In print order; the keys of a section are contiguous. */
 extern const KeyDesc lt_cfg_keys[];
 extern const int lt_cfg_nkeys;
+extern const char *const lt_cfg_sections[]; /* the section names, in print order */
+extern const int lt_cfg_nsections;
 
 /* Longest dotted key name plus slack; longer names are never valid. */
 #define LT_CFG_NAME_MAX 128
@@ -40,6 +42,9 @@ static inline const void *lt_cfg_cfield(const LtConfig *c, const KeyDesc *k) {
 
 /* "section.name" into buf. */
 void lt_cfg_full_name(const KeyDesc *k, char *buf, size_t n);
+/* Best known name for the unknown dotted key or section q (config_suggest.c):
+ * writes it to out and returns 1, or 0 when nothing is reasonably close. */
+int lt_cfg_suggest(const char *q, char *out, size_t n);
 
 /* Number of spellings in a NULL-terminated enum name list. */
 int lt_cfg_enum_count(const char *const *names);
