@@ -1,11 +1,13 @@
 /* checkpoint.h - saving and loading training state; Hugging Face export.
  *
  * Layout: <dir>/step_<NNNNNNNN>/ holding
- *   state.lt    : named fp32 tensors (master weights "param/<name>", Adam
- *                 moments "adam_m/<name>", "adam_v/<name>") each with shape
- *                 and CRC-32, addressed by global parameter name so a later
- *                 layout can reshard them;
- *   meta.json   : step, samples consumed, seeds, format version, dims;
+ *   state*.lt   : the state files (src/ckpt_shard.c): named fp32 pieces of
+ *                 the master weights "param/<name>" and Adam moments
+ *                 "adam_m/<name>", "adam_v/<name>", each a rectangle of the
+ *                 global tensor with CRCs per 1 MiB block; one file per
+ *                 saving rank, so a later layout can read the ranges it needs;
+ *   meta.json   : step, samples consumed, seeds, format version, dims, the
+ *                 saving layout and every state file's size and header CRC;
  *   config.yaml : the resolved config of the run that saved it.
  * <dir>/latest names the newest complete step directory. A step directory is
  * written under a temporary name and renamed when complete, then `latest` is
@@ -34,6 +36,8 @@ typedef struct {
     uint64_t rng_state;        /* sampler/dropout RNG state (reserved) */
     int weights_only;          /* set by the readers: the checkpoint holds no Adam moments
                                 * (meta.json "optimizer_state": false); ignored by save */
+    int padded_vocab;          /* set by the readers: the vocabulary padding of the saving
+                                * run (0 when meta.json does not say); ignored by save */
 } LtCkptMeta;
 
 /* Host copies of the full (unsharded) state, each t->total fp32 elements.
@@ -46,6 +50,42 @@ typedef struct {
  * Returns 0, or -1 with a message in err. */
 int lt_ckpt_save(const char *dir, const LtParamTable *t, const LtCkptState *s,
                  const LtCkptMeta *meta, const LtConfig *cfg, char *err, size_t errlen);
+
+/* The parallel layout that saved a checkpoint (any layout loads any). */
+typedef struct {
+    int tp, pp, vpp, dp, zero_stage;
+} LtCkptLayout;
+
+/* The state file of rank (tp, pp, dp) of layout l: state.lt for one
+ * process, else state-tpT-ppP-dpD.lt. */
+void lt_ckpt_state_name(const LtCkptLayout *l, int tp, int pp, int dp, char *out, size_t len);
+
+/* A parallel save: every rank calls lt_ckpt_begin for the path of the
+ * temporary directory <dir>/.tmp-step_NNNNNNNN (in tmp), one of them with
+ * create = 1, which makes it afresh (before the others write); then every rank writes its state
+ * file there (lt_shard_write); once all have, one rank calls lt_ckpt_commit:
+ * it checks every file the layout names, writes config.yaml and meta.json
+ * (last), installs the directory as step_NNNNNNNN and points latest at it
+ * (on failure the temporary directory is removed). lt_ckpt_abort removes the
+ * temporary directory of a failed save. optimizer_state: the files hold Adam
+ * moments. g: the whole model's table (dims, parameter count). 0 or -1. */
+int lt_ckpt_begin(const char *dir, long step, int create, char *tmp, size_t len, char *err,
+                  size_t errlen);
+int lt_ckpt_commit(const char *dir, const char *tmp, const LtParamTable *g, const LtCkptMeta *meta,
+                   const LtCkptLayout *l, int optimizer_state, const LtConfig *cfg, char *err,
+                   size_t errlen);
+void lt_ckpt_abort(const char *tmp);
+
+/* Load this rank's part at its own layout (t: its table): master[t->total]
+ * gets every parameter it holds; m and v (NULL: skipped) the elements
+ * [lo, hi) of its flat index space, m[0] being element lo. Reads only the
+ * blocks of the state files that hold those elements, through an I/O buffer
+ * of io_bytes. Refuses a checkpoint whose dims differ from t's (naming the
+ * field), whose files do not match meta.json, or that holds a non-finite
+ * value. 0, or -1 with a message naming the file and tensor. */
+int lt_ckpt_load_local(const char *stepdir, const LtParamTable *t, float *master, size_t lo,
+                       size_t hi, float *m, float *v, size_t io_bytes, LtCkptMeta *meta, char *err,
+                       size_t errlen);
 
 /* Before a run's first save: `dir` exists (created if needed) and a file can
  * be created, written, synced and removed in it; entries left by a writer

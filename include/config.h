@@ -88,6 +88,7 @@ typedef struct {
         char load[LT_PATH_MAX];        /* "" = start fresh; "auto" = newest in dir, if any */
         int keep_last;                 /* 0 = keep every checkpoint */
         bool async;                    /* write in a background thread while training goes on */
+        int io_buffer_mib;             /* bytes each rank converts and checks at a time, saving and loading */
     } checkpoint;
     struct {
         char metrics_file[LT_PATH_MAX]; /* "" = none */

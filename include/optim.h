@@ -116,10 +116,21 @@ const float *lt_optim_clip_coef(LtOptimizer *o, const double *ss_dev, double cli
 void lt_optim_step(LtOptimizer *o, void *params, const float *grads, double lr,
                    double grad_scale, const float *grad_scale_dev);
 
-/* Full fp32 state on the host (collective: every rank gets all of it).
- * Each array has table->total elements; m/v may be NULL. */
-void lt_optim_gather_state(LtOptimizer *o, float *master, float *m, float *v);
-/* Take this rank's shard of full host arrays (table->total elements each). */
+/* The elements [*begin, *begin + *len) of the flat index space (clipped to
+ * the table) whose fp32 state a DP rank holds: its ZeRO shard, everything
+ * with ZeRO 0 or one DP rank. For loading before the optimizer exists. */
+void lt_optim_held_range(const LtParamTable *t, int zero_stage, int dp_size, int dp_rank,
+                         size_t *begin, size_t *len);
+/* The elements this rank saves in a checkpoint: its DP rank's slice of the
+ * flat index space, whatever the ZeRO stage (with ZeRO 0 every DP rank holds
+ * all of it, and each saves its slice, in parallel with the others). */
+void lt_optim_save_range(const LtOptimizer *o, size_t *begin, size_t *len);
+/* Copy elements [begin, begin + len), which this rank holds, of the master
+ * weights and moments to host arrays of len elements (m/v may be NULL). */
+void lt_optim_download_state(LtOptimizer *o, size_t begin, size_t len, float *master, float *m,
+                             float *v);
+/* Load the state: master holds the whole table (table->total); m and v (NULL:
+ * zero moments) the elements of lt_optim_held_range. step: updates applied. */
 void lt_optim_load_state(LtOptimizer *o, const float *master, const float *m, const float *v,
                          long step);
 

@@ -1,44 +1,28 @@
 /* checkpoint.c - training-state checkpoints (see checkpoint.h).
  *
- * A step directory <dir>/step_NNNNNNNN holds three files:
+ * A step directory <dir>/step_NNNNNNNN holds:
  *
- * state.lt, format version 2 (version 1 is read too); every integer
- * little-endian:
+ *   state*.lt   : the state files (format: src/ckpt_shard.c). A run of one
+ *                 process writes state.lt; a parallel run one file per rank,
+ *                 state-tpT-ppP-dpD.lt, each holding that rank's pieces;
+ *   meta.json   : format version 3; step, samples consumed, seeds, optimizer
+ *                 steps, the model dims, the layout that saved it and every
+ *                 state file with its size and header CRC, and last
+ *                 meta_crc32, the CRC of every byte before its line. It is
+ *                 written after every state file is durable, so a step
+ *                 directory with a meta.json that matches its files is whole;
+ *   config.yaml : the resolved config of the run (lt_config_print).
  *
- *   offset  bytes  field
- *   0       8      magic "LTSTATE\0"
- *   8       4      u32 format version (1)
- *   12      4      u32 record count R
- *   16      8      u64 data_start: file offset of the first tensor's data
- *   24      8      u64 file_size: total length of the file in bytes
- *   32      4      u32 CRC-32 of the record table (bytes [64, 64 + 192 R))
- *   36      4      u32 CRC-32 of header bytes [0, 36) (version 2; zero in version 1)
- *   40      24     zero (checked)
- *   64      192 R  record table, one record per tensor:
- *                    +0    128  name, NUL-padded: "param/<name>", "adam_m/<name>",
- *                               "adam_v/<name>" (<name> from the LtParamTable)
- *                    +128  4    u32 dtype (1 = fp32)
- *                    +132  4    u32 ndim (1..4)
- *                    +136  32   i64 shape[4] (dims past ndim are 0)
- *                    +168  8    u64 file offset of the data
- *                    +176  8    u64 data length in bytes (4 * product of shape)
- *                    +184  4    u32 CRC-32 of the data bytes as stored
- *                    +188  4    zero
- *   data_start ... tensor data: fp32 little-endian, row-major, each tensor at a
- *                  multiple of 64 bytes (zero padding between tensors).
+ * Saving: the files are written into <dir>/.tmp-step_NNNNNNNN/ (by one
+ * process, or by every rank in parallel: lt_ckpt_begin, then each rank
+ * lt_shard_write, then lt_ckpt_commit on one rank), which is fsynced and
+ * renamed to step_NNNNNNNN (swapping atomically with an existing one of that
+ * step); then <dir>/latest is replaced through latest.tmp. `latest` always
+ * names the step directory saved last. One run writes a checkpoint directory.
  *
- * Records are written in table order (all param/, then adam_m/, then adam_v/;
- * the moment records are absent when the state has none), but a reader finds
- * them by name, so order and extra non-"param/" records do not matter.
- *
- * meta.json: one flat JSON object (format, format_version, step,
- * samples_consumed, seed, data_seed, rng_state, the model dims,
- * num_parameters, optimizer_state). config.yaml: lt_config_print output.
- *
- * Saving writes <dir>/.tmp-step_NNNNNNNN-<pid>/, fsyncs it, renames it to
- * step_NNNNNNNN (swapping atomically with an existing one of that step), then
- * replaces <dir>/latest through latest.tmp. `latest` always names the step
- * directory saved last. One process writes a given checkpoint directory. */
+ * Loading (lt_ckpt_load_local) reads, for each tensor a rank needs, only the
+ * blocks of the pieces that overlap its part, from whichever files hold them:
+ * any layout loads a checkpoint of any other. */
 #include "checkpoint.h"
 
 #include <dirent.h>
@@ -55,28 +39,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt_shard.h"
 #include "common.h"
+#include "json.h"
 
-#define STATE_MAGIC "LTSTATE" /* 8 bytes with its NUL */
-#define STATE_VERSION 2u /* 2: header CRC; 1 still read */
-#define META_VERSION 2   /* 2: meta_crc32; 1 still read */
-#define HDR_BYTES 64
-#define REC_BYTES 192
-#define REC_NAME 128
-#define DATA_ALIGN 64
-#define DTYPE_F32 1u
-#define MAX_RECORDS (1u << 22)
-
-static const char *const KIND[3] = {"param", "adam_m", "adam_v"};
-
-typedef struct {
-    char name[REC_NAME];
-    uint32_t dtype, ndim;
-    int64_t shape[4];
-    uint64_t offset, nbytes;
-    uint32_t crc;
-} Rec;
-
+#define META_VERSION 3 /* 3: state files listed with their layout; 1 and 2 still read */
+#define META_MAX_BYTES (64u << 20)
 
 /* out = a/b; -1 with err when it does not fit in PATH_MAX. */
 static int join(char out[PATH_MAX], const char *a, const char *b, char *err, size_t errlen) {
@@ -84,25 +52,6 @@ static int join(char out[PATH_MAX], const char *a, const char *b, char *err, siz
         return lt_errorf(err, errlen, "path too long: %s/%s", a, b);
     return 0;
 }
-
-static void put_u32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put_u64(unsigned char *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get_u32(const unsigned char *p) {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-static uint64_t get_u64(const unsigned char *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t align_up(uint64_t x) { return (x + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN; }
 
 /* ---- filesystem helpers -------------------------------------------------- */
 
@@ -184,462 +133,326 @@ static int file_exists(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* ---- state.lt ------------------------------------------------------------ */
-
-static void encode_rec(unsigned char *b, const Rec *r) {
-    memset(b, 0, REC_BYTES);
-    memcpy(b, r->name, strlen(r->name));
-    put_u32(b + 128, r->dtype);
-    put_u32(b + 132, r->ndim);
-    for (int i = 0; i < 4; i++) put_u64(b + 136 + 8 * i, (uint64_t)r->shape[i]);
-    put_u64(b + 168, r->offset);
-    put_u64(b + 176, r->nbytes);
-    put_u32(b + 184, r->crc);
-}
-
-static void decode_rec(const unsigned char *b, Rec *r) {
-    memcpy(r->name, b, REC_NAME);
-    r->name[REC_NAME - 1] = '\0';
-    r->dtype = get_u32(b + 128);
-    r->ndim = get_u32(b + 132);
-    for (int i = 0; i < 4; i++) r->shape[i] = (int64_t)get_u64(b + 136 + 8 * i);
-    r->offset = get_u64(b + 168);
-    r->nbytes = get_u64(b + 176);
-    r->crc = get_u32(b + 184);
-}
-
-/* Write n floats little-endian, updating *crc over the bytes written. */
-static int write_floats(FILE *f, const float *x, size_t n, uint32_t *crc, const char *path,
-                        char *err, size_t errlen) {
-    unsigned char buf[1 << 16];
-    const size_t per = sizeof buf / 4;
-    for (size_t i = 0; i < n; i += per) {
-        size_t k = n - i < per ? n - i : per;
-        for (size_t j = 0; j < k; j++) {
-            uint32_t u;
-            memcpy(&u, &x[i + j], 4);
-            put_u32(buf + 4 * j, u);
-        }
-        *crc = lt_crc32(*crc, buf, 4 * k);
-        if (fwrite(buf, 1, 4 * k, f) != 4 * k)
-            return lt_errorf(err, errlen, "error writing %s: %s", path, strerror(errno));
-    }
-    return 0;
-}
-
-static int write_zeros(FILE *f, uint64_t n, const char *path, char *err, size_t errlen) {
-    static const unsigned char zeros[4096];
-    while (n > 0) {
-        size_t k = n < sizeof zeros ? (size_t)n : sizeof zeros;
-        if (fwrite(zeros, 1, k, f) != k)
-            return lt_errorf(err, errlen, "error writing %s: %s", path, strerror(errno));
-        n -= k;
-    }
-    return 0;
-}
-
-static int write_state(const char *path, const LtParamTable *t, const LtCkptState *s, char *err,
-                       size_t errlen) {
-    const float *arr[3] = {s->master, s->m, s->v};
-    uint32_t nrec = 0;
-    for (int k = 0; k < 3; k++) nrec += arr[k] ? (uint32_t)t->n : 0;
-    Rec *recs = lt_calloc(sizeof(Rec) * nrec);
-    const uint64_t data_start = align_up(HDR_BYTES + (uint64_t)REC_BYTES * nrec);
-    uint64_t off = data_start, end = data_start;
-    uint32_t r = 0;
-    for (int k = 0; k < 3; k++) {
-        if (!arr[k]) continue;
-        for (int i = 0; i < t->n; i++, r++) {
-            const LtParam *p = &t->p[i];
-            Rec *rc = &recs[r];
-            snprintf(rc->name, sizeof rc->name, "%s/%s", KIND[k], p->name);
-            rc->dtype = DTYPE_F32;
-            rc->ndim = (uint32_t)p->ndim;
-            for (int d = 0; d < p->ndim; d++) rc->shape[d] = p->shape[d];
-            rc->offset = off;
-            rc->nbytes = 4 * (uint64_t)p->numel;
-            end = off + rc->nbytes;
-            off = align_up(end);
-        }
-    }
-
-    int rc = -1;
-    unsigned char *head = lt_calloc((size_t)data_start);
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        lt_errorf(err, errlen, "cannot create %s: %s", path, strerror(errno));
-        goto done;
-    }
-    /* Zeros stand in for the header and table until the CRCs are known. */
-    uint64_t pos = data_start;
-    if (write_zeros(f, data_start, path, err, errlen)) goto close;
-    r = 0;
-    for (int k = 0; k < 3; k++) {
-        if (!arr[k]) continue;
-        for (int i = 0; i < t->n; i++, r++) {
-            if (write_zeros(f, recs[r].offset - pos, path, err, errlen)) goto close;
-            recs[r].crc = 0;
-            if (write_floats(f, arr[k] + t->p[i].offset, t->p[i].numel, &recs[r].crc, path, err,
-                             errlen))
-                goto close;
-            pos = recs[r].offset + recs[r].nbytes;
-        }
-    }
-    for (uint32_t i = 0; i < nrec; i++) encode_rec(head + HDR_BYTES + (size_t)REC_BYTES * i, &recs[i]);
-    memcpy(head, STATE_MAGIC, 8);
-    put_u32(head + 8, STATE_VERSION);
-    put_u32(head + 12, nrec);
-    put_u64(head + 16, data_start);
-    put_u64(head + 24, end);
-    put_u32(head + 32, lt_crc32(0, head + HDR_BYTES, (size_t)REC_BYTES * nrec));
-    put_u32(head + 36, lt_crc32(0, head, 36));
-    if (fseeko(f, 0, SEEK_SET) != 0 || fwrite(head, 1, (size_t)data_start, f) != data_start) {
-        lt_errorf(err, errlen, "error writing %s: %s", path, strerror(errno));
-        goto close;
-    }
-    rc = lt_file_commit(f, path, err, errlen);
-    f = NULL;
-close:
-    if (f) fclose(f);
-done:
-    free(head);
-    free(recs);
-    return rc;
-}
-
-static int rec_cmp(const void *a, const void *b) {
-    return strcmp(((const Rec *)a)->name, ((const Rec *)b)->name);
-}
-
-static const Rec *rec_find(const Rec *recs, uint32_t n, const char *name) {
-    Rec key;
-    snprintf(key.name, sizeof key.name, "%s", name);
-    return bsearch(&key, recs, n, sizeof(Rec), rec_cmp);
-}
-
-static void shape_str(char *out, size_t n, int ndim, const int64_t *shape) {
-    size_t used = (size_t)snprintf(out, n, "(");
-    for (int d = 0; d < ndim && used < n; d++)
-        used += (size_t)snprintf(out + used, n - used, "%s%" PRId64, d ? "," : "", shape[d]);
-    if (used < n) snprintf(out + used, n - used, ")");
-}
-
-/* Read, check and decode the header and record table of an open state.lt;
- * *recs (sorted by name) is malloc'd. */
-static int read_table(FILE *f, const char *path, Rec **recs_out, uint32_t *n_out, char *err,
-                      size_t errlen) {
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) return lt_errorf(err, errlen, "cannot stat %s: %s", path, strerror(errno));
-    const uint64_t size = (uint64_t)st.st_size;
-    unsigned char h[HDR_BYTES];
-    if (fread(h, 1, HDR_BYTES, f) != HDR_BYTES)
-        return lt_errorf(err, errlen, "%s is truncated (%" PRIu64 " bytes, shorter than its header)", path, size);
-    if (memcmp(h, STATE_MAGIC, 8) != 0)
-        return lt_errorf(err, errlen, "%s is not a lattice state file (bad magic)", path);
-    const uint32_t version = get_u32(h + 8), n = get_u32(h + 12);
-    const uint64_t data_start = get_u64(h + 16), file_size = get_u64(h + 24);
-    if (version != STATE_VERSION && version != 1)
-        return lt_errorf(err, errlen, "%s has format version %u; this build reads versions 1 and %u",
-                         path, version, STATE_VERSION);
-    static const unsigned char zero[HDR_BYTES];
-    if ((version >= 2 && get_u32(h + 36) != lt_crc32(0, h, 36)) ||
-        memcmp(h + (version >= 2 ? 40 : 36), zero, HDR_BYTES - (version >= 2 ? 40 : 36)) != 0)
-        return lt_errorf(err, errlen, "%s has a corrupt header (CRC mismatch or reserved bytes set)",
-                         path);
-    if (n > MAX_RECORDS || data_start < HDR_BYTES + (uint64_t)REC_BYTES * n || file_size < data_start)
-        return lt_errorf(err, errlen, "%s has a corrupt header", path);
-    if (size < file_size)
-        return lt_errorf(err, errlen, "%s is truncated: %" PRIu64 " bytes, the header says %" PRIu64, path,
-                    size, file_size);
-    if (size > file_size)
-        return lt_errorf(err, errlen, "%s is %" PRIu64 " bytes, the header says %" PRIu64 " (corrupt)", path,
-                    size, file_size);
-    unsigned char *tab = lt_malloc((size_t)REC_BYTES * n);
-    if (fread(tab, 1, (size_t)REC_BYTES * n, f) != (size_t)REC_BYTES * n) {
-        free(tab);
-        return lt_errorf(err, errlen, "error reading %s: %s", path, strerror(errno));
-    }
-    if (lt_crc32(0, tab, (size_t)REC_BYTES * n) != get_u32(h + 32)) {
-        free(tab);
-        return lt_errorf(err, errlen, "record table of %s is corrupt (CRC mismatch)", path);
-    }
-    Rec *recs = lt_malloc(sizeof(Rec) * (n ? n : 1));
-    for (uint32_t i = 0; i < n; i++) decode_rec(tab + (size_t)REC_BYTES * i, &recs[i]);
-    free(tab);
-    for (uint32_t i = 0; i < n; i++) {
-        const Rec *r = &recs[i];
-        uint64_t numel = 1;
-        int bad = r->dtype != DTYPE_F32 || r->ndim < 1 || r->ndim > 4;
-        for (uint32_t d = 0; !bad && d < r->ndim; d++) {
-            bad = r->shape[d] < 0 || (r->shape[d] > 0 && numel > UINT64_MAX / 4 / (uint64_t)r->shape[d]);
-            numel *= (uint64_t)r->shape[d];
-        }
-        if (bad || r->nbytes != 4 * numel || r->offset < data_start || r->offset > file_size ||
-            r->nbytes > file_size - r->offset) {
-            lt_errorf(err, errlen, "%s: record '%s' is corrupt", path, r->name);
-            free(recs);
-            return -1;
-        }
-    }
-    qsort(recs, n, sizeof(Rec), rec_cmp);
-    for (uint32_t i = 1; i < n; i++)
-        if (strcmp(recs[i - 1].name, recs[i].name) == 0) {
-            lt_errorf(err, errlen, "%s: tensor '%s' appears twice", path, recs[i].name);
-            free(recs);
-            return -1;
-        }
-    *recs_out = recs;
-    *n_out = n;
-    return 0;
-}
-
-/* Read record r into dst (r->nbytes / 4 floats), verify its CRC, decode. */
-static int read_tensor(FILE *f, const char *path, const Rec *r, float *dst, char *err, size_t errlen) {
-    unsigned char *bytes = (unsigned char *)dst;
-    if (fseeko(f, (off_t)r->offset, SEEK_SET) != 0 || fread(bytes, 1, r->nbytes, f) != r->nbytes)
-        return lt_errorf(err, errlen, "error reading tensor '%s' from %s", r->name, path);
-    if (lt_crc32(0, bytes, r->nbytes) != r->crc)
-        return lt_errorf(err, errlen, "checksum mismatch for tensor '%s' in %s (file corrupt)", r->name, path);
-    for (uint64_t i = 0; i < r->nbytes / 4; i++) {
-        uint32_t u = get_u32(bytes + 4 * i);
-        memcpy(&dst[i], &u, 4);
-    }
-    return 0;
-}
-
-static int load_state(const char *stepdir, const LtParamTable *t, LtCkptState *s, char *err,
-                      size_t errlen) {
-    char path[PATH_MAX];
-    if (join(path, stepdir, "state.lt", err, errlen)) return -1;
-    FILE *f = fopen(path, "rb");
-    if (!f) return lt_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-    Rec *recs = NULL;
-    uint32_t n = 0;
-    int rc = read_table(f, path, &recs, &n, err, errlen);
-    /* A parameter the model lacks means a different architecture. */
-    for (uint32_t i = 0; rc == 0 && i < n; i++)
-        if (strncmp(recs[i].name, "param/", 6) == 0 && !lt_params_find(t, recs[i].name + 6))
-            rc = lt_errorf(err, errlen, "checkpoint %s has tensor '%s' that the model does not have",
-                      stepdir, recs[i].name + 6);
-    float *dst[3] = {s->master, s->m, s->v};
-    for (int k = 0; rc == 0 && k < 3; k++) {
-        if (!dst[k]) continue;
-        for (int i = 0; rc == 0 && i < t->n; i++) {
-            const LtParam *p = &t->p[i];
-            char name[REC_NAME];
-            snprintf(name, sizeof name, "%s/%s", KIND[k], p->name);
-            const Rec *r = rec_find(recs, n, name);
-            if (!r) {
-                if (k == 0) rc = lt_errorf(err, errlen, "checkpoint %s has no tensor '%s'", stepdir, p->name);
-                else rc = lt_errorf(err, errlen, "checkpoint %s has no optimizer state tensor '%s'", stepdir, name);
-                break;
-            }
-            int same = r->ndim == (uint32_t)p->ndim;
-            for (int d = 0; same && d < p->ndim; d++) same = r->shape[d] == p->shape[d];
-            if (!same) {
-                char a[96], b[96];
-                shape_str(a, sizeof a, (int)r->ndim, r->shape);
-                shape_str(b, sizeof b, p->ndim, p->shape);
-                rc = lt_errorf(err, errlen, "%s: shape mismatch for '%s': checkpoint %s, model %s", stepdir,
-                          name + strlen(KIND[k]) + 1, a, b);
-                break;
-            }
-            rc = read_tensor(f, path, r, dst[k] + p->offset, err, errlen);
-            /* a diverged model is not resumed, evaluated or exported */
-            for (size_t j = 0; rc == 0 && j < p->numel; j++)
-                if (!isfinite(dst[k][p->offset + j]))
-                    rc = lt_errorf(err, errlen,
-                                   "checkpoint %s: tensor '%s' holds a non-finite value (%g at "
-                                   "element %zu): the model it saved had diverged",
-                                   stepdir, name, (double)dst[k][p->offset + j], j);
-        }
-    }
-    free(recs);
-    fclose(f);
-    return rc;
-}
-
 /* ---- meta.json ----------------------------------------------------------- */
 
-static int write_meta(const char *path, const LtParamTable *t, const LtCkptState *s,
-                      const LtCkptMeta *m, char *err, size_t errlen) {
-    const LtModelDims *d = &t->dims;
-    char js[4096];
-    int n = snprintf(
-        js, sizeof js,
-        "{\n  \"format\": \"lattice-checkpoint\",\n  \"format_version\": %d,\n"
-        "  \"step\": %ld,\n  \"samples_consumed\": %" PRIu64 ",\n  \"seed\": %" PRIu64 ",\n"
-        "  \"data_seed\": %" PRIu64 ",\n  \"rng_state\": %" PRIu64 ",\n"
-        "  \"optimizer_steps\": %ld,\n"
-        "  \"arch\": \"%s\",\n  \"num_query_groups\": %d,\n"
-        "  \"untie_embeddings_and_output_weights\": %s,\n"
-        "  \"num_layers\": %d,\n  \"hidden_size\": %d,\n  \"num_attention_heads\": %d,\n"
-        "  \"ffn_hidden_size\": %d,\n  \"seq_length\": %d,\n  \"max_position_embeddings\": %d,\n"
-        "  \"vocab_size\": %d,\n  \"padded_vocab_size\": %d,\n  \"num_parameters\": %zu,\n"
-        "  \"optimizer_state\": %s,\n",
-        META_VERSION, m->step, m->samples_consumed, m->seed, m->data_seed, m->rng_state,
-        m->optimizer_steps >= 0 && m->optimizer_steps <= m->step ? m->optimizer_steps : m->step,
-        lt_arch_name((LtArch)d->arch), lt_dims_kv_heads(d), d->untied ? "true" : "false",
-        d->num_layers, d->hidden, d->heads, d->ffn, d->seq_len, d->max_pos, d->vocab,
-        d->padded_vocab, t->total, s->m && s->v ? "true" : "false");
-    if (n < 0 || (size_t)n >= sizeof js - 64) return lt_errorf(err, errlen, "%s: metadata too long", path);
-    /* the last key guards every byte before its line: an edited step (which
-     * moves the data position and the LR schedule) is refused at load */
-    snprintf(js + n, sizeof js - (size_t)n, "  \"meta_crc32\": %u\n}\n",
-             (unsigned)lt_crc32(0, js, (size_t)n));
-    FILE *f = fopen(path, "w");
-    if (!f) return lt_errorf(err, errlen, "cannot create %s: %s", path, strerror(errno));
-    if (fputs(js, f) < 0) {
-        fclose(f);
-        return lt_errorf(err, errlen, "cannot write %s: %s", path, strerror(errno));
-    }
-    return lt_file_commit(f, path, err, errlen);
+void lt_ckpt_state_name(const LtCkptLayout *l, int tp, int pp, int dp, char *out, size_t len) {
+    if (l->tp * l->pp * l->dp == 1) snprintf(out, len, "state.lt");
+    else snprintf(out, len, "state-tp%d-pp%d-dp%d.lt", tp, pp, dp);
 }
 
-static const char *json_ws(const char *p) {
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
-    return p;
-}
+/* Append to a growing text buffer. */
+typedef struct {
+    char *s;
+    size_t n, cap;
+} Text;
 
-/* Parse a JSON string at p (at its '"') into out (escapes reduced to the
- * escaped character; \u sequences kept verbatim). Returns the position after
- * the closing quote, NULL when malformed. */
-static const char *json_str(const char *p, char *out, size_t cap) {
-    size_t n = 0;
-    if (*p++ != '"') return NULL;
-    for (; *p && *p != '"'; p++) {
-        if (*p == '\\' && *++p == '\0') return NULL;
-        if (n + 1 < cap) out[n++] = *p;
-    }
-    if (cap) out[n] = '\0';
-    return *p == '"' ? p + 1 : NULL;
-}
-
-/* Value of top-level `key` of the flat JSON object `js`: a string without its
- * quotes, or the raw token of a number/true/false/null. Nested values are
- * skipped. Returns 1 found, 0 absent, -1 malformed. */
-static int json_flat_get(const char *js, const char *key, char *val, size_t cap) {
-    char k[128];
-    const char *p = json_ws(js);
-    if (*p++ != '{') return -1;
+static void __attribute__((format(printf, 2, 3))) text_add(Text *t, const char *fmt, ...) {
     for (;;) {
-        p = json_ws(p);
-        if (*p == '}') return 0;
-        if (!(p = json_str(p, k, sizeof k))) return -1;
-        p = json_ws(p);
-        if (*p++ != ':') return -1;
-        p = json_ws(p);
-        int hit = strcmp(k, key) == 0;
-        if (*p == '"') {
-            if (!(p = json_str(p, hit ? val : k, hit ? cap : sizeof k))) return -1;
-            if (hit) return 1;
-        } else if (*p == '{' || *p == '[') {
-            int depth = 0;
-            do {
-                if (*p == '"') {
-                    if (!(p = json_str(p, k, sizeof k))) return -1;
-                    continue;
-                }
-                if (*p == '{' || *p == '[') depth++;
-                if (*p == '}' || *p == ']') depth--;
-                if (*p++ == '\0') return -1;
-            } while (depth > 0);
-        } else {
-            size_t n = strcspn(p, ",} \t\r\n");
-            if (n == 0) return -1;
-            if (hit) {
-                snprintf(val, cap, "%.*s", (int)n, p);
-                return 1;
-            }
-            p += n;
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(t->s ? t->s + t->n : NULL, t->s ? t->cap - t->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) lt_fatal("formatting checkpoint metadata");
+        if (t->s && t->n + (size_t)k < t->cap) {
+            t->n += (size_t)k;
+            return;
         }
-        p = json_ws(p);
-        if (*p == ',') p++;
-        else if (*p != '}') return -1;
+        t->cap = (t->cap + (size_t)k + 1) * 2;
+        t->s = realloc(t->s, t->cap);
+        if (!t->s) lt_fatal("out of host memory formatting checkpoint metadata");
     }
 }
 
-static int meta_u64(const char *js, const char *key, uint64_t *out, const char *path, char *err,
-                    size_t errlen) {
-    char val[64], *end;
-    int found = json_flat_get(js, key, val, sizeof val);
-    if (found < 0) return lt_errorf(err, errlen, "%s is not valid JSON", path);
-    if (found == 0) return lt_errorf(err, errlen, "%s has no key '%s'", path, key);
-    errno = 0;
-    *out = strtoull(val, &end, 10);
-    if (errno || *end || val[0] == '-' || !val[0])
-        return lt_errorf(err, errlen, "%s: '%s' is not an unsigned integer: %s", path, key, val);
+/* The state files of layout l with their sizes and header CRCs (read from
+ * their headers, which lt_shard_open checks) into a JSON array. */
+static int list_files(Text *js, const char *tmp, const LtCkptLayout *l, char *err, size_t errlen) {
+    text_add(js, "  \"files\": [");
+    int first = 1;
+    for (int pp = 0; pp < l->pp; pp++)
+        for (int tp = 0; tp < l->tp; tp++)
+            for (int dp = 0; dp < l->dp; dp++) {
+                char name[96], path[PATH_MAX];
+                lt_ckpt_state_name(l, tp, pp, dp, name, sizeof name);
+                if (join(path, tmp, name, err, errlen)) return -1;
+                FILE *f = fopen(path, "rb");
+                unsigned char h[64];
+                struct stat st;
+                int ok = f && fstat(fileno(f), &st) == 0 && fread(h, 1, 64, f) == 64;
+                if (f) fclose(f);
+                if (!ok) return lt_errorf(err, errlen, "state file %s is missing or unreadable", path);
+                uint32_t crc = (uint32_t)h[36] | (uint32_t)h[37] << 8 | (uint32_t)h[38] << 16 |
+                               (uint32_t)h[39] << 24;
+                if (crc != lt_crc32(0, h, 36))
+                    return lt_errorf(err, errlen, "state file %s has a corrupt header", path);
+                text_add(js, "%s\n    {\"name\": \"%s\", \"tp\": %d, \"pp\": %d, \"dp\": %d, "
+                             "\"bytes\": %lld, \"crc32\": %u}",
+                         first ? "" : ",", name, tp, pp, dp, (long long)st.st_size, (unsigned)crc);
+                first = 0;
+            }
+    text_add(js, "\n  ],\n");
     return 0;
 }
 
-static int read_meta(const char *stepdir, LtCkptMeta *m, char *err, size_t errlen) {
+static int write_meta(const char *path, const char *tmp, const LtParamTable *g, const LtCkptMeta *m,
+                      const LtCkptLayout *l, int optimizer_state, char *err, size_t errlen) {
+    const LtModelDims *d = &g->dims;
+    Text js = {0};
+    text_add(&js,
+             "{\n  \"format\": \"lattice-checkpoint\",\n  \"format_version\": %d,\n"
+             "  \"step\": %ld,\n  \"samples_consumed\": %" PRIu64 ",\n  \"seed\": %" PRIu64 ",\n"
+             "  \"data_seed\": %" PRIu64 ",\n  \"rng_state\": %" PRIu64 ",\n"
+             "  \"optimizer_steps\": %ld,\n"
+             "  \"arch\": \"%s\",\n  \"num_query_groups\": %d,\n"
+             "  \"untie_embeddings_and_output_weights\": %s,\n"
+             "  \"num_layers\": %d,\n  \"hidden_size\": %d,\n  \"num_attention_heads\": %d,\n"
+             "  \"ffn_hidden_size\": %d,\n  \"seq_length\": %d,\n  \"max_position_embeddings\": %d,\n"
+             "  \"vocab_size\": %d,\n  \"padded_vocab_size\": %d,\n  \"num_parameters\": %zu,\n"
+             "  \"optimizer_state\": %s,\n"
+             "  \"tensor_model_parallel_size\": %d,\n  \"pipeline_model_parallel_size\": %d,\n"
+             "  \"virtual_pipeline_model_parallel_size\": %d,\n  \"data_parallel_size\": %d,\n"
+             "  \"zero_stage\": %d,\n",
+             META_VERSION, m->step, m->samples_consumed, m->seed, m->data_seed, m->rng_state,
+             m->optimizer_steps >= 0 && m->optimizer_steps <= m->step ? m->optimizer_steps : m->step,
+             lt_arch_name((LtArch)d->arch), lt_dims_kv_heads(d), d->untied ? "true" : "false",
+             d->num_layers, d->hidden, d->heads, d->ffn, d->seq_len, d->max_pos, d->vocab,
+             d->padded_vocab, g->total, optimizer_state ? "true" : "false", l->tp, l->pp, l->vpp,
+             l->dp, l->zero_stage);
+    if (list_files(&js, tmp, l, err, errlen)) {
+        free(js.s);
+        return -1;
+    }
+    /* the last key guards every byte before its line: an edited step (which
+     * moves the data position and the LR schedule) is refused at load */
+    text_add(&js, "  \"meta_crc32\": %u\n}\n", (unsigned)lt_crc32(0, js.s, js.n));
+    int rc;
+    FILE *f = fopen(path, "w");
+    if (!f) rc = lt_errorf(err, errlen, "cannot create %s: %s", path, strerror(errno));
+    else if (fwrite(js.s, 1, js.n, f) != js.n) {
+        fclose(f);
+        rc = lt_errorf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    } else rc = lt_file_commit(f, path, err, errlen);
+    free(js.s);
+    return rc;
+}
+
+/* meta.json, read and checked. */
+typedef struct {
+    LtCkptMeta m;
+    int version;
+    LtModelDims d;          /* the dims it records (arch, groups, tying default to GPT-2's) */
+    LtCkptLayout layout;    /* version 3; else one process */
+    struct MetaFile {
+        char name[96];
+        int pp;             /* its pipeline rank (0 before version 3) */
+        uint64_t bytes;     /* 0: not recorded (versions 1 and 2) */
+        uint32_t crc;
+    } *files;
+    int nfiles;
+} MetaInfo;
+
+static void meta_info_free(MetaInfo *mi) { free(mi->files); }
+
+/* An unsigned integer member of meta.json; `need` 0 makes it optional (*out unchanged). */
+static int meta_u64(const LtJson *o, const char *key, uint64_t *out, int need, const char *path,
+                    char *err, size_t errlen) {
+    const LtJson *v = lt_json_get(o, key);
+    if (!v) return need ? lt_errorf(err, errlen, "%s has no key '%s'", path, key) : 0;
+    if (lt_json_u64(v, out))
+        return lt_errorf(err, errlen, "%s: '%s' is not an unsigned integer", path, key);
+    return 0;
+}
+
+static int meta_int(const LtJson *o, const char *key, int *out, int need, const char *path,
+                    char *err, size_t errlen) {
+    uint64_t v = (uint64_t)*out;
+    if (meta_u64(o, key, &v, need, path, err, errlen)) return -1;
+    if (v > INT_MAX) return lt_errorf(err, errlen, "%s: '%s' is out of range", path, key);
+    *out = (int)v;
+    return 0;
+}
+
+static int meta_dims(const LtJson *o, MetaInfo *mi, const char *path, char *err, size_t errlen) {
+    LtModelDims *d = &mi->d;
+    const LtJson *arch = lt_json_get(o, "arch"), *untied = lt_json_get(o, "untie_embeddings_and_output_weights");
+    d->arch = LT_ARCH_GPT;
+    if (arch && arch->type == LT_JSON_STRING && !strcmp(arch->text, "llama")) d->arch = LT_ARCH_LLAMA;
+    else if (arch && !(arch->type == LT_JSON_STRING && !strcmp(arch->text, "gpt")))
+        return lt_errorf(err, errlen, "%s: 'arch' is neither \"gpt\" nor \"llama\"", path);
+    d->untied = untied && untied->type == LT_JSON_BOOL && untied->boolean;
+    if (meta_int(o, "num_layers", &d->num_layers, 1, path, err, errlen) ||
+        meta_int(o, "hidden_size", &d->hidden, 1, path, err, errlen) ||
+        meta_int(o, "num_attention_heads", &d->heads, 1, path, err, errlen) ||
+        meta_int(o, "ffn_hidden_size", &d->ffn, 0, path, err, errlen) ||
+        meta_int(o, "seq_length", &d->seq_len, 0, path, err, errlen) ||
+        meta_int(o, "max_position_embeddings", &d->max_pos, 0, path, err, errlen) ||
+        meta_int(o, "vocab_size", &d->vocab, 1, path, err, errlen) ||
+        meta_int(o, "padded_vocab_size", &d->padded_vocab, 0, path, err, errlen))
+        return -1;
+    d->kv_heads = d->heads;
+    return meta_int(o, "num_query_groups", &d->kv_heads, 0, path, err, errlen);
+}
+
+static int meta_files(const LtJson *o, MetaInfo *mi, const char *path, char *err, size_t errlen) {
+    LtCkptLayout *l = &mi->layout;
+    *l = (LtCkptLayout){1, 1, 1, 1, 0};
+    if (mi->version < 3) { /* one state.lt, its size and CRC not recorded */
+        mi->nfiles = 1;
+        mi->files = lt_calloc(sizeof *mi->files);
+        snprintf(mi->files[0].name, sizeof mi->files[0].name, "state.lt");
+        return 0;
+    }
+    if (meta_int(o, "tensor_model_parallel_size", &l->tp, 1, path, err, errlen) ||
+        meta_int(o, "pipeline_model_parallel_size", &l->pp, 1, path, err, errlen) ||
+        meta_int(o, "virtual_pipeline_model_parallel_size", &l->vpp, 1, path, err, errlen) ||
+        meta_int(o, "data_parallel_size", &l->dp, 1, path, err, errlen) ||
+        meta_int(o, "zero_stage", &l->zero_stage, 1, path, err, errlen))
+        return -1;
+    if (l->tp < 1 || l->pp < 1 || l->vpp < 1 || l->dp < 1)
+        return lt_errorf(err, errlen, "%s: a parallel size is zero", path);
+    const LtJson *fs = lt_json_get(o, "files");
+    if (!fs || fs->type != LT_JSON_ARRAY || fs->n < 1)
+        return lt_errorf(err, errlen, "%s: 'files' is not a non-empty array", path);
+    if ((uint64_t)l->tp * (uint64_t)l->pp * (uint64_t)l->dp != (uint64_t)fs->n)
+        return lt_errorf(err, errlen, "%s lists %d state files for a layout of tp %d x pp %d x dp %d",
+                         path, fs->n, l->tp, l->pp, l->dp);
+    mi->nfiles = fs->n;
+    mi->files = lt_calloc(sizeof *mi->files * (size_t)fs->n);
+    for (int i = 0; i < fs->n; i++) {
+        const LtJson *e = &fs->kids[i], *name = lt_json_get(e, "name");
+        struct MetaFile *mf = &mi->files[i];
+        uint64_t crc = 0;
+        if (!name || name->type != LT_JSON_STRING || !name->text[0] || strchr(name->text, '/') ||
+            name->text[0] == '.' || strlen(name->text) >= sizeof mf->name)
+            return lt_errorf(err, errlen, "%s: files[%d] has no valid 'name'", path, i);
+        snprintf(mf->name, sizeof mf->name, "%s", name->text);
+        if (meta_u64(e, "bytes", &mf->bytes, 1, path, err, errlen) ||
+            meta_u64(e, "crc32", &crc, 1, path, err, errlen) ||
+            meta_int(e, "pp", &mf->pp, 1, path, err, errlen))
+            return -1;
+        if (crc > UINT32_MAX || mf->bytes < 64 || mf->pp >= l->pp)
+            return lt_errorf(err, errlen, "%s: files[%d] ('%s') has an invalid size or CRC", path, i,
+                             mf->name);
+        mf->crc = (uint32_t)crc;
+    }
+    return 0;
+}
+
+static int read_meta_info(const char *stepdir, MetaInfo *mi, char *err, size_t errlen) {
+    memset(mi, 0, sizeof *mi);
     char path[PATH_MAX];
     if (join(path, stepdir, "meta.json", err, errlen)) return -1;
     FILE *f = fopen(path, "rb");
     if (!f) return lt_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-    char js[8192];
-    size_t n = fread(js, 1, sizeof js - 1, f);
-    int toolong = n == sizeof js - 1 && fgetc(f) != EOF;
+    char *js = lt_malloc(META_MAX_BYTES + 1);
+    size_t n = fread(js, 1, META_MAX_BYTES, f);
+    int toolong = n == META_MAX_BYTES && fgetc(f) != EOF;
     fclose(f);
-    if (toolong) return lt_errorf(err, errlen, "%s is unexpectedly large", path);
     js[n] = '\0';
-    uint64_t version, step;
-    if (meta_u64(js, "format_version", &version, path, err, errlen)) return -1;
-    if (version != META_VERSION && version != 1)
-        return lt_errorf(err, errlen, "%s has format version %" PRIu64 "; this build reads versions 1 and %d",
-                         path, version, META_VERSION);
+    LtJson *o = NULL;
+    int rc = -1;
+    uint64_t version = 0, step = 0, os;
+    if (toolong) {
+        lt_errorf(err, errlen, "%s is unexpectedly large", path);
+        goto out;
+    }
+    if (!(o = lt_json_parse(js, n, path, err, errlen))) goto out;
+    if (o->type != LT_JSON_OBJECT) {
+        lt_errorf(err, errlen, "%s is not a JSON object", path);
+        goto out;
+    }
+    if (meta_u64(o, "format_version", &version, 1, path, err, errlen)) goto out;
+    if (version < 1 || version > META_VERSION) {
+        lt_errorf(err, errlen, "%s has format version %" PRIu64 "; this build reads versions 1 to %d",
+                  path, version, META_VERSION);
+        goto out;
+    }
+    mi->version = (int)version;
     if (version >= 2) { /* the CRC of every byte before the meta_crc32 line */
         uint64_t want;
         const char *key = strstr(js, "\"meta_crc32\"");
-        if (meta_u64(js, "meta_crc32", &want, path, err, errlen)) return -1;
+        if (meta_u64(o, "meta_crc32", &want, 1, path, err, errlen)) goto out;
         const char *line = key;
-        while (line > js && line[-1] != '\n') line--;
-        if (!key || lt_crc32(0, js, (size_t)(line - js)) != want)
-            return lt_errorf(err, errlen,
-                             "%s was modified after it was written (meta_crc32 mismatch): "
-                             "refusing to resume from edited metadata",
-                             path);
+        while (line && line > js && line[-1] != '\n') line--;
+        if (!key || lt_crc32(0, js, (size_t)(line - js)) != want) {
+            lt_errorf(err, errlen, "%s was modified after it was written (meta_crc32 mismatch): "
+                      "refusing to resume from edited metadata", path);
+            goto out;
+        }
     }
-    if (meta_u64(js, "step", &step, path, err, errlen) ||
-        meta_u64(js, "samples_consumed", &m->samples_consumed, path, err, errlen) ||
-        meta_u64(js, "seed", &m->seed, path, err, errlen) ||
-        meta_u64(js, "data_seed", &m->data_seed, path, err, errlen) ||
-        meta_u64(js, "rng_state", &m->rng_state, path, err, errlen))
-        return -1;
-    if (step > LONG_MAX) return lt_errorf(err, errlen, "%s: step out of range", path);
+    LtCkptMeta *m = &mi->m;
+    if (meta_u64(o, "step", &step, 1, path, err, errlen) ||
+        meta_u64(o, "samples_consumed", &m->samples_consumed, 1, path, err, errlen) ||
+        meta_u64(o, "seed", &m->seed, 1, path, err, errlen) ||
+        meta_u64(o, "data_seed", &m->data_seed, 1, path, err, errlen) ||
+        meta_u64(o, "rng_state", &m->rng_state, 1, path, err, errlen))
+        goto out;
+    if (step > LONG_MAX) {
+        lt_errorf(err, errlen, "%s: step out of range", path);
+        goto out;
+    }
     m->step = (long)step;
-    m->optimizer_steps = m->step; /* written since skipped steps exist; older files: = step */
-    char val[64];
-    if (json_flat_get(js, "optimizer_steps", val, sizeof val) == 1) {
-        uint64_t os;
-        if (meta_u64(js, "optimizer_steps", &os, path, err, errlen)) return -1;
-        if (os > step)
-            return lt_errorf(err, errlen, "%s: optimizer_steps %" PRIu64 " exceeds step %" PRIu64,
-                             path, os, step);
-        m->optimizer_steps = (long)os;
+    os = step; /* written since skipped steps exist; older files: = step */
+    if (meta_u64(o, "optimizer_steps", &os, 0, path, err, errlen)) goto out;
+    if (os > step) {
+        lt_errorf(err, errlen, "%s: optimizer_steps %" PRIu64 " exceeds step %" PRIu64, path, os, step);
+        goto out;
     }
-    m->weights_only = json_flat_get(js, "optimizer_state", val, sizeof val) == 1 && !strcmp(val, "false");
-    return 0;
+    m->optimizer_steps = (long)os;
+    const LtJson *opt = lt_json_get(o, "optimizer_state");
+    m->weights_only = opt && opt->type == LT_JSON_BOOL && !opt->boolean;
+    rc = meta_dims(o, mi, path, err, errlen) || meta_files(o, mi, path, err, errlen) ? -1 : 0;
+    m->padded_vocab = mi->d.padded_vocab;
+out:
+    lt_json_free(o);
+    free(js);
+    if (rc) meta_info_free(mi);
+    return rc;
 }
 
 int lt_ckpt_read_meta(const char *stepdir, LtCkptMeta *meta, char *err, size_t errlen) {
-    return read_meta(stepdir, meta, err, errlen);
+    MetaInfo mi;
+    if (read_meta_info(stepdir, &mi, err, errlen)) return -1;
+    *meta = mi.m;
+    meta_info_free(&mi);
+    return 0;
 }
 
-/* ---- public API ---------------------------------------------------------- */
+/* ---- saving -------------------------------------------------------------- */
 
-static int write_step_files(const char *tmp, const LtParamTable *t, const LtCkptState *s,
-                            const LtCkptMeta *meta, const LtConfig *cfg, char *err, size_t errlen) {
-    char path[PATH_MAX];
-    if (join(path, tmp, "state.lt", err, errlen) || write_state(path, t, s, err, errlen)) return -1;
-    if (join(path, tmp, "meta.json", err, errlen) || write_meta(path, t, s, meta, err, errlen)) return -1;
-    if (join(path, tmp, "config.yaml", err, errlen)) return -1;
-    FILE *f = fopen(path, "w");
-    if (!f) return lt_errorf(err, errlen, "cannot create %s: %s", path, strerror(errno));
-    lt_config_print(cfg, f);
-    if (lt_file_commit(f, path, err, errlen)) return -1;
-    return fsync_dir(tmp, err, errlen);
+/* <dir>/<name> for the names of one step's save. */
+typedef struct {
+    char name[64], tmp[PATH_MAX], final[PATH_MAX], aside[PATH_MAX], latest[PATH_MAX],
+        latest_tmp[PATH_MAX];
+} SavePaths;
+
+static int save_paths(const char *dir, long step, SavePaths *sp, char *err, size_t errlen) {
+    char tmpname[96], asidename[96];
+    snprintf(sp->name, sizeof sp->name, "step_%08ld", step);
+    snprintf(tmpname, sizeof tmpname, ".tmp-%s", sp->name);
+    snprintf(asidename, sizeof asidename, ".old-%s", sp->name);
+    return join(sp->tmp, dir, tmpname, err, errlen) || join(sp->final, dir, sp->name, err, errlen) ||
+                   join(sp->aside, dir, asidename, err, errlen) ||
+                   join(sp->latest, dir, "latest", err, errlen) ||
+                   join(sp->latest_tmp, dir, "latest.tmp", err, errlen)
+               ? -1
+               : 0;
 }
+
+int lt_ckpt_begin(const char *dir, long step, int create, char *tmp, size_t len, char *err,
+                  size_t errlen) {
+    if (step < 0) return lt_errorf(err, errlen, "checkpoint save: negative step %ld", step);
+    SavePaths sp;
+    if (save_paths(dir, step, &sp, err, errlen)) return -1;
+    if (snprintf(tmp, len, "%s", sp.tmp) >= (int)len) return lt_errorf(err, errlen, "path too long: %s", sp.tmp);
+    if (!create) return 0;
+    if (lt_mkdir_p(dir, err, errlen)) return -1;
+    remove_tree(sp.tmp); /* left by a save of this step that did not finish */
+    if (mkdir(sp.tmp, 0777) != 0)
+        return lt_errorf(err, errlen, "cannot create directory %s: %s", sp.tmp, strerror(errno));
+    return 0;
+}
+
+void lt_ckpt_abort(const char *tmp) { remove_tree(tmp); }
 
 /* Move the complete directory tmp to final. An existing final (same step
  * saved again) is swapped out atomically where the filesystem supports
@@ -665,41 +478,230 @@ static int install_dir(const char *tmp, const char *final, const char *aside, ch
     return 0;
 }
 
-int lt_ckpt_save(const char *dir, const LtParamTable *t, const LtCkptState *s,
-                 const LtCkptMeta *meta, const LtConfig *cfg, char *err, size_t errlen) {
-    if (!s || !s->master || !meta || !cfg)
-        return lt_errorf(err, errlen, "checkpoint save: master weights, meta and config are required");
-    if (meta->step < 0) return lt_errorf(err, errlen, "checkpoint save: negative step %ld", meta->step);
-    if (lt_mkdir_p(dir, err, errlen)) return -1;
-    char name[64], tmpname[96], asidename[96];
-    snprintf(name, sizeof name, "step_%08ld", meta->step);
-    snprintf(tmpname, sizeof tmpname, ".tmp-%s-%ld", name, (long)getpid());
-    snprintf(asidename, sizeof asidename, ".old-%s-%ld", name, (long)getpid());
-    char tmp[PATH_MAX], final[PATH_MAX], aside[PATH_MAX], latest[PATH_MAX], latest_tmp[PATH_MAX];
-    if (join(tmp, dir, tmpname, err, errlen) || join(final, dir, name, err, errlen) ||
-        join(aside, dir, asidename, err, errlen) || join(latest, dir, "latest", err, errlen) ||
-        join(latest_tmp, dir, "latest.tmp", err, errlen))
-        return -1;
-
-    remove_tree(tmp); /* left by an earlier process that had our pid */
-    if (mkdir(tmp, 0777) != 0)
-        return lt_errorf(err, errlen, "cannot create directory %s: %s", tmp, strerror(errno));
-    if (write_step_files(tmp, t, s, meta, cfg, err, errlen) ||
-        install_dir(tmp, final, aside, err, errlen)) {
+int lt_ckpt_commit(const char *dir, const char *tmp, const LtParamTable *g, const LtCkptMeta *meta,
+                   const LtCkptLayout *l, int optimizer_state, const LtConfig *cfg, char *err,
+                   size_t errlen) {
+    SavePaths sp;
+    char path[PATH_MAX];
+    if (save_paths(dir, meta->step, &sp, err, errlen)) return -1;
+    if (strcmp(tmp, sp.tmp) != 0) return lt_errorf(err, errlen, "checkpoint commit: %s is not %s", tmp, sp.tmp);
+    int rc = join(path, tmp, "config.yaml", err, errlen);
+    if (rc == 0) {
+        FILE *f = fopen(path, "w");
+        if (!f) rc = lt_errorf(err, errlen, "cannot create %s: %s", path, strerror(errno));
+        else {
+            lt_config_print(cfg, f);
+            rc = lt_file_commit(f, path, err, errlen);
+        }
+    }
+    /* meta.json last: the state files are durable (each writer synced its own) */
+    if (rc == 0) rc = join(path, tmp, "meta.json", err, errlen) ||
+                      write_meta(path, tmp, g, meta, l, optimizer_state, err, errlen) ||
+                      fsync_dir(tmp, err, errlen) || install_dir(tmp, sp.final, sp.aside, err, errlen)
+                          ? -1 : 0;
+    if (rc) {
         remove_tree(tmp);
         return -1;
     }
     if (fsync_dir(dir, err, errlen)) return -1;
-
-    FILE *f = fopen(latest_tmp, "w");
-    if (!f) return lt_errorf(err, errlen, "cannot create %s: %s", latest_tmp, strerror(errno));
-    fprintf(f, "%s\n", name);
-    if (lt_file_commit(f, latest_tmp, err, errlen) ||
-        lt_rename_durable(latest_tmp, latest, err, errlen)) {
-        remove(latest_tmp);
+    FILE *f = fopen(sp.latest_tmp, "w");
+    if (!f) return lt_errorf(err, errlen, "cannot create %s: %s", sp.latest_tmp, strerror(errno));
+    fprintf(f, "%s\n", sp.name);
+    if (lt_file_commit(f, sp.latest_tmp, err, errlen) ||
+        lt_rename_durable(sp.latest_tmp, sp.latest, err, errlen)) {
+        remove(sp.latest_tmp);
         return -1;
     }
     return 0;
+}
+
+/* ---- loading ------------------------------------------------------------- */
+
+/* The model-shape fields of a checkpoint and a model must agree (the padded
+ * vocabulary may differ: it depends on the TP size). */
+static int check_dims(const char *stepdir, const LtModelDims *c, const LtModelDims *m, char *err,
+                      size_t errlen) {
+    struct { const char *field; long ckpt, model; } f[] = {
+        {"arch (0 gpt, 1 llama)", c->arch, m->arch},
+        {"num_layers", c->num_layers, m->num_layers},
+        {"hidden_size", c->hidden, m->hidden},
+        {"num_attention_heads", c->heads, m->heads},
+        {"num_query_groups", c->kv_heads, lt_dims_kv_heads(m)},
+        {"ffn_hidden_size", c->ffn, m->ffn},
+        {"vocab_size", c->vocab, m->vocab},
+        {"untie_embeddings_and_output_weights", c->untied, m->untied},
+        {"max_position_embeddings", m->arch == LT_ARCH_GPT ? c->max_pos : 0,
+         m->arch == LT_ARCH_GPT ? m->max_pos : 0},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].ckpt != f[i].model)
+            return lt_errorf(err, errlen,
+                             "checkpoint %s does not fit this model: %s is %ld in the checkpoint, "
+                             "%ld in the model",
+                             stepdir, f[i].field, f[i].ckpt, f[i].model);
+    return 0;
+}
+
+static void shape_str(char *out, size_t n, const int64_t s[2], int ndim) {
+    if (ndim == 1) snprintf(out, n, "(%lld)", (long long)s[0]);
+    else snprintf(out, n, "(%lld,%lld)", (long long)s[0], (long long)s[1]);
+}
+
+/* The opened state files of a step directory. */
+typedef struct {
+    LtShardFile **f;
+    int n;
+} ShardSet;
+
+static void shards_close(ShardSet *s) {
+    for (int i = 0; i < s->n; i++) lt_shard_close(s->f[i]);
+    free(s->f);
+}
+
+/* Which pipeline ranks of the saving layout own (not as a tied copy) a
+ * parameter of t: need[q] = 1. Only their state files are opened. */
+static void pp_needed(const MetaInfo *mi, const LtParamTable *t, unsigned char *need) {
+    const LtCkptLayout *l = &mi->layout;
+    for (int q = 0; q < l->pp; q++) {
+        need[q] = 0;
+        if (l->pp == 1 || mi->d.padded_vocab <= 0 || mi->d.num_layers % (l->pp * l->vpp)) {
+            need[q] = 1; /* (no pipeline, or dims that do not build a table: open everything) */
+            continue;
+        }
+        LtParamTable st;
+        lt_params_build_stage(&st, &mi->d, 1, 0, (LtStagePlace){l->pp, q, l->vpp});
+        for (int i = 0; i < st.n && !need[q]; i++)
+            if (!st.p[i].tied_copy && lt_params_find(t, st.p[i].name)) need[q] = 1;
+        lt_params_free(&st);
+    }
+}
+
+static int shards_open(const char *stepdir, const MetaInfo *mi, const LtParamTable *t, ShardSet *s,
+                       char *err, size_t errlen) {
+    s->f = lt_calloc(sizeof *s->f * (size_t)mi->nfiles);
+    s->n = 0;
+    unsigned char *need = lt_calloc((size_t)mi->layout.pp);
+    pp_needed(mi, t, need);
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < mi->nfiles; i++) {
+        char path[PATH_MAX];
+        /* every listed file is there and of its recorded size, opened or not */
+        struct stat st;
+        if (join(path, stepdir, mi->files[i].name, err, errlen)) rc = -1;
+        else if (stat(path, &st) != 0)
+            rc = lt_errorf(err, errlen, "%s: %s (meta.json lists it)", path, strerror(errno));
+        else if (mi->files[i].bytes && (uint64_t)st.st_size != mi->files[i].bytes)
+            rc = lt_errorf(err, errlen, "%s is %lld bytes, meta.json says %llu (truncated or replaced)",
+                           path, (long long)st.st_size, (unsigned long long)mi->files[i].bytes);
+        else if (mi->files[i].pp >= mi->layout.pp || !need[mi->files[i].pp])
+            continue;
+        else if (!(s->f[s->n] = lt_shard_open(path, mi->files[i].bytes, mi->files[i].crc, err, errlen)))
+            rc = -1;
+        else
+            s->n++;
+    }
+    free(need);
+    if (rc) shards_close(s);
+    return rc;
+}
+
+/* Load kind k of parameter p, local elements [a, b), into dst (dst[0] is
+ * element a). */
+static int load_param(const char *stepdir, const ShardSet *s, const LtParamTable *t, const LtParam *p,
+                      int k, size_t a, size_t b, float *dst, unsigned char *buf, size_t buf_bytes,
+                      char *err, size_t errlen) {
+    char name[160];
+    snprintf(name, sizeof name, "%s/%s", lt_ckpt_kind_name[k], p->name);
+    int64_t cs[2] = {0, 0}, ms[2] = {p->gshape[0], p->ndim == 2 ? p->gshape[1] : 1};
+    int found = 0;
+    for (int i = 0; i < s->n && !found; i++) found = lt_shard_shape(s->f[i], name, cs) == 0;
+    if (!found) {
+        if (k == 0) return lt_errorf(err, errlen, "checkpoint %s has no tensor '%s'", stepdir, p->name);
+        return lt_errorf(err, errlen, "checkpoint %s has no optimizer state tensor '%s'", stepdir, name);
+    }
+    /* rows past the true vocabulary are padding (zero): their count may differ */
+    const int vocab_rows = (int)(p - t->p) == t->idx_wte || (int)(p - t->p) == t->idx_head;
+    if (cs[1] != ms[1] || (cs[0] != ms[0] && !(vocab_rows && cs[0] >= t->dims.vocab))) {
+        char x[64], y[64];
+        shape_str(x, sizeof x, cs, p->ndim);
+        shape_str(y, sizeof y, ms, p->ndim);
+        return lt_errorf(err, errlen, "%s: shape mismatch for '%s': checkpoint %s, model %s", stepdir,
+                         p->name, x, y);
+    }
+    const int64_t rows = cs[0] < ms[0] ? cs[0] : ms[0];
+    LtRect rc[LT_MAX_RECTS];
+    const int nr = lt_param_rects(t, p, a - p->offset, b - p->offset, rc);
+    for (int j = 0; j < nr; j++) {
+        float *d = dst + (p->offset + rc[j].local - a);
+        memset(d, 0, sizeof(float) * (size_t)(rc[j].nr * rc[j].nc));
+        LtRect want = rc[j];
+        if (want.r0 + want.nr > rows) want.nr = rows > want.r0 ? rows - want.r0 : 0;
+        if (want.nr == 0) continue; /* padding rows only */
+        uint64_t covered = 0;
+        for (int i = 0; i < s->n; i++)
+            if (lt_shard_read(s->f[i], name, &want, d, buf, buf_bytes, &covered, err, errlen)) return -1;
+        const uint64_t need = (uint64_t)(want.nr * want.nc);
+        if (covered != need)
+            return lt_errorf(err, errlen,
+                             "checkpoint %s: its files hold %" PRIu64 " of the %" PRIu64
+                             " elements of '%s' rows %lld..%lld columns %lld..%lld that this rank "
+                             "needs (%s)",
+                             stepdir, covered, need, name, (long long)want.r0,
+                             (long long)(want.r0 + want.nr - 1), (long long)want.c0,
+                             (long long)(want.c0 + want.nc - 1),
+                             covered < need ? "a state file is missing pieces" : "pieces overlap");
+    }
+    /* a diverged model is not resumed, evaluated or exported */
+    for (size_t e = 0; e < b - a; e++)
+        if (!isfinite(dst[e]))
+            return lt_errorf(err, errlen,
+                             "checkpoint %s: tensor '%s' holds a non-finite value (%g at element %zu "
+                             "of this rank's part): the model it saved had diverged",
+                             stepdir, name, (double)dst[e], e);
+    return 0;
+}
+
+int lt_ckpt_load_local(const char *stepdir, const LtParamTable *t, float *master, size_t lo,
+                       size_t hi, float *m, float *v, size_t io_bytes, LtCkptMeta *meta, char *err,
+                       size_t errlen) {
+    if (!master) return lt_errorf(err, errlen, "checkpoint load: no master weight buffer");
+    MetaInfo mi;
+    if (read_meta_info(stepdir, &mi, err, errlen)) return -1;
+    if (check_dims(stepdir, &mi.d, &t->dims, err, errlen) ||
+        ((m || v) && mi.m.weights_only &&
+         lt_errorf(err, errlen, "checkpoint %s holds no optimizer state (weights only)", stepdir))) {
+        meta_info_free(&mi);
+        return -1;
+    }
+    ShardSet s;
+    if (shards_open(stepdir, &mi, t, &s, err, errlen)) {
+        meta_info_free(&mi);
+        return -1;
+    }
+    /* (a rank reads at most its own elements plus the rest of their CRC blocks) */
+    size_t buf_bytes = io_bytes < 4096 ? 4096 : io_bytes / 4 * 4;
+    const size_t enough = 4 * t->total > ((size_t)1 << 20) ? 4 * t->total : ((size_t)1 << 20);
+    if (buf_bytes > enough) buf_bytes = enough;
+    unsigned char *buf = lt_ckpt_mem_alloc(buf_bytes);
+    float *arr[LT_CKPT_KINDS] = {master, m, v};
+    int rc = 0;
+    for (int k = 0; rc == 0 && k < LT_CKPT_KINDS; k++) {
+        if (!arr[k]) continue;
+        const size_t r0 = k == 0 ? 0 : lo, r1 = k == 0 ? t->total : hi;
+        for (int i = 0; rc == 0 && i < t->n; i++) {
+            const LtParam *p = &t->p[i];
+            size_t a = p->offset > r0 ? p->offset : r0;
+            size_t b = p->offset + p->numel < r1 ? p->offset + p->numel : r1;
+            if (a < b)
+                rc = load_param(stepdir, &s, t, p, k, a, b, arr[k] + (a - r0), buf, buf_bytes, err,
+                                errlen);
+        }
+    }
+    lt_ckpt_mem_free(buf, buf_bytes);
+    shards_close(&s);
+    if (rc == 0 && meta) *meta = mi.m;
+    meta_info_free(&mi);
+    return rc;
 }
 
 /* ---- the checkpoint directory: preparing, pruning, finding the newest ---------- */
@@ -863,20 +865,20 @@ int lt_ckpt_resolve(const char *path, char *stepdir, size_t len, char *err, size
         if (!name[0] || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
             return lt_errorf(err, errlen, "%s does not name a step directory", probe);
         char dir[PATH_MAX], state[PATH_MAX];
-        if (join(dir, base, name, err, errlen) || join(state, dir, "state.lt", err, errlen)) return -1;
+        if (join(dir, base, name, err, errlen) || join(state, dir, "meta.json", err, errlen)) return -1;
         if (!file_exists(state))
-            return lt_errorf(err, errlen, "%s names %s, which has no state.lt", probe, dir);
+            return lt_errorf(err, errlen, "%s names %s, which has no meta.json", probe, dir);
         if (snprintf(stepdir, len, "%s", dir) >= (int)len) return lt_errorf(err, errlen, "path too long: %s", dir);
         return 0;
     }
-    if (join(probe, base, "state.lt", err, errlen)) return -1;
+    if (join(probe, base, "meta.json", err, errlen)) return -1;
     if (file_exists(probe)) {
         if (snprintf(stepdir, len, "%s", base) >= (int)len) return lt_errorf(err, errlen, "path too long: %s", base);
         return 0;
     }
     return lt_errorf(err, errlen,
                 "%s is not a checkpoint: neither a checkpoint directory (no 'latest') "
-                "nor a step directory (no 'state.lt')",
+                "nor a step directory (no 'meta.json')",
                 base);
 }
 
@@ -888,12 +890,30 @@ int lt_ckpt_load_config(const char *stepdir, LtConfig *cfg, char *err, size_t er
     return lt_config_load(cfg, path, 0, NULL, err, errlen);
 }
 
+int lt_ckpt_save(const char *dir, const LtParamTable *t, const LtCkptState *s,
+                 const LtCkptMeta *meta, const LtConfig *cfg, char *err, size_t errlen) {
+    if (!s || !s->master || !meta || !cfg)
+        return lt_errorf(err, errlen, "checkpoint save: master weights, meta and config are required");
+    const LtCkptLayout one = {1, 1, 1, 1, 0};
+    char tmp[PATH_MAX], path[PATH_MAX], name[96];
+    if (lt_ckpt_begin(dir, meta->step, 1, tmp, sizeof tmp, err, errlen)) return -1;
+    lt_ckpt_state_name(&one, 0, 0, 0, name, sizeof name);
+    const int moments = s->m && s->v;
+    LtShardSrc src = {t, 0, t->total, 1, {s->master, moments ? s->m : NULL, moments ? s->v : NULL}};
+    uint64_t bytes;
+    uint32_t crc;
+    if (join(path, tmp, name, err, errlen) ||
+        lt_shard_write(path, &src, (size_t)cfg->checkpoint.io_buffer_mib << 20, &bytes, &crc, err,
+                       errlen)) {
+        lt_ckpt_abort(tmp);
+        return -1;
+    }
+    return lt_ckpt_commit(dir, tmp, t, meta, &one, moments, cfg, err, errlen);
+}
+
 int lt_ckpt_load(const char *stepdir, const LtParamTable *t, LtCkptState *s, LtCkptMeta *meta,
                  char *err, size_t errlen) {
     if (!s || !s->master) return lt_errorf(err, errlen, "checkpoint load: no master weight buffer");
-    LtCkptMeta m;
-    if (read_meta(stepdir, &m, err, errlen)) return -1;
-    if (load_state(stepdir, t, s, err, errlen)) return -1;
-    if (meta) *meta = m;
-    return 0;
+    return lt_ckpt_load_local(stepdir, t, s->master, 0, t->total, s->m, s->v, (size_t)4 << 20, meta,
+                              err, errlen);
 }

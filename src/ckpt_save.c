@@ -1,95 +1,147 @@
-/* ckpt_save.c - saving the training state at a step boundary: assembled
- * from every rank's shards, written by the first rank in this thread or a
- * background one (checkpoint.async; see engine.h). */
+/* ckpt_save.c - saving the training state at a step boundary. Every rank
+ * writes the state it owns to a file of its own, in parallel: its TP/PP
+ * shard of the parameters and its DP slice of the fp32 master weights and
+ * Adam moments (its ZeRO shard; with ZeRO 0 the same slice of its full
+ * copy), tensors replicated over TP from TP rank 0 only. Nothing is gathered:
+ * a rank holds a host copy of its slice and an I/O buffer. Once every rank's
+ * file is durable, the first rank lists them in meta.json and installs the
+ * step directory (checkpoint.c). With checkpoint.async the files are written
+ * by a background thread per rank and the checkpoint is completed at the
+ * first step boundary where all writes are done (see engine.h). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "checkpoint.h"
+#include "ckpt_shard.h"
 #include "common.h"
 #include "engine.h"
 
-/* The write of one checkpoint: the assembled global state, written by the
- * first rank, in this thread (checkpoint.async=false) or a background one. */
+/* One rank's part of one checkpoint. */
 typedef struct {
     const LtConfig *cfg;
-    const LtParamTable *g;
-    LtCkptState st;
+    LtBackend *be;
+    LtShardSrc src;
+    float *copy[LT_CKPT_KINDS]; /* host copies of this rank's slice (n elements each; the
+                                 * backend's host memory: page-locked on a GPU) */
+    size_t n;
     LtCkptMeta meta;
-    int rc, pruned;
+    char tmp[LT_PATH_MAX + 64], path[LT_PATH_MAX + 160];
+    int rc;
+    int done;       /* set (atomically) by the writer when rc is final */
+    double t_start; /* when the step loop entered the save */
     double seconds; /* the write itself */
     char err[1024];
 } CkptWrite;
 
-static void *ckpt_write(void *arg) {
-    CkptWrite *w = arg;
-    const double t0 = lt_now();
-    const char *dir = w->cfg->checkpoint.dir;
-    w->rc = lt_ckpt_save(dir, w->g, &w->st, &w->meta, w->cfg, w->err, sizeof w->err);
-    char perr[1024];
-    /* older checkpoints go only once this one is complete */
-    if (w->rc == 0 && lt_ckpt_prune(dir, w->cfg->checkpoint.keep_last, &w->pruned, perr, sizeof perr))
-        lt_log("warning: checkpoint.keep_last: %s\n", perr);
-    w->seconds = lt_now() - t0;
-    return NULL;
-}
-
-/* The save in flight (checkpoint.async): at most one. */
+/* The save in flight: at most one. */
 static struct {
     pthread_t thread;
     CkptWrite *w;
+    int threaded;
 } g_save;
 
-static void ckpt_write_done(CkptWrite *w, const char *how, double blocked) {
-    if (w->rc) { /* the partial step directory is gone and latest still names the previous one */
-        fprintf(stderr, "lattice: error: saving checkpoint step %ld to %s failed: %s (the previous "
-                        "checkpoint, if any, is intact and still named by latest)\n",
-                w->meta.step, w->cfg->checkpoint.dir, w->err);
-        exit(LT_EXIT_INTERNAL);
+static void *ckpt_write(void *arg) {
+    CkptWrite *w = arg;
+    const double t0 = lt_now();
+    uint64_t bytes;
+    uint32_t crc;
+    w->rc = lt_shard_write(w->path, &w->src, (size_t)w->cfg->checkpoint.io_buffer_mib << 20, &bytes,
+                           &crc, w->err, sizeof w->err);
+    w->seconds = lt_now() - t0;
+    __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Whether any rank reports a failure (an all-reduce over the grid). */
+static int any_failed(LtRun *r, int failed) {
+    int32_t f = failed != 0;
+    lt_comm_all_reduce(lt_comm_host(r->dp), &f, 1, LT_COMM_I32, LT_COMM_MAX);
+    lt_comm_all_reduce(lt_comm_host(r->tp), &f, 1, LT_COMM_I32, LT_COMM_MAX);
+    lt_comm_all_reduce(lt_comm_host(r->pp), &f, 1, LT_COMM_I32, LT_COMM_MAX);
+    return f;
+}
+
+static LtCkptLayout run_layout(const LtRun *r) {
+    const LtConfig *c = r->cfg;
+    return (LtCkptLayout){r->topo.tp, r->topo.pp, c->parallel.virtual_pipeline_model_parallel_size,
+                          r->topo.dp, c->optimizer.zero_stage};
+}
+
+static void ckpt_write_free(CkptWrite *w) {
+    for (int k = 0; k < LT_CKPT_KINDS; k++) {
+        w->be->ops->host_free(w->be, w->copy[k]);
+        lt_ckpt_mem_uncount(w->n * sizeof(float));
     }
-    lt_log("saved checkpoint step %ld to %s (%s %.2f s, the step loop blocked %.2f s%s)\n",
-           w->meta.step, w->cfg->checkpoint.dir, how, w->seconds, blocked,
-           w->pruned ? "; older ones beyond checkpoint.keep_last removed" : "");
-    free(w->st.master);
-    free(w->st.m);
-    free(w->st.v);
     free(w);
 }
 
-/* Wait for the save in flight, if any (before the next one, at a stop, at the
- * end of training); returns the seconds waited. */
-double lt_run_ckpt_wait(void) {
+/* After every rank's write (collective): the first rank completes the
+ * checkpoint, or removes it when any write failed; a failure stops every rank. */
+static void ckpt_finish(LtRun *r, CkptWrite *w, const char *how, double blocked) {
+    const LtConfig *c = r->cfg;
+    if (w->rc && r->world->rank != 0) /* the first rank's own error ends its message below */
+        fprintf(stderr, "lattice: error: [rank %d] %s\n", r->world->rank, w->err);
+    int failed = any_failed(r, w->rc), pruned = 0;
+    char err[1024] = "";
+    if (r->world->rank == 0) {
+        const LtCkptLayout l = run_layout(r);
+        if (failed) {
+            lt_ckpt_abort(w->tmp);
+            snprintf(err, sizeof err, "%s",
+                     w->rc ? w->err
+                           : "another rank could not write its state file (its error is above)");
+        } else if (lt_ckpt_commit(c->checkpoint.dir, w->tmp, &r->global, &w->meta, &l, 1, c, err,
+                                  sizeof err)) {
+            failed = 1;
+        } else {
+            char perr[1024]; /* older checkpoints go only once this one is complete */
+            if (lt_ckpt_prune(c->checkpoint.dir, c->checkpoint.keep_last, &pruned, perr, sizeof perr))
+                lt_log("warning: checkpoint.keep_last: %s\n", perr);
+        }
+    }
+    if (any_failed(r, failed)) { /* the partial step directory is gone; latest names the previous one */
+        if (r->world->rank == 0)
+            fprintf(stderr, "lattice: error: saving checkpoint step %ld to %s failed: %s (the "
+                            "previous checkpoint, if any, is intact and still named by latest)\n",
+                    w->meta.step, c->checkpoint.dir, err);
+        exit(LT_EXIT_INTERNAL);
+    }
+    lt_log("saved checkpoint step %ld to %s (%s %.2f s, the step loop blocked %.2f s; host memory "
+           "of the first rank: state copy %zu bytes + checkpoint buffers peak %zu bytes (I/O "
+           "buffer %zu); the whole model's state is %zu bytes%s)\n",
+           w->meta.step, c->checkpoint.dir, how, w->seconds, blocked,
+           LT_CKPT_KINDS * w->n * sizeof(float), lt_ckpt_mem_peak() - LT_CKPT_KINDS * w->n * sizeof(float),
+           (size_t)c->checkpoint.io_buffer_mib << 20, 3 * r->global.total * sizeof(float),
+           pruned ? "; older ones beyond checkpoint.keep_last removed" : "");
+    ckpt_write_free(w);
+}
+
+double lt_run_ckpt_wait(LtRun *r) {
     if (!g_save.w) return 0.0;
     const double t0 = lt_now();
-    pthread_join(g_save.thread, NULL);
-    const double waited = lt_now() - t0;
-    ckpt_write_done(g_save.w, "written in the background in", waited);
+    if (g_save.threaded) pthread_join(g_save.thread, NULL);
+    CkptWrite *w = g_save.w;
     g_save.w = NULL;
+    const double waited = lt_now() - t0;
+    ckpt_finish(r, w, "written in the background in", waited);
     return waited;
+}
+
+void lt_run_ckpt_poll(LtRun *r) {
+    if (!g_save.w) return; /* the same on every rank: saves start and finish together */
+    const int mine = __atomic_load_n(&g_save.w->done, __ATOMIC_ACQUIRE);
+    if (!any_failed(r, !mine)) lt_run_ckpt_wait(r); /* every rank is done: no waiting */
 }
 
 void lt_run_save_checkpoint(LtRun *r, long step) {
     const LtConfig *c = r->cfg;
     const double t_enter = lt_now();
-    double blocked = lt_run_ckpt_wait(); /* at most one save in flight */
-    const LtParamTable *t = &r->model->table, *g = &r->global;
-    size_t bytes = t->total * sizeof(float), gbytes = g->total * sizeof(float);
-    float *local[3] = {lt_malloc(bytes), lt_malloc(bytes), lt_malloc(bytes)};
-    lt_optim_gather_state(r->opt, local[0], local[1], local[2]); /* collective over DP */
-    /* assemble global tensors: every TP rank writes its shards (replicated ones
-     * from TP rank 0 only), every stage its layers (the tied embedding from the
-     * first stage only), and sums over the TP and pipeline groups fill in the rest */
+    lt_run_ckpt_wait(r); /* at most one save in flight */
+    lt_ckpt_mem_reset_peak();
     CkptWrite *w = lt_calloc(sizeof *w);
     w->cfg = c;
-    w->g = g;
-    w->st = (LtCkptState){lt_calloc(gbytes), lt_calloc(gbytes), lt_calloc(gbytes)};
-    float *glob[3] = {w->st.master, w->st.m, w->st.v};
-    for (int k = 0; k < 3; k++) {
-        lt_params_to_global(t, local[k], g, glob[k], r->coords.tp == 0);
-        lt_comm_all_reduce(lt_comm_host(r->tp), glob[k], g->total, LT_COMM_F32, LT_COMM_SUM);
-        lt_comm_all_reduce(lt_comm_host(r->pp), glob[k], g->total, LT_COMM_F32, LT_COMM_SUM);
-        free(local[k]);
-    }
+    w->t_start = t_enter;
     w->meta = (LtCkptMeta){
         .step = step,
         .optimizer_steps = r->opt ? r->opt->step : step,
@@ -98,24 +150,37 @@ void lt_run_save_checkpoint(LtRun *r, long step) {
         .data_seed = c->train.seed,
         .rng_state = c->train.seed,
     };
-    /* the full state is identical everywhere now: the first rank writes it */
-    if (r->world->rank != 0) {
-        free(w->st.master), free(w->st.m), free(w->st.v), free(w);
-    } else if (c->checkpoint.async) { /* this state is the writer's own copy */
-        g_save.w = w;
+    /* the first rank makes the temporary directory before anyone writes */
+    const int first = r->world->rank == 0;
+    int rc = lt_ckpt_begin(c->checkpoint.dir, step, first, w->tmp, sizeof w->tmp, w->err, sizeof w->err);
+    if (any_failed(r, rc)) {
+        if (rc) fprintf(stderr, "lattice: error: saving checkpoint step %ld: %s\n", step, w->err);
+        exit(LT_EXIT_INTERNAL);
+    }
+    const LtCkptLayout l = run_layout(r);
+    char name[96];
+    lt_ckpt_state_name(&l, r->coords.tp, r->coords.pp, r->coords.dp, name, sizeof name);
+    snprintf(w->path, sizeof w->path, "%s/%s", w->tmp, name);
+    size_t lo;
+    lt_optim_save_range(r->opt, &lo, &w->n);
+    w->be = r->be;
+    for (int k = 0; k < LT_CKPT_KINDS; k++) {
+        w->copy[k] = r->be->ops->host_alloc(r->be, w->n ? w->n * sizeof(float) : sizeof(float));
+        lt_ckpt_mem_count(w->n * sizeof(float));
+    }
+    lt_optim_download_state(r->opt, lo, w->n, w->copy[0], w->copy[1], w->copy[2]);
+    w->src = (LtShardSrc){&r->model->table, lo, lo + w->n, r->coords.tp == 0,
+                          {w->copy[0], w->copy[1], w->copy[2]}};
+    g_save.w = w;
+    g_save.threaded = c->checkpoint.async;
+    if (c->checkpoint.async) { /* the copies are the writer's own */
         if (pthread_create(&g_save.thread, NULL, ckpt_write, w) != 0)
             lt_fatal("cannot start the checkpoint writer thread");
         lt_log("checkpoint step %ld: state copied (the step loop blocked %.2f s), writing in the "
                "background\n", step, lt_now() - t_enter);
         return;
-    } else {
-        ckpt_write(w);
-        blocked = lt_now() - t_enter;
-        ckpt_write_done(w, "written in", blocked);
     }
-    if (!c->checkpoint.async) { /* nobody runs ahead of a synchronous save */
-        lt_comm_barrier(r->dp);
-        lt_comm_barrier(r->tp);
-        lt_comm_barrier(r->pp);
-    }
+    ckpt_write(w);
+    g_save.w = NULL;
+    ckpt_finish(r, w, "written in", lt_now() - t_enter);
 }

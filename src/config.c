@@ -127,6 +127,7 @@ const KeyDesc lt_cfg_keys[] = {
     K_STR(checkpoint, load),
     K_INT(checkpoint, keep_last, 0, INT_MAX),
     K_BOOL(checkpoint, async),
+    K_INT(checkpoint, io_buffer_mib, 1, 4096),
 
     K_STR(logging, metrics_file),
     K_STR(logging, mllog),
@@ -845,6 +846,7 @@ void lt_config_defaults(LtConfig *c) {
 
     c->comm.timeout_s = 600;
     c->checkpoint.save_interval = 0;
+    c->checkpoint.io_buffer_mib = 64;
 
     c->logging.log_interval = 1;
     c->logging.peak_tflops = 0;

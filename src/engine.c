@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "ckpt_shard.h"
 #include "common.h"
 #include "metrics.h"
 #include "plan.h"
@@ -187,45 +188,29 @@ static int resolve_load(const LtConfig *cfg, char *stepdir, size_t len) {
     return 1;
 }
 
-/* Load a checkpoint's global tensors into st (arrays of r->global.total).
- * The padded vocabulary depends on the TP size the checkpoint was written
- * with; when it differs from this run's, the checkpoint is read with its own
- * table and the rows both have are copied (padding rows are zero). */
-static void load_global_state(LtRun *r, const char *stepdir, LtCkptState *st, LtCkptMeta *meta) {
+/* Load this rank's part of a checkpoint: its parameters into master
+ * (t->total) and, when m/v are given, its ZeRO shard of the Adam moments. No
+ * rank reads or holds more than that plus the I/O buffer and the state files'
+ * record tables (counted by lt_ckpt_mem_*; the first rank's figures logged). */
+static void load_local_state(LtRun *r, const char *stepdir, float *master, float *m, float *v,
+                             size_t lo, size_t n, LtCkptMeta *meta) {
     char err[1024];
-    LtConfig *saved = lt_calloc(sizeof *saved);
-    if (lt_ckpt_load_config(stepdir, saved, err, sizeof err))
+    const LtParamTable *t = &r->model->table;
+    const size_t io = (size_t)r->cfg->checkpoint.io_buffer_mib << 20;
+    lt_ckpt_mem_reset_peak();
+    const size_t base = lt_ckpt_mem_peak();
+    const double t0 = lt_now();
+    if (lt_ckpt_load_local(stepdir, t, master, lo, lo + n, m, v, io, meta, err, sizeof err))
         lt_input_error("checkpoint.load: %s", err);
-    int saved_world = saved->parallel.tensor_model_parallel_size *
-                      saved->parallel.pipeline_model_parallel_size;
-    if (lt_config_validate(saved, saved_world, err, sizeof err))
-        lt_input_error("checkpoint.load: config.yaml of %s: %s", stepdir, err);
-    int padded = saved->model.padded_vocab_size;
-    free(saved);
-    if (padded == r->global.dims.padded_vocab) {
-        if (lt_ckpt_load(stepdir, &r->global, st, meta, err, sizeof err))
-            lt_input_error("checkpoint.load: %s", err);
-        return;
-    }
-    LtModelDims d = r->global.dims;
-    d.padded_vocab = padded;
-    LtParamTable ct;
-    lt_params_build(&ct, &d);
-    size_t bytes = ct.total * sizeof(float);
-    LtCkptState cs = {lt_malloc(bytes), st->m ? lt_malloc(bytes) : NULL,
-                      st->v ? lt_malloc(bytes) : NULL};
-    if (lt_ckpt_load(stepdir, &ct, &cs, meta, err, sizeof err))
-        lt_input_error("checkpoint.load: %s", err);
-    float *src[3] = {cs.master, cs.m, cs.v}, *dst[3] = {st->master, st->m, st->v};
-    for (int k = 0; k < 3; k++) {
-        if (!src[k]) continue;
-        if (lt_params_copy_rows(&ct, src[k], &r->global, dst[k], err, sizeof err))
-            lt_input_error("checkpoint.load: %s: %s", stepdir, err);
-        free(src[k]);
-    }
-    lt_log("checkpoint vocabulary padded to %d rows, this layout pads to %d: rows re-padded\n",
-           padded, r->global.dims.padded_vocab);
-    lt_params_free(&ct);
+    if (meta->padded_vocab && meta->padded_vocab != t->dims.padded_vocab)
+        lt_log("checkpoint vocabulary padded to %d rows, this layout pads to %d: rows re-padded\n",
+               meta->padded_vocab, t->dims.padded_vocab);
+    const size_t own = sizeof(float) * (t->total + (m ? 2 * n : 0));
+    lt_log("checkpoint load: %.2f s; host memory of the first rank: its state %zu bytes + "
+           "checkpoint buffers peak %zu bytes (I/O buffer %zu); the whole model's state is %zu "
+           "bytes\n",
+               lt_now() - t0, own, lt_ckpt_mem_peak() - base, io,
+               sizeof(float) * r->global.total * (m ? 3 : 1));
 }
 
 /* Build backend, model, optimizer; restore a checkpoint when configured. */
@@ -268,7 +253,9 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
     r->pipe = lt_pipeline_create(r->model, r->pp, need_optimizer ? r->micro_batches : 0);
     const LtParamTable *t = &r->model->table;
     float *host = lt_malloc(t->total * sizeof(float));
-    LtCkptState st = {lt_malloc(r->global.total * sizeof(float)), NULL, NULL};
+    float *m = NULL, *v = NULL;
+    size_t held_lo = 0, held_n = 0; /* this rank's part of the optimizer state */
+    lt_optim_held_range(t, cfg->optimizer.zero_stage, r->topo.dp, r->coords.dp, &held_lo, &held_n);
     LtCkptMeta meta = {0};
     char stepdir[LT_PATH_MAX + 64];
     const int resume = resolve_load(cfg, stepdir, sizeof stepdir);
@@ -279,23 +266,13 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
         if (lt_ckpt_read_meta(stepdir, &meta, err, sizeof err))
             lt_input_error("checkpoint.load: %s", err);
         if (need_optimizer && !meta.weights_only) {
-            st.m = lt_malloc(r->global.total * sizeof(float));
-            st.v = lt_malloc(r->global.total * sizeof(float));
+            m = lt_malloc((held_n ? held_n : 1) * sizeof(float));
+            v = lt_malloc((held_n ? held_n : 1) * sizeof(float));
         } else if (need_optimizer) {
             lt_log("checkpoint %s holds weights only: Adam starts from zero moments at step %ld\n",
                    stepdir, meta.step);
         }
-        load_global_state(r, stepdir, &st, &meta);
-        /* this rank's shards of the global tensors (in place: local <= global) */
-        lt_params_from_global(t, host, &r->global, st.master);
-        if (st.m) {
-            float *tmp = lt_malloc(t->total * sizeof(float));
-            lt_params_from_global(t, tmp, &r->global, st.m);
-            memcpy(st.m, tmp, t->total * sizeof(float));
-            lt_params_from_global(t, tmp, &r->global, st.v);
-            memcpy(st.v, tmp, t->total * sizeof(float));
-            free(tmp);
-        }
+        load_local_state(r, stepdir, host, m, v, held_lo, held_n, &meta);
         if (meta.seed != cfg->train.seed)
             lt_log("note: checkpoint was trained with train.seed=%llu, this run has %llu\n",
                    (unsigned long long)meta.seed, (unsigned long long)cfg->train.seed);
@@ -308,12 +285,11 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
         r->opt = lt_optim_create(r->be, t, cfg, r->dp, r->model->flat, host);
         lt_optim_set_tp(r->opt, r->tp);
         lt_optim_set_pp(r->opt, r->pp);
-        if (st.m) lt_optim_load_state(r->opt, host, st.m, st.v, meta.optimizer_steps);
+        if (m) lt_optim_load_state(r->opt, host, m, v, meta.optimizer_steps);
         r->grads = lt_grads_create(r->model, r->opt, r->emb);
     }
-    free(st.master);
-    free(st.m);
-    free(st.v);
+    free(m);
+    free(v);
     free(host);
     if (resume) lt_log("resumed from %s at step %ld\n", stepdir, r->start_step);
     r->peak_tflops = lt_peak_tflops(r->be, cfg, &r->peak_source);

@@ -67,12 +67,16 @@ LtTokenFile *lt_run_open_tokens(const char *key, const char *path, int vocab);
 size_t lt_run_engine_bytes(const LtRun *r);
 static inline double lt_mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
-/* Save the training state after `step` (collective over DP, TP and PP): the
- * first rank writes it, in a background thread with checkpoint.async (at most
- * one save in flight: this waits for the previous one first). */
+/* Save the training state after `step` (collective over DP, TP and PP): every
+ * rank writes its own state file, in this thread or, with checkpoint.async, a
+ * background one (at most one save in flight: this finishes the previous one
+ * first); the first rank then completes the checkpoint. */
 void lt_run_save_checkpoint(LtRun *r, long step);
-/* Wait for the save in flight, if any (at a stop, at the end of training);
- * returns the seconds waited. */
-double lt_run_ckpt_wait(void);
+/* At a step boundary (collective, every rank): completes the save in flight
+ * once every rank's write is done, without waiting for it otherwise. */
+void lt_run_ckpt_poll(LtRun *r);
+/* Wait for the save in flight, if any, and complete it (collective; at a
+ * stop, at the end of training); returns the seconds waited. */
+double lt_run_ckpt_wait(LtRun *r);
 
 #endif

@@ -239,41 +239,49 @@ void lt_optim_step(LtOptimizer *o, void *params, const float *grads, double lr,
                            lt_comm_act_type(be));
 }
 
-/* Gather one sharded fp32 state array into host[total]. */
-static void gather_array(LtOptimizer *o, const float *shard, float *host) {
-    const size_t total = o->table->total;
-    if (o->zero_stage == 0) {
-        o->be->ops->download(o->be, host, shard, total * sizeof(float));
-        return;
-    }
-    float *all = lt_malloc(o->flat * sizeof(float));
-    o->be->ops->download(o->be, all + o->shard_begin, shard, o->shard_len * sizeof(float));
-    lt_comm_all_gather(lt_comm_host(o->dp), all + o->shard_begin, all, o->shard_len,
-                       LT_COMM_F32);
-    memcpy(host, all, total * sizeof(float));
-    free(all);
+void lt_optim_held_range(const LtParamTable *t, int zero_stage, int dp_size, int dp_rank,
+                         size_t *begin, size_t *len) {
+    *begin = 0;
+    *len = t->total;
+    if (dp_size <= 1 || zero_stage == 0) return;
+    const size_t S = lt_optim_flat_size(t, dp_size) / (size_t)dp_size;
+    *begin = (size_t)dp_rank * S;
+    if (*begin > t->total) *begin = t->total;
+    *len = t->total - *begin < S ? t->total - *begin : S;
 }
 
-void lt_optim_gather_state(LtOptimizer *o, float *master, float *m, float *v) {
-    gather_array(o, o->master, master);
-    if (m) gather_array(o, o->m, m);
-    if (v) gather_array(o, o->v, v);
+void lt_optim_save_range(const LtOptimizer *o, size_t *begin, size_t *len) {
+    const size_t total = o->table->total, S = o->flat / (size_t)o->dp_size;
+    *begin = (size_t)o->dp_rank * S;
+    if (*begin > total) *begin = total;
+    *len = total - *begin < S ? total - *begin : S;
 }
 
-static void load_array(LtOptimizer *o, float *shard, const float *host) {
-    const size_t total = o->table->total;
+void lt_optim_download_state(LtOptimizer *o, size_t begin, size_t len, float *master, float *m,
+                             float *v) {
+    LT_CHECK(begin >= o->shard_begin && begin + len <= o->shard_begin + o->shard_len);
+    const size_t off = begin - o->shard_begin, bytes = len * sizeof(float);
+    if (!len) return;
+    o->be->ops->download(o->be, master, o->master + off, bytes);
+    if (m) o->be->ops->download(o->be, m, o->m + off, bytes);
+    if (v) o->be->ops->download(o->be, v, o->v + off, bytes);
+}
+
+/* shard[0, shard_len) = host[0, n) then zeros (the padding past the table). */
+static void load_array(LtOptimizer *o, float *shard, const float *host, size_t n) {
     o->be->ops->zero(o->be, shard, o->shard_len * sizeof(float));
-    if (o->shard_begin >= total) return;
-    size_t n = total - o->shard_begin;
-    if (n > o->shard_len) n = o->shard_len;
-    o->be->ops->upload(o->be, shard, host + o->shard_begin, n * sizeof(float));
+    if (n) o->be->ops->upload(o->be, shard, host, n * sizeof(float));
 }
 
 void lt_optim_load_state(LtOptimizer *o, const float *master, const float *m, const float *v,
                          long step) {
-    load_array(o, o->master, master);
-    if (m) load_array(o, o->m, m);
-    if (v) load_array(o, o->v, v);
+    const size_t total = o->table->total;
+    const size_t n = o->shard_begin >= total ? 0
+                     : total - o->shard_begin < o->shard_len ? total - o->shard_begin
+                                                              : o->shard_len;
+    load_array(o, o->master, master + (o->shard_begin < total ? o->shard_begin : total), n);
+    if (m) load_array(o, o->m, m, n);
+    if (v) load_array(o, o->v, v, n);
     o->step = step;
 }
 

@@ -246,13 +246,15 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
             lt_log("checkpoint.dir: removed %d entr%s left by a save that was killed\n", stale,
                    stale == 1 ? "y" : "ies");
     }
+    /* before the summary, whose lines tell a job script (and the tests) that
+     * a signal from now on stops the run at a step boundary with a save */
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGUSR1, on_signal);
     lt_run_print_summary(&r);
 
     LtMetricsFile mf;
     lt_metrics_open(&mf, w->rank == 0 ? cfg->logging.metrics_file : NULL);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    signal(SIGUSR1, on_signal);
 
     const double flops_step = lt_model_flops_per_sample(&r.model->d, 0) * G;
     const double tokens_step = (double)G * S;
@@ -382,6 +384,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
                 break;
             }
         }
+        lt_run_ckpt_poll(&r); /* completes a background save once every rank has written */
         if (cfg->checkpoint.dir[0] && cfg->checkpoint.save_interval > 0 &&
             (step + 1) % cfg->checkpoint.save_interval == 0 && step + 1 < cfg->train.steps)
             lt_run_save_checkpoint(&r, step + 1);
@@ -447,7 +450,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         lt_metrics_eval(&mf, step, vl, ns);
     }
     if (cfg->checkpoint.dir[0] && exit_code != LT_EXIT_DIVERGED) lt_run_save_checkpoint(&r, step);
-    lt_run_ckpt_wait(); /* the end of training (or a stop) waits for the save in flight */
+    lt_run_ckpt_wait(&r); /* the end of training (or a stop) waits for the save in flight */
     lt_metrics_close(&mf);
     char merr[LT_PATH_MAX + 128];
     if (lt_metrics_status(&mf, merr, sizeof merr) && exit_code == 0) {

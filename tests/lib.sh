@@ -26,3 +26,14 @@ d = open(sys.argv[1], 'rb').read()
 open(sys.argv[2], 'w').write(' '.join(map(str, d)))" "$T/text.txt" "$T/text.ids" &&
     "$LT" shard --vocab-size 256 --input "$T/text.ids" "$1" >/dev/null
 }
+
+# same_state A B: step directories A and B hold the same state files, byte
+# for byte (one state.lt, or one file per rank of a parallel save)
+same_state() {
+  local n=0 f
+  for f in "$1"/*.lt; do
+    [ -f "$f" ] && cmp -s "$f" "$2/${f##*/}" || return 1
+    n=$((n + 1))
+  done
+  [ "$n" -gt 0 ] && [ "$(ls "$2"/*.lt | wc -l)" -eq "$n" ]
+}

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # test_ckpt_format.sh BUILD_DIR - the checkpoint format as the README documents
 # it is enough for another tool: tests/read_state.py (written from the README)
-# reads a tiny Llama's checkpoint, checks every CRC, and finds the same weights
-# as lattice's own export; a flipped data byte and an edited meta.json are
-# caught by it.
+# reads a tiny Llama's checkpoint, of one process and of a tp2 x pp2 x dp2 run
+# (one state file per rank), checks every CRC, assembles the tensors from their
+# pieces and finds the same weights as lattice's own export; a flipped data byte
+# and an edited meta.json are caught by it.
 set -u
 BUILD=$1
 . tests/lib.sh ckfmt
@@ -11,10 +12,17 @@ random_shard "$T/train.ltok" 20000 5 || { fail prepare "lattice shard failed"; e
 "$LT" train configs/llama-tiny.yaml data.train_path=$T/train.ltok train.steps=2 eval.interval=0 \
   logging.log_interval=100 checkpoint.dir=$T/ck >"$T/train.log" 2>&1 ||
   { fail train "$(tail -2 "$T/train.log")"; exit 1; }
+command -v mpirun >/dev/null || { fail mpirun "mpirun not found (openmpi-bin)"; exit 1; }
+timeout 300 mpirun --allow-run-as-root --oversubscribe -np 8 "$LT" train configs/llama-tiny.yaml \
+  data.train_path=$T/train.ltok train.steps=2 eval.interval=0 logging.log_interval=100 \
+  parallel.tensor_model_parallel_size=2 parallel.pipeline_model_parallel_size=2 \
+  optimizer.zero_stage=1 checkpoint.dir=$T/ck8 >"$T/train8.log" 2>&1 ||
+  { fail train_8_ranks "$(tail -2 "$T/train8.log")"; exit 1; }
 S=$T/ck/step_00000002
-if python3 tests/read_state.py "$S" >"$T/state.txt" 2>&1 &&
-   "$LT" export "$T/ck" "$T/hf" >/dev/null 2>&1 &&
-   python3 - "$T/state.txt" "$T/hf/model.safetensors" <<'PY'
+for run in ck ck8; do
+if python3 tests/read_state.py "$T/$run/step_00000002" >"$T/state.txt" 2>&1 &&
+   "$LT" export "$T/$run" "$T/hf-$run" >/dev/null 2>&1 &&
+   python3 - "$T/state.txt" "$T/hf-$run/model.safetensors" <<'PY'
 import json, struct, sys
 sums = {l.split()[0]: float(l.split()[2]) for l in open(sys.argv[1]) if l.startswith('param/')}
 raw = open(sys.argv[2], 'rb').read()
@@ -30,8 +38,9 @@ for ours, hf in pairs.items():
     assert abs(sums[ours] - total(hf)) <= 1e-6 * max(1.0, abs(sums[ours])), (ours, sums[ours], total(hf))
 assert len(sums) == 1 + 6 * 2 + 2, sorted(sums)
 PY
-then pass "documented_format_reads_checkpoint ($(wc -l < "$T/state.txt") lines)"
-else fail documented_format_reads_checkpoint "$(tail -2 "$T/state.txt")"; fi
+then pass "documented_format_reads_checkpoint_$run ($(tail -1 "$T/state.txt"))"
+else fail documented_format_reads_checkpoint_$run "$(tail -2 "$T/state.txt")"; fi
+done
 # a flipped byte in the last tensor's data, and an edited step in meta.json
 cp -r "$S" "$T/bad1" && cp -r "$S" "$T/bad2"
 python3 -c "

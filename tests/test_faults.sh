@@ -33,16 +33,50 @@ for i in 1 2 3 4 5 6; do
     echo "  kill $i: eval of $(cat $ck/latest 2>/dev/null) failed: $(tail -1 "$T/eval$i.log")"
   fi
 done
-left=$(ls -A "$ck" | grep -c '^\.tmp-\|^\.old-\|^latest\.tmp$')
-# the next run resumes from the newest and removes what the killed saves left
-last=$(sed -n 's/^step_0*//p' "$ck/latest")
-"$LT" train $CFG $WIDE train.steps=$((last + 1)) checkpoint.dir=$ck checkpoint.load=auto \
-  > "$T/after.log" 2>&1
-rc=$?
-now=$(ls -A "$ck" | grep -c '^\.tmp-\|^\.old-\|^latest\.tmp$')
-if [ $ok = 1 ] && [ $rc -eq 0 ] && grep -q "resumed from $ck/step_" "$T/after.log" && [ "$now" -eq 0 ]; then
-  pass "sigkill_during_saves (6 kills; $left leftover entries, removed by the next run)"
-else fail sigkill_during_saves "ok=$ok rc=$rc leftovers before/after $left/$now: $(tail -2 "$T/after.log")"; fi
+leftovers() { ls -A "$1" | grep -c '^\.tmp-\|^\.old-\|^latest\.tmp$'; }
+# resume_after_kills NAME LOG LAUNCH...: the next run (LAUNCH lattice ...)
+# resumes from the newest checkpoint in $ck and removes what the killed saves left
+resume_after_kills() {
+  local name=$1 log=$2 left rc now last
+  shift 2
+  left=$(leftovers "$ck")
+  last=$(sed -n 's/^step_0*//p' "$ck/latest")
+  "$@" train $CFG $WIDE train.steps=$((last + 1)) checkpoint.dir=$ck checkpoint.load=auto > "$log" 2>&1
+  rc=$?
+  now=$(leftovers "$ck")
+  if [ $ok = 1 ] && [ $rc -eq 0 ] && grep -q "resumed from $ck/step_" "$log" && [ "$now" -eq 0 ]; then
+    pass "$name ($left leftover entries, removed by the next run)"
+  else fail "$name" "ok=$ok rc=$rc leftovers before/after $left/$now: $(tail -2 "$log")"; fi
+}
+resume_after_kills sigkill_during_saves_6_kills "$T/after.log" "$LT"
+
+# ---- the same with four ranks (tp 2 x dp 2, every rank writing its own state
+# file): one rank SIGKILLed at a random moment, 3 times; mpirun takes the others
+# down; the newest complete checkpoint always loads, in another layout too ----
+ck=$T/ck4
+ok=1
+MPI="timeout 300 mpirun --allow-run-as-root --oversubscribe"
+for i in 1 2 3; do
+  $MPI -np 4 "$LT" train $CFG $WIDE train.steps=100000 checkpoint.dir=$ck checkpoint.save_interval=1 \
+    checkpoint.keep_last=2 checkpoint.load=auto parallel.tensor_model_parallel_size=2 \
+    optimizer.zero_stage=1 > "$T/kill4-$i.log" 2>&1 &
+  mp=$!
+  for _ in $(seq 600); do grep -q "saved checkpoint" "$T/kill4-$i.log" 2>/dev/null && break; sleep 0.05; done
+  sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
+  victims=($(pgrep -f "^$LT train .*checkpoint.dir=$ck "))
+  [ ${#victims[@]} -gt 0 ] && kill -KILL "${victims[$((RANDOM % ${#victims[@]}))]}" 2>/dev/null
+  wait $mp 2>/dev/null
+  sleep 0.5
+  if pgrep -f "^$LT train .*checkpoint.dir=$ck " >/dev/null; then
+    ok=0; echo "  kill $i: ranks left running"; pkill -KILL -f "^$LT train .*checkpoint.dir=$ck "
+  fi
+  if ! "$LT" eval $CFG $WIDE checkpoint.load=$ck > "$T/eval4-$i.log" 2>&1; then
+    ok=0
+    echo "  kill $i: eval of $(cat $ck/latest 2>/dev/null) failed: $(tail -1 "$T/eval4-$i.log")"
+  fi
+done
+resume_after_kills sigkill_one_of_four_ranks_during_saves_3_kills_resumed_at_dp2 "$T/after4.log" \
+  $MPI -np 2 "$LT"
 
 # ---- disk full during a save (a small tmpfs) -----------------------------------
 # tiny model: a checkpoint is about 430 KB; 700 KB holds the first, not the second

@@ -9,12 +9,7 @@
 # LT_TEST_FULL=1 adds more layouts.
 set -u
 BUILD=$1
-LT="$BUILD/lattice"
-T=$(mktemp -d /tmp/lt-pipe-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-failures=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh" pipe
 command -v mpirun >/dev/null || { fail mpirun "mpirun not found (openmpi-bin)"; exit 1; }
 MPI="timeout 300 mpirun --allow-run-as-root --oversubscribe"
 
@@ -165,16 +160,18 @@ mkdir -p "$T/sig"
 $MPI -np 2 "$LT" train $BASE parallel.pipeline_model_parallel_size=2 train.steps=100000 \
   eval.interval=0 checkpoint.dir=$T/sig/ck >"$T/sig/log" 2>&1 &
 mpid=$!
-# wait until training runs (the signal handlers are installed right after the summary's
-# data line): a fixed sleep lost the race on a loaded machine. (Not a line per step:
-# the signal goes to mpirun, which then ends ranks that keep writing before they save.)
+# wait until the summary's data line (the signal handlers are installed before
+# the summary): a fixed sleep lost the race on a loaded machine
 for _ in $(seq 240); do grep -q "^data train" "$T/sig/log" 2>/dev/null && break; sleep 0.5; done
-sleep 1
-victim=$(pgrep -P $mpid | tail -1) # a rank process (the launcher forks them)
+# one rank process: timeout's child is mpirun, whose children are the ranks (a
+# signal to mpirun itself would reach every rank, and mpirun kills ranks that
+# have not exited a second later: too soon for a save on a loaded machine)
+launcher=$(pgrep -P $mpid | head -1)
+victim=$(pgrep -P "$launcher" -f "$LT train" | tail -1)
 [ -n "$victim" ] && kill -TERM "$victim"
 wait $mpid
 rc=$?
-if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "received signal 15 after step" "$T/sig/log" &&
+if [ $rc -eq 143 ] && grep -q "received signal 15 after step" "$T/sig/log" &&
    [ -f "$T/sig/ck/latest" ] && grep -q "saved checkpoint" "$T/sig/log"; then
   pass sigterm_to_one_stage_stops_all_and_saves
 else fail sigterm_to_one_stage_stops_all_and_saves "rc=$rc victim=$victim: $(tail -3 "$T/sig/log")"; fi
@@ -192,9 +189,9 @@ rc=$?
 c=$T/nonfinite/ck
 if [ $rc -eq 0 ] && grep -q "^step 2: .*update skipped" "$T/nonfinite/log" &&
    grep -q "^step 4: .*update skipped" "$T/nonfinite/log" &&
-   cmp -s $c/step_00000001/state.lt $c/step_00000002/state.lt &&
-   cmp -s $c/step_00000003/state.lt $c/step_00000004/state.lt &&
-   ! cmp -s $c/step_00000002/state.lt $c/step_00000003/state.lt; then
+   same_state $c/step_00000001 $c/step_00000002 &&
+   same_state $c/step_00000003 $c/step_00000004 &&
+   ! same_state $c/step_00000002 $c/step_00000003; then
   pass nonfinite_on_one_rank_every_rank_skips
 else fail nonfinite_on_one_rank_every_rank_skips "rc=$rc: $(grep -i 'skip\|error' "$T/nonfinite/log" | head -3)"; fi
 
@@ -211,9 +208,9 @@ $MPI -np 8 "$LT" train $BASE $L3D train.steps=4 checkpoint.dir=$T/async/re check
 rc=$?
 a=$T/async
 if [ $rc -eq 0 ] && grep -q "written in the background" "$a/bg.log" &&
-   cmp -s $a/sync/step_00000002/state.lt $a/bg/step_00000002/state.lt &&
-   cmp -s $a/sync/step_00000004/state.lt $a/bg/step_00000004/state.lt &&
-   cmp -s $a/sync/step_00000004/state.lt $a/re/step_00000004/state.lt; then
+   same_state $a/sync/step_00000002 $a/bg/step_00000002 &&
+   same_state $a/sync/step_00000004 $a/bg/step_00000004 &&
+   same_state $a/sync/step_00000004 $a/re/step_00000004; then
   pass async_saves_identical_and_resume_exact_3d
 else fail async_saves_identical_and_resume_exact_3d "rc=$rc: $(grep -i error $a/*.log | head -2)"; fi
 

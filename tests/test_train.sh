@@ -4,12 +4,7 @@
 # resume bit for bit, signals, export, eval, sample.
 set -u
 BUILD=$1
-LT="$BUILD/lattice"
-T=$(mktemp -d /tmp/lt-train-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-failures=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+. "$(dirname "$0")/lib.sh" train
 
 # ---- real text, byte-level tokens (vocab 256) --------------------------------
 cat /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 \
@@ -253,13 +248,13 @@ LT_INJECT_NONFINITE=loss:3 "$LT" train $CFG $D train.steps=5 checkpoint.dir=$T/c
   checkpoint.save_interval=1 > "$T/nan.log" 2>&1
 rc=$?
 if [ $rc -eq 0 ] && grep -q "^step 3: loss nan, .*update skipped (weights and Adam moments unchanged" "$T/nan.log" &&
-   cmp -s $T/ckN/step_00000002/state.lt $T/ckN/step_00000003/state.lt &&
-   ! cmp -s $T/ckN/step_00000003/state.lt $T/ckN/step_00000004/state.lt &&
+   same_state $T/ckN/step_00000002 $T/ckN/step_00000003 &&
+   ! same_state $T/ckN/step_00000003 $T/ckN/step_00000004 &&
    grep -q '"optimizer_steps": 4' $T/ckN/step_00000005/meta.json; then pass nonfinite_step_skipped
 else fail nonfinite_step_skipped "rc=$rc, $(grep -i 'skip\|error' "$T/nan.log" | head -2)"; fi
 "$LT" train $CFG $D train.steps=5 checkpoint.dir=$T/ckN2 checkpoint.load=$T/ckN/step_00000003 \
   > "$T/nan2.log" 2>&1
-if cmp -s $T/ckN/step_00000005/state.lt $T/ckN2/step_00000005/state.lt; then pass skipped_step_resume_exact
+if same_state $T/ckN/step_00000005 $T/ckN2/step_00000005; then pass skipped_step_resume_exact
 else fail skipped_step_resume_exact "step 5 differs after resuming from the skipped step 3"; fi
 # more consecutive skips than train.max_skipped_steps: exit 3, nothing saved, and
 # the metrics hold null for the non-finite values (valid JSON)
@@ -312,7 +307,7 @@ R="$D train.steps=8 checkpoint.save_interval=4"
 "$LT" export $T/ckA $T/exA >/dev/null 2>&1
 "$LT" export $T/ckB $T/exB >/dev/null 2>&1
 if [ -f $T/exA/model.safetensors ] && cmp -s $T/exA/model.safetensors $T/exB/model.safetensors &&
-   cmp -s $T/ckA/step_00000008/state.lt $T/ckB/step_00000008/state.lt &&
+   same_state $T/ckA/step_00000008 $T/ckB/step_00000008 &&
    diff <(grep -v eval $T/a.jsonl | tail -4 | sed 's/"tokens_per_sec.*//') \
         <(grep -v eval $T/b.jsonl | sed 's/"tokens_per_sec.*//') >/dev/null; then
   pass resume_bit_exact

@@ -50,8 +50,10 @@ open(f"{C}/safetensors/two", "wb").write(st([("a", [2, 3], [1, 2, 3, 4, 5, 6]), 
 open(f"{C}/safetensors/gpt2_names", "wb").write(st([("wte.weight", [3, 2], [1] * 6), ("h.0.ln_1.weight", [2], [1, 1])]))
 PY
 cp configs/tiny.yaml configs/demo.yaml configs/gpt2-124m.yaml "$C/config/"
-# a real checkpoint of fuzz_checkpoint's tiny model, written by the target itself
+# a real checkpoint of fuzz_checkpoint's tiny model, written by the target itself,
+# and one of format version 2 (one whole-tensor state.lt), which is still read
 LT_FUZZ_WRITE_SEED="$C/checkpoint/tiny_step3" "$BUILD/fuzz/fuzz_checkpoint"
+cp tests/fuzz/legacy/checkpoint_v2_tiny_step3 "$C/checkpoint/"
 # a tiny Llama and GPT-2 exported as Hugging Face directories, written by fuzz_import
 LT_FUZZ_WRITE_SEED="$C/import" "$BUILD/fuzz/fuzz_import"
 ls "$C"/* | wc -l

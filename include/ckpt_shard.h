@@ -1,0 +1,99 @@
+/* ckpt_shard.h - the state files of a checkpoint: each rank writes the
+ * pieces it owns, each piece a rectangle of a global tensor under the
+ * tensor's global name; a reader at any layout reads the byte ranges of the
+ * pieces that overlap what it needs. The file format is described at the top
+ * of src/ckpt_shard.c and in the README ("The checkpoint format").
+ *
+ * Used by src/checkpoint.c (one writer with the whole state: lattice import,
+ * tests), src/ckpt_save.c (every rank its shard) and the loaders. */
+#ifndef LT_CKPT_SHARD_H
+#define LT_CKPT_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A rectangle of a global tensor (a 1-D tensor is one column): rows
+ * [r0, r0 + nr) x columns [c0, c0 + nc). `local` is the offset, within a
+ * rank's shard of the parameter, of the rectangle's first element; the
+ * rectangle's elements are consecutive there, row-major. */
+typedef struct {
+    int64_t r0, nr, c0, nc;
+    size_t local;
+} LtRect;
+
+#define LT_MAX_RECTS 8
+
+/* The global rectangles that elements [a, b) of this rank's shard of p cover,
+ * in local order: at most a partial first row, the full rows (cut at the
+ * blocks of LT_SPLIT_BLOCKS) and a partial last row. Returns how many. */
+int lt_param_rects(const LtParamTable *t, const LtParam *p, size_t a, size_t b,
+                   LtRect out[LT_MAX_RECTS]);
+
+/* The state kinds a checkpoint holds, in file order, and their name prefixes. */
+enum { LT_CKPT_MASTER = 0, LT_CKPT_ADAM_M, LT_CKPT_ADAM_V, LT_CKPT_KINDS };
+extern const char *const lt_ckpt_kind_name[LT_CKPT_KINDS]; /* "param", "adam_m", "adam_v" */
+
+/* What one writer saves: of the local table t, the flat range [lo, hi) of
+ * each array (arr[k][i] holds element lo + i; NULL: kind not saved); tensors
+ * replicated over tensor-parallel ranks only when with_replicated, tied
+ * copies never (their owner saves them). */
+typedef struct {
+    const LtParamTable *t;
+    size_t lo, hi;
+    int with_replicated;
+    const float *arr[LT_CKPT_KINDS];
+} LtShardSrc;
+
+/* Write the pieces of src to `path` (created, fsynced, closed), converting
+ * through an I/O buffer of io_bytes. *bytes = the file's size, *crc = the CRC
+ * of its header (which covers the record table, which holds the CRC of every
+ * 1 MiB block of data): meta.json lists both. 0, or -1 with err naming path. */
+int lt_shard_write(const char *path, const LtShardSrc *src, size_t io_bytes, uint64_t *bytes,
+                   uint32_t *crc, char *err, size_t errlen);
+
+/* An opened state file: its pieces, sorted by name. */
+typedef struct LtShardFile LtShardFile;
+
+/* Open `path` and read and check its header and record table (format 1, 2 or
+ * 3). want_bytes/want_crc: what meta.json says (want_bytes 0: not checked).
+ * NULL with err naming the file. */
+LtShardFile *lt_shard_open(const char *path, uint64_t want_bytes, uint32_t want_crc, char *err,
+                           size_t errlen);
+void lt_shard_close(LtShardFile *f);
+size_t lt_shard_index_bytes(const LtShardFile *f); /* memory its record table holds */
+
+/* The global shape recorded for tensor `name` ("param/h.0.attn.qkv.weight");
+ * 0 and shape[0..2) (a 1-D tensor has shape[1] = 1), or -1 when the file has
+ * no piece of it. */
+int lt_shard_shape(const LtShardFile *f, const char *name, int64_t shape[2]);
+
+/* Copy into dst the elements of rectangle `want` of tensor `name` that the
+ * file's pieces cover (dst holds want row-major), reading only the 1 MiB
+ * blocks that hold them, each checked against its CRC, through `buf`
+ * (buf_bytes, at least 1 MiB). *covered += the elements copied. 0, or -1 with
+ * err naming the file and tensor. */
+int lt_shard_read(const LtShardFile *f, const char *name, const LtRect *want, float *dst,
+                  unsigned char *buf, size_t buf_bytes, uint64_t *covered, char *err,
+                  size_t errlen);
+
+/* Host memory the checkpoint code holds for state copies, I/O buffers and
+ * record tables (lt_ckpt_mem_*: counted allocations); the peak since the last
+ * reset, for the log and the memory test. */
+void *lt_ckpt_mem_alloc(size_t n);
+void lt_ckpt_mem_count(size_t n);   /* memory allocated elsewhere (page-locked copies) */
+void lt_ckpt_mem_uncount(size_t n);
+void lt_ckpt_mem_free(void *p, size_t n);
+void lt_ckpt_mem_reset_peak(void);
+size_t lt_ckpt_mem_peak(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
