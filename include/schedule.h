@@ -150,6 +150,16 @@ void lt_sim_free(LtSimResult *res);
  * actions this way. */
 int lt_schedule_comm_run(const LtAction *acts, int n, int i);
 
+/* parallel.overlap_p2p_comm: post receives one communication run ahead. Each
+ * run's receives move to the end of the run before it (across the compute in
+ * between), so the message travels while that compute runs; a gradient's
+ * receive moves only when its forward precedes the earlier run. Sends stay
+ * where they are; the relative order of every rank's operations towards one
+ * peer is kept, and lt_schedule_check_ordered judges the result as it judges
+ * the plain lists. In place (same actions, same count); returns the number of
+ * receives moved. */
+int lt_schedule_post_ahead(LtAction *acts, int n);
+
 /* Check the ranks' lists under NCCL's point-to-point semantics, which are
  * stricter than the simulator's (tags, sends that never block):
  *   - ordered: messages from one rank to another on one channel match in
