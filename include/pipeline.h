@@ -45,10 +45,12 @@ int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank, int post_ahe
 LtPipeline *lt_pipeline_create(LtModel *m, const LtComm *pp, int micro_batches);
 void lt_pipeline_destroy(LtPipeline *p);
 /* parallel.overlap_p2p_comm (training with pp > 1; a no-op otherwise): every
- * receive is posted one communication run ahead (lt_schedule_post_ahead) and
- * waited for only by the forward or backward that reads it, so a stage
- * computes while its neighbours' messages travel (sends already complete in
- * the background). The model needs lt_pipeline_slots(..., 1) slots. */
+ * receive is waited for only by the forward or backward that reads it, and on
+ * MPI it is also posted one communication run ahead (lt_schedule_post_ahead),
+ * so a stage computes while its neighbours' messages travel (sends already
+ * complete in the background). NCCL keeps the plain list's issue order (its
+ * receives block their stream where issued). On MPI the model needs
+ * lt_pipeline_slots(..., 1) slots. */
 void lt_pipeline_set_p2p_overlap(LtPipeline *p, int on);
 
 /* One training step: micro batch j's host ids are tokens/targets + j*B*T

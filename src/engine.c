@@ -243,8 +243,9 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
     r->micro_batches = cfg->train.global_batch_size / (cfg->train.micro_batch_size * r->topo.dp);
     /* training keeps the schedule's peak of micro batches in flight; forward
      * only (eval, sample) needs one slot per chunk */
+    const int post_ahead = cfg->parallel.overlap_p2p_comm && lt_comm_lib(r->pp) == LT_COMM_LIB_MPI;
     int slots = need_optimizer ? lt_pipeline_slots(place.pp, place.vpp, r->micro_batches, place.pp_rank,
-                                                   cfg->parallel.overlap_p2p_comm)
+                                                   post_ahead)
                                : place.vpp;
     if (slots < 1) lt_fatal("no valid pipeline schedule for pp %d, vpp %d, %d micro batches", place.pp,
                             place.vpp, r->micro_batches);

@@ -115,7 +115,7 @@ void lt_pipeline_destroy(LtPipeline *p) {
 
 void lt_pipeline_set_p2p_overlap(LtPipeline *p, int on) {
     if (!on || !p->acts || p->post_ahead) return;
-    lt_schedule_post_ahead(p->acts, p->nacts);
+    if (lt_comm_lib(p->pp) == LT_COMM_LIB_MPI) lt_schedule_post_ahead(p->acts, p->nacts);
     const int need = peak_slots(p->acts, p->nacts, p->rank);
     if (need > p->m->nslots)
         lt_fatal("pipeline: the model has %d activation slots, the schedule with receives "
