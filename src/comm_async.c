@@ -20,6 +20,8 @@
  * operations are refused: one pending receive would hold the queue. */
 #include <mpi.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -52,12 +54,22 @@ typedef struct {
     pthread_cond_t work, done;
     Job *head, *tail;
     int stop;
+    atomic_int waiters; /* training-thread waits in finish: the core is the worker's then */
     double work_s; /* seconds the worker spent running jobs (under the mutex) */
 } Async;
 
-/* Pause between two tests of a running operation: short against a collective's
- * duration, long enough to leave the core to the compute threads. */
+/* Pause between two tests of a running operation while the training thread
+ * computes: short against a collective's duration, long enough to leave the
+ * core to the compute. While it waits for a job the worker only yields: each
+ * step of a collective's protocol needs a test on both sides. */
 static const struct timespec POLL = {0, 20000};
+
+static void poll_pause(Async *a) {
+    if (atomic_load(&a->waiters))
+        sched_yield();
+    else
+        nanosleep(&POLL, NULL);
+}
 
 static void run_job(Async *a, Job *j) {
     const LtCommImpl *mpi = &lt_comm_mpi_impl;
@@ -75,7 +87,7 @@ static void run_job(Async *a, Job *j) {
     case JOB_ALL_GATHER: mpi->all_gather(&r, j->send, j->recv, j->count, j->type); break;
     case JOB_BROADCAST: mpi->broadcast(&r, j->recv, j->count, j->type, j->root); break;
     }
-    while (r.active && !mpi->test(&r)) nanosleep(&POLL, NULL);
+    while (r.active && !mpi->test(&r)) poll_pause(a);
 }
 
 static void *worker(void *arg) {
@@ -226,9 +238,11 @@ static void async_finish(LtCommRequest *r) {
     Async *a = r->comm->state;
     Job *j = r->handle.p[0];
     lt_watchdog_enter(r->op, r->comm->name, -1);
+    atomic_fetch_add(&a->waiters, 1);
     pthread_mutex_lock(&a->mu);
     while (!j->done) pthread_cond_wait(&a->done, &a->mu);
     pthread_mutex_unlock(&a->mu);
+    atomic_fetch_sub(&a->waiters, 1);
     lt_watchdog_leave();
     job_free(j);
 }

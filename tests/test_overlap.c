@@ -49,22 +49,48 @@ static void random_tokens(int32_t *x, int n, int V, uint64_t seed) {
     for (int i = 0; i < n; i++) x[i] = (int32_t)(lt_uniform_at(seed, 7, (uint64_t)i) * V);
 }
 
-/* A 4-layer model on one rank, buckets of about one layer. */
-static void test_bucket_readiness(void) {
-    LtModelDims d = {.num_layers = 4, .hidden = 16, .heads = 2, .ffn = 64, .seq_len = 8,
+/* A model of `layers` layers with its optimizer on one rank (no MPI). */
+typedef struct {
+    LtBackend *be;
+    LtModel *m;
+    LtComm *dp;
+    LtOptimizer *o;
+    float *host;
+} Rig;
+
+static Rig rig_make(int layers) {
+    LtModelDims d = {.num_layers = layers, .hidden = 16, .heads = 2, .ffn = 64, .seq_len = 8,
                      .max_pos = 12, .vocab = 37, .padded_vocab = 128};
-    LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
-    LtModel *m = lt_model_create(be, &d, 2, d.seq_len, NULL);
-    float *host = lt_malloc(m->table.total * sizeof(float));
-    lt_params_init(&m->table, 5, host);
-    lt_model_set_params(m, host);
+    Rig r;
+    r.be = lt_backend_cpu_create(LT_F32, 1);
+    r.m = lt_model_create(r.be, &d, 2, d.seq_len, NULL);
+    r.host = lt_malloc(r.m->table.total * sizeof(float));
+    lt_params_init(&r.m->table, 5, r.host);
+    lt_model_set_params(r.m, r.host);
     LtConfig cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.optimizer.beta1 = 0.9;
     cfg.optimizer.beta2 = 0.95;
     cfg.optimizer.eps = 1e-8;
-    LtComm *dp = lt_comm_world("dp"); /* one rank: no MPI in this test */
-    LtOptimizer *o = lt_optim_create(be, &m->table, &cfg, dp, m->flat, host);
+    r.dp = lt_comm_world("dp");
+    r.o = lt_optim_create(r.be, &r.m->table, &cfg, r.dp, r.m->flat, r.host);
+    return r;
+}
+
+static void rig_free(Rig *r) {
+    lt_optim_destroy(r->o);
+    lt_comm_free(r->dp);
+    lt_model_destroy(r->m);
+    lt_backend_destroy(r->be);
+    free(r->host);
+}
+
+/* A 4-layer model, buckets of about one layer. */
+static void test_bucket_readiness(void) {
+    Rig rig = rig_make(4);
+    LtModel *m = rig.m;
+    LtOptimizer *o = rig.o;
+    const LtModelDims d = m->d;
     /* what lt_optim_set_overlap does with several data-parallel ranks (with one it
      * leaves the switch off: there is nothing to reduce) */
     o->overlap_grad = 1;
@@ -121,33 +147,17 @@ static void test_bucket_readiness(void) {
     for (int k = 0; k < o->nbuckets; k++) CHECK(!started(k), "bucket %d left in flight", k);
     lt_model_set_grad_hook(m, S.inner, S.inner_ctx);
     lt_grads_destroy(g);
-    lt_optim_destroy(o);
-    lt_comm_free(dp);
-    lt_model_destroy(m);
-    lt_backend_destroy(be);
-    free(host);
+    rig_free(&rig);
 }
 
 /* parallel.bucket_size larger than the model: one bucket, the whole space. */
 static void test_one_bucket(void) {
-    LtModelDims d = {.num_layers = 2, .hidden = 16, .heads = 2, .ffn = 64, .seq_len = 8,
-                     .max_pos = 12, .vocab = 37, .padded_vocab = 128};
-    LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
-    LtModel *m = lt_model_create(be, &d, 1, d.seq_len, NULL);
-    float *host = lt_calloc(m->table.total * sizeof(float));
-    LtConfig cfg;
-    memset(&cfg, 0, sizeof cfg);
-    LtComm *dp = lt_comm_world("dp");
-    LtOptimizer *o = lt_optim_create(be, &m->table, &cfg, dp, m->flat, host);
-    LtGrads *g = lt_grads_create(m, o, NULL, 40000000);
-    CHECK(o->nbuckets == 1 && o->bounds[0] == 0 && o->bounds[1] == m->flat, "%d buckets",
-          o->nbuckets);
+    Rig rig = rig_make(2);
+    LtGrads *g = lt_grads_create(rig.m, rig.o, NULL, 40000000);
+    CHECK(rig.o->nbuckets == 1 && rig.o->bounds[0] == 0 && rig.o->bounds[1] == rig.m->flat,
+          "%d buckets", rig.o->nbuckets);
     lt_grads_destroy(g);
-    lt_optim_destroy(o);
-    lt_comm_free(dp);
-    lt_model_destroy(m);
-    lt_backend_destroy(be);
-    free(host);
+    rig_free(&rig);
 }
 
 int main(void) {
