@@ -141,6 +141,30 @@ const char *lt_comm_name(const LtComm *c);
  * communication time a rank could not hide. With NCCL the device runs the
  * operations asynchronously, so this is only the host's share there. */
 double lt_comm_busy_seconds(const LtComm *c);
+/* Seconds this group's communication was under way: the calling threads'
+ * time in its operations (as lt_comm_busy_seconds, without the waits for the
+ * background companion) plus the time its background worker spent running
+ * operations, hidden behind compute or not. lt_comm_busy_seconds is the part
+ * the calling threads were blocked (exposed); the background companion's
+ * start/finish/test time counts there. */
+double lt_comm_work_seconds(const LtComm *c);
+/* The background companion of group c, for communication that overlaps
+ * compute: the same ranks on a communicator of their own, made on the first
+ * call (collective over c's members: every member calls it at the same
+ * point). Its operations are started and finished like any group's, in the
+ * same order on every rank, and compute exactly what the same call on c
+ * computes:
+ *   - host MPI groups (the CPU backend): a worker thread runs them one at a
+ *     time in start order, driving the nonblocking MPI operation until it
+ *     completes, so the data moves while the calling thread computes
+ *     (src/comm_async.c; needs MPI_THREAD_MULTIPLE). Collectives only.
+ *   - NCCL groups: a second NCCL communicator issuing on a stream of its own,
+ *     after what the calling stream had issued; finish makes the then-current
+ *     stream wait for the operation.
+ *   - staged MPI groups (ranks sharing a GPU), one-rank groups and non-members:
+ *     c itself (staging is synchronous: no overlap there).
+ * Freed with c. */
+const LtComm *lt_comm_background(const LtComm *c);
 /* Global (world) rank of group rank r; -1 when out of range. */
 int lt_comm_global_rank(const LtComm *c, int r);
 size_t lt_comm_type_size(LtCommType t);
@@ -157,6 +181,10 @@ LtCommRequest lt_comm_all_reduce_start(const LtComm *c, void *buf, size_t count,
  * allowed (the result lands in the first chunk); otherwise no overlap. */
 LtCommRequest lt_comm_reduce_scatter_start(const LtComm *c, const void *send, void *recv,
                                            size_t count, LtCommType t);
+/* Nonblocking form of lt_comm_reduce_scatter_v (below); counts, like the
+ * buffers, must stay unchanged until the request is finished. */
+LtCommRequest lt_comm_reduce_scatter_v_start(const LtComm *c, const void *send, void *recv,
+                                             const int *counts, LtCommType t);
 /* recv[size*count] gets every rank's send[count] in rank order. send may be
  * recv + rank*count (in place); otherwise no overlap. */
 LtCommRequest lt_comm_all_gather_start(const LtComm *c, const void *send, void *recv,

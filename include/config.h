@@ -54,6 +54,13 @@ typedef struct {
         int pipeline_model_parallel_size;
         int virtual_pipeline_model_parallel_size; /* 1 = not interleaved */
         bool sequence_parallel;
+        /* communication overlap (README "Overlapping communication"); results are
+         * bit-identical with each switch on or off */
+        bool overlap_grad_reduce;  /* bucket reductions start during the last backward */
+        bool overlap_param_gather; /* ZeRO >= 1: bucket gathers behind the next forward */
+        bool overlap_p2p_comm;     /* pipeline receives posted ahead, waited at use */
+        bool tp_comm_overlap;      /* not implemented: refused when true */
+        int bucket_size;           /* parameters per gradient / parameter bucket */
     } parallel;
     struct {
         int micro_batch_size;

@@ -2,17 +2,30 @@
  * passes and the optimizer update, in one place (Megatron's
  * finalize_model_grads).
  *
+ * The flat gradient space is cut into buckets of whole parameter groups
+ * (embeddings, one layer, final LayerNorm): groups are taken in backward order
+ * from the end of the table and a bucket closes once it spans bucket_size
+ * elements (parallel.bucket_size). The data-parallel reduction and the
+ * parameter gather run bucket by bucket (lt_optim_set_buckets).
+ *
  * A step's gradients become final in this order:
- *   1. during backward, with gradient buckets (ZeRO-2 over several data-
- *      parallel ranks), each finished parameter group is handed over: its
+ *   1. during backward (the model's LtGradReadyFn hook, installed here):
+ *      with ZeRO-2's gradient buckets (several data-parallel ranks) each
+ *      finished parameter group of every micro batch is handed over: its
  *      sequence-parallel norm gradients are summed over TP, then the group is
- *      reduce-scattered into this rank's optimizer shard (the model's
- *      LtGradReadyFn hook, installed here);
+ *      reduce-scattered into this rank's optimizer shard. Otherwise, in each
+ *      chunk's last micro batch (lt_model_set_final_pass), a group whose
+ *      gradient is final gets its sequence-parallel sums, and a bucket whose
+ *      groups are all final starts its data-parallel reduction at once when
+ *      the optimizer overlaps it (parallel.overlap_grad_reduce);
  *   2. lt_grads_finalize, after the last micro batch: the sequence-parallel
- *      sums of whatever was not bucketed; the tied embedding's two halves (the
+ *      sums of whatever was not final yet; the tied embedding's two halves (the
  *      first stage's input embedding and the last stage's LM head) summed over
- *      the embedding group; the data-parallel reduction (all-reduce for ZeRO 0,
- *      reduce-scatter for ZeRO 1; the embedding group's own bucket for ZeRO-2);
+ *      the embedding group; the data-parallel reduction of the buckets not
+ *      started yet (all-reduce for ZeRO 0, reduce-scatter for ZeRO 1; the
+ *      embedding group's own bucket for ZeRO-2), then the wait for all. The
+ *      bucket holding a tied embedding shared with another stage waits for
+ *      its sum, so it always starts here;
  *   3. lt_grads_sync_tied, after the update: the last stage's copy of the tied
  *      embedding takes the first stage's values, bit for bit.
  * The sums commute (each is over a different group), so the order is a
@@ -31,11 +44,13 @@ extern "C" {
 typedef struct LtGrads LtGrads;
 
 /* Finalisation for model m and optimizer opt (which owns the data-parallel
- * group). emb: the embedding group (first and last pipeline stage) when the
- * LM head is tied to the embedding across stages, else NULL. With the
- * model's gradient buckets on, sizes the optimizer's receive buffer and
- * installs the bucket hook. */
-LtGrads *lt_grads_create(LtModel *m, LtOptimizer *opt, const LtComm *emb);
+ * group and the overlap switches). emb: the embedding group (first and last
+ * pipeline stage) when the LM head is tied to the embedding across stages,
+ * else NULL. bucket_size: elements per bucket (see above). Sets the
+ * optimizer's buckets (and with the model's gradient buckets on, its receive
+ * buffer) and installs the model's gradient hook and its parameter hook
+ * (a forward waits for its group's parameter gather). */
+LtGrads *lt_grads_create(LtModel *m, LtOptimizer *opt, const LtComm *emb, size_t bucket_size);
 void lt_grads_destroy(LtGrads *g);
 
 /* After the step's last backward: every gradient final and reduced as the

@@ -45,6 +45,10 @@ typedef struct {
  * gradient bucket (see LtModelOptions.grad_buckets). The callee consumes them
  * and must leave the bucket zeroed. */
 typedef void (*LtGradReadyFn)(void *ctx, int first, int last);
+/* Called before a forward reads parameters first..last (one group, see
+ * lt_model_param_group): the callee makes sure they hold their current values
+ * (a parameter gather still in flight is waited for). */
+typedef void (*LtParamNeedFn)(void *ctx, int first, int last);
 
 typedef struct {
     size_t flat;      /* elements of the flat parameter buffer: >= table.total (padding
@@ -110,6 +114,11 @@ typedef struct {
     int buckets;          /* gradients handed over group by group (grad_buckets) */
     LtGradReadyFn grads_ready;
     void *grads_ready_ctx;
+    int final_pass;       /* the passes running now are their chunk's last micro batch of
+                           * the step (lt_model_set_final_pass): gradients handed to the
+                           * hook are then final */
+    LtParamNeedFn params_needed;
+    void *params_needed_ctx;
     float *stage_f32;     /* (Vp) fp32 staging for sampled logits */
 
     /* activations: nslots slots, each holding one chunk of one micro batch */
@@ -145,6 +154,16 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
 
 /* Install the bucket consumer (required when grad_buckets is set). */
 void lt_model_set_grad_hook(LtModel *m, LtGradReadyFn fn, void *ctx);
+/* Install the hook called before forward reads a parameter group (NULL: none). */
+void lt_model_set_param_hook(LtModel *m, LtParamNeedFn fn, void *ctx);
+/* The pipeline says whether the forward/backward passes that follow are their
+ * chunk's last micro batch of the step (their gradients then become final as
+ * the gradient hook sees them); 0 outside training. */
+void lt_model_set_final_pass(LtModel *m, int on);
+/* The first table index of parameter i's group, the unit the gradient hook
+ * hands over: the embeddings (wte, wpe), one layer, the final LayerNorm (with
+ * an untied LM head). Groups are contiguous in the table. */
+int lt_model_param_group(const LtModel *m, int i);
 /* 1 when the model hands its gradients over group by group (grad_buckets). */
 int lt_model_grad_buckets(const LtModel *m);
 /* The largest bucket the model hands over (elements): the shared bucket or the

@@ -48,6 +48,17 @@ typedef struct {
     float *grad_shard;      /* stage >= 1: reduced gradient of the shard (shard_len) */
     float *bucket_recv;     /* stage 2: receive buffer of one bucket reduction */
     size_t bucket_recv_len;
+    size_t bucket_len;      /* stage 2: the largest bucket the model hands over */
+    /* buckets (lt_optim_set_buckets): bucket k is flat range [bounds[k], bounds[k+1]);
+     * gradients are reduced and parameters gathered bucket by bucket */
+    int nbuckets;
+    size_t *bounds;
+    int *counts;            /* [k * dp_size + r]: rank r's part of bucket k (its shard) */
+    LtCommRequest *greq;    /* stages 0/1: bucket k's gradient reduction in flight */
+    LtCommRequest *preq;    /* [k * dp_size + r]: bucket k's parameter gather in flight */
+    const LtComm *grad_comm, *param_comm; /* dp, or its background companion (overlap) */
+    int overlap_grad, overlap_param;
+    struct LtOptimRing *ring; /* stage 2 with overlap: bucket reductions in flight */
     long step;              /* updates applied so far */
     double beta1, beta2, eps, weight_decay;
     size_t state_bytes;     /* master + moments held by this rank */
@@ -77,8 +88,35 @@ void lt_optim_set_bucket_size(LtOptimizer *o, size_t bucket_len);
 void lt_optim_reduce_bucket(LtOptimizer *o, float *bucket, size_t begin, size_t len);
 
 /* After the last micro batch: stage 0 all-reduces `grads` (flat), stage 1
- * reduce-scatters it into the shard, stage 2 has nothing left to do. */
+ * reduce-scatters it into the shard, bucket by bucket (the buckets not
+ * started yet are started from the last to the first, then every bucket is
+ * waited for); stage 2 waits for the bucket reductions still in flight. */
 void lt_optim_reduce_grads(LtOptimizer *o, float *grads);
+
+/* Buckets: n contiguous ranges of the flat space, bounds[0] = 0 < bounds[1] <
+ * ... < bounds[n] = flat (copied; the same on every data-parallel rank).
+ * Without this call the whole space is one bucket. */
+void lt_optim_set_buckets(LtOptimizer *o, const size_t *bounds, int n);
+/* The overlap switches (collective over the data-parallel group when one is
+ * on: it makes the group's background companion, lt_comm_background).
+ * grad_reduce: bucket reductions run on the companion, so that a bucket
+ * started during backward (lt_optim_bucket_start) proceeds behind it; stage 2
+ * reduces its per-group buckets there too, through staging copies (at most
+ * LT_OPTIM_RING in flight). param_gather (stage >= 1): lt_optim_step leaves
+ * the bucket gathers in flight on the companion; lt_optim_params_wait waits
+ * for those a forward needs. Either way every bucket is reduced and gathered
+ * by the same calls, so the results are bit-identical with the switches off. */
+void lt_optim_set_overlap(LtOptimizer *o, int grad_reduce, int param_gather);
+#define LT_OPTIM_RING 2
+/* Stages 0/1: start bucket k's reduction of `grads` (flat) now (its
+ * gradients are final); lt_optim_reduce_grads waits for it. */
+void lt_optim_bucket_start(LtOptimizer *o, int k, float *grads);
+/* The bucket holding flat element i. */
+int lt_optim_bucket_of(const LtOptimizer *o, size_t i);
+/* Wait for the parameter gathers of every bucket meeting flat range
+ * [begin, end) (nothing pending: returns at once). */
+void lt_optim_params_wait(LtOptimizer *o, size_t begin, size_t end);
+void lt_optim_params_wait_all(LtOptimizer *o);
 
 /* Tensor parallelism: the table holds this TP rank's shards; the grad norm
  * then sums over the TP group too, counting replicated parameters once. */
@@ -112,7 +150,8 @@ const float *lt_optim_clip_coef(LtOptimizer *o, const double *ss_dev, double cli
 /* One AdamW update with learning rate lr on this rank's shard, gradients
  * multiplied by grad_scale and by *grad_scale_dev (a device scalar; NULL = 1)
  * first; then the compute-dtype parameters `params` (flat) are made whole
- * again on every rank. */
+ * again on every rank, bucket by bucket (with param_gather overlap the
+ * gathers are left in flight: lt_optim_params_wait before reading params). */
 void lt_optim_step(LtOptimizer *o, void *params, const float *grads, double lr,
                    double grad_scale, const float *grad_scale_dev);
 

@@ -36,7 +36,7 @@ typedef struct LtPipeline LtPipeline;
  * with training: the most (chunk, micro batch) pairs holding one at once
  * (input received or forward begun, backward not yet done) over its action
  * list; -1 when the sizes are invalid. */
-int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank);
+int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank, int post_ahead);
 
 /* Executor for model m (its place: pp, pp_rank, vpp) on pipeline group pp
  * (members in stage order; NULL or one rank without pipelining), running
@@ -44,6 +44,14 @@ int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank);
  * the schedule is invalid or the model has fewer slots than it needs. */
 LtPipeline *lt_pipeline_create(LtModel *m, const LtComm *pp, int micro_batches);
 void lt_pipeline_destroy(LtPipeline *p);
+/* parallel.overlap_p2p_comm (training with pp > 1; a no-op otherwise): every
+ * receive is waited for only by the forward or backward that reads it, and on
+ * MPI it is also posted one communication run ahead (lt_schedule_post_ahead),
+ * so a stage computes while its neighbours' messages travel (sends already
+ * complete in the background). NCCL keeps the plain list's issue order (its
+ * receives block their stream where issued). On MPI the model needs
+ * lt_pipeline_slots(..., 1) slots. */
+void lt_pipeline_set_p2p_overlap(LtPipeline *p, int on);
 
 /* One training step: micro batch j's host ids are tokens/targets + j*B*T
  * (B x T each; uploaded asynchronously, see lt_model_chunk_forward). The

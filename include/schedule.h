@@ -150,6 +150,19 @@ void lt_sim_free(LtSimResult *res);
  * actions this way. */
 int lt_schedule_comm_run(const LtAction *acts, int n, int i);
 
+/* parallel.overlap_p2p_comm over MPI: post receives one communication run
+ * ahead. Each run's receives move to the end of the run before it (across
+ * the compute in between), so the message travels while that compute runs; a
+ * gradient's receive moves only when its forward precedes the earlier run.
+ * Only receives move, and only earlier: sends, compute and the receives from
+ * each peer keep their order. Posting an MPI receive never blocks and the
+ * executor waits for it only at the pass that reads it (at or after where the
+ * plain list waits), so the plain list's deadlock freedom carries over. Not
+ * for NCCL, whose receives block their stream where they are issued (there
+ * the plain list runs; lt_schedule_check_ordered proves it). In place (same
+ * actions, same count); returns the number of receives moved. */
+int lt_schedule_post_ahead(LtAction *acts, int n);
+
 /* Check the ranks' lists under NCCL's point-to-point semantics, which are
  * stricter than the simulator's (tags, sends that never block):
  *   - ordered: messages from one rank to another on one channel match in

@@ -29,6 +29,9 @@ void lt_watchdog_set_step(long step);
  * for collectives. */
 void lt_watchdog_enter(const char *what, const char *group, int peer);
 void lt_watchdog_leave(void);
+/* enter/leave become no-ops on the calling thread: for helper threads whose
+ * waits the training thread already bounds by waiting for them. */
+void lt_watchdog_mute_thread(void);
 /* Called (from the watchdog thread) before the process ends on a timeout. */
 void lt_watchdog_on_timeout(void (*hook)(void *), void *arg);
 /* Seconds the watchdog allows, 0 when it is not running. */

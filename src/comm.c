@@ -120,8 +120,11 @@ LtComm *lt_comm_split_members(const int *members, int n, const char *name) {
     return lt_comm_split_color(self >= 0 ? members[0] : -1, self, name);
 }
 
+static void background_free(LtComm *b);
+
 void lt_comm_free(LtComm *c) {
     if (!c) return;
+    if (c->bg) background_free(c->bg);
     c->impl->destroy(c);
     if (c->host && c->host != c) lt_comm_free(c->host);
     if (!c->borrowed) {
@@ -179,6 +182,47 @@ LtComm *lt_comm_split_members_ex(const int *members, int n, const char *name,
     return c;
 }
 
+/* ---- background companions ---- */
+/* A companion over the same ranks on a duplicated communicator: the worker
+ * thread's MPI (host buffers) or an NCCL communicator of its own issuing on a
+ * stream of its own (device buffers). Collective over c's members. */
+static LtComm *background_new(const LtComm *c) {
+    LtComm *b = lt_malloc(sizeof *b);
+    *b = *c;
+    snprintf(b->name, sizeof b->name, "%.38s:overlap", c->name);
+    b->borrowed = 0;
+    b->host = b;
+    b->state = NULL;
+    b->busy_s = 0.0;
+    b->bg = NULL;
+    b->stream = NULL;
+    LT_MPI_CHECK(c, "create", MPI_Comm_dup(c->comm, &b->comm));
+    b->global = lt_malloc(sizeof(int) * (size_t)c->size);
+    memcpy(b->global, c->global, sizeof(int) * (size_t)c->size);
+    if (c->impl == lt_comm_nccl_impl) {
+        b->stream = c->be->ops->stream_create(c->be);
+    } else {
+        b->impl = &lt_comm_async_impl;
+    }
+    if (b->impl->create) b->impl->create(b);
+    return b;
+}
+
+static void background_free(LtComm *b) {
+    b->impl->destroy(b);
+    if (b->stream) b->be->ops->stream_destroy(b->be, b->stream);
+    if (b->comm != MPI_COMM_NULL && mpi_active()) MPI_Comm_free(&b->comm);
+    free(b->global);
+    free(b);
+}
+
+const LtComm *lt_comm_background(const LtComm *c) {
+    if (!lt_comm_member(c) || c->size == 1 || c->impl == &lt_comm_staged_impl) return c;
+    LtComm *g = (LtComm *)c; /* groups are heap objects; the companion is its own */
+    if (!g->bg) g->bg = background_new(c);
+    return g->bg;
+}
+
 const LtComm *lt_comm_host(const LtComm *c) { return c->host ? c->host : c; }
 LtCommLib lt_comm_lib(const LtComm *c) { return c->lib; }
 int lt_comm_device_buffers(const LtComm *c) { return c->device; }
@@ -219,8 +263,46 @@ size_t lt_comm_type_size(LtCommType t) {
 
 double lt_comm_busy_seconds(const LtComm *c) {
     if (!c) return 0.0;
-    return c->busy_s + (c->host && c->host != c ? c->host->busy_s : 0.0);
+    return c->busy_s + (c->host && c->host != c ? c->host->busy_s : 0.0) +
+           (c->bg ? c->bg->busy_s : 0.0);
 }
+
+double lt_comm_work_seconds(const LtComm *c) {
+    if (!c) return 0.0;
+    double s = c->busy_s + (c->host && c->host != c ? c->host->busy_s : 0.0);
+    if (c->bg) /* the worker's time; without one (NCCL) the host's share */
+        s += c->bg->impl == &lt_comm_async_impl ? lt_comm_async_work_seconds(c->bg)
+                                                 : c->bg->busy_s;
+    return s;
+}
+
+/* A group with a stream of its own (an NCCL background companion) issues on
+ * it after the work already on the calling stream (which wrote its buffers);
+ * returns the calling stream, made current again by stream_leave. Its
+ * requests' finish makes the then-current stream wait for them. */
+static LtStream *stream_enter(const LtComm *c) {
+    if (!c->stream) return NULL;
+    LtBackend *be = c->be;
+    LtStream *cur = be->ops->current_stream(be);
+    LtEvent *e = be->ops->event_create(be);
+    be->ops->event_record(be, e, cur);
+    be->ops->stream_wait_event(be, c->stream, e);
+    be->ops->event_destroy(be, e); /* released by CUDA once the wait has passed it */
+    be->ops->set_stream(be, c->stream);
+    return cur;
+}
+
+static void stream_leave(const LtComm *c, LtStream *prev) {
+    if (c->stream) c->be->ops->set_stream(c->be, prev);
+}
+
+/* An implementation's operation, charged to c, on c's stream when it has one. */
+#define DISPATCH(c, call)                                                                   \
+    do {                                                                                    \
+        LtStream *prev_ = stream_enter(c);                                                  \
+        CHARGED(c, call);                                                                   \
+        stream_leave(c, prev_);                                                             \
+    } while (0)
 
 /* ---- checks and requests ---- */
 /* Check the common arguments; returns the idle request of the operation. */
@@ -266,7 +348,7 @@ LtCommRequest lt_comm_all_reduce_start(const LtComm *c, void *buf, size_t count,
     LtCommRequest r = op_begin(c, name, count, t);
     if (op != LT_COMM_SUM && op != LT_COMM_MAX)
         lt_fatal("communication: all_reduce on group '%s': bad reduction %d", c->name, (int)op);
-    if (c->size > 1 && count) CHARGED(c, c->impl->all_reduce(&r, buf, count, t, op));
+    if (c->size > 1 && count) DISPATCH(c, c->impl->all_reduce(&r, buf, count, t, op));
     return r;
 }
 
@@ -278,9 +360,9 @@ static LtCommRequest chunk_op_start(const LtComm *c, const char *op, int gather,
     if (c->size == 1)
         copy_local(c, recv, send, count * lt_comm_type_size(t));
     else if (gather)
-        CHARGED(c, c->impl->all_gather(&r, send, recv, count, t));
+        DISPATCH(c, c->impl->all_gather(&r, send, recv, count, t));
     else
-        CHARGED(c, c->impl->reduce_scatter(&r, send, recv, count, t));
+        DISPATCH(c, c->impl->reduce_scatter(&r, send, recv, count, t));
     return r;
 }
 
@@ -289,18 +371,23 @@ LtCommRequest lt_comm_reduce_scatter_start(const LtComm *c, const void *send, vo
     return chunk_op_start(c, "reduce_scatter", 0, send, recv, count, t);
 }
 
-void lt_comm_reduce_scatter_v(const LtComm *c, const void *send, void *recv, const int *counts,
-                              LtCommType t) {
+LtCommRequest lt_comm_reduce_scatter_v_start(const LtComm *c, const void *send, void *recv,
+                                             const int *counts, LtCommType t) {
     const char *name = "reduce_scatter_v";
     op_begin(c, name, 0, t); /* group checks first; the total is checked below */
     size_t total = 0;
     for (int r = 0; r < c->size; r++) total += (size_t)counts[r];
     LtCommRequest r = op_begin(c, name, total, t);
-    if (c->size == 1) {
+    if (c->size == 1)
         copy_local(c, recv, send, (size_t)counts[0] * lt_comm_type_size(t));
-        return;
-    }
-    CHARGED(c, c->impl->reduce_scatter_v(&r, send, recv, counts, total, t));
+    else
+        DISPATCH(c, c->impl->reduce_scatter_v(&r, send, recv, counts, total, t));
+    return r;
+}
+
+void lt_comm_reduce_scatter_v(const LtComm *c, const void *send, void *recv, const int *counts,
+                              LtCommType t) {
+    LtCommRequest r = lt_comm_reduce_scatter_v_start(c, send, recv, counts, t);
     lt_comm_finish(&r);
 }
 
@@ -313,7 +400,7 @@ LtCommRequest lt_comm_broadcast_start(const LtComm *c, void *buf, size_t count, 
                                       int root) {
     LtCommRequest r = op_begin(c, "broadcast", count, t);
     check_peer(c, r.op, "root", root);
-    if (c->size > 1 && count) CHARGED(c, c->impl->broadcast(&r, buf, count, t, root));
+    if (c->size > 1 && count) DISPATCH(c, c->impl->broadcast(&r, buf, count, t, root));
     return r;
 }
 
@@ -332,7 +419,7 @@ LtCommRequest lt_comm_send_start(const LtComm *c, const void *buf, size_t count,
                                  int peer, int tag) {
     LtCommRequest r;
     if (p2p_begin(&r, c, "send", count, t, peer, tag))
-        CHARGED(c, c->impl->send(&r, buf, count, t, tag));
+        DISPATCH(c, c->impl->send(&r, buf, count, t, tag));
     return r;
 }
 
@@ -340,7 +427,7 @@ LtCommRequest lt_comm_recv_start(const LtComm *c, void *buf, size_t count, LtCom
                                  int peer, int tag) {
     LtCommRequest r;
     if (p2p_begin(&r, c, "recv", count, t, peer, tag))
-        CHARGED(c, c->impl->recv(&r, buf, count, t, tag));
+        DISPATCH(c, c->impl->recv(&r, buf, count, t, tag));
     return r;
 }
 

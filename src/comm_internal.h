@@ -5,6 +5,8 @@
  *   src/comm_staged.c  device buffers staged through the backend's host memory
  *                      around the host path (built on backend entries only)
  *   src/comm_nccl.c    NCCL on the backend's current stream (builds with CUDA)
+ *   src/comm_async.c   host buffers over MPI, run by a worker thread of the group
+ *                      (the background companion of a host group)
  * Each group picks its table when it is created. Not a public header. */
 #ifndef LT_COMM_INTERNAL_H
 #define LT_COMM_INTERNAL_H
@@ -30,6 +32,8 @@ struct LtComm {
     void *state;    /* the implementation's own (impl->destroy frees it) */
     double busy_s;  /* seconds the calling thread spent in this group's operations
                      * (lt_comm_busy_seconds) */
+    LtComm *bg;     /* the background companion (lt_comm_background), once made */
+    LtStream *stream; /* NCCL background companion: the stream it issues on */
 };
 
 /* An implementation. The front end calls the operations only on a member of
@@ -65,6 +69,9 @@ struct LtCommImpl {
 extern const LtCommImpl lt_comm_mpi_impl;
 extern const LtCommImpl lt_comm_staged_impl;
 extern const LtCommImpl *const lt_comm_nccl_impl; /* NULL in builds without CUDA */
+extern const LtCommImpl lt_comm_async_impl;
+/* Seconds the worker of a group on lt_comm_async_impl spent running its jobs. */
+double lt_comm_async_work_seconds(const LtComm *c);
 
 /* Ends the process (lt_fatal, code 1) naming the group, op and failed call. */
 void lt_comm_mpi_fail(const LtComm *c, const char *op, const char *call, int rc,

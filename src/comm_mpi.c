@@ -4,8 +4,7 @@
  * request, finish waits for it with the watchdog naming op, group and peer.
  * MPI has no bf16 type: BF16 reductions convert to fp32 in a buffer of the
  * group (c->state, grown on demand), reduce blocking, and round back to
- * nearest even; other BF16 operations move 16-bit words. reduce_scatter_v
- * is blocking. send, recv, finish and test use no group state, so the staged
+ * nearest even; other BF16 operations move 16-bit words. send, recv, finish and test use no group state, so the staged
  * implementation runs its point-to-point operations through them. */
 #include <limits.h>
 #include <mpi.h>
@@ -128,12 +127,14 @@ static void mpi_reduce_scatter_v(LtCommRequest *r, const void *send, void *recv,
         conv_out(recv, f, (size_t)counts[c->rank]);
         return;
     }
+    MPI_Request mr;
     if (send == recv)
-        LT_MPI_CHECK(c, r->op, MPI_Reduce_scatter(MPI_IN_PLACE, recv, counts, mpi_type(t),
-                                                  MPI_SUM, c->comm));
+        LT_MPI_CHECK(c, r->op, MPI_Ireduce_scatter(MPI_IN_PLACE, recv, counts, mpi_type(t),
+                                                   MPI_SUM, c->comm, &mr));
     else
-        LT_MPI_CHECK(c, r->op,
-                     MPI_Reduce_scatter(send, recv, counts, mpi_type(t), MPI_SUM, c->comm));
+        LT_MPI_CHECK(c, r->op, MPI_Ireduce_scatter(send, recv, counts, mpi_type(t), MPI_SUM,
+                                                   c->comm, &mr));
+    started(r, mr);
 }
 
 static void mpi_all_gather(LtCommRequest *r, const void *send, void *recv, size_t count,

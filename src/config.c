@@ -93,6 +93,11 @@ const KeyDesc lt_cfg_keys[] = {
     K_INT(parallel, pipeline_model_parallel_size, 1, INT_MAX),
     K_INT(parallel, virtual_pipeline_model_parallel_size, 1, INT_MAX),
     K_BOOL(parallel, sequence_parallel),
+    K_BOOL(parallel, overlap_grad_reduce),
+    K_BOOL(parallel, overlap_param_gather),
+    K_BOOL(parallel, overlap_p2p_comm),
+    K_BOOL(parallel, tp_comm_overlap),
+    K_INT(parallel, bucket_size, 1, INT_MAX),
 
     K_INT(train, micro_batch_size, 1, INT_MAX),
     K_INT(train, global_batch_size, 1, INT_MAX),
@@ -819,6 +824,11 @@ void lt_config_defaults(LtConfig *c) {
     c->parallel.pipeline_model_parallel_size = 1;
     c->parallel.virtual_pipeline_model_parallel_size = 1;
     c->parallel.sequence_parallel = false;
+    c->parallel.overlap_grad_reduce = false;
+    c->parallel.overlap_param_gather = false;
+    c->parallel.overlap_p2p_comm = false;
+    c->parallel.tp_comm_overlap = false;
+    c->parallel.bucket_size = 40000000; /* Megatron's default: 40 M parameters */
 
     c->train.micro_batch_size = 1;
     c->train.global_batch_size = 8;

@@ -237,6 +237,26 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
                     t->model.seq_length, tp);
         goto out;
     }
+    if (t->parallel.tp_comm_overlap) {
+        lt_cfg_fail(err, errlen,
+                    "parallel.tp_comm_overlap is not implemented yet (splitting the "
+                    "sequence-parallel all-gather/reduce-scatter into chunks behind the GEMMs); "
+                    "set it to false");
+        goto out;
+    }
+    if (t->parallel.overlap_param_gather && t->optimizer.zero_stage == 0) {
+        lt_cfg_fail(err, errlen,
+                    "parallel.overlap_param_gather needs optimizer.zero_stage >= 1 (with ZeRO 0 "
+                    "every rank updates all parameters: there is no gather to overlap)");
+        goto out;
+    }
+    if (t->train.cuda_graph && (t->parallel.overlap_grad_reduce || t->parallel.overlap_param_gather)) {
+        lt_cfg_fail(err, errlen,
+                    "train.cuda_graph: the captured step cannot wait for communication started "
+                    "outside it; set parallel.overlap_grad_reduce and "
+                    "parallel.overlap_param_gather to false");
+        goto out;
+    }
     if (t->train.cuda_graph && (tp > 1 || pp > 1)) {
         lt_cfg_fail(err, errlen,
                     "train.cuda_graph: the step is captured only without tensor and pipeline "

@@ -32,8 +32,11 @@ void lt_world_init(LtWorld *w, int *argc, char ***argv) {
     w->local_size = 1;
     w->mpi = 0;
     if (!lt_world_launched()) return;
+    /* the overlap switches (parallel.overlap_*) run collectives on a worker
+     * thread beside the training thread's own MPI calls; comm_async.c checks
+     * what was provided when it starts one */
     int provided = 0;
-    MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     w->mpi = 1;
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &w->rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &w->world));

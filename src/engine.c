@@ -228,7 +228,9 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
     r->micro_batches = cfg->train.global_batch_size / (cfg->train.micro_batch_size * r->topo.dp);
     /* training keeps the schedule's peak of micro batches in flight; forward
      * only (eval, sample) needs one slot per chunk */
-    int slots = need_optimizer ? lt_pipeline_slots(place.pp, place.vpp, r->micro_batches, place.pp_rank)
+    const int post_ahead = cfg->parallel.overlap_p2p_comm && lt_comm_lib(r->pp) == LT_COMM_LIB_MPI;
+    int slots = need_optimizer ? lt_pipeline_slots(place.pp, place.vpp, r->micro_batches, place.pp_rank,
+                                                   post_ahead)
                                : place.vpp;
     if (slots < 1) lt_fatal("no valid pipeline schedule for pp %d, vpp %d, %d micro batches", place.pp,
                             place.vpp, r->micro_batches);
@@ -251,6 +253,7 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
     lt_params_build(&r->global, &d);
     r->model = lt_model_create(r->be, &d, cfg->train.micro_batch_size, cfg->model.seq_length, &mo);
     r->pipe = lt_pipeline_create(r->model, r->pp, need_optimizer ? r->micro_batches : 0);
+    lt_pipeline_set_p2p_overlap(r->pipe, need_optimizer && cfg->parallel.overlap_p2p_comm);
     const LtParamTable *t = &r->model->table;
     float *host = lt_malloc(t->total * sizeof(float));
     float *m = NULL, *v = NULL;
@@ -286,7 +289,9 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
         lt_optim_set_tp(r->opt, r->tp);
         lt_optim_set_pp(r->opt, r->pp);
         if (m) lt_optim_load_state(r->opt, host, m, v, meta.optimizer_steps);
-        r->grads = lt_grads_create(r->model, r->opt, r->emb);
+        lt_optim_set_overlap(r->opt, cfg->parallel.overlap_grad_reduce,
+                             cfg->parallel.overlap_param_gather);
+        r->grads = lt_grads_create(r->model, r->opt, r->emb, (size_t)cfg->parallel.bucket_size);
     }
     free(m);
     free(v);

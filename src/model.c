@@ -333,6 +333,19 @@ void lt_model_set_grad_hook(LtModel *m, LtGradReadyFn fn, void *ctx) {
     m->grads_ready_ctx = ctx;
 }
 
+void lt_model_set_param_hook(LtModel *m, LtParamNeedFn fn, void *ctx) {
+    m->params_needed = fn;
+    m->params_needed_ctx = ctx;
+}
+
+void lt_model_set_final_pass(LtModel *m, int on) { m->final_pass = on; }
+int lt_model_param_group(const LtModel *m, int i) { return group_first(&m->table, i); }
+
+/* Forward is about to read parameters first..last. */
+static void params_needed(LtModel *m, int first, int last) {
+    if (m->params_needed && first >= 0) m->params_needed(m->params_needed_ctx, first, last);
+}
+
 int lt_model_grad_buckets(const LtModel *m) { return m->buckets; }
 size_t lt_model_bucket_len(const LtModel *m) {
     return m->grads_len > m->emb_grads_len ? m->grads_len : m->emb_grads_len;
@@ -503,6 +516,7 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
     const size_t mine = m->sp ? (size_t)m->tp_rank * R : 0; /* first row of this rank's slot */
     LtActSlot *sl = &m->slot[s];
     if (lt_model_chunk_first(m, c)) {
+        params_needed(m, m->table.idx_wte, emb_last(&m->table));
         upload_ids(m, sl->tokens, tokens, N);
         void *emb = m->sp ? m->scratch_c : sl->x[0];
         const int wpe = m->table.idx_wpe; /* none for llama */
@@ -515,6 +529,7 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
     for (int j = 0; j < n; j++) {
         const int l = c * n + j;
         LtLayerActs *a = &sl->layer[j];
+        params_needed(m, lidx(m, l, 0), lidx(m, l, 0) + m->table.per_layer - 1);
         layer_forward(m, l, a, B, sl->x[j], j ? sl->layer[j - 1].r2 : sl->x[0], delta);
         o->linear_fwd(be, m->scratch_c, NULL, a->fch, lw(m, l, P_FC2W), row_bias(m, l, P_FC2B),
                       N, F, C);
@@ -523,6 +538,8 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
     const void *last = n ? sl->layer[n - 1].r2 : sl->x[0];
     if (lt_model_chunk_last(m, c)) {
         const int f = m->table.idx_lnf;
+        params_needed(m, f, m->table.n - 1);
+        params_needed(m, head_idx(m), head_idx(m)); /* the tied LM head: the embedding's */
         norm_fwd(m, delta ? m->xlast : NULL, rows_at(m, m->lnf, mine, C), m->meanf, m->rstdf,
                  last, delta, param(m, f), is_llama(m) ? NULL : param(m, f + 1), R, C);
         if (!delta) o->copy(be, m->xlast, last, lt_act_bytes(be, (size_t)R * C));

@@ -48,6 +48,9 @@ LtOptimizer *lt_optim_create(LtBackend *be, const LtParamTable *t, const LtConfi
         if (n > o->shard_len) n = o->shard_len;
         be->ops->upload(be, o->master, host_init + o->shard_begin, n * sizeof(float));
     }
+    o->grad_comm = o->param_comm = dp;
+    const size_t whole[2] = {0, flat};
+    lt_optim_set_buckets(o, whole, 1);
     o->beta1 = cfg->optimizer.beta1;
     o->beta2 = cfg->optimizer.beta2;
     o->eps = cfg->optimizer.eps;
@@ -55,9 +58,42 @@ LtOptimizer *lt_optim_create(LtBackend *be, const LtParamTable *t, const LtConfi
     return o;
 }
 
+struct LtOptimRing { /* stage 2 with overlap: bucket reductions in flight, oldest at head */
+    float *stage[LT_OPTIM_RING], *recv[LT_OPTIM_RING];
+    int *counts[LT_OPTIM_RING];
+    size_t mine_start[LT_OPTIM_RING], mine[LT_OPTIM_RING];
+    LtCommRequest req[LT_OPTIM_RING];
+    int head, n;
+};
+
+static void ring_free(LtOptimizer *o) {
+    struct LtOptimRing *g = o->ring;
+    if (!g) return;
+    for (int i = 0; i < LT_OPTIM_RING; i++) {
+        o->be->ops->free(o->be, g->stage[i]);
+        o->be->ops->free(o->be, g->recv[i]);
+        free(g->counts[i]);
+    }
+    free(g);
+    o->ring = NULL;
+}
+
+static void buckets_free(LtOptimizer *o) {
+    free(o->bounds);
+    free(o->counts);
+    free(o->greq);
+    free(o->preq);
+    o->bounds = NULL;
+    o->counts = NULL;
+    o->greq = o->preq = NULL;
+}
+
 void lt_optim_destroy(LtOptimizer *o) {
     if (!o) return;
     LtBackend *be = o->be;
+    lt_optim_params_wait_all(o); /* every request is finished before the groups go */
+    ring_free(o);
+    buckets_free(o);
     be->ops->free(be, o->scalars);
     be->ops->free(be, o->master);
     be->ops->free(be, o->m);
@@ -67,12 +103,70 @@ void lt_optim_destroy(LtOptimizer *o) {
     free(o);
 }
 
+/* Stage 2 with overlap: LT_OPTIM_RING staging copies of the largest bucket and
+ * their receive buffers (made once both the bucket size and the switch are
+ * known, in either order). */
+static void ring_alloc(LtOptimizer *o) {
+    if (o->zero_stage != 2 || !o->overlap_grad || !o->bucket_recv || o->ring) return;
+    struct LtOptimRing *g = lt_calloc(sizeof *g);
+    LtBackend *be = o->be;
+    for (int i = 0; i < LT_OPTIM_RING; i++) {
+        g->stage[i] = be->ops->alloc(be, o->bucket_len * sizeof(float));
+        g->recv[i] = be->ops->alloc(be, o->bucket_recv_len * sizeof(float));
+        g->counts[i] = lt_malloc(sizeof(int) * (size_t)o->dp_size);
+        o->grad_bytes += (o->bucket_len + o->bucket_recv_len) * sizeof(float);
+    }
+    o->ring = g;
+}
+
 void lt_optim_set_bucket_size(LtOptimizer *o, size_t bucket_len) {
     LT_CHECK(o->zero_stage == 2 && !o->bucket_recv);
     /* a bucket overlaps this rank's shard in at most min(bucket, shard) elements */
+    o->bucket_len = bucket_len;
     o->bucket_recv_len = bucket_len < o->shard_len ? bucket_len : o->shard_len;
     o->bucket_recv = o->be->ops->alloc(o->be, o->bucket_recv_len * sizeof(float));
     o->grad_bytes += o->bucket_recv_len * sizeof(float);
+    ring_alloc(o);
+}
+
+void lt_optim_set_overlap(LtOptimizer *o, int grad_reduce, int param_gather) {
+    if (o->dp_size == 1) return; /* nothing to reduce or gather */
+    o->overlap_grad = grad_reduce;
+    o->overlap_param = param_gather && o->zero_stage >= 1;
+    const LtComm *bg = grad_reduce || o->overlap_param ? lt_comm_background(o->dp) : o->dp;
+    o->grad_comm = grad_reduce ? bg : o->dp;
+    o->param_comm = o->overlap_param ? bg : o->dp;
+    ring_alloc(o);
+}
+
+/* Rank r's part of flat range [begin, begin + len) is its overlap with shard r
+ * (bucket elements are in flat order, so rank r's follows rank r-1's):
+ * counts[r]; returns this rank's, which starts at *mine_start. */
+static size_t shard_parts(const LtOptimizer *o, size_t begin, size_t len, int *counts,
+                          size_t *mine_start);
+
+void lt_optim_set_buckets(LtOptimizer *o, const size_t *bounds, int n) {
+    LT_CHECK(n >= 1 && bounds[0] == 0 && bounds[n] == o->flat);
+    for (int k = 0; k < n; k++) LT_CHECK(bounds[k] < bounds[k + 1]);
+    if (o->greq) lt_optim_params_wait_all(o);
+    buckets_free(o);
+    const size_t dp = (size_t)o->dp_size;
+    o->nbuckets = n;
+    o->bounds = lt_malloc(sizeof(size_t) * (size_t)(n + 1));
+    memcpy(o->bounds, bounds, sizeof(size_t) * (size_t)(n + 1));
+    o->counts = lt_malloc(sizeof(int) * (size_t)n * dp);
+    o->greq = lt_calloc(sizeof(LtCommRequest) * (size_t)n);
+    o->preq = lt_calloc(sizeof(LtCommRequest) * (size_t)n * dp);
+    for (int k = 0; k < n; k++) {
+        size_t unused;
+        shard_parts(o, bounds[k], bounds[k + 1] - bounds[k], o->counts + (size_t)k * dp, &unused);
+    }
+}
+
+int lt_optim_bucket_of(const LtOptimizer *o, size_t i) {
+    int k = 0;
+    while (k + 1 < o->nbuckets && o->bounds[k + 1] <= i) k++;
+    return k;
 }
 
 void lt_optim_zero_grad(LtOptimizer *o) {
@@ -86,42 +180,145 @@ static size_t overlap(size_t a0, size_t a1, size_t b0, size_t b1, size_t *start)
     return e > s ? e - s : 0;
 }
 
-void lt_optim_reduce_bucket(LtOptimizer *o, float *bucket, size_t begin, size_t len) {
-    LT_CHECK(o->zero_stage == 2 && o->bucket_recv);
+static size_t shard_parts(const LtOptimizer *o, size_t begin, size_t len, int *counts,
+                          size_t *mine_start) {
     const size_t S = o->shard_len;
-    int *counts = lt_malloc(sizeof(int) * (size_t)o->dp_size);
-    size_t mine_start = 0, mine = 0;
+    size_t mine = 0;
+    *mine_start = begin;
     for (int r = 0; r < o->dp_size; r++) {
         size_t st;
         size_t n = overlap(begin, begin + len, (size_t)r * S, (size_t)(r + 1) * S, &st);
         counts[r] = (int)n;
-        if (r == o->dp_rank) {
+        if (r == o->dp_rank && n) {
             mine = n;
-            mine_start = st;
+            *mine_start = st;
         }
     }
-    LT_CHECK(mine <= o->bucket_recv_len);
-    /* bucket elements are in flat order, so rank r's overlap follows rank r-1's */
-    lt_comm_reduce_scatter_v(o->dp, bucket, o->bucket_recv, counts, LT_COMM_F32);
+    return mine;
+}
+
+/* A reduced part of the shard (mine elements from flat position mine_start)
+ * is added to the shard's gradient. */
+static void shard_add(LtOptimizer *o, const float *recv, size_t mine_start, size_t mine) {
     if (mine)
-        o->be->ops->add_f32(o->be, o->grad_shard + (mine_start - o->shard_begin), o->bucket_recv,
-                            mine);
+        o->be->ops->add_f32(o->be, o->grad_shard + (mine_start - o->shard_begin), recv, mine);
+}
+
+static void ring_complete_oldest(LtOptimizer *o) {
+    struct LtOptimRing *g = o->ring;
+    const int i = g->head;
+    lt_comm_finish(&g->req[i]);
+    shard_add(o, g->recv[i], g->mine_start[i], g->mine[i]);
+    g->head = (i + 1) % LT_OPTIM_RING;
+    g->n--;
+}
+
+/* The bucket is copied aside (and zeroed for the next group) and reduced on
+ * the background group while backward goes on; the oldest reduction is
+ * completed first when every staging copy is in flight. */
+static void ring_push(LtOptimizer *o, float *bucket, size_t begin, size_t len) {
+    struct LtOptimRing *g = o->ring;
+    if (g->n == LT_OPTIM_RING) ring_complete_oldest(o);
+    const int i = (g->head + g->n) % LT_OPTIM_RING;
+    LT_CHECK(len <= o->bucket_len);
+    g->mine[i] = shard_parts(o, begin, len, g->counts[i], &g->mine_start[i]);
+    o->be->ops->copy(o->be, g->stage[i], bucket, len * sizeof(float));
+    o->be->ops->zero(o->be, bucket, len * sizeof(float));
+    g->req[i] = lt_comm_reduce_scatter_v_start(o->grad_comm, g->stage[i], g->recv[i],
+                                               g->counts[i], LT_COMM_F32);
+    g->n++;
+}
+
+void lt_optim_reduce_bucket(LtOptimizer *o, float *bucket, size_t begin, size_t len) {
+    LT_CHECK(o->zero_stage == 2 && o->bucket_recv);
+    if (o->ring) {
+        ring_push(o, bucket, begin, len);
+        return;
+    }
+    int *counts = lt_malloc(sizeof(int) * (size_t)o->dp_size);
+    size_t mine_start;
+    const size_t mine = shard_parts(o, begin, len, counts, &mine_start);
+    LT_CHECK(mine <= o->bucket_recv_len);
+    lt_comm_reduce_scatter_v(o->dp, bucket, o->bucket_recv, counts, LT_COMM_F32);
+    shard_add(o, o->bucket_recv, mine_start, mine);
     o->be->ops->zero(o->be, bucket, len * sizeof(float));
     free(counts);
 }
 
-void lt_optim_reduce_grads(LtOptimizer *o, float *grads) {
-    switch (o->zero_stage) {
-    case 0:
-        lt_comm_all_reduce(o->dp, grads, o->flat, LT_COMM_F32, LT_COMM_SUM);
-        break;
-    case 1:
-        lt_comm_reduce_scatter(o->dp, grads, o->grad_shard, o->shard_len, LT_COMM_F32);
-        break;
-    default: /* stage 2 reduced every bucket during backward */
-        break;
+/* 1 when bucket k is the whole flat space: every rank's part is its shard,
+ * and the plain (equal-count) collectives apply. */
+static int bucket_whole(const LtOptimizer *o, int k) {
+    return o->bounds[k] == 0 && o->bounds[k + 1] == o->flat;
+}
+
+void lt_optim_bucket_start(LtOptimizer *o, int k, float *grads) {
+    LT_CHECK(o->zero_stage < 2 && k >= 0 && k < o->nbuckets && !o->greq[k].op);
+    const size_t b0 = o->bounds[k], len = o->bounds[k + 1] - b0;
+    const LtComm *g = o->grad_comm;
+    if (o->zero_stage == 0) {
+        o->greq[k] = lt_comm_all_reduce_start(g, grads + b0, len, LT_COMM_F32, LT_COMM_SUM);
+    } else if (bucket_whole(o, k)) {
+        o->greq[k] = lt_comm_reduce_scatter_start(g, grads, o->grad_shard, o->shard_len,
+                                                  LT_COMM_F32);
+    } else {
+        const int *counts = o->counts + (size_t)k * (size_t)o->dp_size;
+        size_t mine_start = b0;
+        for (int r = 0; r < o->dp_rank; r++) mine_start += (size_t)counts[r];
+        float *recv = o->grad_shard + (counts[o->dp_rank] ? mine_start - o->shard_begin : 0);
+        o->greq[k] = lt_comm_reduce_scatter_v_start(g, grads + b0, recv, counts, LT_COMM_F32);
     }
 }
+
+void lt_optim_reduce_grads(LtOptimizer *o, float *grads) {
+    if (o->zero_stage == 2) { /* the buckets were reduced during backward */
+        while (o->ring && o->ring->n) ring_complete_oldest(o);
+        return;
+    }
+    /* (a started request keeps its op name, also when it completed at once) */
+    for (int k = o->nbuckets - 1; k >= 0; k--)
+        if (!o->greq[k].op) lt_optim_bucket_start(o, k, grads);
+    for (int k = o->nbuckets - 1; k >= 0; k--) {
+        lt_comm_finish(&o->greq[k]);
+        memset(&o->greq[k], 0, sizeof o->greq[k]);
+    }
+}
+
+/* ---- the parameter gather, bucket by bucket ---- */
+/* Every rank's updated part of each bucket goes to every rank: one all-gather
+ * when the bucket is the whole space, else a broadcast from each rank that
+ * holds part of it. Issued in flat (forward) order. */
+static void params_gather_start(LtOptimizer *o, void *params) {
+    LtBackend *be = o->be;
+    const LtCommType t = lt_comm_act_type(be);
+    const size_t dp = (size_t)o->dp_size;
+    for (int k = 0; k < o->nbuckets; k++) {
+        LtCommRequest *req = o->preq + (size_t)k * dp;
+        if (bucket_whole(o, k)) {
+            req[0] = lt_comm_all_gather_start(o->param_comm,
+                                              (char *)params + lt_act_bytes(be, o->shard_begin),
+                                              params, o->shard_len, t);
+            continue;
+        }
+        size_t at = o->bounds[k];
+        const int *counts = o->counts + (size_t)k * dp;
+        for (int r = 0; r < o->dp_size; r++) {
+            if (counts[r])
+                req[r] = lt_comm_broadcast_start(o->param_comm, (char *)params + lt_act_bytes(be, at),
+                                                 (size_t)counts[r], t, r);
+            at += (size_t)counts[r];
+        }
+    }
+}
+
+void lt_optim_params_wait(LtOptimizer *o, size_t begin, size_t end) {
+    const size_t dp = (size_t)o->dp_size;
+    for (int k = 0; k < o->nbuckets; k++) {
+        if (o->bounds[k + 1] <= begin || o->bounds[k] >= end) continue;
+        for (size_t r = 0; r < dp; r++) lt_comm_finish(&o->preq[(size_t)k * dp + r]);
+    }
+}
+
+void lt_optim_params_wait_all(LtOptimizer *o) { lt_optim_params_wait(o, 0, o->flat); }
 
 void lt_optim_set_tp(LtOptimizer *o, const LtComm *tp) {
     o->tp = tp && lt_comm_size(tp) > 1 ? tp : NULL;
@@ -234,9 +431,10 @@ void lt_optim_step(LtOptimizer *o, void *params, const float *grads, double lr,
         }
         i = j + 1;
     }
-    if (o->zero_stage >= 1) /* every rank gets the updated shards of the others */
-        lt_comm_all_gather(o->dp, (char *)params + lt_act_bytes(be, s0), params, o->shard_len,
-                           lt_comm_act_type(be));
+    if (o->zero_stage == 0) return;
+    /* every rank gets the updated shards of the others */
+    params_gather_start(o, params);
+    if (!o->overlap_param) lt_optim_params_wait_all(o);
 }
 
 void lt_optim_held_range(const LtParamTable *t, int zero_stage, int dp_size, int dp_rank,

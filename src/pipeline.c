@@ -29,20 +29,16 @@ struct LtPipeline {
     Msg *msgs;
     int nmsgs, cap;
     LtCommType type;  /* of boundary tensors */
+    int post_ahead;   /* parallel.overlap_p2p_comm: receives posted a run ahead, waited
+                       * for by the pass that reads them */
+    LtCommRequest *pend_act, *pend_grad; /* [slot]: its input / output gradient in flight */
     double fwd_s, bwd_s; /* host seconds in forward / backward passes (lt_pipeline_take_times) */
 };
 
-int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank) {
-    if (pp == 1 && vpp == 1 && micro_batches >= 1 && rank == 0)
-        return 1; /* F0 B0 F1 B1 ...: no list needed (M may be huge) */
-    char err[256];
-    if (lt_schedule_check(pp, vpp, micro_batches, err, sizeof err) || rank < 0 || rank >= pp)
-        return -1;
-    size_t cap = lt_schedule_capacity(pp, vpp, micro_batches);
-    LtAction *a = lt_malloc(sizeof(LtAction) * cap);
-    int n = lt_schedule_rank(pp, vpp, micro_batches, rank, a, cap, err, sizeof err);
-    /* a slot is taken by a chunk input's receive (or, on the first stage, by
-     * the forward) and given back after the backward, as the executor does */
+/* The most activation slots list a[0..n) of pipeline rank `rank` holds at
+ * once: a slot is taken by a chunk input's receive (or, on the first stage,
+ * by the forward) and given back after the backward, as the executor does. */
+static int peak_slots(const LtAction *a, int n, int rank) {
     int live = 0, peak = 0;
     for (int i = 0; i < n; i++) {
         int first = a[i].chunk == 0 && rank == 0;
@@ -51,8 +47,22 @@ int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank) {
             peak = live;
         if (a[i].kind == LT_ACT_BACKWARD) live--;
     }
+    return peak;
+}
+
+int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank, int post_ahead) {
+    if (pp == 1 && vpp == 1 && micro_batches >= 1 && rank == 0)
+        return 1; /* F0 B0 F1 B1 ...: no list needed (M may be huge) */
+    char err[256];
+    if (lt_schedule_check(pp, vpp, micro_batches, err, sizeof err) || rank < 0 || rank >= pp)
+        return -1;
+    size_t cap = lt_schedule_capacity(pp, vpp, micro_batches);
+    LtAction *a = lt_malloc(sizeof(LtAction) * cap);
+    int n = lt_schedule_rank(pp, vpp, micro_batches, rank, a, cap, err, sizeof err);
+    if (n >= 0 && post_ahead) lt_schedule_post_ahead(a, n);
+    const int peak = n < 0 ? -1 : peak_slots(a, n, rank);
     free(a);
-    return n < 0 ? -1 : peak;
+    return peak;
 }
 
 LtPipeline *lt_pipeline_create(LtModel *m, const LtComm *pp, int micro_batches) {
@@ -76,7 +86,7 @@ LtPipeline *lt_pipeline_create(LtModel *m, const LtComm *pp, int micro_batches) 
         p->acts = lt_malloc(sizeof(LtAction) * cap);
         p->nacts = lt_schedule_rank(p->P, p->V, p->M, p->rank, p->acts, cap, err, sizeof err);
         if (p->nacts < 0) lt_fatal("pipeline schedule: %s", err);
-        int need = lt_pipeline_slots(p->P, p->V, p->M, p->rank);
+        int need = peak_slots(p->acts, p->nacts, p->rank);
         if (need > m->nslots)
             lt_fatal("pipeline: the model has %d activation slots, the schedule needs %d",
                      m->nslots, need);
@@ -98,7 +108,29 @@ void lt_pipeline_destroy(LtPipeline *p) {
     free(p->recvs);
     free(p->slot_of);
     free(p->free_slots);
+    free(p->pend_act);
+    free(p->pend_grad);
     free(p);
+}
+
+void lt_pipeline_set_p2p_overlap(LtPipeline *p, int on) {
+    if (!on || !p->acts || p->post_ahead) return;
+    if (lt_comm_lib(p->pp) == LT_COMM_LIB_MPI) lt_schedule_post_ahead(p->acts, p->nacts);
+    const int need = peak_slots(p->acts, p->nacts, p->rank);
+    if (need > p->m->nslots)
+        lt_fatal("pipeline: the model has %d activation slots, the schedule with receives "
+                 "posted ahead needs %d",
+                 p->m->nslots, need);
+    p->pend_act = lt_calloc(sizeof(LtCommRequest) * (size_t)p->m->nslots);
+    p->pend_grad = lt_calloc(sizeof(LtCommRequest) * (size_t)p->m->nslots);
+    p->post_ahead = 1;
+}
+
+/* With receives posted ahead: the pass about to read slot s waits for what
+ * arrives there (its input before a forward, its output gradient before a
+ * backward). */
+static void slot_wait(LtPipeline *p, int s, int grad) {
+    if (p->post_ahead) lt_comm_finish(grad ? &p->pend_grad[s] : &p->pend_act[s]);
 }
 
 int lt_pipeline_message_buffers(const LtPipeline *p) { return p->nmsgs; }
@@ -182,19 +214,23 @@ static void exchange(LtPipeline *p, const LtAction *acts, int i, int end, int ev
         p->recvs = lt_malloc(sizeof(LtCommRequest) * (size_t)p->recv_cap);
     }
     int nr = 0;
+    const int defer = p->post_ahead && !eval; /* receives waited for where they are read */
     lt_comm_batch_begin(p->pp);
     for (; i < end; i++) {
         const LtAction *a = &acts[i];
         const int c = a->chunk, mb = a->mb;
         switch (a->kind) {
-        case LT_ACT_RECV_ACT:
-            p->recvs[nr++] = recv_start(p, m->slot[eval ? c : slot_take(p, c, mb)].x[0], 0, c,
-                                        mb, a->peer);
+        case LT_ACT_RECV_ACT: {
+            const int s = eval ? c : slot_take(p, c, mb);
+            LtCommRequest *r = defer ? &p->pend_act[s] : &p->recvs[nr++];
+            *r = recv_start(p, m->slot[s].x[0], 0, c, mb, a->peer);
             break;
+        }
         case LT_ACT_RECV_GRAD: {
             int s = eval ? -1 : p->slot_of[c * p->M + mb];
             LT_CHECK(s >= 0);
-            p->recvs[nr++] = recv_start(p, m->slot[s].dout, 1, c, mb, a->peer);
+            LtCommRequest *r = defer ? &p->pend_grad[s] : &p->recvs[nr++];
+            *r = recv_start(p, m->slot[s].dout, 1, c, mb, a->peer);
             break;
         }
         case LT_ACT_SEND_ACT:
@@ -220,6 +256,7 @@ void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targ
     if (p->M == 0) lt_fatal("pipeline: created for forward passes only");
     if (p->P == 1) { /* gradient accumulation: F0 B0 F1 B1 ... in slot 0 */
         for (int mb = 0; mb < p->M; mb++) {
+            lt_model_set_final_pass(m, mb == p->M - 1);
             double t0 = lt_now();
             lt_model_chunk_forward(m, 0, 0, tokens + (size_t)mb * bt, targets + (size_t)mb * bt,
                                    grad_scale, NULL);
@@ -227,6 +264,7 @@ void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targ
             lt_model_chunk_backward(m, 0, 0, NULL);
             p->fwd_s += t1 - t0, p->bwd_s += lt_now() - t1;
         }
+        lt_model_set_final_pass(m, 0);
         return;
     }
     for (int i = 0; i < p->V * p->M; i++) p->slot_of[i] = -1;
@@ -239,7 +277,9 @@ void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targ
         if (a->kind == LT_ACT_FORWARD) {
             int s = slot_take(p, c, mb);
             out_msg = lt_model_chunk_last(m, c) ? -1 : msg_take(p);
+            lt_model_set_final_pass(m, mb == p->M - 1);
             const double t0 = lt_now();
+            slot_wait(p, s, 0);
             lt_model_chunk_forward(m, c, s, tokens + (size_t)mb * bt, targets + (size_t)mb * bt,
                                    grad_scale, out_msg >= 0 ? p->msgs[out_msg].buf : NULL);
             p->fwd_s += lt_now() - t0;
@@ -248,7 +288,9 @@ void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targ
             int *so = &p->slot_of[c * p->M + mb];
             LT_CHECK(*so >= 0);
             din_msg = lt_model_chunk_first(m, c) ? -1 : msg_take(p);
+            lt_model_set_final_pass(m, mb == p->M - 1);
             const double t0 = lt_now();
+            slot_wait(p, *so, 1);
             lt_model_chunk_backward(m, c, *so, din_msg >= 0 ? p->msgs[din_msg].buf : NULL);
             p->bwd_s += lt_now() - t0;
             p->free_slots[p->nfree++] = *so;
@@ -260,6 +302,7 @@ void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targ
             i = end;
         }
     }
+    lt_model_set_final_pass(m, 0);
     msgs_drain(p);
     LT_CHECK(p->nfree == m->nslots);
 }

@@ -68,7 +68,7 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, LtPlanMemo
     const size_t QKV = ((size_t)d.heads + 2 * (size_t)lt_dims_kv_heads(&d)) * (C / (size_t)d.heads) /
                        (size_t)tp,
                  stats = llama ? 2 : 4, mlp_f = llama ? 3 : 2;
-    const int slots = lt_pipeline_slots(pp, vpp, M, stage);
+    const int slots = lt_pipeline_slots(pp, vpp, M, stage, c->parallel.overlap_p2p_comm);
     if (slots < 1)
         return lt_errorf(err, errlen, "no valid pipeline schedule for pp %d, vpp %d, %d micro batches",
                          pp, vpp, M);
@@ -84,6 +84,8 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, LtPlanMemo
         bucket_grads(&t, pp, vpp, &len, &emb);
         size_t bucket = len > emb ? len : emb, recv = bucket < shard ? bucket : shard;
         out->grads = 4 * (len + emb) + 4 * shard + 4 * recv;
+        if (c->parallel.overlap_grad_reduce) /* optim.c's staging ring */
+            out->grads += (size_t)LT_OPTIM_RING * 4 * (bucket + recv);
     } else {
         out->grads = 4 * flat + (zero >= 1 ? 4 * shard : 0);
     }

@@ -16,6 +16,42 @@ int lt_schedule_comm_run(const LtAction *acts, int n, int i) {
     return i;
 }
 
+int lt_schedule_post_ahead(LtAction *acts, int n) {
+    LtAction *out = lt_malloc(sizeof(LtAction) * (size_t)(n > 0 ? n : 1));
+    unsigned char *moved = lt_calloc((size_t)(n > 0 ? n : 1));
+    int k = 0, moves = 0;
+    for (int i = 0; i < n;) {
+        if (!is_comm(acts[i].kind)) {
+            out[k++] = acts[i++];
+            continue;
+        }
+        const int end = lt_schedule_comm_run(acts, n, i);
+        for (; i < end; i++)
+            if (!moved[i]) out[k++] = acts[i];
+        /* the next run's receives join this one (a gradient's only once its forward
+         * has run: the slot it lands in exists from then on) */
+        int nx = end;
+        while (nx < n && !is_comm(acts[nx].kind)) nx++;
+        const int nend = lt_schedule_comm_run(acts, n, nx);
+        for (int j = nx; j < nend && nx < n; j++) {
+            const LtAction *a = &acts[j];
+            if (is_send(a->kind)) continue;
+            int ok = a->kind == LT_ACT_RECV_ACT;
+            for (int f = 0; f < k && !ok; f++)
+                ok = out[f].kind == LT_ACT_FORWARD && out[f].chunk == a->chunk &&
+                     out[f].mb == a->mb;
+            if (!ok) continue;
+            out[k++] = *a;
+            moved[j] = 1;
+            moves++;
+        }
+    }
+    memcpy(acts, out, sizeof(LtAction) * (size_t)n);
+    free(out);
+    free(moved);
+    return moves;
+}
+
 /* Stage that sent the message a send or receive of rank r moves. */
 static int sender_stage(int pp, int r, const LtAction *a) {
     int st = a->chunk * pp + r;

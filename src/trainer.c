@@ -198,25 +198,32 @@ static void inject_nonfinite(LtRun *r, const Inject *in, long step, double *loss
     }
 }
 
-/* Seconds spent so far in the TP, DP and PP (with the embedding group's)
- * operations. */
-static void comm_busy(const LtRun *r, double out[3]) {
+/* Seconds so far of the TP, DP and PP (with the embedding group's)
+ * communication: out[0..2] the training thread was blocked in it (exposed),
+ * out[3..5] it was under way (busy: also what a worker ran behind compute). */
+static void comm_busy(const LtRun *r, double out[6]) {
     out[0] = lt_comm_busy_seconds(r->tp);
     out[1] = lt_comm_busy_seconds(r->dp);
     out[2] = lt_comm_busy_seconds(r->pp) + lt_comm_busy_seconds(r->emb);
+    out[3] = lt_comm_work_seconds(r->tp);
+    out[4] = lt_comm_work_seconds(r->dp);
+    out[5] = lt_comm_work_seconds(r->pp) + lt_comm_work_seconds(r->emb);
 }
 
 /* Where the step of dt seconds went (metrics.h), from the pipeline's pass
  * times, the phases the loop timed and the groups' time since busy0. */
-static LtStepTimes step_times(LtRun *r, const double busy0[3], double dt, double data_s,
+static LtStepTimes step_times(LtRun *r, const double busy0[6], double dt, double data_s,
                               double grads_s, double optim_s) {
-    double fwd, bwd, busy[3];
+    double fwd, bwd, busy[6];
     lt_pipeline_take_times(r->pipe, &fwd, &bwd);
     comm_busy(r, busy);
     LtStepTimes st = {.forward = fwd * 1e3, .backward = bwd * 1e3, .grads = grads_s * 1e3,
                       .optimizer = optim_s * 1e3, .data = data_s * 1e3,
                       .comm_tp = (busy[0] - busy0[0]) * 1e3, .comm_dp = (busy[1] - busy0[1]) * 1e3,
-                      .comm_pp = (busy[2] - busy0[2]) * 1e3};
+                      .comm_pp = (busy[2] - busy0[2]) * 1e3,
+                      .comm_tp_busy = (busy[3] - busy0[3]) * 1e3,
+                      .comm_dp_busy = (busy[4] - busy0[4]) * 1e3,
+                      .comm_pp_busy = (busy[5] - busy0[5]) * 1e3};
     st.other = dt * 1e3 - st.forward - st.backward - st.grads - st.optimizer - st.data;
     if (st.other < 0) st.other = 0; /* clock granularity */
     return st;
@@ -289,7 +296,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     lt_mllog(LT_MLLOG_START, "run_start", "null", NULL);
     snprintf(mmeta, sizeof mmeta, "\"samples_count\": %ld", step * (long)G);
     lt_mllog(LT_MLLOG_START, "block_start", "null", mmeta);
-    double t_next = t_run_start, busy_next[3];
+    double t_next = t_run_start, busy_next[6];
     comm_busy(&r, busy_next); /* with t_next: the start of the interval a step is timed over */
     if (step < cfg->train.steps && lt_loader_get(r.loader, step, rows, err, sizeof err))
         lt_input_error("data.train_path: step %ld: %s", step + 1, err);
@@ -347,9 +354,10 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
                    100.0 * mfu, dt * 1e3, lt_mib(lt_run_engine_bytes(&r)));
         if ((step + 1) % cfg->logging.log_interval == 0 || step + 1 == cfg->train.steps)
             lt_log("time       forward %.1f | backward %.1f | grads %.1f | optimizer %.1f | data "
-                   "%.1f | other %.1f ms; communication not hidden: tp %.1f, dp %.1f, pp %.1f ms\n",
+                   "%.1f | other %.1f ms; communication exposed (busy): tp %.1f (%.1f), dp %.1f "
+                   "(%.1f), pp %.1f (%.1f) ms\n",
                    st.forward, st.backward, st.grads, st.optimizer, st.data, st.other, st.comm_tp,
-                   st.comm_dp, st.comm_pp);
+                   st.comm_tp_busy, st.comm_dp, st.comm_dp_busy, st.comm_pp, st.comm_pp_busy);
         const long done = (step + 1) * (long)G, before = step * (long)G; /* samples trained */
         const long every = cfg->eval.interval_samples;
         if (r.valid && ((cfg->eval.interval > 0 && (step + 1) % cfg->eval.interval == 0) ||

@@ -30,6 +30,13 @@ static struct {
     void *hook_args[MAX_HOOKS];
 } W;
 
+/* A communication worker thread (comm_async.c) makes MPI calls of its own; its
+ * waits are bounded through the training thread's wait for their requests,
+ * so they must not touch the training thread's state here. */
+static _Thread_local int muted;
+
+void lt_watchdog_mute_thread(void) { muted = 1; }
+
 static void *watch(void *unused) {
     (void)unused;
     const double tick = W.timeout < 2.0 ? W.timeout / 10.0 : 0.2;
@@ -78,6 +85,7 @@ void lt_watchdog_stop(void) {
 void lt_watchdog_set_step(long step) { atomic_store(&W.step, step); }
 
 void lt_watchdog_enter(const char *what, const char *group, int peer) {
+    if (muted) return;
     if (atomic_fetch_add(&W.depth, 1) != 0) return;
     atomic_store(&W.what, what);
     atomic_store(&W.group, group);
@@ -86,6 +94,7 @@ void lt_watchdog_enter(const char *what, const char *group, int peer) {
 }
 
 void lt_watchdog_leave(void) {
+    if (muted) return;
     if (atomic_fetch_sub(&W.depth, 1) == 1) atomic_store(&W.since, 0.0);
 }
 

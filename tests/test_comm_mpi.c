@@ -511,6 +511,51 @@ static void test_reduce_scatter_v(void) {
     lt_comm_free(w);
 }
 
+/* ---- background companion: a worker thread runs the collectives ---------- */
+/* Operations started on lt_comm_background(w) give byte for byte what the same
+ * calls on w give, also while the calling thread runs other operations on w,
+ * and complete in start order; the worker's time is counted as busy. */
+static void test_background_group(void) {
+    LtComm *w = lt_comm_world("world");
+    const LtComm *bg = lt_comm_background(w);
+    CHECK(bg != w && lt_comm_size(bg) == NP && lt_comm_rank(bg) == W.rank, "companion");
+    CHECK(lt_comm_background(w) == bg, "made once");
+    enum { N = 4099 };
+    const int me = W.rank;
+    int counts[NP] = {1000, 0, 2000, 1099};
+    float *a = lt_malloc(N * sizeof(float)), *a2 = lt_malloc(N * sizeof(float));
+    float *rs = lt_malloc(2000 * sizeof(float)), *rs2 = lt_malloc(2000 * sizeof(float));
+    float *g = lt_malloc(NP * 64 * sizeof(float)), *g2 = lt_malloc(NP * 64 * sizeof(float));
+    float bc[33], bc2[33], side[N];
+    fill_f32(a, N, me);
+    memcpy(a2, a, N * sizeof(float));
+    fill_f32(side, N, me + 1);
+    fill_f32(bc, 33, me);
+    memcpy(bc2, bc, sizeof bc);
+    LtCommRequest r[4];
+    r[0] = lt_comm_all_reduce_start(bg, a, N, LT_COMM_F32, LT_COMM_SUM);
+    r[1] = lt_comm_reduce_scatter_v_start(bg, a2, rs, counts, LT_COMM_F32);
+    r[2] = lt_comm_broadcast_start(bg, bc, 33, LT_COMM_F32, 2);
+    r[3] = lt_comm_all_gather_start(bg, a2 + 7, g, 64, LT_COMM_F32);
+    lt_comm_all_reduce(w, side, N, LT_COMM_F32, LT_COMM_MAX); /* meanwhile, on the group */
+    lt_comm_finish(&r[3]); /* the last one: the others completed before it */
+    for (int i = 0; i < 3; i++) CHECK(lt_comm_test(&r[i]), "request %d done before the last", i);
+    /* the same calls on the group itself */
+    float *ref = lt_malloc(N * sizeof(float));
+    fill_f32(ref, N, me);
+    lt_comm_reduce_scatter_v(w, ref, rs2, counts, LT_COMM_F32);
+    lt_comm_all_gather(w, ref + 7, g2, 64, LT_COMM_F32);
+    lt_comm_all_reduce(w, ref, N, LT_COMM_F32, LT_COMM_SUM);
+    lt_comm_broadcast(w, bc2, 33, LT_COMM_F32, 2);
+    CHECK(!memcmp(a, ref, N * sizeof(float)), "all_reduce differs");
+    CHECK(!memcmp(rs, rs2, (size_t)counts[me] * sizeof(float)), "reduce_scatter_v differs");
+    CHECK(!memcmp(bc, bc2, sizeof bc), "broadcast differs");
+    CHECK(!memcmp(g, g2, NP * 64 * sizeof(float)), "all_gather differs");
+    CHECK(lt_comm_work_seconds(w) > 0 && lt_comm_busy_seconds(w) > 0, "time not counted");
+    free(a), free(a2), free(rs), free(rs2), free(g), free(g2), free(ref);
+    lt_comm_free(w);
+}
+
 /* ---- groups with options: CPU backend device buffers = host path ---------- */
 static void test_split_ex_cpu(void) {
     LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
@@ -762,6 +807,7 @@ int main(int argc, char **argv) {
     MRUN(test_split_color);
     MRUN(test_bf16_world);
     MRUN(test_reduce_scatter_v);
+    MRUN(test_background_group);
     MRUN(test_split_ex_cpu);
     MRUN(test_staged_cpu);
     int rc = test_n_fail ? 1 : 0;
