@@ -358,6 +358,7 @@ void lt_trace_open(const char *path, int rank, int world, const char *process_na
         g.comm = lt_comm_world("trace");
         lt_comm_barrier(g.comm); /* the origin: every rank's clock right after it */
         g.origin = mono_ns();
+        g.n = g.dropped = 0;
         g.nrows = 0;
         tl_row = row_add("main", "");
         g.pending = 1;
