@@ -174,7 +174,7 @@ void lt_trace_begin(const char *name, const char *args_fmt, ...) {
 
 void lt_trace_end(void) {
     const int64_t t1 = lt_trace_now();
-    if (tl_depth == 0) return; /* begun before recording started */
+    if (tl_depth == 0) return; /* its begin came before tracing was on */
     if (tl_depth-- > MAX_DEPTH) {
         pthread_mutex_lock(&g.mu);
         g.dropped++;
@@ -418,7 +418,11 @@ int lt_trace_finish(char *err, size_t errlen) {
                         g.path, g.world);
     }
     free(t.p);
+    pthread_mutex_lock(&g.mu);
     g.pending = 0; /* written (or said why not): nothing left for the exit handler */
+    free(g.ev);
+    g.ev = NULL, g.n = g.cap = 0;
+    pthread_mutex_unlock(&g.mu);
     lt_comm_free(g.comm);
     g.comm = NULL;
     return rc;
