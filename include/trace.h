@@ -14,10 +14,11 @@
  * LtTraceOp: it takes a communication row of its group that is free for its
  * whole life, so no row ever holds overlapping spans.
  *
- * Time: microseconds from an origin every rank takes right after a barrier
- * (lt_trace_open), each on its own monotonic clock: on one node the clocks
- * are the same one; across nodes the rows line up to within the barrier's
- * exit skew (microseconds on a fast network), with no drift correction.
+ * Time: microseconds from an origin every rank takes on its own monotonic
+ * clock right after a barrier (lt_trace_open), so the ranks' rows line up to
+ * within the barrier's exit skew (microseconds on one node or a fast
+ * network); nodes' clocks are not corrected for drift (it matters only over
+ * hours).
  *
  * Cost: every call site is behind lt_trace_on() - one load and branch when
  * neither recording nor NVTX is on. Recording appends to one in-memory
