@@ -108,6 +108,9 @@ ifeq ($(CUDA),1)
   CUDA_CCCL ?= $(patsubst %/nv/target,%,$(firstword $(foreach d,$(CUDA_INC_DIRS),$(wildcard $(d)/nv/target $(d)/cccl/nv/target))))
   CUDA_INC_DIRS += $(filter-out $(CUDA_INC_DIRS),$(CUDA_CCCL))
   CUDA_INC      := $(addprefix -isystem ,$(CUDA_INC_DIRS))
+  # NVTX3 (header-only; src/trace.c's ranges): in the toolkit's include/, or
+  # a wheel's (nvidia-nvtx); without it the build has no NVTX ranges
+  CUDA_NVTX := $(firstword $(foreach d,$(CUDA_INC_DIRS) $(wildcard $(addsuffix /*/include,$(CUDA_WHEELS))),$(wildcard $(d)/nvtx3/nvToolsExt.h)))
   CUDA_TARGETS  := $(addprefix sm_,$(CUDA_ARCH)) $(addprefix compute_,$(CUDA_PTX))
   NVCCFLAGS := -O3 -std=c++17 -Iinclude $(CUDA_INC) -lineinfo --expt-relaxed-constexpr \
                $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
@@ -115,7 +118,7 @@ ifeq ($(CUDA),1)
                -DLT_CUDA_TARGETS=$(subst $(lt_space),+,$(strip $(CUDA_TARGETS))) \
                -Xcompiler -fPIC,-Wall -MMD -MP
   # -isystem: src/comm_nccl.c includes nccl.h (and through it cuda_runtime.h)
-  CFLAGS  += -DLT_HAVE_CUDA $(CUDA_INC)
+  CFLAGS  += -DLT_HAVE_CUDA $(CUDA_INC) $(if $(CUDA_NVTX),-DLT_HAVE_NVTX $(addprefix -isystem ,$(filter-out $(CUDA_INC_DIRS),$(patsubst %/nvtx3/nvToolsExt.h,%,$(CUDA_NVTX)))))
   CUDA_OBJS := $(patsubst kernels/cuda/%.cu,$(BUILD)/obj/cuda/%.o,$(CUDA_SRCS))
   CUDA_RES  := $(CUDA_OBJS:.o=.res)
   LDLIBS  += $(CUDA_LIB_FILES) $(addprefix -Wl$(lt_comma)-rpath$(lt_comma),$(CUDA_LIB_DIRS)) -lstdc++ -ldl
@@ -124,6 +127,7 @@ endif
 ifeq ($(CUDA),1)
   $(info lattice: CUDA backend: yes; nvcc $(NVCC_REAL) ($(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p'))$(if $(filter %/nvidia/,$(dir $(CUDA_HOME))), from pip wheels); SASS $(addprefix sm_,$(CUDA_ARCH)), PTX $(addprefix compute_,$(CUDA_PTX)))
   $(foreach l,$(CUDA_LIBS),$(info lattice: lib$(l): $(or $(CUDA_LIB_$(l)),NOT FOUND (toolkit $(CUDA_HOME), wheels: $(or $(strip $(CUDA_WHEELS)),none; set CUDA_WHEELS=.../site-packages/nvidia)))))
+  $(info lattice: NVTX ranges (logging.trace's spans for Nsight Systems): $(or $(CUDA_NVTX),no: nvtx3/nvToolsExt.h not found (a toolkit has it; wheels: nvidia-nvtx)))
   $(info lattice: CCCL headers (nv/target): $(or $(CUDA_CCCL),NOT FOUND in $(strip $(CUDA_INC_DIRS)) (a toolkit has them; wheels: nvidia-cuda-cccl; or CUDA_CCCL=DIR)))
   ifneq ($(and $(CUDA_CCCL),$(filter $(words $(CUDA_LIBS)),$(words $(CUDA_LIB_FILES)))),)
   else ifneq ($(filter-out clean deps check-deps print-%,$(or $(MAKECMDGOALS),all)),)

@@ -63,6 +63,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -88,6 +89,8 @@ typedef struct {
      * (freed at finish) and, for recv, the device buffer it is uploaded to */
     void *stage_host, *stage_dev;
     size_t stage_bytes;
+    LtTraceOp trace; /* logging.trace: its span, from start to finish */
+    size_t bytes;    /* bytes it moves from this rank (the span's argument) */
 } LtCommRequest;
 
 /* ---- groups --------------------------------------------------------------- */

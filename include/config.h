@@ -103,6 +103,7 @@ typedef struct {
         char mllog_benchmark[LT_PATH_MAX]; /* gpt3 | llama31_8b | llama31_405b */
         char mllog_org[LT_PATH_MAX];    /* submission_org */
         char mllog_platform[LT_PATH_MAX]; /* submission_platform */
+        char trace[LT_PATH_MAX];        /* Chrome trace-event file of every rank's spans; "" = none */
         int log_interval;
         double peak_tflops;            /* 0 = from the device table / measured CPU peak */
     } logging;

@@ -44,15 +44,17 @@ int lt_metrics_status(const LtMetricsFile *m, char *err, size_t errlen);
  * it and waiting). forward/backward: the passes (tensor-parallel
  * communication inside them included); grads: gradient finalisation (the
  * data-parallel reduction); optimizer: norm, clipping, AdamW and the parameter
- * gather; data: fetching the next step's samples; other: the rest (pipeline
- * message exchanges, the step's device wait). comm_tp/dp/pp: exposed
- * communication - the time the training thread was blocked inside each
- * group's operations, the part the rank could not hide; pp includes waiting
- * for neighbouring stages, i.e. the pipeline bubble. comm_*_busy: the time
- * each group's communication was under way, also behind compute (the
- * overlap worker's time; without overlap the same as exposed). */
+ * gather; data: fetching the next step's samples; bubble: blocked in the
+ * pipeline schedule's receive waits, waiting for a neighbouring stage's
+ * activation or gradient (0 without pipelining); other: the rest (starting
+ * pipeline messages, the step's device wait). These add up to the step.
+ * comm_tp/dp/pp: exposed communication - the time the training thread was
+ * blocked inside each group's operations, the part the rank could not hide;
+ * pp (with the embedding group) without the bubble. comm_*_busy: the time
+ * each group's communication was under way, also behind compute (the overlap
+ * worker's time; without overlap the same as exposed, pp's with the bubble). */
 typedef struct {
-    double forward, backward, grads, optimizer, data, other;
+    double forward, backward, grads, optimizer, data, bubble, other;
     double comm_tp, comm_dp, comm_pp;
     double comm_tp_busy, comm_dp_busy, comm_pp_busy;
 } LtStepTimes;

@@ -17,7 +17,9 @@
  * batch) receives its input (the first stage: starts its forward) and given
  * back after its backward: the model needs as many slots as
  * lt_pipeline_slots says. Evaluation walks lt_schedule_forward_rank's list
- * the same way. */
+ * the same way. With logging.trace each pass is a span ("forward",
+ * "backward", "forward (no grad)" with micro batch, chunk and stage) and
+ * each batch's receive wait one ("pipeline wait"). */
 #ifndef LT_PIPELINE_H
 #define LT_PIPELINE_H
 
@@ -71,8 +73,11 @@ void lt_pipeline_forward(LtPipeline *p, const int32_t *tokens, const int32_t *ta
 int lt_pipeline_message_buffers(const LtPipeline *p);
 /* Host seconds spent in forward and in backward passes of training since the
  * last call (forward includes the last stage's loss head and its gradient;
- * both include the tensor-parallel communication inside the layers); resets. */
-void lt_pipeline_take_times(LtPipeline *p, double *fwd_s, double *bwd_s);
+ * both include the tensor-parallel communication inside the layers), and in
+ * the bubble: blocked in the receive waits of training's schedule (inside
+ * the pipeline group's operations, between the passes; 0 without
+ * pipelining); resets. */
+void lt_pipeline_take_times(LtPipeline *p, double *fwd_s, double *bwd_s, double *bubble_s);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@ PKGS=(
   "openmpi-bin:mpirun"
   "sentencepiece:tokenizer training and encoding (spm_train, spm_encode, spm_decode)"
   "python3:data preparation helpers"
+  "python3-matplotlib:scripts/plot_metrics.py (plots of a metrics file)"
   "clang:fuzz targets (libFuzzer, tests/fuzz)"
   "libclang-rt-14-dev:clang's sanitizer and libFuzzer runtimes"
 )

@@ -16,6 +16,7 @@
 #include "ckpt_shard.h"
 #include "common.h"
 #include "engine.h"
+#include "trace.h"
 
 /* One rank's part of one checkpoint. */
 typedef struct {
@@ -43,14 +44,22 @@ static struct {
 
 static void *ckpt_write(void *arg) {
     CkptWrite *w = arg;
+    LT_TRACE_BEGIN("checkpoint write", "\"step\": %ld, \"elements\": %zu", w->meta.step, w->n);
     const double t0 = lt_now();
     uint64_t bytes;
     uint32_t crc;
     w->rc = lt_shard_write(w->path, &w->src, (size_t)w->cfg->checkpoint.io_buffer_mib << 20, &bytes,
                            &crc, w->err, sizeof w->err);
     w->seconds = lt_now() - t0;
+    LT_TRACE_END();
     __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
     return NULL;
+}
+
+/* checkpoint.async: the writer thread (a row of its own in a trace). */
+static void *ckpt_writer_thread(void *arg) {
+    lt_trace_thread("checkpoint writer");
+    return ckpt_write(arg);
 }
 
 /* Whether any rank reports a failure (an all-reduce over the grid). */
@@ -174,7 +183,7 @@ void lt_run_save_checkpoint(LtRun *r, long step) {
     g_save.w = w;
     g_save.threaded = c->checkpoint.async;
     if (c->checkpoint.async) { /* the copies are the writer's own */
-        if (pthread_create(&g_save.thread, NULL, ckpt_write, w) != 0)
+        if (pthread_create(&g_save.thread, NULL, ckpt_writer_thread, w) != 0)
             lt_fatal("cannot start the checkpoint writer thread");
         lt_log("checkpoint step %ld: state copied (the step loop blocked %.2f s), writing in the "
                "background\n", step, lt_now() - t_enter);

@@ -11,7 +11,10 @@
  * LT_MPI_CHECK, which names the group and the operation before exiting.
  * The table is chosen when the group is created: NCCL for NCCL groups of
  * more than one rank, staging for device buffers the host cannot read
- * (a GPU's, or any with LtCommOptions.stage for tests), MPI otherwise. */
+ * (a GPU's, or any with LtCommOptions.stage for tests), MPI otherwise.
+ * With logging.trace (or NVTX) each dispatched operation is a span from its
+ * start to its finish on a communication row of its group (trace.h), so every
+ * implementation is covered; one-rank shortcuts move nothing and show none. */
 #include "comm.h"
 
 #include <limits.h>
@@ -261,6 +264,25 @@ size_t lt_comm_type_size(LtCommType t) {
         ((LtComm *)(c))->busy_s += lt_now() - t0_;                                          \
     } while (0)
 
+/* ---- spans (logging.trace, NVTX) ---- */
+static void trace_done(LtCommRequest *r) {
+    const char *g = r->comm->name;
+    if (r->peer >= 0)
+        lt_trace_op_end(&r->trace, r->op, "\"group\": \"%s\", \"op\": \"%s\", \"bytes\": %zu, "
+                        "\"peer\": %d", g, r->op, r->bytes, lt_comm_global_rank(r->comm, r->peer));
+    else
+        lt_trace_op_end(&r->trace, r->op, "\"group\": \"%s\", \"op\": \"%s\", \"bytes\": %zu", g,
+                        r->op, r->bytes);
+}
+
+/* The span of an operation dispatched at t0: begun on a row of its group's
+ * (finish or a successful test ends it), or whole at once when the operation
+ * completed inside the call (staged and blocking paths). */
+static void trace_started(LtCommRequest *r, int64_t t0) {
+    lt_trace_op_begin(&r->trace, r->comm->name, r->op, t0);
+    if (!r->active) trace_done(r);
+}
+
 double lt_comm_busy_seconds(const LtComm *c) {
     if (!c) return 0.0;
     return c->busy_s + (c->host && c->host != c ? c->host->busy_s : 0.0) +
@@ -296,12 +318,17 @@ static void stream_leave(const LtComm *c, LtStream *prev) {
     if (c->stream) c->be->ops->set_stream(c->be, prev);
 }
 
-/* An implementation's operation, charged to c, on c's stream when it has one. */
-#define DISPATCH(c, call)                                                                   \
+/* An implementation's operation for request r: charged to its group, on the
+ * group's stream when it has one, and its span when tracing. */
+#define DISPATCH(r, call)                                                                   \
     do {                                                                                    \
-        LtStream *prev_ = stream_enter(c);                                                  \
-        CHARGED(c, call);                                                                   \
-        stream_leave(c, prev_);                                                             \
+        const LtComm *c_ = (r)->comm;                                                       \
+        const int traced_ = lt_trace_on();                                                  \
+        const int64_t tt0_ = traced_ ? lt_trace_now() : 0;                                  \
+        LtStream *prev_ = stream_enter(c_);                                                 \
+        CHARGED(c_, call);                                                                  \
+        stream_leave(c_, prev_);                                                            \
+        if (traced_) trace_started((r), tt0_);                                              \
     } while (0)
 
 /* ---- checks and requests ---- */
@@ -322,6 +349,7 @@ static LtCommRequest op_begin(const LtComm *c, const char *op, size_t count, LtC
     r.comm = c;
     r.op = op;
     r.peer = -1;
+    r.bytes = count * lt_comm_type_size(t);
     return r;
 }
 
@@ -348,7 +376,7 @@ LtCommRequest lt_comm_all_reduce_start(const LtComm *c, void *buf, size_t count,
     LtCommRequest r = op_begin(c, name, count, t);
     if (op != LT_COMM_SUM && op != LT_COMM_MAX)
         lt_fatal("communication: all_reduce on group '%s': bad reduction %d", c->name, (int)op);
-    if (c->size > 1 && count) DISPATCH(c, c->impl->all_reduce(&r, buf, count, t, op));
+    if (c->size > 1 && count) DISPATCH(&r, c->impl->all_reduce(&r, buf, count, t, op));
     return r;
 }
 
@@ -357,12 +385,13 @@ static LtCommRequest chunk_op_start(const LtComm *c, const char *op, int gather,
                                     const void *send, void *recv, size_t count, LtCommType t) {
     LtCommRequest r = op_begin(c, op, count, t);
     if (!count) return r;
+    r.bytes *= (size_t)c->size; /* the whole buffer: every rank's chunk */
     if (c->size == 1)
         copy_local(c, recv, send, count * lt_comm_type_size(t));
     else if (gather)
-        DISPATCH(c, c->impl->all_gather(&r, send, recv, count, t));
+        DISPATCH(&r, c->impl->all_gather(&r, send, recv, count, t));
     else
-        DISPATCH(c, c->impl->reduce_scatter(&r, send, recv, count, t));
+        DISPATCH(&r, c->impl->reduce_scatter(&r, send, recv, count, t));
     return r;
 }
 
@@ -381,7 +410,7 @@ LtCommRequest lt_comm_reduce_scatter_v_start(const LtComm *c, const void *send, 
     if (c->size == 1)
         copy_local(c, recv, send, (size_t)counts[0] * lt_comm_type_size(t));
     else
-        DISPATCH(c, c->impl->reduce_scatter_v(&r, send, recv, counts, total, t));
+        DISPATCH(&r, c->impl->reduce_scatter_v(&r, send, recv, counts, total, t));
     return r;
 }
 
@@ -400,7 +429,7 @@ LtCommRequest lt_comm_broadcast_start(const LtComm *c, void *buf, size_t count, 
                                       int root) {
     LtCommRequest r = op_begin(c, "broadcast", count, t);
     check_peer(c, r.op, "root", root);
-    if (c->size > 1 && count) DISPATCH(c, c->impl->broadcast(&r, buf, count, t, root));
+    if (c->size > 1 && count) DISPATCH(&r, c->impl->broadcast(&r, buf, count, t, root));
     return r;
 }
 
@@ -419,7 +448,7 @@ LtCommRequest lt_comm_send_start(const LtComm *c, const void *buf, size_t count,
                                  int peer, int tag) {
     LtCommRequest r;
     if (p2p_begin(&r, c, "send", count, t, peer, tag))
-        DISPATCH(c, c->impl->send(&r, buf, count, t, tag));
+        DISPATCH(&r, c->impl->send(&r, buf, count, t, tag));
     return r;
 }
 
@@ -427,7 +456,7 @@ LtCommRequest lt_comm_recv_start(const LtComm *c, void *buf, size_t count, LtCom
                                  int peer, int tag) {
     LtCommRequest r;
     if (p2p_begin(&r, c, "recv", count, t, peer, tag))
-        DISPATCH(c, c->impl->recv(&r, buf, count, t, tag));
+        DISPATCH(&r, c->impl->recv(&r, buf, count, t, tag));
     return r;
 }
 
@@ -449,6 +478,7 @@ static void req_clear(LtCommRequest *r) {
 void lt_comm_finish(LtCommRequest *r) {
     if (!r->active) return;
     CHARGED(r->comm, r->comm->impl->finish(r));
+    if (r->trace.row || r->trace.nvtx) trace_done(r);
     req_clear(r);
 }
 
@@ -457,6 +487,7 @@ int lt_comm_test(LtCommRequest *r) {
     int done;
     CHARGED(r->comm, done = r->comm->impl->test(r));
     if (!done) return 0;
+    if (r->trace.row || r->trace.nvtx) trace_done(r);
     req_clear(r);
     return 1;
 }
@@ -497,7 +528,7 @@ void lt_comm_recv(const LtComm *c, void *buf, size_t count, LtCommType t, int pe
 
 /* Barriers always run over MPI, whatever the group's implementation. */
 void lt_comm_barrier(const LtComm *c) {
-    op_begin(c, "barrier", 0, LT_COMM_U8);
+    LtCommRequest r = op_begin(c, "barrier", 0, LT_COMM_U8);
     if (c->size == 1) return;
-    CHARGED(c, LT_MPI_CHECK(c, "barrier", MPI_Barrier(c->comm)));
+    DISPATCH(&r, LT_MPI_CHECK(c, "barrier", MPI_Barrier(c->comm)));
 }

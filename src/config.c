@@ -139,6 +139,7 @@ const KeyDesc lt_cfg_keys[] = {
     K_STR(logging, mllog_benchmark),
     K_STR(logging, mllog_org),
     K_STR(logging, mllog_platform),
+    K_STR(logging, trace),
     K_INT(logging, log_interval, 1, INT_MAX),
     K_DBL(logging, peak_tflops, 0, 0, D_NO_MAX),
 

@@ -12,6 +12,7 @@
 #include "common.h"
 #include "metrics.h"
 #include "plan.h"
+#include "trace.h"
 
 /* ---- set-up ---------------------------------------------------------------- */
 
@@ -220,6 +221,10 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
     r->world = w;
     setup_topology(r);
     lt_world_collective_errors(w, 0); /* from here on each rank reports its own errors */
+    char process[96]; /* this rank's row in logging.trace's file */
+    snprintf(process, sizeof process, "rank %d (tp %d, pp %d, dp %d)", w->rank, r->coords.tp,
+             r->coords.pp, r->coords.dp);
+    lt_trace_open(cfg->logging.trace, w->rank, w->world, process);
     r->be = make_backend(cfg, w);
     setup_attention(r);
     setup_groups(r);
@@ -301,6 +306,7 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
 }
 
 void lt_run_teardown(LtRun *r) {
+    lt_trace_finish(NULL, 0); /* (written already by train and eval, which report failures) */
     if (r->loader) lt_loader_destroy(r->loader);
     if (r->train) lt_tokens_close(r->train);
     if (r->valid) lt_tokens_close(r->valid);

@@ -151,7 +151,8 @@ void lt_metrics_train(LtMetricsFile *m, long step, double loss, double lr, doubl
             const char *k;
             double v;
         } part[] = {{"forward", t->forward},   {"backward", t->backward}, {"grads", t->grads},
-                    {"optimizer", t->optimizer}, {"data", t->data},       {"other", t->other},
+                    {"optimizer", t->optimizer}, {"data", t->data},       {"bubble", t->bubble},
+                    {"other", t->other},
                     {"comm_tp", t->comm_tp},   {"comm_dp", t->comm_dp}, {"comm_pp", t->comm_pp},
                     {"comm_tp_busy", t->comm_tp_busy}, {"comm_dp_busy", t->comm_dp_busy},
                     {"comm_pp_busy", t->comm_pp_busy}};

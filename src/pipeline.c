@@ -6,6 +6,7 @@
 
 #include "common.h"
 #include "schedule.h"
+#include "trace.h"
 
 typedef struct {
     void *buf;         /* one boundary tensor */
@@ -33,6 +34,7 @@ struct LtPipeline {
                        * for by the pass that reads them */
     LtCommRequest *pend_act, *pend_grad; /* [slot]: its input / output gradient in flight */
     double fwd_s, bwd_s; /* host seconds in forward / backward passes (lt_pipeline_take_times) */
+    double bubble_s;     /* host seconds blocked in training's receive waits (the same) */
 };
 
 /* The most activation slots list a[0..n) of pipeline rank `rank` holds at
@@ -130,7 +132,14 @@ void lt_pipeline_set_p2p_overlap(LtPipeline *p, int on) {
  * arrives there (its input before a forward, its output gradient before a
  * backward). */
 static void slot_wait(LtPipeline *p, int s, int grad) {
-    if (p->post_ahead) lt_comm_finish(grad ? &p->pend_grad[s] : &p->pend_act[s]);
+    if (!p->post_ahead) return;
+    /* training only (post_ahead): the time blocked here is bubble, as in recv_wait */
+    LT_TRACE_BEGIN("pipeline wait", "\"receives\": %d, \"bytes\": %zu", 1,
+                   lt_act_bytes(p->m->be, p->m->boundary));
+    const double busy0 = lt_comm_busy_seconds(p->pp);
+    lt_comm_finish(grad ? &p->pend_grad[s] : &p->pend_act[s]);
+    p->bubble_s += lt_comm_busy_seconds(p->pp) - busy0;
+    LT_TRACE_END();
 }
 
 int lt_pipeline_message_buffers(const LtPipeline *p) { return p->nmsgs; }
@@ -200,6 +209,43 @@ static int slot_take(LtPipeline *p, int chunk, int mb) {
     return *so;
 }
 
+/* ---- passes: timed, and spans with logging.trace ---- */
+#define PASS_ARGS "\"micro_batch\": %d, \"chunk\": %d, \"stage\": %d"
+
+/* Forward of (chunk c, micro batch mb) in slot s; returns its host seconds.
+ * name: "forward", or "forward (no grad)" for evaluation and sampling. */
+static double pass_forward(LtPipeline *p, const char *name, int c, int s, int mb,
+                           const int32_t *tokens, const int32_t *targets, float grad_scale,
+                           void *out) {
+    LT_TRACE_BEGIN(name, PASS_ARGS, mb, c, p->rank);
+    const double t0 = lt_now();
+    lt_model_chunk_forward(p->m, c, s, tokens, targets, grad_scale, out);
+    const double dt = lt_now() - t0;
+    LT_TRACE_END();
+    return dt;
+}
+
+static double pass_backward(LtPipeline *p, int c, int s, int mb, void *din) {
+    LT_TRACE_BEGIN("backward", PASS_ARGS, mb, c, p->rank);
+    const double t0 = lt_now();
+    lt_model_chunk_backward(p->m, c, s, din);
+    const double dt = lt_now() - t0;
+    LT_TRACE_END();
+    return dt;
+}
+
+/* Wait for the batch's nr receives: the time blocked here, charged to the
+ * pipeline group, is the bubble of a training step (lt_pipeline_take_times). */
+static void recv_wait(LtPipeline *p, int nr, int eval) {
+    if (nr == 0) return;
+    LT_TRACE_BEGIN("pipeline wait", "\"receives\": %d, \"bytes\": %zu", nr,
+                   (size_t)nr * lt_act_bytes(p->m->be, p->m->boundary));
+    const double busy0 = lt_comm_busy_seconds(p->pp);
+    for (int k = 0; k < nr; k++) lt_comm_finish(&p->recvs[k]);
+    if (!eval) p->bubble_s += lt_comm_busy_seconds(p->pp) - busy0;
+    LT_TRACE_END();
+}
+
 /* The run of sends and receives acts[i, end) (lt_schedule_comm_run), as
  * one batch: all started together, then the receives waited for. A send
  * carries what the last forward (out_msg) or backward (din_msg) produced.
@@ -246,7 +292,7 @@ static void exchange(LtPipeline *p, const LtAction *acts, int i, int end, int ev
         }
     }
     lt_comm_batch_end(p->pp);
-    for (int k = 0; k < nr; k++) lt_comm_finish(&p->recvs[k]);
+    recv_wait(p, nr, eval);
 }
 
 void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targets,
@@ -257,12 +303,9 @@ void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targ
     if (p->P == 1) { /* gradient accumulation: F0 B0 F1 B1 ... in slot 0 */
         for (int mb = 0; mb < p->M; mb++) {
             lt_model_set_final_pass(m, mb == p->M - 1);
-            double t0 = lt_now();
-            lt_model_chunk_forward(m, 0, 0, tokens + (size_t)mb * bt, targets + (size_t)mb * bt,
-                                   grad_scale, NULL);
-            const double t1 = lt_now();
-            lt_model_chunk_backward(m, 0, 0, NULL);
-            p->fwd_s += t1 - t0, p->bwd_s += lt_now() - t1;
+            p->fwd_s += pass_forward(p, "forward", 0, 0, mb, tokens + (size_t)mb * bt,
+                                     targets + (size_t)mb * bt, grad_scale, NULL);
+            p->bwd_s += pass_backward(p, 0, 0, mb, NULL);
         }
         lt_model_set_final_pass(m, 0);
         return;
@@ -278,21 +321,18 @@ void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targ
             int s = slot_take(p, c, mb);
             out_msg = lt_model_chunk_last(m, c) ? -1 : msg_take(p);
             lt_model_set_final_pass(m, mb == p->M - 1);
-            const double t0 = lt_now();
             slot_wait(p, s, 0);
-            lt_model_chunk_forward(m, c, s, tokens + (size_t)mb * bt, targets + (size_t)mb * bt,
-                                   grad_scale, out_msg >= 0 ? p->msgs[out_msg].buf : NULL);
-            p->fwd_s += lt_now() - t0;
+            p->fwd_s += pass_forward(p, "forward", c, s, mb, tokens + (size_t)mb * bt,
+                                     targets + (size_t)mb * bt, grad_scale,
+                                     out_msg >= 0 ? p->msgs[out_msg].buf : NULL);
             i++;
         } else if (a->kind == LT_ACT_BACKWARD) {
             int *so = &p->slot_of[c * p->M + mb];
             LT_CHECK(*so >= 0);
             din_msg = lt_model_chunk_first(m, c) ? -1 : msg_take(p);
             lt_model_set_final_pass(m, mb == p->M - 1);
-            const double t0 = lt_now();
             slot_wait(p, *so, 1);
-            lt_model_chunk_backward(m, c, *so, din_msg >= 0 ? p->msgs[din_msg].buf : NULL);
-            p->bwd_s += lt_now() - t0;
+            p->bwd_s += pass_backward(p, c, *so, mb, din_msg >= 0 ? p->msgs[din_msg].buf : NULL);
             p->free_slots[p->nfree++] = *so;
             *so = -1;
             i++;
@@ -326,9 +366,9 @@ void lt_pipeline_forward(LtPipeline *p, const int32_t *tokens, const int32_t *ta
         if (a->kind == LT_ACT_FORWARD) { /* chunk c uses slot c */
             const int c = a->chunk;
             out_msg = lt_model_chunk_last(m, c) ? -1 : msg_take(p);
-            lt_model_chunk_forward(m, c, c, tokens + (size_t)a->mb * bt,
-                                   targets + (size_t)a->mb * bt, 0.0f,
-                                   out_msg >= 0 ? p->msgs[out_msg].buf : NULL);
+            pass_forward(p, "forward (no grad)", c, c, a->mb, tokens + (size_t)a->mb * bt,
+                         targets + (size_t)a->mb * bt, 0.0f,
+                         out_msg >= 0 ? p->msgs[out_msg].buf : NULL);
             i++;
         } else {
             int end = lt_schedule_comm_run(p->fwd, nacts, i);
@@ -339,7 +379,7 @@ void lt_pipeline_forward(LtPipeline *p, const int32_t *tokens, const int32_t *ta
     msgs_drain(p);
 }
 
-void lt_pipeline_take_times(LtPipeline *p, double *fwd_s, double *bwd_s) {
-    *fwd_s = p->fwd_s, *bwd_s = p->bwd_s;
-    p->fwd_s = p->bwd_s = 0.0;
+void lt_pipeline_take_times(LtPipeline *p, double *fwd_s, double *bwd_s, double *bubble_s) {
+    *fwd_s = p->fwd_s, *bwd_s = p->bwd_s, *bubble_s = p->bubble_s;
+    p->fwd_s = p->bwd_s = p->bubble_s = 0.0;
 }

@@ -19,6 +19,7 @@
 #include "engine.h"
 #include "metrics.h"
 #include "mllog.h"
+#include "trace.h"
 #include "watchdog.h"
 
 /* SIGTERM, SIGINT, SIGUSR1 (Slurm's --signal=USR1@T): every rank stops after
@@ -49,6 +50,7 @@ static void split_rows(const int32_t *rows, int n, int S, int32_t *in, int32_t *
 /* Mean token loss over validation samples 0..n-1 (n = eval.iters * G, capped
  * to whole micro batches of what the file holds). */
 static double evaluate(LtRun *r, long *samples_out) {
+    LT_TRACE_BEGIN("evaluate", NULL);
     const LtConfig *c = r->cfg;
     const int S = c->model.seq_length, mbs = c->train.micro_batch_size;
     enum { BLOCK = 16 }; /* micro batches per pipelined forward pass */
@@ -87,6 +89,7 @@ static double evaluate(LtRun *r, long *samples_out) {
     lt_comm_all_reduce(lt_comm_host(r->dp), &sum, 1, LT_COMM_F64, LT_COMM_SUM);
     lt_comm_all_reduce(lt_comm_host(r->pp), &sum, 1, LT_COMM_F64, LT_COMM_SUM);
     *samples_out = (long)n;
+    LT_TRACE_END();
     return n ? sum / ((double)n * S) : NAN;
 }
 
@@ -214,19 +217,37 @@ static void comm_busy(const LtRun *r, double out[6]) {
  * times, the phases the loop timed and the groups' time since busy0. */
 static LtStepTimes step_times(LtRun *r, const double busy0[6], double dt, double data_s,
                               double grads_s, double optim_s) {
-    double fwd, bwd, busy[6];
-    lt_pipeline_take_times(r->pipe, &fwd, &bwd);
+    double fwd, bwd, bubble, busy[6];
+    lt_pipeline_take_times(r->pipe, &fwd, &bwd, &bubble);
     comm_busy(r, busy);
     LtStepTimes st = {.forward = fwd * 1e3, .backward = bwd * 1e3, .grads = grads_s * 1e3,
-                      .optimizer = optim_s * 1e3, .data = data_s * 1e3,
+                      .optimizer = optim_s * 1e3, .data = data_s * 1e3, .bubble = bubble * 1e3,
                       .comm_tp = (busy[0] - busy0[0]) * 1e3, .comm_dp = (busy[1] - busy0[1]) * 1e3,
-                      .comm_pp = (busy[2] - busy0[2]) * 1e3,
+                      .comm_pp = (busy[2] - busy0[2] - bubble) * 1e3,
                       .comm_tp_busy = (busy[3] - busy0[3]) * 1e3,
                       .comm_dp_busy = (busy[4] - busy0[4]) * 1e3,
                       .comm_pp_busy = (busy[5] - busy0[5]) * 1e3};
-    st.other = dt * 1e3 - st.forward - st.backward - st.grads - st.optimizer - st.data;
+    /* the bubble is pipeline-group time, between the passes: out of comm_pp and other
+     * (comm_pp_busy keeps it: the receives were under way) */
+    if (st.comm_pp < 0) st.comm_pp = 0;
+    st.other = dt * 1e3 - st.forward - st.backward - st.grads - st.optimizer - st.data - st.bubble;
     if (st.other < 0) st.other = 0; /* clock granularity */
     return st;
+}
+
+/* Save after `step` (the part the training thread waits for is a span). */
+static void save_checkpoint(LtRun *r, long step) {
+    LT_TRACE_BEGIN("checkpoint save", "\"step\": %ld", step);
+    lt_run_save_checkpoint(r, step);
+    LT_TRACE_END();
+}
+
+/* The step's samples from the loader (a span with logging.trace); 0 or -1 with err. */
+static int fetch_step(LtRun *r, long step, int32_t *rows, char *err, size_t errlen) {
+    LT_TRACE_BEGIN("data", "\"step\": %ld", step + 1);
+    const int rc = lt_loader_get(r->loader, step, rows, err, errlen);
+    LT_TRACE_END();
+    return rc;
 }
 
 int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
@@ -298,7 +319,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     lt_mllog(LT_MLLOG_START, "block_start", "null", mmeta);
     double t_next = t_run_start, busy_next[6];
     comm_busy(&r, busy_next); /* with t_next: the start of the interval a step is timed over */
-    if (step < cfg->train.steps && lt_loader_get(r.loader, step, rows, err, sizeof err))
+    if (step < cfg->train.steps && fetch_step(&r, step, rows, err, sizeof err))
         lt_input_error("data.train_path: step %ld: %s", step + 1, err);
     double data_s = lt_now() - t_next; /* fetching the step's samples (during the step before) */
 
@@ -306,18 +327,23 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         double t0 = t_next;
         const unsigned long waits0 = be->host_waits;
         lt_watchdog_set_step(step + 1);
+        LT_TRACE_BEGIN("step", "\"step\": %ld", step + 1);
         split_rows(rows, local, S, in, tgt); /* micro batch j: rows j*mbs .. */
         run_step_body(&r, &graph, step == r.start_step, in, tgt, stats_dev,
                       (float)(1.0 / tokens_step));
         const double t_grads = lt_now();
+        LT_TRACE_BEGIN("grads", NULL);
         lt_grads_finalize(r.grads);
+        LT_TRACE_END();
         const double t_optim = lt_now();
+        LT_TRACE_BEGIN("optimizer", NULL);
         inject_nonfinite(&r, &inject, step, stats_dev);
         lt_optim_grad_sumsq(r.opt, r.model->grads, stats_dev + 1, stats_dev);
         double lr = lt_lr_at(cfg, step);
         lt_optim_step(r.opt, r.model->params, r.model->grads, lr, 1.0,
                       lt_optim_clip_coef(r.opt, stats_dev + 1, cfg->optimizer.clip_grad));
         lt_grads_sync_tied(r.grads);
+        LT_TRACE_END();
         const double t_optim_end = lt_now();
         /* the step's one host wait; its loss and gradient norm come back with it */
         be->ops->download_async(be, stats, stats_dev, 2 * sizeof(double));
@@ -354,10 +380,12 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
                    100.0 * mfu, dt * 1e3, lt_mib(lt_run_engine_bytes(&r)));
         if ((step + 1) % cfg->logging.log_interval == 0 || step + 1 == cfg->train.steps)
             lt_log("time       forward %.1f | backward %.1f | grads %.1f | optimizer %.1f | data "
-                   "%.1f | other %.1f ms; communication exposed (busy): tp %.1f (%.1f), dp %.1f "
-                   "(%.1f), pp %.1f (%.1f) ms\n",
-                   st.forward, st.backward, st.grads, st.optimizer, st.data, st.other, st.comm_tp,
-                   st.comm_tp_busy, st.comm_dp, st.comm_dp_busy, st.comm_pp, st.comm_pp_busy);
+                   "%.1f | bubble %.1f | other %.1f ms; communication exposed (busy): tp %.1f "
+                   "(%.1f), dp %.1f (%.1f), pp %.1f (%.1f) ms\n",
+                   st.forward, st.backward, st.grads, st.optimizer, st.data, st.bubble, st.other,
+                   st.comm_tp, st.comm_tp_busy, st.comm_dp, st.comm_dp_busy, st.comm_pp,
+                   st.comm_pp_busy);
+        LT_TRACE_END(); /* the step */
         const long done = (step + 1) * (long)G, before = step * (long)G; /* samples trained */
         const long every = cfg->eval.interval_samples;
         if (r.valid && ((cfg->eval.interval > 0 && (step + 1) % cfg->eval.interval == 0) ||
@@ -395,7 +423,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         lt_run_ckpt_poll(&r); /* completes a background save once every rank has written */
         if (cfg->checkpoint.dir[0] && cfg->checkpoint.save_interval > 0 &&
             (step + 1) % cfg->checkpoint.save_interval == 0 && step + 1 < cfg->train.steps)
-            lt_run_save_checkpoint(&r, step + 1);
+            save_checkpoint(&r, step + 1);
         if (skipped > cfg->train.max_skipped_steps) { /* the same decision on every rank */
             lt_log("error: %d consecutive steps with a non-finite loss or gradient norm (up to "
                    "step %ld): training diverged; stopping without saving, so the last good "
@@ -409,7 +437,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         comm_busy(&r, busy_next);
         int32_t stop[2] = {(int32_t)g_stop_signal, 0}; /* signal, bad data */
         if (step + 1 < cfg->train.steps &&
-            lt_loader_get(r.loader, step + 1, rows, data_err, sizeof data_err))
+            fetch_step(&r, step + 1, rows, data_err, sizeof data_err))
             stop[1] = 1;
         data_s = lt_now() - t_next;
         if (w->world > 1) { /* every rank stops after the same step: max over the world */
@@ -457,11 +485,14 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         lt_log("eval step %ld | val loss %.4f | val ppl %.2f | %ld samples\n", step, vl, exp(vl), ns);
         lt_metrics_eval(&mf, step, vl, ns);
     }
-    if (cfg->checkpoint.dir[0] && exit_code != LT_EXIT_DIVERGED) lt_run_save_checkpoint(&r, step);
+    if (cfg->checkpoint.dir[0] && exit_code != LT_EXIT_DIVERGED) save_checkpoint(&r, step);
+    LT_TRACE_BEGIN("checkpoint wait", NULL);
     lt_run_ckpt_wait(&r); /* the end of training (or a stop) waits for the save in flight */
+    LT_TRACE_END();
     lt_metrics_close(&mf);
     char merr[LT_PATH_MAX + 128];
-    if (lt_metrics_status(&mf, merr, sizeof merr) && exit_code == 0) {
+    const int trace_failed = lt_trace_finish(merr, sizeof merr); /* collective: called first */
+    if ((trace_failed || lt_metrics_status(&mf, merr, sizeof merr)) && exit_code == 0) {
         lt_log("error: %s (training finished%s)\n", merr,
                cfg->checkpoint.dir[0] ? " and its checkpoint was saved" : "");
         exit_code = LT_EXIT_INPUT;
@@ -497,8 +528,11 @@ int lt_cmd_eval(LtConfig *cfg, const LtWorld *w) {
     lt_metrics_eval(&mf, r.start_step, vl, ns);
     lt_metrics_close(&mf);
     char merr[LT_PATH_MAX + 128];
-    const int rc = lt_metrics_status(&mf, merr, sizeof merr) ? LT_EXIT_INPUT : 0;
-    if (rc) lt_log("error: %s\n", merr);
+    int rc = 0;
+    if (lt_trace_finish(merr, sizeof merr) || lt_metrics_status(&mf, merr, sizeof merr)) {
+        lt_log("error: %s\n", merr);
+        rc = LT_EXIT_INPUT;
+    }
     lt_run_teardown(&r);
     return rc;
 }

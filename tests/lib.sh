@@ -1,6 +1,6 @@
 # lib.sh - sourced by the shell tests: the binary, a scratch directory removed
 # at exit (plus whatever `cleanup_extra` undoes), PASS/FAIL lines, and a
-# random-token shard. Usage: BUILD=$1; . tests/lib.sh NAME
+# random-token shard, mpirun. Usage: BUILD=$1; . tests/lib.sh NAME
 LT="$BUILD/lattice"
 T=$(mktemp -d "/tmp/lt-$1-XXXXXX")
 cleanup_extra() { :; }
@@ -8,6 +8,12 @@ trap 'cleanup_extra; rm -rf "$T"' EXIT
 failures=0
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+# use_mpirun: MPI, the launcher of the multi-rank runs (bounded in time); a
+# FAIL and exit when there is no mpirun
+use_mpirun() {
+  command -v mpirun >/dev/null || { fail mpirun "mpirun not found (openmpi-bin)"; exit 1; }
+  MPI="timeout 300 mpirun --allow-run-as-root --oversubscribe"
+}
 # random_shard OUT N SEED: N uniform token ids < 256 as a lattice shard
 random_shard() {
   python3 -c "

@@ -12,8 +12,8 @@ random_shard "$T/train.ltok" 20000 5 || { fail prepare "lattice shard failed"; e
 "$LT" train configs/llama-tiny.yaml data.train_path=$T/train.ltok train.steps=2 eval.interval=0 \
   logging.log_interval=100 checkpoint.dir=$T/ck >"$T/train.log" 2>&1 ||
   { fail train "$(tail -2 "$T/train.log")"; exit 1; }
-command -v mpirun >/dev/null || { fail mpirun "mpirun not found (openmpi-bin)"; exit 1; }
-timeout 300 mpirun --allow-run-as-root --oversubscribe -np 8 "$LT" train configs/llama-tiny.yaml \
+use_mpirun
+$MPI -np 8 "$LT" train configs/llama-tiny.yaml \
   data.train_path=$T/train.ltok train.steps=2 eval.interval=0 logging.log_interval=100 \
   parallel.tensor_model_parallel_size=2 parallel.pipeline_model_parallel_size=2 \
   optimizer.zero_stage=1 checkpoint.dir=$T/ck8 >"$T/train8.log" 2>&1 ||

@@ -10,8 +10,7 @@
 set -u
 BUILD=$1
 . "$(dirname "$0")/lib.sh" ckshard
-command -v mpirun >/dev/null || { fail mpirun "mpirun not found (openmpi-bin)"; exit 1; }
-MPI="timeout 300 mpirun --allow-run-as-root --oversubscribe"
+use_mpirun
 text_shard "$T/train.ltok" || { fail prepare "lattice shard failed"; exit 1; }
 # hidden 128 x 8 layers: 1.6 M parameters, 19 MB of fp32 state, so that a
 # rank's part and the 1 MiB I/O buffer are visibly smaller than the whole

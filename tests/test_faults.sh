@@ -55,7 +55,7 @@ resume_after_kills sigkill_during_saves_6_kills "$T/after.log" "$LT"
 # down; the newest complete checkpoint always loads, in another layout too ----
 ck=$T/ck4
 ok=1
-MPI="timeout 300 mpirun --allow-run-as-root --oversubscribe"
+use_mpirun
 for i in 1 2 3; do
   $MPI -np 4 "$LT" train $CFG $WIDE train.steps=100000 checkpoint.dir=$ck checkpoint.save_interval=1 \
     checkpoint.keep_last=2 checkpoint.load=auto parallel.tensor_model_parallel_size=2 \

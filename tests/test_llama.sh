@@ -10,8 +10,7 @@
 set -u
 BUILD=$1
 . tests/lib.sh llama
-command -v mpirun >/dev/null || { fail mpirun "mpirun not found (openmpi-bin)"; exit 1; }
-MPI="timeout 300 mpirun --allow-run-as-root --oversubscribe"
+use_mpirun
 
 text_shard "$T/train.ltok" || { fail prepare "lattice shard failed"; exit 1; }
 # 4 layers so pp 2 x vpp 2 has a layer per chunk; micro batches of 2 (4 per

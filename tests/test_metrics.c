@@ -21,9 +21,9 @@ static char *slurp(const char *path) {
 
 static void test_nonfinite_is_null(void) {
     const LtStepTimes times = {.forward = 1.5, .backward = 3, .grads = 0.25, .optimizer = 0.5,
-                               .data = 0, .other = NAN, .comm_tp = 0.125, .comm_dp = 0.25,
-                               .comm_pp = 0, .comm_tp_busy = 0.125, .comm_dp_busy = 1,
-                               .comm_pp_busy = 0};
+                               .data = 0, .bubble = 0.75, .other = NAN, .comm_tp = 0.125,
+                               .comm_dp = 0.25, .comm_pp = 0, .comm_tp_busy = 0.125,
+                               .comm_dp_busy = 1, .comm_pp_busy = 0};
     LtMetricsFile m;
     unlink(g_path);
     lt_metrics_open(&m, g_path);
@@ -45,9 +45,9 @@ static void test_nonfinite_is_null(void) {
           "eval line: %s", s);
     CHECK(strstr(s, "{\"step\": 4, \"loss\": 2.5, "), "finite line: %s", s);
     CHECK(strstr(s, ", \"step_ms\": 12, \"time_ms\": {\"forward\": 1.5, \"backward\": 3, "
-                    "\"grads\": 0.25, \"optimizer\": 0.5, \"data\": 0, \"other\": null, "
-                    "\"comm_tp\": 0.125, \"comm_dp\": 0.25, \"comm_pp\": 0, \"comm_tp_busy\": "
-                    "0.125, \"comm_dp_busy\": 1, \"comm_pp_busy\": 0}}\n"),
+                    "\"grads\": 0.25, \"optimizer\": 0.5, \"data\": 0, \"bubble\": 0.75, "
+                    "\"other\": null, \"comm_tp\": 0.125, \"comm_dp\": 0.25, \"comm_pp\": 0, "
+                    "\"comm_tp_busy\": 0.125, \"comm_dp_busy\": 1, \"comm_pp_busy\": 0}}\n"),
           "time breakdown: %s", s);
 }
 

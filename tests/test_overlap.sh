@@ -11,8 +11,8 @@
 set -u
 BUILD=$1
 . tests/lib.sh overlap
-command -v mpirun >/dev/null || { fail mpirun "mpirun not found (openmpi-bin)"; exit 1; }
-MPI="timeout 180 mpirun --allow-run-as-root --oversubscribe -np 8"
+use_mpirun
+MPI="$MPI -np 8"
 
 text_shard "$T/train.ltok" || { fail prepare "lattice shard failed"; exit 1; }
 # 4 layers so that each of the 2 stages (or 2 x 2 chunks) holds whole layers;
