@@ -9,6 +9,7 @@
  *   lattice batches CONFIG.yaml [key.path=value ...] --out FILE   batches train reads
  *   lattice shard  ...                                 (see lattice shard --help)
  *   lattice schedule --pp P [--vpp V] --micro-batches M [--svg FILE]
+ *   lattice plan   CONFIG.yaml [...] | --calibrate [...]     (see lattice plan --help)
  *   lattice --version
  * Exit codes: 0 success, 2 bad input (config, data, checkpoint), 1 internal
  * failure, 128+N stopped by signal N (after saving a checkpoint when set). */
@@ -44,8 +45,11 @@ static void usage(FILE *f) {
             "       lattice schedule --pp P [--vpp V] --micro-batches M [--fwd-cost F] "
             "[--bwd-cost B] [--latency L] [--svg FILE]\n"
             "       lattice schedule CONFIG.yaml [--world N] [section.key=value ...] [--svg FILE]\n"
-            "       lattice plan   CONFIG.yaml [--gpus N] [--gpus-per-node G] [--gpu h100|h200|a100]\n"
-            "                      [--gpu-mem-gib M] [--top K] [--layout] [section.key=value ...]\n"
+            "       lattice plan   CONFIG.yaml [--gpus N] [--gpus-per-node G] [--gpu h100|h200|a100|cpu]\n"
+            "                      [--gpu-mem-gib M] [--calibration FILE] [--top K] [--layout]\n"
+            "                      [section.key=value ...]\n"
+            "       lattice plan   --calibrate [--device auto|cpu|cuda] [--precision fp32|bf16]\n"
+            "                      [--seconds S] [--out FILE]\n"
             "       lattice --version\n");
 }
 

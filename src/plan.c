@@ -125,25 +125,51 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, LtPlanMemo
     return 0;
 }
 
-/* ---- GPUs -------------------------------------------------------------------- */
+/* ---- devices ----------------------------------------------------------------- */
 
-typedef struct {
-    const char *name;
-    double bf16_tflops, fp32_tflops; /* dense peaks (datasheet) */
-    double mem_gib, hbm_gbs;         /* memory and its bandwidth */
-    double nvlink_gbs, net_gbs;      /* per GPU, one direction: inside a node, across nodes */
-    double gemm_eff;                 /* achieved / peak for the model's GEMMs */
-    const char *source;
-} Gpu;
-
-/* Datasheet peaks and bandwidths. The efficiencies are provisional: lattice
- * has not measured its GEMMs on these GPUs yet (`lattice plan --calibrate`
- * on the machine replaces them; README). Network: one 400 Gb/s NIC per GPU. */
-static const Gpu GPUS[] = {
-    {"h100", 989.4, 66.9, 80, 3350, 450, 50, 0.60, "datasheet peaks; efficiency assumed"},
-    {"h200", 989.4, 66.9, 141, 4800, 450, 50, 0.62, "datasheet peaks; efficiency assumed"},
-    {"a100", 312.0, 19.5, 80, 2039, 300, 25, 0.65, "datasheet peaks; efficiency assumed"},
+/* The GPU rows: peaks, memory, its bandwidth and NVLink (450 GB/s per GPU one
+ * way; the A100's 300) are datasheet figures. Assumed, because no GPU was
+ * at hand to measure them: the GEMM efficiencies, the half-efficiency point
+ * of 256 tokens, the 5 us latency per ring step, and the network (one
+ * 400 Gb/s NIC per GPU, 50 GB/s; the A100's 200 Gb/s). `lattice plan
+ * --calibrate` on such a machine measures the first three and the NVLink
+ * figure (--calibration FILE plans with them).
+ * The cpu row was measured by `lattice plan --calibrate` on the 2-core CI
+ * machine (bench/2026-11-24-cpu-calibrate.md): its peaks are the measured
+ * square-GEMM ceiling (a CPU has no datasheet figure here); its network is
+ * assumed (10 Gb/s Ethernet). */
+static const LtPlanDevice DEVICES[] = {
+    {"h100", 989.4, 66.9, 80, 3350, 450, 50, 5.0, 0.60, 256,
+     "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed"},
+    {"h200", 989.4, 66.9, 141, 4800, 450, 50, 5.0, 0.62, 256,
+     "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed"},
+    {"a100", 312.0, 19.5, 80, 2039, 300, 25, 5.0, 0.65, 256,
+     "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed"},
+    /* fp32 peak, GEMM curve, memory: the fp32 run on one rank (2 threads); bf16
+     * peak: the bf16 run; all-reduce: the run under mpirun -np 2 */
+    {"cpu", 0.0297, 0.0961, 23.5, 25.48, 0.798, 1.25, 0.50, 1.028, 25,
+     "measured on the 2-core CI machine (peak: its GEMM ceiling); network assumed"},
 };
+
+int lt_plan_device(const char *name, LtPlanDevice *out) {
+    for (size_t i = 0; i < sizeof DEVICES / sizeof DEVICES[0]; i++)
+        if (!strcasecmp(name, DEVICES[i].name)) {
+            *out = DEVICES[i];
+            return 0;
+        }
+    return -1;
+}
+
+const char *lt_plan_device_names(void) { return "h100, h200, a100, cpu"; }
+
+int lt_plan_device_match(const char *device_name, char *name, size_t len) {
+    for (size_t i = 0; i < sizeof DEVICES / sizeof DEVICES[0]; i++)
+        if (strcmp(DEVICES[i].name, "cpu") && strcasestr(device_name, DEVICES[i].name)) {
+            snprintf(name, len, "%s", DEVICES[i].name);
+            return 0;
+        }
+    return -1;
+}
 
 /* ---- step time --------------------------------------------------------------- */
 
@@ -161,27 +187,27 @@ static double ring(double bytes, int n, double gbs, double lat) {
 }
 
 /* Predicted step time; sim: take the makespan from the schedule simulator. */
-static void step_time(const LtConfig *c, const Gpu *g, int gpn, Cand *k, int sim) {
+static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k, int sim) {
     const LtModelDims d = lt_dims_from_config(c);
     const double a = c->train.precision == LT_PREC_BF16 ? 2.0 : 4.0;
     const double peak = (c->train.precision == LT_PREC_BF16 ? g->bf16_tflops : g->fp32_tflops) * 1e12;
     const int G = c->train.global_batch_size, M = G / (k->mbs * k->dp), V = k->vpp, P = k->pp;
     const double S = c->model.seq_length, N = (double)k->mbs * S, C = d.hidden;
-    const double lat = 5e-6;
+    const double lat = g->latency_us * 1e-6;
     /* one chunk of one micro batch on one GPU */
     const double fwd_flops = lt_model_flops_per_sample(&d, 0) / 3.0 * k->mbs / (k->tp * P * V);
     /* GEMMs with few rows run below the large-GEMM efficiency: half of it at
-     * 256 tokens per micro batch (an assumption until measured) */
-    const double eff = g->gemm_eff * N / (N + 256.0);
+     * gemm_half_tokens tokens per micro batch (--calibrate fits it) */
+    const double eff = g->gemm_eff * N / (N + g->gemm_half_tokens);
     const double tf = fwd_flops / (peak * eff);
     double tb = 2.0 * tf + (k->rc == LT_RECOMPUTE_FULL ? tf : 0.0);
     const double layers = (double)d.num_layers / (P * V);
-    const double intra = k->tp <= gpn ? g->nvlink_gbs : g->net_gbs;
+    const double intra = k->tp <= gpn ? g->intra_gbs : g->net_gbs;
     /* two all-reduces (or all-gather + reduce-scatter with SP) per layer each way */
     const double tpc = layers * 2.0 * ring(a * N * C, k->tp, intra, lat);
     const double tf_all = tf + tpc, tb_all = tb + tpc;
     /* a stage holds tp * dp consecutive ranks: boundaries cross nodes when that fills one */
-    const double p2p_gbs = k->tp * k->dp >= gpn ? g->net_gbs : g->nvlink_gbs;
+    const double p2p_gbs = k->tp * k->dp >= gpn ? g->net_gbs : g->intra_gbs;
     const double p2p = P > 1 ? a * N * C / (k->sp ? k->tp : 1) / (p2p_gbs * 1e9) + lat : 0.0;
     double makespan = (V * (double)M + P - 1) * (tf_all + tb_all) + (P > 1 ? 2.0 * (P - 1) * p2p : 0);
     if (P == 1) k->simulated = 1; /* no pipeline: no bubble to simulate */
@@ -203,12 +229,12 @@ static void step_time(const LtConfig *c, const Gpu *g, int gpn, Cand *k, int sim
     if (k->bubble < 0) k->bubble = 0;
     /* data parallel: the gradient reduction (fp32), and with ZeRO the weights' gather */
     const double local = (double)k->mem.params / a;
-    const double dp_gbs = k->tp * k->dp > gpn ? g->net_gbs : g->nvlink_gbs;
+    const double dp_gbs = k->tp * k->dp > gpn ? g->net_gbs : g->intra_gbs;
     k->dp_comm = k->zero == 0 ? ring(4.0 * local, k->dp, dp_gbs, lat)
                               : ring(4.0 * local, k->dp, dp_gbs, lat) / 2.0 +
                                     ring(a * local, k->dp, dp_gbs, lat) / 2.0;
     const double shard = k->zero ? local / k->dp : local;
-    k->optim = shard * (28.0 + a) / (g->hbm_gbs * 1e9);
+    k->optim = shard * (28.0 + a) / (g->mem_gbs * 1e9);
     k->step = makespan + k->dp_comm + k->optim;
     k->mfu = lt_model_flops_per_sample(&d, 0) * G / k->step / (k->tp * k->pp * k->dp * peak);
     k->tokens_per_s = G * S / k->step;
@@ -278,15 +304,39 @@ static void print_row(const Cand *k, double cap, const char *prefix) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: lattice plan CONFIG.yaml [--gpus N] [--gpus-per-node G] [--gpu h100|h200|a100]\n"
+            "usage: lattice plan CONFIG.yaml [--gpus N] [--gpus-per-node G]\n"
+            "                    [--gpu h100|h200|a100|cpu] [--calibration FILE]\n"
             "                    [--gpu-mem-gib M] [--top K] [--show TPxPP[xVPP]]... [--layout]\n"
             "                    [section.key=value ...]\n"
+            "       lattice plan --calibrate [--device auto|cpu|cuda] [--precision fp32|bf16]\n"
+            "                    [--seconds S] [--out FILE]\n"
             "Enumerates tp x pp x vpp x dp layouts, micro batch sizes, recomputation, ZeRO stages\n"
             "and sequence parallelism for N GPUs (default: the config's world) and prints the\n"
             "fastest that fit, with memory per GPU by category, predicted step time, tokens/s,\n"
             "MFU and what binds each; --show adds the fastest fitting layout of that shape.\n"
             "--layout: the config's own layout only, with the memory\n"
-            "of every pipeline stage in the engine's categories (compare with the run's summary).\n");
+            "of every pipeline stage in the engine's categories (compare with the run's summary).\n"
+            "--calibration FILE: the device constants a --calibrate run wrote, instead of the\n"
+            "built-in row. --calibrate measures them on this machine through the engine's\n"
+            "backend (GEMMs, memory bandwidth; all-reduce under mpirun with >= 2 ranks) within\n"
+            "about S seconds (default 20), prints them and writes FILE (JSON; README).\n");
+}
+
+/* The device constants: the built-in row of --gpu (h100 by default), or a
+ * calibration file's figures (for the device it names; --gpu, when given too,
+ * must name the same). 0, or -1 with the reason in err. */
+static int choose_device(const char *gpu, const char *calibration, LtPrecision prec,
+                         LtPlanDevice *dev, char *err, size_t errlen) {
+    if (!calibration) {
+        if (lt_plan_device(gpu ? gpu : "h100", dev) == 0) return 0;
+        return lt_errorf(err, errlen, "unknown --gpu: %s (known: %s)", gpu,
+                         lt_plan_device_names());
+    }
+    if (lt_plan_calibration_load(calibration, prec, dev, err, errlen)) return -1;
+    if (gpu && strcasecmp(gpu, dev->name))
+        return lt_errorf(err, errlen, "--gpu %s, but the calibration file %s is for device %s",
+                         gpu, calibration, dev->name);
+    return 0;
 }
 
 static int bad(const char *msg, const char *arg) {
@@ -295,7 +345,9 @@ static int bad(const char *msg, const char *arg) {
 }
 
 int lt_cmd_plan(int argc, char **argv) {
-    const char *config = NULL, *gpu_name = "h100";
+    for (int i = 1; i < argc; i++) /* a different command sharing the name */
+        if (!strcmp(argv[i], "--calibrate")) return lt_cmd_plan_calibrate(argc, argv);
+    const char *config = NULL, *gpu_name = NULL, *calibration = NULL;
     int gpus = 0, gpn = 8, top = 15, layout = 0, nshow = 0, show[8][3];
     double mem_gib = 0;
     char **over = calloc((size_t)argc + 1, sizeof(char *));
@@ -318,6 +370,7 @@ int lt_cmd_plan(int argc, char **argv) {
         char *end;
         long x = strtol(v, &end, 10);
         if (!strcmp(o, "--gpu")) gpu_name = v;
+        else if (!strcmp(o, "--calibration")) calibration = v;
         else if (!strcmp(o, "--show")) {
             int t3[3] = {0, 0, 1}, n = sscanf(v, "%dx%dx%d", &t3[0], &t3[1], &t3[2]);
             if (n < 2 || t3[0] < 1 || t3[1] < 1 || t3[2] < 1 || nshow == 8)
@@ -339,12 +392,13 @@ int lt_cmd_plan(int argc, char **argv) {
     lt_config_defaults(&base);
     if (lt_config_load(&base, config, nover, over, err, sizeof err)) return free(over), bad(err, NULL);
     free(over);
-    const Gpu *g = NULL;
-    for (size_t i = 0; i < sizeof GPUS / sizeof GPUS[0]; i++)
-        if (!strcasecmp(gpu_name, GPUS[i].name)) g = &GPUS[i];
-    if (!g) return bad("unknown --gpu (known: h100, h200, a100)", gpu_name);
+    LtPlanDevice dev;
+    if (choose_device(gpu_name, calibration, base.train.precision, &dev, err, sizeof err))
+        return bad(err, NULL);
+    const LtPlanDevice *g = &dev;
     const double cap = mem_gib > 0 ? mem_gib : g->mem_gib;
-    const size_t a = base.train.precision == LT_PREC_BF16 ? 2 : 4;
+    /* the CPU backend holds bf16 values in floats */
+    const size_t a = base.train.precision == LT_PREC_BF16 && strcmp(g->name, "cpu") ? 2 : 4;
     const int cfg_world = base.parallel.tensor_model_parallel_size *
                           base.parallel.pipeline_model_parallel_size;
 

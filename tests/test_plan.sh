@@ -4,7 +4,10 @@
 # "memory bytes per rank" line, and every stage's activations) within 5% in
 # each category, and the run summary prints it next to the allocation, over the layouts the suite trains (data, tensor, sequence and
 # pipeline parallelism, ZeRO 0/1/2, recomputation, bf16; GPT and Llama); its table for GPT-2
-# 1.5B on 8 GPUs; its refusals.
+# 1.5B on 8 GPUs; its refusals. lattice plan --calibrate on the CPU (plausible
+# figures, a file that --calibration takes and that moves the prediction the
+# right way; malformed files refused naming the field; --device cuda refused
+# without a GPU; the all-reduce under mpirun -np 2).
 set -u
 BUILD=$1
 . "$(dirname "$0")/lib.sh" plan
@@ -76,4 +79,100 @@ if [ $rc1 -eq 2 ] && grep -q "multiple of --gpus-per-node" "$T/r1" && [ $rc2 -eq
    grep -q "fits nowhere on 8 x 1 GiB: the smallest layout .* needs [0-9.]* GiB per GPU" "$T/r2"; then
   pass plan_refusals
 else fail plan_refusals "rc $rc1/$rc2: $(cat "$T/r1" "$T/r2" | grep error | head -2)"; fi
+
+# ---- lattice plan --calibrate and --calibration FILE ---------------------------------
+# a short calibration on the CPU: plausible figures, printed and written
+timeout 120 "$LT" plan --calibrate --device cpu --seconds 2 --out "$T/cal.json" > "$T/cal.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && err=$(python3 - "$T/cal.out" "$T/cal.json" "$(nproc)" <<'PY' 2>&1
+import json, re, sys
+out, cal, cores = open(sys.argv[1]).read(), json.load(open(sys.argv[2])), int(sys.argv[3])
+ceiling = float(re.search(r'^ceiling ([\d.]+) TFLOP/s', out, re.M).group(1))
+assert ceiling > 0, out
+# every measured GEMM row: positive TFLOP/s and efficiency
+rows = re.findall(r'^ +\d+ +\d+ +(?:forward|bwd data|bwd weight) +([\d.]+) +([\d.]+)', out, re.M)
+rows += re.findall(r'^ +\d+ +([\d.]+) +([\d.]+)$', out.split('small-row')[1].split('fit:')[0], re.M)
+assert len(rows) >= 3 and all(float(t) > 0 and float(e) > 0 for t, e in rows), rows
+assert cal['format'] == 'lattice-calibration/1' and cal['device'] == 'cpu', cal
+assert cal['precision'] == 'fp32' and cal['threads'] == cores and cal['ranks'] == 1, cal
+assert 0 < cal['gemm_eff'] <= 1.5 and cal['gemm_half_tokens'] >= 0, cal
+assert abs(cal['peak_tflops'] - ceiling) <= 1e-4 + 1e-3 * ceiling, (cal, ceiling)  # the peak is the ceiling
+assert cal['mem_gbs'] > 0 and cal['mem_gib'] > 0 and 'intra_gbs' not in cal, cal
+print('%d GEMM rows, peak %.4f TFLOP/s, eff %.3f' % (len(rows), cal['peak_tflops'], cal['gemm_eff']))
+PY
+); then pass "plan_calibrate_cpu ($err)"
+else fail plan_calibrate_cpu "rc=$rc: ${err:-$(tail -3 "$T/cal.out")}"; fi
+
+# the file drives the plan: half the GEMM efficiency predicts a slower step
+P15="configs/gpt2-1.5b.yaml train.precision=fp32 --gpus 2 --gpus-per-node 2 --top 1"
+python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1])); d['gemm_eff'] /= 2
+json.dump(d, open(sys.argv[2], 'w'))" "$T/cal.json" "$T/half.json"
+"$LT" plan $P15 --calibration "$T/cal.json" > "$T/p1" 2>&1
+rc1=$?
+"$LT" plan $P15 --calibration "$T/half.json" > "$T/p2" 2>&1
+rc2=$?
+step() { awk -F'|' '/^ +[0-9]+ +[0-9]+ +[0-9]+ /{split($3, a, " "); print a[1]; exit}' "$1"; }
+s1=$(step "$T/p1"); s2=$(step "$T/p2")
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "x cpu .*calibration file $T/cal.json" "$T/p1" &&
+   python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(not (b > 1.3 * a))" "$s1" "$s2"; then
+  pass "plan_calibration_file (step $s1 s, at half the GEMM efficiency $s2 s)"
+else fail plan_calibration_file "rc $rc1/$rc2, steps '$s1' '$s2': $(head -2 "$T/p1" "$T/p2")"; fi
+
+# malformed files: exit 2 naming the file and the field
+refused() { # name file-content expected-message
+  printf '%s' "$2" > "$T/$1.json"
+  "$LT" plan $P15 --calibration "$T/$1.json" > "$T/$1.out" 2>&1
+  local rc=$?
+  if [ $rc -eq 2 ] && grep -q "calibration file $T/$1.json: $3" "$T/$1.out"; then return 0; fi
+  echo "$1: rc=$rc: $(cat "$T/$1.out")"
+  return 1
+}
+GOOD='"format": "lattice-calibration/1", "device": "cpu", "precision": "fp32", "peak_tflops": 0.1'
+msgs=$(
+  refused eff_string "{$GOOD, \"gemm_eff\": \"fast\", \"gemm_half_tokens\": 8, \"mem_gbs\": 5}" \
+    "field 'gemm_eff' must be a number"
+  refused eff_range "{$GOOD, \"gemm_eff\": 3, \"gemm_half_tokens\": 8, \"mem_gbs\": 5}" \
+    "field 'gemm_eff' is 3, outside (0, 1.5]"
+  refused missing "{$GOOD, \"gemm_eff\": 0.5, \"gemm_half_tokens\": 8}" "field 'mem_gbs' is missing"
+  refused typo "{$GOOD, \"gemm_eff\": 0.5, \"gemm_half_tokens\": 8, \"mem_gbs\": 5, \"intra_gb\": 1}" \
+    "unknown field 'intra_gb'"
+  refused precision "{\"format\": \"lattice-calibration/1\", \"device\": \"cpu\", \"precision\": \"bf16\"}" \
+    "field 'precision': its GEMMs were measured in bf16, the config trains in fp32"
+  refused not_json "{$GOOD," "not JSON"
+  refused no_row "{\"format\": \"lattice-calibration/1\", \"device\": \"tpu\", \"precision\": \"fp32\",
+    \"peak_tflops\": 9, \"gemm_eff\": 0.5, \"gemm_half_tokens\": 8, \"mem_gbs\": 5}" \
+    "field 'mem_gib' is missing, and device 'tpu' has no built-in row"
+)
+"$LT" plan $P15 --calibration "$T/absent.json" > "$T/absent.out" 2>&1
+rca=$?
+if [ -z "$msgs" ] && [ $rca -eq 2 ] && grep -q "calibration file $T/absent.json: No such file" "$T/absent.out"; then
+  pass plan_calibration_refusals
+else fail plan_calibration_refusals "$msgs rc=$rca $(cat "$T/absent.out")"; fi
+
+# --device cuda without a GPU (or without the CUDA backend): refused, naming why
+timeout 120 "$LT" plan --calibrate --device cuda --seconds 2 > "$T/cuda.out" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -qE -- "--device cuda: (no CUDA device is visible|this binary was built without the CUDA backend)" "$T/cuda.out"; then
+  pass "plan_calibrate_cuda_refused ($(grep -oE 'no CUDA device is visible|built without' "$T/cuda.out"))"
+elif [ $rc -eq 0 ] && grep -q "CUDA backend" "$T/cuda.out"; then
+  pass "plan_calibrate_cuda (a GPU is here: calibrated it)"
+else fail plan_calibrate_cuda_refused "rc=$rc: $(tail -2 "$T/cuda.out")"; fi
+
+# under mpirun with 2 ranks the all-reduce is measured through lattice's comm layer
+timeout 180 mpirun --allow-run-as-root --oversubscribe -np 2 "$LT" plan --calibrate --seconds 3 \
+  --out "$T/cal2.json" > "$T/cal2.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && err=$(python3 - "$T/cal2.out" "$T/cal2.json" <<'PY' 2>&1
+import json, re, sys
+out, cal = open(sys.argv[1]).read(), json.load(open(sys.argv[2]))
+assert out.count('calibrate: cpu') == 1, 'one rank reports'
+sizes = re.findall(r'^ +(\d+) +([\d.]+) +([\d.]+)$', out.split('all-reduce: fp32 sum over 2 ranks')[1], re.M)
+assert len(sizes) == 4 and all(float(us) > 0 for _, us, _ in sizes), sizes
+assert cal['ranks'] == 2 and cal['intra_gbs'] > 0 and cal['latency_us'] > 0, cal
+print('bus %.3f GB/s, latency %.2f us per ring step' % (cal['intra_gbs'], cal['latency_us']))
+PY
+); then pass "plan_calibrate_mpi ($err)"
+else fail plan_calibrate_mpi "rc=$rc: ${err:-$(tail -3 "$T/cal2.out")}"; fi
 exit $((failures > 0))

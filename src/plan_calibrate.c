@@ -1,0 +1,560 @@
+/* plan_calibrate.c - `lattice plan --calibrate`: the planner's device
+ * constants measured on this machine (see plan.h; README, "Calibrating the
+ * constants").
+ *
+ * Everything runs through the engine's own entries, so what is calibrated is
+ * what training runs: the backend's linear_fwd / linear_bwd (cuBLASLt, or
+ * OpenBLAS with the thread count the engine would take), its copy, and
+ * lattice's comm layer for the all-reduce. Four measurements, each a median
+ * over repetitions after one warm-up, each given a share of the --seconds
+ * budget (a size whose predicted time does not fit its share is skipped,
+ * and the table says so):
+ *   ceiling   square GEMMs of growing n: the best is the peak where no
+ *             datasheet figure is known (the CPU)
+ *   layers    the twelve GEMMs of one transformer layer (qkv, projection,
+ *             fc, fc projection; forward, backward data, backward weight)
+ *             for a few hidden sizes
+ *   rows      the same at fewer and fewer tokens: eff(N) = eff N / (N + h)
+ *             fitted by weighted least squares on 1/eff(N) = 1/eff + (h/eff) / N
+ *   memory    a large device-to-device copy (bytes read + written)
+ *   all-reduce  under a launcher with >= 2 ranks: fp32 sums of a few sizes;
+ *             bus bandwidth 2 (n-1)/n bytes / time, latency per ring step
+ *             from the smallest message (the planner's ring model). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "comm.h"
+#include "common.h"
+#include "dist.h"
+#include "metrics.h"
+#include "plan.h"
+
+#define MAX_REPS 64
+
+typedef struct {
+    LtBackend *be;
+    const LtWorld *w;
+    int cuda, threads;
+    LtPrecision prec;
+    double seconds;
+    double peak;       /* TFLOP/s: datasheet, or the measured ceiling */
+    double ceiling;    /* TFLOP/s: the best square GEMM */
+    /* With a measured peak (no datasheet figure), the best square GEMM runs in
+     * every round of the later measurements too, and their efficiencies are
+     * taken against it in the same rounds (time_rounds) */
+    const struct GemmJob *ref;
+} Cal;
+
+/* ---- timing ------------------------------------------------------------------- */
+
+typedef void (*CalRun)(Cal *c, const void *arg);
+
+static int cmp_double(const void *x, const void *y) {
+    const double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static double median(double *t, int n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* Median seconds of run(arg) after one warm-up: as many repetitions as fit in
+ * `slot` seconds, at least 3, at most MAX_REPS. */
+static double time_median(Cal *c, CalRun run, const void *arg, double slot) {
+    run(c, arg);
+    c->be->ops->synchronize(c->be);
+    double t[MAX_REPS];
+    int n = 0;
+    const double start = lt_now();
+    while (n < MAX_REPS && (n < 3 || lt_now() - start < slot)) {
+        const double t0 = lt_now();
+        run(c, arg);
+        c->be->ops->synchronize(c->be);
+        t[n++] = lt_now() - t0;
+    }
+    return median(t, n);
+}
+
+/* A device buffer of n act elements holding small random values (zeros would
+ * let a GPU run cooler, and so faster, than on real data). */
+static void *random_act(LtBackend *be, size_t n, uint64_t seed) {
+    float *host = lt_malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) host[i] = (float)(lt_uniform_at(seed, 0, i) - 0.5);
+    float *f32 = be->ops->alloc(be, n * sizeof(float));
+    be->ops->upload(be, f32, host, n * sizeof(float));
+    void *act = be->ops->alloc(be, lt_act_bytes(be, n));
+    be->ops->act_from_f32(be, act, f32, n);
+    be->ops->free(be, f32);
+    free(host);
+    return act;
+}
+
+/* ---- GEMMs -------------------------------------------------------------------- */
+
+enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHT, PASS_ALL, NPASS = 3 };
+static const char *const PASS_NAMES[] = {"forward", "bwd data", "bwd weight", "fwd+bwd"};
+
+/* Buffers for GEMMs up to (N, 4C) x (4C, C): inp, out, dinp, w (act), dw (fp32). */
+typedef struct {
+    void *inp, *out, *dinp, *w;
+    float *dw;
+} GemmBufs;
+
+typedef struct GemmJob {
+    const GemmBufs *b;
+    int N, C, pass; /* C: the layer's hidden size (square: n = N = C, one GEMM) */
+    int square;
+} GemmJob;
+
+static void bufs_alloc(LtBackend *be, GemmBufs *b, size_t N, size_t C) {
+    b->inp = random_act(be, N * 4 * C, 1);
+    b->out = random_act(be, N * 4 * C, 2);
+    b->w = random_act(be, 4 * C * C, 3);
+    b->dinp = be->ops->alloc(be, lt_act_bytes(be, N * 4 * C));
+    b->dw = be->ops->alloc(be, 4 * C * C * sizeof(float));
+}
+
+static void bufs_free(LtBackend *be, GemmBufs *b) {
+    be->ops->free(be, b->inp);
+    be->ops->free(be, b->out);
+    be->ops->free(be, b->w);
+    be->ops->free(be, b->dinp);
+    be->ops->free(be, b->dw);
+}
+
+/* One GEMM of a pass: (N, in) x (in, out) as the model's linear layers run it. */
+static void linear_pass(Cal *c, const GemmBufs *b, int pass, int N, int in, int out) {
+    const LtBackendOps *o = c->be->ops;
+    if (pass == PASS_FWD) o->linear_fwd(c->be, b->out, NULL, b->inp, b->w, NULL, N, in, out);
+    else if (pass == PASS_BWD_DATA)
+        o->linear_bwd(c->be, b->dinp, NULL, NULL, b->out, b->inp, b->w, NULL, N, in, out);
+    else o->linear_bwd(c->be, NULL, b->dw, NULL, b->out, b->inp, b->w, NULL, N, in, out);
+}
+
+/* The layer's four linear layers (qkv C -> 3C, projection C -> C, fc C -> 4C,
+ * fc projection 4C -> C) in one pass, or all three passes. */
+static void run_gemm(Cal *c, const void *arg) {
+    const GemmJob *j = arg;
+    if (j->square) {
+        linear_pass(c, j->b, PASS_FWD, j->N, j->C, j->C);
+        return;
+    }
+    const int C = j->C, shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+    for (int p = 0; p < NPASS; p++)
+        if (j->pass == p || j->pass == PASS_ALL)
+            for (int s = 0; s < 4; s++) linear_pass(c, j->b, p, j->N, shapes[s][0], shapes[s][1]);
+}
+
+static double job_flops(const GemmJob *j) {
+    if (j->square) return 2.0 * j->N * (double)j->C * j->C;
+    return 24.0 * j->N * (double)j->C * j->C * (j->pass == PASS_ALL ? NPASS : 1);
+}
+
+/* How many of jobs[0..n) fit in `budget` seconds at `guess` TFLOP/s: a
+ * warm-up and at least three rounds of each. */
+static int jobs_that_fit(const Cal *c, const GemmJob *jobs, int n, double guess, double budget) {
+    double t = c->ref ? 4.0 * job_flops(c->ref) / (guess * 1e12) : 0.0;
+    for (int i = 0; i < n; i++) {
+        t += 4.0 * job_flops(&jobs[i]) / (guess * 1e12);
+        if (t > budget) return i;
+    }
+    return n;
+}
+
+/* Median TFLOP/s of each job, measured in rounds that run every job once (at
+ * least 3, as many as `budget` allows, at most MAX_REPS): a load that comes
+ * and goes on a shared machine then weighs on every size alike, and the
+ * ratios between them - the efficiencies - keep their meaning. eff[i] is
+ * against c->ref's median in the same rounds when there is one, else
+ * against the peak. */
+static void time_rounds(Cal *c, const GemmJob *jobs, int n, double budget, double *tflops,
+                        double *eff) {
+    const int m = n + (c->ref != NULL); /* the reference runs last in each round */
+    double *t = lt_malloc(sizeof(double) * MAX_REPS * (size_t)m);
+    for (int i = 0; i < m; i++) run_gemm(c, i < n ? &jobs[i] : c->ref); /* warm-up */
+    c->be->ops->synchronize(c->be);
+    const double start = lt_now();
+    int r = 0;
+    while (r < MAX_REPS && (r < 3 || lt_now() - start < budget)) {
+        for (int i = 0; i < m; i++) {
+            const double t0 = lt_now();
+            run_gemm(c, i < n ? &jobs[i] : c->ref);
+            c->be->ops->synchronize(c->be);
+            t[(size_t)i * MAX_REPS + (size_t)r] = lt_now() - t0;
+        }
+        r++;
+    }
+    const double ref = c->ref ? job_flops(c->ref) / median(t + (size_t)n * MAX_REPS, r) / 1e12
+                              : c->peak;
+    for (int i = 0; i < n; i++) {
+        tflops[i] = job_flops(&jobs[i]) / median(t + (size_t)i * MAX_REPS, r) / 1e12;
+        if (eff) eff[i] = tflops[i] / ref;
+    }
+    free(t);
+}
+
+/* The ceiling: median TFLOP/s of square GEMMs of growing size within
+ * `budget` (the sizes that fit are guessed from the smallest one's speed).
+ * On a GPU the best of them; on the CPU the largest, because on a host
+ * shared with other processes a small GEMM finishes inside one time slice
+ * and shows a rate that the long GEMMs of training never see (on a quiet
+ * host the largest is the best anyway: OpenBLAS's rate grows with n). */
+static void measure_ceiling(Cal *c, GemmBufs *b, GemmJob *best_job, double budget) {
+    const int max_n = c->cuda ? 16384 : 2048;
+    bufs_alloc(c->be, b, (size_t)max_n / 2, (size_t)max_n / 2); /* holds n x n for n <= max_n */
+    GemmJob jobs[8];
+    int n = 0;
+    for (int s = 256; s <= max_n; s *= 2) jobs[n++] = (GemmJob){b, s, s, PASS_FWD, 1};
+    const double guess = job_flops(&jobs[0]) / time_median(c, run_gemm, &jobs[0], 0) / 1e12;
+    n = jobs_that_fit(c, jobs, n, guess, 0.5 * budget);
+    if (n < 1) n = 1;
+    double tf[8];
+    time_rounds(c, jobs, n, 0.5 * budget, tf, NULL);
+    printf("ceiling: square GEMMs (forward, n x n x n)\n%8s %10s\n", "n", "TFLOP/s");
+    int best = n - 1;
+    for (int i = 0; i < n; i++) {
+        printf("%8d %10.4f\n", jobs[i].N, tf[i]);
+        if (c->cuda && tf[i] > tf[best]) best = i;
+    }
+    c->ceiling = tf[best];
+    *best_job = jobs[best];
+    printf("ceiling %.4f TFLOP/s (n = %d)\n", c->ceiling, jobs[best].N);
+}
+
+/* The layer GEMMs of each hidden size at N tokens; returns the largest hidden
+ * size measured whole (0: none fitted the budget) and in *eff_all its
+ * efficiency over the three passes (equal FLOPs each: the harmonic mean). */
+static int measure_layers(Cal *c, const int *hidden, int nh, int N, double budget,
+                          double *eff_all) {
+    GemmJob jobs[3 * NPASS];
+    GemmBufs b;
+    int n = 0;
+    for (int h = 0; h < nh && h < 3; h++)
+        for (int p = 0; p < NPASS; p++) jobs[n++] = (GemmJob){&b, N, hidden[h], p, 0};
+    const int fit = jobs_that_fit(c, jobs, n, c->ceiling, 0.5 * budget) / NPASS * NPASS;
+    printf("\nlayer GEMMs: qkv, projection, fc, fc projection of one layer at %d tokens\n", N);
+    printf("%8s %8s %-11s %10s %6s %10s\n", "hidden", "tokens", "pass", "TFLOP/s", "eff", "ms");
+    double tf[3 * NPASS], eff[3 * NPASS];
+    if (fit > 0) {
+        bufs_alloc(c->be, &b, (size_t)N, (size_t)jobs[fit - 1].C);
+        time_rounds(c, jobs, fit, budget, tf, eff);
+        bufs_free(c->be, &b);
+    }
+    for (int i = 0; i < fit; i++)
+        printf("%8d %8d %-11s %10.4f %6.3f %10.2f\n", jobs[i].C, N, PASS_NAMES[jobs[i].pass],
+               tf[i], eff[i], job_flops(&jobs[i]) / (tf[i] * 1e12) * 1e3);
+    for (int i = fit; i < n; i += NPASS)
+        printf("%8d %8d %-11s skipped: over the --seconds budget\n", jobs[i].C, N, "all");
+    if (fit > 0)
+        *eff_all = NPASS / (1 / eff[fit - 3] + 1 / eff[fit - 2] + 1 / eff[fit - 1]);
+    return fit > 0 ? jobs[fit - 1].C : 0;
+}
+
+/* Weighted least squares of 1/eff = a + b / N over the points: eff_inf =
+ * 1/a, half = b/a. Weights eff^4 make it, to first order, least squares on
+ * eff itself (d(1/eff) = d eff / eff^2), so the few-row points, whose 1/eff is
+ * large, do not outweigh the rest. A fit that noise makes meaningless (a <= 0
+ * or b < 0) falls back to the median efficiency and no row penalty. */
+static void fit_rows(const double *N, const double *eff, int n, double *eff_inf, double *half) {
+    double s = 0, sx = 0, sy = 0, sxx = 0, sxy = 0, tmp[32];
+    for (int i = 0; i < n; i++) {
+        const double w = pow(eff[i], 4), x = 1.0 / N[i], y = 1.0 / eff[i];
+        s += w, sx += w * x, sy += w * y, sxx += w * x * x, sxy += w * x * y;
+        tmp[i] = eff[i];
+    }
+    const double den = s * sxx - sx * sx;
+    const double b = den > 0 ? (s * sxy - sx * sy) / den : -1, a = (sy - b * sx) / s;
+    if (a <= 0 || b < 0) {
+        *eff_inf = median(tmp, n);
+        *half = 0;
+        return;
+    }
+    *eff_inf = 1.0 / a;
+    *half = b / a;
+}
+
+/* All three passes at hidden C for token counts doubling from 16 to Nmax (as
+ * many as the budget allows): the fit of the planner's small-row curve, with
+ * the layer measurement (Nmax tokens, efficiency eff_max; 0: none) as its
+ * last point when the sweep did not reach Nmax. 0, or -1 when fewer than two
+ * points. */
+static int measure_rows(Cal *c, int C, int Nmax, double eff_max, double budget, double *eff_inf,
+                        double *half) {
+    GemmJob jobs[16];
+    GemmBufs b;
+    int n = 0;
+    for (int N = 16; N <= Nmax && n < 16; N *= 2) jobs[n++] = (GemmJob){&b, N, C, PASS_ALL, 0};
+    n = jobs_that_fit(c, jobs, n, c->ceiling, 0.5 * budget);
+    double tf[17], Ns[17], effs[17];
+    if (n > 0) {
+        bufs_alloc(c->be, &b, (size_t)jobs[n - 1].N, (size_t)C);
+        time_rounds(c, jobs, n, budget, tf, effs);
+        bufs_free(c->be, &b);
+    }
+    printf("\nsmall-row GEMMs: the layer's forward and backward at hidden %d\n", C);
+    printf("%8s %10s %6s\n", "tokens", "TFLOP/s", "eff");
+    for (int i = 0; i < n; i++) {
+        Ns[i] = jobs[i].N;
+        printf("%8d %10.4f %6.3f\n", jobs[i].N, tf[i], effs[i]);
+    }
+    if (eff_max > 0 && (n == 0 || jobs[n - 1].N < Nmax)) { /* the layer measurement */
+        Ns[n] = Nmax, effs[n] = eff_max;
+        printf("%8d %10s %6.3f  (the layer GEMMs above)\n", Nmax, "", eff_max);
+        n++;
+    }
+    if (n < 2) return -1;
+    fit_rows(Ns, effs, n, eff_inf, half);
+    printf("fit: eff(N) = %.3f N / (N + %.0f)%s\n", *eff_inf, *half,
+           *half == 0 ? " (no row penalty: the points did not fall with fewer tokens)" : "");
+    return 0;
+}
+
+/* ---- memory and all-reduce ------------------------------------------------------ */
+
+typedef struct {
+    void *dst, *src;
+    size_t bytes;
+} CopyJob;
+
+static void run_copy(Cal *c, const void *arg) {
+    const CopyJob *j = arg;
+    c->be->ops->copy(c->be, j->dst, j->src, j->bytes);
+}
+
+/* GB/s of a device-to-device copy, counting the bytes read and written. */
+static double measure_memory(Cal *c, double budget) {
+    const size_t bytes = (size_t)(c->cuda ? 1024 : 64) << 20; /* well past any cache */
+    CopyJob j = {c->be->ops->alloc(c->be, bytes), c->be->ops->alloc(c->be, bytes), bytes};
+    c->be->ops->copy(c->be, j.dst, j.src, bytes); /* the pages touched once */
+    const double gbs = 2.0 * (double)bytes / time_median(c, run_copy, &j, budget) / 1e9;
+    c->be->ops->free(c->be, j.dst);
+    c->be->ops->free(c->be, j.src);
+    printf("\nmemory: copy of %zu MiB through the backend: %.2f GB/s (read + write)\n",
+           bytes >> 20, gbs);
+    return gbs;
+}
+
+/* Median seconds of a blocking fp32 all-reduce of `count` elements over the
+ * world; rank 0 picks the repetitions (the same on every rank). */
+static double time_all_reduce(const LtComm *world, float *buf, size_t count, double slot) {
+    lt_comm_all_reduce(world, buf, count, LT_COMM_F32, LT_COMM_SUM); /* warm-up */
+    lt_comm_barrier(world);
+    double t0 = lt_now();
+    lt_comm_all_reduce(world, buf, count, LT_COMM_F32, LT_COMM_SUM);
+    int reps = (int)(slot / (lt_now() - t0 + 1e-9));
+    reps = reps < 3 ? 3 : reps > MAX_REPS ? MAX_REPS : reps;
+    lt_comm_broadcast(world, &reps, 1, LT_COMM_I32, 0);
+    double t[MAX_REPS];
+    for (int r = 0; r < reps; r++) {
+        lt_comm_barrier(world);
+        t0 = lt_now();
+        lt_comm_all_reduce(world, buf, count, LT_COMM_F32, LT_COMM_SUM);
+        t[r] = lt_now() - t0;
+    }
+    return median(t, reps);
+}
+
+/* Bus bandwidth (the best over the message sizes, with the latency's share
+ * taken out as the ring model adds it back) and latency per ring step (of the
+ * smallest message) of fp32 all-reduces through lattice's comm layer on host
+ * buffers: MPI, as the CPU backend's groups run (a GPU's NCCL figures would
+ * need device buffers: refused before we get here). */
+static void measure_all_reduce(Cal *c, const LtComm *world, double budget, double *bus_gbs,
+                               double *lat_us) {
+    static const size_t sizes[] = {8, 64 << 10, 1 << 20, 16 << 20};
+    const int nsizes = sizeof sizes / sizeof sizes[0];
+    const int n = lt_comm_size(world);
+    float *buf = lt_calloc(sizes[nsizes - 1]);
+    printf("\nall-reduce: fp32 sum over %d ranks (%s, host buffers)\n%12s %10s %10s\n", n,
+           lt_comm_lib_name(lt_comm_lib(world)), "bytes", "us", "bus GB/s");
+    for (int i = 0; i < nsizes; i++) {
+        const double t = time_all_reduce(world, buf, sizes[i] / sizeof(float), budget / nsizes);
+        const double bus = 2.0 * (n - 1) / n * (double)sizes[i] / t / 1e9;
+        printf("%12zu %10.1f %10.3f\n", sizes[i], t * 1e6, bus);
+        if (i == 0) {
+            *lat_us = t * 1e6 / (2.0 * (n - 1));
+            continue;
+        }
+        *bus_gbs = fmax(*bus_gbs, 2.0 * (n - 1) / n * (double)sizes[i] /
+                                      fmax(t - 2.0 * (n - 1) * *lat_us * 1e-6, 0.5 * t) / 1e9);
+    }
+    free(buf);
+}
+
+/* ---- the command ---------------------------------------------------------------- */
+
+typedef struct {
+    const char *device, *out, *precision;
+    double seconds;
+} CalArgs;
+
+static int cal_bad(const char *msg, const char *arg) {
+    fprintf(stderr, "lattice plan --calibrate: error: %s%s%s\n", msg, arg ? ": " : "",
+            arg ? arg : "");
+    return LT_EXIT_INPUT;
+}
+
+static int parse_args(int argc, char **argv, CalArgs *a) {
+    *a = (CalArgs){"auto", NULL, NULL, 20.0};
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "--calibrate")) continue;
+        if (strncmp(o, "--", 2) || i + 1 >= argc)
+            return cal_bad(strncmp(o, "--", 2) ? "takes no CONFIG or overrides (options only)"
+                                               : "needs a value",
+                           o);
+        const char *v = argv[++i];
+        char *end;
+        if (!strcmp(o, "--device")) a->device = v;
+        else if (!strcmp(o, "--out")) a->out = v;
+        else if (!strcmp(o, "--precision")) a->precision = v;
+        else if (!strcmp(o, "--seconds")) {
+            a->seconds = strtod(v, &end);
+            if (*end || !(a->seconds >= 1 && a->seconds <= 3600))
+                return cal_bad("--seconds needs a number from 1 to 3600", v);
+        } else return cal_bad("unknown option", o);
+    }
+    if (strcmp(a->device, "auto") && strcmp(a->device, "cpu") && strcmp(a->device, "cuda"))
+        return cal_bad("--device takes auto, cpu or cuda", a->device);
+    if (a->precision && strcmp(a->precision, "fp32") && strcmp(a->precision, "bf16"))
+        return cal_bad("--precision takes fp32 or bf16", a->precision);
+    return 0;
+}
+
+/* The backend the engine would make (engine.c's make_backend): a GPU, or the
+ * CPU with the cores shared among the node's ranks. NULL with the reason. */
+static LtBackend *make_backend(const CalArgs *a, Cal *c, char *err, size_t errlen) {
+    const int ngpu = lt_cuda_device_count();
+    c->cuda = !strcmp(a->device, "cuda") || (!strcmp(a->device, "auto") && ngpu > 0);
+    c->prec = a->precision ? (!strcmp(a->precision, "bf16") ? LT_PREC_BF16 : LT_PREC_FP32)
+                           : (c->cuda ? LT_PREC_BF16 : LT_PREC_FP32);
+    const LtDtype dt = c->prec == LT_PREC_BF16 ? LT_BF16 : LT_F32;
+    if (c->cuda) {
+        if (!lt_cuda_compiled())
+            return lt_errorf(err, errlen, "--device cuda: this binary was built without the CUDA "
+                             "backend (make found no nvcc)"), NULL;
+        if (ngpu <= 0)
+            return lt_errorf(err, errlen, "--device cuda: no CUDA device is visible (the CUDA "
+                             "backend is compiled in; the driver reports no GPU)"), NULL;
+        if (c->w->world > 1)
+            return lt_errorf(err, errlen, "--device cuda under a launcher: the GPU all-reduce "
+                             "would need NCCL on device buffers, which --calibrate does not "
+                             "measure yet; calibrate the GPU on one rank"), NULL;
+        c->threads = 0;
+        return lt_backend_cuda_create(dt, c->w->local_rank % ngpu, err, errlen);
+    }
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    c->threads = (int)(cores / (c->w->local_size > 0 ? c->w->local_size : 1));
+    if (c->threads < 1) c->threads = 1;
+    return lt_backend_cpu_create(dt, c->threads);
+}
+
+/* Datasheet peak of the GPU, or the measured ceiling where none is known. */
+static const char *choose_peak(Cal *c) {
+    const double p = c->cuda ? lt_peak_table(c->be->device_name, c->prec) : 0.0;
+    c->peak = p > 0 ? p : c->ceiling;
+    if (p > 0) return "datasheet";
+    return c->cuda ? "measured: square-GEMM ceiling (GPU not in the datasheet table)"
+                   : "measured: square-GEMM ceiling (no datasheet peak for a CPU)";
+}
+
+static void print_constants(const LtPlanCalibration *cal) {
+    const LtPlanDevice *d = &cal->dev;
+    printf("\nconstants (device %s, %s):\n", d->name, lt_precision_name(cal->prec));
+    printf("  peak_tflops      %.4f  (%s)\n",
+           cal->prec == LT_PREC_BF16 ? d->bf16_tflops : d->fp32_tflops, cal->peak_source);
+    printf("  gemm_eff         %.3f  (fitted large-GEMM efficiency)\n", d->gemm_eff);
+    printf("  gemm_half_tokens %.0f  (tokens at half of it)\n", d->gemm_half_tokens);
+    printf("  mem_gbs          %.2f\n", d->mem_gbs);
+    if (d->mem_gib > 0) printf("  mem_gib          %.1f  (physical memory)\n", d->mem_gib);
+    if (cal->has_comm)
+        printf("  intra_gbs        %.3f  (all-reduce bus bandwidth, %d ranks)\n"
+               "  latency_us       %.2f  (per ring step)\n",
+               d->intra_gbs, cal->ranks, d->latency_us);
+    else printf("  (no all-reduce: run under mpirun with >= 2 ranks to measure intra_gbs and "
+                "latency_us)\n");
+}
+
+/* The GEMM and memory measurements of one rank into cal->dev. */
+static int measure_device(Cal *c, LtPlanCalibration *cal) {
+    static const int cpu_hidden[] = {256, 512, 1024}, gpu_hidden[] = {1024, 2048, 4096};
+    const double B = c->seconds * (c->w->world > 1 ? 0.8 : 1.0); /* the rest: all-reduce */
+    GemmBufs ref_bufs;
+    GemmJob ref;
+    measure_ceiling(c, &ref_bufs, &ref, 0.2 * B);
+    cal->peak_source = choose_peak(c);
+    if (c->peak == c->ceiling) c->ref = &ref; /* a measured peak: measured alongside */
+    const int N = c->cuda ? 4096 : 1024;
+    double eff_layer = 0;
+    const int C = measure_layers(c, c->cuda ? gpu_hidden : cpu_hidden, 3, N, 0.4 * B, &eff_layer);
+    LtPlanDevice *d = &cal->dev;
+    const int rows = measure_rows(c, C ? C : (c->cuda ? gpu_hidden : cpu_hidden)[0], N, eff_layer,
+                                  0.3 * B, &d->gemm_eff, &d->gemm_half_tokens);
+    c->ref = NULL;
+    bufs_free(c->be, &ref_bufs);
+    if (rows) {
+        fprintf(stderr, "lattice plan --calibrate: error: rank %d: within %.0f s fewer than two "
+                "token counts of the small-row sweep were measured; give more --seconds\n",
+                c->w->rank, c->seconds);
+        return -1;
+    }
+    if (d->gemm_eff > 1.5) d->gemm_eff = 1.5; /* noise on a loaded machine; the file's limit */
+    *(c->prec == LT_PREC_BF16 ? &d->bf16_tflops : &d->fp32_tflops) = c->peak;
+    d->mem_gbs = measure_memory(c, 0.1 * B);
+    if (!c->cuda)
+        d->mem_gib = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) /
+                     (1024.0 * 1024 * 1024);
+    return 0;
+}
+
+int lt_cmd_plan_calibrate(int argc, char **argv) {
+    CalArgs a;
+    if (parse_args(argc, argv, &a)) return LT_EXIT_INPUT;
+    LtWorld w;
+    lt_world_init(&w, &argc, &argv);
+    Cal c = {.w = &w, .seconds = a.seconds};
+    char err[512];
+    c.be = make_backend(&a, &c, err, sizeof err);
+    if (!c.be) {
+        lt_world_finalize(&w);
+        return cal_bad(err, NULL);
+    }
+    LtPlanCalibration cal = {.prec = c.prec, .ranks = w.world, .threads = c.threads,
+                             .seconds = a.seconds, .device_name = c.be->device_name};
+    /* the file names the built-in row it refines (h100, ..., cpu), so that the
+     * figures it does not measure come from there */
+    snprintf(cal.dev.name, sizeof cal.dev.name, "%s", c.cuda ? "cuda" : "cpu");
+    if (c.cuda) lt_plan_device_match(c.be->device_name, cal.dev.name, sizeof cal.dev.name);
+    if (w.rank != 0 && !freopen("/dev/null", "w", stdout)) /* one rank reports */
+        lt_fatal("cannot silence rank %d's output", w.rank);
+    printf("calibrate: %s (%s), %s, %d rank(s), budget %.0f s\n", c.be->device_name,
+           c.cuda ? "CUDA backend" : "OpenBLAS", lt_precision_name(c.prec), w.world, a.seconds);
+    if (!c.cuda)
+        printf("threads: %d per rank (as the engine takes them: cores / ranks on the node)\n",
+               c.threads);
+    int rc = measure_device(&c, &cal);
+    if (w.world > 1) { /* every rank measured; the all-reduce needs them all */
+        LtComm *world = lt_comm_world("calibrate");
+        int32_t failed = rc != 0;
+        lt_comm_all_reduce(world, &failed, 1, LT_COMM_I32, LT_COMM_MAX);
+        if (!failed) measure_all_reduce(&c, world, 0.2 * a.seconds, &cal.dev.intra_gbs,
+                                        &cal.dev.latency_us);
+        lt_comm_free(world);
+        rc = failed ? -1 : 0;
+        cal.has_comm = 1;
+    }
+    if (rc == 0) print_constants(&cal);
+    if (rc == 0 && a.out && w.rank == 0) {
+        if (lt_plan_calibration_write(a.out, &cal, err, sizeof err)) rc = cal_bad(err, NULL);
+        else printf("wrote %s\n", a.out);
+    }
+    fflush(stdout);
+    lt_backend_destroy(c.be);
+    lt_world_finalize(&w);
+    return rc ? LT_EXIT_INPUT : 0;
+}
