@@ -74,6 +74,9 @@ typedef struct {
         int lm_head_chunk;             /* tokens per LM head / loss chunk, 0 = auto (see model.h) */
         bool cuda_graph;               /* replay each step's forward/backward as a CUDA graph */
         int max_skipped_steps;         /* consecutive non-finite steps skipped before stopping */
+        double loss_spike_zscore;      /* skip a step whose loss is this many standard deviations
+                                        * above the recent mean; 0 = off */
+        int loss_spike_window;         /* the recent losses that mean is taken over */
     } train;
     struct {
         double lr, min_lr;

@@ -564,8 +564,9 @@ static void pp_needed(const MetaInfo *mi, const LtParamTable *t, unsigned char *
     const LtCkptLayout *l = &mi->layout;
     for (int q = 0; q < l->pp; q++) {
         need[q] = 0;
-        if (l->pp == 1 || mi->d.padded_vocab <= 0 || mi->d.num_layers % (l->pp * l->vpp)) {
-            need[q] = 1; /* (no pipeline, or dims that do not build a table: open everything) */
+        /* (check_dims made the other dims the model's own, so they build a table) */
+        if (l->pp == 1 || mi->d.padded_vocab < mi->d.vocab || mi->d.num_layers % (l->pp * l->vpp)) {
+            need[q] = 1; /* no pipeline, or dims that do not build a table: open everything */
             continue;
         }
         LtParamTable st;

@@ -167,20 +167,22 @@ static void check_cuda_graph(const LtRun *r) {
  * Unset in normal runs. */
 #define INJECT_MAX 4
 typedef struct {
-    int kind[INJECT_MAX]; /* 0 none, 1 loss, 2 grad */
+    int kind[INJECT_MAX]; /* 0 none, 1 loss (NaN), 2 grad (Inf), 3 spike (loss x 100) */
     long step[INJECT_MAX];
 } Inject;
 
 static Inject inject_parse(int rank) {
     Inject in = {{0}, {0}};
     const char *e = getenv("LT_INJECT_NONFINITE");
+    static const char *const kinds[] = {"", "loss", "grad", "spike"};
     for (int i = 0; e && *e && i < INJECT_MAX; i++) {
         char kind[8];
         long step = 0;
-        int r = 0, n = sscanf(e, "%7[a-z]:%ld:%d", kind, &step, &r);
-        if (n < 2 || step < 1 || (strcmp(kind, "loss") && strcmp(kind, "grad")))
-            lt_input_error("LT_INJECT_NONFINITE='%s': expected loss|grad:STEP[:RANK][,...]", e);
-        if (r == rank) in.kind[i] = strcmp(kind, "loss") ? 2 : 1, in.step[i] = step;
+        int r = 0, n = sscanf(e, "%7[a-z]:%ld:%d", kind, &step, &r), k = 1;
+        while (k < 4 && strcmp(kind, kinds[k])) k++;
+        if (n < 2 || step < 1 || k == 4)
+            lt_input_error("LT_INJECT_NONFINITE='%s': expected loss|grad|spike:STEP[:RANK][,...]", e);
+        if (r == rank) in.kind[i] = k, in.step[i] = step;
         e = strchr(e, ',');
         if (e) e++;
     }
@@ -194,11 +196,56 @@ static void inject_nonfinite(LtRun *r, const Inject *in, long step, double *loss
         if (in->kind[i] == 1) {
             const double nan = NAN;
             be->ops->upload(be, loss_dev, &nan, sizeof nan);
+        } else if (in->kind[i] == 3) { /* a finite but outlying loss (the gradients stay) */
+            double x;
+            be->ops->download(be, &x, loss_dev, sizeof x);
+            x *= 100.0;
+            be->ops->upload(be, loss_dev, &x, sizeof x);
         } else {
             const float inf = INFINITY;
             be->ops->upload(be, lt_optim_grad_base(r->opt, r->model->grads), &inf, sizeof inf);
         }
     }
+}
+
+/* train.loss_spike_zscore: the losses of the last train.loss_spike_window
+ * steps whose update was applied (a ring). */
+typedef struct {
+    double *x;
+    int n, cap, next;
+} SpikeWindow;
+
+/* Whether this step's loss (its sum on this rank at loss_dev) is a spike:
+ * more than train.loss_spike_zscore standard deviations above the mean of a
+ * full window. It costs a host wait and the loss's reduction before the
+ * update; every rank reduces the same sum, so all decide alike. A spike is
+ * skipped like a non-finite step: its loss is made NaN on the device, which
+ * the gradient norm carries to every rank. *loss: the step's mean loss. */
+static int loss_spike(LtRun *r, const SpikeWindow *sw, double *loss_dev, double tokens,
+                      double *loss, double *z) {
+    double sum;
+    r->be->ops->download(r->be, &sum, loss_dev, sizeof sum);
+    lt_comm_all_reduce(lt_comm_host(r->dp), &sum, 1, LT_COMM_F64, LT_COMM_SUM);
+    lt_comm_all_reduce(lt_comm_host(r->pp), &sum, 1, LT_COMM_F64, LT_COMM_SUM);
+    *loss = sum / tokens;
+    *z = 0.0;
+    if (sw->n < sw->cap || !isfinite(*loss)) return 0; /* (non-finite: skipped anyway) */
+    double mean = 0.0, var = 0.0;
+    for (int i = 0; i < sw->n; i++) mean += sw->x[i];
+    mean /= sw->n;
+    for (int i = 0; i < sw->n; i++) var += (sw->x[i] - mean) * (sw->x[i] - mean);
+    const double sd = sqrt(var / (sw->n - 1));
+    *z = sd > 0.0 ? (*loss - mean) / sd : 0.0;
+    if (*z <= r->cfg->train.loss_spike_zscore) return 0;
+    const double nan = NAN;
+    r->be->ops->upload(r->be, loss_dev, &nan, sizeof nan);
+    return 1;
+}
+
+static void spike_window_push(SpikeWindow *sw, double loss) {
+    sw->x[sw->next] = loss;
+    sw->next = (sw->next + 1) % sw->cap;
+    if (sw->n < sw->cap) sw->n++;
 }
 
 /* Seconds so far of the TP, DP and PP (with the embedding group's)
@@ -305,6 +352,11 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     long step = r.start_step;
     int exit_code = 0, skipped = 0; /* consecutive skipped steps */
     Inject inject = inject_parse(w->rank);
+    SpikeWindow sw = {0};
+    if (cfg->train.loss_spike_zscore > 0) {
+        sw.cap = cfg->train.loss_spike_window;
+        sw.x = lt_calloc(sizeof(double) * (size_t)sw.cap);
+    }
     /* A step's samples are fetched at the end of the step before (timed with
      * the step they feed), so that bad data met mid-run is known to every rank
      * at the step boundary: all stop there, save the last good step, exit 2. */
@@ -338,6 +390,8 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         const double t_optim = lt_now();
         LT_TRACE_BEGIN("optimizer", NULL);
         inject_nonfinite(&r, &inject, step, stats_dev);
+        double spike_loss = 0.0, spike_z = 0.0;
+        const int spike = sw.cap && loss_spike(&r, &sw, stats_dev, tokens_step, &spike_loss, &spike_z);
         lt_optim_grad_sumsq(r.opt, r.model->grads, stats_dev + 1, stats_dev);
         double lr = lt_lr_at(cfg, step);
         lt_optim_step(r.opt, r.model->params, r.model->grads, lr, 1.0,
@@ -356,7 +410,16 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         lt_comm_all_reduce(lt_comm_host(r.dp), &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);
         lt_comm_all_reduce(lt_comm_host(r.pp), &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);
         double loss = loss_sum / tokens_step, norm = sqrt(stats[1]);
-        if (!isfinite(norm)) { /* every rank skipped the update on the device (clip_coef) */
+        if (spike) { /* the loss was made NaN to skip the update: report the real one */
+            loss = spike_loss;
+            lt_optim_skipped(r.opt);
+            skipped++;
+            lt_log("step %ld: loss %g is a spike (%.1f standard deviations above the mean of the "
+                   "last %d steps, train.loss_spike_zscore=%g): update skipped (weights and Adam "
+                   "moments unchanged; %d in a row, train.max_skipped_steps=%d)\n",
+                   step + 1, loss, spike_z, sw.n, cfg->train.loss_spike_zscore, skipped,
+                   cfg->train.max_skipped_steps);
+        } else if (!isfinite(norm)) { /* every rank skipped the update on the device (clip_coef) */
             lt_optim_skipped(r.opt);
             skipped++;
             lt_log("step %ld: loss %g, grad norm %g: not finite: update skipped (weights and "
@@ -364,6 +427,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
                    step + 1, loss, norm, skipped, cfg->train.max_skipped_steps);
         } else {
             skipped = 0;
+            if (sw.cap) spike_window_push(&sw, loss);
         }
         double dt = lt_now() - t0;
         times[ntimes++] = dt;
@@ -505,6 +569,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     be->ops->host_free(be, stats);
     be->ops->free(be, stats_dev);
     free(times);
+    free(sw.x);
     lt_run_teardown(&r);
     return exit_code;
 }

@@ -256,6 +256,27 @@ else fail nonfinite_step_skipped "rc=$rc, $(grep -i 'skip\|error' "$T/nan.log" |
   > "$T/nan2.log" 2>&1
 if same_state $T/ckN/step_00000005 $T/ckN2/step_00000005; then pass skipped_step_resume_exact
 else fail skipped_step_resume_exact "step 5 differs after resuming from the skipped step 3"; fi
+# train.loss_spike_zscore: a step whose loss jumps (injected: x100 on rank 1 of
+# dp 2, gradients untouched) far above the last 5 steps' is skipped on every
+# rank - state unchanged, the real loss in the log and metrics; a run without
+# the injection skips nothing
+SPIKE="train.loss_spike_zscore=4 train.loss_spike_window=5 train.steps=9 checkpoint.save_interval=1
+       logging.metrics_file=$T/spike.jsonl"
+LT_INJECT_NONFINITE=spike:8:1 $MPI -np 2 -x LT_INJECT_NONFINITE "$LT" train $CFG $D $SPIKE \
+  checkpoint.dir=$T/ckS > "$T/spike.log" 2>&1
+rc=$?
+"$LT" train $CFG $D $SPIKE checkpoint.dir=$T/ckS2 logging.metrics_file=$T/spike2.jsonl > "$T/spike2.log" 2>&1
+rc2=$?
+if [ $rc -eq 0 ] && grep -q "^step 8: loss [0-9.]* is a spike (.* standard deviations above the mean of the last 5 steps" "$T/spike.log" &&
+   [ "$(grep -c 'is a spike' "$T/spike.log")" -eq 1 ] &&
+   same_state $T/ckS/step_00000007 $T/ckS/step_00000008 && ! same_state $T/ckS/step_00000008 $T/ckS/step_00000009 &&
+   grep -q '"optimizer_steps": 8' $T/ckS/step_00000009/meta.json &&
+   python3 -c "
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])][7]
+assert r['step'] == 8 and r['loss'] > 100 and r['grad_norm'] is None, r" "$T/spike.jsonl" &&
+   [ $rc2 -eq 0 ] && ! grep -q 'is a spike' "$T/spike2.log"; then pass loss_spike_skipped_on_every_rank
+else fail loss_spike_skipped_on_every_rank "rc=$rc rc2=$rc2: $(grep -i 'spike\|error' "$T/spike.log" | head -2)"; fi
 # more consecutive skips than train.max_skipped_steps: exit 3, nothing saved, and
 # the metrics hold null for the non-finite values (valid JSON)
 LT_INJECT_NONFINITE=grad:2,grad:3 "$LT" train $CFG $D train.steps=6 checkpoint.dir=$T/ckD \
