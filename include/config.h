@@ -59,7 +59,7 @@ typedef struct {
         bool overlap_grad_reduce;  /* bucket reductions start during the last backward */
         bool overlap_param_gather; /* ZeRO >= 1: bucket gathers behind the next forward */
         bool overlap_p2p_comm;     /* pipeline receives posted ahead, waited at use */
-        bool tp_comm_overlap;      /* not implemented: refused when true */
+        bool tp_comm_overlap;      /* SP all-gather/reduce-scatter in row blocks behind the GEMMs */
         int bucket_size;           /* parameters per gradient / parameter bucket */
     } parallel;
     struct {

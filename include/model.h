@@ -62,6 +62,8 @@ typedef struct {
                        * summed over the embedding group after the last micro batch */
     const LtComm *tp; /* tensor-parallel group (NULL = no tensor parallelism) */
     int sequence_parallel; /* shard LayerNorm regions along the tokens over tp */
+    int tp_comm_overlap;   /* with sequence_parallel: the all-gathers / reduce-scatters
+                            * in row blocks behind the GEMMs (tp_overlap.h) */
     int recompute;         /* LT_MODEL_RECOMPUTE_* */
     LtStagePlace place;    /* pipeline part held; {0} = the whole model */
     int slots;             /* activation slots (micro batches x chunks in flight); 0 = 1 */
@@ -94,6 +96,7 @@ typedef struct {
     const LtComm *tp;     /* tensor-parallel group, NULL when tp == 1 */
     int tp_size, tp_rank;
     int sp;               /* sequence parallelism on */
+    int tp_overlap;       /* sp with its communication in blocks behind the GEMMs */
     int recompute;        /* LT_MODEL_RECOMPUTE_* */
     unsigned char *sp_partial; /* per parameter: gradient partial over TP under SP */
     int heads_local, ffn_local, vocab_local; /* this rank's heads, ffn columns, vocab rows */

@@ -237,11 +237,11 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
                     t->model.seq_length, tp);
         goto out;
     }
-    if (t->parallel.tp_comm_overlap) {
+    if (t->parallel.tp_comm_overlap && !t->parallel.sequence_parallel) {
         lt_cfg_fail(err, errlen,
-                    "parallel.tp_comm_overlap is not implemented yet (splitting the "
-                    "sequence-parallel all-gather/reduce-scatter into chunks behind the GEMMs); "
-                    "set it to false");
+                    "parallel.tp_comm_overlap overlaps the sequence-parallel all-gathers and "
+                    "reduce-scatters with the GEMMs: it needs parallel.sequence_parallel: true "
+                    "(and so parallel.tensor_model_parallel_size > 1)");
         goto out;
     }
     if (t->parallel.overlap_param_gather && t->optimizer.zero_stage == 0) {

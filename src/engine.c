@@ -248,6 +248,7 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
                                          r->topo.dp > 1,
                          .tp = r->tp,
                          .sequence_parallel = cfg->parallel.sequence_parallel,
+                         .tp_comm_overlap = cfg->parallel.tp_comm_overlap,
                          .lm_head_chunk = cfg->train.lm_head_chunk,
                          .recompute = cfg->train.recompute == LT_RECOMPUTE_FULL
                                           ? LT_MODEL_RECOMPUTE_FULL

@@ -36,6 +36,7 @@
 
 #include "common.h"
 #include "rope.h"
+#include "tp_overlap.h"
 
 /* Parameter roles within a layer: GPT's table order (params.h). For Llama
  * P_FCW is mlp.gate_up.weight and P_FC2W mlp.down.weight. */
@@ -241,6 +242,8 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     if (m->vocab_valid < 0) m->vocab_valid = 0;
     if (m->vocab_valid > m->vocab_local) m->vocab_valid = m->vocab_local;
     m->sp = m->tp && opt->sequence_parallel;
+    m->tp_overlap = m->sp && opt->tp_comm_overlap;
+    if (m->tp_overlap) lt_comm_background(m->tp); /* collective over tp: made here, at one point */
     const size_t N = (size_t)B * T, C = d->hidden, F = m->ffn_local;
     const size_t R = m->sp ? N / (size_t)m->tp_size : N; /* residual-stream rows of this rank */
     LT_CHECK(!m->sp || N % (size_t)m->tp_size == 0);
@@ -462,6 +465,124 @@ static void *grad_full(LtModel *m, void *dres, int R, int C) {
     return m->dfull;
 }
 
+/* ---- tp_comm_overlap: the SP communication in row blocks behind the GEMMs ----
+ * Block k of an (N, *) tensor is rank k's R rows. A GEMM over row block k of
+ * its input gives row block k of its output (dinp likewise); weight and bias
+ * gradients sum over all rows, so they run once over the full tensors, as
+ * the plain path's linear_bwd computes them. */
+
+typedef struct {
+    LtModel *m;
+    void *out, *pre;           /* forward: out (N, OC), pre-activation or NULL */
+    const void *inp, *w, *bias; /* inp (N, C), w (OC, C) */
+    const void *dout, *gelu_pre; /* backward: dout (N, OC), GeLU input (N, C) or NULL */
+    float *dw, *db;
+    int N, R, C, OC;
+} RowGemm;
+
+static void *blk(const RowGemm *g, const void *x, int k, int cols) {
+    return rows_at(g->m, (void *)x, (size_t)k * (size_t)g->R, cols);
+}
+static void fwd_block(void *ctx, int k) {
+    const RowGemm *g = ctx;
+    g->m->be->ops->linear_fwd(g->m->be, blk(g, g->out, k, g->OC),
+                              g->pre ? blk(g, g->pre, k, g->OC) : NULL, blk(g, g->inp, k, g->C),
+                              g->w, g->bias, g->R, g->C, g->OC);
+}
+static void dinp_block(void *ctx, int k) { /* writes g->out: dinp (N, C) */
+    const RowGemm *g = ctx;
+    g->m->be->ops->linear_bwd(g->m->be, blk(g, g->out, k, g->C), NULL, NULL,
+                              blk(g, g->dout, k, g->OC), NULL, g->w,
+                              g->gelu_pre ? blk(g, g->gelu_pre, k, g->C) : NULL, g->R, g->C,
+                              g->OC);
+}
+static void dweight_all(void *ctx, int k) {
+    const RowGemm *g = ctx;
+    if (g->dw || g->db)
+        g->m->be->ops->linear_bwd(g->m->be, NULL, g->dw, g->db, g->dout, g->inp, g->w, NULL,
+                                  g->N, g->C, g->OC);
+}
+
+static void gather_blocks(LtModel *m, void *full, int R, int C, LtRowBlockFn fn, RowGemm *g) {
+    const size_t n = (size_t)R * C;
+    lt_tp_gather_blocks(m->tp, full, n, lt_act_bytes(m->be, n), lt_comm_act_type(m->be), fn, g);
+}
+
+/* Column-parallel linear (N = R * tp rows) whose input inp holds fresh
+ * values only in this rank's slot under SP: gather, out = inp w^T + bias
+ * (linear_fwd; pre as there). */
+static void col_linear_fwd(LtModel *m, void *out, void *pre, void *inp, const void *w,
+                           const void *bias, int N, int C, int OC) {
+    const int R = m->sp ? N / m->tp_size : N;
+    if (!m->tp_overlap) {
+        sp_gather(m, inp, R, C);
+        m->be->ops->linear_fwd(m->be, out, pre, inp, w, bias, N, C, OC);
+        return;
+    }
+    RowGemm g = {.m = m, .out = out, .pre = pre, .inp = inp, .w = w, .bias = bias, .N = N,
+                 .R = R, .C = C, .OC = OC};
+    gather_blocks(m, inp, R, C, fwd_block, &g);
+}
+
+/* Row-parallel linear: m->scratch_c = inp w^T + bias (N, OC = hidden), summed
+ * over TP (tp_finish). Returns where this rank's rows of the sum are. */
+static void *row_linear_fwd(LtModel *m, const void *inp, const void *w, const void *bias, int N,
+                            int C, int OC) {
+    const int R = m->sp ? N / m->tp_size : N;
+    if (!m->tp_overlap) {
+        m->be->ops->linear_fwd(m->be, m->scratch_c, NULL, inp, w, bias, N, C, OC);
+        return tp_finish(m, m->scratch_c, m->scratch_sp, R, OC);
+    }
+    RowGemm g = {.m = m, .out = m->scratch_c, .inp = inp, .w = w, .bias = bias, .N = N, .R = R,
+                 .C = C, .OC = OC};
+    const size_t n = (size_t)R * OC;
+    lt_tp_scatter_blocks(m->tp, m->scratch_c, m->scratch_sp, n, lt_act_bytes(m->be, n),
+                         lt_comm_act_type(m->be), fwd_block, NULL, &g);
+    act_round(m, m->scratch_sp, n);
+    return m->scratch_sp;
+}
+
+/* Backward of a row-parallel linear from the residual-stream gradient dres
+ * (this rank's R rows, OC = hidden columns): dinp (N, C) = dout w (times
+ * gelu'(gelu_pre) when given), dw, db accumulated (linear_bwd), with dout
+ * the full (N, OC) gradient gathered over TP. */
+static void row_linear_bwd(LtModel *m, void *dinp, float *dw, float *db, void *dres,
+                           const void *inp, const void *w, const void *gelu_pre, int N, int C,
+                           int OC) {
+    const int R = m->sp ? N / m->tp_size : N;
+    if (!m->tp_overlap) {
+        m->be->ops->linear_bwd(m->be, dinp, dw, db, grad_full(m, dres, R, OC), inp, w, gelu_pre,
+                               N, C, OC);
+        return;
+    }
+    m->be->ops->copy(m->be, rows_at(m, m->dfull, (size_t)m->tp_rank * R, OC), dres,
+                     lt_act_bytes(m->be, (size_t)R * OC));
+    RowGemm g = {.m = m, .out = dinp, .inp = inp, .w = w, .dout = m->dfull, .gelu_pre = gelu_pre,
+                 .dw = dw, .db = db, .N = N, .R = R, .C = C, .OC = OC};
+    gather_blocks(m, m->dfull, R, OC, dinp_block, &g);
+    dweight_all(&g, -1);
+}
+
+/* Backward of a column-parallel linear: m->dc = dout w (N, C = hidden),
+ * partial over TP, then summed (tp_finish); dw, db accumulated. Returns
+ * where this rank's rows of the summed input gradient are. */
+static void *col_linear_bwd(LtModel *m, float *dw, float *db, const void *dout, const void *inp,
+                            const void *w, int N, int C, int OC) {
+    const int R = m->sp ? N / m->tp_size : N;
+    if (!m->tp_overlap) {
+        m->be->ops->linear_bwd(m->be, m->dc, dw, db, dout, inp, w, NULL, N, C, OC);
+        return tp_finish(m, m->dc, m->scratch_sp, R, C);
+    }
+    RowGemm g = {.m = m, .out = m->dc, .inp = inp, .w = w, .dout = dout, .dw = dw, .db = db,
+                 .N = N, .R = R, .C = C, .OC = OC};
+    const size_t n = (size_t)R * C;
+    /* the weight gradient runs behind the last block's reduction */
+    lt_tp_scatter_blocks(m->tp, m->dc, m->scratch_sp, n, lt_act_bytes(m->be, n),
+                         lt_comm_act_type(m->be), dinp_block, dweight_all, &g);
+    act_round(m, m->scratch_sp, n);
+    return m->scratch_sp;
+}
+
 /* Local layer l from its first LayerNorm through the MLP activation, with
  * activations a. Its input is x, or (delta != NULL) x + delta, stored into
  * xin (the layer's input tensor); without delta xin must be x. Leaves every
@@ -476,22 +597,18 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
     const size_t mine = m->sp ? (size_t)m->tp_rank * R : 0; /* first row of this rank's slot */
     norm_fwd(m, delta ? xin : NULL, rows_at(m, a->ln1, mine, C), a->mean1, a->rstd1, x, delta,
              lw(m, l, P_LN1W), lw(m, l, P_LN1B), R, C);
-    sp_gather(m, a->ln1, R, C);
-    o->linear_fwd(be, a->qkv, NULL, a->ln1, lw(m, l, P_QKVW), lw(m, l, P_QKVB), N, C,
-                  m->qkv_local);
+    col_linear_fwd(m, a->qkv, NULL, a->ln1, lw(m, l, P_QKVW), lw(m, l, P_QKVB), N, C,
+                   m->qkv_local);
     if (m->rope_cs) o->rope(be, a->qkv, m->rope_cs, B, T, NH, NKV, HD, 0);
     o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, NKV, HD);
-    o->linear_fwd(be, m->scratch_c, NULL, a->atty, lw(m, l, P_PROJW), row_bias(m, l, P_PROJB), N,
-                  CL, C);
-    void *attn = tp_finish(m, m->scratch_c, m->scratch_sp, R, C);
+    void *attn = row_linear_fwd(m, a->atty, lw(m, l, P_PROJW), row_bias(m, l, P_PROJB), N, CL, C);
     norm_fwd(m, a->r2, rows_at(m, a->ln2, mine, C), a->mean2, a->rstd2, xin, attn,
              lw(m, l, P_LN2W), lw(m, l, P_LN2B), R, C);
-    sp_gather(m, a->ln2, R, C);
     if (is_llama(m)) { /* fch_pre = gate | up, fch = silu(gate) * up */
-        o->linear_fwd(be, a->fch_pre, NULL, a->ln2, lw(m, l, P_FCW), NULL, N, C, 2 * F);
+        col_linear_fwd(m, a->fch_pre, NULL, a->ln2, lw(m, l, P_FCW), NULL, N, C, 2 * F);
         o->swiglu_fwd(be, a->fch, a->fch_pre, N, F);
     } else {
-        o->linear_fwd(be, a->fch, a->fch_pre, a->ln2, lw(m, l, P_FCW), lw(m, l, P_FCB), N, C, F);
+        col_linear_fwd(m, a->fch, a->fch_pre, a->ln2, lw(m, l, P_FCW), lw(m, l, P_FCB), N, C, F);
     }
 }
 
@@ -531,9 +648,7 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
         LtLayerActs *a = &sl->layer[j];
         params_needed(m, lidx(m, l, 0), lidx(m, l, 0) + m->table.per_layer - 1);
         layer_forward(m, l, a, B, sl->x[j], j ? sl->layer[j - 1].r2 : sl->x[0], delta);
-        o->linear_fwd(be, m->scratch_c, NULL, a->fch, lw(m, l, P_FC2W), row_bias(m, l, P_FC2B),
-                      N, F, C);
-        delta = tp_finish(m, m->scratch_c, m->scratch_sp, R, C);
+        delta = row_linear_fwd(m, a->fch, lw(m, l, P_FC2W), row_bias(m, l, P_FC2B), N, F, C);
     }
     const void *last = n ? sl->layer[n - 1].r2 : sl->x[0];
     if (lt_model_chunk_last(m, c)) {
@@ -619,24 +734,23 @@ static void recompute_layer(LtModel *m, int l, LtLayerActs *a, void *x, int B) {
         layer_forward(m, l, a, B, x, x, NULL);
 }
 
-/* Backward of the MLP of layer l from dout (the layer output's gradient, all
- * N rows) into m->dc (the gradient of ln2, partial over TP). */
-static void mlp_backward(LtModel *m, int l, LtLayerActs *a, const void *dout, int N) {
+/* Backward of the MLP of layer l from dres (the layer output's gradient,
+ * this rank's rows) into the gradient of ln2, summed over TP; returns where
+ * this rank's rows of it are. */
+static void *mlp_backward(LtModel *m, int l, LtLayerActs *a, void *dres, int N) {
     LtBackend *be = m->be;
-    const LtBackendOps *o = be->ops;
     const int C = m->d.hidden, F = m->ffn_local;
     if (is_llama(m)) {
-        o->linear_bwd(be, m->dff, lg(m, l, P_FC2W), NULL, dout, a->fch, lw(m, l, P_FC2W), NULL, N,
-                      F, C);
-        o->swiglu_bwd(be, m->dgu, a->fch_pre, m->dff, N, F);
-        o->linear_bwd(be, m->dc, lg(m, l, P_FCW), NULL, m->dgu, a->ln2, lw(m, l, P_FCW), NULL, N,
-                      C, 2 * F);
-    } else {
-        o->linear_bwd(be, m->dff, lg(m, l, P_FC2W), lg(m, l, P_FC2B), dout, a->fch,
-                      lw(m, l, P_FC2W), a->fch_pre, N, F, C);
-        o->linear_bwd(be, m->dc, lg(m, l, P_FCW), lg(m, l, P_FCB), m->dff, a->ln2, lw(m, l, P_FCW),
-                      NULL, N, C, F);
+        row_linear_bwd(m, m->dff, lg(m, l, P_FC2W), NULL, dres, a->fch, lw(m, l, P_FC2W), NULL, N,
+                       F, C);
+        be->ops->swiglu_bwd(be, m->dgu, a->fch_pre, m->dff, N, F);
+        return col_linear_bwd(m, lg(m, l, P_FCW), NULL, m->dgu, a->ln2, lw(m, l, P_FCW), N, C,
+                              2 * F);
     }
+    row_linear_bwd(m, m->dff, lg(m, l, P_FC2W), lg(m, l, P_FC2B), dres, a->fch, lw(m, l, P_FC2W),
+                   a->fch_pre, N, F, C);
+    return col_linear_bwd(m, lg(m, l, P_FCW), lg(m, l, P_FCB), m->dff, a->ln2, lw(m, l, P_FCW), N,
+                          C, F);
 }
 
 void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
@@ -653,20 +767,16 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
         LtLayerActs *a = &sl->layer[j];
         if (m->recompute) recompute_layer(m, l, a, sl->x[j], B);
         /* dres = d(output of layer l) flows to both mlp_out and r2 */
-        void *dout = grad_full(m, dres, R, C);
-        mlp_backward(m, l, a, dout, N);
-        void *dln = tp_finish(m, m->dc, m->scratch_sp, R, C);
+        void *dln = mlp_backward(m, l, a, dres, N);
         norm_bwd(m, dres, lg(m, l, P_LN2W), lg(m, l, P_LN2B), dln, a->r2, lw(m, l, P_LN2W),
                  a->mean2, a->rstd2, R, C);
         /* dres = d(r2) flows to both the attention projection and the layer input */
-        dout = grad_full(m, dres, R, C);
-        o->linear_bwd(be, m->dc, lg(m, l, P_PROJW), lg(m, l, P_PROJB), dout, a->atty,
-                      lw(m, l, P_PROJW), NULL, N, CL, C);
+        row_linear_bwd(m, m->dc, lg(m, l, P_PROJW), lg(m, l, P_PROJB), dres, a->atty,
+                       lw(m, l, P_PROJW), NULL, N, CL, C);
         o->attention_bwd(be, m->d3c, m->dc, a->qkv, a->atty, a->lse, B, T, NH, NKV, HD);
         if (m->rope_cs) o->rope(be, m->d3c, m->rope_cs, B, T, NH, NKV, HD, 1); /* d(pre-RoPE) */
-        o->linear_bwd(be, m->dc, lg(m, l, P_QKVW), lg(m, l, P_QKVB), m->d3c, a->ln1,
-                      lw(m, l, P_QKVW), NULL, N, C, m->qkv_local);
-        dln = tp_finish(m, m->dc, m->scratch_sp, R, C);
+        dln = col_linear_bwd(m, lg(m, l, P_QKVW), lg(m, l, P_QKVB), m->d3c, a->ln1,
+                             lw(m, l, P_QKVW), N, C, m->qkv_local);
         norm_bwd(m, dres, lg(m, l, P_LN1W), lg(m, l, P_LN1B), dln, sl->x[j], lw(m, l, P_LN1W),
                  a->mean1, a->rstd1, R, C);
         grads_ready(m, lidx(m, l, 0), lidx(m, l, 0) + m->table.per_layer - 1);

@@ -508,8 +508,10 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
             lt_comm_all_reduce(lt_comm_host(r.dp), stop, 2, LT_COMM_I32, LT_COMM_MAX);
             lt_comm_all_reduce(lt_comm_host(r.tp), stop, 2, LT_COMM_I32, LT_COMM_MAX);
             lt_comm_all_reduce(lt_comm_host(r.pp), stop, 2, LT_COMM_I32, LT_COMM_MAX);
-            g_stop_signal = stop[0];
         }
+        /* decided on the agreed value: a signal that arrives during the
+         * reduction stays in g_stop_signal for the next step's (writing the
+         * agreed value back would lose it, and this rank would train on) */
         if (stop[1]) {
             if (data_err[0]) /* the rank(s) that met it say what and where */
                 fprintf(stderr, "lattice: error: [rank %d] data.train_path: step %ld: %s\n",
@@ -520,10 +522,10 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
             exit_code = LT_EXIT_INPUT;
             break;
         }
-        if (g_stop_signal) {
-            lt_log("received signal %d after step %ld: stopping\n", (int)g_stop_signal, step + 1);
+        if (stop[0]) {
+            lt_log("received signal %d after step %ld: stopping\n", (int)stop[0], step + 1);
             step++;
-            exit_code = 128 + (int)g_stop_signal;
+            exit_code = 128 + (int)stop[0];
             break;
         }
     }
