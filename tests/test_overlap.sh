@@ -78,6 +78,13 @@ if run tp2_off $TP2 && run tp2_on $TP2 parallel.tp_comm_overlap=true &&
    err=$(close tp2_off tp2_on 2>&1); then
   pass tp_comm_overlap_tp2_close
 else fail tp_comm_overlap_tp2_close "$(echo "${err:-run failed}" | tail -1)"; fi
+# four TP ranks (dp 2): blocks from three peers arrive while a GEMM runs
+TP4="parallel.tensor_model_parallel_size=4 parallel.pipeline_model_parallel_size=1 model.num_layers=2
+     optimizer.zero_stage=1"
+if run tp4_off $TP4 && run tp4_on $TP4 parallel.tp_comm_overlap=true &&
+   err=$(close tp4_off tp4_on 2>&1); then
+  pass tp_comm_overlap_tp4_close
+else fail tp_comm_overlap_tp4_close "$(echo "${err:-run failed}" | tail -1)"; fi
 if run tpov_z1 optimizer.zero_stage=1 parallel.tp_comm_overlap=true &&
    err=$(close off_z1 tpov_z1 2>&1); then
   pass tp_comm_overlap_tp2_pp2_dp2_close

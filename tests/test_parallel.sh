@@ -110,6 +110,15 @@ for rc in full selective; do
   else fail "${name}_matches_single_process" "$(echo "$err" | tail -1)"; fi
 done
 
+# ---- every overlap switch on (tp 4 x dp 2, SP, ZeRO 1) still trains the model of one
+# process (tp_comm_overlap rounds small GEMM blocks differently: within 1e-5 all the same)
+name=tp4_dp2_zero1_sp_all_overlap
+if run "$name" 8 optimizer.zero_stage=1 parallel.tensor_model_parallel_size=4 \
+     parallel.sequence_parallel=true parallel.tp_comm_overlap=true parallel.bucket_size=20000 \
+     parallel.overlap_grad_reduce=true parallel.overlap_param_gather=true &&
+   err=$(compare ref "$name" 1e-5 1e-5 2>&1); then pass "${name}_matches_single_process"
+else fail "${name}_matches_single_process" "$(echo "$err" | tail -1)"; fi
+
 # ---- a checkpoint written in one layout resumes in another -------------------------
 # (steps 1-5 in one layout, 6-10 in another; the schedule is pinned to 10 steps)
 reshard() { # name np_a overrides_a -- np_b overrides_b
