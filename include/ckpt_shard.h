@@ -66,7 +66,9 @@ typedef struct LtShardFile LtShardFile;
 LtShardFile *lt_shard_open(const char *path, uint64_t want_bytes, uint32_t want_crc, char *err,
                            size_t errlen);
 void lt_shard_close(LtShardFile *f);
-size_t lt_shard_index_bytes(const LtShardFile *f); /* memory its record table holds */
+/* The size of state file `path` and its header CRC (what meta.json lists),
+ * from its header alone, checked. 0, or -1 with err naming the file. */
+int lt_shard_header(const char *path, uint64_t *bytes, uint32_t *crc, char *err, size_t errlen);
 
 /* The global shape recorded for tensor `name` ("param/h.0.attn.qkv.weight");
  * 0 and shape[0..2) (a 1-D tensor has shape[1] = 1), or -1 when the file has

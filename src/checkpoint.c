@@ -174,19 +174,12 @@ static int list_files(Text *js, const char *tmp, const LtCkptLayout *l, char *er
                 char name[96], path[PATH_MAX];
                 lt_ckpt_state_name(l, tp, pp, dp, name, sizeof name);
                 if (join(path, tmp, name, err, errlen)) return -1;
-                FILE *f = fopen(path, "rb");
-                unsigned char h[64];
-                struct stat st;
-                int ok = f && fstat(fileno(f), &st) == 0 && fread(h, 1, 64, f) == 64;
-                if (f) fclose(f);
-                if (!ok) return lt_errorf(err, errlen, "state file %s is missing or unreadable", path);
-                uint32_t crc = (uint32_t)h[36] | (uint32_t)h[37] << 8 | (uint32_t)h[38] << 16 |
-                               (uint32_t)h[39] << 24;
-                if (crc != lt_crc32(0, h, 36))
-                    return lt_errorf(err, errlen, "state file %s has a corrupt header", path);
+                uint64_t bytes;
+                uint32_t crc;
+                if (lt_shard_header(path, &bytes, &crc, err, errlen)) return -1;
                 text_add(js, "%s\n    {\"name\": \"%s\", \"tp\": %d, \"pp\": %d, \"dp\": %d, "
                              "\"bytes\": %lld, \"crc32\": %u}",
-                         first ? "" : ",", name, tp, pp, dp, (long long)st.st_size, (unsigned)crc);
+                         first ? "" : ",", name, tp, pp, dp, (long long)bytes, (unsigned)crc);
                 first = 0;
             }
     text_add(js, "\n  ],\n");
@@ -586,20 +579,23 @@ static int shards_open(const char *stepdir, const MetaInfo *mi, const LtParamTab
     int rc = 0;
     for (int i = 0; rc == 0 && i < mi->nfiles; i++) {
         char path[PATH_MAX];
-        /* every listed file is there and of its recorded size, opened or not */
-        struct stat st;
-        if (join(path, stepdir, mi->files[i].name, err, errlen)) rc = -1;
-        else if (stat(path, &st) != 0)
-            rc = lt_errorf(err, errlen, "%s: %s (meta.json lists it)", path, strerror(errno));
-        else if (mi->files[i].bytes && (uint64_t)st.st_size != mi->files[i].bytes)
-            rc = lt_errorf(err, errlen, "%s is %lld bytes, meta.json says %llu (truncated or replaced)",
-                           path, (long long)st.st_size, (unsigned long long)mi->files[i].bytes);
-        else if (mi->files[i].pp >= mi->layout.pp || !need[mi->files[i].pp])
-            continue;
-        else if (!(s->f[s->n] = lt_shard_open(path, mi->files[i].bytes, mi->files[i].crc, err, errlen)))
+        const struct MetaFile *mf = &mi->files[i];
+        uint64_t bytes;
+        uint32_t crc;
+        if (join(path, stepdir, mf->name, err, errlen)) {
             rc = -1;
-        else
+        } else if (mf->pp >= mi->layout.pp || !need[mf->pp]) {
+            /* not read, but there and as listed: a checkpoint is loaded whole or not at all */
+            if (lt_shard_header(path, &bytes, &crc, err, errlen)) rc = -1;
+            else if (bytes != mf->bytes || crc != mf->crc)
+                rc = lt_errorf(err, errlen, "%s is %llu bytes with header CRC %u, meta.json says "
+                               "%llu and %u (truncated or replaced)", path, (unsigned long long)bytes,
+                               (unsigned)crc, (unsigned long long)mf->bytes, (unsigned)mf->crc);
+        } else if (!(s->f[s->n] = lt_shard_open(path, mf->bytes, mf->crc, err, errlen))) {
+            rc = -1;
+        } else {
             s->n++;
+        }
     }
     free(need);
     if (rc) shards_close(s);

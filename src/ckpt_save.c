@@ -30,7 +30,6 @@ typedef struct {
     char tmp[LT_PATH_MAX + 64], path[LT_PATH_MAX + 160];
     int rc;
     int done;       /* set (atomically) by the writer when rc is final */
-    double t_start; /* when the step loop entered the save */
     double seconds; /* the write itself */
     char err[1024];
 } CkptWrite;
@@ -150,7 +149,6 @@ void lt_run_save_checkpoint(LtRun *r, long step) {
     lt_ckpt_mem_reset_peak();
     CkptWrite *w = lt_calloc(sizeof *w);
     w->cfg = c;
-    w->t_start = t_enter;
     w->meta = (LtCkptMeta){
         .step = step,
         .optimizer_steps = r->opt ? r->opt->step : step,

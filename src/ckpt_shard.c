@@ -544,7 +544,20 @@ void lt_shard_close(LtShardFile *f) {
     free(f);
 }
 
-size_t lt_shard_index_bytes(const LtShardFile *f) { return f ? f->index_bytes : 0; }
+int lt_shard_header(const char *path, uint64_t *bytes, uint32_t *crc, char *err, size_t errlen) {
+    unsigned char h[HDR_BYTES];
+    struct stat st;
+    FILE *f = fopen(path, "rb");
+    const int ok = f && fstat(fileno(f), &st) == 0 && fread(h, 1, HDR_BYTES, f) == HDR_BYTES;
+    if (f) fclose(f);
+    if (!ok) return lt_errorf(err, errlen, "state file %s is missing or unreadable", path);
+    if (memcmp(h, STATE_MAGIC, 8) != 0 || get_u32(h + 36) != lt_crc32(0, h, 36) ||
+        get_u64(h + 24) != (uint64_t)st.st_size)
+        return lt_errorf(err, errlen, "state file %s has a corrupt header or is truncated", path);
+    *bytes = (uint64_t)st.st_size;
+    *crc = get_u32(h + 36);
+    return 0;
+}
 
 /* The first piece of tensor `name` (pieces are sorted by name), or n. */
 static uint32_t first_piece(const LtShardFile *f, const char *name) {

@@ -437,22 +437,20 @@ void lt_optim_step(LtOptimizer *o, void *params, const float *grads, double lr,
     if (!o->overlap_param) lt_optim_params_wait_all(o);
 }
 
+/* Slice r of S elements of a flat space, clipped to the table's total. */
+static void table_slice(size_t total, size_t S, int r, size_t *begin, size_t *len) {
+    *begin = (size_t)r * S < total ? (size_t)r * S : total;
+    *len = total - *begin < S ? total - *begin : S;
+}
+
 void lt_optim_held_range(const LtParamTable *t, int zero_stage, int dp_size, int dp_rank,
                          size_t *begin, size_t *len) {
-    *begin = 0;
-    *len = t->total;
-    if (dp_size <= 1 || zero_stage == 0) return;
-    const size_t S = lt_optim_flat_size(t, dp_size) / (size_t)dp_size;
-    *begin = (size_t)dp_rank * S;
-    if (*begin > t->total) *begin = t->total;
-    *len = t->total - *begin < S ? t->total - *begin : S;
+    if (dp_size <= 1 || zero_stage == 0) table_slice(t->total, t->total, 0, begin, len);
+    else table_slice(t->total, lt_optim_flat_size(t, dp_size) / (size_t)dp_size, dp_rank, begin, len);
 }
 
 void lt_optim_save_range(const LtOptimizer *o, size_t *begin, size_t *len) {
-    const size_t total = o->table->total, S = o->flat / (size_t)o->dp_size;
-    *begin = (size_t)o->dp_rank * S;
-    if (*begin > total) *begin = total;
-    *len = total - *begin < S ? total - *begin : S;
+    table_slice(o->table->total, o->flat / (size_t)o->dp_size, o->dp_rank, begin, len);
 }
 
 void lt_optim_download_state(LtOptimizer *o, size_t begin, size_t len, float *master, float *m,
@@ -473,11 +471,9 @@ static void load_array(LtOptimizer *o, float *shard, const float *host, size_t n
 
 void lt_optim_load_state(LtOptimizer *o, const float *master, const float *m, const float *v,
                          long step) {
-    const size_t total = o->table->total;
-    const size_t n = o->shard_begin >= total ? 0
-                     : total - o->shard_begin < o->shard_len ? total - o->shard_begin
-                                                              : o->shard_len;
-    load_array(o, o->master, master + (o->shard_begin < total ? o->shard_begin : total), n);
+    size_t begin, n; /* the held part of the shard (the rest is padding) */
+    table_slice(o->table->total, o->shard_len, o->zero_stage ? o->dp_rank : 0, &begin, &n);
+    load_array(o, o->master, master + begin, n);
     if (m) load_array(o, o->m, m, n);
     if (v) load_array(o, o->v, v, n);
     o->step = step;

@@ -56,6 +56,13 @@ static int read_prompt(const LtConfig *cfg, int32_t *seq, int max) {
     return n;
 }
 
+/* One line: prefix, then x[0, n) separated by spaces. */
+static void print_ints(const char *prefix, const int32_t *x, int n) {
+    fputs(prefix, stdout);
+    for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", x[i]);
+    putchar('\n');
+}
+
 int lt_cmd_sample(LtConfig *cfg, const LtWorld *w) {
     if (w->world != 1) lt_input_error("sample runs as a single process (got %d ranks)", w->world);
     cfg->train.micro_batch_size = 1;
@@ -77,8 +84,7 @@ int lt_cmd_sample(LtConfig *cfg, const LtWorld *w) {
         double u = lt_uniform_at(cfg->sample.seed, 0x5a3b1e, (uint64_t)i);
         seq[len++] = sample_token(logits, V, cfg->sample.temperature, cfg->sample.top_k, u);
     }
-    for (int i = 0; i < len; i++) printf(i ? " %d" : "%d", seq[i]);
-    printf("\n");
+    print_ints("", seq, len);
     fflush(stdout);
     free(logits);
     free(seq);
@@ -96,9 +102,7 @@ int lt_cmd_logits(LtConfig *cfg, const LtWorld *w) {
     const int n = read_prompt(cfg, seq, S);
     if (n == 0) lt_input_error("logits: data.valid_path or data.train_path must hold tokens");
     float *logits = lt_malloc((size_t)V * sizeof(float));
-    printf("tokens");
-    for (int i = 0; i < n; i++) printf(" %d", seq[i]);
-    printf("\n");
+    print_ints("tokens ", seq, n);
     for (int len = 1; len <= n; len++) { /* the prediction after each prefix */
         lt_model_next_logits(r.model, seq, len, logits);
         for (int v = 0; v < V; v++) printf(v ? " %.9g" : "%.9g", logits[v]);
