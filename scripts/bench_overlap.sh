@@ -8,7 +8,8 @@
 # data-parallel busy time beside them (comm_dp_busy: also what the worker ran
 # behind compute). Layouts with tp > 1 run with sequence parallelism and add
 # a case with parallel.tp_comm_overlap (also in "all"), and the tp busy time.
-# Model and sizes: MODEL (overrides), STEPS, WARMUP.
+# Model and sizes: MODEL (overrides), STEPS, WARMUP; CASES (e.g. "off all")
+# runs only those cases.
 # Example: LAYOUTS="1:1:2:1 1:2:2:1 2:1:1:0" scripts/bench_overlap.sh build
 set -eu
 BUILD=${1:-build}
@@ -41,6 +42,7 @@ for l in $LAYOUTS; do
   sp=""
   [ "$tp" -gt 1 ] && { cases="$cases tp_comm"; sp="parallel.sequence_parallel=true"; }
   cases="$cases all"
+  [ -n "${CASES:-}" ] && cases=$CASES
   for c in $cases; do
     sw=""
     case $c in
