@@ -115,7 +115,7 @@ else fail overlap_metrics_exposed_and_busy "time_ms lacks exposed/busy communica
 # ZeRO 1, 2 ranks on the 2 cores; medians over 25 steps after warm-up):
 # asserted loosely: at least 25% less, with up to 3 attempts. On 2 cores each
 # rank's worker thread takes its time from that rank's compute, and what stays
-# exposed is mostly the ranks waiting for each other; 13 runs on the idle
+# exposed is mostly the ranks waiting for each other; 15 runs on the idle
 # machine measured 21-45% less, median 37% (bench/2026-11-24-cpu-overlap.md)
 hid="" figures=""
 for attempt in 1 2 3; do
