@@ -85,6 +85,17 @@ typedef struct {
      * CUDA, for code that enqueues work of its own in order with the ops (NCCL). */
     void *(*native_stream)(LtBackend *be, LtStream *s);
 
+    /* ---- timing on the device (optional: NULL where every op runs on the calling
+     * thread and the host's clock times it, as on the CPU) ----
+     * timer_create: an event that takes a timestamp (freed by event_destroy);
+     * timer_record: takes it when stream s reaches this point, also while the
+     * stream is being captured (the graph then takes it at each launch);
+     * timer_elapsed: the seconds from a to b: 1 when both were taken, 0 while
+     * either is still pending, -1 when the device cannot tell. */
+    LtEvent *(*timer_create)(LtBackend *be);
+    void (*timer_record)(LtBackend *be, LtEvent *e, LtStream *s);
+    int (*timer_elapsed)(LtBackend *be, LtEvent *a, LtEvent *b, double *seconds);
+
     /* ---- graphs (optional: NULL where the backend cannot capture) ----
      * Ops issued on the current stream between capture_begin and capture_end
      * are recorded, not run; graph_launch runs them again with the same

@@ -144,6 +144,10 @@ const char *lt_comm_name(const LtComm *c);
  * communication time a rank could not hide. With NCCL the device runs the
  * operations asynchronously, so this is only the host's share there. */
 double lt_comm_busy_seconds(const LtComm *c);
+/* The part of lt_comm_busy_seconds spent in operations on host buffers (its
+ * host companion's, or all of it for a host group): what device timers do not
+ * see (devclock.h). */
+double lt_comm_host_busy_seconds(const LtComm *c);
 /* Seconds this group's communication was under way: the calling threads'
  * time in its operations (as lt_comm_busy_seconds, without the waits for the
  * background companion) plus the time its background worker spent running
@@ -168,6 +172,10 @@ double lt_comm_work_seconds(const LtComm *c);
  *     c itself (staging is synchronous: no overlap there).
  * Freed with c. */
 const LtComm *lt_comm_background(const LtComm *c);
+/* Time c's operations on the device as communication of kind `kind` (an
+ * exposed kind of devclock.h: LT_CLK_TP, _DP or _PP; -1: not timed), with its
+ * background companion's. Only device groups' operations are timed there. */
+void lt_comm_set_clock_kind(const LtComm *c, int kind);
 /* Global (world) rank of group rank r; -1 when out of range. */
 int lt_comm_global_rank(const LtComm *c, int r);
 size_t lt_comm_type_size(LtCommType t);

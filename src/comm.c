@@ -24,6 +24,7 @@
 
 #include "comm_internal.h"
 #include "common.h"
+#include "devclock.h"
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((LtCommRequest *)0)->handle),
                "LtCommRequest.handle cannot hold an MPI_Request");
@@ -54,6 +55,8 @@ static LtComm *comm_new(const char *name) {
     c->lib = LT_COMM_LIB_MPI;
     c->host = c;
     c->impl = &lt_comm_mpi_impl;
+    c->clock_kind = -1;
+    c->batch_span = -1;
     return c;
 }
 
@@ -289,6 +292,14 @@ double lt_comm_busy_seconds(const LtComm *c) {
            (c->bg ? c->bg->busy_s : 0.0);
 }
 
+double lt_comm_host_busy_seconds(const LtComm *c) {
+    if (!c) return 0.0;
+    double s = c->device ? 0.0 : c->busy_s;
+    if (c->host && c->host != c && !c->host->device) s += c->host->busy_s;
+    if (c->bg && !c->bg->device) s += c->bg->busy_s;
+    return s;
+}
+
 double lt_comm_work_seconds(const LtComm *c) {
     if (!c) return 0.0;
     double s = c->busy_s + (c->host && c->host != c ? c->host->busy_s : 0.0);
@@ -318,15 +329,48 @@ static void stream_leave(const LtComm *c, LtStream *prev) {
     if (c->stream) c->be->ops->set_stream(c->be, prev);
 }
 
+/* ---- device timing (devclock.h) ----
+ * A device group's operation is a span on the stream it is issued on: busy
+ * time, and exposed time too when that is the compute stream (the compute
+ * waits for it there). Its finish is a span on the then-current stream:
+ * exposed time (what the compute stream waited for an operation of another
+ * stream, or the host for a staged one). A batch is one span. Host groups'
+ * operations block the host, whose clock times them (busy_s). */
+static int clock_begin(const LtComm *c, LtStream *s) {
+    if (!c->device || c->clock_kind < 0 || c->in_batch) return -1;
+    return lt_devclock_begin(s);
+}
+
+/* End span h of c's: issued on c's own stream (busy) or the compute stream
+ * (busy and exposed); wait: a finish (exposed). */
+static void clock_end(const LtComm *c, int h, int wait) {
+    if (h < 0) return;
+    const unsigned busy = LT_CLK(LT_CLK_BUSY_OF(c->clock_kind)), exposed = LT_CLK(c->clock_kind);
+    if (wait)
+        lt_devclock_end(h, c->stream ? exposed : exposed | busy, NULL);
+    else
+        lt_devclock_end(h, c->stream ? busy : exposed | busy, c->stream);
+}
+
+void lt_comm_set_clock_kind(const LtComm *c, int kind) {
+    if (!c) return;
+    LtComm *g = (LtComm *)c; /* a group's own setting, like its busy time */
+    g->clock_kind = kind;
+    if (g->bg) g->bg->clock_kind = kind;
+}
+
 /* An implementation's operation for request r: charged to its group, on the
- * group's stream when it has one, and its span when tracing. */
+ * group's stream when it has one, timed on the device, and its span when
+ * tracing. */
 #define DISPATCH(r, call)                                                                   \
     do {                                                                                    \
         const LtComm *c_ = (r)->comm;                                                       \
         const int traced_ = lt_trace_on();                                                  \
         const int64_t tt0_ = traced_ ? lt_trace_now() : 0;                                  \
         LtStream *prev_ = stream_enter(c_);                                                 \
+        const int clk_ = clock_begin(c_, c_->stream);                                       \
         CHARGED(c_, call);                                                                  \
+        clock_end(c_, clk_, 0);                                                             \
         stream_leave(c_, prev_);                                                            \
         if (traced_) trace_started((r), tt0_);                                              \
     } while (0)
@@ -462,12 +506,19 @@ LtCommRequest lt_comm_recv_start(const LtComm *c, void *buf, size_t count, LtCom
 
 void lt_comm_batch_begin(const LtComm *c) {
     op_begin(c, "batch", 0, LT_COMM_U8);
+    LtComm *g = (LtComm *)c; /* the group's batch state, like its busy time */
+    g->batch_span = clock_begin(c, c->stream);
+    g->in_batch = 1;
     if (c->impl->batch_begin) c->impl->batch_begin(c);
 }
 
 void lt_comm_batch_end(const LtComm *c) {
     op_begin(c, "batch", 0, LT_COMM_U8);
     if (c->impl->batch_end) CHARGED(c, c->impl->batch_end(c));
+    LtComm *g = (LtComm *)c;
+    g->in_batch = 0;
+    clock_end(c, g->batch_span, 0);
+    g->batch_span = -1;
 }
 
 static void req_clear(LtCommRequest *r) {
@@ -477,7 +528,9 @@ static void req_clear(LtCommRequest *r) {
 
 void lt_comm_finish(LtCommRequest *r) {
     if (!r->active) return;
+    const int clk = clock_begin(r->comm, NULL);
     CHARGED(r->comm, r->comm->impl->finish(r));
+    clock_end(r->comm, clk, 1);
     if (r->trace.row || r->trace.nvtx) trace_done(r);
     req_clear(r);
 }
@@ -485,7 +538,9 @@ void lt_comm_finish(LtCommRequest *r) {
 int lt_comm_test(LtCommRequest *r) {
     if (!r->active) return 1;
     int done;
+    const int clk = clock_begin(r->comm, NULL);
     CHARGED(r->comm, done = r->comm->impl->test(r));
+    clock_end(r->comm, clk, 1);
     if (!done) return 0;
     if (r->trace.row || r->trace.nvtx) trace_done(r);
     req_clear(r);

@@ -34,6 +34,10 @@ struct LtComm {
                      * (lt_comm_busy_seconds) */
     LtComm *bg;     /* the background companion (lt_comm_background), once made */
     LtStream *stream; /* NCCL background companion: the stream it issues on */
+    int clock_kind;   /* device groups: the exposed kind (devclock.h) their operations
+                       * are timed for; -1: not timed */
+    int in_batch;     /* a batch is open (its operations are timed as one span) */
+    int batch_span;   /* that span's handle (devclock.h) */
 };
 
 /* An implementation. The front end calls the operations only on a member of

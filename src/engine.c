@@ -101,8 +101,11 @@ static void resolve_comm(LtRun *r) {
             lt_input_error("comm.backend=nccl: NCCL moves GPU buffers, but this run uses the "
                            "CPU backend (train.device=%s); use comm.backend=mpi or auto",
                            lt_device_name(c->train.device));
-        r->comm_device = 0;
+        /* (with LT_CPU_DEVICE_TIMERS, a test hook: device groups of host memory, so
+         * that the step is timed as on a GPU, communication included) */
+        r->comm_device = r->be->ops->timer_create != NULL;
         r->comm_lib = LT_COMM_LIB_MPI;
+        r->comm_why = "the CPU backend's device timers (LT_CPU_DEVICE_TIMERS): host memory";
         return;
     }
     r->comm_device = 1;

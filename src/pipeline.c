@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "devclock.h"
 #include "schedule.h"
 #include "trace.h"
 
@@ -137,7 +138,9 @@ static void slot_wait(LtPipeline *p, int s, int grad) {
     LT_TRACE_BEGIN("pipeline wait", "\"receives\": %d, \"bytes\": %zu", 1,
                    lt_act_bytes(p->m->be, p->m->boundary));
     const double busy0 = lt_comm_busy_seconds(p->pp);
+    const int clk = lt_devclock_begin(NULL);
     lt_comm_finish(grad ? &p->pend_grad[s] : &p->pend_act[s]);
+    lt_devclock_end(clk, LT_CLK(LT_CLK_BUBBLE), NULL);
     p->bubble_s += lt_comm_busy_seconds(p->pp) - busy0;
     LT_TRACE_END();
 }
@@ -219,7 +222,9 @@ static double pass_forward(LtPipeline *p, const char *name, int c, int s, int mb
                            void *out) {
     LT_TRACE_BEGIN(name, PASS_ARGS, mb, c, p->rank);
     const double t0 = lt_now();
+    const int clk = lt_devclock_begin(NULL);
     lt_model_chunk_forward(p->m, c, s, tokens, targets, grad_scale, out);
+    lt_devclock_end(clk, LT_CLK(LT_CLK_FORWARD), NULL);
     const double dt = lt_now() - t0;
     LT_TRACE_END();
     return dt;
@@ -228,7 +233,9 @@ static double pass_forward(LtPipeline *p, const char *name, int c, int s, int mb
 static double pass_backward(LtPipeline *p, int c, int s, int mb, void *din) {
     LT_TRACE_BEGIN("backward", PASS_ARGS, mb, c, p->rank);
     const double t0 = lt_now();
+    const int clk = lt_devclock_begin(NULL);
     lt_model_chunk_backward(p->m, c, s, din);
+    lt_devclock_end(clk, LT_CLK(LT_CLK_BACKWARD), NULL);
     const double dt = lt_now() - t0;
     LT_TRACE_END();
     return dt;
@@ -261,6 +268,9 @@ static void exchange(LtPipeline *p, const LtAction *acts, int i, int end, int ev
     }
     int nr = 0;
     const int defer = p->post_ahead && !eval; /* receives waited for where they are read */
+    /* on the device, a batch's operations run together (NCCL): the compute
+     * stream's wait through a batch that receives is the bubble there */
+    const int clk = eval ? -1 : lt_devclock_begin(NULL);
     lt_comm_batch_begin(p->pp);
     for (; i < end; i++) {
         const LtAction *a = &acts[i];
@@ -293,6 +303,7 @@ static void exchange(LtPipeline *p, const LtAction *acts, int i, int end, int ev
     }
     lt_comm_batch_end(p->pp);
     recv_wait(p, nr, eval);
+    lt_devclock_end(clk, nr ? LT_CLK(LT_CLK_BUBBLE) : 0, NULL);
 }
 
 void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targets,

@@ -16,6 +16,7 @@
 
 #include "checkpoint.h"
 #include "common.h"
+#include "devclock.h"
 #include "engine.h"
 #include "metrics.h"
 #include "mllog.h"
@@ -135,9 +136,11 @@ static void run_step_body(LtRun *r, LtGraph **graph, int first, const int32_t *i
     }
     if (!*graph) {
         char err[256];
+        lt_devclock_capture(1); /* the passes' timers are the graph's */
         be->ops->capture_begin(be);
         step_body(r, in, tgt, stats_dev, grad_scale);
         *graph = be->ops->capture_end(be, err, sizeof err);
+        lt_devclock_capture(0);
         if (!*graph)
             lt_fatal("train.cuda_graph: capturing the step failed: %s (run with "
                      "train.cuda_graph=false)", err);
@@ -250,21 +253,44 @@ static void spike_window_push(SpikeWindow *sw, double loss) {
 
 /* Seconds so far of the TP, DP and PP (with the embedding group's)
  * communication: out[0..2] the training thread was blocked in it (exposed),
- * out[3..5] it was under way (busy: also what a worker ran behind compute). */
-static void comm_busy(const LtRun *r, double out[6]) {
+ * out[3..5] it was under way (busy: also what a worker ran behind compute),
+ * out[6..8] the training thread was blocked in it on host buffers (what the
+ * device timers do not see). */
+static void comm_busy(const LtRun *r, double out[9]) {
     out[0] = lt_comm_busy_seconds(r->tp);
     out[1] = lt_comm_busy_seconds(r->dp);
     out[2] = lt_comm_busy_seconds(r->pp) + lt_comm_busy_seconds(r->emb);
     out[3] = lt_comm_work_seconds(r->tp);
     out[4] = lt_comm_work_seconds(r->dp);
     out[5] = lt_comm_work_seconds(r->pp) + lt_comm_work_seconds(r->emb);
+    out[6] = lt_comm_host_busy_seconds(r->tp);
+    out[7] = lt_comm_host_busy_seconds(r->dp);
+    out[8] = lt_comm_host_busy_seconds(r->pp) + lt_comm_host_busy_seconds(r->emb);
+}
+
+/* The step's times from the device timers (devclock.h; dev in seconds): the
+ * passes, phases, bubble and device-buffer communication as the device ran
+ * them, plus the host-buffer communication the host's clock timed (hb). */
+static void device_times(LtStepTimes *st, const double dev[LT_CLK_KINDS], const double hb[3]) {
+    st->forward = dev[LT_CLK_FORWARD] * 1e3;
+    st->backward = dev[LT_CLK_BACKWARD] * 1e3;
+    st->grads = dev[LT_CLK_GRADS] * 1e3;
+    st->optimizer = dev[LT_CLK_OPTIMIZER] * 1e3;
+    st->bubble = dev[LT_CLK_BUBBLE] * 1e3;
+    st->comm_tp = (dev[LT_CLK_TP] + hb[0]) * 1e3;
+    st->comm_dp = (dev[LT_CLK_DP] + hb[1]) * 1e3;
+    st->comm_pp = (dev[LT_CLK_PP] + hb[2] - dev[LT_CLK_BUBBLE]) * 1e3;
+    st->comm_tp_busy = (dev[LT_CLK_TP_BUSY] + hb[0]) * 1e3;
+    st->comm_dp_busy = (dev[LT_CLK_DP_BUSY] + hb[1]) * 1e3;
+    st->comm_pp_busy = (dev[LT_CLK_PP_BUSY] + hb[2]) * 1e3;
 }
 
 /* Where the step of dt seconds went (metrics.h), from the pipeline's pass
- * times, the phases the loop timed and the groups' time since busy0. */
-static LtStepTimes step_times(LtRun *r, const double busy0[6], double dt, double data_s,
-                              double grads_s, double optim_s) {
-    double fwd, bwd, bubble, busy[6];
+ * times, the phases the loop timed and the groups' time since busy0 - or,
+ * where dev is not NULL, from the device timers. */
+static LtStepTimes step_times(LtRun *r, const double busy0[9], double dt, double data_s,
+                              double grads_s, double optim_s, const double *dev) {
+    double fwd, bwd, bubble, busy[9];
     lt_pipeline_take_times(r->pipe, &fwd, &bwd, &bubble);
     comm_busy(r, busy);
     LtStepTimes st = {.forward = fwd * 1e3, .backward = bwd * 1e3, .grads = grads_s * 1e3,
@@ -276,6 +302,10 @@ static LtStepTimes step_times(LtRun *r, const double busy0[6], double dt, double
                       .comm_pp_busy = (busy[5] - busy0[5]) * 1e3};
     /* the bubble is pipeline-group time, between the passes: out of comm_pp and other
      * (comm_pp_busy keeps it: the receives were under way) */
+    if (dev) {
+        const double hb[3] = {busy[6] - busy0[6], busy[7] - busy0[7], busy[8] - busy0[8]};
+        device_times(&st, dev, hb);
+    }
     if (st.comm_pp < 0) st.comm_pp = 0;
     st.other = dt * 1e3 - st.forward - st.backward - st.grads - st.optimizer - st.data - st.bubble;
     if (st.other < 0) st.other = 0; /* clock granularity */
@@ -369,7 +399,17 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     lt_mllog(LT_MLLOG_START, "run_start", "null", NULL);
     snprintf(mmeta, sizeof mmeta, "\"samples_count\": %ld", step * (long)G);
     lt_mllog(LT_MLLOG_START, "block_start", "null", mmeta);
-    double t_next = t_run_start, busy_next[6];
+    double t_next = t_run_start, busy_next[9];
+    /* a GPU's step is timed on the device (devclock.h): its groups' operations
+     * count for their kind */
+    if (lt_devclock_start(be)) {
+        lt_comm_set_clock_kind(r.tp, LT_CLK_TP);
+        lt_comm_set_clock_kind(r.dp, LT_CLK_DP);
+        lt_comm_set_clock_kind(r.pp, LT_CLK_PP);
+        lt_comm_set_clock_kind(r.emb, LT_CLK_PP);
+        lt_log("time       the step breakdown is measured on the device (timers on its "
+               "streams)\n");
+    }
     comm_busy(&r, busy_next); /* with t_next: the start of the interval a step is timed over */
     if (step < cfg->train.steps && fetch_step(&r, step, rows, err, sizeof err))
         lt_input_error("data.train_path: step %ld: %s", step + 1, err);
@@ -380,15 +420,19 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         const unsigned long waits0 = be->host_waits;
         lt_watchdog_set_step(step + 1);
         LT_TRACE_BEGIN("step", "\"step\": %ld", step + 1);
+        lt_devclock_set_active(1);
         split_rows(rows, local, S, in, tgt); /* micro batch j: rows j*mbs .. */
         run_step_body(&r, &graph, step == r.start_step, in, tgt, stats_dev,
                       (float)(1.0 / tokens_step));
         const double t_grads = lt_now();
         LT_TRACE_BEGIN("grads", NULL);
+        int clk = lt_devclock_begin(NULL);
         lt_grads_finalize(r.grads);
+        lt_devclock_end(clk, LT_CLK(LT_CLK_GRADS), NULL);
         LT_TRACE_END();
         const double t_optim = lt_now();
         LT_TRACE_BEGIN("optimizer", NULL);
+        clk = lt_devclock_begin(NULL);
         inject_nonfinite(&r, &inject, step, stats_dev);
         double spike_loss = 0.0, spike_z = 0.0;
         const int spike = sw.cap && loss_spike(&r, &sw, stats_dev, tokens_step, &spike_loss, &spike_z);
@@ -397,6 +441,8 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         lt_optim_step(r.opt, r.model->params, r.model->grads, lr, 1.0,
                       lt_optim_clip_coef(r.opt, stats_dev + 1, cfg->optimizer.clip_grad));
         lt_grads_sync_tied(r.grads);
+        lt_devclock_end(clk, LT_CLK(LT_CLK_OPTIMIZER), NULL);
+        lt_devclock_set_active(0);
         LT_TRACE_END();
         const double t_optim_end = lt_now();
         /* the step's one host wait; its loss and gradient norm come back with it */
@@ -405,6 +451,8 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         lt_watchdog_enter("the step's device synchronisation", NULL, -1);
         be->ops->synchronize(be);
         lt_watchdog_leave();
+        double dev[LT_CLK_KINDS] = {0};
+        const int dev_timed = lt_devclock_collect(dev);
         if (be->host_waits - waits0 > max_waits) max_waits = be->host_waits - waits0;
         double loss_sum = stats[0]; /* (0 off the last pipeline stage) */
         lt_comm_all_reduce(lt_comm_host(r.dp), &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);
@@ -432,7 +480,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         double dt = lt_now() - t0;
         times[ntimes++] = dt;
         LtStepTimes st = step_times(&r, busy_next, dt, data_s, t_optim - t_grads,
-                                    t_optim_end - t_optim);
+                                    t_optim_end - t_optim, dev_timed ? dev : NULL);
         double tflops = flops_step / dt / 1e12 / w->world;
         double mfu = r.peak_tflops > 0 ? tflops / r.peak_tflops : 0.0;
         lt_metrics_train(&mf, step + 1, loss, lr, norm, tokens_step / dt, tflops, mfu, dt * 1e3,
@@ -564,6 +612,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         exit_code = LT_EXIT_INPUT;
     }
     lt_model_set_loss_acc(r.model, NULL);
+    lt_devclock_stop();
     if (graph) be->ops->graph_destroy(be, graph);
     free(rows);
     be->ops->host_free(be, in);

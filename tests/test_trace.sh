@@ -5,7 +5,8 @@
 # schedule's forward and backward spans, the groups' collectives, the
 # pipeline's sends and receives, spans nested or disjoint on every row; no
 # file without the key, this rank's own file when a run fails, refusals;
-# the bubble in the metrics (adds up with the other parts, 0 with pp 1); and
+# the bubble in the metrics (adds up with the other parts, 0 with pp 1); the
+# breakdown taken from device timers (as on a GPU) on tp 2 x pp 2 x dp 2; and
 # scripts/plot_metrics.py's PNG and its refusals.
 set -u
 BUILD=$1
@@ -109,6 +110,39 @@ if $MPI -np 8 "$LT" train $BASE parallel.tensor_model_parallel_size=2 \
     pass trace_no_leftovers
 else
   fail trace_tp2_pp2_dp2 "run failed: $(tail -3 "$T/tpd.log")"
+fi
+
+# ---- the breakdown from device timers (devclock.h; a GPU's) -------------------------
+# LT_CPU_DEVICE_TIMERS=1 gives the CPU backend timers, so the step is timed as
+# on a GPU: tp 2 x pp 2 x dp 2 with sequence parallelism, ZeRO 1 and the
+# overlap switches, against the same run timed by the host: the same losses,
+# and figures that hold together (the parts add up to the step, so nothing is
+# counted twice; tensor-parallel time lies inside the passes; every kind of
+# communication is seen)
+DEVT="parallel.tensor_model_parallel_size=2 parallel.pipeline_model_parallel_size=2
+      parallel.sequence_parallel=true optimizer.zero_stage=1 parallel.overlap_grad_reduce=true
+      parallel.overlap_param_gather=true parallel.overlap_p2p_comm=true"
+if $MPI -np 8 "$LT" train $BASE $DEVT logging.metrics_file="$T/host.jsonl" >"$T/host.log" 2>&1 &&
+   LT_CPU_DEVICE_TIMERS=1 $MPI -np 8 -x LT_CPU_DEVICE_TIMERS "$LT" train $BASE $DEVT \
+     logging.metrics_file="$T/dev.jsonl" >"$T/dev.log" 2>&1; then
+  if grep -q "step breakdown is measured on the device" "$T/dev.log" &&
+     ! grep -q "measured on the device" "$T/host.log" &&
+     err=$(check_bubble "$T/dev.jsonl" 2 2>&1) &&
+     err=$(timeout 60 python3 - "$T/host.jsonl" "$T/dev.jsonl" 2>&1 <<'PY'
+import json, sys
+host, dev = ([r for r in map(json.loads, open(p)) if not r.get('eval')] for p in sys.argv[1:])
+assert [(r['loss'], r['grad_norm']) for r in host] == [(r['loss'], r['grad_norm']) for r in dev], 'losses differ'
+for r in dev:
+    t = r['time_ms']
+    for k in ('forward', 'backward', 'bubble', 'comm_tp', 'comm_tp_busy', 'comm_dp_busy', 'comm_pp_busy'):
+        assert t[k] > 0, (r['step'], k, t)
+    assert t['comm_tp'] <= t['forward'] + t['backward'] + 0.05, ('tp outside the passes', t)
+    assert t['comm_tp'] <= t['comm_tp_busy'] + 0.05, ('exposed beyond busy', t)
+PY
+); then pass device_timed_breakdown
+  else fail device_timed_breakdown "$(echo "${err:-no 'measured on the device' line}" | tail -2)"; fi
+else
+  fail device_timed_breakdown "run failed: $(tail -3 "$T/host.log" "$T/dev.log")"
 fi
 
 # ---- interleaved: pp 2 x vpp 2, 4 micro batches -------------------------------------

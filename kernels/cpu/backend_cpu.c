@@ -66,6 +66,12 @@ static const LtBackendOps cpu_ops = {
     .add_f32 = cpu_add_f32,
 };
 
+/* Test hook: with LT_CPU_DEVICE_TIMERS=1 the backend has timers (host
+ * timestamps), so the step's device-timed breakdown (clock.h), which a GPU
+ * uses, runs on the CPU too. Unset in normal runs: the host clocks time the
+ * CPU directly. */
+static LtBackendOps cpu_ops_timed;
+
 LtBackend *lt_backend_cpu_create(LtDtype dtype, int threads) {
     if (dtype != LT_F32 && dtype != LT_BF16) lt_fatal("cpu backend: unknown dtype %d", (int)dtype);
     if (threads < 0) lt_fatal("cpu backend: negative thread count %d", threads);
@@ -77,6 +83,14 @@ LtBackend *lt_backend_cpu_create(LtDtype dtype, int threads) {
 
     LtBackend *be = lt_calloc(sizeof *be);
     be->ops = &cpu_ops;
+    const char *timers = getenv("LT_CPU_DEVICE_TIMERS");
+    if (timers && timers[0] == '1') {
+        cpu_ops_timed = cpu_ops;
+        cpu_ops_timed.timer_create = cpu_timer_create;
+        cpu_ops_timed.timer_record = cpu_timer_record;
+        cpu_ops_timed.timer_elapsed = cpu_timer_elapsed;
+        be->ops = &cpu_ops_timed;
+    }
     be->dtype = dtype;
     be->act_size = sizeof(float); /* bf16 values are held in floats on the CPU */
     be->device_name = dtype == LT_BF16 ? "cpu (bf16 rounding)" : "cpu";

@@ -149,6 +149,9 @@ void cpu_event_destroy(LtBackend *be, LtEvent *e);
 void cpu_event_record(LtBackend *be, LtEvent *e, LtStream *s);
 void cpu_stream_wait_event(LtBackend *be, LtStream *s, LtEvent *e);
 LtStream *cpu_current_stream(LtBackend *be);
+LtEvent *cpu_timer_create(LtBackend *be);
+void cpu_timer_record(LtBackend *be, LtEvent *e, LtStream *s);
+int cpu_timer_elapsed(LtBackend *be, LtEvent *a, LtEvent *b, double *seconds);
 
 /* embedding.c */
 void cpu_embedding_fwd(LtBackend *be, void *out, const int32_t *tokens, const void *wte,

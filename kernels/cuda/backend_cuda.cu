@@ -251,6 +251,40 @@ static void cu_stream_wait_event(LtBackend *be, LtStream *s, LtEvent *e) {
     CU_CHECK(cudaStreamWaitEvent(resolve(be, s), (cudaEvent_t)e, 0));
 }
 
+/* ======================= vtable: timers ======================= */
+
+static LtEvent *cu_timer_create(LtBackend *be) {
+    (void)be;
+    cudaEvent_t e;
+    CU_CHECK(cudaEventCreate(&e)); /* with timing, unlike cu_event_create's */
+    return (LtEvent *)e;
+}
+
+/* While the stream is being captured, an external record: a node of the graph
+ * that takes the timestamp at each launch (a plain record would only order). */
+static void cu_timer_record(LtBackend *be, LtEvent *e, LtStream *s) {
+    cudaStream_t st = resolve(be, s);
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    CU_CHECK(cudaStreamIsCapturing(st, &cs));
+    if (cs == cudaStreamCaptureStatusActive)
+        CU_CHECK(cudaEventRecordWithFlags((cudaEvent_t)e, st, cudaEventRecordExternal));
+    else
+        CU_CHECK(cudaEventRecord((cudaEvent_t)e, st));
+}
+
+static int cu_timer_elapsed(LtBackend *be, LtEvent *a, LtEvent *b, double *seconds) {
+    (void)be;
+    float ms = 0.f;
+    const cudaError_t r = cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b);
+    if (r == cudaErrorNotReady) return 0;
+    if (r != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: clear it so no later check reports it */
+        return -1;
+    }
+    *seconds = (double)ms * 1e-3;
+    return 1;
+}
+
 /* ======================= vtable: graphs ======================= */
 
 struct LtGraph {
@@ -326,6 +360,9 @@ static const LtBackendOps cuda_ops = {
     .stream_wait_event = cu_stream_wait_event,
     .current_stream = cu_current_stream,
     .native_stream = cu_native_stream,
+    .timer_create = cu_timer_create,
+    .timer_record = cu_timer_record,
+    .timer_elapsed = cu_timer_elapsed,
     .capture_begin = cu_capture_begin,
     .capture_end = cu_capture_end,
     .graph_launch = cu_graph_launch,

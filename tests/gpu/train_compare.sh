@@ -5,7 +5,8 @@
 # with train.device=cpu and train.device=cuda on the same data and seed, in
 # fp32 and bf16, then compares the per-step training losses of the metrics
 # files: max relative difference <= 1e-4 (fp32) and <= 2e-2 (bf16); and a bf16
-# run with train.cuda_graph=true against the same run without: identical.
+# run with train.cuda_graph=true against the same run without: identical; the
+# step breakdown of the CUDA runs measured on the device, graph replays too.
 # Prints PASS/FAIL lines and "N passed, M failed" like the other test scripts.
 # Environment: TRAIN_COMPARE_STEPS (default 20), TRAIN_COMPARE_TOL_FP32 (1e-4),
 #   TRAIN_COMPARE_TOL_BF16 (2e-2), TRAIN_COMPARE_KEEP=1 keeps the work dir,
@@ -117,5 +118,34 @@ if [ "$DEV" = cuda ] && run cuda-bf16-graph cuda bf16 train.cuda_graph=true; the
     compare tiny-cuda-bf16 cuda-bf16-graph train_bf16_cuda_graph_identical 0
   else fail train_bf16_cuda_graph_identical "no capture reported in the log"; fi
 fi
+
+# the step's breakdown measured on the device (src/devclock.c): every step has
+# device time in its passes and optimizer, the parts add up to the step, and
+# with the graph the replayed steps' passes are timed too (timers in the graph)
+breakdown() { # name test-name
+  local out rc
+  if [ "$DEV" = cuda ] && ! grep -q "step breakdown is measured on the device" "$T/$1.log"; then
+    fail "$2" "the log does not say the breakdown is measured on the device"; return
+  fi
+  out=$(python3 - "$T/$1.jsonl" <<'PY'
+import json, statistics, sys
+recs = [r for r in map(json.loads, open(sys.argv[1])) if not r.get('eval')]
+for r in recs:
+    t = r['time_ms']
+    for k in ('forward', 'backward', 'optimizer'):
+        assert t[k] > 0, ('step', r['step'], k, t)
+    parts = sum(t[k] for k in ('forward', 'backward', 'grads', 'optimizer', 'data', 'bubble', 'other'))
+    assert abs(parts - r['step_ms']) <= 0.01 * r['step_ms'] + 0.05, ('step', r['step'], parts, r['step_ms'])
+med = lambda k: statistics.median(r['time_ms'][k] for r in recs[5:])
+print('median step %.2f ms: forward %.2f, backward %.2f, optimizer %.2f, other %.2f ms'
+      % (statistics.median(r['step_ms'] for r in recs[5:]), med('forward'), med('backward'),
+         med('optimizer'), med('other')))
+PY
+)
+  rc=$?
+  if [ $rc = 0 ]; then pass "$2 ($out)"; else fail "$2" "$(echo "$out" | tail -1)"; fi
+}
+[ -s "$T/tiny-cuda-bf16.jsonl" ] && breakdown tiny-cuda-bf16 "breakdown_on_the_device_${DEV}"
+[ -s "$T/cuda-bf16-graph.jsonl" ] && breakdown cuda-bf16-graph breakdown_on_the_device_cuda_graph
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]
