@@ -5,7 +5,8 @@
  * 1/(G*S), so the sum is the gradient of the mean token loss); then gradient
  * finalisation (grads.h), grad norm, clip coefficient, LR for update k,
  * AdamW; then metrics, eval, checkpoint. The engine itself (set-up, summary,
- * saves) is engine.h's. */
+ * saves) is engine.h's; the step's checks before its update step_checks.h's,
+ * its time breakdown step_time.h's. */
 #include "trainer.h"
 
 #include <math.h>
@@ -20,6 +21,8 @@
 #include "engine.h"
 #include "metrics.h"
 #include "mllog.h"
+#include "step_checks.h"
+#include "step_time.h"
 #include "trace.h"
 #include "watchdog.h"
 
@@ -163,155 +166,6 @@ static void check_cuda_graph(const LtRun *r) {
                        r->topo.dp);
 }
 
-/* Test hook: LT_INJECT_NONFINITE="KIND:STEP[:RANK][,...]" (KIND loss or grad,
- * STEP 1-based, RANK default 0; up to 4 entries) makes that rank's loss sum
- * NaN, or the first element of the reduced gradient it holds +Inf, at that
- * step (an extra host wait that step), for the tests of non-finite steps.
- * Unset in normal runs. */
-#define INJECT_MAX 4
-typedef struct {
-    int kind[INJECT_MAX]; /* 0 none, 1 loss (NaN), 2 grad (Inf), 3 spike (loss x 100) */
-    long step[INJECT_MAX];
-} Inject;
-
-static Inject inject_parse(int rank) {
-    Inject in = {{0}, {0}};
-    const char *e = getenv("LT_INJECT_NONFINITE");
-    static const char *const kinds[] = {"", "loss", "grad", "spike"};
-    for (int i = 0; e && *e && i < INJECT_MAX; i++) {
-        char kind[8];
-        long step = 0;
-        int r = 0, n = sscanf(e, "%7[a-z]:%ld:%d", kind, &step, &r), k = 1;
-        while (k < 4 && strcmp(kind, kinds[k])) k++;
-        if (n < 2 || step < 1 || k == 4)
-            lt_input_error("LT_INJECT_NONFINITE='%s': expected loss|grad|spike:STEP[:RANK][,...]", e);
-        if (r == rank) in.kind[i] = k, in.step[i] = step;
-        e = strchr(e, ',');
-        if (e) e++;
-    }
-    return in;
-}
-
-static void inject_nonfinite(LtRun *r, const Inject *in, long step, double *loss_dev) {
-    LtBackend *be = r->be;
-    for (int i = 0; i < INJECT_MAX; i++) {
-        if (!in->kind[i] || step + 1 != in->step[i]) continue;
-        if (in->kind[i] == 1) {
-            const double nan = NAN;
-            be->ops->upload(be, loss_dev, &nan, sizeof nan);
-        } else if (in->kind[i] == 3) { /* a finite but outlying loss (the gradients stay) */
-            double x;
-            be->ops->download(be, &x, loss_dev, sizeof x);
-            x *= 100.0;
-            be->ops->upload(be, loss_dev, &x, sizeof x);
-        } else {
-            const float inf = INFINITY;
-            be->ops->upload(be, lt_optim_grad_base(r->opt, r->model->grads), &inf, sizeof inf);
-        }
-    }
-}
-
-/* train.loss_spike_zscore: the losses of the last train.loss_spike_window
- * steps whose update was applied (a ring). */
-typedef struct {
-    double *x;
-    int n, cap, next;
-} SpikeWindow;
-
-/* Whether this step's loss (its sum on this rank at loss_dev) is a spike:
- * more than train.loss_spike_zscore standard deviations above the mean of a
- * full window. It costs a host wait and the loss's reduction before the
- * update; every rank reduces the same sum, so all decide alike. A spike is
- * skipped like a non-finite step: its loss is made NaN on the device, which
- * the gradient norm carries to every rank. *loss: the step's mean loss. */
-static int loss_spike(LtRun *r, const SpikeWindow *sw, double *loss_dev, double tokens,
-                      double *loss, double *z) {
-    double sum;
-    r->be->ops->download(r->be, &sum, loss_dev, sizeof sum);
-    lt_comm_all_reduce(lt_comm_host(r->dp), &sum, 1, LT_COMM_F64, LT_COMM_SUM);
-    lt_comm_all_reduce(lt_comm_host(r->pp), &sum, 1, LT_COMM_F64, LT_COMM_SUM);
-    *loss = sum / tokens;
-    *z = 0.0;
-    if (sw->n < sw->cap || !isfinite(*loss)) return 0; /* (non-finite: skipped anyway) */
-    double mean = 0.0, var = 0.0;
-    for (int i = 0; i < sw->n; i++) mean += sw->x[i];
-    mean /= sw->n;
-    for (int i = 0; i < sw->n; i++) var += (sw->x[i] - mean) * (sw->x[i] - mean);
-    const double sd = sqrt(var / (sw->n - 1));
-    *z = sd > 0.0 ? (*loss - mean) / sd : 0.0;
-    if (*z <= r->cfg->train.loss_spike_zscore) return 0;
-    const double nan = NAN;
-    r->be->ops->upload(r->be, loss_dev, &nan, sizeof nan);
-    return 1;
-}
-
-static void spike_window_push(SpikeWindow *sw, double loss) {
-    sw->x[sw->next] = loss;
-    sw->next = (sw->next + 1) % sw->cap;
-    if (sw->n < sw->cap) sw->n++;
-}
-
-/* Seconds so far of the TP, DP and PP (with the embedding group's)
- * communication: out[0..2] the training thread was blocked in it (exposed),
- * out[3..5] it was under way (busy: also what a worker ran behind compute),
- * out[6..8] the training thread was blocked in it on host buffers (what the
- * device timers do not see). */
-static void comm_busy(const LtRun *r, double out[9]) {
-    out[0] = lt_comm_busy_seconds(r->tp);
-    out[1] = lt_comm_busy_seconds(r->dp);
-    out[2] = lt_comm_busy_seconds(r->pp) + lt_comm_busy_seconds(r->emb);
-    out[3] = lt_comm_work_seconds(r->tp);
-    out[4] = lt_comm_work_seconds(r->dp);
-    out[5] = lt_comm_work_seconds(r->pp) + lt_comm_work_seconds(r->emb);
-    out[6] = lt_comm_host_busy_seconds(r->tp);
-    out[7] = lt_comm_host_busy_seconds(r->dp);
-    out[8] = lt_comm_host_busy_seconds(r->pp) + lt_comm_host_busy_seconds(r->emb);
-}
-
-/* The step's times from the device timers (devclock.h; dev in seconds): the
- * passes, phases, bubble and device-buffer communication as the device ran
- * them, plus the host-buffer communication the host's clock timed (hb). */
-static void device_times(LtStepTimes *st, const double dev[LT_CLK_KINDS], const double hb[3]) {
-    st->forward = dev[LT_CLK_FORWARD] * 1e3;
-    st->backward = dev[LT_CLK_BACKWARD] * 1e3;
-    st->grads = dev[LT_CLK_GRADS] * 1e3;
-    st->optimizer = dev[LT_CLK_OPTIMIZER] * 1e3;
-    st->bubble = dev[LT_CLK_BUBBLE] * 1e3;
-    st->comm_tp = (dev[LT_CLK_TP] + hb[0]) * 1e3;
-    st->comm_dp = (dev[LT_CLK_DP] + hb[1]) * 1e3;
-    st->comm_pp = (dev[LT_CLK_PP] + hb[2] - dev[LT_CLK_BUBBLE]) * 1e3;
-    st->comm_tp_busy = (dev[LT_CLK_TP_BUSY] + hb[0]) * 1e3;
-    st->comm_dp_busy = (dev[LT_CLK_DP_BUSY] + hb[1]) * 1e3;
-    st->comm_pp_busy = (dev[LT_CLK_PP_BUSY] + hb[2]) * 1e3;
-}
-
-/* Where the step of dt seconds went (metrics.h), from the pipeline's pass
- * times, the phases the loop timed and the groups' time since busy0 - or,
- * where dev is not NULL, from the device timers. */
-static LtStepTimes step_times(LtRun *r, const double busy0[9], double dt, double data_s,
-                              double grads_s, double optim_s, const double *dev) {
-    double fwd, bwd, bubble, busy[9];
-    lt_pipeline_take_times(r->pipe, &fwd, &bwd, &bubble);
-    comm_busy(r, busy);
-    LtStepTimes st = {.forward = fwd * 1e3, .backward = bwd * 1e3, .grads = grads_s * 1e3,
-                      .optimizer = optim_s * 1e3, .data = data_s * 1e3, .bubble = bubble * 1e3,
-                      .comm_tp = (busy[0] - busy0[0]) * 1e3, .comm_dp = (busy[1] - busy0[1]) * 1e3,
-                      .comm_pp = (busy[2] - busy0[2] - bubble) * 1e3,
-                      .comm_tp_busy = (busy[3] - busy0[3]) * 1e3,
-                      .comm_dp_busy = (busy[4] - busy0[4]) * 1e3,
-                      .comm_pp_busy = (busy[5] - busy0[5]) * 1e3};
-    /* the bubble is pipeline-group time, between the passes: out of comm_pp and other
-     * (comm_pp_busy keeps it: the receives were under way) */
-    if (dev) {
-        const double hb[3] = {busy[6] - busy0[6], busy[7] - busy0[7], busy[8] - busy0[8]};
-        device_times(&st, dev, hb);
-    }
-    if (st.comm_pp < 0) st.comm_pp = 0;
-    st.other = dt * 1e3 - st.forward - st.backward - st.grads - st.optimizer - st.data - st.bubble;
-    if (st.other < 0) st.other = 0; /* clock granularity */
-    return st;
-}
-
 /* Save after `step` (the part the training thread waits for is a span). */
 static void save_checkpoint(LtRun *r, long step) {
     LT_TRACE_BEGIN("checkpoint save", "\"step\": %ld", step);
@@ -381,8 +235,8 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     int ntimes = 0;
     long step = r.start_step;
     int exit_code = 0, skipped = 0; /* consecutive skipped steps */
-    Inject inject = inject_parse(w->rank);
-    SpikeWindow sw = {0};
+    LtInject inject = lt_inject_parse(w->rank);
+    LtSpikeWindow sw = {0};
     if (cfg->train.loss_spike_zscore > 0) {
         sw.cap = cfg->train.loss_spike_window;
         sw.x = lt_calloc(sizeof(double) * (size_t)sw.cap);
@@ -399,18 +253,9 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     lt_mllog(LT_MLLOG_START, "run_start", "null", NULL);
     snprintf(mmeta, sizeof mmeta, "\"samples_count\": %ld", step * (long)G);
     lt_mllog(LT_MLLOG_START, "block_start", "null", mmeta);
-    double t_next = t_run_start, busy_next[9];
-    /* a GPU's step is timed on the device (devclock.h): its groups' operations
-     * count for their kind */
-    if (lt_devclock_start(be)) {
-        lt_comm_set_clock_kind(r.tp, LT_CLK_TP);
-        lt_comm_set_clock_kind(r.dp, LT_CLK_DP);
-        lt_comm_set_clock_kind(r.pp, LT_CLK_PP);
-        lt_comm_set_clock_kind(r.emb, LT_CLK_PP);
-        lt_log("time       the step breakdown is measured on the device (timers on its "
-               "streams)\n");
-    }
-    comm_busy(&r, busy_next); /* with t_next: the start of the interval a step is timed over */
+    double t_next = t_run_start, busy_next[LT_STEP_MARKS];
+    lt_step_clock_start(&r); /* a GPU's step is timed on the device */
+    lt_step_comm_mark(&r, busy_next); /* with t_next: the start of the interval a step is timed over */
     if (step < cfg->train.steps && fetch_step(&r, step, rows, err, sizeof err))
         lt_input_error("data.train_path: step %ld: %s", step + 1, err);
     double data_s = lt_now() - t_next; /* fetching the step's samples (during the step before) */
@@ -433,9 +278,9 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         const double t_optim = lt_now();
         LT_TRACE_BEGIN("optimizer", NULL);
         clk = lt_devclock_begin(NULL);
-        inject_nonfinite(&r, &inject, step, stats_dev);
+        lt_inject_nonfinite(&r, &inject, step, stats_dev);
         double spike_loss = 0.0, spike_z = 0.0;
-        const int spike = sw.cap && loss_spike(&r, &sw, stats_dev, tokens_step, &spike_loss, &spike_z);
+        const int spike = sw.cap && lt_loss_spike(&r, &sw, stats_dev, tokens_step, &spike_loss, &spike_z);
         lt_optim_grad_sumsq(r.opt, r.model->grads, stats_dev + 1, stats_dev);
         double lr = lt_lr_at(cfg, step);
         lt_optim_step(r.opt, r.model->params, r.model->grads, lr, 1.0,
@@ -475,11 +320,11 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
                    step + 1, loss, norm, skipped, cfg->train.max_skipped_steps);
         } else {
             skipped = 0;
-            if (sw.cap) spike_window_push(&sw, loss);
+            if (sw.cap) lt_spike_window_push(&sw, loss);
         }
         double dt = lt_now() - t0;
         times[ntimes++] = dt;
-        LtStepTimes st = step_times(&r, busy_next, dt, data_s, t_optim - t_grads,
+        LtStepTimes st = lt_step_times(&r, busy_next, dt, data_s, t_optim - t_grads,
                                     t_optim_end - t_optim, dev_timed ? dev : NULL);
         double tflops = flops_step / dt / 1e12 / w->world;
         double mfu = r.peak_tflops > 0 ? tflops / r.peak_tflops : 0.0;
@@ -546,7 +391,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
             break;
         }
         t_next = lt_now();
-        comm_busy(&r, busy_next);
+        lt_step_comm_mark(&r, busy_next);
         int32_t stop[2] = {(int32_t)g_stop_signal, 0}; /* signal, bad data */
         if (step + 1 < cfg->train.steps &&
             fetch_step(&r, step + 1, rows, data_err, sizeof data_err))

@@ -1,0 +1,74 @@
+/* step_time.c - where a training step's time went (see step_time.h). */
+#include "step_time.h"
+
+#include "common.h"
+
+void lt_step_clock_start(LtRun *r) {
+    if (!lt_devclock_start(r->be)) return;
+    lt_comm_set_clock_kind(r->tp, LT_CLK_TP);
+    lt_comm_set_clock_kind(r->dp, LT_CLK_DP);
+    lt_comm_set_clock_kind(r->pp, LT_CLK_PP);
+    lt_comm_set_clock_kind(r->emb, LT_CLK_PP);
+    lt_log("time       the step breakdown is measured on the device (timers on its streams)\n");
+}
+
+/* Seconds so far of the TP, DP and PP (with the embedding group's)
+ * communication: out[0..2] the training thread was blocked in it (exposed),
+ * out[3..5] it was under way (busy: also what a worker ran behind compute),
+ * out[6..8] the training thread was blocked in it on host buffers (what the
+ * device timers do not see). */
+void lt_step_comm_mark(const LtRun *r, double out[LT_STEP_MARKS]) {
+    out[0] = lt_comm_busy_seconds(r->tp);
+    out[1] = lt_comm_busy_seconds(r->dp);
+    out[2] = lt_comm_busy_seconds(r->pp) + lt_comm_busy_seconds(r->emb);
+    out[3] = lt_comm_work_seconds(r->tp);
+    out[4] = lt_comm_work_seconds(r->dp);
+    out[5] = lt_comm_work_seconds(r->pp) + lt_comm_work_seconds(r->emb);
+    out[6] = lt_comm_host_busy_seconds(r->tp);
+    out[7] = lt_comm_host_busy_seconds(r->dp);
+    out[8] = lt_comm_host_busy_seconds(r->pp) + lt_comm_host_busy_seconds(r->emb);
+}
+
+/* The step's times from the device timers (devclock.h; dev in seconds): the
+ * passes, phases, bubble and device-buffer communication as the device ran
+ * them, plus the host-buffer communication the host's clock timed (hb). */
+static void device_times(LtStepTimes *st, const double dev[LT_CLK_KINDS], const double hb[3]) {
+    st->forward = dev[LT_CLK_FORWARD] * 1e3;
+    st->backward = dev[LT_CLK_BACKWARD] * 1e3;
+    st->grads = dev[LT_CLK_GRADS] * 1e3;
+    st->optimizer = dev[LT_CLK_OPTIMIZER] * 1e3;
+    st->bubble = dev[LT_CLK_BUBBLE] * 1e3;
+    st->comm_tp = (dev[LT_CLK_TP] + hb[0]) * 1e3;
+    st->comm_dp = (dev[LT_CLK_DP] + hb[1]) * 1e3;
+    st->comm_pp = (dev[LT_CLK_PP] + hb[2] - dev[LT_CLK_BUBBLE]) * 1e3;
+    st->comm_tp_busy = (dev[LT_CLK_TP_BUSY] + hb[0]) * 1e3;
+    st->comm_dp_busy = (dev[LT_CLK_DP_BUSY] + hb[1]) * 1e3;
+    st->comm_pp_busy = (dev[LT_CLK_PP_BUSY] + hb[2]) * 1e3;
+}
+
+/* Where the step of dt seconds went (metrics.h), from the pipeline's pass
+ * times, the phases the loop timed and the groups' time since busy0 - or,
+ * where dev is not NULL, from the device timers. */
+LtStepTimes lt_step_times(LtRun *r, const double busy0[LT_STEP_MARKS], double dt, double data_s,
+                          double grads_s, double optim_s, const double *dev) {
+    double fwd, bwd, bubble, busy[LT_STEP_MARKS];
+    lt_pipeline_take_times(r->pipe, &fwd, &bwd, &bubble);
+    lt_step_comm_mark(r, busy);
+    LtStepTimes st = {.forward = fwd * 1e3, .backward = bwd * 1e3, .grads = grads_s * 1e3,
+                      .optimizer = optim_s * 1e3, .data = data_s * 1e3, .bubble = bubble * 1e3,
+                      .comm_tp = (busy[0] - busy0[0]) * 1e3, .comm_dp = (busy[1] - busy0[1]) * 1e3,
+                      .comm_pp = (busy[2] - busy0[2] - bubble) * 1e3,
+                      .comm_tp_busy = (busy[3] - busy0[3]) * 1e3,
+                      .comm_dp_busy = (busy[4] - busy0[4]) * 1e3,
+                      .comm_pp_busy = (busy[5] - busy0[5]) * 1e3};
+    /* the bubble is pipeline-group time, between the passes: out of comm_pp and other
+     * (comm_pp_busy keeps it: the receives were under way) */
+    if (dev) {
+        const double hb[3] = {busy[6] - busy0[6], busy[7] - busy0[7], busy[8] - busy0[8]};
+        device_times(&st, dev, hb);
+    }
+    if (st.comm_pp < 0) st.comm_pp = 0;
+    st.other = dt * 1e3 - st.forward - st.backward - st.grads - st.optimizer - st.data - st.bubble;
+    if (st.other < 0) st.other = 0; /* clock granularity */
+    return st;
+}
