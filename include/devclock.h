@@ -49,6 +49,7 @@ typedef enum {
 /* Start the clock on be: 1 when be has timers (the clock runs), else 0 and
  * every call below does nothing. */
 int lt_devclock_start(LtBackend *be);
+/* Frees the timers: after any graph captured with spans is destroyed. */
 void lt_devclock_stop(void);
 int lt_devclock_running(void);
 void lt_devclock_set_active(int active);

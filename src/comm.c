@@ -286,23 +286,26 @@ static void trace_started(LtCommRequest *r, int64_t t0) {
     if (!r->active) trace_done(r);
 }
 
+/* The host companion's time outside c's own operations. */
+static double companion_busy(const LtComm *c) {
+    return c->host && c->host != c ? c->host->busy_s - c->nested_host_s : 0.0;
+}
+
 double lt_comm_busy_seconds(const LtComm *c) {
     if (!c) return 0.0;
-    return c->busy_s + (c->host && c->host != c ? c->host->busy_s : 0.0) +
-           (c->bg ? c->bg->busy_s : 0.0);
+    return c->busy_s + companion_busy(c) + (c->bg ? c->bg->busy_s : 0.0);
 }
 
 double lt_comm_host_busy_seconds(const LtComm *c) {
     if (!c) return 0.0;
-    double s = c->device ? 0.0 : c->busy_s;
-    if (c->host && c->host != c && !c->host->device) s += c->host->busy_s;
+    double s = (c->device ? 0.0 : c->busy_s) + companion_busy(c);
     if (c->bg && !c->bg->device) s += c->bg->busy_s;
     return s;
 }
 
 double lt_comm_work_seconds(const LtComm *c) {
     if (!c) return 0.0;
-    double s = c->busy_s + (c->host && c->host != c ? c->host->busy_s : 0.0);
+    double s = c->busy_s + companion_busy(c);
     if (c->bg) /* the worker's time; without one (NCCL) the host's share */
         s += c->bg->impl == &lt_comm_async_impl ? lt_comm_async_work_seconds(c->bg)
                                                  : c->bg->busy_s;
@@ -369,7 +372,10 @@ void lt_comm_set_clock_kind(const LtComm *c, int kind) {
         const int64_t tt0_ = traced_ ? lt_trace_now() : 0;                                  \
         LtStream *prev_ = stream_enter(c_);                                                 \
         const int clk_ = clock_begin(c_, c_->stream);                                       \
+        const double hb_ = c_->host ? c_->host->busy_s : 0.0;                               \
         CHARGED(c_, call);                                                                  \
+        if (c_->host && c_->host != c_)                                                     \
+            ((LtComm *)c_)->nested_host_s += c_->host->busy_s - hb_;                        \
         clock_end(c_, clk_, 0);                                                             \
         stream_leave(c_, prev_);                                                            \
         if (traced_) trace_started((r), tt0_);                                              \
@@ -507,8 +513,10 @@ LtCommRequest lt_comm_recv_start(const LtComm *c, void *buf, size_t count, LtCom
 void lt_comm_batch_begin(const LtComm *c) {
     op_begin(c, "batch", 0, LT_COMM_U8);
     LtComm *g = (LtComm *)c; /* the group's batch state, like its busy time */
-    g->batch_span = clock_begin(c, c->stream);
-    g->in_batch = 1;
+    /* (a companion with a stream of its own would start the span before its
+     * stream waits for the compute: its operations are timed one by one) */
+    g->batch_span = c->stream ? -1 : clock_begin(c, NULL);
+    g->in_batch = !c->stream;
     if (c->impl->batch_begin) c->impl->batch_begin(c);
 }
 

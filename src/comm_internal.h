@@ -38,6 +38,9 @@ struct LtComm {
                        * are timed for; -1: not timed */
     int in_batch;     /* a batch is open (its operations are timed as one span) */
     int batch_span;   /* that span's handle (devclock.h) */
+    double nested_host_s; /* of host->busy_s, the time inside this group's own operations
+                           * (a staged collective runs on the host companion): counted
+                           * once, in busy_s */
 };
 
 /* An implementation. The front end calls the operations only on a member of

@@ -48,6 +48,7 @@ static void spans_free(Spans *a) {
     memset(a, 0, sizeof *a);
 }
 
+/* (after the graph whose spans it recorded is destroyed) */
 void lt_devclock_stop(void) {
     if (g.be) {
         spans_free(&g.step);
@@ -129,7 +130,8 @@ int lt_devclock_collect(double sec[LT_CLK_KINDS]) {
     if (failed) {
         lt_log("device timers: the device could not time a span; the step breakdown is "
                "taken with the host's clocks from now on\n");
-        lt_devclock_stop();
+        /* not freed before lt_devclock_stop: a graph's record nodes still use theirs */
+        g.running = 0;
         return 0;
     }
     /* recycle the counted step spans (they keep their timers), the pending ones

@@ -457,8 +457,8 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         exit_code = LT_EXIT_INPUT;
     }
     lt_model_set_loss_acc(r.model, NULL);
-    lt_devclock_stop();
     if (graph) be->ops->graph_destroy(be, graph);
+    lt_devclock_stop(); /* (after the graph: its record nodes use the clock's timers) */
     free(rows);
     be->ops->host_free(be, in);
     be->ops->host_free(be, tgt);

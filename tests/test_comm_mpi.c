@@ -741,6 +741,20 @@ static void test_staged_cpu(void) {
           "staged group shape");
     compare_staged(sw, hw, be);
     compare_staged(sp, hp, be);
+    /* a staged collective runs on the host companion inside the group's own
+     * operation: its time is counted once (not also as the companion's) */
+    const size_t n = 1 << 18;
+    float *big = lt_calloc(n * sizeof(float));
+    const double busy0 = lt_comm_busy_seconds(sw), host0 = lt_comm_host_busy_seconds(sw),
+                 t0 = lt_now();
+    for (int i = 0; i < 10; i++) lt_comm_all_reduce(sw, big, n, LT_COMM_F32, LT_COMM_SUM);
+    const double wall = lt_now() - t0, busy = lt_comm_busy_seconds(sw) - busy0;
+    CHECK(busy > 0 && busy <= wall * 1.01 + 1e-4, "staged time counted %.4f s in %.4f s", busy,
+          wall);
+    CHECK(lt_comm_host_busy_seconds(sw) - host0 < 1e-9,
+          "a staged collective counted as host-buffer communication (%.4f s)",
+          lt_comm_host_busy_seconds(sw) - host0);
+    free(big);
     /* one rank: the shortcuts, nothing staged */
     LtComm *s1 = lt_comm_split_members_ex(self, 1, "staged-one", &stage);
     float y[4] = {0};

@@ -4,7 +4,8 @@
  * inactive clock, spans still pending on the device kept for the next
  * collect, a graph's spans counted at every collect, timers reused from step
  * to step, a span open across a collect, and a device that cannot time a
- * span (the clock stops itself). */
+ * span (the clock stops itself, keeping the timers a graph still records
+ * until it is stopped). */
 #include "devclock.h"
 
 #include "common.h"
@@ -222,7 +223,10 @@ static void test_open_span_across_collect(void) {
 
 static void test_device_cannot_tell(void) {
     start();
+    fake_created = fake_destroyed = 0;
+    lt_devclock_capture(1); /* a graph whose record nodes keep using their timers */
     span(1.0, LT_CLK(LT_CLK_FORWARD));
+    lt_devclock_capture(0);
     fake_break_next = 1;
     span(1.0, LT_CLK(LT_CLK_BACKWARD));
     device_run();
@@ -231,7 +235,11 @@ static void test_device_cannot_tell(void) {
     CHECK(!lt_devclock_running(), "the clock kept running");
     CHECK(lt_devclock_begin(NULL) == -1, "a stopped clock began a span");
     for (int k = 0; k < LT_CLK_KINDS; k++) CHECK(sec[k] == 0.0, "kind %d got %g", k, sec[k]);
+    CHECK(fake_destroyed == 0, "%d timers freed while the graph may still record them",
+          fake_destroyed);
     lt_devclock_stop();
+    CHECK(fake_destroyed == fake_created, "%d of %d timers freed at stop", fake_destroyed,
+          fake_created);
 }
 
 int main(void) {

@@ -260,26 +260,29 @@ static LtEvent *cu_timer_create(LtBackend *be) {
     return (LtEvent *)e;
 }
 
-/* While the stream is being captured, an external record: a node of the graph
- * that takes the timestamp at each launch (a plain record would only order). */
+/* While the compute stream is being captured, an external record: a node of
+ * the graph that takes the timestamp at each launch (a plain record would only
+ * order). A capture already invalidated (capture_end will say why) records
+ * nothing: the timer then never reads, and the capture's error is reported. */
 static void cu_timer_record(LtBackend *be, LtEvent *e, LtStream *s) {
     cudaStream_t st = resolve(be, s);
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    CU_CHECK(cudaStreamIsCapturing(st, &cs));
-    if (cs == cudaStreamCaptureStatusActive)
-        CU_CHECK(cudaEventRecordWithFlags((cudaEvent_t)e, st, cudaEventRecordExternal));
-    else
-        CU_CHECK(cudaEventRecord((cudaEvent_t)e, st));
+    if (cu_impl(be)->capturing && st == cu_stream(be)) {
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        CU_CHECK(cudaStreamIsCapturing(st, &cs));
+        if (cs == cudaStreamCaptureStatusActive)
+            CU_CHECK(cudaEventRecordWithFlags((cudaEvent_t)e, st, cudaEventRecordExternal));
+        if (cs != cudaStreamCaptureStatusNone) return;
+    }
+    CU_CHECK(cudaEventRecord((cudaEvent_t)e, st));
 }
 
 static int cu_timer_elapsed(LtBackend *be, LtEvent *a, LtEvent *b, double *seconds) {
     (void)be;
     float ms = 0.f;
     const cudaError_t r = cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b);
-    if (r == cudaErrorNotReady) return 0;
     if (r != cudaSuccess) {
-        cudaGetLastError(); /* not sticky: clear it so no later check reports it */
-        return -1;
+        cudaGetLastError(); /* clear it (not ready too) so no later check reports it */
+        return r == cudaErrorNotReady ? 0 : -1;
     }
     *seconds = (double)ms * 1e-3;
     return 1;
@@ -294,11 +297,13 @@ struct LtGraph {
 /* Thread-local capture: the loader's thread may go on using the runtime. */
 static void cu_capture_begin(LtBackend *be) {
     CU_CHECK(cudaStreamBeginCapture(cu_stream(be), cudaStreamCaptureModeThreadLocal));
+    cu_impl(be)->capturing = 1;
 }
 
 static LtGraph *cu_capture_end(LtBackend *be, char *err, size_t errlen) {
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(cu_stream(be), &g);
+    cu_impl(be)->capturing = 0;
     cudaGraphExec_t exec = NULL;
     if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, g, 0);
     if (g) cudaGraphDestroy(g);

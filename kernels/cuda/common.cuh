@@ -74,6 +74,7 @@ typedef struct {
     GemmCacheEntry cache[LT_GEMM_CACHE];
     int cache_next;
     int graphs_live; /* captured CUDA graphs alive: scratch arenas may not move */
+    int capturing;   /* between capture_begin and capture_end (the timers' records) */
 } CudaImpl;
 
 static inline CudaImpl *cu_impl(LtBackend *be) { return (CudaImpl *)be->impl; }
