@@ -286,9 +286,9 @@ static void trace_started(LtCommRequest *r, int64_t t0) {
     if (!r->active) trace_done(r);
 }
 
-/* The host companion's time outside c's own operations. */
+/* The host companion's time (its own operations: host buffers). */
 static double companion_busy(const LtComm *c) {
-    return c->host && c->host != c ? c->host->busy_s - c->nested_host_s : 0.0;
+    return c->host && c->host != c ? c->host->busy_s : 0.0;
 }
 
 double lt_comm_busy_seconds(const LtComm *c) {
@@ -340,7 +340,7 @@ static void stream_leave(const LtComm *c, LtStream *prev) {
  * stream, or the host for a staged one). A batch is one span. Host groups'
  * operations block the host, whose clock times them (busy_s). */
 static int clock_begin(const LtComm *c, LtStream *s) {
-    if (!c->device || c->clock_kind < 0 || c->in_batch) return -1;
+    if (!c->device || c->clock_kind < 0 || c->batch_span >= 0) return -1;
     return lt_devclock_begin(s);
 }
 
@@ -372,10 +372,7 @@ void lt_comm_set_clock_kind(const LtComm *c, int kind) {
         const int64_t tt0_ = traced_ ? lt_trace_now() : 0;                                  \
         LtStream *prev_ = stream_enter(c_);                                                 \
         const int clk_ = clock_begin(c_, c_->stream);                                       \
-        const double hb_ = c_->host ? c_->host->busy_s : 0.0;                               \
         CHARGED(c_, call);                                                                  \
-        if (c_->host && c_->host != c_)                                                     \
-            ((LtComm *)c_)->nested_host_s += c_->host->busy_s - hb_;                        \
         clock_end(c_, clk_, 0);                                                             \
         stream_leave(c_, prev_);                                                            \
         if (traced_) trace_started((r), tt0_);                                              \
@@ -516,7 +513,6 @@ void lt_comm_batch_begin(const LtComm *c) {
     /* (a companion with a stream of its own would start the span before its
      * stream waits for the compute: its operations are timed one by one) */
     g->batch_span = c->stream ? -1 : clock_begin(c, NULL);
-    g->in_batch = !c->stream;
     if (c->impl->batch_begin) c->impl->batch_begin(c);
 }
 
@@ -524,9 +520,9 @@ void lt_comm_batch_end(const LtComm *c) {
     op_begin(c, "batch", 0, LT_COMM_U8);
     if (c->impl->batch_end) CHARGED(c, c->impl->batch_end(c));
     LtComm *g = (LtComm *)c;
-    g->in_batch = 0;
-    clock_end(c, g->batch_span, 0);
+    const int h = g->batch_span;
     g->batch_span = -1;
+    clock_end(c, h, 0);
 }
 
 static void req_clear(LtCommRequest *r) {

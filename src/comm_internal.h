@@ -36,11 +36,8 @@ struct LtComm {
     LtStream *stream; /* NCCL background companion: the stream it issues on */
     int clock_kind;   /* device groups: the exposed kind (devclock.h) their operations
                        * are timed for; -1: not timed */
-    int in_batch;     /* a batch is open (its operations are timed as one span) */
-    int batch_span;   /* that span's handle (devclock.h) */
-    double nested_host_s; /* of host->busy_s, the time inside this group's own operations
-                           * (a staged collective runs on the host companion): counted
-                           * once, in busy_s */
+    int batch_span;   /* an open batch timed as one span (devclock.h): its handle, its
+                       * operations not timed one by one; -1: none */
 };
 
 /* An implementation. The front end calls the operations only on a member of

@@ -6,8 +6,9 @@
  *
  * Collectives run blocking inside start: download the input into the
  * group's buffer (c->state, sized on first use, grown in MiB steps), run the
- * operation on the host companion (the host path, bf16 conversion
- * included), upload the result, and leave the request idle. So ranks must
+ * MPI implementation's operation on the host companion (bf16 conversion
+ * included; not charged or traced again: the staged operation is), upload
+ * the result, and leave the request idle. So ranks must
  * start collectives on different groups in the same order. send and recv go
  * through a host copy of their own (lt_malloc, freed at finish) and stay
  * nonblocking on the host path's MPI operations; a receive is uploaded when
@@ -54,13 +55,26 @@ static void up(const LtComm *c, void *dev, const void *host, size_t bytes) {
 }
 
 /* ---- collectives: blocking, on the host companion ---- */
+/* Request r's operation as the host companion's (for lt_comm_mpi_impl). */
+static LtCommRequest on_host(const LtCommRequest *r) {
+    LtCommRequest h = *r;
+    h.comm = r->comm->host;
+    return h;
+}
+
+static void host_wait(LtCommRequest *h) {
+    if (h->active) lt_comm_mpi_impl.finish(h);
+}
+
 static void staged_all_reduce(LtCommRequest *r, void *buf, size_t count, LtCommType t,
                               LtCommOp red) {
     const LtComm *c = r->comm;
     size_t bytes = count * lt_comm_type_size(t);
     void *p = stage_buf(c, bytes);
     down(c, p, buf, bytes);
-    lt_comm_all_reduce(c->host, p, count, t, red);
+    LtCommRequest h = on_host(r);
+    lt_comm_mpi_impl.all_reduce(&h, p, count, t, red);
+    host_wait(&h);
     up(c, buf, p, bytes);
 }
 
@@ -70,7 +84,9 @@ static void staged_reduce_scatter(LtCommRequest *r, const void *send, void *recv
     size_t bytes = count * lt_comm_type_size(t);
     void *p = stage_buf(c, (size_t)c->size * bytes);
     down(c, p, send, (size_t)c->size * bytes);
-    lt_comm_reduce_scatter(c->host, p, p, count, t);
+    LtCommRequest h = on_host(r);
+    lt_comm_mpi_impl.reduce_scatter(&h, p, p, count, t);
+    host_wait(&h);
     up(c, recv, p, bytes);
 }
 
@@ -80,7 +96,9 @@ static void staged_reduce_scatter_v(LtCommRequest *r, const void *send, void *re
     size_t tsz = lt_comm_type_size(t);
     void *p = stage_buf(c, total * tsz);
     down(c, p, send, total * tsz);
-    lt_comm_reduce_scatter_v(c->host, p, p, counts, t);
+    LtCommRequest h = on_host(r);
+    lt_comm_mpi_impl.reduce_scatter_v(&h, p, p, counts, total, t);
+    host_wait(&h);
     up(c, recv, p, (size_t)counts[c->rank] * tsz);
 }
 
@@ -91,7 +109,9 @@ static void staged_all_gather(LtCommRequest *r, const void *send, void *recv, si
     char *p = stage_buf(c, (size_t)c->size * bytes);
     char *mine = p + (size_t)c->rank * bytes;
     down(c, mine, send, bytes);
-    lt_comm_all_gather(c->host, mine, p, count, t);
+    LtCommRequest h = on_host(r);
+    lt_comm_mpi_impl.all_gather(&h, mine, p, count, t);
+    host_wait(&h);
     up(c, recv, p, (size_t)c->size * bytes);
 }
 
@@ -100,7 +120,9 @@ static void staged_broadcast(LtCommRequest *r, void *buf, size_t count, LtCommTy
     size_t bytes = count * lt_comm_type_size(t);
     void *p = stage_buf(c, bytes);
     if (c->rank == root) down(c, p, buf, bytes);
-    lt_comm_broadcast(c->host, p, count, t, root);
+    LtCommRequest h = on_host(r);
+    lt_comm_mpi_impl.broadcast(&h, p, count, t, root);
+    host_wait(&h);
     if (c->rank != root) up(c, buf, p, bytes);
 }
 

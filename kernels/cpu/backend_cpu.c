@@ -67,7 +67,7 @@ static const LtBackendOps cpu_ops = {
 };
 
 /* Test hook: with LT_CPU_DEVICE_TIMERS=1 the backend has timers (host
- * timestamps), so the step's device-timed breakdown (clock.h), which a GPU
+ * timestamps), so the step's device-timed breakdown (devclock.h), which a GPU
  * uses, runs on the CPU too. Unset in normal runs: the host clocks time the
  * CPU directly. */
 static LtBackendOps cpu_ops_timed;

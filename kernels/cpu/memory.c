@@ -107,13 +107,11 @@ LtStream *cpu_current_stream(LtBackend *be) { return NULL; }
 /* Timers (only with LT_CPU_DEVICE_TIMERS, backend_cpu.c): the host's clock
  * when recorded, which is when the CPU ran everything before. */
 typedef struct {
-    int tag;
-    double t;
+    double t; /* -1: not recorded */
 } CpuTimer;
 
 LtEvent *cpu_timer_create(LtBackend *be) {
     CpuTimer *o = lt_calloc(sizeof *o);
-    o->tag = 3;
     o->t = -1.0;
     return (LtEvent *)(void *)o;
 }
