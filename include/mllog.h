@@ -27,8 +27,10 @@ void lt_mllog_at(LtMllogType type, const char *key, const char *value_json, cons
 #define lt_mllog(type, key, value, meta) lt_mllog_at((type), (key), (value), (meta), __FILE__, __LINE__)
 /* Every hyperparameter the benchmark's closed-division rules require.
  * accumulation: gradient accumulation steps; init_step: the start
- * checkpoint's step (0 from scratch). */
-void lt_mllog_hyperparameters(const LtConfig *c, int accumulation, long init_step);
+ * checkpoint's step (0 from scratch); eval_samples: validation sequences
+ * each evaluation reads. */
+void lt_mllog_hyperparameters(const LtConfig *c, int accumulation, long init_step,
+                              long eval_samples);
 
 #ifdef __cplusplus
 }

@@ -32,6 +32,7 @@ typedef struct {
     LtOptimizer *opt;
     LtGrads *grads;     /* gradient finalisation (training only) */
     LtTokenFile *train, *valid;
+    long eval_samples;  /* validation sequences per evaluation (0: no validation data) */
     LtLoader *loader;
     LtTopology topo;
     LtCoords coords;

@@ -75,7 +75,8 @@ static void num(const char *key, double x) {
     lt_mllog(LT_MLLOG_POINT, key, v, NULL);
 }
 
-void lt_mllog_hyperparameters(const LtConfig *c, int accumulation, long init_step) {
+void lt_mllog_hyperparameters(const LtConfig *c, int accumulation, long init_step,
+                              long eval_samples) {
     if (!g_f) return;
     const int llama = strncmp(c->logging.mllog_benchmark, "llama", 5) == 0;
     const long decay = c->optimizer.decay_steps > 0 ? c->optimizer.decay_steps : c->train.steps;
@@ -85,8 +86,11 @@ void lt_mllog_hyperparameters(const LtConfig *c, int accumulation, long init_ste
     num("opt_base_learning_rate", c->optimizer.lr);
     num("opt_end_learning_rate", c->optimizer.min_lr);
     num("opt_learning_rate_warmup_steps", c->optimizer.warmup_steps);
-    /* lattice's cosine decays from the end of the warm-up to decay_steps */
-    num("opt_learning_rate_decay_steps", decay - c->optimizer.warmup_steps);
+    /* lattice's cosine decays from the end of the warm-up to decay_steps, as
+     * Megatron's does. The Llama 3.1 rules count the decay steps after the
+     * warm-up; the GPT-3 reference logged Megatron's decay steps, counted
+     * from step 0 (ceil(lr_decay_samples / GBS)). */
+    num("opt_learning_rate_decay_steps", llama ? decay - c->optimizer.warmup_steps : decay);
     lt_mllog(LT_MLLOG_POINT, "opt_learning_rate_decay_schedule", "\"cosine with linear warmup\"",
              NULL);
     num(llama ? "opt_adamw_beta_1" : "opt_adam_beta_1", c->optimizer.beta1);
@@ -96,8 +100,7 @@ void lt_mllog_hyperparameters(const LtConfig *c, int accumulation, long init_ste
     else num("opt_weight_decay", c->optimizer.weight_decay);
     num("opt_gradient_clip_norm", c->optimizer.clip_grad);
     num("gradient_accumulation_steps", accumulation);
-    num("eval_samples", c->eval.samples > 0 ? (double)c->eval.samples
-                                            : (double)c->eval.iters * c->train.global_batch_size);
+    num("eval_samples", (double)eval_samples);
     num("train_samples", (double)c->train.steps * c->train.global_batch_size);
     if (llama) num("max_steps", c->train.steps);
     num("init_checkpoint_step", init_step);

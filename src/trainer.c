@@ -51,17 +51,13 @@ static void split_rows(const int32_t *rows, int n, int S, int32_t *in, int32_t *
 
 /* ---- eval ------------------------------------------------------------------ */
 
-/* Mean token loss over validation samples 0..n-1 (n = eval.iters * G, capped
- * to whole micro batches of what the file holds). */
+/* Mean token loss over validation samples 0..n-1 (n = r->eval_samples). */
 static double evaluate(LtRun *r, long *samples_out) {
     LT_TRACE_BEGIN("evaluate", NULL);
     const LtConfig *c = r->cfg;
     const int S = c->model.seq_length, mbs = c->train.micro_batch_size;
     enum { BLOCK = 16 }; /* micro batches per pipelined forward pass */
-    uint64_t avail = lt_num_samples(lt_tokens_count(r->valid), S);
-    uint64_t n = c->eval.samples > 0 ? (uint64_t)c->eval.samples
-                                      : (uint64_t)c->eval.iters * (uint64_t)c->train.global_batch_size;
-    if (n > avail) n = avail / (uint64_t)mbs * (uint64_t)mbs;
+    const uint64_t n = (uint64_t)r->eval_samples;
     int32_t *rows = lt_malloc((size_t)BLOCK * mbs * (S + 1) * sizeof(int32_t));
     int32_t *in = lt_malloc((size_t)BLOCK * mbs * S * sizeof(int32_t));
     int32_t *tgt = lt_malloc((size_t)BLOCK * mbs * S * sizeof(int32_t));
@@ -112,6 +108,21 @@ static void open_valid(LtRun *r) {
                        "%d samples of %d+1 tokens",
                        c->data.valid_path, (unsigned long long)lt_tokens_count(r->valid),
                        c->train.micro_batch_size, c->model.seq_length);
+    /* eval.samples is a promise (MLPerf logs it as eval_samples): a file too
+     * short for it is refused; eval.iters global batches are capped to whole
+     * micro batches of what the file holds */
+    const uint64_t avail = lt_num_samples(lt_tokens_count(r->valid), c->model.seq_length);
+    const uint64_t mbs = (uint64_t)c->train.micro_batch_size;
+    if (c->eval.samples > 0 && (uint64_t)c->eval.samples > avail)
+        lt_input_error("eval.samples (%ld) is more than data.valid_path '%s' holds: %llu tokens "
+                       "make %llu sequences of %d+1 tokens",
+                       c->eval.samples, c->data.valid_path,
+                       (unsigned long long)lt_tokens_count(r->valid), (unsigned long long)avail,
+                       c->model.seq_length);
+    uint64_t n = c->eval.samples > 0 ? (uint64_t)c->eval.samples
+                                      : (uint64_t)c->eval.iters * (uint64_t)c->train.global_batch_size;
+    if (n > avail) n = avail / mbs * mbs;
+    r->eval_samples = (long)n;
 }
 
 /* ---- train ----------------------------------------------------------------- */
@@ -247,7 +258,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     char data_err[1024] = "";
     int target_reached = 0;
     char mmeta[96]; /* MLPerf: samples_count (and epoch_num, the same count) of an event */
-    lt_mllog_hyperparameters(cfg, r.micro_batches, r.start_step);
+    lt_mllog_hyperparameters(cfg, r.micro_batches, r.start_step, r.eval_samples);
     lt_mllog(LT_MLLOG_END, "init_stop", "null", NULL);
     const double t_run_start = lt_now(); /* MLPerf's run start: training from here */
     lt_mllog(LT_MLLOG_START, "run_start", "null", NULL);

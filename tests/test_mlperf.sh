@@ -189,9 +189,22 @@ SHRINK="parallel.tensor_model_parallel_size=1 parallel.pipeline_model_parallel_s
   model.num_layers=2 model.hidden_size=32 model.num_attention_heads=4 model.vocab_size=256
   train.device=cpu train.precision=fp32 train.threads=1 checkpoint.dir=$T/full-ck"
 LLAMA_SHRINK="model.num_query_groups=2 model.ffn_hidden_size=64"
+# A validation file long enough for the full configs' eval.samples (lattice
+# refuses more than the file holds): 5760 sequences of 8192 + 1 tokens, all
+# id 0, as a Megatron pair whose .bin is sparse (no disk, reads as zeros).
+python3 - "$T/fullval" <<'PY' || fail full_valid_file "could not write $T/fullval"
+import struct, sys, os
+n = 5760 * 8192 + 1
+idx = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, 1, 2)   # version 1, uint16, 1 document
+idx += struct.pack("<i", n) + struct.pack("<q", 0) + struct.pack("<2q", 0, 1)
+open(sys.argv[1] + ".idx", "wb").write(idx)
+with open(sys.argv[1] + ".bin", "wb") as f:
+    f.truncate(2 * n)
+PY
 full_hyperparameters() { # name bench config overrides...
   local name=$1 bench=$2 cfg=$3; shift 3
-  "$LT" train "$cfg" $D $SHRINK "$@" logging.mllog="$T/$name.mllog" > "$T/$name.log" 2>&1 &
+  "$LT" train "$cfg" $D data.valid_path="$T/fullval" $SHRINK "$@" logging.mllog="$T/$name.mllog" \
+    > "$T/$name.log" 2>&1 &
   local pid=$! i
   for i in $(seq 1 600); do
     grep -q '"key": "run_start"' "$T/$name.mllog" 2>/dev/null && break
@@ -220,6 +233,10 @@ if bench == 'gpt3':   # training_4.1.0/closed_gpt3.yaml
     assert (val['opt_adam_beta_1'], val['opt_adam_beta_2'], val['opt_adam_epsilon']) == (0.9, 0.95, 1e-8)
     assert val['init_checkpoint_step'] > 0
     assert warm == 265 and gbs == 1536        # the issue
+    # MLCommons' reference (run_gpt3.sh, training.py): decay over 166,809,600
+    # samples, logged as steps from 0; its whole validation subset
+    assert decay == math.ceil(166809600 / gbs), decay
+    assert val['eval_samples'] == 5658, val['eval_samples']
     assert math.isclose(val['opt_end_learning_rate'], val['opt_base_learning_rate'] / 10)  # the issue
 else:                 # training_5.1.0/closed_llama31_{8b,405b}.yaml
     assert val['max_sequence_length'] == 8192

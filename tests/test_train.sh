@@ -239,6 +239,11 @@ expect_input_error eval_intervals_exclusive "eval.interval and eval.interval_sam
   "$LT" train $CFG $D eval.interval=5 eval.interval_samples=80
 expect_input_error eval_samples_multiple "eval.samples .* multiple of train.micro_batch_size" \
   "$LT" train $CFG $D eval.samples=6
+# more validation sequences than the file holds: refused, not silently fewer
+expect_input_error eval_samples_beyond_file "eval.samples \(1000000\) is more than data.valid_path .* sequences" \
+  "$LT" train $CFG $D eval.samples=1000000
+expect_input_error eval_samples_beyond_file_eval "eval.samples \(1000000\) is more than data.valid_path" \
+  "$LT" eval $CFG $D eval.samples=1000000
 
 # ---- non-finite steps: skipped on the device, weights and moments unchanged ------
 # (LT_INJECT_NONFINITE: a NaN loss at step 3; the checkpoints of steps 2 and 3
