@@ -11,8 +11,7 @@
  * FLOPs at a calibrated GEMM efficiency, the schedule simulator's makespan
  * (so the bubble is the schedule's own), and a latency-bandwidth model of the
  * tensor-, pipeline- and data-parallel traffic (NVLink inside a node, the
- * network across nodes; none of it hidden yet: lattice does not overlap
- * communication with compute so far). */
+ * network across nodes), less what the config's overlap switches hide. */
 #ifndef LT_PLAN_H
 #define LT_PLAN_H
 
@@ -36,9 +35,11 @@ static inline size_t lt_plan_total(const LtPlanMemory *m) {
 
 /* Training memory of pipeline stage `stage` (tensor rank 0, data rank 0) of
  * the layout in cfg on `world` ranks (cfg validated for it) with activations
- * of act_bytes per element. 0, or -1 with the reason in err. */
-int lt_plan_memory(const LtConfig *cfg, int world, int stage, size_t act_bytes, LtPlanMemory *out,
-                   char *err, size_t errlen);
+ * of act_bytes per element; mpi_p2p: the stage-to-stage messages go over MPI
+ * (only there does parallel.overlap_p2p_comm post receives ahead, which
+ * holds more micro batches in flight). 0, or -1 with the reason in err. */
+int lt_plan_memory(const LtConfig *cfg, int world, int stage, size_t act_bytes, int mpi_p2p,
+                   LtPlanMemory *out, char *err, size_t errlen);
 
 /* The constants the step-time model reads for one device: a row of
  * plan.c's table, or a calibration file's figures over it. */

@@ -392,7 +392,8 @@ void lt_run_print_summary(const LtRun *r) {
            r->opt ? r->opt->state_bytes : 0, m->activations, m->workspace, r->model->table.total);
     LtPlanMemory pm; /* the planner's prediction for this rank, beside what it allocated */
     char perr[256];
-    if (r->opt && lt_plan_memory(r->cfg, r->world->world, r->coords.pp, r->be->act_size, &pm, perr,
+    if (r->opt && lt_plan_memory(r->cfg, r->world->world, r->coords.pp, r->be->act_size,
+                                 lt_comm_lib(r->pp) == LT_COMM_LIB_MPI, &pm, perr,
                                  sizeof perr) == 0) {
         const double alloc = (double)lt_run_engine_bytes(r), pred = (double)lt_plan_total(&pm);
         lt_log("memory     planner's prediction (lattice plan): params %.1f MiB, grads %.1f MiB, "

@@ -47,8 +47,8 @@ static void bucket_grads(const LtParamTable *t, int pp, int vpp, size_t *len, si
     if (*len == 0) *len = 1;
 }
 
-int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, LtPlanMemory *out,
-                   char *err, size_t errlen) {
+int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2p,
+                   LtPlanMemory *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     const int tp = c->parallel.tensor_model_parallel_size, pp = c->parallel.pipeline_model_parallel_size,
               vpp = c->parallel.virtual_pipeline_model_parallel_size;
@@ -68,7 +68,7 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, LtPlanMemo
     const size_t QKV = ((size_t)d.heads + 2 * (size_t)lt_dims_kv_heads(&d)) * (C / (size_t)d.heads) /
                        (size_t)tp,
                  stats = llama ? 2 : 4, mlp_f = llama ? 3 : 2;
-    const int slots = lt_pipeline_slots(pp, vpp, M, stage, c->parallel.overlap_p2p_comm);
+    const int slots = lt_pipeline_slots(pp, vpp, M, stage, c->parallel.overlap_p2p_comm && mpi_p2p);
     if (slots < 1)
         return lt_errorf(err, errlen, "no valid pipeline schedule for pp %d, vpp %d, %d micro batches",
                          pp, vpp, M);
@@ -178,7 +178,11 @@ typedef struct {
     LtPlanMemory mem; /* the largest stage's */
     double mem_gib;
     int fits;
+    /* seconds per step: compute, the bubble, communication not hidden (tp_comm, pp_comm,
+     * dp_comm) and what the overlap switches hide of it (hidden_*), the optimizer */
     double compute, tp_comm, pp_comm, dp_comm, optim, bubble, step, mfu, tokens_per_s;
+    double hidden_tp, hidden_pp, hidden_dp;
+    int ov_grad, ov_param, ov_p2p, ov_tp; /* the switches in effect (after the layout's limits) */
     int simulated;
 } Cand;
 
@@ -186,7 +190,35 @@ static double ring(double bytes, int n, double gbs, double lat) {
     return n > 1 ? 2.0 * (n - 1) / n * bytes / (gbs * 1e9) + 2.0 * (n - 1) * lat : 0.0;
 }
 
-/* Predicted step time; sim: take the makespan from the schedule simulator. */
+/* What a transfer of `comm` seconds leaves exposed when it can run behind
+ * `window` seconds of compute, except `tail` (the part nothing can follow:
+ * the last bucket or block): max(tail, comm - window), within [0, comm]. */
+static double exposed(double comm, double window, double tail) {
+    double e = fmax(tail, comm - window);
+    return fmin(comm, fmax(0.0, e));
+}
+
+/* GEMM efficiency at n tokens: half of gemm_eff at gemm_half_tokens. */
+static double gemm_eff_at(const LtPlanDevice *g, double n) {
+    return g->gemm_eff * n / (n + g->gemm_half_tokens);
+}
+
+/* Predicted step time; sim: take the makespan from the schedule simulator.
+ * The overlap switches of c (as layout_config left them) hide communication
+ * as the engine overlaps it (README "Planning a layout"):
+ * - tp_comm_overlap: each SP gather/reduce-scatter runs in blocks of one TP
+ *   rank's rows behind the GEMMs on the other blocks (forward: all of them;
+ *   backward: the data-gradient half), so a GEMM of N/tp rows runs at that
+ *   size's efficiency; the last block of each forward reduce-scatter stays
+ *   exposed;
+ * - overlap_p2p_comm (MPI only: with NCCL the stage-to-stage messages stay
+ *   in order on the compute stream): a pass does not wait for its sends;
+ *   without it a pass's send occupies the rank;
+ * - overlap_grad_reduce: the data-parallel reduction of all buckets but the
+ *   last runs behind the last micro batch's backward (ZeRO 2: each micro
+ *   batch's reduce-scatters behind the compute that follows them);
+ * - overlap_param_gather: the ZeRO gather of all buckets but the first runs
+ *   behind the next step's first forward. */
 static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k, int sim) {
     const LtModelDims d = lt_dims_from_config(c);
     const double a = c->train.precision == LT_PREC_BF16 ? 2.0 : 4.0;
@@ -194,45 +226,76 @@ static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k
     const int G = c->train.global_batch_size, M = G / (k->mbs * k->dp), V = k->vpp, P = k->pp;
     const double S = c->model.seq_length, N = (double)k->mbs * S, C = d.hidden;
     const double lat = g->latency_us * 1e-6;
-    /* one chunk of one micro batch on one GPU */
+    const int full_rc = k->rc == LT_RECOMPUTE_FULL;
+    /* one chunk of one micro batch on one GPU; GEMMs with few rows run below
+     * the large-GEMM efficiency (--calibrate fits the curve) */
     const double fwd_flops = lt_model_flops_per_sample(&d, 0) / 3.0 * k->mbs / (k->tp * P * V);
-    /* GEMMs with few rows run below the large-GEMM efficiency: half of it at
-     * gemm_half_tokens tokens per micro batch (--calibrate fits it) */
-    const double eff = g->gemm_eff * N / (N + g->gemm_half_tokens);
-    const double tf = fwd_flops / (peak * eff);
-    double tb = 2.0 * tf + (k->rc == LT_RECOMPUTE_FULL ? tf : 0.0);
+    const double tf = fwd_flops / (peak * gemm_eff_at(g, N));
     const double layers = (double)d.num_layers / (P * V);
     const double intra = k->tp <= gpn ? g->intra_gbs : g->net_gbs;
-    /* two all-reduces (or all-gather + reduce-scatter with SP) per layer each way */
+    /* two all-reduces (or all-gather + reduce-scatter with SP) per layer each
+     * way; full recomputation repeats the forward's */
     const double tpc = layers * 2.0 * ring(a * N * C, k->tp, intra, lat);
-    const double tf_all = tf + tpc, tb_all = tb + tpc;
+    double tf_c = tf, tb_data = tf, tb_weight = tf, tpc_f = tpc, tpc_b = tpc;
+    if (k->ov_tp) {
+        const double slow = gemm_eff_at(g, N) / gemm_eff_at(g, N / k->tp);
+        const double share = (k->tp - 1.0) / k->tp; /* the blocks that travel */
+        tf_c = tf * slow;
+        tb_data = tf * slow;
+        /* per layer two reduce-scatters whose last block nothing follows */
+        tpc_f = exposed(tpc, tf_c * share, tpc / (2.0 * (k->tp - 1)));
+        tpc_b = exposed(tpc, tb_data * share, 0.0);
+    }
+    const double tf_all = tf_c + tpc_f;
+    const double tb_all = tb_data + tb_weight + tpc_b + (full_rc ? tf_all : 0.0);
     /* a stage holds tp * dp consecutive ranks: boundaries cross nodes when that fills one */
     const double p2p_gbs = k->tp * k->dp >= gpn ? g->net_gbs : g->intra_gbs;
     const double p2p = P > 1 ? a * N * C / (k->sp ? k->tp : 1) / (p2p_gbs * 1e9) + lat : 0.0;
-    double makespan = (V * (double)M + P - 1) * (tf_all + tb_all) + (P > 1 ? 2.0 * (P - 1) * p2p : 0);
+    /* a pass's sends: on the rank's time unless posted in the background */
+    const double send = P > 1 && !k->ov_p2p ? p2p : 0.0;
+    double makespan = (V * (double)M + P - 1) * (tf_all + tb_all + 2.0 * send) +
+                      (P > 1 ? 2.0 * (P - 1) * p2p : 0);
     if (P == 1) k->simulated = 1; /* no pipeline: no bubble to simulate */
     if (sim && P > 1) {
         LtSimResult res;
         char err[256];
-        if (lt_schedule_simulate_all(P, V, M, (LtSimCost){tf_all, tb_all, p2p}, &res, err,
-                                     sizeof err) == 0) {
+        if (lt_schedule_simulate_all(P, V, M, (LtSimCost){tf_all + send, tb_all + send, p2p},
+                                     &res, err, sizeof err) == 0) {
             makespan = res.makespan;
             lt_sim_free(&res);
             k->simulated = 1;
         }
     }
-    const double busy = V * (double)M * (tf + tb);
+    const double passes = V * (double)M;
+    const double busy = passes * (tf_c + tb_data + tb_weight + (full_rc ? tf_c : 0.0));
     k->compute = busy;
-    k->tp_comm = V * (double)M * 2.0 * tpc;
-    k->pp_comm = P > 1 ? 2.0 * V * (double)M * p2p : 0.0;
+    k->tp_comm = passes * (tpc_f + tpc_b + (full_rc ? tpc_f : 0.0));
+    k->hidden_tp = fmax(0.0, passes * (2.0 * tpc + (full_rc ? tpc : 0.0)) - k->tp_comm);
+    k->pp_comm = 2.0 * passes * send;
+    k->hidden_pp = P > 1 ? 2.0 * passes * (p2p - send) : 0.0;
     k->bubble = makespan - busy - k->tp_comm - k->pp_comm;
     if (k->bubble < 0) k->bubble = 0;
-    /* data parallel: the gradient reduction (fp32), and with ZeRO the weights' gather */
+    /* data parallel: the gradient reduction (fp32: an all-reduce, with ZeRO a
+     * reduce-scatter - ZeRO 2's after every micro batch), with ZeRO the
+     * weights' gather; buckets of parallel.bucket_size parameters (ZeRO 2:
+     * one per parameter group, a layer or the embeddings) */
     const double local = (double)k->mem.params / a;
     const double dp_gbs = k->tp * k->dp > gpn ? g->net_gbs : g->intra_gbs;
-    k->dp_comm = k->zero == 0 ? ring(4.0 * local, k->dp, dp_gbs, lat)
-                              : ring(4.0 * local, k->dp, dp_gbs, lat) / 2.0 +
-                                    ring(a * local, k->dp, dp_gbs, lat) / 2.0;
+    const double reduce = k->zero == 0 ? ring(4.0 * local, k->dp, dp_gbs, lat)
+                                       : ring(4.0 * local, k->dp, dp_gbs, lat) / 2.0;
+    const double gather = k->zero ? ring(a * local, k->dp, dp_gbs, lat) / 2.0 : 0.0;
+    const double buckets = fmax(1.0, ceil(local / (double)c->parallel.bucket_size));
+    const double groups = layers * V + 1.0;
+    double reduce_x, gather_x;
+    if (k->zero == 2) {
+        const double total = M * reduce;
+        reduce_x = k->ov_grad ? exposed(total, passes * (tf_all + tb_all), reduce / groups) : total;
+    } else {
+        reduce_x = k->ov_grad ? exposed(reduce, V * tb_all, reduce / buckets) : reduce;
+    }
+    gather_x = k->ov_param ? exposed(gather, V * tf_all, gather / buckets) : gather;
+    k->dp_comm = reduce_x + gather_x;
+    k->hidden_dp = fmax(0.0, (k->zero == 2 ? M * reduce : reduce) + gather - k->dp_comm);
     const double shard = k->zero ? local / k->dp : local;
     k->optim = shard * (28.0 + a) / (g->mem_gbs * 1e9);
     k->step = makespan + k->dp_comm + k->optim;
@@ -266,7 +329,15 @@ static const char *rc_name(int rc) {
     return rc == LT_RECOMPUTE_FULL ? "full" : rc == LT_RECOMPUTE_SELECTIVE ? "sel" : "none";
 }
 
-static int layout_config(const LtConfig *base, const Cand *k, LtConfig *c, int world) {
+/* --overlap: the config's switches, all of them, or none */
+typedef enum { OV_CONFIG, OV_ALL, OV_NONE } OverlapMode;
+
+/* The config of layout k; its overlap switches (mode) where the layout
+ * allows them - no parameter gather without ZeRO, no TP overlap without SP -
+ * recorded in k; the pipeline's sends go in the background only over MPI
+ * (the planner's GPU rows run NCCL unless comm.backend is mpi). */
+static int layout_config(const LtConfig *base, Cand *k, LtConfig *c, int world, OverlapMode mode,
+                         int mpi) {
     *c = *base;
     c->parallel.tensor_model_parallel_size = k->tp;
     c->parallel.pipeline_model_parallel_size = k->pp;
@@ -275,11 +346,23 @@ static int layout_config(const LtConfig *base, const Cand *k, LtConfig *c, int w
     c->train.micro_batch_size = k->mbs;
     c->train.recompute = k->rc;
     c->optimizer.zero_stage = k->zero;
+    if (mode != OV_CONFIG) {
+        const bool on = mode == OV_ALL;
+        c->parallel.overlap_p2p_comm = c->parallel.tp_comm_overlap = on;
+        /* a captured CUDA graph cannot wait for the DP overlap (config refuses it) */
+        c->parallel.overlap_grad_reduce = c->parallel.overlap_param_gather = on && !c->train.cuda_graph;
+    }
+    if (!k->zero) c->parallel.overlap_param_gather = false;
+    if (!k->sp) c->parallel.tp_comm_overlap = false;
+    k->ov_grad = c->parallel.overlap_grad_reduce && k->dp > 1;
+    k->ov_param = c->parallel.overlap_param_gather && k->dp > 1;
+    k->ov_tp = c->parallel.tp_comm_overlap;
+    k->ov_p2p = c->parallel.overlap_p2p_comm && k->pp > 1 && mpi;
     char err[512];
     return lt_config_validate(c, world, err, sizeof err);
 }
 
-static void plan_memory_max(const LtConfig *c, Cand *k, size_t a) {
+static void plan_memory_max(const LtConfig *c, Cand *k, size_t a, int mpi) {
     /* the first stage holds the most micro batches in flight and the
      * embeddings, the last the LM head: the largest is one of them */
     int stages[2] = {0, k->pp - 1};
@@ -287,7 +370,8 @@ static void plan_memory_max(const LtConfig *c, Cand *k, size_t a) {
     for (int i = 0; i < (k->pp > 1 ? 2 : 1); i++) {
         LtPlanMemory m;
         char err[256];
-        if (lt_plan_memory(c, k->tp * k->pp * k->dp, stages[i], a, &m, err, sizeof err)) continue;
+        if (lt_plan_memory(c, k->tp * k->pp * k->dp, stages[i], a, mpi, &m, err, sizeof err))
+            continue;
         if (lt_plan_total(&m) > lt_plan_total(&k->mem)) k->mem = m;
     }
 }
@@ -302,11 +386,31 @@ static void print_row(const Cand *k, double cap, const char *prefix) {
            binds(k, cap), k->simulated ? "" : " (bubble by formula)");
 }
 
+/* The overlap switches in effect for k, as words. */
+static const char *overlap_words(const Cand *k, char *buf, size_t len) {
+    snprintf(buf, len, "%s%s%s%s", k->ov_grad ? " grad-reduce" : "",
+             k->ov_param ? " param-gather" : "", k->ov_p2p ? " p2p" : "", k->ov_tp ? " tp" : "");
+    if (!buf[0]) snprintf(buf, len, " none");
+    return buf + 1;
+}
+
+/* One layout's step time by part, in the terms of the run's breakdown. */
+static void print_step(const Cand *k, const LtPlanDevice *g) {
+    char ov[64];
+    printf("step time (predicted on %s; overlap: %s): %.4f s = compute %.4f + bubble %.4f + "
+           "exposed communication tp %.4f, pp %.4f, dp %.4f + optimizer %.4f; hidden by overlap: "
+           "tp %.4f, pp %.4f, dp %.4f; %.0f tokens/s, MFU %.1f%%%s\n",
+           g->name, overlap_words(k, ov, sizeof ov), k->step, k->compute, k->bubble, k->tp_comm,
+           k->pp_comm, k->dp_comm, k->optim, k->hidden_tp, k->hidden_pp, k->hidden_dp,
+           k->tokens_per_s, 100.0 * k->mfu, k->simulated ? "" : " (bubble by formula)");
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: lattice plan CONFIG.yaml [--gpus N] [--gpus-per-node G]\n"
             "                    [--gpu h100|h200|a100|cpu] [--calibration FILE]\n"
             "                    [--gpu-mem-gib M] [--top K] [--show TPxPP[xVPP]]... [--layout]\n"
+            "                    [--overlap config|all|none]\n"
             "                    [section.key=value ...]\n"
             "       lattice plan --calibrate [--device auto|cpu|cuda] [--precision fp32|bf16]\n"
             "                    [--seconds S] [--out FILE]\n"
@@ -314,8 +418,11 @@ static void usage(FILE *f) {
             "and sequence parallelism for N GPUs (default: the config's world) and prints the\n"
             "fastest that fit, with memory per GPU by category, predicted step time, tokens/s,\n"
             "MFU and what binds each; --show adds the fastest fitting layout of that shape.\n"
-            "--layout: the config's own layout only, with the memory\n"
-            "of every pipeline stage in the engine's categories (compare with the run's summary).\n"
+            "--overlap: the parallel.overlap_* and tp_comm_overlap switches each layout gets\n"
+            "(default: the config's, where the layout allows them; all; none).\n"
+            "--layout: the config's own layout only, with the memory of every pipeline stage\n"
+            "in the engine's categories (compare with the run's summary) and its step time\n"
+            "by part (compare with the run's breakdown).\n"
             "--calibration FILE: the device constants a --calibrate run wrote, instead of the\n"
             "built-in row. --calibrate measures them on this machine through the engine's\n"
             "backend (GEMMs, memory bandwidth; all-reduce under mpirun with >= 2 ranks) within\n"
@@ -349,6 +456,7 @@ int lt_cmd_plan(int argc, char **argv) {
         if (!strcmp(argv[i], "--calibrate")) return lt_cmd_plan_calibrate(argc, argv);
     const char *config = NULL, *gpu_name = NULL, *calibration = NULL;
     int gpus = 0, gpn = 8, top = 15, layout = 0, nshow = 0, show[8][3];
+    OverlapMode ov = OV_CONFIG;
     double mem_gib = 0;
     char **over = calloc((size_t)argc + 1, sizeof(char *));
     int nover = 0;
@@ -370,6 +478,12 @@ int lt_cmd_plan(int argc, char **argv) {
         char *end;
         long x = strtol(v, &end, 10);
         if (!strcmp(o, "--gpu")) gpu_name = v;
+        else if (!strcmp(o, "--overlap")) {
+            if (!strcmp(v, "config")) ov = OV_CONFIG;
+            else if (!strcmp(v, "all")) ov = OV_ALL;
+            else if (!strcmp(v, "none")) ov = OV_NONE;
+            else return free(over), bad("--overlap takes config, all or none", v);
+        }
         else if (!strcmp(o, "--calibration")) calibration = v;
         else if (!strcmp(o, "--show")) {
             int t3[3] = {0, 0, 1}, n = sscanf(v, "%dx%dx%d", &t3[0], &t3[1], &t3[2]);
@@ -392,6 +506,10 @@ int lt_cmd_plan(int argc, char **argv) {
     lt_config_defaults(&base);
     if (lt_config_load(&base, config, nover, over, err, sizeof err)) return free(over), bad(err, NULL);
     free(over);
+    /* --layout of a config that trains on the CPU: the cpu row unless told */
+    const int cpu_run = base.train.device == LT_DEVICE_CPU ||
+                        (base.train.device == LT_DEVICE_AUTO && lt_cuda_device_count() <= 0);
+    if (layout && cpu_run && !gpu_name && !calibration) gpu_name = "cpu";
     LtPlanDevice dev;
     if (choose_device(gpu_name, calibration, base.train.precision, &dev, err, sizeof err))
         return bad(err, NULL);
@@ -401,14 +519,15 @@ int lt_cmd_plan(int argc, char **argv) {
     const size_t a = base.train.precision == LT_PREC_BF16 && strcmp(g->name, "cpu") ? 2 : 4;
     const int cfg_world = base.parallel.tensor_model_parallel_size *
                           base.parallel.pipeline_model_parallel_size;
+    /* the stage-to-stage messages' library: NCCL on a GPU row unless comm.backend says mpi */
+    const int mpi = !strcmp(g->name, "cpu") || base.comm.backend == LT_COMM_MPI;
 
     if (layout) { /* the config's own layout, every stage, on the device it names */
         int world = gpus ? gpus : cfg_world;
         LtConfig c = base;
         if (lt_config_validate(&c, world, err, sizeof err)) return bad(err, NULL);
-        const int cpu = c.train.device == LT_DEVICE_CPU ||
-                        (c.train.device == LT_DEVICE_AUTO && lt_cuda_device_count() <= 0);
-        const size_t act = cpu ? 4 : a; /* the CPU backend holds bf16 values in floats */
+        const size_t act = cpu_run ? 4 : a; /* the CPU backend holds bf16 values in floats */
+        const int lmpi = mpi || cpu_run;
         const int P = c.parallel.pipeline_model_parallel_size;
         printf("plan: %s, %d rank(s): tp %d, pp %d, vpp %d, dp %d, micro batch %d, recompute %s, "
                "ZeRO %d%s\n",
@@ -417,13 +536,23 @@ int lt_cmd_plan(int argc, char **argv) {
                world / (c.parallel.tensor_model_parallel_size * P),
                c.train.micro_batch_size, rc_name(c.train.recompute), c.optimizer.zero_stage,
                c.parallel.sequence_parallel ? ", SP" : "");
+        Cand k = {.tp = c.parallel.tensor_model_parallel_size, .pp = P,
+                  .vpp = c.parallel.virtual_pipeline_model_parallel_size,
+                  .dp = world / (c.parallel.tensor_model_parallel_size * P),
+                  .mbs = c.train.micro_batch_size, .rc = c.train.recompute,
+                  .zero = c.optimizer.zero_stage, .sp = c.parallel.sequence_parallel};
         for (int s = 0; s < P; s++) {
             LtPlanMemory m;
-            if (lt_plan_memory(&c, world, s, act, &m, err, sizeof err)) return bad(err, NULL);
+            if (lt_plan_memory(&c, world, s, act, lmpi, &m, err, sizeof err)) return bad(err, NULL);
             printf("memory bytes per rank (predicted, stage %d): params=%zu grads=%zu optimizer=%zu "
                    "activations=%zu workspace=%zu total=%zu\n",
                    s, m.params, m.grads, m.optimizer, m.activations, m.workspace, lt_plan_total(&m));
+            if (m.params > k.mem.params) k.mem = m;
         }
+        LtConfig cl;
+        if (layout_config(&base, &k, &cl, world, ov, lmpi)) return bad("layout refused", NULL);
+        step_time(&cl, g, gpn, &k, 1);
+        print_step(&k, g);
         return 0;
     }
 
@@ -451,8 +580,8 @@ int lt_cmd_plan(int argc, char **argv) {
                                                           : LT_RECOMPUTE_FULL,
                                           .zero = zero, .sp = sp};
                                 LtConfig c;
-                                if (layout_config(&base, &k, &c, gpus)) continue;
-                                plan_memory_max(&c, &k, a);
+                                if (layout_config(&base, &k, &c, gpus, ov, mpi)) continue;
+                                plan_memory_max(&c, &k, a, mpi);
                                 k.mem_gib = (double)lt_plan_total(&k.mem) / (1024.0 * 1024 * 1024);
                                 k.fits = k.mem_gib <= cap;
                                 step_time(&c, g, gpn, &k, 0);
@@ -471,7 +600,7 @@ int lt_cmd_plan(int argc, char **argv) {
     /* the schedule simulator refines the leaders' pipeline time, bubble included */
     for (size_t i = 0; i < ncand && i < 64; i++) {
         LtConfig c;
-        layout_config(&base, &cs[i], &c, gpus);
+        layout_config(&base, &cs[i], &c, gpus, ov, mpi);
         step_time(&c, g, gpn, &cs[i], 1);
     }
     qsort(cs, ncand < 64 ? ncand : 64, sizeof *cs, cand_cmp);
@@ -495,8 +624,9 @@ int lt_cmd_plan(int argc, char **argv) {
            base.train.precision == LT_PREC_BF16 ? "bf16" : "fp32", base.train.global_batch_size,
            base.model.seq_length);
     printf("%zu layouts, %zu fit; the fastest %d that fit (step time: compute + the schedule's "
-           "bubble + TP/PP/DP communication, none of it overlapped yet):\n",
-           ncand, nfit, top);
+           "bubble + the TP/PP/DP communication the overlap switches (--overlap %s) leave "
+           "exposed):\n",
+           ncand, nfit, top, ov == OV_ALL ? "all" : ov == OV_NONE ? "none" : "config");
     printf("%3s %3s %3s %3s %3s %4s %4s %2s | %6s %6s %6s %6s %6s %6s | %8s %9s %5s | %s\n", "tp",
            "pp", "vpp", "dp", "mbs", "rc", "zero", "sp", "params", "grads", "optim", "acts", "ws",
            "GiB", "step s", "tok/s", "MFU", "binds");
@@ -520,7 +650,7 @@ int lt_cmd_plan(int argc, char **argv) {
             continue;
         }
         LtConfig c;
-        layout_config(&base, best, &c, gpus);
+        layout_config(&base, best, &c, gpus, ov, mpi);
         step_time(&c, g, gpn, best, 1);
         printf("--show %dx%dx%d, the fastest such layout (about #%zu of %zu):\n", show[s][0],
                show[s][1], show[s][2], at + 1, nfit);

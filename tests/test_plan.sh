@@ -62,6 +62,62 @@ BASE="$LBASE" agree llama_single_full_bf16 1 train.recompute=full train.precisio
 BASE="$LBASE" agree llama_tp2_sp 2 parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true
 BASE="$LBASE" agree llama_pp2_dp2_zero2_sel 4 parallel.pipeline_model_parallel_size=2 \
   optimizer.zero_stage=2 train.recompute=selective
+# receives posted ahead over MPI hold more micro batches in flight
+agree pp2_p2p_ahead 2 parallel.pipeline_model_parallel_size=2 parallel.overlap_p2p_comm=true \
+  train.global_batch_size=8
+
+# the step-time model's overlap (lattice plan --layout prints a layout's step by
+# part): what each switch hides, where the layout and the library allow it
+steps() { # out config overrides... -> one "step time" line per --overlap none/all
+  local out=$1; shift
+  : > "$out"
+  for o in none all; do "$LT" plan "$@" --layout --overlap $o | grep '^step time' >> "$out"; done
+}
+P124="configs/gpt2-124m.yaml --gpus 8 train.micro_batch_size=8"
+steps "$T/ov_dp1" $P124 optimizer.zero_stage=1
+steps "$T/ov_dp2" $P124 optimizer.zero_stage=2
+steps "$T/ov_tp" $P124 parallel.tensor_model_parallel_size=4 parallel.sequence_parallel=true
+steps "$T/ov_pp_gpu" $P124 parallel.pipeline_model_parallel_size=2
+steps "$T/ov_pp_cpu" $P124 parallel.pipeline_model_parallel_size=2 --gpu cpu
+"$LT" plan $P124 --overlap sometimes > "$T/ov_bad" 2>&1; rcb=$?
+if err=$(python3 - "$T" $rcb <<'PY' 2>&1
+import re, sys
+T, rcb = sys.argv[1], int(sys.argv[2])
+def parts(name):
+    rows = []
+    for line in open(f'{T}/{name}'):
+        r = {'overlap': re.search(r'overlap: ([^)]*)\)', line).group(1).split(),
+             'step': float(re.search(r': ([\d.]+) s =', line).group(1))}
+        for kind in ('tp', 'pp', 'dp'):
+            r['x' + kind] = float(re.search(rf'exposed communication.*?{kind} ([\d.]+)', line).group(1))
+            r['h' + kind] = float(re.search(rf'hidden by overlap:.*?{kind} ([\d.]+)', line).group(1))
+        rows.append(r)
+    assert len(rows) == 2, f'{name}: {len(rows)} step lines'
+    return rows
+def hides(name, kind):
+    off, on = parts(name)
+    assert off['overlap'] == ['none'] and off['h' + kind] == 0, (name, off)
+    assert on['x' + kind] < off['x' + kind] and on['h' + kind] > 0, (name, kind, off, on)
+    # what is hidden is what was exposed (within the printed rounding)
+    assert abs(on['x' + kind] + on['h' + kind] - off['x' + kind]) <= 1e-4 + 1e-3 * off['x' + kind], (name, off, on)
+    assert on['step'] < off['step'], (name, off['step'], on['step'])
+    return off, on
+off1, on1 = hides('ov_dp1', 'dp')
+assert on1['overlap'] == ['grad-reduce', 'param-gather'], on1['overlap']
+off2, _ = hides('ov_dp2', 'dp')
+# ZeRO 2 reduce-scatters after each of the 8 micro batches, ZeRO 1 once
+assert off2['xdp'] > 4 * off1['xdp'], (off1['xdp'], off2['xdp'])
+hides('ov_tp', 'tp')
+gpu_off, gpu_on = parts('ov_pp_gpu')
+# NCCL: the stage-to-stage messages stay on the compute stream
+assert 'p2p' not in gpu_on['overlap'] and gpu_on['xpp'] == gpu_off['xpp'] > 0 and gpu_on['hpp'] == 0, gpu_on
+hides('ov_pp_cpu', 'pp')
+assert 'p2p' in parts('ov_pp_cpu')[1]['overlap']
+assert rcb == 2 and '--overlap takes config, all or none' in open(f'{T}/ov_bad').read()
+print(f"dp hidden {on1['hdp']:.4f} s of {off1['xdp']:.4f}; ZeRO 2 exposes {off2['xdp'] / off1['xdp']:.1f}x ZeRO 1's")
+PY
+); then pass "plan_overlap_model ($err)"
+else fail plan_overlap_model "$(echo "$err" | tail -2)"; fi
 
 # the table: GPT-2 1.5B on one 8-GPU node
 "$LT" plan configs/gpt2-1.5b.yaml --gpus 8 --top 5 --show 1x4x2 > "$T/table" 2>&1
