@@ -45,6 +45,20 @@ void lt_tp_gather_blocks(const LtComm *tp, void *full, size_t count, size_t byte
 void lt_tp_scatter_blocks(const LtComm *tp, void *full, void *shard, size_t count, size_t bytes,
                           LtCommType t, LtRowBlockFn fn, LtRowBlockFn tail, void *ctx);
 
+/* Both around work that must see the same rows on every rank at once (the
+ * vocab-parallel loss sums per-row statistics over tp): every block's
+ * broadcast of in_full (in_count elements, in_bytes bytes per block) is
+ * queued, then for k = 0 .. tp-1 in that order on every rank fn(ctx, k) runs
+ * once block k of in_full is here (this rank's at once); when out_full is
+ * not NULL, block k of out_full (written by fn: partial sums) then starts its
+ * sum over tp towards rank k, behind the next blocks' work. On return in_full
+ * holds every block and, with out_full, out_shard (out_count elements) the
+ * sum of this rank's block (unrounded, as lt_tp_scatter_blocks). */
+void lt_tp_gather_scatter_in_order(const LtComm *tp, void *in_full, size_t in_count,
+                                   size_t in_bytes, void *out_full, void *out_shard,
+                                   size_t out_count, size_t out_bytes, LtCommType t,
+                                   LtRowBlockFn fn, void *ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -624,8 +624,11 @@ static void upload_ids(LtModel *m, int32_t *dst, const int32_t *ids, int n) {
 
 /* Forward of chunk c (micro batch B x T) in slot s: the embedding on the first
  * stage (tokens: host ids), the layers, then on the last stage the final
- * LayerNorm into lnf (xlast = its input), elsewhere the chunk output into out. */
-static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, void *out) {
+ * LayerNorm into lnf (xlast = its input; gathered over SP unless gather_lnf is
+ * 0: then the caller's loss gathers it block by block), elsewhere the chunk
+ * output into out. */
+static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, void *out,
+                       int gather_lnf) {
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
     const int T = m->T, C = m->d.hidden, F = m->ffn_local, n = m->chunk_layers;
@@ -658,7 +661,7 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
         norm_fwd(m, delta ? m->xlast : NULL, rows_at(m, m->lnf, mine, C), m->meanf, m->rstdf,
                  last, delta, param(m, f), is_llama(m) ? NULL : param(m, f + 1), R, C);
         if (!delta) o->copy(be, m->xlast, last, lt_act_bytes(be, (size_t)R * C));
-        sp_gather(m, m->lnf, R, C);
+        if (gather_lnf) sp_gather(m, m->lnf, R, C);
     } else if (delta) {
         o->add_act(be, out, last, delta, (size_t)R * C);
     } else {
@@ -666,16 +669,16 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
     }
 }
 
-/* Loss over rows [0, N) in chunks, its sum added to loss_acc; with
- * grad_scale != 0 also the gradient into dc (= dlnf) and dwte. */
-static void loss_chunks(LtModel *m, int N, float grad_scale) {
+/* Loss of rows [r0, r1) in chunks of up to xent_chunk rows into losses; with
+ * grad_scale != 0 also their gradient into dc (= dlnf) and dwte. */
+static void loss_rows(LtModel *m, int r0, int r1, float grad_scale) {
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
     const int C = m->d.hidden, V = m->d.vocab, Vl = m->vocab_local;
     const int X = m->xent_chunk, wte = head_idx(m); /* the LM head: tied wte or lm_head */
     float *gmax = m->xstat, *gsum = m->xstat + X, *gtgt = m->xstat + 2 * X;
-    for (int r = 0; r < N; r += X) {
-        int n = N - r < X ? N - r : X;
+    for (int r = r0; r < r1; r += X) {
+        int n = r1 - r < X ? r1 - r : X;
         const void *x = (const char *)m->lnf + lt_act_bytes(be, (size_t)r * C);
         o->linear_fwd(be, m->logits, NULL, x, param(m, wte), NULL, n, C, Vl);
         if (!m->tp) {
@@ -693,7 +696,43 @@ static void loss_chunks(LtModel *m, int N, float grad_scale) {
             o->linear_bwd(be, (char *)m->dc + lt_act_bytes(be, (size_t)r * C), grad(m, wte),
                           NULL, m->logits, x, param(m, wte), NULL, n, C, Vl);
     }
-    o->sum_f64(be, m->loss_acc, m->losses, (size_t)N, 0);
+}
+
+typedef struct {
+    LtModel *m;
+    int R;
+    float grad_scale;
+} LossBlocks;
+static void loss_block(void *ctx, int k) {
+    const LossBlocks *b = ctx;
+    loss_rows(b->m, k * b->R, (k + 1) * b->R, b->grad_scale);
+}
+
+/* The loss of the N rows of lnf (this rank's R rows fresh under SP), its sum
+ * added to loss_acc; with grad_scale != 0 also dwte and the gradient of this
+ * rank's rows of lnf, returned (summed over TP under SP: m->scratch_sp).
+ * With tp_comm_overlap the gather of lnf and the reduce-scatter of its
+ * gradient run in row blocks around the loss of the blocks (in rank order:
+ * the vocab-parallel loss needs the same rows on every rank at once). */
+static void *loss_head(LtModel *m, int N, float grad_scale) {
+    LtBackend *be = m->be;
+    const int C = m->d.hidden, R = m->sp ? N / m->tp_size : N;
+    void *dln = NULL;
+    if (!m->tp_overlap) {
+        loss_rows(m, 0, N, grad_scale);
+        if (grad_scale != 0.0f) dln = tp_finish(m, m->dc, m->scratch_sp, R, C);
+    } else {
+        LossBlocks b = {.m = m, .R = R, .grad_scale = grad_scale};
+        const size_t n = (size_t)R * C;
+        const int grads = grad_scale != 0.0f;
+        lt_tp_gather_scatter_in_order(m->tp, m->lnf, n, lt_act_bytes(be, n),
+                                      grads ? m->dc : NULL, m->scratch_sp, n, lt_act_bytes(be, n),
+                                      lt_comm_act_type(be), loss_block, &b);
+        if (grads) act_round(m, m->scratch_sp, n);
+        dln = grads ? m->scratch_sp : NULL;
+    }
+    be->ops->sum_f64(be, m->loss_acc, m->losses, (size_t)N, 0);
+    return dln;
 }
 
 void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
@@ -701,12 +740,13 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
     LT_CHECK(c >= 0 && c < m->vpp && s >= 0 && s < m->nslots);
     const int last = lt_model_chunk_last(m, c);
     LT_CHECK(last || out);
-    chunk_body(m, c, s, m->B, tokens, out);
-    if (!last || !targets) return;
+    const int loss = last && targets;
+    chunk_body(m, c, s, m->B, tokens, out, !(loss && m->tp_overlap));
+    if (!loss) return;
     LtBackend *be = m->be;
     const int N = m->B * m->T, C = m->d.hidden, R = m->sp ? N / m->tp_size : N;
     upload_ids(m, m->targets, targets, N);
-    loss_chunks(m, N, grad_scale);
+    void *dln = loss_head(m, N, grad_scale); /* d(lnf), this rank's rows */
     if (grad_scale == 0.0f) return;
     /* the LM head's share of the tied embedding (its own buffer with pipelining); an
      * untied head is handed over with the final norm below */
@@ -714,7 +754,6 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
     /* dlnf -> through the final LayerNorm into the gradient of the chunk output */
     const int f = m->table.idx_lnf;
     LtActSlot *sl = &m->slot[s];
-    void *dln = tp_finish(m, m->dc, m->scratch_sp, R, C); /* d(lnf), this rank's rows */
     be->ops->zero(be, sl->dout, lt_act_bytes(be, (size_t)R * C));
     norm_bwd(m, sl->dout, grad(m, f), is_llama(m) ? NULL : grad(m, f + 1), dln, m->xlast,
              param(m, f), m->meanf, m->rstdf, R, C);
@@ -826,7 +865,7 @@ void lt_model_next_logits(LtModel *m, const int32_t *tokens, int len, float *out
      * cannot influence position len-1 under the causal mask */
     int32_t *row = lt_calloc((size_t)T * sizeof(int32_t));
     memcpy(row, tokens, (size_t)len * sizeof(int32_t));
-    chunk_body(m, 0, 0, 1, row, NULL);
+    chunk_body(m, 0, 0, 1, row, NULL, 1);
     free(row);
     const void *x = (const char *)m->lnf + lt_act_bytes(be, (size_t)(len - 1) * C);
     be->ops->linear_fwd(be, m->logits, NULL, x, param(m, head_idx(m)), NULL, 1, C, Vp);

@@ -20,6 +20,7 @@
 #include "dist.h"
 #include "test.h"
 #include "topology.h"
+#include "tp_overlap.h"
 
 #define NP 4
 
@@ -556,6 +557,76 @@ static void test_background_group(void) {
     lt_comm_free(w);
 }
 
+/* ---- tp_overlap: row blocks on the background companion ------------------- */
+enum { RB = 5 }; /* elements per row block */
+typedef struct {
+    float *in, *out;
+    int order[2 * NP], calls, me, bad_block;
+} Blocks;
+/* Records the call, checks block k of in arrived, writes block k of out
+ * (partial sums (me + 1) * (k + 1) + i). */
+static void block_fn(void *ctx, int k) {
+    Blocks *b = ctx;
+    if (b->calls < 2 * NP) b->order[b->calls] = k;
+    b->calls++;
+    for (int i = 0; i < RB; i++)
+        if (b->in[k * RB + i] != (float)val(k, i)) b->bad_block = 1;
+    if (b->out)
+        for (int i = 0; i < RB; i++) b->out[k * RB + i] = (float)((b->me + 1) * (k + 1) + i);
+}
+static void fill_own_block(float *in, int me) {
+    for (int i = 0; i < NP * RB; i++) in[i] = -1.0f;
+    for (int i = 0; i < RB; i++) in[me * RB + i] = (float)val(me, i);
+}
+/* lt_tp_gather_blocks calls fn on this rank's block first, then the others in
+ * rank order, each once it arrived; lt_tp_scatter_blocks and the in-order
+ * gather + scatter (the LM head's) take the blocks in rank order on every
+ * rank and leave each rank the sum of its block; every call sees its block. */
+static void test_tp_row_blocks(void) {
+    LtComm *w = lt_comm_world("tp");
+    const int me = W.rank;
+    float in[NP * RB], out[NP * RB], shard[RB];
+    Blocks b = {.in = in, .me = me};
+    fill_own_block(in, me);
+    lt_tp_gather_blocks(w, in, RB, RB * sizeof(float), LT_COMM_F32, block_fn, &b);
+    CHECK(b.calls == NP && b.order[0] == me && !b.bad_block, "gather: %d calls, first %d, bad %d",
+          b.calls, b.order[0], b.bad_block);
+    for (int j = 1, want = 0; j < NP; j++, want++) {
+        if (want == me) want++;
+        CHECK(b.order[j] == want, "gather call %d on block %d, not %d", j, b.order[j], want);
+    }
+    for (int i = 0; i < NP * RB; i++)
+        CHECK(in[i] == (float)val(i / RB, i % RB), "gathered [%d] %g", i, in[i]);
+    /* the in-order gather with the scatter of what each block's work wrote */
+    for (int with_out = 0; with_out < 2; with_out++) {
+        Blocks c = {.in = in, .out = with_out ? out : NULL, .me = me};
+        fill_own_block(in, me);
+        for (int i = 0; i < RB; i++) shard[i] = -7.0f;
+        lt_tp_gather_scatter_in_order(w, in, RB, RB * sizeof(float), c.out, shard, RB,
+                                      RB * sizeof(float), LT_COMM_F32, block_fn, &c);
+        CHECK(c.calls == NP && !c.bad_block, "in order (out %d): %d calls, bad %d", with_out,
+              c.calls, c.bad_block);
+        for (int j = 0; j < NP && j < c.calls; j++)
+            CHECK(c.order[j] == j, "in order (out %d): call %d on block %d", with_out, j, c.order[j]);
+        for (int i = 0; i < NP * RB; i++)
+            CHECK(in[i] == (float)val(i / RB, i % RB), "in order gathered [%d] %g", i, in[i]);
+        for (int i = 0; i < RB; i++) {
+            /* sum over ranks r of (r + 1) * (me + 1) + i */
+            float want = with_out ? (float)((NP * (NP + 1) / 2) * (me + 1) + NP * i) : -7.0f;
+            CHECK(shard[i] == want, "in order (out %d): shard [%d] %g != %g", with_out, i,
+                  shard[i], want);
+        }
+    }
+    /* the reduce-scatter alone, produced block by block */
+    Blocks d = {.in = in, .out = out, .me = me};
+    lt_tp_scatter_blocks(w, out, shard, RB, RB * sizeof(float), LT_COMM_F32, block_fn, NULL, &d);
+    for (int j = 0; j < NP; j++) CHECK(d.order[j] == j, "scatter call %d on block %d", j, d.order[j]);
+    for (int i = 0; i < RB; i++)
+        CHECK(shard[i] == (float)((NP * (NP + 1) / 2) * (me + 1) + NP * i), "scatter [%d] %g", i,
+              shard[i]);
+    lt_comm_free(w);
+}
+
 /* ---- groups with options: CPU backend device buffers = host path ---------- */
 static void test_split_ex_cpu(void) {
     LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
@@ -822,6 +893,7 @@ int main(int argc, char **argv) {
     MRUN(test_bf16_world);
     MRUN(test_reduce_scatter_v);
     MRUN(test_background_group);
+    MRUN(test_tp_row_blocks);
     MRUN(test_split_ex_cpu);
     MRUN(test_staged_cpu);
     int rc = test_n_fail ? 1 : 0;
