@@ -247,7 +247,14 @@ static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k
         tpc_b = exposed(tpc, tb_data * share, 0.0);
     }
     const double tf_all = tf_c + tpc_f;
-    const double tb_all = tb_data + tb_weight + tpc_b + (full_rc ? tf_all : 0.0);
+    /* recomputation in the backward: full repeats the chunk's forward (its
+     * communication too), selective the attention core (scores and weighted
+     * sum, 4 S h FLOPs per token and layer as the MFU counts them) */
+    const double redo = full_rc ? tf_c
+                        : k->rc == LT_RECOMPUTE_SELECTIVE
+                            ? layers * k->mbs * S * 4.0 * S * C / k->tp / (peak * gemm_eff_at(g, N))
+                            : 0.0;
+    const double tb_all = tb_data + tb_weight + tpc_b + redo + (full_rc ? tpc_f : 0.0);
     /* a stage holds tp * dp consecutive ranks: boundaries cross nodes when that fills one */
     const double p2p_gbs = k->tp * k->dp >= gpn ? g->net_gbs : g->intra_gbs;
     const double p2p = P > 1 ? a * N * C / (k->sp ? k->tp : 1) / (p2p_gbs * 1e9) + lat : 0.0;
@@ -267,7 +274,7 @@ static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k
         }
     }
     const double passes = V * (double)M;
-    const double busy = passes * (tf_c + tb_data + tb_weight + (full_rc ? tf_c : 0.0));
+    const double busy = passes * (tf_c + tb_data + tb_weight + redo);
     k->compute = busy;
     k->tp_comm = passes * (tpc_f + tpc_b + (full_rc ? tpc_f : 0.0));
     k->hidden_tp = fmax(0.0, passes * (2.0 * tpc + (full_rc ? tpc : 0.0)) - k->tp_comm);

@@ -79,6 +79,7 @@ steps "$T/ov_dp2" $P124 optimizer.zero_stage=2
 steps "$T/ov_tp" $P124 parallel.tensor_model_parallel_size=4 parallel.sequence_parallel=true
 steps "$T/ov_pp_gpu" $P124 parallel.pipeline_model_parallel_size=2
 steps "$T/ov_pp_cpu" $P124 parallel.pipeline_model_parallel_size=2 --gpu cpu
+for rc in none selective full; do steps "$T/rc_$rc" $P124 train.recompute=$rc; done
 "$LT" plan $P124 --overlap sometimes > "$T/ov_bad" 2>&1; rcb=$?
 if err=$(python3 - "$T" $rcb <<'PY' 2>&1
 import re, sys
@@ -87,7 +88,8 @@ def parts(name):
     rows = []
     for line in open(f'{T}/{name}'):
         r = {'overlap': re.search(r'overlap: ([^)]*)\)', line).group(1).split(),
-             'step': float(re.search(r': ([\d.]+) s =', line).group(1))}
+             'step': float(re.search(r': ([\d.]+) s =', line).group(1)),
+             'compute': float(re.search(r'= compute ([\d.]+)', line).group(1))}
         for kind in ('tp', 'pp', 'dp'):
             r['x' + kind] = float(re.search(rf'exposed communication.*?{kind} ([\d.]+)', line).group(1))
             r['h' + kind] = float(re.search(rf'hidden by overlap:.*?{kind} ([\d.]+)', line).group(1))
@@ -114,6 +116,9 @@ assert 'p2p' not in gpu_on['overlap'] and gpu_on['xpp'] == gpu_off['xpp'] > 0 an
 hides('ov_pp_cpu', 'pp')
 assert 'p2p' in parts('ov_pp_cpu')[1]['overlap']
 assert rcb == 2 and '--overlap takes config, all or none' in open(f'{T}/ov_bad').read()
+# recomputation costs backward time: selective the attention core, full the forward
+c = [parts(f'rc_{rc}')[0]['compute'] for rc in ('none', 'selective', 'full')]
+assert c[0] < c[1] < c[2] and abs(c[2] / c[0] - 4 / 3) < 0.01, c
 print(f"dp hidden {on1['hdp']:.4f} s of {off1['xdp']:.4f}; ZeRO 2 exposes {off2['xdp'] / off1['xdp']:.1f}x ZeRO 1's")
 PY
 ); then pass "plan_overlap_model ($err)"
