@@ -236,6 +236,11 @@ void lt_model_next_logits(LtModel *m, const int32_t *tokens, int len, float *out
  * Megatron's formula: 72*s*L*h^2*(1 + s/(6h) + V/(12*L*h)). causal != 0
  * counts only the unmasked half of attention scores: s/(6h) -> s/(12h). */
 double lt_model_flops_per_sample(const LtModelDims *d, int causal);
+/* FLOPs per sample the backward's recomputation adds, counted as
+ * lt_model_flops_per_sample(d, 0) counts them: full != 0 each layer's forward
+ * up to the MLP activation (recompute_layer), else (selective) the attention
+ * core. */
+double lt_model_recompute_flops_per_sample(const LtModelDims *d, int full);
 
 #ifdef __cplusplus
 }

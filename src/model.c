@@ -885,3 +885,14 @@ double lt_model_flops_per_sample(const LtModelDims *d, int causal) {
     const double layer = 2.0 * h * (h + 2.0 * kv) + 2.0 * h * h + mlp + attn;
     return 3.0 * s * (L * layer + 2.0 * h * V);
 }
+
+double lt_model_recompute_flops_per_sample(const LtModelDims *d, int full) {
+    const double s = d->seq_len, h = d->hidden, F = d->ffn, L = d->num_layers,
+                 kv = (double)lt_dims_kv_heads(d) * (h / d->heads);
+    const double attn = 4.0 * s * h; /* as lt_model_flops_per_sample(d, 0) counts it */
+    if (!full) return s * L * attn;
+    /* recompute_layer: a layer's forward up to the MLP activation - all but the
+     * MLP's output projection (2hF); the LM head is not recomputed */
+    const double mlp_in = d->arch == LT_ARCH_LLAMA ? 4.0 * h * F : 2.0 * h * F;
+    return s * L * (2.0 * h * (h + 2.0 * kv) + 2.0 * h * h + mlp_in + attn);
+}

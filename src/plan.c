@@ -234,7 +234,7 @@ static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k
     const double layers = (double)d.num_layers / (P * V);
     const double intra = k->tp <= gpn ? g->intra_gbs : g->net_gbs;
     /* two all-reduces (or all-gather + reduce-scatter with SP) per layer each
-     * way; full recomputation repeats the forward's */
+     * way */
     const double tpc = layers * 2.0 * ring(a * N * C, k->tp, intra, lat);
     double tf_c = tf, tb_data = tf, tb_weight = tf, tpc_f = tpc, tpc_b = tpc;
     if (k->ov_tp) {
@@ -247,26 +247,32 @@ static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k
         tpc_b = exposed(tpc, tb_data * share, 0.0);
     }
     const double tf_all = tf_c + tpc_f;
-    /* recomputation in the backward: full repeats the chunk's forward (its
-     * communication too), selective the attention core (scores and weighted
-     * sum, 4 S h FLOPs per token and layer as the MFU counts them) */
-    const double redo = full_rc ? tf_c
-                        : k->rc == LT_RECOMPUTE_SELECTIVE
-                            ? layers * k->mbs * S * 4.0 * S * C / k->tp / (peak * gemm_eff_at(g, N))
-                            : 0.0;
-    const double tb_all = tb_data + tb_weight + tpc_b + redo + (full_rc ? tpc_f : 0.0);
+    /* recomputation in the backward: full the layers' forward up to the MLP
+     * activation (with 3 of its 4 SP gathers and reduce-scatters), selective
+     * the attention core; at the forward's pace */
+    const double redo =
+        k->rc == LT_RECOMPUTE_NONE
+            ? 0.0
+            : lt_model_recompute_flops_per_sample(&d, full_rc) * k->mbs / (k->tp * P * V) /
+                  (peak * gemm_eff_at(g, N)) * (tf_c / tf);
+    const double tpc_redo = full_rc ? 0.75 * tpc_f : 0.0;
+    const double tb_all = tb_data + tb_weight + tpc_b + redo + tpc_redo;
     /* a stage holds tp * dp consecutive ranks: boundaries cross nodes when that fills one */
     const double p2p_gbs = k->tp * k->dp >= gpn ? g->net_gbs : g->intra_gbs;
     const double p2p = P > 1 ? a * N * C / (k->sp ? k->tp : 1) / (p2p_gbs * 1e9) + lat : 0.0;
-    /* a pass's sends: on the rank's time unless posted in the background */
-    const double send = P > 1 && !k->ov_p2p ? p2p : 0.0;
-    double makespan = (V * (double)M + P - 1) * (tf_all + tb_all + 2.0 * send) +
-                      (P > 1 ? 2.0 * (P - 1) * p2p : 0);
+    /* a stage-to-stage transfer: on the receiving pass's time, unless the
+     * receive was posted ahead (overlap_p2p_comm over MPI; a large MPI message
+     * moves once its receive is posted, NCCL's in order on the compute
+     * stream); then it runs behind the compute and arrives p2p after the send */
+    const double xfer = P > 1 && !k->ov_p2p ? p2p : 0.0;
+    const double arrive = P > 1 ? (k->ov_p2p ? p2p : lat) : 0.0;
+    double makespan = (V * (double)M + P - 1) * (tf_all + tb_all + 2.0 * xfer) +
+                      2.0 * (P - 1) * arrive;
     if (P == 1) k->simulated = 1; /* no pipeline: no bubble to simulate */
     if (sim && P > 1) {
         LtSimResult res;
         char err[256];
-        if (lt_schedule_simulate_all(P, V, M, (LtSimCost){tf_all + send, tb_all + send, p2p},
+        if (lt_schedule_simulate_all(P, V, M, (LtSimCost){tf_all + xfer, tb_all + xfer, arrive},
                                      &res, err, sizeof err) == 0) {
             makespan = res.makespan;
             lt_sim_free(&res);
@@ -276,10 +282,10 @@ static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k
     const double passes = V * (double)M;
     const double busy = passes * (tf_c + tb_data + tb_weight + redo);
     k->compute = busy;
-    k->tp_comm = passes * (tpc_f + tpc_b + (full_rc ? tpc_f : 0.0));
-    k->hidden_tp = fmax(0.0, passes * (2.0 * tpc + (full_rc ? tpc : 0.0)) - k->tp_comm);
-    k->pp_comm = 2.0 * passes * send;
-    k->hidden_pp = P > 1 ? 2.0 * passes * (p2p - send) : 0.0;
+    k->tp_comm = passes * (tpc_f + tpc_b + tpc_redo);
+    k->hidden_tp = fmax(0.0, passes * (2.0 * tpc + (full_rc ? 0.75 * tpc : 0.0)) - k->tp_comm);
+    k->pp_comm = 2.0 * passes * xfer;
+    k->hidden_pp = P > 1 ? 2.0 * passes * (p2p - xfer) : 0.0;
     k->bubble = makespan - busy - k->tp_comm - k->pp_comm;
     if (k->bubble < 0) k->bubble = 0;
     /* data parallel: the gradient reduction (fp32: an all-reduce, with ZeRO a
@@ -295,8 +301,11 @@ static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k
     const double groups = layers * V + 1.0;
     double reduce_x, gather_x;
     if (k->zero == 2) {
-        const double total = M * reduce;
-        reduce_x = k->ov_grad ? exposed(total, passes * (tf_all + tb_all), reduce / groups) : total;
+        /* behind each backward, and behind the next forward at most the two
+         * reductions in flight (LT_OPTIM_RING); a slower reduction stalls */
+        const double total = M * reduce, one = reduce / groups;
+        const double window = passes * (tb_all + fmin(tf_all, LT_OPTIM_RING * one));
+        reduce_x = k->ov_grad ? exposed(total, window, one) : total;
     } else {
         reduce_x = k->ov_grad ? exposed(reduce, V * tb_all, reduce / buckets) : reduce;
     }
@@ -363,7 +372,7 @@ static int layout_config(const LtConfig *base, Cand *k, LtConfig *c, int world, 
     if (!k->sp) c->parallel.tp_comm_overlap = false;
     k->ov_grad = c->parallel.overlap_grad_reduce && k->dp > 1;
     k->ov_param = c->parallel.overlap_param_gather && k->dp > 1;
-    k->ov_tp = c->parallel.tp_comm_overlap;
+    k->ov_tp = c->parallel.tp_comm_overlap && k->tp > 1;
     k->ov_p2p = c->parallel.overlap_p2p_comm && k->pp > 1 && mpi;
     char err[512];
     return lt_config_validate(c, world, err, sizeof err);

@@ -560,13 +560,20 @@ static void test_background_group(void) {
 /* ---- tp_overlap: row blocks on the background companion ------------------- */
 enum { RB = 5 }; /* elements per row block */
 typedef struct {
+    const LtComm *w; /* a collective on the group itself inside the work, as the loss's */
     float *in, *out;
     int order[2 * NP], calls, me, bad_block;
 } Blocks;
 /* Records the call, checks block k of in arrived, writes block k of out
- * (partial sums (me + 1) * (k + 1) + i). */
+ * (partial sums (me + 1) * (k + 1) + i); with w, first agrees on k with
+ * the other ranks over w (the vocab-parallel loss's statistics run so). */
 static void block_fn(void *ctx, int k) {
     Blocks *b = ctx;
+    if (b->w) {
+        int kk[1] = {k};
+        lt_comm_all_reduce(b->w, kk, 1, LT_COMM_I32, LT_COMM_MAX);
+        if (kk[0] != k) b->bad_block = 1;
+    }
     if (b->calls < 2 * NP) b->order[b->calls] = k;
     b->calls++;
     for (int i = 0; i < RB; i++)
@@ -599,7 +606,7 @@ static void test_tp_row_blocks(void) {
         CHECK(in[i] == (float)val(i / RB, i % RB), "gathered [%d] %g", i, in[i]);
     /* the in-order gather with the scatter of what each block's work wrote */
     for (int with_out = 0; with_out < 2; with_out++) {
-        Blocks c = {.in = in, .out = with_out ? out : NULL, .me = me};
+        Blocks c = {.w = w, .in = in, .out = with_out ? out : NULL, .me = me};
         fill_own_block(in, me);
         for (int i = 0; i < RB; i++) shard[i] = -7.0f;
         lt_tp_gather_scatter_in_order(w, in, RB, RB * sizeof(float), c.out, shard, RB,

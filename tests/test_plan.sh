@@ -118,7 +118,8 @@ assert 'p2p' in parts('ov_pp_cpu')[1]['overlap']
 assert rcb == 2 and '--overlap takes config, all or none' in open(f'{T}/ov_bad').read()
 # recomputation costs backward time: selective the attention core, full the forward
 c = [parts(f'rc_{rc}')[0]['compute'] for rc in ('none', 'selective', 'full')]
-assert c[0] < c[1] < c[2] and abs(c[2] / c[0] - 4 / 3) < 0.01, c
+# (full: each layer's forward up to the MLP activation, less than the whole forward)
+assert c[0] < c[1] < c[2] < c[0] * 4 / 3 - 0.01 * c[0], c
 print(f"dp hidden {on1['hdp']:.4f} s of {off1['xdp']:.4f}; ZeRO 2 exposes {off2['xdp'] / off1['xdp']:.1f}x ZeRO 1's")
 PY
 ); then pass "plan_overlap_model ($err)"
