@@ -7,7 +7,8 @@
 # gradient norm, the exported weights), for ZeRO 1 and 2 (and ZeRO 0 and the
 # interleaved schedule with all on); the metrics carry exposed and busy
 # communication. parallel.tp_comm_overlap (the sequence-parallel
-# communication in row blocks behind the GEMMs) on tp 2 alone and on the
+# communication in row blocks behind the GEMMs) on tp 2 alone (with
+# evaluations, whose loss gathers in blocks without a gradient) and on the
 # 8-rank layout, alone and with the other switches: its row-block GEMMs may
 # round differently from the whole ones (OpenBLAS picks another kernel for
 # small blocks), so there the runs agree within the bounds measured (losses
@@ -75,9 +76,11 @@ else fail overlap_interleaved_bit_identical "$(echo "${err:-run failed}" | tail 
 close() { # ref name
   python3 tests/compare_runs.py "$T/$1" "$T/$2" 1e-7 1e-6 --steps 6
 }
-TP2="parallel.pipeline_model_parallel_size=1 model.num_layers=2 optimizer.zero_stage=1"
+# (with evaluations every 3 steps: the loss's gather in blocks without a gradient)
+TP2="parallel.pipeline_model_parallel_size=1 model.num_layers=2 optimizer.zero_stage=1
+     data.valid_path=$T/train.ltok eval.interval=3 eval.iters=2"
 if run tp2_off $TP2 && run tp2_on $TP2 parallel.tp_comm_overlap=true &&
-   err=$(close tp2_off tp2_on 2>&1); then
+   err=$(python3 tests/compare_runs.py "$T/tp2_off" "$T/tp2_on" 1e-7 1e-6 --steps 6 --evals 2 2>&1); then
   pass tp_comm_overlap_tp2_close
 else fail tp_comm_overlap_tp2_close "$(echo "${err:-run failed}" | tail -1)"; fi
 # four TP ranks (dp 2): blocks from three peers arrive while a GEMM runs
