@@ -280,7 +280,7 @@ check phase_kernels_no_gpu "bench_kernels did not stop for want of a GPU" grep -
 check phase_train_cpu_runs "train_compare.sh's CPU runs did not train (bundle's OpenBLAS at run time)" \
   bash -c "grep -q 'cpu-fp32: backend' $W/train.log && grep -q 'cpu-bf16: backend' $W/train.log"
 check phase_train_no_gpu "train_compare.sh's CUDA runs failed for another reason" \
-  bash -c "[ \$(grep '^FAIL' $W/train.log | grep -vc 'no CUDA device is visible') = 0 ] && grep -q '^FAIL run_cuda-fp32' $W/train.log"
+  bash -c "[ \$(grep '^FAIL' $W/train.log | grep -vc 'no CUDA device is visible') = 0 ] && grep -q '^FAIL run_tiny-cuda-fp32' $W/train.log"
 check phase_parallel_no_gpu "parallel_gpu.sh did not get as far as looking for a GPU" grep -q 'FAIL setup: no GPU visible' $W/parallel.log
 check phase_bench_no_gpu "bench.sh did not make its shard (python3 + lattice shard) or failed for another reason" \
   bash -c "grep -q 'making data/bench/random' $W/bench.log && grep -q 'no CUDA device is visible' $W/bench.log"
@@ -302,9 +302,10 @@ check probe_nvcc_link_on_path "found: $p" bash -c "[ \$(echo '$p' | tr ' ' '\n' 
 # elsewhere and builds with it (make -n here: the real build would be the same)
 inc=$(ls -d $VENV/lib/python3*/site-packages/nvidia/cu13/include)
 mkdir -p /opt/cccl-copy && mv "$inc/nv" "$inc/cccl" /opt/cccl-copy/
-out=$(make -n gpu-build 2>&1)
+# (make's output goes through a file: it holds quotes, e.g. "logging.trace's")
+make -n gpu-build > /out/cccl.txt 2>&1
 check cccl_missing_named "make did not name the missing CCCL headers" \
-  bash -c "echo '$out' | grep -q 'CCCL headers (nv/target): NOT FOUND' && echo '$out' | grep -q 'a CUDA library or header is missing'"
+  bash -c "grep -q 'CCCL headers (nv/target): NOT FOUND' /out/cccl.txt && grep -q 'a CUDA library or header is missing' /out/cccl.txt"
 rm -f /out/c.txt
 GPU_CHECK_MAKE_ARGS=-n GPU_CHECK_PHASES=mpi GPU_CHECK_BUDGET=0 scripts/gpu_check.sh /out/c.txt >/dev/null 2>&1
 check cccl_found_elsewhere "gpu_check did not build again with the copy in /opt/cccl-copy" \
