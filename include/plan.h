@@ -56,6 +56,22 @@ typedef struct {
     char source[256];                /* where the figures come from, for the table head */
 } LtPlanDevice;
 
+/* The predicted step of a layout, by part (seconds; lattice plan --layout
+ * prints it): compute, the pipeline bubble, the communication the overlap
+ * switches leave exposed and what they hide, the optimizer. */
+typedef struct {
+    double step, compute, bubble, tp_comm, pp_comm, dp_comm, optim;
+    double hidden_tp, hidden_pp, hidden_dp;
+    double tokens_per_s, mfu;
+    char overlap[64]; /* the switches in effect, as words ("none" without) */
+} LtPlanStep;
+
+/* The step time of the layout in cfg (validated for `world` ranks,
+ * gpus_per_node of them per node) on device dev, with the config's overlap
+ * switches; act_bytes and mpi_p2p as for lt_plan_memory. 0, or -1 with err. */
+int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlanDevice *dev,
+                 size_t act_bytes, int mpi_p2p, LtPlanStep *out, char *err, size_t errlen);
+
 /* The built-in row of device `name` (case-insensitive): 0, or -1 when unknown. */
 int lt_plan_device(const char *name, LtPlanDevice *out);
 /* Comma-separated names of the built-in devices, for messages. */

@@ -306,6 +306,9 @@ for cfg in "${CONFIGS[@]}"; do
         say "$name: mbs $m: exit 0 but no 'done:' line (log $log)"; result=fail; break
       fi
       say "$name: mbs $m: ok in ${dt} s: $done_line"
+      # the planner's step time for this layout beside the measured one (GPU rows)
+      plan_line=$(grep '^planned:' "$log" | tail -1)
+      [ -n "$plan_line" ] && say "  $plan_line"
       med=$(echo "$done_line" | sed -n 's/.*median step \([0-9.]*\) ms.*/\1/p')
       tok=$(echo "$done_line" | sed -n 's/.* \([0-9.]*\) tok\/s.*/\1/p')
       tfl=$(echo "$done_line" | sed -n 's/.* \([0-9.]*\) TFLOP\/s per device.*/\1/p')

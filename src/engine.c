@@ -218,6 +218,28 @@ static void load_local_state(LtRun *r, const char *stepdir, float *master, float
 }
 
 /* Build backend, model, optimizer; restore a checkpoint when configured. */
+/* The planner's step time for this run's layout, to print beside the measured
+ * one: on the planner's row of this GPU (h100, h200, a100), or the row named
+ * by LT_PLAN_DEVICE (a name, or "none"); none on the CPU unless named (the
+ * cpu row was measured with all cores on one rank). */
+static void plan_step(LtRun *r) {
+    const char *env = getenv("LT_PLAN_DEVICE");
+    char name[32] = "";
+    if (env && env[0]) snprintf(name, sizeof name, "%s", strcmp(env, "none") ? env : "");
+    else if (r->be->device_name) lt_plan_device_match(r->be->device_name, name, sizeof name);
+    LtPlanDevice dev;
+    if (!name[0]) return;
+    if (lt_plan_device(name, &dev)) {
+        lt_log("warning: LT_PLAN_DEVICE=%s: no such planner device (known: %s)\n", name,
+               lt_plan_device_names());
+        return;
+    }
+    char err[256];
+    if (lt_plan_step(r->cfg, r->world->world, r->world->local_size, &dev, r->be->act_size,
+                     lt_comm_lib(r->pp) == LT_COMM_LIB_MPI, &r->plan, err, sizeof err) == 0)
+        snprintf(r->plan_device, sizeof r->plan_device, "%s", dev.name);
+}
+
 void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer) {
     memset(r, 0, sizeof *r);
     r->cfg = cfg;
@@ -307,6 +329,7 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
     free(host);
     if (resume) lt_log("resumed from %s at step %ld\n", stepdir, r->start_step);
     r->peak_tflops = lt_peak_tflops(r->be, cfg, &r->peak_source);
+    if (need_optimizer) plan_step(r);
 }
 
 void lt_run_teardown(LtRun *r) {
@@ -401,6 +424,14 @@ void lt_run_print_summary(const LtRun *r) {
                "(%+.1f%% of the allocation)\n",
                lt_mib(pm.params), lt_mib(pm.grads), lt_mib(pm.optimizer), lt_mib(pm.activations),
                lt_mib(pm.workspace), lt_mib(lt_plan_total(&pm)), 100.0 * (pred - alloc) / alloc);
+    }
+    if (r->plan_device[0]) {
+        const LtPlanStep *ps = &r->plan;
+        lt_log("plan       step predicted on %s (lattice plan --layout; overlap: %s): %.1f ms "
+               "= compute %.1f + bubble %.1f + exposed communication tp %.1f, pp %.1f, dp %.1f + "
+               "optimizer %.1f\n",
+               r->plan_device, ps->overlap, 1e3 * ps->step, 1e3 * ps->compute, 1e3 * ps->bubble,
+               1e3 * ps->tp_comm, 1e3 * ps->pp_comm, 1e3 * ps->dp_comm, 1e3 * ps->optim);
     }
     if (r->model->table.last_stage) {
         const LtModel *md = r->model;

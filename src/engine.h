@@ -22,6 +22,7 @@
 #include "optim.h"
 #include "params.h"
 #include "pipeline.h"
+#include "plan.h"
 #include "topology.h"
 
 typedef struct {
@@ -51,6 +52,8 @@ typedef struct {
     long start_step;
     double peak_tflops;
     const char *peak_source;
+    LtPlanStep plan;      /* the planner's step prediction for this layout (training) */
+    char plan_device[32]; /* its device row; "" = none (README "Metrics") */
 } LtRun;
 
 /* Set up r for cfg on this rank: topology and layout checks, backend,

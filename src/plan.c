@@ -348,6 +348,18 @@ static const char *rc_name(int rc) {
 /* --overlap: the config's switches, all of them, or none */
 typedef enum { OV_CONFIG, OV_ALL, OV_NONE } OverlapMode;
 
+/* The overlap switches of mode in c, where its layout allows them. */
+static void apply_overlap(LtConfig *c, OverlapMode mode) {
+    if (mode != OV_CONFIG) {
+        const bool on = mode == OV_ALL;
+        c->parallel.overlap_p2p_comm = c->parallel.tp_comm_overlap = on;
+        /* a captured CUDA graph cannot wait for the DP overlap (config refuses it) */
+        c->parallel.overlap_grad_reduce = c->parallel.overlap_param_gather = on && !c->train.cuda_graph;
+    }
+    if (!c->optimizer.zero_stage) c->parallel.overlap_param_gather = false;
+    if (!c->parallel.sequence_parallel) c->parallel.tp_comm_overlap = false;
+}
+
 /* The config of layout k; its overlap switches (mode) where the layout
  * allows them - no parameter gather without ZeRO, no TP overlap without SP -
  * recorded in k; the pipeline's sends go in the background only over MPI
@@ -362,14 +374,7 @@ static int layout_config(const LtConfig *base, Cand *k, LtConfig *c, int world, 
     c->train.micro_batch_size = k->mbs;
     c->train.recompute = k->rc;
     c->optimizer.zero_stage = k->zero;
-    if (mode != OV_CONFIG) {
-        const bool on = mode == OV_ALL;
-        c->parallel.overlap_p2p_comm = c->parallel.tp_comm_overlap = on;
-        /* a captured CUDA graph cannot wait for the DP overlap (config refuses it) */
-        c->parallel.overlap_grad_reduce = c->parallel.overlap_param_gather = on && !c->train.cuda_graph;
-    }
-    if (!k->zero) c->parallel.overlap_param_gather = false;
-    if (!k->sp) c->parallel.tp_comm_overlap = false;
+    apply_overlap(c, mode);
     k->ov_grad = c->parallel.overlap_grad_reduce && k->dp > 1;
     k->ov_param = c->parallel.overlap_param_gather && k->dp > 1;
     k->ov_tp = c->parallel.tp_comm_overlap && k->tp > 1;
@@ -392,6 +397,41 @@ static void plan_memory_max(const LtConfig *c, Cand *k, size_t a, int mpi) {
     }
 }
 
+/* The overlap switches in effect for k, as words. */
+static const char *overlap_words(const Cand *k, char *buf, size_t len) {
+    snprintf(buf, len, "%s%s%s%s", k->ov_grad ? " grad-reduce" : "",
+             k->ov_param ? " param-gather" : "", k->ov_p2p ? " p2p" : "", k->ov_tp ? " tp" : "");
+    if (!buf[0]) snprintf(buf, len, " none");
+    memmove(buf, buf + 1, strlen(buf));
+    return buf;
+}
+
+int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlanDevice *dev,
+                 size_t act_bytes, int mpi_p2p, LtPlanStep *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    const int tp = cfg->parallel.tensor_model_parallel_size,
+              P = cfg->parallel.pipeline_model_parallel_size;
+    Cand k = {.tp = tp, .pp = P, .vpp = cfg->parallel.virtual_pipeline_model_parallel_size,
+              .dp = world / (tp * P), .mbs = cfg->train.micro_batch_size,
+              .rc = cfg->train.recompute, .zero = cfg->optimizer.zero_stage,
+              .sp = cfg->parallel.sequence_parallel};
+    for (int s = 0; s < P; s++) { /* the stage with the most parameters reduces the most */
+        LtPlanMemory m;
+        if (lt_plan_memory(cfg, world, s, act_bytes, mpi_p2p, &m, err, errlen)) return -1;
+        if (m.params > k.mem.params) k.mem = m;
+    }
+    LtConfig c;
+    if (layout_config(cfg, &k, &c, world, OV_CONFIG, mpi_p2p))
+        return lt_errorf(err, errlen, "the layout does not validate for %d ranks", world);
+    step_time(&c, dev, gpus_per_node, &k, 1);
+    *out = (LtPlanStep){.step = k.step, .compute = k.compute, .bubble = k.bubble,
+                        .tp_comm = k.tp_comm, .pp_comm = k.pp_comm, .dp_comm = k.dp_comm,
+                        .optim = k.optim, .hidden_tp = k.hidden_tp, .hidden_pp = k.hidden_pp,
+                        .hidden_dp = k.hidden_dp, .tokens_per_s = k.tokens_per_s, .mfu = k.mfu};
+    overlap_words(&k, out->overlap, sizeof out->overlap);
+    return 0;
+}
+
 static void print_row(const Cand *k, double cap, const char *prefix) {
     const double gib = 1024.0 * 1024 * 1024;
     printf("%s%3d %3d %3d %3d %3d %4s %4d %2s | %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f | %8.3f %9.0f "
@@ -402,23 +442,14 @@ static void print_row(const Cand *k, double cap, const char *prefix) {
            binds(k, cap), k->simulated ? "" : " (bubble by formula)");
 }
 
-/* The overlap switches in effect for k, as words. */
-static const char *overlap_words(const Cand *k, char *buf, size_t len) {
-    snprintf(buf, len, "%s%s%s%s", k->ov_grad ? " grad-reduce" : "",
-             k->ov_param ? " param-gather" : "", k->ov_p2p ? " p2p" : "", k->ov_tp ? " tp" : "");
-    if (!buf[0]) snprintf(buf, len, " none");
-    return buf + 1;
-}
-
-/* One layout's step time by part, in the terms of the run's breakdown. */
-static void print_step(const Cand *k, const LtPlanDevice *g) {
-    char ov[64];
+/* A layout's step time by part, in the terms of the run's breakdown. */
+static void print_step(const LtPlanStep *p, const LtPlanDevice *g) {
     printf("step time (predicted on %s; overlap: %s): %.4f s = compute %.4f + bubble %.4f + "
            "exposed communication tp %.4f, pp %.4f, dp %.4f + optimizer %.4f; hidden by overlap: "
-           "tp %.4f, pp %.4f, dp %.4f; %.0f tokens/s, MFU %.1f%%%s\n",
-           g->name, overlap_words(k, ov, sizeof ov), k->step, k->compute, k->bubble, k->tp_comm,
-           k->pp_comm, k->dp_comm, k->optim, k->hidden_tp, k->hidden_pp, k->hidden_dp,
-           k->tokens_per_s, 100.0 * k->mfu, k->simulated ? "" : " (bubble by formula)");
+           "tp %.4f, pp %.4f, dp %.4f; %.0f tokens/s, MFU %.1f%%\n",
+           g->name, p->overlap, p->step, p->compute, p->bubble, p->tp_comm, p->pp_comm,
+           p->dp_comm, p->optim, p->hidden_tp, p->hidden_pp, p->hidden_dp, p->tokens_per_s,
+           100.0 * p->mfu);
 }
 
 static void usage(FILE *f) {
@@ -552,23 +583,18 @@ int lt_cmd_plan(int argc, char **argv) {
                world / (c.parallel.tensor_model_parallel_size * P),
                c.train.micro_batch_size, rc_name(c.train.recompute), c.optimizer.zero_stage,
                c.parallel.sequence_parallel ? ", SP" : "");
-        Cand k = {.tp = c.parallel.tensor_model_parallel_size, .pp = P,
-                  .vpp = c.parallel.virtual_pipeline_model_parallel_size,
-                  .dp = world / (c.parallel.tensor_model_parallel_size * P),
-                  .mbs = c.train.micro_batch_size, .rc = c.train.recompute,
-                  .zero = c.optimizer.zero_stage, .sp = c.parallel.sequence_parallel};
         for (int s = 0; s < P; s++) {
             LtPlanMemory m;
             if (lt_plan_memory(&c, world, s, act, lmpi, &m, err, sizeof err)) return bad(err, NULL);
             printf("memory bytes per rank (predicted, stage %d): params=%zu grads=%zu optimizer=%zu "
                    "activations=%zu workspace=%zu total=%zu\n",
                    s, m.params, m.grads, m.optimizer, m.activations, m.workspace, lt_plan_total(&m));
-            if (m.params > k.mem.params) k.mem = m;
         }
-        LtConfig cl;
-        if (layout_config(&base, &k, &cl, world, ov, lmpi)) return bad("layout refused", NULL);
-        step_time(&cl, g, gpn, &k, 1);
-        print_step(&k, g);
+        LtConfig cl = c;
+        apply_overlap(&cl, ov);
+        LtPlanStep ps;
+        if (lt_plan_step(&cl, world, gpn, g, act, lmpi, &ps, err, sizeof err)) return bad(err, NULL);
+        print_step(&ps, g);
         return 0;
     }
 

@@ -441,6 +441,9 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
                step, med * 1e3, ntimes - skip, tokens_step / med, flops_step / med / 1e12 / w->world,
                r.peak_tflops > 0 ? 100.0 * flops_step / med / 1e12 / w->world / r.peak_tflops : 0.0,
                max_waits);
+        if (r.plan_device[0])
+            lt_log("planned:  the planner predicted %.1f ms per step on %s; measured %.1f ms (%.2fx)\n",
+                   1e3 * r.plan.step, r.plan_device, med * 1e3, med / r.plan.step);
     }
     snprintf(mmeta, sizeof mmeta, "\"status\": \"%s\"", target_reached ? "success" : "aborted");
     lt_mllog(LT_MLLOG_END, "run_stop", "null", mmeta);

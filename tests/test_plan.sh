@@ -125,6 +125,33 @@ PY
 ); then pass "plan_overlap_model ($err)"
 else fail plan_overlap_model "$(echo "$err" | tail -2)"; fi
 
+# the run prints the planner's step prediction for its own layout (on a GPU the
+# row of that GPU; here the cpu row, named) beside what it measured, the same
+# figure as lattice plan --layout
+P2="$BASE train.steps=6 optimizer.zero_stage=1 parallel.overlap_grad_reduce=true"
+LT_PLAN_DEVICE=cpu timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$LT" train $P2 \
+  > "$T/pstep.run" 2>&1; rcp=$?
+"$LT" plan $P2 --layout --gpus 2 --gpus-per-node 2 --gpu cpu > "$T/pstep.plan" 2>&1
+LT_PLAN_DEVICE=nosuch "$LT" train $BASE train.steps=2 > "$T/pstep.bad" 2>&1; rcb=$?
+if err=$(python3 - "$T/pstep.run" "$T/pstep.plan" $rcp "$T/pstep.bad" $rcb <<'PY' 2>&1
+import re, sys
+run, plan, rcp, bad, rcb = open(sys.argv[1]).read(), open(sys.argv[2]).read(), int(sys.argv[3]), open(sys.argv[4]).read(), int(sys.argv[5])
+assert rcp == 0, f'run exited {rcp}'
+m = re.search(r"plan +step predicted on cpu \(lattice plan --layout; overlap: grad-reduce\): ([\d.]+) ms", run)
+assert m, 'no prediction line in the run summary'
+want = float(re.search(r'^step time .*?: ([\d.]+) s =', plan, re.M).group(1)) * 1e3
+assert abs(float(m.group(1)) - want) <= 0.05 + 1e-3 * want, (m.group(1), want)
+d = re.search(r'planned:  the planner predicted ([\d.]+) ms per step on cpu; measured ([\d.]+) ms \(([\d.]+)x\)', run)
+assert d and float(d.group(3)) > 0, 'no done line with the prediction'
+# the ratio is of the unrounded figures: within the printed figures' rounding
+p_, m_ = float(d.group(1)), float(d.group(2))
+assert (m_ - 0.05) / (p_ + 0.05) - 0.01 <= float(d.group(3)) <= (m_ + 0.05) / max(p_ - 0.05, 1e-9) + 0.01, d.groups()
+assert rcb == 0 and 'LT_PLAN_DEVICE=nosuch: no such planner device' in bad, (rcb, bad[-300:])
+print(f'predicted {d.group(1)} ms, measured {d.group(2)} ms')
+PY
+); then pass "plan_step_in_run ($err)"
+else fail plan_step_in_run "$(echo "$err" | tail -1)"; fi
+
 # the table: GPT-2 1.5B on one 8-GPU node
 "$LT" plan configs/gpt2-1.5b.yaml --gpus 8 --top 5 --show 1x4x2 > "$T/table" 2>&1
 rc=$?
