@@ -678,6 +678,27 @@ int lt_cmd_plan(int argc, char **argv) {
         print_row(&cs[i], cap, "");
         shown++;
     }
+    /* what memory costs: the fastest layouts that would beat the best one but
+     * do not fit (of the 64 leading ones that do not, simulated alike), marked */
+    enum { NFASTER = 3 };
+    Cand faster[NFASTER + 1]; /* kept sorted; the one past the end is dropped */
+    int nfaster = 0;
+    for (size_t i = nfit; i < ncand && i < nfit + 64; i++) {
+        LtConfig c;
+        layout_config(&base, &cs[i], &c, gpus, ov, mpi);
+        step_time(&c, g, gpn, &cs[i], 1);
+        if (nfit && cs[i].step >= cs[0].step) continue;
+        int j = nfaster++;
+        faster[j] = cs[i];
+        for (; j > 0 && faster[j].step < faster[j - 1].step; j--) {
+            Cand t = faster[j];
+            faster[j] = faster[j - 1];
+            faster[j - 1] = t;
+        }
+        if (nfaster > NFASTER) nfaster = NFASTER;
+    }
+    if (nfaster) printf("faster, but over %.0f GiB per GPU (they do not fit):\n", cap);
+    for (int j = 0; j < nfaster; j++) print_row(&faster[j], cap, "");
     /* layouts asked for by name (--show TPxPPxVPP): the fastest of each that fits */
     for (int s = 0; s < nshow; s++) {
         Cand *best = NULL;

@@ -159,6 +159,26 @@ rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ ' "$T/table")
 if [ $rc -eq 0 ] && [ "$rows" -eq 6 ] && grep -q "layouts, [0-9]* fit" "$T/table" &&
    grep -A1 -- "--show 1x4x2, the fastest such layout" "$T/table" | grep -qE "^ +1 +4 +2 +2 "; then pass plan_table
 else fail plan_table "rc=$rc rows=$rows: $(head -3 "$T/table")"; fi
+# layouts faster than the best that fits but over the memory are listed apart, marked
+"$LT" plan configs/llama3.1-8b.yaml --gpus 8 --top 2 > "$T/table8b" 2>&1; rc=$?
+if err=$(python3 - "$T/table8b" $rc <<'PY' 2>&1
+import re, sys
+text, rc = open(sys.argv[1]).read(), int(sys.argv[2])
+assert rc == 0, rc
+head, _, tail = text.partition('faster, but over 80 GiB per GPU (they do not fit):')
+assert tail, 'no list of faster layouts that do not fit'
+row = lambda l: re.match(r'^ +\d+ +\d+ +\d+ +\d+ +\d+ ', l)
+fit = [l for l in head.splitlines() if row(l)]
+over = [l for l in tail.splitlines() if row(l)]
+step = lambda l: float(l.split('|')[2].split()[0])
+gib = lambda l: float(l.split('|')[1].split()[-1])
+assert len(fit) == 2 and 1 <= len(over) <= 3, (len(fit), len(over))
+assert all('memory (does not fit)' in l and gib(l) > 80 and step(l) < step(fit[0]) for l in over), over
+assert all(gib(l) <= 80 for l in fit), fit
+print(f'{len(over)} faster layouts over 80 GiB')
+PY
+); then pass "plan_table_marks_what_does_not_fit ($err)"
+else fail plan_table_marks_what_does_not_fit "$(echo "$err" | tail -1)"; fi
 # refusals: GPUs not a multiple of the node size; a model that fits nowhere
 "$LT" plan configs/gpt2-1.5b.yaml --gpus 12 > "$T/r1" 2>&1
 rc1=$?
