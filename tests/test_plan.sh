@@ -65,6 +65,11 @@ BASE="$LBASE" agree llama_pp2_dp2_zero2_sel 4 parallel.pipeline_model_parallel_s
 # receives posted ahead over MPI hold more micro batches in flight
 agree pp2_p2p_ahead 2 parallel.pipeline_model_parallel_size=2 parallel.overlap_p2p_comm=true \
   train.global_batch_size=8
+# the overlap's buffers: ZeRO-2's staging ring, the row blocks of tp_comm_overlap
+agree dp2_zero2_overlap 2 optimizer.zero_stage=2 parallel.overlap_grad_reduce=true \
+  parallel.overlap_param_gather=true
+agree tp2_sp_tp_overlap 2 parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true \
+  parallel.tp_comm_overlap=true
 
 # the step-time model's overlap (lattice plan --layout prints a layout's step by
 # part): what each switch hides, where the layout and the library allow it
