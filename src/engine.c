@@ -424,6 +424,15 @@ void lt_run_print_summary(const LtRun *r) {
                "(%+.1f%% of the allocation)\n",
                lt_mib(pm.params), lt_mib(pm.grads), lt_mib(pm.optimizer), lt_mib(pm.activations),
                lt_mib(pm.workspace), lt_mib(lt_plan_total(&pm)), 100.0 * (pred - alloc) / alloc);
+        /* LT_PLAN_CHECK=1 (tests/run.sh sets it): every training run of the
+         * suite asserts the planner's figure on the ranks it predicts (tensor
+         * and data rank 0 of each stage) */
+        const char *chk = getenv("LT_PLAN_CHECK");
+        if (chk && chk[0] == '1' && r->coords.tp == 0 && r->coords.dp == 0 &&
+            fabs(pred - alloc) > 0.05 * alloc)
+            lt_fatal("LT_PLAN_CHECK: the planner predicts %.0f bytes for pipeline stage %d, the "
+                     "engine allocated %.0f (%+.1f%%; more than 5%% apart)",
+                     pred, r->coords.pp, alloc, 100.0 * (pred - alloc) / alloc);
     }
     if (r->plan_device[0]) {
         const LtPlanStep *ps = &r->plan;
