@@ -227,9 +227,13 @@ static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k
     const double S = c->model.seq_length, N = (double)k->mbs * S, C = d.hidden;
     const double lat = g->latency_us * 1e-6;
     const int full_rc = k->rc == LT_RECOMPUTE_FULL;
-    /* one chunk of one micro batch on one GPU; GEMMs with few rows run below
-     * the large-GEMM efficiency (--calibrate fits the curve) */
-    const double fwd_flops = lt_model_flops_per_sample(&d, 0) / 3.0 * k->mbs / (k->tp * P * V);
+    /* one chunk of one micro batch on one GPU of the last stage, which sets the
+     * pipeline's pace: its share of the layers and the LM head (2 h V per
+     * token, on the last stage only, over its chunks); GEMMs with few rows
+     * run below the large-GEMM efficiency (--calibrate fits the curve) */
+    const double head = 3.0 * S * 2.0 * C * (double)d.padded_vocab;
+    const double fwd_flops = ((lt_model_flops_per_sample(&d, 0) - head) / (P * V) + head / V) /
+                             3.0 * k->mbs / k->tp;
     const double tf = fwd_flops / (peak * gemm_eff_at(g, N));
     const double layers = (double)d.num_layers / (P * V);
     const double intra = k->tp <= gpn ? g->intra_gbs : g->net_gbs;

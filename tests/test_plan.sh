@@ -121,6 +121,11 @@ assert 'p2p' not in gpu_on['overlap'] and gpu_on['xpp'] == gpu_off['xpp'] > 0 an
 hides('ov_pp_cpu', 'pp')
 assert 'p2p' in parts('ov_pp_cpu')[1]['overlap']
 assert rcb == 2 and '--overlap takes config, all or none' in open(f'{T}/ov_bad').read()
+# the last stage holds the LM head besides half the layers and sets the pace: its
+# pass costs more than half of the one-stage pass (GPT-2 124M: (12/2 x 17.3 M + 77.3 M)
+# / (12 x 17.3 M + 77.3 M) FLOPs per token = 0.64; 8 and 16 micro batches)
+ratio = (parts('ov_pp_gpu')[0]['compute'] / 16) / (off1['compute'] / 8)
+assert 0.6 < ratio < 0.68, ratio
 # recomputation costs backward time: selective the attention core, full the forward
 c = [parts(f'rc_{rc}')[0]['compute'] for rc in ('none', 'selective', 'full')]
 # (full: each layer's forward up to the MLP activation, less than the whole forward)
