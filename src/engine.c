@@ -217,7 +217,6 @@ static void load_local_state(LtRun *r, const char *stepdir, float *master, float
                sizeof(float) * r->global.total * (m ? 3 : 1));
 }
 
-/* Build backend, model, optimizer; restore a checkpoint when configured. */
 /* The planner's step time for this run's layout, to print beside the measured
  * one: on the planner's row of this GPU (h100, h200, a100), or the row named
  * by LT_PLAN_DEVICE (a name, or "none"); none on the CPU unless named (the
@@ -240,6 +239,7 @@ static void plan_step(LtRun *r) {
         snprintf(r->plan_device, sizeof r->plan_device, "%s", dev.name);
 }
 
+/* Build backend, model, optimizer; restore a checkpoint when configured. */
 void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer) {
     memset(r, 0, sizeof *r);
     r->cfg = cfg;

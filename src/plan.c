@@ -419,14 +419,14 @@ int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlan
               .dp = world / (tp * P), .mbs = cfg->train.micro_batch_size,
               .rc = cfg->train.recompute, .zero = cfg->optimizer.zero_stage,
               .sp = cfg->parallel.sequence_parallel};
+    LtConfig c;
+    if (tp < 1 || P < 1 || world % (tp * P) || layout_config(cfg, &k, &c, world, OV_CONFIG, mpi_p2p))
+        return lt_errorf(err, errlen, "the layout does not validate for %d ranks", world);
     for (int s = 0; s < P; s++) { /* the stage with the most parameters reduces the most */
         LtPlanMemory m;
-        if (lt_plan_memory(cfg, world, s, act_bytes, mpi_p2p, &m, err, errlen)) return -1;
+        if (lt_plan_memory(&c, world, s, act_bytes, mpi_p2p, &m, err, errlen)) return -1;
         if (m.params > k.mem.params) k.mem = m;
     }
-    LtConfig c;
-    if (layout_config(cfg, &k, &c, world, OV_CONFIG, mpi_p2p))
-        return lt_errorf(err, errlen, "the layout does not validate for %d ranks", world);
     step_time(&c, dev, gpus_per_node, &k, 1);
     *out = (LtPlanStep){.step = k.step, .compute = k.compute, .bubble = k.bubble,
                         .tp_comm = k.tp_comm, .pp_comm = k.pp_comm, .dp_comm = k.dp_comm,
