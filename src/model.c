@@ -873,26 +873,34 @@ void lt_model_next_logits(LtModel *m, const int32_t *tokens, int len, float *out
     be->ops->download(be, out, m->stage_f32, (size_t)V * sizeof(float));
 }
 
+/* Forward FLOPs per token of one layer, by part: the q, k, v projections
+ * 2h(h + 2kv) (GPT: kv = h, 6h^2) and the output projection 2h^2; the MLP's
+ * input matrices 2hF (GPT) or 4hF (SwiGLU: gate, up) and its output
+ * projection 2hF; scores and weighted sum 4sh (query heads, GQA or not; 2sh
+ * counting only the unmasked half). */
+typedef struct {
+    double attn_proj, mlp_in, mlp_out, attn;
+} LayerFlops;
+static LayerFlops layer_flops(const LtModelDims *d, int causal) {
+    const double s = d->seq_len, h = d->hidden, F = d->ffn,
+                 kv = (double)lt_dims_kv_heads(d) * (h / d->heads);
+    return (LayerFlops){.attn_proj = 2.0 * h * (h + 2.0 * kv) + 2.0 * h * h,
+                        .mlp_in = (d->arch == LT_ARCH_LLAMA ? 4.0 : 2.0) * h * F,
+                        .mlp_out = 2.0 * h * F,
+                        .attn = (causal ? 2.0 : 4.0) * s * h};
+}
+
 double lt_model_flops_per_sample(const LtModelDims *d, int causal) {
-    const double s = d->seq_len, h = d->hidden, F = d->ffn, L = d->num_layers,
-                 V = d->padded_vocab, kv = (double)lt_dims_kv_heads(d) * (h / d->heads);
-    const double attn = causal ? 2.0 * s * h : 4.0 * s * h;
-    /* forward FLOPs per token and layer: the q, k, v projections 2h(h + 2kv) (GPT:
-     * kv = h, 6h^2), the output projection 2h^2, the MLP 4hF (GPT: two matrices) or
-     * 6hF (SwiGLU: gate, up, down), scores and weighted sum 4sh (query heads, GQA
-     * or not); the LM head 2hV (tied or not). Backward = 2x forward. */
-    const double mlp = d->arch == LT_ARCH_LLAMA ? 6.0 * h * F : 4.0 * h * F;
-    const double layer = 2.0 * h * (h + 2.0 * kv) + 2.0 * h * h + mlp + attn;
-    return 3.0 * s * (L * layer + 2.0 * h * V);
+    const LayerFlops f = layer_flops(d, causal);
+    const double layer = f.attn_proj + f.mlp_in + f.mlp_out + f.attn;
+    /* and the LM head 2hV (tied or not); backward = 2x forward */
+    return 3.0 * d->seq_len * (d->num_layers * layer + 2.0 * d->hidden * d->padded_vocab);
 }
 
 double lt_model_recompute_flops_per_sample(const LtModelDims *d, int full) {
-    const double s = d->seq_len, h = d->hidden, F = d->ffn, L = d->num_layers,
-                 kv = (double)lt_dims_kv_heads(d) * (h / d->heads);
-    const double attn = 4.0 * s * h; /* as lt_model_flops_per_sample(d, 0) counts it */
-    if (!full) return s * L * attn;
-    /* recompute_layer: a layer's forward up to the MLP activation - all but the
-     * MLP's output projection (2hF); the LM head is not recomputed */
-    const double mlp_in = d->arch == LT_ARCH_LLAMA ? 4.0 * h * F : 2.0 * h * F;
-    return s * L * (2.0 * h * (h + 2.0 * kv) + 2.0 * h * h + mlp_in + attn);
+    const LayerFlops f = layer_flops(d, 0);
+    /* full: recompute_layer's forward up to the MLP activation - all but the
+     * MLP's output projection; the LM head is not recomputed */
+    return (double)d->seq_len * d->num_layers *
+           (full ? f.attn_proj + f.mlp_in + f.attn : f.attn);
 }

@@ -212,8 +212,9 @@ static double gemm_eff_at(const LtPlanDevice *g, double n) {
  *   size's efficiency; the last block of each forward reduce-scatter stays
  *   exposed;
  * - overlap_p2p_comm (MPI only: with NCCL the stage-to-stage messages stay
- *   in order on the compute stream): a pass does not wait for its sends;
- *   without it a pass's send occupies the rank;
+ *   in order on the compute stream): receives are posted ahead, so a
+ *   transfer runs behind the compute; without it the receiving pass waits
+ *   for the whole transfer;
  * - overlap_grad_reduce: the data-parallel reduction of all buckets but the
  *   last runs behind the last micro batch's backward (ZeRO 2: each micro
  *   batch's reduce-scatters behind the compute that follows them);
@@ -259,7 +260,8 @@ static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k
             ? 0.0
             : lt_model_recompute_flops_per_sample(&d, full_rc) * k->mbs / (k->tp * P * V) /
                   (peak * gemm_eff_at(g, N)) * (tf_c / tf);
-    const double tpc_redo = full_rc ? 0.75 * tpc_f : 0.0;
+    const double redo_share = full_rc ? 0.75 : 0.0; /* of a forward's SP collectives */
+    const double tpc_redo = redo_share * tpc_f;
     const double tb_all = tb_data + tb_weight + tpc_b + redo + tpc_redo;
     /* a stage holds tp * dp consecutive ranks: boundaries cross nodes when that fills one */
     const double p2p_gbs = k->tp * k->dp >= gpn ? g->net_gbs : g->intra_gbs;
@@ -287,7 +289,7 @@ static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k
     const double busy = passes * (tf_c + tb_data + tb_weight + redo);
     k->compute = busy;
     k->tp_comm = passes * (tpc_f + tpc_b + tpc_redo);
-    k->hidden_tp = fmax(0.0, passes * (2.0 * tpc + (full_rc ? 0.75 * tpc : 0.0)) - k->tp_comm);
+    k->hidden_tp = fmax(0.0, passes * (2.0 + redo_share) * tpc - k->tp_comm);
     k->pp_comm = 2.0 * passes * xfer;
     k->hidden_pp = P > 1 ? 2.0 * passes * (p2p - xfer) : 0.0;
     k->bubble = makespan - busy - k->tp_comm - k->pp_comm;
@@ -403,10 +405,13 @@ static void plan_memory_max(const LtConfig *c, Cand *k, size_t a, int mpi) {
 
 /* The overlap switches in effect for k, as words. */
 static const char *overlap_words(const Cand *k, char *buf, size_t len) {
-    snprintf(buf, len, "%s%s%s%s", k->ov_grad ? " grad-reduce" : "",
-             k->ov_param ? " param-gather" : "", k->ov_p2p ? " p2p" : "", k->ov_tp ? " tp" : "");
-    if (!buf[0]) snprintf(buf, len, " none");
-    memmove(buf, buf + 1, strlen(buf));
+    const int on[4] = {k->ov_grad, k->ov_param, k->ov_p2p, k->ov_tp};
+    const char *word[4] = {"grad-reduce", "param-gather", "p2p", "tp"};
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < 4; i++)
+        if (on[i]) used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? " " : "", word[i]);
+    if (!used) snprintf(buf, len, "none");
     return buf;
 }
 
@@ -422,11 +427,7 @@ int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlan
     LtConfig c;
     if (tp < 1 || P < 1 || world % (tp * P) || layout_config(cfg, &k, &c, world, OV_CONFIG, mpi_p2p))
         return lt_errorf(err, errlen, "the layout does not validate for %d ranks", world);
-    for (int s = 0; s < P; s++) { /* the stage with the most parameters reduces the most */
-        LtPlanMemory m;
-        if (lt_plan_memory(&c, world, s, act_bytes, mpi_p2p, &m, err, errlen)) return -1;
-        if (m.params > k.mem.params) k.mem = m;
-    }
+    plan_memory_max(&c, &k, act_bytes, mpi_p2p); /* the largest stage, as the table's rows */
     step_time(&c, dev, gpus_per_node, &k, 1);
     *out = (LtPlanStep){.step = k.step, .compute = k.compute, .bubble = k.bubble,
                         .tp_comm = k.tp_comm, .pp_comm = k.pp_comm, .dp_comm = k.dp_comm,
