@@ -283,7 +283,7 @@ FUZZ_SECONDS ?= 300
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS    := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
 FUZZ_SRCS    := src/common.c src/data_tokens.c src/json.c src/safetensors.c src/config.c src/config_suggest.c src/config_validate.c \
-                src/config_print.c src/checkpoint.c src/ckpt_shard.c src/schedule.c src/schedule_p2p.c src/params.c \
+                src/config_print.c src/checkpoint.c src/ckpt_shard.c src/schedule.c src/schedule_p2p.c src/params.c src/layer_split.c \
                 src/hf_map.c src/import.c src/export.c
 FUZZ_OBJS    := $(patsubst src/%.c,$(BUILD)/fuzz/obj/%.o,$(FUZZ_SRCS))
 FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=address,undefined \

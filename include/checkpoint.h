@@ -54,6 +54,7 @@ int lt_ckpt_save(const char *dir, const LtParamTable *t, const LtCkptState *s,
 /* The parallel layout that saved a checkpoint (any layout loads any). */
 typedef struct {
     int tp, pp, vpp, dp, zero_stage;
+    LtLayerSplit split; /* the pipeline's layers per chunk (zero: even) */
 } LtCkptLayout;
 
 /* The state file of rank (tp, pp, dp) of layout l: state.lt for one

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "attn_select.h" /* LtAttnImpl (model.attention) */
+#include "layer_split.h" /* LtLayerSplit (parallel.*_pipeline_*) */
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,6 +54,13 @@ typedef struct {
         int tensor_model_parallel_size;
         int pipeline_model_parallel_size;
         int virtual_pipeline_model_parallel_size; /* 1 = not interleaved */
+        /* uneven pipeline stages (layer_split.h; Megatron-LM's names): the first /
+         * last rank's layers (0 = an even share), or the embedding / loss counted
+         * as a layer in an even split */
+        int num_layers_in_first_pipeline_stage;
+        int num_layers_in_last_pipeline_stage;
+        bool account_for_embedding_in_pipeline_split;
+        bool account_for_loss_in_pipeline_split;
         bool sequence_parallel;
         /* communication overlap (README "Overlapping communication"); results are
          * bit-identical with each switch on or off */
@@ -163,6 +171,9 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen);
  * lt_config_validate, loading the output and validating it with the same
  * world size gives a memcmp-equal struct. */
 void lt_config_print(const LtConfig *c, FILE *f);
+
+/* The pipeline's layer split the parallel.* keys describe (layer_split.h). */
+LtLayerSplit lt_config_layer_split(const LtConfig *c);
 
 /* YAML spellings of the enum values ("unknown" when out of range). */
 const char *lt_precision_name(LtPrecision p);

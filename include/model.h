@@ -28,9 +28,10 @@ typedef struct {
 /* The activations of one chunk for one micro batch, alive from its forward
  * to its backward (a pipeline keeps several in flight). */
 typedef struct {
-    void **x;          /* chunk_layers inputs of the layers (R, C); x[0] is the chunk
-                        * input: the embedding output, or the activation received */
-    LtLayerActs *layer; /* chunk_layers (shared sets under recomputation, see below) */
+    void **x;          /* max_chunk_layers (at least one) inputs of the layers (R, C); x[0]
+                        * is the chunk input: the embedding output, or the activation
+                        * received */
+    LtLayerActs *layer; /* max_chunk_layers (shared sets under recomputation, see below) */
     void *dout;        /* (R, C) gradient of the chunk output: received from the next
                         * stage, or left by the loss head's forward on the last stage */
     int32_t *tokens;   /* (N) token ids of the micro batch (first stage: embedding bwd) */
@@ -104,7 +105,7 @@ typedef struct {
     int qkv_local;        /* columns of this rank's qkv: (heads_local + 2 kv_local) * head dim */
     int vocab_start, vocab_valid;            /* first owned vocab id; owned ids < true vocab */
     int pp, pp_rank, vpp; /* pipeline place (1, 0, 1 without pipelining) */
-    int chunk_layers;     /* layers per chunk */
+    int max_chunk_layers; /* layers of the largest chunk held (slots are sized for it) */
     size_t boundary;      /* elements of a stage boundary tensor: R * C */
 
     size_t flat;          /* elements of params (and of grads without buckets) */

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "layer_split.h"
 #include "rope.h"
 
 #ifdef __cplusplus
@@ -72,12 +73,14 @@ typedef struct {
 } LtParam;
 
 /* Which part of the model a pipeline rank holds. The model is cut into
- * pp * vpp stages of num_layers / (pp * vpp) consecutive layers; rank r holds
- * chunks c = 0 .. vpp-1, chunk c being stage c * pp + r. The first stage
- * holds the embeddings (wte, wpe), the last the final LayerNorm and the LM
- * head, which is the tied wte: with pp > 1 the last rank keeps its own copy. */
+ * pp * vpp stages of consecutive layers (num_layers / (pp * vpp) each unless
+ * split says otherwise, layer_split.h); rank r holds chunks c = 0 .. vpp-1,
+ * chunk c being stage c * pp + r. The first stage holds the embeddings (wte,
+ * wpe), the last the final LayerNorm and the LM head, which is the tied wte:
+ * with pp > 1 the last rank keeps its own copy. */
 typedef struct {
     int pp, pp_rank, vpp;
+    LtLayerSplit split; /* zero: even */
 } LtStagePlace;
 
 typedef struct {
@@ -87,7 +90,8 @@ typedef struct {
     LtModelDims dims;  /* global dimensions */
     int tp, tp_rank;
     LtStagePlace place;     /* pipeline part held ({1, 0, 1}: the whole model) */
-    int chunk_layers;       /* layers per chunk: num_layers / (pp * vpp) */
+    int layers;             /* layers held, over all chunks */
+    int max_chunk_layers;   /* of the largest chunk held */
     int first_stage, last_stage; /* 1: holds the embeddings / the final LN and LM head */
     int idx_wte, idx_wpe, idx_lnf; /* table indices; -1 when not held (lnf: ln_f.weight,
                                     * and for GPT ln_f.bias after it) */
@@ -102,7 +106,11 @@ typedef struct {
 #define LT_PARAMS_PER_LAYER 12
 #define LT_LLAMA_PARAMS_PER_LAYER 6
 
-/* Global layer index of local layer `l` (chunk l / chunk_layers) of a table. */
+/* Layers of chunk c of a table, and the local index of its first layer
+ * (local layers run chunk after chunk). */
+int lt_params_chunk_layers(const LtParamTable *t, int c);
+int lt_params_chunk_first(const LtParamTable *t, int c);
+/* Global layer index of local layer `l` of a table. */
 int lt_params_global_layer(const LtParamTable *t, int l);
 
 /* Build the table for the model described by dims.
@@ -120,7 +128,7 @@ void lt_params_build(LtParamTable *t, const LtModelDims *d);
 /* The shards held by tensor-parallel rank tp_rank of tp (tp divides heads,
  * ffn and padded vocab). lt_params_build is the tp = 1 case. */
 void lt_params_build_tp(LtParamTable *t, const LtModelDims *d, int tp, int tp_rank);
-/* The shards of the pipeline part `place` (pp * vpp divides num_layers).
+/* The shards of the pipeline part `place` (its split checked).
  * Order: wte (first or last stage), wpe (first stage), the held layers chunk
  * after chunk, ln_f (last stage). Names stay global ("h.7.ln_1.weight"), so
  * init and checkpoints do not depend on the layout. */

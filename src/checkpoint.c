@@ -203,13 +203,17 @@ static int write_meta(const char *path, const char *tmp, const LtParamTable *g, 
              "  \"optimizer_state\": %s,\n"
              "  \"tensor_model_parallel_size\": %d,\n  \"pipeline_model_parallel_size\": %d,\n"
              "  \"virtual_pipeline_model_parallel_size\": %d,\n  \"data_parallel_size\": %d,\n"
-             "  \"zero_stage\": %d,\n",
+             "  \"zero_stage\": %d,\n  \"num_layers_in_first_pipeline_stage\": %d,\n"
+             "  \"num_layers_in_last_pipeline_stage\": %d,\n"
+             "  \"account_for_embedding_in_pipeline_split\": %s,\n"
+             "  \"account_for_loss_in_pipeline_split\": %s,\n",
              META_VERSION, m->step, m->samples_consumed, m->seed, m->data_seed, m->rng_state,
              m->optimizer_steps >= 0 && m->optimizer_steps <= m->step ? m->optimizer_steps : m->step,
              lt_arch_name((LtArch)d->arch), lt_dims_kv_heads(d), d->untied ? "true" : "false",
              d->num_layers, d->hidden, d->heads, d->ffn, d->seq_len, d->max_pos, d->vocab,
              d->padded_vocab, g->total, optimizer_state ? "true" : "false", l->tp, l->pp, l->vpp,
-             l->dp, l->zero_stage);
+             l->dp, l->zero_stage, l->split.first, l->split.last,
+             l->split.embedding ? "true" : "false", l->split.loss ? "true" : "false");
     if (list_files(&js, tmp, l, err, errlen)) {
         free(js.s);
         return -1;
@@ -264,6 +268,17 @@ static int meta_int(const LtJson *o, const char *key, int *out, int need, const 
     return 0;
 }
 
+/* An optional boolean: absent is false. */
+static int meta_flag(const LtJson *o, const char *key, int *out, const char *path, char *err,
+                     size_t errlen) {
+    const LtJson *v = lt_json_get(o, key);
+    *out = 0;
+    if (!v) return 0;
+    if (v->type != LT_JSON_BOOL) return lt_errorf(err, errlen, "%s: '%s' is not true or false", path, key);
+    *out = v->boolean;
+    return 0;
+}
+
 static int meta_dims(const LtJson *o, MetaInfo *mi, const char *path, char *err, size_t errlen) {
     LtModelDims *d = &mi->d;
     const LtJson *arch = lt_json_get(o, "arch"), *untied = lt_json_get(o, "untie_embeddings_and_output_weights");
@@ -287,7 +302,7 @@ static int meta_dims(const LtJson *o, MetaInfo *mi, const char *path, char *err,
 
 static int meta_files(const LtJson *o, MetaInfo *mi, const char *path, char *err, size_t errlen) {
     LtCkptLayout *l = &mi->layout;
-    *l = (LtCkptLayout){1, 1, 1, 1, 0};
+    *l = (LtCkptLayout){1, 1, 1, 1, 0, {0}};
     if (mi->version < 3) { /* one state.lt, its size and CRC not recorded */
         mi->nfiles = 1;
         mi->files = lt_calloc(sizeof *mi->files);
@@ -298,10 +313,18 @@ static int meta_files(const LtJson *o, MetaInfo *mi, const char *path, char *err
         meta_int(o, "pipeline_model_parallel_size", &l->pp, 1, path, err, errlen) ||
         meta_int(o, "virtual_pipeline_model_parallel_size", &l->vpp, 1, path, err, errlen) ||
         meta_int(o, "data_parallel_size", &l->dp, 1, path, err, errlen) ||
-        meta_int(o, "zero_stage", &l->zero_stage, 1, path, err, errlen))
+        meta_int(o, "zero_stage", &l->zero_stage, 1, path, err, errlen) ||
+        meta_int(o, "num_layers_in_first_pipeline_stage", &l->split.first, 0, path, err, errlen) ||
+        meta_int(o, "num_layers_in_last_pipeline_stage", &l->split.last, 0, path, err, errlen) ||
+        meta_flag(o, "account_for_embedding_in_pipeline_split", &l->split.embedding, path, err,
+                  errlen) ||
+        meta_flag(o, "account_for_loss_in_pipeline_split", &l->split.loss, path, err, errlen))
         return -1;
     if (l->tp < 1 || l->pp < 1 || l->vpp < 1 || l->dp < 1)
         return lt_errorf(err, errlen, "%s: a parallel size is zero", path);
+    char why[512];
+    if (lt_layer_split_check(&l->split, mi->d.num_layers, l->pp, l->vpp, why, sizeof why))
+        return lt_errorf(err, errlen, "%s: its pipeline layout does not cut the model: %s", path, why);
     const LtJson *fs = lt_json_get(o, "files");
     if (!fs || fs->type != LT_JSON_ARRAY || fs->n < 1)
         return lt_errorf(err, errlen, "%s: 'files' is not a non-empty array", path);
@@ -558,12 +581,12 @@ static void pp_needed(const MetaInfo *mi, const LtParamTable *t, unsigned char *
     for (int q = 0; q < l->pp; q++) {
         need[q] = 0;
         /* (check_dims made the other dims the model's own, so they build a table) */
-        if (l->pp == 1 || mi->d.padded_vocab < mi->d.vocab || mi->d.num_layers % (l->pp * l->vpp)) {
+        if (l->pp == 1 || mi->d.padded_vocab < mi->d.vocab) {
             need[q] = 1; /* no pipeline, or dims that do not build a table: open everything */
             continue;
         }
-        LtParamTable st;
-        lt_params_build_stage(&st, &mi->d, 1, 0, (LtStagePlace){l->pp, q, l->vpp});
+        LtParamTable st; /* (meta_files checked the split) */
+        lt_params_build_stage(&st, &mi->d, 1, 0, (LtStagePlace){l->pp, q, l->vpp, l->split});
         for (int i = 0; i < st.n && !need[q]; i++)
             if (!st.p[i].tied_copy && lt_params_find(t, st.p[i].name)) need[q] = 1;
         lt_params_free(&st);
@@ -891,7 +914,7 @@ int lt_ckpt_save(const char *dir, const LtParamTable *t, const LtCkptState *s,
                  const LtCkptMeta *meta, const LtConfig *cfg, char *err, size_t errlen) {
     if (!s || !s->master || !meta || !cfg)
         return lt_errorf(err, errlen, "checkpoint save: master weights, meta and config are required");
-    const LtCkptLayout one = {1, 1, 1, 1, 0};
+    const LtCkptLayout one = {1, 1, 1, 1, 0, {0}};
     char tmp[PATH_MAX], path[PATH_MAX], name[96];
     if (lt_ckpt_begin(dir, meta->step, 1, tmp, sizeof tmp, err, errlen)) return -1;
     lt_ckpt_state_name(&one, 0, 0, 0, name, sizeof name);

@@ -73,7 +73,7 @@ static int any_failed(LtRun *r, int failed) {
 static LtCkptLayout run_layout(const LtRun *r) {
     const LtConfig *c = r->cfg;
     return (LtCkptLayout){r->topo.tp, r->topo.pp, c->parallel.virtual_pipeline_model_parallel_size,
-                          r->topo.dp, c->optimizer.zero_stage};
+                          r->topo.dp, c->optimizer.zero_stage, lt_config_layer_split(c)};
 }
 
 static void ckpt_write_free(CkptWrite *w) {

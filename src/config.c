@@ -92,6 +92,10 @@ const KeyDesc lt_cfg_keys[] = {
     K_INT(parallel, tensor_model_parallel_size, 1, INT_MAX),
     K_INT(parallel, pipeline_model_parallel_size, 1, INT_MAX),
     K_INT(parallel, virtual_pipeline_model_parallel_size, 1, INT_MAX),
+    K_INT(parallel, num_layers_in_first_pipeline_stage, 0, INT_MAX),
+    K_INT(parallel, num_layers_in_last_pipeline_stage, 0, INT_MAX),
+    K_BOOL(parallel, account_for_embedding_in_pipeline_split),
+    K_BOOL(parallel, account_for_loss_in_pipeline_split),
     K_BOOL(parallel, sequence_parallel),
     K_BOOL(parallel, overlap_grad_reduce),
     K_BOOL(parallel, overlap_param_gather),
@@ -826,6 +830,10 @@ void lt_config_defaults(LtConfig *c) {
     c->parallel.tensor_model_parallel_size = 1;
     c->parallel.pipeline_model_parallel_size = 1;
     c->parallel.virtual_pipeline_model_parallel_size = 1;
+    c->parallel.num_layers_in_first_pipeline_stage = 0;
+    c->parallel.num_layers_in_last_pipeline_stage = 0;
+    c->parallel.account_for_embedding_in_pipeline_split = false;
+    c->parallel.account_for_loss_in_pipeline_split = false;
     c->parallel.sequence_parallel = false;
     c->parallel.overlap_grad_reduce = false;
     c->parallel.overlap_param_gather = false;
@@ -949,4 +957,11 @@ const char *lt_rope_scaling_name(LtRopeScalingKind k) {
 const char *lt_attention_name(LtAttnImpl a) {
     return (int)a >= 0 && (int)a < lt_cfg_enum_count(ATTENTION_NAMES) ? ATTENTION_NAMES[a]
                                                                      : "unknown";
+}
+
+LtLayerSplit lt_config_layer_split(const LtConfig *c) {
+    return (LtLayerSplit){.first = c->parallel.num_layers_in_first_pipeline_stage,
+                          .last = c->parallel.num_layers_in_last_pipeline_stage,
+                          .embedding = c->parallel.account_for_embedding_in_pipeline_split,
+                          .loss = c->parallel.account_for_loss_in_pipeline_split};
 }

@@ -199,13 +199,13 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
                     vpp);
         goto out;
     }
-    if (t->model.num_layers % (pp * vpp)) {
-        lt_cfg_fail(err, errlen,
-                    "model.num_layers (%d) must be divisible by "
-                    "parallel.pipeline_model_parallel_size (%lld) * "
-                    "parallel.virtual_pipeline_model_parallel_size (%lld) = %lld",
-                    t->model.num_layers, pp, vpp, pp * vpp);
-        goto out;
+    {
+        const LtLayerSplit split = lt_config_layer_split(t);
+        char why[512];
+        if (lt_layer_split_check(&split, t->model.num_layers, (int)pp, (int)vpp, why, sizeof why)) {
+            lt_cfg_fail(err, errlen, "%s", why);
+            goto out;
+        }
     }
     if (vpp > 1 && (global / (micro * dp)) % pp) {
         lt_cfg_fail(err, errlen,

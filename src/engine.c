@@ -254,7 +254,8 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
     setup_attention(r);
     setup_groups(r);
     LtModelDims d = lt_dims_from_config(cfg);
-    LtStagePlace place = {r->topo.pp, r->coords.pp, cfg->parallel.virtual_pipeline_model_parallel_size};
+    LtStagePlace place = {r->topo.pp, r->coords.pp, cfg->parallel.virtual_pipeline_model_parallel_size,
+                          lt_config_layer_split(cfg)};
     r->micro_batches = cfg->train.global_batch_size / (cfg->train.micro_batch_size * r->topo.dp);
     /* training keeps the schedule's peak of micro batches in flight; forward
      * only (eval, sample) needs one slot per chunk */
@@ -357,6 +358,30 @@ size_t lt_run_engine_bytes(const LtRun *r) {
 
 /* Pipeline layout, schedule and each stage's activation memory (collective
  * over the pipeline group: every rank calls it). */
+/* "of N layer(s)" for an even split; else the layers of each stage's chunks,
+ * e.g. "of layers 1+2, 2+2, 2+1 (embedding and loss counted as a layer)". */
+static void chunk_layers_words(const LtRun *r, char *buf, size_t len) {
+    const LtConfig *c = r->cfg;
+    const LtLayerSplit s = lt_config_layer_split(c);
+    const int L = c->model.num_layers, P = r->topo.pp, V = c->parallel.virtual_pipeline_model_parallel_size;
+    if (lt_layer_split_even(&s)) {
+        snprintf(buf, len, "of %d layer(s)", L / (P * V));
+        return;
+    }
+    LT_CHECK(len >= 160);
+    size_t used = (size_t)snprintf(buf, len, "of layers ");
+    int cut = 0; /* past what the line holds: the rest is "..." */
+    for (int v = 0; v < P * V && !cut; v++) {
+        const int q = v / V, k = v % V;
+        if (used + 130 >= len) cut = 1;
+        else used += (size_t)snprintf(buf + used, len - used, "%s%d", k ? "+" : q ? ", " : "",
+                                      lt_layer_split_count(&s, L, P, V, q, k));
+    }
+    char how[96];
+    snprintf(buf + used, len - used, "%s (%s)", cut ? " ..." : "",
+             lt_layer_split_describe(&s, how, sizeof how));
+}
+
 static void print_pipeline(const LtRun *r) {
     const LtModel *m = r->model;
     const int P = r->topo.pp, V = m->vpp;
@@ -365,9 +390,11 @@ static void print_pipeline(const LtRun *r) {
     lt_comm_all_gather(lt_comm_host(r->pp), mine, all, 2, LT_COMM_F64);
     if (P > 1 || r->micro_batches > 1) {
         const int M = r->micro_batches;
-        lt_log("pipeline   %d stage(s) x %d chunk(s) of %d layer(s), %d micro batches per step: "
+        char layers[512];
+        chunk_layers_words(r, layers, sizeof layers);
+        lt_log("pipeline   %d stage(s) x %d chunk(s) %s, %d micro batches per step: "
                "%s, bubble (P-1)/(V*M+P-1) = %.1f%%\n",
-               P, V, m->chunk_layers, M,
+               P, V, layers, M,
                P == 1 ? "gradient accumulation" : V > 1 ? "interleaved 1F1B" : "1F1B",
                100.0 * (P - 1) / (double)(V * M + P - 1));
     }

@@ -62,8 +62,8 @@ static void *param(const LtModel *m, int i) {
 }
 static float *grad(const LtModel *m, int i) { return m->gptr[i]; }
 static int is_llama(const LtModel *m) { return m->d.arch == LT_ARCH_LLAMA; }
-/* Table index of the parameter of role k of local layer l (chunk l /
- * chunk_layers), -1 when the block has no such parameter. */
+/* Table index of the parameter of role k of local layer l (layers run chunk
+ * after chunk, lt_params_chunk_first), -1 when the block has no such parameter. */
 static int lidx(const LtModel *m, int l, int k) {
     const int pos = (is_llama(m) ? LLAMA_ROLES : GPT_ROLES)[k];
     return pos < 0 ? -1 : m->table.idx_layer0 + m->table.per_layer * l + pos;
@@ -170,7 +170,7 @@ static void layer_acts_free(LtModel *m, LtLayerActs *la, int keep_atty) {
  * in backward). */
 static void setup_slots(LtModel *m, int nslots) {
     const size_t N = (size_t)m->B * m->T;
-    const int n = m->chunk_layers;
+    const int n = m->max_chunk_layers, nx = n > 0 ? n : 1; /* x[0]: the chunk input */
     size_t *a = &m->mem.activations;
     if (m->recompute == LT_MODEL_RECOMPUTE_FULL) layer_acts_alloc(m, &m->shared, NULL, a);
     if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE)
@@ -180,10 +180,10 @@ static void setup_slots(LtModel *m, int nslots) {
     for (int s = 0; s < nslots; s++) {
         size_t at_start = *a;
         LtActSlot *sl = &m->slot[s];
-        sl->x = lt_calloc(sizeof(void *) * (size_t)(n > 0 ? n : 1));
-        sl->layer = lt_calloc(sizeof(LtLayerActs) * (size_t)(n > 0 ? n : 1));
+        sl->x = lt_calloc(sizeof(void *) * (size_t)nx);
+        sl->layer = lt_calloc(sizeof(LtLayerActs) * (size_t)nx);
+        for (int j = 0; j < nx; j++) sl->x[j] = act_alloc(m, m->boundary, a);
         for (int j = 0; j < n; j++) {
-            sl->x[j] = act_alloc(m, m->boundary, a);
             if (m->recompute == LT_MODEL_RECOMPUTE_FULL)
                 sl->layer[j] = m->shared;
             else
@@ -225,13 +225,13 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     m->tp = opt && opt->tp && lt_comm_size(opt->tp) > 1 ? opt->tp : NULL;
     m->tp_size = m->tp ? lt_comm_size(m->tp) : 1;
     m->tp_rank = m->tp ? lt_comm_rank(m->tp) : 0;
-    LtStagePlace place = {1, 0, 1};
+    LtStagePlace place = {1, 0, 1, {0}};
     if (opt && opt->place.pp > 0) place = opt->place;
     m->pp = place.pp;
     m->pp_rank = place.pp_rank;
     m->vpp = place.vpp;
     lt_params_build_stage(&m->table, d, m->tp_size, m->tp_rank, place);
-    m->chunk_layers = m->table.chunk_layers;
+    m->max_chunk_layers = m->table.max_chunk_layers;
     m->heads_local = d->heads / m->tp_size;
     m->kv_local = lt_dims_kv_heads(d) / m->tp_size;
     m->qkv_local = (m->heads_local + 2 * m->kv_local) * (d->hidden / d->heads);
@@ -296,8 +296,9 @@ void lt_model_destroy(LtModel *m) {
     void (*fr)(LtBackend *, void *) = be->ops->free;
     for (int s = 0; s < m->nslots; s++) {
         LtActSlot *sl = &m->slot[s];
-        for (int j = 0; j < m->chunk_layers; j++) {
+        for (int j = 0; j < (m->max_chunk_layers > 0 ? m->max_chunk_layers : 1); j++)
             fr(be, sl->x[j]);
+        for (int j = 0; j < m->max_chunk_layers; j++) {
             if (m->recompute != LT_MODEL_RECOMPUTE_FULL)
                 layer_acts_free(m, &sl->layer[j], m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE);
         }
@@ -631,7 +632,8 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
                        int gather_lnf) {
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
-    const int T = m->T, C = m->d.hidden, F = m->ffn_local, n = m->chunk_layers;
+    const int T = m->T, C = m->d.hidden, F = m->ffn_local, n = lt_params_chunk_layers(&m->table, c),
+              l0 = lt_params_chunk_first(&m->table, c);
     const int N = B * T, R = m->sp ? N / m->tp_size : N;
     const size_t mine = m->sp ? (size_t)m->tp_rank * R : 0; /* first row of this rank's slot */
     LtActSlot *sl = &m->slot[s];
@@ -647,7 +649,7 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
     }
     void *delta = NULL; /* the previous layer's MLP output, added by the next fused LN */
     for (int j = 0; j < n; j++) {
-        const int l = c * n + j;
+        const int l = l0 + j;
         LtLayerActs *a = &sl->layer[j];
         params_needed(m, lidx(m, l, 0), lidx(m, l, 0) + m->table.per_layer - 1);
         layer_forward(m, l, a, B, sl->x[j], j ? sl->layer[j - 1].r2 : sl->x[0], delta);
@@ -797,12 +799,13 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
     const int B = m->B, T = m->T, C = m->d.hidden, NH = m->heads_local, NKV = m->kv_local,
-              HD = m->d.hidden / m->d.heads, CL = NH * HD, n = m->chunk_layers;
+              HD = m->d.hidden / m->d.heads, CL = NH * HD, n = lt_params_chunk_layers(&m->table, c),
+              l0 = lt_params_chunk_first(&m->table, c);
     const int N = B * T, R = m->sp ? N / m->tp_size : N;
     LtActSlot *sl = &m->slot[s];
     void *dres = sl->dout; /* the residual-stream gradient, accumulated in place */
     for (int j = n - 1; j >= 0; j--) {
-        const int l = c * n + j;
+        const int l = l0 + j;
         LtLayerActs *a = &sl->layer[j];
         if (m->recompute) recompute_layer(m, l, a, sl->x[j], B);
         /* dres = d(output of layer l) flows to both mlp_out and r2 */

@@ -47,13 +47,27 @@ static LtParam *add(LtParamTable *t, int *cap, LtSplit split, LtInitKind init, f
 void lt_params_build(LtParamTable *t, const LtModelDims *d) { lt_params_build_tp(t, d, 1, 0); }
 
 void lt_params_build_tp(LtParamTable *t, const LtModelDims *d, int tp, int tp_rank) {
-    LtStagePlace whole = {1, 0, 1};
+    LtStagePlace whole = {1, 0, 1, {0}};
     lt_params_build_stage(t, d, tp, tp_rank, whole);
 }
 
+int lt_params_chunk_layers(const LtParamTable *t, int c) {
+    const LtStagePlace *p = &t->place;
+    return lt_layer_split_count(&p->split, t->dims.num_layers, p->pp, p->vpp, p->pp_rank, c);
+}
+
+int lt_params_chunk_first(const LtParamTable *t, int c) {
+    int l = 0;
+    for (int k = 0; k < c; k++) l += lt_params_chunk_layers(t, k);
+    return l;
+}
+
 int lt_params_global_layer(const LtParamTable *t, int l) {
-    const int n = t->chunk_layers, c = l / n;
-    return (c * t->place.pp + t->place.pp_rank) * n + l % n;
+    const LtStagePlace *p = &t->place;
+    LT_CHECK(l >= 0 && l < t->layers);
+    int c = 0, n;
+    while (l >= (n = lt_params_chunk_layers(t, c))) l -= n, c++;
+    return lt_layer_split_start(&p->split, t->dims.num_layers, p->pp, p->vpp, p->pp_rank, c) + l;
 }
 
 /* A dim-0-blocked parameter: nb blocks of rows[k] global rows, each split over TP. */
@@ -120,8 +134,12 @@ void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp
     LT_CHECK(d->heads % tp == 0 && kvh % tp == 0 && d->heads % kvh == 0 && d->ffn % tp == 0 &&
              d->padded_vocab % tp == 0);
     LT_CHECK(place.pp >= 1 && place.vpp >= 1 && place.pp_rank >= 0 && place.pp_rank < place.pp);
-    LT_CHECK(d->num_layers % (place.pp * place.vpp) == 0);
-    t->chunk_layers = d->num_layers / (place.pp * place.vpp);
+    LT_CHECK(lt_layer_split_check(&place.split, d->num_layers, place.pp, place.vpp, NULL, 0) == 0);
+    for (int c = 0; c < place.vpp; c++) {
+        const int n = lt_params_chunk_layers(t, c);
+        t->layers += n;
+        if (n > t->max_chunk_layers) t->max_chunk_layers = n;
+    }
     t->first_stage = place.pp_rank == 0;
     t->last_stage = place.pp_rank == place.pp - 1;
     t->idx_wte = t->idx_wpe = t->idx_lnf = t->idx_head = -1;
@@ -145,8 +163,7 @@ void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp
         add(t, &cap, LT_SPLIT_NONE, LT_INIT_NORMAL, std, 1, d->max_pos, C, "wpe")->gidx = 1;
     }
     t->idx_layer0 = t->n;
-    const int held = t->chunk_layers * place.vpp;
-    for (int ll = 0; ll < held; ll++) {
+    for (int ll = 0; ll < t->layers; ll++) {
         const int l = lt_params_global_layer(t, ll), first = t->n;
         if (llama)
             add_llama_layer(t, &cap, d, l, std, proj_std);

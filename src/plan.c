@@ -22,10 +22,10 @@
 /* Gradient buffer of a stage with ZeRO-2 buckets (model.c, setup_grads): one
  * buffer as long as the largest parameter group (the embeddings, a layer, the
  * final LayerNorm), and the embeddings' own when pipelined. */
-static void bucket_grads(const LtParamTable *t, int pp, int vpp, size_t *len, size_t *emb_len) {
+static void bucket_grads(const LtParamTable *t, int pp, size_t *len, size_t *emb_len) {
     const int first_layer_param = t->idx_layer0;
     const int end_layers = t->idx_lnf >= 0 ? t->idx_lnf : t->n;
-    const int layers_here = t->chunk_layers * vpp; /* every chunk of this stage */
+    const int layers_here = t->layers; /* every chunk of this stage */
     const int per_layer = layers_here > 0 ? (end_layers - first_layer_param) / layers_here : 0;
     *len = 0, *emb_len = 0;
     const int own_emb = pp > 1 && t->idx_wte >= 0 && !t->dims.untied;
@@ -73,7 +73,7 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
         return lt_errorf(err, errlen, "no valid pipeline schedule for pp %d, vpp %d, %d micro batches",
                          pp, vpp, M);
     LtParamTable t;
-    lt_params_build_stage(&t, &d, tp, 0, (LtStagePlace){pp, stage, vpp});
+    lt_params_build_stage(&t, &d, tp, 0, (LtStagePlace){pp, stage, vpp, lt_config_layer_split(c)});
     const size_t flat = lt_optim_flat_size(&t, dp);
 
     out->params = a * flat;
@@ -81,7 +81,7 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     size_t shard = zero >= 1 ? flat / (size_t)dp : flat;
     if (zero == 2) {
         size_t len, emb;
-        bucket_grads(&t, pp, vpp, &len, &emb);
+        bucket_grads(&t, pp, &len, &emb);
         size_t bucket = len > emb ? len : emb, recv = bucket < shard ? bucket : shard;
         out->grads = 4 * (len + emb) + 4 * shard + 4 * recv;
         if (c->parallel.overlap_grad_reduce) /* optim.c's staging ring */
@@ -99,15 +99,17 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     const size_t layer = a * (N * C + N * QKV + R * C + N * C + mlp_f * N * F) +
                          4 * (stats * R + N * H),
                  atty = a * N * C / (size_t)tp, x = a * R * C;
-    const size_t n = (size_t)t.chunk_layers, per_slot_io = a * R * C + 4 * N; /* dout, tokens */
+    /* a slot holds the largest chunk's layers; its input even without layers */
+    const size_t n = (size_t)t.max_chunk_layers, nx = n ? n : 1,
+                 per_slot_io = nx * x + a * R * C + 4 * N; /* inputs, dout, tokens */
     const int rc = c->train.recompute;
     size_t act;
     if (rc == LT_RECOMPUTE_FULL) /* each layer's input per slot; one shared set refilled */
-        act = (size_t)slots * (n * x + per_slot_io) + layer + atty;
+        act = (size_t)slots * per_slot_io + layer + atty;
     else if (rc == LT_RECOMPUTE_SELECTIVE) /* the attention output recomputed: one shared */
-        act = (size_t)slots * (n * (x + layer) + per_slot_io) + atty;
+        act = (size_t)slots * (n * layer + per_slot_io) + atty;
     else
-        act = (size_t)slots * (n * (x + layer + atty) + per_slot_io);
+        act = (size_t)slots * (n * (layer + atty) + per_slot_io);
     out->activations = act;
 
     /* workspace: the LM head and loss (last stage), the backward's scratch */
@@ -175,6 +177,7 @@ int lt_plan_device_match(const char *device_name, char *name, size_t len) {
 
 typedef struct {
     int tp, pp, vpp, dp, mbs, rc, zero, sp;
+    LtLayerSplit split; /* layers per chunk (layer_split.h) */
     LtPlanMemory mem; /* the largest stage's */
     double mem_gib;
     int fits;
@@ -228,15 +231,21 @@ static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k
     const double S = c->model.seq_length, N = (double)k->mbs * S, C = d.hidden;
     const double lat = g->latency_us * 1e-6;
     const int full_rc = k->rc == LT_RECOMPUTE_FULL;
-    /* one chunk of one micro batch on one GPU of the last stage, which sets the
-     * pipeline's pace: its share of the layers and the LM head (2 h V per
-     * token, on the last stage only, over its chunks); GEMMs with few rows
-     * run below the large-GEMM efficiency (--calibrate fits the curve) */
+    /* one chunk of one micro batch on one GPU of the stage that sets the
+     * pipeline's pace, the one with the most work: its layers and, on the
+     * last stage, the LM head (2 h V per token, over its chunks); GEMMs with
+     * few rows run below the large-GEMM efficiency (--calibrate fits the curve) */
     const double head = 3.0 * S * 2.0 * C * (double)d.padded_vocab;
-    const double fwd_flops = ((lt_model_flops_per_sample(&d, 0) - head) / (P * V) + head / V) /
-                             3.0 * k->mbs / k->tp;
+    const double per_layer = (lt_model_flops_per_sample(&d, 0) - head) / d.num_layers;
+    double stage_flops = 0.0, layers = 0.0; /* the pacing stage's, per chunk */
+    for (int q = 0; q < P; q++) {
+        int n = 0;
+        for (int v = 0; v < V; v++) n += lt_layer_split_count(&k->split, d.num_layers, P, V, q, v);
+        const double w = n * per_layer + (q == P - 1 ? head : 0.0);
+        if (w > stage_flops) stage_flops = w, layers = (double)n / V;
+    }
+    const double fwd_flops = stage_flops / V / 3.0 * k->mbs / k->tp;
     const double tf = fwd_flops / (peak * gemm_eff_at(g, N));
-    const double layers = (double)d.num_layers / (P * V);
     const double intra = k->tp <= gpn ? g->intra_gbs : g->net_gbs;
     /* two all-reduces (or all-gather + reduce-scatter with SP) per layer each
      * way */
@@ -258,8 +267,8 @@ static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k
     const double redo =
         k->rc == LT_RECOMPUTE_NONE
             ? 0.0
-            : lt_model_recompute_flops_per_sample(&d, full_rc) * k->mbs / (k->tp * P * V) /
-                  (peak * gemm_eff_at(g, N)) * (tf_c / tf);
+            : lt_model_recompute_flops_per_sample(&d, full_rc) / d.num_layers * layers * k->mbs /
+                  k->tp / (peak * gemm_eff_at(g, N)) * (tf_c / tf);
     const double redo_share = full_rc ? 0.75 : 0.0; /* of a forward's SP collectives */
     const double tpc_redo = redo_share * tpc_f;
     const double tb_all = tb_data + tb_weight + tpc_b + redo + tpc_redo;
@@ -347,6 +356,15 @@ static const char *binds(const Cand *k, double cap_gib) {
     return parts[best] > 0.05 * k->step ? names[best] : "compute";
 }
 
+/* The table's split column: the even split, or which end counts as a layer
+ * (E: the embedding, L: the loss; the planner tries those, not every
+ * num_layers_in_first/last_pipeline_stage) */
+static const char *split_name(const LtLayerSplit *s) {
+    if (lt_layer_split_even(s)) return "even";
+    if (s->embedding || s->loss) return s->embedding && s->loss ? "E+L" : s->embedding ? "E" : "L";
+    return "first/last";
+}
+
 static const char *rc_name(int rc) {
     return rc == LT_RECOMPUTE_FULL ? "full" : rc == LT_RECOMPUTE_SELECTIVE ? "sel" : "none";
 }
@@ -376,6 +394,10 @@ static int layout_config(const LtConfig *base, Cand *k, LtConfig *c, int world, 
     c->parallel.tensor_model_parallel_size = k->tp;
     c->parallel.pipeline_model_parallel_size = k->pp;
     c->parallel.virtual_pipeline_model_parallel_size = k->vpp;
+    c->parallel.num_layers_in_first_pipeline_stage = k->split.first;
+    c->parallel.num_layers_in_last_pipeline_stage = k->split.last;
+    c->parallel.account_for_embedding_in_pipeline_split = k->split.embedding;
+    c->parallel.account_for_loss_in_pipeline_split = k->split.loss;
     c->parallel.sequence_parallel = k->sp;
     c->train.micro_batch_size = k->mbs;
     c->train.recompute = k->rc;
@@ -391,10 +413,12 @@ static int layout_config(const LtConfig *base, Cand *k, LtConfig *c, int world, 
 
 static void plan_memory_max(const LtConfig *c, Cand *k, size_t a, int mpi) {
     /* the first stage holds the most micro batches in flight and the
-     * embeddings, the last the LM head: the largest is one of them */
-    int stages[2] = {0, k->pp - 1};
+     * embeddings, the last the LM head, the second the most in flight of the
+     * middle stages (all alike; with an uneven split they may hold more
+     * layers than the ends): the largest is one of them */
+    int stages[3] = {0, k->pp - 1, 1};
     memset(&k->mem, 0, sizeof k->mem);
-    for (int i = 0; i < (k->pp > 1 ? 2 : 1); i++) {
+    for (int i = 0; i < (k->pp > 2 ? 3 : k->pp); i++) {
         LtPlanMemory m;
         char err[256];
         if (lt_plan_memory(c, k->tp * k->pp * k->dp, stages[i], a, mpi, &m, err, sizeof err))
@@ -423,7 +447,7 @@ int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlan
     Cand k = {.tp = tp, .pp = P, .vpp = cfg->parallel.virtual_pipeline_model_parallel_size,
               .dp = world / (tp * P), .mbs = cfg->train.micro_batch_size,
               .rc = cfg->train.recompute, .zero = cfg->optimizer.zero_stage,
-              .sp = cfg->parallel.sequence_parallel};
+              .sp = cfg->parallel.sequence_parallel, .split = lt_config_layer_split(cfg)};
     LtConfig c;
     if (tp < 1 || P < 1 || world % (tp * P) || layout_config(cfg, &k, &c, world, OV_CONFIG, mpi_p2p))
         return lt_errorf(err, errlen, "the layout does not validate for %d ranks", world);
@@ -439,9 +463,10 @@ int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlan
 
 static void print_row(const Cand *k, double cap, const char *prefix) {
     const double gib = 1024.0 * 1024 * 1024;
-    printf("%s%3d %3d %3d %3d %3d %4s %4d %2s | %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f | %8.3f %9.0f "
-           "%4.0f%% | %s%s\n",
+    printf("%s%3d %3d %3d %3d %3d %4s %4d %2s %5s | %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f | %8.3f "
+           "%9.0f %4.0f%% | %s%s\n",
            prefix, k->tp, k->pp, k->vpp, k->dp, k->mbs, rc_name(k->rc), k->zero, k->sp ? "y" : "n",
+           split_name(&k->split),
            k->mem.params / gib, k->mem.grads / gib, k->mem.optimizer / gib, k->mem.activations / gib,
            k->mem.workspace / gib, k->mem_gib, k->step, k->tokens_per_s, 100.0 * k->mfu,
            binds(k, cap), k->simulated ? "" : " (bubble by formula)");
@@ -612,30 +637,36 @@ int lt_cmd_plan(int argc, char **argv) {
     for (int tp = 1; tp <= gpn && tp <= gpus; tp *= 2) {
         if (gpus % tp || d0.heads % tp) continue;
         for (int pp = 1; pp <= gpus / tp; pp++) {
-            if ((gpus / tp) % pp || d0.num_layers % pp) continue;
+            if ((gpus / tp) % pp) continue;
             const int dp = gpus / (tp * pp);
             for (int vpp = 1; vpp <= 8; vpp *= 2) {
-                if ((vpp > 1 && pp == 1) || d0.num_layers % (pp * vpp)) continue;
-                for (int mbs = 1; mbs <= 16; mbs *= 2) {
-                    if (base.train.global_batch_size % (mbs * dp)) continue;
-                    for (int rc = 0; rc < 3; rc++)
-                        for (int zero = 0; zero <= (dp > 1 ? 2 : 0); zero++)
-                            for (int sp = 0; sp <= (tp > 1); sp++) {
-                                Cand k = {.tp = tp, .pp = pp, .vpp = vpp, .dp = dp, .mbs = mbs,
-                                          .rc = rc == 0   ? LT_RECOMPUTE_NONE
-                                                : rc == 1 ? LT_RECOMPUTE_SELECTIVE
-                                                          : LT_RECOMPUTE_FULL,
-                                          .zero = zero, .sp = sp};
-                                LtConfig c;
-                                if (layout_config(&base, &k, &c, gpus, ov, mpi)) continue;
-                                plan_memory_max(&c, &k, a, mpi);
-                                k.mem_gib = (double)lt_plan_total(&k.mem) / (1024.0 * 1024 * 1024);
-                                k.fits = k.mem_gib <= cap;
-                                step_time(&c, g, gpn, &k, 0);
-                                if (ncand == cap_c) cs = realloc(cs, sizeof(Cand) * (cap_c *= 2));
-                                if (!cs) lt_fatal("out of host memory");
-                                cs[ncand++] = k;
-                            }
+                if (vpp > 1 && pp == 1) continue;
+                /* the even split, and the embedding and/or loss counted as a layer */
+                for (int sv = 0; sv < 4; sv++) {
+                    const LtLayerSplit split = {.embedding = sv & 1, .loss = sv >> 1 & 1};
+                    if ((sv && pp == 1) || lt_layer_split_check(&split, d0.num_layers, pp, vpp, NULL, 0))
+                        continue;
+                    for (int mbs = 1; mbs <= 16; mbs *= 2) {
+                        if (base.train.global_batch_size % (mbs * dp)) continue;
+                        for (int rc = 0; rc < 3; rc++)
+                            for (int zero = 0; zero <= (dp > 1 ? 2 : 0); zero++)
+                                for (int sp = 0; sp <= (tp > 1); sp++) {
+                                    Cand k = {.tp = tp, .pp = pp, .vpp = vpp, .dp = dp, .mbs = mbs,
+                                              .rc = rc == 0   ? LT_RECOMPUTE_NONE
+                                                    : rc == 1 ? LT_RECOMPUTE_SELECTIVE
+                                                              : LT_RECOMPUTE_FULL,
+                                              .zero = zero, .sp = sp, .split = split};
+                                    LtConfig c;
+                                    if (layout_config(&base, &k, &c, gpus, ov, mpi)) continue;
+                                    plan_memory_max(&c, &k, a, mpi);
+                                    k.mem_gib = (double)lt_plan_total(&k.mem) / (1024.0 * 1024 * 1024);
+                                    k.fits = k.mem_gib <= cap;
+                                    step_time(&c, g, gpn, &k, 0);
+                                    if (ncand == cap_c) cs = realloc(cs, sizeof(Cand) * (cap_c *= 2));
+                                    if (!cs) lt_fatal("out of host memory");
+                                    cs[ncand++] = k;
+                                }
+                    }
                 }
             }
         }
@@ -674,9 +705,9 @@ int lt_cmd_plan(int argc, char **argv) {
            "bubble + the TP/PP/DP communication the overlap switches (--overlap %s) leave "
            "exposed):\n",
            ncand, nfit, top, ov == OV_ALL ? "all" : ov == OV_NONE ? "none" : "config");
-    printf("%3s %3s %3s %3s %3s %4s %4s %2s | %6s %6s %6s %6s %6s %6s | %8s %9s %5s | %s\n", "tp",
-           "pp", "vpp", "dp", "mbs", "rc", "zero", "sp", "params", "grads", "optim", "acts", "ws",
-           "GiB", "step s", "tok/s", "MFU", "binds");
+    printf("%3s %3s %3s %3s %3s %4s %4s %2s %5s | %6s %6s %6s %6s %6s %6s | %8s %9s %5s | %s\n",
+           "tp", "pp", "vpp", "dp", "mbs", "rc", "zero", "sp", "split", "params", "grads", "optim",
+           "acts", "ws", "GiB", "step s", "tok/s", "MFU", "binds");
     int shown = 0;
     for (size_t i = 0; i < ncand && shown < top; i++) {
         if (!cs[i].fits) break;

@@ -768,6 +768,7 @@ static void test_print_roundtrip(void) {
         "comm.backend=nccl",
         "parallel.tensor_model_parallel_size=4",
         "parallel.sequence_parallel=true",
+        "parallel.account_for_loss_in_pipeline_split=true",
         "data.shuffle=false",
         "train.steps=9000000000",
         "optimizer.decay_steps=123",

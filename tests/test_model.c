@@ -385,6 +385,87 @@ static void test_llama_flops(void) {
     CHECK(fabs(matmul / 7.5e9 - 1) < 0.01, "8B matmul parameters %g", matmul);
 }
 
+/* Pipeline layer splits (layer_split.h) against worked examples in
+ * Megatron-LM's terms, and every valid split's stage tables: each global
+ * layer held exactly once, chunks in model order (virtual stage c * pp + r),
+ * names following lt_params_global_layer. */
+static void test_layer_split(void) {
+    static const struct {
+        int L, pp, vpp;
+        LtLayerSplit s;
+        const char *want; /* layers per virtual stage in model order; NULL: refused */
+    } cases[] = {
+        {8, 2, 2, {0}, "2 2 2 2"},
+        {10, 4, 1, {.first = 1, .last = 3}, "1 3 3 3"},
+        {8, 3, 1, {.first = 2, .last = 2}, "2 4 2"},
+        {8, 4, 1, {.last = 5}, "1 1 1 5"},
+        {8, 2, 2, {.first = 2}, "1 3 1 3"},
+        {126, 8, 8, {.embedding = 1, .loss = 1}, NULL}, /* (128 / 64 = 2 a chunk, checked below) */
+        {8, 2, 5, {.embedding = 1, .loss = 1}, "0 1 1 1 1 1 1 1 1 0"},
+        {8, 3, 1, {.embedding = 1}, "2 3 3"},
+        {7, 2, 1, {.loss = 1}, "4 3"},
+        /* refused (but the one-stage case above): */
+        {8, 3, 1, {0}, NULL},
+        {8, 1, 1, {.embedding = 1, .loss = 1}, "8"}, /* one stage: every layer */
+        {8, 1, 1, {.first = 8}, NULL},
+        {8, 2, 1, {.first = 2, .loss = 1}, NULL},
+        {8, 2, 2, {.first = 3}, NULL},
+        {8, 3, 1, {.first = 4, .last = 4}, NULL},
+        {8, 2, 1, {.first = 4, .last = 3}, NULL},
+        {8, 4, 1, {.first = 1, .last = 2}, NULL},
+        {8, 4, 1, {.embedding = 1, .loss = 1}, NULL},
+        {8, 2, 1, {.first = -1}, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int L = cases[i].L, pp = cases[i].pp, vpp = cases[i].vpp;
+        const LtLayerSplit *s = &cases[i].s;
+        char err[512] = "";
+        const int ok = lt_layer_split_check(s, L, pp, vpp, err, sizeof err) == 0;
+        if (cases[i].L == 126) { /* Llama 3.1 405B, PP 8 x VPP 8: a layer less at each end */
+            CHECK(ok && lt_layer_split_count(s, L, pp, vpp, 0, 0) == 1 &&
+                      lt_layer_split_count(s, L, pp, vpp, 3, 4) == 2 &&
+                      lt_layer_split_count(s, L, pp, vpp, 7, 7) == 1 &&
+                      lt_layer_split_start(s, L, pp, vpp, 7, 7) == 125,
+                  "405B split: %s", err);
+            continue;
+        }
+        if (!cases[i].want) {
+            CHECK(!ok && err[0], "case %zu: a bad split accepted", i);
+            continue;
+        }
+        REQUIRE(ok, "case %zu refused: %s", i, err);
+        char got[256] = "";
+        size_t used = 0;
+        int next = 0; /* the next virtual stage starts where the previous ended */
+        for (int v = 0; v < pp * vpp; v++) {
+            const int n = lt_layer_split_count(s, L, pp, vpp, v % pp, v / pp);
+            CHECK(lt_layer_split_start(s, L, pp, vpp, v % pp, v / pp) == next, "case %zu stage %d", i, v);
+            next += n;
+            used += (size_t)snprintf(got + used, sizeof got - used, "%s%d", v ? " " : "", n);
+        }
+        CHECK(next == L && !strcmp(got, cases[i].want), "case %zu: %s, want %s", i, got, cases[i].want);
+        /* the stage tables hold each layer once, under its global name */
+        LtModelDims d = tiny_dims();
+        d.num_layers = L;
+        int *seen = calloc((size_t)L, sizeof(int));
+        for (int r = 0; r < pp; r++) {
+            LtParamTable t;
+            lt_params_build_stage(&t, &d, 1, 0, (LtStagePlace){pp, r, vpp, *s});
+            for (int l = 0; l < t.layers; l++) {
+                const int g = lt_params_global_layer(&t, l);
+                char name[64];
+                snprintf(name, sizeof name, "h.%d.ln_1.weight", g);
+                CHECK(g >= 0 && g < L && !strcmp(t.p[t.idx_layer0 + t.per_layer * l].name, name),
+                      "case %zu rank %d layer %d: global %d", i, r, l, g);
+                if (g >= 0 && g < L) seen[g]++;
+            }
+            lt_params_free(&t);
+        }
+        for (int g = 0; g < L; g++) CHECK(seen[g] == 1, "case %zu: layer %d held %d times", i, g, seen[g]);
+        free(seen);
+    }
+}
+
 int main(void) {
     RUN(test_initial_loss);
     RUN(test_init_layout_independent);
@@ -396,5 +477,6 @@ int main(void) {
     RUN(test_flops);
     RUN(test_llama_table);
     RUN(test_llama_flops);
+    RUN(test_layer_split);
     return test_summary();
 }

@@ -66,7 +66,12 @@ tp2_pp2_vpp2_dp2_sp_zero1:8:parallel.pipeline_model_parallel_size=2,parallel.vir
 pp2_recompute_full:2:parallel.pipeline_model_parallel_size=2,train.recompute=full
 pp2_vpp2_recompute_selective:2:parallel.pipeline_model_parallel_size=2,parallel.virtual_pipeline_model_parallel_size=2,train.recompute=selective
 tp2_pp2_dp2_sp_zero1_recompute_full:8:parallel.pipeline_model_parallel_size=2,parallel.tensor_model_parallel_size=2,parallel.sequence_parallel=true,optimizer.zero_stage=1,train.recompute=full
-pp4_vpp2_recompute_selective:4:parallel.pipeline_model_parallel_size=4,parallel.virtual_pipeline_model_parallel_size=2,train.recompute=selective"
+pp4_vpp2_recompute_selective:4:parallel.pipeline_model_parallel_size=4,parallel.virtual_pipeline_model_parallel_size=2,train.recompute=selective
+pp3_first2_last2:3:parallel.pipeline_model_parallel_size=3,parallel.num_layers_in_first_pipeline_stage=2,parallel.num_layers_in_last_pipeline_stage=2
+pp4_last5_recompute_full:4:parallel.pipeline_model_parallel_size=4,parallel.num_layers_in_last_pipeline_stage=5,train.recompute=full
+pp2_vpp5_embedding_loss_as_layers:2:parallel.pipeline_model_parallel_size=2,parallel.virtual_pipeline_model_parallel_size=5,parallel.account_for_embedding_in_pipeline_split=true,parallel.account_for_loss_in_pipeline_split=true
+pp3_embedding_as_layer_recompute_selective:3:parallel.pipeline_model_parallel_size=3,parallel.account_for_embedding_in_pipeline_split=true,train.recompute=selective
+tp2_pp2_vpp2_dp2_sp_zero2_first2:8:parallel.pipeline_model_parallel_size=2,parallel.virtual_pipeline_model_parallel_size=2,parallel.num_layers_in_first_pipeline_stage=2,parallel.tensor_model_parallel_size=2,parallel.sequence_parallel=true,optimizer.zero_stage=2"
 if [ -n "${LT_TEST_FULL:-}" ]; then
   for pp in 2 4; do for vpp in 1 2; do for tp in 1 2; do for dp in 1 2; do for z in 0 1 2; do
     [ $((tp * pp * dp)) -le 8 ] || continue
@@ -146,6 +151,22 @@ if reshard single_to_pp4vpp2 1 "" 4 \
      "parallel.pipeline_model_parallel_size=4 parallel.virtual_pipeline_model_parallel_size=2"
 then pass checkpoint_single_resumes_pp4_vpp2
 else fail checkpoint_single_resumes_pp4_vpp2 "$(tail -2 "$T/single_to_pp4vpp2/b.log")"; fi
+
+# uneven stages on both sides: the embedding and loss counted as layers (the
+# first and last chunks hold none) to first/last stage sizes
+if reshard embedding_loss_to_first_last 2 \
+     "parallel.pipeline_model_parallel_size=2 parallel.virtual_pipeline_model_parallel_size=5
+      parallel.account_for_embedding_in_pipeline_split=true
+      parallel.account_for_loss_in_pipeline_split=true" 3 \
+     "parallel.pipeline_model_parallel_size=3 parallel.num_layers_in_first_pipeline_stage=2
+      parallel.num_layers_in_last_pipeline_stage=2"
+then pass checkpoint_moves_between_uneven_splits
+else fail checkpoint_moves_between_uneven_splits "$(tail -2 "$T/embedding_loss_to_first_last/b.log")"; fi
+if grep -q '"account_for_loss_in_pipeline_split": true' "$T/embedding_loss_to_first_last/ckA/step_00000005/meta.json" &&
+   grep -q "of layers 0+1+1+1+1, 1+1+1+1+0 (embedding and loss counted as a layer)" \
+     "$T/embedding_loss_to_first_last/a.log"; then
+  pass uneven_split_logged_and_recorded
+else fail uneven_split_logged_and_recorded "$(grep '^pipeline' "$T/embedding_loss_to_first_last/a.log")"; fi
 
 # ---- eval subcommand on a pipeline matches one process -----------------------------
 v1=$("$LT" eval $BASE checkpoint.load=$T/ref/ck 2>&1 | sed -n 's/.*val loss \([0-9.]*\).*/\1/p')
@@ -235,6 +256,20 @@ refused interleaved_micro_batches "to be a multiple of parallel.pipeline_model_p
   train.global_batch_size=12
 refused vpp_without_pp "needs parallel.pipeline_model_parallel_size > 1" 1 \
   parallel.virtual_pipeline_model_parallel_size=2
+# uneven stages: one way at a time, a pipeline, chunks that divide, a layer per stage
+refused split_two_ways "are exclusive" 2 parallel.pipeline_model_parallel_size=2 \
+  parallel.num_layers_in_first_pipeline_stage=2 parallel.account_for_loss_in_pipeline_split=true
+refused split_without_pp "split (parallel.num_layers_in_first_pipeline_stage) needs" 1 \
+  parallel.num_layers_in_first_pipeline_stage=4
+refused split_first_not_by_chunks "num_layers_in_first_pipeline_stage (3) must be divisible" 2 \
+  parallel.pipeline_model_parallel_size=2 parallel.virtual_pipeline_model_parallel_size=2 \
+  parallel.num_layers_in_first_pipeline_stage=3
+refused split_no_middle_layers "leave 0 of model.num_layers (8) for the 1 middle" 3 \
+  parallel.pipeline_model_parallel_size=3 parallel.num_layers_in_first_pipeline_stage=4 \
+  parallel.num_layers_in_last_pipeline_stage=4
+refused split_accounted_not_divisible "= 10 must be divisible" 4 \
+  parallel.pipeline_model_parallel_size=4 parallel.account_for_embedding_in_pipeline_split=true \
+  parallel.account_for_loss_in_pipeline_split=true
 # 2 stages x 2097153 micro batches: beyond the schedule's work limit (2^22)
 refused schedule_too_long "exceeds the limit" 2 parallel.pipeline_model_parallel_size=2 \
   train.global_batch_size=4194306

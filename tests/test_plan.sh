@@ -70,6 +70,13 @@ agree dp2_zero2_overlap 2 optimizer.zero_stage=2 parallel.overlap_grad_reduce=tr
   parallel.overlap_param_gather=true
 agree tp2_sp_tp_overlap 2 parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true \
   parallel.tp_comm_overlap=true
+# uneven stages: the ends counted as layers (the first chunk holds none), and a
+# first stage of its own size under recomputation
+agree pp2_vpp3_embedding_loss 2 parallel.pipeline_model_parallel_size=2 \
+  parallel.virtual_pipeline_model_parallel_size=3 parallel.account_for_embedding_in_pipeline_split=true \
+  parallel.account_for_loss_in_pipeline_split=true
+agree pp3_first2_sel 3 parallel.pipeline_model_parallel_size=3 \
+  parallel.num_layers_in_first_pipeline_stage=2 train.recompute=selective
 
 # the step-time model's overlap (lattice plan --layout prints a layout's step by
 # part): what each switch hides, where the layout and the library allow it
@@ -85,6 +92,10 @@ steps "$T/ov_tp" $P124 parallel.tensor_model_parallel_size=4 parallel.sequence_p
 steps "$T/ov_pp_gpu" $P124 parallel.pipeline_model_parallel_size=2
 steps "$T/ov_pp_cpu" $P124 parallel.pipeline_model_parallel_size=2 --gpu cpu
 for rc in none selective full; do steps "$T/rc_$rc" $P124 train.recompute=$rc; done
+steps "$T/split_last4" $P124 parallel.pipeline_model_parallel_size=2 \
+  parallel.num_layers_in_last_pipeline_stage=4
+steps "$T/split_first4" $P124 parallel.pipeline_model_parallel_size=2 \
+  parallel.num_layers_in_first_pipeline_stage=4
 "$LT" plan $P124 --overlap sometimes > "$T/ov_bad" 2>&1; rcb=$?
 if err=$(python3 - "$T" $rcb <<'PY' 2>&1
 import re, sys
@@ -126,6 +137,12 @@ assert rcb == 2 and '--overlap takes config, all or none' in open(f'{T}/ov_bad')
 # / (12 x 17.3 M + 77.3 M) FLOPs per token = 0.64; 8 and 16 micro batches)
 ratio = (parts('ov_pp_gpu')[0]['compute'] / 16) / (off1['compute'] / 8)
 assert 0.6 < ratio < 0.68, ratio
+# the stage with the most work sets the pace: 4 layers and the head on the last
+# stage, 8 on the first: max(8 x 17.3, 4 x 17.3 + 77.3) / (6 x 17.3 + 77.3) = 0.81
+# of the even split; 8 layers and the head on the last: 1.19
+even = parts('ov_pp_gpu')[0]['compute']
+r_last, r_first = (parts(n)[0]['compute'] / even for n in ('split_last4', 'split_first4'))
+assert 0.78 < r_last < 0.84 and 1.15 < r_first < 1.23, (r_last, r_first)
 # recomputation costs backward time: selective the attention core, full the forward
 c = [parts(f'rc_{rc}')[0]['compute'] for rc in ('none', 'selective', 'full')]
 # (full: each layer's forward up to the MLP activation, less than the whole forward)
@@ -189,6 +206,26 @@ print(f'{len(over)} faster layouts over 80 GiB')
 PY
 ); then pass "plan_table_marks_what_does_not_fit ($err)"
 else fail plan_table_marks_what_does_not_fit "$(echo "$err" | tail -1)"; fi
+# Llama 3.1 405B on 256 GPUs: the even split leaves pp 1 or 2 (126 layers); with
+# the embedding and loss counted as layers deeper pipelines fit and lead (without
+# the overlap, whose staging buffers leave no even layout in 80 GB)
+"$LT" plan configs/llama3.1-405b.yaml --gpus 256 --top 3 --show 8x2 --overlap none > "$T/t405" 2>&1; rc=$?
+if err=$(python3 - "$T/t405" $rc <<'PY' 2>&1
+import re, sys
+text, rc = open(sys.argv[1]).read(), int(sys.argv[2])
+assert rc == 0, rc
+head = text.split('faster, but over')[0].split('--show')[0]
+rows = [l.split() for l in head.splitlines() if re.match(r'^ +\d+ +\d+ +\d+ +\d+ +\d+ ', l)]
+assert len(rows) == 3 and all(r[8] == 'E+L' and int(r[1]) >= 8 for r in rows), rows
+even = re.search(r'--show 8x2x1.*\n( +8 +2 +1 .*)', text)
+assert even and even.group(1).split()[8] == 'even', text[-400:]
+step = lambda l: float(l.split('|')[2].split()[0])
+assert step(' '.join(rows[0])) < 0.7 * step(even.group(1)), (rows[0], even.group(1))
+print(f'tp {rows[0][0]} pp {rows[0][1]} vpp {rows[0][2]} E+L first')
+PY
+); then pass "plan_uneven_split_405b ($err)"
+else fail plan_uneven_split_405b "$(echo "$err" | tail -1)"; fi
+
 # refusals: GPUs not a multiple of the node size; a model that fits nowhere
 "$LT" plan configs/gpt2-1.5b.yaml --gpus 12 > "$T/r1" 2>&1
 rc1=$?
