@@ -94,11 +94,13 @@ int lt_schedule_forward_rank(int pp, int vpp, int micro_batches, int rank, LtAct
 
 /* ---- simulator ------------------------------------------------------------ */
 
-/* Cost model: every forward of one chunk takes fwd, every backward bwd, a
- * message arrives latency after its send (sends never block, a receive waits
- * for the arrival); communication takes no rank time. */
+/* Cost model: every forward of one chunk takes fwd, every backward bwd
+ * (times stage_scale[c * pp + r] for chunk c of rank r, when given: stages
+ * of unequal work), a message arrives latency after its send (sends never
+ * block, a receive waits for the arrival); communication takes no rank time. */
 typedef struct {
     double fwd, bwd, latency;
+    const double *stage_scale; /* (optional) pp * vpp factors >= 0, in model order */
 } LtSimCost;
 
 /* One executed compute action. */

@@ -285,14 +285,25 @@ static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k
                       2.0 * (P - 1) * arrive;
     if (P == 1) k->simulated = 1; /* no pipeline: no bubble to simulate */
     if (sim && P > 1) {
+        /* each chunk at its own share of the pacing chunk's cost: its layers,
+         * and the LM head on the model's last chunk only (an approximation:
+         * its transfers and TP collectives scale alike) */
+        double *scale = lt_malloc(sizeof(double) * (size_t)(P * V));
+        for (int v = 0; v < P * V; v++) {
+            const int q = v % P, ch = v / P;
+            scale[v] = (lt_layer_split_count(&k->split, d.num_layers, P, V, q, ch) * per_layer +
+                        (v == P * V - 1 ? head : 0.0)) /
+                       (stage_flops / V);
+        }
         LtSimResult res;
         char err[256];
-        if (lt_schedule_simulate_all(P, V, M, (LtSimCost){tf_all + xfer, tb_all + xfer, arrive},
+        if (lt_schedule_simulate_all(P, V, M, (LtSimCost){tf_all + xfer, tb_all + xfer, arrive, scale},
                                      &res, err, sizeof err) == 0) {
             makespan = res.makespan;
             lt_sim_free(&res);
             k->simulated = 1;
         }
+        free(scale);
     }
     const double passes = V * (double)M;
     const double busy = passes * (tf_c + tb_data + tb_weight + redo);

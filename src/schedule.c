@@ -245,6 +245,7 @@ static int step(Sim *s, int r) {
         if (!fwd && st < last && !msg_at(s, 1, st + 1, a->mb)->received)
             return act_error(s, r, i, a, "backward before its gradient was received");
         double t0 = s->clock[r], dur = fwd ? s->cost.fwd : s->cost.bwd;
+        if (s->cost.stage_scale) dur *= s->cost.stage_scale[st];
         s->clock[r] = t0 + dur;
         s->res->busy[r] += dur;
         LtSimEvent *ev = &s->res->events[s->res->event_off[r] + s->nev[r]++];
@@ -352,6 +353,10 @@ int lt_schedule_simulate(int pp, int vpp, int micro_batches, LtAction *const *ac
     if (!(cost.fwd >= 0) || !(cost.bwd >= 0) || !(cost.latency >= 0))
         return lt_errorf(err, errlen, "costs must be >= 0 (forward %g, backward %g, latency %g)",
                          cost.fwd, cost.bwd, cost.latency);
+    for (int v = 0; cost.stage_scale && v < pp * vpp; v++)
+        if (!(cost.stage_scale[v] >= 0))
+            return lt_errorf(err, errlen, "stage %d's cost factor %g is not >= 0", v,
+                             cost.stage_scale[v]);
     int total = vpp * micro_batches;
     Sim s = {.pp = pp, .vpp = vpp, .mbs = micro_batches, .stages = pp * vpp, .acts = acts,
              .n = n, .cost = cost, .res = res, .err = err, .errlen = errlen};

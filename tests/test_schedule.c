@@ -208,7 +208,7 @@ static int check_dependencies(const LtSimResult *res, StageTimes *t) {
  * in-flight = min(W_r + 1, V*M), and with zero latency makespan =
  * (V*M + P - 1) * (fwd + bwd), i.e. bubble = (P - 1) / (V*M + P - 1). */
 static void test_sweep(void) {
-    static const LtSimCost costs[] = {{1, 2, 0}, {1, 1, 0}, {3, 1, 0}};
+    static const LtSimCost costs[] = {{1, 2, 0, NULL}, {1, 1, 0, NULL}, {3, 1, 0, NULL}};
     LtAction *buf = malloc(6 * 4 * 64 * sizeof *buf * 8);
     LtAction *acts[8];
     int n[8];
@@ -285,22 +285,47 @@ static void test_sweep(void) {
 static void test_latency(void) {
     char err[512];
     LtSimResult a, b;
-    REQUIRE(lt_schedule_simulate_all(4, 2, 8, (LtSimCost){1, 2, 0}, &a, err, sizeof err) == 0,
+    REQUIRE(lt_schedule_simulate_all(4, 2, 8, (LtSimCost){1, 2, 0, NULL}, &a, err, sizeof err) == 0,
             "%s", err);
-    REQUIRE(lt_schedule_simulate_all(4, 2, 8, (LtSimCost){1, 2, 1}, &b, err, sizeof err) == 0,
+    REQUIRE(lt_schedule_simulate_all(4, 2, 8, (LtSimCost){1, 2, 1, NULL}, &b, err, sizeof err) == 0,
             "%s", err);
     CHECK(b.makespan > a.makespan && b.bubble > a.bubble, "latency: %g vs %g", b.makespan,
           a.makespan);
     CHECK(b.busy_total == a.busy_total, "busy %g vs %g", b.busy_total, a.busy_total);
     lt_sim_free(&a);
     lt_sim_free(&b);
-    REQUIRE(lt_schedule_simulate_all(1, 1, 5, (LtSimCost){1, 2, 7}, &a, err, sizeof err) == 0,
+    REQUIRE(lt_schedule_simulate_all(1, 1, 5, (LtSimCost){1, 2, 7, NULL}, &a, err, sizeof err) == 0,
             "%s", err);
     CHECK(a.makespan == 15 && a.bubble == 0 && a.messages == 0, "P=1: %g %g", a.makespan,
           a.bubble);
     lt_sim_free(&a);
-    CHECK(lt_schedule_simulate_all(2, 1, 2, (LtSimCost){1, -1, 0}, &a, err, sizeof err) == -1,
+    CHECK(lt_schedule_simulate_all(2, 1, 2, (LtSimCost){1, -1, 0, NULL}, &a, err, sizeof err) == -1,
           "negative cost accepted");
+}
+
+/* Stages of unequal work: the slower stage paces 1F1B; a factor for all
+ * scales the makespan; a negative one is refused. */
+static void test_stage_scale(void) {
+    char err[512];
+    LtSimResult a, b;
+    const double slow1[2] = {1, 2}, twice[8] = {2, 2, 2, 2, 2, 2, 2, 2}, bad[2] = {1, -1};
+    /* P=2, M=4, f=1, b=2, stage 1 at twice the cost: it is busy 4 x (2 + 4) = 24
+     * after stage 0's first forward (1) and before stage 0's last backward (2) */
+    REQUIRE(lt_schedule_simulate_all(2, 1, 4, (LtSimCost){1, 2, 0, slow1}, &a, err, sizeof err) == 0,
+            "%s", err);
+    CHECK(a.makespan == 27 && a.busy[0] == 12 && a.busy[1] == 24, "makespan %g, busy %g %g",
+          a.makespan, a.busy[0], a.busy[1]);
+    lt_sim_free(&a);
+    REQUIRE(lt_schedule_simulate_all(4, 2, 8, (LtSimCost){1, 2, 0, NULL}, &a, err, sizeof err) == 0,
+            "%s", err);
+    REQUIRE(lt_schedule_simulate_all(4, 2, 8, (LtSimCost){1, 2, 0, twice}, &b, err, sizeof err) == 0,
+            "%s", err);
+    CHECK(b.makespan == 2 * a.makespan && b.bubble == a.bubble, "x2: %g vs %g", b.makespan, a.makespan);
+    lt_sim_free(&a);
+    lt_sim_free(&b);
+    CHECK(lt_schedule_simulate_all(2, 1, 2, (LtSimCost){1, 1, 0, bad}, &a, err, sizeof err) == -1 &&
+              strstr(err, "cost factor"),
+          "negative factor accepted");
 }
 
 typedef struct {
@@ -324,7 +349,7 @@ static int find(const Lists *l, int r, LtActKind kind, int from) {
 
 static int simulate(Lists *l, int pp, int vpp, int mbs, char *err, size_t errlen) {
     LtSimResult res;
-    int rc = lt_schedule_simulate(pp, vpp, mbs, l->acts, l->n, (LtSimCost){1, 2, 0}, &res, err,
+    int rc = lt_schedule_simulate(pp, vpp, mbs, l->acts, l->n, (LtSimCost){1, 2, 0, NULL}, &res, err,
                                   errlen);
     if (rc == 0) lt_sim_free(&res);
     return rc;
@@ -572,6 +597,7 @@ int main(void) {
     RUN(test_golden_interleaved);
     RUN(test_sweep);
     RUN(test_latency);
+    RUN(test_stage_scale);
     RUN(test_deadlock_detected);
     RUN(test_rendezvous_and_order);
     RUN(test_post_ahead);
