@@ -5,8 +5,9 @@
  *   state*.lt   : the state files (format: src/ckpt_shard.c). A run of one
  *                 process writes state.lt; a parallel run one file per rank,
  *                 state-tpT-ppP-dpD.lt, each holding that rank's pieces;
- *   meta.json   : format version 3; step, samples consumed, seeds, optimizer
- *                 steps, the model dims, the layout that saved it and every
+ *   meta.json   : format version 3 (4 with an uneven pipeline split); step,
+ *                 samples consumed, seeds, optimizer steps, the model dims,
+ *                 the layout that saved it and every
  *                 state file with its size and header CRC, and last
  *                 meta_crc32, the CRC of every byte before its line. It is
  *                 written after every state file is durable, so a step
@@ -43,7 +44,10 @@
 #include "common.h"
 #include "json.h"
 
-#define META_VERSION 3 /* 3: state files listed with their layout; 1 and 2 still read */
+/* 3: state files listed with their layout; 4: and an uneven pipeline layer
+ * split (written only then, so that builds reading 3 refuse what they would
+ * misplace, and read every other checkpoint); 1 to 3 still read */
+#define META_VERSION 4
 #define META_MAX_BYTES (64u << 20)
 
 /* out = a/b; -1 with err when it does not fit in PATH_MAX. */
@@ -207,7 +211,7 @@ static int write_meta(const char *path, const char *tmp, const LtParamTable *g, 
              "  \"num_layers_in_last_pipeline_stage\": %d,\n"
              "  \"account_for_embedding_in_pipeline_split\": %s,\n"
              "  \"account_for_loss_in_pipeline_split\": %s,\n",
-             META_VERSION, m->step, m->samples_consumed, m->seed, m->data_seed, m->rng_state,
+             lt_layer_split_even(&l->split) ? 3 : META_VERSION, m->step, m->samples_consumed, m->seed, m->data_seed, m->rng_state,
              m->optimizer_steps >= 0 && m->optimizer_steps <= m->step ? m->optimizer_steps : m->step,
              lt_arch_name((LtArch)d->arch), lt_dims_kv_heads(d), d->untied ? "true" : "false",
              d->num_layers, d->hidden, d->heads, d->ffn, d->seq_len, d->max_pos, d->vocab,

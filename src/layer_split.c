@@ -11,17 +11,27 @@ int lt_layer_split_even(const LtLayerSplit *s) {
 
 int lt_layer_split_check(const LtLayerSplit *s, int L, int pp, int vpp, char *err, size_t errlen) {
     if (L < 1 || pp < 1 || vpp < 1) return lt_errorf(err, errlen, "no layers or no pipeline stages");
+    const long long chunks = (long long)pp * vpp; /* (sizes up to INT_MAX each) */
     if (lt_layer_split_even(s)) {
-        if (L % (pp * vpp))
+        if (L % chunks)
             return lt_errorf(err, errlen,
                         "model.num_layers (%d) must be divisible by "
                         "parallel.pipeline_model_parallel_size (%d) * "
-                        "parallel.virtual_pipeline_model_parallel_size (%d) = %d (or set "
+                        "parallel.virtual_pipeline_model_parallel_size (%d) = %lld (or set "
                         "parallel.num_layers_in_first/last_pipeline_stage or "
                         "parallel.account_for_embedding/loss_in_pipeline_split)",
-                        L, pp, vpp, pp * vpp);
+                        L, pp, vpp, chunks);
         return 0;
     }
+    /* every chunk but the model's first and last holds a layer: past this
+     * bound nothing fits, and below it the sums below stay small */
+    if (chunks > (long long)L + 2)
+        return lt_errorf(err, errlen,
+                         "parallel.pipeline_model_parallel_size (%d) * "
+                         "parallel.virtual_pipeline_model_parallel_size (%d) = %lld chunks for "
+                         "model.num_layers (%d): every chunk but the two at the model's ends needs "
+                         "a layer",
+                         pp, vpp, chunks, L);
     const int uneven = s->first || s->last, account = s->embedding || s->loss;
     if (s->first < 0 || s->last < 0)
         return lt_errorf(err, errlen, "parallel.num_layers_in_first/last_pipeline_stage must be >= 0");
@@ -39,17 +49,17 @@ int lt_layer_split_check(const LtLayerSplit *s, int L, int pp, int vpp, char *er
                     s->first ? "num_layers_in_first_pipeline_stage"
                              : "num_layers_in_last_pipeline_stage");
     if (account) {
-        const int n = L + !!s->embedding + !!s->loss;
-        if (n % (pp * vpp))
+        const long long n = (long long)L + !!s->embedding + !!s->loss;
+        if (n % chunks)
             return lt_errorf(err, errlen,
-                        "model.num_layers (%d) + %d (the %s counted as a layer) = %d must be "
+                        "model.num_layers (%d) + %d (the %s counted as a layer) = %lld must be "
                         "divisible by parallel.pipeline_model_parallel_size (%d) * "
-                        "parallel.virtual_pipeline_model_parallel_size (%d) = %d",
-                        L, n - L,
+                        "parallel.virtual_pipeline_model_parallel_size (%d) = %lld",
+                        L, (int)(n - L),
                         s->embedding && s->loss ? "embedding and the loss"
                         : s->embedding          ? "embedding"
                                                 : "loss",
-                        n, pp, vpp, pp * vpp);
+                        n, pp, vpp, chunks);
         return 0; /* each chunk holds n / (pp vpp) >= 1, the ends one less (>= 0) */
     }
     if (s->first % vpp || s->last % vpp)
@@ -58,6 +68,11 @@ int lt_layer_split_check(const LtLayerSplit *s, int L, int pp, int vpp, char *er
                     "parallel.virtual_pipeline_model_parallel_size (%d): the rank's chunks share "
                     "its layers evenly",
                     s->first % vpp ? "first" : "last", s->first % vpp ? s->first : s->last, vpp);
+    if (s->first > L || s->last > L - s->first)
+        return lt_errorf(err, errlen,
+                         "parallel.num_layers_in_first/last_pipeline_stage (%d, %d) exceed "
+                         "model.num_layers (%d)",
+                         s->first, s->last, L);
     const int rest = L - s->first - s->last, mid = pp - (s->first > 0) - (s->last > 0);
     if (rest < 0 || (mid == 0 && rest != 0) || (mid > 0 && rest < mid * vpp))
         return lt_errorf(err, errlen,
@@ -77,7 +92,7 @@ int lt_layer_split_check(const LtLayerSplit *s, int L, int pp, int vpp, char *er
 int lt_layer_split_count(const LtLayerSplit *s, int L, int pp, int vpp, int r, int c) {
     if (lt_layer_split_even(s)) return L / (pp * vpp);
     if (s->embedding || s->loss) {
-        const int q = (L + !!s->embedding + !!s->loss) / (pp * vpp);
+        const int q = (int)(((long long)L + !!s->embedding + !!s->loss) / ((long long)pp * vpp));
         return q - (s->embedding && r == 0 && c == 0) - (s->loss && r == pp - 1 && c == vpp - 1);
     }
     if (r == 0 && s->first) return s->first / vpp;

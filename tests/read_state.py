@@ -25,7 +25,12 @@ def read_meta(step_dir):
     meta = json.loads(text)
     if zlib.crc32(text[:cut]) != meta['meta_crc32']:
         fail('meta.json CRC')
-    if meta['format_version'] != 3:
+    # 4 only with an uneven pipeline split, which the layout keys then say
+    uneven = (meta.get('num_layers_in_first_pipeline_stage', 0) or
+              meta.get('num_layers_in_last_pipeline_stage', 0) or
+              meta.get('account_for_embedding_in_pipeline_split', False) or
+              meta.get('account_for_loss_in_pipeline_split', False))
+    if meta['format_version'] != (4 if uneven else 3):
         fail(f"meta.json format_version {meta['format_version']}")
     return meta
 

@@ -1,6 +1,7 @@
 /* test_model.c - the whole GPT on the CPU backend: initial loss, gradient
  * check by finite differences, micro-batch accumulation, padded vocabulary,
  * bf16 agreement, layout-independent init, and that training fits a batch. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -400,6 +401,7 @@ static void test_layer_split(void) {
         {8, 3, 1, {.first = 2, .last = 2}, "2 4 2"},
         {8, 4, 1, {.last = 5}, "1 1 1 5"},
         {8, 2, 2, {.first = 2}, "1 3 1 3"},
+        {4, 2, 2, {.first = 2, .last = 2}, "1 1 1 1"}, /* (no middle stage) */
         {126, 8, 8, {.embedding = 1, .loss = 1}, NULL}, /* (128 / 64 = 2 a chunk, checked below) */
         {8, 2, 5, {.embedding = 1, .loss = 1}, "0 1 1 1 1 1 1 1 1 0"},
         {8, 3, 1, {.embedding = 1}, "2 3 3"},
@@ -415,6 +417,11 @@ static void test_layer_split(void) {
         {8, 4, 1, {.first = 1, .last = 2}, NULL},
         {8, 4, 1, {.embedding = 1, .loss = 1}, NULL},
         {8, 2, 1, {.first = -1}, NULL},
+        /* sizes whose products or sums overflow an int */
+        {8, 3, 1, {.first = INT_MAX, .last = INT_MAX}, NULL},
+        {8, 4, 1073741824, {0}, NULL},
+        {8, 3, 1431655766, {.loss = 1}, NULL},
+        {8, 2, 1073741824, {.first = 2}, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int L = cases[i].L, pp = cases[i].pp, vpp = cases[i].vpp;
