@@ -367,13 +367,38 @@ static const char *binds(const Cand *k, double cap_gib) {
     return parts[best] > 0.05 * k->step ? names[best] : "compute";
 }
 
-/* The table's split column: the even split, or which end counts as a layer
- * (E: the embedding, L: the loss; the planner tries those, not every
- * num_layers_in_first/last_pipeline_stage) */
-static const char *split_name(const LtLayerSplit *s) {
+/* The table's split column: the even split, which end counts as a layer (E:
+ * the embedding, L: the loss), or the first / last stage's layers (f6, l2) */
+static const char *split_name(const LtLayerSplit *s, char *buf, size_t len) {
     if (lt_layer_split_even(s)) return "even";
     if (s->embedding || s->loss) return s->embedding && s->loss ? "E+L" : s->embedding ? "E" : "L";
-    return "first/last";
+    if (s->first && s->last) snprintf(buf, len, "f%dl%d", s->first, s->last);
+    else if (s->first) snprintf(buf, len, "f%d", s->first);
+    else snprintf(buf, len, "l%d", s->last);
+    return buf;
+}
+
+/* The last stage's layer count (num_layers_in_last_pipeline_stage, the
+ * middle stages sharing the rest) that best balances its layers and the LM
+ * head against the other stages' layers, in forward FLOPs; 0 when that is
+ * the even split or no such count is valid. */
+static int balanced_last(const LtModelDims *dims, int pp, int vpp) {
+    LtModelDims dd = *dims, *d = &dd; /* (the config's, before validation resolves them) */
+    if (!d->ffn) d->ffn = 4 * d->hidden;
+    if (!d->padded_vocab) d->padded_vocab = d->vocab;
+    const double head = 2.0 * d->hidden * (double)d->padded_vocab,
+                 layer = lt_model_flops_per_sample(d, 0) / (3.0 * d->seq_len) / d->num_layers -
+                         head / d->num_layers;
+    int best = 0;
+    double best_pace = 0.0;
+    for (int last = vpp; last < d->num_layers; last += vpp) {
+        const LtLayerSplit s = {.last = last};
+        if (lt_layer_split_check(&s, d->num_layers, pp, vpp, NULL, 0)) continue;
+        const double rest = (double)(d->num_layers - last) / (pp - 1);
+        const double pace = fmax(last * layer + head, rest * layer);
+        if (!best || pace < best_pace) best = last, best_pace = pace;
+    }
+    return best * pp == d->num_layers ? 0 : best;
 }
 
 static const char *rc_name(int rc) {
@@ -474,10 +499,11 @@ int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlan
 
 static void print_row(const Cand *k, double cap, const char *prefix) {
     const double gib = 1024.0 * 1024 * 1024;
+    char split[32];
     printf("%s%3d %3d %3d %3d %3d %4s %4d %2s %5s | %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f | %8.3f "
            "%9.0f %4.0f%% | %s%s\n",
            prefix, k->tp, k->pp, k->vpp, k->dp, k->mbs, rc_name(k->rc), k->zero, k->sp ? "y" : "n",
-           split_name(&k->split),
+           split_name(&k->split, split, sizeof split),
            k->mem.params / gib, k->mem.grads / gib, k->mem.optimizer / gib, k->mem.activations / gib,
            k->mem.workspace / gib, k->mem_gib, k->step, k->tokens_per_s, 100.0 * k->mfu,
            binds(k, cap), k->simulated ? "" : " (bubble by formula)");
@@ -652,10 +678,13 @@ int lt_cmd_plan(int argc, char **argv) {
             const int dp = gpus / (tp * pp);
             for (int vpp = 1; vpp <= 8; vpp *= 2) {
                 if (vpp > 1 && pp == 1) continue;
-                /* the even split, and the embedding and/or loss counted as a layer */
-                for (int sv = 0; sv < 4; sv++) {
-                    const LtLayerSplit split = {.embedding = sv & 1, .loss = sv >> 1 & 1};
-                    if ((sv && pp == 1) || lt_layer_split_check(&split, d0.num_layers, pp, vpp, NULL, 0))
+                /* the even split, the embedding and/or loss counted as a layer,
+                 * and the last stage's size that best balances the LM head */
+                for (int sv = 0; sv < 5; sv++) {
+                    LtLayerSplit split = {.embedding = sv & 1, .loss = sv >> 1 & 1};
+                    if (sv == 4) split = (LtLayerSplit){.last = pp > 1 ? balanced_last(&d0, pp, vpp) : 0};
+                    if ((sv && pp == 1) || (sv == 4 && !split.last) ||
+                        lt_layer_split_check(&split, d0.num_layers, pp, vpp, NULL, 0))
                         continue;
                     for (int mbs = 1; mbs <= 16; mbs *= 2) {
                         if (base.train.global_batch_size % (mbs * dp)) continue;

@@ -216,15 +216,27 @@ text, rc = open(sys.argv[1]).read(), int(sys.argv[2])
 assert rc == 0, rc
 head = text.split('faster, but over')[0].split('--show')[0]
 rows = [l.split() for l in head.splitlines() if re.match(r'^ +\d+ +\d+ +\d+ +\d+ +\d+ ', l)]
-assert len(rows) == 3 and all(r[8] == 'E+L' and int(r[1]) >= 8 for r in rows), rows
+assert len(rows) == 3 and all(r[8] != 'even' and int(r[1]) >= 4 for r in rows), rows
 even = re.search(r'--show 8x2x1.*\n( +8 +2 +1 .*)', text)
 assert even and even.group(1).split()[8] == 'even', text[-400:]
 step = lambda l: float(l.split('|')[2].split()[0])
 assert step(' '.join(rows[0])) < 0.7 * step(even.group(1)), (rows[0], even.group(1))
-print(f'tp {rows[0][0]} pp {rows[0][1]} vpp {rows[0][2]} E+L first')
+print(f'tp {rows[0][0]} pp {rows[0][1]} vpp {rows[0][2]} {rows[0][8]} first')
 PY
 ); then pass "plan_uneven_split_405b ($err)"
 else fail plan_uneven_split_405b "$(echo "$err" | tail -1)"; fi
+
+# the balancing last stage: GPT-2 124M's LM head costs 4.5 of its 12 layers, so on
+# 2 stages the planner puts 4 layers on the last (8 | 4 + head, against 6 | 6 + head)
+"$LT" plan configs/gpt2-124m.yaml --gpus 2 --gpus-per-node 2 --top 1 --show 1x2 > "$T/t124" 2>&1; rc=$?
+"$LT" plan configs/gpt2-124m.yaml --gpus 2 --gpus-per-node 2 --layout \
+  parallel.pipeline_model_parallel_size=2 train.micro_batch_size=16 > "$T/t124even" 2>&1
+row=$(grep -A1 -- "--show 1x2x1" "$T/t124" | tail -1)
+even=$(sed -n 's/^step time .*: \([0-9.]*\) s = .*/\1/p' "$T/t124even")
+if [ $rc -eq 0 ] && echo "$row" | grep -qE '^ +1 +2 +1 +1 +16 +none +[0-9] +n +l4 ' &&
+   python3 -c "import sys; s, e = float(sys.argv[1].split('|')[2].split()[0]), float(sys.argv[2]); assert s < 0.9 * e, (s, e)" "$row" "$even"; then
+  pass "plan_balanced_last_stage ($(echo "$row" | awk -F'|' '{print $3}' | awk '{print $1}') s against $even s even)"
+else fail plan_balanced_last_stage "rc=$rc row='$row' even='$even'"; fi
 
 # refusals: GPUs not a multiple of the node size; a model that fits nowhere
 "$LT" plan configs/gpt2-1.5b.yaml --gpus 12 > "$T/r1" 2>&1
