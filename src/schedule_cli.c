@@ -48,7 +48,7 @@ static int rank_events(const LtSimResult *res, int r, const LtSimEvent **ev) {
     return res->event_off[r + 1] - res->event_off[r];
 }
 
-static void print_text(const LtSimResult *res, int fwd, int bwd, int latency) {
+static void print_text(const LtSimResult *res, int fwd, int bwd, int latency, int uneven) {
     int pp = res->pp, units = (int)(res->makespan + 0.5);
     int width = 0; /* cell width: longest label + 1 */
     for (int i = 0; i < res->event_off[pp]; i++) {
@@ -88,12 +88,13 @@ static void print_text(const LtSimResult *res, int fwd, int bwd, int latency) {
     }
     free(row);
     int total = res->vpp * res->micro_batches;
-    printf("\npipeline %d, virtual chunks %d, micro batches %d; cost per chunk: forward %d, "
+    printf("\npipeline %d, virtual chunks %d, micro batches %d; cost per chunk%s: forward %d, "
            "backward %d, latency %d\n",
-           pp, res->vpp, res->micro_batches, fwd, bwd, latency);
+           pp, res->vpp, res->micro_batches, uneven ? " (per unit of layers)" : "", fwd, bwd,
+           latency);
     printf("makespan: %g  busy: %g  bubble fraction: %.4f", res->makespan, res->busy_total,
            res->bubble);
-    if (latency == 0)
+    if (latency == 0 && !uneven)
         printf("  (= (P-1)/(V*M+P-1) = %d/%d)", pp - 1, total + pp - 1);
     printf("\npeak in-flight micro batches (per chunk) by rank:");
     for (int r = 0; r < pp; r++) printf(" %d", res->peak_inflight[r]);
@@ -162,7 +163,7 @@ static int write_svg(FILE *f, const char *path, const LtSimResult *res) {
 /* pp, vpp and micro batches per step from a config: M = global batch /
  * (micro batch x DP), DP = world / (TP x PP); world defaults to TP x PP. */
 static int from_config(const char *path, int nover, char **over, int world, int *pp, int *vpp,
-                       int *mbs) {
+                       int *mbs, LtLayerSplit *split, int *layers) {
     char err[2048];
     LtConfig *c = calloc(1, sizeof *c);
     if (!c) return 1;
@@ -177,6 +178,8 @@ static int from_config(const char *path, int nover, char **over, int world, int 
             *pp = c->parallel.pipeline_model_parallel_size;
             *vpp = c->parallel.virtual_pipeline_model_parallel_size;
             *mbs = c->train.global_batch_size / (c->train.micro_batch_size * dp);
+            *split = lt_config_layer_split(c);
+            *layers = c->model.num_layers;
             printf("%s: world %d = tp %d x pp %d x dp %d; %d micro batches of %d per step\n", path,
                    world, c->parallel.tensor_model_parallel_size, *pp, dp, *mbs,
                    c->train.micro_batch_size);
@@ -191,8 +194,36 @@ static int from_config(const char *path, int nover, char **over, int world, int 
     return rc;
 }
 
+/* An uneven layer split of a config (layer_split.h): each chunk's cost factor,
+ * its layers over g, the greatest common divisor of the chunks' layer counts
+ * (so times stay whole units); printed stage by stage. NULL for an even split. */
+static double *chunk_factors(const LtLayerSplit *s, int L, int pp, int vpp) {
+    if (lt_layer_split_even(s)) return NULL;
+    int g = 0;
+    for (int v = 0; v < pp * vpp; v++) {
+        int a = lt_layer_split_count(s, L, pp, vpp, v % pp, v / pp), b = g;
+        while (b) { /* gcd(a, g) */
+            const int t = a % b;
+            a = b;
+            b = t;
+        }
+        g = a;
+    }
+    double *f = lt_malloc(sizeof(double) * (size_t)(pp * vpp));
+    printf("layers per chunk, stage by stage:");
+    for (int r = 0; r < pp; r++)
+        for (int c = 0; c < vpp; c++) {
+            const int n = lt_layer_split_count(s, L, pp, vpp, r, c);
+            f[c * pp + r] = g ? (double)n / g : 0.0;
+            printf("%s%d", c ? "+" : r ? ", " : " ", n);
+        }
+    printf("; a chunk's forward and backward cost its layers / %d times the costs below\n", g);
+    return f;
+}
+
 int lt_cmd_schedule(int argc, char **argv) {
-    int pp = 0, vpp = 1, mbs = 0, fwd = 1, bwd = 2, latency = 0, world = 0;
+    int pp = 0, vpp = 1, mbs = 0, fwd = 1, bwd = 2, latency = 0, world = 0, layers = 0;
+    LtLayerSplit split = {0};
     const char *svg = NULL, *config = NULL;
     char **over = calloc((size_t)argc + 1, sizeof(char *));
     int nover = 0;
@@ -257,7 +288,7 @@ int lt_cmd_schedule(int argc, char **argv) {
             return 2;
         }
         vpp = 1;
-        int rc = from_config(config, nover, over, world, &pp, &vpp, &mbs);
+        int rc = from_config(config, nover, over, world, &pp, &vpp, &mbs, &split, &layers);
         if (rc) {
             free(over);
             return rc;
@@ -284,13 +315,16 @@ int lt_cmd_schedule(int argc, char **argv) {
         return 2;
     }
     LtSimResult res;
-    LtSimCost cost = {.fwd = fwd, .bwd = bwd, .latency = latency};
+    double *factors = chunk_factors(&split, layers, pp, vpp);
+    LtSimCost cost = {.fwd = fwd, .bwd = bwd, .latency = latency, .stage_scale = factors};
     if (lt_schedule_simulate_all(pp, vpp, mbs, cost, &res, err, sizeof err)) {
         fprintf(stderr, TOOL ": internal error: %s\n", err);
+        free(factors);
         if (svgf) fclose(svgf);
         return 1;
     }
-    print_text(&res, fwd, bwd, latency);
+    print_text(&res, fwd, bwd, latency, factors != NULL);
+    free(factors);
     int rc = svgf ? write_svg(svgf, svg, &res) : 0;
     if (svg && rc == 0) printf("wrote %s\n", svg);
     lt_sim_free(&res);

@@ -385,6 +385,15 @@ out=$("$LT" schedule $CFG parallel.pipeline_model_parallel_size=2 train.micro_ba
 if echo "$out" | grep -q "4 micro batches of 2" && echo "$out" | grep -q "^rank 1 " &&
    echo "$out" | grep -q "bubble fraction"; then pass schedule_from_config
 else fail schedule_from_config "$(echo "$out" | tail -2)"; fi
+# an uneven split: each chunk costs its layers (6 | 2 over their gcd 2: a forward 3
+# and 1 units, a backward 6 and 2); stage 0 is busy throughout, so the makespan is
+# its 4 x (3 + 6) = 36 units and the busy total 36 + 4 x (1 + 2) = 48
+out=$("$LT" schedule $CFG model.num_layers=8 parallel.pipeline_model_parallel_size=2 \
+  train.micro_batch_size=2 parallel.num_layers_in_last_pipeline_stage=2 2>&1)
+if echo "$out" | grep -q "layers per chunk, stage by stage: 6, 2; .* layers / 2 times" &&
+   echo "$out" | grep -q "^makespan: 36  busy: 48 " && ! echo "$out" | grep -q "(= (P-1)"; then
+  pass schedule_uneven_split
+else fail schedule_uneven_split "$(echo "$out" | grep -E 'layers per|makespan')"; fi
 expect_input_error schedule_bad_layers "num_layers" "$LT" schedule $CFG \
   parallel.pipeline_model_parallel_size=2 model.num_layers=3
 
