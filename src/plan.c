@@ -206,6 +206,57 @@ static double gemm_eff_at(const LtPlanDevice *g, double n) {
     return g->gemm_eff * n / (n + g->gemm_half_tokens);
 }
 
+/* One chunk's pass time, by part (seconds): the forward's and the backward's
+ * GEMMs (data and weight gradients), the TP collectives of a pass and what
+ * of them stays exposed each way, recomputation and its collectives. */
+typedef struct {
+    double tf_c, tb_data, tb_weight, tpc, tpc_f, tpc_b, redo, tpc_redo;
+} PassTime;
+
+/* What a pass's time depends on (step_time fills it for a layout). */
+typedef struct {
+    double per_layer, head;     /* training FLOPs per sample: one layer, the LM head */
+    double mbs_tp, eff, slow;   /* micro batch / tp; FLOP/s at its size; tp overlap's slowdown */
+    double ring1, redo_layer;   /* one TP collective; one layer's recomputation */
+    double redo_share;          /* of a forward's SP collectives that recomputation repeats */
+    int tp, ov_tp;
+} PassModel;
+
+/* A chunk of n layers (with the LM head when head is 1). tp_comm_overlap
+ * runs each SP gather/reduce-scatter in blocks of one TP rank's rows behind
+ * the GEMMs on the other blocks (forward: all of them; backward: the
+ * data-gradient half), so a GEMM of N/tp rows runs at that size's
+ * efficiency; the last block of each forward reduce-scatter stays exposed. */
+static PassTime pass_time(const PassModel *m, int n, int head) {
+    PassTime p;
+    const double tf = (n * m->per_layer + (head ? m->head : 0.0)) / 3.0 * m->mbs_tp / m->eff;
+    p.tpc = n * 2.0 * m->ring1;
+    p.tf_c = p.tb_data = tf * m->slow;
+    p.tb_weight = tf;
+    p.tpc_f = p.tpc_b = p.tpc;
+    if (m->ov_tp) {
+        const double share = (m->tp - 1.0) / m->tp; /* the blocks that travel */
+        /* per layer two reduce-scatters whose last block nothing follows */
+        p.tpc_f = exposed(p.tpc, p.tf_c * share, p.tpc / (2.0 * (m->tp - 1)));
+        p.tpc_b = exposed(p.tpc, p.tb_data * share, 0.0);
+    }
+    p.redo = n * m->redo_layer * m->slow;
+    p.tpc_redo = m->redo_share * p.tpc_f;
+    return p;
+}
+static double pass_total(const PassTime *p) {
+    return p->tf_c + p->tpc_f + p->tb_data + p->tb_weight + p->tpc_b + p->redo + p->tpc_redo;
+}
+static void pass_add(PassTime *to, PassTime p) {
+    to->tf_c += p.tf_c, to->tb_data += p.tb_data, to->tb_weight += p.tb_weight;
+    to->tpc += p.tpc, to->tpc_f += p.tpc_f, to->tpc_b += p.tpc_b;
+    to->redo += p.redo, to->tpc_redo += p.tpc_redo;
+}
+static void pass_scale(PassTime *p, double f) {
+    p->tf_c *= f, p->tb_data *= f, p->tb_weight *= f, p->tpc *= f, p->tpc_f *= f, p->tpc_b *= f;
+    p->redo *= f, p->tpc_redo *= f;
+}
+
 /* Predicted step time; sim: take the makespan from the schedule simulator.
  * The overlap switches of c (as layout_config left them) hide communication
  * as the engine overlaps it (README "Planning a layout"):
@@ -231,46 +282,47 @@ static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k
     const double S = c->model.seq_length, N = (double)k->mbs * S, C = d.hidden;
     const double lat = g->latency_us * 1e-6;
     const int full_rc = k->rc == LT_RECOMPUTE_FULL;
-    /* one chunk of one micro batch on one GPU of the stage that sets the
-     * pipeline's pace, the one with the most work: its layers and, on the
-     * last stage, the LM head (2 h V per token, over its chunks); GEMMs with
-     * few rows run below the large-GEMM efficiency (--calibrate fits the curve) */
+    /* the time of one chunk of one micro batch on one GPU (pass_time) from its
+     * layers and, on the model's last chunk, the LM head (2 h V per token);
+     * GEMMs with few rows run below the large-GEMM efficiency (--calibrate
+     * fits the curve); two all-reduces (or all-gather + reduce-scatter with
+     * SP) per layer each way; recomputation in the backward: full the layers'
+     * forward up to the MLP activation (with 3 of its 4 SP gathers and
+     * reduce-scatters), selective the attention core, at the forward's pace */
     const double head = 3.0 * S * 2.0 * C * (double)d.padded_vocab;
-    const double per_layer = (lt_model_flops_per_sample(&d, 0) - head) / d.num_layers;
-    double stage_flops = 0.0, layers = 0.0; /* the pacing stage's, per chunk */
-    for (int q = 0; q < P; q++) {
-        int n = 0;
-        for (int v = 0; v < V; v++) n += lt_layer_split_count(&k->split, d.num_layers, P, V, q, v);
-        const double w = n * per_layer + (q == P - 1 ? head : 0.0);
-        if (w > stage_flops) stage_flops = w, layers = (double)n / V;
-    }
-    const double fwd_flops = stage_flops / V / 3.0 * k->mbs / k->tp;
-    const double tf = fwd_flops / (peak * gemm_eff_at(g, N));
     const double intra = k->tp <= gpn ? g->intra_gbs : g->net_gbs;
-    /* two all-reduces (or all-gather + reduce-scatter with SP) per layer each
-     * way */
-    const double tpc = layers * 2.0 * ring(a * N * C, k->tp, intra, lat);
-    double tf_c = tf, tb_data = tf, tb_weight = tf, tpc_f = tpc, tpc_b = tpc;
-    if (k->ov_tp) {
-        const double slow = gemm_eff_at(g, N) / gemm_eff_at(g, N / k->tp);
-        const double share = (k->tp - 1.0) / k->tp; /* the blocks that travel */
-        tf_c = tf * slow;
-        tb_data = tf * slow;
-        /* per layer two reduce-scatters whose last block nothing follows */
-        tpc_f = exposed(tpc, tf_c * share, tpc / (2.0 * (k->tp - 1)));
-        tpc_b = exposed(tpc, tb_data * share, 0.0);
+    const PassModel pm = {
+        .per_layer = (lt_model_flops_per_sample(&d, 0) - head) / d.num_layers,
+        .head = head,
+        .mbs_tp = (double)k->mbs / k->tp,
+        .eff = peak * gemm_eff_at(g, N),
+        .slow = k->ov_tp ? gemm_eff_at(g, N) / gemm_eff_at(g, N / k->tp) : 1.0,
+        .ring1 = ring(a * N * C, k->tp, intra, lat),
+        .redo_layer = k->rc == LT_RECOMPUTE_NONE
+                          ? 0.0
+                          : lt_model_recompute_flops_per_sample(&d, full_rc) / d.num_layers *
+                                k->mbs / k->tp / (peak * gemm_eff_at(g, N)),
+        .redo_share = full_rc ? 0.75 : 0.0,
+        .tp = k->tp,
+        .ov_tp = k->ov_tp};
+    /* the stage with the most time sets the pipeline's pace: its average chunk */
+    PassTime pace = {0};
+    double pace_time = -1.0, layers = 0.0; /* its layers per chunk */
+    for (int q = 0; q < P; q++) {
+        PassTime sum = {0};
+        int n = 0;
+        for (int v = 0; v < V; v++) {
+            const int nl = lt_layer_split_count(&k->split, d.num_layers, P, V, q, v);
+            pass_add(&sum, pass_time(&pm, nl, q == P - 1 && v == V - 1));
+            n += nl;
+        }
+        if (pass_total(&sum) > pace_time) pace = sum, pace_time = pass_total(&sum), layers = (double)n / V;
     }
+    pass_scale(&pace, 1.0 / V);
+    const double tf_c = pace.tf_c, tb_data = pace.tb_data, tb_weight = pace.tb_weight,
+                 tpc = pace.tpc, tpc_f = pace.tpc_f, tpc_b = pace.tpc_b, redo = pace.redo,
+                 tpc_redo = pace.tpc_redo, redo_share = pm.redo_share;
     const double tf_all = tf_c + tpc_f;
-    /* recomputation in the backward: full the layers' forward up to the MLP
-     * activation (with 3 of its 4 SP gathers and reduce-scatters), selective
-     * the attention core; at the forward's pace */
-    const double redo =
-        k->rc == LT_RECOMPUTE_NONE
-            ? 0.0
-            : lt_model_recompute_flops_per_sample(&d, full_rc) / d.num_layers * layers * k->mbs /
-                  k->tp / (peak * gemm_eff_at(g, N)) * (tf_c / tf);
-    const double redo_share = full_rc ? 0.75 : 0.0; /* of a forward's SP collectives */
-    const double tpc_redo = redo_share * tpc_f;
     const double tb_all = tb_data + tb_weight + tpc_b + redo + tpc_redo;
     /* a stage holds tp * dp consecutive ranks: boundaries cross nodes when that fills one */
     const double p2p_gbs = k->tp * k->dp >= gpn ? g->net_gbs : g->intra_gbs;
@@ -285,15 +337,15 @@ static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k
                       2.0 * (P - 1) * arrive;
     if (P == 1) k->simulated = 1; /* no pipeline: no bubble to simulate */
     if (sim && P > 1) {
-        /* each chunk at its own share of the pacing chunk's cost: its layers,
-         * and the LM head on the model's last chunk only (an approximation:
-         * its transfers and TP collectives scale alike) */
+        /* each chunk at its own time over the pacing stage's average chunk:
+         * its layers, and the LM head on the model's last chunk only (an
+         * approximation: its transfer scales alike) */
         double *scale = lt_malloc(sizeof(double) * (size_t)(P * V));
         for (int v = 0; v < P * V; v++) {
             const int q = v % P, ch = v / P;
-            scale[v] = (lt_layer_split_count(&k->split, d.num_layers, P, V, q, ch) * per_layer +
-                        (v == P * V - 1 ? head : 0.0)) /
-                       (stage_flops / V);
+            const PassTime t = pass_time(
+                &pm, lt_layer_split_count(&k->split, d.num_layers, P, V, q, ch), v == P * V - 1);
+            scale[v] = pass_total(&t) / (tf_all + tb_all);
         }
         LtSimResult res;
         char err[256];
@@ -378,14 +430,31 @@ static const char *split_name(const LtLayerSplit *s, char *buf, size_t len) {
     return buf;
 }
 
+/* 1 when split puts the same layers in every chunk as one of tried (E+L at
+ * pp 2 is the even split, a balancing last stage may be L's). */
+static int same_split_tried(const LtLayerSplit *split, const LtLayerSplit *tried, int ntried, int L,
+                            int pp, int vpp) {
+    for (int i = 0; i < ntried; i++) {
+        int same = 1;
+        for (int v = 0; v < pp * vpp && same; v++)
+            same = lt_layer_split_count(split, L, pp, vpp, v % pp, v / pp) ==
+                   lt_layer_split_count(&tried[i], L, pp, vpp, v % pp, v / pp);
+        if (same) return 1;
+    }
+    return 0;
+}
+
 /* The last stage's layer count (num_layers_in_last_pipeline_stage, the
  * middle stages sharing the rest) that best balances its layers and the LM
  * head against the other stages' layers, in forward FLOPs; 0 when that is
  * the even split or no such count is valid. */
-static int balanced_last(const LtModelDims *dims, int pp, int vpp) {
-    LtModelDims dd = *dims, *d = &dd; /* (the config's, before validation resolves them) */
+static int balanced_last(const LtConfig *base, int tp, int pp, int vpp) {
+    /* (the config's dims before validation resolves them: the vocabulary
+     * padded as config_validate.c pads it at this tp) */
+    LtModelDims dd = lt_dims_from_config(base), *d = &dd;
+    const long long mult = (long long)base->model.make_vocab_size_divisible_by * tp;
     if (!d->ffn) d->ffn = 4 * d->hidden;
-    if (!d->padded_vocab) d->padded_vocab = d->vocab;
+    if (mult > 0) d->padded_vocab = (int)((d->vocab + mult - 1) / mult * mult);
     const double head = 2.0 * d->hidden * (double)d->padded_vocab,
                  layer = lt_model_flops_per_sample(d, 0) / (3.0 * d->seq_len) / d->num_layers -
                          head / d->num_layers;
@@ -682,12 +751,16 @@ int lt_cmd_plan(int argc, char **argv) {
                 if (vpp > 1 && pp == 1) continue;
                 /* the even split, the embedding and/or loss counted as a layer,
                  * and the last stage's size that best balances the LM head */
+                LtLayerSplit tried[5];
+                int ntried = 0;
                 for (int sv = 0; sv < 5; sv++) {
                     LtLayerSplit split = {.embedding = sv & 1, .loss = sv >> 1 & 1};
-                    if (sv == 4) split = (LtLayerSplit){.last = pp > 1 ? balanced_last(&d0, pp, vpp) : 0};
+                    if (sv == 4) split = (LtLayerSplit){.last = pp > 1 ? balanced_last(&base, tp, pp, vpp) : 0};
                     if ((sv && pp == 1) || (sv == 4 && !split.last) ||
-                        lt_layer_split_check(&split, d0.num_layers, pp, vpp, NULL, 0))
+                        lt_layer_split_check(&split, d0.num_layers, pp, vpp, NULL, 0) ||
+                        same_split_tried(&split, tried, ntried, d0.num_layers, pp, vpp))
                         continue;
+                    tried[ntried++] = split;
                     for (int mbs = 1; mbs <= 16; mbs *= 2) {
                         if (base.train.global_batch_size % (mbs * dp)) continue;
                         for (int rc = 0; rc < 3; rc++)

@@ -1,6 +1,7 @@
 /* schedule.c - see schedule.h. */
 #include "schedule.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,8 +355,8 @@ int lt_schedule_simulate(int pp, int vpp, int micro_batches, LtAction *const *ac
         return lt_errorf(err, errlen, "costs must be >= 0 (forward %g, backward %g, latency %g)",
                          cost.fwd, cost.bwd, cost.latency);
     for (int v = 0; cost.stage_scale && v < pp * vpp; v++)
-        if (!(cost.stage_scale[v] >= 0))
-            return lt_errorf(err, errlen, "stage %d's cost factor %g is not >= 0", v,
+        if (!(cost.stage_scale[v] >= 0) || !isfinite(cost.stage_scale[v]))
+            return lt_errorf(err, errlen, "stage %d's cost factor %g is not finite and >= 0", v,
                              cost.stage_scale[v]);
     int total = vpp * micro_batches;
     Sim s = {.pp = pp, .vpp = vpp, .mbs = micro_batches, .stages = pp * vpp, .acts = acts,

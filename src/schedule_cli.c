@@ -48,8 +48,20 @@ static int rank_events(const LtSimResult *res, int r, const LtSimEvent **ev) {
     return res->event_off[r + 1] - res->event_off[r];
 }
 
+static void print_summary(const LtSimResult *res, int fwd, int bwd, int latency, int uneven);
+
+/* The longest timeline printed as text, in time units (wider ones only in --svg). */
+#define MAX_TEXT_UNITS 2000
+
 static void print_text(const LtSimResult *res, int fwd, int bwd, int latency, int uneven) {
-    int pp = res->pp, units = (int)(res->makespan + 0.5);
+    int pp = res->pp;
+    if (res->makespan + 0.5 > MAX_TEXT_UNITS) {
+        printf("(the timeline, %.0f time units, is too long to print; --svg draws it)\n",
+               res->makespan);
+        print_summary(res, fwd, bwd, latency, uneven);
+        return;
+    }
+    const int units = (int)(res->makespan + 0.5);
     int width = 0; /* cell width: longest label + 1 */
     for (int i = 0; i < res->event_off[pp]; i++) {
         char buf[32];
@@ -87,7 +99,11 @@ static void print_text(const LtSimResult *res, int fwd, int bwd, int latency, in
         printf("rank %-3d %s\n", r, row);
     }
     free(row);
-    int total = res->vpp * res->micro_batches;
+    print_summary(res, fwd, bwd, latency, uneven);
+}
+
+static void print_summary(const LtSimResult *res, int fwd, int bwd, int latency, int uneven) {
+    const int pp = res->pp, total = res->vpp * res->micro_batches;
     printf("\npipeline %d, virtual chunks %d, micro batches %d; cost per chunk%s: forward %d, "
            "backward %d, latency %d\n",
            pp, res->vpp, res->micro_batches, uneven ? " (per unit of layers)" : "", fwd, bwd,
@@ -199,9 +215,10 @@ static int from_config(const char *path, int nover, char **over, int world, int 
  * (so times stay whole units); printed stage by stage. NULL for an even split. */
 static double *chunk_factors(const LtLayerSplit *s, int L, int pp, int vpp) {
     if (lt_layer_split_even(s)) return NULL;
-    int g = 0;
+    int g = 0, same = 1;
     for (int v = 0; v < pp * vpp; v++) {
         int a = lt_layer_split_count(s, L, pp, vpp, v % pp, v / pp), b = g;
+        same &= a == lt_layer_split_count(s, L, pp, vpp, 0, 0);
         while (b) { /* gcd(a, g) */
             const int t = a % b;
             a = b;
@@ -209,6 +226,7 @@ static double *chunk_factors(const LtLayerSplit *s, int L, int pp, int vpp) {
         }
         g = a;
     }
+    if (same) return NULL; /* (an uneven setting that comes out even) */
     double *f = lt_malloc(sizeof(double) * (size_t)(pp * vpp));
     printf("layers per chunk, stage by stage:");
     for (int r = 0; r < pp; r++)

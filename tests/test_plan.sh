@@ -96,6 +96,9 @@ steps "$T/split_last4" $P124 parallel.pipeline_model_parallel_size=2 \
   parallel.num_layers_in_last_pipeline_stage=4
 steps "$T/split_first4" $P124 parallel.pipeline_model_parallel_size=2 \
   parallel.num_layers_in_first_pipeline_stage=4
+steps "$T/split_last4_full" $P124 parallel.pipeline_model_parallel_size=2 \
+  parallel.num_layers_in_last_pipeline_stage=4 train.recompute=full
+steps "$T/split_even_full" $P124 parallel.pipeline_model_parallel_size=2 train.recompute=full
 "$LT" plan $P124 --overlap sometimes > "$T/ov_bad" 2>&1; rcb=$?
 if err=$(python3 - "$T" $rcb <<'PY' 2>&1
 import re, sys
@@ -143,6 +146,13 @@ assert 0.6 < ratio < 0.68, ratio
 even = parts('ov_pp_gpu')[0]['compute']
 r_last, r_first = (parts(n)[0]['compute'] / even for n in ('split_last4', 'split_first4'))
 assert 0.78 < r_last < 0.84 and 1.15 < r_first < 1.23, (r_last, r_first)
+# stages are paced by time, not FLOPs: with full recomputation the 8 layers of the
+# first stage (recomputed) outweigh the last stage's 4 and the head (not), so the
+# recomputation costs the 8 | 4 split its full per-layer share, more than the
+# even split, whose pace holds the head
+full = lambda n: parts(n)[0]['compute']
+assert full('split_last4_full') / full('split_last4') > full('split_even_full') / even + 0.01, \
+    (full('split_last4_full'), full('split_last4'), full('split_even_full'), even)
 # recomputation costs backward time: selective the attention core, full the forward
 c = [parts(f'rc_{rc}')[0]['compute'] for rc in ('none', 'selective', 'full')]
 # (full: each layer's forward up to the MLP activation, less than the whole forward)
