@@ -172,6 +172,10 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen);
  * world size gives a memcmp-equal struct. */
 void lt_config_print(const LtConfig *c, FILE *f);
 
+/* model.vocab_size rounded up to a multiple of make_vocab_size_divisible_by x
+ * tp (validation refuses a result past INT_MAX). */
+long long lt_config_padded_vocab(const LtConfig *c, int tp);
+
 /* The pipeline's layer split the parallel.* keys describe (layer_split.h). */
 LtLayerSplit lt_config_layer_split(const LtConfig *c);
 

@@ -39,6 +39,11 @@ int lt_layer_split_even(const LtLayerSplit *s);
 int lt_layer_split_count(const LtLayerSplit *s, int num_layers, int pp, int vpp, int r, int c);
 int lt_layer_split_start(const LtLayerSplit *s, int num_layers, int pp, int vpp, int r, int c);
 
+/* The layers of each stage's chunks, stage by stage: "6, 2", "0+1+1, 1+1+0"
+ * (cut with " ..." where buf would overflow; len >= 64). */
+const char *lt_layer_split_words(const LtLayerSplit *s, int num_layers, int pp, int vpp, char *buf,
+                                 size_t len);
+
 /* "even", or the split in the config's words (for logs and errors). */
 const char *lt_layer_split_describe(const LtLayerSplit *s, char *buf, size_t len);
 

@@ -7,8 +7,8 @@
  *                 state-tpT-ppP-dpD.lt, each holding that rank's pieces;
  *   meta.json   : format version 3 (4 with an uneven pipeline split); step,
  *                 samples consumed, seeds, optimizer steps, the model dims,
- *                 the layout that saved it and every
- *                 state file with its size and header CRC, and last
+ *                 the layout that saved it and every state file with its
+ *                 size and header CRC, and last
  *                 meta_crc32, the CRC of every byte before its line. It is
  *                 written after every state file is durable, so a step
  *                 directory with a meta.json that matches its files is whole;
@@ -211,7 +211,8 @@ static int write_meta(const char *path, const char *tmp, const LtParamTable *g, 
              "  \"num_layers_in_last_pipeline_stage\": %d,\n"
              "  \"account_for_embedding_in_pipeline_split\": %s,\n"
              "  \"account_for_loss_in_pipeline_split\": %s,\n",
-             lt_layer_split_even(&l->split) ? 3 : META_VERSION, m->step, m->samples_consumed, m->seed, m->data_seed, m->rng_state,
+             lt_layer_split_even(&l->split) ? 3 : META_VERSION, m->step, m->samples_consumed,
+             m->seed, m->data_seed, m->rng_state,
              m->optimizer_steps >= 0 && m->optimizer_steps <= m->step ? m->optimizer_steps : m->step,
              lt_arch_name((LtArch)d->arch), lt_dims_kv_heads(d), d->untied ? "true" : "false",
              d->num_layers, d->hidden, d->heads, d->ffn, d->seq_len, d->max_pos, d->vocab,

@@ -959,6 +959,11 @@ const char *lt_attention_name(LtAttnImpl a) {
                                                                      : "unknown";
 }
 
+long long lt_config_padded_vocab(const LtConfig *c, int tp) {
+    const long long mult = (long long)c->model.make_vocab_size_divisible_by * tp;
+    return (c->model.vocab_size + mult - 1) / mult * mult;
+}
+
 LtLayerSplit lt_config_layer_split(const LtConfig *c) {
     return (LtLayerSplit){.first = c->parallel.num_layers_in_first_pipeline_stage,
                           .last = c->parallel.num_layers_in_last_pipeline_stage,

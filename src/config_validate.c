@@ -294,8 +294,7 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
                     c->optimizer.decay_steps == 0 ? ", from train.steps" : "");
         goto out;
     }
-    const long long mult = (long long)t->model.make_vocab_size_divisible_by * tp;
-    const long long padded = (t->model.vocab_size + mult - 1) / mult * mult;
+    const long long padded = lt_config_padded_vocab(t, (int)tp);
     if (padded > INT_MAX) {
         lt_cfg_fail(err, errlen,
                     "model.vocab_size (%d) rounded up to a multiple of "

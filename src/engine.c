@@ -356,8 +356,6 @@ size_t lt_run_engine_bytes(const LtRun *r) {
            (r->opt ? r->opt->state_bytes + r->opt->grad_bytes : 0);
 }
 
-/* Pipeline layout, schedule and each stage's activation memory (collective
- * over the pipeline group: every rank calls it). */
 /* "of N layer(s)" for an even split; else the layers of each stage's chunks,
  * e.g. "of layers 1+2, 2+2, 2+1 (embedding and loss counted as a layer)". */
 static void chunk_layers_words(const LtRun *r, char *buf, size_t len) {
@@ -368,20 +366,13 @@ static void chunk_layers_words(const LtRun *r, char *buf, size_t len) {
         snprintf(buf, len, "of %d layer(s)", L / (P * V));
         return;
     }
-    LT_CHECK(len >= 160);
-    size_t used = (size_t)snprintf(buf, len, "of layers ");
-    int cut = 0; /* past what the line holds: the rest is "..." */
-    for (int v = 0; v < P * V && !cut; v++) {
-        const int q = v / V, k = v % V;
-        if (used + 130 >= len) cut = 1;
-        else used += (size_t)snprintf(buf + used, len - used, "%s%d", k ? "+" : q ? ", " : "",
-                                      lt_layer_split_count(&s, L, P, V, q, k));
-    }
-    char how[96];
-    snprintf(buf + used, len - used, "%s (%s)", cut ? " ..." : "",
+    char words[384], how[96];
+    snprintf(buf, len, "of layers %s (%s)", lt_layer_split_words(&s, L, P, V, words, sizeof words),
              lt_layer_split_describe(&s, how, sizeof how));
 }
 
+/* Pipeline layout, schedule and each stage's activation memory (collective
+ * over the pipeline group: every rank calls it). */
 static void print_pipeline(const LtRun *r) {
     const LtModel *m = r->model;
     const int P = r->topo.pp, V = m->vpp;

@@ -107,6 +107,22 @@ int lt_layer_split_start(const LtLayerSplit *s, int L, int pp, int vpp, int r, i
     return start;
 }
 
+const char *lt_layer_split_words(const LtLayerSplit *s, int L, int pp, int vpp, char *buf,
+                                 size_t len) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int v = 0; v < pp * vpp; v++) {
+        const int q = v / vpp, k = v % vpp;
+        if (used + 32 >= len) { /* room for one more count and the cut mark */
+            snprintf(buf + used, len - used, " ...");
+            break;
+        }
+        used += (size_t)snprintf(buf + used, len - used, "%s%d", k ? "+" : q ? ", " : "",
+                                 lt_layer_split_count(s, L, pp, vpp, q, k));
+    }
+    return buf;
+}
+
 const char *lt_layer_split_describe(const LtLayerSplit *s, char *buf, size_t len) {
     if (lt_layer_split_even(s)) snprintf(buf, len, "even");
     else if (s->embedding || s->loss)

@@ -260,11 +260,7 @@ static void pass_scale(PassTime *p, double f) {
 /* Predicted step time; sim: take the makespan from the schedule simulator.
  * The overlap switches of c (as layout_config left them) hide communication
  * as the engine overlaps it (README "Planning a layout"):
- * - tp_comm_overlap: each SP gather/reduce-scatter runs in blocks of one TP
- *   rank's rows behind the GEMMs on the other blocks (forward: all of them;
- *   backward: the data-gradient half), so a GEMM of N/tp rows runs at that
- *   size's efficiency; the last block of each forward reduce-scatter stays
- *   exposed;
+ * - tp_comm_overlap: within a pass (pass_time);
  * - overlap_p2p_comm (MPI only: with NCCL the stage-to-stage messages stay
  *   in order on the compute stream): receives are posted ahead, so a
  *   transfer runs behind the compute; without it the receiving pass waits
@@ -452,9 +448,8 @@ static int balanced_last(const LtConfig *base, int tp, int pp, int vpp) {
     /* (the config's dims before validation resolves them: the vocabulary
      * padded as config_validate.c pads it at this tp) */
     LtModelDims dd = lt_dims_from_config(base), *d = &dd;
-    const long long mult = (long long)base->model.make_vocab_size_divisible_by * tp;
     if (!d->ffn) d->ffn = 4 * d->hidden;
-    if (mult > 0) d->padded_vocab = (int)((d->vocab + mult - 1) / mult * mult);
+    d->padded_vocab = (int)lt_config_padded_vocab(base, tp);
     const double head = 2.0 * d->hidden * (double)d->padded_vocab,
                  layer = lt_model_flops_per_sample(d, 0) / (3.0 * d->seq_len) / d->num_layers -
                          head / d->num_layers;
@@ -468,6 +463,24 @@ static int balanced_last(const LtConfig *base, int tp, int pp, int vpp) {
         if (!best || pace < best_pace) best = last, best_pace = pace;
     }
     return best * pp == d->num_layers ? 0 : best;
+}
+
+/* The layer splits lattice plan tries for (tp, pp, vpp): the even one; with
+ * a pipeline also the embedding and/or the loss counted as a layer and the
+ * balancing last stage - those that cut the model, each distinct one once.
+ * Returns their count (at most 5). */
+static int pipeline_splits(const LtConfig *base, int tp, int pp, int vpp, LtLayerSplit out[5]) {
+    const int L = base->model.num_layers;
+    int n = 0;
+    for (int sv = 0; sv < (pp > 1 ? 5 : 1); sv++) {
+        LtLayerSplit split = {.embedding = sv & 1, .loss = sv >> 1 & 1};
+        if (sv == 4) split = (LtLayerSplit){.last = balanced_last(base, tp, pp, vpp)};
+        if ((sv == 4 && !split.last) || lt_layer_split_check(&split, L, pp, vpp, NULL, 0) ||
+            same_split_tried(&split, out, n, L, pp, vpp))
+            continue;
+        out[n++] = split;
+    }
+    return n;
 }
 
 static const char *rc_name(int rc) {
@@ -749,18 +762,10 @@ int lt_cmd_plan(int argc, char **argv) {
             const int dp = gpus / (tp * pp);
             for (int vpp = 1; vpp <= 8; vpp *= 2) {
                 if (vpp > 1 && pp == 1) continue;
-                /* the even split, the embedding and/or loss counted as a layer,
-                 * and the last stage's size that best balances the LM head */
-                LtLayerSplit tried[5];
-                int ntried = 0;
-                for (int sv = 0; sv < 5; sv++) {
-                    LtLayerSplit split = {.embedding = sv & 1, .loss = sv >> 1 & 1};
-                    if (sv == 4) split = (LtLayerSplit){.last = pp > 1 ? balanced_last(&base, tp, pp, vpp) : 0};
-                    if ((sv && pp == 1) || (sv == 4 && !split.last) ||
-                        lt_layer_split_check(&split, d0.num_layers, pp, vpp, NULL, 0) ||
-                        same_split_tried(&split, tried, ntried, d0.num_layers, pp, vpp))
-                        continue;
-                    tried[ntried++] = split;
+                LtLayerSplit splits[5];
+                const int nsplits = pipeline_splits(&base, tp, pp, vpp, splits);
+                for (int si = 0; si < nsplits; si++) {
+                    const LtLayerSplit split = splits[si];
                     for (int mbs = 1; mbs <= 16; mbs *= 2) {
                         if (base.train.global_batch_size % (mbs * dp)) continue;
                         for (int rc = 0; rc < 3; rc++)

@@ -48,17 +48,15 @@ static int rank_events(const LtSimResult *res, int r, const LtSimEvent **ev) {
     return res->event_off[r + 1] - res->event_off[r];
 }
 
-static void print_summary(const LtSimResult *res, int fwd, int bwd, int latency, int uneven);
-
 /* The longest timeline printed as text, in time units (wider ones only in --svg). */
 #define MAX_TEXT_UNITS 2000
 
-static void print_text(const LtSimResult *res, int fwd, int bwd, int latency, int uneven) {
+/* The timeline, one row per rank. */
+static void print_text(const LtSimResult *res) {
     int pp = res->pp;
     if (res->makespan + 0.5 > MAX_TEXT_UNITS) {
         printf("(the timeline, %.0f time units, is too long to print; --svg draws it)\n",
                res->makespan);
-        print_summary(res, fwd, bwd, latency, uneven);
         return;
     }
     const int units = (int)(res->makespan + 0.5);
@@ -99,9 +97,9 @@ static void print_text(const LtSimResult *res, int fwd, int bwd, int latency, in
         printf("rank %-3d %s\n", r, row);
     }
     free(row);
-    print_summary(res, fwd, bwd, latency, uneven);
 }
 
+/* Costs, makespan, bubble, in-flight peaks and the deadlock check's verdict. */
 static void print_summary(const LtSimResult *res, int fwd, int bwd, int latency, int uneven) {
     const int pp = res->pp, total = res->vpp * res->micro_batches;
     printf("\npipeline %d, virtual chunks %d, micro batches %d; cost per chunk%s: forward %d, "
@@ -228,14 +226,12 @@ static double *chunk_factors(const LtLayerSplit *s, int L, int pp, int vpp) {
     }
     if (same) return NULL; /* (an uneven setting that comes out even) */
     double *f = lt_malloc(sizeof(double) * (size_t)(pp * vpp));
-    printf("layers per chunk, stage by stage:");
-    for (int r = 0; r < pp; r++)
-        for (int c = 0; c < vpp; c++) {
-            const int n = lt_layer_split_count(s, L, pp, vpp, r, c);
-            f[c * pp + r] = g ? (double)n / g : 0.0;
-            printf("%s%d", c ? "+" : r ? ", " : " ", n);
-        }
-    printf("; a chunk's forward and backward cost its layers / %d times the costs below\n", g);
+    for (int v = 0; v < pp * vpp; v++)
+        f[v] = g ? (double)lt_layer_split_count(s, L, pp, vpp, v % pp, v / pp) / g : 0.0;
+    char words[1024];
+    printf("layers per chunk, stage by stage: %s; a chunk's forward and backward cost its layers "
+           "/ %d times the costs below\n",
+           lt_layer_split_words(s, L, pp, vpp, words, sizeof words), g);
     return f;
 }
 
@@ -341,7 +337,8 @@ int lt_cmd_schedule(int argc, char **argv) {
         if (svgf) fclose(svgf);
         return 1;
     }
-    print_text(&res, fwd, bwd, latency, factors != NULL);
+    print_text(&res);
+    print_summary(&res, fwd, bwd, latency, factors != NULL);
     free(factors);
     int rc = svgf ? write_svg(svgf, svg, &res) : 0;
     if (svg && rc == 0) printf("wrote %s\n", svg);
