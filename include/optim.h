@@ -63,6 +63,7 @@ typedef struct {
     double beta1, beta2, eps, weight_decay;
     size_t state_bytes;     /* master + moments held by this rank */
     size_t grad_bytes;      /* gradient memory held by the optimizer (shards) */
+    size_t comm_bytes;      /* ZeRO-2's bucket receive buffer and staging ring */
     double *scalars;        /* device: [0] sum of squares for lt_optim_grad_norm, [1] holds
                              * the float clip coefficient of lt_optim_clip_coef, [2] the
                              * non-finite-loss flag of lt_optim_grad_sumsq */

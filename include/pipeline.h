@@ -8,8 +8,11 @@
  * batch (lt_schedule_comm_run, lt_comm_batch_begin/end: one NCCL group): all
  * of its operations are started together, then its receives are waited for,
  * into the activation slot (chunk input, or output gradient). A send goes
- * from a message buffer of its own and is never waited for before the end
- * of the step (buffers whose send has completed are reused). With MPI's
+ * from a message buffer of its own, which completes in the background: a
+ * pass that needs a buffer takes one whose send has completed, else finishes
+ * the sends started before the latest batch (later than NCCL's semantics
+ * would wait for them), so the pool made at creation, at most four boundary
+ * tensors, suffices (lt_pipeline_messages). With MPI's
  * buffered, tagged sends the schedule simulator's deadlock freedom carries
  * over; with NCCL's ordered, rendezvous sends lt_schedule_check_ordered's
  * does (both are tested for every schedule). Tags name (kind, receiving
@@ -27,6 +30,7 @@
 
 #include "comm.h"
 #include "model.h"
+#include "schedule.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,6 +43,15 @@ typedef struct LtPipeline LtPipeline;
  * (input received or forward begun, backward not yet done) over its action
  * list; -1 when the sizes are invalid. */
 int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank, int post_ahead);
+
+/* Message buffers (boundary tensors) pipeline rank `rank` needs for
+ * training with micro_batches (0: forward passes only) and for forward
+ * passes of any number of micro batches: the most it holds at once under
+ * the executor's reuse rule; post_ahead as for lt_pipeline_slots (MPI only);
+ * 0 without pipelining, -1 when the sizes are invalid. */
+int lt_pipeline_messages(int pp, int vpp, int micro_batches, int rank, int post_ahead);
+/* The same for one action list a[0..n) of pipeline rank `rank` of pp x vpp. */
+int lt_pipeline_messages_in(const LtAction *a, int n, int pp, int vpp, int rank);
 
 /* Executor for model m (its place: pp, pp_rank, vpp) on pipeline group pp
  * (members in stage order; NULL or one rank without pipelining), running
@@ -69,8 +82,11 @@ void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targ
  * accumulator on the last stage. */
 void lt_pipeline_forward(LtPipeline *p, const int32_t *tokens, const int32_t *targets, int n);
 
-/* Message buffers allocated so far (each one stage boundary tensor). */
+/* Message buffers allocated so far (each one stage boundary tensor), those
+ * made at creation (lt_pipeline_messages), and the bytes of the former. */
 int lt_pipeline_message_buffers(const LtPipeline *p);
+int lt_pipeline_message_buffers_planned(const LtPipeline *p);
+size_t lt_pipeline_message_bytes(const LtPipeline *p);
 /* Host seconds spent in forward and in backward passes of training since the
  * last call (forward includes the last stage's loss head and its gradient;
  * both include the tensor-parallel communication inside the layers), and in

@@ -24,13 +24,15 @@ extern "C" {
 #endif
 
 /* Bytes one rank holds, in the engine's categories (the summary's "memory
- * bytes per rank" line): grads include the optimizer's gradient shards. */
+ * bytes per rank" line): grads include the optimizer's gradient shards;
+ * comm: the communication buffers (the pipeline's message pool, ZeRO-2's
+ * bucket receive buffer and staging ring). */
 typedef struct {
-    size_t params, grads, optimizer, activations, workspace;
+    size_t params, grads, optimizer, activations, workspace, comm;
 } LtPlanMemory;
 
 static inline size_t lt_plan_total(const LtPlanMemory *m) {
-    return m->params + m->grads + m->optimizer + m->activations + m->workspace;
+    return m->params + m->grads + m->optimizer + m->activations + m->workspace + m->comm;
 }
 
 /* Training memory of pipeline stage `stage` (tensor rank 0, data rank 0) of

@@ -350,9 +350,15 @@ void lt_run_teardown(LtRun *r) {
     lt_params_free(&r->global);
 }
 
+/* Communication buffers: the pipeline's message pool, ZeRO-2's bucket
+ * receive buffer and staging ring. */
+static size_t comm_bytes(const LtRun *r) {
+    return (r->pipe ? lt_pipeline_message_bytes(r->pipe) : 0) + (r->opt ? r->opt->comm_bytes : 0);
+}
+
 size_t lt_run_engine_bytes(const LtRun *r) {
     const LtModelMemory *m = &r->model->mem;
-    return m->params + m->grads + m->activations + m->workspace +
+    return m->params + m->grads + m->activations + m->workspace + comm_bytes(r) +
            (r->opt ? r->opt->state_bytes + r->opt->grad_bytes : 0);
 }
 
@@ -423,14 +429,15 @@ void lt_run_print_summary(const LtRun *r) {
     lt_log("attention  %s (%s)\n", r->attn.cudnn ? "cudnn" : "lattice", r->attn.reason);
     print_pipeline(r);
     lt_log("memory     params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations %.1f "
-           "MiB, workspace %.1f MiB, total %.1f MiB\n",
+           "MiB, workspace %.1f MiB, comm %.1f MiB, total %.1f MiB\n",
            lt_mib(m->params), lt_mib(m->grads + (r->opt ? r->opt->grad_bytes : 0)),
            lt_mib(r->opt ? r->opt->state_bytes : 0), lt_mib(m->activations), lt_mib(m->workspace),
-           lt_mib(lt_run_engine_bytes(r)));
+           lt_mib(comm_bytes(r)), lt_mib(lt_run_engine_bytes(r)));
     lt_log("memory bytes per rank: params=%zu grads=%zu optimizer=%zu activations=%zu "
-           "workspace=%zu (parameter elements %zu)\n",
+           "workspace=%zu comm=%zu (parameter elements %zu)\n",
            m->params, m->grads + (r->opt ? r->opt->grad_bytes : 0),
-           r->opt ? r->opt->state_bytes : 0, m->activations, m->workspace, r->model->table.total);
+           r->opt ? r->opt->state_bytes : 0, m->activations, m->workspace, comm_bytes(r),
+           r->model->table.total);
     LtPlanMemory pm; /* the planner's prediction for this rank, beside what it allocated */
     char perr[256];
     if (r->opt && lt_plan_memory(r->cfg, r->world->world, r->coords.pp, r->be->act_size,
@@ -438,10 +445,11 @@ void lt_run_print_summary(const LtRun *r) {
                                  sizeof perr) == 0) {
         const double alloc = (double)lt_run_engine_bytes(r), pred = (double)lt_plan_total(&pm);
         lt_log("memory     planner's prediction (lattice plan): params %.1f MiB, grads %.1f MiB, "
-               "optimizer %.1f MiB, activations %.1f MiB, workspace %.1f MiB, total %.1f MiB "
-               "(%+.1f%% of the allocation)\n",
+               "optimizer %.1f MiB, activations %.1f MiB, workspace %.1f MiB, comm %.1f MiB, "
+               "total %.1f MiB (%+.1f%% of the allocation)\n",
                lt_mib(pm.params), lt_mib(pm.grads), lt_mib(pm.optimizer), lt_mib(pm.activations),
-               lt_mib(pm.workspace), lt_mib(lt_plan_total(&pm)), 100.0 * (pred - alloc) / alloc);
+               lt_mib(pm.workspace), lt_mib(pm.comm), lt_mib(lt_plan_total(&pm)),
+               100.0 * (pred - alloc) / alloc);
         /* LT_PLAN_CHECK=1 (tests/run.sh sets it): every training run of the
          * suite asserts the planner's figure on the ranks it predicts (tensor
          * and data rank 0 of each stage) */

@@ -114,7 +114,7 @@ static void ring_alloc(LtOptimizer *o) {
         g->stage[i] = be->ops->alloc(be, o->bucket_len * sizeof(float));
         g->recv[i] = be->ops->alloc(be, o->bucket_recv_len * sizeof(float));
         g->counts[i] = lt_malloc(sizeof(int) * (size_t)o->dp_size);
-        o->grad_bytes += (o->bucket_len + o->bucket_recv_len) * sizeof(float);
+        o->comm_bytes += (o->bucket_len + o->bucket_recv_len) * sizeof(float);
     }
     o->ring = g;
 }
@@ -125,7 +125,7 @@ void lt_optim_set_bucket_size(LtOptimizer *o, size_t bucket_len) {
     o->bucket_len = bucket_len;
     o->bucket_recv_len = bucket_len < o->shard_len ? bucket_len : o->shard_len;
     o->bucket_recv = o->be->ops->alloc(o->be, o->bucket_recv_len * sizeof(float));
-    o->grad_bytes += o->bucket_recv_len * sizeof(float);
+    o->comm_bytes += o->bucket_recv_len * sizeof(float);
     ring_alloc(o);
 }
 

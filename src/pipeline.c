@@ -13,6 +13,7 @@ typedef struct {
     void *buf;         /* one boundary tensor */
     LtCommRequest req; /* its send */
     int busy;          /* written or being sent */
+    long batch;        /* the communication batch its send started in (msg_take) */
 } Msg;
 
 struct LtPipeline {
@@ -30,6 +31,8 @@ struct LtPipeline {
     int nfree;
     Msg *msgs;
     int nmsgs, cap;
+    int planned;      /* message buffers made at creation (lt_pipeline_messages) */
+    long batches;     /* communication batches started (the latest: batches - 1) */
     LtCommType type;  /* of boundary tensors */
     int post_ahead;   /* parallel.overlap_p2p_comm: receives posted a run ahead, waited
                        * for by the pass that reads them */
@@ -68,6 +71,62 @@ int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank, int post_ahe
     return peak;
 }
 
+static int is_comm(LtActKind k) { return k >= LT_ACT_SEND_ACT && k <= LT_ACT_RECV_GRAD; }
+
+/* A forward (but the model's last chunk's) or a backward (but its first
+ * chunk's) takes a buffer for what it produces, sent by the next batch; a
+ * send is finished, at the latest, when a pass needs a buffer after the
+ * batch following its own has started (msg_take). */
+int lt_pipeline_messages_in(const LtAction *a, int n, int P, int V, int rank) {
+    int live = 0, peak = 0, sent_last = 0; /* sent_last: sends of the latest batch */
+    for (int i = 0; i < n;) {
+        const LtAction *x = &a[i];
+        if (is_comm(x->kind)) {
+            const int end = lt_schedule_comm_run(a, n, i);
+            live -= sent_last; /* the batch before's sends: free from here on */
+            sent_last = 0;
+            for (; i < end; i++)
+                sent_last += a[i].kind == LT_ACT_SEND_ACT || a[i].kind == LT_ACT_SEND_GRAD;
+            continue;
+        }
+        const int makes = (x->kind == LT_ACT_FORWARD && !(rank == P - 1 && x->chunk == V - 1)) ||
+                          (x->kind == LT_ACT_BACKWARD && !(rank == 0 && x->chunk == 0));
+        if (makes && ++live > peak) peak = live;
+        i++;
+    }
+    return peak;
+}
+
+/* Forward-only lists reach their steady state within a few rounds of the
+ * pipeline: the peak over this many micro batches holds for any number. */
+static int forward_peak_mb(int pp, int vpp) { return 2 * pp * vpp + 2; }
+
+int lt_pipeline_messages(int pp, int vpp, int micro_batches, int rank, int post_ahead) {
+    if (pp == 1) return 0; /* nothing to send */
+    char err[256];
+    if ((micro_batches > 0 && lt_schedule_check(pp, vpp, micro_batches, err, sizeof err)) ||
+        micro_batches < 0 || rank < 0 || rank >= pp)
+        return -1;
+    const int nf = forward_peak_mb(pp, vpp);
+    size_t cap = (size_t)3 * (size_t)vpp * (size_t)nf; /* a forward-only list (lt_pipeline_forward) */
+    if (micro_batches > 0 && lt_schedule_capacity(pp, vpp, micro_batches) > cap)
+        cap = lt_schedule_capacity(pp, vpp, micro_batches);
+    LtAction *a = lt_malloc(sizeof(LtAction) * cap);
+    int peak = 0, n;
+    if (micro_batches > 0) {
+        n = lt_schedule_rank(pp, vpp, micro_batches, rank, a, cap, err, sizeof err);
+        if (n >= 0 && post_ahead) lt_schedule_post_ahead(a, n);
+        peak = n < 0 ? -1 : lt_pipeline_messages_in(a, n, pp, vpp, rank);
+    }
+    n = lt_schedule_forward_rank(pp, vpp, nf, rank, a, cap, err, sizeof err);
+    const int fwd = n < 0 ? -1 : lt_pipeline_messages_in(a, n, pp, vpp, rank);
+    free(a);
+    if (peak < 0 || fwd < 0) return -1;
+    return peak > fwd ? peak : fwd;
+}
+
+static void msgs_reserve(LtPipeline *p, int n);
+
 LtPipeline *lt_pipeline_create(LtModel *m, const LtComm *pp, int micro_batches) {
     LtPipeline *p = lt_calloc(sizeof *p);
     p->m = m;
@@ -96,6 +155,12 @@ LtPipeline *lt_pipeline_create(LtModel *m, const LtComm *pp, int micro_batches) 
         p->slot_of = lt_malloc(sizeof(int) * (size_t)p->V * (size_t)p->M);
     }
     p->type = lt_comm_act_type(m->be);
+    if (p->P > 1) { /* every message buffer the schedules need, made now */
+        const int k = lt_pipeline_messages(p->P, p->V, p->M, p->rank, 0);
+        if (k < 0) lt_fatal("pipeline: no valid schedule for pp %d, vpp %d, %d micro batches", p->P,
+                            p->V, p->M);
+        msgs_reserve(p, k);
+    }
     return p;
 }
 
@@ -124,6 +189,10 @@ void lt_pipeline_set_p2p_overlap(LtPipeline *p, int on) {
         lt_fatal("pipeline: the model has %d activation slots, the schedule with receives "
                  "posted ahead needs %d",
                  p->m->nslots, need);
+    const int k = lt_pipeline_messages(p->P, p->V, p->M, p->rank,
+                                       lt_comm_lib(p->pp) == LT_COMM_LIB_MPI);
+    if (k < 0) lt_fatal("pipeline: no valid schedule with receives posted ahead");
+    msgs_reserve(p, k);
     p->pend_act = lt_calloc(sizeof(LtCommRequest) * (size_t)p->m->nslots);
     p->pend_grad = lt_calloc(sizeof(LtCommRequest) * (size_t)p->m->nslots);
     p->post_ahead = 1;
@@ -146,17 +215,13 @@ static void slot_wait(LtPipeline *p, int s, int grad) {
 }
 
 int lt_pipeline_message_buffers(const LtPipeline *p) { return p->nmsgs; }
+int lt_pipeline_message_buffers_planned(const LtPipeline *p) { return p->planned; }
+size_t lt_pipeline_message_bytes(const LtPipeline *p) {
+    return (size_t)p->nmsgs * lt_act_bytes(p->m->be, p->m->boundary);
+}
 
-/* A message buffer that is not in use: one whose send has completed, else a
- * new one (the pool stops growing once a step has been through). */
-static int msg_take(LtPipeline *p) {
-    for (int i = 0; i < p->nmsgs; i++) {
-        Msg *g = &p->msgs[i];
-        if (!g->busy || (g->req.active && lt_comm_test(&g->req))) {
-            g->busy = 1;
-            return i;
-        }
-    }
+/* One more message buffer (free). */
+static int msg_new(LtPipeline *p) {
     if (p->nmsgs == p->cap) {
         p->cap = p->cap ? 2 * p->cap : 4;
         Msg *n = lt_calloc(sizeof(Msg) * (size_t)p->cap);
@@ -167,8 +232,40 @@ static int msg_take(LtPipeline *p) {
     Msg *g = &p->msgs[p->nmsgs];
     memset(g, 0, sizeof *g);
     g->buf = p->m->be->ops->alloc(p->m->be, lt_act_bytes(p->m->be, p->m->boundary));
-    g->busy = 1;
     return p->nmsgs++;
+}
+
+/* At least n message buffers, made before the first step so that the run's
+ * memory summary counts them (category comm). */
+static void msgs_reserve(LtPipeline *p, int n) {
+    while (p->nmsgs < n) msg_new(p);
+    if (n > p->planned) p->planned = n;
+}
+
+/* A message buffer that is not in use: one never sent or whose send has
+ * completed; failing that, the sends started before the latest batch are
+ * finished (their receivers posted them in that batch's partners or earlier,
+ * so this wait comes after the point where NCCL's semantics would have
+ * waited, and cannot deadlock) and one of theirs is taken. With that rule the
+ * pool made at creation suffices (lt_pipeline_messages); one more is made
+ * only if it did not, which the suite's LT_PLAN_CHECK runs refuse. */
+static int msg_take(LtPipeline *p) {
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < p->nmsgs; i++) {
+            Msg *g = &p->msgs[i];
+            if (pass && g->busy && g->req.active && g->batch < p->batches - 1) {
+                lt_comm_finish(&g->req);
+                g->busy = 0;
+            }
+            if (!g->busy || (g->req.active && lt_comm_test(&g->req))) {
+                g->busy = 1;
+                return i;
+            }
+        }
+    }
+    const int i = msg_new(p);
+    p->msgs[i].busy = 1;
+    return i;
 }
 
 /* Wait for every send of the step; all buffers become free. */
@@ -192,6 +289,7 @@ static void send_start(LtPipeline *p, int msg, int grad, int chunk, int mb, int 
     if (!grad && p->rank == p->P - 1) rc = chunk + 1;
     if (grad && p->rank == 0) rc = chunk - 1;
     Msg *g = &p->msgs[msg];
+    g->batch = p->batches - 1;
     g->req = lt_comm_send_start(p->pp, g->buf, p->m->boundary, p->type, peer,
                                 msg_tag(p, grad, rc, mb));
 }
@@ -272,6 +370,7 @@ static void exchange(LtPipeline *p, const LtAction *acts, int i, int end, int ev
      * stream's wait through a batch that receives is the bubble there */
     const int clk = eval ? -1 : lt_devclock_begin(NULL);
     lt_comm_batch_begin(p->pp);
+    p->batches++;
     for (; i < end; i++) {
         const LtAction *a = &acts[i];
         const int c = a->chunk, mb = a->mb;

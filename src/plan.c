@@ -83,9 +83,10 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
         size_t len, emb;
         bucket_grads(&t, pp, &len, &emb);
         size_t bucket = len > emb ? len : emb, recv = bucket < shard ? bucket : shard;
-        out->grads = 4 * (len + emb) + 4 * shard + 4 * recv;
+        out->grads = 4 * (len + emb) + 4 * shard;
+        out->comm = 4 * recv; /* a bucket's reduce-scatter lands here */
         if (c->parallel.overlap_grad_reduce) /* optim.c's staging ring */
-            out->grads += (size_t)LT_OPTIM_RING * 4 * (bucket + recv);
+            out->comm += (size_t)LT_OPTIM_RING * 4 * (bucket + recv);
     } else {
         out->grads = 4 * flat + (zero >= 1 ? 4 * shard : 0);
     }
@@ -123,6 +124,14 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     ws += a * N * C + a * N * QKV + a * N * F; /* dc, d3c, dff */
     if (llama) ws += a * 2 * N * F + 4 * T * (C / (size_t)d.heads); /* dgu, rotary table */
     out->workspace = ws;
+
+    /* the pipeline's message buffers: boundary tensors (R x C) */
+    int msgs = lt_pipeline_messages(pp, vpp, M, stage, 0);
+    if (c->parallel.overlap_p2p_comm && mpi_p2p) {
+        const int ahead = lt_pipeline_messages(pp, vpp, M, stage, 1);
+        if (ahead > msgs) msgs = ahead;
+    }
+    out->comm += (size_t)(msgs > 0 ? msgs : 0) * x;
     lt_params_free(&t);
     return 0;
 }
@@ -582,12 +591,13 @@ int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlan
 static void print_row(const Cand *k, double cap, const char *prefix) {
     const double gib = 1024.0 * 1024 * 1024;
     char split[32];
-    printf("%s%3d %3d %3d %3d %3d %4s %4d %2s %5s | %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f | %8.3f "
-           "%9.0f %4.0f%% | %s%s\n",
+    printf("%s%3d %3d %3d %3d %3d %4s %4d %2s %5s | %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f | "
+           "%8.3f %9.0f %4.0f%% | %s%s\n",
            prefix, k->tp, k->pp, k->vpp, k->dp, k->mbs, rc_name(k->rc), k->zero, k->sp ? "y" : "n",
            split_name(&k->split, split, sizeof split),
            k->mem.params / gib, k->mem.grads / gib, k->mem.optimizer / gib, k->mem.activations / gib,
-           k->mem.workspace / gib, k->mem_gib, k->step, k->tokens_per_s, 100.0 * k->mfu,
+           k->mem.workspace / gib, k->mem.comm / gib, k->mem_gib, k->step, k->tokens_per_s,
+           100.0 * k->mfu,
            binds(k, cap), k->simulated ? "" : " (bubble by formula)");
 }
 
@@ -738,8 +748,9 @@ int lt_cmd_plan(int argc, char **argv) {
             LtPlanMemory m;
             if (lt_plan_memory(&c, world, s, act, lmpi, &m, err, sizeof err)) return bad(err, NULL);
             printf("memory bytes per rank (predicted, stage %d): params=%zu grads=%zu optimizer=%zu "
-                   "activations=%zu workspace=%zu total=%zu\n",
-                   s, m.params, m.grads, m.optimizer, m.activations, m.workspace, lt_plan_total(&m));
+                   "activations=%zu workspace=%zu comm=%zu total=%zu\n",
+                   s, m.params, m.grads, m.optimizer, m.activations, m.workspace, m.comm,
+                   lt_plan_total(&m));
         }
         LtConfig cl = c;
         apply_overlap(&cl, ov);
@@ -825,9 +836,9 @@ int lt_cmd_plan(int argc, char **argv) {
            "bubble + the TP/PP/DP communication the overlap switches (--overlap %s) leave "
            "exposed):\n",
            ncand, nfit, top, ov == OV_ALL ? "all" : ov == OV_NONE ? "none" : "config");
-    printf("%3s %3s %3s %3s %3s %4s %4s %2s %5s | %6s %6s %6s %6s %6s %6s | %8s %9s %5s | %s\n",
+    printf("%3s %3s %3s %3s %3s %4s %4s %2s %5s | %6s %6s %6s %6s %6s %6s %6s | %8s %9s %5s | %s\n",
            "tp", "pp", "vpp", "dp", "mbs", "rc", "zero", "sp", "split", "params", "grads", "optim",
-           "acts", "ws", "GiB", "step s", "tok/s", "MFU", "binds");
+           "acts", "ws", "comm", "GiB", "step s", "tok/s", "MFU", "binds");
     int shown = 0;
     for (size_t i = 0; i < ncand && shown < top; i++) {
         if (!cs[i].fits) break;

@@ -459,6 +459,13 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
         lt_metrics_eval(&mf, step, vl, ns);
     }
     if (cfg->checkpoint.dir[0] && exit_code != LT_EXIT_DIVERGED) save_checkpoint(&r, step);
+    /* LT_PLAN_CHECK=1 (the suite): the pipeline's message pool, counted in the
+     * memory summary, held every message of the run's steps and evaluations */
+    const char *chk = getenv("LT_PLAN_CHECK");
+    if (chk && chk[0] == '1' &&
+        lt_pipeline_message_buffers(r.pipe) > lt_pipeline_message_buffers_planned(r.pipe))
+        lt_fatal("LT_PLAN_CHECK: the pipeline made %d message buffers, %d were planned",
+                 lt_pipeline_message_buffers(r.pipe), lt_pipeline_message_buffers_planned(r.pipe));
     LT_TRACE_BEGIN("checkpoint wait", NULL);
     lt_run_ckpt_wait(&r); /* the end of training (or a stop) waits for the save in flight */
     LT_TRACE_END();

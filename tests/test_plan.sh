@@ -23,16 +23,19 @@ agree() { # name ranks overrides...
   $launch train $BASE "$@" > "$T/$name.run" 2>&1 || { fail "$name" "run: $(tail -2 "$T/$name.run")"; return; }
   "$LT" plan $BASE "$@" --layout --gpus "$np" > "$T/$name.plan" 2>&1 || { fail "$name" "plan: $(tail -2 "$T/$name.plan")"; return; }
   local err
-  if err=$(python3 - "$T/$name.run" "$T/$name.plan" <<'PY'
+  if err=$(python3 - "$T/$name.run" "$T/$name.plan" "$*" <<'PY'
 import re, sys
 run, plan = open(sys.argv[1]).read(), open(sys.argv[2]).read()
-cats = ('params', 'grads', 'optimizer', 'activations', 'workspace')
+cats = ('params', 'grads', 'optimizer', 'activations', 'workspace', 'comm')
 got = {k: int(v) for k, v in re.findall(r'(\w+)=(\d+)', re.search(r'memory bytes per rank: (.*)', run).group(1))}
 want = {k: int(v) for k, v in re.findall(r'(\w+)=(\d+)', re.search(r'predicted, stage 0\): (.*)', plan).group(1))}
 for k in cats:
     assert abs(want[k] - got[k]) <= 0.05 * max(got[k], 1), f'{k}: engine {got[k]}, planner {want[k]}'
 # every stage's activations (the pipeline line of the summary)
 stages = [int(float(b)) for b in re.findall(r'stage \d+ [\d.]+ MiB \((\d+) bytes', run)]
+# communication buffers: a pipeline's message pool, ZeRO-2's bucket buffers
+if stages or re.search(r'zero_stage=2', sys.argv[3]):
+    assert got['comm'] > 0, f'no communication buffers counted: {got}'
 pred = [int(v) for v in re.findall(r'predicted, stage \d+\): .*activations=(\d+)', plan)]
 if stages:
     assert len(stages) == len(pred), (stages, pred)
@@ -41,7 +44,7 @@ if stages:
 # the engine prints the planner's prediction next to its allocation
 pct = float(re.search(r"planner's prediction .*\(([-+][\d.]+)% of the allocation\)", run).group(1))
 assert abs(pct) <= 5.0, f'the run summary says {pct}%'
-print(f"{len(cats)} categories{' and %d stages' % len(stages) if stages else ''}")
+print(f"{len(cats)} categories{' and %d stages' % len(stages) if stages else ''}, comm {got['comm']} bytes")
 PY
   2>&1); then pass "plan_memory_$name ($err)"
   else fail "plan_memory_$name" "$(echo "$err" | tail -1)"; fi
