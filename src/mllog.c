@@ -105,4 +105,17 @@ void lt_mllog_hyperparameters(const LtConfig *c, int accumulation, long init_ste
     if (llama) num("max_steps", c->train.steps);
     num("init_checkpoint_step", init_step);
     num("seed", (double)c->train.seed);
+    /* optional keys of the training 6.0 rules (common.yaml; earlier rulesets
+     * accept them): the layout and the lowest precision of the GEMMs, the
+     * attention and the communication (bf16: the compute copy, activations
+     * and the tensor-parallel and pipeline messages; fp32 GEMMs do not use
+     * TF32) */
+    num("tensor_parallelism", c->parallel.tensor_model_parallel_size);
+    num("pipeline_parallelism", c->parallel.pipeline_model_parallel_size);
+    num("context_parallelism", 1);
+    num("micro_batch_size", c->train.micro_batch_size);
+    const char *prec = c->train.precision == LT_PREC_BF16 ? "\"bfloat16\"" : "\"fp32\"";
+    lt_mllog(LT_MLLOG_POINT, "lowest_numerical_precision_in_linear", prec, NULL);
+    lt_mllog(LT_MLLOG_POINT, "lowest_numerical_precision_in_attn", prec, NULL);
+    lt_mllog(LT_MLLOG_POINT, "lowest_numerical_precision_in_comm", prec, NULL);
 }

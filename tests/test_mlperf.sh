@@ -124,6 +124,14 @@ if bench == 'llama31_405b':
     assert val['opt_learning_rate_decay_steps'] == steps - val['opt_learning_rate_warmup_steps']
 # the tiny configs' own scaled values
 assert val['max_sequence_length'] == 128 and val['global_batch_size'] == 8 and val['eval_samples'] == 16
+# training 6.0's optional keys (common.yaml): once each, with the run's layout
+# and precision (the tiny configs: fp32, micro batch 2; gpt3 TP 2, 405B PP 2)
+opt6 = {'tensor_parallelism': 2 if bench == 'gpt3' else 1,
+        'pipeline_parallelism': 2 if bench == 'llama31_405b' else 1, 'context_parallelism': 1,
+        'micro_batch_size': 2, 'lowest_numerical_precision_in_linear': 'fp32',
+        'lowest_numerical_precision_in_attn': 'fp32', 'lowest_numerical_precision_in_comm': 'fp32'}
+for k, v in opt6.items():
+    assert keys.count(k) == 1 and val[k] == v and keys.index(k) < stop, (k, keys.count(k), val.get(k))
 # evaluation records
 evals = [r for r in recs if r['key'] == 'eval_accuracy']
 for r in recs:
