@@ -46,7 +46,8 @@ typedef struct {
     size_t shard_begin, shard_len; /* elements this rank updates */
     float *master, *m, *v;  /* shard_len each */
     float *grad_shard;      /* stage >= 1: reduced gradient of the shard (shard_len) */
-    float *bucket_recv;     /* stage 2: receive buffer of one bucket reduction */
+    float *bucket_recv;     /* stage 2 without overlap: receive buffer of one bucket
+                             * reduction (with it, the staging ring's) */
     size_t bucket_recv_len;
     size_t bucket_len;      /* stage 2: the largest bucket the model hands over */
     /* buckets (lt_optim_set_buckets): bucket k is flat range [bounds[k], bounds[k+1]);
@@ -80,7 +81,8 @@ void lt_optim_destroy(LtOptimizer *o);
 /* Zero the gradient accumulators the optimizer owns (stage 2 shard). */
 void lt_optim_zero_grad(LtOptimizer *o);
 
-/* Stage 2: size the receive buffer for buckets of up to bucket_len elements. */
+/* Stage 2: size the receive buffer (or, with overlap_grad_reduce, the staging
+ * ring) for buckets of up to bucket_len elements; once. */
 void lt_optim_set_bucket_size(LtOptimizer *o, size_t bucket_len);
 
 /* Stage 2 bucket consumer (LtGradReadyFn-compatible body): reduce-scatter

@@ -105,9 +105,14 @@ void lt_optim_destroy(LtOptimizer *o) {
 
 /* Stage 2 with overlap: LT_OPTIM_RING staging copies of the largest bucket and
  * their receive buffers (made once both the bucket size and the switch are
- * known, in either order). */
+ * known, in either order), which replace the plain receive buffer. */
 static void ring_alloc(LtOptimizer *o) {
-    if (o->zero_stage != 2 || !o->overlap_grad || !o->bucket_recv || o->ring) return;
+    if (o->zero_stage != 2 || !o->overlap_grad || !o->bucket_len || o->ring) return;
+    if (o->bucket_recv) {
+        o->be->ops->free(o->be, o->bucket_recv);
+        o->bucket_recv = NULL;
+        o->comm_bytes -= o->bucket_recv_len * sizeof(float);
+    }
     struct LtOptimRing *g = lt_calloc(sizeof *g);
     LtBackend *be = o->be;
     for (int i = 0; i < LT_OPTIM_RING; i++) {
@@ -120,13 +125,16 @@ static void ring_alloc(LtOptimizer *o) {
 }
 
 void lt_optim_set_bucket_size(LtOptimizer *o, size_t bucket_len) {
-    LT_CHECK(o->zero_stage == 2 && !o->bucket_recv);
+    LT_CHECK(o->zero_stage == 2 && !o->bucket_len && bucket_len > 0);
     /* a bucket overlaps this rank's shard in at most min(bucket, shard) elements */
     o->bucket_len = bucket_len;
     o->bucket_recv_len = bucket_len < o->shard_len ? bucket_len : o->shard_len;
+    if (o->overlap_grad) {
+        ring_alloc(o);
+        return;
+    }
     o->bucket_recv = o->be->ops->alloc(o->be, o->bucket_recv_len * sizeof(float));
     o->comm_bytes += o->bucket_recv_len * sizeof(float);
-    ring_alloc(o);
 }
 
 void lt_optim_set_overlap(LtOptimizer *o, int grad_reduce, int param_gather) {
@@ -230,7 +238,7 @@ static void ring_push(LtOptimizer *o, float *bucket, size_t begin, size_t len) {
 }
 
 void lt_optim_reduce_bucket(LtOptimizer *o, float *bucket, size_t begin, size_t len) {
-    LT_CHECK(o->zero_stage == 2 && o->bucket_recv);
+    LT_CHECK(o->zero_stage == 2 && (o->bucket_recv || o->ring));
     if (o->ring) {
         ring_push(o, bucket, begin, len);
         return;

@@ -84,9 +84,10 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
         bucket_grads(&t, pp, &len, &emb);
         size_t bucket = len > emb ? len : emb, recv = bucket < shard ? bucket : shard;
         out->grads = 4 * (len + emb) + 4 * shard;
-        out->comm = 4 * recv; /* a bucket's reduce-scatter lands here */
         if (c->parallel.overlap_grad_reduce) /* optim.c's staging ring */
-            out->comm += (size_t)LT_OPTIM_RING * 4 * (bucket + recv);
+            out->comm = (size_t)LT_OPTIM_RING * 4 * (bucket + recv);
+        else /* a bucket's reduce-scatter lands here */
+            out->comm = 4 * recv;
     } else {
         out->grads = 4 * flat + (zero >= 1 ? 4 * shard : 0);
     }
