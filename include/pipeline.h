@@ -12,17 +12,20 @@
  * pass that needs a buffer takes one whose send has completed, else finishes
  * the sends started before the latest batch (later than NCCL's semantics
  * would wait for them), so the pool made at creation, at most four boundary
- * tensors, suffices (lt_pipeline_messages). With MPI's
- * buffered, tagged sends the schedule simulator's deadlock freedom carries
- * over; with NCCL's ordered, rendezvous sends lt_schedule_check_ordered's
- * does (both are tested for every schedule). Tags name (kind, receiving
+ * tensors, suffices (lt_pipeline_messages; with NCCL, whose stream orders a
+ * buffer's reuse after its send, fewer). Deadlock freedom: every operation
+ * is posted no later and waited for no earlier than in the plain list under
+ * NCCL's semantics (ordered, rendezvous sends; a batch completes as a
+ * whole), which lt_schedule_check_ordered proves for every schedule the
+ * suite sweeps; MPI's tagged sends match the same partners. Tags name (kind, receiving
  * chunk, micro batch). An activation slot is taken when a (chunk, micro
  * batch) receives its input (the first stage: starts its forward) and given
  * back after its backward: the model needs as many slots as
  * lt_pipeline_slots says. Evaluation walks lt_schedule_forward_rank's list
  * the same way. With logging.trace each pass is a span ("forward",
- * "backward", "forward (no grad)" with micro batch, chunk and stage) and
- * each batch's receive wait one ("pipeline wait"). */
+ * "backward", "forward (no grad)" with micro batch, chunk and stage), each
+ * batch's receive wait one ("pipeline wait"), and a pass's wait for earlier
+ * sends to free a buffer one ("pipeline send wait"). */
 #ifndef LT_PIPELINE_H
 #define LT_PIPELINE_H
 
@@ -44,14 +47,20 @@ typedef struct LtPipeline LtPipeline;
  * list; -1 when the sizes are invalid. */
 int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank, int post_ahead);
 
+/* How stage-to-stage messages travel: MPI (a send completes in the
+ * background), MPI with receives posted ahead (parallel.overlap_p2p_comm), or
+ * in a stream's order (NCCL: a sent buffer is free for the next pass). */
+typedef enum { LT_P2P_MPI, LT_P2P_MPI_AHEAD, LT_P2P_STREAM } LtP2pKind;
+
 /* Message buffers (boundary tensors) pipeline rank `rank` needs for
  * training with micro_batches (0: forward passes only) and for forward
  * passes of any number of micro batches: the most it holds at once under
- * the executor's reuse rule; post_ahead as for lt_pipeline_slots (MPI only);
- * 0 without pipelining, -1 when the sizes are invalid. */
-int lt_pipeline_messages(int pp, int vpp, int micro_batches, int rank, int post_ahead);
-/* The same for one action list a[0..n) of pipeline rank `rank` of pp x vpp. */
-int lt_pipeline_messages_in(const LtAction *a, int n, int pp, int vpp, int rank);
+ * the executor's reuse rule; 0 without pipelining, -1 when the sizes are
+ * invalid. */
+int lt_pipeline_messages(int pp, int vpp, int micro_batches, int rank, LtP2pKind kind);
+/* The same for one action list a[0..n) of pipeline rank `rank` of pp x vpp;
+ * stream: NCCL's stream order (else MPI's). */
+int lt_pipeline_messages_in(const LtAction *a, int n, int pp, int vpp, int rank, int stream);
 
 /* Executor for model m (its place: pp, pp_rank, vpp) on pipeline group pp
  * (members in stage order; NULL or one rank without pipelining), running

@@ -74,10 +74,11 @@ int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank, int post_ahe
 static int is_comm(LtActKind k) { return k >= LT_ACT_SEND_ACT && k <= LT_ACT_RECV_GRAD; }
 
 /* A forward (but the model's last chunk's) or a backward (but its first
- * chunk's) takes a buffer for what it produces, sent by the next batch; a
- * send is finished, at the latest, when a pass needs a buffer after the
- * batch following its own has started (msg_take). */
-int lt_pipeline_messages_in(const LtAction *a, int n, int P, int V, int rank) {
+ * chunk's) takes a buffer for what it produces, sent by the next batch. Over
+ * MPI a send is finished, at the latest, when a pass needs a buffer after the
+ * batch following its own has started (msg_take); in stream order (NCCL) its
+ * buffer is free for the next pass, whose work the stream runs after it. */
+int lt_pipeline_messages_in(const LtAction *a, int n, int P, int V, int rank, int stream) {
     int live = 0, peak = 0, sent_last = 0; /* sent_last: sends of the latest batch */
     for (int i = 0; i < n;) {
         const LtAction *x = &a[i];
@@ -87,6 +88,7 @@ int lt_pipeline_messages_in(const LtAction *a, int n, int P, int V, int rank) {
             sent_last = 0;
             for (; i < end; i++)
                 sent_last += a[i].kind == LT_ACT_SEND_ACT || a[i].kind == LT_ACT_SEND_GRAD;
+            if (stream) live -= sent_last, sent_last = 0;
             continue;
         }
         const int makes = (x->kind == LT_ACT_FORWARD && !(rank == P - 1 && x->chunk == V - 1)) ||
@@ -97,17 +99,18 @@ int lt_pipeline_messages_in(const LtAction *a, int n, int P, int V, int rank) {
     return peak;
 }
 
-/* Forward-only lists reach their steady state within a few rounds of the
- * pipeline: the peak over this many micro batches holds for any number. */
-static int forward_peak_mb(int pp, int vpp) { return 2 * pp * vpp + 2; }
+/* A forward-only list's batches hold one send each at most: its peak is
+ * reached within this many micro batches and holds for any number
+ * (test_schedule checks up to 64). */
+enum { FORWARD_PEAK_MB = 4 };
 
-int lt_pipeline_messages(int pp, int vpp, int micro_batches, int rank, int post_ahead) {
+int lt_pipeline_messages(int pp, int vpp, int micro_batches, int rank, LtP2pKind kind) {
     if (pp == 1) return 0; /* nothing to send */
     char err[256];
     if ((micro_batches > 0 && lt_schedule_check(pp, vpp, micro_batches, err, sizeof err)) ||
         micro_batches < 0 || rank < 0 || rank >= pp)
         return -1;
-    const int nf = forward_peak_mb(pp, vpp);
+    const int nf = FORWARD_PEAK_MB, stream = kind == LT_P2P_STREAM;
     size_t cap = (size_t)3 * (size_t)vpp * (size_t)nf; /* a forward-only list (lt_pipeline_forward) */
     if (micro_batches > 0 && lt_schedule_capacity(pp, vpp, micro_batches) > cap)
         cap = lt_schedule_capacity(pp, vpp, micro_batches);
@@ -115,14 +118,20 @@ int lt_pipeline_messages(int pp, int vpp, int micro_batches, int rank, int post_
     int peak = 0, n;
     if (micro_batches > 0) {
         n = lt_schedule_rank(pp, vpp, micro_batches, rank, a, cap, err, sizeof err);
-        if (n >= 0 && post_ahead) lt_schedule_post_ahead(a, n);
-        peak = n < 0 ? -1 : lt_pipeline_messages_in(a, n, pp, vpp, rank);
+        if (n >= 0 && kind == LT_P2P_MPI_AHEAD) lt_schedule_post_ahead(a, n);
+        peak = n < 0 ? -1 : lt_pipeline_messages_in(a, n, pp, vpp, rank, stream);
     }
     n = lt_schedule_forward_rank(pp, vpp, nf, rank, a, cap, err, sizeof err);
-    const int fwd = n < 0 ? -1 : lt_pipeline_messages_in(a, n, pp, vpp, rank);
+    const int fwd = n < 0 ? -1 : lt_pipeline_messages_in(a, n, pp, vpp, rank, stream);
     free(a);
     if (peak < 0 || fwd < 0) return -1;
     return peak > fwd ? peak : fwd;
+}
+
+/* How this pipeline's messages go (MPI, or NCCL's stream order). */
+static LtP2pKind p2p_kind(const LtPipeline *p, int ahead) {
+    if (lt_comm_lib(p->pp) != LT_COMM_LIB_MPI) return LT_P2P_STREAM;
+    return ahead ? LT_P2P_MPI_AHEAD : LT_P2P_MPI;
 }
 
 static void msgs_reserve(LtPipeline *p, int n);
@@ -156,7 +165,7 @@ LtPipeline *lt_pipeline_create(LtModel *m, const LtComm *pp, int micro_batches) 
     }
     p->type = lt_comm_act_type(m->be);
     if (p->P > 1) { /* every message buffer the schedules need, made now */
-        const int k = lt_pipeline_messages(p->P, p->V, p->M, p->rank, 0);
+        const int k = lt_pipeline_messages(p->P, p->V, p->M, p->rank, p2p_kind(p, 0));
         if (k < 0) lt_fatal("pipeline: no valid schedule for pp %d, vpp %d, %d micro batches", p->P,
                             p->V, p->M);
         msgs_reserve(p, k);
@@ -189,8 +198,7 @@ void lt_pipeline_set_p2p_overlap(LtPipeline *p, int on) {
         lt_fatal("pipeline: the model has %d activation slots, the schedule with receives "
                  "posted ahead needs %d",
                  p->m->nslots, need);
-    const int k = lt_pipeline_messages(p->P, p->V, p->M, p->rank,
-                                       lt_comm_lib(p->pp) == LT_COMM_LIB_MPI);
+    const int k = lt_pipeline_messages(p->P, p->V, p->M, p->rank, p2p_kind(p, 1));
     if (k < 0) lt_fatal("pipeline: no valid schedule with receives posted ahead");
     msgs_reserve(p, k);
     p->pend_act = lt_calloc(sizeof(LtCommRequest) * (size_t)p->m->nslots);
@@ -250,18 +258,27 @@ static void msgs_reserve(LtPipeline *p, int n) {
  * pool made at creation suffices (lt_pipeline_messages); one more is made
  * only if it did not, which the suite's LT_PLAN_CHECK runs refuse. */
 static int msg_take(LtPipeline *p) {
-    for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; i < p->nmsgs; i++) {
-            Msg *g = &p->msgs[i];
-            if (pass && g->busy && g->req.active && g->batch < p->batches - 1) {
-                lt_comm_finish(&g->req);
-                g->busy = 0;
-            }
-            if (!g->busy || (g->req.active && lt_comm_test(&g->req))) {
-                g->busy = 1;
-                return i;
-            }
+    for (int i = 0; i < p->nmsgs; i++) {
+        Msg *g = &p->msgs[i];
+        if (!g->busy || (g->req.active && lt_comm_test(&g->req))) {
+            g->busy = 1;
+            return i;
         }
+    }
+    int freed = -1;
+    LT_TRACE_BEGIN("pipeline send wait", NULL);
+    for (int i = 0; i < p->nmsgs; i++) {
+        Msg *g = &p->msgs[i];
+        if (g->busy && g->req.active && g->batch < p->batches - 1) {
+            lt_comm_finish(&g->req);
+            g->busy = 0;
+            if (freed < 0) freed = i;
+        }
+    }
+    LT_TRACE_END();
+    if (freed >= 0) {
+        p->msgs[freed].busy = 1;
+        return freed;
     }
     const int i = msg_new(p);
     p->msgs[i].busy = 1;

@@ -127,9 +127,9 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     out->workspace = ws;
 
     /* the pipeline's message buffers: boundary tensors (R x C) */
-    int msgs = lt_pipeline_messages(pp, vpp, M, stage, 0);
+    int msgs = lt_pipeline_messages(pp, vpp, M, stage, mpi_p2p ? LT_P2P_MPI : LT_P2P_STREAM);
     if (c->parallel.overlap_p2p_comm && mpi_p2p) {
-        const int ahead = lt_pipeline_messages(pp, vpp, M, stage, 1);
+        const int ahead = lt_pipeline_messages(pp, vpp, M, stage, LT_P2P_MPI_AHEAD);
         if (ahead > msgs) msgs = ahead;
     }
     out->comm += (size_t)(msgs > 0 ? msgs : 0) * x;

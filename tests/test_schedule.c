@@ -593,9 +593,10 @@ static void test_cli(void) {
 }
 
 /* Message buffers the executor holds (pipeline.c's reuse rule): worked
- * lists, and over all P <= 8, V <= 4, M <= 64 between one and four, with
- * receives posted ahead too; forward-only lists of any length within the
- * figure for forward passes. */
+ * lists, and over all P <= 8, V <= 4, M <= 64 between one and four over MPI
+ * (receives posted ahead too), one and two in NCCL's stream order;
+ * forward-only lists of up to 64 micro batches within the figure for
+ * forward passes. */
 static void test_message_buffers(void) {
     /* P=2 M=2 rank 0: F(0,0) takes a buffer, its send goes in the next batch;
      * F(0,1) takes a second (that send may be in flight); the batch
@@ -603,36 +604,45 @@ static void test_message_buffers(void) {
      * first chunk, send nothing: 2. Rank 1 (the last stage): backwards
      * only, one gradient a batch: after "SG(0,0) RA(0,1)" B(0,1) may find
      * SG(0,0) still in flight: 2. */
-    CHECK(lt_pipeline_messages(2, 1, 2, 0, 0) == 2, "P2 M2 rank 0: %d", lt_pipeline_messages(2, 1, 2, 0, 0));
-    CHECK(lt_pipeline_messages(2, 1, 2, 1, 0) == 2, "P2 M2 rank 1: %d", lt_pipeline_messages(2, 1, 2, 1, 0));
-    CHECK(lt_pipeline_messages(1, 1, 4, 0, 0) == 0, "no pipelining");
-    CHECK(lt_pipeline_messages(4, 2, 6, 0, 0) == -1, "invalid interleaving accepted");
-    CHECK(lt_pipeline_messages(4, 1, 8, 4, 0) == -1, "rank 4 of 4 accepted");
+    CHECK(lt_pipeline_messages(2, 1, 2, 0, LT_P2P_MPI) == 2, "P2 M2 rank 0: %d", lt_pipeline_messages(2, 1, 2, 0, LT_P2P_MPI));
+    CHECK(lt_pipeline_messages(2, 1, 2, 1, LT_P2P_MPI) == 2, "P2 M2 rank 1: %d", lt_pipeline_messages(2, 1, 2, 1, LT_P2P_MPI));
+    /* in NCCL's stream order a sent buffer is free for the next pass: only
+     * the output not yet sent and the one being made */
+    CHECK(lt_pipeline_messages(2, 1, 2, 0, LT_P2P_STREAM) == 1, "P2 M2 rank 0, NCCL: %d",
+          lt_pipeline_messages(2, 1, 2, 0, LT_P2P_STREAM));
+    CHECK(lt_pipeline_messages(1, 1, 4, 0, LT_P2P_MPI) == 0, "no pipelining");
+    CHECK(lt_pipeline_messages(4, 2, 6, 0, LT_P2P_MPI) == -1, "invalid interleaving accepted");
+    CHECK(lt_pipeline_messages(4, 1, 8, 4, LT_P2P_MPI) == -1, "rank 4 of 4 accepted");
     int bad = 0;
     LtAction *buf = malloc(sizeof *buf * 6 * 4 * 64);
     char err[256];
     for (int pp = 2; pp <= 8; pp++)
         for (int vpp = 1; vpp <= 4; vpp++) {
             for (int r = 0; r < pp; r++) {
-                const int fwd = lt_pipeline_messages(pp, vpp, 0, r, 0);
-                for (int n = 1; n <= 64 && bad < 5; n++) {
-                    int k = lt_schedule_forward_rank(pp, vpp, n, r, buf, 6 * 4 * 64, err, sizeof err);
-                    int need = k < 0 ? -1 : lt_pipeline_messages_in(buf, k, pp, vpp, r);
-                    if (need < 0 || need > fwd) {
-                        CHECK(0, "P=%d V=%d rank %d: %d forward micro batches need %d buffers, "
-                              "planned %d", pp, vpp, r, n, need, fwd);
-                        bad++;
+                for (int stream = 0; stream < 2; stream++) {
+                    const int fwd = lt_pipeline_messages(pp, vpp, 0, r,
+                                                         stream ? LT_P2P_STREAM : LT_P2P_MPI);
+                    for (int n = 1; n <= 64 && bad < 5; n++) {
+                        int k = lt_schedule_forward_rank(pp, vpp, n, r, buf, 6 * 4 * 64, err,
+                                                         sizeof err);
+                        int need = k < 0 ? -1 : lt_pipeline_messages_in(buf, k, pp, vpp, r, stream);
+                        if (need < 0 || need > fwd) {
+                            CHECK(0, "P=%d V=%d rank %d stream %d: %d forward micro batches need "
+                                  "%d buffers, planned %d", pp, vpp, r, stream, n, need, fwd);
+                            bad++;
+                        }
                     }
                 }
             }
             for (int mbs = 1; mbs <= 64; mbs++) {
                 if (lt_schedule_check(pp, vpp, mbs, NULL, 0)) continue;
                 for (int r = 0; r < pp && bad < 5; r++)
-                    for (int ahead = 0; ahead < 2; ahead++) {
-                        int k = lt_pipeline_messages(pp, vpp, mbs, r, ahead);
-                        if (k < 1 || k > 4) {
-                            CHECK(0, "P=%d V=%d M=%d rank %d ahead %d: %d buffers", pp, vpp, mbs, r,
-                                  ahead, k);
+                    for (int kind = LT_P2P_MPI; kind <= LT_P2P_STREAM; kind++) {
+                        int k = lt_pipeline_messages(pp, vpp, mbs, r, (LtP2pKind)kind);
+                        int most = kind == LT_P2P_STREAM ? 2 : 4;
+                        if (k < 1 || k > most) {
+                            CHECK(0, "P=%d V=%d M=%d rank %d kind %d: %d buffers", pp, vpp, mbs, r,
+                                  kind, k);
                             bad++;
                         }
                     }
