@@ -114,6 +114,7 @@ typedef struct {
     size_t grads_len;     /* elements of grads */
     float *emb_grads;     /* buckets with pipelining: the embedding group's own buffer */
     size_t emb_grads_len;
+    size_t layer_group_len; /* buckets: the largest layer's gradient (0 without layers) */
     float **gptr;         /* per parameter: where its gradient accumulates */
     int buckets;          /* gradients handed over group by group (grad_buckets) */
     LtGradReadyFn grads_ready;
@@ -173,6 +174,10 @@ int lt_model_grad_buckets(const LtModel *m);
 /* The largest bucket the model hands over (elements): the shared bucket or the
  * embedding group's own buffer. */
 size_t lt_model_bucket_len(const LtModel *m);
+/* The pieces it is reduced in (elements): the largest layer's gradient, so a
+ * layer goes whole and the embeddings or the LM head (larger) in several;
+ * the largest bucket when this stage holds no layer. */
+size_t lt_model_bucket_piece(const LtModel *m);
 /* Where parameter i's gradient accumulates (fp32, its numel elements). */
 float *lt_model_grad(const LtModel *m, int i);
 /* The embedding group's own gradient buffer (buckets with pipelining and a

@@ -50,6 +50,7 @@ typedef struct {
                              * reduction (with it, the staging ring's) */
     size_t bucket_recv_len;
     size_t bucket_len;      /* stage 2: the largest bucket the model hands over */
+    size_t piece_len;       /* stage 2: a bucket is reduced in pieces of up to this */
     /* buckets (lt_optim_set_buckets): bucket k is flat range [bounds[k], bounds[k+1]);
      * gradients are reduced and parameters gathered bucket by bucket */
     int nbuckets;
@@ -81,9 +82,10 @@ void lt_optim_destroy(LtOptimizer *o);
 /* Zero the gradient accumulators the optimizer owns (stage 2 shard). */
 void lt_optim_zero_grad(LtOptimizer *o);
 
-/* Stage 2: size the receive buffer (or, with overlap_grad_reduce, the staging
- * ring) for buckets of up to bucket_len elements; once. */
-void lt_optim_set_bucket_size(LtOptimizer *o, size_t bucket_len);
+/* Stage 2: buckets of up to bucket_len elements, reduced in pieces of up to
+ * piece_len; sizes the receive buffer (or, with overlap_grad_reduce, the
+ * staging ring) for a piece; once. */
+void lt_optim_set_bucket_size(LtOptimizer *o, size_t bucket_len, size_t piece_len);
 
 /* Stage 2 bucket consumer (LtGradReadyFn-compatible body): reduce-scatter
  * grads of flat range [begin, begin+len) held in `bucket` into the shards and

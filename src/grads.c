@@ -127,7 +127,8 @@ LtGrads *lt_grads_create(LtModel *m, LtOptimizer *opt, const LtComm *emb, size_t
     g->sp_done = lt_calloc((size_t)n);
     make_buckets(g, bucket_size ? bucket_size : 1);
     count_groups(g);
-    if (lt_model_grad_buckets(m)) lt_optim_set_bucket_size(opt, lt_model_bucket_len(m));
+    if (lt_model_grad_buckets(m))
+        lt_optim_set_bucket_size(opt, lt_model_bucket_len(m), lt_model_bucket_piece(m));
     lt_model_set_grad_hook(m, on_group_ready, g);
     lt_model_set_param_hook(m, on_params_needed, g);
     return g;

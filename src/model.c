@@ -127,6 +127,9 @@ static void setup_grads(LtModel *m, int buckets) {
         size_t span = group_span(t, f, last);
         if (own_emb && f == t->idx_wte) m->emb_grads_len = span;
         else if (span > len) len = span;
+        const int layer = f >= t->idx_layer0 && (t->idx_lnf < 0 || f < t->idx_lnf) &&
+                          (t->idx_wte < 0 || f > emb_last(t));
+        if (layer && span > m->layer_group_len) m->layer_group_len = span;
         i = last + 1;
     }
     m->grads_len = len ? len : 1;
@@ -353,6 +356,9 @@ static void params_needed(LtModel *m, int first, int last) {
 int lt_model_grad_buckets(const LtModel *m) { return m->buckets; }
 size_t lt_model_bucket_len(const LtModel *m) {
     return m->grads_len > m->emb_grads_len ? m->grads_len : m->emb_grads_len;
+}
+size_t lt_model_bucket_piece(const LtModel *m) {
+    return m->layer_group_len ? m->layer_group_len : lt_model_bucket_len(m);
 }
 float *lt_model_grad(const LtModel *m, int i) { return m->gptr[i]; }
 float *lt_model_emb_grads(const LtModel *m, size_t *len) {

@@ -103,7 +103,7 @@ void lt_optim_destroy(LtOptimizer *o) {
     free(o);
 }
 
-/* Stage 2 with overlap: LT_OPTIM_RING staging copies of the largest bucket and
+/* Stage 2 with overlap: LT_OPTIM_RING staging copies of a piece and
  * their receive buffers (made once both the bucket size and the switch are
  * known, in either order), which replace the plain receive buffer. */
 static void ring_alloc(LtOptimizer *o) {
@@ -116,19 +116,20 @@ static void ring_alloc(LtOptimizer *o) {
     struct LtOptimRing *g = lt_calloc(sizeof *g);
     LtBackend *be = o->be;
     for (int i = 0; i < LT_OPTIM_RING; i++) {
-        g->stage[i] = be->ops->alloc(be, o->bucket_len * sizeof(float));
+        g->stage[i] = be->ops->alloc(be, o->piece_len * sizeof(float));
         g->recv[i] = be->ops->alloc(be, o->bucket_recv_len * sizeof(float));
         g->counts[i] = lt_malloc(sizeof(int) * (size_t)o->dp_size);
-        o->comm_bytes += (o->bucket_len + o->bucket_recv_len) * sizeof(float);
+        o->comm_bytes += (o->piece_len + o->bucket_recv_len) * sizeof(float);
     }
     o->ring = g;
 }
 
-void lt_optim_set_bucket_size(LtOptimizer *o, size_t bucket_len) {
-    LT_CHECK(o->zero_stage == 2 && !o->bucket_len && bucket_len > 0);
-    /* a bucket overlaps this rank's shard in at most min(bucket, shard) elements */
+void lt_optim_set_bucket_size(LtOptimizer *o, size_t bucket_len, size_t piece_len) {
+    LT_CHECK(o->zero_stage == 2 && !o->bucket_len && bucket_len > 0 && piece_len > 0);
     o->bucket_len = bucket_len;
-    o->bucket_recv_len = bucket_len < o->shard_len ? bucket_len : o->shard_len;
+    o->piece_len = piece_len < bucket_len ? piece_len : bucket_len;
+    /* a piece overlaps this rank's shard in at most min(piece, shard) elements */
+    o->bucket_recv_len = o->piece_len < o->shard_len ? o->piece_len : o->shard_len;
     if (o->overlap_grad) {
         ring_alloc(o);
         return;
@@ -228,7 +229,7 @@ static void ring_push(LtOptimizer *o, float *bucket, size_t begin, size_t len) {
     struct LtOptimRing *g = o->ring;
     if (g->n == LT_OPTIM_RING) ring_complete_oldest(o);
     const int i = (g->head + g->n) % LT_OPTIM_RING;
-    LT_CHECK(len <= o->bucket_len);
+    LT_CHECK(len <= o->piece_len);
     g->mine[i] = shard_parts(o, begin, len, g->counts[i], &g->mine_start[i]);
     o->be->ops->copy(o->be, g->stage[i], bucket, len * sizeof(float));
     o->be->ops->zero(o->be, bucket, len * sizeof(float));
@@ -238,18 +239,21 @@ static void ring_push(LtOptimizer *o, float *bucket, size_t begin, size_t len) {
 }
 
 void lt_optim_reduce_bucket(LtOptimizer *o, float *bucket, size_t begin, size_t len) {
-    LT_CHECK(o->zero_stage == 2 && (o->bucket_recv || o->ring));
-    if (o->ring) {
-        ring_push(o, bucket, begin, len);
-        return;
+    LT_CHECK(o->zero_stage == 2 && (o->bucket_recv || o->ring) && len <= o->bucket_len);
+    int *counts = o->ring ? NULL : lt_malloc(sizeof(int) * (size_t)o->dp_size);
+    for (size_t off = 0; off < len; off += o->piece_len) { /* the same pieces either way */
+        const size_t n = len - off < o->piece_len ? len - off : o->piece_len;
+        if (o->ring) {
+            ring_push(o, bucket + off, begin + off, n);
+            continue;
+        }
+        size_t mine_start;
+        const size_t mine = shard_parts(o, begin + off, n, counts, &mine_start);
+        LT_CHECK(mine <= o->bucket_recv_len);
+        lt_comm_reduce_scatter_v(o->dp, bucket + off, o->bucket_recv, counts, LT_COMM_F32);
+        shard_add(o, o->bucket_recv, mine_start, mine);
+        o->be->ops->zero(o->be, bucket + off, n * sizeof(float));
     }
-    int *counts = lt_malloc(sizeof(int) * (size_t)o->dp_size);
-    size_t mine_start;
-    const size_t mine = shard_parts(o, begin, len, counts, &mine_start);
-    LT_CHECK(mine <= o->bucket_recv_len);
-    lt_comm_reduce_scatter_v(o->dp, bucket, o->bucket_recv, counts, LT_COMM_F32);
-    shard_add(o, o->bucket_recv, mine_start, mine);
-    o->be->ops->zero(o->be, bucket, len * sizeof(float));
     free(counts);
 }
 

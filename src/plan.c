@@ -21,13 +21,15 @@
 
 /* Gradient buffer of a stage with ZeRO-2 buckets (model.c, setup_grads): one
  * buffer as long as the largest parameter group (the embeddings, a layer, the
- * final LayerNorm), and the embeddings' own when pipelined. */
-static void bucket_grads(const LtParamTable *t, int pp, size_t *len, size_t *emb_len) {
+ * final LayerNorm), and the embeddings' own when pipelined; *piece: the
+ * largest layer's (lt_model_bucket_piece), the pieces a bucket is reduced in. */
+static void bucket_grads(const LtParamTable *t, int pp, size_t *len, size_t *emb_len,
+                         size_t *piece) {
     const int first_layer_param = t->idx_layer0;
     const int end_layers = t->idx_lnf >= 0 ? t->idx_lnf : t->n;
     const int layers_here = t->layers; /* every chunk of this stage */
     const int per_layer = layers_here > 0 ? (end_layers - first_layer_param) / layers_here : 0;
-    *len = 0, *emb_len = 0;
+    *len = 0, *emb_len = 0, *piece = 0;
     const int own_emb = pp > 1 && t->idx_wte >= 0 && !t->dims.untied;
     if (t->idx_wte >= 0) {
         const int last = t->idx_wpe >= 0 ? t->idx_wpe : t->idx_wte;
@@ -39,12 +41,15 @@ static void bucket_grads(const LtParamTable *t, int pp, size_t *len, size_t *emb
         const int a = first_layer_param + l * per_layer, b = a + per_layer - 1;
         size_t span = t->p[b].offset + t->p[b].numel - t->p[a].offset;
         if (span > *len) *len = span;
+        if (span > *piece) *piece = span;
     }
     if (t->idx_lnf >= 0) {
         size_t span = t->p[t->n - 1].offset + t->p[t->n - 1].numel - t->p[t->idx_lnf].offset;
         if (span > *len) *len = span;
     }
     if (*len == 0) *len = 1;
+    const size_t bucket = *len > *emb_len ? *len : *emb_len;
+    if (*piece == 0 || *piece > bucket) *piece = bucket;
 }
 
 int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2p,
@@ -80,12 +85,12 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     /* gradients: the model's buffer, and the optimizer's shard (ZeRO >= 1) */
     size_t shard = zero >= 1 ? flat / (size_t)dp : flat;
     if (zero == 2) {
-        size_t len, emb;
-        bucket_grads(&t, pp, &len, &emb);
-        size_t bucket = len > emb ? len : emb, recv = bucket < shard ? bucket : shard;
+        size_t len, emb, piece;
+        bucket_grads(&t, pp, &len, &emb, &piece);
+        const size_t recv = piece < shard ? piece : shard;
         out->grads = 4 * (len + emb) + 4 * shard;
         if (c->parallel.overlap_grad_reduce) /* optim.c's staging ring */
-            out->comm = (size_t)LT_OPTIM_RING * 4 * (bucket + recv);
+            out->comm = (size_t)LT_OPTIM_RING * 4 * (piece + recv);
         else /* a bucket's reduce-scatter lands here */
             out->comm = 4 * recv;
     } else {

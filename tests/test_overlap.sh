@@ -59,6 +59,16 @@ for z in 1 2; do
   done
 done
 
+# ZeRO 2 with an embedding larger than a layer (vocabulary 1024: 16 K
+# parameters per tensor rank against a layer's 6 K): its gradient is reduced
+# in pieces of a layer's size, through the staging ring with the overlap and
+# directly without it, in the same pieces
+BIGV="optimizer.zero_stage=2 model.vocab_size=1024"
+if run off_z2_v1024 $BIGV && run all_z2_v1024 $BIGV $ALL &&
+   err=$(identical off_z2_v1024 all_z2_v1024 2>&1); then
+  pass overlap_all_zero2_pieces_bit_identical
+else fail overlap_all_zero2_pieces_bit_identical "$(echo "${err:-run failed}" | tail -1)"; fi
+
 # ZeRO 0 (bucketed all-reduce) and the interleaved schedule, all switches on
 # (overlap_param_gather needs ZeRO >= 1, so ZeRO 0 runs the other two)
 if run off_z0 optimizer.zero_stage=0 &&

@@ -80,6 +80,14 @@ for l in $LAYOUTS; do
   else fail "${name}_matches_single_process" "$(echo "$err" | tail -1)"; fi
 done
 
+# ZeRO-2 with the embeddings larger than a layer (vocabulary 1024): their
+# gradient is reduce-scattered in layer-sized pieces
+V1024="model.vocab_size=1024"
+if run ref_v1024 1 $V1024 && run dp4_zero2_v1024 4 optimizer.zero_stage=2 $V1024 &&
+   err=$(compare ref_v1024 dp4_zero2_v1024 1e-5 1e-5 2>&1); then
+  pass dp4_zero2_pieces_matches_single_process
+else fail dp4_zero2_pieces_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
+
 # ---- where the time goes: every step's breakdown adds up, and the groups that
 # communicate show time (tp 2 x dp 2) while one process shows none -------------------
 if python3 - "$T/tp2_dp2_zero1/m.jsonl" "$T/ref/m.jsonl" <<'PY'

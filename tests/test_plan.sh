@@ -71,6 +71,9 @@ agree pp2_p2p_ahead 2 parallel.pipeline_model_parallel_size=2 parallel.overlap_p
 # the overlap's buffers: ZeRO-2's staging ring, the row blocks of tp_comm_overlap
 agree dp2_zero2_overlap 2 optimizer.zero_stage=2 parallel.overlap_grad_reduce=true \
   parallel.overlap_param_gather=true
+# ZeRO-2 with the embeddings larger than a layer: the ring holds a layer-sized piece
+agree dp2_zero2_overlap_pieces 2 optimizer.zero_stage=2 parallel.overlap_grad_reduce=true \
+  model.vocab_size=1024
 agree tp2_sp_tp_overlap 2 parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true \
   parallel.tp_comm_overlap=true
 # uneven stages: the ends counted as layers (the first chunk holds none), and a
