@@ -91,6 +91,20 @@ while IFS=: read -r name np ov; do
   else fail "${name}_matches_single_process" "$(echo "$err" | tail -1)"; fi
 done <<<"$LAYOUTS"
 
+# ZeRO-2 with the tied embedding larger than a layer (vocabulary 1024): the
+# first and last stages' embedding gradients, summed over the embedding group,
+# are reduce-scattered in layer-sized pieces, with and without the overlap
+if run ref_v1024 1 model.vocab_size=1024; then
+  for ov in false true; do
+    name=pp2_dp2_zero2_v1024_overlap_$ov
+    if run "$name" 4 model.vocab_size=1024 parallel.pipeline_model_parallel_size=2 \
+         optimizer.zero_stage=2 parallel.overlap_grad_reduce=$ov </dev/null &&
+       err=$(compare ref_v1024 "$name" 1e-5 1e-5 2>&1); then
+      pass "${name}_matches_single_process"
+    else fail "${name}_matches_single_process" "$(echo "${err:-run failed}" | tail -1)"; fi
+  done
+else fail ref_v1024 "single-process run with vocabulary 1024 failed"; fi
+
 # a step waits for the device once in every layout (tp x pp x vpp x dp with SP,
 # ZeRO-1): the vocab-parallel ids, the loss and the grad norm stay on the device
 if grep -q "host waits per step 1$" "$T/tp2_pp2_vpp2_dp2_sp_zero1/log"; then
