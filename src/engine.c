@@ -451,14 +451,28 @@ void lt_run_print_summary(const LtRun *r) {
                lt_mib(pm.workspace), lt_mib(pm.comm), lt_mib(lt_plan_total(&pm)),
                100.0 * (pred - alloc) / alloc);
         /* LT_PLAN_CHECK=1 (tests/run.sh sets it): every training run of the
-         * suite asserts the planner's figure on the ranks it predicts (tensor
-         * and data rank 0 of each stage) */
+         * suite asserts the planner's figure, in total and category by
+         * category, on the ranks it predicts (tensor and data rank 0 of each
+         * stage) */
         const char *chk = getenv("LT_PLAN_CHECK");
-        if (chk && chk[0] == '1' && r->coords.tp == 0 && r->coords.dp == 0 &&
-            fabs(pred - alloc) > 0.05 * alloc)
-            lt_fatal("LT_PLAN_CHECK: the planner predicts %.0f bytes for pipeline stage %d, the "
-                     "engine allocated %.0f (%+.1f%%; more than 5%% apart)",
-                     pred, r->coords.pp, alloc, 100.0 * (pred - alloc) / alloc);
+        if (chk && chk[0] == '1' && r->coords.tp == 0 && r->coords.dp == 0) {
+            if (fabs(pred - alloc) > 0.05 * alloc)
+                lt_fatal("LT_PLAN_CHECK: the planner predicts %.0f bytes for pipeline stage %d, "
+                         "the engine allocated %.0f (%+.1f%%; more than 5%% apart)",
+                         pred, r->coords.pp, alloc, 100.0 * (pred - alloc) / alloc);
+            const char *name[6] = {"params", "grads", "optimizer", "activations", "workspace",
+                                   "comm"};
+            const size_t want[6] = {pm.params, pm.grads, pm.optimizer, pm.activations,
+                                    pm.workspace, pm.comm};
+            const size_t got[6] = {m->params, m->grads + (r->opt ? r->opt->grad_bytes : 0),
+                                   r->opt ? r->opt->state_bytes : 0, m->activations,
+                                   m->workspace, comm_bytes(r)};
+            for (int i = 0; i < 6; i++)
+                if (fabs((double)want[i] - (double)got[i]) > 0.05 * (double)got[i])
+                    lt_fatal("LT_PLAN_CHECK: the planner predicts %zu bytes of %s for pipeline "
+                             "stage %d, the engine allocated %zu (more than 5%% apart)",
+                             want[i], name[i], r->coords.pp, got[i]);
+        }
     }
     if (r->plan_device[0]) {
         const LtPlanStep *ps = &r->plan;
