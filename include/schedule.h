@@ -66,6 +66,9 @@ typedef struct {
 
 /* "FORWARD", "BACKWARD", "SEND_ACT", "RECV_ACT", "SEND_GRAD", "RECV_GRAD". */
 const char *lt_action_kind_name(LtActKind kind);
+/* 1 for a send or a receive (of either kind); 1 for a send. */
+int lt_action_is_comm(LtActKind kind);
+int lt_action_is_send(LtActKind kind);
 
 /* 0 when (pp, vpp, micro_batches) make a valid schedule, else -1 with a
  * message in err: sizes must be >= 1 and within the limits, vpp > 1 needs

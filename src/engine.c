@@ -350,16 +350,24 @@ void lt_run_teardown(LtRun *r) {
     lt_params_free(&r->global);
 }
 
-/* Communication buffers: the pipeline's message pool, ZeRO-2's bucket
+/* What this rank allocated, in the planner's categories: grads include the
+ * optimizer's shards; comm the pipeline's message pool and ZeRO-2's bucket
  * receive buffer and staging ring. */
-static size_t comm_bytes(const LtRun *r) {
-    return (r->pipe ? lt_pipeline_message_bytes(r->pipe) : 0) + (r->opt ? r->opt->comm_bytes : 0);
+static LtPlanMemory run_memory(const LtRun *r) {
+    const LtModelMemory *m = &r->model->mem;
+    const LtOptimizer *o = r->opt;
+    return (LtPlanMemory){
+        .params = m->params,
+        .grads = m->grads + (o ? o->grad_bytes : 0),
+        .optimizer = o ? o->state_bytes : 0,
+        .activations = m->activations,
+        .workspace = m->workspace,
+        .comm = (r->pipe ? lt_pipeline_message_bytes(r->pipe) : 0) + (o ? o->comm_bytes : 0)};
 }
 
 size_t lt_run_engine_bytes(const LtRun *r) {
-    const LtModelMemory *m = &r->model->mem;
-    return m->params + m->grads + m->activations + m->workspace + comm_bytes(r) +
-           (r->opt ? r->opt->state_bytes + r->opt->grad_bytes : 0);
+    const LtPlanMemory m = run_memory(r);
+    return lt_plan_total(&m);
 }
 
 /* "of N layer(s)" for an even split; else the layers of each stage's chunks,
@@ -409,7 +417,6 @@ static void print_pipeline(const LtRun *r) {
 
 void lt_run_print_summary(const LtRun *r) {
     const LtConfig *c = r->cfg;
-    const LtModelMemory *m = &r->model->mem;
     lt_log("backend    %s (%s), precision %s\n", r->be->ops->name, r->be->device_name,
            lt_precision_name(c->train.precision));
     lt_log("world      %d rank(s): tp %d x pp %d x dp %d, ZeRO stage %d%s\n", r->world->world,
@@ -428,22 +435,21 @@ void lt_run_print_summary(const LtRun *r) {
            (double)r->global.total / 1e6);
     lt_log("attention  %s (%s)\n", r->attn.cudnn ? "cudnn" : "lattice", r->attn.reason);
     print_pipeline(r);
+    const LtPlanMemory mem = run_memory(r);
     lt_log("memory     params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations %.1f "
            "MiB, workspace %.1f MiB, comm %.1f MiB, total %.1f MiB\n",
-           lt_mib(m->params), lt_mib(m->grads + (r->opt ? r->opt->grad_bytes : 0)),
-           lt_mib(r->opt ? r->opt->state_bytes : 0), lt_mib(m->activations), lt_mib(m->workspace),
-           lt_mib(comm_bytes(r)), lt_mib(lt_run_engine_bytes(r)));
+           lt_mib(mem.params), lt_mib(mem.grads), lt_mib(mem.optimizer), lt_mib(mem.activations),
+           lt_mib(mem.workspace), lt_mib(mem.comm), lt_mib(lt_plan_total(&mem)));
     lt_log("memory bytes per rank: params=%zu grads=%zu optimizer=%zu activations=%zu "
            "workspace=%zu comm=%zu (parameter elements %zu)\n",
-           m->params, m->grads + (r->opt ? r->opt->grad_bytes : 0),
-           r->opt ? r->opt->state_bytes : 0, m->activations, m->workspace, comm_bytes(r),
+           mem.params, mem.grads, mem.optimizer, mem.activations, mem.workspace, mem.comm,
            r->model->table.total);
     LtPlanMemory pm; /* the planner's prediction for this rank, beside what it allocated */
     char perr[256];
     if (r->opt && lt_plan_memory(r->cfg, r->world->world, r->coords.pp, r->be->act_size,
                                  lt_comm_lib(r->pp) == LT_COMM_LIB_MPI, &pm, perr,
                                  sizeof perr) == 0) {
-        const double alloc = (double)lt_run_engine_bytes(r), pred = (double)lt_plan_total(&pm);
+        const double alloc = (double)lt_plan_total(&mem), pred = (double)lt_plan_total(&pm);
         lt_log("memory     planner's prediction (lattice plan): params %.1f MiB, grads %.1f MiB, "
                "optimizer %.1f MiB, activations %.1f MiB, workspace %.1f MiB, comm %.1f MiB, "
                "total %.1f MiB (%+.1f%% of the allocation)\n",
@@ -464,9 +470,8 @@ void lt_run_print_summary(const LtRun *r) {
                                    "comm"};
             const size_t want[6] = {pm.params, pm.grads, pm.optimizer, pm.activations,
                                     pm.workspace, pm.comm};
-            const size_t got[6] = {m->params, m->grads + (r->opt ? r->opt->grad_bytes : 0),
-                                   r->opt ? r->opt->state_bytes : 0, m->activations,
-                                   m->workspace, comm_bytes(r)};
+            const size_t got[6] = {mem.params, mem.grads, mem.optimizer, mem.activations,
+                                   mem.workspace, mem.comm};
             for (int i = 0; i < 6; i++)
                 if (fabs((double)want[i] - (double)got[i]) > 0.05 * (double)got[i])
                     lt_fatal("LT_PLAN_CHECK: the planner predicts %zu bytes of %s for pipeline "

@@ -71,8 +71,6 @@ int lt_pipeline_slots(int pp, int vpp, int micro_batches, int rank, int post_ahe
     return peak;
 }
 
-static int is_comm(LtActKind k) { return k >= LT_ACT_SEND_ACT && k <= LT_ACT_RECV_GRAD; }
-
 /* A forward (but the model's last chunk's) or a backward (but its first
  * chunk's) takes a buffer for what it produces, sent by the next batch. Over
  * MPI a send is finished, at the latest, when a pass needs a buffer after the
@@ -82,12 +80,12 @@ int lt_pipeline_messages_in(const LtAction *a, int n, int P, int V, int rank, in
     int live = 0, peak = 0, sent_last = 0; /* sent_last: sends of the latest batch */
     for (int i = 0; i < n;) {
         const LtAction *x = &a[i];
-        if (is_comm(x->kind)) {
+        if (lt_action_is_comm(x->kind)) {
             const int end = lt_schedule_comm_run(a, n, i);
             live -= sent_last; /* the batch before's sends: free from here on */
             sent_last = 0;
             for (; i < end; i++)
-                sent_last += a[i].kind == LT_ACT_SEND_ACT || a[i].kind == LT_ACT_SEND_GRAD;
+                sent_last += lt_action_is_send(a[i].kind);
             if (stream) live -= sent_last, sent_last = 0;
             continue;
         }

@@ -6,13 +6,13 @@
 #include "common.h"
 #include "schedule.h"
 
-static int is_comm(LtActKind k) { return k >= LT_ACT_SEND_ACT && k <= LT_ACT_RECV_GRAD; }
-static int is_send(LtActKind k) { return k == LT_ACT_SEND_ACT || k == LT_ACT_SEND_GRAD; }
+int lt_action_is_comm(LtActKind k) { return k >= LT_ACT_SEND_ACT && k <= LT_ACT_RECV_GRAD; }
+int lt_action_is_send(LtActKind k) { return k == LT_ACT_SEND_ACT || k == LT_ACT_SEND_GRAD; }
 static int is_grad(LtActKind k) { return k == LT_ACT_SEND_GRAD || k == LT_ACT_RECV_GRAD; }
 
 int lt_schedule_comm_run(const LtAction *acts, int n, int i) {
-    if (i >= n || !is_comm(acts[i].kind)) return i < n ? i + 1 : i;
-    while (i < n && is_comm(acts[i].kind)) i++;
+    if (i >= n || !lt_action_is_comm(acts[i].kind)) return i < n ? i + 1 : i;
+    while (i < n && lt_action_is_comm(acts[i].kind)) i++;
     return i;
 }
 
@@ -21,7 +21,7 @@ int lt_schedule_post_ahead(LtAction *acts, int n) {
     unsigned char *moved = lt_calloc((size_t)(n > 0 ? n : 1));
     int k = 0, moves = 0;
     for (int i = 0; i < n;) {
-        if (!is_comm(acts[i].kind)) {
+        if (!lt_action_is_comm(acts[i].kind)) {
             out[k++] = acts[i++];
             continue;
         }
@@ -31,11 +31,11 @@ int lt_schedule_post_ahead(LtAction *acts, int n) {
         /* the next run's receives join this one (a gradient's only once its forward
          * has run: the slot it lands in exists from then on) */
         int nx = end;
-        while (nx < n && !is_comm(acts[nx].kind)) nx++;
+        while (nx < n && !lt_action_is_comm(acts[nx].kind)) nx++;
         const int nend = lt_schedule_comm_run(acts, n, nx);
         for (int j = nx; j < nend && nx < n; j++) {
             const LtAction *a = &acts[j];
-            if (is_send(a->kind)) continue;
+            if (lt_action_is_send(a->kind)) continue;
             int ok = a->kind == LT_ACT_RECV_ACT;
             for (int f = 0; f < k && !ok; f++)
                 ok = out[f].kind == LT_ACT_FORWARD && out[f].chunk == a->chunk &&
@@ -55,7 +55,7 @@ int lt_schedule_post_ahead(LtAction *acts, int n) {
 /* Stage that sent the message a send or receive of rank r moves. */
 static int sender_stage(int pp, int r, const LtAction *a) {
     int st = a->chunk * pp + r;
-    if (is_send(a->kind)) return st;
+    if (lt_action_is_send(a->kind)) return st;
     return a->kind == LT_ACT_RECV_ACT ? st - 1 : st + 1;
 }
 
@@ -96,8 +96,8 @@ static int pair_in_order(Ordered *o) {
         for (int r = 0; r < pp; r++)
             for (int i = 0; i < o->n[r]; i++) {
                 const LtAction *a = &o->acts[r][i];
-                if (!is_comm(a->kind)) continue;
-                int side = !is_send(a->kind);
+                if (!lt_action_is_comm(a->kind)) continue;
+                int side = !lt_action_is_send(a->kind);
                 int src = side ? a->peer : r, dst = side ? r : a->peer;
                 size_t key = ((size_t)channel(o, a->kind) * pp + src) * pp + dst;
                 if (pass == 0) start[side][key + 1]++;
@@ -158,7 +158,7 @@ static int rendezvous(Ordered *o) {
                 int done = 1;
                 for (int i = pc[r]; i < end[r]; i++) {
                     const LtAction *a = &o->acts[r][i];
-                    if (!is_comm(a->kind) || met[o->off[r] + i]) continue;
+                    if (!lt_action_is_comm(a->kind) || met[o->off[r] + i]) continue;
                     int j = o->partner[o->off[r] + i] - o->off[a->peer];
                     if (pc[a->peer] <= j && j < end[a->peer])
                         met[o->off[r] + i] = met[o->off[a->peer] + j] = 1;
@@ -198,7 +198,7 @@ int lt_schedule_check_ordered(int pp, int vpp, LtAction *const *acts, const int 
     o.off[0] = 0;
     for (int r = 0; r < pp; r++) {
         for (int i = 0; i < n[r]; i++)
-            if (is_comm(acts[r][i].kind) && (acts[r][i].peer < 0 || acts[r][i].peer >= pp)) {
+            if (lt_action_is_comm(acts[r][i].kind) && (acts[r][i].peer < 0 || acts[r][i].peer >= pp)) {
                 char a[160];
                 describe(a, sizeof a, r, i, &acts[r][i]);
                 free(o.off);
