@@ -36,7 +36,7 @@ else ifneq ($(and $(wildcard $(DEPS)/lib),$(foreach p,$(PKGS),$(wildcard $(DEPS)
 endif
 
 CFLAGS  := $(OPT) -g -std=c11 -D_GNU_SOURCE -fopenmp -Wall -Wextra -Wno-unused-parameter \
-           -ffp-contract=fast -Wstrict-prototypes -Iinclude $(DEP_CFLAGS) -MMD -MP
+           -ffp-contract=fast -Wstrict-prototypes -Iinclude -Isrc $(DEP_CFLAGS) -MMD -MP
 LDFLAGS := -fopenmp
 LDLIBS  := $(DEP_LIBS) -lpthread -lm
 
@@ -108,7 +108,7 @@ ifeq ($(CUDA),1)
   CUDA_CCCL ?= $(patsubst %/nv/target,%,$(firstword $(foreach d,$(CUDA_INC_DIRS),$(wildcard $(d)/nv/target $(d)/cccl/nv/target))))
   CUDA_INC_DIRS += $(filter-out $(CUDA_INC_DIRS),$(CUDA_CCCL))
   CUDA_INC      := $(addprefix -isystem ,$(CUDA_INC_DIRS))
-  # NVTX3 (header-only; src/trace.c's ranges): in the toolkit's include/, or
+  # NVTX3 (header-only; src/observability/trace.c's ranges): in the toolkit's include/, or
   # a wheel's (nvidia-nvtx); without it the build has no NVTX ranges
   CUDA_NVTX := $(firstword $(foreach d,$(CUDA_INC_DIRS) $(wildcard $(addsuffix /*/include,$(CUDA_WHEELS))),$(wildcard $(d)/nvtx3/nvToolsExt.h)))
   CUDA_TARGETS  := $(addprefix sm_,$(CUDA_ARCH)) $(addprefix compute_,$(CUDA_PTX))
@@ -117,7 +117,7 @@ ifeq ($(CUDA),1)
                $(foreach a,$(CUDA_PTX),-gencode arch=compute_$(a),code=compute_$(a)) \
                -DLT_CUDA_TARGETS=$(subst $(lt_space),+,$(strip $(CUDA_TARGETS))) \
                -Xcompiler -fPIC,-Wall -MMD -MP
-  # -isystem: src/comm_nccl.c includes nccl.h (and through it cuda_runtime.h)
+  # -isystem: src/comm/comm_nccl.c includes nccl.h (and through it cuda_runtime.h)
   CFLAGS  += -DLT_HAVE_CUDA $(CUDA_INC) $(if $(CUDA_NVTX),-DLT_HAVE_NVTX $(addprefix -isystem ,$(filter-out $(CUDA_INC_DIRS),$(patsubst %/nvtx3/nvToolsExt.h,%,$(CUDA_NVTX)))))
   CUDA_OBJS := $(patsubst kernels/cuda/%.cu,$(BUILD)/obj/cuda/%.o,$(CUDA_SRCS))
   CUDA_RES  := $(CUDA_OBJS:.o=.res)
@@ -142,7 +142,9 @@ else
   $(info lattice: some of the libraries $(PKGS) are missing (pkg-config, no bundle in $(DEPS)); 'make deps' installs them)
 endif
 
-SRCS     := $(filter-out src/main.c,$(wildcard src/*.c)) $(wildcard kernels/cpu/*.c)
+# src/<concept>/*.c (one folder per concept; src/main.c is the command line)
+SRC_DIRS := $(sort $(dir $(wildcard src/*/*.c)))
+SRCS     := $(wildcard $(addsuffix *.c,$(SRC_DIRS))) $(wildcard kernels/cpu/*.c)
 OBJS     := $(patsubst %.c,$(BUILD)/obj/%.o,$(SRCS))
 LIB      := $(BUILD)/liblattice.a
 TEST_SRCS := $(wildcard tests/test_*.c)
@@ -282,12 +284,13 @@ FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS    := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
-FUZZ_SRCS    := src/common.c src/data_tokens.c src/json.c src/safetensors.c src/config.c src/config_suggest.c src/config_validate.c \
-                src/config_print.c src/checkpoint.c src/ckpt_shard.c src/schedule.c src/schedule_p2p.c src/params.c src/layer_split.c \
-                src/hf_map.c src/import.c src/export.c
+# every host source of src/*/ in an archive: each target links only the
+# objects its reader needs (the linker takes members by their symbols)
+FUZZ_SRCS    := $(wildcard $(addsuffix *.c,$(SRC_DIRS)))
 FUZZ_OBJS    := $(patsubst src/%.c,$(BUILD)/fuzz/obj/%.o,$(FUZZ_SRCS))
+FUZZ_LIB     := $(BUILD)/fuzz/liblattice_fuzz.a
 FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=address,undefined \
-                -fno-sanitize-recover=undefined -fno-omit-frame-pointer -Iinclude $(DEP_CFLAGS) -MMD -MP
+                -fno-sanitize-recover=undefined -fno-omit-frame-pointer -Iinclude -Isrc $(DEP_CFLAGS) -MMD -MP
 HAVE_FUZZ    := $(shell command -v $(FUZZ_CC) >/dev/null 2>&1 && echo 1)
 ifeq ($(HAVE_FUZZ),1)
 all: $(FUZZ_BINS)
@@ -295,9 +298,12 @@ endif
 $(BUILD)/fuzz/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(FUZZ_OBJS)
+$(FUZZ_LIB): $(FUZZ_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(FUZZ_LIB)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_OBJS) $(DEP_LIBS) -lpthread -lm -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB) $(DEP_LIBS) -lpthread -lm -o $@
 -include $(FUZZ_OBJS:.o=.d)
 .SECONDARY: $(FUZZ_OBJS) # kept: make would delete them as intermediates and rebuild them every time
 

@@ -1,7 +1,7 @@
 /* checkpoint.h - saving and loading training state; Hugging Face export.
  *
  * Layout: <dir>/step_<NNNNNNNN>/ holding
- *   state*.lt   : the state files (src/ckpt_shard.c): named fp32 pieces of
+ *   state*.lt   : the state files (src/checkpoint/ckpt_shard.c): named fp32 pieces of
  *                 the master weights "param/<name>" and Adam moments
  *                 "adam_m/<name>", "adam_v/<name>", each a rectangle of the
  *                 global tensor with CRCs per 1 MiB block; one file per

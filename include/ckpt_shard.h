@@ -2,10 +2,10 @@
  * pieces it owns, each piece a rectangle of a global tensor under the
  * tensor's global name; a reader at any layout reads the byte ranges of the
  * pieces that overlap what it needs. The file format is described at the top
- * of src/ckpt_shard.c and in the README ("The checkpoint format").
+ * of src/checkpoint/ckpt_shard.c and in the README ("The checkpoint format").
  *
- * Used by src/checkpoint.c (one writer with the whole state: lattice import,
- * tests), src/ckpt_save.c (every rank its shard) and the loaders. */
+ * Used by src/checkpoint/checkpoint.c (one writer with the whole state: lattice import,
+ * tests), src/checkpoint/ckpt_save.c (every rank its shard) and the loaders. */
 #ifndef LT_CKPT_SHARD_H
 #define LT_CKPT_SHARD_H
 

@@ -13,7 +13,7 @@
  *   - MPI, device buffers of a backend (device = 1): with the CPU backend
  *     (device memory is host memory) exactly the host path, unless a test
  *     asks for staging (LtCommOptions.stage). With the CUDA backend every
- *     operation is staged (src/comm_staged.c, on the backend's own entries)
+ *     operation is staged (src/comm/comm_staged.c, on the backend's own entries)
  *     through a page-locked host buffer owned by the group (host_alloc;
  *     sized on first use, grown when a larger operation comes):
  *     the start call downloads the input on the backend's current stream
@@ -23,7 +23,7 @@
  *     different groups in the same order; several ranks may share one GPU.
  *     send/recv copy into a host buffer of their own and stay nonblocking
  *     (recv uploads in finish).
- *   - NCCL, device buffers of the CUDA backend (src/comm_nccl.c, only in
+ *   - NCCL, device buffers of the CUDA backend (src/comm/comm_nccl.c, only in
  *     builds with CUDA): one NCCL communicator per group, bootstrapped with an
  *     ncclUniqueId broadcast over the group's MPI communicator. start enqueues
  *     on the backend's current stream and records one of the backend's
@@ -164,7 +164,7 @@ double lt_comm_work_seconds(const LtComm *c);
  *   - host MPI groups (the CPU backend): a worker thread runs them one at a
  *     time in start order, driving the nonblocking MPI operation until it
  *     completes, so the data moves while the calling thread computes
- *     (src/comm_async.c; needs MPI_THREAD_MULTIPLE). Collectives only.
+ *     (src/comm/comm_async.c; needs MPI_THREAD_MULTIPLE). Collectives only.
  *   - NCCL groups: a second NCCL communicator issuing on a stream of its own,
  *     after what the calling stream had issued; finish makes the then-current
  *     stream wait for the operation.

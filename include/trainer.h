@@ -25,7 +25,7 @@ int lt_cmd_logits(LtConfig *cfg, const LtWorld *w);
  * first+count-1 of each global batch). */
 LtLoaderConfig lt_train_loader_config(const LtConfig *cfg, int first, int count);
 /* `lattice batches`: write the token rows of the first train.steps global
- * batches to out_path (format in src/batches.c). Single process. */
+ * batches to out_path (format in src/data/batches.c). Single process. */
 int lt_cmd_batches(const LtConfig *cfg, const char *out_path);
 
 #ifdef __cplusplus

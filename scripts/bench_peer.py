@@ -21,14 +21,14 @@ k < warmup, then cosine to min_lr at decay_steps, then min_lr.
 Speed: bf16 autocast (train.precision: bf16; fp32 runs in plain fp32 with TF32
 off, as lattice's fp32 GEMMs), fused AdamW, torch.compile (--no-compile and
 --no-fused turn them off). Throughput figures use lattice's own FLOP count
-(src/model.c lt_model_flops_per_sample(d, causal=0), as src/trainer.c reports):
+(src/model/model.c lt_model_flops_per_sample(d, causal=0), as src/training/trainer.c reports):
     flops per sample = 3 * S * (L * (8 h^2 + 4 h F + 4 S h) + 2 h Vp)
 (forward: QKV 6h^2, projection 2h^2, MLP 4hF, attention scores and weighted sum
 4Sh per token and layer - counted for the full square, not the causal half -
 and the LM head 2hVp; backward = 2 x forward; no recompute), times G samples
 per step; TFLOP/s = that / median step time; MFU = TFLOP/s / peak, with the
 peak from --peak-tflops, else logging.peak_tflops, else lattice's table of
-dense datasheet peaks (src/metrics.c, e.g. H100 SXM bf16 989.4), else (CPU) a
+dense datasheet peaks (src/observability/metrics.c, e.g. H100 SXM bf16 989.4), else (CPU) a
 timed 512^3 fp32 GEMM. Median step time over the steps after warm-up (by
 default the same rule as lattice: skip 2 steps of more than 10, 1 of 4..10).
 Memory: torch.cuda.max_memory_allocated (all tensors the peer allocated, at
@@ -217,7 +217,7 @@ def resolve_config(doc, overrides):
 
 
 def lr_at(c, step):
-    """lt_lr_at (src/optim.c): LR of update `step` (0-based)."""
+    """lt_lr_at (src/optimizer/optim.c): LR of update `step` (0-based)."""
     o = c["optimizer"]
     lr, min_lr, warm, decay = o["lr"], o["min_lr"], o["warmup_steps"], o["decay_steps"]
     if warm > 0 and step < warm:
@@ -229,7 +229,7 @@ def lr_at(c, step):
 
 
 def flops_per_sample(c):
-    """lt_model_flops_per_sample(d, causal=0) of src/model.c."""
+    """lt_model_flops_per_sample(d, causal=0) of src/model/model.c."""
     m = c["model"]
     s, h, F, L, V = (m["seq_length"], m["hidden_size"], m["ffn_hidden_size"], m["num_layers"],
                      m["padded_vocab_size"])
@@ -238,7 +238,7 @@ def flops_per_sample(c):
 
 
 # Dense datasheet peaks (TFLOP/s: bf16, fp32), as lattice's table in
-# src/metrics.c (the test suite checks they agree). Longer patterns first.
+# src/observability/metrics.c (the test suite checks they agree). Longer patterns first.
 PEAKS = [("H100 PCIe", 756.0, 51.2), ("H100 NVL", 835.0, 60.0), ("H100", 989.4, 66.9),
          ("H200", 989.4, 66.9), ("H800", 989.4, 66.9), ("GH200", 989.4, 66.9),
          ("A100", 312.0, 19.5), ("A800", 312.0, 19.5), ("L40S", 362.05, 91.6),
@@ -254,7 +254,7 @@ def peak_from_table(name, precision):
 
 # ---- lattice batch dumps (`lattice batches`) ------------------------------------
 class Batches:
-    """A file written by `lattice batches` (layout in src/batches.c)."""
+    """A file written by `lattice batches` (layout in src/data/batches.c)."""
 
     def __init__(self, path):
         self.path = path

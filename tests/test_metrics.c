@@ -1,4 +1,4 @@
-/* test_metrics.c - the metrics file (src/metrics.c): every line is valid JSON
+/* test_metrics.c - the metrics file (src/observability/metrics.c): every line is valid JSON
  * even when a value is not finite (written as null), and a write error is
  * kept and reported instead of leaving a silently truncated file. */
 #include <string.h>

@@ -185,10 +185,10 @@ out=$(python3 - <<'PY' 2>&1
 import re, sys
 sys.path.insert(0, "scripts")
 import bench_peer as p
-src = open("src/metrics.c").read()
+src = open("src/observability/metrics.c").read()
 table = [(a, float(b), float(c)) for a, b, c in
          re.findall(r'\{"([^"]+)",\s*([0-9.]+),\s*([0-9.]+)\}', src)]
-assert table, "no peak table found in src/metrics.c"
+assert table, "no peak table found in src/observability/metrics.c"
 assert table == p.PEAKS, f"lattice {table} vs peer {p.PEAKS}"
 assert p.peak_from_table("NVIDIA H100 80GB HBM3", "bf16") == 989.4
 print(f"{len(table)} entries")

@@ -1,5 +1,5 @@
-/* fuzz_import.c - libFuzzer target for `lattice import` (src/import.c,
- * src/json.c, src/safetensors.c): a Hugging Face directory of config.json
+/* fuzz_import.c - libFuzzer target for `lattice import` (src/hf/import.c,
+ * src/base/json.c, src/hf/safetensors.c): a Hugging Face directory of config.json
  * and model.safetensors imported into a fresh checkpoint directory. Input:
  * two bytes little-endian L, then L bytes of config.json, then
  * model.safetensors. With LT_FUZZ_WRITE_SEED=DIR the binary instead exports

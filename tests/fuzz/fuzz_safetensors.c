@@ -1,5 +1,5 @@
 /* fuzz_safetensors.c - libFuzzer target for the safetensors reader
- * (src/safetensors.c): the input is the file; a few tensor names are looked
+ * (src/hf/safetensors.c): the input is the file; a few tensor names are looked
  * up (those of the seed corpus and absent ones). */
 #include "checkpoint.h"
 #include "fuzz_util.h"

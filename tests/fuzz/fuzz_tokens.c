@@ -1,4 +1,4 @@
-/* fuzz_tokens.c - libFuzzer target for the token-file readers (src/data_tokens.c):
+/* fuzz_tokens.c - libFuzzer target for the token-file readers (src/data/data_tokens.c):
  * lattice shards, llm.c .bin files and Megatron .idx/.bin pairs, opened and
  * then read completely (at most 1M tokens), as the loader would.
  *

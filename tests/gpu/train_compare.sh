@@ -119,7 +119,7 @@ if [ "$DEV" = cuda ] && run cuda-bf16-graph cuda bf16 train.cuda_graph=true; the
   else fail train_bf16_cuda_graph_identical "no capture reported in the log"; fi
 fi
 
-# the step's breakdown measured on the device (src/devclock.c): every step has
+# the step's breakdown measured on the device (src/observability/devclock.c): every step has
 # device time in its passes and optimizer, the parts add up to the step, and
 # with the graph the replayed steps' passes are timed too (timers in the graph)
 breakdown() { # name test-name

@@ -1,6 +1,6 @@
 /* step_checks.h - internal: what the training loop checks before a step's
  * update: injected faults for the tests (LT_INJECT_NONFINITE) and loss spikes
- * (train.loss_spike_zscore). src/step_checks.c; used by src/trainer.c. Not a
+ * (train.loss_spike_zscore). src/training/step_checks.c; used by src/training/trainer.c. Not a
  * public header. */
 #ifndef LT_STEP_CHECKS_H
 #define LT_STEP_CHECKS_H

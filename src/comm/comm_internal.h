@@ -1,11 +1,11 @@
-/* comm_internal.h - between the front end of comm.h (src/comm.c: groups,
+/* comm_internal.h - between the front end of comm.h (src/comm/comm.c: groups,
  * argument checks, one-rank shortcuts, requests) and the implementations it
  * dispatches to, one per file with the same static shape:
- *   src/comm_mpi.c     host buffers over nonblocking MPI (bf16 reduced in fp32)
- *   src/comm_staged.c  device buffers staged through the backend's host memory
+ *   src/comm/comm_mpi.c     host buffers over nonblocking MPI (bf16 reduced in fp32)
+ *   src/comm/comm_staged.c  device buffers staged through the backend's host memory
  *                      around the host path (built on backend entries only)
- *   src/comm_nccl.c    NCCL on the backend's current stream (builds with CUDA)
- *   src/comm_async.c   host buffers over MPI, run by a worker thread of the group
+ *   src/comm/comm_nccl.c    NCCL on the backend's current stream (builds with CUDA)
+ *   src/comm/comm_async.c   host buffers over MPI, run by a worker thread of the group
  *                      (the background companion of a host group)
  * Each group picks its table when it is created. Not a public header. */
 #ifndef LT_COMM_INTERNAL_H

@@ -1,8 +1,8 @@
 /* step_time.h - internal: the breakdown of a training step (metrics.h's
  * LtStepTimes) from the pipeline's pass times, the loop's phase times and the
  * groups' communication counters - or, where the backend has timers (a GPU),
- * from the device's clock (devclock.h). src/step_time.c; used by
- * src/trainer.c. Not a public header. */
+ * from the device's clock (devclock.h). src/training/step_time.c; used by
+ * src/training/trainer.c. Not a public header. */
 #ifndef LT_STEP_TIME_H
 #define LT_STEP_TIME_H
 

@@ -3,8 +3,8 @@
  * set-up from a validated config (layout checks first, as they are
  * collective; groups; the model and its parameters, fresh or resumed), the
  * start-up summary, checkpoint saves (synchronous or in the background) and
- * teardown. src/engine.c and src/ckpt_save.c; used by src/trainer.c (train,
- * eval) and src/sample.c (sample, logits). Not a public header. */
+ * teardown. src/training/engine.c and src/checkpoint/ckpt_save.c; used by src/training/trainer.c (train,
+ * eval) and src/training/sample.c (sample, logits). Not a public header. */
 #ifndef LT_ENGINE_H
 #define LT_ENGINE_H
 

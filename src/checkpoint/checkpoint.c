@@ -2,7 +2,7 @@
  *
  * A step directory <dir>/step_NNNNNNNN holds:
  *
- *   state*.lt   : the state files (format: src/ckpt_shard.c). A run of one
+ *   state*.lt   : the state files (format: src/checkpoint/ckpt_shard.c). A run of one
  *                 process writes state.lt; a parallel run one file per rank,
  *                 state-tpT-ppP-dpD.lt, each holding that rank's pieces;
  *   meta.json   : format version 3 (4 with an uneven pipeline split); step,

@@ -15,7 +15,7 @@
 #include "checkpoint.h"
 #include "ckpt_shard.h"
 #include "common.h"
-#include "engine.h"
+#include "training/engine.h"
 #include "trace.h"
 
 /* One rank's part of one checkpoint. */
