@@ -334,9 +334,16 @@ test-full:
 
 # DEMO_CONFIG=configs/llama-demo.yaml trains the Llama block instead
 DEMO_CONFIG ?= configs/demo.yaml
+# (builds the binary only - no tests, emulation or fuzz targets - with the
+# compiler's lines in $(BUILD)/build-demo.log and one summary line)
 demo:
 	@scripts/setup.sh
-	@$(MAKE) --no-print-directory -j$(NPROC) all
+	@mkdir -p $(BUILD)
+	@echo "lattice: building $(BUILD)/lattice (log: $(BUILD)/build-demo.log)"
+	@t0=$$(date +%s); \
+	  if $(MAKE) --no-print-directory -j$(NPROC) check-deps $(BUILD)/lattice > $(BUILD)/build-demo.log 2>&1; then \
+	    echo "lattice: built $(BUILD)/lattice in $$(( $$(date +%s) - t0 )) s ($$(grep -c -e '^$(CC) ' -e '^$(NVCC) ' $(BUILD)/build-demo.log) files compiled, $$(grep -c 'warning:' $(BUILD)/build-demo.log) warnings)"; \
+	  else tail -n 30 $(BUILD)/build-demo.log; echo "lattice: the build failed (whole log: $(BUILD)/build-demo.log)"; exit 1; fi
 	@LT_DEMO_CONFIG=$(DEMO_CONFIG) scripts/demo.sh $(BUILD)
 
 clean:

@@ -18,10 +18,13 @@ pass=0
 fail=0
 failed_names=()
 start=$(date +%s)
+echo "lattice tests: each name prints as it starts; the whole suite takes about 12 minutes on 2 cores"
 run_one() {
   local name=$1; shift
   local log="$logdir/$name.log"
   local t0=$(date +%s)
+  # the name first: a long test (the emulation runs minutes) shows what runs
+  printf '%-28s ' "$name"
   "$@" >"$log" 2>&1
   local rc=$?
   local p f
@@ -33,7 +36,7 @@ run_one() {
   fi
   pass=$((pass + p))
   fail=$((fail + f))
-  printf '%-28s %4d passed %4d failed  (%ds)\n' "$name" "$p" "$f" $(( $(date +%s) - t0 ))
+  printf '%4d passed %4d failed  (%ds)\n' "$p" "$f" $(( $(date +%s) - t0 ))
   if [ "$f" -gt 0 ]; then
     grep -E '^(FAIL|  check failed)' "$log" | sed 's/^/    /' | head -20
     failed_names+=("$name")
