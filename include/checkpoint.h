@@ -178,12 +178,6 @@ const LtStEntry *lt_st_find(const LtStFile *st, const char *name);
 int lt_st_read_f32(const LtStFile *st, const LtStEntry *e, float *dst, char *err, size_t errlen);
 void lt_st_close(LtStFile *st);
 
-/* Filesystem helpers shared by checkpoint.c, safetensors.c and export.c; each
- * returns 0, or -1 with a message naming the path in err. */
-int lt_mkdir_p(const char *path, char *err, size_t errlen);       /* mkdir -p (mode 0777 & ~umask) */
-int lt_file_commit(FILE *f, const char *path, char *err, size_t errlen); /* flush, fsync, fclose (always closes) */
-int lt_rename_durable(const char *from, const char *to, char *err, size_t errlen); /* rename, fsync to's directory */
-
 #ifdef __cplusplus
 }
 #endif

@@ -46,8 +46,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checkpoint.h"
 #include "common.h"
+#include "fileio.h"
 
 #define STATE_MAGIC "LTSTATE" /* 8 bytes with its NUL */
 #define STATE_VERSION 3u

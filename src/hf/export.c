@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fileio.h"
 #include "hf.h"
 
 /* The safetensors list of map[0, n): pointers into master, transposed

@@ -30,6 +30,7 @@
 #include "checkpoint.h"
 #include "common.h"
 #include "config.h"
+#include "fileio.h"
 #include "json.h"
 
 #define MAX_JSON_BYTES (64u << 20) /* config.json, the shard index */
@@ -469,11 +470,6 @@ out:
     return rc;
 }
 
-static int file_exists(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
 /* The safetensors of dir: model.safetensors if present (as transformers
  * prefers it), else the sharded index. */
 static int open_weights(Weights *w, const char *dir, char *err, size_t errlen) {
@@ -483,19 +479,19 @@ static int open_weights(Weights *w, const char *dir, char *err, size_t errlen) {
         snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir) >= (int)sizeof index ||
         snprintf(bin, sizeof bin, "%s/pytorch_model.bin", dir) >= (int)sizeof bin)
         return lt_errorf(err, errlen, "path too long: %s", dir);
-    if (file_exists(single)) {
+    if (lt_file_exists(single)) {
         snprintf(w->what, sizeof w->what, "%s", single);
         w->files = lt_calloc(sizeof *w->files);
         w->used = lt_calloc(sizeof *w->used);
         return add_file(w, single, err, errlen);
     }
-    if (file_exists(index)) {
+    if (lt_file_exists(index)) {
         snprintf(w->what, sizeof w->what, "%s", index);
         return open_sharded(w, dir, index, err, errlen);
     }
     return lt_errorf(err, errlen,
                      "%s has no model.safetensors or model.safetensors.index.json%s", dir,
-                     file_exists(bin) ? " (pytorch_model.bin is not read: save the model with "
+                     lt_file_exists(bin) ? " (pytorch_model.bin is not read: save the model with "
                                         "safe_serialization=True)" : "");
 }
 

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fileio.h"
 #include "json.h"
 
 #define MAX_HEADER (100u << 20) /* same bound the reference implementation uses */
