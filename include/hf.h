@@ -1,6 +1,6 @@
 /* hf.h - Hugging Face model directories: the tensor name and layout mapping
- * that `lattice export` (checkpoint.h: lt_export_hf) writes and `lattice
- * import` reads back.
+ * that `lattice export` (lt_export_hf) writes and `lattice
+ * import` reads back, and the two commands.
  *
  * GPT (GPT2LMHeadModel): transformer.wte.weight = wte rows [0, vocab),
  * transformer.wpe.weight, transformer.h.L.{ln_1, attn.c_attn, attn.c_proj,
@@ -42,6 +42,12 @@ typedef struct {
  * model: lt_params_build), in the order export writes them. *out is
  * malloc'd; returns the count, or -1 with err (a parameter missing from t). */
 int lt_hf_map(const LtParamTable *t, LtHfMap **out, char *err, size_t errlen);
+
+/* `lattice export`: write <out_dir>/model.safetensors (fp32, vocab sliced to
+ * the true size; HF GPT2LMHeadModel names with Conv1D weights transposed to
+ * (in, out) for model.arch=gpt, LlamaForCausalLM names for llama; lm_head.weight
+ * when untied: see hf.h) and <out_dir>/config.json. Returns 0 or -1 with err. */
+int lt_export_hf(const char *ckpt_path, const char *out_dir, char *err, size_t errlen);
 
 /* `lattice import HF_DIR OUT_DIR [section.key=value ...]`: read a
  * LlamaForCausalLM or GPT2LMHeadModel directory (config.json, and

@@ -20,7 +20,6 @@
 
 #include "attn_select.h"
 #include "backend.h"
-#include "checkpoint.h"
 #include "comm.h"
 #include "common.h"
 #include "config.h"

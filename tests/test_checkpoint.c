@@ -15,8 +15,10 @@
 #include "checkpoint.h"
 #include "common.h"
 #include "config.h"
+#include "hf.h"
 #include "json.h"
 #include "params.h"
+#include "safetensors.h"
 #include "test.h"
 
 /* ---- helpers -------------------------------------------------------------- */

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "hf.h"
 #include "params.h"
+#include "safetensors.h"
 #include "test.h"
 
 /* ---- helpers -------------------------------------------------------------- */

@@ -7,7 +7,7 @@
  * written from there; GPT-2's Conv1D weights are (in, out), the transpose of
  * our (out, in), and are copied transposed. The output is fp32; config.json
  * names the architecture and every setting the model's function depends on. */
-#include "checkpoint.h"
+#include "hf.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -19,8 +19,9 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "checkpoint.h"
 #include "fileio.h"
-#include "hf.h"
+#include "safetensors.h"
 
 /* The safetensors list of map[0, n): pointers into master, transposed
  * copies in owned[] (freed by the caller). */

@@ -32,6 +32,7 @@
 #include "config.h"
 #include "fileio.h"
 #include "json.h"
+#include "safetensors.h"
 
 #define MAX_JSON_BYTES (64u << 20) /* config.json, the shard index */
 

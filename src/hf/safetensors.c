@@ -7,7 +7,7 @@
  *   {"dtype":"F32","shape":[d0,...],"data_offsets":[begin,end]}
  * with offsets relative to the data section, plus "__metadata__" (a map of
  * strings). The writer emits tensors back to back in the order given. */
-#include "checkpoint.h"
+#include "safetensors.h"
 
 #include <errno.h>
 #include <inttypes.h>
