@@ -1,7 +1,7 @@
 /* checkpoint.h - saving and loading training state.
  *
  * Layout: <dir>/step_<NNNNNNNN>/ holding
- *   state*.lt   : the state files (src/checkpoint/ckpt_shard.c): named fp32 pieces of
+ *   state*.lt   : the state files (src/checkpoint/ckpt_state.c): named fp32 pieces of
  *                 the master weights "param/<name>" and Adam moments
  *                 "adam_m/<name>", "adam_v/<name>", each a rectangle of the
  *                 global tensor with CRCs per 1 MiB block; one file per
@@ -63,7 +63,7 @@ void lt_ckpt_state_name(const LtCkptLayout *l, int tp, int pp, int dp, char *out
 /* A parallel save: every rank calls lt_ckpt_begin for the path of the
  * temporary directory <dir>/.tmp-step_NNNNNNNN (in tmp), one of them with
  * create = 1, which makes it afresh (before the others write); then every rank writes its state
- * file there (lt_shard_write); once all have, one rank calls lt_ckpt_commit:
+ * file there (lt_state_write); once all have, one rank calls lt_ckpt_commit:
  * it checks every file the layout names, writes config.yaml and meta.json
  * (last), installs the directory as step_NNNNNNNN and points latest at it
  * (on failure the temporary directory is removed). lt_ckpt_abort removes the

@@ -2,7 +2,7 @@
  *
  * A step directory <dir>/step_NNNNNNNN holds:
  *
- *   state*.lt   : the state files (format: src/checkpoint/ckpt_shard.c). A run of one
+ *   state*.lt   : the state files (format: src/checkpoint/ckpt_state.c). A run of one
  *                 process writes state.lt; a parallel run one file per rank,
  *                 state-tpT-ppP-dpD.lt, each holding that rank's pieces;
  *   meta.json   : format version 3 (4 with an uneven pipeline split); step,
@@ -16,7 +16,7 @@
  *
  * Saving: the files are written into <dir>/.tmp-step_NNNNNNNN/ (by one
  * process, or by every rank in parallel: lt_ckpt_begin, then each rank
- * lt_shard_write, then lt_ckpt_commit on one rank), which is fsynced and
+ * lt_state_write, then lt_ckpt_commit on one rank), which is fsynced and
  * renamed to step_NNNNNNNN (swapping atomically with an existing one of that
  * step); then <dir>/latest is replaced through latest.tmp. `latest` always
  * names the step directory saved last. One run writes a checkpoint directory.
@@ -39,7 +39,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt_shard.h"
+#include "ckpt_state.h"
 #include "common.h"
 #include "fileio.h"
 #include "json.h"
@@ -88,7 +88,7 @@ static void __attribute__((format(printf, 2, 3))) text_add(Text *t, const char *
 }
 
 /* The state files of layout l with their sizes and header CRCs (read from
- * their headers, which lt_shard_open checks) into a JSON array. */
+ * their headers, which lt_state_open checks) into a JSON array. */
 static int list_files(Text *js, const char *tmp, const LtCkptLayout *l, char *err, size_t errlen) {
     text_add(js, "  \"files\": [");
     int first = 1;
@@ -100,7 +100,7 @@ static int list_files(Text *js, const char *tmp, const LtCkptLayout *l, char *er
                 if (join(path, tmp, name, err, errlen)) return -1;
                 uint64_t bytes;
                 uint32_t crc;
-                if (lt_shard_header(path, &bytes, &crc, err, errlen)) return -1;
+                if (lt_state_header(path, &bytes, &crc, err, errlen)) return -1;
                 text_add(js, "%s\n    {\"name\": \"%s\", \"tp\": %d, \"pp\": %d, \"dp\": %d, "
                              "\"bytes\": %lld, \"crc32\": %u}",
                          first ? "" : ",", name, tp, pp, dp, (long long)bytes, (unsigned)crc);
@@ -490,12 +490,12 @@ static void shape_str(char *out, size_t n, const int64_t s[2], int ndim) {
 
 /* The opened state files of a step directory. */
 typedef struct {
-    LtShardFile **f;
+    LtStateFile **f;
     int n;
-} ShardSet;
+} StateFiles;
 
-static void shards_close(ShardSet *s) {
-    for (int i = 0; i < s->n; i++) lt_shard_close(s->f[i]);
+static void state_files_close(StateFiles *s) {
+    for (int i = 0; i < s->n; i++) lt_state_close(s->f[i]);
     free(s->f);
 }
 
@@ -518,7 +518,7 @@ static void pp_needed(const MetaInfo *mi, const LtParamTable *t, unsigned char *
     }
 }
 
-static int shards_open(const char *stepdir, const MetaInfo *mi, const LtParamTable *t, ShardSet *s,
+static int state_files_open(const char *stepdir, const MetaInfo *mi, const LtParamTable *t, StateFiles *s,
                        char *err, size_t errlen) {
     s->f = lt_calloc(sizeof *s->f * (size_t)mi->nfiles);
     s->n = 0;
@@ -534,32 +534,32 @@ static int shards_open(const char *stepdir, const MetaInfo *mi, const LtParamTab
             rc = -1;
         } else if (mf->pp >= mi->layout.pp || !need[mf->pp]) {
             /* not read, but there and as listed: a checkpoint is loaded whole or not at all */
-            if (lt_shard_header(path, &bytes, &crc, err, errlen)) rc = -1;
+            if (lt_state_header(path, &bytes, &crc, err, errlen)) rc = -1;
             else if (bytes != mf->bytes || crc != mf->crc)
                 rc = lt_errorf(err, errlen, "%s is %llu bytes with header CRC %u, meta.json says "
                                "%llu and %u (truncated or replaced)", path, (unsigned long long)bytes,
                                (unsigned)crc, (unsigned long long)mf->bytes, (unsigned)mf->crc);
-        } else if (!(s->f[s->n] = lt_shard_open(path, mf->bytes, mf->crc, err, errlen))) {
+        } else if (!(s->f[s->n] = lt_state_open(path, mf->bytes, mf->crc, err, errlen))) {
             rc = -1;
         } else {
             s->n++;
         }
     }
     free(need);
-    if (rc) shards_close(s);
+    if (rc) state_files_close(s);
     return rc;
 }
 
 /* Load kind k of parameter p, local elements [a, b), into dst (dst[0] is
  * element a). */
-static int load_param(const char *stepdir, const ShardSet *s, const LtParamTable *t, const LtParam *p,
+static int load_param(const char *stepdir, const StateFiles *s, const LtParamTable *t, const LtParam *p,
                       int k, size_t a, size_t b, float *dst, unsigned char *buf, size_t buf_bytes,
                       char *err, size_t errlen) {
     char name[160];
     snprintf(name, sizeof name, "%s/%s", lt_ckpt_kind_name[k], p->name);
     int64_t cs[2] = {0, 0}, ms[2] = {p->gshape[0], p->ndim == 2 ? p->gshape[1] : 1};
     int found = 0;
-    for (int i = 0; i < s->n && !found; i++) found = lt_shard_shape(s->f[i], name, cs) == 0;
+    for (int i = 0; i < s->n && !found; i++) found = lt_state_shape(s->f[i], name, cs) == 0;
     if (!found) {
         if (k == 0) return lt_errorf(err, errlen, "checkpoint %s has no tensor '%s'", stepdir, p->name);
         return lt_errorf(err, errlen, "checkpoint %s has no optimizer state tensor '%s'", stepdir, name);
@@ -584,7 +584,7 @@ static int load_param(const char *stepdir, const ShardSet *s, const LtParamTable
         if (want.nr == 0) continue; /* padding rows only */
         uint64_t covered = 0;
         for (int i = 0; i < s->n; i++)
-            if (lt_shard_read(s->f[i], name, &want, d, buf, buf_bytes, &covered, err, errlen)) return -1;
+            if (lt_state_read(s->f[i], name, &want, d, buf, buf_bytes, &covered, err, errlen)) return -1;
         const uint64_t need = (uint64_t)(want.nr * want.nc);
         if (covered != need)
             return lt_errorf(err, errlen,
@@ -618,8 +618,8 @@ int lt_ckpt_load_local(const char *stepdir, const LtParamTable *t, float *master
         meta_info_free(&mi);
         return -1;
     }
-    ShardSet s;
-    if (shards_open(stepdir, &mi, t, &s, err, errlen)) {
+    StateFiles s;
+    if (state_files_open(stepdir, &mi, t, &s, err, errlen)) {
         meta_info_free(&mi);
         return -1;
     }
@@ -643,7 +643,7 @@ int lt_ckpt_load_local(const char *stepdir, const LtParamTable *t, float *master
         }
     }
     lt_ckpt_mem_free(buf, buf_bytes);
-    shards_close(&s);
+    state_files_close(&s);
     if (rc == 0 && meta) *meta = mi.m;
     meta_info_free(&mi);
     return rc;
@@ -844,11 +844,11 @@ int lt_ckpt_save(const char *dir, const LtParamTable *t, const LtCkptState *s,
     if (lt_ckpt_begin(dir, meta->step, 1, tmp, sizeof tmp, err, errlen)) return -1;
     lt_ckpt_state_name(&one, 0, 0, 0, name, sizeof name);
     const int moments = s->m && s->v;
-    LtShardSrc src = {t, 0, t->total, 1, {s->master, moments ? s->m : NULL, moments ? s->v : NULL}};
+    LtStateSrc src = {t, 0, t->total, 1, {s->master, moments ? s->m : NULL, moments ? s->v : NULL}};
     uint64_t bytes;
     uint32_t crc;
     if (join(path, tmp, name, err, errlen) ||
-        lt_shard_write(path, &src, (size_t)cfg->checkpoint.io_buffer_mib << 20, &bytes, &crc, err,
+        lt_state_write(path, &src, (size_t)cfg->checkpoint.io_buffer_mib << 20, &bytes, &crc, err,
                        errlen)) {
         lt_ckpt_abort(tmp);
         return -1;

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
-#include "ckpt_shard.h"
+#include "ckpt_state.h"
 #include "common.h"
 #include "metrics.h"
 #include "plan.h"

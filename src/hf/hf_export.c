@@ -1,4 +1,4 @@
-/* export.c - `lattice export`: a checkpoint as a Hugging Face model
+/* hf_export.c - `lattice export`: a checkpoint as a Hugging Face model
  * directory, GPT2LMHeadModel for model.arch=gpt and LlamaForCausalLM for
  * model.arch=llama; the tensor names and layouts are hf.h's table.
  *
@@ -143,7 +143,7 @@ static int write_config_json(const char *path, const LtConfig *c, char *err, siz
     return 0;
 }
 
-int lt_export_hf(const char *ckpt_path, const char *out_dir, char *err, size_t errlen) {
+int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t errlen) {
     char stepdir[PATH_MAX], emsg[512];
     LtConfig *cfg = lt_malloc(sizeof *cfg);
     if (lt_ckpt_resolve(ckpt_path, stepdir, sizeof stepdir, err, errlen) ||

@@ -1,4 +1,4 @@
-/* import.c - `lattice import`: a Hugging Face LlamaForCausalLM or
+/* hf_import.c - `lattice import`: a Hugging Face LlamaForCausalLM or
  * GPT2LMHeadModel directory as a weights-only lattice checkpoint (hf.h).
  *
  * Order of work, so that nothing is allocated from a size that has not been
@@ -634,12 +634,12 @@ static int check_out_dir(const char *out, char *err, size_t errlen) {
     return rc;
 }
 
-int lt_import_hf(const char *hf_dir, const char *out_dir, int nover, char **overrides, char *err,
+int lt_hf_import(const char *hf_dir, const char *out_dir, int nover, char **overrides, char *err,
                  size_t errlen) {
-    return lt_import_hf_at(hf_dir, out_dir, 0, nover, overrides, err, errlen);
+    return lt_hf_import_at(hf_dir, out_dir, 0, nover, overrides, err, errlen);
 }
 
-int lt_import_hf_at(const char *hf_dir, const char *out_dir, long step, int nover, char **overrides,
+int lt_hf_import_at(const char *hf_dir, const char *out_dir, long step, int nover, char **overrides,
                     char *err, size_t errlen) {
     if (step < 0) return lt_errorf(err, errlen, "--step %ld: must be >= 0", step);
     LtConfig *cfg = lt_calloc(sizeof *cfg);
