@@ -12,7 +12,7 @@
 #include "common.h"
 #include "metrics.h"
 #include "plan.h"
-#include "trace.h"
+#include "trace_gather.h"
 
 /* ---- set-up ---------------------------------------------------------------- */
 
