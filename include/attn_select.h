@@ -28,14 +28,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attn_impl.h"
 #include "backend.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* model.attention; the values are the config enum's (auto, cudnn, lattice). */
-typedef enum { LT_ATTN_AUTO = 0, LT_ATTN_CUDNN = 1, LT_ATTN_LATTICE = 2 } LtAttnImpl;
 
 /* The oldest cuDNN the fused path is built for: the 9.x graph API. */
 #define LT_CUDNN_MIN_VERSION 90000L

@@ -1,7 +1,7 @@
-/* checkpoint.h - saving and loading training state; Hugging Face export.
+/* checkpoint.h - saving and loading training state.
  *
  * Layout: <dir>/step_<NNNNNNNN>/ holding
- *   state*.lt   : the state files (src/checkpoint/ckpt_shard.c): named fp32 pieces of
+ *   state*.lt   : the state files (src/checkpoint/ckpt_state.c): named fp32 pieces of
  *                 the master weights "param/<name>" and Adam moments
  *                 "adam_m/<name>", "adam_v/<name>", each a rectangle of the
  *                 global tensor with CRCs per 1 MiB block; one file per
@@ -17,7 +17,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 #include "config.h"
 #include "params.h"
@@ -64,7 +63,7 @@ void lt_ckpt_state_name(const LtCkptLayout *l, int tp, int pp, int dp, char *out
 /* A parallel save: every rank calls lt_ckpt_begin for the path of the
  * temporary directory <dir>/.tmp-step_NNNNNNNN (in tmp), one of them with
  * create = 1, which makes it afresh (before the others write); then every rank writes its state
- * file there (lt_shard_write); once all have, one rank calls lt_ckpt_commit:
+ * file there (lt_state_write); once all have, one rank calls lt_ckpt_commit:
  * it checks every file the layout names, writes config.yaml and meta.json
  * (last), installs the directory as step_NNNNNNNN and points latest at it
  * (on failure the temporary directory is removed). lt_ckpt_abort removes the
@@ -117,72 +116,6 @@ int lt_ckpt_load_config(const char *stepdir, LtConfig *cfg, char *err, size_t er
  * verified. Returns 0 or -1 with a message naming the file and tensor. */
 int lt_ckpt_load(const char *stepdir, const LtParamTable *t, LtCkptState *s, LtCkptMeta *meta,
                  char *err, size_t errlen);
-
-/* `lattice export`: write <out_dir>/model.safetensors (fp32, vocab sliced to
- * the true size; HF GPT2LMHeadModel names with Conv1D weights transposed to
- * (in, out) for model.arch=gpt, LlamaForCausalLM names for llama; lm_head.weight
- * when untied: see hf.h) and <out_dir>/config.json. Returns 0 or -1 with err. */
-int lt_export_hf(const char *ckpt_path, const char *out_dir, char *err, size_t errlen);
-
-/* One fp32 tensor for lt_safetensors_write: `data` holds prod(shape) values,
- * row-major; ndim 0..4 (0 = scalar). */
-typedef struct {
-    const char *name;
-    int ndim;
-    int64_t shape[4];
-    const float *data;
-} LtStTensor;
-
-/* Write tensors[0..n) (dtype F32, in that order) to `file` in the safetensors
- * format with __metadata__ {"format":"pt"}. Written to a temporary file in the
- * same directory, fsynced and renamed over `file`. Returns 0 or -1 with err. */
-int lt_safetensors_write(const char *file, const LtStTensor *tensors, int n, char *err,
-                         size_t errlen);
-
-/* Read tensor `name` of a safetensors file (F32, or BF16/F16 converted
- * exactly to fp32; at most 4-D) into a newly malloc'd array; shape to
- * shape[0..*ndim). NULL on error. */
-float *lt_safetensors_read(const char *file, const char *name, int *ndim, int64_t shape[4],
-                           char *err, size_t errlen);
-
-/* A safetensors file's header, read and checked without reading any data:
- * every entry has a known dtype, at most LT_ST_MAX_DIMS dims, and a byte
- * range inside the data section that its dtype and shape fill exactly; the
- * ranges end where the file ends. Entries are sorted by name (unique). */
-#define LT_ST_MAX_DIMS 8
-typedef struct {
-    char *name;
-    char dtype[16];      /* "F32", "BF16", "F16", ... as written */
-    int ndim;
-    int64_t shape[LT_ST_MAX_DIMS];
-    uint64_t numel;
-    uint64_t begin, end; /* byte range, relative to the data section */
-} LtStEntry;
-
-typedef struct {
-    char path[4096];
-    uint64_t data_start; /* file offset of the data section: 8 + header length */
-    uint64_t file_size;
-    LtStEntry *e;
-    int n;
-} LtStFile;
-
-/* Open `file` and parse its header into st. 0, or -1 with err naming the
- * file (st is then empty; lt_st_close is still safe). */
-int lt_st_open(LtStFile *st, const char *file, char *err, size_t errlen);
-/* The entry named `name`, or NULL. */
-const LtStEntry *lt_st_find(const LtStFile *st, const char *name);
-/* Read entry e (F32, BF16 or F16) as fp32 into dst[0, e->numel), in chunks of
- * at most 1 MiB (no copy of the whole tensor besides dst). The file is
- * opened for this call only. 0, or -1 with err naming the file and tensor. */
-int lt_st_read_f32(const LtStFile *st, const LtStEntry *e, float *dst, char *err, size_t errlen);
-void lt_st_close(LtStFile *st);
-
-/* Filesystem helpers shared by checkpoint.c, safetensors.c and export.c; each
- * returns 0, or -1 with a message naming the path in err. */
-int lt_mkdir_p(const char *path, char *err, size_t errlen);       /* mkdir -p (mode 0777 & ~umask) */
-int lt_file_commit(FILE *f, const char *path, char *err, size_t errlen); /* flush, fsync, fclose (always closes) */
-int lt_rename_durable(const char *from, const char *to, char *err, size_t errlen); /* rename, fsync to's directory */
 
 #ifdef __cplusplus
 }

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "attn_select.h" /* LtAttnImpl (model.attention) */
+#include "attn_impl.h"   /* LtAttnImpl (model.attention) */
 #include "layer_split.h" /* LtLayerSplit (parallel.*_pipeline_*) */
 
 #ifdef __cplusplus

@@ -1,6 +1,6 @@
 /* hf.h - Hugging Face model directories: the tensor name and layout mapping
- * that `lattice export` (checkpoint.h: lt_export_hf) writes and `lattice
- * import` reads back.
+ * that `lattice export` (lt_hf_export) writes and `lattice
+ * import` reads back, and the two commands.
  *
  * GPT (GPT2LMHeadModel): transformer.wte.weight = wte rows [0, vocab),
  * transformer.wpe.weight, transformer.h.L.{ln_1, attn.c_attn, attn.c_proj,
@@ -43,6 +43,12 @@ typedef struct {
  * malloc'd; returns the count, or -1 with err (a parameter missing from t). */
 int lt_hf_map(const LtParamTable *t, LtHfMap **out, char *err, size_t errlen);
 
+/* `lattice export`: write <out_dir>/model.safetensors (fp32, vocab sliced to
+ * the true size; HF GPT2LMHeadModel names with Conv1D weights transposed to
+ * (in, out) for model.arch=gpt, LlamaForCausalLM names for llama; lm_head.weight
+ * when untied: see hf.h) and <out_dir>/config.json. Returns 0 or -1 with err. */
+int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t errlen);
+
 /* `lattice import HF_DIR OUT_DIR [section.key=value ...]`: read a
  * LlamaForCausalLM or GPT2LMHeadModel directory (config.json, and
  * model.safetensors or model.safetensors.index.json with its shards; F32, BF16
@@ -51,13 +57,13 @@ int lt_hf_map(const LtParamTable *t, LtHfMap **out, char *err, size_t errlen);
  * overrides. Returns 0, or -1 with a message naming the file and the key or
  * tensor. Memory: the fp32 output plus one tensor at a time (a chunk of it
  * when no transpose is needed). */
-int lt_import_hf(const char *hf_dir, const char *out_dir, int nover, char **overrides, char *err,
+int lt_hf_import(const char *hf_dir, const char *out_dir, int nover, char **overrides, char *err,
                  size_t errlen);
 /* The same, with the checkpoint's step set to `step` (`lattice import --step N`):
  * a start checkpoint that continues a run at step N - the learning-rate
  * schedule and the data order resume there, and MLPerf's init_checkpoint_step
  * is N - while Adam still starts from zero moments. */
-int lt_import_hf_at(const char *hf_dir, const char *out_dir, long step, int nover, char **overrides,
+int lt_hf_import_at(const char *hf_dir, const char *out_dir, long step, int nover, char **overrides,
                     char *err, size_t errlen);
 
 #ifdef __cplusplus

@@ -15,7 +15,7 @@
  * whole life, so no row ever holds overlapping spans.
  *
  * Time: microseconds from an origin every rank takes on its own monotonic
- * clock right after a barrier (lt_trace_open), so the ranks' rows line up to
+ * clock right after a barrier (lt_trace_open: trace_gather.h), so the ranks' rows line up to
  * within the barrier's exit skew (microseconds on one node or a fast
  * network); nodes' clocks are not corrected for drift (it matters only over
  * hours).
@@ -39,22 +39,29 @@ extern "C" {
 #define LT_TRACE_MAX_EVENTS 200000 /* per rank */
 
 enum { LT_TRACE_RECORD = 1, LT_TRACE_NVTX = 2 };
-extern int lt_trace_mode; /* LT_TRACE_* bits; set by lt_trace_open, cleared by lt_trace_finish */
+extern int lt_trace_mode; /* LT_TRACE_* bits; set by lt_trace_start, cleared by lt_trace_stop */
 static inline int lt_trace_on(void) { return __atomic_load_n(&lt_trace_mode, __ATOMIC_RELAXED); }
 
-/* Collective over the world when path is set (a barrier fixes the origin):
- * record into memory from now on, written to path by lt_trace_finish.
- * process_name names this rank's row. path "" records nothing (NVTX may
- * still be on). Rank 0 checks at once that path can be created (exits with
- * code 2 naming logging.trace). */
-void lt_trace_open(const char *path, int rank, int world, const char *process_name);
-/* Collective over the world: stop recording, gather every rank's events to
- * rank 0, which writes the file atomically (path.tmp, then renamed). 0, or
- * -1 with the reason in err (rank 0: the file could not be written). A no-op
- * returning 0 when nothing is recorded or it was written already. A process
- * that exits without reaching it (an error) writes its own events to
- * path.rankR instead, from an exit handler. */
-int lt_trace_finish(char *err, size_t errlen);
+/* How the recorder reaches the other ranks (trace_gather.c supplies the
+ * world's communicator; the recorder itself depends on no module above base).
+ * Called only for a recording with a path: open once at the start (a barrier
+ * over the world; the origin is taken right after it), then at the stop
+ * either send (rank > 0: this rank's text and dropped count to rank 0) or
+ * recv for each other rank in turn (rank 0: rank r's text, malloc'd, n bytes;
+ * *dropped += its dropped count), then close. */
+typedef struct {
+    void *ctx;
+    void (*open)(void *ctx);
+    void (*send)(void *ctx, const char *text, size_t n, double dropped);
+    char *(*recv)(void *ctx, int rank, size_t *n, double *dropped);
+    void (*close)(void *ctx);
+} LtTraceWorld;
+
+/* lt_trace_open and lt_trace_finish (trace_gather.h) over the ranks that
+ * `world` reaches: the recorder's whole behaviour, described there. */
+void lt_trace_start(const char *path, int rank, int world, const char *process_name,
+                    const LtTraceWorld *ops);
+int lt_trace_stop(char *err, size_t errlen);
 /* Name the calling thread's row (a string that outlives the run). */
 void lt_trace_thread(const char *name);
 
@@ -81,7 +88,7 @@ typedef struct {
     int64_t t0;    /* ns from the origin */
     uint64_t nvtx; /* NVTX range id, 0: none */
 } LtTraceOp;
-/* ns from the origin (lt_trace_open). */
+/* ns from the origin (lt_trace_start). */
 int64_t lt_trace_now(void);
 /* op begins at t0 (lt_trace_now() taken before the work). */
 void lt_trace_op_begin(LtTraceOp *op, const char *group, const char *name, int64_t t0);

@@ -20,7 +20,6 @@
 
 #include "attn_select.h"
 #include "backend.h"
-#include "checkpoint.h"
 #include "comm.h"
 #include "common.h"
 #include "config.h"
@@ -107,7 +106,7 @@ int main(int argc, char **argv) {
             return LT_EXIT_INPUT;
         }
         char err[2048];
-        if (lt_export_hf(argv[2], argv[3], err, sizeof err)) lt_input_error("export: %s", err);
+        if (lt_hf_export(argv[2], argv[3], err, sizeof err)) lt_input_error("export: %s", err);
         printf("exported %s to %s (model.safetensors, config.json)\n", argv[2], argv[3]);
         return 0;
     }
@@ -133,7 +132,7 @@ int main(int argc, char **argv) {
                 lt_input_error("import: --step needs an integer >= 0");
             i++;
         }
-        if (lt_import_hf_at(argv[2], argv[3], step, nover, over, err, sizeof err))
+        if (lt_hf_import_at(argv[2], argv[3], step, nover, over, err, sizeof err))
             lt_input_error("import: %s", err);
         printf("imported %s to %s (weights only, step %ld)\n", argv[2], argv[3], step);
         return 0;

@@ -15,8 +15,10 @@
 #include "checkpoint.h"
 #include "common.h"
 #include "config.h"
+#include "hf.h"
 #include "json.h"
 #include "params.h"
+#include "safetensors.h"
 #include "test.h"
 
 /* ---- helpers -------------------------------------------------------------- */
@@ -616,7 +618,7 @@ static void test_export_hf(void) {
     fixture_init(&f, 2, 128, 1, 22);
     REQUIRE(saved(dir, &f, stepdir, err) == 0, "save: %s", err);
     snprintf(out, sizeof out, "%s/hf/model", dir);
-    REQUIRE(lt_export_hf(dir, out, err, sizeof err) == 0, "export: %s", err);
+    REQUIRE(lt_hf_export(dir, out, err, sizeof err) == 0, "export: %s", err);
     snprintf(file, sizeof file, "%s/model.safetensors", out);
 
     const int64_t C = 8, F = 32, V = 50, P = 16;
@@ -680,7 +682,7 @@ static void test_export_hf(void) {
     CHECK(count_prefix(out, ".*tmp") == 0, "temporary files left in %s", out);
 
     /* Exporting something that is not a checkpoint fails cleanly. */
-    CHECK(lt_export_hf(out, out, err, sizeof err) != 0 && strstr(err, "not a checkpoint"), "err: %s", err);
+    CHECK(lt_hf_export(out, out, err, sizeof err) != 0 && strstr(err, "not a checkpoint"), "err: %s", err);
     fixture_free(&f);
     test_rm_rf(dir);
     free(dir);
@@ -695,7 +697,7 @@ static void test_export_tensor_parallel_config(void) {
     fixture_init(&f, 2, 256, 0, 23);
     f.cfg.parallel.tensor_model_parallel_size = 2;
     REQUIRE(saved(dir, &f, stepdir, err) == 0, "save: %s", err);
-    CHECK(lt_export_hf(stepdir, dir, err, sizeof err) == 0, "export: %s", err);
+    CHECK(lt_hf_export(stepdir, dir, err, sizeof err) == 0, "export: %s", err);
     snprintf(file, sizeof file, "%s/model.safetensors", dir);
     float *wte = st_get(file, "transformer.wte.weight", 2, 50, 8);
     const LtParam *p = lt_params_find(&f.t, "wte");

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "hf.h"
 #include "params.h"
+#include "safetensors.h"
 #include "test.h"
 
 /* ---- helpers -------------------------------------------------------------- */
@@ -166,7 +167,7 @@ static int exported(Model *m, const char *dir, uint64_t seed, char *err) {
     snprintf(src, sizeof src, "%s/ck", dir);
     snprintf(hf, sizeof hf, "%s/hf", dir);
     if (model_save(m, src, seed, err)) return -1;
-    return lt_export_hf(src, hf, err, 512);
+    return lt_hf_export(src, hf, err, 512);
 }
 
 /* An exported tiny Llama (untied, GQA): exported() of llama_config. */
@@ -199,9 +200,9 @@ static void roundtrip(Model *m) {
     snprintf(ck2, sizeof ck2, "%s/ck2", dir);
     snprintf(hf2, sizeof hf2, "%s/hf2", dir);
     REQUIRE(model_save(m, src, 77, err) == 0, "save: %s", err);
-    REQUIRE(lt_export_hf(src, hf1, err, sizeof err) == 0, "export: %s", err);
-    REQUIRE(lt_import_hf(hf1, ck2, 0, NULL, err, sizeof err) == 0, "import: %s", err);
-    REQUIRE(lt_export_hf(ck2, hf2, err, sizeof err) == 0, "export again: %s", err);
+    REQUIRE(lt_hf_export(src, hf1, err, sizeof err) == 0, "export: %s", err);
+    REQUIRE(lt_hf_import(hf1, ck2, 0, NULL, err, sizeof err) == 0, "import: %s", err);
+    REQUIRE(lt_hf_export(ck2, hf2, err, sizeof err) == 0, "export again: %s", err);
     snprintf(a, sizeof a, "%s/model.safetensors", hf1);
     snprintf(b, sizeof b, "%s/model.safetensors", hf2);
     CHECK(same_file(a, b), "model.safetensors differs after export -> import -> export");
@@ -441,7 +442,7 @@ static void test_import_half_dtypes(void) {
     for (int t = 0; t < 2; t++) {
         REQUIRE(rewrite(orig, file, dtypes[t], NULL, NULL, NULL, NULL, 0) == 0, "rewrite");
         snprintf(out, sizeof out, "%s/ck_%s", dir, dtypes[t]);
-        CHECK(lt_import_hf(hf, out, 0, NULL, err, sizeof err) == 0, "import %s: %s", dtypes[t], err);
+        CHECK(lt_hf_import(hf, out, 0, NULL, err, sizeof err) == 0, "import %s: %s", dtypes[t], err);
         float *got = load_master(out, &m.t, err);
         REQUIRE(got, "load: %s", err);
         int bad = 0;
@@ -503,7 +504,7 @@ static void test_import_sharded(void) {
     write_sharded(hf, orig, ix);
     free(ix);
     snprintf(out, sizeof out, "%s/ck_sharded", dir);
-    CHECK(lt_import_hf(hf, out, 0, NULL, err, sizeof err) == 0, "sharded import: %s", err);
+    CHECK(lt_hf_import(hf, out, 0, NULL, err, sizeof err) == 0, "sharded import: %s", err);
     float *got = load_master(out, &m.t, err);
     int bad = !got;
     for (size_t i = 0; got && i < m.t.total && !bad; i++) bad = got[i] != from_half("BF16", m.master[i]);
@@ -515,7 +516,7 @@ static void test_import_sharded(void) {
     spit(file, ix, strlen(ix));
     free(ix);
     snprintf(out, sizeof out, "%s/ck_bad1", dir);
-    CHECK(lt_import_hf(hf, out, 0, NULL, err, sizeof err) != 0 &&
+    CHECK(lt_hf_import(hf, out, 0, NULL, err, sizeof err) != 0 &&
               strstr(err, "model.layers.1.mlp.up_proj.weight") && strstr(err, "which does not hold it"),
           "err: %s", err);
     /* an index naming a shard that is not there, or a path outside the directory */
@@ -527,7 +528,7 @@ static void test_import_sharded(void) {
     for (int i = 0; i < 4; i++) {
         spit(file, bad_ix[i], strlen(bad_ix[i]));
         snprintf(out, sizeof out, "%s/ck_bad_ix%d", dir, i);
-        CHECK(lt_import_hf(hf, out, 0, NULL, err, sizeof err) != 0 && strstr(err, want[i]),
+        CHECK(lt_hf_import(hf, out, 0, NULL, err, sizeof err) != 0 && strstr(err, want[i]),
               "index %d: err: %s", i, err);
     }
     model_free(&m);
@@ -567,7 +568,7 @@ static void edit_text(const char *path, const char *from, const char *to) {
 /* Import must fail with a message holding `want`, writing nothing. */
 static int refused(const char *hf, const char *out, const char *want, int nover, char **over) {
     char err[2048] = "";
-    const int rc = lt_import_hf(hf, out, nover, over, err, sizeof err);
+    const int rc = lt_hf_import(hf, out, nover, over, err, sizeof err);
     char latest[4400];
     snprintf(latest, sizeof latest, "%s/latest", out);
     if (rc == 0 || !strstr(err, want) || exists(latest)) {
@@ -711,7 +712,7 @@ static void test_import_refusals(void) {
     spit(junk, "x", 1);
     CHECK(refused(hf, out, "is not empty", 0, NULL), "non-empty out");
     remove(junk);
-    CHECK(lt_import_hf(hf, out, 0, NULL, err, sizeof err) == 0, "the same import into an empty dir: %s", err);
+    CHECK(lt_hf_import(hf, out, 0, NULL, err, sizeof err) == 0, "the same import into an empty dir: %s", err);
     free(cfg_text);
     model_free(&m);
     test_rm_rf(dir);
@@ -742,7 +743,7 @@ static void test_import_gpt2_variants(void) {
     /* unprefixed names and a mask buffer: accepted, the same weights */
     rewrite(orig, model, "F32", strip_prefix, NULL, buffer, mask, sizeof mask);
     snprintf(out, sizeof out, "%s/ck_hub", dir);
-    CHECK(lt_import_hf(hf, out, 0, NULL, err, sizeof err) == 0, "hub-style GPT-2: %s", err);
+    CHECK(lt_hf_import(hf, out, 0, NULL, err, sizeof err) == 0, "hub-style GPT-2: %s", err);
     float *got = load_master(out, &m.t, err);
     CHECK(got && memcmp(got, m.master, sizeof(float) * m.t.total) == 0, "hub-style import differs (%s)", err);
     free(got);
@@ -760,7 +761,7 @@ static void test_import_gpt2_variants(void) {
     const char *head = "\"lm_head.weight\":{\"dtype\":\"F32\",\"shape\":[50,16],\"data_offsets\":[%zu,%zu]}";
     rewrite(orig, model, "F32", NULL, NULL, head, wte, wbytes);
     snprintf(out, sizeof out, "%s/ck_head", dir);
-    CHECK(lt_import_hf(hf, out, 0, NULL, err, sizeof err) == 0, "tied lm_head equal to wte: %s", err);
+    CHECK(lt_hf_import(hf, out, 0, NULL, err, sizeof err) == 0, "tied lm_head equal to wte: %s", err);
     wte[17] += 1.0f;
     rewrite(orig, model, "F32", NULL, NULL, head, wte, wbytes);
     snprintf(out, sizeof out, "%s/ck_head2", dir);
@@ -796,7 +797,7 @@ static void test_imported_tp2_shards(void) {
     REQUIRE(llama_hf(&m, dir, err) == 0, "export: %s", err);
     snprintf(hf, sizeof hf, "%s/hf", dir);
     snprintf(out, sizeof out, "%s/ck2", dir);
-    REQUIRE(lt_import_hf(hf, out, 0, NULL, err, sizeof err) == 0, "import: %s", err);
+    REQUIRE(lt_hf_import(hf, out, 0, NULL, err, sizeof err) == 0, "import: %s", err);
     float *g1 = load_master(out, &m.t, err);
     REQUIRE(g1, "load: %s", err);
     LtModelDims d2 = m.t.dims;

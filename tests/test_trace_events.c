@@ -12,6 +12,7 @@
 #include "json.h"
 #include "test.h"
 #include "trace.h"
+#include "trace_gather.h"
 
 static char g_dir[200], g_path[256];
 

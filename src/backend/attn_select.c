@@ -189,3 +189,25 @@ int lt_attn_cache_size(const LtAttnPlanCache *c) {
     for (int i = 0; i < LT_ATTN_PLAN_SLOTS; i++) n += c->slot[i].used;
     return n;
 }
+
+/* ---- the CUDA backend's attention entries, in a build without it ---------- */
+#ifndef LT_HAVE_CUDA
+int lt_cuda_attention_configure(LtBackend *be, LtAttnImpl want, int deterministic, int head_dim,
+                                LtAttnChoice *out) {
+    (void)be, (void)want, (void)deterministic, (void)head_dim;
+    memset(out, 0, sizeof *out);
+    snprintf(out->reason, sizeof out->reason, "model.attention: no CUDA backend in this build");
+    return -1;
+}
+int lt_cuda_attention_info(LtBackend *be, LtAttnInfo *info) {
+    (void)be;
+    memset(info, 0, sizeof *info);
+    return -1;
+}
+long lt_cudnn_version(void) { return 0; }
+int lt_cudnn_graph_check(const LtAttnPlanKey *key, char *why, size_t whylen) {
+    (void)key;
+    snprintf(why, whylen, "no CUDA backend in this build");
+    return -1;
+}
+#endif

@@ -2,7 +2,7 @@
  *
  * A step directory <dir>/step_NNNNNNNN holds:
  *
- *   state*.lt   : the state files (format: src/checkpoint/ckpt_shard.c). A run of one
+ *   state*.lt   : the state files (format: src/checkpoint/ckpt_state.c). A run of one
  *                 process writes state.lt; a parallel run one file per rank,
  *                 state-tpT-ppP-dpD.lt, each holding that rank's pieces;
  *   meta.json   : format version 3 (4 with an uneven pipeline split); step,
@@ -16,7 +16,7 @@
  *
  * Saving: the files are written into <dir>/.tmp-step_NNNNNNNN/ (by one
  * process, or by every rank in parallel: lt_ckpt_begin, then each rank
- * lt_shard_write, then lt_ckpt_commit on one rank), which is fsynced and
+ * lt_state_write, then lt_ckpt_commit on one rank), which is fsynced and
  * renamed to step_NNNNNNNN (swapping atomically with an existing one of that
  * step); then <dir>/latest is replaced through latest.tmp. `latest` always
  * names the step directory saved last. One run writes a checkpoint directory.
@@ -29,7 +29,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -40,8 +39,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt_shard.h"
+#include "ckpt_state.h"
 #include "common.h"
+#include "fileio.h"
 #include "json.h"
 
 /* 3: state files listed with their layout; 4: and an uneven pipeline layer
@@ -55,86 +55,6 @@ static int join(char out[PATH_MAX], const char *a, const char *b, char *err, siz
     if (snprintf(out, PATH_MAX, "%s/%s", a, b) >= PATH_MAX)
         return lt_errorf(err, errlen, "path too long: %s/%s", a, b);
     return 0;
-}
-
-/* ---- filesystem helpers -------------------------------------------------- */
-
-int lt_mkdir_p(const char *path, char *err, size_t errlen) {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return lt_errorf(err, errlen, "path too long: %s", path);
-    /* Create each prefix ending before a '/', then the whole path. */
-    for (char *p = buf + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char saved = *p;
-        *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return lt_errorf(err, errlen, "cannot create directory %s: %s", buf, strerror(errno));
-        *p = saved;
-        if (saved == '\0') break;
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        return lt_errorf(err, errlen, "%s exists and is not a directory", path);
-    return 0;
-}
-
-int lt_file_commit(FILE *f, const char *path, char *err, size_t errlen) {
-    int rc = 0;
-    if (ferror(f))
-        rc = lt_errorf(err, errlen, "error writing %s: %s", path, strerror(errno));
-    else if (fflush(f) != 0)
-        rc = lt_errorf(err, errlen, "error writing %s: %s", path, strerror(errno));
-    else if (fsync(fileno(f)) != 0)
-        rc = lt_errorf(err, errlen, "cannot sync %s: %s", path, strerror(errno));
-    if (fclose(f) != 0 && rc == 0)
-        rc = lt_errorf(err, errlen, "error closing %s: %s", path, strerror(errno));
-    return rc;
-}
-
-static int fsync_dir(const char *dir, char *err, size_t errlen) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return lt_errorf(err, errlen, "cannot open directory %s: %s", dir, strerror(errno));
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    /* Some filesystems cannot fsync directories; that is not a write failure. */
-    if (rc != 0 && e != EINVAL && e != ENOTSUP)
-        return lt_errorf(err, errlen, "cannot sync directory %s: %s", dir, strerror(e));
-    return 0;
-}
-
-/* Directory part of path ("." when none) into out[PATH_MAX]. */
-static void dir_of(const char *path, char out[PATH_MAX]) {
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(out, PATH_MAX, ".");
-    else if (slash == path) snprintf(out, PATH_MAX, "/");
-    else snprintf(out, PATH_MAX, "%.*s", (int)(slash - path), path);
-}
-
-int lt_rename_durable(const char *from, const char *to, char *err, size_t errlen) {
-    if (rename(from, to) != 0)
-        return lt_errorf(err, errlen, "cannot rename %s to %s: %s", from, to, strerror(errno));
-    char dir[PATH_MAX];
-    dir_of(to, dir);
-    return fsync_dir(dir, err, errlen);
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path) == 0 || errno == ENOENT ? 0 : -1;
-}
-
-/* rm -rf of a directory this module created; a missing path is success. */
-static int remove_tree(const char *path) {
-    struct stat st;
-    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
-    return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static int file_exists(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 /* ---- meta.json ----------------------------------------------------------- */
@@ -168,7 +88,7 @@ static void __attribute__((format(printf, 2, 3))) text_add(Text *t, const char *
 }
 
 /* The state files of layout l with their sizes and header CRCs (read from
- * their headers, which lt_shard_open checks) into a JSON array. */
+ * their headers, which lt_state_open checks) into a JSON array. */
 static int list_files(Text *js, const char *tmp, const LtCkptLayout *l, char *err, size_t errlen) {
     text_add(js, "  \"files\": [");
     int first = 1;
@@ -180,7 +100,7 @@ static int list_files(Text *js, const char *tmp, const LtCkptLayout *l, char *er
                 if (join(path, tmp, name, err, errlen)) return -1;
                 uint64_t bytes;
                 uint32_t crc;
-                if (lt_shard_header(path, &bytes, &crc, err, errlen)) return -1;
+                if (lt_state_header(path, &bytes, &crc, err, errlen)) return -1;
                 text_add(js, "%s\n    {\"name\": \"%s\", \"tp\": %d, \"pp\": %d, \"dp\": %d, "
                              "\"bytes\": %lld, \"crc32\": %u}",
                          first ? "" : ",", name, tp, pp, dp, (long long)bytes, (unsigned)crc);
@@ -467,13 +387,13 @@ int lt_ckpt_begin(const char *dir, long step, int create, char *tmp, size_t len,
     if (snprintf(tmp, len, "%s", sp.tmp) >= (int)len) return lt_errorf(err, errlen, "path too long: %s", sp.tmp);
     if (!create) return 0;
     if (lt_mkdir_p(dir, err, errlen)) return -1;
-    remove_tree(sp.tmp); /* left by a save of this step that did not finish */
+    lt_remove_tree(sp.tmp); /* left by a save of this step that did not finish */
     if (mkdir(sp.tmp, 0777) != 0)
         return lt_errorf(err, errlen, "cannot create directory %s: %s", sp.tmp, strerror(errno));
     return 0;
 }
 
-void lt_ckpt_abort(const char *tmp) { remove_tree(tmp); }
+void lt_ckpt_abort(const char *tmp) { lt_remove_tree(tmp); }
 
 /* Move the complete directory tmp to final. An existing final (same step
  * saved again) is swapped out atomically where the filesystem supports
@@ -483,19 +403,19 @@ static int install_dir(const char *tmp, const char *final, const char *aside, ch
     if (errno != ENOTEMPTY && errno != EEXIST)
         return lt_errorf(err, errlen, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
     if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
-        remove_tree(tmp); /* now holds the replaced checkpoint */
+        lt_remove_tree(tmp); /* now holds the replaced checkpoint */
         return 0;
     }
     if (errno != EINVAL && errno != ENOSYS)
         return lt_errorf(err, errlen, "cannot replace %s: %s", final, strerror(errno));
-    if (remove_tree(aside) != 0 || rename(final, aside) != 0)
+    if (lt_remove_tree(aside) != 0 || rename(final, aside) != 0)
         return lt_errorf(err, errlen, "cannot move %s aside to %s: %s", final, aside, strerror(errno));
     if (rename(tmp, final) != 0) {
         int e = errno;
         rename(aside, final);
         return lt_errorf(err, errlen, "cannot rename %s to %s: %s", tmp, final, strerror(e));
     }
-    remove_tree(aside);
+    lt_remove_tree(aside);
     return 0;
 }
 
@@ -518,13 +438,13 @@ int lt_ckpt_commit(const char *dir, const char *tmp, const LtParamTable *g, cons
     /* meta.json last: the state files are durable (each writer synced its own) */
     if (rc == 0) rc = join(path, tmp, "meta.json", err, errlen) ||
                       write_meta(path, tmp, g, meta, l, optimizer_state, err, errlen) ||
-                      fsync_dir(tmp, err, errlen) || install_dir(tmp, sp.final, sp.aside, err, errlen)
+                      lt_fsync_dir(tmp, err, errlen) || install_dir(tmp, sp.final, sp.aside, err, errlen)
                           ? -1 : 0;
     if (rc) {
-        remove_tree(tmp);
+        lt_remove_tree(tmp);
         return -1;
     }
-    if (fsync_dir(dir, err, errlen)) return -1;
+    if (lt_fsync_dir(dir, err, errlen)) return -1;
     FILE *f = fopen(sp.latest_tmp, "w");
     if (!f) return lt_errorf(err, errlen, "cannot create %s: %s", sp.latest_tmp, strerror(errno));
     fprintf(f, "%s\n", sp.name);
@@ -570,12 +490,12 @@ static void shape_str(char *out, size_t n, const int64_t s[2], int ndim) {
 
 /* The opened state files of a step directory. */
 typedef struct {
-    LtShardFile **f;
+    LtStateFile **f;
     int n;
-} ShardSet;
+} StateFiles;
 
-static void shards_close(ShardSet *s) {
-    for (int i = 0; i < s->n; i++) lt_shard_close(s->f[i]);
+static void state_files_close(StateFiles *s) {
+    for (int i = 0; i < s->n; i++) lt_state_close(s->f[i]);
     free(s->f);
 }
 
@@ -598,7 +518,7 @@ static void pp_needed(const MetaInfo *mi, const LtParamTable *t, unsigned char *
     }
 }
 
-static int shards_open(const char *stepdir, const MetaInfo *mi, const LtParamTable *t, ShardSet *s,
+static int state_files_open(const char *stepdir, const MetaInfo *mi, const LtParamTable *t, StateFiles *s,
                        char *err, size_t errlen) {
     s->f = lt_calloc(sizeof *s->f * (size_t)mi->nfiles);
     s->n = 0;
@@ -614,32 +534,32 @@ static int shards_open(const char *stepdir, const MetaInfo *mi, const LtParamTab
             rc = -1;
         } else if (mf->pp >= mi->layout.pp || !need[mf->pp]) {
             /* not read, but there and as listed: a checkpoint is loaded whole or not at all */
-            if (lt_shard_header(path, &bytes, &crc, err, errlen)) rc = -1;
+            if (lt_state_header(path, &bytes, &crc, err, errlen)) rc = -1;
             else if (bytes != mf->bytes || crc != mf->crc)
                 rc = lt_errorf(err, errlen, "%s is %llu bytes with header CRC %u, meta.json says "
                                "%llu and %u (truncated or replaced)", path, (unsigned long long)bytes,
                                (unsigned)crc, (unsigned long long)mf->bytes, (unsigned)mf->crc);
-        } else if (!(s->f[s->n] = lt_shard_open(path, mf->bytes, mf->crc, err, errlen))) {
+        } else if (!(s->f[s->n] = lt_state_open(path, mf->bytes, mf->crc, err, errlen))) {
             rc = -1;
         } else {
             s->n++;
         }
     }
     free(need);
-    if (rc) shards_close(s);
+    if (rc) state_files_close(s);
     return rc;
 }
 
 /* Load kind k of parameter p, local elements [a, b), into dst (dst[0] is
  * element a). */
-static int load_param(const char *stepdir, const ShardSet *s, const LtParamTable *t, const LtParam *p,
+static int load_param(const char *stepdir, const StateFiles *s, const LtParamTable *t, const LtParam *p,
                       int k, size_t a, size_t b, float *dst, unsigned char *buf, size_t buf_bytes,
                       char *err, size_t errlen) {
     char name[160];
     snprintf(name, sizeof name, "%s/%s", lt_ckpt_kind_name[k], p->name);
     int64_t cs[2] = {0, 0}, ms[2] = {p->gshape[0], p->ndim == 2 ? p->gshape[1] : 1};
     int found = 0;
-    for (int i = 0; i < s->n && !found; i++) found = lt_shard_shape(s->f[i], name, cs) == 0;
+    for (int i = 0; i < s->n && !found; i++) found = lt_state_shape(s->f[i], name, cs) == 0;
     if (!found) {
         if (k == 0) return lt_errorf(err, errlen, "checkpoint %s has no tensor '%s'", stepdir, p->name);
         return lt_errorf(err, errlen, "checkpoint %s has no optimizer state tensor '%s'", stepdir, name);
@@ -664,7 +584,7 @@ static int load_param(const char *stepdir, const ShardSet *s, const LtParamTable
         if (want.nr == 0) continue; /* padding rows only */
         uint64_t covered = 0;
         for (int i = 0; i < s->n; i++)
-            if (lt_shard_read(s->f[i], name, &want, d, buf, buf_bytes, &covered, err, errlen)) return -1;
+            if (lt_state_read(s->f[i], name, &want, d, buf, buf_bytes, &covered, err, errlen)) return -1;
         const uint64_t need = (uint64_t)(want.nr * want.nc);
         if (covered != need)
             return lt_errorf(err, errlen,
@@ -698,8 +618,8 @@ int lt_ckpt_load_local(const char *stepdir, const LtParamTable *t, float *master
         meta_info_free(&mi);
         return -1;
     }
-    ShardSet s;
-    if (shards_open(stepdir, &mi, t, &s, err, errlen)) {
+    StateFiles s;
+    if (state_files_open(stepdir, &mi, t, &s, err, errlen)) {
         meta_info_free(&mi);
         return -1;
     }
@@ -723,7 +643,7 @@ int lt_ckpt_load_local(const char *stepdir, const LtParamTable *t, float *master
         }
     }
     lt_ckpt_mem_free(buf, buf_bytes);
-    shards_close(&s);
+    state_files_close(&s);
     if (rc == 0 && meta) *meta = mi.m;
     meta_info_free(&mi);
     return rc;
@@ -778,7 +698,7 @@ int lt_ckpt_prepare_dir(const char *dir, int *removed, char *err, size_t errlen)
             rc = -1;
             break;
         }
-        if (remove_tree(path) != 0) {
+        if (lt_remove_tree(path) != 0) {
             rc = lt_errorf(err, errlen, "cannot remove the stale %s: %s", path, strerror(errno));
             break;
         }
@@ -846,7 +766,7 @@ int lt_ckpt_prune(const char *dir, int keep, int *removed, char *err, size_t err
             rc = -1;
             break;
         }
-        if (remove_tree(path) != 0) {
+        if (lt_remove_tree(path) != 0) {
             rc = lt_errorf(err, errlen, "cannot remove the old checkpoint %s: %s", path,
                            strerror(errno));
             break;
@@ -863,7 +783,7 @@ int lt_ckpt_find_latest(const char *dir, char *stepdir, size_t len, char *err, s
     if (stat(dir, &st) != 0) return errno == ENOENT ? 0 : lt_errorf(err, errlen, "%s: %s", dir, strerror(errno));
     if (!S_ISDIR(st.st_mode)) return lt_errorf(err, errlen, "%s is not a directory", dir);
     if (join(probe, dir, "latest", err, errlen)) return -1;
-    if (!file_exists(probe)) return 0;
+    if (!lt_file_exists(probe)) return 0;
     return lt_ckpt_resolve(dir, stepdir, len, err, errlen) ? -1 : 1;
 }
 
@@ -879,7 +799,7 @@ int lt_ckpt_resolve(const char *path, char *stepdir, size_t len, char *err, size
     if (!S_ISDIR(st.st_mode)) return lt_errorf(err, errlen, "checkpoint path %s is not a directory", base);
 
     if (join(probe, base, "latest", err, errlen)) return -1;
-    if (file_exists(probe)) {
+    if (lt_file_exists(probe)) {
         char name[256];
         FILE *f = fopen(probe, "r");
         if (!f) return lt_errorf(err, errlen, "cannot open %s: %s", probe, strerror(errno));
@@ -891,13 +811,13 @@ int lt_ckpt_resolve(const char *path, char *stepdir, size_t len, char *err, size
             return lt_errorf(err, errlen, "%s does not name a step directory", probe);
         char dir[PATH_MAX], state[PATH_MAX];
         if (join(dir, base, name, err, errlen) || join(state, dir, "meta.json", err, errlen)) return -1;
-        if (!file_exists(state))
+        if (!lt_file_exists(state))
             return lt_errorf(err, errlen, "%s names %s, which has no meta.json", probe, dir);
         if (snprintf(stepdir, len, "%s", dir) >= (int)len) return lt_errorf(err, errlen, "path too long: %s", dir);
         return 0;
     }
     if (join(probe, base, "meta.json", err, errlen)) return -1;
-    if (file_exists(probe)) {
+    if (lt_file_exists(probe)) {
         if (snprintf(stepdir, len, "%s", base) >= (int)len) return lt_errorf(err, errlen, "path too long: %s", base);
         return 0;
     }
@@ -910,7 +830,7 @@ int lt_ckpt_resolve(const char *path, char *stepdir, size_t len, char *err, size
 int lt_ckpt_load_config(const char *stepdir, LtConfig *cfg, char *err, size_t errlen) {
     char path[PATH_MAX];
     if (join(path, stepdir, "config.yaml", err, errlen)) return -1;
-    if (!file_exists(path)) return lt_errorf(err, errlen, "checkpoint %s has no config.yaml", stepdir);
+    if (!lt_file_exists(path)) return lt_errorf(err, errlen, "checkpoint %s has no config.yaml", stepdir);
     lt_config_defaults(cfg);
     return lt_config_load(cfg, path, 0, NULL, err, errlen);
 }
@@ -924,11 +844,11 @@ int lt_ckpt_save(const char *dir, const LtParamTable *t, const LtCkptState *s,
     if (lt_ckpt_begin(dir, meta->step, 1, tmp, sizeof tmp, err, errlen)) return -1;
     lt_ckpt_state_name(&one, 0, 0, 0, name, sizeof name);
     const int moments = s->m && s->v;
-    LtShardSrc src = {t, 0, t->total, 1, {s->master, moments ? s->m : NULL, moments ? s->v : NULL}};
+    LtStateSrc src = {t, 0, t->total, 1, {s->master, moments ? s->m : NULL, moments ? s->v : NULL}};
     uint64_t bytes;
     uint32_t crc;
     if (join(path, tmp, name, err, errlen) ||
-        lt_shard_write(path, &src, (size_t)cfg->checkpoint.io_buffer_mib << 20, &bytes, &crc, err,
+        lt_state_write(path, &src, (size_t)cfg->checkpoint.io_buffer_mib << 20, &bytes, &crc, err,
                        errlen)) {
         lt_ckpt_abort(tmp);
         return -1;

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 
 #include "checkpoint.h"
-#include "ckpt_shard.h"
+#include "ckpt_state.h"
 #include "common.h"
 #include "training/engine.h"
 #include "trace.h"
@@ -22,7 +22,7 @@
 typedef struct {
     const LtConfig *cfg;
     LtBackend *be;
-    LtShardSrc src;
+    LtStateSrc src;
     float *copy[LT_CKPT_KINDS]; /* host copies of this rank's slice (n elements each; the
                                  * backend's host memory: page-locked on a GPU) */
     size_t n;
@@ -47,7 +47,7 @@ static void *ckpt_write(void *arg) {
     const double t0 = lt_now();
     uint64_t bytes;
     uint32_t crc;
-    w->rc = lt_shard_write(w->path, &w->src, (size_t)w->cfg->checkpoint.io_buffer_mib << 20, &bytes,
+    w->rc = lt_state_write(w->path, &w->src, (size_t)w->cfg->checkpoint.io_buffer_mib << 20, &bytes,
                            &crc, w->err, sizeof w->err);
     w->seconds = lt_now() - t0;
     LT_TRACE_END();
@@ -176,7 +176,7 @@ void lt_run_save_checkpoint(LtRun *r, long step) {
         lt_ckpt_mem_count(w->n * sizeof(float));
     }
     lt_optim_download_state(r->opt, lo, w->n, w->copy[0], w->copy[1], w->copy[2]);
-    w->src = (LtShardSrc){&r->model->table, lo, lo + w->n, r->coords.tp == 0,
+    w->src = (LtStateSrc){&r->model->table, lo, lo + w->n, r->coords.tp == 0,
                           {w->copy[0], w->copy[1], w->copy[2]}};
     g_save.w = w;
     g_save.threaded = c->checkpoint.async;

@@ -29,9 +29,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
 #include "common.h"
 #include "data.h"
+#include "fileio.h"
 
 LtLoaderConfig lt_train_loader_config(const LtConfig *cfg, int first, int count) {
     LtLoaderConfig lc = {.seq_len = cfg->model.seq_length,

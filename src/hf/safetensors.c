@@ -7,7 +7,7 @@
  *   {"dtype":"F32","shape":[d0,...],"data_offsets":[begin,end]}
  * with offsets relative to the data section, plus "__metadata__" (a map of
  * strings). The writer emits tensors back to back in the order given. */
-#include "checkpoint.h"
+#include "safetensors.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fileio.h"
 #include "json.h"
 
 #define MAX_HEADER (100u << 20) /* same bound the reference implementation uses */

@@ -3,9 +3,8 @@
  * One buffer of events per rank behind a mutex (spans are coarse: a pass, a
  * collective; a lock per event is far below their cost), a table of rows
  * (thread rows and communication rows), and per thread a stack of open
- * spans. lt_trace_finish turns each rank's events into JSON text and sends
- * it to rank 0 one rank at a time, so rank 0 holds one rank's text at once
- * whatever the world size. */
+ * spans. lt_trace_stop turns each rank's events into JSON text and sends
+ * it to rank 0 through the LtTraceWorld (trace_gather.c), one rank at a time. */
 #include "trace.h"
 
 #include <errno.h>
@@ -16,7 +15,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm.h"
 #include "common.h"
 #include "config.h"
 
@@ -49,7 +47,7 @@ static struct {
     int rank, world;
     int pending;       /* recorded, not yet written (the exit handler writes path.rankR) */
     int64_t origin;    /* CLOCK_MONOTONIC ns of the origin */
-    LtComm *comm;      /* the world, for the barrier and the gather */
+    LtTraceWorld world_ops; /* the world, for the barrier and the gather (trace_gather.c) */
     Event *ev;
     size_t n, cap, dropped;
     Row rows[MAX_ROWS + 1]; /* [1..nrows]: tid = index */
@@ -312,7 +310,7 @@ static int commit_file(FILE *f, int failed, const char *tmp, const char *path, c
 }
 
 /* ---- open, finish, and the exit handler ---- */
-/* A process leaving without lt_trace_finish (an error) writes its own events. */
+/* A process leaving without lt_trace_stop (an error) writes its own events. */
 static void write_own_at_exit(void) {
     pthread_mutex_lock(&g.mu);
     __atomic_and_fetch(&lt_trace_mode, ~LT_TRACE_RECORD, __ATOMIC_RELAXED);
@@ -347,7 +345,8 @@ static void check_writable(void) {
     remove(tmp);
 }
 
-void lt_trace_open(const char *path, int rank, int world, const char *process_name) {
+void lt_trace_start(const char *path, int rank, int world, const char *process_name,
+                    const LtTraceWorld *ops) {
     static int handler;
     int mode = nvtx_wanted() ? LT_TRACE_NVTX : 0;
     if (path && path[0]) {
@@ -355,8 +354,8 @@ void lt_trace_open(const char *path, int rank, int world, const char *process_na
         snprintf(g.process, sizeof g.process, "%s", process_name);
         g.rank = rank, g.world = world;
         if (rank == 0) check_writable();
-        g.comm = lt_comm_world("trace");
-        lt_comm_barrier(g.comm); /* the origin: every rank's clock right after it */
+        g.world_ops = *ops;
+        g.world_ops.open(g.world_ops.ctx); /* the origin: every rank's clock right after it */
         g.origin = mono_ns();
         g.n = g.dropped = 0;
         g.nrows = 0;
@@ -368,19 +367,16 @@ void lt_trace_open(const char *path, int rank, int world, const char *process_na
     __atomic_store_n(&lt_trace_mode, mode, __ATOMIC_RELEASE); /* after the origin */
 }
 
-/* Rank 0: append rank r's text (sent as [bytes, dropped], then the bytes). */
+/* Rank 0: append rank r's text. */
 static void gather_rank(FILE *f, int r, double *dropped) {
-    double head[2];
-    lt_comm_recv(g.comm, head, 2, LT_COMM_F64, r, 1);
-    char *buf = lt_malloc((size_t)head[0] + 1);
-    lt_comm_recv(g.comm, buf, (size_t)head[0], LT_COMM_U8, r, 2);
+    size_t n;
+    char *buf = g.world_ops.recv(g.world_ops.ctx, r, &n, dropped);
     fputs(",\n", f);
-    fwrite(buf, 1, (size_t)head[0], f);
+    fwrite(buf, 1, n, f);
     free(buf);
-    *dropped += head[1];
 }
 
-int lt_trace_finish(char *err, size_t errlen) {
+int lt_trace_stop(char *err, size_t errlen) {
     pthread_mutex_lock(&g.mu);
     __atomic_and_fetch(&lt_trace_mode, ~LT_TRACE_RECORD, __ATOMIC_RELAXED);
     const int pending = g.pending;
@@ -390,9 +386,7 @@ int lt_trace_finish(char *err, size_t errlen) {
     if (!pending) return 0;
     int rc = 0;
     if (g.rank != 0) {
-        const double head[2] = {(double)t.n, (double)g.dropped};
-        lt_comm_send(g.comm, head, 2, LT_COMM_F64, 0, 1);
-        lt_comm_send(g.comm, t.p, t.n, LT_COMM_U8, 0, 2);
+        g.world_ops.send(g.world_ops.ctx, t.p, t.n, (double)g.dropped);
     } else {
         char tmp[LT_PATH_MAX + 16];
         snprintf(tmp, sizeof tmp, "%s.tmp", g.path);
@@ -423,7 +417,6 @@ int lt_trace_finish(char *err, size_t errlen) {
     free(g.ev);
     g.ev = NULL, g.n = g.cap = 0;
     pthread_mutex_unlock(&g.mu);
-    lt_comm_free(g.comm);
-    g.comm = NULL;
+    g.world_ops.close(g.world_ops.ctx);
     return rc;
 }

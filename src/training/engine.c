@@ -8,11 +8,11 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
-#include "ckpt_shard.h"
+#include "ckpt_state.h"
 #include "common.h"
 #include "metrics.h"
 #include "plan.h"
-#include "trace.h"
+#include "trace_gather.h"
 
 /* ---- set-up ---------------------------------------------------------------- */
 

@@ -24,6 +24,7 @@
 #include "step_checks.h"
 #include "step_time.h"
 #include "trace.h"
+#include "trace_gather.h"
 #include "watchdog.h"
 
 /* SIGTERM, SIGINT, SIGUSR1 (Slurm's --signal=USR1@T): every rank stops after

@@ -1,5 +1,5 @@
 /* fuzz_checkpoint.c - libFuzzer target for the checkpoint readers
- * (src/checkpoint/checkpoint.c, src/checkpoint/ckpt_shard.c): meta.json and state.lt (header,
+ * (src/checkpoint/checkpoint.c, src/checkpoint/ckpt_state.c): meta.json and state.lt (header,
  * record table, block CRCs, tensor pieces) loaded into a tiny model's table with moments, as a
  * resume would. Input: two bytes little-endian L, then L bytes of meta.json,
  * then state.lt. With LT_FUZZ_WRITE_SEED=FILE the binary instead saves a real

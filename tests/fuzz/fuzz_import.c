@@ -1,4 +1,4 @@
-/* fuzz_import.c - libFuzzer target for `lattice import` (src/hf/import.c,
+/* fuzz_import.c - libFuzzer target for `lattice import` (src/hf/hf_import.c,
  * src/base/json.c, src/hf/safetensors.c): a Hugging Face directory of config.json
  * and model.safetensors imported into a fresh checkpoint directory. Input:
  * two bytes little-endian L, then L bytes of config.json, then
@@ -37,7 +37,7 @@ static void write_one(LtConfig *c, const char *tag, const char *out) {
     LtCkptMeta m = {.step = 0};
     snprintf(ck, sizeof ck, "%s/seed-%s", fuzz_dir(), tag);
     snprintf(hf, sizeof hf, "%s/seed-%s-hf", fuzz_dir(), tag);
-    if (lt_ckpt_save(ck, &t, &s, &m, c, err, sizeof err) || lt_export_hf(ck, hf, err, sizeof err)) {
+    if (lt_ckpt_save(ck, &t, &s, &m, c, err, sizeof err) || lt_hf_export(ck, hf, err, sizeof err)) {
         fprintf(stderr, "seed %s: %s\n", tag, err);
         exit(1);
     }
@@ -85,7 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_file(0, "hf/config.json", data, L);
     fuzz_file(1, "hf/model.safetensors", data + L, size - L);
     char err[2048];
-    if (lt_import_hf(hf, out, 0, NULL, err, sizeof err) == 0) {
+    if (lt_hf_import(hf, out, 0, NULL, err, sizeof err) == 0) {
         /* what was written must load as a checkpoint of the model it names */
         char stepdir[400];
         LtConfig *c = calloc(1, sizeof *c);

@@ -1,7 +1,7 @@
 /* fuzz_safetensors.c - libFuzzer target for the safetensors reader
  * (src/hf/safetensors.c): the input is the file; a few tensor names are looked
  * up (those of the seed corpus and absent ones). */
-#include "checkpoint.h"
+#include "safetensors.h"
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

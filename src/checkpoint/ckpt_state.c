@@ -1,4 +1,4 @@
-/* ckpt_shard.c - checkpoint state files (see ckpt_shard.h).
+/* ckpt_state.c - checkpoint state files (see ckpt_state.h).
  *
  * A state file, format version 3 (versions 1 and 2, whole tensors with one
  * CRC each, are still read); every integer little-endian:
@@ -36,7 +36,7 @@
  * padded vocabulary beyond the true vocabulary may be absent and read as
  * zero). A reader needing part of a tensor reads just the blocks that hold
  * it, each checked against its CRC. */
-#include "ckpt_shard.h"
+#include "ckpt_state.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -46,8 +46,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checkpoint.h"
 #include "common.h"
+#include "fileio.h"
 
 #define STATE_MAGIC "LTSTATE" /* 8 bytes with its NUL */
 #define STATE_VERSION 3u
@@ -74,7 +74,7 @@ typedef struct {
     uint32_t *crcs;       /* nblocks CRCs (points into the file's crc table, or at crc1) */
 } Piece;
 
-struct LtShardFile {
+struct LtStateFile {
     char path[PATH_MAX];
     Piece *pc;  /* sorted by name, then first row, then first column */
     uint32_t n;
@@ -207,7 +207,7 @@ static void encode_rec(unsigned char *b, const Piece *r) {
 
 /* The pieces of src with their data pointers; offsets assigned from the
  * table's end. */
-static Piece *plan_pieces(const LtShardSrc *src, const float ***data, uint32_t *np,
+static Piece *plan_pieces(const LtStateSrc *src, const float ***data, uint32_t *np,
                           uint64_t *data_start) {
     const LtParamTable *t = src->t;
     uint32_t cap = 64, n = 0;
@@ -294,7 +294,7 @@ static int write_piece(FILE *f, const Piece *q, const float *x, unsigned char *b
     return 0;
 }
 
-int lt_shard_write(const char *path, const LtShardSrc *src, size_t io_bytes, uint64_t *bytes,
+int lt_state_write(const char *path, const LtStateSrc *src, size_t io_bytes, uint64_t *bytes,
                    uint32_t *crc, char *err, size_t errlen) {
     const float **data;
     uint32_t n;
@@ -422,14 +422,14 @@ static int rec_ok(const Piece *r, uint32_t version, const unsigned char *raw, ui
            4 * (uint64_t)r->nblocks <= crc_hi - r->crc_offset;
 }
 
-LtShardFile *lt_shard_open(const char *path, uint64_t want_bytes, uint32_t want_crc, char *err,
+LtStateFile *lt_state_open(const char *path, uint64_t want_bytes, uint32_t want_crc, char *err,
                            size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         lt_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
-    LtShardFile *sf = lt_calloc(sizeof *sf);
+    LtStateFile *sf = lt_calloc(sizeof *sf);
     snprintf(sf->path, sizeof sf->path, "%s", path);
     unsigned char h[HDR_BYTES], *tab = NULL;
     size_t tab_bytes = 0;
@@ -531,20 +531,20 @@ out:
     if (tab) lt_ckpt_mem_free(tab, tab_bytes);
     fclose(f);
     if (!ok) {
-        lt_shard_close(sf);
+        lt_state_close(sf);
         return NULL;
     }
     return sf;
 }
 
-void lt_shard_close(LtShardFile *f) {
+void lt_state_close(LtStateFile *f) {
     if (!f) return;
     if (f->pc) lt_ckpt_mem_free(f->pc, f->index_bytes - f->crc_bytes);
     lt_ckpt_mem_free(f->crcs, f->crc_bytes);
     free(f);
 }
 
-int lt_shard_header(const char *path, uint64_t *bytes, uint32_t *crc, char *err, size_t errlen) {
+int lt_state_header(const char *path, uint64_t *bytes, uint32_t *crc, char *err, size_t errlen) {
     unsigned char h[HDR_BYTES];
     struct stat st;
     FILE *f = fopen(path, "rb");
@@ -560,7 +560,7 @@ int lt_shard_header(const char *path, uint64_t *bytes, uint32_t *crc, char *err,
 }
 
 /* The first piece of tensor `name` (pieces are sorted by name), or n. */
-static uint32_t first_piece(const LtShardFile *f, const char *name) {
+static uint32_t first_piece(const LtStateFile *f, const char *name) {
     uint32_t lo = 0, hi = f->n;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
@@ -570,7 +570,7 @@ static uint32_t first_piece(const LtShardFile *f, const char *name) {
     return lo;
 }
 
-int lt_shard_shape(const LtShardFile *f, const char *name, int64_t shape[2]) {
+int lt_state_shape(const LtStateFile *f, const char *name, int64_t shape[2]) {
     uint32_t i = first_piece(f, name);
     if (i >= f->n || strcmp(f->pc[i].name, name) != 0) return -1;
     shape[0] = f->pc[i].gshape[0];
@@ -603,7 +603,7 @@ static void copy_out(const Piece *q, const LtRect *in, const LtRect *want, uint6
 
 /* Read the blocks of piece q that hold the intersection `in`, check them and
  * copy the intersection out. */
-static int read_piece(const LtShardFile *f, FILE *fp, const Piece *q, const LtRect *in,
+static int read_piece(const LtStateFile *f, FILE *fp, const Piece *q, const LtRect *in,
                       const LtRect *want, float *dst, unsigned char *buf, size_t cap, char *err,
                       size_t errlen) {
     const uint64_t pc = (uint64_t)q->count[1];
@@ -630,7 +630,7 @@ static int read_piece(const LtShardFile *f, FILE *fp, const Piece *q, const LtRe
     return 0;
 }
 
-int lt_shard_read(const LtShardFile *f, const char *name, const LtRect *want, float *dst,
+int lt_state_read(const LtStateFile *f, const char *name, const LtRect *want, float *dst,
                   unsigned char *buf, size_t buf_bytes, uint64_t *covered, char *err,
                   size_t errlen) {
     FILE *fp = NULL;

@@ -1,13 +1,13 @@
-/* ckpt_shard.h - the state files of a checkpoint: each rank writes the
+/* ckpt_state.h - the state files of a checkpoint: each rank writes the
  * pieces it owns, each piece a rectangle of a global tensor under the
  * tensor's global name; a reader at any layout reads the byte ranges of the
  * pieces that overlap what it needs. The file format is described at the top
- * of src/checkpoint/ckpt_shard.c and in the README ("The checkpoint format").
+ * of src/checkpoint/ckpt_state.c and in the README ("The checkpoint format").
  *
  * Used by src/checkpoint/checkpoint.c (one writer with the whole state: lattice import,
- * tests), src/checkpoint/ckpt_save.c (every rank its shard) and the loaders. */
-#ifndef LT_CKPT_SHARD_H
-#define LT_CKPT_SHARD_H
+ * tests), src/checkpoint/ckpt_save.c (every rank its state file) and the loaders. */
+#ifndef LT_CKPT_STATE_H
+#define LT_CKPT_STATE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -48,39 +48,39 @@ typedef struct {
     size_t lo, hi;
     int with_replicated;
     const float *arr[LT_CKPT_KINDS];
-} LtShardSrc;
+} LtStateSrc;
 
 /* Write the pieces of src to `path` (created, fsynced, closed), converting
  * through an I/O buffer of io_bytes. *bytes = the file's size, *crc = the CRC
  * of its header (which covers the record table, which holds the CRC of every
  * 1 MiB block of data): meta.json lists both. 0, or -1 with err naming path. */
-int lt_shard_write(const char *path, const LtShardSrc *src, size_t io_bytes, uint64_t *bytes,
+int lt_state_write(const char *path, const LtStateSrc *src, size_t io_bytes, uint64_t *bytes,
                    uint32_t *crc, char *err, size_t errlen);
 
 /* An opened state file: its pieces, sorted by name. */
-typedef struct LtShardFile LtShardFile;
+typedef struct LtStateFile LtStateFile;
 
 /* Open `path` and read and check its header and record table (format 1, 2 or
  * 3). want_bytes/want_crc: what meta.json says (want_bytes 0: not checked).
  * NULL with err naming the file. */
-LtShardFile *lt_shard_open(const char *path, uint64_t want_bytes, uint32_t want_crc, char *err,
+LtStateFile *lt_state_open(const char *path, uint64_t want_bytes, uint32_t want_crc, char *err,
                            size_t errlen);
-void lt_shard_close(LtShardFile *f);
+void lt_state_close(LtStateFile *f);
 /* The size of state file `path` and its header CRC (what meta.json lists),
  * from its header alone, checked. 0, or -1 with err naming the file. */
-int lt_shard_header(const char *path, uint64_t *bytes, uint32_t *crc, char *err, size_t errlen);
+int lt_state_header(const char *path, uint64_t *bytes, uint32_t *crc, char *err, size_t errlen);
 
 /* The global shape recorded for tensor `name` ("param/h.0.attn.qkv.weight");
  * 0 and shape[0..2) (a 1-D tensor has shape[1] = 1), or -1 when the file has
  * no piece of it. */
-int lt_shard_shape(const LtShardFile *f, const char *name, int64_t shape[2]);
+int lt_state_shape(const LtStateFile *f, const char *name, int64_t shape[2]);
 
 /* Copy into dst the elements of rectangle `want` of tensor `name` that the
  * file's pieces cover (dst holds want row-major), reading only the 1 MiB
  * blocks that hold them, each checked against its CRC, through `buf`
  * (buf_bytes, at least 1 MiB). *covered += the elements copied. 0, or -1 with
  * err naming the file and tensor. */
-int lt_shard_read(const LtShardFile *f, const char *name, const LtRect *want, float *dst,
+int lt_state_read(const LtStateFile *f, const char *name, const LtRect *want, float *dst,
                   unsigned char *buf, size_t buf_bytes, uint64_t *covered, char *err,
                   size_t errlen);
 

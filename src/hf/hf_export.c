@@ -1,4 +1,4 @@
-/* export.c - `lattice export`: a checkpoint as a Hugging Face model
+/* hf_export.c - `lattice export`: a checkpoint as a Hugging Face model
  * directory, GPT2LMHeadModel for model.arch=gpt and LlamaForCausalLM for
  * model.arch=llama; the tensor names and layouts are hf.h's table.
  *
@@ -7,7 +7,7 @@
  * written from there; GPT-2's Conv1D weights are (in, out), the transpose of
  * our (out, in), and are copied transposed. The output is fp32; config.json
  * names the architecture and every setting the model's function depends on. */
-#include "checkpoint.h"
+#include "hf.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -19,7 +19,9 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "hf.h"
+#include "checkpoint.h"
+#include "fileio.h"
+#include "safetensors.h"
 
 /* The safetensors list of map[0, n): pointers into master, transposed
  * copies in owned[] (freed by the caller). */
@@ -141,7 +143,7 @@ static int write_config_json(const char *path, const LtConfig *c, char *err, siz
     return 0;
 }
 
-int lt_export_hf(const char *ckpt_path, const char *out_dir, char *err, size_t errlen) {
+int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t errlen) {
     char stepdir[PATH_MAX], emsg[512];
     LtConfig *cfg = lt_malloc(sizeof *cfg);
     if (lt_ckpt_resolve(ckpt_path, stepdir, sizeof stepdir, err, errlen) ||

@@ -1,4 +1,4 @@
-/* import.c - `lattice import`: a Hugging Face LlamaForCausalLM or
+/* hf_import.c - `lattice import`: a Hugging Face LlamaForCausalLM or
  * GPT2LMHeadModel directory as a weights-only lattice checkpoint (hf.h).
  *
  * Order of work, so that nothing is allocated from a size that has not been
@@ -30,7 +30,9 @@
 #include "checkpoint.h"
 #include "common.h"
 #include "config.h"
+#include "fileio.h"
 #include "json.h"
+#include "safetensors.h"
 
 #define MAX_JSON_BYTES (64u << 20) /* config.json, the shard index */
 
@@ -469,11 +471,6 @@ out:
     return rc;
 }
 
-static int file_exists(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
 /* The safetensors of dir: model.safetensors if present (as transformers
  * prefers it), else the sharded index. */
 static int open_weights(Weights *w, const char *dir, char *err, size_t errlen) {
@@ -483,19 +480,19 @@ static int open_weights(Weights *w, const char *dir, char *err, size_t errlen) {
         snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir) >= (int)sizeof index ||
         snprintf(bin, sizeof bin, "%s/pytorch_model.bin", dir) >= (int)sizeof bin)
         return lt_errorf(err, errlen, "path too long: %s", dir);
-    if (file_exists(single)) {
+    if (lt_file_exists(single)) {
         snprintf(w->what, sizeof w->what, "%s", single);
         w->files = lt_calloc(sizeof *w->files);
         w->used = lt_calloc(sizeof *w->used);
         return add_file(w, single, err, errlen);
     }
-    if (file_exists(index)) {
+    if (lt_file_exists(index)) {
         snprintf(w->what, sizeof w->what, "%s", index);
         return open_sharded(w, dir, index, err, errlen);
     }
     return lt_errorf(err, errlen,
                      "%s has no model.safetensors or model.safetensors.index.json%s", dir,
-                     file_exists(bin) ? " (pytorch_model.bin is not read: save the model with "
+                     lt_file_exists(bin) ? " (pytorch_model.bin is not read: save the model with "
                                         "safe_serialization=True)" : "");
 }
 
@@ -637,12 +634,12 @@ static int check_out_dir(const char *out, char *err, size_t errlen) {
     return rc;
 }
 
-int lt_import_hf(const char *hf_dir, const char *out_dir, int nover, char **overrides, char *err,
+int lt_hf_import(const char *hf_dir, const char *out_dir, int nover, char **overrides, char *err,
                  size_t errlen) {
-    return lt_import_hf_at(hf_dir, out_dir, 0, nover, overrides, err, errlen);
+    return lt_hf_import_at(hf_dir, out_dir, 0, nover, overrides, err, errlen);
 }
 
-int lt_import_hf_at(const char *hf_dir, const char *out_dir, long step, int nover, char **overrides,
+int lt_hf_import_at(const char *hf_dir, const char *out_dir, long step, int nover, char **overrides,
                     char *err, size_t errlen) {
     if (step < 0) return lt_errorf(err, errlen, "--step %ld: must be >= 0", step);
     LtConfig *cfg = lt_calloc(sizeof *cfg);
