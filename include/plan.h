@@ -62,8 +62,11 @@ int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlan
                  size_t act_bytes, int mpi_p2p, LtPlanStep *out, char *err, size_t errlen);
 
 /* lattice plan CONFIG [--gpus N] [--gpus-per-node G] [--gpu NAME] [--gpu-mem-gib M]
- *              [--calibration FILE] [--top K] [--layout] [section.key=value ...] */
+ *              [--calibration FILE] [--top K] [--show TPxPP[xVPP]] [--layout]
+ *              [--overlap config|all|none] [section.key=value ...] (plan_cli.c);
+ * with --calibrate, lt_cmd_plan_calibrate (plan_device.h). */
 int lt_cmd_plan(int argc, char **argv);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,7 +23,7 @@ typedef struct {
 /* A cross-key rule: 0 when c satisfies it, else -1 with the message in err. */
 typedef int (*RuleFn)(const Rules *r, char *err, size_t errlen);
 
-/* ---- suggestions ------------------------------------------------------------------ */
+/* ---- suggestions --------------------------------------------------------- */
 
 /* The divisor of n nearest to want (ties: the smaller), n >= 1. */
 static long long nearest_divisor(long long n, long long want) {
@@ -47,7 +47,15 @@ static long long round_up(long long v, long long m) {
     return r > 0 ? r : m;
 }
 
-/* ---- derived fields -------------------------------------------------------------- */
+/* ---- per-key ranges and derived fields ----------------------------------- */
+
+/* Every key's range (a struct filled in code has not been through the
+ * loader's checks): 0, or -1 with the first key out of range in err. */
+static int check_ranges(const LtConfig *c, char *err, size_t errlen) {
+    for (int i = 0; i < lt_cfg_nkeys; i++)
+        if (lt_cfg_check_range(c, &lt_cfg_keys[i], "", err, errlen)) return -1;
+    return 0;
+}
 
 /* Fill the fields a config may leave to validation (model.ffn_hidden_size,
  * optimizer.decay_steps, model.num_query_groups): 0, or -1 with err. */
@@ -85,7 +93,7 @@ static int derive_padded_vocab(LtConfig *t, char *err, size_t errlen) {
     return 0;
 }
 
-/* ---- the model ------------------------------------------------------------------- */
+/* ---- the model ----------------------------------------------------------- */
 
 /* Keys that only the Llama block reads: refused for model.arch=gpt when set
  * away from their defaults, so a GPT config never carries a setting that does
@@ -170,7 +178,7 @@ static int rule_llama_head_dim_even(const Rules *r, char *err, size_t errlen) {
                        r->hidden, r->heads, r->hidden / r->heads);
 }
 
-/* ---- the layout ------------------------------------------------------------------ */
+/* ---- the layout ---------------------------------------------------------- */
 
 static int rule_world_divisible(const Rules *r, char *err, size_t errlen) {
     const long long tp = r->tp, pp = r->pp, n = tp * pp;
@@ -276,7 +284,7 @@ static int rule_sp_divides_seq(const Rules *r, char *err, size_t errlen) {
                        seq, r->tp, fit > 0 ? fit : r->tp);
 }
 
-/* ---- overlap and the CUDA graph --------------------------------------------------- */
+/* ---- overlap and the CUDA graph ------------------------------------------ */
 
 static int rule_tp_overlap_needs_sp(const Rules *r, char *err, size_t errlen) {
     if (!r->c->parallel.tp_comm_overlap || r->c->parallel.sequence_parallel) return 0;
@@ -334,7 +342,7 @@ static int rule_cudnn_needs_bf16(const Rules *r, char *err, size_t errlen) {
                        lt_precision_name(c->train.precision));
 }
 
-/* ---- evaluation, logging, checkpoints ----------------------------------------------- */
+/* ---- evaluation, logging, checkpoints ------------------------------------ */
 
 static int rule_mllog_benchmark(const Rules *r, char *err, size_t errlen) {
     const LtConfig *c = r->c;
@@ -382,7 +390,7 @@ static int rule_load_auto_needs_dir(const Rules *r, char *err, size_t errlen) {
                        "checkpoint.dir, which is not set");
 }
 
-/* ---- the learning-rate schedule ----------------------------------------------------- */
+/* ---- the learning-rate schedule ------------------------------------------ */
 
 static int rule_min_lr(const Rules *r, char *err, size_t errlen) {
     const double lr = r->c->optimizer.lr, min_lr = r->c->optimizer.min_lr;
@@ -471,8 +479,7 @@ int lt_config_validate(LtConfig *c, int world_size, char *err, size_t errlen) {
     err[0] = '\0';
     if (world_size < 1)
         return lt_cfg_fail(err, errlen, "world size must be >= 1, got %d", world_size);
-    for (int i = 0; i < lt_cfg_nkeys; i++)
-        if (lt_cfg_check_range(c, &lt_cfg_keys[i], "", err, errlen)) return -1;
+    if (check_ranges(c, err, errlen)) return -1;
     LtConfig *t = malloc(sizeof *t); /* c changes only when every step passes */
     if (!t) return lt_cfg_fail(err, errlen, "out of memory validating the configuration");
     memcpy(t, c, sizeof *t);

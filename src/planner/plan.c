@@ -16,7 +16,7 @@
 #include "pipeline.h"
 #include "schedule.h"
 
-/* ---- memory ------------------------------------------------------------------ */
+/* ---- memory -------------------------------------------------------------- */
 
 /* Gradient buffer of a stage with ZeRO-2 buckets (model.c, setup_grads): one
  * buffer as long as the largest parameter group (the embeddings, a layer, the
@@ -141,7 +141,7 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     return 0;
 }
 
-/* ---- step time --------------------------------------------------------------- */
+/* ---- step time ----------------------------------------------------------- */
 
 static double ring(double bytes, int n, double gbs, double lat) {
     return n > 1 ? 2.0 * (n - 1) / n * bytes / (gbs * 1e9) + 2.0 * (n - 1) * lat : 0.0;

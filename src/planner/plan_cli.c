@@ -15,7 +15,7 @@
 #include "plan_device.h"
 #include "plan_internal.h"
 
-/* ---- the table's columns ------------------------------------------------------ */
+/* ---- the table's columns ------------------------------------------------- */
 
 /* fitting first, then faster, then (within 0.1%) smaller */
 static int cand_cmp(const void *x, const void *y) {
@@ -193,7 +193,7 @@ static int bad(const char *msg, const char *arg) {
     return LT_EXIT_INPUT;
 }
 
-/* ---- the command line --------------------------------------------------------- */
+/* ---- the command line ---------------------------------------------------- */
 
 typedef struct {
     const char *config, *gpu_name, *calibration;
@@ -291,7 +291,7 @@ static int plan_setup(PlanArgs *p, PlanSetup *s) {
     return 0;
 }
 
-/* ---- --layout: the config's own layout ------------------------------------------ */
+/* ---- --layout: the config's own layout ----------------------------------- */
 
 static void print_stage_memory(int stage, const LtPlanMemory *m) {
     const double gib = 1024.0 * 1024 * 1024;
@@ -333,7 +333,7 @@ static int plan_layout(const PlanArgs *p, const PlanSetup *s) {
     return 0;
 }
 
-/* ---- the enumeration ------------------------------------------------------------ */
+/* ---- the enumeration ----------------------------------------------------- */
 
 typedef struct {
     Cand *c;
@@ -404,7 +404,7 @@ static void rank_layouts(const PlanArgs *p, const PlanSetup *s, int gpus, Cands 
     qsort(cs->c, cs->n < 64 ? cs->n : 64, sizeof *cs->c, cand_cmp);
 }
 
-/* ---- the table ------------------------------------------------------------------ */
+/* ---- the table ----------------------------------------------------------- */
 
 /* Nothing fits: the smallest layout and what it needs. Returns the exit status. */
 static int refuse_nothing_fits(const Cands *cs, int gpus, double cap) {

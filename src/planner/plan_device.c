@@ -119,7 +119,7 @@ int lt_plan_device_choose(const char *gpu, const char *calibration, LtPrecision 
     return 0;
 }
 
-/* ---- reading ------------------------------------------------------------------ */
+/* ---- reading ------------------------------------------------------------- */
 
 static char *read_small_file(const char *path, size_t *len, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
@@ -257,7 +257,7 @@ int lt_plan_calibration_load(const char *path, LtPrecision prec, LtPlanDevice *o
     return rc;
 }
 
-/* ---- writing ------------------------------------------------------------------ */
+/* ---- writing ------------------------------------------------------------- */
 
 /* A JSON string of s: the few characters that need escaping in the names written. */
 static void put_string(FILE *f, const char *key, const char *s) {
