@@ -38,6 +38,8 @@
 
 #include <stddef.h>
 
+#include "layer_split.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -74,6 +76,14 @@ int lt_action_is_send(LtActKind kind);
  * message in err: sizes must be >= 1 and within the limits, vpp > 1 needs
  * pp > 1 and micro_batches a multiple of pp. */
 int lt_schedule_check(int pp, int vpp, int micro_batches, char *err, size_t errlen);
+
+/* The pipeline layout a config asks for, in one answer for config
+ * validation: 0 when split cuts num_layers into pp x vpp chunks
+ * (lt_layer_split_check) and, with a pipeline (pp > 1), micro_batches per step
+ * make a valid schedule (lt_schedule_check); else -1 with the reason in err,
+ * naming the parallel.* keys. */
+int lt_schedule_layout_check(const LtLayerSplit *split, int num_layers, int pp, int vpp,
+                             int micro_batches, char *err, size_t errlen);
 
 /* Room lt_schedule_rank needs: 6 * vpp * micro_batches (each compute with at
  * most one receive and one send). */

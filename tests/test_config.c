@@ -633,6 +633,72 @@ static void test_validate_errors(void) {
           "nan in validate: %s", err);
 }
 
+/* The refusals a first multi-rank run meets suggest values that work, and
+ * each suggestion, applied, passes that rule. */
+static void test_validate_suggestions(void) {
+    static const struct {
+        const char *ov[4];
+        int world;
+        const char *want;  /* the suggestion in the message */
+        const char *fixed; /* the suggested value as an override */
+    } cases[] = {
+        {{"train.global_batch_size=16", "train.micro_batch_size=8"},
+         4,
+         "try train.micro_batch_size=4 (or train.global_batch_size=32)",
+         "train.micro_batch_size=4"},
+        {{"train.global_batch_size=16", "train.micro_batch_size=8"},
+         4,
+         "try train.micro_batch_size=4 (or train.global_batch_size=32)",
+         "train.global_batch_size=32"},
+        {{"train.global_batch_size=6", "train.micro_batch_size=2"},
+         4,
+         "try train.global_batch_size=8",
+         "train.global_batch_size=8"},
+        {{"train.steps=10", "optimizer.warmup_steps=20"},
+         1,
+         "try optimizer.warmup_steps=10 or less (or train.steps=20)",
+         "optimizer.warmup_steps=10"},
+        {{"optimizer.decay_steps=50", "optimizer.warmup_steps=60"},
+         1,
+         "try optimizer.warmup_steps=50 or less (or optimizer.decay_steps=60)",
+         "optimizer.decay_steps=60"},
+        {{"model.hidden_size=770"}, 1, "try model.num_attention_heads=11",
+         "model.num_attention_heads=11"},
+        {{"parallel.tensor_model_parallel_size=4", "model.num_attention_heads=6"},
+         4,
+         "try parallel.tensor_model_parallel_size=2",
+         "parallel.tensor_model_parallel_size=2"},
+        {{"parallel.tensor_model_parallel_size=4"}, 6, "run on 4 or 8 ranks", NULL},
+        {{"parallel.pipeline_model_parallel_size=4",
+          "parallel.virtual_pipeline_model_parallel_size=3", "train.global_batch_size=6"},
+         4,
+         "try train.global_batch_size=8",
+         "train.global_batch_size=8"},
+        {{"eval.samples=5", "train.micro_batch_size=2", "train.global_batch_size=2"},
+         1,
+         "try eval.samples=6",
+         "eval.samples=6"},
+    };
+    char err[1024];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int n = 0;
+        const char *ov[5];
+        while (n < 4 && cases[i].ov[n]) ov[n] = cases[i].ov[n], n++;
+        LtConfig c;
+        CHECK(lt_config_load(&c, NULL, n, (char **)ov, err, sizeof err) == 0, "case %zu: %s", i,
+              err);
+        CHECK(lt_config_validate(&c, cases[i].world, err, sizeof err) == -1 &&
+                  has(err, cases[i].want),
+              "case %zu: '%s' not in: %s", i, cases[i].want, err);
+        if (!cases[i].fixed) continue;
+        ov[n++] = cases[i].fixed;
+        CHECK(lt_config_load(&c, NULL, n, (char **)ov, err, sizeof err) == 0, "case %zu: %s", i,
+              err);
+        CHECK(lt_config_validate(&c, cases[i].world, err, sizeof err) == 0,
+              "case %zu: the suggestion %s refused: %s", i, cases[i].fixed, err);
+    }
+}
+
 /* model.attention and model.attention_deterministic: parsing, the bad-input
  * messages, and the cross-key refusals of an explicit cudnn. */
 static void test_attention_keys(void) {
@@ -815,6 +881,7 @@ int main(void) {
     RUN(test_load_errors);
     RUN(test_ranges);
     RUN(test_validate_errors);
+    RUN(test_validate_suggestions);
     RUN(test_validate_ok);
     RUN(test_attention_keys);
     RUN(test_print_roundtrip);

@@ -198,10 +198,43 @@ else fail plan_step_in_run "$(echo "$err" | tail -1)"; fi
 # the table: GPT-2 1.5B on one 8-GPU node
 "$LT" plan configs/gpt2-1.5b.yaml --gpus 8 --top 5 --show 1x4x2 > "$T/table" 2>&1
 rc=$?
-rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ ' "$T/table")
+rows=$(grep -cE '^[ *] *[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ ' "$T/table")
 if [ $rc -eq 0 ] && [ "$rows" -eq 6 ] && grep -q "layouts, [0-9]* fit" "$T/table" &&
-   grep -A1 -- "--show 1x4x2, the fastest such layout" "$T/table" | grep -qE "^ +1 +4 +2 +2 "; then pass plan_table
+   grep -A1 -- "--show 1x4x2, the fastest such layout" "$T/table" | grep -qE "^[ *] *1 +4 +2 +2 "; then pass plan_table
 else fail plan_table "rc=$rc rows=$rows: $(head -3 "$T/table")"; fi
+# the legend under the table (and in --help) names every column; the config's own
+# layout (GPT-2 1.5B: tp 1, pp 1, micro batch 16, ZeRO 0) is the marked row, and only it
+"$LT" plan --help > "$T/help" 2>&1
+legend_ok=1
+for w in "tp, pp, dp: tensor-, pipeline-, data-parallel size" "vpp: virtual pipeline" \
+         "mbs: micro batch size" "rc: activation recomputation" "zero: ZeRO stage" \
+         "sp: sequence parallelism" "split: layers" "ws (workspace)" "binds: what limits" \
+         "*: the config's own layout"; do
+  grep -qF -- "$w" "$T/table" && grep -qF -- "$w" "$T/help" || { legend_ok=0; echo "missing: $w"; }
+done
+marked=$(grep -c '^\*' "$T/table")
+if [ $legend_ok -eq 1 ] && [ "$marked" -eq 1 ] &&
+   grep -qE '^\* *1 +1 +1 +8 +16 +none +0 +n +even ' "$T/table"; then pass plan_legend_and_mark
+else fail plan_legend_and_mark "legend $legend_ok, $marked marked: $(grep '^\*' "$T/table")"; fi
+# a config whose layout is not in the table says where it stands or why it is not
+"$LT" plan configs/demo.yaml --gpus 8 --top 2 > "$T/tdemo" 2>&1; rc=$?
+if [ $rc -eq 0 ] && grep -q "the config's own layout does not validate on 8 GPUs: train.global_batch_size (16) .*try train.micro_batch_size=2" "$T/tdemo" &&
+   [ "$(grep -c '^\*' "$T/tdemo")" -eq 0 ]; then pass plan_config_layout_not_shown
+else fail plan_config_layout_not_shown "rc=$rc: $(grep "own layout" "$T/tdemo")"; fi
+# --layout: each stage's bytes, then the same in GiB
+"$LT" plan configs/gpt2-124m.yaml --layout --gpus 2 parallel.pipeline_model_parallel_size=2 > "$T/lgib" 2>&1; rc=$?
+if err=$(python3 - "$T/lgib" $rc <<'PY' 2>&1
+import re, sys
+text, rc = open(sys.argv[1]).read(), int(sys.argv[2])
+assert rc == 0, rc
+pairs = re.findall(r'predicted, stage (\d+)\): .*total=(\d+)\n  = ([\d.]+) GiB: params', text)
+assert len(pairs) == 2, text
+for stage, total, gib in pairs:
+    assert abs(int(total) / 2**30 - float(gib)) < 0.006, (stage, total, gib)
+print(f'{len(pairs)} stages, {pairs[0][2]} GiB on stage 0')
+PY
+); then pass "plan_layout_gib ($err)"
+else fail plan_layout_gib "$(echo "$err" | tail -1)"; fi
 # layouts faster than the best that fits but over the memory are listed apart, marked
 "$LT" plan configs/llama3.1-8b.yaml --gpus 8 --top 2 > "$T/table8b" 2>&1; rc=$?
 if err=$(python3 - "$T/table8b" $rc <<'PY' 2>&1
@@ -210,7 +243,7 @@ text, rc = open(sys.argv[1]).read(), int(sys.argv[2])
 assert rc == 0, rc
 head, _, tail = text.partition('faster, but over 80 GiB per GPU (they do not fit):')
 assert tail, 'no list of faster layouts that do not fit'
-row = lambda l: re.match(r'^ +\d+ +\d+ +\d+ +\d+ +\d+ ', l)
+row = lambda l: re.match(r'^[ *] *\d+ +\d+ +\d+ +\d+ +\d+ ', l)
 fit = [l for l in head.splitlines() if row(l)]
 over = [l for l in tail.splitlines() if row(l)]
 step = lambda l: float(l.split('|')[2].split()[0])
@@ -231,9 +264,9 @@ import re, sys
 text, rc = open(sys.argv[1]).read(), int(sys.argv[2])
 assert rc == 0, rc
 head = text.split('faster, but over')[0].split('--show')[0]
-rows = [l.split() for l in head.splitlines() if re.match(r'^ +\d+ +\d+ +\d+ +\d+ +\d+ ', l)]
+rows = [l[1:].split() for l in head.splitlines() if re.match(r'^[ *] *\d+ +\d+ +\d+ +\d+ +\d+ ', l)]
 assert len(rows) == 3 and all(r[8] != 'even' and int(r[1]) >= 4 for r in rows), rows
-even = re.search(r'--show 8x2x1.*\n( +8 +2 +1 .*)', text)
+even = re.search(r'--show 8x2x1.*\n[ *]( *8 +2 +1 .*)', text)
 assert even and even.group(1).split()[8] == 'even', text[-400:]
 step = lambda l: float(l.split('|')[2].split()[0])
 assert step(' '.join(rows[0])) < 0.7 * step(even.group(1)), (rows[0], even.group(1))
@@ -249,7 +282,7 @@ else fail plan_uneven_split_405b "$(echo "$err" | tail -1)"; fi
   parallel.pipeline_model_parallel_size=2 train.micro_batch_size=16 > "$T/t124even" 2>&1
 row=$(grep -A1 -- "--show 1x2x1" "$T/t124" | tail -1)
 even=$(sed -n 's/^step time .*: \([0-9.]*\) s = .*/\1/p' "$T/t124even")
-if [ $rc -eq 0 ] && echo "$row" | grep -qE '^ +1 +2 +1 +1 +16 +none +[0-9] +n +l4 ' &&
+if [ $rc -eq 0 ] && echo "$row" | grep -qE '^[ *] *1 +2 +1 +1 +16 +none +[0-9] +n +l4 ' &&
    python3 -c "import sys; s, e = float(sys.argv[1].split('|')[2].split()[0]), float(sys.argv[2]); assert s < 0.9 * e, (s, e)" "$row" "$even"; then
   pass "plan_balanced_last_stage ($(echo "$row" | awk -F'|' '{print $3}' | awk '{print $1}') s against $even s even)"
 else fail plan_balanced_last_stage "rc=$rc row='$row' even='$even'"; fi

@@ -2,6 +2,8 @@
  * the discrete-event simulator and `lattice schedule`. */
 #include "schedule.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -592,6 +594,54 @@ static void test_cli(void) {
         CHECK(cli(argcs[i], bad[i]) == 2, "bad case %zu not rejected with 2", i);
 }
 
+/* lattice schedule's stdout for argv into out[len] (NUL-terminated): its status. */
+static int cli_output(int argc, const char **argv, char *out, size_t len) {
+    char path[] = "/tmp/lt_schedule_out_XXXXXX";
+    const int fd = mkstemp(path), saved = dup(STDOUT_FILENO);
+    out[0] = 0;
+    if (fd < 0 || saved < 0) return -1;
+    fflush(stdout);
+    dup2(fd, STDOUT_FILENO);
+    const int rc = lt_cmd_schedule(argc, (char **)argv);
+    fflush(stdout);
+    dup2(saved, STDOUT_FILENO);
+    close(saved);
+    const ssize_t n = pread(fd, out, len - 1, 0);
+    out[n > 0 ? n : 0] = 0;
+    close(fd);
+    unlink(path);
+    return rc;
+}
+
+/* The timeline's legend under a narrow one; past 200 characters a row, a
+ * summary by rank instead (unless --full). */
+static void test_cli_legend_and_summary(void) {
+    static char out[1 << 16];
+    const char *narrow[] = {"schedule", "--pp", "4", "--micro-batches", "8"};
+    CHECK(cli_output(5, narrow, out, sizeof out) == 0, "narrow failed");
+    CHECK(strstr(out, "rank 3   .  .  .  F0 B0===") && strstr(out, "legend: one time unit per 3 "
+                                                                  "characters; F<mb> the forward"),
+          "narrow: %s", out);
+    CHECK(strstr(out, "'=' the compute goes on; '.' the rank is idle"), "legend: %s", out);
+    const char *wide[] = {"schedule", "--pp", "8", "--vpp", "2", "--micro-batches", "16"};
+    CHECK(cli_output(7, wide, out, sizeof out) == 0, "wide failed");
+    CHECK(strstr(out, "characters wide per rank: a summary by rank instead") &&
+              !strstr(out, "legend:") && !strstr(out, "F0.1"),
+          "wide: %s", out);
+    /* rank 7 starts last (7 units late) and has no bubble in between */
+    CHECK(strstr(out, "rank 0   busy 96 of 117 (82%); idle 0 before") &&
+              strstr(out, "rank 7   busy 96 of 117 (82%); idle 7 before its first compute, 0 "
+                          "between computes, 14 after its last"),
+          "summary: %s", out);
+    char *line = out;
+    for (char *nl; (nl = strchr(line, '\n')); line = nl + 1)
+        CHECK(nl - line <= 200, "a line of %d characters", (int)(nl - line));
+    const char *full[] = {"schedule", "--pp", "8", "--vpp", "2", "--micro-batches", "16", "--full"};
+    CHECK(cli_output(8, full, out, sizeof out) == 0, "--full failed");
+    CHECK(strstr(out, "F0.1") && strstr(out, "legend:") && !strstr(out, "summary by rank"),
+          "--full: %.300s", out);
+}
+
 /* Message buffers the executor holds (pipeline.c's reuse rule): worked
  * lists, and over all P <= 8, V <= 4, M <= 64 between one and four over MPI
  * (receives posted ahead too), one and two in NCCL's stream order;
@@ -666,5 +716,6 @@ int main(void) {
     RUN(test_forward_only);
     RUN(test_broken_lists);
     RUN(test_cli);
+    RUN(test_cli_legend_and_summary);
     return test_summary();
 }

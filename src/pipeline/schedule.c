@@ -38,6 +38,20 @@ int lt_schedule_check(int pp, int vpp, int micro_batches, char *err, size_t errl
     return 0;
 }
 
+int lt_schedule_layout_check(const LtLayerSplit *split, int num_layers, int pp, int vpp,
+                             int micro_batches, char *err, size_t errlen) {
+    if (lt_layer_split_check(split, num_layers, pp, vpp, err, errlen)) return -1;
+    if (pp == 1) return 0; /* no schedule: the steps run one after the other */
+    char why[256];
+    if (lt_schedule_check(pp, vpp, micro_batches, why, sizeof why))
+        return lt_errorf(err, errlen,
+                         "parallel.pipeline_model_parallel_size (%d) x "
+                         "parallel.virtual_pipeline_model_parallel_size (%d) with %d micro "
+                         "batches per step: %s",
+                         pp, vpp, micro_batches, why);
+    return 0;
+}
+
 size_t lt_schedule_capacity(int pp, int vpp, int micro_batches) {
     if (lt_schedule_check(pp, vpp, micro_batches, NULL, 0)) return 0;
     return (size_t)6 * (size_t)vpp * (size_t)micro_batches;

@@ -1,15 +1,14 @@
-/* plan.c - the parallelism planner (see plan.h): memory per rank by
- * category, step time, and `lattice plan`, which enumerates layouts. */
+/* plan.c - the parallelism planner's model (see plan.h): the memory per rank
+ * of a layout by category, and its step time by part. `lattice plan`, which
+ * enumerates layouts with it, is plan_cli.c. */
 #include "plan.h"
+#include "plan_internal.h"
 
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
-#include "backend.h"
 #include "common.h"
 #include "model.h"
 #include "optim.h"
@@ -17,7 +16,7 @@
 #include "pipeline.h"
 #include "schedule.h"
 
-/* ---- memory ------------------------------------------------------------------ */
+/* ---- memory -------------------------------------------------------------- */
 
 /* Gradient buffer of a stage with ZeRO-2 buckets (model.c, setup_grads): one
  * buffer as long as the largest parameter group (the embeddings, a layer, the
@@ -142,67 +141,7 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     return 0;
 }
 
-/* ---- devices ----------------------------------------------------------------- */
-
-/* The GPU rows: peaks, memory, its bandwidth and NVLink (450 GB/s per GPU one
- * way; the A100's 300) are datasheet figures. Assumed, because no GPU was
- * at hand to measure them: the GEMM efficiencies, the half-efficiency point
- * of 256 tokens, the 5 us latency per ring step, and the network (one
- * 400 Gb/s NIC per GPU, 50 GB/s; the A100's 200 Gb/s). `lattice plan
- * --calibrate` on such a machine measures the first three and the NVLink
- * figure (--calibration FILE plans with them).
- * The cpu row was measured by `lattice plan --calibrate` on the 2-core CI
- * machine (bench/2026-11-24-cpu-calibrate.md): its peaks are the measured
- * square-GEMM ceiling (a CPU has no datasheet figure here); its network is
- * assumed (10 Gb/s Ethernet). */
-static const LtPlanDevice DEVICES[] = {
-    {"h100", 989.4, 66.9, 80, 3350, 450, 50, 5.0, 0.60, 256,
-     "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed"},
-    {"h200", 989.4, 66.9, 141, 4800, 450, 50, 5.0, 0.62, 256,
-     "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed"},
-    {"a100", 312.0, 19.5, 80, 2039, 300, 25, 5.0, 0.65, 256,
-     "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed"},
-    /* fp32 peak, GEMM curve, memory: the fp32 run on one rank (2 threads); bf16
-     * peak: the bf16 run; all-reduce: the run under mpirun -np 2 */
-    {"cpu", 0.0297, 0.0961, 23.5, 25.48, 0.798, 1.25, 0.50, 1.028, 25,
-     "measured on the 2-core CI machine (peak: its GEMM ceiling); network assumed"},
-};
-
-int lt_plan_device(const char *name, LtPlanDevice *out) {
-    for (size_t i = 0; i < sizeof DEVICES / sizeof DEVICES[0]; i++)
-        if (!strcasecmp(name, DEVICES[i].name)) {
-            *out = DEVICES[i];
-            return 0;
-        }
-    return -1;
-}
-
-const char *lt_plan_device_names(void) { return "h100, h200, a100, cpu"; }
-
-int lt_plan_device_match(const char *device_name, char *name, size_t len) {
-    for (size_t i = 0; i < sizeof DEVICES / sizeof DEVICES[0]; i++)
-        if (strcmp(DEVICES[i].name, "cpu") && strcasestr(device_name, DEVICES[i].name)) {
-            snprintf(name, len, "%s", DEVICES[i].name);
-            return 0;
-        }
-    return -1;
-}
-
-/* ---- step time --------------------------------------------------------------- */
-
-typedef struct {
-    int tp, pp, vpp, dp, mbs, rc, zero, sp;
-    LtLayerSplit split; /* layers per chunk (layer_split.h) */
-    LtPlanMemory mem; /* the largest stage's */
-    double mem_gib;
-    int fits;
-    /* seconds per step: compute, the bubble, communication not hidden (tp_comm, pp_comm,
-     * dp_comm) and what the overlap switches hide of it (hidden_*), the optimizer */
-    double compute, tp_comm, pp_comm, dp_comm, optim, bubble, step, mfu, tokens_per_s;
-    double hidden_tp, hidden_pp, hidden_dp;
-    int ov_grad, ov_param, ov_p2p, ov_tp; /* the switches in effect (after the layout's limits) */
-    int simulated;
-} Cand;
+/* ---- step time ----------------------------------------------------------- */
 
 static double ring(double bytes, int n, double gbs, double lat) {
     return n > 1 ? 2.0 * (n - 1) / n * bytes / (gbs * 1e9) + 2.0 * (n - 1) * lat : 0.0;
@@ -228,7 +167,7 @@ typedef struct {
     double tf_c, tb_data, tb_weight, tpc, tpc_f, tpc_b, redo, tpc_redo;
 } PassTime;
 
-/* What a pass's time depends on (step_time fills it for a layout). */
+/* What a pass's time depends on (pass_model fills it for a layout). */
 typedef struct {
     double per_layer, head;     /* training FLOPs per sample: one layer, the LM head */
     double mbs_tp, eff, slow;   /* micro batch / tp; FLOP/s at its size; tp overlap's slowdown */
@@ -272,9 +211,165 @@ static void pass_scale(PassTime *p, double f) {
     p->redo *= f, p->tpc_redo *= f;
 }
 
+/* The sizes of layout k that every part of its step reads. */
+typedef struct {
+    LtModelDims d;
+    double a, peak, lat;  /* bytes per activation, FLOP/s, seconds per ring step */
+    double S, N, C;       /* sequence, tokens per micro batch, hidden */
+    int G, M, V, P;       /* global batch, micro batches per step, chunks, stages */
+} StepSizes;
+
+static StepSizes step_sizes(const LtConfig *c, const LtPlanDevice *g, const Cand *k) {
+    StepSizes z;
+    z.d = lt_dims_from_config(c);
+    z.a = c->train.precision == LT_PREC_BF16 ? 2.0 : 4.0;
+    z.peak = (c->train.precision == LT_PREC_BF16 ? g->bf16_tflops : g->fp32_tflops) * 1e12;
+    z.G = c->train.global_batch_size, z.M = z.G / (k->mbs * k->dp), z.V = k->vpp, z.P = k->pp;
+    z.S = c->model.seq_length, z.N = (double)k->mbs * z.S, z.C = z.d.hidden;
+    z.lat = g->latency_us * 1e-6;
+    return z;
+}
+
+/* The time of one chunk of one micro batch on one GPU (pass_time) from its
+ * layers and, on the model's last chunk, the LM head (2 h V per token);
+ * GEMMs with few rows run below the large-GEMM efficiency (--calibrate fits
+ * the curve); two all-reduces (or all-gather + reduce-scatter with SP) per
+ * layer each way; recomputation in the backward: full the layers' forward up
+ * to the MLP activation (with 3 of its 4 SP gathers and reduce-scatters),
+ * selective the attention core, at the forward's pace. */
+static PassModel pass_model(const StepSizes *z, const LtPlanDevice *g, int gpn, const Cand *k) {
+    const LtModelDims *d = &z->d;
+    const double N = z->N;
+    const int full_rc = k->rc == LT_RECOMPUTE_FULL;
+    const double head = 3.0 * z->S * 2.0 * z->C * (double)d->padded_vocab;
+    const double intra = k->tp <= gpn ? g->intra_gbs : g->net_gbs;
+    return (PassModel){
+        .per_layer = (lt_model_flops_per_sample(d, 0) - head) / d->num_layers,
+        .head = head,
+        .mbs_tp = (double)k->mbs / k->tp,
+        .eff = z->peak * gemm_eff_at(g, N),
+        .slow = k->ov_tp ? gemm_eff_at(g, N) / gemm_eff_at(g, N / k->tp) : 1.0,
+        .ring1 = ring(z->a * N * z->C, k->tp, intra, z->lat),
+        .redo_layer = k->rc == LT_RECOMPUTE_NONE
+                          ? 0.0
+                          : lt_model_recompute_flops_per_sample(d, full_rc) / d->num_layers *
+                                k->mbs / k->tp / (z->peak * gemm_eff_at(g, N)),
+        .redo_share = full_rc ? 0.75 : 0.0,
+        .tp = k->tp,
+        .ov_tp = k->ov_tp};
+}
+
+/* The average chunk of the stage with the most time, which sets the
+ * pipeline's pace; *layers: that stage's layers per chunk. */
+static PassTime pacing_chunk(const PassModel *pm, const Cand *k, int L, double *layers) {
+    const int P = k->pp, V = k->vpp;
+    PassTime pace = {0};
+    double pace_time = -1.0;
+    *layers = 0.0;
+    for (int q = 0; q < P; q++) {
+        PassTime sum = {0};
+        int n = 0;
+        for (int v = 0; v < V; v++) {
+            const int nl = lt_layer_split_count(&k->split, L, P, V, q, v);
+            pass_add(&sum, pass_time(pm, nl, q == P - 1 && v == V - 1));
+            n += nl;
+        }
+        if (pass_total(&sum) > pace_time) pace = sum, pace_time = pass_total(&sum), *layers = (double)n / V;
+    }
+    pass_scale(&pace, 1.0 / V);
+    return pace;
+}
+
+/* A pacing pass each way with its exposed communication, and a
+ * stage-to-stage transfer: its time, what of it the receiving pass waits
+ * for (xfer), and when it arrives after the send. */
+typedef struct {
+    double tf_all, tb_all, p2p, xfer, arrive;
+} PipeTimes;
+
+/* A stage-to-stage transfer is on the receiving pass's time, unless the
+ * receive was posted ahead (overlap_p2p_comm over MPI; a large MPI message
+ * moves once its receive is posted, NCCL's in order on the compute stream);
+ * then it runs behind the compute and arrives p2p after the send. */
+static PipeTimes pipe_times(const StepSizes *z, const PassTime *pace, const LtPlanDevice *g,
+                            int gpn, const Cand *k) {
+    PipeTimes t;
+    t.tf_all = pace->tf_c + pace->tpc_f;
+    t.tb_all = pace->tb_data + pace->tb_weight + pace->tpc_b + pace->redo + pace->tpc_redo;
+    /* a stage holds tp * dp consecutive ranks: boundaries cross nodes when that fills one */
+    const double p2p_gbs = k->tp * k->dp >= gpn ? g->net_gbs : g->intra_gbs;
+    t.p2p = z->P > 1 ? z->a * z->N * z->C / (k->sp ? k->tp : 1) / (p2p_gbs * 1e9) + z->lat : 0.0;
+    t.xfer = z->P > 1 && !k->ov_p2p ? t.p2p : 0.0;
+    t.arrive = z->P > 1 ? (k->ov_p2p ? t.p2p : z->lat) : 0.0;
+    return t;
+}
+
+/* The pipeline's time for a step's passes: a formula, or with sim the
+ * schedule simulator's makespan (k->simulated says which was used). */
+static double pipeline_makespan(const PassModel *pm, const StepSizes *z, const PipeTimes *t,
+                                Cand *k, int sim) {
+    const int P = z->P, V = z->V, M = z->M;
+    double makespan = (V * (double)M + P - 1) * (t->tf_all + t->tb_all + 2.0 * t->xfer) +
+                      2.0 * (P - 1) * t->arrive;
+    if (P == 1) k->simulated = 1; /* no pipeline: no bubble to simulate */
+    if (!sim || P == 1) return makespan;
+    /* each chunk at its own time over the pacing stage's average chunk: its
+     * layers, and the LM head on the model's last chunk only (an
+     * approximation: its transfer scales alike) */
+    double *scale = lt_malloc(sizeof(double) * (size_t)(P * V));
+    for (int v = 0; v < P * V; v++) {
+        const int q = v % P, ch = v / P;
+        const PassTime p = pass_time(
+            pm, lt_layer_split_count(&k->split, z->d.num_layers, P, V, q, ch), v == P * V - 1);
+        scale[v] = pass_total(&p) / (t->tf_all + t->tb_all);
+    }
+    LtSimResult res;
+    char err[256];
+    if (lt_schedule_simulate_all(P, V, M,
+                                 (LtSimCost){t->tf_all + t->xfer, t->tb_all + t->xfer, t->arrive,
+                                             scale},
+                                 &res, err, sizeof err) == 0) {
+        makespan = res.makespan;
+        lt_sim_free(&res);
+        k->simulated = 1;
+    }
+    free(scale);
+    return makespan;
+}
+
+/* Data parallel: the gradient reduction (fp32: an all-reduce, with ZeRO a
+ * reduce-scatter - ZeRO 2's after every micro batch), with ZeRO the weights'
+ * gather; buckets of parallel.bucket_size parameters (ZeRO 2: one per
+ * parameter group, a layer or the embeddings). Fills k->dp_comm (exposed)
+ * and k->hidden_dp; layers: the pacing stage's layers per chunk. */
+static void dp_time(const LtConfig *c, const LtPlanDevice *g, int gpn, const StepSizes *z,
+                    const PipeTimes *t, double layers, Cand *k) {
+    const double a = z->a, lat = z->lat, passes = z->V * (double)z->M;
+    const double local = (double)k->mem.params / a;
+    const double dp_gbs = k->tp * k->dp > gpn ? g->net_gbs : g->intra_gbs;
+    const double reduce = k->zero == 0 ? ring(4.0 * local, k->dp, dp_gbs, lat)
+                                       : ring(4.0 * local, k->dp, dp_gbs, lat) / 2.0;
+    const double gather = k->zero ? ring(a * local, k->dp, dp_gbs, lat) / 2.0 : 0.0;
+    const double buckets = fmax(1.0, ceil(local / (double)c->parallel.bucket_size));
+    const double groups = layers * z->V + 1.0;
+    double reduce_x, gather_x;
+    if (k->zero == 2) {
+        /* behind each backward, and behind the next forward at most the two
+         * reductions in flight (LT_OPTIM_RING); a slower reduction stalls */
+        const double total = z->M * reduce, one = reduce / groups;
+        const double window = passes * (t->tb_all + fmin(t->tf_all, LT_OPTIM_RING * one));
+        reduce_x = k->ov_grad ? exposed(total, window, one) : total;
+    } else {
+        reduce_x = k->ov_grad ? exposed(reduce, z->V * t->tb_all, reduce / buckets) : reduce;
+    }
+    gather_x = k->ov_param ? exposed(gather, z->V * t->tf_all, gather / buckets) : gather;
+    k->dp_comm = reduce_x + gather_x;
+    k->hidden_dp = fmax(0.0, (k->zero == 2 ? z->M * reduce : reduce) + gather - k->dp_comm);
+}
+
 /* Predicted step time; sim: take the makespan from the schedule simulator.
- * The overlap switches of c (as layout_config left them) hide communication
- * as the engine overlaps it (README "Planning a layout"):
+ * The overlap switches of c (as lt_plan_layout_config left them) hide
+ * communication as the engine overlaps it (docs: the planner page):
  * - tp_comm_overlap: within a pass (pass_time);
  * - overlap_p2p_comm (MPI only: with NCCL the stage-to-stage messages stay
  *   in order on the compute stream): receives are posted ahead, so a
@@ -285,228 +380,34 @@ static void pass_scale(PassTime *p, double f) {
  *   batch's reduce-scatters behind the compute that follows them);
  * - overlap_param_gather: the ZeRO gather of all buckets but the first runs
  *   behind the next step's first forward. */
-static void step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k, int sim) {
-    const LtModelDims d = lt_dims_from_config(c);
-    const double a = c->train.precision == LT_PREC_BF16 ? 2.0 : 4.0;
-    const double peak = (c->train.precision == LT_PREC_BF16 ? g->bf16_tflops : g->fp32_tflops) * 1e12;
-    const int G = c->train.global_batch_size, M = G / (k->mbs * k->dp), V = k->vpp, P = k->pp;
-    const double S = c->model.seq_length, N = (double)k->mbs * S, C = d.hidden;
-    const double lat = g->latency_us * 1e-6;
-    const int full_rc = k->rc == LT_RECOMPUTE_FULL;
-    /* the time of one chunk of one micro batch on one GPU (pass_time) from its
-     * layers and, on the model's last chunk, the LM head (2 h V per token);
-     * GEMMs with few rows run below the large-GEMM efficiency (--calibrate
-     * fits the curve); two all-reduces (or all-gather + reduce-scatter with
-     * SP) per layer each way; recomputation in the backward: full the layers'
-     * forward up to the MLP activation (with 3 of its 4 SP gathers and
-     * reduce-scatters), selective the attention core, at the forward's pace */
-    const double head = 3.0 * S * 2.0 * C * (double)d.padded_vocab;
-    const double intra = k->tp <= gpn ? g->intra_gbs : g->net_gbs;
-    const PassModel pm = {
-        .per_layer = (lt_model_flops_per_sample(&d, 0) - head) / d.num_layers,
-        .head = head,
-        .mbs_tp = (double)k->mbs / k->tp,
-        .eff = peak * gemm_eff_at(g, N),
-        .slow = k->ov_tp ? gemm_eff_at(g, N) / gemm_eff_at(g, N / k->tp) : 1.0,
-        .ring1 = ring(a * N * C, k->tp, intra, lat),
-        .redo_layer = k->rc == LT_RECOMPUTE_NONE
-                          ? 0.0
-                          : lt_model_recompute_flops_per_sample(&d, full_rc) / d.num_layers *
-                                k->mbs / k->tp / (peak * gemm_eff_at(g, N)),
-        .redo_share = full_rc ? 0.75 : 0.0,
-        .tp = k->tp,
-        .ov_tp = k->ov_tp};
-    /* the stage with the most time sets the pipeline's pace: its average chunk */
-    PassTime pace = {0};
-    double pace_time = -1.0, layers = 0.0; /* its layers per chunk */
-    for (int q = 0; q < P; q++) {
-        PassTime sum = {0};
-        int n = 0;
-        for (int v = 0; v < V; v++) {
-            const int nl = lt_layer_split_count(&k->split, d.num_layers, P, V, q, v);
-            pass_add(&sum, pass_time(&pm, nl, q == P - 1 && v == V - 1));
-            n += nl;
-        }
-        if (pass_total(&sum) > pace_time) pace = sum, pace_time = pass_total(&sum), layers = (double)n / V;
-    }
-    pass_scale(&pace, 1.0 / V);
-    const double tf_c = pace.tf_c, tb_data = pace.tb_data, tb_weight = pace.tb_weight,
-                 tpc = pace.tpc, tpc_f = pace.tpc_f, tpc_b = pace.tpc_b, redo = pace.redo,
-                 tpc_redo = pace.tpc_redo, redo_share = pm.redo_share;
-    const double tf_all = tf_c + tpc_f;
-    const double tb_all = tb_data + tb_weight + tpc_b + redo + tpc_redo;
-    /* a stage holds tp * dp consecutive ranks: boundaries cross nodes when that fills one */
-    const double p2p_gbs = k->tp * k->dp >= gpn ? g->net_gbs : g->intra_gbs;
-    const double p2p = P > 1 ? a * N * C / (k->sp ? k->tp : 1) / (p2p_gbs * 1e9) + lat : 0.0;
-    /* a stage-to-stage transfer: on the receiving pass's time, unless the
-     * receive was posted ahead (overlap_p2p_comm over MPI; a large MPI message
-     * moves once its receive is posted, NCCL's in order on the compute
-     * stream); then it runs behind the compute and arrives p2p after the send */
-    const double xfer = P > 1 && !k->ov_p2p ? p2p : 0.0;
-    const double arrive = P > 1 ? (k->ov_p2p ? p2p : lat) : 0.0;
-    double makespan = (V * (double)M + P - 1) * (tf_all + tb_all + 2.0 * xfer) +
-                      2.0 * (P - 1) * arrive;
-    if (P == 1) k->simulated = 1; /* no pipeline: no bubble to simulate */
-    if (sim && P > 1) {
-        /* each chunk at its own time over the pacing stage's average chunk:
-         * its layers, and the LM head on the model's last chunk only (an
-         * approximation: its transfer scales alike) */
-        double *scale = lt_malloc(sizeof(double) * (size_t)(P * V));
-        for (int v = 0; v < P * V; v++) {
-            const int q = v % P, ch = v / P;
-            const PassTime t = pass_time(
-                &pm, lt_layer_split_count(&k->split, d.num_layers, P, V, q, ch), v == P * V - 1);
-            scale[v] = pass_total(&t) / (tf_all + tb_all);
-        }
-        LtSimResult res;
-        char err[256];
-        if (lt_schedule_simulate_all(P, V, M, (LtSimCost){tf_all + xfer, tb_all + xfer, arrive, scale},
-                                     &res, err, sizeof err) == 0) {
-            makespan = res.makespan;
-            lt_sim_free(&res);
-            k->simulated = 1;
-        }
-        free(scale);
-    }
-    const double passes = V * (double)M;
-    const double busy = passes * (tf_c + tb_data + tb_weight + redo);
+void lt_plan_step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k, int sim) {
+    const StepSizes z = step_sizes(c, g, k);
+    const PassModel pm = pass_model(&z, g, gpn, k);
+    double layers;
+    const PassTime pace = pacing_chunk(&pm, k, z.d.num_layers, &layers);
+    const PipeTimes t = pipe_times(&z, &pace, g, gpn, k);
+    const double makespan = pipeline_makespan(&pm, &z, &t, k, sim);
+    const double passes = z.V * (double)z.M;
+    const double busy = passes * (pace.tf_c + pace.tb_data + pace.tb_weight + pace.redo);
     k->compute = busy;
-    k->tp_comm = passes * (tpc_f + tpc_b + tpc_redo);
-    k->hidden_tp = fmax(0.0, passes * (2.0 + redo_share) * tpc - k->tp_comm);
-    k->pp_comm = 2.0 * passes * xfer;
-    k->hidden_pp = P > 1 ? 2.0 * passes * (p2p - xfer) : 0.0;
+    k->tp_comm = passes * (pace.tpc_f + pace.tpc_b + pace.tpc_redo);
+    k->hidden_tp = fmax(0.0, passes * (2.0 + pm.redo_share) * pace.tpc - k->tp_comm);
+    k->pp_comm = 2.0 * passes * t.xfer;
+    k->hidden_pp = z.P > 1 ? 2.0 * passes * (t.p2p - t.xfer) : 0.0;
     k->bubble = makespan - busy - k->tp_comm - k->pp_comm;
     if (k->bubble < 0) k->bubble = 0;
-    /* data parallel: the gradient reduction (fp32: an all-reduce, with ZeRO a
-     * reduce-scatter - ZeRO 2's after every micro batch), with ZeRO the
-     * weights' gather; buckets of parallel.bucket_size parameters (ZeRO 2:
-     * one per parameter group, a layer or the embeddings) */
-    const double local = (double)k->mem.params / a;
-    const double dp_gbs = k->tp * k->dp > gpn ? g->net_gbs : g->intra_gbs;
-    const double reduce = k->zero == 0 ? ring(4.0 * local, k->dp, dp_gbs, lat)
-                                       : ring(4.0 * local, k->dp, dp_gbs, lat) / 2.0;
-    const double gather = k->zero ? ring(a * local, k->dp, dp_gbs, lat) / 2.0 : 0.0;
-    const double buckets = fmax(1.0, ceil(local / (double)c->parallel.bucket_size));
-    const double groups = layers * V + 1.0;
-    double reduce_x, gather_x;
-    if (k->zero == 2) {
-        /* behind each backward, and behind the next forward at most the two
-         * reductions in flight (LT_OPTIM_RING); a slower reduction stalls */
-        const double total = M * reduce, one = reduce / groups;
-        const double window = passes * (tb_all + fmin(tf_all, LT_OPTIM_RING * one));
-        reduce_x = k->ov_grad ? exposed(total, window, one) : total;
-    } else {
-        reduce_x = k->ov_grad ? exposed(reduce, V * tb_all, reduce / buckets) : reduce;
-    }
-    gather_x = k->ov_param ? exposed(gather, V * tf_all, gather / buckets) : gather;
-    k->dp_comm = reduce_x + gather_x;
-    k->hidden_dp = fmax(0.0, (k->zero == 2 ? M * reduce : reduce) + gather - k->dp_comm);
+    dp_time(c, g, gpn, &z, &t, layers, k);
+    const double local = (double)k->mem.params / z.a;
     const double shard = k->zero ? local / k->dp : local;
-    k->optim = shard * (28.0 + a) / (g->mem_gbs * 1e9);
+    k->optim = shard * (28.0 + z.a) / (g->mem_gbs * 1e9);
     k->step = makespan + k->dp_comm + k->optim;
-    k->mfu = lt_model_flops_per_sample(&d, 0) * G / k->step / (k->tp * k->pp * k->dp * peak);
-    k->tokens_per_s = G * S / k->step;
+    k->mfu = lt_model_flops_per_sample(&z.d, 0) * z.G / k->step /
+             (k->tp * k->pp * k->dp * z.peak);
+    k->tokens_per_s = z.G * z.S / k->step;
 }
-
-/* ---- enumeration and the table ---------------------------------------------- */
-
-/* fitting first, then faster, then (within 0.1%) smaller */
-static int cand_cmp(const void *x, const void *y) {
-    const Cand *a = x, *b = y;
-    if (a->fits != b->fits) return b->fits - a->fits;
-    if (fabs(a->step - b->step) > 1e-3 * fmin(a->step, b->step))
-        return (a->step > b->step) - (a->step < b->step);
-    return (a->mem_gib > b->mem_gib) - (a->mem_gib < b->mem_gib);
-}
-
-static const char *binds(const Cand *k, double cap_gib) {
-    if (!k->fits) return "memory (does not fit)";
-    if (k->mem_gib > 0.9 * cap_gib) return "memory (>90% used)";
-    double parts[3] = {k->bubble, k->tp_comm + k->pp_comm, k->dp_comm};
-    const char *names[3] = {"pipeline bubble", "TP/PP communication", "DP communication"};
-    int best = 0;
-    for (int i = 1; i < 3; i++)
-        if (parts[i] > parts[best]) best = i;
-    return parts[best] > 0.05 * k->step ? names[best] : "compute";
-}
-
-/* The table's split column: the even split, which end counts as a layer (E:
- * the embedding, L: the loss), or the first / last stage's layers (f6, l2) */
-static const char *split_name(const LtLayerSplit *s, char *buf, size_t len) {
-    if (lt_layer_split_even(s)) return "even";
-    if (s->embedding || s->loss) return s->embedding && s->loss ? "E+L" : s->embedding ? "E" : "L";
-    if (s->first && s->last) snprintf(buf, len, "f%dl%d", s->first, s->last);
-    else if (s->first) snprintf(buf, len, "f%d", s->first);
-    else snprintf(buf, len, "l%d", s->last);
-    return buf;
-}
-
-/* 1 when split puts the same layers in every chunk as one of tried (E+L at
- * pp 2 is the even split, a balancing last stage may be L's). */
-static int same_split_tried(const LtLayerSplit *split, const LtLayerSplit *tried, int ntried, int L,
-                            int pp, int vpp) {
-    for (int i = 0; i < ntried; i++) {
-        int same = 1;
-        for (int v = 0; v < pp * vpp && same; v++)
-            same = lt_layer_split_count(split, L, pp, vpp, v % pp, v / pp) ==
-                   lt_layer_split_count(&tried[i], L, pp, vpp, v % pp, v / pp);
-        if (same) return 1;
-    }
-    return 0;
-}
-
-/* The last stage's layer count (num_layers_in_last_pipeline_stage, the
- * middle stages sharing the rest) that best balances its layers and the LM
- * head against the other stages' layers, in forward FLOPs; 0 when that is
- * the even split or no such count is valid. */
-static int balanced_last(const LtConfig *base, int tp, int pp, int vpp) {
-    /* (the config's dims before validation resolves them: the vocabulary
-     * padded as config_validate.c pads it at this tp) */
-    LtModelDims dd = lt_dims_from_config(base), *d = &dd;
-    if (!d->ffn) d->ffn = 4 * d->hidden;
-    d->padded_vocab = (int)lt_config_padded_vocab(base, tp);
-    const double head = 2.0 * d->hidden * (double)d->padded_vocab,
-                 layer = lt_model_flops_per_sample(d, 0) / (3.0 * d->seq_len) / d->num_layers -
-                         head / d->num_layers;
-    int best = 0;
-    double best_pace = 0.0;
-    for (int last = vpp; last < d->num_layers; last += vpp) {
-        const LtLayerSplit s = {.last = last};
-        if (lt_layer_split_check(&s, d->num_layers, pp, vpp, NULL, 0)) continue;
-        const double rest = (double)(d->num_layers - last) / (pp - 1);
-        const double pace = fmax(last * layer + head, rest * layer);
-        if (!best || pace < best_pace) best = last, best_pace = pace;
-    }
-    return best * pp == d->num_layers ? 0 : best;
-}
-
-/* The layer splits lattice plan tries for (tp, pp, vpp): the even one; with
- * a pipeline also the embedding and/or the loss counted as a layer and the
- * balancing last stage - those that cut the model, each distinct one once.
- * Returns their count (at most 5). */
-static int pipeline_splits(const LtConfig *base, int tp, int pp, int vpp, LtLayerSplit out[5]) {
-    const int L = base->model.num_layers;
-    int n = 0;
-    for (int sv = 0; sv < (pp > 1 ? 5 : 1); sv++) {
-        LtLayerSplit split = {.embedding = sv & 1, .loss = sv >> 1 & 1};
-        if (sv == 4) split = (LtLayerSplit){.last = balanced_last(base, tp, pp, vpp)};
-        if ((sv == 4 && !split.last) || lt_layer_split_check(&split, L, pp, vpp, NULL, 0) ||
-            same_split_tried(&split, out, n, L, pp, vpp))
-            continue;
-        out[n++] = split;
-    }
-    return n;
-}
-
-static const char *rc_name(int rc) {
-    return rc == LT_RECOMPUTE_FULL ? "full" : rc == LT_RECOMPUTE_SELECTIVE ? "sel" : "none";
-}
-
-/* --overlap: the config's switches, all of them, or none */
-typedef enum { OV_CONFIG, OV_ALL, OV_NONE } OverlapMode;
 
 /* The overlap switches of mode in c, where its layout allows them. */
-static void apply_overlap(LtConfig *c, OverlapMode mode) {
+void lt_plan_apply_overlap(LtConfig *c, OverlapMode mode) {
     if (mode != OV_CONFIG) {
         const bool on = mode == OV_ALL;
         c->parallel.overlap_p2p_comm = c->parallel.tp_comm_overlap = on;
@@ -521,8 +422,8 @@ static void apply_overlap(LtConfig *c, OverlapMode mode) {
  * allows them - no parameter gather without ZeRO, no TP overlap without SP -
  * recorded in k; the pipeline's sends go in the background only over MPI
  * (the planner's GPU rows run NCCL unless comm.backend is mpi). */
-static int layout_config(const LtConfig *base, Cand *k, LtConfig *c, int world, OverlapMode mode,
-                         int mpi) {
+int lt_plan_layout_config(const LtConfig *base, Cand *k, LtConfig *c, int world, OverlapMode mode,
+                          int mpi) {
     *c = *base;
     c->parallel.tensor_model_parallel_size = k->tp;
     c->parallel.pipeline_model_parallel_size = k->pp;
@@ -535,7 +436,7 @@ static int layout_config(const LtConfig *base, Cand *k, LtConfig *c, int world, 
     c->train.micro_batch_size = k->mbs;
     c->train.recompute = k->rc;
     c->optimizer.zero_stage = k->zero;
-    apply_overlap(c, mode);
+    lt_plan_apply_overlap(c, mode);
     k->ov_grad = c->parallel.overlap_grad_reduce && k->dp > 1;
     k->ov_param = c->parallel.overlap_param_gather && k->dp > 1;
     k->ov_tp = c->parallel.tp_comm_overlap && k->tp > 1;
@@ -544,7 +445,7 @@ static int layout_config(const LtConfig *base, Cand *k, LtConfig *c, int world, 
     return lt_config_validate(c, world, err, sizeof err);
 }
 
-static void plan_memory_max(const LtConfig *c, Cand *k, size_t a, int mpi) {
+void lt_plan_memory_max(const LtConfig *c, Cand *k, size_t a, int mpi) {
     /* the first stage holds the most micro batches in flight and the
      * embeddings, the last the LM head, the second the most in flight of the
      * middle stages (all alike; with an uneven split they may hold more
@@ -582,10 +483,10 @@ int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlan
               .rc = cfg->train.recompute, .zero = cfg->optimizer.zero_stage,
               .sp = cfg->parallel.sequence_parallel, .split = lt_config_layer_split(cfg)};
     LtConfig c;
-    if (tp < 1 || P < 1 || world % (tp * P) || layout_config(cfg, &k, &c, world, OV_CONFIG, mpi_p2p))
+    if (tp < 1 || P < 1 || world % (tp * P) || lt_plan_layout_config(cfg, &k, &c, world, OV_CONFIG, mpi_p2p))
         return lt_errorf(err, errlen, "the layout does not validate for %d ranks", world);
-    plan_memory_max(&c, &k, act_bytes, mpi_p2p); /* the largest stage, as the table's rows */
-    step_time(&c, dev, gpus_per_node, &k, 1);
+    lt_plan_memory_max(&c, &k, act_bytes, mpi_p2p); /* the largest stage, as the table's rows */
+    lt_plan_step_time(&c, dev, gpus_per_node, &k, 1);
     *out = (LtPlanStep){.step = k.step, .compute = k.compute, .bubble = k.bubble,
                         .tp_comm = k.tp_comm, .pp_comm = k.pp_comm, .dp_comm = k.dp_comm,
                         .optim = k.optim, .hidden_tp = k.hidden_tp, .hidden_pp = k.hidden_pp,
@@ -594,304 +495,3 @@ int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlan
     return 0;
 }
 
-static void print_row(const Cand *k, double cap, const char *prefix) {
-    const double gib = 1024.0 * 1024 * 1024;
-    char split[32];
-    printf("%s%3d %3d %3d %3d %3d %4s %4d %2s %5s | %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f | "
-           "%8.3f %9.0f %4.0f%% | %s%s\n",
-           prefix, k->tp, k->pp, k->vpp, k->dp, k->mbs, rc_name(k->rc), k->zero, k->sp ? "y" : "n",
-           split_name(&k->split, split, sizeof split),
-           k->mem.params / gib, k->mem.grads / gib, k->mem.optimizer / gib, k->mem.activations / gib,
-           k->mem.workspace / gib, k->mem.comm / gib, k->mem_gib, k->step, k->tokens_per_s,
-           100.0 * k->mfu,
-           binds(k, cap), k->simulated ? "" : " (bubble by formula)");
-}
-
-/* A layout's step time by part, in the terms of the run's breakdown. */
-static void print_step(const LtPlanStep *p, const LtPlanDevice *g) {
-    printf("step time (predicted on %s; overlap: %s): %.4f s = compute %.4f + bubble %.4f + "
-           "exposed communication tp %.4f, pp %.4f, dp %.4f + optimizer %.4f; hidden by overlap: "
-           "tp %.4f, pp %.4f, dp %.4f; %.0f tokens/s, MFU %.1f%%\n",
-           g->name, p->overlap, p->step, p->compute, p->bubble, p->tp_comm, p->pp_comm,
-           p->dp_comm, p->optim, p->hidden_tp, p->hidden_pp, p->hidden_dp, p->tokens_per_s,
-           100.0 * p->mfu);
-}
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: lattice plan CONFIG.yaml [--gpus N] [--gpus-per-node G]\n"
-            "                    [--gpu h100|h200|a100|cpu] [--calibration FILE]\n"
-            "                    [--gpu-mem-gib M] [--top K] [--show TPxPP[xVPP]]... [--layout]\n"
-            "                    [--overlap config|all|none]\n"
-            "                    [section.key=value ...]\n"
-            "       lattice plan --calibrate [--device auto|cpu|cuda] [--precision fp32|bf16]\n"
-            "                    [--seconds S] [--out FILE]\n"
-            "Enumerates tp x pp x vpp x dp layouts, pipeline layer splits (even, E/L/E+L: the\n"
-            "embedding/loss counted as a layer, lN: N layers on the last stage), micro batch\n"
-            "sizes, recomputation, ZeRO stages and sequence parallelism for N GPUs (default:\n"
-            "the config's world) and prints the fastest that fit, with memory per GPU by\n"
-            "category, predicted step time, tokens/s, MFU and what binds each; --show adds\n"
-            "the fastest fitting layout of that shape.\n"
-            "--overlap: the parallel.overlap_* and tp_comm_overlap switches each layout gets\n"
-            "(default: the config's, where the layout allows them; all; none).\n"
-            "--layout: the config's own layout only, with the memory of every pipeline stage\n"
-            "in the engine's categories (compare with the run's summary) and its step time\n"
-            "by part (compare with the run's breakdown).\n"
-            "--calibration FILE: the device constants a --calibrate run wrote, instead of the\n"
-            "built-in row. --calibrate measures them on this machine through the engine's\n"
-            "backend (GEMMs, memory bandwidth; all-reduce under mpirun with >= 2 ranks) within\n"
-            "about S seconds (default 20), prints them and writes FILE (JSON; README).\n");
-}
-
-/* The device constants: the built-in row of --gpu (h100 by default), or a
- * calibration file's figures (for the device it names; --gpu, when given too,
- * must name the same). 0, or -1 with the reason in err. */
-static int choose_device(const char *gpu, const char *calibration, LtPrecision prec,
-                         LtPlanDevice *dev, char *err, size_t errlen) {
-    if (!calibration) {
-        if (lt_plan_device(gpu ? gpu : "h100", dev) == 0) return 0;
-        return lt_errorf(err, errlen, "unknown --gpu: %s (known: %s)", gpu,
-                         lt_plan_device_names());
-    }
-    if (lt_plan_calibration_load(calibration, prec, dev, err, errlen)) return -1;
-    if (gpu && strcasecmp(gpu, dev->name))
-        return lt_errorf(err, errlen, "--gpu %s, but the calibration file %s is for device %s",
-                         gpu, calibration, dev->name);
-    return 0;
-}
-
-static int bad(const char *msg, const char *arg) {
-    fprintf(stderr, "lattice plan: error: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
-    return LT_EXIT_INPUT;
-}
-
-int lt_cmd_plan(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) /* a different command sharing the name */
-        if (!strcmp(argv[i], "--calibrate")) return lt_cmd_plan_calibrate(argc, argv);
-    const char *config = NULL, *gpu_name = NULL, *calibration = NULL;
-    int gpus = 0, gpn = 8, top = 15, layout = 0, nshow = 0, show[8][3];
-    OverlapMode ov = OV_CONFIG;
-    double mem_gib = 0;
-    char **over = calloc((size_t)argc + 1, sizeof(char *));
-    int nover = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) return usage(stdout), free(over), 0;
-        if (!strcmp(o, "--layout")) {
-            layout = 1;
-            continue;
-        }
-        if (strncmp(o, "--", 2) != 0) {
-            if (!config && !strchr(o, '=')) config = o;
-            else if (strchr(o, '=')) over[nover++] = argv[i];
-            else return free(over), bad("unexpected argument", o);
-            continue;
-        }
-        if (i + 1 >= argc) return free(over), bad("needs a value", o);
-        const char *v = argv[++i];
-        char *end;
-        long x = strtol(v, &end, 10);
-        if (!strcmp(o, "--gpu")) gpu_name = v;
-        else if (!strcmp(o, "--overlap")) {
-            if (!strcmp(v, "config")) ov = OV_CONFIG;
-            else if (!strcmp(v, "all")) ov = OV_ALL;
-            else if (!strcmp(v, "none")) ov = OV_NONE;
-            else return free(over), bad("--overlap takes config, all or none", v);
-        }
-        else if (!strcmp(o, "--calibration")) calibration = v;
-        else if (!strcmp(o, "--show")) {
-            int t3[3] = {0, 0, 1}, n = sscanf(v, "%dx%dx%d", &t3[0], &t3[1], &t3[2]);
-            if (n < 2 || t3[0] < 1 || t3[1] < 1 || t3[2] < 1 || nshow == 8)
-                return free(over), bad("--show takes TPxPP or TPxPPxVPP (at most 8 of them)", v);
-            memcpy(show[nshow++], t3, sizeof t3);
-        }
-        else if (!strcmp(o, "--gpu-mem-gib")) {
-            mem_gib = strtod(v, &end);
-            if (*end || !(mem_gib > 0)) return free(over), bad("--gpu-mem-gib needs a positive number", v);
-        } else if (*end || x < 1 || x > (1 << 20)) return free(over), bad("expected a positive integer", v);
-        else if (!strcmp(o, "--gpus")) gpus = (int)x;
-        else if (!strcmp(o, "--gpus-per-node")) gpn = (int)x;
-        else if (!strcmp(o, "--top")) top = (int)x;
-        else return free(over), bad("unknown option", o);
-    }
-    if (!config) return free(over), usage(stderr), LT_EXIT_INPUT;
-    LtConfig base;
-    char err[2048];
-    lt_config_defaults(&base);
-    if (lt_config_load(&base, config, nover, over, err, sizeof err)) return free(over), bad(err, NULL);
-    free(over);
-    /* --layout of a config that trains on the CPU: the cpu row unless told */
-    const int cpu_run = base.train.device == LT_DEVICE_CPU ||
-                        (base.train.device == LT_DEVICE_AUTO && lt_cuda_device_count() <= 0);
-    if (layout && cpu_run && !gpu_name && !calibration) gpu_name = "cpu";
-    LtPlanDevice dev;
-    if (choose_device(gpu_name, calibration, base.train.precision, &dev, err, sizeof err))
-        return bad(err, NULL);
-    const LtPlanDevice *g = &dev;
-    const double cap = mem_gib > 0 ? mem_gib : g->mem_gib;
-    /* the CPU backend holds bf16 values in floats */
-    const size_t a = base.train.precision == LT_PREC_BF16 && strcmp(g->name, "cpu") ? 2 : 4;
-    const int cfg_world = base.parallel.tensor_model_parallel_size *
-                          base.parallel.pipeline_model_parallel_size;
-    /* the stage-to-stage messages' library: NCCL on a GPU row unless comm.backend says mpi */
-    const int mpi = !strcmp(g->name, "cpu") || base.comm.backend == LT_COMM_MPI;
-
-    if (layout) { /* the config's own layout, every stage, on the device it names */
-        int world = gpus ? gpus : cfg_world;
-        LtConfig c = base;
-        if (lt_config_validate(&c, world, err, sizeof err)) return bad(err, NULL);
-        const size_t act = cpu_run ? 4 : a; /* the CPU backend holds bf16 values in floats */
-        const int lmpi = mpi || cpu_run;
-        const int P = c.parallel.pipeline_model_parallel_size;
-        printf("plan: %s, %d rank(s): tp %d, pp %d, vpp %d, dp %d, micro batch %d, recompute %s, "
-               "ZeRO %d%s\n",
-               config, world, c.parallel.tensor_model_parallel_size, P,
-               c.parallel.virtual_pipeline_model_parallel_size,
-               world / (c.parallel.tensor_model_parallel_size * P),
-               c.train.micro_batch_size, rc_name(c.train.recompute), c.optimizer.zero_stage,
-               c.parallel.sequence_parallel ? ", SP" : "");
-        for (int s = 0; s < P; s++) {
-            LtPlanMemory m;
-            if (lt_plan_memory(&c, world, s, act, lmpi, &m, err, sizeof err)) return bad(err, NULL);
-            printf("memory bytes per rank (predicted, stage %d): params=%zu grads=%zu optimizer=%zu "
-                   "activations=%zu workspace=%zu comm=%zu total=%zu\n",
-                   s, m.params, m.grads, m.optimizer, m.activations, m.workspace, m.comm,
-                   lt_plan_total(&m));
-        }
-        LtConfig cl = c;
-        apply_overlap(&cl, ov);
-        LtPlanStep ps;
-        if (lt_plan_step(&cl, world, gpn, g, act, lmpi, &ps, err, sizeof err)) return bad(err, NULL);
-        print_step(&ps, g);
-        return 0;
-    }
-
-    if (gpus == 0) gpus = cfg_world > 1 ? cfg_world : 8;
-    if (gpus > gpn && gpus % gpn)
-        return bad("--gpus must be a multiple of --gpus-per-node when it spans nodes", NULL);
-    const LtModelDims d0 = lt_dims_from_config(&base);
-    size_t ncand = 0, cap_c = 1024;
-    Cand *cs = lt_malloc(sizeof(Cand) * cap_c);
-    for (int tp = 1; tp <= gpn && tp <= gpus; tp *= 2) {
-        if (gpus % tp || d0.heads % tp) continue;
-        for (int pp = 1; pp <= gpus / tp; pp++) {
-            if ((gpus / tp) % pp) continue;
-            const int dp = gpus / (tp * pp);
-            for (int vpp = 1; vpp <= 8; vpp *= 2) {
-                if (vpp > 1 && pp == 1) continue;
-                LtLayerSplit splits[5];
-                const int nsplits = pipeline_splits(&base, tp, pp, vpp, splits);
-                for (int si = 0; si < nsplits; si++) {
-                    const LtLayerSplit split = splits[si];
-                    for (int mbs = 1; mbs <= 16; mbs *= 2) {
-                        if (base.train.global_batch_size % (mbs * dp)) continue;
-                        for (int rc = 0; rc < 3; rc++)
-                            for (int zero = 0; zero <= (dp > 1 ? 2 : 0); zero++)
-                                for (int sp = 0; sp <= (tp > 1); sp++) {
-                                    Cand k = {.tp = tp, .pp = pp, .vpp = vpp, .dp = dp, .mbs = mbs,
-                                              .rc = rc == 0   ? LT_RECOMPUTE_NONE
-                                                    : rc == 1 ? LT_RECOMPUTE_SELECTIVE
-                                                              : LT_RECOMPUTE_FULL,
-                                              .zero = zero, .sp = sp, .split = split};
-                                    LtConfig c;
-                                    if (layout_config(&base, &k, &c, gpus, ov, mpi)) continue;
-                                    plan_memory_max(&c, &k, a, mpi);
-                                    k.mem_gib = (double)lt_plan_total(&k.mem) / (1024.0 * 1024 * 1024);
-                                    k.fits = k.mem_gib <= cap;
-                                    step_time(&c, g, gpn, &k, 0);
-                                    if (ncand == cap_c) cs = realloc(cs, sizeof(Cand) * (cap_c *= 2));
-                                    if (!cs) lt_fatal("out of host memory");
-                                    cs[ncand++] = k;
-                                }
-                    }
-                }
-            }
-        }
-    }
-    if (ncand == 0)
-        return free(cs), bad("no valid layout for this model on that many GPUs (heads, layers and "
-                             "the global batch must divide)", NULL);
-    qsort(cs, ncand, sizeof *cs, cand_cmp);
-    /* the schedule simulator refines the leaders' pipeline time, bubble included */
-    for (size_t i = 0; i < ncand && i < 64; i++) {
-        LtConfig c;
-        layout_config(&base, &cs[i], &c, gpus, ov, mpi);
-        step_time(&c, g, gpn, &cs[i], 1);
-    }
-    qsort(cs, ncand < 64 ? ncand : 64, sizeof *cs, cand_cmp);
-    size_t nfit = 0;
-    for (size_t i = 0; i < ncand; i++) nfit += cs[i].fits;
-    if (nfit == 0) {
-        const Cand *best = NULL;
-        for (size_t i = 0; i < ncand; i++)
-            if (!best || cs[i].mem_gib < best->mem_gib) best = &cs[i];
-        fprintf(stderr,
-                "lattice plan: error: the model fits nowhere on %d x %.0f GiB: the smallest layout "
-                "(tp %d, pp %d, vpp %d, dp %d, micro batch %d, recompute %s, ZeRO %d%s) needs %.1f "
-                "GiB per GPU\n",
-                gpus, cap, best->tp, best->pp, best->vpp, best->dp, best->mbs, rc_name(best->rc),
-                best->zero, best->sp ? ", SP" : "", best->mem_gib);
-        free(cs);
-        return LT_EXIT_INPUT;
-    }
-    printf("plan: %s on %d x %s (%.0f GiB; %s), %d GPUs per node, %s, global batch %d x %d tokens\n",
-           config, gpus, g->name, cap, g->source, gpn,
-           base.train.precision == LT_PREC_BF16 ? "bf16" : "fp32", base.train.global_batch_size,
-           base.model.seq_length);
-    printf("%zu layouts, %zu fit; the fastest %d that fit (step time: compute + the schedule's "
-           "bubble + the TP/PP/DP communication the overlap switches (--overlap %s) leave "
-           "exposed):\n",
-           ncand, nfit, top, ov == OV_ALL ? "all" : ov == OV_NONE ? "none" : "config");
-    printf("%3s %3s %3s %3s %3s %4s %4s %2s %5s | %6s %6s %6s %6s %6s %6s %6s | %8s %9s %5s | %s\n",
-           "tp", "pp", "vpp", "dp", "mbs", "rc", "zero", "sp", "split", "params", "grads", "optim",
-           "acts", "ws", "comm", "GiB", "step s", "tok/s", "MFU", "binds");
-    int shown = 0;
-    for (size_t i = 0; i < ncand && shown < top; i++) {
-        if (!cs[i].fits) break;
-        print_row(&cs[i], cap, "");
-        shown++;
-    }
-    /* what memory costs: the fastest layouts that would beat the best one but
-     * do not fit (of the 64 leading ones that do not, simulated alike), marked */
-    enum { NFASTER = 3 };
-    Cand faster[NFASTER + 1]; /* kept sorted; the one past the end is dropped */
-    int nfaster = 0;
-    for (size_t i = nfit; i < ncand && i < nfit + 64; i++) {
-        LtConfig c;
-        layout_config(&base, &cs[i], &c, gpus, ov, mpi);
-        step_time(&c, g, gpn, &cs[i], 1);
-        if (nfit && cs[i].step >= cs[0].step) continue;
-        int j = nfaster++;
-        faster[j] = cs[i];
-        for (; j > 0 && faster[j].step < faster[j - 1].step; j--) {
-            Cand t = faster[j];
-            faster[j] = faster[j - 1];
-            faster[j - 1] = t;
-        }
-        if (nfaster > NFASTER) nfaster = NFASTER;
-    }
-    if (nfaster) printf("faster, but over %.0f GiB per GPU (they do not fit):\n", cap);
-    for (int j = 0; j < nfaster; j++) print_row(&faster[j], cap, "");
-    /* layouts asked for by name (--show TPxPPxVPP): the fastest of each that fits */
-    for (int s = 0; s < nshow; s++) {
-        Cand *best = NULL;
-        size_t at = 0;
-        for (size_t i = 0; i < ncand && !best; i++)
-            if (cs[i].fits && cs[i].tp == show[s][0] && cs[i].pp == show[s][1] &&
-                cs[i].vpp == show[s][2])
-                best = &cs[i], at = i;
-        if (!best) {
-            printf("--show %dx%dx%d: no layout with tp %d, pp %d, vpp %d fits (or divides)\n",
-                   show[s][0], show[s][1], show[s][2], show[s][0], show[s][1], show[s][2]);
-            continue;
-        }
-        LtConfig c;
-        layout_config(&base, best, &c, gpus, ov, mpi);
-        step_time(&c, g, gpn, best, 1);
-        printf("--show %dx%dx%d, the fastest such layout (about #%zu of %zu):\n", show[s][0],
-               show[s][1], show[s][2], at + 1, nfit);
-        print_row(best, cap, "");
-    }
-    free(cs);
-    return 0;
-}

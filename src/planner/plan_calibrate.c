@@ -1,6 +1,6 @@
 /* plan_calibrate.c - `lattice plan --calibrate`: the planner's device
- * constants measured on this machine (see plan.h; README, "Calibrating the
- * constants").
+ * constants measured on this machine (see plan_device.h; the file it writes:
+ * docs/formats.md).
  *
  * Everything runs through the engine's own entries, so what is calibrated is
  * what training runs: the backend's linear_fwd / linear_bwd (cuBLASLt, or
@@ -31,7 +31,7 @@
 #include "common.h"
 #include "dist.h"
 #include "metrics.h"
-#include "plan.h"
+#include "plan_device.h"
 
 #define MAX_REPS 64
 

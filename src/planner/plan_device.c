@@ -1,7 +1,8 @@
-/* plan_calibration.c - the calibration file of `lattice plan` (see plan.h):
- * written by --calibrate --out FILE, read by --calibration FILE.
+/* plan_device.c - the planner's devices (see plan_device.h): the built-in
+ * rows and the calibration file, written by `lattice plan --calibrate --out
+ * FILE` and read by --calibration FILE.
  *
- * One JSON object (README, "Calibrating the constants"):
+ * The file is one JSON object (docs/formats.md, "Calibration file"):
  *   {"format": "lattice-calibration/1", "device": "cpu", "precision": "fp32",
  *    "peak_tflops": 0.09, "gemm_eff": 0.83, "gemm_half_tokens": 41,
  *    "mem_gbs": 9.8, "mem_gib": 15.6, "intra_gbs": 3.1, "latency_us": 4.2, ...}
@@ -9,10 +10,9 @@
  * a hand-edited file fails here, naming the field, and not as a strange plan.
  * Unknown keys are refused too: a misspelt figure would otherwise be ignored
  * in silence and the built-in one used. */
-#include "plan.h"
+#include "plan_device.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +59,67 @@ static const CalKey KEYS[] = {
 static const char *const INFO_KEYS[] = {"device_name", "host", "date", "ranks", "threads",
                                         "seconds", "peak_source", "note"};
 
-/* ---- reading ------------------------------------------------------------------ */
+/* ---- the built-in rows --------------------------------------------------- */
+
+/* The GPU rows: peaks, memory, its bandwidth and NVLink (450 GB/s per GPU one
+ * way; the A100's 300) are datasheet figures. Assumed, because no GPU was
+ * at hand to measure them: the GEMM efficiencies, the half-efficiency point
+ * of 256 tokens, the 5 us latency per ring step, and the network (one
+ * 400 Gb/s NIC per GPU, 50 GB/s; the A100's 200 Gb/s). `lattice plan
+ * --calibrate` on such a machine measures the first three and the NVLink
+ * figure (--calibration FILE plans with them).
+ * The cpu row was measured by `lattice plan --calibrate` on the 2-core CI
+ * machine (bench/2026-11-24-cpu-calibrate.md): its peaks are the measured
+ * square-GEMM ceiling (a CPU has no datasheet figure here); its network is
+ * assumed (10 Gb/s Ethernet). */
+static const LtPlanDevice DEVICES[] = {
+    {"h100", 989.4, 66.9, 80, 3350, 450, 50, 5.0, 0.60, 256,
+     "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed"},
+    {"h200", 989.4, 66.9, 141, 4800, 450, 50, 5.0, 0.62, 256,
+     "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed"},
+    {"a100", 312.0, 19.5, 80, 2039, 300, 25, 5.0, 0.65, 256,
+     "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed"},
+    /* fp32 peak, GEMM curve, memory: the fp32 run on one rank (2 threads); bf16
+     * peak: the bf16 run; all-reduce: the run under mpirun -np 2 */
+    {"cpu", 0.0297, 0.0961, 23.5, 25.48, 0.798, 1.25, 0.50, 1.028, 25,
+     "measured on the 2-core CI machine (peak: its GEMM ceiling); network assumed"},
+};
+
+int lt_plan_device(const char *name, LtPlanDevice *out) {
+    for (size_t i = 0; i < sizeof DEVICES / sizeof DEVICES[0]; i++)
+        if (!strcasecmp(name, DEVICES[i].name)) {
+            *out = DEVICES[i];
+            return 0;
+        }
+    return -1;
+}
+
+const char *lt_plan_device_names(void) { return "h100, h200, a100, cpu"; }
+
+int lt_plan_device_match(const char *device_name, char *name, size_t len) {
+    for (size_t i = 0; i < sizeof DEVICES / sizeof DEVICES[0]; i++)
+        if (strcmp(DEVICES[i].name, "cpu") && strcasestr(device_name, DEVICES[i].name)) {
+            snprintf(name, len, "%s", DEVICES[i].name);
+            return 0;
+        }
+    return -1;
+}
+
+int lt_plan_device_choose(const char *gpu, const char *calibration, LtPrecision prec,
+                          LtPlanDevice *out, char *err, size_t errlen) {
+    if (!calibration) {
+        if (lt_plan_device(gpu ? gpu : "h100", out) == 0) return 0;
+        return lt_errorf(err, errlen, "unknown --gpu: %s (known: %s)", gpu,
+                         lt_plan_device_names());
+    }
+    if (lt_plan_calibration_load(calibration, prec, out, err, errlen)) return -1;
+    if (gpu && strcasecmp(gpu, out->name))
+        return lt_errorf(err, errlen, "--gpu %s, but the calibration file %s is for device %s",
+                         gpu, calibration, out->name);
+    return 0;
+}
+
+/* ---- reading ------------------------------------------------------------- */
 
 static char *read_small_file(const char *path, size_t *len, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
@@ -197,7 +257,7 @@ int lt_plan_calibration_load(const char *path, LtPrecision prec, LtPlanDevice *o
     return rc;
 }
 
-/* ---- writing ------------------------------------------------------------------ */
+/* ---- writing ------------------------------------------------------------- */
 
 /* A JSON string of s: the few characters that need escaping in the names written. */
 static void put_string(FILE *f, const char *key, const char *s) {

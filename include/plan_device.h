@@ -1,0 +1,81 @@
+/* plan_device.h - the planner's devices: the constants its step-time model
+ * reads for a device (a built-in row, or a calibration file's figures over
+ * it), the calibration file (docs/formats.md), and `lattice plan
+ * --calibrate`, which measures them on this machine.
+ *
+ * plan_device.c holds the table and the file; plan_calibrate.c the
+ * measuring command. The planner proper (plan.h) reads devices from here and
+ * nothing here reads the planner. */
+#ifndef LT_PLAN_DEVICE_H
+#define LT_PLAN_DEVICE_H
+
+#include <stddef.h>
+
+#include "config.h" /* LtPrecision */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The constants the step-time model reads for one device: a built-in row,
+ * or a calibration file's figures over it. */
+typedef struct {
+    char name[32];
+    double bf16_tflops, fp32_tflops; /* dense peaks (the CPU's: a measured ceiling) */
+    double mem_gib, mem_gbs;         /* memory and its bandwidth (read + write) */
+    double intra_gbs, net_gbs;       /* all-reduce bus bandwidth per device: inside a
+                                      * node, across nodes */
+    double latency_us;               /* per ring step of a collective */
+    double gemm_eff;                 /* achieved / peak for the model's large GEMMs */
+    double gemm_half_tokens;         /* tokens per micro batch at which GEMMs reach half
+                                      * of gemm_eff: eff(N) = gemm_eff N / (N + this) */
+    char source[256];                /* where the figures come from, for the table head */
+} LtPlanDevice;
+
+/* The built-in row of device `name` (case-insensitive): 0, or -1 when unknown. */
+int lt_plan_device(const char *name, LtPlanDevice *out);
+/* Comma-separated names of the built-in devices, for messages. */
+const char *lt_plan_device_names(void);
+/* The built-in GPU row whose name appears in a backend's device name ("NVIDIA
+ * H100 80GB HBM3" -> "h100") into name[len]: 0, or -1 (name untouched). */
+int lt_plan_device_match(const char *device_name, char *name, size_t len);
+
+/* The device lattice plan uses: the built-in row of gpu (h100 when NULL), or
+ * the figures of the calibration file at path `calibration` for a config
+ * trained in prec (gpu, when given too, must name the device it is for).
+ * 0, or -1 with the reason in err. */
+int lt_plan_device_choose(const char *gpu, const char *calibration, LtPrecision prec,
+                          LtPlanDevice *out, char *err, size_t errlen);
+
+/* Read a calibration file (lattice plan --calibrate --out FILE) for a config
+ * trained in `prec`: its figures over the built-in row of the device it
+ * names (fields it leaves out come from that row; with no such row it must
+ * have them all). 0, or -1 with a message naming the file and the field. */
+int lt_plan_calibration_load(const char *path, LtPrecision prec, LtPlanDevice *out, char *err,
+                             size_t errlen);
+
+/* What lattice plan --calibrate measured, for the file it writes. */
+typedef struct {
+    LtPlanDevice dev;       /* peak (in `prec`), gemm_eff, gemm_half_tokens, mem_gbs,
+                             * mem_gib; intra_gbs and latency_us when has_comm */
+    LtPrecision prec;
+    int has_comm;           /* run on >= 2 ranks: the all-reduce figures are there */
+    int ranks, threads;
+    double seconds;         /* the budget it ran under */
+    const char *device_name, *peak_source;
+} LtPlanCalibration;
+
+/* Write cal as a calibration file: 0, or -1 with the reason in err. */
+int lt_plan_calibration_write(const char *path, const LtPlanCalibration *cal, char *err,
+                              size_t errlen);
+
+/* lattice plan --calibrate [--device auto|cpu|cuda] [--precision fp32|bf16]
+ *              [--seconds S] [--out FILE]: measure the constants on this
+ * machine (plan_calibrate.c). */
+int lt_cmd_plan_calibrate(int argc, char **argv);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
