@@ -5,7 +5,8 @@
  * (thread rows and communication rows), and per thread a stack of open
  * spans. lt_trace_finish turns each rank's events into JSON text and sends
  * it to rank 0 one rank at a time, so rank 0 holds one rank's text at once
- * whatever the world size. */
+ * whatever the world size. The file (Chrome trace-event JSON): docs/formats.md
+ * ("Trace file"). */
 #include "trace.h"
 
 #include <errno.h>
