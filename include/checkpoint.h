@@ -1,15 +1,9 @@
 /* checkpoint.h - saving and loading training state.
  *
- * Layout: <dir>/step_<NNNNNNNN>/ holding
- *   state*.lt   : the state files (src/checkpoint/ckpt_state.c): named fp32 pieces of
- *                 the master weights "param/<name>" and Adam moments
- *                 "adam_m/<name>", "adam_v/<name>", each a rectangle of the
- *                 global tensor with CRCs per 1 MiB block; one file per
- *                 saving rank, so a later layout can read the ranges it needs;
- *   meta.json   : step, samples consumed, seeds, format version, dims, the
- *                 saving layout and every state file's size and header CRC;
- *   config.yaml : the resolved config of the run that saved it.
- * <dir>/latest names the newest complete step directory. A step directory is
+ * Layout: <dir>/step_<NNNNNNNN>/ holding the state files (one per saving
+ * rank: fp32 pieces of the master weights and Adam moments, each a rectangle
+ * of a global tensor), meta.json and config.yaml; <dir>/latest names the
+ * newest complete step directory. Every file, byte by byte: docs/formats.md. A step directory is
  * written under a temporary name and renamed when complete, then `latest` is
  * replaced atomically: a crash never leaves a half checkpoint that load uses. */
 #ifndef LT_CHECKPOINT_H

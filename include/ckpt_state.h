@@ -1,8 +1,8 @@
 /* ckpt_state.h - the state files of a checkpoint: each rank writes the
  * pieces it owns, each piece a rectangle of a global tensor under the
  * tensor's global name; a reader at any layout reads the byte ranges of the
- * pieces that overlap what it needs. The file format is described at the top
- * of src/checkpoint/ckpt_state.c and in the README ("The checkpoint format").
+ * pieces that overlap what it needs. The file format: docs/formats.md
+ * ("Checkpoint state files").
  *
  * Used by src/checkpoint/checkpoint.c (one writer with the whole state: lattice import,
  * tests), src/checkpoint/ckpt_save.c (every rank its state file) and the loaders. */

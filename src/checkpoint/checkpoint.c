@@ -1,18 +1,11 @@
 /* checkpoint.c - training-state checkpoints (see checkpoint.h).
  *
- * A step directory <dir>/step_NNNNNNNN holds:
- *
- *   state*.lt   : the state files (format: src/checkpoint/ckpt_state.c). A run of one
- *                 process writes state.lt; a parallel run one file per rank,
- *                 state-tpT-ppP-dpD.lt, each holding that rank's pieces;
- *   meta.json   : format version 3 (4 with an uneven pipeline split); step,
- *                 samples consumed, seeds, optimizer steps, the model dims,
- *                 the layout that saved it and every state file with its
- *                 size and header CRC, and last
- *                 meta_crc32, the CRC of every byte before its line. It is
- *                 written after every state file is durable, so a step
- *                 directory with a meta.json that matches its files is whole;
- *   config.yaml : the resolved config of the run (lt_config_print).
+ * A step directory <dir>/step_NNNNNNNN holds the state files (state.lt, or
+ * state-tpT-ppP-dpD.lt per rank), meta.json (format versions 1-4, ending in
+ * meta_crc32) and config.yaml; every byte of them, and of <dir>/latest, is
+ * described in docs/formats.md ("Checkpoints"). meta.json is written after
+ * every state file is durable, so a step directory with a meta.json that
+ * matches its files is whole.
  *
  * Saving: the files are written into <dir>/.tmp-step_NNNNNNNN/ (by one
  * process, or by every rank in parallel: lt_ckpt_begin, then each rank

@@ -1,35 +1,9 @@
 /* ckpt_state.c - checkpoint state files (see ckpt_state.h).
  *
- * A state file, format version 3 (versions 1 and 2, whole tensors with one
- * CRC each, are still read); every integer little-endian:
- *
- *   offset  bytes  field
- *   0       8      magic "LTSTATE\0"
- *   8       4      u32 format version (3)
- *   12      4      u32 record count R
- *   16      8      u64 data_start: file offset of the first piece's data
- *   24      8      u64 file_size: total length of the file in bytes
- *   32      4      u32 CRC-32 of bytes [64, data_start): records, block CRCs, padding
- *   36      4      u32 CRC-32 of header bytes [0, 36)
- *   40      24     zero (checked)
- *   64      256 R  record table, one record per piece:
- *                    +0    128  name, NUL-padded: "param/<name>", "adam_m/<name>",
- *                               "adam_v/<name>" (<name>: the global parameter name)
- *                    +128  4    u32 dtype (1 = fp32)
- *                    +132  4    u32 ndim of the tensor (1 or 2)
- *                    +136  16   i64 global shape [rows, cols] (cols = 1 for 1-D)
- *                    +152  16   i64 first row, first column of the piece
- *                    +168  16   i64 rows, columns of the piece
- *                    +184  8    u64 file offset of the piece's data
- *                    +192  8    u64 data length in bytes (4 * rows * columns)
- *                    +200  8    u64 file offset of the piece's block CRCs
- *                    +208  4    u32 block size B in bytes (1 MiB)
- *                    +212  4    u32 number of blocks: ceil(length / B)
- *                    +216  40   zero
- *   ...            the block CRCs: for each record in turn, one u32 CRC-32 per
- *                  B bytes of its data (the last block may be shorter)
- *   data_start     piece data: fp32, row-major within the piece, each piece at
- *                  a multiple of 64 bytes (zero padding between pieces).
+ * A state file (format version 3; versions 1 and 2, whole tensors with one
+ * CRC each, are still read) is a 64-byte header "LTSTATE\0", 256-byte records
+ * (one per piece), the block CRCs and the fp32 data: the byte layout is in
+ * docs/formats.md ("Checkpoint state files"), the one description of it.
  *
  * A piece is a rectangle of the global tensor; the pieces of all files of a
  * checkpoint cover every element of every tensor exactly once (rows of the

@@ -8,19 +8,9 @@
  * order follows the config's data.shuffle / train.seed and every token file
  * format the trainer reads.
  *
- * File layout (all integers little-endian):
- *   0   8 bytes  magic "LTBATCH1"
- *   8   u32      header bytes H (where the tokens start; a multiple of 64)
- *   12  u32      steps
- *   16  u32      samples per step G (train.global_batch_size)
- *   20  u32      tokens per row, seq_length + 1
- *   24  u32      model.vocab_size
- *   28  u32      bytes of the config text that follows
- *   32  ...      the resolved config as lattice prints it (YAML), then zero
- *                padding up to H
- *   H   i32      steps x G x (seq_length + 1) token ids: step-major, then the
- *                step's rows in order (micro batch j = rows j*mbs ..); row =
- *                inputs (first seq_length) and targets (last seq_length). */
+ * The file: the magic "LTBATCH1", a header with the sizes and the resolved
+ * config, then the int32 token rows step by step; byte layout in
+ * docs/formats.md ("Batches file"). */
 #include "trainer.h"
 
 #include <limits.h>

@@ -1,30 +1,9 @@
 /* data_tokens.c - token file readers (lattice shard, llm.c .bin, Megatron-LM
  * indexed dataset) and the streaming lattice shard writer. See data.h.
  *
- * ---- lattice shard format, version 1 (".ltok") ------------------------------
- * All integers little-endian. The file is: header, blocks, index.
- *
- *   header (64 bytes)
- *     off size field
- *       0    8 magic "LTSHARD\x1a"
- *       8    4 version = 1
- *      12    4 dtype = token width in bytes: 2 (uint16) when vocab_size <= 65536,
- *              4 (uint32) otherwise; the writer always picks the narrowest
- *      16    4 vocab_size: every token id is < vocab_size
- *      20    4 block_tokens B: every block holds exactly B tokens but the last
- *      24    8 token_count
- *      32    8 block_count = ceil(token_count / B)
- *      40    8 index_offset = 64 + sum of the compressed block sizes
- *      48    4 index_crc: CRC-32 of the index bytes
- *      52    4 zstd level used by the writer (informational)
- *      56    4 reserved, 0
- *      60    4 header_crc: CRC-32 of header bytes [0, 60)
- *   blocks: block i is one zstd frame holding tokens
- *     [i*B, min((i+1)*B, token_count)) as little-endian dtype-wide integers.
- *     Blocks are stored back to back from offset 64 in order.
- *   index (at index_offset, 16 bytes per block)
- *     u64 offset, u32 compressed size, u32 CRC-32 of the uncompressed block bytes
- *   The file size is exactly index_offset + 16 * block_count.
+ * The formats (lattice shard ".ltok" version 1: a 64-byte header, zstd
+ * blocks of B tokens, an index with a CRC-32 per block; llm.c .bin; Megatron
+ * .bin/.idx) are described byte by byte in docs/formats.md ("Token files").
  *
  * Validation at open: magic, version, dtype (2 or 4, consistent with the
  * vocab), header CRC, block count vs token count, file size vs index, index

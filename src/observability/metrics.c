@@ -1,4 +1,5 @@
-/* metrics.c - see metrics.h. */
+/* metrics.c - see metrics.h. The metrics file's records (JSON lines):
+ * docs/formats.md ("Metrics records"). */
 #include "metrics.h"
 
 #include <errno.h>

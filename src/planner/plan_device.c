@@ -2,10 +2,9 @@
  * rows and the calibration file, written by `lattice plan --calibrate --out
  * FILE` and read by --calibration FILE.
  *
- * The file is one JSON object (docs/formats.md, "Calibration file"):
- *   {"format": "lattice-calibration/1", "device": "cpu", "precision": "fp32",
- *    "peak_tflops": 0.09, "gemm_eff": 0.83, "gemm_half_tokens": 41,
- *    "mem_gbs": 9.8, "mem_gib": 15.6, "intra_gbs": 3.1, "latency_us": 4.2, ...}
+ * One JSON object, {"format": "lattice-calibration/1", "device": ..., the
+ * figures}; its fields and ranges: docs/formats.md ("Planner calibration
+ * file").
  * Every figure is checked against the range the step-time model can use, so
  * a hand-edited file fails here, naming the field, and not as a strange plan.
  * Unknown keys are refused too: a misspelt figure would otherwise be ignored
