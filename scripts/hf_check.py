@@ -106,7 +106,8 @@ def eval_loss(lattice, name, ck, ref, tmp):
          f"data.train_path={shard}", f"model.seq_length={S}", "train.micro_batch_size=4",
          f"train.global_batch_size={G}", f"eval.iters={iters}", "train.device=cpu",
          "train.threads=1", f"logging.metrics_file={metrics}"])
-    recs = [json.loads(l) for l in open(metrics) if '"val_loss"' in l]
+    # lattice eval appends to a file of its own beside logging.metrics_file
+    recs = [json.loads(l) for l in open(os.path.join(tmp, f"{name}.eval.jsonl")) if '"val_loss"' in l]
     if not recs:
         report(False, f"{name}_eval_loss", "no val_loss in lattice eval's metrics")
         return

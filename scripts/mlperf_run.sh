@@ -6,7 +6,8 @@
 #                               data (Megatron .bin/.idx prefix, README "Data")
 #   MLPERF_START                the imported start checkpoint (GPT-3, 405B)
 #   MLPERF_ORG, MLPERF_PLATFORM submission_org and submission_platform
-#   MLPERF_LOG                  the MLLOG file (default mlperf_<job id>.log)
+#   MLPERF_LOG                  the MLLOG file (default /tmp/mlperf_<job id>.log,
+#                               outside the source tree, on rank 0's node)
 #   LATTICE                     the binary (default build/lattice)
 #   MLPERF_DROP_CACHES=1        drop the page cache on every node first (needs
 #                               root there; lattice logs cache_clear true and
@@ -18,7 +19,7 @@ shift
 : "${MLPERF_VALID:?set MLPERF_VALID to the preprocessed C4 validation data}"
 : "${MLPERF_ORG:?set MLPERF_ORG (submission_org)}"
 : "${MLPERF_PLATFORM:?set MLPERF_PLATFORM (submission_platform)}"
-LOG=${MLPERF_LOG:-mlperf_${SLURM_JOB_ID:-local}.log}
+LOG=${MLPERF_LOG:-/tmp/mlperf_${SLURM_JOB_ID:-local}.log}
 ARGS=(data.train_path="$MLPERF_TRAIN" data.valid_path="$MLPERF_VALID"
       logging.mllog="$LOG" logging.mllog_org="$MLPERF_ORG" logging.mllog_platform="$MLPERF_PLATFORM")
 [ -n "${MLPERF_START:-}" ] && ARGS+=(checkpoint.load="$MLPERF_START")

@@ -5,6 +5,11 @@ where the file has evaluation records), the throughput in tokens/s, and each
 step's time stacked by part (time_ms: forward, backward, grads, optimizer,
 data, bubble, other - they add up to the step).
 
+A run resumed from a checkpoint after a crash appends the steps since that
+checkpoint again: the plot keeps the last record of each step (the resumed
+run's, which its later steps continue) and draws training records and
+evaluations in step order, so that no line runs backwards.
+
 Exit codes: 0 written; 2 bad input (a missing, empty or malformed metrics
 file, named with the line); 1 matplotlib missing or the PNG not writable.
 Needs matplotlib (Debian: python3-matplotlib, for /usr/bin/python3).
@@ -32,8 +37,9 @@ def number(v):
 
 
 def read_metrics(path):
-    """(train records, eval records), each a list of dicts; exits 2 naming
-    path:line on anything that is not a metrics file."""
+    """(train records, eval records), each a list of dicts in step order with
+    one record per step (the file's last); exits 2 naming path:line on
+    anything that is not a metrics file."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -68,7 +74,15 @@ def read_metrics(path):
             fail(2, "%s: %s" % (where, e))
     if not train:
         fail(2, "%s: no training records (an empty file, or not a lattice metrics file)" % path)
-    return train, evals
+    return last_per_step(train), last_per_step(evals)
+
+
+def last_per_step(records):
+    """The last record of each step, in step order."""
+    by_step = {}
+    for r in records:
+        by_step[r["step"]] = r
+    return [by_step[s] for s in sorted(by_step)]
 
 
 def plot(train, evals, out):

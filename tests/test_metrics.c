@@ -1,11 +1,14 @@
 /* test_metrics.c - the metrics file (src/observability/metrics.c): every line is valid JSON
  * even when a value is not finite (written as null), and a write error is
- * kept and reported instead of leaving a silently truncated file. */
+ * kept and reported instead of leaving a silently truncated file. And the
+ * progress at the end of a step line (src/training/step_time.c): elapsed
+ * time, and the ETA from the median step time so far. */
 #include <string.h>
 #include <unistd.h>
 
 #include "metrics.h"
 #include "test.h"
+#include "training/step_time.h"
 
 static char g_path[64];
 
@@ -68,10 +71,31 @@ static void test_write_error_kept(void) {
           "message: %s", err);
 }
 
+static void test_step_progress(void) {
+    const double dt[5] = {3.0, 1.0, 2.0, 1.0, 10.0}; /* step times, seconds */
+    double sorted[5];
+    char buf[64];
+    lt_sorted_insert(sorted, 0, dt[0]);
+    lt_step_progress(0.44, sorted, 1, 100, buf, sizeof buf);
+    CHECK(!strcmp(buf, "elapsed 0.4s"), "one step: no ETA: %s", buf);
+    lt_sorted_insert(sorted, 1, dt[1]);
+    lt_step_progress(83.2, sorted, 2, 250, buf, sizeof buf); /* median of 1, 3: 2 s */
+    CHECK(!strcmp(buf, "elapsed 1m23s eta 8m20s"), "two steps: %s", buf);
+    for (int n = 2; n < 5; n++) lt_sorted_insert(sorted, n, dt[n]);
+    for (int i = 1; i < 5; i++) CHECK(sorted[i - 1] <= sorted[i], "not ascending at %d", i);
+    lt_step_progress(42, sorted, 5, 3, buf, sizeof buf); /* median of 1, 1, 2, 3, 10: 2 s */
+    CHECK(!strcmp(buf, "elapsed 42s eta 6.0s"), "five steps: %s", buf);
+    lt_step_progress(7500, sorted, 5, 9000, buf, sizeof buf);
+    CHECK(!strcmp(buf, "elapsed 2h05m eta 5h00m"), "hours: %s", buf);
+    lt_step_progress(1, sorted, 5, 0, buf, sizeof buf);
+    CHECK(!strcmp(buf, "elapsed 1.0s eta 0.0s"), "the last step: %s", buf);
+}
+
 int main(void) {
     snprintf(g_path, sizeof g_path, "/tmp/lt_test_metrics_%d.jsonl", (int)getpid());
     RUN(test_nonfinite_is_null);
     RUN(test_write_error_kept);
+    RUN(test_step_progress);
     unlink(g_path);
     return test_summary();
 }

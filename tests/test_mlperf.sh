@@ -285,6 +285,12 @@ if [ $rc -eq 0 ] && echo "$out" | grep -q "^target reached" &&
    grep -q '"key": "submission_platform", "value": "platform-y"' "$T/run.mllog" &&
    tail -1 "$T/run.mllog" | grep -q '"status": "success"'; then pass mlperf_run_script
 else fail mlperf_run_script "rc=$rc: $(echo "$out" | tail -2)"; fi
+# the MLLOG lands outside the source tree by default (every MLPerf config names
+# a file under /tmp, and so does mlperf_run.sh), and the start-up summary names it
+bad=$(grep -L '^  mllog: /tmp/' configs/*-mlperf*.yaml)
+if [ -z "$bad" ] && grep -q 'MLPERF_LOG:-/tmp/' scripts/mlperf_run.sh &&
+   grep -q "^mllog      $T/gpt3.mllog (logging.mllog" "$T/gpt3.log"; then pass mllog_outside_tree_and_named
+else fail mllog_outside_tree_and_named "not under /tmp: $bad; summary: $(grep '^mllog' "$T/gpt3.log")"; fi
 out=$(MLPERF_VALID=x MLPERF_ORG=o MLPERF_PLATFORM=p scripts/mlperf_run.sh configs/llama3.1-8b-mlperf-tiny.yaml 2>&1); rc=$?
 if [ $rc -ne 0 ] && echo "$out" | grep -q MLPERF_TRAIN; then pass mlperf_run_needs_data
 else fail mlperf_run_needs_data "rc=$rc: $out"; fi

@@ -28,6 +28,22 @@ out=$("$LT" --version)
 if echo "$out" | grep -q "^lattice [0-9]" && echo "$out" | grep -q "cpu"; then pass version
 else fail version "unexpected: $out"; fi
 
+# ---- usage: lattice --help, -h, help [COMMAND], COMMAND --help: on stdout, exit 0;
+# an unknown command: the usage on stderr, exit 2 ---------------------------------
+bad=""
+for args in "--help" "-h" "help" "help train" "train --help" "train -h" "train $CFG --help" \
+            "eval --help" "sample --help" "logits --help" "export --help" "import --help" \
+            "batches --help" "shard --help" "schedule --help" "plan --help" "plan --calibrate --help"; do
+  out=$("$LT" $args 2>/dev/null); rc=$?
+  [ $rc -eq 0 ] && echo "$out" | grep -q "^usage: lattice" || bad="$bad [$args: rc $rc]"
+done
+out=$("$LT" train --help)
+echo "$out" | grep -q "^usage: lattice train CONFIG.yaml" && echo "$out" | grep -q "mpirun" || bad="$bad [train's usage]"
+if [ -z "$bad" ]; then pass usage_on_help; else fail usage_on_help "$bad"; fi
+out=$("$LT" frobnicate 2>&1 >/dev/null); rc=$?
+if [ $rc -eq 2 ] && echo "$out" | grep -q "unknown command 'frobnicate'" && echo "$out" | grep -q "^usage: lattice"
+then pass unknown_command_prints_usage; else fail unknown_command_prints_usage "rc=$rc: $out"; fi
+
 # ---- bad input: exit code 2 and a message naming the problem -------------------
 expect_input_error() { # name pattern cmd...
   local name=$1 pat=$2; shift 2
@@ -375,6 +391,46 @@ ve=$(echo "$out" | sed -n 's/.*val loss \([0-9.]*\).*/\1/p' | tail -1)
 if python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-3)" "$vt" "$ve"; then
   pass eval_matches_train
 else fail eval_matches_train "train's final val loss $vt, eval from its checkpoint $ve"; fi
+# eval leaves the training run's metrics file as it is: its record goes to a file of
+# its own beside it (a.jsonl -> a.eval.jsonl), as its output says; without a
+# checkpoint it warns on stderr that it scores a random model
+cp $T/a.jsonl $T/a_before.jsonl
+"$LT" eval $CFG $D checkpoint.load=$T/ckA logging.metrics_file=$T/a.jsonl > "$T/eval_m.log" 2> "$T/eval_m.err"
+rc=$?
+if [ $rc -eq 0 ] && cmp -s $T/a.jsonl $T/a_before.jsonl && [ "$(grep -c val_loss $T/a.eval.jsonl)" -eq 1 ] &&
+   grep -q "^metrics    eval's record appended to $T/a.eval.jsonl" "$T/eval_m.log" &&
+   ! grep -q "warning" "$T/eval_m.err"; then pass eval_keeps_training_metrics
+else fail eval_keeps_training_metrics "rc=$rc: $(grep '^metrics' "$T/eval_m.log") $(cat "$T/eval_m.err")"; fi
+"$LT" eval $CFG $D > "$T/eval_rand.log" 2> "$T/eval_rand.err"
+rc=$?
+if [ $rc -eq 0 ] && grep -q "warning: eval: no checkpoint loaded (checkpoint.load is not set): this scores a randomly initialised model" "$T/eval_rand.err" &&
+   grep -q "^metrics    none written" "$T/eval_rand.log"; then pass eval_warns_without_checkpoint
+else fail eval_warns_without_checkpoint "rc=$rc: $(cat "$T/eval_rand.err")"; fi
+
+# ---- scripts/plot_metrics.py after a crash and resume: the steps since the
+# checkpoint appear twice in the metrics file; the last record of each step is
+# kept and evaluations come in step order (no line drawn backwards) -------------
+cat > $T/resumed.jsonl <<'JSON'
+{"step": 1, "loss": 5.0, "tokens_per_sec": 100}
+{"step": 2, "loss": 4.0, "tokens_per_sec": 100}
+{"eval": true, "step": 2, "val_loss": 4.5, "val_log_ppl": 4.5, "val_samples": 8}
+{"step": 3, "loss": 3.0, "tokens_per_sec": 100}
+{"step": 2, "loss": 4.1, "tokens_per_sec": 90}
+{"eval": true, "step": 2, "val_loss": 4.4, "val_log_ppl": 4.4, "val_samples": 8}
+{"step": 3, "loss": 3.1, "tokens_per_sec": 90}
+{"step": 4, "loss": 2.0, "tokens_per_sec": 90}
+{"eval": true, "step": 1, "val_loss": 4.9, "val_log_ppl": 4.9, "val_samples": 8}
+JSON
+if python3 - $T/resumed.jsonl <<'PY'
+import sys
+sys.path.insert(0, 'scripts')
+import plot_metrics
+train, evals = plot_metrics.read_metrics(sys.argv[1])
+assert [(r['step'], r['loss']) for r in train] == [(1, 5.0), (2, 4.1), (3, 3.1), (4, 2.0)], train
+assert [(e['step'], e['val_loss']) for e in evals] == [(1, 4.9), (2, 4.4)], evals
+PY
+then pass plot_metrics_last_record_per_step
+else fail plot_metrics_last_record_per_step "see above"; fi
 ids=$("$LT" sample $CFG $D checkpoint.load=$T/ckA sample.num_tokens=20 2>/dev/null)
 n=$(echo "$ids" | wc -w)
 [ "$n" -ge 20 ] && echo "$ids" | grep -qE '^[0-9 ]+$' && pass sample_command ||
@@ -414,6 +470,13 @@ signal_saves() { # name signal number
 }
 signal_saves sigterm_saves_checkpoint TERM 15
 signal_saves sigusr1_saves_checkpoint USR1 10
+# step lines end with the time since the start of training and, from the second
+# step on, an ETA (the median step time so far times the steps left)
+l=$T/sigterm_saves_checkpoint.log
+if grep -qE "^step      1/100000 \| .* \| mem [0-9.]+ MiB \| elapsed [0-9hms.]+$" $l &&
+   grep -qE "^step      2/100000 \| .* \| mem [0-9.]+ MiB \| elapsed [0-9hms.]+ eta [0-9hms.]+$" $l
+then pass step_lines_elapsed_and_eta
+else fail step_lines_elapsed_and_eta "$(grep '^step ' $l | head -2)"; fi
 
 # ---- a second Ctrl-C during a long step aborts at once, without saving -------------
 # (steps of a wider model take long enough for both interrupts to land inside one)

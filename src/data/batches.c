@@ -11,7 +11,7 @@
  * The file: the magic "LTBATCH1", a header with the sizes and the resolved
  * config, then the int32 token rows step by step; byte layout in
  * docs/formats.md ("Batches file"). */
-#include "trainer.h"
+#include "commands.h"
 
 #include <limits.h>
 #include <stdio.h>

@@ -3,15 +3,17 @@
 #include "mllog.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
 
 #include "common.h"
 
-static FILE *g_f;
+typedef enum { LT_MLLOG_POINT, LT_MLLOG_START, LT_MLLOG_END } LtMllogType;
 
-int lt_mllog_on(void) { return g_f != NULL; }
+static FILE *g_f;
+static char g_path[LT_PATH_MAX];
 
 static double now_ms(void) {
     struct timeval tv;
@@ -19,8 +21,10 @@ static double now_ms(void) {
     return (double)tv.tv_sec * 1e3 + (double)tv.tv_usec / 1e3;
 }
 
-void lt_mllog_at(LtMllogType type, const char *key, const char *value, const char *meta,
-                 const char *file, int line) {
+/* One line; value and meta are JSON text (meta: members without braces, may
+ * be NULL), file and line name the emitting code. */
+static void mllog_at(LtMllogType type, const char *key, const char *value, const char *meta,
+                     const char *file, int line) {
     if (!g_f) return;
     static const char *types[] = {"POINT_IN_TIME", "INTERVAL_START", "INTERVAL_END"};
     const char *base = strrchr(file, '/');
@@ -33,6 +37,8 @@ void lt_mllog_at(LtMllogType type, const char *key, const char *value, const cha
         fprintf(stderr, "lattice: warning: logging.mllog: writing failed: %s\n", strerror(errno));
 }
 
+#define lt_mllog(type, key, value, meta) mllog_at((type), (key), (value), (meta), __FILE__, __LINE__)
+
 static void str_value(char *out, size_t n, const char *s) {
     size_t k = 0;
     out[k++] = '"';
@@ -44,11 +50,12 @@ static void str_value(char *out, size_t n, const char *s) {
     out[k] = '\0';
 }
 
-void lt_mllog_open(const LtConfig *c, int rank) {
+void lt_mllog_on_init(const LtConfig *c, int rank) {
     if (rank != 0 || !c->logging.mllog[0]) return;
     g_f = fopen(c->logging.mllog, "a");
     if (!g_f)
         lt_input_error("logging.mllog: cannot open '%s': %s", c->logging.mllog, strerror(errno));
+    snprintf(g_path, sizeof g_path, "%s", c->logging.mllog);
     char v[600];
     str_value(v, sizeof v, c->logging.mllog_org);
     lt_mllog(LT_MLLOG_POINT, "submission_org", v, NULL);
@@ -62,11 +69,11 @@ void lt_mllog_open(const LtConfig *c, int rank) {
      * cache is the submitter's to drop before the run (sync; echo 3 >
      * /proc/sys/vm/drop_caches) */
     lt_mllog(LT_MLLOG_POINT, "cache_clear", "true", NULL);
+    lt_mllog(LT_MLLOG_START, "init_start", "null", NULL);
 }
 
-void lt_mllog_close(void) {
-    if (g_f) fclose(g_f);
-    g_f = NULL;
+void lt_mllog_print_summary(void) {
+    if (g_f) lt_log("mllog      %s (logging.mllog, MLPerf)\n", g_path);
 }
 
 static void num(const char *key, double x) {
@@ -75,9 +82,8 @@ static void num(const char *key, double x) {
     lt_mllog(LT_MLLOG_POINT, key, v, NULL);
 }
 
-void lt_mllog_hyperparameters(const LtConfig *c, int accumulation, long init_step,
-                              long eval_samples) {
-    if (!g_f) return;
+static void hyperparameters(const LtConfig *c, int accumulation, long init_step,
+                            long eval_samples) {
     const int llama = strncmp(c->logging.mllog_benchmark, "llama", 5) == 0;
     const long decay = c->optimizer.decay_steps > 0 ? c->optimizer.decay_steps : c->train.steps;
     num("global_batch_size", c->train.global_batch_size);
@@ -118,4 +124,37 @@ void lt_mllog_hyperparameters(const LtConfig *c, int accumulation, long init_ste
     lt_mllog(LT_MLLOG_POINT, "lowest_numerical_precision_in_linear", prec, NULL);
     lt_mllog(LT_MLLOG_POINT, "lowest_numerical_precision_in_attn", prec, NULL);
     lt_mllog(LT_MLLOG_POINT, "lowest_numerical_precision_in_comm", prec, NULL);
+}
+
+void lt_mllog_on_run_start(const LtConfig *c, int accumulation, long init_step,
+                           long eval_samples, long samples_done) {
+    if (!g_f) return;
+    hyperparameters(c, accumulation, init_step, eval_samples);
+    lt_mllog(LT_MLLOG_END, "init_stop", "null", NULL);
+    lt_mllog(LT_MLLOG_START, "run_start", "null", NULL);
+    char meta[96];
+    snprintf(meta, sizeof meta, "\"samples_count\": %ld", samples_done);
+    lt_mllog(LT_MLLOG_START, "block_start", "null", meta);
+}
+
+void lt_mllog_on_eval(long samples_done, double val_log_ppl, int more) {
+    if (!g_f) return;
+    char meta[96], acc[64]; /* epoch_num: the same count (the GPT-3 rules ask for it) */
+    snprintf(meta, sizeof meta, "\"samples_count\": %ld, \"epoch_num\": %ld", samples_done,
+             samples_done);
+    snprintf(acc, sizeof acc, "%.6f", isfinite(val_log_ppl) ? val_log_ppl : 1e9);
+    lt_mllog(LT_MLLOG_END, "block_stop", "null", meta);
+    lt_mllog(LT_MLLOG_START, "eval_start", "null", meta);
+    lt_mllog(LT_MLLOG_POINT, "eval_accuracy", acc, meta);
+    lt_mllog(LT_MLLOG_END, "eval_stop", "null", meta);
+    if (more) lt_mllog(LT_MLLOG_START, "block_start", "null", meta);
+}
+
+void lt_mllog_on_stop(int success) {
+    if (!g_f) return;
+    char meta[64];
+    snprintf(meta, sizeof meta, "\"status\": \"%s\"", success ? "success" : "aborted");
+    lt_mllog(LT_MLLOG_END, "run_stop", "null", meta);
+    fclose(g_f);
+    g_f = NULL;
 }

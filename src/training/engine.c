@@ -312,6 +312,7 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
             lt_log("note: checkpoint was trained with train.seed=%llu, this run has %llu\n",
                    (unsigned long long)meta.seed, (unsigned long long)cfg->train.seed);
         r->start_step = meta.step;
+        r->resumed = 1;
     } else {
         lt_params_init(t, cfg->train.seed, host);
     }

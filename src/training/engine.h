@@ -3,8 +3,9 @@
  * set-up from a validated config (layout checks first, as they are
  * collective; groups; the model and its parameters, fresh or resumed), the
  * start-up summary, checkpoint saves (synchronous or in the background) and
- * teardown. src/training/engine.c and src/checkpoint/ckpt_save.c; used by src/training/trainer.c (train,
- * eval) and src/training/sample.c (sample, logits). Not a public header. */
+ * teardown. src/training/engine.c and src/checkpoint/ckpt_save.c; used by
+ * src/training/trainer.c (train), src/training/evaluate.c (eval) and
+ * src/training/sample.c (sample, logits). Not a public header. */
 #ifndef LT_ENGINE_H
 #define LT_ENGINE_H
 
@@ -50,6 +51,7 @@ typedef struct {
     LtAttnChoice attn;    /* how model.attention was resolved */
     LtParamTable global; /* the tp = 1 table: checkpoints hold global tensors */
     long start_step;
+    int resumed;          /* 1: the parameters came from checkpoint.load */
     double peak_tflops;
     const char *peak_source;
     LtPlanStep plan;      /* the planner's step prediction for this layout (training) */

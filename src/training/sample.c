@@ -8,7 +8,7 @@
 
 #include "common.h"
 #include "engine.h"
-#include "trainer.h"
+#include "commands.h"
 
 /* Draw from softmax(logits / temperature) restricted to the top_k largest. */
 static int sample_token(float *logits, int V, double temperature, int top_k, double u) {

@@ -1,6 +1,9 @@
 /* step_time.c - where a training step's time went (see step_time.h). */
 #include "step_time.h"
 
+#include <stdio.h>
+#include <string.h>
+
 #include "common.h"
 
 void lt_step_clock_start(LtRun *r) {
@@ -71,4 +74,38 @@ LtStepTimes lt_step_times(LtRun *r, const double busy0[LT_STEP_MARKS], double dt
     st.other = dt * 1e3 - st.forward - st.backward - st.grads - st.optimizer - st.data - st.bubble;
     if (st.other < 0) st.other = 0; /* clock granularity */
     return st;
+}
+
+void lt_sorted_insert(double *x, int n, double v) {
+    int lo = 0, hi = n; /* the first element greater than v */
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (x[mid] <= v) lo = mid + 1;
+        else hi = mid;
+    }
+    memmove(x + lo + 1, x + lo, sizeof(double) * (size_t)(n - lo));
+    x[lo] = v;
+}
+
+/* A duration as "4.2s" (under 10 s), "42s", "1m23s" or "2h05m". */
+static void duration_words(double s, char *buf, size_t len) {
+    if (!(s >= 0)) s = 0;
+    const long k = (long)(s + 0.5);
+    if (s < 9.95) snprintf(buf, len, "%.1fs", s);
+    else if (k < 60) snprintf(buf, len, "%lds", k);
+    else if (k < 3600) snprintf(buf, len, "%ldm%02lds", k / 60, k % 60);
+    else snprintf(buf, len, "%ldh%02ldm", k / 3600, k / 60 % 60);
+}
+
+void lt_step_progress(double elapsed_s, const double *sorted, int n, long remaining, char *buf,
+                      size_t len) {
+    char el[32], eta[32];
+    duration_words(elapsed_s, el, sizeof el);
+    if (n < 2) {
+        snprintf(buf, len, "elapsed %s", el);
+        return;
+    }
+    const double med = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    duration_words(med * (double)remaining, eta, sizeof eta);
+    snprintf(buf, len, "elapsed %s eta %s", el, eta);
 }

@@ -1,7 +1,8 @@
 /* step_time.h - internal: the breakdown of a training step (metrics.h's
  * LtStepTimes) from the pipeline's pass times, the loop's phase times and the
  * groups' communication counters - or, where the backend has timers (a GPU),
- * from the device's clock (devclock.h). src/training/step_time.c; used by
+ * from the device's clock (devclock.h); the run's progress (elapsed time,
+ * ETA). src/training/step_time.c; used by
  * src/training/trainer.c. Not a public header. */
 #ifndef LT_STEP_TIME_H
 #define LT_STEP_TIME_H
@@ -22,5 +23,13 @@ void lt_step_comm_mark(const LtRun *r, double out[LT_STEP_MARKS]);
  * seconds per kind (lt_devclock_collect), NULL where the host timed it. */
 LtStepTimes lt_step_times(LtRun *r, const double busy0[LT_STEP_MARKS], double dt, double data_s,
                           double grads_s, double optim_s, const double *dev);
+
+/* Insert v into x[0..n-1], ascending, making x[0..n] ascending. */
+void lt_sorted_insert(double *x, int n, double v);
+/* "elapsed 1m23s eta 4m10s": elapsed_s, and the remaining steps times the
+ * median of the n step times so far (sorted: ascending); the ETA is left out
+ * before 2 steps. */
+void lt_step_progress(double elapsed_s, const double *sorted, int n, long remaining, char *buf,
+                      size_t len);
 
 #endif

@@ -1,7 +1,9 @@
-/* trainer.h - the subcommands that run the model: train, eval, sample; and
- * batches, which writes the token batches train reads. */
-#ifndef LT_TRAINER_H
-#define LT_TRAINER_H
+/* commands.h - the entry points of the subcommands that run the model (train:
+ * src/training/trainer.c, eval: evaluate.c, sample and logits: sample.c) and of
+ * batches (src/data/batches.c), which writes the token batches train reads.
+ * src/main.c dispatches to them; each module implements its own. */
+#ifndef LT_COMMANDS_H
+#define LT_COMMANDS_H
 
 #include "config.h"
 #include "data.h"

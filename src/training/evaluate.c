@@ -1,0 +1,156 @@
+/* evaluate.c - the validation loss (see evaluate.h) and `lattice eval`. */
+#include "evaluate.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "metrics.h"
+#include "trace.h"
+#include "trace_gather.h"
+#include "commands.h"
+
+void lt_split_rows(const int32_t *rows, int n, int S, int32_t *in, int32_t *tgt) {
+    for (int i = 0; i < n; i++) {
+        memcpy(in + (size_t)i * S, rows + (size_t)i * (S + 1), (size_t)S * sizeof(int32_t));
+        memcpy(tgt + (size_t)i * S, rows + (size_t)i * (S + 1) + 1, (size_t)S * sizeof(int32_t));
+    }
+}
+
+double lt_evaluate(LtRun *r, long *samples_out) {
+    LT_TRACE_BEGIN("evaluate", NULL);
+    const LtConfig *c = r->cfg;
+    const int S = c->model.seq_length, mbs = c->train.micro_batch_size;
+    enum { BLOCK = 16 }; /* micro batches per pipelined forward pass */
+    const uint64_t n = (uint64_t)r->eval_samples;
+    int32_t *rows = lt_malloc((size_t)BLOCK * mbs * (S + 1) * sizeof(int32_t));
+    int32_t *in = lt_malloc((size_t)BLOCK * mbs * S * sizeof(int32_t));
+    int32_t *tgt = lt_malloc((size_t)BLOCK * mbs * S * sizeof(int32_t));
+    double sum = 0.0; /* on the last pipeline stage */
+    lt_model_loss_reset(r->model); /* (the trainer's accumulator holds the last step's loss) */
+    /* data-parallel ranks take every dp-th micro batch; the sums are added up.
+     * Up to BLOCK micro batches go through the pipeline together, so its
+     * stages work at once. */
+    const uint64_t stride = (uint64_t)mbs * (uint64_t)r->topo.dp;
+    uint64_t s = (uint64_t)r->coords.dp * (uint64_t)mbs;
+    while (s < n) {
+        int k = 0;
+        for (; k < BLOCK && s < n; k++, s += stride) {
+            for (int i = 0; i < mbs; i++) {
+                char err[1024];
+                if (lt_tokens_read(r->valid, (s + (uint64_t)i) * (uint64_t)S, (uint64_t)S + 1,
+                                   rows + ((size_t)k * mbs + (size_t)i) * (S + 1), err,
+                                   sizeof err))
+                    lt_input_error("data.valid_path: %s", err);
+            }
+        }
+        lt_split_rows(rows, k * mbs, S, in, tgt);
+        lt_pipeline_forward(r->pipe, in, tgt, k); /* (in, tgt: pageable, reusable at once) */
+    }
+    sum = lt_model_loss_take(r->model);
+    free(rows);
+    free(in);
+    free(tgt);
+    lt_comm_all_reduce(lt_comm_host(r->dp), &sum, 1, LT_COMM_F64, LT_COMM_SUM);
+    lt_comm_all_reduce(lt_comm_host(r->pp), &sum, 1, LT_COMM_F64, LT_COMM_SUM);
+    *samples_out = (long)n;
+    LT_TRACE_END();
+    return n ? sum / ((double)n * S) : NAN;
+}
+
+void lt_eval_open_valid(LtRun *r) {
+    const LtConfig *c = r->cfg;
+    if (!c->data.valid_path[0]) return;
+    r->valid = lt_run_open_tokens("data.valid_path", c->data.valid_path, c->model.vocab_size);
+    /* read whole at every evaluation anyway: check all of it now, not at the
+     * end of the run when the final evaluation would find a bad block */
+    char err[LT_PATH_MAX + 256];
+    if (lt_tokens_validate(r->valid, err, sizeof err))
+        lt_input_error("data.valid_path: %s", err);
+    if (lt_num_samples(lt_tokens_count(r->valid), c->model.seq_length) <
+        (uint64_t)c->train.micro_batch_size)
+        lt_input_error("data.valid_path: '%s' holds %llu tokens, fewer than one micro batch of "
+                       "%d samples of %d+1 tokens",
+                       c->data.valid_path, (unsigned long long)lt_tokens_count(r->valid),
+                       c->train.micro_batch_size, c->model.seq_length);
+    /* eval.samples is a promise (MLPerf logs it as eval_samples): a file too
+     * short for it is refused; eval.iters global batches are capped to whole
+     * micro batches of what the file holds */
+    const uint64_t avail = lt_num_samples(lt_tokens_count(r->valid), c->model.seq_length);
+    const uint64_t mbs = (uint64_t)c->train.micro_batch_size;
+    if (c->eval.samples > 0 && (uint64_t)c->eval.samples > avail)
+        lt_input_error("eval.samples (%ld) is more than data.valid_path '%s' holds: %llu tokens "
+                       "make %llu sequences of %d+1 tokens",
+                       c->eval.samples, c->data.valid_path,
+                       (unsigned long long)lt_tokens_count(r->valid), (unsigned long long)avail,
+                       c->model.seq_length);
+    uint64_t n = c->eval.samples > 0 ? (uint64_t)c->eval.samples
+                                      : (uint64_t)c->eval.iters * (uint64_t)c->train.global_batch_size;
+    if (n > avail) n = avail / mbs * mbs;
+    r->eval_samples = (long)n;
+}
+
+/* The file `lattice eval` appends its record to: logging.metrics_file with
+ * ".eval" before its extension (run/metrics.jsonl -> run/metrics.eval.jsonl),
+ * so that the training run's file holds what training wrote and nothing
+ * else; "" when logging.metrics_file is unset. */
+static void eval_metrics_path(const char *metrics, char *out, size_t len) {
+    if (!metrics[0]) {
+        out[0] = '\0';
+        return;
+    }
+    const char *base = strrchr(metrics, '/');
+    base = base ? base + 1 : metrics;
+    const char *dot = strrchr(base, '.');
+    if (!dot || dot == base) dot = metrics + strlen(metrics); /* no extension */
+    snprintf(out, len, "%.*s.eval%s", (int)(dot - metrics), metrics, dot);
+}
+
+/* Rank 0 says on stderr that no checkpoint was loaded: the score is a
+ * randomly initialised model's. */
+static void warn_no_checkpoint(const LtRun *r) {
+    const LtConfig *c = r->cfg;
+    if (r->resumed || r->world->rank != 0) return;
+    fprintf(stderr,
+            "lattice: warning: eval: no checkpoint loaded (%s): this scores a randomly "
+            "initialised model (train.seed=%llu); set checkpoint.load to a checkpoint directory\n",
+            c->checkpoint.load[0] ? "checkpoint.load=auto found none in checkpoint.dir"
+                                  : "checkpoint.load is not set",
+            (unsigned long long)c->train.seed);
+}
+
+int lt_cmd_eval(LtConfig *cfg, const LtWorld *w) {
+    if (!cfg->data.valid_path[0]) lt_input_error("data.valid_path is not set (eval needs it)");
+    LtRun r;
+    lt_run_setup(&r, cfg, w, 0);
+    lt_eval_open_valid(&r);
+    lt_run_print_summary(&r);
+    warn_no_checkpoint(&r);
+    long ns;
+    const double t0 = lt_now();
+    const double vl = lt_evaluate(&r, &ns);
+    lt_log("eval step %ld | val loss %.4f | val log ppl %.4f | val ppl %.2f | %ld samples | "
+           "%.2f s\n",
+           r.start_step, vl, vl, exp(vl), ns, lt_now() - t0);
+    char path[LT_PATH_MAX + 8];
+    eval_metrics_path(cfg->logging.metrics_file, path, sizeof path);
+    LtMetricsFile mf;
+    lt_metrics_open(&mf, w->rank == 0 ? path : NULL);
+    lt_metrics_eval(&mf, r.start_step, vl, ns);
+    lt_metrics_close(&mf);
+    if (path[0])
+        lt_log("metrics    eval's record appended to %s (logging.metrics_file, the training "
+               "run's, is left as it is)\n", path);
+    else
+        lt_log("metrics    none written (logging.metrics_file is not set)\n");
+    char merr[LT_PATH_MAX + 128];
+    int rc = 0;
+    if (lt_trace_finish(merr, sizeof merr) || lt_metrics_status(&mf, merr, sizeof merr)) {
+        lt_log("error: %s\n", merr);
+        rc = LT_EXIT_INPUT;
+    }
+    lt_run_teardown(&r);
+    return rc;
+}

@@ -1,0 +1,21 @@
+/* evaluate.h - internal: the validation loss, as training and `lattice eval`
+ * compute it. src/training/evaluate.c; used by src/training/trainer.c. Not a
+ * public header. */
+#ifndef LT_EVALUATE_H
+#define LT_EVALUATE_H
+
+#include <stdint.h>
+
+#include "engine.h"
+
+/* Open data.valid_path into r->valid (nothing when it is unset), check all of
+ * it, and set r->eval_samples from eval.samples or eval.iters; exits 2 naming
+ * the key when the file is bad or too short. */
+void lt_eval_open_valid(LtRun *r);
+/* Mean token loss over validation samples 0 .. r->eval_samples-1
+ * (collective over every rank); *samples_out = r->eval_samples. */
+double lt_evaluate(LtRun *r, long *samples_out);
+/* Split n rows of S+1 tokens into inputs and targets of S tokens each. */
+void lt_split_rows(const int32_t *rows, int n, int S, int32_t *in, int32_t *tgt);
+
+#endif
