@@ -36,6 +36,7 @@
 
 #include "common.h"
 #include "rope.h"
+#include "tp_linear.h"
 #include "tp_overlap.h"
 
 /* Parameter roles within a layer: GPT's table order (params.h). For Llama
@@ -381,23 +382,6 @@ static void grads_ready(LtModel *m, int first, int last) {
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, first, last);
 }
 
-/* After a sum of fp32-stored bf16 values (CPU backend): round back to bf16.
- * Real bf16 sums come back rounded from the communication layer. */
-static void act_round(LtModel *m, void *x, size_t n) {
-    if (m->be->act_size == sizeof(float) && m->be->dtype != LT_F32)
-        m->be->ops->act_from_f32(m->be, x, x, n);
-}
-
-/* Sum an act tensor over the tensor-parallel group (the conjugate of the
- * identity: forward after row-parallel layers, backward after column-parallel
- * ones). The group takes the backend's buffers (comm.h: host memory for the
- * CPU backend, NCCL or staged MPI for CUDA); the sum is in the compute dtype. */
-static void tp_sum(LtModel *m, void *x, size_t n) {
-    if (!m->tp) return;
-    lt_comm_all_reduce(m->tp, x, n, lt_comm_act_type(m->be), LT_COMM_SUM);
-    act_round(m, x, n);
-}
-
 static void tp_reduce_f32(LtModel *m, float *x, size_t n, LtCommOp op) {
     if (m->tp) lt_comm_all_reduce(m->tp, x, n, LT_COMM_F32, op);
 }
@@ -429,165 +413,14 @@ static void norm_bwd(LtModel *m, void *dinp, float *dw, float *db, const void *d
         be->ops->layernorm_bwd(be, dinp, dw, db, dout, inp, w, mean, rstd, R, C);
 }
 
-/* ---- sequence parallelism ------------------------------------------------------
- * With sequence_parallel the residual stream, the LayerNorms and their
- * statistics hold only this TP rank's R = N/tp token rows (rows
- * [rank*R, rank*R + R) of the micro batch). A LayerNorm output is written into
- * the rank's slot of a full (N, C) buffer and all-gathered before the
- * column-parallel GEMM; a row-parallel output is reduce-scattered instead of
- * all-reduced. Backward mirrors it. Without it R = N and these are the plain
- * tensor-parallel all-reduces. */
+/* The tensor-parallel linears and sequence parallelism's communication
+ * (tp_linear.h) over this model's group. */
+static LtTpLinear tpl(const LtModel *m) {
+    return (LtTpLinear){m->be, m->tp, m->tp_size, m->tp_rank, m->sp, m->tp_overlap};
+}
 
 static void *rows_at(const LtModel *m, void *x, size_t row, int C) {
     return (char *)x + lt_act_bytes(m->be, row * (size_t)C);
-}
-
-/* Full (N, C) buffer whose slot of this rank holds fresh values: all-gather. */
-static void sp_gather(LtModel *m, void *full, int R, int C) {
-    if (!m->sp) return;
-    size_t n = (size_t)R * C;
-    lt_comm_all_gather(m->tp, rows_at(m, full, (size_t)m->tp_rank * R, C), full, n,
-                       lt_comm_act_type(m->be));
-}
-
-/* Partial sums `full` (N, C) of a row-parallel layer (or of a column-parallel
- * layer's input gradient) -> their total over TP for this rank's R rows.
- * Returns where the result is: `shard` (R, C) with SP, else `full` itself. */
-static void *tp_finish(LtModel *m, void *full, void *shard, int R, int C) {
-    if (!m->sp) {
-        tp_sum(m, full, (size_t)R * C);
-        return full;
-    }
-    lt_comm_reduce_scatter(m->tp, full, shard, (size_t)R * C, lt_comm_act_type(m->be));
-    act_round(m, shard, (size_t)R * C);
-    return shard;
-}
-
-/* The residual-stream gradient dres (R rows) as a full (N, C) tensor. */
-static void *grad_full(LtModel *m, void *dres, int R, int C) {
-    if (!m->sp) return dres;
-    m->be->ops->copy(m->be, rows_at(m, m->dfull, (size_t)m->tp_rank * R, C), dres,
-                     lt_act_bytes(m->be, (size_t)R * C));
-    sp_gather(m, m->dfull, R, C);
-    return m->dfull;
-}
-
-/* ---- tp_comm_overlap: the SP communication in row blocks behind the GEMMs ----
- * Block k of an (N, *) tensor is rank k's R rows. A GEMM over row block k of
- * its input gives row block k of its output (dinp likewise); weight and bias
- * gradients sum over all rows, so they run once over the full tensors, as
- * the plain path's linear_bwd computes them. */
-
-typedef struct {
-    LtModel *m;
-    void *out, *pre;           /* forward: out (N, OC), pre-activation or NULL */
-    const void *inp, *w, *bias; /* inp (N, C), w (OC, C) */
-    const void *dout, *gelu_pre; /* backward: dout (N, OC), GeLU input (N, C) or NULL */
-    float *dw, *db;
-    int N, R, C, OC;
-} RowGemm;
-
-static void *blk(const RowGemm *g, const void *x, int k, int cols) {
-    return rows_at(g->m, (void *)x, (size_t)k * (size_t)g->R, cols);
-}
-static void fwd_block(void *ctx, int k) {
-    const RowGemm *g = ctx;
-    g->m->be->ops->linear_fwd(g->m->be, blk(g, g->out, k, g->OC),
-                              g->pre ? blk(g, g->pre, k, g->OC) : NULL, blk(g, g->inp, k, g->C),
-                              g->w, g->bias, g->R, g->C, g->OC);
-}
-static void dinp_block(void *ctx, int k) { /* writes g->out: dinp (N, C) */
-    const RowGemm *g = ctx;
-    g->m->be->ops->linear_bwd(g->m->be, blk(g, g->out, k, g->C), NULL, NULL,
-                              blk(g, g->dout, k, g->OC), NULL, g->w,
-                              g->gelu_pre ? blk(g, g->gelu_pre, k, g->C) : NULL, g->R, g->C,
-                              g->OC);
-}
-static void dweight_all(void *ctx, int k) {
-    const RowGemm *g = ctx;
-    if (g->dw || g->db)
-        g->m->be->ops->linear_bwd(g->m->be, NULL, g->dw, g->db, g->dout, g->inp, g->w, NULL,
-                                  g->N, g->C, g->OC);
-}
-
-static void gather_blocks(LtModel *m, void *full, int R, int C, LtRowBlockFn fn, RowGemm *g) {
-    const size_t n = (size_t)R * C;
-    lt_tp_gather_blocks(m->tp, full, n, lt_act_bytes(m->be, n), lt_comm_act_type(m->be), fn, g);
-}
-
-/* Column-parallel linear (N = R * tp rows) whose input inp holds fresh
- * values only in this rank's slot under SP: gather, out = inp w^T + bias
- * (linear_fwd; pre as there). */
-static void col_linear_fwd(LtModel *m, void *out, void *pre, void *inp, const void *w,
-                           const void *bias, int N, int C, int OC) {
-    const int R = m->sp ? N / m->tp_size : N;
-    if (!m->tp_overlap) {
-        sp_gather(m, inp, R, C);
-        m->be->ops->linear_fwd(m->be, out, pre, inp, w, bias, N, C, OC);
-        return;
-    }
-    RowGemm g = {.m = m, .out = out, .pre = pre, .inp = inp, .w = w, .bias = bias, .N = N,
-                 .R = R, .C = C, .OC = OC};
-    gather_blocks(m, inp, R, C, fwd_block, &g);
-}
-
-/* Row-parallel linear: m->scratch_c = inp w^T + bias (N, OC = hidden), summed
- * over TP (tp_finish). Returns where this rank's rows of the sum are. */
-static void *row_linear_fwd(LtModel *m, const void *inp, const void *w, const void *bias, int N,
-                            int C, int OC) {
-    const int R = m->sp ? N / m->tp_size : N;
-    if (!m->tp_overlap) {
-        m->be->ops->linear_fwd(m->be, m->scratch_c, NULL, inp, w, bias, N, C, OC);
-        return tp_finish(m, m->scratch_c, m->scratch_sp, R, OC);
-    }
-    RowGemm g = {.m = m, .out = m->scratch_c, .inp = inp, .w = w, .bias = bias, .N = N, .R = R,
-                 .C = C, .OC = OC};
-    const size_t n = (size_t)R * OC;
-    lt_tp_scatter_blocks(m->tp, m->scratch_c, m->scratch_sp, n, lt_act_bytes(m->be, n),
-                         lt_comm_act_type(m->be), fwd_block, NULL, &g);
-    act_round(m, m->scratch_sp, n);
-    return m->scratch_sp;
-}
-
-/* Backward of a row-parallel linear from the residual-stream gradient dres
- * (this rank's R rows, OC = hidden columns): dinp (N, C) = dout w (times
- * gelu'(gelu_pre) when given), dw, db accumulated (linear_bwd), with dout
- * the full (N, OC) gradient gathered over TP. */
-static void row_linear_bwd(LtModel *m, void *dinp, float *dw, float *db, void *dres,
-                           const void *inp, const void *w, const void *gelu_pre, int N, int C,
-                           int OC) {
-    const int R = m->sp ? N / m->tp_size : N;
-    if (!m->tp_overlap) {
-        m->be->ops->linear_bwd(m->be, dinp, dw, db, grad_full(m, dres, R, OC), inp, w, gelu_pre,
-                               N, C, OC);
-        return;
-    }
-    m->be->ops->copy(m->be, rows_at(m, m->dfull, (size_t)m->tp_rank * R, OC), dres,
-                     lt_act_bytes(m->be, (size_t)R * OC));
-    RowGemm g = {.m = m, .out = dinp, .inp = inp, .w = w, .dout = m->dfull, .gelu_pre = gelu_pre,
-                 .dw = dw, .db = db, .N = N, .R = R, .C = C, .OC = OC};
-    gather_blocks(m, m->dfull, R, OC, dinp_block, &g);
-    dweight_all(&g, -1);
-}
-
-/* Backward of a column-parallel linear: m->dc = dout w (N, C = hidden),
- * partial over TP, then summed (tp_finish); dw, db accumulated. Returns
- * where this rank's rows of the summed input gradient are. */
-static void *col_linear_bwd(LtModel *m, float *dw, float *db, const void *dout, const void *inp,
-                            const void *w, int N, int C, int OC) {
-    const int R = m->sp ? N / m->tp_size : N;
-    if (!m->tp_overlap) {
-        m->be->ops->linear_bwd(m->be, m->dc, dw, db, dout, inp, w, NULL, N, C, OC);
-        return tp_finish(m, m->dc, m->scratch_sp, R, C);
-    }
-    RowGemm g = {.m = m, .out = m->dc, .inp = inp, .w = w, .dout = dout, .dw = dw, .db = db,
-                 .N = N, .R = R, .C = C, .OC = OC};
-    const size_t n = (size_t)R * C;
-    /* the weight gradient runs behind the last block's reduction */
-    lt_tp_scatter_blocks(m->tp, m->dc, m->scratch_sp, n, lt_act_bytes(m->be, n),
-                         lt_comm_act_type(m->be), dinp_block, dweight_all, &g);
-    act_round(m, m->scratch_sp, n);
-    return m->scratch_sp;
 }
 
 /* Local layer l from its first LayerNorm through the MLP activation, with
@@ -596,6 +429,7 @@ static void *col_linear_bwd(LtModel *m, float *dw, float *db, const void *dout, 
  * activation backward needs; the MLP output projection is the caller's. */
 static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, const void *x,
                           const void *delta) {
+    const LtTpLinear tl = tpl(m);
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
     const int T = m->T, C = m->d.hidden, F = m->ffn_local, NH = m->heads_local,
@@ -604,18 +438,18 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
     const size_t mine = m->sp ? (size_t)m->tp_rank * R : 0; /* first row of this rank's slot */
     norm_fwd(m, delta ? xin : NULL, rows_at(m, a->ln1, mine, C), a->mean1, a->rstd1, x, delta,
              lw(m, l, P_LN1W), lw(m, l, P_LN1B), R, C);
-    col_linear_fwd(m, a->qkv, NULL, a->ln1, lw(m, l, P_QKVW), lw(m, l, P_QKVB), N, C,
+    lt_tp_col_linear_fwd(&tl, a->qkv, NULL, a->ln1, lw(m, l, P_QKVW), lw(m, l, P_QKVB), N, C,
                    m->qkv_local);
     if (m->rope_cs) o->rope(be, a->qkv, m->rope_cs, B, T, NH, NKV, HD, 0);
     o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, NKV, HD);
-    void *attn = row_linear_fwd(m, a->atty, lw(m, l, P_PROJW), row_bias(m, l, P_PROJB), N, CL, C);
+    void *attn = lt_tp_row_linear_fwd(&tl, m->scratch_c, m->scratch_sp, a->atty, lw(m, l, P_PROJW), row_bias(m, l, P_PROJB), N, CL, C);
     norm_fwd(m, a->r2, rows_at(m, a->ln2, mine, C), a->mean2, a->rstd2, xin, attn,
              lw(m, l, P_LN2W), lw(m, l, P_LN2B), R, C);
     if (is_llama(m)) { /* fch_pre = gate | up, fch = silu(gate) * up */
-        col_linear_fwd(m, a->fch_pre, NULL, a->ln2, lw(m, l, P_FCW), NULL, N, C, 2 * F);
+        lt_tp_col_linear_fwd(&tl, a->fch_pre, NULL, a->ln2, lw(m, l, P_FCW), NULL, N, C, 2 * F);
         o->swiglu_fwd(be, a->fch, a->fch_pre, N, F);
     } else {
-        col_linear_fwd(m, a->fch, a->fch_pre, a->ln2, lw(m, l, P_FCW), lw(m, l, P_FCB), N, C, F);
+        lt_tp_col_linear_fwd(&tl, a->fch, a->fch_pre, a->ln2, lw(m, l, P_FCW), lw(m, l, P_FCB), N, C, F);
     }
 }
 
@@ -636,6 +470,7 @@ static void upload_ids(LtModel *m, int32_t *dst, const int32_t *ids, int n) {
  * output into out. */
 static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, void *out,
                        int gather_lnf) {
+    const LtTpLinear tl = tpl(m);
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
     const int T = m->T, C = m->d.hidden, F = m->ffn_local, n = lt_params_chunk_layers(&m->table, c),
@@ -650,7 +485,7 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
         const int wpe = m->table.idx_wpe; /* none for llama */
         o->embedding_fwd(be, emb, sl->tokens, param(m, m->table.idx_wte),
                          m->tp_rank == 0 && wpe >= 0 ? param(m, wpe) : NULL, B, T, C);
-        void *x0 = tp_finish(m, emb, sl->x[0], R, C);
+        void *x0 = lt_tp_finish(&tl, emb, sl->x[0], R, C);
         LT_CHECK(x0 == sl->x[0]);
     }
     void *delta = NULL; /* the previous layer's MLP output, added by the next fused LN */
@@ -659,7 +494,7 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
         LtLayerActs *a = &sl->layer[j];
         params_needed(m, lidx(m, l, 0), lidx(m, l, 0) + m->table.per_layer - 1);
         layer_forward(m, l, a, B, sl->x[j], j ? sl->layer[j - 1].r2 : sl->x[0], delta);
-        delta = row_linear_fwd(m, a->fch, lw(m, l, P_FC2W), row_bias(m, l, P_FC2B), N, F, C);
+        delta = lt_tp_row_linear_fwd(&tl, m->scratch_c, m->scratch_sp, a->fch, lw(m, l, P_FC2W), row_bias(m, l, P_FC2B), N, F, C);
     }
     const void *last = n ? sl->layer[n - 1].r2 : sl->x[0];
     if (lt_model_chunk_last(m, c)) {
@@ -669,7 +504,7 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
         norm_fwd(m, delta ? m->xlast : NULL, rows_at(m, m->lnf, mine, C), m->meanf, m->rstdf,
                  last, delta, param(m, f), is_llama(m) ? NULL : param(m, f + 1), R, C);
         if (!delta) o->copy(be, m->xlast, last, lt_act_bytes(be, (size_t)R * C));
-        if (gather_lnf) sp_gather(m, m->lnf, R, C);
+        if (gather_lnf) lt_tp_sp_gather(&tl, m->lnf, R, C);
     } else if (delta) {
         o->add_act(be, out, last, delta, (size_t)R * C);
     } else {
@@ -723,12 +558,13 @@ static void loss_block(void *ctx, int k) {
  * gradient run in row blocks around the loss of the blocks (in rank order:
  * the vocab-parallel loss needs the same rows on every rank at once). */
 static void *loss_head(LtModel *m, int N, float grad_scale) {
+    const LtTpLinear tl = tpl(m);
     LtBackend *be = m->be;
     const int C = m->d.hidden, R = m->sp ? N / m->tp_size : N;
     void *dln = NULL;
     if (!m->tp_overlap) {
         loss_rows(m, 0, N, grad_scale);
-        if (grad_scale != 0.0f) dln = tp_finish(m, m->dc, m->scratch_sp, R, C);
+        if (grad_scale != 0.0f) dln = lt_tp_finish(&tl, m->dc, m->scratch_sp, R, C);
     } else {
         LossBlocks b = {.m = m, .R = R, .grad_scale = grad_scale};
         const size_t n = (size_t)R * C;
@@ -736,7 +572,7 @@ static void *loss_head(LtModel *m, int N, float grad_scale) {
         lt_tp_gather_scatter_in_order(m->tp, m->lnf, n, lt_act_bytes(be, n),
                                       grads ? m->dc : NULL, m->scratch_sp, n, lt_act_bytes(be, n),
                                       lt_comm_act_type(be), loss_block, &b);
-        if (grads) act_round(m, m->scratch_sp, n);
+        if (grads) lt_tp_round(&tl, m->scratch_sp, n);
         dln = grads ? m->scratch_sp : NULL;
     }
     be->ops->sum_f64(be, m->loss_acc, m->losses, (size_t)N, 0);
@@ -785,23 +621,25 @@ static void recompute_layer(LtModel *m, int l, LtLayerActs *a, void *x, int B) {
  * this rank's rows) into the gradient of ln2, summed over TP; returns where
  * this rank's rows of it are. */
 static void *mlp_backward(LtModel *m, int l, LtLayerActs *a, void *dres, int N) {
+    const LtTpLinear tl = tpl(m);
     LtBackend *be = m->be;
     const int C = m->d.hidden, F = m->ffn_local;
     if (is_llama(m)) {
-        row_linear_bwd(m, m->dff, lg(m, l, P_FC2W), NULL, dres, a->fch, lw(m, l, P_FC2W), NULL, N,
+        lt_tp_row_linear_bwd(&tl, m->dfull, m->dff, lg(m, l, P_FC2W), NULL, dres, a->fch, lw(m, l, P_FC2W), NULL, N,
                        F, C);
         be->ops->swiglu_bwd(be, m->dgu, a->fch_pre, m->dff, N, F);
-        return col_linear_bwd(m, lg(m, l, P_FCW), NULL, m->dgu, a->ln2, lw(m, l, P_FCW), N, C,
+        return lt_tp_col_linear_bwd(&tl, m->dc, m->scratch_sp, lg(m, l, P_FCW), NULL, m->dgu, a->ln2, lw(m, l, P_FCW), N, C,
                               2 * F);
     }
-    row_linear_bwd(m, m->dff, lg(m, l, P_FC2W), lg(m, l, P_FC2B), dres, a->fch, lw(m, l, P_FC2W),
+    lt_tp_row_linear_bwd(&tl, m->dfull, m->dff, lg(m, l, P_FC2W), lg(m, l, P_FC2B), dres, a->fch, lw(m, l, P_FC2W),
                    a->fch_pre, N, F, C);
-    return col_linear_bwd(m, lg(m, l, P_FCW), lg(m, l, P_FCB), m->dff, a->ln2, lw(m, l, P_FCW), N,
+    return lt_tp_col_linear_bwd(&tl, m->dc, m->scratch_sp, lg(m, l, P_FCW), lg(m, l, P_FCB), m->dff, a->ln2, lw(m, l, P_FCW), N,
                           C, F);
 }
 
 void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
     LT_CHECK(c >= 0 && c < m->vpp && s >= 0 && s < m->nslots);
+    const LtTpLinear tl = tpl(m);
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
     const int B = m->B, T = m->T, C = m->d.hidden, NH = m->heads_local, NKV = m->kv_local,
@@ -819,11 +657,11 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
         norm_bwd(m, dres, lg(m, l, P_LN2W), lg(m, l, P_LN2B), dln, a->r2, lw(m, l, P_LN2W),
                  a->mean2, a->rstd2, R, C);
         /* dres = d(r2) flows to both the attention projection and the layer input */
-        row_linear_bwd(m, m->dc, lg(m, l, P_PROJW), lg(m, l, P_PROJB), dres, a->atty,
+        lt_tp_row_linear_bwd(&tl, m->dfull, m->dc, lg(m, l, P_PROJW), lg(m, l, P_PROJB), dres, a->atty,
                        lw(m, l, P_PROJW), NULL, N, CL, C);
         o->attention_bwd(be, m->d3c, m->dc, a->qkv, a->atty, a->lse, B, T, NH, NKV, HD);
         if (m->rope_cs) o->rope(be, m->d3c, m->rope_cs, B, T, NH, NKV, HD, 1); /* d(pre-RoPE) */
-        dln = col_linear_bwd(m, lg(m, l, P_QKVW), lg(m, l, P_QKVB), m->d3c, a->ln1,
+        dln = lt_tp_col_linear_bwd(&tl, m->dc, m->scratch_sp, lg(m, l, P_QKVW), lg(m, l, P_QKVB), m->d3c, a->ln1,
                              lw(m, l, P_QKVW), N, C, m->qkv_local);
         norm_bwd(m, dres, lg(m, l, P_LN1W), lg(m, l, P_LN1B), dln, sl->x[j], lw(m, l, P_LN1W),
                  a->mean1, a->rstd1, R, C);
@@ -832,7 +670,7 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
     if (lt_model_chunk_first(m, c)) {
         const int e = m->table.idx_wte, wpe = m->table.idx_wpe;
         o->embedding_bwd(be, grad(m, e), wpe >= 0 ? grad(m, wpe) : NULL,
-                         grad_full(m, dres, R, C), sl->tokens, B, T, C);
+                         lt_tp_grad_full(&tl, m->dfull, dres, R, C), sl->tokens, B, T, C);
         if (!m->emb_grads) grads_ready(m, e, wpe >= 0 ? wpe : e);
     } else {
         LT_CHECK(din != NULL);
