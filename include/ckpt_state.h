@@ -18,23 +18,6 @@
 extern "C" {
 #endif
 
-/* A rectangle of a global tensor (a 1-D tensor is one column): rows
- * [r0, r0 + nr) x columns [c0, c0 + nc). `local` is the offset, within a
- * rank's shard of the parameter, of the rectangle's first element; the
- * rectangle's elements are consecutive there, row-major. */
-typedef struct {
-    int64_t r0, nr, c0, nc;
-    size_t local;
-} LtRect;
-
-#define LT_MAX_RECTS 8
-
-/* The global rectangles that elements [a, b) of this rank's shard of p cover,
- * in local order: at most a partial first row, the full rows (cut at the
- * blocks of LT_SPLIT_BLOCKS) and a partial last row. Returns how many. */
-int lt_param_rects(const LtParamTable *t, const LtParam *p, size_t a, size_t b,
-                   LtRect out[LT_MAX_RECTS]);
-
 /* The state kinds a checkpoint holds, in file order, and their name prefixes. */
 enum { LT_CKPT_MASTER = 0, LT_CKPT_ADAM_M, LT_CKPT_ADAM_V, LT_CKPT_KINDS };
 extern const char *const lt_ckpt_kind_name[LT_CKPT_KINDS]; /* "param", "adam_m", "adam_v" */

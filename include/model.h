@@ -95,15 +95,9 @@ typedef struct {
     int B, T;             /* micro batch size and sequence length of the buffers */
     int xent_chunk;       /* tokens per LM head / cross-entropy chunk */
     const LtComm *tp;     /* tensor-parallel group, NULL when tp == 1 */
-    int tp_size, tp_rank;
     int sp;               /* sequence parallelism on */
-    int tp_overlap;       /* sp with its communication in blocks behind the GEMMs */
     int recompute;        /* LT_MODEL_RECOMPUTE_* */
-    unsigned char *sp_partial; /* per parameter: gradient partial over TP under SP */
-    int heads_local, ffn_local, vocab_local; /* this rank's heads, ffn columns, vocab rows */
-    int kv_local;         /* this rank's key/value heads (grouped-query attention) */
-    int qkv_local;        /* columns of this rank's qkv: (heads_local + 2 kv_local) * head dim */
-    int vocab_start, vocab_valid;            /* first owned vocab id; owned ids < true vocab */
+    int vocab_local;      /* this rank's vocab rows */
     int pp, pp_rank, vpp; /* pipeline place (1, 0, 1 without pipelining) */
     int max_chunk_layers; /* layers of the largest chunk held (slots are sized for it) */
     size_t boundary;      /* elements of a stage boundary tensor: R * C */
@@ -111,45 +105,17 @@ typedef struct {
     size_t flat;          /* elements of params (and of grads without buckets) */
     void *params;         /* act dtype, flat elements (table order, zero padding) */
     float *grads;         /* fp32 gradient accumulation: flat elements, or the bucket */
-    size_t grads_len;     /* elements of grads */
-    float *emb_grads;     /* buckets with pipelining: the embedding group's own buffer */
-    size_t emb_grads_len;
-    size_t layer_group_len; /* buckets: the largest layer's gradient (0 without layers) */
-    float **gptr;         /* per parameter: where its gradient accumulates */
-    int buckets;          /* gradients handed over group by group (grad_buckets) */
     LtGradReadyFn grads_ready;
     void *grads_ready_ctx;
     int final_pass;       /* the passes running now are their chunk's last micro batch of
                            * the step (lt_model_set_final_pass): gradients handed to the
                            * hook are then final */
-    LtParamNeedFn params_needed;
-    void *params_needed_ctx;
-    float *stage_f32;     /* (Vp) fp32 staging for sampled logits */
 
     /* activations: nslots slots, each holding one chunk of one micro batch */
     int nslots;
     LtActSlot *slot;
-    LtLayerActs shared;   /* recomputation: the set (full) or attention output (selective)
-                           * all layers share */
-    void *lnf;            /* (N, C) */
-    float *meanf, *rstdf;
-    void *xlast;          /* (R, C): the last layer's output on the last stage */
-    void *scratch_c;      /* (N, C): attention / MLP projection outputs (partial under TP) */
-    void *scratch_sp;     /* (N/tp, C): their reduce-scattered rows (SP only) */
-    void *dfull;          /* (N, C): all-gathered residual gradient (SP only) */
-    /* backward workspace */
-    void *dc, *d3c, *dff; /* (N,C), (N,qkv_local), (N,F) */
-    void *dgu;            /* llama: (N, 2F) gradient of gate | up */
-    float *rope_cs;       /* llama: (T, HD/2, 2) rotary cos, sin; NULL without RoPE */
-    void *logits;         /* (xent_chunk, Vp): logits, then their gradient in place */
-    float *losses;        /* (N) per-token losses */
-    float *xstat;         /* (3, xent_chunk) vocab-parallel row max / sum of exp / target logit */
-    int32_t *targets;     /* (N) device copy of the current micro batch's targets (local ids) */
-    double *loss_acc;     /* device: token losses summed by forwards (see lt_model_loss_take);
-                           * the model's own own_loss_acc, or the caller's */
-    double *own_loss_acc;
-    size_t slot_bytes;    /* activation bytes of one slot */
     LtModelMemory mem;
+    struct LtModelInternal *in; /* the rest of the state: private to src/model/model.c */
 } LtModel;
 
 /* Allocate parameters, gradients and activations for micro batch B x T.

@@ -162,6 +162,23 @@ float lt_param_init_value(const LtParam *p, uint64_t seed, size_t index);
 /* Fill out[t->total] with the initial fp32 values of this rank's shards. */
 void lt_params_init(const LtParamTable *t, uint64_t seed, float *out);
 
+/* A rectangle of a global tensor (a 1-D tensor is one column): rows
+ * [r0, r0 + nr) x columns [c0, c0 + nc). `local` is the offset, within a
+ * rank's shard of the parameter, of the rectangle's first element; the
+ * rectangle's elements are consecutive there, row-major. */
+typedef struct {
+    int64_t r0, nr, c0, nc;
+    size_t local;
+} LtRect;
+
+#define LT_MAX_RECTS 8
+
+/* The global rectangles that elements [a, b) of this rank's shard of p cover,
+ * in local order: at most a partial first row, the full rows (cut at the
+ * blocks of LT_SPLIT_BLOCKS) and a partial last row. Returns how many. */
+int lt_param_rects(const LtParamTable *t, const LtParam *p, size_t a, size_t b,
+                   LtRect out[LT_MAX_RECTS]);
+
 #ifdef __cplusplus
 }
 #endif

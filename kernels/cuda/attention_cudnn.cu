@@ -13,15 +13,12 @@
  * handle to the current stream and executes a variant pack of the call's
  * pointers. Calls left to lattice are counted and the first of each
  * direction is logged with its reason; lt_cuda_attention_info reports the
- * counters. Built without cudnn.h (LT_HAVE_CUDNN unset) the same entry
- * points report version 0 and never run. */
+ * counters. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attention_cudnn.cuh"
-
-#ifdef LT_HAVE_CUDNN
 
 struct CudnnAttn {
     cudnnHandle_t handle;
@@ -212,24 +209,3 @@ int cudnn_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void 
     run_plan(be, ca, p, &pk);
     return 1;
 }
-
-#else /* no cudnn.h at build time: the path exists but never runs */
-
-extern "C" long lt_cudnn_version(void) { return 0; }
-
-CudnnAttn *cudnn_attn_create(int device, const LtAttnEnv *env, char *err, size_t errlen) {
-    (void)device, (void)env;
-    snprintf(err, errlen, "this binary was built without cuDNN");
-    return NULL;
-}
-void cudnn_attn_destroy(CudnnAttn *ca) { (void)ca; }
-void cudnn_attn_counters(const CudnnAttn *ca, LtAttnInfo *info) { (void)ca, (void)info; }
-int cudnn_attention_fwd(LtBackend *, void *, float *, const void *, int, int, int, int, int) {
-    return 0;
-}
-int cudnn_attention_bwd(LtBackend *, void *, const void *, const void *, const void *,
-                        const float *, int, int, int, int, int) {
-    return 0;
-}
-
-#endif

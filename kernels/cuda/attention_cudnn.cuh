@@ -2,22 +2,13 @@
  * attention_cudnn.cu (handle, plan cache, op entries) and
  * attention_cudnn_graph.cu (the SDPA graphs and their execution plans).
  *
- * The cuDNN path is compiled only where cudnn.h is found (and LT_NO_CUDNN is
- * not defined): LT_HAVE_CUDNN. Without it attention_cudnn.cu reports version
- * 0 and model.attention=auto resolves to lattice's kernels. */
+ * Every CUDA build has cuDNN (the Makefile refuses one without libcudnn). */
 #ifndef LT_CUDA_ATTENTION_CUDNN_CUH
 #define LT_CUDA_ATTENTION_CUDNN_CUH
 
 #include "attention.cuh"
 #include "attn_select.h"
 
-#if !defined(LT_NO_CUDNN) && defined(__has_include)
-#if __has_include(<cudnn.h>)
-#define LT_HAVE_CUDNN 1
-#endif
-#endif
-
-#ifdef LT_HAVE_CUDNN
 #include <cudnn.h>
 
 /* Fatal unless the call succeeds: for calls whose failure is a bug or a
@@ -81,5 +72,4 @@ void cudnn_plan_destroy(CuAttnPlan *p);
 /* Total workspace bytes of one call of p. */
 size_t cudnn_plan_workspace(const CuAttnPlan *p);
 
-#endif /* LT_HAVE_CUDNN */
 #endif

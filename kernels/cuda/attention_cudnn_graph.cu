@@ -41,8 +41,6 @@
 
 #include "attention_cudnn.cuh"
 
-#ifdef LT_HAVE_CUDNN
-
 /* ======================= graph builder ======================= */
 
 typedef struct {
@@ -537,13 +535,3 @@ void cudnn_plan_destroy(CuAttnPlan *p) {
 size_t cudnn_plan_workspace(const CuAttnPlan *p) {
     return p->sums_bytes + p->accum_bytes + p->engine_bytes;
 }
-
-#else /* no cudnn.h at build time */
-
-extern "C" int lt_cudnn_graph_check(const LtAttnPlanKey *key, char *why, size_t whylen) {
-    (void)key;
-    snprintf(why, whylen, "this binary was built without cuDNN");
-    return -1;
-}
-
-#endif /* LT_HAVE_CUDNN */

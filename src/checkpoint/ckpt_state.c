@@ -109,57 +109,6 @@ static uint64_t get_u64(const unsigned char *p) {
 }
 static uint64_t align_up(uint64_t x) { return (x + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN; }
 
-/* ---- which global rectangles a local range covers ------------------------ */
-
-/* Map a rectangle of local rows [lr, lr + nr) x columns [lc, lc + nc) of p's
- * shard to global coordinates; with blocks, a rectangle spanning a block
- * boundary becomes one rectangle per block. */
-static int map_rect(const LtParamTable *t, const LtParam *p, int64_t lr, int64_t nr, int64_t lc,
-                    int64_t nc, size_t local, LtRect *out) {
-    const int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1, r = t->tp_rank;
-    switch (p->split) {
-    case LT_SPLIT_NONE: out[0] = (LtRect){lr, nr, lc, nc, local}; return 1;
-    case LT_SPLIT_ROWS: out[0] = (LtRect){r * rows + lr, nr, lc, nc, local}; return 1;
-    case LT_SPLIT_COLS: out[0] = (LtRect){lr, nr, r * cols + lc, nc, local}; return 1;
-    case LT_SPLIT_BLOCKS: {
-        int n = 0;
-        int64_t lrow0 = 0, grow0 = 0; /* first local / global row of block b */
-        for (int b = 0; b < p->nblocks; b++) {
-            const int64_t brows = p->block_rows[b] / t->tp;
-            const int64_t s = lr > lrow0 ? lr : lrow0, e = lr + nr < lrow0 + brows ? lr + nr : lrow0 + brows;
-            if (s < e)
-                out[n++] = (LtRect){grow0 + r * brows + (s - lrow0), e - s, lc, nc,
-                                    local + (size_t)((s - lr) * cols)};
-            lrow0 += brows;
-            grow0 += p->block_rows[b];
-        }
-        return n;
-    }
-    }
-    return 0;
-}
-
-int lt_param_rects(const LtParamTable *t, const LtParam *p, size_t a, size_t b,
-                   LtRect out[LT_MAX_RECTS]) {
-    const int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
-    int n = 0;
-    int64_t i = (int64_t)a;
-    const int64_t end = (int64_t)b;
-    if (i >= end) return 0;
-    if (i % cols) { /* a partial first row */
-        const int64_t c = i % cols, k = end - i < cols - c ? end - i : cols - c;
-        n += map_rect(t, p, i / cols, 1, c, k, (size_t)i, out + n);
-        i += k;
-    }
-    if (end - i >= cols) { /* full rows */
-        const int64_t nr = (end - i) / cols;
-        n += map_rect(t, p, i / cols, nr, 0, cols, (size_t)i, out + n);
-        i += nr * cols;
-    }
-    if (i < end) n += map_rect(t, p, i / cols, 1, 0, end - i, (size_t)i, out + n); /* a partial last row */
-    return n;
-}
-
 /* ---- writing ------------------------------------------------------------- */
 
 static void encode_rec(unsigned char *b, const Piece *r) {

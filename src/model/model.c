@@ -36,7 +36,51 @@
 
 #include "common.h"
 #include "rope.h"
+#include "tp_linear.h"
 #include "tp_overlap.h"
+
+/* What LtModel (model.h) holds beyond what its callers read. */
+struct LtModelInternal {
+    int tp_size, tp_rank;
+    int tp_overlap;       /* sp with its communication in blocks behind the GEMMs */
+    unsigned char *sp_partial; /* per parameter: gradient partial over TP under SP */
+    int heads_local, ffn_local; /* this rank's heads, ffn columns */
+    int kv_local;         /* this rank's key/value heads (grouped-query attention) */
+    int qkv_local;        /* columns of this rank's qkv: (heads_local + 2 kv_local) * head dim */
+    int vocab_start, vocab_valid;            /* first owned vocab id; owned ids < true vocab */
+
+    size_t grads_len;     /* elements of grads */
+    float *emb_grads;     /* buckets with pipelining: the embedding group's own buffer */
+    size_t emb_grads_len;
+    size_t layer_group_len; /* buckets: the largest layer's gradient (0 without layers) */
+    float **gptr;         /* per parameter: where its gradient accumulates */
+    int buckets;          /* gradients handed over group by group (grad_buckets) */
+    LtParamNeedFn params_needed;
+    void *params_needed_ctx;
+    float *stage_f32;     /* (Vp) fp32 staging for sampled logits */
+
+    /* activations */
+    LtLayerActs shared;   /* recomputation: the set (full) or attention output (selective)
+                           * all layers share */
+    void *lnf;            /* (N, C) */
+    float *meanf, *rstdf;
+    void *xlast;          /* (R, C): the last layer's output on the last stage */
+    void *scratch_c;      /* (N, C): attention / MLP projection outputs (partial under TP) */
+    void *scratch_sp;     /* (N/tp, C): their reduce-scattered rows (SP only) */
+    void *dfull;          /* (N, C): all-gathered residual gradient (SP only) */
+    /* backward workspace */
+    void *dc, *d3c, *dff; /* (N,C), (N,qkv_local), (N,F) */
+    void *dgu;            /* llama: (N, 2F) gradient of gate | up */
+    float *rope_cs;       /* llama: (T, HD/2, 2) rotary cos, sin; NULL without RoPE */
+    void *logits;         /* (xent_chunk, Vp): logits, then their gradient in place */
+    float *losses;        /* (N) per-token losses */
+    float *xstat;         /* (3, xent_chunk) vocab-parallel row max / sum of exp / target logit */
+    int32_t *targets;     /* (N) device copy of the current micro batch's targets (local ids) */
+    double *loss_acc;     /* device: token losses summed by forwards (see lt_model_loss_take);
+                           * the model's own own_loss_acc, or the caller's */
+    double *own_loss_acc;
+    size_t slot_bytes;    /* activation bytes of one slot */
+};
 
 /* Parameter roles within a layer: GPT's table order (params.h). For Llama
  * P_FCW is mlp.gate_up.weight and P_FC2W mlp.down.weight. */
@@ -60,7 +104,7 @@ int lt_model_lm_head_chunk(size_t N, size_t Vl, size_t act_bytes, int requested)
 static void *param(const LtModel *m, int i) {
     return (char *)m->params + lt_act_bytes(m->be, m->table.p[i].offset);
 }
-static float *grad(const LtModel *m, int i) { return m->gptr[i]; }
+static float *grad(const LtModel *m, int i) { return m->in->gptr[i]; }
 static int is_llama(const LtModel *m) { return m->d.arch == LT_ARCH_LLAMA; }
 /* Table index of the parameter of role k of local layer l (layers run chunk
  * after chunk, lt_params_chunk_first), -1 when the block has no such parameter. */
@@ -111,12 +155,12 @@ static int group_first(const LtParamTable *t, int i) {
  * buffer of its own that lives through the step (see model.h). */
 static void setup_grads(LtModel *m, int buckets) {
     const LtParamTable *t = &m->table;
-    m->buckets = buckets;
-    m->gptr = lt_calloc(sizeof(float *) * (size_t)t->n);
+    m->in->buckets = buckets;
+    m->in->gptr = lt_calloc(sizeof(float *) * (size_t)t->n);
     if (!buckets) {
-        m->grads_len = m->flat;
-        m->grads = f32_alloc(m, m->grads_len, &m->mem.grads);
-        for (int i = 0; i < t->n; i++) m->gptr[i] = m->grads + t->p[i].offset;
+        m->in->grads_len = m->flat;
+        m->grads = f32_alloc(m, m->in->grads_len, &m->mem.grads);
+        for (int i = 0; i < t->n; i++) m->in->gptr[i] = m->grads + t->p[i].offset;
         return;
     }
     const int own_emb = m->pp > 1 && t->idx_wte >= 0 && !m->d.untied;
@@ -125,29 +169,29 @@ static void setup_grads(LtModel *m, int buckets) {
         int f = group_first(t, i), last = i;
         while (last + 1 < t->n && group_first(t, last + 1) == f) last++;
         size_t span = group_span(t, f, last);
-        if (own_emb && f == t->idx_wte) m->emb_grads_len = span;
+        if (own_emb && f == t->idx_wte) m->in->emb_grads_len = span;
         else if (span > len) len = span;
         const int layer = f >= t->idx_layer0 && (t->idx_lnf < 0 || f < t->idx_lnf) &&
                           (t->idx_wte < 0 || f > emb_last(t));
-        if (layer && span > m->layer_group_len) m->layer_group_len = span;
+        if (layer && span > m->in->layer_group_len) m->in->layer_group_len = span;
         i = last + 1;
     }
-    m->grads_len = len ? len : 1;
-    m->grads = f32_alloc(m, m->grads_len, &m->mem.grads);
-    if (own_emb) m->emb_grads = f32_alloc(m, m->emb_grads_len, &m->mem.grads);
+    m->in->grads_len = len ? len : 1;
+    m->grads = f32_alloc(m, m->in->grads_len, &m->mem.grads);
+    if (own_emb) m->in->emb_grads = f32_alloc(m, m->in->emb_grads_len, &m->mem.grads);
     for (int i = 0; i < t->n; i++) {
         int first = group_first(t, i);
-        float *base = own_emb && first == t->idx_wte ? m->emb_grads : m->grads;
-        m->gptr[i] = base + (t->p[i].offset - t->p[first].offset);
+        float *base = own_emb && first == t->idx_wte ? m->in->emb_grads : m->grads;
+        m->in->gptr[i] = base + (t->p[i].offset - t->p[first].offset);
     }
 }
 
 /* One set of layer activations; fields in `share` (non-NULL) are reused. */
 static void layer_acts_alloc(LtModel *m, LtLayerActs *la, const LtLayerActs *share, size_t *a) {
-    const size_t N = (size_t)m->B * m->T, C = m->d.hidden, F = m->ffn_local,
-                 R = m->boundary / C, CL = (size_t)m->heads_local * (C / (size_t)m->d.heads);
+    const size_t N = (size_t)m->B * m->T, C = m->d.hidden, F = m->in->ffn_local,
+                 R = m->boundary / C, CL = (size_t)m->in->heads_local * (C / (size_t)m->d.heads);
     la->ln1 = act_alloc(m, N * C, a);
-    la->qkv = act_alloc(m, N * (size_t)m->qkv_local, a);
+    la->qkv = act_alloc(m, N * (size_t)m->in->qkv_local, a);
     la->atty = share && share->atty ? share->atty : act_alloc(m, N * CL, a);
     la->r2 = act_alloc(m, R * C, a);
     la->ln2 = act_alloc(m, N * C, a);
@@ -157,7 +201,7 @@ static void layer_acts_alloc(LtModel *m, LtLayerActs *la, const LtLayerActs *sha
     la->rstd1 = f32_alloc(m, R, a);
     la->mean2 = is_llama(m) ? NULL : f32_alloc(m, R, a);
     la->rstd2 = f32_alloc(m, R, a);
-    la->lse = f32_alloc(m, N * (size_t)m->heads_local, a);
+    la->lse = f32_alloc(m, N * (size_t)m->in->heads_local, a);
 }
 
 static void layer_acts_free(LtModel *m, LtLayerActs *la, int keep_atty) {
@@ -175,9 +219,9 @@ static void setup_slots(LtModel *m, int nslots) {
     const size_t N = (size_t)m->B * m->T;
     const int n = m->max_chunk_layers, nx = n > 0 ? n : 1; /* x[0]: the chunk input */
     size_t *a = &m->mem.activations;
-    if (m->recompute == LT_MODEL_RECOMPUTE_FULL) layer_acts_alloc(m, &m->shared, NULL, a);
+    if (m->recompute == LT_MODEL_RECOMPUTE_FULL) layer_acts_alloc(m, &m->in->shared, NULL, a);
     if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE)
-        m->shared.atty = act_alloc(m, N * (size_t)m->d.hidden / (size_t)m->tp_size, a);
+        m->in->shared.atty = act_alloc(m, N * (size_t)m->d.hidden / (size_t)m->in->tp_size, a);
     m->nslots = nslots;
     m->slot = lt_calloc(sizeof(LtActSlot) * (size_t)nslots);
     for (int s = 0; s < nslots; s++) {
@@ -188,15 +232,17 @@ static void setup_slots(LtModel *m, int nslots) {
         for (int j = 0; j < nx; j++) sl->x[j] = act_alloc(m, m->boundary, a);
         for (int j = 0; j < n; j++) {
             if (m->recompute == LT_MODEL_RECOMPUTE_FULL)
-                sl->layer[j] = m->shared;
+                sl->layer[j] = m->in->shared;
             else
                 layer_acts_alloc(m, &sl->layer[j],
-                                 m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE ? &m->shared : NULL, a);
+                                 m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE ? &m->in->shared
+                                                                               : NULL,
+                                 a);
         }
         sl->dout = act_alloc(m, m->boundary, a);
         sl->tokens = m->be->ops->alloc(m->be, N * sizeof(int32_t));
         *a += N * sizeof(int32_t);
-        if (s == 0) m->slot_bytes = *a - at_start;
+        if (s == 0) m->in->slot_bytes = *a - at_start;
     }
 }
 
@@ -221,39 +267,41 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
                        "embedding kernels",
                        be->ops->name);
     LtModel *m = lt_calloc(sizeof *m);
+    m->in = lt_calloc(sizeof *m->in);
     m->be = be;
     m->d = *d;
     m->B = B;
     m->T = T;
     m->tp = opt && opt->tp && lt_comm_size(opt->tp) > 1 ? opt->tp : NULL;
-    m->tp_size = m->tp ? lt_comm_size(m->tp) : 1;
-    m->tp_rank = m->tp ? lt_comm_rank(m->tp) : 0;
+    m->in->tp_size = m->tp ? lt_comm_size(m->tp) : 1;
+    m->in->tp_rank = m->tp ? lt_comm_rank(m->tp) : 0;
     LtStagePlace place = {1, 0, 1, {0}};
     if (opt && opt->place.pp > 0) place = opt->place;
     m->pp = place.pp;
     m->pp_rank = place.pp_rank;
     m->vpp = place.vpp;
-    lt_params_build_stage(&m->table, d, m->tp_size, m->tp_rank, place);
+    lt_params_build_stage(&m->table, d, m->in->tp_size, m->in->tp_rank, place);
     m->max_chunk_layers = m->table.max_chunk_layers;
-    m->heads_local = d->heads / m->tp_size;
-    m->kv_local = lt_dims_kv_heads(d) / m->tp_size;
-    m->qkv_local = (m->heads_local + 2 * m->kv_local) * (d->hidden / d->heads);
-    m->ffn_local = d->ffn / m->tp_size;
-    m->vocab_local = d->padded_vocab / m->tp_size;
-    m->vocab_start = m->tp_rank * m->vocab_local;
-    m->vocab_valid = d->vocab - m->vocab_start;
-    if (m->vocab_valid < 0) m->vocab_valid = 0;
-    if (m->vocab_valid > m->vocab_local) m->vocab_valid = m->vocab_local;
+    m->in->heads_local = d->heads / m->in->tp_size;
+    m->in->kv_local = lt_dims_kv_heads(d) / m->in->tp_size;
+    m->in->qkv_local = (m->in->heads_local + 2 * m->in->kv_local) * (d->hidden / d->heads);
+    m->in->ffn_local = d->ffn / m->in->tp_size;
+    m->vocab_local = d->padded_vocab / m->in->tp_size;
+    m->in->vocab_start = m->in->tp_rank * m->vocab_local;
+    m->in->vocab_valid = d->vocab - m->in->vocab_start;
+    if (m->in->vocab_valid < 0) m->in->vocab_valid = 0;
+    if (m->in->vocab_valid > m->vocab_local) m->in->vocab_valid = m->vocab_local;
     m->sp = m->tp && opt->sequence_parallel;
-    m->tp_overlap = m->sp && opt->tp_comm_overlap;
-    if (m->tp_overlap) lt_comm_background(m->tp); /* collective over tp: made here, at one point */
-    const size_t N = (size_t)B * T, C = d->hidden, F = m->ffn_local;
-    const size_t R = m->sp ? N / (size_t)m->tp_size : N; /* residual-stream rows of this rank */
-    LT_CHECK(!m->sp || N % (size_t)m->tp_size == 0);
+    m->in->tp_overlap = m->sp && opt->tp_comm_overlap;
+    /* collective over tp: made here, at one point */
+    if (m->in->tp_overlap) lt_comm_background(m->tp);
+    const size_t N = (size_t)B * T, C = d->hidden, F = m->in->ffn_local;
+    const size_t R = m->sp ? N / (size_t)m->in->tp_size : N; /* residual-stream rows of this rank */
+    LT_CHECK(!m->sp || N % (size_t)m->in->tp_size == 0);
     m->boundary = R * C;
-    m->sp_partial = lt_calloc((size_t)m->table.n);
+    m->in->sp_partial = lt_calloc((size_t)m->table.n);
     for (int i = 0; i < m->table.n; i++) /* LayerNorm weights see only this rank's tokens */
-        m->sp_partial[i] = m->sp && strstr(m->table.p[i].name, "ln_") != NULL;
+        m->in->sp_partial[i] = m->sp && strstr(m->table.p[i].name, "ln_") != NULL;
     m->xent_chunk = lt_model_lm_head_chunk(N, (size_t)m->vocab_local, be->act_size,
                                            opt ? opt->lm_head_chunk : 0);
     m->flat = opt && opt->flat ? opt->flat : m->table.total;
@@ -261,35 +309,35 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
 
     m->params = act_alloc(m, m->flat, &m->mem.params);
     setup_grads(m, opt ? opt->grad_buckets : 0);
-    m->stage_f32 = f32_alloc(m, (size_t)d->padded_vocab, &m->mem.workspace);
+    m->in->stage_f32 = f32_alloc(m, (size_t)d->padded_vocab, &m->mem.workspace);
 
     m->recompute = opt ? opt->recompute : 0;
     setup_slots(m, opt && opt->slots > 0 ? opt->slots : 1);
 
     size_t *w = &m->mem.workspace;
     if (m->table.last_stage) {
-        m->lnf = act_alloc(m, N * C, w);
-        m->meanf = f32_alloc(m, R, w);
-        m->rstdf = f32_alloc(m, R, w);
-        m->xlast = act_alloc(m, R * C, w);
-        m->logits = act_alloc(m, (size_t)m->xent_chunk * (size_t)m->vocab_local, w);
-        m->losses = f32_alloc(m, N, w);
-        m->xstat = f32_alloc(m, 3 * (size_t)m->xent_chunk, w);
-        m->targets = be->ops->alloc(be, N * sizeof(int32_t));
+        m->in->lnf = act_alloc(m, N * C, w);
+        m->in->meanf = f32_alloc(m, R, w);
+        m->in->rstdf = f32_alloc(m, R, w);
+        m->in->xlast = act_alloc(m, R * C, w);
+        m->in->logits = act_alloc(m, (size_t)m->xent_chunk * (size_t)m->vocab_local, w);
+        m->in->losses = f32_alloc(m, N, w);
+        m->in->xstat = f32_alloc(m, 3 * (size_t)m->xent_chunk, w);
+        m->in->targets = be->ops->alloc(be, N * sizeof(int32_t));
         *w += N * sizeof(int32_t);
     }
-    m->scratch_c = act_alloc(m, N * C, w);
-    m->scratch_sp = m->sp ? act_alloc(m, R * C, w) : NULL;
-    m->dfull = m->sp ? act_alloc(m, N * C, w) : NULL;
-    m->dc = act_alloc(m, N * C, w);
-    m->d3c = act_alloc(m, N * (size_t)m->qkv_local, w);
-    m->dff = act_alloc(m, N * F, w);
+    m->in->scratch_c = act_alloc(m, N * C, w);
+    m->in->scratch_sp = m->sp ? act_alloc(m, R * C, w) : NULL;
+    m->in->dfull = m->sp ? act_alloc(m, N * C, w) : NULL;
+    m->in->dc = act_alloc(m, N * C, w);
+    m->in->d3c = act_alloc(m, N * (size_t)m->in->qkv_local, w);
+    m->in->dff = act_alloc(m, N * F, w);
     if (is_llama(m)) {
-        m->dgu = act_alloc(m, 2 * N * F, w);
-        m->rope_cs = rope_setup(m, w);
+        m->in->dgu = act_alloc(m, 2 * N * F, w);
+        m->in->rope_cs = rope_setup(m, w);
     }
-    m->own_loss_acc = be->ops->alloc(be, sizeof(double));
-    m->loss_acc = m->own_loss_acc;
+    m->in->own_loss_acc = be->ops->alloc(be, sizeof(double));
+    m->in->loss_acc = m->in->own_loss_acc;
     return m;
 }
 
@@ -311,16 +359,20 @@ void lt_model_destroy(LtModel *m) {
         free(sl->layer);
     }
     free(m->slot);
-    if (m->recompute == LT_MODEL_RECOMPUTE_FULL) layer_acts_free(m, &m->shared, 0);
-    if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE) fr(be, m->shared.atty);
-    void *ps[] = {m->params, m->grads, m->emb_grads, m->stage_f32, m->lnf, m->meanf, m->rstdf,
-                  m->xlast, m->scratch_c, m->scratch_sp, m->dfull, m->dc, m->d3c, m->dff,
-                  m->dgu, m->rope_cs, m->logits, m->losses, m->xstat, m->targets, m->own_loss_acc};
+    if (m->recompute == LT_MODEL_RECOMPUTE_FULL) layer_acts_free(m, &m->in->shared, 0);
+    if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE) fr(be, m->in->shared.atty);
+    const struct LtModelInternal *in = m->in;
+    void *ps[] = {m->params,   m->grads,      in->emb_grads,   in->stage_f32, in->lnf,
+                  in->meanf,   in->rstdf,     in->xlast,       in->scratch_c, in->scratch_sp,
+                  in->dfull,   in->dc,        in->d3c,         in->dff,       in->dgu,
+                  in->rope_cs, in->logits,    in->losses,      in->xstat,     in->targets,
+                  in->own_loss_acc};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) fr(be, ps[i]);
-    free(m->gptr);
-    free(m->sp_partial);
+    free(m->in->gptr);
+    free(m->in->sp_partial);
     lt_params_free(&m->table);
+    free(m->in);
     free(m);
 }
 
@@ -341,8 +393,8 @@ void lt_model_set_grad_hook(LtModel *m, LtGradReadyFn fn, void *ctx) {
 }
 
 void lt_model_set_param_hook(LtModel *m, LtParamNeedFn fn, void *ctx) {
-    m->params_needed = fn;
-    m->params_needed_ctx = ctx;
+    m->in->params_needed = fn;
+    m->in->params_needed_ctx = ctx;
 }
 
 void lt_model_set_final_pass(LtModel *m, int on) { m->final_pass = on; }
@@ -350,25 +402,27 @@ int lt_model_param_group(const LtModel *m, int i) { return group_first(&m->table
 
 /* Forward is about to read parameters first..last. */
 static void params_needed(LtModel *m, int first, int last) {
-    if (m->params_needed && first >= 0) m->params_needed(m->params_needed_ctx, first, last);
+    if (m->in->params_needed && first >= 0)
+        m->in->params_needed(m->in->params_needed_ctx, first, last);
 }
 
-int lt_model_grad_buckets(const LtModel *m) { return m->buckets; }
+int lt_model_grad_buckets(const LtModel *m) { return m->in->buckets; }
 size_t lt_model_bucket_len(const LtModel *m) {
-    return m->grads_len > m->emb_grads_len ? m->grads_len : m->emb_grads_len;
+    return m->in->grads_len > m->in->emb_grads_len ? m->in->grads_len : m->in->emb_grads_len;
 }
 size_t lt_model_bucket_piece(const LtModel *m) {
-    return m->layer_group_len ? m->layer_group_len : lt_model_bucket_len(m);
+    return m->in->layer_group_len ? m->in->layer_group_len : lt_model_bucket_len(m);
 }
-float *lt_model_grad(const LtModel *m, int i) { return m->gptr[i]; }
+float *lt_model_grad(const LtModel *m, int i) { return m->in->gptr[i]; }
 float *lt_model_emb_grads(const LtModel *m, size_t *len) {
-    *len = m->emb_grads_len;
-    return m->emb_grads;
+    *len = m->in->emb_grads_len;
+    return m->in->emb_grads;
 }
 
 void lt_model_zero_grads(LtModel *m) {
-    m->be->ops->zero(m->be, m->grads, m->grads_len * sizeof(float));
-    if (m->emb_grads) m->be->ops->zero(m->be, m->emb_grads, m->emb_grads_len * sizeof(float));
+    m->be->ops->zero(m->be, m->grads, m->in->grads_len * sizeof(float));
+    if (m->in->emb_grads)
+        m->be->ops->zero(m->be, m->in->emb_grads, m->in->emb_grads_len * sizeof(float));
 }
 
 int lt_model_chunk_first(const LtModel *m, int c) { return m->pp_rank == 0 && c == 0; }
@@ -381,23 +435,6 @@ static void grads_ready(LtModel *m, int first, int last) {
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, first, last);
 }
 
-/* After a sum of fp32-stored bf16 values (CPU backend): round back to bf16.
- * Real bf16 sums come back rounded from the communication layer. */
-static void act_round(LtModel *m, void *x, size_t n) {
-    if (m->be->act_size == sizeof(float) && m->be->dtype != LT_F32)
-        m->be->ops->act_from_f32(m->be, x, x, n);
-}
-
-/* Sum an act tensor over the tensor-parallel group (the conjugate of the
- * identity: forward after row-parallel layers, backward after column-parallel
- * ones). The group takes the backend's buffers (comm.h: host memory for the
- * CPU backend, NCCL or staged MPI for CUDA); the sum is in the compute dtype. */
-static void tp_sum(LtModel *m, void *x, size_t n) {
-    if (!m->tp) return;
-    lt_comm_all_reduce(m->tp, x, n, lt_comm_act_type(m->be), LT_COMM_SUM);
-    act_round(m, x, n);
-}
-
 static void tp_reduce_f32(LtModel *m, float *x, size_t n, LtCommOp op) {
     if (m->tp) lt_comm_all_reduce(m->tp, x, n, LT_COMM_F32, op);
 }
@@ -405,7 +442,7 @@ static void tp_reduce_f32(LtModel *m, float *x, size_t n, LtCommOp op) {
 /* A row-parallel layer's bias (role k of layer l; absent: NULL) is added
  * once: by the first TP rank. */
 static const void *row_bias(const LtModel *m, int l, int k) {
-    return m->tp_rank == 0 ? lw(m, l, k) : NULL;
+    return m->in->tp_rank == 0 ? lw(m, l, k) : NULL;
 }
 
 /* The block's normalization fused with the residual add (backend.h:
@@ -429,165 +466,14 @@ static void norm_bwd(LtModel *m, void *dinp, float *dw, float *db, const void *d
         be->ops->layernorm_bwd(be, dinp, dw, db, dout, inp, w, mean, rstd, R, C);
 }
 
-/* ---- sequence parallelism ------------------------------------------------------
- * With sequence_parallel the residual stream, the LayerNorms and their
- * statistics hold only this TP rank's R = N/tp token rows (rows
- * [rank*R, rank*R + R) of the micro batch). A LayerNorm output is written into
- * the rank's slot of a full (N, C) buffer and all-gathered before the
- * column-parallel GEMM; a row-parallel output is reduce-scattered instead of
- * all-reduced. Backward mirrors it. Without it R = N and these are the plain
- * tensor-parallel all-reduces. */
+/* The tensor-parallel linears and sequence parallelism's communication
+ * (tp_linear.h) over this model's group. */
+static LtTpLinear tpl(const LtModel *m) {
+    return (LtTpLinear){m->be, m->tp, m->in->tp_size, m->in->tp_rank, m->sp, m->in->tp_overlap};
+}
 
 static void *rows_at(const LtModel *m, void *x, size_t row, int C) {
     return (char *)x + lt_act_bytes(m->be, row * (size_t)C);
-}
-
-/* Full (N, C) buffer whose slot of this rank holds fresh values: all-gather. */
-static void sp_gather(LtModel *m, void *full, int R, int C) {
-    if (!m->sp) return;
-    size_t n = (size_t)R * C;
-    lt_comm_all_gather(m->tp, rows_at(m, full, (size_t)m->tp_rank * R, C), full, n,
-                       lt_comm_act_type(m->be));
-}
-
-/* Partial sums `full` (N, C) of a row-parallel layer (or of a column-parallel
- * layer's input gradient) -> their total over TP for this rank's R rows.
- * Returns where the result is: `shard` (R, C) with SP, else `full` itself. */
-static void *tp_finish(LtModel *m, void *full, void *shard, int R, int C) {
-    if (!m->sp) {
-        tp_sum(m, full, (size_t)R * C);
-        return full;
-    }
-    lt_comm_reduce_scatter(m->tp, full, shard, (size_t)R * C, lt_comm_act_type(m->be));
-    act_round(m, shard, (size_t)R * C);
-    return shard;
-}
-
-/* The residual-stream gradient dres (R rows) as a full (N, C) tensor. */
-static void *grad_full(LtModel *m, void *dres, int R, int C) {
-    if (!m->sp) return dres;
-    m->be->ops->copy(m->be, rows_at(m, m->dfull, (size_t)m->tp_rank * R, C), dres,
-                     lt_act_bytes(m->be, (size_t)R * C));
-    sp_gather(m, m->dfull, R, C);
-    return m->dfull;
-}
-
-/* ---- tp_comm_overlap: the SP communication in row blocks behind the GEMMs ----
- * Block k of an (N, *) tensor is rank k's R rows. A GEMM over row block k of
- * its input gives row block k of its output (dinp likewise); weight and bias
- * gradients sum over all rows, so they run once over the full tensors, as
- * the plain path's linear_bwd computes them. */
-
-typedef struct {
-    LtModel *m;
-    void *out, *pre;           /* forward: out (N, OC), pre-activation or NULL */
-    const void *inp, *w, *bias; /* inp (N, C), w (OC, C) */
-    const void *dout, *gelu_pre; /* backward: dout (N, OC), GeLU input (N, C) or NULL */
-    float *dw, *db;
-    int N, R, C, OC;
-} RowGemm;
-
-static void *blk(const RowGemm *g, const void *x, int k, int cols) {
-    return rows_at(g->m, (void *)x, (size_t)k * (size_t)g->R, cols);
-}
-static void fwd_block(void *ctx, int k) {
-    const RowGemm *g = ctx;
-    g->m->be->ops->linear_fwd(g->m->be, blk(g, g->out, k, g->OC),
-                              g->pre ? blk(g, g->pre, k, g->OC) : NULL, blk(g, g->inp, k, g->C),
-                              g->w, g->bias, g->R, g->C, g->OC);
-}
-static void dinp_block(void *ctx, int k) { /* writes g->out: dinp (N, C) */
-    const RowGemm *g = ctx;
-    g->m->be->ops->linear_bwd(g->m->be, blk(g, g->out, k, g->C), NULL, NULL,
-                              blk(g, g->dout, k, g->OC), NULL, g->w,
-                              g->gelu_pre ? blk(g, g->gelu_pre, k, g->C) : NULL, g->R, g->C,
-                              g->OC);
-}
-static void dweight_all(void *ctx, int k) {
-    const RowGemm *g = ctx;
-    if (g->dw || g->db)
-        g->m->be->ops->linear_bwd(g->m->be, NULL, g->dw, g->db, g->dout, g->inp, g->w, NULL,
-                                  g->N, g->C, g->OC);
-}
-
-static void gather_blocks(LtModel *m, void *full, int R, int C, LtRowBlockFn fn, RowGemm *g) {
-    const size_t n = (size_t)R * C;
-    lt_tp_gather_blocks(m->tp, full, n, lt_act_bytes(m->be, n), lt_comm_act_type(m->be), fn, g);
-}
-
-/* Column-parallel linear (N = R * tp rows) whose input inp holds fresh
- * values only in this rank's slot under SP: gather, out = inp w^T + bias
- * (linear_fwd; pre as there). */
-static void col_linear_fwd(LtModel *m, void *out, void *pre, void *inp, const void *w,
-                           const void *bias, int N, int C, int OC) {
-    const int R = m->sp ? N / m->tp_size : N;
-    if (!m->tp_overlap) {
-        sp_gather(m, inp, R, C);
-        m->be->ops->linear_fwd(m->be, out, pre, inp, w, bias, N, C, OC);
-        return;
-    }
-    RowGemm g = {.m = m, .out = out, .pre = pre, .inp = inp, .w = w, .bias = bias, .N = N,
-                 .R = R, .C = C, .OC = OC};
-    gather_blocks(m, inp, R, C, fwd_block, &g);
-}
-
-/* Row-parallel linear: m->scratch_c = inp w^T + bias (N, OC = hidden), summed
- * over TP (tp_finish). Returns where this rank's rows of the sum are. */
-static void *row_linear_fwd(LtModel *m, const void *inp, const void *w, const void *bias, int N,
-                            int C, int OC) {
-    const int R = m->sp ? N / m->tp_size : N;
-    if (!m->tp_overlap) {
-        m->be->ops->linear_fwd(m->be, m->scratch_c, NULL, inp, w, bias, N, C, OC);
-        return tp_finish(m, m->scratch_c, m->scratch_sp, R, OC);
-    }
-    RowGemm g = {.m = m, .out = m->scratch_c, .inp = inp, .w = w, .bias = bias, .N = N, .R = R,
-                 .C = C, .OC = OC};
-    const size_t n = (size_t)R * OC;
-    lt_tp_scatter_blocks(m->tp, m->scratch_c, m->scratch_sp, n, lt_act_bytes(m->be, n),
-                         lt_comm_act_type(m->be), fwd_block, NULL, &g);
-    act_round(m, m->scratch_sp, n);
-    return m->scratch_sp;
-}
-
-/* Backward of a row-parallel linear from the residual-stream gradient dres
- * (this rank's R rows, OC = hidden columns): dinp (N, C) = dout w (times
- * gelu'(gelu_pre) when given), dw, db accumulated (linear_bwd), with dout
- * the full (N, OC) gradient gathered over TP. */
-static void row_linear_bwd(LtModel *m, void *dinp, float *dw, float *db, void *dres,
-                           const void *inp, const void *w, const void *gelu_pre, int N, int C,
-                           int OC) {
-    const int R = m->sp ? N / m->tp_size : N;
-    if (!m->tp_overlap) {
-        m->be->ops->linear_bwd(m->be, dinp, dw, db, grad_full(m, dres, R, OC), inp, w, gelu_pre,
-                               N, C, OC);
-        return;
-    }
-    m->be->ops->copy(m->be, rows_at(m, m->dfull, (size_t)m->tp_rank * R, OC), dres,
-                     lt_act_bytes(m->be, (size_t)R * OC));
-    RowGemm g = {.m = m, .out = dinp, .inp = inp, .w = w, .dout = m->dfull, .gelu_pre = gelu_pre,
-                 .dw = dw, .db = db, .N = N, .R = R, .C = C, .OC = OC};
-    gather_blocks(m, m->dfull, R, OC, dinp_block, &g);
-    dweight_all(&g, -1);
-}
-
-/* Backward of a column-parallel linear: m->dc = dout w (N, C = hidden),
- * partial over TP, then summed (tp_finish); dw, db accumulated. Returns
- * where this rank's rows of the summed input gradient are. */
-static void *col_linear_bwd(LtModel *m, float *dw, float *db, const void *dout, const void *inp,
-                            const void *w, int N, int C, int OC) {
-    const int R = m->sp ? N / m->tp_size : N;
-    if (!m->tp_overlap) {
-        m->be->ops->linear_bwd(m->be, m->dc, dw, db, dout, inp, w, NULL, N, C, OC);
-        return tp_finish(m, m->dc, m->scratch_sp, R, C);
-    }
-    RowGemm g = {.m = m, .out = m->dc, .inp = inp, .w = w, .dout = dout, .dw = dw, .db = db,
-                 .N = N, .R = R, .C = C, .OC = OC};
-    const size_t n = (size_t)R * C;
-    /* the weight gradient runs behind the last block's reduction */
-    lt_tp_scatter_blocks(m->tp, m->dc, m->scratch_sp, n, lt_act_bytes(m->be, n),
-                         lt_comm_act_type(m->be), dinp_block, dweight_all, &g);
-    act_round(m, m->scratch_sp, n);
-    return m->scratch_sp;
 }
 
 /* Local layer l from its first LayerNorm through the MLP activation, with
@@ -596,26 +482,29 @@ static void *col_linear_bwd(LtModel *m, float *dw, float *db, const void *dout, 
  * activation backward needs; the MLP output projection is the caller's. */
 static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, const void *x,
                           const void *delta) {
+    const LtTpLinear tl = tpl(m);
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
-    const int T = m->T, C = m->d.hidden, F = m->ffn_local, NH = m->heads_local,
-              NKV = m->kv_local, HD = m->d.hidden / m->d.heads, CL = NH * HD;
-    const int N = B * T, R = m->sp ? N / m->tp_size : N;
-    const size_t mine = m->sp ? (size_t)m->tp_rank * R : 0; /* first row of this rank's slot */
+    const int T = m->T, C = m->d.hidden, F = m->in->ffn_local, NH = m->in->heads_local,
+              NKV = m->in->kv_local, HD = m->d.hidden / m->d.heads, CL = NH * HD;
+    const int N = B * T, R = m->sp ? N / m->in->tp_size : N;
+    const size_t mine = m->sp ? (size_t)m->in->tp_rank * R : 0; /* first row of this rank's slot */
     norm_fwd(m, delta ? xin : NULL, rows_at(m, a->ln1, mine, C), a->mean1, a->rstd1, x, delta,
              lw(m, l, P_LN1W), lw(m, l, P_LN1B), R, C);
-    col_linear_fwd(m, a->qkv, NULL, a->ln1, lw(m, l, P_QKVW), lw(m, l, P_QKVB), N, C,
-                   m->qkv_local);
-    if (m->rope_cs) o->rope(be, a->qkv, m->rope_cs, B, T, NH, NKV, HD, 0);
+    lt_tp_col_linear_fwd(&tl, a->qkv, NULL, a->ln1, lw(m, l, P_QKVW), lw(m, l, P_QKVB), N, C,
+                         m->in->qkv_local);
+    if (m->in->rope_cs) o->rope(be, a->qkv, m->in->rope_cs, B, T, NH, NKV, HD, 0);
     o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, NKV, HD);
-    void *attn = row_linear_fwd(m, a->atty, lw(m, l, P_PROJW), row_bias(m, l, P_PROJB), N, CL, C);
+    void *attn = lt_tp_row_linear_fwd(&tl, m->in->scratch_c, m->in->scratch_sp, a->atty,
+                                      lw(m, l, P_PROJW), row_bias(m, l, P_PROJB), N, CL, C);
     norm_fwd(m, a->r2, rows_at(m, a->ln2, mine, C), a->mean2, a->rstd2, xin, attn,
              lw(m, l, P_LN2W), lw(m, l, P_LN2B), R, C);
     if (is_llama(m)) { /* fch_pre = gate | up, fch = silu(gate) * up */
-        col_linear_fwd(m, a->fch_pre, NULL, a->ln2, lw(m, l, P_FCW), NULL, N, C, 2 * F);
+        lt_tp_col_linear_fwd(&tl, a->fch_pre, NULL, a->ln2, lw(m, l, P_FCW), NULL, N, C, 2 * F);
         o->swiglu_fwd(be, a->fch, a->fch_pre, N, F);
     } else {
-        col_linear_fwd(m, a->fch, a->fch_pre, a->ln2, lw(m, l, P_FCW), lw(m, l, P_FCB), N, C, F);
+        lt_tp_col_linear_fwd(&tl, a->fch, a->fch_pre, a->ln2, lw(m, l, P_FCW), lw(m, l, P_FCB), N,
+                             C, F);
     }
 }
 
@@ -626,7 +515,7 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
 static void upload_ids(LtModel *m, int32_t *dst, const int32_t *ids, int n) {
     const LtBackendOps *o = m->be->ops;
     o->upload_async(m->be, dst, ids, (size_t)n * sizeof(int32_t));
-    if (m->tp) o->localize_ids(m->be, dst, (size_t)n, m->vocab_start, m->vocab_local);
+    if (m->tp) o->localize_ids(m->be, dst, (size_t)n, m->in->vocab_start, m->vocab_local);
 }
 
 /* Forward of chunk c (micro batch B x T) in slot s: the embedding on the first
@@ -636,21 +525,22 @@ static void upload_ids(LtModel *m, int32_t *dst, const int32_t *ids, int n) {
  * output into out. */
 static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, void *out,
                        int gather_lnf) {
+    const LtTpLinear tl = tpl(m);
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
-    const int T = m->T, C = m->d.hidden, F = m->ffn_local, n = lt_params_chunk_layers(&m->table, c),
-              l0 = lt_params_chunk_first(&m->table, c);
-    const int N = B * T, R = m->sp ? N / m->tp_size : N;
-    const size_t mine = m->sp ? (size_t)m->tp_rank * R : 0; /* first row of this rank's slot */
+    const int T = m->T, C = m->d.hidden, F = m->in->ffn_local,
+              n = lt_params_chunk_layers(&m->table, c), l0 = lt_params_chunk_first(&m->table, c);
+    const int N = B * T, R = m->sp ? N / m->in->tp_size : N;
+    const size_t mine = m->sp ? (size_t)m->in->tp_rank * R : 0; /* first row of this rank's slot */
     LtActSlot *sl = &m->slot[s];
     if (lt_model_chunk_first(m, c)) {
         params_needed(m, m->table.idx_wte, emb_last(&m->table));
         upload_ids(m, sl->tokens, tokens, N);
-        void *emb = m->sp ? m->scratch_c : sl->x[0];
+        void *emb = m->sp ? m->in->scratch_c : sl->x[0];
         const int wpe = m->table.idx_wpe; /* none for llama */
         o->embedding_fwd(be, emb, sl->tokens, param(m, m->table.idx_wte),
-                         m->tp_rank == 0 && wpe >= 0 ? param(m, wpe) : NULL, B, T, C);
-        void *x0 = tp_finish(m, emb, sl->x[0], R, C);
+                         m->in->tp_rank == 0 && wpe >= 0 ? param(m, wpe) : NULL, B, T, C);
+        void *x0 = lt_tp_finish(&tl, emb, sl->x[0], R, C);
         LT_CHECK(x0 == sl->x[0]);
     }
     void *delta = NULL; /* the previous layer's MLP output, added by the next fused LN */
@@ -659,17 +549,19 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
         LtLayerActs *a = &sl->layer[j];
         params_needed(m, lidx(m, l, 0), lidx(m, l, 0) + m->table.per_layer - 1);
         layer_forward(m, l, a, B, sl->x[j], j ? sl->layer[j - 1].r2 : sl->x[0], delta);
-        delta = row_linear_fwd(m, a->fch, lw(m, l, P_FC2W), row_bias(m, l, P_FC2B), N, F, C);
+        delta = lt_tp_row_linear_fwd(&tl, m->in->scratch_c, m->in->scratch_sp, a->fch,
+                                     lw(m, l, P_FC2W), row_bias(m, l, P_FC2B), N, F, C);
     }
     const void *last = n ? sl->layer[n - 1].r2 : sl->x[0];
     if (lt_model_chunk_last(m, c)) {
         const int f = m->table.idx_lnf;
         params_needed(m, f, m->table.n - 1);
         params_needed(m, head_idx(m), head_idx(m)); /* the tied LM head: the embedding's */
-        norm_fwd(m, delta ? m->xlast : NULL, rows_at(m, m->lnf, mine, C), m->meanf, m->rstdf,
-                 last, delta, param(m, f), is_llama(m) ? NULL : param(m, f + 1), R, C);
-        if (!delta) o->copy(be, m->xlast, last, lt_act_bytes(be, (size_t)R * C));
-        if (gather_lnf) sp_gather(m, m->lnf, R, C);
+        norm_fwd(m, delta ? m->in->xlast : NULL, rows_at(m, m->in->lnf, mine, C), m->in->meanf,
+                 m->in->rstdf, last, delta, param(m, f), is_llama(m) ? NULL : param(m, f + 1), R,
+                 C);
+        if (!delta) o->copy(be, m->in->xlast, last, lt_act_bytes(be, (size_t)R * C));
+        if (gather_lnf) lt_tp_sp_gather(&tl, m->in->lnf, R, C);
     } else if (delta) {
         o->add_act(be, out, last, delta, (size_t)R * C);
     } else {
@@ -684,25 +576,28 @@ static void loss_rows(LtModel *m, int r0, int r1, float grad_scale) {
     const LtBackendOps *o = be->ops;
     const int C = m->d.hidden, V = m->d.vocab, Vl = m->vocab_local;
     const int X = m->xent_chunk, wte = head_idx(m); /* the LM head: tied wte or lm_head */
-    float *gmax = m->xstat, *gsum = m->xstat + X, *gtgt = m->xstat + 2 * X;
+    float *gmax = m->in->xstat, *gsum = m->in->xstat + X, *gtgt = m->in->xstat + 2 * X;
     for (int r = r0; r < r1; r += X) {
         int n = r1 - r < X ? r1 - r : X;
-        const void *x = (const char *)m->lnf + lt_act_bytes(be, (size_t)r * C);
-        o->linear_fwd(be, m->logits, NULL, x, param(m, wte), NULL, n, C, Vl);
+        const void *x = (const char *)m->in->lnf + lt_act_bytes(be, (size_t)r * C);
+        o->linear_fwd(be, m->in->logits, NULL, x, param(m, wte), NULL, n, C, Vl);
         if (!m->tp) {
-            o->xent_fwd_bwd(be, m->losses + r, m->logits, m->targets + r, n, V, Vl, grad_scale);
+            o->xent_fwd_bwd(be, m->in->losses + r, m->in->logits, m->in->targets + r, n, V, Vl,
+                            grad_scale);
         } else { /* vocab-parallel: row statistics summed over the TP ranks */
-            const int32_t *tg = m->targets + r;
-            o->xent_tp_stats(be, gmax, NULL, NULL, m->logits, tg, NULL, n, m->vocab_valid, Vl);
+            const int32_t *tg = m->in->targets + r;
+            o->xent_tp_stats(be, gmax, NULL, NULL, m->in->logits, tg, NULL, n, m->in->vocab_valid,
+                             Vl);
             tp_reduce_f32(m, gmax, (size_t)n, LT_COMM_MAX);
-            o->xent_tp_stats(be, NULL, gsum, gtgt, m->logits, tg, gmax, n, m->vocab_valid, Vl);
+            o->xent_tp_stats(be, NULL, gsum, gtgt, m->in->logits, tg, gmax, n, m->in->vocab_valid,
+                             Vl);
             tp_reduce_f32(m, gsum, 2 * (size_t)X, LT_COMM_SUM); /* gsum and gtgt together */
-            o->xent_tp_finish(be, m->losses + r, m->logits, tg, gmax, gsum, gtgt, n,
-                              m->vocab_valid, Vl, grad_scale);
+            o->xent_tp_finish(be, m->in->losses + r, m->in->logits, tg, gmax, gsum, gtgt, n,
+                              m->in->vocab_valid, Vl, grad_scale);
         }
         if (grad_scale != 0.0f)
-            o->linear_bwd(be, (char *)m->dc + lt_act_bytes(be, (size_t)r * C), grad(m, wte),
-                          NULL, m->logits, x, param(m, wte), NULL, n, C, Vl);
+            o->linear_bwd(be, (char *)m->in->dc + lt_act_bytes(be, (size_t)r * C), grad(m, wte),
+                          NULL, m->in->logits, x, param(m, wte), NULL, n, C, Vl);
     }
 }
 
@@ -718,28 +613,29 @@ static void loss_block(void *ctx, int k) {
 
 /* The loss of the N rows of lnf (this rank's R rows fresh under SP), its sum
  * added to loss_acc; with grad_scale != 0 also dwte and the gradient of this
- * rank's rows of lnf, returned (summed over TP under SP: m->scratch_sp).
+ * rank's rows of lnf, returned (summed over TP under SP: m->in->scratch_sp).
  * With tp_comm_overlap the gather of lnf and the reduce-scatter of its
  * gradient run in row blocks around the loss of the blocks (in rank order:
  * the vocab-parallel loss needs the same rows on every rank at once). */
 static void *loss_head(LtModel *m, int N, float grad_scale) {
+    const LtTpLinear tl = tpl(m);
     LtBackend *be = m->be;
-    const int C = m->d.hidden, R = m->sp ? N / m->tp_size : N;
+    const int C = m->d.hidden, R = m->sp ? N / m->in->tp_size : N;
     void *dln = NULL;
-    if (!m->tp_overlap) {
+    if (!m->in->tp_overlap) {
         loss_rows(m, 0, N, grad_scale);
-        if (grad_scale != 0.0f) dln = tp_finish(m, m->dc, m->scratch_sp, R, C);
+        if (grad_scale != 0.0f) dln = lt_tp_finish(&tl, m->in->dc, m->in->scratch_sp, R, C);
     } else {
         LossBlocks b = {.m = m, .R = R, .grad_scale = grad_scale};
         const size_t n = (size_t)R * C;
         const int grads = grad_scale != 0.0f;
-        lt_tp_gather_scatter_in_order(m->tp, m->lnf, n, lt_act_bytes(be, n),
-                                      grads ? m->dc : NULL, m->scratch_sp, n, lt_act_bytes(be, n),
-                                      lt_comm_act_type(be), loss_block, &b);
-        if (grads) act_round(m, m->scratch_sp, n);
-        dln = grads ? m->scratch_sp : NULL;
+        lt_tp_gather_scatter_in_order(m->tp, m->in->lnf, n, lt_act_bytes(be, n),
+                                      grads ? m->in->dc : NULL, m->in->scratch_sp, n,
+                                      lt_act_bytes(be, n), lt_comm_act_type(be), loss_block, &b);
+        if (grads) lt_tp_round(&tl, m->in->scratch_sp, n);
+        dln = grads ? m->in->scratch_sp : NULL;
     }
-    be->ops->sum_f64(be, m->loss_acc, m->losses, (size_t)N, 0);
+    be->ops->sum_f64(be, m->in->loss_acc, m->in->losses, (size_t)N, 0);
     return dln;
 }
 
@@ -749,22 +645,23 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
     const int last = lt_model_chunk_last(m, c);
     LT_CHECK(last || out);
     const int loss = last && targets;
-    chunk_body(m, c, s, m->B, tokens, out, !(loss && m->tp_overlap));
+    chunk_body(m, c, s, m->B, tokens, out, !(loss && m->in->tp_overlap));
     if (!loss) return;
     LtBackend *be = m->be;
-    const int N = m->B * m->T, C = m->d.hidden, R = m->sp ? N / m->tp_size : N;
-    upload_ids(m, m->targets, targets, N);
+    const int N = m->B * m->T, C = m->d.hidden, R = m->sp ? N / m->in->tp_size : N;
+    upload_ids(m, m->in->targets, targets, N);
     void *dln = loss_head(m, N, grad_scale); /* d(lnf), this rank's rows */
     if (grad_scale == 0.0f) return;
     /* the LM head's share of the tied embedding (its own buffer with pipelining); an
      * untied head is handed over with the final norm below */
-    if (!m->emb_grads && m->table.idx_head < 0) grads_ready(m, m->table.idx_wte, m->table.idx_wte);
+    if (!m->in->emb_grads && m->table.idx_head < 0)
+        grads_ready(m, m->table.idx_wte, m->table.idx_wte);
     /* dlnf -> through the final LayerNorm into the gradient of the chunk output */
     const int f = m->table.idx_lnf;
     LtActSlot *sl = &m->slot[s];
     be->ops->zero(be, sl->dout, lt_act_bytes(be, (size_t)R * C));
-    norm_bwd(m, sl->dout, grad(m, f), is_llama(m) ? NULL : grad(m, f + 1), dln, m->xlast,
-             param(m, f), m->meanf, m->rstdf, R, C);
+    norm_bwd(m, sl->dout, grad(m, f), is_llama(m) ? NULL : grad(m, f + 1), dln, m->in->xlast,
+             param(m, f), m->in->meanf, m->in->rstdf, R, C);
     grads_ready(m, f, m->table.n - 1); /* the final group: ln_f (and lm_head) */
 }
 
@@ -775,8 +672,8 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
  * kept qkv. */
 static void recompute_layer(LtModel *m, int l, LtLayerActs *a, void *x, int B) {
     if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE)
-        m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, B, m->T, m->heads_local,
-                                  m->kv_local, m->d.hidden / m->d.heads);
+        m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, B, m->T, m->in->heads_local,
+                                  m->in->kv_local, m->d.hidden / m->d.heads);
     else
         layer_forward(m, l, a, B, x, x, NULL);
 }
@@ -785,29 +682,31 @@ static void recompute_layer(LtModel *m, int l, LtLayerActs *a, void *x, int B) {
  * this rank's rows) into the gradient of ln2, summed over TP; returns where
  * this rank's rows of it are. */
 static void *mlp_backward(LtModel *m, int l, LtLayerActs *a, void *dres, int N) {
+    const LtTpLinear tl = tpl(m);
     LtBackend *be = m->be;
-    const int C = m->d.hidden, F = m->ffn_local;
+    const int C = m->d.hidden, F = m->in->ffn_local;
     if (is_llama(m)) {
-        row_linear_bwd(m, m->dff, lg(m, l, P_FC2W), NULL, dres, a->fch, lw(m, l, P_FC2W), NULL, N,
-                       F, C);
-        be->ops->swiglu_bwd(be, m->dgu, a->fch_pre, m->dff, N, F);
-        return col_linear_bwd(m, lg(m, l, P_FCW), NULL, m->dgu, a->ln2, lw(m, l, P_FCW), N, C,
-                              2 * F);
+        lt_tp_row_linear_bwd(&tl, m->in->dfull, m->in->dff, lg(m, l, P_FC2W), NULL, dres, a->fch,
+                             lw(m, l, P_FC2W), NULL, N, F, C);
+        be->ops->swiglu_bwd(be, m->in->dgu, a->fch_pre, m->in->dff, N, F);
+        return lt_tp_col_linear_bwd(&tl, m->in->dc, m->in->scratch_sp, lg(m, l, P_FCW), NULL,
+                                    m->in->dgu, a->ln2, lw(m, l, P_FCW), N, C, 2 * F);
     }
-    row_linear_bwd(m, m->dff, lg(m, l, P_FC2W), lg(m, l, P_FC2B), dres, a->fch, lw(m, l, P_FC2W),
-                   a->fch_pre, N, F, C);
-    return col_linear_bwd(m, lg(m, l, P_FCW), lg(m, l, P_FCB), m->dff, a->ln2, lw(m, l, P_FCW), N,
-                          C, F);
+    lt_tp_row_linear_bwd(&tl, m->in->dfull, m->in->dff, lg(m, l, P_FC2W), lg(m, l, P_FC2B), dres,
+                         a->fch, lw(m, l, P_FC2W), a->fch_pre, N, F, C);
+    return lt_tp_col_linear_bwd(&tl, m->in->dc, m->in->scratch_sp, lg(m, l, P_FCW),
+                                lg(m, l, P_FCB), m->in->dff, a->ln2, lw(m, l, P_FCW), N, C, F);
 }
 
 void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
     LT_CHECK(c >= 0 && c < m->vpp && s >= 0 && s < m->nslots);
+    const LtTpLinear tl = tpl(m);
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
-    const int B = m->B, T = m->T, C = m->d.hidden, NH = m->heads_local, NKV = m->kv_local,
+    const int B = m->B, T = m->T, C = m->d.hidden, NH = m->in->heads_local, NKV = m->in->kv_local,
               HD = m->d.hidden / m->d.heads, CL = NH * HD, n = lt_params_chunk_layers(&m->table, c),
               l0 = lt_params_chunk_first(&m->table, c);
-    const int N = B * T, R = m->sp ? N / m->tp_size : N;
+    const int N = B * T, R = m->sp ? N / m->in->tp_size : N;
     LtActSlot *sl = &m->slot[s];
     void *dres = sl->dout; /* the residual-stream gradient, accumulated in place */
     for (int j = n - 1; j >= 0; j--) {
@@ -819,12 +718,14 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
         norm_bwd(m, dres, lg(m, l, P_LN2W), lg(m, l, P_LN2B), dln, a->r2, lw(m, l, P_LN2W),
                  a->mean2, a->rstd2, R, C);
         /* dres = d(r2) flows to both the attention projection and the layer input */
-        row_linear_bwd(m, m->dc, lg(m, l, P_PROJW), lg(m, l, P_PROJB), dres, a->atty,
-                       lw(m, l, P_PROJW), NULL, N, CL, C);
-        o->attention_bwd(be, m->d3c, m->dc, a->qkv, a->atty, a->lse, B, T, NH, NKV, HD);
-        if (m->rope_cs) o->rope(be, m->d3c, m->rope_cs, B, T, NH, NKV, HD, 1); /* d(pre-RoPE) */
-        dln = col_linear_bwd(m, lg(m, l, P_QKVW), lg(m, l, P_QKVB), m->d3c, a->ln1,
-                             lw(m, l, P_QKVW), N, C, m->qkv_local);
+        lt_tp_row_linear_bwd(&tl, m->in->dfull, m->in->dc, lg(m, l, P_PROJW), lg(m, l, P_PROJB),
+                             dres, a->atty, lw(m, l, P_PROJW), NULL, N, CL, C);
+        o->attention_bwd(be, m->in->d3c, m->in->dc, a->qkv, a->atty, a->lse, B, T, NH, NKV, HD);
+        if (m->in->rope_cs) /* d(pre-RoPE) */
+            o->rope(be, m->in->d3c, m->in->rope_cs, B, T, NH, NKV, HD, 1);
+        dln = lt_tp_col_linear_bwd(&tl, m->in->dc, m->in->scratch_sp, lg(m, l, P_QKVW),
+                                   lg(m, l, P_QKVB), m->in->d3c, a->ln1, lw(m, l, P_QKVW), N, C,
+                                   m->in->qkv_local);
         norm_bwd(m, dres, lg(m, l, P_LN1W), lg(m, l, P_LN1B), dln, sl->x[j], lw(m, l, P_LN1W),
                  a->mean1, a->rstd1, R, C);
         grads_ready(m, lidx(m, l, 0), lidx(m, l, 0) + m->table.per_layer - 1);
@@ -832,8 +733,8 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
     if (lt_model_chunk_first(m, c)) {
         const int e = m->table.idx_wte, wpe = m->table.idx_wpe;
         o->embedding_bwd(be, grad(m, e), wpe >= 0 ? grad(m, wpe) : NULL,
-                         grad_full(m, dres, R, C), sl->tokens, B, T, C);
-        if (!m->emb_grads) grads_ready(m, e, wpe >= 0 ? wpe : e);
+                         lt_tp_grad_full(&tl, m->in->dfull, dres, R, C), sl->tokens, B, T, C);
+        if (!m->in->emb_grads) grads_ready(m, e, wpe >= 0 ? wpe : e);
     } else {
         LT_CHECK(din != NULL);
         o->copy(be, din, dres, lt_act_bytes(be, (size_t)R * C));
@@ -843,21 +744,23 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
 void lt_model_sp_reduce_grads(LtModel *m, int first, int last) {
     if (!m->sp) return;
     for (int i = first; i <= last; i++)
-        if (m->sp_partial[i])
+        if (m->in->sp_partial[i])
             lt_comm_all_reduce(m->tp, grad(m, i), m->table.p[i].numel, LT_COMM_F32, LT_COMM_SUM);
 }
 
 double lt_model_loss_take(LtModel *m) {
     double sum = 0.0;
     if (!m->table.last_stage) return 0.0;
-    m->be->ops->download(m->be, &sum, m->loss_acc, sizeof sum);
-    m->be->ops->zero(m->be, m->loss_acc, sizeof(double));
+    m->be->ops->download(m->be, &sum, m->in->loss_acc, sizeof sum);
+    m->be->ops->zero(m->be, m->in->loss_acc, sizeof(double));
     return sum;
 }
 
-void lt_model_loss_reset(LtModel *m) { m->be->ops->zero(m->be, m->loss_acc, sizeof(double)); }
+void lt_model_loss_reset(LtModel *m) { m->be->ops->zero(m->be, m->in->loss_acc, sizeof(double)); }
 
-void lt_model_set_loss_acc(LtModel *m, double *dev) { m->loss_acc = dev ? dev : m->own_loss_acc; }
+void lt_model_set_loss_acc(LtModel *m, double *dev) {
+    m->in->loss_acc = dev ? dev : m->in->own_loss_acc;
+}
 
 double lt_model_step(LtModel *m, const int32_t *tokens, const int32_t *targets, float grad_scale) {
     LT_CHECK(m->pp == 1 && m->vpp == 1);
@@ -876,10 +779,10 @@ void lt_model_next_logits(LtModel *m, const int32_t *tokens, int len, float *out
     memcpy(row, tokens, (size_t)len * sizeof(int32_t));
     chunk_body(m, 0, 0, 1, row, NULL, 1);
     free(row);
-    const void *x = (const char *)m->lnf + lt_act_bytes(be, (size_t)(len - 1) * C);
-    be->ops->linear_fwd(be, m->logits, NULL, x, param(m, head_idx(m)), NULL, 1, C, Vp);
-    be->ops->act_to_f32(be, m->stage_f32, m->logits, (size_t)Vp);
-    be->ops->download(be, out, m->stage_f32, (size_t)V * sizeof(float));
+    const void *x = (const char *)m->in->lnf + lt_act_bytes(be, (size_t)(len - 1) * C);
+    be->ops->linear_fwd(be, m->in->logits, NULL, x, param(m, head_idx(m)), NULL, 1, C, Vp);
+    be->ops->act_to_f32(be, m->in->stage_f32, m->in->logits, (size_t)Vp);
+    be->ops->download(be, out, m->in->stage_f32, (size_t)V * sizeof(float));
 }
 
 /* Forward FLOPs per token of one layer, by part: the q, k, v projections
