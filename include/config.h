@@ -62,7 +62,7 @@ typedef struct {
         bool account_for_embedding_in_pipeline_split;
         bool account_for_loss_in_pipeline_split;
         bool sequence_parallel;
-        /* communication overlap (README "Overlapping communication"); results are
+        /* communication overlap (docs/parallelism.md); results are
          * bit-identical with each switch on or off */
         bool overlap_grad_reduce;  /* bucket reductions start during the last backward */
         bool overlap_param_gather; /* ZeRO >= 1: bucket gathers behind the next forward */

@@ -4,7 +4,7 @@ loss comparisons on the same shapes, data and initial weights.
 
 The model is written here with nn.Linear / nn.LayerNorm and
 F.scaled_dot_product_attention(is_causal=True) (not a library model class) and
-computes the same function as lattice (README "Model and numerics"):
+computes the same function as lattice (docs/model.md):
 pre-LayerNorm blocks with eps 1e-5, learned position embeddings, causal
 attention scaled by 1/sqrt(head_dim) with q|k|v per token in that order,
 tanh-approximation GeLU, the token embedding tied to the LM head, and the
@@ -85,7 +85,7 @@ class InputError(Exception):
 
 
 # ---- config: the subset of lattice's keys the peer uses -----------------------
-# Defaults as in lattice's README (lt_config_defaults); the test suite checks
+# Defaults as in docs/configuration.md (lt_config_defaults); the test suite checks
 # that resolving configs/*.yaml here gives what lattice resolves.
 DEFAULTS = {
     "model": {"num_layers": 12, "hidden_size": 768, "num_attention_heads": 12,

@@ -3,7 +3,7 @@
 # inside a Slurm allocation, called by scripts/sbatch_{gpt3,llama31_8b,
 # llama31_405b}_mlperf.sh (run from the repository root). Reads:
 #   MLPERF_TRAIN, MLPERF_VALID  the preprocessed C4 training and validation
-#                               data (Megatron .bin/.idx prefix, README "Data")
+#                               data (Megatron .bin/.idx prefix, docs/data.md)
 #   MLPERF_START                the imported start checkpoint (GPT-3, 405B)
 #   MLPERF_ORG, MLPERF_PLATFORM submission_org and submission_platform
 #   MLPERF_LOG                  the MLLOG file (default /tmp/mlperf_<job id>.log,

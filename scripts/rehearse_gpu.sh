@@ -30,7 +30,7 @@
 # PyPI (pip download), and about 6 GiB under REHEARSE_DIR (default
 # .cache/rehearse-gpu: git-ignored, never carried). The chroot and wheels are
 # cached there (rebuilt when the package lists below change, or with
-# REHEARSE_REBUILD=1). Measured on the 2-core CI machine: see README.
+# REHEARSE_REBUILD=1). Measured on the 2-core CI machine: see docs/gpu.md.
 # Environment: REHEARSE_DIR, REHEARSE_REBUILD=1, REHEARSE_MIRROR (Debian
 #   mirror URL; default: the one apt uses here).
 # Exit status: 0 when every check passed, 1 otherwise, 2 cannot run.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # sbatch_gpt3_mlperf.sh - MLPerf Training GPT-3 175B with configs/gpt3-175b-mlperf.yaml
-# on 96 node(s) of 8 H100 (README "MLPerf Training"). From the repository root:
+# on 96 node(s) of 8 H100 (docs/mlperf.md). From the repository root:
 #   MLPERF_TRAIN=... MLPERF_VALID=... MLPERF_START=ckpt/gpt3-start MLPERF_ORG=... MLPERF_PLATFORM=... \
 #     sbatch scripts/sbatch_gpt3_mlperf.sh [key=value ...]
 # (scripts/mlperf_run.sh lists the variables). The world size, nodes x 8,

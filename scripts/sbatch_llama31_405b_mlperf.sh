@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # sbatch_llama31_405b_mlperf.sh - MLPerf Training Llama 3.1 405B with configs/llama3.1-405b-mlperf.yaml
-# on 72 node(s) of 8 H100 (README "MLPerf Training"). From the repository root:
+# on 72 node(s) of 8 H100 (docs/mlperf.md). From the repository root:
 #   MLPERF_TRAIN=... MLPERF_VALID=... MLPERF_START=ckpt/llama31-405b-start MLPERF_ORG=... MLPERF_PLATFORM=... \
 #     sbatch scripts/sbatch_llama31_405b_mlperf.sh [key=value ...]
 # (scripts/mlperf_run.sh lists the variables). The world size, nodes x 8,

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """read_state.py [--digest] STEP_DIR - read a lattice checkpoint step directory with
-nothing but the format the README documents (section "The checkpoint
-format"), checking every CRC the way it says (zlib's CRC-32), assembling each
+nothing but the format docs/formats.md documents (section "Checkpoints"),
+checking every CRC the way it says (zlib's CRC-32), assembling each
 global tensor from the pieces of every state file meta.json lists, and print
 one line per tensor: name, shape, and the sum of its values (with --digest,
 the SHA-256 of its fp32 values instead, padding rows past the vocabulary
 left out, so checkpoints of different layouts compare equal). Exits 1 naming
-the first inconsistency. Written from the README, not from lattice's sources:
+the first inconsistency. Written from the format's description, not from lattice's sources:
 it checks that the documentation is enough for another tool."""
 import hashlib
 import json

@@ -7,7 +7,7 @@ set -u
 BUILD=${1:-build}
 # every training run of the suite asserts that the planner's memory
 # prediction for its layout is within 5% of what the engine allocated
-# (src/training/engine.c; README "Planning a layout")
+# (src/training/engine.c; docs/planner.md)
 export LT_PLAN_CHECK=${LT_PLAN_CHECK:-1}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)

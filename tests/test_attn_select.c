@@ -42,7 +42,7 @@ static void test_resolve(void) {
     int n = 0;
     ResolveCase cases[24];
 #define CASE(nm, rc_, cu_, w0, w1) (cases[n] = (ResolveCase){nm, e[n], rc_, cu_, {w0, w1}}, n++)
-    e[n] = h100(LT_ATTN_AUTO), CASE("h100 auto", 0, 1, "cuDNN 9.19.0", "README");
+    e[n] = h100(LT_ATTN_AUTO), CASE("h100 auto", 0, 1, "cuDNN 9.19.0", "docs/model.md");
     e[n] = h100(LT_ATTN_CUDNN), CASE("h100 cudnn", 0, 1, "model.attention=cudnn", "deterministic");
     e[n] = h100(LT_ATTN_LATTICE), CASE("h100 lattice", 0, 0, "model.attention=lattice", NULL);
     e[n] = h100(LT_ATTN_AUTO), e[n].cuda = 0, e[n].sm = 0,

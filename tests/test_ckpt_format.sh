@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test_ckpt_format.sh BUILD_DIR - the checkpoint format as the README documents
-# it is enough for another tool: tests/read_state.py (written from the README)
+# test_ckpt_format.sh BUILD_DIR - the checkpoint format as docs/formats.md documents
+# it is enough for another tool: tests/read_state.py (written from docs/formats.md)
 # reads a tiny Llama's checkpoint, of one process and of a tp2 x pp2 x dp2 run
 # (one state file per rank), checks every CRC, assembles the tensors from their
 # pieces and finds the same weights as lattice's own export; a flipped data byte

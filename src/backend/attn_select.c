@@ -81,7 +81,7 @@ int lt_attn_resolve(const LtAttnEnv *env, LtAttnChoice *out) {
              "model.attention=%s: cuDNN %s fused flash attention on sm_%d, %s backward%s", key,
              ver, env->sm, env->deterministic ? "deterministic" : "non-deterministic",
              env->want == LT_ATTN_AUTO ? " (auto's rule until measured on a GPU: cuDNN wherever "
-                                         "it runs; see README)"
+                                         "it runs; see docs/model.md)"
                                        : "");
     return 0;
 }

@@ -55,7 +55,7 @@ typedef struct {
     double peak_tflops;
     const char *peak_source;
     LtPlanStep plan;      /* the planner's step prediction for this layout (training) */
-    char plan_device[32]; /* its device row; "" = none (README "Metrics") */
+    char plan_device[32]; /* its device row; "" = none (docs/observability.md) */
 } LtRun;
 
 /* Set up r for cfg on this rank: topology and layout checks, backend,
