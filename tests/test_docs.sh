@@ -7,7 +7,10 @@
 #   docs_linked        every docs/*.md is linked from README.md;
 #   docs_readme_length README.md is at most 300 lines;
 #   docs_links         every relative link in README.md and docs/*.md names a
-#                      file or folder that exists.
+#                      file or folder that exists;
+#   readme_multirank   the README's "First multi-rank run" commands run as
+#                      written (2 steps, on a random shard in place of the
+#                      demo corpus) and train.
 # Prints one PASS/FAIL line per check; exits 1 if any failed.
 set -u
 BUILD=${1:?usage: tests/test_docs.sh BUILD_DIR}
@@ -65,5 +68,30 @@ for page in README.md docs/*.md; do
            grep -o '\]([^)]*)' | sed 's/^](//; s/)$//' | grep -v '^[a-z]*:' )
 done
 if [ -n "$broken" ]; then fail docs_links "links to missing files:$broken"; else pass docs_links; fi
+
+# The README's first multi-rank commands: the code block under "## First
+# multi-rank run", its variable lines as they are, each command (continuation
+# lines joined) with 2 steps on a random shard instead of data/demo/.
+use_mpirun
+random_shard "$T/mr.ltok" 40000 7
+awk '/^## First multi-rank run/ { on = 1; next } /^## / { on = 0 }
+     on && /^```/ { code = !code; if (!code) exit; next }
+     on && code' README.md | sed -e ':a' -e '/\\$/N; s/\\\n *//; ta' > "$T/readme_block"
+mr_vars=$(grep -E '^[A-Z]+=' "$T/readme_block")
+mr_cmds=$(grep -E '^\$MPI ' "$T/readme_block")
+n=0; why=""
+while IFS= read -r cmd; do
+  [ -z "$cmd" ] && continue
+  n=$((n + 1))
+  ( cd "$ROOT" && eval "$mr_vars" && MPI="timeout 300 $MPI" &&
+    eval "${cmd/build\/lattice/$LT} train.steps=2 data.train_path=$T/mr.ltok data.valid_path=$T/mr.ltok" ) \
+    < /dev/null > "$T/mr.$n.out" 2>&1
+  rc=$?
+  grep -q '^done:' "$T/mr.$n.out" && [ $rc -eq 0 ] ||
+    why="$why [$cmd: rc $rc: $(grep -m1 -i error "$T/mr.$n.out")]"
+done <<< "$mr_cmds"
+if [ "$n" -lt 4 ]; then fail readme_multirank "found $n commands in the README's first multi-rank block"
+elif [ -n "$why" ]; then fail readme_multirank "$why"
+else pass "readme_multirank ($n commands)"; fi
 
 [ "$failures" -eq 0 ]
