@@ -57,10 +57,15 @@ typedef struct {
     void (*close)(void *ctx);
 } LtTraceWorld;
 
-/* lt_trace_open and lt_trace_finish (trace_gather.h) over the ranks that
- * `world` reaches: the recorder's whole behaviour, described there. */
+/* lt_trace_open (trace_gather.h) over the ranks that `world` reaches. */
 void lt_trace_start(const char *path, int rank, int world, const char *process_name,
                     const LtTraceWorld *ops);
+/* Collective over the world: stop recording, gather every rank's events to
+ * rank 0, which writes the file atomically (path.tmp, then renamed). 0, or
+ * -1 with the reason in err (rank 0: the file could not be written). A no-op
+ * returning 0 when nothing is recorded or it was written already. A process
+ * that exits without reaching it (an error) writes its own events to
+ * path.rankR instead, from an exit handler. */
 int lt_trace_stop(char *err, size_t errlen);
 /* Name the calling thread's row (a string that outlives the run). */
 void lt_trace_thread(const char *name);

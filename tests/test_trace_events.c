@@ -95,8 +95,8 @@ static int has_thread(const LtJson *events, const char *name) {
 
 static void test_file(void) {
     char err[512] = "", tmp[300];
-    REQUIRE(lt_trace_finish(err, sizeof err) == 0, "finish: %s", err);
-    CHECK(lt_trace_finish(err, sizeof err) == 0, "a second finish is a no-op");
+    REQUIRE(lt_trace_stop(err, sizeof err) == 0, "finish: %s", err);
+    CHECK(lt_trace_stop(err, sizeof err) == 0, "a second finish is a no-op");
     snprintf(tmp, sizeof tmp, "%s.tmp", g_path);
     CHECK(access(tmp, F_OK) != 0, "%s left behind", tmp);
     size_t n = 0;
@@ -132,7 +132,7 @@ static void test_write_failure_reported(void) {
     LT_TRACE_BEGIN("x", NULL);
     LT_TRACE_END();
     rmdir(dir); /* after the start-up check: the write at the end fails */
-    CHECK(lt_trace_finish(err, sizeof err) == -1, "a failed write must be reported");
+    CHECK(lt_trace_stop(err, sizeof err) == -1, "a failed write must be reported");
     CHECK(strstr(err, "logging.trace") && strstr(err, path), "message: %s", err);
 }
 

@@ -3,7 +3,7 @@
  * One buffer of events per rank behind a mutex (spans are coarse: a pass, a
  * collective; a lock per event is far below their cost), a table of rows
  * (thread rows and communication rows), and per thread a stack of open
- * spans. lt_trace_finish turns each rank's events into JSON text and sends
+ * spans. lt_trace_stop turns each rank's events into JSON text and sends
  * it to rank 0 one rank at a time, so rank 0 holds one rank's text at once
  * whatever the world size. The file (Chrome trace-event JSON): docs/formats.md
  * ("Trace file"). */

@@ -46,5 +46,3 @@ void lt_trace_open(const char *path, int rank, int world, const char *process_na
     const LtTraceWorld ops = {&world_comm, world_open, world_send, world_recv, world_close};
     lt_trace_start(path, rank, world, process_name, &ops);
 }
-
-int lt_trace_finish(char *err, size_t errlen) { return lt_trace_stop(err, errlen); }

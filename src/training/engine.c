@@ -13,6 +13,7 @@
 #include "metrics.h"
 #include "plan.h"
 #include "trace_gather.h"
+#include "trace.h"
 
 /* ---- set-up ---------------------------------------------------------------- */
 
@@ -335,7 +336,7 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
 }
 
 void lt_run_teardown(LtRun *r) {
-    lt_trace_finish(NULL, 0); /* (written already by train and eval, which report failures) */
+    lt_trace_stop(NULL, 0); /* (written already by train and eval, which report failures) */
     if (r->loader) lt_loader_destroy(r->loader);
     if (r->train) lt_tokens_close(r->train);
     if (r->valid) lt_tokens_close(r->valid);

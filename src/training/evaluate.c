@@ -9,7 +9,6 @@
 #include "common.h"
 #include "metrics.h"
 #include "trace.h"
-#include "trace_gather.h"
 #include "commands.h"
 
 void lt_split_rows(const int32_t *rows, int n, int S, int32_t *in, int32_t *tgt) {
@@ -147,7 +146,7 @@ int lt_cmd_eval(LtConfig *cfg, const LtWorld *w) {
         lt_log("metrics    none written (logging.metrics_file is not set)\n");
     char merr[LT_PATH_MAX + 128];
     int rc = 0;
-    if (lt_trace_finish(merr, sizeof merr) || lt_metrics_status(&mf, merr, sizeof merr)) {
+    if (lt_trace_stop(merr, sizeof merr) || lt_metrics_status(&mf, merr, sizeof merr)) {
         lt_log("error: %s\n", merr);
         rc = LT_EXIT_INPUT;
     }

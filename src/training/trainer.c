@@ -27,7 +27,6 @@
 #include "step_checks.h"
 #include "step_time.h"
 #include "trace.h"
-#include "trace_gather.h"
 #include "watchdog.h"
 
 /* SIGTERM, SIGINT, SIGUSR1 (Slurm's --signal=USR1@T): every rank stops after
@@ -527,7 +526,7 @@ static int close_training(Trainer *t) {
     LtBackend *be = r->be;
     lt_metrics_close(&t->mf);
     char merr[LT_PATH_MAX + 128];
-    const int trace_failed = lt_trace_finish(merr, sizeof merr); /* collective: called first */
+    const int trace_failed = lt_trace_stop(merr, sizeof merr); /* collective: called first */
     if ((trace_failed || lt_metrics_status(&t->mf, merr, sizeof merr)) && t->exit_code == 0) {
         lt_log("error: %s (training finished%s)\n", merr,
                r->cfg->checkpoint.dir[0] ? " and its checkpoint was saved" : "");
