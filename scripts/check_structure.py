@@ -111,12 +111,12 @@ def functions(path):
                 head = re.split(r"[;}]", head)[-1]
                 # attributes with arguments (nested once) are not the name
                 head = re.sub(r"\b(?:%s)\s*\((?:[^()]|\([^()]*\))*\)" % "|".join(ATTRIBUTES), " ", head)
-                m = re.search(r"(\w+)\s*\([^{}]*\)[\w\s]*$", head)
-                calls = [c for c in re.findall(r"(\w+)\s*\(", head) if c not in ATTRIBUTES]
-                if m and calls:
-                    m = re.match(r"(\w+)", calls[0])
+                # a function: NAME(...) then only words (qualifiers) before the
+                # brace; its name is the first identifier followed by '('
+                is_func = re.search(r"\w+\s*\([^{}]*\)[\w\s]*$", head)
                 is_type = re.search(r"\b(struct|union|enum)\b[^(]*$|=\s*$", head)
-                name, start = (m.group(1), line) if m and not is_type else (None, 0)
+                first = re.search(r"(\w+)\s*\(", head)
+                name, start = (first.group(1), line) if is_func and not is_type else (None, 0)
             depth += 1
         elif ch == "}":
             depth -= 1
