@@ -246,12 +246,14 @@ run_peer() {
   f=$(python3 -c 'import json, sys
 s = json.loads(sys.argv[1])
 print("%.1f %.0f %.3f %.1f %.1f %s" % (s["median_step_ms"], s["tokens_per_sec"], s["tflops_per_device"],
-      100 * s["mfu"], s["memory_mib"], "compiled" if s["compile"] else "eager"))' "$sumline")
+      100 * s["mfu"], s["memory_mib"], ("compiled per block" if s.get("compile_blocks") else "compiled") if s["compile"] else "eager"))' "$sumline")
   local pmed ptok ptfl pmfu pmem pmode
   read -r pmed ptok ptfl pmfu pmem pmode <<<"$f"
   PROWS+=("$name|lattice|$m|$med|$tok|$tfl|$mfu%|$mem")
   PROWS+=("$name|pytorch ($pmode)|$pm$([ "$pm" != "$m" ] && echo " (OOM at $m)")|$pmed|$ptok|$ptfl|$pmfu%|$pmem")
   PROWS+=("$name|ratio lattice/peer|-|$(ratio "$med" "$pmed")|$(ratio "$tok" "$ptok")|$(ratio "$tfl" "$ptfl")|$(ratio "$mfu" "$pmfu")|$(ratio "$mem" "$pmem")")
+  # the side-by-side figures now, in case the run is stopped before the table
+  say "side by side: $name lattice mbs $m ${med} ms ${tok} tok/s MFU ${mfu}%; pytorch ($pmode) mbs $pm ${pmed} ms ${ptok} tok/s MFU ${pmfu}%; ratio lattice/peer tokens/s $(ratio "$tok" "$ptok")"
   cmp=$(grep -E '^compare: (PASS|FAIL)' "$plog" | tail -1)
   if [ ${#cmpargs[@]} -gt 0 ]; then
     if [ -n "$cmp" ]; then PNOTES+=("$name: loss check (first $CMP_STEPS steps, lattice vs peer) ${cmp#compare: }")

@@ -1,52 +1,67 @@
 #!/usr/bin/env bash
 # gpu_check.sh REPORT_FILE - build lattice on a GPU machine, run the GPU
-# checks and write a report as it goes.
+# checks in order of value and write a report as it goes: the first call of a
+# lent device (15 minutes in all, the machine's start included) must return
+# what matters most even when it is cut short.
 #
-# Build: `make gpu-build` (build/lattice, tests/gpu/*, tests/test_comm_mpi).
-# The Makefile finds CUDA as a toolkit or as pip wheels (site-packages/nvidia,
-# e.g. PyTorch's; CUDA_WHEELS=DIR) and libyaml, zstd, OpenBLAS and Open MPI on
-# the system or in build/deps, the bundle scripts/bundle_deps.sh makes on a
-# machine that has them (carry build/deps to a machine that has only CUDA).
-# Library paths: none is exported. lattice's binaries find their libraries
-# through their rpaths and the bundle's through RUNPATHs relative to
-# themselves; the bundle's mpirun gets OPAL_PREFIX, PMIX_PREFIX and PATH
-# (LT_ENV) only in the environment of the commands that run lattice. python3, nvcc and
-# nvidia-smi run in the machine's own environment.
+# Build: `make gpu-build` (build/lattice, tests/gpu/*, tests/test_comm_mpi),
+# SASS for sm_90 only by default (GPU_CHECK_ARCH; a lent device is a Hopper:
+# one target halves nvcc's time). The Makefile finds CUDA as a toolkit or as
+# pip wheels (site-packages/nvidia, e.g. PyTorch's; CUDA_WHEELS=DIR) and
+# libyaml, zstd, OpenBLAS and Open MPI on the system or in build/deps, the
+# bundle scripts/bundle_deps.sh makes on a machine that has them (carry
+# build/deps to a machine that has only CUDA). No library path is exported:
+# lattice's binaries find their libraries through rpaths, the bundle's
+# through RUNPATHs relative to themselves; the bundle's mpirun gets
+# OPAL_PREFIX, PMIX_PREFIX and PATH (LT_ENV) only for lattice's commands.
 #
-# Phases after the build (GPU_CHECK_PHASES, comma list, default all of
-# "mpi,tests,sanitize,racecheck,attention,kernels,train,peer,parallel,bench"):
-# mpirun starting 4 ranks of tests/test_comm_mpi (CPU only), the op tests
-# (tests/gpu/test_gpu_ops), compute-sanitizer memcheck and racecheck on
-# test_gpu_ops --quick, the attention benchmark, the memory-bound kernels'
-# bandwidth (tests/gpu/bench_kernels), CPU-vs-GPU training
-# (tests/gpu/train_compare.sh), 2 ranks on one GPU under mpirun
-# (tests/gpu/parallel_gpu.sh) and the GPT-2 training benchmark
-# (scripts/bench.sh). They run in that order, whatever the list's order.
-# Time: the build and every phase run under their own `timeout` (a phase's
-# processes are all stopped when it expires), and the whole run keeps within
-# GPU_CHECK_BUDGET seconds: a phase gets at most the budget left (less a
-# margin) and one that would get under a minute is not started. A lent device
-# stops each command after 10 minutes, so the defaults fit one call; split the
-# phases over calls, e.g. "tests,attention", "sanitize,train,parallel",
-# "racecheck", "bench".
-# The report is appended to and synced after every step, so a run stopped
-# from outside still leaves what it had; it ends with a summary of each
-# phase's result (also written when the script gets SIGTERM/SIGINT/SIGHUP).
+# Phases (GPU_CHECK_PHASES: a comma list run in the order given; "first" (the
+# default), "rest", "all", or "continue"):
+#   first = tests,train,bench,attention,bench15,memcheck - one device call:
+#     tests      the op tests against the CPU backend (tests/gpu/test_gpu_ops,
+#                cuBLASLt GEMMs and cuDNN's fallback included)
+#     train      20 steps CPU vs GPU, GPT and Llama, fp32 and bf16
+#                (tests/gpu/train_compare.sh)
+#     bench      GPT-2 124M throughput and its PyTorch peer (scripts/bench.sh;
+#                the micro batch the planner says fits; the side-by-side rows
+#                are in the report as soon as both runs ended)
+#     attention  attention forward+backward, lattice's kernels and cuDNN, at
+#                s 1024/2048 x d 64/128, deterministic and not
+#     bench15    GPT-2 1.5B and its peer (the peer from its own init: no
+#                6 GB export; no loss check)
+#                (both peers: torch.compile per transformer block, as
+#                torchtitan does: one compilation for all blocks)
+#     memcheck   compute-sanitizer memcheck of two bf16 training steps
+#                (lattice's attention kernels: cuDNN's are not ours to check)
+#   rest = racecheck,mpi,kernels,parallel,peer,calibrate:
+#     racecheck  compute-sanitizer racecheck of test_gpu_ops --quick
+#     mpi        4 ranks of tests/test_comm_mpi under mpirun (CPU only)
+#     kernels    memory-bound kernels' bandwidth (tests/gpu/bench_kernels)
+#     parallel   2 ranks on one GPU under mpirun (tests/gpu/parallel_gpu.sh)
+#     peer       the PyTorch peer's loss agreement (tests/gpu/peer_check.sh)
+#     calibrate  `lattice plan --calibrate` on the GPU, then the planner's
+#                step time with those constants against a measured run
+#   continue = every phase of first and rest that no earlier run of this
+#     script on this machine finished (build/gpu_check/done); the build is
+#     skipped when its binaries are there.
+# Time: every phase has a cap and a least useful time; the whole run keeps
+# within GPU_CHECK_BUDGET seconds (default 510: a 10-minute device command
+# with the start and transfers around it). A phase gets min(cap, budget left
+# - 15 s) and is skipped, saying so in the report, when that is below its
+# least time. Each phase's processes run under `timeout` and are all stopped
+# at its limit. A phase's result line is written and synced the moment it
+# ends, and the summary (also on SIGTERM/SIGINT/SIGHUP) lists every phase:
+# ok, FAILED, TIMED OUT, or NOT RUN with the reason.
 #
-# Environment: GPU_CHECK_PHASES (above),
-#   GPU_CHECK_TIMEOUT (seconds per phase, default 540),
-#   GPU_CHECK_BUILD_TIMEOUT (seconds for the build, default 480),
-#   GPU_CHECK_BUDGET (seconds for the whole run, default 570; 0 = no limit),
-#   GPU_CHECK_SANITIZE=0|1 (the memcheck/racecheck phases, default 1),
-#   GPU_CHECK_TRAIN=0|1 (train, parallel, bench; default 1),
-#   GPU_CHECK_LATTICE (use this lattice binary for them instead of the build),
-#   GPU_CHECK_BENCH_STEPS (default 30), GPU_CHECK_BENCH_ARGS (extra bench.sh
-#     arguments, e.g. "--config configs/gpt2-124m.yaml"),
-#   GPU_CHECK_DIR (logs, default build/gpu_check), LT_DEPS (the bundle,
-#   default build/deps), CUDA_WHEELS / CUDA_HOME / CUDA_ARCH / CUDA_PTX /
-#   CUDA_CCCL (passed to make), GPU_CHECK_MAKE_ARGS (more make arguments).
-# When CCCL's headers (nv/target) are not where the Makefile looks, a copy
-# found elsewhere on the machine is used (CUDA_CCCL) and the build retried.
+# Environment: GPU_CHECK_PHASES, GPU_CHECK_BUDGET (0 = no limit),
+#   GPU_CHECK_BUILD_TIMEOUT (default 240), GPU_CHECK_CAP (every phase's cap,
+#   for tests), GPU_CHECK_ARCH (SASS targets,
+#   default 90; "" = the Makefile's), GPU_CHECK_LATTICE (a lattice binary for
+#   the training phases instead of the build), GPU_CHECK_DIR (logs, default
+#   build/gpu_check), GPU_CHECK_DRY=1 (print the plan: each phase's expected
+#   time, cap and least time; exit status 1 when the expected times exceed
+#   the budget), LT_DEPS (the bundle, default build/deps), CUDA_WHEELS /
+#   CUDA_HOME / CUDA_PTX / CUDA_CCCL (passed to make), GPU_CHECK_MAKE_ARGS.
 # Exit status: 0 when every phase run passed, 1 otherwise, 2 bad usage.
 set -u
 REPORT=${1:-}
@@ -56,32 +71,96 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 2
 WORK=${GPU_CHECK_DIR:-$ROOT/build/gpu_check}
 mkdir -p "$WORK" || exit 2
-: >"$REPORT" || { echo "cannot write $REPORT" >&2; exit 2; }
 NPROC=$(nproc 2>/dev/null || echo 4)
-PHASES=${GPU_CHECK_PHASES:-mpi,tests,sanitize,racecheck,attention,kernels,train,peer,parallel,bench}
-PHASE_TO=${GPU_CHECK_TIMEOUT:-540}
-BUILD_TO=${GPU_CHECK_BUILD_TIMEOUT:-480}
-BUDGET=${GPU_CHECK_BUDGET:-570}
+BUILD_TO=${GPU_CHECK_BUILD_TIMEOUT:-240}
+BUDGET=${GPU_CHECK_BUDGET:-510}
 START=$(date +%s)
+
+FIRST="tests train bench attention bench15 memcheck"
+REST="racecheck mpi kernels parallel peer calibrate"
+# each phase's cap (the most it may take), least useful time and expected
+# time on a 16-core H100 machine (estimates until a draw measures them, see
+# bench/), in seconds; the expected times make the plan that GPU_CHECK_DRY
+# prints and `make rehearse-gpu` holds to the budget
+PHASE_TABLE="
+phase     cap least expect
+build       -     -     45
+tests     100    30     40
+train     110    30     40
+bench     160    60     80
+attention  60    20     25
+bench15   170    70     90
+memcheck   90    30     45
+racecheck 150    60     90
+mpi        60    10     10
+kernels    60    15     15
+parallel  120    30     40
+peer      120    45     60
+calibrate 120    45     60"
+field() { echo "$PHASE_TABLE" | awk -v p="$1" -v f="$2" '$1 == p { print $f }'; }
+cap() { if [ -n "${GPU_CHECK_CAP:-}" ]; then echo "$GPU_CHECK_CAP"; else field "$1" 2; fi; }
+least() { # GPU_CHECK_CAP=S (for tests): every cap S, every least at most S
+  local l; l=$(field "$1" 3)
+  [ -n "${GPU_CHECK_CAP:-}" ] && [ "$l" -gt "$GPU_CHECK_CAP" ] && l=$GPU_CHECK_CAP
+  echo "$l"
+}
+expect() { field "$1" 4; }
+DONE_FILE=$WORK/done
+CONTINUE=0
+case "${GPU_CHECK_PHASES:-first}" in
+  first) PHASES=$FIRST ;;
+  rest) PHASES=$REST ;;
+  all) PHASES="$FIRST $REST" ;;
+  continue)
+    CONTINUE=1
+    PHASES=""
+    for p in $FIRST $REST; do grep -qx "$p" "$DONE_FILE" 2>/dev/null || PHASES="$PHASES $p"; done
+    PHASES=${PHASES# } ;;
+  *) PHASES=$(echo "$GPU_CHECK_PHASES" | tr ',' ' ') ;;
+esac
+for p in $PHASES; do
+  [ "$p" != build ] && [ -n "$(field "$p" 2)" ] || { echo "gpu_check.sh: unknown phase '$p' (phases: $FIRST $REST)" >&2; exit 2; }
+done
+if [ "${GPU_CHECK_DRY:-0}" = 1 ]; then
+  t=$(expect build)
+  printf 'plan (expected seconds on a 16-core H100 machine; cap: the most a phase may take):\n'
+  printf '  %-10s expected %4d s, cap %4d s, cumulative expected %4d s\n' build "$t" "$BUILD_TO" "$t"
+  for p in $PHASES; do
+    t=$((t + $(expect "$p")))
+    printf '  %-10s expected %4d s, cap %4d s, least %3d s, cumulative expected %4d s\n' \
+      "$p" "$(expect "$p")" "$(cap "$p")" "$(least "$p")" "$t"
+  done
+  if [ "$BUDGET" -gt 0 ] && [ "$t" -gt "$BUDGET" ]; then
+    echo "PLAN EXCEEDS THE BUDGET: $t s expected > $BUDGET s"; exit 1
+  fi
+  echo "plan fits: $t s expected within the budget of $BUDGET s"
+  exit 0
+fi
+: >"$REPORT" || { echo "cannot write $REPORT" >&2; exit 2; }
 STATUS=0
 SUMMARY=()     # one "phase  result" line per phase, for the summary
 CURRENT=""     # the phase running now (for the summary after a signal)
 STEP_PID=""    # its timeout process
 
 say() { echo "$*" | tee -a "$REPORT"; }
-section() { say ""; say "== $* =="; }
-problem() { say "PROBLEM: $*"; STATUS=1; }
+section() { say ""; say "== $* [$(elapsed) s] =="; }
 flush() { sync "$REPORT" 2>/dev/null || sync; }
-note() { SUMMARY+=("$(printf '%-10s %s' "$1" "$2")"); }
-want() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
+problem() { say "PROBLEM: $*"; STATUS=1; }
 elapsed() { echo $(( $(date +%s) - START )); }
+# note PHASE RESULT: the summary line, written to the report at once too
+note() {
+  local l; l=$(printf '%-10s %s' "$1" "$2")
+  SUMMARY+=("$l")
+  say "RESULT $l"
+  flush
+}
 
 print_summary() {
-  section "summary ($(elapsed) s in all)"
+  section "summary ($(elapsed) s in all, budget $BUDGET s)"
   local l
   for l in "${SUMMARY[@]}"; do say "$l"; done
   [ -n "$CURRENT" ] && say "$(printf '%-10s %s' "$CURRENT" "INTERRUPTED (the script was stopped during it)")"
-  say "RESULT: $([ $STATUS = 0 ] && [ -z "$CURRENT" ] && echo 'all checks run passed' || echo 'problems found (see above)')"
+  say "RESULT: $([ $STATUS = 0 ] && [ -z "$CURRENT" ] && echo 'all checks run passed' || echo 'problems found or phases not run (see above)')"
   flush
 }
 on_signal() {
@@ -94,40 +173,33 @@ on_signal() {
 }
 trap on_signal TERM INT HUP
 
-# seconds a step may take: its own limit, within what is left of the budget
-# (30 s kept for the summary); 0 = no time left
+# seconds phase/step may take: min(want, budget left - 15); 0 = less than least
 allowed() {
-  local want=$1 left
+  local want=$1 least=$2 left
   [ "$BUDGET" -gt 0 ] 2>/dev/null || { echo "$want"; return; }
-  left=$(( BUDGET - $(elapsed) - 30 ))
-  if [ "$left" -lt 60 ]; then echo 0; elif [ "$left" -lt "$want" ]; then echo "$left"; else echo "$want"; fi
+  left=$(( BUDGET - $(elapsed) - 15 ))
+  [ "$left" -lt "$want" ] && want=$left
+  if [ "$want" -lt "$least" ]; then echo 0; else echo "$want"; fi
 }
 
-# step SECONDS LOG CMD... - run CMD (a program, not a shell function) under
-# timeout: at the limit its whole process group gets SIGTERM, SIGKILL 10 s
-# later. Its output goes to LOG, or with LIVE=1 straight into the report (and
-# LOG gets a copy afterwards), so that a run stopped from outside still has
-# it. Returns CMD's exit status (124: timed out).
-LIVE=0
+# step SECONDS LOG CMD... - run CMD under timeout (its whole process group gets
+# SIGTERM at the limit, SIGKILL 10 s later), its output straight into the
+# report (LOG gets a copy afterwards) so that a run stopped from outside
+# still has it. Returns CMD's exit status (124: timed out).
 step() {
   local to=$1 log=$2 rc off
   shift 2
   off=$(stat -c %s "$REPORT")
-  if [ "$LIVE" = 1 ]; then timeout -k 10 "$to" "$@" >>"$REPORT" 2>&1 &
-  else timeout -k 10 "$to" "$@" >"$log" 2>&1 & fi
+  timeout -k 10 "$to" "$@" >>"$REPORT" 2>&1 &
   STEP_PID=$!
   wait "$STEP_PID"   # returns at once when a trapped signal comes
   rc=$?
   STEP_PID=""
-  [ "$LIVE" = 1 ] && tail -c +$((off + 1)) "$REPORT" >"$log"
+  tail -c +$((off + 1)) "$REPORT" >"$log"
   flush
   return "$rc"
 }
 
-# The bundle: its mpirun and plugins relocated through OPAL_PREFIX/PMIX_PREFIX,
-# set only for lattice's commands (env "${LT_ENV[@]}" CMD). A bundle made
-# before its RUNPATHs were patched (no DEPS/relocatable) also needs
-# LD_LIBRARY_PATH there.
 DEPS=${LT_DEPS:-$ROOT/build/deps}
 case "$DEPS" in /*) ;; *) DEPS="$ROOT/$DEPS" ;; esac
 LT_ENV=()
@@ -138,230 +210,217 @@ if [ -d "$DEPS/lib" ]; then
     [ -d "$DEPS/ompi/pmix" ] && LT_ENV+=("PMIX_PREFIX=$DEPS/ompi/pmix")
   fi
 fi
-# without ssh/rsh Open MPI's default launcher refuses to start even local
-# ranks; "isolated" starts them on this machine without one
+# without ssh/rsh Open MPI's default launcher refuses to start even local ranks
 command -v ssh >/dev/null 2>&1 || command -v rsh >/dev/null 2>&1 || LT_ENV+=("OMPI_MCA_plm=isolated")
+LT_ENV+=("PYTHONUNBUFFERED=1")
 
 say "lattice GPU check report"
 say "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 say "host: $(hostname 2>/dev/null) ($(uname -srm)), $NPROC cores"
 say "tree: $ROOT ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo 'no git')$(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo ', with local changes'))"
-say "phases: $PHASES; timeouts: build ${BUILD_TO} s, each phase ${PHASE_TO} s; budget $([ "$BUDGET" -gt 0 ] 2>/dev/null && echo "$BUDGET s" || echo none)"
-if [ -d "$DEPS/lib" ]; then
-  say "deps: bundle $DEPS ($(cat "$DEPS/relocatable" 2>/dev/null || echo 'not relocatable: LD_LIBRARY_PATH for lattice commands'))"
-fi
-say "environment of lattice's commands: ${LT_ENV[*]:-(unchanged)}; LD_LIBRARY_PATH here: ${LD_LIBRARY_PATH:-unset}"
-flush
+say "phases: ${PHASES:-none left}; budget $([ "$BUDGET" -gt 0 ] 2>/dev/null && echo "$BUDGET s" || echo none)"
+[ -d "$DEPS/lib" ] && say "deps: bundle $DEPS ($(cat "$DEPS/relocatable" 2>/dev/null || echo 'not relocatable'))"
+say "environment of lattice's commands: ${LT_ENV[*]}; LD_LIBRARY_PATH here: ${LD_LIBRARY_PATH:-unset}"
 
 # ---------------------------------------------------------------- device
 section "device"
 GPU_NAME=""
+GPU_MIB=0
 if command -v nvidia-smi >/dev/null 2>&1; then
-  timeout 60 nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap \
+  timeout 30 nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap,clocks.max.sm,power.limit \
     --format=csv,noheader >"$WORK/smi.log" 2>&1
   while read -r l; do say "gpu: $l"; done <"$WORK/smi.log"
-  GPU_NAME=$(head -1 "$WORK/smi.log")
+  GPU_NAME=$(head -1 "$WORK/smi.log" | cut -d, -f2 | sed 's/^ *//')
+  GPU_MIB=$(head -1 "$WORK/smi.log" | cut -d, -f4 | tr -dc '0-9')
 else
   problem "nvidia-smi not found (no NVIDIA driver?)"
 fi
+PLAN_GPU=h100
+case "$GPU_NAME" in *H200*) PLAN_GPU=h200 ;; *A100*) PLAN_GPU=a100 ;; esac
+say "python3: $(command -v python3) ($(timeout 60 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1))"
 flush
 
 # ---------------------------------------------------------------- build
-section "build (make gpu-build)"
-MAKE_ARGS=(-j"$NPROC" gpu-build DEPS="$DEPS")
-for v in CUDA_WHEELS CUDA_HOME CUDA_ARCH CUDA_PTX CUDA_CCCL; do
-  [ -n "${!v:-}" ] && MAKE_ARGS+=("$v=${!v}")
-done
-# shellcheck disable=SC2206
-MAKE_ARGS+=(${GPU_CHECK_MAKE_ARGS:-})
 BUILT=0
-t0=$(date +%s)
-build() {
-  CURRENT=build
-  BUILD_TO_NOW=$(allowed "$BUILD_TO")
-  [ "$BUILD_TO_NOW" = 0 ] && BUILD_TO_NOW=60   # (a budget under 90 s: the build still gets a minute)
-  step "$BUILD_TO_NOW" "$WORK/build.log" make "${MAKE_ARGS[@]}"
-  BUILD_RC=$?
-  CURRENT=""
-  grep '^lattice:' "$WORK/build.log" | sort -u | tee -a "$REPORT"
-}
-build
-# CCCL's headers missing where the Makefile looks (CUDA from wheels without
-# nvidia-cuda-cccl): take a copy found elsewhere on the machine, and try again
-if [ $BUILD_RC != 0 ] && grep -q '^lattice: CCCL headers.*NOT FOUND' "$WORK/build.log" && [ -z "${CUDA_CCCL:-}" ]; then
-  say "looking for CCCL's nv/target elsewhere on this machine..."
-  found=$(timeout 120 find / \( -path /proc -o -path /sys -o -path /dev -o -path "$ROOT" \) -prune \
-            -o -path '*/nv/target' -type f -print 2>/dev/null | head -1)
-  if [ -n "$found" ]; then
-    say "found ${found%/nv/target}: building again with CUDA_CCCL=${found%/nv/target}"
-    MAKE_ARGS+=("CUDA_CCCL=${found%/nv/target}")
-    build
-  else
-    say "none found"
-  fi
-fi
-if [ $BUILD_RC = 0 ]; then
+have_bins() { [ -x build/lattice ] && [ -x build/tests/gpu/test_gpu_ops ] && build/lattice --version 2>/dev/null | grep -q cuda; }
+if [ $CONTINUE = 1 ] && have_bins; then
+  section "build: skipped (continuing; build/lattice is there)"
   BUILT=1
-  note build "ok ($(( $(date +%s) - t0 )) s)"
-  say "built in $(( $(date +%s) - t0 )) s"
-  missing=$(ldd build/lattice 2>&1 | grep 'not found')
-  if [ -n "$missing" ]; then problem "build/lattice: libraries not found: $(echo $missing)"; fi
-  say "$(timeout 60 build/lattice --version 2>&1)"
+  note build "ok (kept from the earlier run)"
 else
-  if [ $BUILD_RC = 124 ]; then problem "the build timed out after $BUILD_TO_NOW s"
-  else problem "the build failed (exit status $BUILD_RC)"; fi
-  grep -E 'error|Error|NOT FOUND|undefined reference' "$WORK/build.log" | head -20 | sed 's/^/  | /' | tee -a "$REPORT"
-  say "  last lines of $WORK/build.log:"
-  tail -25 "$WORK/build.log" | sed 's/^/  | /' | tee -a "$REPORT"
-  note build "FAILED (exit status $BUILD_RC after $(( $(date +%s) - t0 )) s): nothing else was run"
+  section "build (make gpu-build)"
+  MAKE_ARGS=(-j"$NPROC" gpu-build DEPS="$DEPS" CUDA_ARCH="${GPU_CHECK_ARCH-90}")
+  [ -z "${GPU_CHECK_ARCH-90}" ] && MAKE_ARGS=(-j"$NPROC" gpu-build DEPS="$DEPS")
+  for v in CUDA_WHEELS CUDA_HOME CUDA_PTX CUDA_CCCL; do
+    [ -n "${!v:-}" ] && MAKE_ARGS+=("$v=${!v}")
+  done
+  # shellcheck disable=SC2206
+  MAKE_ARGS+=(${GPU_CHECK_MAKE_ARGS:-})
+  t0=$(date +%s)
+  # the build's output goes to its log only (the report gets its summary)
+  CURRENT=build
+  timeout -k 10 "$BUILD_TO" make "${MAKE_ARGS[@]}" >"$WORK/build.log" 2>&1 &
+  STEP_PID=$!; wait "$STEP_PID"; BUILD_RC=$?; STEP_PID=""; CURRENT=""
+  # CCCL's headers missing where the Makefile looks: take a copy found
+  # elsewhere on the machine, and try again
+  if [ $BUILD_RC != 0 ] && grep -q '^lattice: CCCL headers.*NOT FOUND' "$WORK/build.log" && [ -z "${CUDA_CCCL:-}" ]; then
+    found=$(timeout 60 find / \( -path /proc -o -path /sys -o -path /dev -o -path "$ROOT" \) -prune \
+              -o -path '*/nv/target' -type f -print 2>/dev/null | head -1)
+    if [ -n "$found" ]; then
+      say "CCCL not found by the Makefile; building again with CUDA_CCCL=${found%/nv/target}"
+      MAKE_ARGS+=("CUDA_CCCL=${found%/nv/target}")
+      timeout -k 10 "$BUILD_TO" make "${MAKE_ARGS[@]}" >"$WORK/build.log" 2>&1 &
+      STEP_PID=$!; wait "$STEP_PID"; BUILD_RC=$?; STEP_PID=""
+    fi
+  fi
+  grep '^lattice:' "$WORK/build.log" | sort -u | tee -a "$REPORT"
+  if [ $BUILD_RC = 0 ]; then
+    BUILT=1
+    missing=$(ldd build/lattice 2>&1 | grep 'not found')
+    [ -n "$missing" ] && problem "build/lattice: libraries not found: $(echo $missing)"
+    say "$(timeout 30 build/lattice --version 2>&1)"
+    note build "ok ($(( $(date +%s) - t0 )) s)"
+  else
+    grep -E 'error|Error|NOT FOUND|undefined reference' "$WORK/build.log" | head -20 | sed 's/^/  | /' | tee -a "$REPORT"
+    tail -25 "$WORK/build.log" | sed 's/^/  | /' | tee -a "$REPORT"
+    STATUS=1
+    note build "FAILED (exit status $BUILD_RC after $(( $(date +%s) - t0 )) s): nothing else was run"
+  fi
 fi
 flush
 
-# run_phase NAME TITLE LIVE -- CMD... : one phase under its timeout (PHASE_RAN=0
-# when the budget left no time to start it: the summary says so)
-PHASE_RAN=0
-PHASE_SECS=0
-run_phase() {
-  local name=$1 title=$2 live=$3 to rc t0
-  shift 4
-  section "$title"
-  to=$(allowed "$PHASE_TO")
-  PHASE_RAN=0
-  if [ "$to" = 0 ]; then
-    say "not started: under a minute of the ${BUDGET} s budget left"
-    note "$name" "NOT RUN (budget of $BUDGET s used up; run it in another call)"
-    STATUS=1
-    return 1
-  fi
-  PHASE_RAN=1
-  CURRENT=$name
-  t0=$(date +%s)
-  LIVE=$live step "$to" "$WORK/$name.log" "$@"
-  rc=$?
-  CURRENT=""
-  PHASE_SECS=$(( $(date +%s) - t0 ))
-  say "exit status $rc after $PHASE_SECS s$([ $rc = 124 ] || [ $rc = 137 ] && echo " (timed out at $to s)")"
-  return $rc
-}
-# phase_result NAME RC [DETAIL]
-phase_result() {
-  local name=$1 rc=$2 detail=${3:-}
-  [ "$PHASE_RAN" = 1 ] || return 0
-  case $rc in
-    0) note "$name" "ok ($PHASE_SECS s)${detail:+: $detail}" ;;
-    124|137) note "$name" "TIMED OUT after $PHASE_SECS s${detail:+: $detail}"; STATUS=1 ;;
-    *) note "$name" "FAILED (exit status $rc, $PHASE_SECS s)${detail:+: $detail}"; STATUS=1 ;;
-  esac
-  flush
-}
+LT_BIN=$ROOT/build/lattice
+[ -n "${GPU_CHECK_LATTICE:-}" ] && LT_BIN=$GPU_CHECK_LATTICE
+mkdir -p "$WORK/lt"
+ln -sf "$LT_BIN" "$WORK/lt/lattice"
+GPU_TESTS=build/tests/gpu
 counts() { grep -E '^[0-9]+ passed, [0-9]+ failed' "$1" | tail -1; }
 
-if [ $BUILT = 1 ]; then
-  GPU_TESTS=build/tests/gpu
-  # ------------------------------------------------------------ mpi
-  if want mpi; then
-    run_phase mpi "MPI launch (tests/test_comm_mpi: 4 ranks under mpirun, CPU only)" 1 -- \
-      env "${LT_ENV[@]}" build/tests/test_comm_mpi
-    phase_result mpi $? "$(counts "$WORK/mpi.log")"
+# compute-sanitizer: on PATH, else beside the nvcc the build used
+find_cs() {
+  local cs nd f
+  cs=$(command -v compute-sanitizer 2>/dev/null)
+  if [ -z "$cs" ]; then
+    nd=$(dirname "$(make -s --no-print-directory print-NVCC_REAL DEPS="$DEPS" 2>/dev/null | tail -1)")
+    for f in "$nd/compute-sanitizer" "$nd/../compute-sanitizer/compute-sanitizer"; do
+      [ -z "$cs" ] && [ -x "$f" ] && cs=$f
+    done
   fi
+  echo "$cs"
+}
 
-  # ------------------------------------------------------------ tests
-  if want tests; then
-    run_phase tests "tests (tests/gpu/test_gpu_ops)" 1 -- env "${LT_ENV[@]}" "$GPU_TESTS/test_gpu_ops"
-    rc=$?
-    c=$(counts "$WORK/tests.log")
-    say "summary: ${c:-no summary line (crash?)}"
-    grep '^FAIL' "$WORK/tests.log" | head -40 | sed 's/^/failed: /' | tee -a "$REPORT" >/dev/null
-    phase_result tests $rc "${c:-no summary line}"
-  fi
-
-  # ------------------------------------------------------------ sanitizers
-  # compute-sanitizer: on PATH, else beside the nvcc the build used (a toolkit's
-  # bin/, or a wheel's nvidia/cu13/bin/), else under that toolkit
-  CS=$(command -v compute-sanitizer 2>/dev/null)
-  NVCC_DIR=$(dirname "$(make -s --no-print-directory print-NVCC_REAL DEPS="$DEPS" 2>/dev/null | tail -1)")
-  for f in "$NVCC_DIR/compute-sanitizer" "$NVCC_DIR/../compute-sanitizer/compute-sanitizer"; do
-    [ -z "$CS" ] && [ -x "$f" ] && CS=$f
+# plan_mbs CONFIG: the largest micro batch of 64 32 16 8 4 2 1 whose memory
+# the planner predicts within 90% of this GPU's (the config's own layout)
+plan_mbs() {
+  local cfg=$1 m tot lim
+  lim=$(( GPU_MIB * 1024 * 1024 / 10 * 9 ))
+  for m in 64 32 16 8 4 2 1; do
+    tot=$("$LT_BIN" plan "$cfg" --gpus 1 --gpu "$PLAN_GPU" --layout train.micro_batch_size=$m \
+            train.global_batch_size=$m 2>/dev/null | sed -n 's/^memory bytes.* total=\([0-9]*\).*/\1/p' | head -1)
+    [ -n "$tot" ] && [ "$tot" -le "$lim" ] && { echo "$m"; return; }
   done
-  sanitize() { # $1 = tool, $2 = lines to keep (regex), $3 = what an error means
-    if [ -z "$CS" ]; then
-      section "compute-sanitizer $1"; say "compute-sanitizer not found - skipped"
-      note "$1" "SKIPPED (no compute-sanitizer)"; return
-    fi
-    run_phase "$1" "compute-sanitizer $1 (test_gpu_ops --quick)" 0 -- \
-      env "${LT_ENV[@]}" "$CS" --tool "$1" --error-exitcode 3 "$GPU_TESTS/test_gpu_ops" --quick
-    local rc=$?
-    grep -E "$2|^FAIL|passed, " "$WORK/$1.log" | head -40 | tee -a "$REPORT"
-    [ $rc = 3 ] && say "compute-sanitizer reported $3 (log: $WORK/$1.log)"
-    phase_result "$1" $rc "$([ $rc = 3 ] && echo "$3")"
-  }
-  if [ "${GPU_CHECK_SANITIZE:-1}" = 1 ]; then
-    want sanitize && sanitize memcheck "ERROR SUMMARY|Invalid|out of bounds" "memory errors"
-    want racecheck && sanitize racecheck "ERROR SUMMARY|RACECHECK SUMMARY|hazard" "shared-memory races"
-  fi
+  echo 1
+}
 
-  # ------------------------------------------------------------ attention benchmark
-  if want attention; then
-    # both paths in one phase: tensor-core (default), then the generic SIMT one
-    run_phase attention "attention benchmark (tests/gpu/bench_attention; then LT_CUDA_ATTN=simt)" 1 -- \
-      env "${LT_ENV[@]}" bash -c '"$1" || exit; echo "(generic SIMT path, for comparison)"; LT_CUDA_ATTN=simt "$1"' \
-      bench "$GPU_TESTS/bench_attention"
-    phase_result attention $?
-  fi
+# ---------------------------------------------------------------- phases
+# each phase_X runs its commands with `step $TO LOG ...` and sets RC and
+# DETAIL; TO is what the budget allows it
+ph_tests() {
+  step "$TO" "$WORK/tests.log" env "${LT_ENV[@]}" "$GPU_TESTS/test_gpu_ops"; RC=$?
+  DETAIL=$(counts "$WORK/tests.log"); DETAIL=${DETAIL:-no summary line (crash?)}
+  grep '^FAIL' "$WORK/tests.log" | head -40 | sed 's/^/failed: /' >>"$REPORT"
+}
+ph_train() {
+  step "$TO" "$WORK/train.log" env "${LT_ENV[@]}" bash tests/gpu/train_compare.sh "$WORK/lt"; RC=$?
+  DETAIL=$(counts "$WORK/train.log")
+}
+bench_one() { # config steps peer-init peer-args log
+  local m; m=$(plan_mbs "$1")
+  say "planner ($PLAN_GPU, ${GPU_MIB} MiB): micro batch $m fits for $1"
+  step "$TO" "$5" env "${LT_ENV[@]}" BENCH_TIMEOUT=$(( TO / 2 )) bash scripts/bench.sh \
+    --lattice "$LT_BIN" --config "$1" --steps "$2" --device cuda --mbs "$m$([ "$m" -gt 1 ] && echo " $((m / 2))")" \
+    --peer auto --peer-init "$3" --peer-args "$4"
+  RC=$?
+  DETAIL=$(grep -E '^(gpt2|llama)[^ ]*: mbs [0-9]+: ok' "$5" | sed 's/ in [0-9]* s: done:.*median step/: median step/; s/, host waits.*//' | tail -1)
+  local r
+  r=$(grep -E '^side by side: .* ratio' "$5" | tail -1 | sed 's/^side by side: //')
+  [ -n "$r" ] && DETAIL="$DETAIL; $r"
+}
+ph_bench() { bench_one configs/gpt2-124m.yaml 30 export "--compile-blocks" "$WORK/bench.log"; }
+ph_bench15() { bench_one configs/gpt2-1.5b.yaml 16 random "--compile-blocks" "$WORK/bench15.log"; }
+ph_attention() {
+  step "$TO" "$WORK/attention.log" env "${LT_ENV[@]}" bash -c \
+    '"$1" || exit; echo "(non-deterministic backward)"; "$1" --nondet' bench "$GPU_TESTS/bench_attention"
+  RC=$?
+  DETAIL=$(grep -E 'T=2048 HD=128 B=[0-9]+ NH=16 ' "$WORK/attention.log" | sed 's/.*attn \([^ ]*\).*fwd+bwd \([0-9.]*\).*/\1 \2/' | tr '\n' ';' | sed 's/;$//')
+  [ -n "$DETAIL" ] && DETAIL="fwd+bwd TFLOP/s at T 2048 HD 128: $DETAIL"
+}
+sanitizer() { # tool log cmd...
+  local tool=$1 log=$2; shift 2
+  CS=$(find_cs)
+  if [ -z "$CS" ]; then RC=0; DETAIL="SKIPPED (no compute-sanitizer)"; return; fi
+  step "$TO" "$log" env "${LT_ENV[@]}" "$CS" --tool "$tool" --error-exitcode 3 "$@"; RC=$?
+  DETAIL=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)
+}
+ph_memcheck() {
+  local d=$WORK/memcheck-data
+  mkdir -p "$d"
+  [ -s "$d/train.ltok" ] || { python3 tests/gpu/text_ids.py "$d/train.ids" &&
+    "$LT_BIN" shard --vocab-size 256 --input "$d/train.ids" "$d/train.ltok" >/dev/null 2>&1; }
+  sanitizer memcheck "$WORK/memcheck.log" "$LT_BIN" train configs/tiny.yaml train.device=cuda \
+    train.precision=bf16 train.steps=2 "data.train_path=$d/train.ltok" data.valid_path= \
+    checkpoint.dir= logging.metrics_file= model.attention=lattice
+}
+ph_racecheck() { sanitizer racecheck "$WORK/racecheck.log" "$GPU_TESTS/test_gpu_ops" --quick; }
+ph_mpi() {
+  step "$TO" "$WORK/mpi.log" env "${LT_ENV[@]}" build/tests/test_comm_mpi; RC=$?
+  DETAIL=$(counts "$WORK/mpi.log")
+}
+ph_kernels() { step "$TO" "$WORK/kernels.log" env "${LT_ENV[@]}" "$GPU_TESTS/bench_kernels"; RC=$?; DETAIL=""; }
+ph_parallel() {
+  step "$TO" "$WORK/parallel.log" env "${LT_ENV[@]}" bash tests/gpu/parallel_gpu.sh "$WORK/lt"; RC=$?
+  DETAIL=$(counts "$WORK/parallel.log")
+}
+ph_peer() {
+  step "$TO" "$WORK/peer.log" env "${LT_ENV[@]}" PEER_CHECK_DEVICE=cuda bash tests/gpu/peer_check.sh "$WORK/lt"; RC=$?
+  DETAIL=$(counts "$WORK/peer.log")
+}
+ph_calibrate() {
+  step "$TO" "$WORK/calibrate.log" env "${LT_ENV[@]}" bash -c '
+    lt=$1 out=$2
+    "$lt" plan --calibrate --device cuda --precision bf16 --seconds 20 --out "$out/calibration.json" || exit
+    for c in configs/gpt2-124m.yaml configs/gpt2-1.5b.yaml; do
+      echo "== planner with the calibration: $c =="
+      "$lt" plan "$c" --gpus 1 --calibration "$out/calibration.json" --layout | grep -v "^  "
+    done' cal "$LT_BIN" "$WORK"
+  RC=$?
+  [ $RC = 0 ] && DETAIL="constants in $WORK/calibration.json"
+  cp "$WORK/calibration.json" "$(dirname "$REPORT")/" 2>/dev/null
+}
 
-  # ------------------------------------------------------------ memory-bound kernels
-  if want kernels; then
-    run_phase kernels "memory-bound kernels' bandwidth (tests/gpu/bench_kernels)" 1 -- \
-      env "${LT_ENV[@]}" "$GPU_TESTS/bench_kernels"
-    phase_result kernels $?
+for p in $PHASES; do
+  if [ $BUILT = 0 ]; then note "$p" "NOT RUN (no build)"; STATUS=1; continue; fi
+  section "$p"
+  TO=$(allowed "$(cap "$p")" "$(least "$p")")
+  if [ "$TO" = 0 ]; then
+    say "not started: $(( BUDGET - $(elapsed) )) s of the $BUDGET s budget left, it needs at least $(least "$p") s"
+    note "$p" "NOT RUN (budget: $(( BUDGET - $(elapsed) )) s left, needs $(least "$p") s; GPU_CHECK_PHASES=continue)"
+    STATUS=1
+    continue
   fi
-
-  # ------------------------------------------------------------ full binary
-  LT_BIN=$ROOT/build/lattice
-  if [ -n "${GPU_CHECK_LATTICE:-}" ]; then
-    LT_BIN=$GPU_CHECK_LATTICE
-    say "using GPU_CHECK_LATTICE=$LT_BIN"
-  fi
-  mkdir -p "$WORK/lt"
-  ln -sf "$LT_BIN" "$WORK/lt/lattice"
-  if [ "${GPU_CHECK_TRAIN:-1}" = 1 ]; then
-    if want train; then
-      run_phase train "end-to-end training, CPU vs CUDA (tests/gpu/train_compare.sh)" 1 -- \
-        env "${LT_ENV[@]}" bash tests/gpu/train_compare.sh "$WORK/lt"
-      rc=$?
-      phase_result train $rc "$(counts "$WORK/train.log")"
-    fi
-    if want peer; then # the PyTorch peer of scripts/bench_peer.py trains the same model
-      run_phase peer "PyTorch peer agreement (tests/gpu/peer_check.sh; needs torch)" 1 -- \
-        env "${LT_ENV[@]}" PEER_CHECK_DEVICE=cuda bash tests/gpu/peer_check.sh "$WORK/lt"
-      rc=$?
-      phase_result peer $rc "$(counts "$WORK/peer.log")"
-    fi
-    if want parallel; then
-      say ""
-      say "mpirun for parallel_gpu.sh: $(env "${LT_ENV[@]}" bash -c 'command -v mpirun' || echo 'not found')"
-      run_phase parallel "multi-rank training on the GPU (tests/gpu/parallel_gpu.sh)" 1 -- \
-        env "${LT_ENV[@]}" bash tests/gpu/parallel_gpu.sh "$WORK/lt"
-      rc=$?
-      phase_result parallel $rc "$(counts "$WORK/parallel.log")"
-    fi
-    if want bench; then
-      # each micro-batch attempt must end well within the phase
-      bto=$(( $(allowed "$PHASE_TO") - 20 )); [ $bto -lt 30 ] && bto=30
-      # shellcheck disable=SC2086
-      run_phase bench "training benchmark (scripts/bench.sh; a benchmark: see its table)" 1 -- \
-        env "${LT_ENV[@]}" BENCH_TIMEOUT=$bto bash scripts/bench.sh --lattice "$LT_BIN" \
-        --steps "${GPU_CHECK_BENCH_STEPS:-30}" --device cuda ${GPU_CHECK_BENCH_ARGS:-}
-      phase_result bench $?
-    fi
-  fi
-fi
-for p in mpi tests sanitize racecheck attention kernels train peer parallel bench; do
-  want "$p" || continue
-  case $p in sanitize) n=memcheck ;; *) n=$p ;; esac
-  printf '%s\n' "${SUMMARY[@]}" | grep -q "^$n " && continue
-  if [ $BUILT = 0 ]; then note "$n" "NOT RUN (no build)"
-  else note "$n" "NOT RUN (GPU_CHECK_SANITIZE=0 or GPU_CHECK_TRAIN=0)"; fi
+  say "limit $TO s"
+  CURRENT=$p
+  t0=$(date +%s)
+  RC=0; DETAIL=""
+  "ph_$p"
+  CURRENT=""
+  secs=$(( $(date +%s) - t0 ))
+  case $RC in
+    0) note "$p" "ok ($secs s)${DETAIL:+: $DETAIL}"; echo "$p" >>"$DONE_FILE" ;;
+    124|137) note "$p" "TIMED OUT after $secs s (limit $TO s)${DETAIL:+: $DETAIL}"; STATUS=1 ;;
+    *) note "$p" "FAILED (exit status $RC, $secs s)${DETAIL:+: $DETAIL}"; STATUS=1
+       echo "$p" >>"$DONE_FILE" ;;
+  esac
 done
 [ -n "$GPU_NAME" ] || say "(no GPU was visible: every GPU phase is expected to fail)"
 print_summary

@@ -192,7 +192,7 @@ log "running scripts/gpu_check.sh in the chroot (every phase; the build under it
 t0=$(date +%s)
 # this 2-core machine builds far slower than the device's 16 cores: the build's
 # own limit is raised and the budget left off here (both are checked below)
-in_root bash -c "cd $DEVROOT && GPU_CHECK_BUILD_TIMEOUT=1800 GPU_CHECK_BUDGET=0 \
+in_root bash -c "cd $DEVROOT && GPU_CHECK_PHASES=all GPU_CHECK_BUILD_TIMEOUT=1800 GPU_CHECK_BUDGET=0 \
   scripts/gpu_check.sh /out/report.txt" >"$CACHE/gpu_check.out" 2>&1
 GC_RC=$?
 GC_SECS=$(secs $t0)
@@ -246,7 +246,7 @@ build/lattice --version >/tmp/version.txt 2>&1; rc=$?
 sed 's/^/  | /' /tmp/version.txt
 check version_runs "exit status $rc" test $rc = 0
 for w in "cudart|cuda libraries loaded: cudart 13.0 ($VENV/" "cublasLt|cuBLASLt 13.1.0 ($VENV/" \
-         "cudnn|cuDNN 9.19.0 ($VENV/" "nccl|NCCL 2.28.9 ($VENV/" "targets|SASS sm_80 sm_90, PTX compute_90" \
+         "cudnn|cuDNN 9.19.0 ($VENV/" "nccl|NCCL 2.28.9 ($VENV/" "targets|SASS sm_90, PTX compute_90" \
          "driver|cuda driver: none"; do
   check "version_${w%%|*}" "--version lacks '${w#*|}'" grep -qF "${w#*|}" /tmp/version.txt
 done
@@ -255,7 +255,7 @@ if [ -x /opt/inspect/bin/cuobjdump ]; then
   /opt/inspect/bin/cuobjdump --list-ptx build/lattice >/tmp/ptx.txt 2>&1
   echo "  | cuobjdump: $(grep -c 'sm_80' /tmp/elf.txt) sm_80 and $(grep -c 'sm_90' /tmp/elf.txt) sm_90 ELF images;" \
        "$(grep -c 'sm_90' /tmp/ptx.txt) sm_90 and $(grep -c 'sm_80' /tmp/ptx.txt) sm_80 PTX files"
-  check fatbin_sass "no sm_80 or sm_90 SASS in build/lattice" bash -c 'grep -q sm_80 /tmp/elf.txt && grep -q sm_90 /tmp/elf.txt'
+  check fatbin_sass "no sm_90 SASS in build/lattice (or sm_80: gpu_check builds for the device's Hopper only)" bash -c '! grep -q sm_80 /tmp/elf.txt && grep -q sm_90 /tmp/elf.txt'
   check fatbin_ptx "PTX: not compute_90 alone" bash -c 'grep -q sm_90 /tmp/ptx.txt && ! grep -q sm_80 /tmp/ptx.txt'
 else
   fail fatbin "cuobjdump missing in the chroot"
@@ -285,7 +285,7 @@ check phase_parallel_no_gpu "parallel_gpu.sh did not get as far as looking for a
 check phase_bench_no_gpu "bench.sh did not make its shard (python3 + lattice shard) or failed for another reason" \
   bash -c "grep -q 'making data/bench/random' $W/bench.log && grep -q 'no CUDA device is visible' $W/bench.log"
 check report_summary "no summary with every phase" \
-  bash -c "for p in build mpi tests memcheck racecheck attention kernels train parallel bench; do sed -n '/^== summary/,\$p' $R | grep -q \"^\$p \" || exit 1; done"
+  bash -c "for p in build tests train bench attention bench15 memcheck racecheck mpi kernels parallel peer calibrate; do sed -n '/^== summary/,\$p' $R | grep -q \"^\$p \" || exit 1; done"
 
 # the Makefile's probe also finds the wheels with Debian's python3 first on PATH
 p=$(PATH=/usr/bin:/bin make -s --no-print-directory print-CUDA_LIB_FILES 2>/dev/null | tail -1)
@@ -315,7 +315,7 @@ mv /opt/cccl-copy/nv /opt/cccl-copy/cccl "$inc/" && rmdir /opt/cccl-copy
 # a phase over its own timeout is stopped (with its processes), the next runs
 # (train_compare.sh made long: 100000 CPU steps)
 rm -f /out/t.txt
-TRAIN_COMPARE_STEPS=100000 GPU_CHECK_PHASES=train,parallel GPU_CHECK_TIMEOUT=5 GPU_CHECK_BUDGET=0 \
+TRAIN_COMPARE_STEPS=100000 GPU_CHECK_PHASES=train,parallel GPU_CHECK_CAP=5 GPU_CHECK_BUDGET=0 \
   scripts/gpu_check.sh /out/t.txt >/dev/null 2>&1
 check phase_timeout "train not TIMED OUT, or parallel not run after it" \
   bash -c "sed -n '/^== summary/,\$p' /out/t.txt | grep -q '^train .*TIMED OUT' && sed -n '/^== summary/,\$p' /out/t.txt | grep -q '^parallel .*FAILED'"
@@ -323,8 +323,8 @@ sleep 12   # timeout's SIGKILL follows 10 s after its SIGTERM
 left=$(for p in /proc/[0-9]*; do readlink "$p/exe"; done 2>/dev/null | grep -c "^$PWD/build/")
 check phase_timeout_stops_processes "$left lattice processes left running" test "$left" = 0
 
-# the budget: a phase gets what is left of it (less 30 s for the summary), one
-# that would get under a minute is not started
+# the budget: a phase gets what is left of it (less 15 s for the summary), one
+# that would get less than its least useful time is not started
 rm -f /out/b.txt
 t0=$(date +%s)
 TRAIN_COMPARE_STEPS=100000 GPU_CHECK_PHASES=train,parallel GPU_CHECK_BUDGET=100 \
@@ -337,10 +337,23 @@ check budget "the budget did not cut train short and hold back parallel (or took
 rm -f /out/s.txt
 GPU_CHECK_PHASES=train GPU_CHECK_BUDGET=0 scripts/gpu_check.sh /out/s.txt >/dev/null 2>&1 &
 gc=$!
-for i in $(seq 1 120); do grep -q '^== end-to-end training' /out/s.txt 2>/dev/null && break; sleep 0.5; done
+for i in $(seq 1 120); do grep -q '^== train' /out/s.txt 2>/dev/null && break; sleep 0.5; done
 sleep 1; kill -TERM $gc; wait $gc
 check stopped_writes_summary "no summary after SIGTERM" \
   bash -c "grep -q '^train .*INTERRUPTED' /out/s.txt && grep -q '^RESULT' /out/s.txt"
+
+# the one-call plan: every phase's expected time within the budget
+GPU_CHECK_DRY=1 scripts/gpu_check.sh /out/plan.txt >/out/plan.out 2>&1; rc=$?
+sed 's/^/  | /' /out/plan.out
+check plan_fits_budget "the first call's expected phase times exceed its budget" test $rc = 0
+
+# continue: the phases an earlier run finished are left out, the build kept
+printf 'tests\ntrain\n' >$W/done
+rm -f /out/c2.txt
+GPU_CHECK_PHASES=continue GPU_CHECK_CAP=5 GPU_CHECK_BUDGET=0 scripts/gpu_check.sh /out/c2.txt >/dev/null 2>&1
+check continue_skips_done "continue ran a finished phase, skipped none, or rebuilt" \
+  bash -c "grep -q '^phases: bench attention bench15 memcheck racecheck' /out/c2.txt &&
+           grep -q '^== build: skipped' /out/c2.txt && ! grep -q '^== tests' /out/c2.txt"
 
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]
@@ -352,7 +365,7 @@ CK_RC=${PIPESTATUS[0]}
 if [ "$CARRIED" -le "$CARRY_LIMIT" ]; then echo "PASS carry_size ($((CARRIED / 1024 / 1024)) MiB <= 64 MiB)"
 else echo "FAIL carry_size: $((CARRIED / 1024 / 1024)) MiB > 64 MiB"; CK_RC=1; fi
 
-build_secs=$(sed -n 's/^built in \([0-9]*\) s$/\1/p' "$CACHE/report.txt" | head -1)
+build_secs=$(sed -n 's/^RESULT build *ok (\([0-9]*\) s)$/\1/p' "$CACHE/report.txt" | head -1)
 echo ""
 echo "== rehearsal =="
 echo "gpu_check.sh (all phases) took $GC_SECS s here, the build ${build_secs:-?} s of it (2 shared cores; the device has 16)"

@@ -13,7 +13,15 @@
  * handle to the current stream and executes a variant pack of the call's
  * pointers. Calls left to lattice are counted and the first of each
  * direction is logged with its reason; lt_cuda_attention_info reports the
- * counters. */
+ * counters.
+ * Never fatal: a plan cuDNN cannot build, or one whose execute fails, sends
+ * the call (and every later call of that key: the failed plan is dropped
+ * from the cache and its key remembered with cuDNN's status) to lattice's
+ * kernels, logged once per direction. Only an error CUDA itself reports
+ * afterwards (a sticky launch failure) is left to the backend's checks.
+ * Test hook: LT_CUDNN_FAIL=build or =execute (read when the handle is made)
+ * makes every plan build or execute fail as cuDNN's would, so the GPU tests
+ * can check the fallback's results and counters. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,12 +36,19 @@ struct CudnnAttn {
     long calls[2], fallbacks[2], plans_failed;
     int logged[2];          /* a fallback of this direction was logged */
     char last_fallback[240];
+    int fail_hook;          /* LT_CUDNN_FAIL: 0 none, 1 build, 2 execute */
+    long exec_failed;
 };
 
 extern "C" long lt_cudnn_version(void) { return (long)cudnnGetVersion(); }
 
 static void *plan_build_cb(const LtAttnPlanKey *key, void *ctx, char *why, size_t whylen) {
     const CudnnAttn *ca = (const CudnnAttn *)ctx;
+    if (ca->fail_hook == 1) {
+        snprintf(why, whylen, "plan build failed: CUDNN_STATUS_NOT_SUPPORTED (forced by "
+                              "LT_CUDNN_FAIL=build)");
+        return NULL;
+    }
     return cudnn_plan_build(ca->handle, key, ca->env.cudnn_version, why, whylen);
 }
 
@@ -56,6 +71,14 @@ CudnnAttn *cudnn_attn_create(int device, const LtAttnEnv *env, char *err, size_t
     ca->env = *env;
     ca->device = device;
     lt_attn_cache_init(&ca->cache, plan_destroy_cb, ca);
+    const char *hook = getenv("LT_CUDNN_FAIL");
+    if (hook && !strcmp(hook, "build")) ca->fail_hook = 1;
+    else if (hook && !strcmp(hook, "execute")) ca->fail_hook = 2;
+    else if (hook && *hook)
+        lt_log("attention: LT_CUDNN_FAIL=%s ignored (build or execute)\n", hook);
+    if (ca->fail_hook)
+        lt_log("attention: LT_CUDNN_FAIL=%s: every cuDNN plan %s will fail (test hook)\n", hook,
+               hook);
     return ca;
 }
 
@@ -91,8 +114,8 @@ static void fallback(CudnnAttn *ca, int dir, const char *why) {
            dir_name(dir), why);
 }
 
-/* The plan for this call, or NULL when lattice's kernels must run it. */
-static CuAttnPlan *plan_for(CudnnAttn *ca, const LtAttnShape *s, const void *const *ptrs,
+/* The cache slot of this call's plan, or NULL when lattice's kernels must run it. */
+static LtAttnPlanSlot *plan_for(CudnnAttn *ca, const LtAttnShape *s, const void *const *ptrs,
                             int nptrs) {
     char why[240];
     if (!lt_attn_cudnn_call_ok(&ca->env, s, ptrs, nptrs, why, sizeof why)) {
@@ -109,7 +132,7 @@ static CuAttnPlan *plan_for(CudnnAttn *ca, const LtAttnShape *s, const void *con
                "workspace %zu bytes\n", dir_name(s->dir), s->B, s->T, s->NH, s->NKV, s->HD,
                (long long)p->engine, p->engine_nondet ? " (noted non-deterministic)" : "",
                cudnn_plan_workspace(p));
-    if (p) return (CuAttnPlan *)slot->plan;
+    if (p) return slot;
     if (built) {
         ca->plans_failed++;
         lt_log("attention: cuDNN has no %s plan for B=%d T=%d NH=%d NKV=%d HD=%d: %s\n",
@@ -145,9 +168,21 @@ static void pack_qkv(VariantPack *pk, int64_t first, const void *base, int NH, i
     pack_add(pk, first + 2, b + (size_t)(NH + NKV) * HD);
 }
 
-/* Execute p on the current stream: the scalars and workspace tensors are
- * added to the call's pack here. */
-static void run_plan(LtBackend *be, CudnnAttn *ca, CuAttnPlan *p, VariantPack *pk) {
+/* Execute the slot's plan on the current stream: the scalars and workspace
+ * tensors are added to the call's pack here. 1 when cuDNN ran it; 0 when a
+ * call failed: the plan is dropped and its key remembered as failed (cuDNN's
+ * status logged once), so this and every later call of the key run on
+ * lattice's kernels. */
+#define EXEC_STEP(call)                                                                    \
+    do {                                                                                   \
+        if (st == CUDNN_STATUS_SUCCESS) {                                                  \
+            st = (call);                                                                   \
+            if (st != CUDNN_STATUS_SUCCESS) what = #call;                                  \
+        }                                                                                  \
+    } while (0)
+
+static int run_plan(LtBackend *be, CudnnAttn *ca, LtAttnPlanSlot *slot, VariantPack *pk) {
+    CuAttnPlan *p = (CuAttnPlan *)slot->plan;
     char *ws = (char *)cu_scratch(be, cudnn_plan_workspace(p));
     pack_add(pk, UID_SCALE, &p->scale);
     pack_add(pk, UID_NEG_INF, &p->neg_inf);
@@ -162,19 +197,50 @@ static void run_plan(LtBackend *be, CudnnAttn *ca, CuAttnPlan *p, VariantPack *p
     }
     void *engine_ws = ws + p->sums_bytes + p->accum_bytes;
     CuDesc vp = NULL;
-    CUDNN_CHECK(cudnnSetStream(ca->handle, cu_stream(be)));
-    CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp));
-    CUDNN_CHECK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
-                                         pk->n, pk->uid));
-    CUDNN_CHECK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
-                                         CUDNN_TYPE_VOID_PTR, pk->n, pk->ptr));
-    CUDNN_CHECK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
-                                         CUDNN_TYPE_VOID_PTR, 1, &engine_ws));
-    CUDNN_CHECK(cudnnBackendFinalize(vp));
-    CUDNN_CHECK(cudnnBackendExecute(ca->handle, p->plan, vp));
-    CUDNN_CHECK(cudnnBackendDestroyDescriptor(vp));
-    ca->calls[p->dir]++;
+    cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+    const char *what = "";
+    EXEC_STEP(cudnnSetStream(ca->handle, cu_stream(be)));
+    EXEC_STEP(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp));
+    EXEC_STEP(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+                                       pk->n, pk->uid));
+    EXEC_STEP(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                       CUDNN_TYPE_VOID_PTR, pk->n, pk->ptr));
+    EXEC_STEP(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+                                       CUDNN_TYPE_VOID_PTR, 1, &engine_ws));
+    EXEC_STEP(cudnnBackendFinalize(vp));
+    if (st == CUDNN_STATUS_SUCCESS && ca->fail_hook == 2) {
+        st = CUDNN_STATUS_EXECUTION_FAILED;
+        what = "cudnnBackendExecute (forced by LT_CUDNN_FAIL=execute)";
+    }
+    EXEC_STEP(cudnnBackendExecute(ca->handle, p->plan, vp));
+    if (vp) {
+        cudnnStatus_t dst = cudnnBackendDestroyDescriptor(vp);
+        if (st == CUDNN_STATUS_SUCCESS && dst != CUDNN_STATUS_SUCCESS)
+            lt_log("attention: cudnnBackendDestroyDescriptor: %s (ignored)\n",
+                   cudnnGetErrorString(dst));
+    }
+    if (st == CUDNN_STATUS_SUCCESS) {
+        ca->calls[p->dir]++;
+        return 1;
+    }
+    /* drop the plan; the slot keeps the key with the reason, as for a plan
+     * cuDNN could not build */
+    const int dir = p->dir;
+    cudnn_plan_destroy(p);
+    slot->plan = NULL;
+    snprintf(slot->why, sizeof slot->why, "execute failed: %s (%d) in %.60s",
+             cudnnGetErrorString(st), (int)st, what);
+    ca->exec_failed++;
+    ca->plans_failed++;
+    lt_log("attention: cuDNN %s call failed for B=%d T=%d NH=%d NKV=%d HD=%d: %s; this shape "
+           "runs on lattice's kernels from now on\n", dir_name(dir), slot->key.B, slot->key.T,
+           slot->key.NH, slot->key.NKV, slot->key.HD, slot->why);
+    char why[240];
+    snprintf(why, sizeof why, "cuDNN %s", slot->why);
+    fallback(ca, dir, why);
+    return 0;
 }
+#undef EXEC_STEP
 
 // qkv (B, T, NH + 2*NKV, HD) -> out (B, T, NH, HD), lse (B, NH, T); 1 when run here
 int cudnn_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T, int NH,
@@ -182,14 +248,13 @@ int cudnn_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, i
     CudnnAttn *ca = cu_impl(be)->cudnn;
     const LtAttnShape s = {LT_ATTN_FWD, B, T, NH, NKV, HD};
     const void *ptrs[] = {qkv, out, lse};
-    CuAttnPlan *p = plan_for(ca, &s, ptrs, 3);
+    LtAttnPlanSlot *p = plan_for(ca, &s, ptrs, 3);
     if (!p) return 0;
     VariantPack pk = {};
     pack_qkv(&pk, UID_Q, qkv, NH, NKV, HD);
     pack_add(&pk, UID_O, out);
     pack_add(&pk, UID_STATS, lse);
-    run_plan(be, ca, p, &pk);
-    return 1;
+    return run_plan(be, ca, p, &pk);
 }
 
 // dout, qkv, out, lse -> dqkv (qkv's layout) overwritten; 1 when run here
@@ -198,7 +263,7 @@ int cudnn_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void 
     CudnnAttn *ca = cu_impl(be)->cudnn;
     const LtAttnShape s = {LT_ATTN_BWD, B, T, NH, NKV, HD};
     const void *ptrs[] = {dqkv, dout, qkv, out, lse};
-    CuAttnPlan *p = plan_for(ca, &s, ptrs, 5);
+    LtAttnPlanSlot *p = plan_for(ca, &s, ptrs, 5);
     if (!p) return 0;
     VariantPack pk = {};
     pack_qkv(&pk, UID_Q, qkv, NH, NKV, HD);
@@ -206,6 +271,5 @@ int cudnn_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void 
     pack_add(&pk, UID_DO, dout);
     pack_add(&pk, UID_STATS, lse);
     pack_qkv(&pk, UID_DQ, dqkv, NH, NKV, HD);
-    run_plan(be, ca, p, &pk);
-    return 1;
+    return run_plan(be, ca, p, &pk);
 }

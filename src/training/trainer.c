@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attn_select.h"
 #include "checkpoint.h"
 #include "common.h"
 #include "devclock.h"
@@ -470,6 +471,13 @@ static void report_done(Trainer *t) {
            "%.3f TFLOP/s per device, MFU %.1f%%, host waits per step %lu\n",
            t->done, med * 1e3, t->ntimes - skip, t->tokens_step / med, tflops,
            r->peak_tflops > 0 ? 100.0 * tflops / r->peak_tflops : 0.0, t->max_waits);
+    LtAttnInfo ai;
+    if (r->attn.cudnn && lt_cuda_attention_info(r->be, &ai) == 0) {
+        lt_log("attention: cuDNN ran %ld forward and %ld backward calls; lattice's kernels ran "
+               "%ld forward and %ld backward calls%s%s%s\n", ai.cudnn_calls[0], ai.cudnn_calls[1],
+               ai.fallback_calls[0], ai.fallback_calls[1], ai.last_fallback[0] ? " (last: " : "",
+               ai.last_fallback, ai.last_fallback[0] ? ")" : "");
+    }
     if (r->plan_device[0])
         lt_log("planned:  the planner predicted %.1f ms per step on %s; measured %.1f ms (%.2fx)\n",
                1e3 * r->plan.step, r->plan_device, med * 1e3, med / r->plan.step);

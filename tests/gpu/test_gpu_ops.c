@@ -1237,6 +1237,73 @@ static void test_cudnn_refuses_fp32(void) {
     CHECK(lt_cuda_attention_configure(g_fp32_backend, LT_ATTN_LATTICE, 1, 64, &ch) == 0, "reset");
 }
 
+/* A cuDNN failure is never fatal: with LT_CUDNN_FAIL=build and =execute
+ * (every plan build or execute fails as cuDNN's would) a cuDNN backend's
+ * attention runs on lattice's kernels, bit for bit what a lattice backend
+ * computes, and its counters say so; the second call of a shape finds the
+ * failure cached. */
+static LtBackend *g_lattice_bf16;
+static void attn_run_raw(LtBackend *be, const float *qkv, const float *dout, int B, int T, int NH,
+                         int HD, void **out, void **lse, void **dqkv) {
+    const size_t nq = (size_t)B * T * 3 * NH * HD, no = (size_t)B * T * NH * HD;
+    const size_t nl = (size_t)B * NH * T;
+    void *dq = act_up(be, qkv, nq), *dy = act_up(be, dout, no), *o = act_up(be, NULL, no);
+    float *dl = f32_up(be, NULL, nl);
+    void *dg = act_up(be, NULL, nq);
+    poison(be, dg, lt_act_bytes(be, nq));
+    be->ops->attention_fwd(be, o, dl, dq, B, T, NH, NH, HD);
+    be->ops->attention_bwd(be, dg, dy, dq, o, dl, B, T, NH, NH, HD);
+    *out = raw_down(be, o, lt_act_bytes(be, no));
+    *lse = raw_down(be, dl, nl * 4);
+    *dqkv = raw_down(be, dg, lt_act_bytes(be, nq));
+    dfree(be, dq), dfree(be, dy), dfree(be, o), dfree(be, dl), dfree(be, dg);
+}
+
+static void test_cudnn_failure_falls_back(void) {
+    const int B = 2, T = 256, NH = 4, HD = 64;
+    const size_t nq = (size_t)B * T * 3 * NH * HD, no = (size_t)B * T * NH * HD;
+    float *qkv = hrand(nq, 1.7f, 1), *dout = hrand(no, 1.f, 1);
+    void *want[3];
+    attn_run_raw(g_lattice_bf16, qkv, dout, B, T, NH, HD, &want[0], &want[1], &want[2]);
+    const size_t bytes[3] = {no * 2, (size_t)B * NH * T * 4, nq * 2};
+    static const char *const hooks[] = {"build", "execute"};
+    for (int h = 0; h < 2; h++) {
+        setenv("LT_CUDNN_FAIL", hooks[h], 1);
+        LtBackend *be = make_cuda(LT_BF16, 0);
+        LtAttnChoice ch;
+        int rc = lt_cuda_attention_configure(be, LT_ATTN_CUDNN, 1, HD, &ch);
+        if (rc) rc = lt_cuda_attention_configure(be, LT_ATTN_CUDNN, 0, HD, &ch);
+        unsetenv("LT_CUDNN_FAIL");
+        CHECK(rc == 0 && ch.cudnn, "LT_CUDNN_FAIL=%s: cuDNN backend: %s", hooks[h], ch.reason);
+        if (rc == 0) {
+            for (int rep = 0; rep < 2; rep++) {
+                void *got[3];
+                attn_run_raw(be, qkv, dout, B, T, NH, HD, &got[0], &got[1], &got[2]);
+                static const char *const what[3] = {"out", "lse", "dqkv"};
+                for (int k = 0; k < 3; k++) {
+                    CHECK(memcmp(got[k], want[k], bytes[k]) == 0,
+                          "LT_CUDNN_FAIL=%s call %d: %s differs from lattice's kernels", hooks[h],
+                          rep + 1, what[k]);
+                    free(got[k]);
+                }
+            }
+            LtAttnInfo ai;
+            lt_cuda_attention_info(be, &ai);
+            printf("  LT_CUDNN_FAIL=%-7s cuDNN calls %ld/%ld, left to lattice %ld/%ld, plans "
+                   "failed %ld: %s\n", hooks[h], ai.cudnn_calls[0], ai.cudnn_calls[1],
+                   ai.fallback_calls[0], ai.fallback_calls[1], ai.plans_failed, ai.last_fallback);
+            CHECK(ai.cudnn_calls[0] == 0 && ai.cudnn_calls[1] == 0 && ai.fallback_calls[0] == 2 &&
+                      ai.fallback_calls[1] == 2 && ai.plans_failed == 2,
+                  "LT_CUDNN_FAIL=%s: counters", hooks[h]);
+            CHECK(strstr(ai.last_fallback, hooks[h][0] == 'b' ? "build" : "execute") != NULL,
+                  "the reason names the failure: %s", ai.last_fallback);
+        }
+        lt_backend_destroy(be);
+    }
+    for (int k = 0; k < 3; k++) free(want[k]);
+    free(qkv), free(dout);
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--quick")) g_quick = 1;
@@ -1253,7 +1320,9 @@ int main(int argc, char **argv) {
     LtBackend *n16 = make_cudnn(&nondet);
     printf("device: %s\n", g32->device_name);
     g_fp32_backend = g32;
+    g_lattice_bf16 = g16;
     RUN(test_cudnn_refuses_fp32);
+    RUN(test_cudnn_failure_falls_back);
 #ifdef LT_GPU_TEST_NO_CPU
     printf("reference: CUDA fp32 alternative paths (built without the CPU backend)\n");
     Pair pairs[] = {
