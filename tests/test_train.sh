@@ -75,6 +75,10 @@ expect_input_error bad_checkpoint "checkpoint.load" "$LT" train $CFG $D checkpoi
 expect_input_error unknown_command "unknown command" "$LT" frobnicate
 expect_input_error cuda_graph_on_cpu "train.cuda_graph needs the CUDA backend" "$LT" train $CFG $D \
   train.cuda_graph=true
+expect_input_error cuda_graph_zero2 "train.cuda_graph: ZeRO stage 2" "$LT" train $CFG $D \
+  train.cuda_graph=true optimizer.zero_stage=2
+# (with train.device=auto a default config passes the step's own checks and
+# reaches the backend's: a check that refused every config once hid here)
 expect_input_error cuda_graph_auto_cpu "train.cuda_graph needs the CUDA backend; this run uses the cpu" \
   "$LT" train $CFG $D train.cuda_graph=true train.device=auto
 # model.attention=cudnn is refused before training wherever it cannot run

@@ -312,6 +312,14 @@ static int rule_graph_without_dp_overlap(const Rules *r, char *err, size_t errle
                        "parallel.overlap_param_gather to false");
 }
 
+static int rule_graph_without_zero2(const Rules *r, char *err, size_t errlen) {
+    const LtConfig *c = r->c;
+    if (!c->train.cuda_graph || c->optimizer.zero_stage != 2) return 0;
+    return lt_cfg_fail(err, errlen,
+                       "train.cuda_graph: ZeRO stage 2 reduces gradients bucket by bucket inside "
+                       "the step; use optimizer.zero_stage 0 or 1 with the graph");
+}
+
 static int rule_graph_without_tp_pp(const Rules *r, char *err, size_t errlen) {
     if (!r->c->train.cuda_graph || (r->tp == 1 && r->pp == 1)) return 0;
     return lt_cfg_fail(err, errlen,
@@ -441,6 +449,7 @@ static const struct {
     {"tp overlap needs sp", rule_tp_overlap_needs_sp},
     {"param gather needs zero", rule_param_gather_needs_zero},
     {"cuda graph without dp overlap", rule_graph_without_dp_overlap},
+    {"cuda graph without zero 2", rule_graph_without_zero2},
     {"cuda graph without tp/pp", rule_graph_without_tp_pp},
     {"cuda graph needs cuda", rule_graph_needs_cuda},
     {"cudnn needs cuda", rule_cudnn_needs_cuda},

@@ -464,9 +464,17 @@ static void t_add_act(const Pair *P) {
 }
 
 /* ======================= linear ======================= */
+/* bf16 activations (out, pre_gelu, dinp) are held to 4 bf16 ulps (2^-5)
+ * relative: each side rounds its result once (1 ulp apart at most); the CPU
+ * rounds the GEMM before adding the bias and applying GeLU (or its derivative)
+ * where cuBLASLt's epilogue works on the fp32 sum (about 1.5 ulps more); and
+ * cuBLASLt's kernels for operands off the 16-byte grid lose about one more.
+ * The first GPU run measured up to 2.7 ulps (2.14e-2) against the old 1e-2.
+ * dW and dbias are fp32 and keep the pair's tolerance. */
 static void t_linear(const Pair *P) {
     static const int shapes[][3] = {{7, 24, 40}, {33, 100, 37}, {16, 64, 8},
                                     {64, 768, 2304}, {128, 768, 3072}, {100, 3072, 768}};
+    const double tol = P->bf16 ? 0x1p-5 : P->tol;
     for (int s = 0; s < 6; s++) {
         if (g_quick && s >= 3) break;
         const int N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
@@ -516,9 +524,9 @@ static void t_linear(const Pair *P) {
             char nm[96];
             snprintf(nm, sizeof nm, "lin %dx%dx%d%s%s out", N, C, OC, has_bias ? " +b" : "",
                      gelu ? " +gelu" : "");
-            cmp(P, nm, o[1], o[0], NO, P->tol);
-            if (gelu) cmp(P, "lin fwd pre_gelu", pg[1], pg[0], NO, P->tol);
-            cmp(P, gelu ? "lin bwd dinp (dgelu)" : "lin bwd dinp", gi[1], gi[0], NC, P->tol);
+            cmp(P, nm, o[1], o[0], NO, tol);
+            if (gelu) cmp(P, "lin fwd pre_gelu", pg[1], pg[0], NO, tol);
+            cmp(P, gelu ? "lin bwd dinp (dgelu)" : "lin bwd dinp", gi[1], gi[0], NC, tol);
             cmp(P, "lin bwd dw", gw[1], gw[0], OCC, P->tol);
             if (has_bias) cmp(P, "lin bwd dbias", gb[1], gb[0], OC, P->tol);
             for (int k = 0; k < 2; k++) free(o[k]), free(pg[k]), free(gi[k]), free(gw[k]), free(gb[k]);
@@ -719,6 +727,12 @@ static void check_cudnn_ran(const Pair *P, const LtAttnInfo *before) {
     printf("  cuDNN %ld: %ld forward and %ld backward calls, %ld left to lattice\n",
            now.cudnn_version, fwd, bwd, fb);
     if (fb) printf("  last left to lattice: %s\n", now.last_fallback);
+    if (g_offset) { /* buffers off the 16-byte grid: cuDNN's rules send every call to lattice */
+        CHECK(fwd == 0 && bwd == 0 && fb > 0 && strstr(now.last_fallback, "16-byte aligned"),
+              "misaligned buffers: cuDNN ran %ld forward and %ld backward calls, %ld left to "
+              "lattice (last: %s)", fwd, bwd, fb, now.last_fallback);
+        return;
+    }
     CHECK(fwd > 0 && bwd > 0, "cuDNN ran %ld forward and %ld backward calls", fwd, bwd);
 }
 
@@ -787,6 +801,11 @@ static void t_attention(const Pair *P) {
         char nm[96];
         double tol_out = P->tol, tol_dqkv = P->tol; /* bf16: see attn_bound.h */
         if (P->bf16) attn_bf16_bounds(qkv, dout, B, T, NH, NKV, HD, P->tol, &tol_out, &tol_dqkv);
+        /* fp32: dK and dV sum T x (NH / NKV) products in an order of each path's
+         * own, so their rounding grows like the square root of that count (the
+         * first GPU run measured 2.5e-5 at T 700 with 4 heads a group, against a
+         * flat 1e-5) */
+        else tol_dqkv = P->tol * fmax(1.0, sqrt((double)T * (NH / NKV) / 64.0));
         snprintf(nm, sizeof nm, "attn_fwd B%d T%d NH%d NKV%d HD%d out", B, T, NH, NKV, HD);
         cmp(P, nm, o[1], o[0], no, tol_out);
         cmp(P, "attn_fwd lse", l[1], l[0], nl, P->tol);
@@ -1164,6 +1183,19 @@ static const Case cases[] = {
     {"rope", t_rope, 1},
 };
 
+/* 1 when name is an item of the comma list. */
+static int listed(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
 /* One case on one pair: a PASS or FAIL line named case_pair (case_pair_off4 for
  * the misaligned run). */
 static void run_case(const Case *c, const Pair *p) {
@@ -1305,8 +1337,15 @@ static void test_cudnn_failure_falls_back(void) {
 }
 
 int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
+    const char *only = NULL; /* --only a,b,c: just these cases ("cudnn": the cuDNN checks) */
+    for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else {
+            printf("usage: test_gpu_ops [--quick] [--only CASE[,CASE...]]\n");
+            return 2;
+        }
+    }
     printf("lattice GPU op tests: %d CUDA device(s), compiled=%d, cuDNN %ld%s\n",
            lt_cuda_device_count(), lt_cuda_compiled(), lt_cudnn_version(),
            g_quick ? " (quick)" : "");
@@ -1321,8 +1360,10 @@ int main(int argc, char **argv) {
     printf("device: %s\n", g32->device_name);
     g_fp32_backend = g32;
     g_lattice_bf16 = g16;
-    RUN(test_cudnn_refuses_fp32);
-    RUN(test_cudnn_failure_falls_back);
+    if (!only || listed(only, "cudnn")) {
+        RUN(test_cudnn_refuses_fp32);
+        RUN(test_cudnn_failure_falls_back);
+    }
 #ifdef LT_GPU_TEST_NO_CPU
     printf("reference: CUDA fp32 alternative paths (built without the CPU backend)\n");
     Pair pairs[] = {
@@ -1344,12 +1385,14 @@ int main(int argc, char **argv) {
     };
 #endif
     const int npairs = (int)(sizeof pairs / sizeof pairs[0]);
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if (only && !listed(only, cases[c].name)) continue;
         for (int p = 0; p < npairs; p++) {
             if (pairs[p].cudnn && (!pairs[p].dut || strcmp(cases[c].name, "attention"))) continue;
             run_case(&cases[c], &pairs[p]);
             if (cases[c].misalign) run_case_misaligned(&cases[c], &pairs[p]);
         }
+    }
     lt_backend_destroy(g32), lt_backend_destroy(g16), lt_backend_destroy(a32), lt_backend_destroy(a16);
     lt_backend_destroy(n16);
     if (c32) lt_backend_destroy(c32);
