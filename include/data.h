@@ -66,12 +66,50 @@ static inline uint64_t lt_num_samples(uint64_t ntokens, int S) {
     return ntokens > (uint64_t)S ? (ntokens - 1) / (uint64_t)S : 0;
 }
 
+/* ---- blends ----------------------------------------------------------------
+ * data.train_path names one file, or a blend in Megatron-LM's form
+ * "W1 PATH1 W2 PATH2 ..." (a YAML list is stored joined so): each dataset is
+ * a token file (any format) with a positive weight; weights are normalised
+ * by their sum. A string whose first word is not a number is one path. */
+#define LT_BLEND_MAX 64
+typedef struct {
+    int n;                           /* datasets */
+    double weight[LT_BLEND_MAX];     /* normalised: they sum to 1 */
+    char *path[LT_BLEND_MAX];        /* into text */
+    LtTokenFile *file[LT_BLEND_MAX]; /* after lt_blend_open */
+    char text[1024];                 /* the paths, cut apart */
+    char spec[1024];                 /* the blend as given (trimmed), for messages */
+} LtBlend;
+
+/* Parse spec into b (no file opened). 0, or -1 with what is wrong in err. */
+int lt_blend_parse(const char *spec, LtBlend *b, char *err, size_t errlen);
+/* Parse and open every file (lt_tokens_open with vocab). 0, or -1 with the
+ * problem (naming the file) in err and nothing left open. */
+int lt_blend_open(LtBlend *b, const char *spec, int vocab, char *err, size_t errlen);
+void lt_blend_close(LtBlend *b);
+
+/* The order in which a blend takes its samples: Megatron-LM's BlendedDataset
+ * (global sample i from the dataset furthest below its share w_d * i, as that
+ * dataset's next sample). Thread-safe. */
+typedef struct LtBlendOrder LtBlendOrder;
+LtBlendOrder *lt_blend_order_create(const double *weights, int n);
+void lt_blend_order_destroy(LtBlendOrder *o);
+/* Global samples first .. first+count-1: dataset[k] and that dataset's own
+ * sample number index[k] (how many it had taken before). */
+void lt_blend_order_range(LtBlendOrder *o, uint64_t first, int count, int *dataset,
+                          uint64_t *index);
+/* Samples each dataset took before global sample pos, into taken[n]. */
+void lt_blend_order_taken(LtBlendOrder *o, uint64_t pos, uint64_t *taken);
+
 /* ---- loader ---------------------------------------------------------------
  * Produces, for optimizer step k, the samples this rank uses: global sample
  * positions k*G + first .. k*G + first + count - 1 (G = samples_per_step).
- * Position p maps to sample id p mod num_samples without shuffle; with
- * shuffle, epoch e = p / num_samples uses a permutation that is a pure
- * function of (seed, e). A background thread prepares up to `prefetch` steps
+ * With a blend, position p first goes to a dataset d and its own position q
+ * (LtBlendOrder); with one file, d = 0 and q = p. Position q maps to sample
+ * id q mod num_samples of d without shuffle; with shuffle, epoch
+ * e = q / num_samples uses a permutation that is a pure function of
+ * (seed_d, e), where seed_0 = seed and the other datasets' seeds are
+ * derived from (seed, d). A background thread prepares up to `prefetch` steps
  * ahead, so the training loop never waits on storage in steady state. */
 typedef struct LtLoader LtLoader;
 typedef struct {
@@ -85,12 +123,22 @@ typedef struct {
 
 /* The loader does not own f; f must stay open until lt_loader_destroy. */
 LtLoader *lt_loader_create(LtTokenFile *f, const LtLoaderConfig *cfg, char *err, size_t errlen);
+/* The same over an opened blend (b's files stay open until lt_loader_destroy;
+ * b itself may go). */
+LtLoader *lt_loader_create_blend(const LtBlend *b, const LtLoaderConfig *cfg, char *err,
+                                 size_t errlen);
+/* Samples each dataset of the loader's blend took before global position pos
+ * (taken[n]); with one file, taken[0] = pos. */
+void lt_loader_taken(const LtLoader *l, uint64_t pos, uint64_t *taken);
 /* Copy step `step`'s tokens into out[count * (S+1)] (row i = sample i of the
  * slice, S+1 tokens). Steps are normally requested in increasing order (which
  * the prefetcher predicts); any step may be asked for (resume). Returns 0, or
  * -1 with a message (a read or validation error) in err. */
 int lt_loader_get(LtLoader *l, long step, int32_t *out, char *err, size_t errlen);
-/* Global sample id used at global position p (exposed for tests). */
+/* The dataset of global position p and the sample id read from it (exposed
+ * for tests). */
+int lt_loader_locate(const LtLoader *l, uint64_t position, uint64_t *sample_id);
+/* The sample id of global position p (of whichever dataset holds it). */
 uint64_t lt_loader_sample_id(const LtLoader *l, uint64_t position);
 void lt_loader_destroy(LtLoader *l);
 

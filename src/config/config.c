@@ -598,6 +598,51 @@ static int check_tag(const KeyDesc *k, const yaml_event_t *ev, const char *dotte
                        dotted, tag, where);
 }
 
+/* data.train_path and data.valid_path also take a YAML list: a dataset blend
+ * written [W1, PATH1, W2, PATH2, ...] (or [PATH] alone), stored joined by
+ * spaces as Megatron's string form, which data/blend.c parses. */
+static bool is_blend_key(const char *dotted) {
+    return !strcmp(dotted, "data.train_path") || !strcmp(dotted, "data.valid_path");
+}
+
+/* The list's items up to its SEQUENCE-END (its START consumed) into k. */
+static int parse_blend_list(YamlIn *in, const KeyDesc *k, const char *dotted, const char *where) {
+    char joined[LT_PATH_MAX];
+    size_t len = 0;
+    yaml_event_t ev;
+    for (;;) {
+        if (next_event(in, &ev))
+            return -1;
+        if (ev.type == YAML_SEQUENCE_END_EVENT)
+            break;
+        if (ev.type != YAML_SCALAR_EVENT) {
+            const char *kind = node_kind(&ev);
+            yaml_event_delete(&ev);
+            return lt_cfg_fail(in->err, in->errlen,
+                               "%s: a blend list holds weights and paths, got %s%s", dotted, kind,
+                               where);
+        }
+        const size_t n = ev.data.scalar.length;
+        if (memchr(ev.data.scalar.value, ' ', n) || memchr(ev.data.scalar.value, '\t', n) || !n) {
+            yaml_event_delete(&ev);
+            return lt_cfg_fail(in->err, in->errlen,
+                               "%s: a blend list item is empty or holds a space (paths in a blend "
+                               "cannot have spaces)%s", dotted, where);
+        }
+        if (len + n + 1 >= sizeof joined) {
+            yaml_event_delete(&ev);
+            return lt_cfg_fail(in->err, in->errlen, "%s: the blend is too long (at most %d "
+                               "bytes with spaces between items)%s", dotted, LT_PATH_MAX - 1, where);
+        }
+        if (len) joined[len++] = ' ';
+        memcpy(joined + len, ev.data.scalar.value, n);
+        len += n;
+        yaml_event_delete(&ev);
+    }
+    yaml_event_delete(&ev);
+    return set_value(in->cfg, k, joined, len, false, where, in->err, in->errlen);
+}
+
 /* Keys of one section; the section's MAPPING-START has been consumed. */
 static int parse_keys(YamlIn *in, int sec) {
     yaml_event_t ev;
@@ -633,6 +678,12 @@ static int parse_keys(YamlIn *in, int sec) {
         if (next_event(in, &ev))
             return -1;
         where_text(where, sizeof where, in->file, line_of(&ev));
+        if (ev.type == YAML_SEQUENCE_START_EVENT && is_blend_key(dotted)) {
+            yaml_event_delete(&ev);
+            if (parse_blend_list(in, &lt_cfg_keys[ki], dotted, where))
+                return -1;
+            continue;
+        }
         if (ev.type != YAML_SCALAR_EVENT) {
             const char *kind = node_kind(&ev);
             yaml_event_delete(&ev);

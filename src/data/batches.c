@@ -44,12 +44,13 @@ int lt_cmd_batches(const LtConfig *cfg, const char *out_path) {
         lt_input_error("batches: train.steps (%ld) must be in [1, %u]", cfg->train.steps,
                        UINT32_MAX);
     char err[1024];
-    LtTokenFile *f = lt_tokens_open(cfg->data.train_path, cfg->model.vocab_size, err, sizeof err);
-    if (!f) lt_input_error("data.train_path: %s", err);
+    LtBlend *blend = lt_calloc(sizeof *blend);
+    if (lt_blend_open(blend, cfg->data.train_path, cfg->model.vocab_size, err, sizeof err))
+        lt_input_error("data.train_path: %s", err);
     const int S = cfg->model.seq_length, G = cfg->train.global_batch_size;
     const size_t row = (size_t)S + 1, per_step = (size_t)G * row;
     LtLoaderConfig lc = lt_train_loader_config(cfg, 0, G);
-    LtLoader *l = lt_loader_create(f, &lc, err, sizeof err);
+    LtLoader *l = lt_loader_create_blend(blend, &lc, err, sizeof err);
     if (!l) lt_input_error("data.train_path: %s", err);
 
     char *text = NULL;
@@ -92,7 +93,8 @@ int lt_cmd_batches(const LtConfig *cfg, const char *out_path) {
     free(bytes);
     free(head);
     lt_loader_destroy(l);
-    lt_tokens_close(f);
+    lt_blend_close(blend);
+    free(blend);
     if (!ok) {
         fclose(o);
         remove(tmp);

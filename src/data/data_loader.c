@@ -46,12 +46,23 @@ typedef struct {
     int32_t *buf; /* count * (seq_len + 1) tokens */
 } Slot;
 
-struct LtLoader {
+/* One dataset of the loader's blend. */
+typedef struct {
     LtTokenFile *f;
-    LtLoaderConfig cfg;
     uint64_t nsamples;
+    uint64_t seed;  /* of its shuffle */
+    int half_bits;  /* Feistel half width h: domain [0, 4^h) */
+} Source;
+
+struct LtLoader {
+    int nsrc;
+    Source *src;
+    LtBlendOrder *order; /* NULL with one dataset */
+    LtLoaderConfig cfg;
     size_t row; /* seq_len + 1 */
-    int half_bits; /* Feistel half width h: domain [0, 4^h) */
+    int *pick_d;         /* a step's datasets and their positions (fill_step; the */
+    uint64_t *pick_q;    /* prefetch thread's, or the caller's after a jump - see pick_mu) */
+    pthread_mutex_t pick_mu;
 
     pthread_t thread;
     bool thread_started;
@@ -81,34 +92,62 @@ static uint64_t feistel(uint64_t x, int h, const uint64_t *keys) {
     return left << h | right;
 }
 
-uint64_t lt_loader_sample_id(const LtLoader *l, uint64_t position) {
-    uint64_t n = l->nsamples, epoch = position / n, i = position % n;
+/* Sample id of a dataset's own position q. */
+static uint64_t source_sample(const LtLoader *l, const Source *s, uint64_t q) {
+    uint64_t n = s->nsamples, epoch = q / n, i = q % n;
     if (!l->cfg.shuffle) return i;
     uint64_t keys[FEISTEL_ROUNDS];
-    for (int r = 0; r < FEISTEL_ROUNDS; r++) keys[r] = round_key(l->cfg.seed, epoch, r);
-    do i = feistel(i, l->half_bits, keys);
+    for (int r = 0; r < FEISTEL_ROUNDS; r++) keys[r] = round_key(s->seed, epoch, r);
+    do i = feistel(i, s->half_bits, keys);
     while (i >= n);
     return i;
 }
 
+int lt_loader_locate(const LtLoader *l, uint64_t position, uint64_t *sample_id) {
+    int d = 0;
+    uint64_t q = position;
+    if (l->order) lt_blend_order_range(l->order, position, 1, &d, &q);
+    *sample_id = source_sample(l, &l->src[d], q);
+    return d;
+}
+
+uint64_t lt_loader_sample_id(const LtLoader *l, uint64_t position) {
+    uint64_t id;
+    lt_loader_locate(l, position, &id);
+    return id;
+}
+
+void lt_loader_taken(const LtLoader *l, uint64_t pos, uint64_t *taken) {
+    if (l->order) lt_blend_order_taken(l->order, pos, taken);
+    else taken[0] = pos;
+}
+
 /* ---- reading a step ---------------------------------------------------------- */
 
-/* Read step `step`'s slice into out[count * row]. Thread-safe (reads only
- * immutable loader fields; the token file handles its own locking). */
-static int fill_step(const LtLoader *l, long step, int32_t *out, char *err, size_t errlen) {
+/* Read step `step`'s slice into out[count * row]. Thread-safe: the pick
+ * buffers are under pick_mu, the blend order and the token files lock for
+ * themselves, the rest is immutable. */
+static int fill_step(LtLoader *l, long step, int32_t *out, char *err, size_t errlen) {
     uint64_t G = (uint64_t)l->cfg.samples_per_step;
     uint64_t base = (uint64_t)step * G + (uint64_t)l->cfg.first;
+    const int count = l->cfg.count;
     char inner[400];
-    for (int i = 0; i < l->cfg.count; i++) {
-        uint64_t id = lt_loader_sample_id(l, base + (uint64_t)i);
-        if (lt_tokens_read(l->f, id * (uint64_t)l->cfg.seq_len, l->row, out + (size_t)i * l->row,
-                           inner, sizeof inner) != 0) {
-            lt_errorf(err, errlen, "sample %llu (tokens from %llu): %s", (unsigned long long)id,
-                      (unsigned long long)(id * (uint64_t)l->cfg.seq_len), inner);
-            return -1;
-        }
+    int rc = 0;
+    pthread_mutex_lock(&l->pick_mu);
+    if (l->order) lt_blend_order_range(l->order, base, count, l->pick_d, l->pick_q);
+    else
+        for (int i = 0; i < count; i++) l->pick_d[i] = 0, l->pick_q[i] = base + (uint64_t)i;
+    for (int i = 0; i < count && rc == 0; i++) {
+        const Source *s = &l->src[l->pick_d[i]];
+        uint64_t id = source_sample(l, s, l->pick_q[i]);
+        if (lt_tokens_read(s->f, id * (uint64_t)l->cfg.seq_len, l->row, out + (size_t)i * l->row,
+                           inner, sizeof inner) != 0)
+            rc = lt_errorf(err, errlen, "sample %llu (tokens from %llu): %s", /* inner names the file */
+                           (unsigned long long)id,
+                           (unsigned long long)(id * (uint64_t)l->cfg.seq_len), inner);
     }
-    return 0;
+    pthread_mutex_unlock(&l->pick_mu);
+    return rc;
 }
 
 static void *prefetch_main(void *arg) {
@@ -137,49 +176,73 @@ static void *prefetch_main(void *arg) {
 
 /* ---- public API ------------------------------------------------------------------ */
 
-LtLoader *lt_loader_create(LtTokenFile *f, const LtLoaderConfig *cfg, char *err, size_t errlen) {
-    const char *path = lt_tokens_path(f);
-    if (cfg->seq_len < 1 || cfg->samples_per_step < 1) {
-        lt_errorf(err, errlen, "loader for '%s': seq_len (%d) and samples_per_step (%d) must be >= 1",
-                path, cfg->seq_len, cfg->samples_per_step);
-        return NULL;
-    }
-    if (cfg->first < 0 || cfg->count < 1 || cfg->first > cfg->samples_per_step - cfg->count) {
-        lt_errorf(err, errlen,
-                "loader for '%s': slice (first %d, count %d) is not inside the %d samples of a step",
-                path, cfg->first, cfg->count, cfg->samples_per_step);
-        return NULL;
-    }
-    if (cfg->prefetch < 1 || cfg->prefetch > MAX_PREFETCH) {
-        lt_errorf(err, errlen, "loader for '%s': prefetch %d is outside [1, %d]", path,
-                cfg->prefetch, MAX_PREFETCH);
-        return NULL;
-    }
+/* The configuration's own limits. 0, or -1 with the problem in err. */
+static int check_config(const char *path, const LtLoaderConfig *cfg, char *err, size_t errlen) {
+    if (cfg->seq_len < 1 || cfg->samples_per_step < 1)
+        return lt_errorf(err, errlen, "loader for '%s': seq_len (%d) and samples_per_step (%d) "
+                         "must be >= 1", path, cfg->seq_len, cfg->samples_per_step);
+    if (cfg->first < 0 || cfg->count < 1 || cfg->first > cfg->samples_per_step - cfg->count)
+        return lt_errorf(err, errlen, "loader for '%s': slice (first %d, count %d) is not inside "
+                         "the %d samples of a step", path, cfg->first, cfg->count,
+                         cfg->samples_per_step);
+    if (cfg->prefetch < 1 || cfg->prefetch > MAX_PREFETCH)
+        return lt_errorf(err, errlen, "loader for '%s': prefetch %d is outside [1, %d]", path,
+                         cfg->prefetch, MAX_PREFETCH);
+    return 0;
+}
+
+/* Dataset d of the blend: its sample count (0, or -1 when it holds none). */
+static int init_source(Source *s, LtTokenFile *f, int d, const LtLoaderConfig *cfg, char *err,
+                       size_t errlen) {
     uint64_t ntok = lt_tokens_count(f);
-    uint64_t nsamples = lt_num_samples(ntok, cfg->seq_len);
-    if (nsamples == 0) {
-        lt_errorf(err, errlen,
-                "'%s' has %llu tokens, fewer than one sample needs (seq_len + 1 = %d)", path,
-                (unsigned long long)ntok, cfg->seq_len + 1);
-        return NULL;
-    }
-    LtLoader *l = lt_calloc(sizeof *l);
-    l->f = f;
-    l->cfg = *cfg;
-    l->nsamples = nsamples;
-    l->row = (size_t)cfg->seq_len + 1;
+    s->f = f;
+    s->nsamples = lt_num_samples(ntok, cfg->seq_len);
+    if (s->nsamples == 0)
+        return lt_errorf(err, errlen, "'%s' has %llu tokens, fewer than one sample needs "
+                         "(seq_len + 1 = %d)", lt_tokens_path(f), (unsigned long long)ntok,
+                         cfg->seq_len + 1);
+    s->seed = d == 0 ? cfg->seed : lt_mix64(cfg->seed ^ lt_mix64(0xb1e5d00dull + (uint64_t)d));
     int bits = 0;
-    while (bits < 64 && (1ull << bits) < nsamples) bits++;
-    l->half_bits = bits < 2 ? 1 : (bits + 1) / 2;
+    while (bits < 64 && (1ull << bits) < s->nsamples) bits++;
+    s->half_bits = bits < 2 ? 1 : (bits + 1) / 2;
+    return 0;
+}
+
+LtLoader *lt_loader_create(LtTokenFile *f, const LtLoaderConfig *cfg, char *err, size_t errlen) {
+    LtBlend one = {.n = 1, .weight = {1.0}, .file = {f}};
+    return lt_loader_create_blend(&one, cfg, err, errlen);
+}
+
+LtLoader *lt_loader_create_blend(const LtBlend *b, const LtLoaderConfig *cfg, char *err,
+                                 size_t errlen) {
+    if (b->n < 1 || b->n > LT_BLEND_MAX)
+        return lt_errorf(err, errlen, "a blend of %d datasets (1 to %d)", b->n, LT_BLEND_MAX),
+               NULL;
+    if (check_config(lt_tokens_path(b->file[0]), cfg, err, errlen)) return NULL;
+    LtLoader *l = lt_calloc(sizeof *l);
+    l->cfg = *cfg;
+    l->row = (size_t)cfg->seq_len + 1;
+    l->nsrc = b->n;
+    l->src = lt_calloc(sizeof(Source) * (size_t)b->n);
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
+    pthread_mutex_init(&l->pick_mu, NULL);
+    l->pick_d = lt_calloc(sizeof(int) * (size_t)cfg->count);
+    l->pick_q = lt_calloc(sizeof(uint64_t) * (size_t)cfg->count);
     l->slots = lt_calloc((size_t)cfg->prefetch * sizeof *l->slots);
     for (int i = 0; i < cfg->prefetch; i++) {
         l->slots[i].buf = lt_malloc((size_t)cfg->count * l->row * sizeof(int32_t));
         l->slots[i].step = -1;
     }
+    for (int d = 0; d < b->n; d++)
+        if (init_source(&l->src[d], b->file[d], d, cfg, err, errlen)) {
+            lt_loader_destroy(l);
+            return NULL;
+        }
+    if (b->n > 1) l->order = lt_blend_order_create(b->weight, b->n);
     if (pthread_create(&l->thread, NULL, prefetch_main, l) != 0) {
-        lt_errorf(err, errlen, "loader for '%s': cannot start the prefetch thread", path);
+        lt_errorf(err, errlen, "loader for '%s': cannot start the prefetch thread",
+                  lt_tokens_path(b->file[0]));
         lt_loader_destroy(l);
         return NULL;
     }
@@ -237,7 +300,12 @@ void lt_loader_destroy(LtLoader *l) {
     }
     for (int i = 0; i < l->cfg.prefetch; i++) free(l->slots[i].buf);
     free(l->slots);
+    free(l->src);
+    free(l->pick_d);
+    free(l->pick_q);
+    lt_blend_order_destroy(l->order);
     pthread_cond_destroy(&l->cv);
     pthread_mutex_destroy(&l->mu);
+    pthread_mutex_destroy(&l->pick_mu);
     free(l);
 }

@@ -58,6 +58,27 @@ static void setup_attention(LtRun *r) {
         lt_input_error("%s", r->attn.reason);
 }
 
+/* The summary's training data: each dataset with its share, size and how
+ * many epochs of it the run's samples take. */
+static void log_train_data(const LtRun *r) {
+    const LtConfig *c = r->cfg;
+    const LtBlend *b = r->train_blend;
+    const double run_samples = (double)c->train.steps * (double)c->train.global_batch_size;
+    if (b->n > 1)
+        lt_log("data train blend of %d datasets (Megatron's BlendedDataset order; weights "
+               "normalised)\n", b->n);
+    for (int d = 0; d < b->n; d++) {
+        const uint64_t ntok = lt_tokens_count(b->file[d]);
+        const uint64_t ns = lt_num_samples(ntok, c->model.seq_length);
+        char share[48] = "";
+        if (b->n > 1) snprintf(share, sizeof share, "weight %.4g, ", b->weight[d]);
+        lt_log("data train %s%s: %s%s format, %llu tokens, %llu samples, %.3g epochs in this "
+               "run\n", b->n > 1 ? "  " : "", lt_tokens_path(b->file[d]), share,
+               lt_tokens_format(b->file[d]), (unsigned long long)ntok, (unsigned long long)ns,
+               ns ? run_samples * b->weight[d] / (double)ns : 0.0);
+    }
+}
+
 LtTokenFile *lt_run_open_tokens(const char *key, const char *path, int vocab) {
     char err[1024];
     LtTokenFile *f = lt_tokens_open(path, vocab, err, sizeof err);
@@ -314,6 +335,7 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
                    (unsigned long long)meta.seed, (unsigned long long)cfg->train.seed);
         r->start_step = meta.step;
         r->resumed = 1;
+        snprintf(r->resume_dir, sizeof r->resume_dir, "%s", stepdir);
     } else {
         lt_params_init(t, cfg->train.seed, host);
     }
@@ -338,7 +360,10 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
 void lt_run_teardown(LtRun *r) {
     lt_trace_stop(NULL, 0); /* (written already by train and eval, which report failures) */
     if (r->loader) lt_loader_destroy(r->loader);
-    if (r->train) lt_tokens_close(r->train);
+    if (r->train_blend) {
+        lt_blend_close(r->train_blend);
+        free(r->train_blend);
+    }
     if (r->valid) lt_tokens_close(r->valid);
     lt_grads_destroy(r->grads);
     lt_optim_destroy(r->opt);
@@ -501,10 +526,7 @@ void lt_run_print_summary(const LtRun *r) {
         lt_log("comm       %s on device buffers (%s)\n", lt_comm_lib_name(r->comm_lib),
                r->comm_why);
     lt_log("peak       %.3f TFLOP/s per device (%s)\n", r->peak_tflops, r->peak_source);
-    if (r->train)
-        lt_log("data train %s: %s format, %llu tokens, %llu samples\n", lt_tokens_path(r->train),
-               lt_tokens_format(r->train), (unsigned long long)lt_tokens_count(r->train),
-               (unsigned long long)lt_num_samples(lt_tokens_count(r->train), c->model.seq_length));
+    if (r->train_blend) log_train_data(r);
     if (r->valid)
         lt_log("data valid %s: %s format, %llu tokens, %llu samples\n", lt_tokens_path(r->valid),
                lt_tokens_format(r->valid), (unsigned long long)lt_tokens_count(r->valid),

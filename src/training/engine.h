@@ -33,7 +33,9 @@ typedef struct {
     LtModel *model;
     LtOptimizer *opt;
     LtGrads *grads;     /* gradient finalisation (training only) */
-    LtTokenFile *train, *valid;
+    LtTokenFile *train, *valid; /* train: the first dataset of train_blend */
+    LtBlend *train_blend;       /* data.train_path's datasets (one for a single file) */
+    char resume_dir[LT_PATH_MAX + 64]; /* the step directory resumed from ("" for a fresh run) */
     long eval_samples;  /* validation sequences per evaluation (0: no validation data) */
     LtLoader *loader;
     LtTopology topo;

@@ -62,6 +62,12 @@ double lt_evaluate(LtRun *r, long *samples_out) {
 void lt_eval_open_valid(LtRun *r) {
     const LtConfig *c = r->cfg;
     if (!c->data.valid_path[0]) return;
+    LtBlend *b = lt_calloc(sizeof *b);
+    char perr[1024];
+    if (lt_blend_parse(c->data.valid_path, b, perr, sizeof perr) == 0 && b->n > 1)
+        lt_input_error("data.valid_path: a blend of %d datasets; evaluation reads one file "
+                       "(blends are for data.train_path; name one validation file)", b->n);
+    free(b);
     r->valid = lt_run_open_tokens("data.valid_path", c->data.valid_path, c->model.vocab_size);
     /* read whole at every evaluation anyway: check all of it now, not at the
      * end of the run when the final evaluation would find a bad block */

@@ -156,6 +156,43 @@ static int fetch_step(LtRun *r, long step, int32_t *rows, char *err, size_t errl
 
 /* ---- set-up ------------------------------------------------------------------ */
 
+/* A resumed run must read the blend it was saved with (the sample order is a
+ * function of the weights): the saving run's config.yaml in the checkpoint
+ * names its data.train_path; the number of datasets and their weights must
+ * agree (the files may have moved). Then the summary says where in every
+ * dataset the run goes on. */
+static void check_resumed_blend(const LtRun *r, long start_step) {
+    if (!r->resumed) return;
+    LtConfig *saved = lt_calloc(sizeof *saved);
+    LtBlend *old = lt_calloc(sizeof *old);
+    char err[1024];
+    const LtBlend *now = r->train_blend;
+    if (lt_ckpt_load_config(r->resume_dir, saved, err, sizeof err) ||
+        lt_blend_parse(saved->data.train_path, old, err, sizeof err))
+        lt_input_error("checkpoint.load: cannot read the blend the checkpoint was trained on: %s",
+                       err);
+    int same = old->n == now->n;
+    for (int d = 0; same && d < now->n; d++)
+        same = fabs(old->weight[d] - now->weight[d]) <= 1e-12;
+    if (!same)
+        lt_input_error("data.train_path: the checkpoint in %s was trained on the blend '%s' "
+                       "(%d dataset%s); this run names '%s' (%d). The sample order depends on the "
+                       "datasets and their weights, so resuming with another blend would not "
+                       "continue the run: use the same blend, or start a new run from the "
+                       "checkpoint's weights", r->resume_dir, old->spec, old->n,
+                       old->n == 1 ? "" : "s", now->spec, now->n);
+    if (now->n > 1) {
+        uint64_t taken[LT_BLEND_MAX];
+        lt_loader_taken(r->loader, (uint64_t)start_step * r->cfg->train.global_batch_size,
+                        taken);
+        for (int d = 0; d < now->n; d++)
+            lt_log("resume     %s: %llu samples taken so far\n", lt_tokens_path(now->file[d]),
+                   (unsigned long long)taken[d]);
+    }
+    free(old);
+    free(saved);
+}
+
 /* The engine and its data for training: layout checks (collective, first),
  * model and optimizer (fresh or from checkpoint.load), the training and
  * validation files and the loader; checkpoint.dir made ready before step 1
@@ -164,15 +201,19 @@ static void open_training(Trainer *t, LtConfig *cfg, const LtWorld *w) {
     if (!cfg->data.train_path[0]) lt_input_error("data.train_path is not set");
     LtRun *r = &t->r;
     lt_run_setup(r, cfg, w, 1);
-    r->train = lt_run_open_tokens("data.train_path", cfg->data.train_path, cfg->model.vocab_size);
+    char err[1024];
+    r->train_blend = lt_calloc(sizeof *r->train_blend);
+    if (lt_blend_open(r->train_blend, cfg->data.train_path, cfg->model.vocab_size, err, sizeof err))
+        lt_input_error("data.train_path: %s", err);
+    r->train = r->train_blend->file[0];
     lt_eval_open_valid(r);
     t->S = cfg->model.seq_length;
     t->G = cfg->train.global_batch_size;
     t->local = t->G / r->topo.dp;
     LtLoaderConfig lc = lt_train_loader_config(cfg, r->coords.dp * t->local, t->local);
-    char err[1024];
-    r->loader = lt_loader_create(r->train, &lc, err, sizeof err);
+    r->loader = lt_loader_create_blend(r->train_blend, &lc, err, sizeof err);
     if (!r->loader) lt_input_error("data.train_path: %s", err);
+    check_resumed_blend(r, r->start_step);
     check_cuda_graph(r);
     if (cfg->checkpoint.dir[0] && w->rank == 0) { /* before step 1, not at the first save */
         int stale = 0;
