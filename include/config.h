@@ -99,6 +99,8 @@ typedef struct {
         char valid_path[LT_PATH_MAX];  /* "" = no validation data */
         bool shuffle;
         int prefetch;                  /* optimizer steps prepared ahead by the loader thread */
+        int eod_token;                 /* the id that ends a document; -1 = none */
+        bool eod_mask_loss;            /* no loss on targets that are eod_token */
     } data;
     struct {
         char dir[LT_PATH_MAX];         /* "" = no checkpoints */

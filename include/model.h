@@ -171,6 +171,17 @@ int lt_model_chunk_last(const LtModel *m, int c);
  * this micro batch (the trainer rewrites it only after the step's wait). */
 void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
                             const int32_t *targets, float grad_scale, void *out);
+/* From now on targets equal to eod (>= 0) get no loss and no gradient
+ * (data.eod_mask_loss); -1 = every target counts. The callers' grad_scale
+ * and loss means then count only the other targets (lt_count_unmasked). */
+void lt_model_set_eod_mask(LtModel *m, int32_t eod);
+/* Targets of tgt[n] that are not eod (all n when eod < 0). */
+static inline long lt_count_unmasked(const int32_t *tgt, size_t n, int32_t eod) {
+    long k = (long)n;
+    if (eod >= 0)
+        for (size_t i = 0; i < n; i++) k -= tgt[i] == eod;
+    return k;
+}
 /* Sum of token losses accumulated since the last take (0 on stages without
  * the loss head); zeroes the accumulator. Waits for the device. */
 double lt_model_loss_take(LtModel *m);

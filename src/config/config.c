@@ -132,6 +132,8 @@ const KeyDesc lt_cfg_keys[] = {
     K_STR(data, valid_path),
     K_BOOL(data, shuffle),
     K_INT(data, prefetch, 1, 64),
+    K_INT(data, eod_token, -1, INT_MAX),
+    K_BOOL(data, eod_mask_loss),
 
     K_STR(checkpoint, dir),
     K_LONG(checkpoint, save_interval, 0),
@@ -917,6 +919,8 @@ void lt_config_defaults(LtConfig *c) {
 
     c->data.shuffle = true;
     c->data.prefetch = 2;
+    c->data.eod_token = -1;
+    c->data.eod_mask_loss = false;
 
     c->comm.timeout_s = 600;
     c->checkpoint.save_interval = 0;

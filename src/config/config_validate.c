@@ -320,6 +320,21 @@ static int rule_graph_without_zero2(const Rules *r, char *err, size_t errlen) {
                        "the step; use optimizer.zero_stage 0 or 1 with the graph");
 }
 
+static int rule_eod_mask_needs_token(const Rules *r, char *err, size_t errlen) {
+    const LtConfig *c = r->c;
+    if (c->data.eod_token >= c->model.vocab_size)
+        return lt_cfg_fail(err, errlen, "data.eod_token %d is outside the vocabulary [0, %d) "
+                           "(model.vocab_size)", c->data.eod_token, c->model.vocab_size);
+    if (c->data.eod_mask_loss && c->data.eod_token < 0)
+        return lt_cfg_fail(err, errlen, "data.eod_mask_loss needs data.eod_token (the id that "
+                           "ends a document, e.g. 50256 for GPT-2's <|endoftext|>)");
+    if (c->data.eod_mask_loss && c->train.cuda_graph)
+        return lt_cfg_fail(err, errlen, "data.eod_mask_loss: the masked targets change every "
+                           "step, and a captured step replays the first one's; set "
+                           "train.cuda_graph=false");
+    return 0;
+}
+
 static int rule_graph_without_tp_pp(const Rules *r, char *err, size_t errlen) {
     if (!r->c->train.cuda_graph || (r->tp == 1 && r->pp == 1)) return 0;
     return lt_cfg_fail(err, errlen,
@@ -450,6 +465,7 @@ static const struct {
     {"param gather needs zero", rule_param_gather_needs_zero},
     {"cuda graph without dp overlap", rule_graph_without_dp_overlap},
     {"cuda graph without zero 2", rule_graph_without_zero2},
+    {"eod mask needs a token", rule_eod_mask_needs_token},
     {"cuda graph without tp/pp", rule_graph_without_tp_pp},
     {"cuda graph needs cuda", rule_graph_needs_cuda},
     {"cudnn needs cuda", rule_cudnn_needs_cuda},

@@ -76,6 +76,9 @@ struct LtModelInternal {
     float *losses;        /* (N) per-token losses */
     float *xstat;         /* (3, xent_chunk) vocab-parallel row max / sum of exp / target logit */
     int32_t *targets;     /* (N) device copy of the current micro batch's targets (local ids) */
+    int32_t eod;          /* lt_model_set_eod_mask's id; -1: every target counts */
+    int *masked;          /* (N) rows of the current micro batch whose target is eod */
+    int nmasked;
     double *loss_acc;     /* device: token losses summed by forwards (see lt_model_loss_take);
                            * the model's own own_loss_acc, or the caller's */
     double *own_loss_acc;
@@ -268,6 +271,7 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
                        be->ops->name);
     LtModel *m = lt_calloc(sizeof *m);
     m->in = lt_calloc(sizeof *m->in);
+    m->in->eod = -1;
     m->be = be;
     m->d = *d;
     m->B = B;
@@ -324,6 +328,7 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
         m->in->losses = f32_alloc(m, N, w);
         m->in->xstat = f32_alloc(m, 3 * (size_t)m->xent_chunk, w);
         m->in->targets = be->ops->alloc(be, N * sizeof(int32_t));
+        m->in->masked = lt_malloc(N * sizeof(int));
         *w += N * sizeof(int32_t);
     }
     m->in->scratch_c = act_alloc(m, N * C, w);
@@ -371,10 +376,13 @@ void lt_model_destroy(LtModel *m) {
         if (ps[i]) fr(be, ps[i]);
     free(m->in->gptr);
     free(m->in->sp_partial);
+    free(m->in->masked);
     lt_params_free(&m->table);
     free(m->in);
     free(m);
 }
+
+void lt_model_set_eod_mask(LtModel *m, int32_t eod) { m->in->eod = eod; }
 
 void lt_model_set_params(LtModel *m, const float *host) {
     /* stage through a temporary fp32 device buffer and cast (not in the step loop) */
@@ -569,6 +577,20 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
     }
 }
 
+/* Rows [r, r + n) of the chunk just through the cross-entropy: the masked
+ * ones (target eod) get no loss and no gradient. Few rows (one per
+ * document), each zeroed on its own. */
+static void mask_rows(LtModel *m, int r, int n) {
+    LtBackend *be = m->be;
+    const size_t row_bytes = lt_act_bytes(be, (size_t)m->vocab_local);
+    for (int k = 0; k < m->in->nmasked; k++) {
+        const int row = m->in->masked[k];
+        if (row < r || row >= r + n) continue;
+        be->ops->zero(be, (char *)m->in->logits + (size_t)(row - r) * row_bytes, row_bytes);
+        be->ops->zero(be, m->in->losses + row, sizeof(float));
+    }
+}
+
 /* Loss of rows [r0, r1) in chunks of up to xent_chunk rows into losses; with
  * grad_scale != 0 also their gradient into dc (= dlnf) and dwte. */
 static void loss_rows(LtModel *m, int r0, int r1, float grad_scale) {
@@ -595,6 +617,7 @@ static void loss_rows(LtModel *m, int r0, int r1, float grad_scale) {
             o->xent_tp_finish(be, m->in->losses + r, m->in->logits, tg, gmax, gsum, gtgt, n,
                               m->in->vocab_valid, Vl, grad_scale);
         }
+        mask_rows(m, r, n);
         if (grad_scale != 0.0f)
             o->linear_bwd(be, (char *)m->in->dc + lt_act_bytes(be, (size_t)r * C), grad(m, wte),
                           NULL, m->in->logits, x, param(m, wte), NULL, n, C, Vl);
@@ -650,6 +673,10 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
     LtBackend *be = m->be;
     const int N = m->B * m->T, C = m->d.hidden, R = m->sp ? N / m->in->tp_size : N;
     upload_ids(m, m->in->targets, targets, N);
+    m->in->nmasked = 0;
+    if (m->in->eod >= 0)
+        for (int i = 0; i < N; i++)
+            if (targets[i] == m->in->eod) m->in->masked[m->in->nmasked++] = i;
     void *dln = loss_head(m, N, grad_scale); /* d(lnf), this rank's rows */
     if (grad_scale == 0.0f) return;
     /* the LM head's share of the tied embedding (its own buffer with pipelining); an

@@ -27,7 +27,9 @@ double lt_evaluate(LtRun *r, long *samples_out) {
     int32_t *rows = lt_malloc((size_t)BLOCK * mbs * (S + 1) * sizeof(int32_t));
     int32_t *in = lt_malloc((size_t)BLOCK * mbs * S * sizeof(int32_t));
     int32_t *tgt = lt_malloc((size_t)BLOCK * mbs * S * sizeof(int32_t));
-    double sum = 0.0; /* on the last pipeline stage */
+    double sum = 0.0;   /* on the last pipeline stage */
+    double counted = 0; /* targets with loss (data.eod_mask_loss leaves out the EOD ones) */
+    const int32_t eod = c->data.eod_mask_loss ? c->data.eod_token : -1;
     lt_model_loss_reset(r->model); /* (the trainer's accumulator holds the last step's loss) */
     /* data-parallel ranks take every dp-th micro batch; the sums are added up.
      * Up to BLOCK micro batches go through the pipeline together, so its
@@ -46,6 +48,7 @@ double lt_evaluate(LtRun *r, long *samples_out) {
             }
         }
         lt_split_rows(rows, k * mbs, S, in, tgt);
+        counted += (double)lt_count_unmasked(tgt, (size_t)k * mbs * S, eod);
         lt_pipeline_forward(r->pipe, in, tgt, k); /* (in, tgt: pageable, reusable at once) */
     }
     sum = lt_model_loss_take(r->model);
@@ -54,9 +57,10 @@ double lt_evaluate(LtRun *r, long *samples_out) {
     free(tgt);
     lt_comm_all_reduce(lt_comm_host(r->dp), &sum, 1, LT_COMM_F64, LT_COMM_SUM);
     lt_comm_all_reduce(lt_comm_host(r->pp), &sum, 1, LT_COMM_F64, LT_COMM_SUM);
+    lt_comm_all_reduce(lt_comm_host(r->dp), &counted, 1, LT_COMM_F64, LT_COMM_SUM);
     *samples_out = (long)n;
     LT_TRACE_END();
-    return n ? sum / ((double)n * S) : NAN;
+    return counted > 0 ? sum / counted : NAN;
 }
 
 void lt_eval_open_valid(LtRun *r) {

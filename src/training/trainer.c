@@ -51,6 +51,7 @@ typedef struct {
     LtMetricsFile mf;
     int S, G, local;             /* sequence, global batch, this data-parallel rank's rows */
     double flops_step, tokens_step;
+    double loss_tokens; /* the step's targets that carry loss (all, or the non-EOD ones) */
     int32_t *rows;               /* the next step's rows of S+1 tokens, as fetched */
     int32_t *in, *tgt;           /* page-locked: the device copies the step's micro batches
                                   * from them while the host runs ahead; rewritten only
@@ -167,12 +168,13 @@ static void check_resumed_blend(const LtRun *r, long start_step) {
     LtBlend *old = lt_calloc(sizeof *old);
     char err[1024];
     const LtBlend *now = r->train_blend;
-    if (lt_ckpt_load_config(r->resume_dir, saved, err, sizeof err) ||
-        lt_blend_parse(saved->data.train_path, old, err, sizeof err))
-        lt_input_error("checkpoint.load: cannot read the blend the checkpoint was trained on: %s",
-                       err);
-    int same = old->n == now->n;
-    for (int d = 0; same && d < now->n; d++)
+    /* a checkpoint that trained on no data (lattice import, train.steps=0
+     * exports) has no order to continue */
+    const int known = lt_ckpt_load_config(r->resume_dir, saved, err, sizeof err) == 0 &&
+                      saved->data.train_path[0] &&
+                      lt_blend_parse(saved->data.train_path, old, err, sizeof err) == 0;
+    int same = !known || old->n == now->n;
+    for (int d = 0; known && same && d < now->n; d++)
         same = fabs(old->weight[d] - now->weight[d]) <= 1e-12;
     if (!same)
         lt_input_error("data.train_path: the checkpoint in %s was trained on the blend '%s' "
@@ -295,7 +297,7 @@ static int finish_update(Trainer *t, StepResult *s, double phase_s[2], double *s
     LT_TRACE_BEGIN("optimizer", NULL);
     clk = lt_devclock_begin(NULL);
     lt_inject_nonfinite(r, &t->inject, t->step, t->stats_dev);
-    const int spike = t->sw.cap && lt_loss_spike(r, &t->sw, t->stats_dev, t->tokens_step,
+    const int spike = t->sw.cap && lt_loss_spike(r, &t->sw, t->stats_dev, t->loss_tokens,
                                                  &s->loss, spike_z);
     lt_optim_grad_sumsq(r->opt, r->model->grads, t->stats_dev + 1, t->stats_dev);
     s->lr = lt_lr_at(cfg, t->step);
@@ -334,6 +336,19 @@ static void note_skip(Trainer *t, const StepResult *s, int spike, double spike_z
     }
 }
 
+/* The global batch's targets that carry loss: every one, or with
+ * data.eod_mask_loss those that are not the EOD token, counted over the
+ * data-parallel ranks (the other ranks of a replica read the same samples),
+ * so the step's loss is the mean over them in every layout (Megatron's
+ * calculate_per_token_loss). At least 1. */
+static double count_loss_tokens(const Trainer *t) {
+    const LtConfig *c = t->r.cfg;
+    if (!c->data.eod_mask_loss) return t->tokens_step;
+    double n = (double)lt_count_unmasked(t->tgt, (size_t)t->local * t->S, c->data.eod_token);
+    lt_comm_all_reduce(lt_comm_host(t->r.dp), &n, 1, LT_COMM_F64, LT_COMM_SUM);
+    return n > 0 ? n : 1;
+}
+
 /* Step t->step: its samples (fetched before) through forward and backward,
  * gradient finalisation and the update, then the step's one host wait, which
  * brings its loss and gradient norm back; the step's time (from the end of
@@ -344,8 +359,9 @@ static void train_step(Trainer *t, StepResult *s) {
     const unsigned long waits0 = be->host_waits;
     lt_devclock_set_active(1);
     lt_split_rows(t->rows, t->local, t->S, t->in, t->tgt); /* micro batch j: rows j*mbs .. */
+    t->loss_tokens = count_loss_tokens(t);
     run_step_body(r, &t->graph, t->step == r->start_step, t->in, t->tgt, t->stats_dev,
-                  (float)(1.0 / t->tokens_step));
+                  (float)(1.0 / t->loss_tokens));
     double phase_s[2], spike_z = 0.0;
     const int spike = finish_update(t, s, phase_s, &spike_z);
     lt_devclock_set_active(0);
@@ -360,7 +376,7 @@ static void train_step(Trainer *t, StepResult *s) {
     double loss_sum = t->stats[0]; /* (0 off the last pipeline stage) */
     lt_comm_all_reduce(lt_comm_host(r->dp), &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);
     lt_comm_all_reduce(lt_comm_host(r->pp), &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);
-    if (!spike) s->loss = loss_sum / t->tokens_step;
+    if (!spike) s->loss = loss_sum / t->loss_tokens;
     s->norm = sqrt(t->stats[1]);
     note_skip(t, s, spike, spike_z);
     s->dt = lt_now() - t->t_next;
