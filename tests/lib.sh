@@ -43,3 +43,20 @@ same_state() {
   done
   [ "$n" -gt 0 ] && [ "$(ls "$2"/*.lt | wc -l)" -eq "$n" ]
 }
+
+# close_losses A.jsonl B.jsonl STEPS: metrics file B holds the training
+# steps STEPS ("1-8", "5-8") and each one's loss is within 1e-5 (relative)
+# of A's; prints the largest difference
+close_losses() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+def read(p):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r and not r.get("eval")}
+a, b = read(sys.argv[1]), read(sys.argv[2])
+lo, hi = map(int, sys.argv[3].split("-"))
+assert sorted(b) == list(range(lo, hi + 1)) and all(k in a for k in b), (sorted(a), sorted(b))
+worst = max(abs(a[k] - b[k]) / abs(a[k]) for k in b)
+print("max relative loss difference", worst)
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+}

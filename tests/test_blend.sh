@@ -47,16 +47,7 @@ else fail blend_reads_both "the blend trained exactly as the first dataset alone
 # ---- layouts: 4 ranks (DP 2 x TP 2) against one process ---------------------
 $MPI -np 4 "$LT" train $CFG "${COMMON[@]}" "data.train_path=$BLEND" \
   parallel.tensor_model_parallel_size=2 logging.metrics_file=$T/p.jsonl >"$T/p.log" 2>&1 </dev/null
-if [ -s "$T/p.jsonl" ] && python3 - "$T/a.jsonl" "$T/p.jsonl" <<'PY'
-import json, sys
-def read(p):
-    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r and not r.get("eval")}
-a, b = read(sys.argv[1]), read(sys.argv[2])
-assert a.keys() == b.keys() and len(a) == 8, (sorted(a), sorted(b))
-worst = max(abs(a[k] - b[k]) / abs(a[k]) for k in a)
-print("max relative loss difference", worst)
-sys.exit(0 if worst <= 1e-5 else 1)
-PY
+if [ -s "$T/p.jsonl" ] && close_losses "$T/a.jsonl" "$T/p.jsonl" 1-8
 then pass blend_dp2_tp2_matches_one_process
 else fail blend_dp2_tp2_matches_one_process "$(tail -3 "$T/p.log")"; fi
 
@@ -66,16 +57,7 @@ else fail blend_dp2_tp2_matches_one_process "$(tail -3 "$T/p.log")"; fi
 $MPI -np 2 "$LT" train $CFG "${COMMON[@]}" "data.train_path=$BLEND" checkpoint.dir=$T/ck \
   checkpoint.load=$T/ck logging.metrics_file=$T/r.jsonl >"$T/r2.log" 2>&1 </dev/null
 if [ -s "$T/r.jsonl" ] && grep -q "resume .*text.ltok: [0-9]* samples taken so far" "$T/r2.log" &&
-   python3 - "$T/a.jsonl" "$T/r.jsonl" <<'PY'
-import json, sys
-def read(p):
-    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r and not r.get("eval")}
-a, r = read(sys.argv[1]), read(sys.argv[2])
-assert sorted(r) == [5, 6, 7, 8], sorted(r)
-worst = max(abs(a[k] - r[k]) / abs(a[k]) for k in r)
-print("max relative loss difference after resume", worst)
-sys.exit(0 if worst <= 1e-5 else 1)
-PY
+   close_losses "$T/a.jsonl" "$T/r.jsonl" 5-8
 then pass blend_resume_dp2_exact
 else fail blend_resume_dp2_exact "$(grep -E 'error|resume' "$T/r2.log" | tail -3)"; fi
 "$LT" train $CFG "${COMMON[@]}" "data.train_path=0.5 $T/text.ltok 0.5 $T/rand.bin" \
