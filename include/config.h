@@ -25,6 +25,21 @@ typedef enum { LT_DEVICE_AUTO = 0, LT_DEVICE_CPU, LT_DEVICE_CUDA } LtDeviceKind;
 typedef enum { LT_COMM_AUTO = 0, LT_COMM_NCCL, LT_COMM_MPI } LtCommBackend;
 typedef enum { LT_ARCH_GPT = 0, LT_ARCH_LLAMA = 1 } LtArch;
 typedef enum { LT_ROPE_NONE = 0, LT_ROPE_LLAMA3 = 1 } LtRopeScalingKind;
+/* optimizer.lr_decay_style and optimizer.lr_wsd_decay_style (Megatron-LM's
+ * lr_decay_style and lr_wsd_decay_style; lt_lr_at in optim.h) */
+typedef enum {
+    LT_LR_COSINE = 0,
+    LT_LR_LINEAR,
+    LT_LR_CONSTANT,
+    LT_LR_INVERSE_SQRT,
+    LT_LR_WSD
+} LtLrDecayStyle;
+typedef enum {
+    LT_WSD_EXPONENTIAL = 0,
+    LT_WSD_LINEAR,
+    LT_WSD_COSINE,
+    LT_WSD_MINUS_SQRT
+} LtWsdDecayStyle;
 
 typedef struct {
     struct {
@@ -49,6 +64,8 @@ typedef struct {
         double rope_high_freq_factor;  /* llama3: 4 */
         int rope_original_max_position; /* llama3: 8192 */
         bool untie_embeddings_and_output_weights; /* LM head its own weight, not wte */
+        double init_method_std;        /* std of the normal init (residual projections:
+                                        * init_method_std / sqrt(2 * num_layers)) */
     } model;
     struct {
         int tensor_model_parallel_size;
@@ -89,6 +106,9 @@ typedef struct {
     struct {
         double lr, min_lr;
         long warmup_steps, decay_steps;
+        LtLrDecayStyle lr_decay_style;
+        long lr_wsd_decay_steps;       /* wsd: the last updates of decay_steps that decay */
+        LtWsdDecayStyle lr_wsd_decay_style;
         double beta1, beta2, eps;
         double weight_decay;
         double clip_grad;              /* 0 disables clipping */
@@ -189,6 +209,8 @@ const char *lt_comm_backend_name(LtCommBackend b);
 const char *lt_attention_name(LtAttnImpl a);
 const char *lt_arch_name(LtArch a);
 const char *lt_rope_scaling_name(LtRopeScalingKind k);
+const char *lt_lr_decay_style_name(LtLrDecayStyle s);
+const char *lt_wsd_decay_style_name(LtWsdDecayStyle s);
 
 #ifdef __cplusplus
 }

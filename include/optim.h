@@ -179,8 +179,16 @@ void lt_optim_load_state(LtOptimizer *o, const float *master, const float *m, co
                          long step);
 
 /* Learning rate used by update number `step` (0-based): linear warmup
- * lr*(step+1)/warmup over the first warmup_steps updates, then cosine from lr
- * to min_lr over updates warmup..decay_steps, then min_lr. */
+ * lr*(step+1)/warmup over the first warmup_steps updates, then
+ * optimizer.lr_decay_style with Megatron-LM's get_lr formulas
+ * (OptimizerParamScheduler, init_lr 0) at num_steps = step: cosine or linear
+ * from lr to min_lr over updates warmup..decay_steps; constant lr; inverse
+ * square root lr*sqrt(max(warmup,1)/max(step,1)), at least min_lr, up to
+ * decay_steps; wsd lr until the last lr_wsd_decay_steps of decay_steps, then
+ * down to min_lr by lr_wsd_decay_style. After decay_steps: min_lr (constant:
+ * lr). Megatron's iteration i uses num_steps = i, so update `step` is its
+ * iteration step from the warm-up's end on and iteration step + 1 during it
+ * (Megatron's iteration 0 runs at init_lr). */
 double lt_lr_at(const LtConfig *cfg, long step);
 
 /* Clip coefficient min(1, clip/(norm + 1e-6)); 1 when clip == 0. */

@@ -28,6 +28,7 @@ typedef struct {
     float norm_eps;    /* RMSNorm epsilon (llama) */
     double rope_base;  /* rotary embedding base theta (llama) */
     LtRopeScaling rope; /* its frequency scaling (type 0: none) */
+    double init_std;   /* std of the normal init (model.init_method_std); 0 = 0.02 */
 } LtModelDims;
 
 /* Key/value heads of dims: kv_heads, or heads when not set (multi-head). */

@@ -16,7 +16,8 @@ over G / micro_batch micro batches (gradient accumulation). AdamW with bias
 correction and decoupled weight decay on 2-D parameters only (wte, wpe and the
 weight matrices; not biases or LayerNorm), global-norm clipping by
 min(1, clip / (norm + 1e-6)), LR: linear warm-up lr*(k+1)/warmup for update
-k < warmup, then cosine to min_lr at decay_steps, then min_lr.
+k < warmup, then optimizer.lr_decay_style (cosine to min_lr at decay_steps,
+then min_lr; or linear, constant, inverse_square_root, wsd: lattice's lt_lr_at).
 
 Speed: bf16 autocast (train.precision: bf16; fp32 runs in plain fp32 with TF32
 off, as lattice's fp32 GEMMs), fused AdamW, torch.compile (--no-compile and
@@ -42,8 +43,9 @@ Without --batches, steps use uniform random tokens (speed only).
 Weights: --init DIR (or DIR/model.safetensors) loads `lattice export` output,
 e.g. of a checkpoint saved by `lattice train ... train.steps=0
 checkpoint.dir=D` (the initial weights); without it, a random init with
-lattice's distributions (normal 0.02; the residual output projections
-0.02/sqrt(2L); biases 0; LayerNorm 1/0; padded rows 0).
+lattice's distributions (normal with std model.init_method_std, default 0.02;
+the residual output projections std/sqrt(2L); biases 0; LayerNorm 1/0; padded
+rows 0).
 
 Comparison: --compare LATTICE_METRICS.jsonl checks the first --compare-steps
 (default 5) training losses (and grad norms) against lattice's metrics file
@@ -90,18 +92,24 @@ class InputError(Exception):
 DEFAULTS = {
     "model": {"num_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
               "ffn_hidden_size": 0, "seq_length": 1024, "max_position_embeddings": 1024,
-              "vocab_size": 50257, "make_vocab_size_divisible_by": 128},
+              "vocab_size": 50257, "make_vocab_size_divisible_by": 128, "init_method_std": 0.02},
     "parallel": {"tensor_model_parallel_size": 1},
     "train": {"micro_batch_size": 1, "global_batch_size": 8, "steps": 100, "precision": "fp32",
               "seed": 1234, "threads": 0},
-    "optimizer": {"lr": 6e-4, "min_lr": 6e-5, "warmup_steps": 0, "decay_steps": 0, "beta1": 0.9,
-                  "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1, "clip_grad": 1.0},
+    "optimizer": {"lr": 6e-4, "min_lr": 6e-5, "warmup_steps": 0, "decay_steps": 0,
+                  "lr_decay_style": "cosine", "lr_wsd_decay_steps": 0,
+                  "lr_wsd_decay_style": "exponential", "beta1": 0.9, "beta2": 0.95, "eps": 1e-8,
+                  "weight_decay": 0.1, "clip_grad": 1.0},
     "logging": {"peak_tflops": 0.0},
 }
 INT_KEYS = {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length",
             "max_position_embeddings", "vocab_size", "make_vocab_size_divisible_by",
             "tensor_model_parallel_size", "micro_batch_size", "global_batch_size", "steps",
-            "seed", "threads", "warmup_steps", "decay_steps"}
+            "seed", "threads", "warmup_steps", "decay_steps", "lr_wsd_decay_steps"}
+# enum keys: their spellings (lattice's, any case)
+ENUM_KEYS = {"precision": ("fp32", "bf16"),
+             "lr_decay_style": ("cosine", "linear", "constant", "inverse_square_root", "wsd"),
+             "lr_wsd_decay_style": ("exponential", "linear", "cosine", "minus_sqrt")}
 
 
 def _scalar(section, key, v):
@@ -112,10 +120,11 @@ def _scalar(section, key, v):
             return int(str(v), 10)
         except ValueError:
             raise InputError(f"{section}.{key}: expected an integer, got {v!r}")
-    if key == "precision":
+    if key in ENUM_KEYS:
         p = str(v).lower()
-        if p not in ("fp32", "bf16"):
-            raise InputError(f"train.precision: expected fp32 or bf16, got {v!r}")
+        if p not in ENUM_KEYS[key]:
+            raise InputError(f"{section}.{key}: expected {' or '.join(ENUM_KEYS[key])}, "
+                             f"got {v!r}")
         return p
     try:  # lattice prints doubles as e.g. 1e-08, which YAML 1.1 reads as a string
         return float(v)
@@ -211,21 +220,55 @@ def resolve_config(doc, overrides):
     if o["warmup_steps"] > o["decay_steps"] and o["decay_steps"] != 0:
         raise InputError(f"optimizer.warmup_steps ({o['warmup_steps']}) must be <= "
                          f"optimizer.decay_steps ({o['decay_steps']})")
+    wsd_room = o["decay_steps"] - o["warmup_steps"]
+    if o["lr_decay_style"] == "wsd" and not (
+            0 < o["lr_wsd_decay_steps"] and (o["decay_steps"] == 0
+                                             or o["lr_wsd_decay_steps"] <= wsd_room)):
+        raise InputError(f"optimizer.lr_decay_style=wsd needs optimizer.lr_wsd_decay_steps "
+                         f"in (0, {wsd_room}] (decay_steps - warmup_steps), got "
+                         f"{o['lr_wsd_decay_steps']}")
     if t["global_batch_size"] % t["micro_batch_size"]:
         raise InputError("train.global_batch_size must be a multiple of train.micro_batch_size")
     return c
+
+
+def _wsd_coeff(o, step):
+    """wsd_coeff (src/optimizer/optim.c)."""
+    span = o["lr_wsd_decay_steps"]
+    start = o["decay_steps"] - span
+    if step <= start:
+        return 1.0
+    ratio = (step - start) / span
+    style = o["lr_wsd_decay_style"]
+    if style == "linear":
+        return 1.0 - ratio
+    if style == "cosine":
+        return 0.5 * (math.cos(math.pi * ratio) + 1.0)
+    if style == "minus_sqrt":
+        return 1.0 - math.sqrt(ratio)
+    return 2.0 * math.pow(0.5, ratio) - 1.0
 
 
 def lr_at(c, step):
     """lt_lr_at (src/optimizer/optim.c): LR of update `step` (0-based)."""
     o = c["optimizer"]
     lr, min_lr, warm, decay = o["lr"], o["min_lr"], o["warmup_steps"], o["decay_steps"]
+    style = o["lr_decay_style"]
     if warm > 0 and step < warm:
         return lr * (step + 1) / warm
+    if style == "constant":
+        return lr
+    if style == "inverse_square_root":
+        if step > decay:
+            return min_lr
+        return max(min_lr, lr * math.sqrt(max(warm, 1)) / math.sqrt(max(step, 1)))
     if step >= decay:
         return min_lr
     ratio = (step - warm) / (decay - warm)
-    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * ratio))
+    if style == "cosine":
+        return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * ratio))
+    coeff = 1.0 - ratio if style == "linear" else _wsd_coeff(o, step)
+    return min_lr + coeff * (lr - min_lr)
 
 
 def flops_per_sample(c):
@@ -411,7 +454,8 @@ def random_init(model, c):
     import torch
     m = c["model"]
     g = torch.Generator().manual_seed(c["train"]["seed"])
-    std, proj_std = 0.02, 0.02 / math.sqrt(2.0 * m["num_layers"])
+    std = m["init_method_std"]
+    proj_std = std / math.sqrt(2.0 * m["num_layers"])
     with torch.no_grad():
         model.wte.zero_()
         model.wte[:m["vocab_size"]].copy_(torch.randn(m["vocab_size"], m["hidden_size"],

@@ -53,6 +53,10 @@ static void test_defaults(void) {
     CHECK(c.train.device == LT_DEVICE_AUTO && c.comm.backend == LT_COMM_AUTO, "device/comm");
     CHECK(c.optimizer.lr == 6e-4 && c.optimizer.min_lr == 6e-5, "lr");
     CHECK(c.optimizer.warmup_steps == 0 && c.optimizer.decay_steps == 0, "schedule");
+    CHECK(c.optimizer.lr_decay_style == LT_LR_COSINE && c.optimizer.lr_wsd_decay_steps == 0 &&
+              c.optimizer.lr_wsd_decay_style == LT_WSD_EXPONENTIAL,
+          "decay style");
+    CHECK(c.model.init_method_std == 0.02, "init std %g", c.model.init_method_std);
     CHECK(c.optimizer.beta1 == 0.9 && c.optimizer.beta2 == 0.95 && c.optimizer.eps == 1e-8, "adam");
     CHECK(c.optimizer.weight_decay == 0.1 && c.optimizer.clip_grad == 1.0, "wd/clip");
     CHECK(c.optimizer.zero_stage == 0, "zero");
@@ -590,6 +594,27 @@ static void test_validate_errors(void) {
         {{"optimizer.warmup_steps=60", "optimizer.decay_steps=50"},
          1,
          {"optimizer.warmup_steps (60)", "optimizer.decay_steps (50)"}},
+        {{"optimizer.lr_decay_style=wsd"},
+         1,
+         {"optimizer.lr_decay_style=wsd needs optimizer.lr_wsd_decay_steps"}},
+        {{"optimizer.lr_decay_style=wsd", "optimizer.warmup_steps=10",
+          "optimizer.lr_wsd_decay_steps=91"},
+         1,
+         {"optimizer.lr_wsd_decay_steps (91)", "optimizer.decay_steps (100, from train.steps)",
+          "optimizer.warmup_steps (10) = 90"}},
+        {{"optimizer.lr_decay_style=wsd", "optimizer.decay_steps=40",
+          "optimizer.warmup_steps=40", "optimizer.lr_wsd_decay_steps=1"},
+         1,
+         {"optimizer.lr_decay_style=wsd needs optimizer.decay_steps (40) > "
+          "optimizer.warmup_steps (40)"}},
+        {{"optimizer.lr_wsd_decay_steps=10"},
+         1,
+         {"optimizer.lr_wsd_decay_steps", "needs optimizer.lr_decay_style=wsd",
+          "optimizer.lr_decay_style is cosine"}},
+        {{"optimizer.lr_decay_style=linear", "optimizer.lr_wsd_decay_style=minus_sqrt"},
+         1,
+         {"optimizer.lr_wsd_decay_style", "needs optimizer.lr_decay_style=wsd",
+          "optimizer.lr_decay_style is linear"}},
         {{"model.vocab_size=2147483000", "model.make_vocab_size_divisible_by=1024"},
          1,
          {"model.vocab_size", "too large"}},
@@ -678,6 +703,15 @@ static void test_validate_suggestions(void) {
          1,
          "try eval.samples=6",
          "eval.samples=6"},
+        {{"optimizer.lr_decay_style=wsd", "optimizer.warmup_steps=20"},
+         1,
+         "e.g. optimizer.lr_wsd_decay_steps=8",
+         "optimizer.lr_wsd_decay_steps=8"},
+        {{"optimizer.lr_decay_style=wsd", "optimizer.decay_steps=50",
+          "optimizer.lr_wsd_decay_steps=60"},
+         1,
+         "try optimizer.lr_wsd_decay_steps=50 or less",
+         "optimizer.lr_wsd_decay_steps=50"},
     };
     char err[1024];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -779,6 +813,49 @@ static void test_validate_ok(void) {
     REQUIRE(lt_config_load(&c, NULL, 4, ov3, err, sizeof err) == 0, "%s", err);
     CHECK(lt_config_validate(&c, 16, err, sizeof err) == 0, "dp 4: %s", err);
     CHECK(lt_config_validate(&c, 32, err, sizeof err) == -1, "dp 8 needs global %% 16");
+}
+
+/* The schedule keys: any case, accepted at the edges of the rules (the whole
+ * span after the warm-up, train.steps 0, inverse_square_root without a
+ * warm-up as Megatron's max(warmup, 1) allows), misspellings refused with the
+ * list; model.init_method_std must be > 0. */
+static void test_schedule_keys(void) {
+    LtConfig c;
+    char err[512];
+    char *wsd[] = {"optimizer.lr_decay_style=WSD", "optimizer.warmup_steps=10",
+                   "optimizer.lr_wsd_decay_steps=90", "optimizer.lr_wsd_decay_style=Minus_Sqrt"};
+    REQUIRE(lt_config_load(&c, NULL, 4, wsd, err, sizeof err) == 0, "%s", err);
+    CHECK(lt_config_validate(&c, 1, err, sizeof err) == 0, "the whole span: %s", err);
+    CHECK(c.optimizer.lr_decay_style == LT_LR_WSD && c.optimizer.lr_wsd_decay_steps == 90 &&
+              c.optimizer.lr_wsd_decay_style == LT_WSD_MINUS_SQRT,
+          "parsed %d %ld %d", c.optimizer.lr_decay_style, c.optimizer.lr_wsd_decay_steps,
+          c.optimizer.lr_wsd_decay_style);
+    char *steps0[] = {"train.steps=0", "optimizer.lr_decay_style=wsd",
+                      "optimizer.lr_wsd_decay_steps=5"};
+    REQUIRE(lt_config_load(&c, NULL, 3, steps0, err, sizeof err) == 0, "%s", err);
+    CHECK(lt_config_validate(&c, 1, err, sizeof err) == 0, "train.steps=0: %s", err);
+    char *isqrt[] = {"optimizer.lr_decay_style=inverse_square_root", "model.init_method_std=0.008"};
+    REQUIRE(lt_config_load(&c, NULL, 2, isqrt, err, sizeof err) == 0, "%s", err);
+    CHECK(lt_config_validate(&c, 1, err, sizeof err) == 0, "no warm-up: %s", err);
+    CHECK(c.optimizer.lr_decay_style == LT_LR_INVERSE_SQRT && c.model.init_method_std == 0.008,
+          "parsed %d %g", c.optimizer.lr_decay_style, c.model.init_method_std);
+    static const struct {
+        char *ov;
+        const char *want[2];
+    } bad[] = {
+        {"optimizer.lr_decay_style=inverse-square-root",
+         {"optimizer.lr_decay_style", "cosine|linear|constant|inverse_square_root|wsd"}},
+        {"optimizer.lr_wsd_decay_style=sqrt",
+         {"optimizer.lr_wsd_decay_style", "exponential|linear|cosine|minus_sqrt"}},
+        {"optimizer.lr_wsd_decay_steps=-1", {"optimizer.lr_wsd_decay_steps", ">= 0"}},
+        {"model.init_method_std=0", {"model.init_method_std", "> 0"}},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *ov[] = {bad[i].ov};
+        CHECK(lt_config_load(&c, NULL, 1, ov, err, sizeof err) == -1 &&
+                  has(err, bad[i].want[0]) && has(err, bad[i].want[1]),
+              "%s: %s", bad[i].ov, err);
+    }
 }
 
 /* Print c (validated with `world`), load it back, validate, compare bytes. */
@@ -884,6 +961,7 @@ int main(void) {
     RUN(test_validate_suggestions);
     RUN(test_validate_ok);
     RUN(test_attention_keys);
+    RUN(test_schedule_keys);
     RUN(test_print_roundtrip);
 
     char path[256];

@@ -310,6 +310,68 @@ static void test_lr_schedule(void) {
     CHECK(lt_clip_coef(1.0, 0.5) == 1.0 && lt_clip_coef(0.0, 100.0) == 1.0, "no clip");
 }
 
+/* The overrides that set c's schedule to a fixture case's styles. */
+static int set_styles(LtConfig *c, const char *style, const char *wsd, long span) {
+    char o1[64], o2[64], o3[64], err[256];
+    char *ov[] = {o1, o2, o3};
+    snprintf(o1, sizeof o1, "optimizer.lr_decay_style=%s", style);
+    snprintf(o2, sizeof o2, "optimizer.lr_wsd_decay_style=%s", wsd);
+    snprintf(o3, sizeof o3, "optimizer.lr_wsd_decay_steps=%ld", span);
+    const int n = strcmp(style, "wsd") == 0 ? 3 : 1;
+    if (lt_config_apply_overrides(c, n, ov, err, sizeof err) == 0) return 0;
+    printf("  %s\n", err);
+    return -1;
+}
+
+/* lt_lr_at against Megatron-LM's own OptimizerParamScheduler: every case of
+ * tests/data/megatron_lr.txt (tests/megatron_lr_fixture.py: each decay style,
+ * each WSD decay style, with and without a warm-up), every update up to past
+ * decay_steps. Update s is Megatron's num_steps s + 1 during the warm-up and
+ * s after it (optim.h). The cases also pass lt_config_validate. */
+static void test_lr_megatron(void) {
+    FILE *f = fopen("tests/data/megatron_lr.txt", "r");
+    REQUIRE(f, "cannot open tests/data/megatron_lr.txt (run from the repository root)");
+    char line[256], style[32], wsd[32], err[256];
+    int cases = 0, bad = 0;
+    long compared = 0;
+    double lr, min_lr, meg[128];
+    long warm, decay, span;
+    int n;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        const int got_case = sscanf(line, "case %31s %31s %lf %lf %ld %ld %ld %d", style, wsd,
+                                    &lr, &min_lr, &warm, &decay, &span, &n);
+        REQUIRE(got_case == 8 && n >= 0 && n < 128, "not a case line: %s", line);
+        for (int i = 0, k = -1; i <= n; i++) {
+            const int ok = fgets(line, sizeof line, f) && sscanf(line, "%d %lf", &k, &meg[i]) == 2;
+            REQUIRE(ok && k == i, "%s case %d: num_steps %d: %s", style, cases, i, line);
+        }
+        LtConfig c;
+        lt_config_defaults(&c);
+        c.optimizer.lr = lr, c.optimizer.min_lr = min_lr;
+        c.optimizer.warmup_steps = warm, c.optimizer.decay_steps = decay;
+        c.train.steps = n;
+        REQUIRE(set_styles(&c, style, strcmp(wsd, "-") ? wsd : "exponential", span) == 0,
+                "%s/%s", style, wsd);
+        CHECK(lt_config_validate(&c, 1, err, sizeof err) == 0, "%s/%s: %s", style, wsd, err);
+        for (long s = 0; s <= n; s++) {
+            const long k = s < warm ? s + 1 : s;
+            if (k > n) break;
+            const double got = lt_lr_at(&c, s), rel = test_relerr(got, meg[k], 1e-30);
+            compared++;
+            if (rel <= 1e-12 || ++bad > 10) continue;
+            CHECK(0, "%s/%s lr %g min_lr %g warmup %ld decay %ld wsd %ld: update %ld (num_steps "
+                  "%ld): lattice %.17g, Megatron %.17g",
+                  style, wsd, lr, min_lr, warm, decay, span, s, k, got, meg[k]);
+        }
+        cases++;
+    }
+    fclose(f);
+    CHECK(bad == 0, "%d of %ld learning rates differ", bad, compared);
+    CHECK(cases == 28, "%d cases (4 styles x 3 settings + 4 WSD styles x 4 settings)", cases);
+    printf("  %d cases, %ld learning rates compared with Megatron's\n", cases, compared);
+}
+
 static void test_flops(void) {
     /* Megatron's 72*s*L*h^2*(1 + s/(6h) + V/(12Lh)) with ffn = 4h */
     LtModelDims d = {.num_layers = 12, .hidden = 768, .heads = 12, .ffn = 3072, .seq_len = 1024,
@@ -481,6 +543,7 @@ int main(void) {
     RUN(test_lm_head_chunks);
     RUN(test_fit_batch);
     RUN(test_lr_schedule);
+    RUN(test_lr_megatron);
     RUN(test_flops);
     RUN(test_llama_table);
     RUN(test_llama_flops);

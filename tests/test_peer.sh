@@ -183,6 +183,42 @@ PY
 else
   fail peer_lr_and_flops_match_lattice "lattice train/batches failed: $(tail -2 "$T/train.log")"
 fi
+# every other decay style: the peer's lr_at is lattice's lt_lr_at
+res=ok
+for sched in "optimizer.lr_decay_style=linear" "optimizer.lr_decay_style=constant" \
+    "optimizer.lr_decay_style=inverse_square_root optimizer.decay_steps=5" \
+    "optimizer.lr_decay_style=wsd optimizer.lr_wsd_decay_steps=3 optimizer.lr_wsd_decay_style=minus_sqrt" \
+    "optimizer.lr_decay_style=wsd optimizer.lr_wsd_decay_steps=4 optimizer.lr_wsd_decay_style=exponential"; do
+  rm -f "$T/ms.jsonl"
+  if ! "$LT" train "${R[@]}" $sched "logging.metrics_file=$T/ms.jsonl" >"$T/train.log" 2>&1 ||
+     ! "$LT" batches "${R[@]}" $sched --out "$T/rs.bin" >/dev/null 2>&1; then
+    res="$sched: lattice train/batches failed: $(tail -2 "$T/train.log")"; break
+  fi
+  out=$(python3 - "$T" <<'PY' 2>&1
+import sys
+sys.path.insert(0, "scripts")
+import bench_peer as p
+d = sys.argv[1]
+c = p.resolve_config(p._parse_yaml(p.Batches(d + "/rs.bin").config_text, "rs.bin"), [])
+recs = p.read_losses(d + "/ms.jsonl")
+assert sorted(recs) == list(range(1, 7)), sorted(recs)
+lrs = [p.lr_at(c, k - 1) for k in sorted(recs)]
+for k, lr in zip(sorted(recs), lrs):
+    assert abs(lr - recs[k]["lr"]) <= 1e-6 * abs(recs[k]["lr"]), (k, lr, recs[k]["lr"])
+assert len(set(lrs)) > 1, f"a schedule that does not change: {lrs}"
+PY
+  ) || { res="$sched: $out"; break; }
+done
+[ "$res" = ok ] && pass peer_lr_styles_match_lattice || fail peer_lr_styles_match_lattice "$res"
+# the peer reads the schedule keys and model.init_method_std (its random init's
+# std), and refuses a wsd schedule without its decay steps as lattice does
+a=$(python3 "$PEER" --print-config --config configs/tiny.yaml model.init_method_std=0.008 \
+    optimizer.lr_decay_style=WSD optimizer.lr_wsd_decay_steps=5 2>&1)
+b=$(python3 "$PEER" --print-config --config configs/tiny.yaml optimizer.lr_decay_style=wsd 2>&1); rc=$?
+if echo "$a" | grep -q '"init_method_std": 0.008,' && echo "$a" | grep -q '"lr_decay_style": "wsd",' &&
+   echo "$a" | grep -q '"lr_wsd_decay_steps": 5,' && [ $rc = 2 ] && echo "$b" | grep -q "lr_wsd_decay_steps"
+then pass peer_reads_schedule_and_init_keys
+else fail peer_reads_schedule_and_init_keys "$a / exit $rc: $b"; fi
 out=$(python3 - <<'PY' 2>&1
 import re, sys
 sys.path.insert(0, "scripts")

@@ -385,6 +385,75 @@ assert all(v == 1.0 for v in vals)
 PY
 then pass steps0_checkpoint_and_export; else fail steps0_checkpoint_and_export "no checkpoint or bad export"; fi
 
+# ---- model.init_method_std: the same draws scaled; the projections by 1/sqrt(2L) ----
+"$LT" train $CFG $D train.steps=0 model.init_method_std=0.008 checkpoint.dir=$T/ck0s >/dev/null 2>&1
+if [ -f $T/ck0s/latest ] && "$LT" export $T/ck0s $T/ex0s >/dev/null 2>&1 &&
+   err=$(python3 - $T/ex0 $T/ex0s <<'PY' 2>&1
+import json, math, struct, sys
+def tensors(d):
+    raw = open(d + '/model.safetensors', 'rb').read()
+    n = struct.unpack('<Q', raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in hdr.items():
+        if k == '__metadata__':
+            continue
+        assert v['dtype'] == 'F32', v
+        a, b = v['data_offsets']
+        out[k] = struct.unpack('<%df' % ((b - a) // 4), raw[8 + n + a:8 + n + b])
+    return out
+base, small = tensors(sys.argv[1]), tensors(sys.argv[2])
+def std(names, t):
+    xs = [x for k in names for x in t[k]]
+    return math.sqrt(sum(x * x for x in xs) / len(xs))
+L = 2
+normal = ['transformer.wte.weight', 'transformer.wpe.weight'] + \
+    [f'transformer.h.{l}.{w}.weight' for l in range(L) for w in ('attn.c_attn', 'mlp.c_fc')]
+proj = [f'transformer.h.{l}.{w}.weight' for l in range(L) for w in ('attn.c_proj', 'mlp.c_proj')]
+s_n, s_p = std(normal, small), std(proj, small)
+assert abs(s_n / 0.008 - 1) < 0.05, f'normal init std {s_n:.5f}, want 0.008'
+assert abs(s_p / (0.008 / math.sqrt(2 * L)) - 1) < 0.05, f'projection std {s_p:.5f}, want 0.004'
+# the same draws as the default 0.02 (only the scale differs)
+for k in normal + proj:
+    for x, y in zip(small[k], base[k]):
+        assert abs(x - 0.4 * y) <= 1e-6 * abs(y) + 1e-12, (k, x, y)
+assert json.load(open(sys.argv[2] + '/config.json'))['initializer_range'] == 0.008
+assert json.load(open(sys.argv[1] + '/config.json'))['initializer_range'] == 0.02
+print(f'std {s_n:.5f}, projections {s_p:.5f}')
+PY
+); then pass "init_method_std ($err)"; else fail init_method_std "${err:-no checkpoint or export}"; fi
+
+# ---- optimizer.lr_decay_style=wsd: the learning rate each step logs -------------
+# 12 updates, warm-up 2 (tiny.yaml: lr 3e-3, min_lr 3e-4), linear decay over the
+# last 5: Megatron's num_steps 1, 2 in the warm-up, then 2..11 (lr until 7)
+"$LT" train $CFG $D train.steps=12 optimizer.lr_decay_style=wsd optimizer.lr_wsd_decay_steps=5 \
+  optimizer.lr_wsd_decay_style=linear logging.metrics_file=$T/wsd.jsonl \
+  logging.mllog=$T/wsd.mllog logging.mllog_benchmark=gpt3 logging.mllog_org=lattice \
+  logging.mllog_platform=cpu >"$T/wsd.log" 2>&1
+if err=$(python3 - $T/wsd.jsonl $T/wsd.mllog <<'PY' 2>&1
+import json, sys
+lr = {r['step']: r['lr'] for r in map(json.loads, open(sys.argv[1])) if not r.get('eval')}
+want = [1.5e-3, 3e-3] + [3e-3] * 6 + [3e-4 + f * 2.7e-3 for f in (0.8, 0.6, 0.4, 0.2)]
+assert sorted(lr) == list(range(1, 13)), sorted(lr)
+for k, w in enumerate(want, 1):
+    assert abs(lr[k] - w) <= 1e-8 * w, f'step {k}: lr {lr[k]}, want {w}'
+val = {}
+for line in open(sys.argv[2]):
+    r = json.loads(line[len(':::MLLOG '):])
+    val[r['key']] = r['value']
+name = val['opt_learning_rate_decay_schedule']
+assert name == 'wsd (linear decay over the last 5 steps) with linear warmup', name
+print(name)
+PY
+); then pass "lr_decay_style_wsd_logged ($err)"
+else fail lr_decay_style_wsd_logged "${err:-$(tail -2 "$T/wsd.log")}"; fi
+expect_input_error wsd_needs_decay_steps "optimizer.lr_wsd_decay_steps" \
+  "$LT" train $CFG $D optimizer.lr_decay_style=wsd
+expect_input_error wsd_span_after_warmup "optimizer.lr_wsd_decay_steps \(20\) must be <= optimizer.decay_steps \(20, from train.steps\) - optimizer.warmup_steps \(2\) = 18" \
+  "$LT" train $CFG $D optimizer.lr_decay_style=wsd optimizer.lr_wsd_decay_steps=20
+expect_input_error wsd_keys_need_wsd "needs optimizer.lr_decay_style=wsd" \
+  "$LT" train $CFG $D optimizer.lr_wsd_decay_style=cosine
+
 # ---- eval and sample from a checkpoint -----------------------------------------
 out=$("$LT" eval $CFG $D checkpoint.load=$T/ckA 2>&1)
 echo "$out" | grep -q "val loss" && pass eval_command || fail eval_command "$(echo "$out" | tail -2)"

@@ -38,6 +38,8 @@ _Static_assert(sizeof(LtCommBackend) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtAttnImpl) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtArch) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtRopeScalingKind) == sizeof(int), "enum size");
+_Static_assert(sizeof(LtLrDecayStyle) == sizeof(int), "enum size");
+_Static_assert(sizeof(LtWsdDecayStyle) == sizeof(int), "enum size");
 
 /* ---- the key table ------------------------------------------------------- */
 
@@ -49,6 +51,10 @@ static const char *const COMM_NAMES[] = {"auto", "nccl", "mpi", NULL};
 static const char *const ATTENTION_NAMES[] = {"auto", "cudnn", "lattice", NULL};
 static const char *const ARCH_NAMES[] = {"gpt", "llama", NULL};             /* index = LtArch */
 static const char *const ROPE_SCALING_NAMES[] = {"none", "llama3", NULL}; /* LtRopeScalingKind */
+static const char *const LR_DECAY_NAMES[] = {"cosine", "linear", "constant", "inverse_square_root",
+                                             "wsd", NULL}; /* LtLrDecayStyle */
+static const char *const WSD_DECAY_NAMES[] = {"exponential", "linear", "cosine", "minus_sqrt",
+                                              NULL}; /* LtWsdDecayStyle */
 
 #define OFF(sec, key) offsetof(LtConfig, sec.key)
 #define K_INT(sec, key, lo, hi)                                                                    \
@@ -88,6 +94,7 @@ const KeyDesc lt_cfg_keys[] = {
     K_DBL(model, rope_high_freq_factor, 0, 0, D_MIN_OPEN | D_NO_MAX),
     K_INT(model, rope_original_max_position, 1, INT_MAX),
     K_BOOL(model, untie_embeddings_and_output_weights),
+    K_DBL(model, init_method_std, 0, 0, D_MIN_OPEN | D_NO_MAX),
 
     K_INT(parallel, tensor_model_parallel_size, 1, INT_MAX),
     K_INT(parallel, pipeline_model_parallel_size, 1, INT_MAX),
@@ -121,6 +128,9 @@ const KeyDesc lt_cfg_keys[] = {
     K_DBL(optimizer, min_lr, 0, 0, D_NO_MAX),
     K_LONG(optimizer, warmup_steps, 0),
     K_LONG(optimizer, decay_steps, 0),
+    K_ENUM(optimizer, lr_decay_style, LR_DECAY_NAMES),
+    K_LONG(optimizer, lr_wsd_decay_steps, 0),
+    K_ENUM(optimizer, lr_wsd_decay_style, WSD_DECAY_NAMES),
     K_DBL(optimizer, beta1, 0, 1, D_MAX_OPEN),
     K_DBL(optimizer, beta2, 0, 1, D_MAX_OPEN),
     K_DBL(optimizer, eps, 0, 0, D_MIN_OPEN | D_NO_MAX),
@@ -879,6 +889,7 @@ void lt_config_defaults(LtConfig *c) {
     c->model.rope_high_freq_factor = 4;
     c->model.rope_original_max_position = 8192;
     c->model.untie_embeddings_and_output_weights = false;
+    c->model.init_method_std = 0.02; /* Megatron's --init-method-std */
 
     c->parallel.tensor_model_parallel_size = 1;
     c->parallel.pipeline_model_parallel_size = 1;
@@ -910,6 +921,9 @@ void lt_config_defaults(LtConfig *c) {
     c->optimizer.min_lr = 6e-5;
     c->optimizer.warmup_steps = 0;
     c->optimizer.decay_steps = 0;
+    c->optimizer.lr_decay_style = LT_LR_COSINE;
+    c->optimizer.lr_wsd_decay_steps = 0;
+    c->optimizer.lr_wsd_decay_style = LT_WSD_EXPONENTIAL; /* Megatron's default */
     c->optimizer.beta1 = 0.9;
     c->optimizer.beta2 = 0.95;
     c->optimizer.eps = 1e-8;
@@ -1012,6 +1026,16 @@ const char *lt_rope_scaling_name(LtRopeScalingKind k) {
 const char *lt_attention_name(LtAttnImpl a) {
     return (int)a >= 0 && (int)a < lt_cfg_enum_count(ATTENTION_NAMES) ? ATTENTION_NAMES[a]
                                                                      : "unknown";
+}
+/* names[v], or "unknown" when v is out of range. */
+static const char *enum_name(const char *const *names, int v) {
+    return v >= 0 && v < lt_cfg_enum_count(names) ? names[v] : "unknown";
+}
+const char *lt_lr_decay_style_name(LtLrDecayStyle s) {
+    return enum_name(LR_DECAY_NAMES, (int)s);
+}
+const char *lt_wsd_decay_style_name(LtWsdDecayStyle s) {
+    return enum_name(WSD_DECAY_NAMES, (int)s);
 }
 
 long long lt_config_padded_vocab(const LtConfig *c, int tp) {

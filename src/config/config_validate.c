@@ -435,6 +435,55 @@ static int rule_warmup_within_decay(const Rules *r, char *err, size_t errlen) {
                        from_steps ? "train.steps" : "optimizer.decay_steps", warmup);
 }
 
+/* lr_wsd_decay_steps and lr_wsd_decay_style only shape the wsd schedule:
+ * refused away from their defaults with another optimizer.lr_decay_style. */
+static int rule_wsd_keys_need_wsd(const Rules *r, char *err, size_t errlen) {
+    const LtConfig *c = r->c;
+    if (c->optimizer.lr_decay_style == LT_LR_WSD) return 0;
+    LtConfig d;
+    lt_config_defaults(&d);
+    const char *key = c->optimizer.lr_wsd_decay_steps != d.optimizer.lr_wsd_decay_steps
+                          ? "optimizer.lr_wsd_decay_steps"
+                      : c->optimizer.lr_wsd_decay_style != d.optimizer.lr_wsd_decay_style
+                          ? "optimizer.lr_wsd_decay_style"
+                          : NULL;
+    if (!key) return 0;
+    return lt_cfg_fail(err, errlen,
+                       "%s is a setting of the warmup-stable-decay schedule and needs "
+                       "optimizer.lr_decay_style=wsd; optimizer.lr_decay_style is %s",
+                       key, lt_lr_decay_style_name(c->optimizer.lr_decay_style));
+}
+
+/* wsd: the decay phase, the last lr_wsd_decay_steps updates of decay_steps,
+ * is not empty and starts no earlier than the end of the warm-up (when
+ * decay_steps is 0 nothing is trained: only the first part applies). */
+static int rule_wsd_decay_span(const Rules *r, char *err, size_t errlen) {
+    const LtConfig *c = r->c;
+    if (c->optimizer.lr_decay_style != LT_LR_WSD) return 0;
+    const long span = c->optimizer.lr_wsd_decay_steps, warm = c->optimizer.warmup_steps;
+    const long decay = c->optimizer.decay_steps, room = decay - warm;
+    const char *from = r->given->optimizer.decay_steps == 0 ? ", from train.steps" : "";
+    if (span > 0 && (decay == 0 || span <= room)) return 0;
+    if (room <= 0 && decay > 0)
+        return lt_cfg_fail(err, errlen,
+                           "optimizer.lr_decay_style=wsd needs optimizer.decay_steps (%ld%s) > "
+                           "optimizer.warmup_steps (%ld): its decay phase follows the warm-up",
+                           decay, from, warm);
+    const long tenth = room / 10 > 0 ? room / 10 : 1;
+    if (span == 0)
+        return lt_cfg_fail(err, errlen,
+                           "optimizer.lr_decay_style=wsd needs optimizer.lr_wsd_decay_steps: the "
+                           "last updates of optimizer.decay_steps, over which the learning rate "
+                           "falls to optimizer.min_lr; e.g. optimizer.lr_wsd_decay_steps=%ld",
+                           tenth);
+    return lt_cfg_fail(err, errlen,
+                       "optimizer.lr_wsd_decay_steps (%ld) must be <= "
+                       "optimizer.decay_steps (%ld%s) - optimizer.warmup_steps (%ld) = %ld: the "
+                       "decay starts after the warm-up; try optimizer.lr_wsd_decay_steps=%ld or "
+                       "less",
+                       span, decay, from, warm, room, room);
+}
+
 /* The cross-key rules, in the order they are checked (the first refusal is
  * reported): the model's shape, the layout, overlap and the CUDA graph,
  * evaluation and logging, the learning-rate schedule. */
@@ -472,6 +521,8 @@ static const struct {
     {"cudnn needs bf16", rule_cudnn_needs_bf16},
     {"min lr", rule_min_lr},
     {"warmup within decay", rule_warmup_within_decay},
+    {"wsd keys need wsd", rule_wsd_keys_need_wsd},
+    {"wsd decay span", rule_wsd_decay_span},
 };
 
 /* Every rule of RULES on t (derived fields filled): 0, or the first refusal. */

@@ -55,6 +55,8 @@ static void json_float(double v, char *buf, size_t n) {
 }
 
 static void write_gpt2_config(FILE *f, const LtConfig *c) {
+    char init[40];
+    json_float(c->model.init_method_std, init, sizeof init);
     fprintf(f,
             "{\n"
             "  \"model_type\": \"gpt2\",\n"
@@ -69,7 +71,7 @@ static void write_gpt2_config(FILE *f, const LtConfig *c) {
             "  \"layer_norm_epsilon\": 1e-05,\n"
             "  \"activation_function\": \"gelu_new\",\n"
             "  \"tie_word_embeddings\": %s,\n"
-            "  \"initializer_range\": 0.02,\n"
+            "  \"initializer_range\": %s,\n"
             "  \"resid_pdrop\": 0.0,\n"
             "  \"embd_pdrop\": 0.0,\n"
             "  \"attn_pdrop\": 0.0,\n"
@@ -79,12 +81,13 @@ static void write_gpt2_config(FILE *f, const LtConfig *c) {
             c->model.hidden_size, c->model.num_layers, c->model.num_attention_heads,
             c->model.max_position_embeddings, c->model.max_position_embeddings,
             c->model.ffn_hidden_size, c->model.vocab_size,
-            c->model.untie_embeddings_and_output_weights ? "false" : "true");
+            c->model.untie_embeddings_and_output_weights ? "false" : "true", init);
 }
 
 static void write_llama_config(FILE *f, const LtConfig *c) {
-    char eps[40], theta[40], rope[512] = "null";
+    char eps[40], theta[40], init[40], rope[512] = "null";
     json_float(c->model.norm_epsilon, eps, sizeof eps);
+    json_float(c->model.init_method_std, init, sizeof init);
     json_float(c->model.rotary_base, theta, sizeof theta);
     if (c->model.rope_scaling == LT_ROPE_LLAMA3) {
         char fa[40], lo[40], hi[40];
@@ -117,14 +120,14 @@ static void write_llama_config(FILE *f, const LtConfig *c) {
             "  \"attention_bias\": false,\n"
             "  \"attention_dropout\": 0.0,\n"
             "  \"mlp_bias\": false,\n"
-            "  \"initializer_range\": 0.02,\n"
+            "  \"initializer_range\": %s,\n"
             "  \"torch_dtype\": \"float32\"\n"
             "}\n",
             c->model.hidden_size, c->model.ffn_hidden_size, c->model.num_layers,
             c->model.num_attention_heads, c->model.num_query_groups,
             c->model.hidden_size / c->model.num_attention_heads, c->model.max_position_embeddings,
             c->model.vocab_size, eps, theta, rope,
-            c->model.untie_embeddings_and_output_weights ? "false" : "true");
+            c->model.untie_embeddings_and_output_weights ? "false" : "true", init);
 }
 
 /* config.json of the validated config c, written atomically. */

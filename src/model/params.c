@@ -147,8 +147,10 @@ void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp
     int cap = 0;
     const int64_t C = d->hidden;
     const int L = d->num_layers, P = t->per_layer, nemb = llama ? 1 : 2; /* wte (, wpe) */
-    const float std = 0.02f;
-    const float proj_std = 0.02f / sqrtf(2.0f * (float)d->num_layers);
+    /* Megatron's init_method_normal and, for the residual output projections,
+     * scaled_init_method_normal: std / sqrt(2 * num_layers) */
+    const float std = d->init_std > 0 ? (float)d->init_std : 0.02f;
+    const float proj_std = std / sqrtf(2.0f * (float)d->num_layers);
     /* the tied LM head is wte: the last stage holds a copy of it */
     if (t->first_stage || (t->last_stage && !d->untied)) {
         t->idx_wte = t->n;
@@ -301,6 +303,7 @@ LtModelDims lt_dims_from_config(const LtConfig *c) {
                  .low_freq_factor = c->model.rope_low_freq_factor,
                  .high_freq_factor = c->model.rope_high_freq_factor,
                  .original_max_position = c->model.rope_original_max_position},
+        .init_std = c->model.init_method_std,
     };
     return d;
 }

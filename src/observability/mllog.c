@@ -82,8 +82,23 @@ static void num(const char *key, double x) {
     lt_mllog(LT_MLLOG_POINT, key, v, NULL);
 }
 
+/* The schedule's name as a JSON string: the reference implementations'
+ * "cosine with linear warmup", with optimizer.lr_decay_style's word (and for
+ * wsd its decay style) in place of cosine. */
+static void schedule_name(const LtConfig *c, char *v, size_t n) {
+    const LtLrDecayStyle s = c->optimizer.lr_decay_style;
+    if (s == LT_LR_WSD)
+        snprintf(v, n, "\"wsd (%s decay over the last %ld steps) with linear warmup\"",
+                 lt_wsd_decay_style_name(c->optimizer.lr_wsd_decay_style),
+                 c->optimizer.lr_wsd_decay_steps);
+    else
+        snprintf(v, n, "\"%s with linear warmup\"",
+                 s == LT_LR_INVERSE_SQRT ? "inverse square root" : lt_lr_decay_style_name(s));
+}
+
 static void hyperparameters(const LtConfig *c, int accumulation, long init_step,
                             long eval_samples) {
+    char v[128];
     const int llama = strncmp(c->logging.mllog_benchmark, "llama", 5) == 0;
     const long decay = c->optimizer.decay_steps > 0 ? c->optimizer.decay_steps : c->train.steps;
     num("global_batch_size", c->train.global_batch_size);
@@ -92,13 +107,13 @@ static void hyperparameters(const LtConfig *c, int accumulation, long init_step,
     num("opt_base_learning_rate", c->optimizer.lr);
     num("opt_end_learning_rate", c->optimizer.min_lr);
     num("opt_learning_rate_warmup_steps", c->optimizer.warmup_steps);
-    /* lattice's cosine decays from the end of the warm-up to decay_steps, as
+    /* lattice's decay runs from the end of the warm-up to decay_steps, as
      * Megatron's does. The Llama 3.1 rules count the decay steps after the
      * warm-up; the GPT-3 reference logged Megatron's decay steps, counted
      * from step 0 (ceil(lr_decay_samples / GBS)). */
     num("opt_learning_rate_decay_steps", llama ? decay - c->optimizer.warmup_steps : decay);
-    lt_mllog(LT_MLLOG_POINT, "opt_learning_rate_decay_schedule", "\"cosine with linear warmup\"",
-             NULL);
+    schedule_name(c, v, sizeof v);
+    lt_mllog(LT_MLLOG_POINT, "opt_learning_rate_decay_schedule", v, NULL);
     num(llama ? "opt_adamw_beta_1" : "opt_adam_beta_1", c->optimizer.beta1);
     num(llama ? "opt_adamw_beta_2" : "opt_adam_beta_2", c->optimizer.beta2);
     num(llama ? "opt_adamw_epsilon" : "opt_adam_epsilon", c->optimizer.eps);
