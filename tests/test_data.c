@@ -761,7 +761,7 @@ static void test_blend_parse(void) {
 }
 
 /* Megatron-LM's own build_blending_indices (tests/data/megatron_blend.txt,
- * made by scripts/megatron_blend_fixture.py from Megatron's helpers.cpp and
+ * made by tests/megatron_blend_fixture.py from Megatron's helpers.cpp and
  * normalize()) against lattice's order, sample by sample; then from offsets
  * inside the run (the snapshot table) and the share property. */
 static void test_blend_order_matches_megatron(void) {

@@ -83,7 +83,7 @@ def main():
             lines.append("%s|%d|%s" % (",".join(repr(x) for x in weights), n,
                                        "".join(DIGITS[i] for i in dataset_index)))
     with open(out, "w") as f:
-        f.write("# Megatron-LM BlendedDataset order (scripts/megatron_blend_fixture.py)\n")
+        f.write("# Megatron-LM BlendedDataset order (tests/megatron_blend_fixture.py)\n")
         for line in lines:
             f.write(line + "\n")
     print(f"wrote {len(lines)} cases to {out}")
