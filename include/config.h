@@ -98,6 +98,8 @@ typedef struct {
         int threads;                   /* CPU threads per rank, 0 = all cores / local ranks */
         int lm_head_chunk;             /* tokens per LM head / loss chunk, 0 = auto (see model.h) */
         bool cuda_graph;               /* replay each step's forward/backward as a CUDA graph */
+        bool calculate_per_token_loss; /* the step's loss: mean over its tokens (true), or
+                                        * over micro batches of their token means (false) */
         int max_skipped_steps;         /* consecutive non-finite steps skipped before stopping */
         double loss_spike_zscore;      /* skip a step whose loss is this many standard deviations
                                         * above the recent mean; 0 = off */

@@ -175,6 +175,9 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
  * (data.eod_mask_loss); -1 = every target counts. The callers' grad_scale
  * and loss means then count only the other targets (lt_count_unmasked). */
 void lt_model_set_eod_mask(LtModel *m, int32_t eod);
+/* The next forwards add their sum of token losses times w to the loss
+ * accumulator (1 = the plain sum; the pipeline sets it per micro batch). */
+void lt_model_set_loss_weight(LtModel *m, float w);
 /* Targets of tgt[n] that are not eod (all n when eod < 0). */
 static inline long lt_count_unmasked(const int32_t *tgt, size_t n, int32_t eod) {
     long k = (long)n;

@@ -85,6 +85,13 @@ void lt_pipeline_set_p2p_overlap(LtPipeline *p, int on);
  * stage (lt_model_loss_take reads it). */
 void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targets,
                        float grad_scale);
+/* For the next lt_pipeline_train only (NULL: off): micro batch j (of this
+ * rank's) uses grad_scale[j] instead of the step's, and its sum of token
+ * losses is added to the accumulator times loss_weight[j]
+ * (train.calculate_per_token_loss=false: each micro batch's mean). The
+ * arrays must stay valid through that call. */
+void lt_pipeline_set_micro_batch_scales(LtPipeline *p, const float *grad_scale,
+                                        const float *loss_weight);
 
 /* Forward only (evaluation) over n micro batches (any n >= 0), micro batch
  * by micro batch: the sum of token losses is added to the model's loss

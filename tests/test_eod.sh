@@ -5,7 +5,9 @@
 # training with the mask is the same model in one process and under
 # TP 2 x PP 2 x DP 2 (8 ranks) and differs from training without it; the
 # step's loss is the mean over the global batch's unmasked targets whatever
-# the micro batch; bad settings are refused.
+# the micro batch; train.calculate_per_token_loss=false (the mean over micro
+# batches of their means) and the default both match per-sample
+# evaluations; bad settings are refused.
 set -u
 BUILD=$1
 . "$(dirname "$0")/lib.sh" eod
@@ -69,6 +71,56 @@ else fail eod_tp2_pp2_dp2_matches_one_process "$(grep -i error "$T/p8.log" | hea
 if [ -s "$T/nomask.jsonl" ] && [ "$(losses "$T/nomask.jsonl")" != "$(losses "$T/one.jsonl")" ]; then
   pass eod_mask_changes_the_loss
 else fail eod_mask_changes_the_loss "the masked run's losses equal the unmasked run's"; fi
+
+# ---- the two loss reductions against per-sample evaluations --------------------
+# step 1 (the initial model) over 8 unshuffled samples, one per micro batch:
+# per-token = sum of each sample's mean x its unmasked targets / all of them;
+# per micro batch (calculate_per_token_loss=false) = the mean of the means
+python3 - "$T/text.ids" "$T" <<'PY'
+import sys
+ids = open(sys.argv[1]).read().split()
+for i in range(8):
+    open(f"{sys.argv[2]}/s{i}.ids", "w").write(" ".join(ids[i * 32:i * 32 + 33]))
+    print(sum(1 for t in ids[i * 32 + 1:i * 32 + 33] if t != "10"), file=open(f"{sys.argv[2]}/n{i}", "w"))
+PY
+for i in 0 1 2 3 4 5 6 7; do
+  "$LT" shard --vocab-size 256 --input "$T/s$i.ids" "$T/s$i.ltok" >/dev/null
+  "$LT" eval $CFG data.valid_path=$T/s$i.ltok eval.samples=1 train.micro_batch_size=1 "${EOD[@]}" \
+    logging.metrics_file=$T/s$i.jsonl >/dev/null 2>&1
+done
+ONE=(train.steps=1 optimizer.warmup_steps=1 data.train_path=$T/text.ltok data.valid_path= data.shuffle=false
+     train.micro_batch_size=1 train.global_batch_size=8 "${EOD[@]}")
+"$LT" train $CFG "${ONE[@]}" logging.metrics_file=$T/tok1.jsonl >"$T/tok1.log" 2>&1
+"$LT" train $CFG "${ONE[@]}" train.calculate_per_token_loss=false \
+  logging.metrics_file=$T/mb1x.jsonl >"$T/mb1x.log" 2>&1
+if python3 - "$T" <<'PY'
+import json, sys
+d = sys.argv[1]
+ev = [json.loads(open(f"{d}/s{i}.eval.jsonl").read().splitlines()[-1])["val_loss"] for i in range(8)]
+n = [int(open(f"{d}/n{i}").read()) for i in range(8)]
+tok = json.loads(open(f"{d}/tok1.jsonl").read().splitlines()[0])["loss"]
+mb = json.loads(open(f"{d}/mb1x.jsonl").read().splitlines()[0])["loss"]
+want_tok = sum(e * k for e, k in zip(ev, n)) / sum(n)
+want_mb = sum(ev) / 8
+print(f"per token {tok:.7f} (from evaluations {want_tok:.7f}), per micro batch {mb:.7f} ({want_mb:.7f}); unmasked {n}")
+ok = abs(tok - want_tok) <= 1e-6 * want_tok and abs(mb - want_mb) <= 1e-6 * want_mb
+sys.exit(0 if ok and abs(tok - mb) > 1e-5 * tok and min(n) < 32 else 1)
+PY
+then pass eod_loss_reductions_match_per_sample_evaluations
+else fail eod_loss_reductions_match_per_sample_evaluations "$(grep -i error "$T/mb1x.log" | head -2)"; fi
+# per micro batch means are layout-independent for a fixed micro batch
+MB=(train.calculate_per_token_loss=false train.micro_batch_size=2)
+"$LT" train $CFG "${COMMON[@]}" "${EOD[@]}" "${MB[@]}" logging.metrics_file=$T/mbone.jsonl >/dev/null 2>&1
+$MPI -np 8 "$LT" train $CFG "${COMMON[@]}" "${EOD[@]}" "${MB[@]}" parallel.tensor_model_parallel_size=2 \
+  parallel.pipeline_model_parallel_size=2 logging.metrics_file=$T/mb8.jsonl >"$T/mb8.log" 2>&1 </dev/null
+if [ -s "$T/mb8.jsonl" ] && close "$T/mbone.jsonl" "$T/mb8.jsonl"; then
+  pass eod_per_micro_batch_tp2_pp2_dp2_matches_one_process
+else fail eod_per_micro_batch_tp2_pp2_dp2_matches_one_process "$(grep -i error "$T/mb8.log" | head -2)"; fi
+# without a mask the two reductions are the same model
+"$LT" train $CFG "${COMMON[@]}" "${MB[@]}" logging.metrics_file=$T/mbn.jsonl >/dev/null 2>&1
+"$LT" train $CFG "${COMMON[@]}" train.micro_batch_size=2 logging.metrics_file=$T/tokn.jsonl >/dev/null 2>&1
+if close "$T/tokn.jsonl" "$T/mbn.jsonl"; then pass unmasked_reductions_agree
+else fail unmasked_reductions_agree "per micro batch differs from per token without a mask"; fi
 
 # ---- refused ------------------------------------------------------------------
 bad() { # name pattern overrides...

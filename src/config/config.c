@@ -120,6 +120,7 @@ const KeyDesc lt_cfg_keys[] = {
     K_INT(train, threads, 0, INT_MAX),
     K_INT(train, lm_head_chunk, 0, INT_MAX),
     K_BOOL(train, cuda_graph),
+    K_BOOL(train, calculate_per_token_loss),
     K_INT(train, max_skipped_steps, 0, INT_MAX),
     K_DBL(train, loss_spike_zscore, 0, 0, D_NO_MAX),
     K_INT(train, loss_spike_window, 2, 1000000),
@@ -916,6 +917,7 @@ void lt_config_defaults(LtConfig *c) {
     c->train.max_skipped_steps = 5;
     c->train.loss_spike_zscore = 0.0;
     c->train.loss_spike_window = 100;
+    c->train.calculate_per_token_loss = true;
 
     c->optimizer.lr = 6e-4;
     c->optimizer.min_lr = 6e-5;

@@ -77,6 +77,7 @@ struct LtModelInternal {
     float *xstat;         /* (3, xent_chunk) vocab-parallel row max / sum of exp / target logit */
     int32_t *targets;     /* (N) device copy of the current micro batch's targets (local ids) */
     int32_t eod;          /* lt_model_set_eod_mask's id; -1: every target counts */
+    float loss_weight;    /* lt_model_set_loss_weight (1: plain sums) */
     int *masked;          /* (N) rows of the current micro batch whose target is eod */
     int nmasked;
     double *loss_acc;     /* device: token losses summed by forwards (see lt_model_loss_take);
@@ -272,6 +273,7 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     LtModel *m = lt_calloc(sizeof *m);
     m->in = lt_calloc(sizeof *m->in);
     m->in->eod = -1;
+    m->in->loss_weight = 1.0f;
     m->be = be;
     m->d = *d;
     m->B = B;
@@ -383,6 +385,7 @@ void lt_model_destroy(LtModel *m) {
 }
 
 void lt_model_set_eod_mask(LtModel *m, int32_t eod) { m->in->eod = eod; }
+void lt_model_set_loss_weight(LtModel *m, float w) { m->in->loss_weight = w; }
 
 void lt_model_set_params(LtModel *m, const float *host) {
     /* stage through a temporary fp32 device buffer and cast (not in the step loop) */
@@ -658,6 +661,8 @@ static void *loss_head(LtModel *m, int N, float grad_scale) {
         if (grads) lt_tp_round(&tl, m->in->scratch_sp, n);
         dln = grads ? m->in->scratch_sp : NULL;
     }
+    if (m->in->loss_weight != 1.0f)
+        be->ops->scale_f32(be, m->in->losses, m->in->loss_weight, (size_t)N);
     be->ops->sum_f64(be, m->in->loss_acc, m->in->losses, (size_t)N, 0);
     return dln;
 }

@@ -23,6 +23,7 @@ struct LtPipeline {
     LtAction *acts;   /* this rank's training schedule */
     int nacts;
     LtAction *fwd;    /* forward-only list of the last lt_pipeline_forward */
+    const float *mb_scale, *mb_weight; /* lt_pipeline_set_micro_batch_scales (NULL: off) */
     size_t fwd_cap;
     LtCommRequest *recvs; /* receives of one batch */
     int recv_cap;
@@ -420,6 +421,25 @@ static void exchange(LtPipeline *p, const LtAction *acts, int i, int end, int ev
     lt_devclock_end(clk, nr ? LT_CLK(LT_CLK_BUBBLE) : 0, NULL);
 }
 
+void lt_pipeline_set_micro_batch_scales(LtPipeline *p, const float *grad_scale,
+                                        const float *loss_weight) {
+    p->mb_scale = grad_scale;
+    p->mb_weight = loss_weight;
+}
+
+/* Micro batch mb's gradient scale, its loss weight set on the model. */
+static float mb_grad_scale(LtPipeline *p, int mb, float grad_scale) {
+    if (!p->mb_scale) return grad_scale;
+    lt_model_set_loss_weight(p->m, p->mb_weight[mb]);
+    return p->mb_scale[mb];
+}
+
+/* After a step: the next passes (evaluation too) use plain sums again. */
+static void end_train(LtPipeline *p) {
+    if (p->mb_scale) lt_model_set_loss_weight(p->m, 1.0f);
+    p->mb_scale = p->mb_weight = NULL;
+}
+
 void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targets,
                        float grad_scale) {
     LtModel *m = p->m;
@@ -429,10 +449,12 @@ void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targ
         for (int mb = 0; mb < p->M; mb++) {
             lt_model_set_final_pass(m, mb == p->M - 1);
             p->fwd_s += pass_forward(p, "forward", 0, 0, mb, tokens + (size_t)mb * bt,
-                                     targets + (size_t)mb * bt, grad_scale, NULL);
+                                     targets + (size_t)mb * bt, mb_grad_scale(p, mb, grad_scale),
+                                     NULL);
             p->bwd_s += pass_backward(p, 0, 0, mb, NULL);
         }
         lt_model_set_final_pass(m, 0);
+        end_train(p);
         return;
     }
     for (int i = 0; i < p->V * p->M; i++) p->slot_of[i] = -1;
@@ -448,7 +470,7 @@ void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targ
             lt_model_set_final_pass(m, mb == p->M - 1);
             slot_wait(p, s, 0);
             p->fwd_s += pass_forward(p, "forward", c, s, mb, tokens + (size_t)mb * bt,
-                                     targets + (size_t)mb * bt, grad_scale,
+                                     targets + (size_t)mb * bt, mb_grad_scale(p, mb, grad_scale),
                                      out_msg >= 0 ? p->msgs[out_msg].buf : NULL);
             i++;
         } else if (a->kind == LT_ACT_BACKWARD) {
@@ -470,6 +492,7 @@ void lt_pipeline_train(LtPipeline *p, const int32_t *tokens, const int32_t *targ
     lt_model_set_final_pass(m, 0);
     msgs_drain(p);
     LT_CHECK(p->nfree == m->nslots);
+    end_train(p);
 }
 
 void lt_pipeline_forward(LtPipeline *p, const int32_t *tokens, const int32_t *targets, int n) {

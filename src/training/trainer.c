@@ -51,7 +51,10 @@ typedef struct {
     LtMetricsFile mf;
     int S, G, local;             /* sequence, global batch, this data-parallel rank's rows */
     double flops_step, tokens_step;
-    double loss_tokens; /* the step's targets that carry loss (all, or the non-EOD ones) */
+    double loss_tokens; /* what the step's loss sum is divided by: its targets that carry
+                         * loss, or its number of micro batches (per micro batch means) */
+    float *mb_scale, *mb_weight; /* per micro batch means: each one's gradient scale and
+                                  * loss weight (NULL with calculate_per_token_loss) */
     int32_t *rows;               /* the next step's rows of S+1 tokens, as fetched */
     int32_t *in, *tgt;           /* page-locked: the device copies the step's micro batches
                                   * from them while the host runs ahead; rewritten only
@@ -253,6 +256,11 @@ static void alloc_step_state(Trainer *t) {
     t->times = lt_malloc((size_t)(nsteps > 0 ? nsteps : 1) * sizeof(double));
     t->sorted = lt_malloc((size_t)(nsteps > 0 ? nsteps : 1) * sizeof(double));
     t->inject = lt_inject_parse(r->world->rank);
+    if (!cfg->train.calculate_per_token_loss) {
+        const int nmb = t->local / cfg->train.micro_batch_size;
+        t->mb_scale = lt_malloc(sizeof(float) * (size_t)nmb);
+        t->mb_weight = lt_malloc(sizeof(float) * (size_t)nmb);
+    }
     if (cfg->train.loss_spike_zscore > 0) {
         t->sw.cap = cfg->train.loss_spike_window;
         t->sw.x = lt_calloc(sizeof(double) * (size_t)t->sw.cap);
@@ -336,6 +344,26 @@ static void note_skip(Trainer *t, const StepResult *s, int spike, double spike_z
     }
 }
 
+/* train.calculate_per_token_loss=false (Megatron's classic loss): the step's
+ * loss is the mean over the global batch's micro batches of each one's mean
+ * over its targets that carry loss. Micro batch j of this rank (n_j such
+ * targets) gets gradient scale 1 / (n_j M) and loss weight 1 / n_j, M the
+ * micro batches of the global batch; the loss sum is then divided by M. A
+ * micro batch without such targets adds nothing. */
+static double set_micro_batch_means(Trainer *t) {
+    const LtConfig *c = t->r.cfg;
+    const int mbs = c->train.micro_batch_size, nmb = t->local / mbs;
+    const int32_t eod = c->data.eod_mask_loss ? c->data.eod_token : -1;
+    const double M = (double)t->G / mbs;
+    for (int j = 0; j < nmb; j++) {
+        const long n = lt_count_unmasked(t->tgt + (size_t)j * mbs * t->S, (size_t)mbs * t->S, eod);
+        t->mb_weight[j] = n ? (float)(1.0 / (double)n) : 0.0f;
+        t->mb_scale[j] = n ? (float)(1.0 / ((double)n * M)) : 0.0f;
+    }
+    lt_pipeline_set_micro_batch_scales(t->r.pipe, t->mb_scale, t->mb_weight);
+    return M;
+}
+
 /* The global batch's targets that carry loss: every one, or with
  * data.eod_mask_loss those that are not the EOD token, counted over the
  * data-parallel ranks (the other ranks of a replica read the same samples),
@@ -359,7 +387,7 @@ static void train_step(Trainer *t, StepResult *s) {
     const unsigned long waits0 = be->host_waits;
     lt_devclock_set_active(1);
     lt_split_rows(t->rows, t->local, t->S, t->in, t->tgt); /* micro batch j: rows j*mbs .. */
-    t->loss_tokens = count_loss_tokens(t);
+    t->loss_tokens = t->mb_scale ? set_micro_batch_means(t) : count_loss_tokens(t);
     run_step_body(r, &t->graph, t->step == r->start_step, t->in, t->tgt, t->stats_dev,
                   (float)(1.0 / t->loss_tokens));
     double phase_s[2], spike_z = 0.0;
@@ -609,6 +637,8 @@ static int close_training(Trainer *t) {
     free(t->rows);
     be->ops->host_free(be, t->in);
     be->ops->host_free(be, t->tgt);
+    free(t->mb_scale);
+    free(t->mb_weight);
     be->ops->host_free(be, t->stats);
     be->ops->free(be, t->stats_dev);
     free(t->times);
