@@ -9,7 +9,8 @@
 
 #define LT_INJECT_MAX 4
 /* Test hook: LT_INJECT_NONFINITE="KIND:STEP[:RANK][,...]" (KIND loss or grad,
- * STEP 1-based, RANK default 0; up to 4 entries) makes that rank's loss sum
+ * STEP 1-based, RANK default 0; at most 4 entries over all
+ * ranks, more is an input error) makes that rank's loss sum
  * NaN, or the first element of the reduced gradient it holds +Inf, at that
  * step (an extra host wait that step), for the tests of non-finite steps.
  * Unset in normal runs. */
