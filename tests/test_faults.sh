@@ -8,7 +8,10 @@
 set -u
 BUILD=$1
 . "$(dirname "$0")/lib.sh" faults
-cleanup_extra() { mountpoint -q "$T/full" 2>/dev/null && umount "$T/full"; }
+cleanup_extra() {
+  mountpoint -q "$T/full" 2>/dev/null && umount "$T/full"
+  mountpoint -q "$T/mfull" 2>/dev/null && umount "$T/mfull"
+}
 random_shard "$T/train.ltok" 200000 5 || { fail prepare "lattice shard failed"; exit 1; }
 CFG="configs/tiny.yaml data.train_path=$T/train.ltok data.valid_path=$T/train.ltok
      logging.log_interval=1000 eval.interval=0 eval.iters=1"
@@ -96,6 +99,39 @@ if mount -t tmpfs -o size=700k tmpfs "$T/full" 2>/dev/null; then
 else
   echo "note: cannot mount a tmpfs here (not root?): the disk-full case did not run"
 fi
+# ---- the metrics file on a full disk: the partial line is cut back, every line
+# parses, the error is said once naming the file, training goes on to its end
+# and the run exits 2 (docs/observability.md). Two ways to fill it: a 12 KB
+# tmpfs (ENOSPC) and a 12 KB file size limit (EFBIG; lattice ignores SIGXFSZ)
+metrics_full() { # name log metrics-path expected-reason
+  local name=$1 log=$2 m=$3 why=$4 rc=$5
+  if [ "$rc" -eq 2 ] && [ "$(grep -c "logging.metrics_file: writing '$m' failed: $why" "$log")" -eq 2 ] &&
+     grep -q "the file ends at its last complete line" "$log" && grep -q "^done: 60 steps" "$log" &&
+     python3 -c "
+import json, sys
+d = open(sys.argv[1]).read()
+assert d.endswith('\\n'), 'partial last line: %r' % d[-80:]
+steps = [json.loads(l)['step'] for l in d.splitlines()]
+assert 5 <= len(steps) < 60 and steps == list(range(1, len(steps) + 1)), steps" "$m"; then
+    pass "$name ($(wc -l < "$m") complete lines)"
+  else fail "$name" "rc=$rc: $(grep -i error "$log" | head -2); $(tail -c 80 "$m" 2>/dev/null)"; fi
+}
+METRICS_RUN="train.steps=60 checkpoint.dir= eval.interval=0"
+mkdir -p "$T/mfull"
+if mount -t tmpfs -o size=12k tmpfs "$T/mfull" 2>/dev/null; then
+  "$LT" train $CFG $METRICS_RUN logging.metrics_file=$T/mfull/m.jsonl > "$T/mfull.log" 2>&1
+  metrics_full metrics_disk_full_ends_at_last_complete_line "$T/mfull.log" "$T/mfull/m.jsonl" \
+    "No space left on device" $?
+  umount "$T/mfull"
+else
+  echo "note: cannot mount a tmpfs here (not root?): the metrics disk-full case did not run"
+fi
+# (the log through a pipe, which the limit does not cover)
+( ulimit -f 12; exec "$LT" train $CFG $METRICS_RUN logging.metrics_file=$T/m-limit.jsonl ) 2>&1 |
+  cat > "$T/mlimit.log"
+metrics_full metrics_file_size_limit_ends_at_last_complete_line "$T/mlimit.log" "$T/m-limit.jsonl" \
+  "File too large" "${PIPESTATUS[0]}"
+
 # ---- a stopped rank and a killed rank: every other rank exits non-zero within ---
 # comm.timeout_s plus a margin, and mpirun leaves no process behind
 if command -v mpirun >/dev/null; then
