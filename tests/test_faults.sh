@@ -4,7 +4,9 @@
 # never leaves a checkpoint that is loaded half-written - resume always finds
 # the newest complete one and the next run clears the leftovers; a disk that
 # fills up during a save gives a clear error naming the path, keeps the
-# previous checkpoint intact and named by `latest`, and removes the partial one.
+# previous checkpoint intact and named by `latest`, and removes the partial one;
+# a full disk leaves the metrics file ending at its last complete line; SIGTERM
+# to mpirun itself saves, even when nobody reads the output any more.
 set -u
 BUILD=$1
 . "$(dirname "$0")/lib.sh" faults
@@ -158,4 +160,59 @@ if command -v mpirun >/dev/null; then
   stall stopped_rank_ends_job STOP
   stall killed_rank_ends_job KILL
 fi
+
+# ---- SIGTERM to mpirun itself (Open MPI 4.1): mpirun stops reading the ranks'
+# output at once, forwards the signal a second later and kills the ranks a
+# second after that; rank 0, writing a line per step, used to wait on its full
+# output and save nothing. From the signal on it never waits (lines nobody
+# reads are dropped), every rank stops after the same step and saves, and
+# mpirun exits non-zero (docs/checkpoints.md). (1) mpirun's output to a file;
+# (2) mpirun's own output blocked too (its reader stopped reading) ---------------
+use_mpirun
+mpi_ranks() { pgrep -f "^$LT train .*checkpoint.dir=$1\$"; }
+saved() { [ -s "$1/latest" ] && [ -d "$1/$(cat "$1/latest")" ]; }
+SIGRUN="train.steps=1000000 logging.log_interval=1 eval.interval=0"
+mpirun --allow-run-as-root --oversubscribe -np 2 "$LT" train $CFG $SIGRUN checkpoint.dir=$T/mpsig \
+  > "$T/mpsig.log" 2>&1 < /dev/null &
+mp=$!
+for _ in $(seq 300); do grep -q "^step " "$T/mpsig.log" 2>/dev/null && break; sleep 0.1; done
+kill -TERM $mp
+wait $mp
+rc=$?
+if [ $rc -ne 0 ] && saved "$T/mpsig" && [ -z "$(mpi_ranks "$T/mpsig")" ]; then
+  pass "sigterm_to_mpirun_saves (mpirun exit $rc, $(cat "$T/mpsig/latest"))"
+else fail sigterm_to_mpirun_saves "rc=$rc latest=$(cat "$T/mpsig/latest" 2>/dev/null): $(tail -2 "$T/mpsig.log")"; fi
+# (2): the reader keeps the lines up to the first step line, then stops
+# reading; once the pipe stays full for a second it says so in $T/stalled
+cat > "$T/stall.py" <<'PY'
+import fcntl, struct, sys, termios, time
+out = open(sys.argv[1], 'w', buffering=1)
+for line in sys.stdin.buffer:
+    out.write(line.decode(errors='replace'))
+    if line.startswith(b'step '):
+        break
+last, since = -1, time.time()
+while time.time() - since < 1.0 or last <= 0:
+    n = struct.unpack('i', fcntl.ioctl(0, termios.FIONREAD, b'\0\0\0\0'))[0]
+    if n != last:
+        last, since = n, time.time()
+    time.sleep(0.05)
+open(sys.argv[2], 'w').write(f'{last} bytes waiting\n')
+time.sleep(120)
+PY
+( mpirun --allow-run-as-root --oversubscribe -np 2 "$LT" train $CFG $SIGRUN checkpoint.dir=$T/mpblk \
+    2>&1 < /dev/null & echo $! > "$T/mpblk.pid"; wait ) | python3 "$T/stall.py" "$T/mpblk.log" "$T/stalled" &
+reader=$!
+for _ in $(seq 600); do [ -s "$T/stalled" ] && break; sleep 0.1; done
+kill -TERM "$(cat "$T/mpblk.pid")"
+for i in $(seq 150); do [ -z "$(mpi_ranks "$T/mpblk")" ] && break; sleep 0.1; done
+left=$(mpi_ranks "$T/mpblk" | tr '\n' ' ')
+[ -n "$left" ] && kill -KILL $left
+kill $reader 2>/dev/null # mpirun's writes then fail and it ends
+wait $reader 2>/dev/null
+for _ in $(seq 100); do kill -0 "$(cat "$T/mpblk.pid")" 2>/dev/null || break; sleep 0.1; done
+kill -KILL "$(cat "$T/mpblk.pid")" 2>/dev/null
+if [ -s "$T/stalled" ] && [ -z "$left" ] && saved "$T/mpblk"; then
+  pass "sigterm_to_mpirun_with_blocked_output_saves (ranks gone in $((i / 10)).$((i % 10)) s, $(cat "$T/mpblk/latest"))"
+else fail sigterm_to_mpirun_with_blocked_output_saves "stalled: $(cat "$T/stalled" 2>/dev/null); ranks left: $left; latest: $(cat "$T/mpblk/latest" 2>/dev/null)"; fi
 exit $((failures > 0))
