@@ -57,8 +57,8 @@ void lt_input_error(const char *fmt, ...) {
     exit(LT_EXIT_INPUT);
 }
 
-/* The flags of standard output and error before lt_log_never_block; -1 for
- * a descriptor it did not change. */
+/* The flags of standard output and error before lt_log_never_block (-1: not
+ * an open descriptor), put back by lt_log_restore_flags. */
 static volatile sig_atomic_t g_never_block = 0;
 static int g_out_flags[3] = {-1, -1, -1};
 
