@@ -74,9 +74,11 @@ void lt_ckpt_abort(const char *tmp);
  * gets every parameter it holds; m and v (NULL: skipped) the elements
  * [lo, hi) of its flat index space, m[0] being element lo. Reads only the
  * blocks of the state files that hold those elements, through an I/O buffer
- * of io_bytes. Refuses a checkpoint whose dims differ from t's (naming the
- * field), whose files do not match meta.json, or that holds a non-finite
- * value. 0, or -1 with a message naming the file and tensor. */
+ * of io_bytes; moments not asked for are still read over [lo, hi), through a
+ * 4 MiB scratch buffer, to be checked. Refuses a checkpoint whose dims differ
+ * from t's (naming the field), whose files do not match meta.json, or that
+ * holds a non-finite weight or moment. 0, or -1 with a message naming the
+ * file and tensor. */
 int lt_ckpt_load_local(const char *stepdir, const LtParamTable *t, float *master, size_t lo,
                        size_t hi, float *m, float *v, size_t io_bytes, LtCkptMeta *meta, char *err,
                        size_t errlen);
@@ -105,8 +107,8 @@ int lt_ckpt_read_meta(const char *stepdir, LtCkptMeta *meta, char *err, size_t e
 /* Load the config stored in a step directory (for export). */
 int lt_ckpt_load_config(const char *stepdir, LtConfig *cfg, char *err, size_t errlen);
 
-/* Load into s (arrays of t->total, allocated by the caller; m/v may be NULL to
- * skip). Every tensor of t must be present with the same shape; checksums are
+/* Load into s (arrays of t->total, allocated by the caller; m/v may be NULL
+ * not to keep them, they are checked all the same). Every tensor of t must be present with the same shape; checksums are
  * verified. Returns 0 or -1 with a message naming the file and tensor. */
 int lt_ckpt_load(const char *stepdir, const LtParamTable *t, LtCkptState *s, LtCkptMeta *meta,
                  char *err, size_t errlen);

@@ -42,6 +42,16 @@ void lt_set_error_barrier(void (*barrier)(void));
 void lt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Send lt_log output to stderr instead (when stdout carries data). */
 void lt_log_to_stderr(int on);
+/* From now on no write to standard output or error waits: both are made
+ * non-blocking, and a line their reader does not take at once is dropped. For
+ * the stop path after a signal, whose save must not wait on a launcher that
+ * has stopped reading (Open MPI's mpirun after a SIGTERM). Async-signal-safe.
+ * lt_log_restore_flags (async-signal-safe) puts the descriptors back as they
+ * were; lt_log_restore_at_exit registers, once, an exit handler that drops
+ * what stdio still holds and then restores them. */
+void lt_log_never_block(void);
+void lt_log_restore_flags(void);
+void lt_log_restore_at_exit(void);
 
 #define LT_CHECK(cond)                                                         \
     do {                                                                       \

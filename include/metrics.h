@@ -31,10 +31,11 @@ typedef struct {
 
 /* Open for append (creating directories is the caller's job); exits with code
  * 2 and a clear message when the file cannot be opened. Every line is one
- * JSON object (non-finite numbers as null) written whole and flushed; the
- * first write error is said on stderr at once, stops further writes, and is
- * kept for lt_metrics_status, so the caller can exit non-zero at the end
- * instead of leaving a silently truncated file. */
+ * JSON object (non-finite numbers as null) written unbuffered; the first
+ * write error is said on stderr at once, cuts the partial line back (the file
+ * ends at its last complete line), stops further writes, and is kept for
+ * lt_metrics_status, so the caller can exit non-zero at the end instead of
+ * leaving a silently truncated file. */
 void lt_metrics_open(LtMetricsFile *m, const char *path);
 void lt_metrics_close(LtMetricsFile *m);
 /* 0, or -1 with the failed write's path and reason in err. */

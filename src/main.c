@@ -15,6 +15,7 @@
  * Exit codes: 0 success, 2 bad input (config, data, checkpoint), 1 internal
  * failure, 128+N stopped by signal N (after saving a checkpoint when set). */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,6 +241,9 @@ static int run_with_config(const char *cmd, int (*run)(LtConfig *, const LtWorld
 }
 
 int main(int argc, char **argv) {
+    /* A file size limit (ulimit -f) then fails the write with EFBIG, which the
+     * writers report like a full disk, instead of killing the process. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return LT_EXIT_INPUT;

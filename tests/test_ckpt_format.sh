@@ -4,7 +4,8 @@
 # reads a tiny Llama's checkpoint, of one process and of a tp2 x pp2 x dp2 run
 # (one state file per rank), checks every CRC, assembles the tensors from their
 # pieces and finds the same weights as lattice's own export; a flipped data byte
-# and an edited meta.json are caught by it.
+# and an edited meta.json are caught by it; a checkpoint whose moments hold
+# NaN or Inf (written with every CRC intact) is refused by every reader.
 set -u
 BUILD=$1
 . tests/lib.sh ckfmt
@@ -53,4 +54,28 @@ e2=$(python3 tests/read_state.py "$T/bad2" 2>&1 >/dev/null); r2=$?
 if [ $r1 -ne 0 ] && echo "$e1" | grep -q "data CRC" && [ $r2 -ne 0 ] && echo "$e2" | grep -q "meta.json CRC"
 then pass documented_crcs_catch_damage
 else fail documented_crcs_catch_damage "flipped byte: $r1 $e1; edited meta: $r2 $e2"; fi
+# a diverged optimizer state (moments NaN or Inf; the CRCs intact, set by
+# tests/set_state_value.py from the format's description) is refused by every
+# reader, also those that keep no moments: eval, sample, export, resume
+for case in "adam_m/h.1.mlp.down.weight nan" "adam_v/wte inf"; do
+  set -- $case
+  bad=$T/bad-${1%%/*}
+  cp -r "$T/ck8/step_00000002" "$bad"
+  python3 tests/set_state_value.py "$bad" "$1" "$2"
+  refused=""
+  for reader in eval sample export resume; do
+    case $reader in
+      export) cmd=("$LT" export "$bad" "$T/hf-bad") ;;
+      resume) cmd=("$LT" train configs/llama-tiny.yaml data.train_path=$T/train.ltok train.steps=3
+                   eval.interval=0 checkpoint.dir= checkpoint.load=$bad) ;;
+      *) cmd=("$LT" $reader configs/llama-tiny.yaml data.train_path=$T/train.ltok
+              data.valid_path=$T/train.ltok sample.num_tokens=4 checkpoint.load=$bad) ;;
+    esac
+    err=$("${cmd[@]}" 2>&1 >/dev/null); rc=$?
+    [ $rc -eq 2 ] && echo "$err" | grep -q "checkpoint $bad: tensor '$1' holds a non-finite value ($2 at" &&
+      refused="$refused $reader"
+  done
+  if [ "$refused" = " eval sample export resume" ]; then pass "nonfinite_${1%%/*}_refused_by_every_reader"
+  else fail "nonfinite_${1%%/*}_refused_by_every_reader" "refused by:$refused; last: rc=$rc $(echo "$err" | tail -1)"; fi
+done
 exit $((failures > 0))

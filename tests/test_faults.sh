@@ -4,11 +4,16 @@
 # never leaves a checkpoint that is loaded half-written - resume always finds
 # the newest complete one and the next run clears the leftovers; a disk that
 # fills up during a save gives a clear error naming the path, keeps the
-# previous checkpoint intact and named by `latest`, and removes the partial one.
+# previous checkpoint intact and named by `latest`, and removes the partial one;
+# a full disk leaves the metrics file ending at its last complete line; SIGTERM
+# to mpirun itself saves, even when nobody reads the output any more.
 set -u
 BUILD=$1
 . "$(dirname "$0")/lib.sh" faults
-cleanup_extra() { mountpoint -q "$T/full" 2>/dev/null && umount "$T/full"; }
+cleanup_extra() {
+  mountpoint -q "$T/full" 2>/dev/null && umount "$T/full"
+  mountpoint -q "$T/mfull" 2>/dev/null && umount "$T/mfull"
+}
 random_shard "$T/train.ltok" 200000 5 || { fail prepare "lattice shard failed"; exit 1; }
 CFG="configs/tiny.yaml data.train_path=$T/train.ltok data.valid_path=$T/train.ltok
      logging.log_interval=1000 eval.interval=0 eval.iters=1"
@@ -96,6 +101,39 @@ if mount -t tmpfs -o size=700k tmpfs "$T/full" 2>/dev/null; then
 else
   echo "note: cannot mount a tmpfs here (not root?): the disk-full case did not run"
 fi
+# ---- the metrics file on a full disk: the partial line is cut back, every line
+# parses, the error is said once naming the file, training goes on to its end
+# and the run exits 2 (docs/observability.md). Two ways to fill it: a 12 KB
+# tmpfs (ENOSPC) and a 12 KB file size limit (EFBIG; lattice ignores SIGXFSZ)
+metrics_full() { # name log metrics-path expected-reason
+  local name=$1 log=$2 m=$3 why=$4 rc=$5
+  if [ "$rc" -eq 2 ] && [ "$(grep -c "logging.metrics_file: writing '$m' failed: $why" "$log")" -eq 2 ] &&
+     grep -q "the file ends at its last complete line" "$log" && grep -q "^done: 60 steps" "$log" &&
+     python3 -c "
+import json, sys
+d = open(sys.argv[1]).read()
+assert d.endswith('\\n'), 'partial last line: %r' % d[-80:]
+steps = [json.loads(l)['step'] for l in d.splitlines()]
+assert 5 <= len(steps) < 60 and steps == list(range(1, len(steps) + 1)), steps" "$m"; then
+    pass "$name ($(wc -l < "$m") complete lines)"
+  else fail "$name" "rc=$rc: $(grep -i error "$log" | head -2); $(tail -c 80 "$m" 2>/dev/null)"; fi
+}
+METRICS_RUN="train.steps=60 checkpoint.dir= eval.interval=0"
+mkdir -p "$T/mfull"
+if mount -t tmpfs -o size=12k tmpfs "$T/mfull" 2>/dev/null; then
+  "$LT" train $CFG $METRICS_RUN logging.metrics_file=$T/mfull/m.jsonl > "$T/mfull.log" 2>&1
+  metrics_full metrics_disk_full_ends_at_last_complete_line "$T/mfull.log" "$T/mfull/m.jsonl" \
+    "No space left on device" $?
+  umount "$T/mfull"
+else
+  echo "note: cannot mount a tmpfs here (not root?): the metrics disk-full case did not run"
+fi
+# (the log through a pipe, which the limit does not cover)
+( ulimit -f 12; exec "$LT" train $CFG $METRICS_RUN logging.metrics_file=$T/m-limit.jsonl ) 2>&1 |
+  cat > "$T/mlimit.log"
+metrics_full metrics_file_size_limit_ends_at_last_complete_line "$T/mlimit.log" "$T/m-limit.jsonl" \
+  "File too large" "${PIPESTATUS[0]}"
+
 # ---- a stopped rank and a killed rank: every other rank exits non-zero within ---
 # comm.timeout_s plus a margin, and mpirun leaves no process behind
 if command -v mpirun >/dev/null; then
@@ -122,4 +160,59 @@ if command -v mpirun >/dev/null; then
   stall stopped_rank_ends_job STOP
   stall killed_rank_ends_job KILL
 fi
+
+# ---- SIGTERM to mpirun itself (Open MPI 4.1): mpirun stops reading the ranks'
+# output at once, forwards the signal a second later and kills the ranks a
+# second after that; rank 0, writing a line per step, used to wait on its full
+# output and save nothing. From the signal on it never waits (lines nobody
+# reads are dropped), every rank stops after the same step and saves, and
+# mpirun exits non-zero (docs/checkpoints.md). (1) mpirun's output to a file;
+# (2) mpirun's own output blocked too (its reader stopped reading) ---------------
+use_mpirun
+mpi_ranks() { pgrep -f "^$LT train .*checkpoint.dir=$1\$"; }
+saved() { [ -s "$1/latest" ] && [ -d "$1/$(cat "$1/latest")" ]; }
+SIGRUN="train.steps=1000000 logging.log_interval=1 eval.interval=0"
+mpirun --allow-run-as-root --oversubscribe -np 2 "$LT" train $CFG $SIGRUN checkpoint.dir=$T/mpsig \
+  > "$T/mpsig.log" 2>&1 < /dev/null &
+mp=$!
+for _ in $(seq 300); do grep -q "^step " "$T/mpsig.log" 2>/dev/null && break; sleep 0.1; done
+kill -TERM $mp
+wait $mp
+rc=$?
+if [ $rc -ne 0 ] && saved "$T/mpsig" && [ -z "$(mpi_ranks "$T/mpsig")" ]; then
+  pass "sigterm_to_mpirun_saves (mpirun exit $rc, $(cat "$T/mpsig/latest"))"
+else fail sigterm_to_mpirun_saves "rc=$rc latest=$(cat "$T/mpsig/latest" 2>/dev/null): $(tail -2 "$T/mpsig.log")"; fi
+# (2): the reader keeps the lines up to the first step line, then stops
+# reading; once the pipe stays full for a second it says so in $T/stalled
+cat > "$T/stall.py" <<'PY'
+import fcntl, struct, sys, termios, time
+out = open(sys.argv[1], 'w', buffering=1)
+for line in sys.stdin.buffer:
+    out.write(line.decode(errors='replace'))
+    if line.startswith(b'step '):
+        break
+last, since = -1, time.time()
+while time.time() - since < 1.0 or last <= 0:
+    n = struct.unpack('i', fcntl.ioctl(0, termios.FIONREAD, b'\0\0\0\0'))[0]
+    if n != last:
+        last, since = n, time.time()
+    time.sleep(0.05)
+open(sys.argv[2], 'w').write(f'{last} bytes waiting\n')
+time.sleep(120)
+PY
+( mpirun --allow-run-as-root --oversubscribe -np 2 "$LT" train $CFG $SIGRUN checkpoint.dir=$T/mpblk \
+    2>&1 < /dev/null & echo $! > "$T/mpblk.pid"; wait ) | python3 "$T/stall.py" "$T/mpblk.log" "$T/stalled" &
+reader=$!
+for _ in $(seq 600); do [ -s "$T/stalled" ] && break; sleep 0.1; done
+kill -TERM "$(cat "$T/mpblk.pid")"
+for i in $(seq 150); do [ -z "$(mpi_ranks "$T/mpblk")" ] && break; sleep 0.1; done
+left=$(mpi_ranks "$T/mpblk" | tr '\n' ' ')
+[ -n "$left" ] && kill -KILL $left
+kill $reader 2>/dev/null # mpirun's writes then fail and it ends
+wait $reader 2>/dev/null
+for _ in $(seq 100); do kill -0 "$(cat "$T/mpblk.pid")" 2>/dev/null || break; sleep 0.1; done
+kill -KILL "$(cat "$T/mpblk.pid")" 2>/dev/null
+if [ -s "$T/stalled" ] && [ -z "$left" ] && saved "$T/mpblk"; then
+  pass "sigterm_to_mpirun_with_blocked_output_saves (ranks gone in $((i / 10)).$((i % 10)) s, $(cat "$T/mpblk/latest"))"
+else fail sigterm_to_mpirun_with_blocked_output_saves "stalled: $(cat "$T/stalled" 2>/dev/null); ranks left: $left; latest: $(cat "$T/mpblk/latest" 2>/dev/null)"; fi
 exit $((failures > 0))

@@ -1,9 +1,12 @@
 /* test_metrics.c - the metrics file (src/observability/metrics.c): every line is valid JSON
  * even when a value is not finite (written as null), and a write error is
- * kept and reported instead of leaving a silently truncated file. And the
+ * kept and reported instead of leaving a silently truncated file, and a
+ * write cut short (a full disk) is cut back to the last complete line. And the
  * progress at the end of a step line (src/training/step_time.c): elapsed
  * time, and the ETA from the median step time so far. */
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "metrics.h"
@@ -71,6 +74,45 @@ static void test_write_error_kept(void) {
           "message: %s", err);
 }
 
+/* A file size limit (SIGXFSZ ignored, as lattice does) stands in for a disk
+ * that fills up in the middle of the third line. */
+static void test_short_write_cut_back(void) {
+    const LtStepTimes times = {.forward = 1.5};
+    char line[1024];
+    LtMetricsFile m;
+    unlink(g_path);
+    lt_metrics_open(&m, g_path);
+    lt_metrics_train(&m, 1, 2.0, 1e-4, 1.0, 1.0, 1.0, 0.1, 1.0, &times);
+    fseek(m.f, 0, SEEK_END);
+    const long one = ftell(m.f);
+    REQUIRE(one > 100, "first line: %ld bytes", one);
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = (rlim_t)(2 * one + one / 2);
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &lim) == 0, "setrlimit");
+    for (long step = 2; step <= 4; step++)
+        lt_metrics_train(&m, step, 2.0, 1e-4, 1.0, 1.0, 1.0, 0.1, 1.0, &times);
+    lt_metrics_close(&m);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    char err[256] = "";
+    CHECK(lt_metrics_status(&m, err, sizeof err) == -1 && strstr(err, "File too large"),
+          "status: %s", err);
+    FILE *f = fopen(g_path, "rb");
+    REQUIRE(f, "read back");
+    int lines = 0;
+    long bytes = 0;
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        bytes += (long)strlen(line);
+        CHECK(line[strlen(line) - 1] == '\n', "line %d is partial: %s", lines, line);
+    }
+    fclose(f);
+    CHECK(lines == 2 && bytes == 2 * one, "%d lines, %ld bytes (one line: %ld)", lines, bytes, one);
+}
+
 static void test_step_progress(void) {
     const double dt[5] = {3.0, 1.0, 2.0, 1.0, 10.0}; /* step times, seconds */
     double sorted[5];
@@ -95,6 +137,7 @@ int main(void) {
     snprintf(g_path, sizeof g_path, "/tmp/lt_test_metrics_%d.jsonl", (int)getpid());
     RUN(test_nonfinite_is_null);
     RUN(test_write_error_kept);
+    RUN(test_short_write_cut_back);
     RUN(test_step_progress);
     unlink(g_path);
     return test_summary();

@@ -312,6 +312,9 @@ if [ $rc -eq 3 ] && grep -q "2 consecutive steps with a non-finite loss or gradi
    python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert r[1]['grad_norm'] is None and len(r) == 3" $T/nan.jsonl
 then pass diverged_run_stops_unsaved
 else fail diverged_run_stops_unsaved "rc=$rc, $(grep -i 'error' "$T/div.log" | head -2)"; fi
+# the hook holds 4 entries (over all ranks): a fifth is refused, not dropped
+expect_input_error inject_fifth_entry "LT_INJECT_NONFINITE=.*more than 4 entries" \
+  env LT_INJECT_NONFINITE=loss:2,loss:3,grad:4:1,spike:5,grad:6 "$LT" train $CFG $D train.steps=6
 # a step makes the host wait for the device once (the CPU backend counts the
 # calls a GPU would wait in): the loss, grad norm and clip stay on the device
 if grep -q "host waits per step 1$" "$T/train.log"; then pass one_host_wait_per_step

@@ -1,8 +1,11 @@
 /* common.c - see common.h. */
 #include "common.h"
 
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -52,6 +55,45 @@ void lt_input_error(const char *fmt, ...) {
     }
     if (g_error_barrier) g_error_barrier();
     exit(LT_EXIT_INPUT);
+}
+
+/* The flags of standard output and error before lt_log_never_block (-1: not
+ * an open descriptor), put back by lt_log_restore_flags. */
+static volatile sig_atomic_t g_never_block = 0;
+static int g_out_flags[3] = {-1, -1, -1};
+
+void lt_log_never_block(void) {
+    if (g_never_block) return;
+    g_never_block = 1;
+    /* both read before either is set: 2>&1 shares one file description */
+    for (int fd = 1; fd <= 2; fd++) g_out_flags[fd] = fcntl(fd, F_GETFL);
+    for (int fd = 1; fd <= 2; fd++)
+        if (g_out_flags[fd] >= 0 && !(g_out_flags[fd] & O_NONBLOCK))
+            fcntl(fd, F_SETFL, g_out_flags[fd] | O_NONBLOCK);
+}
+
+void lt_log_restore_flags(void) {
+    if (!g_never_block) return;
+    for (int fd = 1; fd <= 2; fd++)
+        if (g_out_flags[fd] >= 0) fcntl(fd, F_SETFL, g_out_flags[fd]);
+}
+
+/* At exit: what stdio could not write at once is dropped (the exit's flush
+ * would otherwise wait for it), then the descriptors are as they were (a
+ * terminal shared with the shell must not stay non-blocking). */
+static void restore_at_exit(void) {
+    if (!g_never_block) return;
+    fflush(stdout);
+    __fpurge(stdout);
+    fflush(stderr);
+    __fpurge(stderr);
+    lt_log_restore_flags();
+}
+
+void lt_log_restore_at_exit(void) {
+    static int done = 0;
+    if (!done) atexit(restore_at_exit);
+    done = 1;
 }
 
 void lt_log(const char *fmt, ...) {

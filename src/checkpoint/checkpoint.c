@@ -595,8 +595,30 @@ static int load_param(const char *stepdir, const StateFiles *s, const LtParamTab
             return lt_errorf(err, errlen,
                              "checkpoint %s: tensor '%s' holds a non-finite value (%g at element %zu "
                              "of this rank's part): the model it saved had diverged",
-                             stepdir, name, (double)dst[e], e);
+                             stepdir, name, (double)dst[e], a - p->offset + e);
     return 0;
+}
+
+/* For a reader that keeps no moments (eval, sample, export): kind k over the
+ * elements [lo, hi) read in pieces through a scratch buffer, only so that
+ * load_param checks them (CRC, shape, finite): a diverged optimizer state is
+ * refused by every reader, not only by resume. */
+static int check_kind(const char *stepdir, const StateFiles *s, const LtParamTable *t, int k,
+                      size_t lo, size_t hi, unsigned char *buf, size_t buf_bytes, char *err,
+                      size_t errlen) {
+    const size_t piece = (size_t)1 << 20;
+    float *tmp = lt_ckpt_mem_alloc(sizeof(float) * piece);
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < t->n; i++) {
+        const LtParam *p = &t->p[i];
+        const size_t a = p->offset > lo ? p->offset : lo;
+        const size_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        for (size_t x = a; rc == 0 && x < b; x += piece)
+            rc = load_param(stepdir, s, t, p, k, x, b - x < piece ? b : x + piece, tmp, buf,
+                            buf_bytes, err, errlen);
+    }
+    lt_ckpt_mem_free(tmp, sizeof(float) * piece);
+    return rc;
 }
 
 int lt_ckpt_load_local(const char *stepdir, const LtParamTable *t, float *master, size_t lo,
@@ -635,6 +657,8 @@ int lt_ckpt_load_local(const char *stepdir, const LtParamTable *t, float *master
                                 errlen);
         }
     }
+    for (int k = 1; rc == 0 && !mi.m.weights_only && k < LT_CKPT_KINDS; k++)
+        if (!arr[k]) rc = check_kind(stepdir, &s, t, k, lo, hi, buf, buf_bytes, err, errlen);
     lt_ckpt_mem_free(buf, buf_bytes);
     state_files_close(&s);
     if (rc == 0 && meta) *meta = mi.m;

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -83,18 +85,18 @@ void lt_metrics_open(LtMetricsFile *m, const char *path) {
     snprintf(m->path, sizeof m->path, "%s", path);
 }
 
-/* The first write error is kept (errno) and said once; later lines are not
- * attempted, so the file ends at the last complete line. */
-static void metrics_fail(LtMetricsFile *m, int e) {
+/* The first write error is kept (errno) and said once, with whether the
+ * partial line was cut back; later lines are not attempted. */
+static void metrics_fail(LtMetricsFile *m, int e, const char *cut) {
     if (m->error) return;
     m->error = e ? e : EIO;
-    fprintf(stderr, "lattice: error: logging.metrics_file: writing '%s' failed: %s; no further "
+    fprintf(stderr, "lattice: error: logging.metrics_file: writing '%s' failed: %s; %s; no further "
                     "metrics are written and the run will exit non-zero\n",
-            m->path, strerror(m->error));
+            m->path, strerror(m->error), cut);
 }
 
 void lt_metrics_close(LtMetricsFile *m) {
-    if (m->f && fclose(m->f) != 0) metrics_fail(m, errno);
+    if (m->f && fclose(m->f) != 0) metrics_fail(m, errno, "closing it failed");
     m->f = NULL;
 }
 
@@ -128,10 +130,32 @@ static void put_num(Line *l, const char *key, double v, const char *fmt) {
         put(l, "null");
 }
 
+/* Lines go through write(2) on the stream's descriptor, never its buffer, so
+ * a short write is seen here and fclose has nothing left to flush. A write
+ * that fails part-way (disk full, file size limit) is cut back to the file's
+ * size before it, so the file ends at the last complete line. */
 static void write_line(LtMetricsFile *m, Line *l) {
     put(l, "}\n");
     if (m->error) return;
-    if (fwrite(l->buf, 1, l->n, m->f) != l->n || fflush(m->f) != 0) metrics_fail(m, errno);
+    const int fd = fileno(m->f);
+    struct stat st;
+    const off_t end = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? st.st_size : -1;
+    size_t done = 0;
+    while (done < l->n) {
+        ssize_t k = write(fd, l->buf + done, l->n - done);
+        if (k > 0) {
+            done += (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno == EINTR) continue;
+        const int e = k < 0 ? errno : EIO;
+        char cut[160] = "the file ends at its last complete line";
+        if (done > 0 && (end < 0 || ftruncate(fd, end) != 0))
+            snprintf(cut, sizeof cut, "%zu bytes of a line are left at its end (cutting them back: %s)",
+                     done, end < 0 ? "not a regular file" : strerror(errno));
+        metrics_fail(m, e, cut);
+        return;
+    }
 }
 
 void lt_metrics_train(LtMetricsFile *m, long step, double loss, double lr, double grad_norm,

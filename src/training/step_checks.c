@@ -10,15 +10,18 @@
 
 LtInject lt_inject_parse(int rank) {
     LtInject in = {{0}, {0}};
-    const char *e = getenv("LT_INJECT_NONFINITE");
+    const char *e = getenv("LT_INJECT_NONFINITE"), *all = e;
     static const char *const kinds[] = {"", "loss", "grad", "spike"};
-    for (int i = 0; e && *e && i < LT_INJECT_MAX; i++) {
+    for (int i = 0; e && *e; i++) {
+        if (i == LT_INJECT_MAX) /* counted over all ranks' entries, so every rank refuses alike */
+            lt_input_error("LT_INJECT_NONFINITE='%s': more than %d entries; it holds at most %d",
+                           all, LT_INJECT_MAX, LT_INJECT_MAX);
         char kind[8];
         long step = 0;
         int r = 0, n = sscanf(e, "%7[a-z]:%ld:%d", kind, &step, &r), k = 1;
         while (k < 4 && strcmp(kind, kinds[k])) k++;
         if (n < 2 || step < 1 || k == 4)
-            lt_input_error("LT_INJECT_NONFINITE='%s': expected loss|grad|spike:STEP[:RANK][,...]", e);
+            lt_input_error("LT_INJECT_NONFINITE='%s': expected loss|grad|spike:STEP[:RANK][,...]", all);
         if (r == rank) {
             in.kind[i] = k;
             in.step[i] = step;

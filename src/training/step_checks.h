@@ -8,11 +8,12 @@
 #include "engine.h"
 
 #define LT_INJECT_MAX 4
-/* Test hook: LT_INJECT_NONFINITE="KIND:STEP[:RANK][,...]" (KIND loss or grad,
- * STEP 1-based, RANK default 0; up to 4 entries) makes that rank's loss sum
- * NaN, or the first element of the reduced gradient it holds +Inf, at that
- * step (an extra host wait that step), for the tests of non-finite steps.
- * Unset in normal runs. */
+/* Test hook: LT_INJECT_NONFINITE="KIND:STEP[:RANK][,...]" (KIND loss, grad or
+ * spike, STEP 1-based, RANK default 0; at most LT_INJECT_MAX entries over all
+ * ranks, more is an input error) makes that rank's loss sum NaN, the first
+ * element of the reduced gradient it holds +Inf, or its loss sum 100 times
+ * larger, at that step (an extra host wait that step), for the tests of
+ * non-finite steps and loss spikes. Unset in normal runs. */
 typedef struct {
     int kind[LT_INJECT_MAX]; /* 0 none, 1 loss (NaN), 2 grad (Inf), 3 spike (loss x 100) */
     long step[LT_INJECT_MAX];

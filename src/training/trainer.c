@@ -31,15 +31,20 @@
 #include "watchdog.h"
 
 /* SIGTERM, SIGINT, SIGUSR1 (Slurm's --signal=USR1@T): every rank stops after
- * the same step, saves, and exits 128 + the signal. An interrupt while a stop
- * is already under way (a second Ctrl-C during a long step or the save) aborts
+ * the same step, saves, and exits 128 + the signal. From the signal on, output
+ * never waits (lt_log_never_block): a launcher that stops reading the ranks'
+ * output when it is signalled (mpirun) cannot hold the save up until it kills
+ * the ranks; a write already waiting returns. An interrupt while a stop is
+ * already under way (a second Ctrl-C during a long step or the save) aborts
  * at once, without saving: saves are atomic, so the previous checkpoint stays. */
 static volatile sig_atomic_t g_stop_signal = 0;
 static void on_signal(int sig) {
+    lt_log_never_block();
     if (sig == SIGINT && g_stop_signal) {
         static const char msg[] = "lattice: second interrupt: aborting at once, without saving\n";
         ssize_t k = write(STDERR_FILENO, msg, sizeof msg - 1);
         (void)k;
+        lt_log_restore_flags();
         _exit(128 + SIGINT);
     }
     g_stop_signal = sig;
@@ -233,6 +238,7 @@ static void open_training(Trainer *t, LtConfig *cfg, const LtWorld *w) {
 /* From here on a signal stops the run at a step boundary, with a save. Set
  * before the summary, whose lines tell a job script (and the tests) so. */
 static void catch_stop_signals(void) {
+    lt_log_restore_at_exit();
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGUSR1, on_signal);
