@@ -24,6 +24,7 @@ typedef enum { LT_RECOMPUTE_NONE = 0, LT_RECOMPUTE_SELECTIVE, LT_RECOMPUTE_FULL 
 typedef enum { LT_DEVICE_AUTO = 0, LT_DEVICE_CPU, LT_DEVICE_CUDA } LtDeviceKind;
 typedef enum { LT_COMM_AUTO = 0, LT_COMM_NCCL, LT_COMM_MPI } LtCommBackend;
 typedef enum { LT_ARCH_GPT = 0, LT_ARCH_LLAMA = 1 } LtArch;
+typedef enum { LT_SPLIT_VALID = 0, LT_SPLIT_TEST = 1 } LtEvalSplit;
 typedef enum { LT_ROPE_NONE = 0, LT_ROPE_LLAMA3 = 1 } LtRopeScalingKind;
 /* optimizer.lr_decay_style and optimizer.lr_wsd_decay_style (Megatron-LM's
  * lr_decay_style and lr_wsd_decay_style; lt_lr_at in optim.h) */
@@ -122,6 +123,7 @@ typedef struct {
         bool shuffle;
         int prefetch;                  /* optimizer steps prepared ahead by the loader thread */
         int eod_token;                 /* the id that ends a document; -1 = none */
+        char split[LT_PATH_MAX];       /* "969,30,1": train/valid/test by documents; "" = none */
         bool eod_mask_loss;            /* no loss on targets that are eod_token */
     } data;
     struct {
@@ -149,6 +151,7 @@ typedef struct {
         long interval_samples;         /* evaluate each time this many more samples were trained */
         long start_samples;            /* with interval_samples: none before this many samples */
         double target_log_ppl;         /* stop at the first eval at or below it; 0 = none */
+        int split;                     /* LtEvalSplit: which part of data.split evaluates */
     } eval;
     struct {
         LtCommBackend backend;

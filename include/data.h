@@ -42,6 +42,14 @@ const char *lt_tokens_path(const LtTokenFile *f);
  * range, short read, out of bounds) in err. */
 int lt_tokens_read(LtTokenFile *f, uint64_t start, uint64_t n, int32_t *out, char *err,
                    size_t errlen);
+/* The file's documents: *ndocs of them, (*starts)[d] the token position
+ * where document d starts and (*starts)[*ndocs] the end of the stream (an
+ * array the caller frees). Megatron files: the index's documents. The other
+ * formats: a document ends with each eod token (read through the whole
+ * file; the tokens after the last one make the last document); eod < 0 is
+ * an error there. 0, or -1 with the problem in err. */
+int lt_tokens_documents(LtTokenFile *f, int32_t eod, uint64_t **starts, uint64_t *ndocs,
+                        char *err, size_t errlen);
 /* Read every token once: each lattice block's CRC and size, and every id
  * against the limit. 0, or -1 with the first problem (file, offset) in err. */
 int lt_tokens_validate(LtTokenFile *f, char *err, size_t errlen);
@@ -77,6 +85,8 @@ typedef struct {
     double weight[LT_BLEND_MAX];     /* normalised: they sum to 1 */
     char *path[LT_BLEND_MAX];        /* into text */
     LtTokenFile *file[LT_BLEND_MAX]; /* after lt_blend_open */
+    uint64_t tok0[LT_BLEND_MAX];     /* each dataset's token range (data.split): from tok0, */
+    uint64_t ntok[LT_BLEND_MAX];     /* ntok tokens; ntok 0 = the whole file */
     char text[1024];                 /* the paths, cut apart */
     char spec[1024];                 /* the blend as given (trimmed), for messages */
 } LtBlend;
@@ -100,6 +110,16 @@ void lt_blend_order_range(LtBlendOrder *o, uint64_t first, int count, int *datas
                           uint64_t *index);
 /* Samples each dataset took before global sample pos, into taken[n]. */
 void lt_blend_order_taken(LtBlendOrder *o, uint64_t pos, uint64_t *taken);
+
+/* data.split ("969,30,1"): Megatron's parse_and_normalize_split - the
+ * numbers in text (up to three: train, validation, test; missing ones 0),
+ * normalised by their sum. 0, or -1 with the problem in err. */
+int lt_split_parse(const char *text, double v[3], char *err, size_t errlen);
+/* Megatron's split of ndocs documents: split i is documents [beg[i], end[i])
+ * with beg = round(edge_i * ndocs), end = round(edge_i+1 * ndocs) over the
+ * cumulative proportions (Python's round: halves to even); an empty share
+ * gives beg = end = 0. */
+void lt_split_docs(const double v[3], uint64_t ndocs, uint64_t beg[3], uint64_t end[3]);
 
 /* ---- loader ---------------------------------------------------------------
  * Produces, for optimizer step k, the samples this rank uses: global sample

@@ -901,6 +901,57 @@ static void test_loader_blend(void) {
           "a missing file is named: '%s'", g_err);
 }
 
+/* data.split: Megatron's parse and its document split (Python's round, halves
+ * to even), and the documents of each format. */
+static void test_split(void) {
+    double v[3];
+    uint64_t b[3], e[3];
+    CHECK(lt_split_parse("969,30,1", v, g_err, sizeof g_err) == 0 && fabs(v[0] - 0.969) < 1e-15,
+          "969,30,1: %s", g_err);
+    lt_split_docs(v, 1000, b, e);
+    CHECK(b[0] == 0 && e[0] == 969 && b[1] == 969 && e[1] == 999 && b[2] == 999 && e[2] == 1000,
+          "969,30,1 of 1000: %llu %llu %llu", (unsigned long long)e[0], (unsigned long long)e[1],
+          (unsigned long long)e[2]);
+    CHECK(lt_split_parse("25 50 25", v, g_err, sizeof g_err) == 0, "spaces: %s", g_err);
+    lt_split_docs(v, 10, b, e); /* 2.5 -> 2 and 7.5 -> 8, as Python's round */
+    CHECK(e[0] == 2 && b[1] == 2 && e[1] == 8 && b[2] == 8 && e[2] == 10, "halves to even: %llu %llu",
+          (unsigned long long)e[0], (unsigned long long)e[1]);
+    CHECK(lt_split_parse("1", v, g_err, sizeof g_err) == 0 && v[1] == 0 && v[2] == 0, "one part");
+    lt_split_docs(v, 7, b, e);
+    CHECK(b[0] == 0 && e[0] == 7 && b[1] == e[1] && b[2] == e[2], "train only");
+    CHECK(lt_split_parse("1,2,3,4", v, g_err, sizeof g_err) && strstr(g_err, "more than three"),
+          "four parts: '%s'", g_err);
+    CHECK(lt_split_parse("0,0", v, g_err, sizeof g_err) && strstr(g_err, "sums to 0"), "zeros");
+    CHECK(lt_split_parse("abc", v, g_err, sizeof g_err) && strstr(g_err, "no numbers"), "words");
+
+    /* documents: Megatron's index (one document per sequence here) */
+    const int32_t sizes[] = {100, 0, 1, 9000, 37, 0, 500};
+    const char *prefix = tmp_path("megdocs");
+    write_megatron(prefix, sizes, 7, 8, 2, 6, 50257);
+    LtTokenFile *f = lt_tokens_open(prefix, 50257, g_err, sizeof g_err);
+    REQUIRE(f, "open: %s", g_err);
+    uint64_t *st, n;
+    const uint64_t want[] = {0, 100, 100, 101, 9101, 9138, 9138, 9638};
+    CHECK(lt_tokens_documents(f, -1, &st, &n, g_err, sizeof g_err) == 0 && n == 7 &&
+              memcmp(st, want, sizeof want) == 0, "megatron documents (%llu)", (unsigned long long)n);
+    free(st);
+    lt_tokens_close(f);
+    /* a lattice shard: documents end at each eod; iota 0..4999 with eod 5 and 4999 */
+    const char *p = tmp_path("iota_docs.ltok");
+    make_iota_shard(p, 5000, 100000, 300);
+    f = lt_tokens_open(p, 100000, g_err, sizeof g_err);
+    REQUIRE(f, "open: %s", g_err);
+    CHECK(lt_tokens_documents(f, 5, &st, &n, g_err, sizeof g_err) == 0 && n == 2 && st[0] == 0 &&
+              st[1] == 6 && st[2] == 5000, "eod 5: %llu documents", (unsigned long long)n);
+    free(st);
+    CHECK(lt_tokens_documents(f, 4999, &st, &n, g_err, sizeof g_err) == 0 && n == 1 &&
+              st[1] == 5000, "a final eod ends the last document: %llu", (unsigned long long)n);
+    free(st);
+    CHECK(lt_tokens_documents(f, -1, &st, &n, g_err, sizeof g_err) && strstr(g_err, "data.eod_token"),
+          "no eod: '%s'", g_err);
+    lt_tokens_close(f);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/lattice_test_data_XXXXXX");
     if (!mkdtemp(g_dir)) lt_fatal("mkdtemp failed");
@@ -922,6 +973,7 @@ int main(void) {
     RUN(test_blend_order_matches_megatron);
     RUN(test_blend_order_far);
     RUN(test_loader_blend);
+    RUN(test_split);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0) printf("note: could not remove %s\n", g_dir);

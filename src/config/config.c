@@ -49,6 +49,7 @@ static const char *const DEVICE_NAMES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const COMM_NAMES[] = {"auto", "nccl", "mpi", NULL};
 /* index = LtAttnImpl */
 static const char *const ATTENTION_NAMES[] = {"auto", "cudnn", "lattice", NULL};
+static const char *const EVAL_SPLIT_NAMES[] = {"valid", "test", NULL};
 static const char *const ARCH_NAMES[] = {"gpt", "llama", NULL};             /* index = LtArch */
 static const char *const ROPE_SCALING_NAMES[] = {"none", "llama3", NULL}; /* LtRopeScalingKind */
 static const char *const LR_DECAY_NAMES[] = {"cosine", "linear", "constant", "inverse_square_root",
@@ -145,6 +146,7 @@ const KeyDesc lt_cfg_keys[] = {
     K_INT(data, prefetch, 1, 64),
     K_INT(data, eod_token, -1, INT_MAX),
     K_BOOL(data, eod_mask_loss),
+    K_STR(data, split),
 
     K_STR(checkpoint, dir),
     K_LONG(checkpoint, save_interval, 0),
@@ -167,6 +169,7 @@ const KeyDesc lt_cfg_keys[] = {
     K_LONG(eval, samples, 0),
     K_LONG(eval, interval_samples, 0),
     K_LONG(eval, start_samples, 0),
+    K_ENUM(eval, split, EVAL_SPLIT_NAMES),
     K_DBL(eval, target_log_ppl, 0, 0, D_NO_MAX),
 
     K_ENUM(comm, backend, COMM_NAMES),

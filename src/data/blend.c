@@ -193,3 +193,47 @@ void lt_blend_order_taken(LtBlendOrder *o, uint64_t pos, uint64_t *taken) {
     uint64_t i = nearest_snapshot(o, pos, taken);
     for (; i < pos; i++) taken[choose(o, i, taken)]++;
 }
+
+/* ---- train/validation/test splits ------------------------------------------------ */
+
+int lt_split_parse(const char *text, double v[3], char *err, size_t errlen) {
+    int n = 0;
+    for (const char *p = text; *p;) {
+        const size_t len = strspn(p, ".0123456789"); /* Megatron's r"[.0-9]+" */
+        if (!len) {
+            p++;
+            continue;
+        }
+        if (n == 3)
+            return lt_errorf(err, errlen, "'%s' has more than three parts (train, validation, "
+                             "test)", text);
+        char num[64];
+        snprintf(num, sizeof num, "%.*s", (int)(len < 63 ? len : 63), p);
+        char *end;
+        v[n] = strtod(num, &end);
+        if (*end || !isfinite(v[n]))
+            return lt_errorf(err, errlen, "'%s': '%s' is not a number", text, num);
+        n++;
+        p += len;
+    }
+    if (n == 0) return lt_errorf(err, errlen, "'%s' holds no numbers (e.g. \"969,30,1\")", text);
+    for (; n < 3; n++) v[n] = 0.0;
+    const double sum = v[0] + v[1] + v[2];
+    if (!(sum > 0)) return lt_errorf(err, errlen, "'%s' sums to 0", text);
+    for (int i = 0; i < 3; i++) v[i] /= sum;
+    return 0;
+}
+
+void lt_split_docs(const double v[3], uint64_t ndocs, uint64_t beg[3], uint64_t end[3]) {
+    double edge[4] = {0.0};
+    for (int i = 0; i < 3; i++) edge[i + 1] = edge[i] + v[i];
+    for (int i = 0; i < 3; i++) {
+        if (edge[i + 1] <= edge[i]) { /* Megatron: no such split */
+            beg[i] = end[i] = 0;
+            continue;
+        }
+        /* Python's round(): halves to even, as rint in the default rounding mode */
+        beg[i] = (uint64_t)rint(edge[i] * (double)ndocs);
+        end[i] = (uint64_t)rint(edge[i + 1] * (double)ndocs);
+    }
+}

@@ -49,6 +49,7 @@ typedef struct {
 /* One dataset of the loader's blend. */
 typedef struct {
     LtTokenFile *f;
+    uint64_t tok0;  /* its token range starts here (data.split) */
     uint64_t nsamples;
     uint64_t seed;  /* of its shuffle */
     int half_bits;  /* Feistel half width h: domain [0, 4^h) */
@@ -140,7 +141,8 @@ static int fill_step(LtLoader *l, long step, int32_t *out, char *err, size_t err
     for (int i = 0; i < count && rc == 0; i++) {
         const Source *s = &l->src[l->pick_d[i]];
         uint64_t id = source_sample(l, s, l->pick_q[i]);
-        if (lt_tokens_read(s->f, id * (uint64_t)l->cfg.seq_len, l->row, out + (size_t)i * l->row,
+        if (lt_tokens_read(s->f, s->tok0 + id * (uint64_t)l->cfg.seq_len, l->row,
+                           out + (size_t)i * l->row,
                            inner, sizeof inner) != 0)
             rc = lt_errorf(err, errlen, "sample %llu (tokens from %llu): %s", /* inner names the file */
                            (unsigned long long)id,
@@ -192,10 +194,12 @@ static int check_config(const char *path, const LtLoaderConfig *cfg, char *err, 
 }
 
 /* Dataset d of the blend: its sample count (0, or -1 when it holds none). */
-static int init_source(Source *s, LtTokenFile *f, int d, const LtLoaderConfig *cfg, char *err,
+static int init_source(Source *s, const LtBlend *b, int d, const LtLoaderConfig *cfg, char *err,
                        size_t errlen) {
-    uint64_t ntok = lt_tokens_count(f);
+    LtTokenFile *f = b->file[d];
+    const uint64_t ntok = b->ntok[d] ? b->ntok[d] : lt_tokens_count(f);
     s->f = f;
+    s->tok0 = b->ntok[d] ? b->tok0[d] : 0;
     s->nsamples = lt_num_samples(ntok, cfg->seq_len);
     if (s->nsamples == 0)
         return lt_errorf(err, errlen, "'%s' has %llu tokens, fewer than one sample needs "
@@ -235,7 +239,7 @@ LtLoader *lt_loader_create_blend(const LtBlend *b, const LtLoaderConfig *cfg, ch
         l->slots[i].step = -1;
     }
     for (int d = 0; d < b->n; d++)
-        if (init_source(&l->src[d], b->file[d], d, cfg, err, errlen)) {
+        if (init_source(&l->src[d], b, d, cfg, err, errlen)) {
             lt_loader_destroy(l);
             return NULL;
         }

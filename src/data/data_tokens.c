@@ -81,6 +81,8 @@ struct LtTokenFile {
     uint64_t nseq;
     uint64_t *seq_start; /* [nseq+1] prefix sums of sequence sizes (token positions) */
     uint64_t *seq_ptr;   /* [nseq] byte offsets into the .bin */
+    uint64_t ndoc;       /* documents (the index's document entries less one) */
+    uint64_t *doc_start; /* [ndoc+1] token position where each document starts, then the end */
 };
 
 /* ---- small helpers ------------------------------------------------------- */
@@ -181,6 +183,7 @@ void lt_tokens_close(LtTokenFile *f) {
     }
     free(f->blk_off);
     free(f->blk_csize);
+    free(f->doc_start);
     free(f->blk_crc);
     free(f->cbuf);
     free(f->dbuf);
@@ -193,6 +196,54 @@ void lt_tokens_close(LtTokenFile *f) {
 }
 
 uint64_t lt_tokens_count(const LtTokenFile *f) { return f->ntokens; }
+
+int lt_tokens_documents(LtTokenFile *f, int32_t eod, uint64_t **starts, uint64_t *ndocs,
+                        char *err, size_t errlen) {
+    if (f->fmt == FMT_MEGATRON) {
+        *ndocs = f->ndoc;
+        *starts = lt_malloc((f->ndoc + 1) * sizeof **starts);
+        memcpy(*starts, f->doc_start, (f->ndoc + 1) * sizeof **starts);
+        return 0;
+    }
+    if (eod < 0)
+        return lt_errorf(err, errlen, "'%s' (%s format) keeps no document index: documents are "
+                         "told apart by data.eod_token, which is not set", f->path,
+                         lt_tokens_format(f));
+    enum { CHUNK = 1 << 20 };
+    int32_t *buf = lt_malloc(CHUNK * sizeof *buf);
+    size_t cap = 1024, n = 0;
+    uint64_t *s = lt_malloc(cap * sizeof *s);
+    s[n++] = 0;
+    for (uint64_t at = 0; at < f->ntokens; at += CHUNK) {
+        const uint64_t k = f->ntokens - at < CHUNK ? f->ntokens - at : CHUNK;
+        if (lt_tokens_read(f, at, k, buf, err, errlen)) {
+            free(buf), free(s);
+            return -1;
+        }
+        for (uint64_t i = 0; i < k; i++) {
+            if (buf[i] != eod || at + i + 1 == f->ntokens) continue;
+            if (n == cap) {
+                uint64_t *grown = lt_malloc(2 * cap * sizeof *grown);
+                memcpy(grown, s, cap * sizeof *s);
+                free(s);
+                s = grown;
+                cap *= 2;
+            }
+            s[n++] = at + i + 1; /* the next document starts after the EOD */
+        }
+    }
+    free(buf);
+    if (n == cap) {
+        uint64_t *grown = lt_malloc((cap + 1) * sizeof *grown);
+        memcpy(grown, s, cap * sizeof *s);
+        free(s);
+        s = grown;
+    }
+    s[n] = f->ntokens;
+    *starts = s;
+    *ndocs = f->ntokens ? n : 0;
+    return 0;
+}
 const char *lt_tokens_path(const LtTokenFile *f) { return f->path; }
 int lt_tokens_vocab_size(const LtTokenFile *f) { return f->header_vocab; }
 
@@ -604,6 +655,11 @@ static LtTokenFile *open_megatron(const char *path, int vocab_size, char *err, s
             FAIL("'%s': document index entry %llu (%lld) is not in order within [0, %llu]",
                  idx_path, (unsigned long long)d, (long long)v, (unsigned long long)nseq);
     }
+    f->ndoc = ndoc ? ndoc - 1 : 0;
+    f->doc_start = lt_malloc((f->ndoc + 1) * sizeof *f->doc_start);
+    for (uint64_t d = 0; d <= f->ndoc && ndoc; d++)
+        f->doc_start[d] = f->seq_start[get_u64(docs + 8 * d)];
+    if (!ndoc) f->doc_start[0] = 0;
     f->ntokens = tokens;
     if (vocab_size > 0)
         f->limit = vocab_size;

@@ -41,7 +41,8 @@ double lt_evaluate(LtRun *r, long *samples_out) {
         for (; k < BLOCK && s < n; k++, s += stride) {
             for (int i = 0; i < mbs; i++) {
                 char err[1024];
-                if (lt_tokens_read(r->valid, (s + (uint64_t)i) * (uint64_t)S, (uint64_t)S + 1,
+                if (lt_tokens_read(r->valid, r->valid_tok0 + (s + (uint64_t)i) * (uint64_t)S,
+                                   (uint64_t)S + 1,
                                    rows + ((size_t)k * mbs + (size_t)i) * (S + 1), err,
                                    sizeof err))
                     lt_input_error("data.valid_path: %s", err);
@@ -63,37 +64,62 @@ double lt_evaluate(LtRun *r, long *samples_out) {
     return counted > 0 ? sum / counted : NAN;
 }
 
+/* data.split: the validation (or with eval.split=test the test) part of
+ * data.train_path's file; key names it in messages. */
+static void open_split_part(LtRun *r, char *key, size_t keylen) {
+    const LtConfig *c = r->cfg;
+    LtBlend *b = lt_calloc(sizeof *b);
+    char err[1024];
+    if (lt_blend_parse(c->data.train_path, b, err, sizeof err) || b->n > 1)
+        lt_input_error("data.split splits one data.train_path file%s%s", b->n > 1 ?
+                       " (a blend is not split yet)" : ": ", b->n > 1 ? "" : err);
+    r->valid = lt_run_open_tokens("data.train_path", b->path[0], c->model.vocab_size);
+    free(b);
+    uint64_t tok0[3], ntok[3];
+    const int p = c->eval.split == LT_SPLIT_TEST ? 2 : 1;
+    lt_run_split_ranges(c, r->valid, 0, tok0, ntok);
+    r->valid_tok0 = tok0[p];
+    r->valid_ntok = ntok[p];
+    snprintf(key, keylen, "data.split's %s part", p == 2 ? "test" : "validation");
+}
+
 void lt_eval_open_valid(LtRun *r) {
     const LtConfig *c = r->cfg;
-    if (!c->data.valid_path[0]) return;
-    LtBlend *b = lt_calloc(sizeof *b);
-    char perr[1024];
-    if (lt_blend_parse(c->data.valid_path, b, perr, sizeof perr) == 0 && b->n > 1)
-        lt_input_error("data.valid_path: a blend of %d datasets; evaluation reads one file "
-                       "(blends are for data.train_path; name one validation file)", b->n);
-    free(b);
-    r->valid = lt_run_open_tokens("data.valid_path", c->data.valid_path, c->model.vocab_size);
+    char key[64] = "data.valid_path";
+    if (c->data.split[0]) { /* (refused beside data.valid_path) */
+        open_split_part(r, key, sizeof key);
+    } else {
+        if (!c->data.valid_path[0]) return;
+        LtBlend *b = lt_calloc(sizeof *b);
+        char perr[1024];
+        if (lt_blend_parse(c->data.valid_path, b, perr, sizeof perr) == 0 && b->n > 1)
+            lt_input_error("data.valid_path: a blend of %d datasets; evaluation reads one file "
+                           "(blends are for data.train_path; name one validation file)", b->n);
+        free(b);
+        r->valid = lt_run_open_tokens("data.valid_path", c->data.valid_path, c->model.vocab_size);
+        r->valid_tok0 = 0;
+        r->valid_ntok = lt_tokens_count(r->valid);
+    }
     /* read whole at every evaluation anyway: check all of it now, not at the
      * end of the run when the final evaluation would find a bad block */
     char err[LT_PATH_MAX + 256];
     if (lt_tokens_validate(r->valid, err, sizeof err))
-        lt_input_error("data.valid_path: %s", err);
-    if (lt_num_samples(lt_tokens_count(r->valid), c->model.seq_length) <
-        (uint64_t)c->train.micro_batch_size)
-        lt_input_error("data.valid_path: '%s' holds %llu tokens, fewer than one micro batch of "
-                       "%d samples of %d+1 tokens",
-                       c->data.valid_path, (unsigned long long)lt_tokens_count(r->valid),
-                       c->train.micro_batch_size, c->model.seq_length);
+        lt_input_error("%s: %s", key, err);
+    if (lt_num_samples(r->valid_ntok, c->model.seq_length) < (uint64_t)c->train.micro_batch_size)
+        lt_input_error("%s: '%s' holds %llu tokens, fewer than one micro batch of "
+                       "%d samples of %d+1 tokens", key, lt_tokens_path(r->valid),
+                       (unsigned long long)r->valid_ntok, c->train.micro_batch_size,
+                       c->model.seq_length);
     /* eval.samples is a promise (MLPerf logs it as eval_samples): a file too
      * short for it is refused; eval.iters global batches are capped to whole
      * micro batches of what the file holds */
-    const uint64_t avail = lt_num_samples(lt_tokens_count(r->valid), c->model.seq_length);
+    const uint64_t avail = lt_num_samples(r->valid_ntok, c->model.seq_length);
     const uint64_t mbs = (uint64_t)c->train.micro_batch_size;
     if (c->eval.samples > 0 && (uint64_t)c->eval.samples > avail)
-        lt_input_error("eval.samples (%ld) is more than data.valid_path '%s' holds: %llu tokens "
+        lt_input_error("eval.samples (%ld) is more than %s '%s' holds: %llu tokens "
                        "make %llu sequences of %d+1 tokens",
-                       c->eval.samples, c->data.valid_path,
-                       (unsigned long long)lt_tokens_count(r->valid), (unsigned long long)avail,
+                       c->eval.samples, key, lt_tokens_path(r->valid),
+                       (unsigned long long)r->valid_ntok, (unsigned long long)avail,
                        c->model.seq_length);
     uint64_t n = c->eval.samples > 0 ? (uint64_t)c->eval.samples
                                       : (uint64_t)c->eval.iters * (uint64_t)c->train.global_batch_size;
@@ -131,7 +157,8 @@ static void warn_no_checkpoint(const LtRun *r) {
 }
 
 int lt_cmd_eval(LtConfig *cfg, const LtWorld *w) {
-    if (!cfg->data.valid_path[0]) lt_input_error("data.valid_path is not set (eval needs it)");
+    if (!cfg->data.valid_path[0] && !cfg->data.split[0])
+        lt_input_error("data.valid_path is not set (eval needs it, or data.split)");
     LtRun r;
     lt_run_setup(&r, cfg, w, 0);
     lt_eval_open_valid(&r);
