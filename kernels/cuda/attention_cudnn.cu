@@ -125,13 +125,16 @@ static LtAttnPlanSlot *plan_for(CudnnAttn *ca, const LtAttnShape *s, const void 
     const LtAttnPlanKey key = {s->dir, s->B, s->T, s->NH, s->NKV, s->HD, LT_BF16,
                                ca->env.deterministic, ca->device};
     int built = 0;
+    const double t0 = lt_now(); /* a plan build (graph, heuristics, NVRTC) is timed and printed */
     LtAttnPlanSlot *slot = lt_attn_cache_fetch(&ca->cache, &key, plan_build_cb, &built);
+    const double build_ms = 1e3 * (lt_now() - t0);
     const CuAttnPlan *p = (const CuAttnPlan *)slot->plan;
     if (built && p)
         lt_log("attention: cuDNN %s plan B=%d T=%d NH=%d NKV=%d HD=%d: engine %lld%s, "
-               "workspace %zu bytes\n", dir_name(s->dir), s->B, s->T, s->NH, s->NKV, s->HD,
-               (long long)p->engine, p->engine_nondet ? " (noted non-deterministic)" : "",
-               cudnn_plan_workspace(p));
+               "workspace %zu bytes, built in %.0f ms\n", dir_name(s->dir), s->B, s->T, s->NH,
+               s->NKV, s->HD, (long long)p->engine,
+               p->engine_nondet ? " (noted non-deterministic)" : "", cudnn_plan_workspace(p),
+               build_ms);
     if (p) return slot;
     if (built) {
         ca->plans_failed++;
