@@ -79,31 +79,6 @@ static void log_train_data(const LtRun *r) {
     }
 }
 
-void lt_run_split_ranges(const LtConfig *c, LtTokenFile *f, int log, uint64_t tok0[3],
-                         uint64_t ntok[3]) {
-    char err[1024];
-    double v[3];
-    if (c->data.valid_path[0])
-        lt_input_error("data.split carves validation and test from data.train_path; "
-                       "data.valid_path ('%s') must be empty with it", c->data.valid_path);
-    if (lt_split_parse(c->data.split, v, err, sizeof err)) lt_input_error("data.split: %s", err);
-    uint64_t *starts, ndocs, beg[3], end[3];
-    if (lt_tokens_documents(f, c->data.eod_token, &starts, &ndocs, err, sizeof err))
-        lt_input_error("data.split: %s", err);
-    lt_split_docs(v, ndocs, beg, end);
-    static const char *const part[3] = {"train", "valid", "test"};
-    for (int p = 0; p < 3; p++) {
-        tok0[p] = starts[beg[p]];
-        ntok[p] = starts[end[p]] - starts[beg[p]];
-        if (log)
-            lt_log("data split %s: documents [%llu, %llu) of %llu, tokens [%llu, %llu)\n", part[p],
-                   (unsigned long long)beg[p], (unsigned long long)end[p],
-                   (unsigned long long)ndocs, (unsigned long long)tok0[p],
-                   (unsigned long long)(tok0[p] + ntok[p]));
-    }
-    free(starts);
-}
-
 LtTokenFile *lt_run_open_tokens(const char *key, const char *path, int vocab) {
     char err[1024];
     LtTokenFile *f = lt_tokens_open(path, vocab, err, sizeof err);

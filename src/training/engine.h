@@ -37,6 +37,8 @@ typedef struct {
     LtBlend *train_blend;       /* data.train_path's datasets (one for a single file) */
     char resume_dir[LT_PATH_MAX + 64]; /* the step directory resumed from ("" for a fresh run) */
     uint64_t valid_tok0, valid_ntok;   /* the validation tokens of r->valid (data.split: a range) */
+    uint64_t split_tok0[3], split_ntok[3]; /* data.split's train, validation and test token
+                                            * ranges (set by lt_eval_open_valid) */
     long eval_samples;  /* validation sequences per evaluation (0: no validation data) */
     LtLoader *loader;
     LtTopology topo;
@@ -72,12 +74,6 @@ void lt_run_teardown(LtRun *r);
 void lt_run_print_summary(const LtRun *r);
 /* A token file opened for config key `key`; exits naming the key on error. */
 LtTokenFile *lt_run_open_tokens(const char *key, const char *path, int vocab);
-/* data.split of data.train_path's file f (one file: a blend is refused, as
- * is a data.valid_path beside it): part p (0 train, 1 validation, 2 test) is
- * tokens [tok0[p], tok0[p] + ntok[p]), whole documents, Megatron's split;
- * logged once with log. Exits 2 on a bad split or a file without documents. */
-void lt_run_split_ranges(const LtConfig *c, LtTokenFile *f, int log, uint64_t tok0[3],
-                         uint64_t ntok[3]);
 /* Device bytes the engine holds (model and optimizer). */
 size_t lt_run_engine_bytes(const LtRun *r);
 static inline double lt_mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }

@@ -64,22 +64,53 @@ double lt_evaluate(LtRun *r, long *samples_out) {
     return counted > 0 ? sum / counted : NAN;
 }
 
-/* data.split: the validation (or with eval.split=test the test) part of
- * data.train_path's file; key names it in messages. */
+/* data.split of data.train_path's file f (refused beside data.valid_path):
+ * part p (0 train, 1 validation, 2 test) is tokens [tok0[p], tok0[p] +
+ * ntok[p]), whole documents, Megatron's split; logged with log. Exits 2 on a
+ * bad split or a file without documents. */
+static void split_ranges(const LtConfig *c, LtTokenFile *f, int log, uint64_t tok0[3],
+                         uint64_t ntok[3]) {
+    char err[1024];
+    double v[3];
+    if (c->data.valid_path[0])
+        lt_input_error("data.split carves validation and test from data.train_path; "
+                       "data.valid_path ('%s') must be empty with it", c->data.valid_path);
+    if (lt_split_parse(c->data.split, v, err, sizeof err)) lt_input_error("data.split: %s", err);
+    uint64_t *starts, ndocs, beg[3], end[3];
+    if (lt_tokens_documents(f, c->data.eod_token, &starts, &ndocs, err, sizeof err))
+        lt_input_error("data.split: %s", err);
+    lt_split_docs(v, ndocs, beg, end);
+    static const char *const part[3] = {"train", "valid", "test"};
+    for (int p = 0; p < 3; p++) {
+        tok0[p] = starts[beg[p]];
+        ntok[p] = starts[end[p]] - starts[beg[p]];
+        if (log)
+            lt_log("data split %s: documents [%llu, %llu) of %llu, tokens [%llu, %llu)\n", part[p],
+                   (unsigned long long)beg[p], (unsigned long long)end[p],
+                   (unsigned long long)ndocs, (unsigned long long)tok0[p],
+                   (unsigned long long)(tok0[p] + ntok[p]));
+    }
+    free(starts);
+}
+
+/* data.split: its three ranges of data.train_path's file (found once, for
+ * the trainer too), then the validation (or with eval.split=test the test)
+ * part as r->valid; key names it in messages. */
 static void open_split_part(LtRun *r, char *key, size_t keylen) {
     const LtConfig *c = r->cfg;
     LtBlend *b = lt_calloc(sizeof *b);
     char err[1024];
-    if (lt_blend_parse(c->data.train_path, b, err, sizeof err) || b->n > 1)
-        lt_input_error("data.split splits one data.train_path file%s%s", b->n > 1 ?
-                       " (a blend is not split yet)" : ": ", b->n > 1 ? "" : err);
+    if (lt_blend_parse(c->data.train_path, b, err, sizeof err))
+        lt_input_error("data.split: data.train_path: %s", err);
+    if (b->n > 1)
+        lt_input_error("data.split splits one data.train_path file (a blend of %d datasets is "
+                       "not split yet)", b->n);
     r->valid = lt_run_open_tokens("data.train_path", b->path[0], c->model.vocab_size);
     free(b);
-    uint64_t tok0[3], ntok[3];
     const int p = c->eval.split == LT_SPLIT_TEST ? 2 : 1;
-    lt_run_split_ranges(c, r->valid, 0, tok0, ntok);
-    r->valid_tok0 = tok0[p];
-    r->valid_ntok = ntok[p];
+    split_ranges(c, r->valid, r->world->rank == 0, r->split_tok0, r->split_ntok);
+    r->valid_tok0 = r->split_tok0[p];
+    r->valid_ntok = r->split_ntok[p];
     snprintf(key, keylen, "data.split's %s part", p == 2 ? "test" : "validation");
 }
 

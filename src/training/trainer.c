@@ -216,17 +216,13 @@ static void open_training(Trainer *t, LtConfig *cfg, const LtWorld *w) {
     if (lt_blend_open(r->train_blend, cfg->data.train_path, cfg->model.vocab_size, err, sizeof err))
         lt_input_error("data.train_path: %s", err);
     r->train = r->train_blend->file[0];
+    lt_eval_open_valid(r); /* with data.split also its ranges (and the refusal of a blend) */
     if (cfg->data.split[0]) {
-        if (r->train_blend->n > 1)
-            lt_input_error("data.split splits one data.train_path file (a blend of %d datasets "
-                           "is not split yet)", r->train_blend->n);
-        uint64_t tok0[3], ntok[3];
-        lt_run_split_ranges(cfg, r->train, r->world->rank == 0, tok0, ntok);
-        if (!ntok[0]) lt_input_error("data.split '%s' leaves no training documents", cfg->data.split);
-        r->train_blend->tok0[0] = tok0[0];
-        r->train_blend->ntok[0] = ntok[0];
+        if (!r->split_ntok[0])
+            lt_input_error("data.split '%s' leaves no training documents", cfg->data.split);
+        r->train_blend->tok0[0] = r->split_tok0[0];
+        r->train_blend->ntok[0] = r->split_ntok[0];
     }
-    lt_eval_open_valid(r);
     t->S = cfg->model.seq_length;
     t->G = cfg->train.global_batch_size;
     t->local = t->G / r->topo.dp;
