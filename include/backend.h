@@ -110,20 +110,22 @@ typedef struct {
 
     /* ---- ops ---- */
     /* out(N,C) = wte[tokens[i]] + wpe[t], t = i % T = position within the sequence of
-     * length T (overwritten, compute dtype).
+     * length T, or t = pos[i] when pos != NULL (device ids in [0, T): positions that
+     * restart at each document, data.reset_position_ids) (overwritten, compute dtype).
      * Vocab-parallel use: tokens[i] < 0 (any negative value) means "this rank does not
      * own that vocabulary row": the wte term is zero for that token. Ids >= 0 must lie in
      * [0, rows of wte). wpe == NULL means no position term (out = wte row, or 0 for a
      * negative id). A tensor-parallel model passes local ids (token - vocab_start, or -1
      * outside this rank's range) and wpe on one TP rank only, then all-reduces out. */
     void (*embedding_fwd)(LtBackend *be, void *out, const int32_t *tokens, const void *wte,
-                          const void *wpe, int B, int T, int C);
+                          const void *wpe, const int32_t *pos, int B, int T, int C);
     /* dwte[tokens[i]] += dout[i] for every i with tokens[i] >= 0 (negative ids: rows
-     * owned by another rank, no gradient); dwpe[t] += sum over the batch of dout[b,t].
+     * owned by another rank, no gradient); dwpe[t] += sum over the batch of dout[b,t],
+     * or with pos != NULL the sum of dout[i] over the tokens i with pos[i] == t.
      * dwte == NULL or dwpe == NULL skips that gradient. Both fp32, accumulated.
      * Deterministic: each element is summed in increasing token index order. */
     void (*embedding_bwd)(LtBackend *be, float *dwte, float *dwpe, const void *dout,
-                          const int32_t *tokens, int B, int T, int C);
+                          const int32_t *tokens, const int32_t *pos, int B, int T, int C);
     /* Residual add fused with LayerNorm (eps 1e-5):
      * if b != NULL: resid_out = a + b and x = resid_out; else x = a (resid_out unused).
      * out = (x - mean) * rstd * w + bias; mean/rstd (N) saved for backward. */
@@ -171,7 +173,8 @@ typedef struct {
     void (*swiglu_bwd)(LtBackend *be, void *dgu, const void *gu, const void *dout, int N, int F);
     /* Rotary position embedding in place on the query and key heads of qkv
      * (B, T, NH + 2*NKV, HD) as attention_fwd lays it out (q: NH heads, k: NKV heads; the
-     * v heads are not touched). Token i of the batch has position t = i % T. cs (T, HD/2, 2)
+     * v heads are not touched). Token i of the batch has position t = i % T, or pos[i] when
+     * pos != NULL (as embedding_fwd). cs (T, HD/2, 2)
      * fp32 holds cos, sin of the angle of position t and frequency pair j; pair j rotates
      * elements j and j + HD/2 of each head (the "rotate half" convention of Hugging Face's
      * Llama and Megatron's non-interleaved RoPE):
@@ -179,23 +182,27 @@ typedef struct {
      * inverse != 0 rotates by the opposite angle (sin negated): applied to dq, dk of a
      * dqkv it is the backward of the forward rotation. HD even. Computed in fp32, stored
      * in the act dtype. */
-    void (*rope)(LtBackend *be, void *qkv, const float *cs, int B, int T, int NH, int NKV, int HD,
-                 int inverse);
+    void (*rope)(LtBackend *be, void *qkv, const float *cs, const int32_t *pos, int B, int T,
+                 int NH, int NKV, int HD, int inverse);
     /* Causal self-attention, scale 1/sqrt(HD), with NKV key/value heads (grouped-query
      * attention; NH % NKV == 0, refused otherwise; NKV == NH: multi-head, NKV == 1:
      * multi-query). qkv (B, T, NH + 2*NKV, HD), per token q (NH, HD) | k (NKV, HD) |
      * v (NKV, HD); query head h attends with key/value head h / (NH / NKV).
      * -> out (B,T,NH,HD); lse (B,NH,T) = log-sum-exp of each row of scaled scores,
      * saved for backward. Never materializes a (T,T) matrix per head in memory beyond
-     * one row/tile, nor a copy of K/V per query head. */
-    void (*attention_fwd)(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T,
-                          int NH, int NKV, int HD);
+     * one row/tile, nor a copy of K/V per query head.
+     * Documents (data.reset_attention_mask): kstart == NULL lets query t of a sequence
+     * see keys [0, t]; else kstart (B*T device ids) gives each query's first visible
+     * key, its document's first token, 0 <= kstart[i] <= t, and non-decreasing along a
+     * sequence (packed documents), so query t sees keys [kstart[b*T + t], t]. */
+    void (*attention_fwd)(LtBackend *be, void *out, float *lse, const void *qkv,
+                          const int32_t *kstart, int B, int T, int NH, int NKV, int HD);
     /* dqkv (qkv's layout) overwritten, from dout (B,T,NH,HD) and the forward's qkv, out,
      * lse. dK/dV of a key/value head is the sum over its NH/NKV query heads, taken in a
      * fixed order (deterministic on every backend that says so, no atomics). */
     void (*attention_bwd)(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                          const void *out, const float *lse, int B, int T, int NH, int NKV,
-                          int HD);
+                          const void *out, const float *lse, const int32_t *kstart, int B, int T,
+                          int NH, int NKV, int HD);
     /* Fused softmax + cross-entropy over rows of logits (N, Vp), only the first V
      * columns are real (padded columns get no probability). losses[i] (fp32) =
      * logsumexp(logits[i,:V]) - logits[i, targets[i]]. If dscale != 0 the logits

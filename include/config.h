@@ -124,7 +124,9 @@ typedef struct {
         int prefetch;                  /* optimizer steps prepared ahead by the loader thread */
         int eod_token;                 /* the id that ends a document; -1 = none */
         char split[LT_PATH_MAX];       /* "969,30,1": train/valid/test by documents; "" = none */
-        bool eod_mask_loss;            /* no loss on targets that are eod_token */
+        bool eod_mask_loss;            /* no loss on predictions from an eod_token input */
+        bool reset_position_ids;       /* positions restart after each eod_token */
+        bool reset_attention_mask;     /* no attention across an eod_token boundary */
     } data;
     struct {
         char dir[LT_PATH_MAX];         /* "" = no checkpoints */

@@ -35,6 +35,9 @@ typedef struct {
     void *dout;        /* (R, C) gradient of the chunk output: received from the next
                         * stage, or left by the loss head's forward on the last stage */
     int32_t *tokens;   /* (N) token ids of the micro batch (first stage: embedding bwd) */
+    int32_t *pos;      /* (N) positions restarting at each document, or NULL (see
+                        * lt_model_set_documents) */
+    int32_t *kstart;   /* (N) each token's document start (attention's kstart), or NULL */
 } LtActSlot;
 
 typedef struct {
@@ -171,18 +174,33 @@ int lt_model_chunk_last(const LtModel *m, int c);
  * this micro batch (the trainer rewrites it only after the step's wait). */
 void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
                             const int32_t *targets, float grad_scale, void *out);
-/* From now on targets equal to eod (>= 0) get no loss and no gradient
- * (data.eod_mask_loss); -1 = every target counts. The callers' grad_scale
- * and loss means then count only the other targets (lt_count_unmasked). */
+/* From now on the predictions made from an input token equal to eod (>= 0),
+ * i.e. the targets that begin the next document, get no loss and no gradient
+ * (data.eod_mask_loss; Megatron's loss_mask[tokens == eod] = 0); -1 = every
+ * target counts. The callers' grad_scale and loss means then count only the
+ * other positions (lt_count_unmasked over the input tokens). */
 void lt_model_set_eod_mask(LtModel *m, int32_t eod);
+/* Documents of a packed sample end at the token eod (Megatron's
+ * reset_position_ids / reset_attention_mask): from now on, with reset_pos the
+ * positions (learned embedding or RoPE) restart at 0 after each eod, with
+ * reset_attn no token attends to a token of an earlier document. The eod
+ * itself belongs to the document it ends. Allocates the per-slot arrays. */
+void lt_model_set_documents(LtModel *m, int32_t eod, int reset_pos, int reset_attn);
+/* Positions and document starts of B sequences of T tokens (either output may
+ * be NULL): a token following eod starts a document; pos[i] = its distance
+ * from its document's first token, kstart[i] = that token's index within the
+ * sequence. eod < 0: one document per sequence. */
+void lt_doc_layout(const int32_t *tokens, int B, int T, int32_t eod, int32_t *pos,
+                   int32_t *kstart);
 /* The next forwards add their sum of token losses times w to the loss
  * accumulator (1 = the plain sum; the pipeline sets it per micro batch). */
 void lt_model_set_loss_weight(LtModel *m, float w);
-/* Targets of tgt[n] that are not eod (all n when eod < 0). */
-static inline long lt_count_unmasked(const int32_t *tgt, size_t n, int32_t eod) {
+/* Positions of the input tokens tok[n] that carry a loss: those that are
+ * not eod (all n when eod < 0). */
+static inline long lt_count_unmasked(const int32_t *tok, size_t n, int32_t eod) {
     long k = (long)n;
     if (eod >= 0)
-        for (size_t i = 0; i < n; i++) k -= tgt[i] == eod;
+        for (size_t i = 0; i < n; i++) k -= tok[i] == eod;
     return k;
 }
 /* Sum of token losses accumulated since the last take (0 on stages without

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_eod.sh BUILD_DIR - data.eod_token and data.eod_mask_loss: the
-# evaluation loss is the mean cross-entropy over the non-EOD targets,
+# evaluation loss is the mean cross-entropy over the targets not predicted
+# from an EOD input (Megatron's loss_mask[tokens == eod] = 0),
 # computed here from the model's own logits (`lattice logits`) in float64;
 # training with the mask is the same model in one process and under
 # TP 2 x PP 2 x DP 2 (8 ranks) and differs from training without it; the
@@ -40,14 +41,14 @@ rows = [list(map(float, l.split())) for l in open(sys.argv[2]) if not l.startswi
 got = json.loads(open(sys.argv[3]).read().strip().splitlines()[-1])["val_loss"]
 targets = ids[1:33]
 losses = []
-for row, t in zip(rows, targets):
-    if t == 10:
+for i, (row, t) in enumerate(zip(rows, targets)):
+    if ids[i] == 10:  # Megatron's eod_mask_loss: no loss on the prediction from an EOD input
         continue
     m = max(row)
     lse = m + math.log(sum(math.exp(x - m) for x in row))
     losses.append(lse - row[t])
 want = sum(losses) / len(losses)
-print(f"eval loss {got:.8f}, mean over {len(losses)} non-EOD targets from the logits {want:.8f}")
+print(f"eval loss {got:.8f}, mean over {len(losses)} targets after non-EOD inputs, from the logits {want:.8f}")
 sys.exit(0 if len(losses) < 32 and abs(got - want) <= 1e-5 * abs(want) else 1)
 PY
 then pass eod_eval_loss_is_mean_over_unmasked
@@ -81,7 +82,7 @@ import sys
 ids = open(sys.argv[1]).read().split()
 for i in range(8):
     open(f"{sys.argv[2]}/s{i}.ids", "w").write(" ".join(ids[i * 32:i * 32 + 33]))
-    print(sum(1 for t in ids[i * 32 + 1:i * 32 + 33] if t != "10"), file=open(f"{sys.argv[2]}/n{i}", "w"))
+    print(sum(1 for t in ids[i * 32:i * 32 + 32] if t != "10"), file=open(f"{sys.argv[2]}/n{i}", "w"))
 PY
 for i in 0 1 2 3 4 5 6 7; do
   "$LT" shard --vocab-size 256 --input "$T/s$i.ids" "$T/s$i.ltok" >/dev/null

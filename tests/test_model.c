@@ -192,6 +192,76 @@ static void init_pair(LtModel *a, LtModel *b, uint64_t seed, int32_t in[32], int
     random_tokens(tgt, 32, a->d.vocab, seed + 2);
 }
 
+/* Loss sum and gradients (accumulated into m) of one sample of T tokens. */
+static double sample_step(LtModel *m, const int32_t *in, const int32_t *tgt) {
+    return lt_model_step(m, in, tgt, 1.0f);
+}
+
+/* Megatron's reset_position_ids / reset_attention_mask: one sample packing
+ * document A (5 tokens ending in the EOD id 0) and document B (the other 7)
+ * gives the loss sum and the gradients of A and B each run alone at the
+ * start of a sample, the rest filled with EOD (whose predictions, like A's
+ * EOD's, data.eod_mask_loss drops; causal attention keeps the fill from the
+ * documents). Without the resets the packed sample differs (the test's
+ * control). GPT: learned positions; Llama: RoPE and grouped K/V. */
+static void packed_documents(LtModelDims d) {
+    enum { T = 12, LA = 5, EOD = 0 };
+    d.seq_len = T, d.max_pos = T;
+    LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
+    LtModel *pk = lt_model_create(be, &d, 1, T, NULL), *sep = lt_model_create(be, &d, 1, T, NULL);
+    LtModel *plain = lt_model_create(be, &d, 1, T, NULL);
+    float *host = malloc(pk->table.total * sizeof(float));
+    lt_params_init(&pk->table, 77, host);
+    LtModel *ms[] = {pk, sep, plain};
+    for (int i = 0; i < 3; i++) lt_model_set_params(ms[i], host), lt_model_set_eod_mask(ms[i], EOD);
+    lt_model_set_documents(pk, EOD, 1, 1);
+    int32_t in[T], tgt[T], a_in[T], a_tgt[T], b_in[T], b_tgt[T];
+    random_tokens(in, T, d.vocab - 1, 3);
+    random_tokens(tgt, T, d.vocab, 4);
+    for (int t = 0; t < T; t++) in[t] += 1; /* no EOD inside the documents */
+    in[LA - 1] = EOD;
+    for (int t = 0; t < T; t++) {
+        a_in[t] = t < LA ? in[t] : EOD, a_tgt[t] = t < LA ? tgt[t] : 1;
+        b_in[t] = t < T - LA ? in[LA + t] : EOD, b_tgt[t] = t < T - LA ? tgt[LA + t] : 1;
+    }
+    const double lp = sample_step(pk, in, tgt);
+    const double ls = sample_step(sep, a_in, a_tgt) + sample_step(sep, b_in, b_tgt);
+    const double lplain = sample_step(plain, in, tgt);
+    const char *arch = lt_arch_name((LtArch)d.arch);
+    CHECK(test_relerr(lp, ls, 1e-9) < 1e-5, "%s: packed loss %.9g vs separate %.9g", arch, lp, ls);
+    const double rel = grad_diff(be, sep, pk);
+    CHECK(rel <= 1e-5, "%s: packed vs separate gradients differ by %g of the largest", arch, rel);
+    CHECK(test_relerr(lplain, ls, 1e-9) > 1e-4 && grad_diff(be, sep, plain) > 1e-3,
+          "%s: without resets the packed sample should differ (%.9g vs %.9g)", arch, lplain, ls);
+    free(host);
+    for (int i = 0; i < 3; i++) lt_model_destroy(ms[i]);
+    lt_backend_destroy(be);
+}
+
+/* lt_doc_layout: positions restart after each EOD (the EOD ends its own
+ * document), per sequence; eod < 0 leaves one document per sequence. */
+static void test_doc_layout(void) {
+    const int32_t tok[12] = {5, 9, 0, 4, 0, 0, 7, 8, /* row 2: */ 0, 3, 3, 0};
+    const int32_t want_pos[12] = {0, 1, 2, 0, 1, 0, 0, 1, 0, 0, 1, 2};
+    const int32_t want_ks[12] = {0, 0, 0, 3, 3, 5, 6, 6, 0, 1, 1, 1};
+    int32_t pos[12], ks[12];
+    lt_doc_layout(tok, 1, 8, 0, pos, ks);
+    lt_doc_layout(tok + 8, 1, 4, 0, pos + 8, ks + 8);
+    CHECK(!memcmp(pos, want_pos, sizeof pos) && !memcmp(ks, want_ks, sizeof ks),
+          "document positions and starts");
+    int32_t pos2[8], ks2[8];
+    lt_doc_layout(tok, 2, 4, 0, pos2, ks2); /* two rows of 4: row 1 starts afresh */
+    const int32_t w2p[8] = {0, 1, 2, 0, 0, 0, 0, 1}, w2k[8] = {0, 0, 0, 3, 0, 1, 2, 2};
+    CHECK(!memcmp(pos2, w2p, sizeof pos2) && !memcmp(ks2, w2k, sizeof ks2), "per-row layout");
+    lt_doc_layout(tok, 1, 8, -1, pos, ks);
+    for (int t = 0; t < 8; t++) CHECK(pos[t] == t && ks[t] == 0, "no eod: position %d", t);
+}
+
+static void test_packed_documents(void) {
+    packed_documents(tiny_dims());
+    packed_documents(tiny_llama_dims());
+}
+
 static void test_accumulation(void) {
     /* one micro batch of 4 == two micro batches of 2, gradients summed */
     LtModelDims d = tiny_dims();
@@ -540,6 +610,8 @@ int main(void) {
     RUN(test_init_layout_independent);
     RUN(test_gradient_check);
     RUN(test_accumulation);
+    RUN(test_doc_layout);
+    RUN(test_packed_documents);
     RUN(test_lm_head_chunks);
     RUN(test_fit_batch);
     RUN(test_lr_schedule);

@@ -443,17 +443,17 @@ static void test_embedding(void) {
         E.R = todbl(R, N * C), E.out = dalloc(N * C);
         double *rwte = todbl(dwte, V * C), *rwpe = todbl(dwpe, T * C);
         poison(out, N * C);
-        g_f32->ops->embedding_fwd(g_f32, out, tok, wte, wpe, B, T, C);
+        g_f32->ops->embedding_fwd(g_f32, out, tok, wte, wpe, NULL, B, T, C);
         embedding_loss();
         CHECK(err(out, E.out, N * C) <= TOL_FWD, "fwd shape %d: %g", s, err(out, E.out, N * C));
-        g_f32->ops->embedding_bwd(g_f32, dwte, dwpe, R, tok, B, T, C);
+        g_f32->ops->embedding_bwd(g_f32, dwte, dwpe, R, tok, NULL, B, T, C);
         for (int i = 0; i < N; i++)
             for (int c = 0; c < C; c++) rwte[tok[i] * C + c] += R[i * C + c], rwpe[(i % T) * C + c] += R[i * C + c];
         CHECK(err(dwte, rwte, V * C) <= TOL_BWD, "dwte (accumulated) shape %d", s);
         CHECK(err(dwpe, rwpe, T * C) <= TOL_BWD, "dwpe (accumulated) shape %d", s);
         /* FD on a fresh (zeroed) gradient */
         memset(dwte, 0, V * C * 4), memset(dwpe, 0, T * C * 4);
-        g_f32->ops->embedding_bwd(g_f32, dwte, dwpe, R, tok, B, T, C);
+        g_f32->ops->embedding_bwd(g_f32, dwte, dwpe, R, tok, NULL, B, T, C);
         CHECK_FD(embedding_loss, E.wte, V * C, dwte, "dwte", s);
         CHECK_FD(embedding_loss, E.wpe, T * C, dwpe, "dwpe", s);
         free(tok), free(wte), free(wpe), free(out), free(R), free(dwte), free(dwpe), free(rwte), free(rwpe);
@@ -483,7 +483,7 @@ static void test_embedding_tp(void) {
                 for (int c = 0; c < C; c++)
                     ro[i * C + c] = (tok[i] >= 0 ? wte[tok[i] * C + c] : 0.0) + (withpos ? wpe[(i % T) * C + c] : 0.0);
             poison(out, N * C);
-            be->ops->embedding_fwd(be, out, tok, wte, withpos ? wpe : NULL, B, T, C);
+            be->ops->embedding_fwd(be, out, tok, wte, withpos ? wpe : NULL, NULL, B, T, C);
             if (k) {
                 float *r32 = falloc(N * C);
                 for (int j = 0; j < N * C; j++) r32[j] = (float)ro[j];
@@ -512,7 +512,7 @@ static void test_embedding_tp(void) {
                     if (which == 0 && tok[i] >= 0) rwte[tok[i] * C + c] += R[i * C + c];
                     if (which == 1) rwpe[(i % T) * C + c] += R[i * C + c];
                 }
-            be->ops->embedding_bwd(be, which == 0 ? dwte : NULL, which == 1 ? dwpe : NULL, R, tok, B, T, C);
+            be->ops->embedding_bwd(be, which == 0 ? dwte : NULL, which == 1 ? dwpe : NULL, R, tok, NULL, B, T, C);
             CHECK(err(dwte, rwte, V * C) <= TOL_BWD, "dwte %s (dwpe %s)", be->ops->name, which ? "given, dwte NULL" : "NULL");
             CHECK(err(dwpe, rwpe, T * C) <= TOL_BWD, "dwpe %s (%s)", be->ops->name, which ? "given" : "NULL: untouched");
             CHECK(which == 1 || memcmp(dwpe, dwpe0, T * C * 4) == 0, "dwpe buffer untouched when NULL passed");
@@ -522,8 +522,8 @@ static void test_embedding_tp(void) {
     /* simulated vocab split of wte (V rows) over TP ranks of Vr = ceil(V/TP) rows */
     float *full = falloc(N * C), *part = falloc(N * C), *sum = falloc(N * C), *gfull = lt_calloc(V * C * 4);
     float *gshard = lt_calloc(V * C * 4 + 64 * C * 4), *gp = lt_calloc(T * C * 4), *gpfull = lt_calloc(T * C * 4);
-    g_f32->ops->embedding_fwd(g_f32, full, tok, wte, wpe, B, T, C);
-    g_f32->ops->embedding_bwd(g_f32, gfull, gpfull, R, tok, B, T, C);
+    g_f32->ops->embedding_fwd(g_f32, full, tok, wte, wpe, NULL, B, T, C);
+    g_f32->ops->embedding_bwd(g_f32, gfull, gpfull, R, tok, NULL, B, T, C);
     for (int TP = 1; TP <= 3; TP++) {
         const int Vr = (V + TP - 1) / TP;
         int32_t loc[N];
@@ -532,9 +532,9 @@ static void test_embedding_tp(void) {
             const int v0 = r * Vr, v1 = v0 + Vr < V ? v0 + Vr : V;
             for (int i = 0; i < N; i++) loc[i] = tok[i] >= v0 && tok[i] < v1 ? tok[i] - v0 : -1;
             poison(part, N * C);
-            g_f32->ops->embedding_fwd(g_f32, part, loc, wte + (size_t)v0 * C, r == 0 ? wpe : NULL, B, T, C);
+            g_f32->ops->embedding_fwd(g_f32, part, loc, wte + (size_t)v0 * C, r == 0 ? wpe : NULL, NULL, B, T, C);
             for (int j = 0; j < N * C; j++) sum[j] += part[j]; /* the all-reduce */
-            g_f32->ops->embedding_bwd(g_f32, gshard + (size_t)v0 * C, r == 0 ? gp : NULL, R, loc, B, T, C);
+            g_f32->ops->embedding_bwd(g_f32, gshard + (size_t)v0 * C, r == 0 ? gp : NULL, R, loc, NULL, B, T, C);
         }
         int ok = 1;
         for (int i = 0; i < N; i++)
@@ -703,8 +703,8 @@ static void run_attention(LtBackend *be, float *out, float *lse, float *dqkv, co
                           const float *dout, int B, int T, int NH, int NKV, int HD) {
     size_t n = (size_t)B * T * NH * HD, nq = (size_t)B * T * (NH + 2 * NKV) * HD;
     poison(out, n), poison(lse, (size_t)B * NH * T), poison(dqkv, nq);
-    be->ops->attention_fwd(be, out, lse, qkv, B, T, NH, NKV, HD);
-    be->ops->attention_bwd(be, dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);
+    be->ops->attention_fwd(be, out, lse, qkv, NULL, B, T, NH, NKV, HD);
+    be->ops->attention_bwd(be, dqkv, dout, qkv, out, lse, NULL, B, T, NH, NKV, HD);
 }
 /* Against float64 and finite differences: multi-head shapes (NKV = NH), then
  * grouped K/V (NH 4 NKV 2, NH 6 NKV 3 with T past one 64-row block) and
@@ -730,6 +730,85 @@ static void test_attention(void) {
         free(qkv), free(R), free(out), free(lse), free(dqkv), free(A.qkv), free(A.R), free(A.out);
         free(rlse), free(rdqkv);
     }
+}
+
+/* ---- packed documents (data.reset_attention_mask / reset_position_ids) ----- */
+/* Row r of src (width W) for documents: dst rows [0, L) = src rows [r0, r0 + L). */
+static void rows_of(float *dst, const float *src, size_t r0, int L, size_t W) {
+    memcpy(dst, src + r0 * W, (size_t)L * W * sizeof(float));
+}
+
+/* Attention with kstart over documents packed in two sequences (one document
+ * of a single token, lengths across the 64-row tiles) gives, token for token,
+ * out, lse and dqkv of each document run alone as its own sequence; so do
+ * rope with per-token positions; and the embedding's output, its dwpe the sum
+ * of the documents' dwpe. */
+static void test_documents_packed(void) {
+    enum { B = 2, T = 150, NH = 4, NKV = 2, HD = 16, ND = 5 };
+    const int doc[ND][3] = {{0, 0, 50}, {0, 50, 1}, {0, 51, 99}, {1, 0, 70}, {1, 70, 80}};
+    const size_t W = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD, N = (size_t)B * T;
+    int32_t ks[B * T], pos[B * T];
+    for (int d = 0; d < ND; d++)
+        for (int t = 0; t < doc[d][2]; t++) {
+            const int i = doc[d][0] * T + doc[d][1] + t;
+            ks[i] = doc[d][1], pos[i] = t;
+        }
+    float *qkv = falloc(N * W), *dout = falloc(N * C), *out = falloc(N * C), *lse = falloc(N * NH);
+    float *dqkv = falloc(N * W), *rq = falloc(T * W), *rdo = falloc(T * C), *ro = falloc(T * C);
+    float *rl = falloc((size_t)T * NH), *rdq = falloc(T * W), *ry = falloc(T * W);
+    fill(qkv, N * W, 1.5f, 0), fill(dout, N * C, 1, 0);
+    poison(out, N * C), poison(lse, N * NH), poison(dqkv, N * W);
+    g_f32->ops->attention_fwd(g_f32, out, lse, qkv, ks, B, T, NH, NKV, HD);
+    g_f32->ops->attention_bwd(g_f32, dqkv, dout, qkv, out, lse, ks, B, T, NH, NKV, HD);
+    float *cs = falloc((size_t)T * HD), *y = falloc(N * W);
+    lt_rope_table(cs, T, HD, 10000.0f, NULL);
+    memcpy(y, qkv, N * W * sizeof(float));
+    g_f32->ops->rope(g_f32, y, cs, pos, B, T, NH, NKV, HD, 0);
+    double eo = 0, el = 0, eq = 0, er = 0;
+    for (int d = 0; d < ND; d++) {
+        const int b = doc[d][0], L = doc[d][2];
+        const size_t r0 = (size_t)b * T + doc[d][1];
+        rows_of(rq, qkv, r0, L, W), rows_of(rdo, dout, r0, L, C);
+        run_attention(g_f32, ro, rl, rdq, rq, rdo, 1, L, NH, NKV, HD);
+        rows_of(ry, qkv, r0, L, W);
+        g_f32->ops->rope(g_f32, ry, cs, NULL, 1, L, NH, NKV, HD, 0);
+        for (size_t i = 0; i < (size_t)L * C; i++) eo = fmax(eo, fabs(out[r0 * C + i] - ro[i]));
+        for (size_t i = 0; i < (size_t)L * W; i++) {
+            eq = fmax(eq, fabs(dqkv[r0 * W + i] - rdq[i]));
+            er = fmax(er, fabs(y[r0 * W + i] - ry[i]));
+        }
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < L; t++)
+                el = fmax(el, fabs(lse[((size_t)b * NH + h) * T + doc[d][1] + t] - rl[h * L + t]));
+    }
+    CHECK(eo <= 1e-5 && el <= 1e-5, "packed attention out/lse vs separate: %g %g", eo, el);
+    CHECK(eq <= 1e-5, "packed attention dqkv vs separate: %g", eq);
+    CHECK(er == 0, "rope with positions vs separate documents: %g", er);
+    /* the control: without kstart the later documents see the earlier ones */
+    g_f32->ops->attention_fwd(g_f32, out, lse, qkv, NULL, B, T, NH, NKV, HD);
+    run_attention(g_f32, ro, rl, rdq, qkv + 51 * W, dout + 51 * C, 1, 99, NH, NKV, HD);
+    CHECK(fabs(out[51 * C] - ro[0]) > 1e-3, "without kstart a later document differs");
+    /* embedding: wpe[pos]; dwpe = the documents' own dwpe summed */
+    enum { V = 11, E = 8 };
+    int32_t tok[B * T];
+    for (size_t i = 0; i < N; i++) tok[i] = (int32_t)(i * 7 % V);
+    float *wte = falloc(V * E), *wpe = falloc((size_t)T * E), *eo2 = falloc(N * E);
+    float *de = falloc(N * E), *dwpe = falloc((size_t)T * E), *want = falloc((size_t)T * E);
+    fill(wte, V * E, 1, 0), fill(wpe, (size_t)T * E, 1, 0), fill(de, N * E, 1, 0);
+    g_f32->ops->embedding_fwd(g_f32, eo2, tok, wte, wpe, pos, B, T, E);
+    memset(dwpe, 0, (size_t)T * E * sizeof(float)), memset(want, 0, (size_t)T * E * sizeof(float));
+    g_f32->ops->embedding_bwd(g_f32, NULL, dwpe, de, tok, pos, B, T, E);
+    double ee = 0, ed = 0;
+    for (size_t i = 0; i < N; i++)
+        for (int c = 0; c < E; c++) {
+            ee = fmax(ee, fabs(eo2[i * E + c] - (wte[tok[i] * E + c] + wpe[pos[i] * E + c])));
+            want[pos[i] * E + c] += de[i * E + c];
+        }
+    for (size_t i = 0; i < (size_t)T * E; i++) ed = fmax(ed, fabs(dwpe[i] - want[i]));
+    CHECK(ee == 0 && ed <= 1e-6, "embedding with positions: out %g, dwpe %g", ee, ed);
+    free(qkv), free(dout), free(out), free(lse), free(dqkv), free(rq), free(rdo), free(ro);
+    free(rl), free(rdq), free(ry), free(cs), free(y), free(wte), free(wpe), free(eo2), free(de);
+    free(dwpe), free(want);
 }
 
 /* Grouped K/V equals multi-head attention with each K/V head replicated for
@@ -797,8 +876,8 @@ static void test_attention_refuses_heads(void) {
             if (!freopen("/dev/null", "w", stderr)) _exit(3);
             float x[256] = {0}, lse[16];
             const int NH = bad[c / 2][0], NKV = bad[c / 2][1];
-            if (c % 2) g_f32->ops->attention_bwd(g_f32, x, x, x, x, lse, 1, 2, NH, NKV, 4);
-            else g_f32->ops->attention_fwd(g_f32, x, lse, x, 1, 2, NH, NKV, 4);
+            if (c % 2) g_f32->ops->attention_bwd(g_f32, x, x, x, x, lse, NULL, 1, 2, NH, NKV, 4);
+            else g_f32->ops->attention_fwd(g_f32, x, lse, x, NULL, 1, 2, NH, NKV, 4);
             _exit(0);
         }
         int st = 0;
@@ -1247,7 +1326,7 @@ static void test_rope(void) {
         lt_rope_inv_freq(RP.f, HD, base, sc);
         double *rinv = dalloc(n);
         memcpy(y, x, n * 4);
-        g_f32->ops->rope(g_f32, y, cs, B, T, NH, NKV, HD, 0);
+        g_f32->ops->rope(g_f32, y, cs, NULL, B, T, NH, NKV, HD, 0);
         rope_loss();
         CHECK(err(y, RP.out, n) <= TOL_FWD, "fwd case %d: %g", s, err(y, RP.out, n));
         int vsame = 1;
@@ -1256,15 +1335,15 @@ static void test_rope(void) {
                              (size_t)NKV * HD * 4);
         CHECK(vsame, "v heads changed, case %d", s);
         memcpy(x2, y, n * 4);
-        g_f32->ops->rope(g_f32, x2, cs, B, T, NH, NKV, HD, 1);
+        g_f32->ops->rope(g_f32, x2, cs, NULL, B, T, NH, NKV, HD, 1);
         ref_rope(rinv, RP.x, RP.f, B, T, NH, NKV, HD, -1);
         memcpy(gx, x, n * 4);
-        g_f32->ops->rope(g_f32, gx, cs, B, T, NH, NKV, HD, 1);
+        g_f32->ops->rope(g_f32, gx, cs, NULL, B, T, NH, NKV, HD, 1);
         CHECK(err(gx, rinv, n) <= TOL_FWD, "inverse case %d: %g", s, err(gx, rinv, n));
         CHECK(normerr(x2, x, n) <= 1e-6, "inverse(rope(x)) case %d: %g", s, normerr(x2, x, n));
         /* <rope(x), R> = <x, rope_inverse(R)> */
         memcpy(gx, R, n * 4);
-        g_f32->ops->rope(g_f32, gx, cs, B, T, NH, NKV, HD, 1);
+        g_f32->ops->rope(g_f32, gx, cs, NULL, B, T, NH, NKV, HD, 1);
         double l = 0, r = 0;
         for (size_t i = 0; i < n; i++) l += (double)y[i] * R[i], r += (double)x[i] * gx[i];
         CHECK(fabs(l - r) <= 1e-5 * (fabs(l) + 1), "adjoint case %d: %.9g vs %.9g", s, l, r);
@@ -1273,18 +1352,18 @@ static void test_rope(void) {
         if (B > 1) {
             memcpy(x2, x, n * 4);
             memcpy(x2 + (B - 1) * T * tok, x2, T * tok * 4);
-            g_f32->ops->rope(g_f32, x2, cs, B, T, NH, NKV, HD, 0);
+            g_f32->ops->rope(g_f32, x2, cs, NULL, B, T, NH, NKV, HD, 0);
             CHECK(!memcmp(x2 + (B - 1) * T * tok, x2, T * tok * 4) && !memcmp(x2, y, T * tok * 4),
                   "batch element %d differs from element 0 on the same input, case %d", B - 1, s);
         }
         /* bf16: the same bf16 inputs; the round trip within two roundings */
         for (size_t i = 0; i < n; i++) x[i] = lt_bf16_round(x[i]);
         memcpy(y, x, n * 4), memcpy(x2, x, n * 4);
-        g_f32->ops->rope(g_f32, y, cs, B, T, NH, NKV, HD, 0);
-        g_bf16->ops->rope(g_bf16, x2, cs, B, T, NH, NKV, HD, 0);
+        g_f32->ops->rope(g_f32, y, cs, NULL, B, T, NH, NKV, HD, 0);
+        g_bf16->ops->rope(g_bf16, x2, cs, NULL, B, T, NH, NKV, HD, 0);
         CHECK(all_bf16(x2, n) && normerr(x2, y, n) <= TOL_BF16, "bf16 fwd case %d: %g", s,
               normerr(x2, y, n));
-        g_bf16->ops->rope(g_bf16, x2, cs, B, T, NH, NKV, HD, 1);
+        g_bf16->ops->rope(g_bf16, x2, cs, NULL, B, T, NH, NKV, HD, 1);
         CHECK(normerr(x2, x, n) <= TOL_BF16, "bf16 inverse(rope(x)) case %d: %g", s,
               normerr(x2, x, n));
         free(cs), free(x), free(y), free(R), free(x2), free(gx), free(rinv);
@@ -1355,7 +1434,7 @@ static void test_llama_determinism(void) {
         be->ops->swiglu_fwd(be, r[3], gu, N, F);
         be->ops->swiglu_bwd(be, r[4], gu, R, N, F);
         memcpy(r[5], q0, NQ * 4);
-        be->ops->rope(be, r[5], cs, B, T, NH, NKV, HD, 0);
+        be->ops->rope(be, r[5], cs, NULL, B, T, NH, NKV, HD, 0);
     }
     static const char *names[6] = {"rmsnorm out", "rmsnorm dinp", "rmsnorm dw",
                                    "swiglu out", "swiglu dgu", "rope"};
@@ -1390,7 +1469,7 @@ static void test_bf16(void) {
         LtBackend *be = bes[k];
         float **r = o[k], mean[N], rstd[N], lse[B * NH * T], loss[N];
         for (int j = 0; j < 12; j++) r[j] = falloc(N * H > 3 * N * C ? N * H : 3 * N * C), poison(r[j], N * H);
-        be->ops->embedding_fwd(be, r[0], tok, w, in2, B, T, C);
+        be->ops->embedding_fwd(be, r[0], tok, w, in2, NULL, B, T, C);
         be->ops->layernorm_fwd(be, r[1], r[2], mean, rstd, in, in2, w, bias, N, C);
         memcpy(r[3], acc, N * C * 4);
         be->ops->layernorm_bwd(be, r[3], (float[C]){0}, (float[C]){0}, R, r[1], w, mean, rstd, N, C);
@@ -1398,8 +1477,8 @@ static void test_bf16(void) {
         be->ops->linear_bwd(be, r[6], NULL, NULL, R, in2, w, in2, N, C, H);
         be->ops->gelu_fwd(be, r[7], in, N * H);
         be->ops->gelu_bwd(be, r[8], in, R, N * H);
-        be->ops->attention_fwd(be, r[9], lse, qkv, B, T, NH, NH, HD);
-        be->ops->attention_bwd(be, r[10], R, qkv, r[9], lse, B, T, NH, NH, HD);
+        be->ops->attention_fwd(be, r[9], lse, qkv, NULL, B, T, NH, NH, HD);
+        be->ops->attention_bwd(be, r[10], R, qkv, r[9], lse, NULL, B, T, NH, NH, HD);
         memcpy(r[11], lg, N * VP * 4);
         be->ops->xent_fwd_bwd(be, loss, r[11], tok, N, V, VP, 1.0f / N);
         if (k == 1) CHECK(normerr(loss, o[0][11] + N * VP, N) <= 1e-5, "bf16 xent losses (fp32 math)");
@@ -1435,7 +1514,7 @@ static void test_determinism(void) {
         out[k] = falloc(N * C), lse[k] = falloc(B * NH * T), dqkv[k] = falloc(3 * N * C);
         dwte[k] = lt_calloc(VT * C * 4), dwpe[k] = lt_calloc(T * C * 4);
         run_attention(bes[k], out[k], lse[k], dqkv[k], qkv, R, B, T, NH, NH, HD);
-        bes[k]->ops->embedding_bwd(bes[k], dwte[k], dwpe[k], R, tok, B, T, C);
+        bes[k]->ops->embedding_bwd(bes[k], dwte[k], dwpe[k], R, tok, NULL, B, T, C);
     }
     for (int k = 1; k < 3; k++) {
         const char *what = k == 1 ? "repeat" : "1 vs 4 threads";
@@ -1464,9 +1543,9 @@ static void timing(void) {
         double t0 = lt_now();
         be->ops->linear_fwd(be, y, pre, x, w, bias, N, C, OC);
         double t1 = lt_now();
-        be->ops->attention_fwd(be, o, lse, qkv, B, T, NH, NH, HD);
+        be->ops->attention_fwd(be, o, lse, qkv, NULL, B, T, NH, NH, HD);
         double t2 = lt_now();
-        be->ops->attention_bwd(be, dqkv, o, qkv, o, lse, B, T, NH, NH, HD);
+        be->ops->attention_bwd(be, dqkv, o, qkv, o, lse, NULL, B, T, NH, NH, HD);
         double t3 = lt_now();
         tl = t1 - t0 < tl ? t1 - t0 : tl, tf = t2 - t1 < tf ? t2 - t1 : tf, tb = t3 - t2 < tb ? t3 - t2 : tb;
     }
@@ -1493,6 +1572,7 @@ int main(void) {
     RUN(test_linear_mlp);
     RUN(test_gelu);
     RUN(test_attention);
+    RUN(test_documents_packed);
     RUN(test_attention_gqa_as_mha);
     RUN(test_attention_refuses_heads);
     RUN(test_xent);

@@ -3,7 +3,9 @@
  * Layouts: qkv (B,T,NH+2*NKV,HD): per token q (NH heads) | k (NKV) | v (NKV);
  * out and dout (B,T,NH,HD), lse (B,NH,T). Query head h uses key/value head
  * h / G, G = NH / NKV (NKV == NH: multi-head, 1: multi-query).
- * Scores s_ij = scale * (q_i . k_j), scale = 1/sqrt(HD), keys j <= i.
+ * Scores s_ij = scale * (q_i . k_j), scale = 1/sqrt(HD), keys j <= i, and with
+ * packed documents (kstart) only keys j >= kstart_i, the query's document start:
+ * key blocks wholly before a query block's first document are never visited.
  * Work is done on tiles of ATT_BQ query rows x ATT_BK keys; no (T,T) matrix
  * ever exists.
  *
@@ -122,8 +124,8 @@ static void check_heads(int NH, int NKV) {
         lt_fatal("attention: %d query heads do not split into %d key/value heads", NH, NKV);
 }
 
-void cpu_attention_fwd(LtBackend *be, void *out_, float *lse, const void *qkv_, int B, int T,
-                       int NH, int NKV, int HD) {
+void cpu_attention_fwd(LtBackend *be, void *out_, float *lse, const void *qkv_,
+                       const int32_t *kstart, int B, int T, int NH, int NKV, int HD) {
     float *out = out_;
     const float *qkv = qkv_;
     check_heads(NH, NKV);
@@ -164,9 +166,10 @@ void cpu_attention_fwd(LtBackend *be, void *out_, float *lse, const void *qkv_, 
             const float *hp = pack + ((size_t)b * NKV + h / G) * head_len;
             const int i0 = qb * ATT_BQ, ni = T - i0 < ATT_BQ ? T - i0 : ATT_BQ;
             const int kend = i0 + ni; /* keys visible to this block */
+            const int32_t *ks = kstart ? kstart + (size_t)b * T : NULL;
             for (int i = 0; i < ni; i++) m[i] = -INFINITY, l[i] = 0.0f;
             memset(o, 0, sizeof(float) * (size_t)ni * HDP);
-            for (int j0 = 0; j0 < kend; j0 += ATT_BK) {
+            for (int j0 = ks ? ks[i0] / ATT_BK * ATT_BK : 0; j0 < kend; j0 += ATT_BK) {
                 const int nj = kend - j0 < ATT_BK ? kend - j0 : ATT_BK;
                 const float *kt = hp + (size_t)(j0 / ATT_BK) * HD * ATT_BK;
                 const float *vb = hp + kt_len + (size_t)j0 * HDP;
@@ -174,22 +177,24 @@ void cpu_attention_fwd(LtBackend *be, void *out_, float *lse, const void *qkv_, 
                 for (int i = 0; i < ni; i++) {
                     float *s = st + (size_t)i * ATT_BK, *oi = o + (size_t)i * HDP;
                     const int jl = i0 + i - j0 + 1 < nj ? i0 + i - j0 + 1 : nj; /* causal limit */
-                    if (jl <= 0) { /* row sees no key of this block */
+                    const int jlo = ks && ks[i0 + i] > j0 ? ks[i0 + i] - j0 : 0; /* document */
+                    if (jl <= jlo) { /* row sees no key of this block */
                         memset(s, 0, sizeof(float) * nj);
                         continue;
                     }
-                    float mb = s[0];
+                    float mb = s[jlo];
 #pragma omp simd reduction(max : mb)
-                    for (int j = 1; j < jl; j++) mb = s[j] > mb ? s[j] : mb;
+                    for (int j = jlo + 1; j < jl; j++) mb = s[j] > mb ? s[j] : mb;
                     const float mnew = mb > m[i] ? mb : m[i];
                     const float corr = cpu_expf(m[i] - mnew); /* 0 while m = -inf */
                     float psum = 0.0f;
 #pragma omp simd reduction(+ : psum)
-                    for (int j = 0; j < jl; j++) {
+                    for (int j = jlo; j < jl; j++) {
                         float p = cpu_expf(s[j] - mnew);
                         s[j] = p;
                         psum += p;
                     }
+                    for (int j = 0; j < jlo; j++) s[j] = 0.0f;
                     for (int j = jl; j < nj; j++) s[j] = 0.0f;
                     l[i] = l[i] * corr + psum;
                     m[i] = mnew;
@@ -240,7 +245,8 @@ static void sum_groups(LtBackend *be, float *dst, const float *part, int B, int 
 }
 
 void cpu_attention_bwd(LtBackend *be, void *dqkv_, const void *dout_, const void *qkv_,
-                       const void *out_, const float *lse, int B, int T, int NH, int NKV, int HD) {
+                       const void *out_, const float *lse, const int32_t *kstart, int B, int T,
+                       int NH, int NKV, int HD) {
     float *dqkv = dqkv_;
     const float *dout = dout_, *qkv = qkv_, *out = out_;
     check_heads(NH, NKV);
@@ -271,6 +277,7 @@ void cpu_attention_bwd(LtBackend *be, void *dqkv_, const void *dout_, const void
             const size_t koff = (size_t)b * T * W + C + (size_t)(h / G) * HD;
             const size_t aoff = (size_t)b * T * C + (size_t)h * HD; /* into out / dout */
             const float *qh = qkv + qoff, *kh = qkv + koff, *vh = kh + KVC, *lh = lse + (size_t)bh * T;
+            const int32_t *ks = kstart ? kstart + (size_t)b * T : NULL;
             /* this head's dK, dV rows: into dqkv (G == 1) or its fp32 partials */
             float *dkh = G > 1 ? part + (size_t)bh * T * HD : dqkv + koff;
             float *dvh = G > 1 ? dkh + nkv : dqkv + koff + KVC;
@@ -294,6 +301,7 @@ void cpu_attention_bwd(LtBackend *be, void *dqkv_, const void *dout_, const void
                 memset(w.dk, 0, sizeof(float) * (size_t)ATT_BK * HDP);
                 memset(w.dv, 0, sizeof(float) * (size_t)ATT_BK * HDP);
                 for (int i0 = j0 / ATT_BQ * ATT_BQ; i0 < T; i0 += ATT_BQ) {
+                    if (ks && ks[i0] >= j0 + nj) break; /* later queries: later documents */
                     const int ni = T - i0 < ATT_BQ ? T - i0 : ATT_BQ;
                     tile_abt(w.p, qh + (size_t)i0 * W, W, w.kt, ni, HD, scale);         /* S */
                     tile_abt(w.ds, w.dout + (size_t)i0 * HDP, HDP, w.vt, ni, HD, 1.0f); /* dP */
@@ -301,12 +309,15 @@ void cpu_attention_bwd(LtBackend *be, void *dqkv_, const void *dout_, const void
                         float *p = w.p + (size_t)i * ATT_BK, *ds = w.ds + (size_t)i * ATT_BK;
                         int jl = i0 + i - j0 + 1 < nj ? i0 + i - j0 + 1 : nj;
                         jl = jl > 0 ? jl : 0;
+                        int jlo = ks && ks[i0 + i] > j0 ? ks[i0 + i] - j0 : 0; /* document */
+                        jlo = jlo < jl ? jlo : jl;
                         const float li = lh[i0 + i], di = w.dd[i0 + i];
 #pragma omp simd
-                        for (int j = 0; j < jl; j++) {
+                        for (int j = jlo; j < jl; j++) {
                             p[j] = cpu_expf(p[j] - li);
                             ds[j] = scale * p[j] * (ds[j] - di);
                         }
+                        for (int j = 0; j < jlo; j++) p[j] = ds[j] = 0.0f;
                         for (int j = jl; j < nj; j++) p[j] = ds[j] = 0.0f;
                     }
                     tile_acc(w.dv, w.p, 1, ATT_BK, w.dout + (size_t)i0 * HDP, nj, ni, HDP);

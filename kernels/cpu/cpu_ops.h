@@ -155,9 +155,9 @@ int cpu_timer_elapsed(LtBackend *be, LtEvent *a, LtEvent *b, double *seconds);
 
 /* embedding.c */
 void cpu_embedding_fwd(LtBackend *be, void *out, const int32_t *tokens, const void *wte,
-                       const void *wpe, int B, int T, int C);
+                       const void *wpe, const int32_t *pos, int B, int T, int C);
 void cpu_embedding_bwd(LtBackend *be, float *dwte, float *dwpe, const void *dout,
-                       const int32_t *tokens, int B, int T, int C);
+                       const int32_t *tokens, const int32_t *pos, int B, int T, int C);
 
 /* layernorm.c */
 void cpu_layernorm_fwd(LtBackend *be, void *resid_out, void *out, float *mean, float *rstd,
@@ -192,15 +192,15 @@ void cpu_swiglu_fwd(LtBackend *be, void *out, const void *gu, int N, int F);
 void cpu_swiglu_bwd(LtBackend *be, void *dgu, const void *gu, const void *dout, int N, int F);
 
 /* rope.c */
-void cpu_rope(LtBackend *be, void *qkv, const float *cs, int B, int T, int NH, int NKV, int HD,
-              int inverse);
+void cpu_rope(LtBackend *be, void *qkv, const float *cs, const int32_t *pos, int B, int T, int NH,
+              int NKV, int HD, int inverse);
 
 /* attention.c */
-void cpu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T,
-                       int NH, int NKV, int HD);
+void cpu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv,
+                       const int32_t *kstart, int B, int T, int NH, int NKV, int HD);
 void cpu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                       const void *out, const float *lse, int B, int T, int NH, int NKV,
-                       int HD);
+                       const void *out, const float *lse, const int32_t *kstart, int B, int T,
+                       int NH, int NKV, int HD);
 
 /* xent.c */
 void cpu_xent_fwd_bwd(LtBackend *be, float *losses, void *logits, const int32_t *targets, int N,

@@ -7,7 +7,7 @@
 #include "cpu_ops.h"
 
 void cpu_embedding_fwd(LtBackend *be, void *out_, const int32_t *tokens, const void *wte_,
-                       const void *wpe_, int B, int T, int C) {
+                       const void *wpe_, const int32_t *pos, int B, int T, int C) {
     float *out = out_;
     const float *wte = wte_, *wpe = wpe_;
     const int bf16 = cpu_is_bf16(be);
@@ -16,7 +16,7 @@ void cpu_embedding_fwd(LtBackend *be, void *out_, const int32_t *tokens, const v
     for (int i = 0; i < N; i++) {
         const int32_t tok = tokens[i];
         const float *te = tok >= 0 ? wte + (size_t)tok * C : NULL;
-        const float *pe = wpe ? wpe + (size_t)(i % T) * C : NULL;
+        const float *pe = wpe ? wpe + (size_t)(pos ? pos[i] : i % T) * C : NULL;
         float *o = out + (size_t)i * C;
         if (te && pe)
             for (int c = 0; c < C; c++) o[c] = cpu_store(bf16, te[c] + pe[c]);
@@ -34,15 +34,16 @@ void cpu_embedding_fwd(LtBackend *be, void *out_, const int32_t *tokens, const v
  * ranges, each thread visiting all tokens in order and updating only its own
  * channels. Every element is therefore summed in token order, whatever the
  * thread count, and repeated tokens never race. NULL dwte / dwpe skip that part;
- * negative ids are skipped. */
+ * negative ids are skipped. With per-token positions (pos) dwpe is summed like
+ * dwte: its rows are then indexed by pos as dwte's by token. */
 void cpu_embedding_bwd(LtBackend *be, float *dwte, float *dwpe, const void *dout_,
-                       const int32_t *tokens, int B, int T, int C) {
+                       const int32_t *tokens, const int32_t *pos, int B, int T, int C) {
     const float *dout = dout_;
     const int N = B * T;
     const int nt = cpu_nthreads(be);
 #pragma omp parallel num_threads(nt)
     {
-        if (dwpe) {
+        if (dwpe && !pos) {
 #pragma omp for schedule(static) nowait
             for (int t = 0; t < T; t++) {
                 float *dp = dwpe + (size_t)t * C;
@@ -59,12 +60,16 @@ void cpu_embedding_bwd(LtBackend *be, float *dwte, float *dwpe, const void *dout
         int c0 = (int)((long long)nchunks * tid / nth) * 16;
         int c1 = (int)((long long)nchunks * (tid + 1) / nth) * 16;
         if (c1 > C) c1 = C;
-        if (!dwte) c1 = c0;
         for (int i = 0; i < N && c0 < c1; i++) {
-            if (tokens[i] < 0) continue; /* row owned by another rank */
-            float *dw = dwte + (size_t)tokens[i] * C;
             const float *d = dout + (size_t)i * C;
-            for (int c = c0; c < c1; c++) dw[c] += d[c];
+            if (dwte && tokens[i] >= 0) { /* negative: a row owned by another rank */
+                float *dw = dwte + (size_t)tokens[i] * C;
+                for (int c = c0; c < c1; c++) dw[c] += d[c];
+            }
+            if (dwpe && pos) {
+                float *dp = dwpe + (size_t)pos[i] * C;
+                for (int c = c0; c < c1; c++) dp[c] += d[c];
+            }
         }
     }
 }

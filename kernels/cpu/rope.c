@@ -5,8 +5,8 @@
  * iteration, so the op is elementwise over tokens and deterministic. */
 #include "cpu_ops.h"
 
-void cpu_rope(LtBackend *be, void *qkv_, const float *cs, int B, int T, int NH, int NKV, int HD,
-              int inverse) {
+void cpu_rope(LtBackend *be, void *qkv_, const float *cs, const int32_t *pos, int B, int T, int NH,
+              int NKV, int HD, int inverse) {
     float *qkv = qkv_;
     const int bf16 = cpu_is_bf16(be);
     const int H2 = HD / 2, NQK = NH + NKV;       /* rotated heads: q then k */
@@ -16,7 +16,8 @@ void cpu_rope(LtBackend *be, void *qkv_, const float *cs, int B, int T, int NH, 
     if (HD % 2) lt_fatal("rope: head dim %d is odd", HD);
 #pragma omp parallel for schedule(static) num_threads(cpu_nthreads(be))
     for (int i = 0; i < N; i++) {
-        const float *ct = cs + (size_t)(i % T) * H2 * 2; /* position t = i % T */
+        const int t = pos ? pos[i] : i % T;
+        const float *ct = cs + (size_t)t * H2 * 2;
         for (int h = 0; h < NQK; h++) {
             float *x = qkv + (size_t)i * row + (size_t)h * HD, *y = x + H2;
 #pragma omp simd

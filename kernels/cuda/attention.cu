@@ -3,7 +3,10 @@
  *
  * Design note. Three implementations share one contract (attention.cuh):
  *  - cuDNN's fused flash attention (attention_cudnn*.cu), when the backend's
- *    model.attention resolved to it and the call's shape allows it;
+ *    model.attention resolved to it and the call's shape allows it, for
+ *    whole-sequence causal attention only: packed documents (kstart) run
+ *    lattice's kernels, which mask them (cuDNN's ragged-offset padding masks
+ *    would need the THD layout; not built);
  *  - attention_mma.cu: bf16 tensor cores, HD in {32, 64, 80, 96, 128}, needs
  *    qkv/dout 16-byte aligned and out/dqkv 4-byte aligned;
  *  - attention_simt.cu: fp32 CUDA cores, fp32 or bf16 acts, any HD <= 256.
@@ -73,25 +76,27 @@ static void grid_check(int B, int NH) {
 /* ======================= op entries ======================= */
 
 // qkv (B, T, NH + 2*NKV, HD) -> out (B, T, NH, HD), lse (B, NH, T)
-void cu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T, int NH,
-                      int NKV, int HD) {
+void cu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, const int32_t *kstart,
+                      int B, int T, int NH, int NKV, int HD) {
     if (!attn_check(B, T, NH, NKV, HD)) return;
-    if (cu_impl(be)->cudnn && cudnn_attention_fwd(be, out, lse, qkv, B, T, NH, NKV, HD)) return;
+    if (cu_impl(be)->cudnn && !kstart && cudnn_attention_fwd(be, out, lse, qkv, B, T, NH, NKV, HD))
+        return;
     grid_check(B, NH);
     const int optin = cu_impl(be)->smem_optin;
     if (use_mma(be, HD) && aligned(qkv, 16) && aligned(out, 4))
-        launch_attention_mma_fwd((bf16 *)out, lse, (const bf16 *)qkv, B, T, NH, NKV, HD, optin,
-                                 cu_stream(be));
+        launch_attention_mma_fwd((bf16 *)out, lse, (const bf16 *)qkv, kstart, B, T, NH, NKV, HD,
+                                 optin, cu_stream(be));
     else
-        launch_attention_simt_fwd(cu_is_bf16(be), out, lse, qkv, B, T, NH, NKV, HD, optin,
+        launch_attention_simt_fwd(cu_is_bf16(be), out, lse, qkv, kstart, B, T, NH, NKV, HD, optin,
                                   cu_stream(be));
 }
 
 // dout (B, T, NH, HD), qkv, out, lse -> dqkv (qkv's layout), overwritten
 void cu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                      const void *out, const float *lse, int B, int T, int NH, int NKV, int HD) {
+                      const void *out, const float *lse, const int32_t *kstart, int B, int T,
+                      int NH, int NKV, int HD) {
     if (!attn_check(B, T, NH, NKV, HD)) return;
-    if (cu_impl(be)->cudnn &&
+    if (cu_impl(be)->cudnn && !kstart &&
         cudnn_attention_bwd(be, dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD))
         return;
     grid_check(B, NH);
@@ -104,9 +109,9 @@ void cu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *q
         launch_rowdot<float>(D, (const float *)dout, (const float *)out, B, T, NH, HD,
                              cu_stream(be));
     if (use_mma(be, HD) && aligned(qkv, 16) && aligned(dout, 16) && aligned(dqkv, 4))
-        launch_attention_mma_bwd((bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D, B,
-                                 T, NH, NKV, HD, optin, cu_stream(be));
+        launch_attention_mma_bwd((bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D,
+                                 kstart, B, T, NH, NKV, HD, optin, cu_stream(be));
     else
-        launch_attention_simt_bwd(cu_is_bf16(be), dqkv, dout, qkv, lse, D, B, T, NH, NKV, HD,
-                                  optin, cu_stream(be));
+        launch_attention_simt_bwd(cu_is_bf16(be), dqkv, dout, qkv, lse, D, kstart, B, T, NH, NKV,
+                                  HD, optin, cu_stream(be));
 }

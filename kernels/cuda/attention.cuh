@@ -5,7 +5,8 @@
  * k (NKV heads) | v (NKV heads), NKV key/value heads shared by groups of
  * G = NH / NKV query heads (query head h uses key/value head h / G; NKV == NH
  * is plain multi-head attention); out / dout (B, T, NH, HD); lse and D
- * (B, NH, T) fp32. Scores use the
+ * (B, NH, T) fp32; kstart (B, T) or NULL: each query's first visible key
+ * (packed documents, backend.h). Scores use the
  * base-2 domain internally: s2 = (q.k) * scale * log2(e), so that
  * lse_natural = (m2 + log2(l)) * ln(2) and p = exp2(s2 - lse * log2(e)). */
 #ifndef LT_CUDA_ATTENTION_CUH
@@ -29,21 +30,34 @@ __device__ __forceinline__ size_t out_off(int b, int t, int h, int T, int NH, in
     return ((size_t)b * T + t) * (size_t)NH * HD + (size_t)h * HD;
 }
 
+/* Packed documents: the first row t in [lo, T) whose document starts at or after bound
+ * (ksb: one sequence's kstart, non-decreasing), T if none; binary search. */
+__device__ __forceinline__ int att_rows_from(const int32_t *ksb, int lo, int T, int bound) {
+    int hi = T;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (ksb[mid] < bound) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 /* Generic (SIMT) path: any HD <= 256, fp32 or bf16 acts. */
 #define ATT_SIMT_MAX_HD 256
-void launch_attention_simt_fwd(int is_bf16, void *out, float *lse, const void *qkv, int B, int T,
-                               int NH, int NKV, int HD, int smem_optin, cudaStream_t st);
+void launch_attention_simt_fwd(int is_bf16, void *out, float *lse, const void *qkv,
+                               const int32_t *kstart, int B, int T, int NH, int NKV, int HD,
+                               int smem_optin, cudaStream_t st);
 void launch_attention_simt_bwd(int is_bf16, void *dqkv, const void *dout, const void *qkv,
-                               const float *lse, const float *Dbuf, int B, int T, int NH, int NKV,
-                               int HD, int smem_optin, cudaStream_t st);
+                               const float *lse, const float *Dbuf, const int32_t *kstart, int B,
+                               int T, int NH, int NKV, int HD, int smem_optin, cudaStream_t st);
 
 /* Tensor-core path: bf16 acts, HD in {32, 64, 80, 96, 128}, 16-byte aligned tensors. */
 int attention_mma_supported(int HD);
-void launch_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH,
-                              int NKV, int HD, int smem_optin, cudaStream_t st);
+void launch_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, const int32_t *kstart, int B,
+                              int T, int NH, int NKV, int HD, int smem_optin, cudaStream_t st);
 void launch_attention_mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                              const float *Dbuf, int B, int T, int NH, int NKV, int HD,
-                              int smem_optin, cudaStream_t st);
+                              const float *Dbuf, const int32_t *kstart, int B, int T, int NH,
+                              int NKV, int HD, int smem_optin, cudaStream_t st);
 
 /* cuDNN's fused attention (attention_cudnn*.cu), used when the backend's
  * model.attention resolved to cuDNN (CudaImpl.cudnn != NULL). The entries

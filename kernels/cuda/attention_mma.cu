@@ -19,6 +19,13 @@
  * a query tile and loops over key tiles up to the diagonal; kernel dkdv owns
  * a key tile (warps own keys, so S^T = K Q^T comes out already transposed)
  * and loops over query tiles from the diagonal to T. No atomics.
+ * Packed documents (kstart, backend.h): a query row also masks the keys
+ * before its document's first token; the forward and dq start at the key
+ * tile holding their first row's document start; in dkdv key ki is seen by
+ * the queries up to its document's end, and the block stops at the first
+ * query row whose document starts after its key tile (kstart is
+ * non-decreasing along a sequence, so every later row's does too). A sample of
+ * short documents thus costs about the sum of its documents' squares.
  * Grouped K/V (NKV < NH, G = NH / NKV query heads per K/V head): forward and
  * dq load the K/V tiles of their query head's group. dkdv's grid is
  * (key tiles, B*NKV): a block owns a key tile of one K/V head and walks the
@@ -90,6 +97,12 @@ __device__ __forceinline__ void am_load(bf16 *dst, const bf16 *base, size_t rs, 
     }
 }
 
+// First key query row qi may see: its document's first token (0 without documents; rows
+// past T read the last row's, as they store nothing).
+__device__ __forceinline__ int am_row_start(const int32_t *ksb, int qi, int T_) {
+    return ksb ? ksb[qi < T_ ? qi : T_ - 1] : 0;
+}
+
 // A fragment of rows r0, r0+8 and columns k0.. from a (., HD+8) shared tile.
 template <int SD>
 __device__ __forceinline__ void ld_afrag(uint32_t a[4], const bf16 *s, int r0, int k0) {
@@ -116,10 +129,10 @@ __device__ __forceinline__ size_t am_head_ptrs(const bf16 *qkv, int b, int h, in
 
 // qkv (B,T,NH+2*NKV,HD) -> out (B,T,NH,HD), lse (B,NH,T). grid (ceil(T/64), G, B*NKV):
 // query head kvh*G + blockIdx.y of K/V head kvh; 128 threads.
-template <int HD>
+template <int HD, bool DOCS>
 __global__ void __launch_bounds__(AM_THREADS, AM_FWD_MIN_BLOCKS(HD))
-    attn_mma_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, int T_, int NKV, int G,
-                        float sl2) {
+    attn_mma_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, const int32_t *kstart, int T_,
+                        int NKV, int G, float sl2) {
     constexpr int SD = HD + 8, KD = HD / 16, ND = HD / 8;
     extern __shared__ __align__(16) unsigned char am_raw[];
     bf16 *Qs = (bf16 *)am_raw, *Ks = Qs + AM_BR * SD, *Vs = Ks + 2 * AM_BC * SD;
@@ -129,20 +142,23 @@ __global__ void __launch_bounds__(AM_THREADS, AM_FWD_MIN_BLOCKS(HD))
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c2 = (lane & 3) * 2;
     const bf16 *qb, *kb, *vb;
     const size_t rs = am_head_ptrs(qkv, b, h, kvh, T_, NH, NKV, HD, &qb, &kb, &vb);
+    const int32_t *ksb = DOCS ? kstart + (size_t)b * T_ : nullptr;
+    const int j0 = DOCS ? ksb[q0] / AM_BC : 0; /* first key tile of the first row's document */
     am_load<HD>(Qs, qb, rs, q0, T_, AM_BR);
     cp_async_commit();
-    am_load<HD>(Ks, kb, rs, 0, T_, AM_BC);
-    am_load<HD>(Vs, vb, rs, 0, T_, AM_BC);
+    am_load<HD>(Ks, kb, rs, j0 * AM_BC, T_, AM_BC);
+    am_load<HD>(Vs, vb, rs, j0 * AM_BC, T_, AM_BC);
     cp_async_commit();
     const int nkt = min(q0 + AM_BR - 1, T_ - 1) / AM_BC + 1;
     const int qi0 = q0 + w * 16 + g, qi1 = qi0 + 8;
+    const int lo0 = am_row_start(ksb, qi0, T_), lo1 = am_row_start(ksb, qi1, T_);
     uint32_t qf[KD][4];
     float o[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-    for (int j = 0; j < nkt; j++) {
-        const int buf = j & 1;
+    for (int j = j0; j < nkt; j++) {
+        const int buf = (j - j0) & 1;
         if (j + 1 < nkt) {
             am_load<HD>(Ks + (buf ^ 1) * AM_BC * SD, kb, rs, (j + 1) * AM_BC, T_, AM_BC);
             am_load<HD>(Vs + (buf ^ 1) * AM_BC * SD, vb, rs, (j + 1) * AM_BC, T_, AM_BC);
@@ -152,7 +168,7 @@ __global__ void __launch_bounds__(AM_THREADS, AM_FWD_MIN_BLOCKS(HD))
             cp_async_wait<0>();
         }
         __syncthreads();
-        if (j == 0) {
+        if (j == j0) {
 #pragma unroll
             for (int kk = 0; kk < KD; kk++) ld_afrag<SD>(qf[kk], Qs, w * 16 + g, kk * 16 + c2);
         }
@@ -175,8 +191,8 @@ __global__ void __launch_bounds__(AM_THREADS, AM_FWD_MIN_BLOCKS(HD))
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int kj = kt0 + n * 8 + c2 + e;
-                s[n][e] = kj > qi0 ? -INFINITY : s[n][e] * sl2;
-                s[n][2 + e] = kj > qi1 ? -INFINITY : s[n][2 + e] * sl2;
+                s[n][e] = kj > qi0 || (DOCS && kj < lo0) ? -INFINITY : s[n][e] * sl2;
+                s[n][2 + e] = kj > qi1 || (DOCS && kj < lo1) ? -INFINITY : s[n][2 + e] * sl2;
                 mx0 = fmaxf(mx0, s[n][e]);
                 mx1 = fmaxf(mx1, s[n][2 + e]);
             }
@@ -246,10 +262,11 @@ __global__ void __launch_bounds__(AM_THREADS, AM_FWD_MIN_BLOCKS(HD))
 
 // dQ of one 64-row query tile: dqkv q slice. grid (ceil(T/64), G, B*NKV) as the forward's,
 // 128 threads.
-template <int HD>
+template <int HD, bool DOCS>
 __global__ void __launch_bounds__(AM_THREADS)
     attn_mma_dq_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                       const float *Dbuf, int T_, int NKV, int G, float sl2, float scale) {
+                       const float *Dbuf, const int32_t *kstart, int T_, int NKV, int G, float sl2,
+                       float scale) {
     constexpr int SD = HD + 8, KD = HD / 16, ND = HD / 8;
     extern __shared__ __align__(16) unsigned char am_raw[];
     bf16 *Qs = (bf16 *)am_raw, *dOs = Qs + AM_BR * SD, *Ks = dOs + AM_BR * SD;
@@ -262,14 +279,17 @@ __global__ void __launch_bounds__(AM_THREADS)
     const bf16 *qb, *kb, *vb;
     const size_t rs = am_head_ptrs(qkv, b, h, kvh, T_, NH, NKV, HD, &qb, &kb, &vb);
     const bf16 *ob = dout + (size_t)b * T_ * C + (size_t)h * HD;
+    const int32_t *ksb = DOCS ? kstart + (size_t)b * T_ : nullptr;
+    const int j0 = DOCS ? ksb[q0] / AM_BC : 0; /* first key tile of the first row's document */
     am_load<HD>(Qs, qb, rs, q0, T_, AM_BR);
     am_load<HD>(dOs, ob, C, q0, T_, AM_BR);
     cp_async_commit();
-    am_load<HD>(Ks, kb, rs, 0, T_, AM_BC);
-    am_load<HD>(Vs, vb, rs, 0, T_, AM_BC);
+    am_load<HD>(Ks, kb, rs, j0 * AM_BC, T_, AM_BC);
+    am_load<HD>(Vs, vb, rs, j0 * AM_BC, T_, AM_BC);
     cp_async_commit();
     const int nkt = min(q0 + AM_BR - 1, T_ - 1) / AM_BC + 1;
     const int qi0 = q0 + w * 16 + g, qi1 = qi0 + 8;
+    const int lo0 = am_row_start(ksb, qi0, T_), lo1 = am_row_start(ksb, qi1, T_);
     const float L0 = qi0 < T_ ? lse[(size_t)bh * T_ + qi0] * ATT_LOG2E : 0.f;
     const float L1 = qi1 < T_ ? lse[(size_t)bh * T_ + qi1] * ATT_LOG2E : 0.f;
     const float D0 = qi0 < T_ ? Dbuf[(size_t)bh * T_ + qi0] : 0.f;
@@ -277,8 +297,8 @@ __global__ void __launch_bounds__(AM_THREADS)
     float dq[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
-    for (int j = 0; j < nkt; j++) {
-        const int buf = j & 1;
+    for (int j = j0; j < nkt; j++) {
+        const int buf = (j - j0) & 1;
         if (j + 1 < nkt) {
             am_load<HD>(Ks + (buf ^ 1) * AM_BC * SD, kb, rs, (j + 1) * AM_BC, T_, AM_BC);
             am_load<HD>(Vs + (buf ^ 1) * AM_BC * SD, vb, rs, (j + 1) * AM_BC, T_, AM_BC);
@@ -313,8 +333,9 @@ __global__ void __launch_bounds__(AM_THREADS)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int kj = kt0 + n * 8 + c2 + e;
-                const float p0 = kj > qi0 ? 0.f : exp2f(s[n][e] * sl2 - L0);
-                const float p1 = kj > qi1 ? 0.f : exp2f(s[n][2 + e] * sl2 - L1);
+                const float p0 = kj > qi0 || (DOCS && kj < lo0) ? 0.f : exp2f(s[n][e] * sl2 - L0);
+                const float p1 =
+                    kj > qi1 || (DOCS && kj < lo1) ? 0.f : exp2f(s[n][2 + e] * sl2 - L1);
                 s[n][e] = p0 * (dp[n][e] - D0); /* s now holds dS */
                 s[n][2 + e] = p1 * (dp[n][2 + e] - D1);
             }
@@ -359,12 +380,14 @@ __device__ __forceinline__ void am_load_stats(float *L, float *D, const float *l
     }
 }
 
+
 // dK, dV of one 64-key tile of one key/value head, summed over the query heads of its
 // group: dqkv k and v slices. grid (ceil(T/64), B*NKV), 128 threads.
-template <int HD, int BR>
+template <int HD, int BR, bool DOCS>
 __global__ void __launch_bounds__(AM_THREADS)
     attn_mma_dkdv_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                         const float *Dbuf, int T_, int NKV, int G, float sl2, float scale) {
+                         const float *Dbuf, const int32_t *kstart, int T_, int NKV, int G,
+                         float sl2, float scale) {
     constexpr int SD = HD + 8, KD = HD / 16, ND = HD / 8, NQ = BR / 8;
     extern __shared__ __align__(16) unsigned char am_raw[];
     bf16 *Ks = (bf16 *)am_raw, *Vs = Ks + AM_BC * SD, *Qs = Vs + AM_BC * SD;
@@ -382,11 +405,21 @@ __global__ void __launch_bounds__(AM_THREADS)
     am_load<HD>(Qs, qb, rs, kt0, T_, BR);
     am_load<HD>(dOs, ob, C, kt0, T_, BR);
     cp_async_commit();
+    const int32_t *ksb = DOCS ? kstart + (size_t)b * T_ : nullptr;
     am_load_stats<BR>(Ls, Dsh, lse, Dbuf, bh0, kt0, T_);
-    /* steps: (query head of the group, query tile) pairs, head-major */
-    const int nsteps = G * ((T_ - kt0 + BR - 1) / BR);
+    /* steps: (query head of the group, query tile) pairs, head-major, over the query rows
+     * [kt0, qend) that see a key of this tile */
+    /* documents: the query rows' end in shared memory, a register less across the loop */
+    __shared__ int qend_s;
+    if (DOCS && threadIdx.x == 0) qend_s = att_rows_from(ksb, kt0, T_, kt0 + AM_BC);
+    if (DOCS) __syncthreads();
+#define AM_QEND (DOCS ? qend_s : T_)
+    const int nsteps = G * ((AM_QEND - kt0 + BR - 1) / BR);
     const int kr = w * 16 + g; /* local key rows kr, kr+8 */
     const int ki0 = kt0 + kr, ki1 = ki0 + 8;
+    /* queries [ki, kend) see key ki: T without documents (and for keys past T) */
+    const int kend0 = DOCS && ki0 < T_ ? att_rows_from(ksb, ki0 + 1, T_, ki0 + 1) : T_;
+    const int kend1 = DOCS && ki1 < T_ ? att_rows_from(ksb, ki1 + 1, T_, ki1 + 1) : T_;
     float dk[ND][4], dv[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++)
@@ -396,7 +429,7 @@ __global__ void __launch_bounds__(AM_THREADS)
     for (int j = 0; j < nsteps; j++) {
         const int buf = j & 1;
         if (j + 1 < nsteps) {
-            const bool wrap = qt0 + BR >= T_; /* the next step starts the next head */
+            const bool wrap = qt0 + BR >= AM_QEND; /* the next step starts the next head */
             const int nq0 = wrap ? kt0 : qt0 + BR, nh = hq + wrap;
             am_load<HD>(Qs + (buf ^ 1) * BR * SD, qb + (size_t)nh * HD, rs, nq0, T_, BR);
             am_load<HD>(dOs + (buf ^ 1) * BR * SD, ob + (size_t)nh * HD, C, nq0, T_, BR);
@@ -435,8 +468,8 @@ __global__ void __launch_bounds__(AM_THREADS)
             for (int e = 0; e < 2; e++) {
                 const int ql = n * 8 + c2 + e, qj = qt0 + ql;
                 const float Lq = Lt[ql], Dq = Dt[ql];
-                const float p0 = (qj >= ki0 && qj < T_) ? exp2f(st[n][e] * sl2 - Lq) : 0.f;
-                const float p1 = (qj >= ki1 && qj < T_) ? exp2f(st[n][2 + e] * sl2 - Lq) : 0.f;
+                const float p0 = (qj >= ki0 && qj < kend0) ? exp2f(st[n][e] * sl2 - Lq) : 0.f;
+                const float p1 = (qj >= ki1 && qj < kend1) ? exp2f(st[n][2 + e] * sl2 - Lq) : 0.f;
                 st[n][e] = p0;
                 st[n][2 + e] = p1;
                 dpt[n][e] = p0 * (dpt[n][e] - Dq); /* dpt now holds dS^T */
@@ -464,7 +497,7 @@ __global__ void __launch_bounds__(AM_THREADS)
             }
         }
         __syncthreads();
-        const bool wrap = qt0 + BR >= T_;
+        const bool wrap = qt0 + BR >= AM_QEND;
         qt0 = wrap ? kt0 : qt0 + BR;
         hq += wrap;
     }
@@ -488,6 +521,8 @@ __global__ void __launch_bounds__(AM_THREADS)
     }
 }
 
+#undef AM_QEND
+
 /* ======================= launchers ======================= */
 
 static void am_set_smem(const void *fn, size_t smem, int optin) {
@@ -498,33 +533,51 @@ static void am_set_smem(const void *fn, size_t smem, int optin) {
 }
 
 template <int HD>
-static void mma_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T_, int NH, int NKV,
-                    int optin, cudaStream_t st) {
+static void mma_fwd(bf16 *out, float *lse, const bf16 *qkv, const int32_t *kstart, int B, int T_,
+                    int NH, int NKV, int optin, cudaStream_t st) {
     const size_t smem = (size_t)(AM_BR + 4 * AM_BC) * (HD + 8) * sizeof(bf16);
-    am_set_smem((const void *)attn_mma_fwd_kernel<HD>, smem, optin);
     const float sl2 = ATT_LOG2E / sqrtf((float)HD);
     dim3 grid((T_ + AM_BR - 1) / AM_BR, NH / NKV, B * NKV);
-    attn_mma_fwd_kernel<HD><<<grid, AM_THREADS, smem, st>>>(out, lse, qkv, T_, NKV, NH / NKV, sl2);
+    if (kstart) {
+        am_set_smem((const void *)attn_mma_fwd_kernel<HD, true>, smem, optin);
+        attn_mma_fwd_kernel<HD, true><<<grid, AM_THREADS, smem, st>>>(out, lse, qkv, kstart, T_,
+                                                                      NKV, NH / NKV, sl2);
+    } else {
+        am_set_smem((const void *)attn_mma_fwd_kernel<HD, false>, smem, optin);
+        attn_mma_fwd_kernel<HD, false><<<grid, AM_THREADS, smem, st>>>(out, lse, qkv, kstart, T_,
+                                                                       NKV, NH / NKV, sl2);
+    }
     CU_CHECK_LAUNCH();
 }
 
 template <int HD>
 static void mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                    const float *Dbuf, int B, int T_, int NH, int NKV, int optin, cudaStream_t st) {
+                    const float *Dbuf, const int32_t *kstart, int B, int T_, int NH, int NKV,
+                    int optin, cudaStream_t st) {
     constexpr int BR = HD <= 64 ? 64 : 32;
     const float scale = 1.f / sqrtf((float)HD), sl2 = scale * ATT_LOG2E;
     const size_t smem_kv =
         (size_t)(2 * AM_BC + 4 * BR) * (HD + 8) * sizeof(bf16) + (size_t)4 * BR * sizeof(float);
     const size_t smem_q = (size_t)(2 * AM_BR + 4 * AM_BC) * (HD + 8) * sizeof(bf16);
-    am_set_smem((const void *)attn_mma_dkdv_kernel<HD, BR>, smem_kv, optin);
-    am_set_smem((const void *)attn_mma_dq_kernel<HD>, smem_q, optin);
     const int G = NH / NKV;
     dim3 grid_kv((T_ + AM_BC - 1) / AM_BC, B * NKV), grid_q((T_ + AM_BR - 1) / AM_BR, G, B * NKV);
-    attn_mma_dkdv_kernel<HD, BR><<<grid_kv, AM_THREADS, smem_kv, st>>>(dqkv, dout, qkv, lse, Dbuf,
-                                                                       T_, NKV, G, sl2, scale);
-    CU_CHECK_LAUNCH();
-    attn_mma_dq_kernel<HD><<<grid_q, AM_THREADS, smem_q, st>>>(dqkv, dout, qkv, lse, Dbuf, T_, NKV,
-                                                               G, sl2, scale);
+    if (kstart) {
+        am_set_smem((const void *)attn_mma_dkdv_kernel<HD, BR, true>, smem_kv, optin);
+        am_set_smem((const void *)attn_mma_dq_kernel<HD, true>, smem_q, optin);
+        attn_mma_dkdv_kernel<HD, BR, true><<<grid_kv, AM_THREADS, smem_kv, st>>>(
+            dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, sl2, scale);
+        CU_CHECK_LAUNCH();
+        attn_mma_dq_kernel<HD, true><<<grid_q, AM_THREADS, smem_q, st>>>(
+            dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, sl2, scale);
+    } else {
+        am_set_smem((const void *)attn_mma_dkdv_kernel<HD, BR, false>, smem_kv, optin);
+        am_set_smem((const void *)attn_mma_dq_kernel<HD, false>, smem_q, optin);
+        attn_mma_dkdv_kernel<HD, BR, false><<<grid_kv, AM_THREADS, smem_kv, st>>>(
+            dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, sl2, scale);
+        CU_CHECK_LAUNCH();
+        attn_mma_dq_kernel<HD, false><<<grid_q, AM_THREADS, smem_q, st>>>(
+            dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, sl2, scale);
+    }
     CU_CHECK_LAUNCH();
 }
 
@@ -532,27 +585,27 @@ int attention_mma_supported(int HD) {
     return HD == 32 || HD == 64 || HD == 80 || HD == 96 || HD == 128;
 }
 
-void launch_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH,
-                              int NKV, int HD, int smem_optin, cudaStream_t st) {
+void launch_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, const int32_t *kstart, int B,
+                              int T, int NH, int NKV, int HD, int smem_optin, cudaStream_t st) {
     switch (HD) {
-    case 32: mma_fwd<32>(out, lse, qkv, B, T, NH, NKV, smem_optin, st); break;
-    case 64: mma_fwd<64>(out, lse, qkv, B, T, NH, NKV, smem_optin, st); break;
-    case 80: mma_fwd<80>(out, lse, qkv, B, T, NH, NKV, smem_optin, st); break;
-    case 96: mma_fwd<96>(out, lse, qkv, B, T, NH, NKV, smem_optin, st); break;
-    case 128: mma_fwd<128>(out, lse, qkv, B, T, NH, NKV, smem_optin, st); break;
+    case 32: mma_fwd<32>(out, lse, qkv, kstart, B, T, NH, NKV, smem_optin, st); break;
+    case 64: mma_fwd<64>(out, lse, qkv, kstart, B, T, NH, NKV, smem_optin, st); break;
+    case 80: mma_fwd<80>(out, lse, qkv, kstart, B, T, NH, NKV, smem_optin, st); break;
+    case 96: mma_fwd<96>(out, lse, qkv, kstart, B, T, NH, NKV, smem_optin, st); break;
+    case 128: mma_fwd<128>(out, lse, qkv, kstart, B, T, NH, NKV, smem_optin, st); break;
     default: lt_fatal("attention (mma): unsupported head dim %d", HD);
     }
 }
 
 void launch_attention_mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                              const float *Dbuf, int B, int T, int NH, int NKV, int HD,
-                              int smem_optin, cudaStream_t st) {
+                              const float *Dbuf, const int32_t *kstart, int B, int T, int NH,
+                              int NKV, int HD, int smem_optin, cudaStream_t st) {
     switch (HD) {
-    case 32: mma_bwd<32>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, NKV, smem_optin, st); break;
-    case 64: mma_bwd<64>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, NKV, smem_optin, st); break;
-    case 80: mma_bwd<80>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, NKV, smem_optin, st); break;
-    case 96: mma_bwd<96>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, NKV, smem_optin, st); break;
-    case 128: mma_bwd<128>(dqkv, dout, qkv, lse, Dbuf, B, T, NH, NKV, smem_optin, st); break;
+    case 32: mma_bwd<32>(dqkv, dout, qkv, lse, Dbuf, kstart, B, T, NH, NKV, smem_optin, st); break;
+    case 64: mma_bwd<64>(dqkv, dout, qkv, lse, Dbuf, kstart, B, T, NH, NKV, smem_optin, st); break;
+    case 80: mma_bwd<80>(dqkv, dout, qkv, lse, Dbuf, kstart, B, T, NH, NKV, smem_optin, st); break;
+    case 96: mma_bwd<96>(dqkv, dout, qkv, lse, Dbuf, kstart, B, T, NH, NKV, smem_optin, st); break;
+    case 128: mma_bwd<128>(dqkv, dout, qkv, lse, Dbuf, kstart, B, T, NH, NKV, smem_optin, st); break;
     default: lt_fatal("attention (mma): unsupported head dim %d", HD);
     }
 }

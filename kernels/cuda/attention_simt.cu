@@ -22,13 +22,21 @@
  * fixed order, no atomics, no partial buffers (G == 1: the multi-head
  * kernel, same order, same bits). Forward and dq keep the (tiles, B*NH)
  * grid and divide for the K/V head: the tensor-core path's (tiles, G, B*NKV)
- * grid made ptxas spill this file's dq kernel on sm_90. */
+ * grid made ptxas spill this file's dq kernel on sm_90.
+ * Packed documents (kstart): each row also masks keys before its document's
+ * first token; forward and dq start at the key tile of their first row's
+ * document, dkdv stops at the first query tile whose first row's document
+ * starts after its key tile (kstart is non-decreasing along a sequence). */
 #include "attention.cuh"
 
 #define AS_TILE 32
 #define AS_THREADS 256
 #define AS_ROWS 4 /* rows (or keys) per warp */
 #define AS_PS 33  /* padded stride of the P / dS tiles */
+/* Blocks per SM promised to ptxas: none (its own choice, 80 registers or fewer) without
+ * documents; 2 (up to 128 registers) for the document variants, which it otherwise held
+ * near 80 registers with a few bytes spilled (tests/test_resource_usage.sh). */
+#define AS_MIN_BLOCKS(DOCS) ((DOCS) ? 2 : 0)
 
 /* ======================= kernels ======================= */
 
@@ -51,10 +59,13 @@ __device__ __forceinline__ void simt_load_tile(float *dst, int stride, const T *
 
 // Scores of the warp's rows (AS_ROWS) against key `lane`, and (if dOs) dP likewise.
 // Writes P (masked, normalized by lse) and dS = P (dP - D) to Ps / dSs rows of this warp.
+// S_s: the rows' document starts (simt_load_rowstats; read only with DOCS).
+template <bool DOCS>
 __device__ __forceinline__ void simt_bwd_phase1(const float *Qs, const float *dOs, const float *Ks,
                                                 const float *Vs, int KS, int HD,
-                                                const float *lse_s, const float *D_s, int q0,
-                                                int kt0, int T_, float sl2, float *Ps, float *dSs) {
+                                                const float *lse_s, const float *D_s,
+                                                const int *S_s, int q0, int kt0, int T_,
+                                                float sl2, float *Ps, float *dSs) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     float s[AS_ROWS], dp[AS_ROWS];
 #pragma unroll
@@ -71,7 +82,7 @@ __device__ __forceinline__ void simt_bwd_phase1(const float *Qs, const float *dO
 #pragma unroll
     for (int i = 0; i < AS_ROWS; i++) {
         const int r = w * AS_ROWS + i, qi = q0 + r;
-        const bool masked = kj > qi || qi >= T_ || kj >= T_;
+        const bool masked = kj > qi || qi >= T_ || kj >= T_ || (DOCS && kj < S_s[r]);
         const float p = masked ? 0.f : exp2f(s[i] * sl2 - lse_s[r]);
         if (Ps) Ps[r * AS_PS + lane] = p;
         dSs[r * AS_PS + lane] = p * (dp[i] - D_s[r]);
@@ -80,10 +91,10 @@ __device__ __forceinline__ void simt_bwd_phase1(const float *Qs, const float *dO
 
 // qkv (B,T,NH+2*NKV,HD) -> out (B,T,NH,HD), lse (B,NH,T). grid (ceil(T/32), B*NH); query
 // head h uses K/V head h / G.
-template <typename T, int NCH>
-__global__ void __launch_bounds__(AS_THREADS)
-    attn_simt_fwd_kernel(T *out, float *lse, const T *qkv, int T_, int NKV, int G, int HD,
-                         float sl2) {
+template <typename T, int NCH, bool DOCS>
+__global__ void __launch_bounds__(AS_THREADS, AS_MIN_BLOCKS(DOCS))
+    attn_simt_fwd_kernel(T *out, float *lse, const T *qkv, const int32_t *kstart, int T_, int NKV,
+                         int G, int HD, float sl2) {
     extern __shared__ float as_sm[];
     const int KS = HD | 1;
     float *Qs = as_sm, *Ks = Qs + AS_TILE * KS, *Vs = Ks + AS_TILE * KS, *Ps = Vs + AS_TILE * HD;
@@ -100,7 +111,11 @@ __global__ void __launch_bounds__(AS_THREADS)
         for (int k = 0; k < NCH; k++) o[i][k] = 0.f;
     }
     const int qlast = min(q0 + AS_TILE - 1, T_ - 1);
-    for (int kt0 = 0; kt0 <= qlast; kt0 += AS_TILE) {
+    const int32_t *ksb = DOCS ? kstart + (size_t)b * T_ : nullptr;
+    int *S_s = (int *)(Ps + AS_TILE * AS_PS); /* documents: each row's first visible key */
+    if (DOCS)
+        for (int r = threadIdx.x; r < AS_TILE; r += AS_THREADS) S_s[r] = ksb[min(q0 + r, T_ - 1)];
+    for (int kt0 = DOCS ? ksb[q0] / AS_TILE * AS_TILE : 0; kt0 <= qlast; kt0 += AS_TILE) {
         __syncthreads(); /* previous K/V tile fully consumed */
         simt_load_tile(Ks, KS, qkv, b, hk, 1, kt0, T_, NH, NKV, HD);
         simt_load_tile(Vs, HD, qkv, b, hk, 2, kt0, T_, NH, NKV, HD);
@@ -117,7 +132,7 @@ __global__ void __launch_bounds__(AS_THREADS)
 #pragma unroll
         for (int i = 0; i < AS_ROWS; i++) {
             const int r = w * AS_ROWS + i, qi = q0 + r;
-            const float v = kj > qi ? -INFINITY : s[i] * sl2; /* kj >= T implies kj > qi */
+            const float v = kj > qi || (DOCS && kj < S_s[r]) ? -INFINITY : s[i] * sl2; /* kj>=T: >qi */
             const float mn = fmaxf(m[i], warp_max(v));
             const float mref = mn == -INFINITY ? 0.f : mn;
             const float alpha = exp2f(m[i] - mref);
@@ -159,31 +174,38 @@ __global__ void __launch_bounds__(AS_THREADS)
     }
 }
 
-// Shared-memory layout of both backward kernels: Q, dO, K, V (32, KS) | P, dS (32, 33) | lse2, D (32).
-#define AS_BWD_SMEM(HD) ((size_t)(4 * AS_TILE * ((HD) | 1) + 2 * AS_TILE * AS_PS + 2 * AS_TILE) * 4)
+// Shared-memory layout of both backward kernels: Q, dO, K, V (32, KS) | P, dS (32, 33) |
+// lse2, D, document starts (32).
+#define AS_BWD_SMEM(HD) ((size_t)(4 * AS_TILE * ((HD) | 1) + 2 * AS_TILE * AS_PS + 3 * AS_TILE) * 4)
 
-// Load lse * log2(e) and D of query rows [q0, q0+32) (zeros past T).
-__device__ __forceinline__ void simt_load_rowstats(float *lse_s, float *D_s, const float *lse,
-                                                   const float *Dbuf, size_t bh, int q0, int T_) {
+// Load lse * log2(e), D and the document start (0 without documents: ksb NULL) of query
+// rows [q0, q0+32) (zeros past T).
+__device__ __forceinline__ void simt_load_rowstats(float *lse_s, float *D_s, int *S_s,
+                                                   const float *lse, const float *Dbuf,
+                                                   const int32_t *ksb, size_t bh, int q0,
+                                                   int T_) {
     for (int r = threadIdx.x; r < AS_TILE; r += AS_THREADS) {
         const int qi = q0 + r;
         lse_s[r] = qi < T_ ? lse[bh * T_ + qi] * ATT_LOG2E : 0.f;
         D_s[r] = qi < T_ ? Dbuf[bh * T_ + qi] : 0.f;
+        if (ksb) S_s[r] = qi < T_ ? ksb[qi] : 0;
     }
 }
 
+
 // dK, dV for one key tile of one (b, key/value head), summed over the group's query heads:
 // dqkv k and v slices. grid (ceil(T/32), B*NKV).
-template <typename T, int NCH>
-__global__ void __launch_bounds__(AS_THREADS)
+template <typename T, int NCH, bool DOCS>
+__global__ void __launch_bounds__(AS_THREADS, AS_MIN_BLOCKS(DOCS))
     attn_simt_dkdv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse,
-                          const float *Dbuf, int T_, int NKV, int G, int HD, float sl2,
-                          float scale) {
+                          const float *Dbuf, const int32_t *kstart, int T_, int NKV, int G, int HD,
+                          float sl2, float scale) {
     extern __shared__ float as_sm[];
     const int KS = HD | 1;
     float *Qs = as_sm, *dOs = Qs + AS_TILE * KS, *Ks = dOs + AS_TILE * KS, *Vs = Ks + AS_TILE * KS;
     float *Ps = Vs + AS_TILE * KS, *dSs = Ps + AS_TILE * AS_PS, *lse_s = dSs + AS_TILE * AS_PS;
     float *D_s = lse_s + AS_TILE;
+    int *S_s = (int *)(D_s + AS_TILE);
     const int bg = blockIdx.y, b = bg / NKV, hk = bg - b * NKV, NH = NKV * G;
     const int kt0 = blockIdx.x * AS_TILE;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -194,14 +216,18 @@ __global__ void __launch_bounds__(AS_THREADS)
     for (int j = 0; j < AS_ROWS; j++)
 #pragma unroll
         for (int k = 0; k < NCH; k++) dk[j][k] = dv[j][k] = 0.f;
+    const int32_t *ksb = DOCS ? kstart + (size_t)b * T_ : nullptr;
+    __shared__ int qend_s; /* later rows: later documents (shared: a register less) */
+    if (DOCS && threadIdx.x == 0) qend_s = att_rows_from(ksb, kt0, T_, kt0 + AS_TILE);
+    if (DOCS) __syncthreads();
     for (int h = hk * G; h < (hk + 1) * G; h++) /* the group's query heads, in order */
-    for (int q0 = kt0; q0 < T_; q0 += AS_TILE) {
+    for (int q0 = kt0; q0 < (DOCS ? qend_s : T_); q0 += AS_TILE) {
         __syncthreads(); /* previous Q/dO/P/dS tiles fully consumed */
         simt_load_tile(Qs, KS, qkv, b, h, 0, q0, T_, NH, NKV, HD);
         simt_load_tile(dOs, KS, dout, b, h, -1, q0, T_, NH, NKV, HD);
-        simt_load_rowstats(lse_s, D_s, lse, Dbuf, (size_t)b * NH + h, q0, T_);
+        simt_load_rowstats(lse_s, D_s, S_s, lse, Dbuf, ksb, (size_t)b * NH + h, q0, T_);
         __syncthreads();
-        simt_bwd_phase1(Qs, dOs, Ks, Vs, KS, HD, lse_s, D_s, q0, kt0, T_, sl2, Ps, dSs);
+        simt_bwd_phase1<DOCS>(Qs, dOs, Ks, Vs, KS, HD, lse_s, D_s, S_s, q0, kt0, T_, sl2, Ps, dSs);
         __syncthreads();
         for (int r = 0; r < AS_TILE; r++) {
 #pragma unroll
@@ -237,33 +263,38 @@ __global__ void __launch_bounds__(AS_THREADS)
 }
 
 // dQ for one query tile of one (b, h): dqkv q slice. grid (ceil(T/32), B*NH).
-template <typename T, int NCH>
-__global__ void __launch_bounds__(AS_THREADS)
+template <typename T, int NCH, bool DOCS>
+__global__ void __launch_bounds__(AS_THREADS, AS_MIN_BLOCKS(DOCS))
     attn_simt_dq_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *Dbuf,
-                        int T_, int NKV, int G, int HD, float sl2, float scale) {
+                        const int32_t *kstart, int T_, int NKV, int G, int HD, float sl2,
+                        float scale) {
     extern __shared__ float as_sm[];
     const int KS = HD | 1;
     float *Qs = as_sm, *dOs = Qs + AS_TILE * KS, *Ks = dOs + AS_TILE * KS, *Vs = Ks + AS_TILE * KS;
     float *dSs = Vs + AS_TILE * KS + AS_TILE * AS_PS, *lse_s = dSs + AS_TILE * AS_PS;
     float *D_s = lse_s + AS_TILE;
+    int *S_s = (int *)(D_s + AS_TILE);
     const int NH = NKV * G, bh = blockIdx.y, b = bh / NH, h = bh - b * NH, hk = h / G;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * AS_TILE;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     simt_load_tile(Qs, KS, qkv, b, h, 0, q0, T_, NH, NKV, HD);
     simt_load_tile(dOs, KS, dout, b, h, -1, q0, T_, NH, NKV, HD);
-    simt_load_rowstats(lse_s, D_s, lse, Dbuf, bh, q0, T_);
+    const int32_t *ksb = DOCS ? kstart + (size_t)b * T_ : nullptr;
+    simt_load_rowstats(lse_s, D_s, S_s, lse, Dbuf, ksb, bh, q0, T_);
+    const int kbeg = DOCS ? ksb[q0] / AS_TILE * AS_TILE : 0; /* the first row's document */
     float dq[AS_ROWS][NCH];
 #pragma unroll
     for (int i = 0; i < AS_ROWS; i++)
 #pragma unroll
         for (int k = 0; k < NCH; k++) dq[i][k] = 0.f;
     const int qlast = min(q0 + AS_TILE - 1, T_ - 1);
-    for (int kt0 = 0; kt0 <= qlast; kt0 += AS_TILE) {
+    for (int kt0 = kbeg; kt0 <= qlast; kt0 += AS_TILE) {
         __syncthreads(); /* previous K tile fully consumed */
         simt_load_tile(Ks, KS, qkv, b, hk, 1, kt0, T_, NH, NKV, HD);
         simt_load_tile(Vs, KS, qkv, b, hk, 2, kt0, T_, NH, NKV, HD);
         __syncthreads();
-        simt_bwd_phase1(Qs, dOs, Ks, Vs, KS, HD, lse_s, D_s, q0, kt0, T_, sl2, NULL, dSs);
+        simt_bwd_phase1<DOCS>(Qs, dOs, Ks, Vs, KS, HD, lse_s, D_s, S_s, q0, kt0, T_, sl2, NULL,
+                              dSs);
         __syncwarp(); /* dS rows of this warp were written by this warp */
         for (int c = 0; c < AS_TILE; c++) {
             float dsc[AS_ROWS];
@@ -303,31 +334,49 @@ static void set_smem(const void *fn, size_t smem, int optin) {
 }
 
 template <typename T, int NCH>
-static void simt_fwd(T *out, float *lse, const T *qkv, int B, int T_, int NH, int NKV, int HD,
-                     int optin, cudaStream_t st) {
-    const size_t smem = (size_t)(2 * AS_TILE * (HD | 1) + AS_TILE * HD + AS_TILE * AS_PS) * 4;
-    set_smem((const void *)attn_simt_fwd_kernel<T, NCH>, smem, optin);
+static void simt_fwd(T *out, float *lse, const T *qkv, const int32_t *kstart, int B, int T_, int NH,
+                     int NKV, int HD, int optin, cudaStream_t st) {
+    const size_t smem =
+        (size_t)(2 * AS_TILE * (HD | 1) + AS_TILE * HD + AS_TILE * AS_PS + (kstart ? AS_TILE : 0)) * 4;
     const float sl2 = ATT_LOG2E / sqrtf((float)HD);
     dim3 grid((T_ + AS_TILE - 1) / AS_TILE, B * NH);
-    attn_simt_fwd_kernel<T, NCH><<<grid, AS_THREADS, smem, st>>>(out, lse, qkv, T_, NKV, NH / NKV,
-                                                                 HD, sl2);
+    if (kstart) {
+        set_smem((const void *)attn_simt_fwd_kernel<T, NCH, true>, smem, optin);
+        attn_simt_fwd_kernel<T, NCH, true><<<grid, AS_THREADS, smem, st>>>(out, lse, qkv, kstart, T_,
+                                                                           NKV, NH / NKV, HD, sl2);
+    } else {
+        set_smem((const void *)attn_simt_fwd_kernel<T, NCH, false>, smem, optin);
+        attn_simt_fwd_kernel<T, NCH, false><<<grid, AS_THREADS, smem, st>>>(
+            out, lse, qkv, kstart, T_, NKV, NH / NKV, HD, sl2);
+    }
     CU_CHECK_LAUNCH();
 }
 
 template <typename T, int NCH>
 static void simt_bwd(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *Dbuf,
-                     int B, int T_, int NH, int NKV, int HD, int optin, cudaStream_t st) {
+                     const int32_t *kstart, int B, int T_, int NH, int NKV, int HD, int optin,
+                     cudaStream_t st) {
     const size_t smem = AS_BWD_SMEM(HD);
-    set_smem((const void *)attn_simt_dkdv_kernel<T, NCH>, smem, optin);
-    set_smem((const void *)attn_simt_dq_kernel<T, NCH>, smem, optin);
     const float scale = 1.f / sqrtf((float)HD), sl2 = scale * ATT_LOG2E;
     const int G = NH / NKV, nt = (T_ + AS_TILE - 1) / AS_TILE;
     dim3 grid_kv(nt, B * NKV), grid_q(nt, B * NH);
-    attn_simt_dkdv_kernel<T, NCH><<<grid_kv, AS_THREADS, smem, st>>>(dqkv, dout, qkv, lse, Dbuf,
-                                                                     T_, NKV, G, HD, sl2, scale);
-    CU_CHECK_LAUNCH();
-    attn_simt_dq_kernel<T, NCH><<<grid_q, AS_THREADS, smem, st>>>(dqkv, dout, qkv, lse, Dbuf, T_,
-                                                                  NKV, G, HD, sl2, scale);
+    if (kstart) {
+        set_smem((const void *)attn_simt_dkdv_kernel<T, NCH, true>, smem, optin);
+        set_smem((const void *)attn_simt_dq_kernel<T, NCH, true>, smem, optin);
+        attn_simt_dkdv_kernel<T, NCH, true><<<grid_kv, AS_THREADS, smem, st>>>(
+            dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, HD, sl2, scale);
+        CU_CHECK_LAUNCH();
+        attn_simt_dq_kernel<T, NCH, true><<<grid_q, AS_THREADS, smem, st>>>(
+            dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, HD, sl2, scale);
+    } else {
+        set_smem((const void *)attn_simt_dkdv_kernel<T, NCH, false>, smem, optin);
+        set_smem((const void *)attn_simt_dq_kernel<T, NCH, false>, smem, optin);
+        attn_simt_dkdv_kernel<T, NCH, false><<<grid_kv, AS_THREADS, smem, st>>>(
+            dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, HD, sl2, scale);
+        CU_CHECK_LAUNCH();
+        attn_simt_dq_kernel<T, NCH, false><<<grid_q, AS_THREADS, smem, st>>>(
+            dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, HD, sl2, scale);
+    }
     CU_CHECK_LAUNCH();
 }
 
@@ -342,25 +391,26 @@ static void simt_bwd(T *dqkv, const T *dout, const T *qkv, const float *lse, con
     default: lt_fatal("attention: head dim %d > %d is not supported", HD, ATT_SIMT_MAX_HD); \
     }
 
-void launch_attention_simt_fwd(int is_bf16, void *out, float *lse, const void *qkv, int B, int T,
-                               int NH, int NKV, int HD, int smem_optin, cudaStream_t st) {
+void launch_attention_simt_fwd(int is_bf16, void *out, float *lse, const void *qkv,
+                               const int32_t *kstart, int B, int T, int NH, int NKV, int HD,
+                               int smem_optin, cudaStream_t st) {
     if (is_bf16) {
-        AS_DISPATCH(simt_fwd, bf16, (bf16 *)out, lse, (const bf16 *)qkv, B, T, NH, NKV, HD,
-                    smem_optin, st);
+        AS_DISPATCH(simt_fwd, bf16, (bf16 *)out, lse, (const bf16 *)qkv, kstart, B, T, NH, NKV,
+                    HD, smem_optin, st);
     } else {
-        AS_DISPATCH(simt_fwd, float, (float *)out, lse, (const float *)qkv, B, T, NH, NKV, HD,
-                    smem_optin, st);
+        AS_DISPATCH(simt_fwd, float, (float *)out, lse, (const float *)qkv, kstart, B, T, NH, NKV,
+                    HD, smem_optin, st);
     }
 }
 
 void launch_attention_simt_bwd(int is_bf16, void *dqkv, const void *dout, const void *qkv,
-                               const float *lse, const float *Dbuf, int B, int T, int NH, int NKV,
-                               int HD, int smem_optin, cudaStream_t st) {
+                               const float *lse, const float *Dbuf, const int32_t *kstart, int B,
+                               int T, int NH, int NKV, int HD, int smem_optin, cudaStream_t st) {
     if (is_bf16) {
         AS_DISPATCH(simt_bwd, bf16, (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse,
-                    Dbuf, B, T, NH, NKV, HD, smem_optin, st);
+                    Dbuf, kstart, B, T, NH, NKV, HD, smem_optin, st);
     } else {
         AS_DISPATCH(simt_bwd, float, (float *)dqkv, (const float *)dout, (const float *)qkv, lse,
-                    Dbuf, B, T, NH, NKV, HD, smem_optin, st);
+                    Dbuf, kstart, B, T, NH, NKV, HD, smem_optin, st);
     }
 }

@@ -10,7 +10,8 @@
  * the plain sequential sum dwte[tok[n]] += dout[n] for n = 0..N-1, bitwise
  * reproducible and independent of G. The scan costs N*G int reads, served
  * from L2. dwpe[t] accumulates over the batch b = 0..B-1 in order, one thread
- * per (t, c). Token ids >= 0 are trusted to lie in [0, V); a negative id is a
+ * per (t, c); with per-token positions (pos, data.reset_position_ids) dwpe is
+ * the same bucketed sum as dwte with pos in place of the token ids. Token ids >= 0 are trusted to lie in [0, V); a negative id is a
  * row owned by another tensor-parallel rank: no wte term in the forward, no
  * wte gradient (never matched by any bucket). wpe == NULL (forward) drops the
  * position term; dwte / dwpe == NULL skip that gradient.
@@ -34,13 +35,13 @@
 
 /* ======================= kernels ======================= */
 
-// out (B*T, C) = wte[tokens] (V, C) + wpe[t] (T, C); one block per token row.
-// A negative token id contributes no wte term; wpe == NULL, no position term.
+// out (B*T, C) = wte[tokens] (V, C) + wpe[t] (T, C), t = n % T or pos[n]; one block per
+// token row. A negative token id contributes no wte term; wpe == NULL, no position term.
 template <typename T, int VEC>
 __global__ void embedding_fwd_kernel(T *out, const int32_t *tokens, const T *wte, const T *wpe,
-                                     int T_, int C) {
+                                     const int32_t *pos, int T_, int C) {
     const size_t n = blockIdx.x;
-    const int t = (int)(n % (size_t)T_);
+    const int t = pos ? pos[n] : (int)(n % (size_t)T_);
     const int32_t tok = tokens[n];
     const T *e = tok >= 0 ? wte + (size_t)tok * C : nullptr;
     const T *p = wpe ? wpe + (size_t)t * C : nullptr;
@@ -107,60 +108,68 @@ __global__ void __launch_bounds__(EMB_THREADS)
 /* ======================= launchers ======================= */
 
 template <typename T, int VEC>
-static void emb_fwd_launch(T *out, const int32_t *tokens, const T *wte, const T *wpe, int B,
-                           int T_, int C, cudaStream_t st) {
+static void emb_fwd_launch(T *out, const int32_t *tokens, const T *wte, const T *wpe,
+                           const int32_t *pos, int B, int T_, int C, cudaStream_t st) {
     const int packs = C / VEC, threads = packs >= 256 ? 256 : ((packs + 31) / 32) * 32;
     embedding_fwd_kernel<T, VEC><<<(unsigned)((size_t)B * T_), threads, 0, st>>>(out, tokens, wte,
-                                                                               wpe, T_, C);
+                                                                               wpe, pos, T_, C);
     CU_CHECK_LAUNCH();
 }
 
 template <typename T>
-static void launch_embedding_fwd(T *out, const int32_t *tokens, const T *wte, const T *wpe, int B,
-                                 int T_, int C, cudaStream_t st) {
+static void launch_embedding_fwd(T *out, const int32_t *tokens, const T *wte, const T *wpe,
+                                 const int32_t *pos, int B, int T_, int C, cudaStream_t st) {
     if (cu_aligned16(out, wte, wpe) && C % LT_VEC(T) == 0)
-        emb_fwd_launch<T, LT_VEC(T)>(out, tokens, wte, wpe, B, T_, C, st);
+        emb_fwd_launch<T, LT_VEC(T)>(out, tokens, wte, wpe, pos, B, T_, C, st);
     else
-        emb_fwd_launch<T, 1>(out, tokens, wte, wpe, B, T_, C, st);
+        emb_fwd_launch<T, 1>(out, tokens, wte, wpe, pos, B, T_, C, st);
+}
+
+// grad (rows, C) += dout (N, C) gathered by ids (dwte by tokens, dwpe by positions).
+template <typename T>
+static void rows_bwd(float *grad, const T *dout, const int32_t *ids, int N, int C, int vec,
+                     cudaStream_t st) {
+    constexpr int PK = LT_VEC(T);
+    unsigned G = (unsigned)(N / 16);
+    G = G < 1 ? 1 : (G > 1024 ? 1024 : G);
+    if (vec)
+        wte_bwd_kernel<T, PK><<<G, EMB_THREADS, 0, st>>>(grad, dout, ids, N, C, G);
+    else
+        wte_bwd_kernel<T, 1><<<G, EMB_THREADS, 0, st>>>(grad, dout, ids, N, C, G);
+    CU_CHECK_LAUNCH();
 }
 
 template <typename T>
 static void launch_embedding_bwd(float *dwte, float *dwpe, const T *dout, const int32_t *tokens,
-                                 int B, int T_, int C, cudaStream_t st) {
+                                 const int32_t *pos, int B, int T_, int C, cudaStream_t st) {
     constexpr int PK = LT_VEC(T);
     const int N = B * T_, vec = cu_aligned16(dwte, dwpe, dout) && C % PK == 0;
     const size_t TC = (size_t)T_ * C;
-    if (dwpe) launch_map<PK>(WpeBwd<T>{dwpe, dout, B, TC}, TC, vec, st);
-    if (!dwte) return;
-    unsigned G = (unsigned)(N / 16);
-    G = G < 1 ? 1 : (G > 1024 ? 1024 : G);
-    if (vec)
-        wte_bwd_kernel<T, PK><<<G, EMB_THREADS, 0, st>>>(dwte, dout, tokens, N, C, G);
-    else
-        wte_bwd_kernel<T, 1><<<G, EMB_THREADS, 0, st>>>(dwte, dout, tokens, N, C, G);
-    CU_CHECK_LAUNCH();
+    if (dwpe && pos) rows_bwd<T>(dwpe, dout, pos, N, C, vec, st);
+    else if (dwpe) launch_map<PK>(WpeBwd<T>{dwpe, dout, B, TC}, TC, vec, st);
+    if (dwte) rows_bwd<T>(dwte, dout, tokens, N, C, vec, st);
 }
 
 /* ======================= op entries ======================= */
 
 void cu_embedding_fwd(LtBackend *be, void *out, const int32_t *tokens, const void *wte,
-                      const void *wpe, int B, int T, int C) {
+                      const void *wpe, const int32_t *pos, int B, int T, int C) {
     if (B <= 0 || T <= 0 || C <= 0) return;
     if (cu_is_bf16(be))
-        launch_embedding_fwd<bf16>((bf16 *)out, tokens, (const bf16 *)wte, (const bf16 *)wpe, B,
-                                   T, C, cu_stream(be));
+        launch_embedding_fwd<bf16>((bf16 *)out, tokens, (const bf16 *)wte, (const bf16 *)wpe, pos,
+                                   B, T, C, cu_stream(be));
     else
         launch_embedding_fwd<float>((float *)out, tokens, (const float *)wte, (const float *)wpe,
-                                    B, T, C, cu_stream(be));
+                                    pos, B, T, C, cu_stream(be));
 }
 
 void cu_embedding_bwd(LtBackend *be, float *dwte, float *dwpe, const void *dout,
-                      const int32_t *tokens, int B, int T, int C) {
+                      const int32_t *tokens, const int32_t *pos, int B, int T, int C) {
     if (B <= 0 || T <= 0 || C <= 0) return;
     if (cu_is_bf16(be))
-        launch_embedding_bwd<bf16>(dwte, dwpe, (const bf16 *)dout, tokens, B, T, C,
+        launch_embedding_bwd<bf16>(dwte, dwpe, (const bf16 *)dout, tokens, pos, B, T, C,
                                    cu_stream(be));
     else
-        launch_embedding_bwd<float>(dwte, dwpe, (const float *)dout, tokens, B, T, C,
+        launch_embedding_bwd<float>(dwte, dwpe, (const float *)dout, tokens, pos, B, T, C,
                                     cu_stream(be));
 }

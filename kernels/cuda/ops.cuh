@@ -9,9 +9,9 @@
 #include "backend.h"
 
 void cu_embedding_fwd(LtBackend *be, void *out, const int32_t *tokens, const void *wte,
-                      const void *wpe, int B, int T, int C);
+                      const void *wpe, const int32_t *pos, int B, int T, int C);
 void cu_embedding_bwd(LtBackend *be, float *dwte, float *dwpe, const void *dout,
-                      const int32_t *tokens, int B, int T, int C);
+                      const int32_t *tokens, const int32_t *pos, int B, int T, int C);
 void cu_layernorm_fwd(LtBackend *be, void *resid_out, void *out, float *mean, float *rstd,
                       const void *a, const void *b, const void *w, const void *bias, int N, int C);
 void cu_layernorm_bwd(LtBackend *be, void *dinp, float *dw, float *db, const void *dout,
@@ -29,13 +29,13 @@ void cu_rmsnorm_bwd(LtBackend *be, void *dinp, float *dw, const void *dout, cons
                     const void *w, const float *rstd, int N, int C);
 void cu_swiglu_fwd(LtBackend *be, void *out, const void *gu, int N, int F);
 void cu_swiglu_bwd(LtBackend *be, void *dgu, const void *gu, const void *dout, int N, int F);
-void cu_rope(LtBackend *be, void *qkv, const float *cs, int B, int T, int NH, int NKV, int HD,
-             int inverse);
-void cu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T,
-                      int NH, int NKV, int HD);
+void cu_rope(LtBackend *be, void *qkv, const float *cs, const int32_t *pos, int B, int T, int NH,
+             int NKV, int HD, int inverse);
+void cu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv,
+                      const int32_t *kstart, int B, int T, int NH, int NKV, int HD);
 void cu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                      const void *out, const float *lse, int B, int T, int NH, int NKV,
-                      int HD);
+                      const void *out, const float *lse, const int32_t *kstart, int B, int T,
+                      int NH, int NKV, int HD);
 void cu_xent_fwd_bwd(LtBackend *be, float *losses, void *logits, const int32_t *targets, int N,
                      int V, int Vp, float dscale);
 void cu_xent_tp_stats(LtBackend *be, float *row_max, float *row_sumexp, float *row_target,

@@ -146,6 +146,8 @@ const KeyDesc lt_cfg_keys[] = {
     K_INT(data, prefetch, 1, 64),
     K_INT(data, eod_token, -1, INT_MAX),
     K_BOOL(data, eod_mask_loss),
+    K_BOOL(data, reset_position_ids),
+    K_BOOL(data, reset_attention_mask),
     K_STR(data, split),
 
     K_STR(checkpoint, dir),
@@ -940,6 +942,8 @@ void lt_config_defaults(LtConfig *c) {
     c->data.prefetch = 2;
     c->data.eod_token = -1;
     c->data.eod_mask_loss = false;
+    c->data.reset_position_ids = false;
+    c->data.reset_attention_mask = false;
 
     c->comm.timeout_s = 600;
     c->checkpoint.save_interval = 0;

@@ -332,6 +332,16 @@ static int rule_eod_mask_needs_token(const Rules *r, char *err, size_t errlen) {
         return lt_cfg_fail(err, errlen, "data.eod_mask_loss: the masked targets change every "
                            "step, and a captured step replays the first one's; set "
                            "train.cuda_graph=false");
+    const char *reset = c->data.reset_position_ids     ? "data.reset_position_ids"
+                        : c->data.reset_attention_mask ? "data.reset_attention_mask"
+                                                       : NULL;
+    if (reset && c->data.eod_token < 0)
+        return lt_cfg_fail(err, errlen, "%s needs data.eod_token (the id that ends a document, "
+                           "e.g. 50256 for GPT-2's <|endoftext|>)", reset);
+    if (reset && c->train.cuda_graph)
+        return lt_cfg_fail(err, errlen, "%s: the document boundaries change every step, and a "
+                           "captured step replays the first one's; set train.cuda_graph=false",
+                           reset);
     return 0;
 }
 
@@ -514,7 +524,7 @@ static const struct {
     {"param gather needs zero", rule_param_gather_needs_zero},
     {"cuda graph without dp overlap", rule_graph_without_dp_overlap},
     {"cuda graph without zero 2", rule_graph_without_zero2},
-    {"eod mask needs a token", rule_eod_mask_needs_token},
+    {"eod mask and document resets need a token", rule_eod_mask_needs_token},
     {"cuda graph without tp/pp", rule_graph_without_tp_pp},
     {"cuda graph needs cuda", rule_graph_needs_cuda},
     {"cudnn needs cuda", rule_cudnn_needs_cuda},

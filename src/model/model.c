@@ -77,8 +77,12 @@ struct LtModelInternal {
     float *xstat;         /* (3, xent_chunk) vocab-parallel row max / sum of exp / target logit */
     int32_t *targets;     /* (N) device copy of the current micro batch's targets (local ids) */
     int32_t eod;          /* lt_model_set_eod_mask's id; -1: every target counts */
+    int32_t doc_eod;      /* lt_model_set_documents: the id ending a document */
+    int reset_pos, reset_attn; /* its switches (0, 0: one document per sample) */
+    int32_t *host_pos, *host_ks; /* (N) pageable staging of the slot's arrays */
+    const int32_t *pos, *kstart; /* the running slot's arrays (NULL: none) */
     float loss_weight;    /* lt_model_set_loss_weight (1: plain sums) */
-    int *masked;          /* (N) rows of the current micro batch whose target is eod */
+    int *masked;          /* (N) rows of the current micro batch whose input token is eod */
     int nmasked;
     double *loss_acc;     /* device: token losses summed by forwards (see lt_model_loss_take);
                            * the model's own own_loss_acc, or the caller's */
@@ -362,6 +366,8 @@ void lt_model_destroy(LtModel *m) {
         }
         fr(be, sl->dout);
         fr(be, sl->tokens);
+        if (sl->pos) fr(be, sl->pos);
+        if (sl->kstart) fr(be, sl->kstart);
         free(sl->x);
         free(sl->layer);
     }
@@ -379,12 +385,60 @@ void lt_model_destroy(LtModel *m) {
     free(m->in->gptr);
     free(m->in->sp_partial);
     free(m->in->masked);
+    free(m->in->host_pos);
+    free(m->in->host_ks);
     lt_params_free(&m->table);
     free(m->in);
     free(m);
 }
 
 void lt_model_set_eod_mask(LtModel *m, int32_t eod) { m->in->eod = eod; }
+
+void lt_doc_layout(const int32_t *tokens, int B, int T, int32_t eod, int32_t *pos,
+                   int32_t *kstart) {
+    for (int b = 0; b < B; b++) {
+        const int32_t *tk = tokens + (size_t)b * T;
+        int start = 0;
+        for (int t = 0; t < T; t++) {
+            if (t > 0 && eod >= 0 && tk[t - 1] == eod) start = t;
+            if (pos) pos[(size_t)b * T + t] = t - start;
+            if (kstart) kstart[(size_t)b * T + t] = start;
+        }
+    }
+}
+
+void lt_model_set_documents(LtModel *m, int32_t eod, int reset_pos, int reset_attn) {
+    const size_t N = (size_t)m->B * m->T;
+    m->in->doc_eod = eod;
+    m->in->reset_pos = reset_pos;
+    m->in->reset_attn = reset_attn;
+    if (!reset_pos && !reset_attn) return;
+    m->in->host_pos = lt_malloc(N * sizeof(int32_t));
+    m->in->host_ks = lt_malloc(N * sizeof(int32_t));
+    for (int s = 0; s < m->nslots; s++) {
+        LtActSlot *sl = &m->slot[s];
+        if (reset_pos) sl->pos = m->be->ops->alloc(m->be, N * sizeof(int32_t));
+        if (reset_attn) sl->kstart = m->be->ops->alloc(m->be, N * sizeof(int32_t));
+        m->mem.activations += (size_t)(!!reset_pos + !!reset_attn) * N * sizeof(int32_t);
+    }
+}
+
+/* Slot sl's document arrays from the host tokens of B sequences (uploaded;
+ * the staging is pageable, so reusable once the upload returns), and make
+ * them the running ones. */
+static void documents_upload(LtModel *m, LtActSlot *sl, const int32_t *tokens, int B) {
+    const int N = B * m->T;
+    if (sl->pos || sl->kstart) {
+        lt_doc_layout(tokens, B, m->T, m->in->doc_eod, m->in->host_pos, m->in->host_ks);
+        if (sl->pos)
+            m->be->ops->upload_async(m->be, sl->pos, m->in->host_pos, (size_t)N * sizeof(int32_t));
+        if (sl->kstart)
+            m->be->ops->upload_async(m->be, sl->kstart, m->in->host_ks,
+                                     (size_t)N * sizeof(int32_t));
+    }
+    m->in->pos = sl->pos;
+    m->in->kstart = sl->kstart;
+}
 void lt_model_set_loss_weight(LtModel *m, float w) { m->in->loss_weight = w; }
 
 void lt_model_set_params(LtModel *m, const float *host) {
@@ -504,8 +558,8 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
              lw(m, l, P_LN1W), lw(m, l, P_LN1B), R, C);
     lt_tp_col_linear_fwd(&tl, a->qkv, NULL, a->ln1, lw(m, l, P_QKVW), lw(m, l, P_QKVB), N, C,
                          m->in->qkv_local);
-    if (m->in->rope_cs) o->rope(be, a->qkv, m->in->rope_cs, B, T, NH, NKV, HD, 0);
-    o->attention_fwd(be, a->atty, a->lse, a->qkv, B, T, NH, NKV, HD);
+    if (m->in->rope_cs) o->rope(be, a->qkv, m->in->rope_cs, m->in->pos, B, T, NH, NKV, HD, 0);
+    o->attention_fwd(be, a->atty, a->lse, a->qkv, m->in->kstart, B, T, NH, NKV, HD);
     void *attn = lt_tp_row_linear_fwd(&tl, m->in->scratch_c, m->in->scratch_sp, a->atty,
                                       lw(m, l, P_PROJW), row_bias(m, l, P_PROJB), N, CL, C);
     norm_fwd(m, a->r2, rows_at(m, a->ln2, mine, C), a->mean2, a->rstd2, xin, attn,
@@ -544,13 +598,15 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
     const int N = B * T, R = m->sp ? N / m->in->tp_size : N;
     const size_t mine = m->sp ? (size_t)m->in->tp_rank * R : 0; /* first row of this rank's slot */
     LtActSlot *sl = &m->slot[s];
+    documents_upload(m, sl, tokens, B);
     if (lt_model_chunk_first(m, c)) {
         params_needed(m, m->table.idx_wte, emb_last(&m->table));
         upload_ids(m, sl->tokens, tokens, N);
         void *emb = m->sp ? m->in->scratch_c : sl->x[0];
         const int wpe = m->table.idx_wpe; /* none for llama */
         o->embedding_fwd(be, emb, sl->tokens, param(m, m->table.idx_wte),
-                         m->in->tp_rank == 0 && wpe >= 0 ? param(m, wpe) : NULL, B, T, C);
+                         m->in->tp_rank == 0 && wpe >= 0 ? param(m, wpe) : NULL, m->in->pos, B, T,
+                         C);
         void *x0 = lt_tp_finish(&tl, emb, sl->x[0], R, C);
         LT_CHECK(x0 == sl->x[0]);
     }
@@ -581,7 +637,7 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
 }
 
 /* Rows [r, r + n) of the chunk just through the cross-entropy: the masked
- * ones (target eod) get no loss and no gradient. Few rows (one per
+ * ones (input token eod) get no loss and no gradient. Few rows (one per
  * document), each zeroed on its own. */
 static void mask_rows(LtModel *m, int r, int n) {
     LtBackend *be = m->be;
@@ -681,7 +737,7 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
     m->in->nmasked = 0;
     if (m->in->eod >= 0)
         for (int i = 0; i < N; i++)
-            if (targets[i] == m->in->eod) m->in->masked[m->in->nmasked++] = i;
+            if (tokens[i] == m->in->eod) m->in->masked[m->in->nmasked++] = i;
     void *dln = loss_head(m, N, grad_scale); /* d(lnf), this rank's rows */
     if (grad_scale == 0.0f) return;
     /* the LM head's share of the tied embedding (its own buffer with pipelining); an
@@ -704,8 +760,8 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
  * kept qkv. */
 static void recompute_layer(LtModel *m, int l, LtLayerActs *a, void *x, int B) {
     if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE)
-        m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, B, m->T, m->in->heads_local,
-                                  m->in->kv_local, m->d.hidden / m->d.heads);
+        m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, m->in->kstart, B, m->T,
+                                  m->in->heads_local, m->in->kv_local, m->d.hidden / m->d.heads);
     else
         layer_forward(m, l, a, B, x, x, NULL);
 }
@@ -741,6 +797,8 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
     const int N = B * T, R = m->sp ? N / m->in->tp_size : N;
     LtActSlot *sl = &m->slot[s];
     void *dres = sl->dout; /* the residual-stream gradient, accumulated in place */
+    m->in->pos = sl->pos; /* the forward's documents (uploaded then) */
+    m->in->kstart = sl->kstart;
     for (int j = n - 1; j >= 0; j--) {
         const int l = l0 + j;
         LtLayerActs *a = &sl->layer[j];
@@ -752,9 +810,10 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
         /* dres = d(r2) flows to both the attention projection and the layer input */
         lt_tp_row_linear_bwd(&tl, m->in->dfull, m->in->dc, lg(m, l, P_PROJW), lg(m, l, P_PROJB),
                              dres, a->atty, lw(m, l, P_PROJW), NULL, N, CL, C);
-        o->attention_bwd(be, m->in->d3c, m->in->dc, a->qkv, a->atty, a->lse, B, T, NH, NKV, HD);
+        o->attention_bwd(be, m->in->d3c, m->in->dc, a->qkv, a->atty, a->lse, m->in->kstart, B, T,
+                         NH, NKV, HD);
         if (m->in->rope_cs) /* d(pre-RoPE) */
-            o->rope(be, m->in->d3c, m->in->rope_cs, B, T, NH, NKV, HD, 1);
+            o->rope(be, m->in->d3c, m->in->rope_cs, m->in->pos, B, T, NH, NKV, HD, 1);
         dln = lt_tp_col_linear_bwd(&tl, m->in->dc, m->in->scratch_sp, lg(m, l, P_QKVW),
                                    lg(m, l, P_QKVB), m->in->d3c, a->ln1, lw(m, l, P_QKVW), N, C,
                                    m->in->qkv_local);
@@ -765,7 +824,8 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
     if (lt_model_chunk_first(m, c)) {
         const int e = m->table.idx_wte, wpe = m->table.idx_wpe;
         o->embedding_bwd(be, grad(m, e), wpe >= 0 ? grad(m, wpe) : NULL,
-                         lt_tp_grad_full(&tl, m->in->dfull, dres, R, C), sl->tokens, B, T, C);
+                         lt_tp_grad_full(&tl, m->in->dfull, dres, R, C), sl->tokens, m->in->pos,
+                         B, T, C);
         if (!m->in->emb_grads) grads_ready(m, e, wpe >= 0 ? wpe : e);
     } else {
         LT_CHECK(din != NULL);

@@ -307,6 +307,8 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
     lt_params_build(&r->global, &d);
     r->model = lt_model_create(r->be, &d, cfg->train.micro_batch_size, cfg->model.seq_length, &mo);
     if (cfg->data.eod_mask_loss) lt_model_set_eod_mask(r->model, cfg->data.eod_token);
+    lt_model_set_documents(r->model, cfg->data.eod_token, cfg->data.reset_position_ids,
+                           cfg->data.reset_attention_mask);
     r->pipe = lt_pipeline_create(r->model, r->pp, need_optimizer ? r->micro_batches : 0);
     lt_pipeline_set_p2p_overlap(r->pipe, need_optimizer && cfg->parallel.overlap_p2p_comm);
     const LtParamTable *t = &r->model->table;

@@ -49,7 +49,7 @@ double lt_evaluate(LtRun *r, long *samples_out) {
             }
         }
         lt_split_rows(rows, k * mbs, S, in, tgt);
-        counted += (double)lt_count_unmasked(tgt, (size_t)k * mbs * S, eod);
+        counted += (double)lt_count_unmasked(in, (size_t)k * mbs * S, eod);
         lt_pipeline_forward(r->pipe, in, tgt, k); /* (in, tgt: pageable, reusable at once) */
     }
     sum = lt_model_loss_take(r->model);

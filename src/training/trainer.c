@@ -368,7 +368,7 @@ static double set_micro_batch_means(Trainer *t) {
     const int32_t eod = c->data.eod_mask_loss ? c->data.eod_token : -1;
     const double M = (double)t->G / mbs;
     for (int j = 0; j < nmb; j++) {
-        const long n = lt_count_unmasked(t->tgt + (size_t)j * mbs * t->S, (size_t)mbs * t->S, eod);
+        const long n = lt_count_unmasked(t->in + (size_t)j * mbs * t->S, (size_t)mbs * t->S, eod);
         t->mb_weight[j] = n ? (float)(1.0 / (double)n) : 0.0f;
         t->mb_scale[j] = n ? (float)(1.0 / ((double)n * M)) : 0.0f;
     }
@@ -377,14 +377,14 @@ static double set_micro_batch_means(Trainer *t) {
 }
 
 /* The global batch's targets that carry loss: every one, or with
- * data.eod_mask_loss those that are not the EOD token, counted over the
+ * data.eod_mask_loss those not predicted from an EOD token, counted over the
  * data-parallel ranks (the other ranks of a replica read the same samples),
  * so the step's loss is the mean over them in every layout (Megatron's
  * calculate_per_token_loss). At least 1. */
 static double count_loss_tokens(const Trainer *t) {
     const LtConfig *c = t->r.cfg;
     if (!c->data.eod_mask_loss) return t->tokens_step;
-    double n = (double)lt_count_unmasked(t->tgt, (size_t)t->local * t->S, c->data.eod_token);
+    double n = (double)lt_count_unmasked(t->in, (size_t)t->local * t->S, c->data.eod_token);
     lt_comm_all_reduce(lt_comm_host(t->r.dp), &n, 1, LT_COMM_F64, LT_COMM_SUM);
     return n > 0 ? n : 1;
 }

@@ -42,10 +42,10 @@ typedef struct {
 } Bench;
 
 static void run_fwd(Bench *b) {
-    b->be->ops->attention_fwd(b->be, b->out, b->lse, b->qkv, b->B, b->T, b->NH, b->NKV, b->HD);
+    b->be->ops->attention_fwd(b->be, b->out, b->lse, b->qkv, NULL, b->B, b->T, b->NH, b->NKV, b->HD);
 }
 static void run_bwd(Bench *b) {
-    b->be->ops->attention_bwd(b->be, b->dqkv, b->dout, b->qkv, b->out, b->lse, b->B, b->T, b->NH,
+    b->be->ops->attention_bwd(b->be, b->dqkv, b->dout, b->qkv, b->out, b->lse, NULL, b->B, b->T, b->NH,
                               b->NKV, b->HD);
 }
 

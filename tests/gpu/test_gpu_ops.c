@@ -165,15 +165,15 @@ static void run_embedding(LtBackend *be, int B, int T, int C, int V, const int32
     void *dout_a = act_up(be, dout, N * C), *o = act_up(be, NULL, N * C);
     float *gw = f32_up(be, dwte0, (size_t)V * C), *gp = f32_up(be, dwpe0, (size_t)T * C);
     poison(be, o, lt_act_bytes(be, N * C));
-    be->ops->embedding_fwd(be, o, dt, dwte_a, dwpe_a, B, T, C);
+    be->ops->embedding_fwd(be, o, dt, dwte_a, dwpe_a, NULL, B, T, C);
     act_down(be, out, o, N * C);
-    be->ops->embedding_bwd(be, gw, gp, dout_a, dt, B, T, C);
+    be->ops->embedding_bwd(be, gw, gp, dout_a, dt, NULL, B, T, C);
     f32_down(be, dwte, gw, (size_t)V * C);
     f32_down(be, dwpe, gp, (size_t)T * C);
     if (bits) { /* rerun from the same start, keep both results' bytes */
         be->ops->upload(be, gw, dwte0, (size_t)V * C * 4);
         be->ops->upload(be, gp, dwpe0, (size_t)T * C * 4);
-        be->ops->embedding_bwd(be, gw, gp, dout_a, dt, B, T, C);
+        be->ops->embedding_bwd(be, gw, gp, dout_a, dt, NULL, B, T, C);
         bits[0] = raw_down(be, gw, (size_t)V * C * 4);
         bits[1] = raw_down(be, gp, (size_t)T * C * 4);
     }
@@ -230,14 +230,14 @@ static void run_embedding_tp(LtBackend *be, int B, int T, int C, int V, const in
     void *dout_a = act_up(be, dout, N * C), *o = act_up(be, NULL, N * C);
     float *gw = f32_up(be, dwte0, (size_t)V * C), *gp = f32_up(be, dwpe0, (size_t)T * C);
     poison(be, o, lt_act_bytes(be, N * C));
-    be->ops->embedding_fwd(be, o, dt, wte_a, wpe_a, B, T, C);
+    be->ops->embedding_fwd(be, o, dt, wte_a, wpe_a, NULL, B, T, C);
     act_down(be, out, o, N * C);
-    be->ops->embedding_bwd(be, use_dwte ? gw : NULL, use_dwpe ? gp : NULL, dout_a, dt, B, T, C);
+    be->ops->embedding_bwd(be, use_dwte ? gw : NULL, use_dwpe ? gp : NULL, dout_a, dt, NULL, B, T, C);
     f32_down(be, dwte, gw, (size_t)V * C);
     f32_down(be, dwpe, gp, (size_t)T * C);
     if (bits) {
         be->ops->upload(be, gw, dwte0, (size_t)V * C * 4);
-        be->ops->embedding_bwd(be, use_dwte ? gw : NULL, use_dwpe ? gp : NULL, dout_a, dt, B, T, C);
+        be->ops->embedding_bwd(be, use_dwte ? gw : NULL, use_dwpe ? gp : NULL, dout_a, dt, NULL, B, T, C);
         bits[0] = raw_down(be, gw, (size_t)V * C * 4);
     }
     dfree(be, dt), dfree(be, wte_a), dfree(be, dout_a), dfree(be, o), dfree(be, gw), dfree(be, gp);
@@ -693,8 +693,8 @@ static void t_rope(const Pair *P) {
             float *dcs = f32_up(be, cs, (size_t)T * HD), *dcs1 = f32_up(be, NULL, (size_t)T * HD + 1);
             void *dx = act_up(be, x, n), *dg = act_up(be, g, n);
             be->ops->upload(be, dcs1 + 1, cs, (size_t)T * HD * sizeof(float));
-            be->ops->rope(be, dx, dcs, B, T, NH, NKV, HD, 0);
-            be->ops->rope(be, dg, dcs1 + 1, B, T, NH, NKV, HD, 1);
+            be->ops->rope(be, dx, dcs, NULL, B, T, NH, NKV, HD, 0);
+            be->ops->rope(be, dg, dcs1 + 1, NULL, B, T, NH, NKV, HD, 1);
             y[k] = hzeros(n), gi[k] = hzeros(n);
             act_down(be, y[k], dx, n), act_down(be, gi[k], dg, n);
             dfree(be, dcs), dfree(be, dcs1), dfree(be, dx), dfree(be, dg);
@@ -753,24 +753,47 @@ static const struct {
     {2, 512, 8, 2, 128, 0}, {1, 700, 4, 1, 64, 0},  {1, 300, 6, 3, 80, 0},
 };
 
-static void t_attention(const Pair *P) {
+/* Packed documents for attention_docs: each sequence cut into documents of
+ * lengths cycling through 1, 37, 64, 5, 130 (starting at an offset per row),
+ * so boundaries fall inside and on the edges of the 32- and 64-row tiles. */
+static int32_t *doc_starts(int B, int T) {
+    static const int len[] = {1, 37, 64, 5, 130};
+    int32_t *ks = lt_malloc((size_t)B * T * sizeof(int32_t));
+    for (int b = 0; b < B; b++)
+        for (int t = 0, k = b, start = 0, left = len[b % 5]; t < T; t++, left--) {
+            if (!left) start = t, left = len[++k % 5];
+            ks[(size_t)b * T + t] = start;
+        }
+    return ks;
+}
+
+/* Every shape against the reference backend; docs: with packed documents
+ * (kstart), which run lattice's kernels on every backend. */
+static void attention_cases(const Pair *P, int docs) {
     LtAttnInfo before;
     if (P->cudnn) lt_cuda_attention_info(P->dut, &before);
+    /* quick documents: one shape per tensor-core dK/dV tile height, grouped and multi-query
+     * K/V, and the generic path (the emulation runs every thread on the host) */
+    static const int docs_quick = 1 << 3 | 1 << 9 | 1 << 10 | 1 << 12 | 1 << 14;
     for (int s = 0; s < (int)(sizeof attn_shapes / sizeof attn_shapes[0]); s++) {
         if (g_quick && !attn_shapes[s].quick) continue;
+        if (g_quick && docs && !(docs_quick >> s & 1)) continue;
         const int B = attn_shapes[s].B, T = attn_shapes[s].T, NH = attn_shapes[s].NH;
         const int NKV = attn_shapes[s].NKV, HD = attn_shapes[s].HD;
         const size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD;
         const size_t nl = (size_t)B * NH * T;
         float *qkv = hrand(nq, 1.7f, P->bf16), *dout = hrand(no, 1.f, P->bf16);
         float *o[2], *l[2], *g[2];
+        int32_t *ks = docs ? doc_starts(B, T) : NULL, *dks[2] = {NULL, NULL};
         void *bits = NULL;
+        for (int k = 0; k < 2; k++)
+            if (ks) dks[k] = i32_up(k ? P->dut : P->ref, ks, (size_t)B * T);
         for (int k = 0; k < 2; k++) {
             LtBackend *be = k ? P->dut : P->ref;
             void *dq = act_up(be, qkv, nq), *dout_ = act_up(be, NULL, no);
             float *dl = f32_up(be, NULL, nl);
             poison(be, dout_, lt_act_bytes(be, no)), poison(be, dl, nl * 4);
-            be->ops->attention_fwd(be, dout_, dl, dq, B, T, NH, NKV, HD);
+            be->ops->attention_fwd(be, dout_, dl, dq, dks[k], B, T, NH, NKV, HD);
             o[k] = hzeros(no), l[k] = hzeros(nl);
             act_down(be, o[k], dout_, no), f32_down(be, l[k], dl, nl);
             dfree(be, dout_), dfree(be, dl), dfree(be, dq);
@@ -785,13 +808,13 @@ static void t_attention(const Pair *P) {
             float *dl = f32_up(be, l[0], nl);
             void *dqkv = act_up(be, NULL, nq);
             poison(be, dqkv, lt_act_bytes(be, nq));
-            be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, B, T, NH, NKV, HD);
+            be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, dks[k], B, T, NH, NKV, HD);
             g[k] = hzeros(nq);
             act_down(be, g[k], dqkv, nq);
             if (k && !P->nondet) {
                 void *first = raw_down(be, dqkv, lt_act_bytes(be, nq));
                 poison(be, dqkv, lt_act_bytes(be, nq));
-                be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, B, T, NH, NKV, HD);
+                be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, dks[k], B, T, NH, NKV, HD);
                 bits = raw_down(be, dqkv, lt_act_bytes(be, nq));
                 same_bits(P, "attn_bwd dqkv", bits, first, lt_act_bytes(be, nq));
                 free(first), free(bits);
@@ -806,16 +829,31 @@ static void t_attention(const Pair *P) {
          * first GPU run measured 2.5e-5 at T 700 with 4 heads a group, against a
          * flat 1e-5) */
         else tol_dqkv = P->tol * fmax(1.0, sqrt((double)T * (NH / NKV) / 64.0));
-        snprintf(nm, sizeof nm, "attn_fwd B%d T%d NH%d NKV%d HD%d out", B, T, NH, NKV, HD);
+        const char *tag = docs ? " docs" : "";
+        snprintf(nm, sizeof nm, "attn_fwd%s B%d T%d NH%d NKV%d HD%d out", tag, B, T, NH, NKV, HD);
         cmp(P, nm, o[1], o[0], no, tol_out);
         cmp(P, "attn_fwd lse", l[1], l[0], nl, P->tol);
-        snprintf(nm, sizeof nm, "attn_bwd T%d NH%d NKV%d HD%d dqkv", T, NH, NKV, HD);
+        snprintf(nm, sizeof nm, "attn_bwd%s T%d NH%d NKV%d HD%d dqkv", tag, T, NH, NKV, HD);
         cmp(P, nm, g[1], g[0], nq, tol_dqkv);
-        for (int k = 0; k < 2; k++) free(o[k]), free(l[k]), free(g[k]);
-        free(qkv), free(dout);
+        for (int k = 0; k < 2; k++) {
+            free(o[k]), free(l[k]), free(g[k]);
+            if (dks[k]) dfree(k ? P->dut : P->ref, dks[k]);
+        }
+        free(qkv), free(dout), free(ks);
     }
-    check_cudnn_ran(P, &before);
+    if (!docs) {
+        check_cudnn_ran(P, &before);
+    } else if (P->cudnn) { /* documents never reach cuDNN */
+        LtAttnInfo now;
+        lt_cuda_attention_info(P->dut, &now);
+        CHECK(now.cudnn_calls[0] == before.cudnn_calls[0] &&
+                  now.cudnn_calls[1] == before.cudnn_calls[1],
+              "packed documents ran on cuDNN");
+    }
 }
+
+static void t_attention(const Pair *P) { attention_cases(P, 0); }
+static void t_attention_docs(const Pair *P) { attention_cases(P, 1); }
 
 /* ======================= cross-entropy ======================= */
 static void t_xent(const Pair *P) {
@@ -1175,7 +1213,8 @@ static const Case cases[] = {
     {"embedding", t_embedding, 1}, {"embedding_tp", t_embedding_tp, 1},
     {"layernorm", t_layernorm, 1}, {"add_act", t_add_act, 1},
     {"linear", t_linear, 1},       {"gelu", t_gelu, 1},
-    {"attention", t_attention, 1}, {"xent", t_xent, 1},
+    {"attention", t_attention, 1}, {"attention_docs", t_attention_docs, 1},
+    {"xent", t_xent, 1},
     {"xent_tp", t_xent_tp, 1},     {"adamw", t_adamw, 1},
     {"reduce", t_reduce, 1},       {"step_scalars", t_step_scalars, 0},
     {"memory_streams", t_memory_streams, 0},
@@ -1283,8 +1322,8 @@ static void attn_run_raw(LtBackend *be, const float *qkv, const float *dout, int
     float *dl = f32_up(be, NULL, nl);
     void *dg = act_up(be, NULL, nq);
     poison(be, dg, lt_act_bytes(be, nq));
-    be->ops->attention_fwd(be, o, dl, dq, B, T, NH, NH, HD);
-    be->ops->attention_bwd(be, dg, dy, dq, o, dl, B, T, NH, NH, HD);
+    be->ops->attention_fwd(be, o, dl, dq, NULL, B, T, NH, NH, HD);
+    be->ops->attention_bwd(be, dg, dy, dq, o, dl, NULL, B, T, NH, NH, HD);
     *out = raw_down(be, o, lt_act_bytes(be, no));
     *lse = raw_down(be, dl, nl * 4);
     *dqkv = raw_down(be, dg, lt_act_bytes(be, nq));
@@ -1388,7 +1427,7 @@ int main(int argc, char **argv) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         if (only && !listed(only, cases[c].name)) continue;
         for (int p = 0; p < npairs; p++) {
-            if (pairs[p].cudnn && (!pairs[p].dut || strcmp(cases[c].name, "attention"))) continue;
+            if (pairs[p].cudnn && (!pairs[p].dut || strncmp(cases[c].name, "attention", 9))) continue;
             run_case(&cases[c], &pairs[p]);
             if (cases[c].misalign) run_case_misaligned(&cases[c], &pairs[p]);
         }
