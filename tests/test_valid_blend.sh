@@ -6,9 +6,10 @@
 # Megatron's own order gives (tests/data/megatron_blend.txt, built from
 # Megatron's helpers.cpp), weighted by their unmasked targets: "1 A" is A, a
 # 50/50 blend the mean, a blend of a lattice shard, an llm.c file and a
-# Megatron pair the weighted mean; eval.iters stops where a dataset runs
-# out; training with a valid blend is the same under TP 2 x PP 2 x DP 2 as in
-# one process; bad blends and data that cannot give eval.samples are refused.
+# Megatron pair the weighted mean, also as a YAML list and under DP 2;
+# eval.iters stops where a dataset runs out; training with a valid blend is
+# the same under TP 2 x PP 2 x DP 2 as in one process; bad blends and data
+# that cannot give eval.samples are refused.
 set -u
 BUILD=$1
 . "$(dirname "$0")/lib.sh" valid-blend
@@ -115,6 +116,21 @@ sys.exit(0 if counts == [12, 20, 8] and n[0] < 12 * S and abs(got - want) <= 1e-
 PY
 then pass valid_blend_three_formats_weighted
 else fail valid_blend_three_formats_weighted "$(grep -E 'error|^data valid' "$T/f123.log")"; fi
+
+# the same blend as a YAML list, and `lattice eval` under DP 2
+{ sed '/^data:/,$d' $CFG; echo "data:"
+  echo "  valid_path: [0.3, $T/text.ltok, 0.5, $T/rand.bin, 0.2, $T/doc]"; } >"$T/list.yaml"
+"$LT" eval "$T/list.yaml" checkpoint.load=$T/ck eval.samples=40 "${EOD[@]}" \
+  logging.metrics_file=$T/list.jsonl >"$T/list.log" 2>&1
+ll=$(grep -o '"val_loss": [0-9.e+-]*' "$T/list.eval.jsonl" 2>/dev/null | cut -d' ' -f2)
+if [ -n "$lb" ] && [ "$ll" = "$lb" ]; then pass valid_blend_yaml_list_same_as_string
+else fail valid_blend_yaml_list_same_as_string "string $lb, list $ll: $(grep error "$T/list.log")"; fi
+$MPI -np 2 "$LT" eval $CFG checkpoint.load=$T/ck "data.valid_path=$W" eval.samples=40 "${EOD[@]}" \
+  logging.metrics_file=$T/dp2.jsonl >"$T/dp2.log" 2>&1 </dev/null
+l2r=$(grep -o '"val_loss": [0-9.e+-]*' "$T/dp2.eval.jsonl" 2>/dev/null | cut -d' ' -f2)
+if [ -n "$l2r" ] && python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-6 * a)" \
+     "$lb" "$l2r"; then pass valid_blend_eval_dp2_matches_one_process
+else fail valid_blend_eval_dp2_matches_one_process "one process $lb, DP 2 $l2r: $(grep error "$T/dp2.log")"; fi
 
 # ---- eval.iters stops before a dataset would be read twice -----------------------
 "$LT" eval $CFG checkpoint.load=$T/ck "data.valid_path=0.7 $T/text.ltok 0.3 $T/small.ltok" \
