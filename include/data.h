@@ -97,6 +97,8 @@ int lt_blend_parse(const char *spec, LtBlend *b, char *err, size_t errlen);
  * problem (naming the file) in err and nothing left open. */
 int lt_blend_open(LtBlend *b, const char *spec, int vocab, char *err, size_t errlen);
 void lt_blend_close(LtBlend *b);
+/* Tokens of opened dataset d: its range (ntok), or the whole file. */
+uint64_t lt_blend_tokens(const LtBlend *b, int d);
 
 /* The order in which a blend takes its samples: Megatron-LM's BlendedDataset
  * (global sample i from the dataset furthest below its share w_d * i, as that

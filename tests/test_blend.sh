@@ -5,8 +5,8 @@
 # model; a blend of a lattice shard and an llm.c file trains the same model
 # in one process and under DP 2 x TP 2 (4 ranks); a resume mid-blend at
 # another layout continues the uninterrupted run exactly; a resume with
-# another blend is refused naming both; bad blends, and a blend as
-# data.valid_path (evaluation reads one file), are refused.
+# another blend is refused naming both; bad blends are refused. (A blend as
+# data.valid_path: tests/test_valid_blend.sh.)
 set -u
 BUILD=$1
 . "$(dirname "$0")/lib.sh" blend
@@ -78,12 +78,5 @@ check_bad blend_odd_items "odd number" "0.5 $T/text.ltok 0.5"
 check_bad blend_bad_weight "'abc', should be a positive weight" "0.5 $T/text.ltok abc $T/rand.bin"
 check_bad blend_zero_weight "should be a positive weight" "0.5 $T/text.ltok 0 $T/rand.bin"
 check_bad blend_missing_file "nothere.bin" "0.5 $T/text.ltok 0.5 $T/nothere.bin"
-"$LT" train $CFG "${COMMON[@]}" "data.train_path=$T/text.ltok" \
-  "data.valid_path=0.5 $T/text.ltok 0.5 $T/rand.bin" >"$T/bad.log" 2>&1
-rc=$?
-if [ $rc -eq 2 ] && grep -q "data.valid_path: a blend of 2 datasets; evaluation reads one file" "$T/bad.log"
-then pass blend_valid_path_refused
-else fail blend_valid_path_refused "rc $rc: $(grep error "$T/bad.log")"; fi
-
 
 exit $((failures > 0))

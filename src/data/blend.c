@@ -103,6 +103,10 @@ void lt_blend_close(LtBlend *b) {
     }
 }
 
+uint64_t lt_blend_tokens(const LtBlend *b, int d) {
+    return b->ntok[d] ? b->ntok[d] : lt_tokens_count(b->file[d]);
+}
+
 /* ---- the order ----------------------------------------------------------------- */
 
 struct LtBlendOrder {

@@ -197,7 +197,7 @@ static int check_config(const char *path, const LtLoaderConfig *cfg, char *err, 
 static int init_source(Source *s, const LtBlend *b, int d, const LtLoaderConfig *cfg, char *err,
                        size_t errlen) {
     LtTokenFile *f = b->file[d];
-    const uint64_t ntok = b->ntok[d] ? b->ntok[d] : lt_tokens_count(f);
+    const uint64_t ntok = lt_blend_tokens(b, d);
     s->f = f;
     s->tok0 = b->ntok[d] ? b->tok0[d] : 0;
     s->nsamples = lt_num_samples(ntok, cfg->seq_len);

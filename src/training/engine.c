@@ -58,25 +58,51 @@ static void setup_attention(LtRun *r) {
         lt_input_error("%s", r->attn.reason);
 }
 
+/* The summary's lines for the datasets of b (role "train" or "valid"):
+ * with more than one, a heading ending in extra; then each dataset's
+ * weight, format, tokens, samples and note[d] (what the run reads of it). */
+static void log_datasets(const char *role, const LtBlend *b, int S, const char *extra,
+                         char note[][48]) {
+    if (b->n > 1)
+        lt_log("data %s blend of %d datasets (Megatron's BlendedDataset order; weights "
+               "normalised)%s\n", role, b->n, extra);
+    for (int d = 0; d < b->n; d++) {
+        const uint64_t ntok = lt_blend_tokens(b, d);
+        char share[48] = "";
+        if (b->n > 1) snprintf(share, sizeof share, "weight %.4g, ", b->weight[d]);
+        lt_log("data %s %s%s: %s%s format, %llu tokens, %llu samples, %s\n", role,
+               b->n > 1 ? "  " : "", lt_tokens_path(b->file[d]), share,
+               lt_tokens_format(b->file[d]), (unsigned long long)ntok,
+               (unsigned long long)lt_num_samples(ntok, S), note[d]);
+    }
+}
+
 /* The summary's training data: each dataset with its share, size and how
  * many epochs of it the run's samples take. */
 static void log_train_data(const LtRun *r) {
     const LtConfig *c = r->cfg;
     const LtBlend *b = r->train_blend;
     const double run_samples = (double)c->train.steps * (double)c->train.global_batch_size;
-    if (b->n > 1)
-        lt_log("data train blend of %d datasets (Megatron's BlendedDataset order; weights "
-               "normalised)\n", b->n);
+    char note[LT_BLEND_MAX][48];
     for (int d = 0; d < b->n; d++) {
-        const uint64_t ntok = b->ntok[d] ? b->ntok[d] : lt_tokens_count(b->file[d]);
-        const uint64_t ns = lt_num_samples(ntok, c->model.seq_length);
-        char share[48] = "";
-        if (b->n > 1) snprintf(share, sizeof share, "weight %.4g, ", b->weight[d]);
-        lt_log("data train %s%s: %s%s format, %llu tokens, %llu samples, %.3g epochs in this "
-               "run\n", b->n > 1 ? "  " : "", lt_tokens_path(b->file[d]), share,
-               lt_tokens_format(b->file[d]), (unsigned long long)ntok, (unsigned long long)ns,
-               ns ? run_samples * b->weight[d] / (double)ns : 0.0);
+        const uint64_t ns = lt_num_samples(lt_blend_tokens(b, d), c->model.seq_length);
+        snprintf(note[d], sizeof note[d], "%.3g epochs in this run",
+                 ns ? run_samples * b->weight[d] / (double)ns : 0.0);
     }
+    log_datasets("train", b, c->model.seq_length, "", note);
+}
+
+/* The summary's validation data: each dataset with its share, size and how
+ * many of its samples an evaluation reads. */
+static void log_valid_data(const LtRun *r) {
+    const LtBlend *b = r->valid_blend;
+    uint64_t taken[LT_BLEND_MAX];
+    lt_blend_order_taken(r->valid_order, (uint64_t)r->eval_samples, taken);
+    char note[LT_BLEND_MAX][48], extra[64];
+    for (int d = 0; d < b->n; d++)
+        snprintf(note[d], sizeof note[d], "%llu per evaluation", (unsigned long long)taken[d]);
+    snprintf(extra, sizeof extra, ", %ld samples per evaluation", r->eval_samples);
+    log_datasets("valid", b, r->cfg->model.seq_length, extra, note);
 }
 
 LtTokenFile *lt_run_open_tokens(const char *key, const char *path, int vocab) {
@@ -367,7 +393,11 @@ void lt_run_teardown(LtRun *r) {
         lt_blend_close(r->train_blend);
         free(r->train_blend);
     }
-    if (r->valid) lt_tokens_close(r->valid);
+    if (r->valid_blend) {
+        lt_blend_close(r->valid_blend);
+        free(r->valid_blend);
+    }
+    lt_blend_order_destroy(r->valid_order);
     lt_grads_destroy(r->grads);
     lt_optim_destroy(r->opt);
     lt_pipeline_destroy(r->pipe);
@@ -530,8 +560,5 @@ void lt_run_print_summary(const LtRun *r) {
                r->comm_why);
     lt_log("peak       %.3f TFLOP/s per device (%s)\n", r->peak_tflops, r->peak_source);
     if (r->train_blend) log_train_data(r);
-    if (r->valid)
-        lt_log("data valid %s: %s format, %llu tokens, %llu samples\n", lt_tokens_path(r->valid),
-               lt_tokens_format(r->valid), (unsigned long long)lt_tokens_count(r->valid),
-               (unsigned long long)lt_num_samples(lt_tokens_count(r->valid), c->model.seq_length));
+    if (r->valid_blend) log_valid_data(r);
 }

@@ -33,10 +33,12 @@ typedef struct {
     LtModel *model;
     LtOptimizer *opt;
     LtGrads *grads;     /* gradient finalisation (training only) */
-    LtTokenFile *train, *valid; /* train: the first dataset of train_blend */
+    LtTokenFile *train, *valid; /* the first dataset of train_blend, of valid_blend */
     LtBlend *train_blend;       /* data.train_path's datasets (one for a single file) */
+    LtBlend *valid_blend;       /* the validation datasets: data.valid_path's, or data.split's
+                                 * part as one dataset with its token range; NULL = none */
+    LtBlendOrder *valid_order;  /* the order evaluations take valid_blend's samples in */
     char resume_dir[LT_PATH_MAX + 64]; /* the step directory resumed from ("" for a fresh run) */
-    uint64_t valid_tok0, valid_ntok;   /* the validation tokens of r->valid (data.split: a range) */
     uint64_t split_tok0[3], split_ntok[3]; /* data.split's train, validation and test token
                                             * ranges (set by lt_eval_open_valid) */
     long eval_samples;  /* validation sequences per evaluation (0: no validation data) */

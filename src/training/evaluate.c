@@ -18,6 +18,22 @@ void lt_split_rows(const int32_t *rows, int n, int S, int32_t *in, int32_t *tgt)
     }
 }
 
+/* Validation samples first .. first+count-1 (positions in the blend's order)
+ * into rows (count rows of S+1 tokens): each that dataset's next sample in
+ * file order, from its token range. ds and qs: scratch of count entries. */
+static void read_valid_samples(LtRun *r, uint64_t first, int count, int32_t *rows, int *ds,
+                               uint64_t *qs) {
+    const LtBlend *b = r->valid_blend;
+    const uint64_t S = (uint64_t)r->cfg->model.seq_length;
+    lt_blend_order_range(r->valid_order, first, count, ds, qs);
+    for (int i = 0; i < count; i++) {
+        char err[1024];
+        if (lt_tokens_read(b->file[ds[i]], b->tok0[ds[i]] + qs[i] * S, S + 1,
+                           rows + (size_t)i * (S + 1), err, sizeof err))
+            lt_input_error("data.valid_path: %s", err);
+    }
+}
+
 double lt_evaluate(LtRun *r, long *samples_out) {
     LT_TRACE_BEGIN("evaluate", NULL);
     const LtConfig *c = r->cfg;
@@ -27,6 +43,8 @@ double lt_evaluate(LtRun *r, long *samples_out) {
     int32_t *rows = lt_malloc((size_t)BLOCK * mbs * (S + 1) * sizeof(int32_t));
     int32_t *in = lt_malloc((size_t)BLOCK * mbs * S * sizeof(int32_t));
     int32_t *tgt = lt_malloc((size_t)BLOCK * mbs * S * sizeof(int32_t));
+    int *ds = lt_malloc((size_t)mbs * sizeof(int));
+    uint64_t *qs = lt_malloc((size_t)mbs * sizeof(uint64_t));
     double sum = 0.0;   /* on the last pipeline stage */
     double counted = 0; /* targets with loss (data.eod_mask_loss leaves out the EOD ones) */
     const int32_t eod = c->data.eod_mask_loss ? c->data.eod_token : -1;
@@ -38,16 +56,8 @@ double lt_evaluate(LtRun *r, long *samples_out) {
     uint64_t s = (uint64_t)r->coords.dp * (uint64_t)mbs;
     while (s < n) {
         int k = 0;
-        for (; k < BLOCK && s < n; k++, s += stride) {
-            for (int i = 0; i < mbs; i++) {
-                char err[1024];
-                if (lt_tokens_read(r->valid, r->valid_tok0 + (s + (uint64_t)i) * (uint64_t)S,
-                                   (uint64_t)S + 1,
-                                   rows + ((size_t)k * mbs + (size_t)i) * (S + 1), err,
-                                   sizeof err))
-                    lt_input_error("data.valid_path: %s", err);
-            }
-        }
+        for (; k < BLOCK && s < n; k++, s += stride)
+            read_valid_samples(r, s, mbs, rows + (size_t)k * mbs * (S + 1), ds, qs);
         lt_split_rows(rows, k * mbs, S, in, tgt);
         counted += (double)lt_count_unmasked(in, (size_t)k * mbs * S, eod);
         lt_pipeline_forward(r->pipe, in, tgt, k); /* (in, tgt: pageable, reusable at once) */
@@ -56,6 +66,8 @@ double lt_evaluate(LtRun *r, long *samples_out) {
     free(rows);
     free(in);
     free(tgt);
+    free(ds);
+    free(qs);
     lt_comm_all_reduce(lt_comm_host(r->dp), &sum, 1, LT_COMM_F64, LT_COMM_SUM);
     lt_comm_all_reduce(lt_comm_host(r->pp), &sum, 1, LT_COMM_F64, LT_COMM_SUM);
     lt_comm_all_reduce(lt_comm_host(r->dp), &counted, 1, LT_COMM_F64, LT_COMM_SUM);
@@ -95,7 +107,8 @@ static void split_ranges(const LtConfig *c, LtTokenFile *f, int log, uint64_t to
 
 /* data.split: its three ranges of data.train_path's file (found once, for
  * the trainer too), then the validation (or with eval.split=test the test)
- * part as r->valid; key names it in messages. */
+ * part as r->valid_blend, one dataset with that token range; key names it
+ * in messages. */
 static void open_split_part(LtRun *r, char *key, size_t keylen) {
     const LtConfig *c = r->cfg;
     LtBlend *b = lt_calloc(sizeof *b);
@@ -105,13 +118,97 @@ static void open_split_part(LtRun *r, char *key, size_t keylen) {
     if (b->n > 1)
         lt_input_error("data.split splits one data.train_path file (a blend of %d datasets is "
                        "not split yet)", b->n);
-    r->valid = lt_run_open_tokens("data.train_path", b->path[0], c->model.vocab_size);
-    free(b);
+    b->file[0] = lt_run_open_tokens("data.train_path", b->path[0], c->model.vocab_size);
+    r->valid_blend = b;
     const int p = c->eval.split == LT_SPLIT_TEST ? 2 : 1;
-    split_ranges(c, r->valid, r->world->rank == 0, r->split_tok0, r->split_ntok);
-    r->valid_tok0 = r->split_tok0[p];
-    r->valid_ntok = r->split_ntok[p];
+    split_ranges(c, b->file[0], r->world->rank == 0, r->split_tok0, r->split_ntok);
+    b->tok0[0] = r->split_tok0[p];
+    b->ntok[0] = r->split_ntok[p];
     snprintf(key, keylen, "data.split's %s part", p == 2 ? "test" : "validation");
+}
+
+/* Whole samples of validation dataset d (of its range, if any). */
+static uint64_t valid_samples(const LtRun *r, int d) {
+    return lt_num_samples(lt_blend_tokens(r->valid_blend, d), r->cfg->model.seq_length);
+}
+
+/* The longest prefix, at most want samples, of the validation order that
+ * takes no dataset beyond its samples; *short_of = the first dataset that
+ * want samples would take too many of (-1 when none). */
+static uint64_t fitting_prefix(const LtRun *r, uint64_t want, int *short_of) {
+    const int n = r->valid_blend->n;
+    uint64_t taken[LT_BLEND_MAX], lo = 0, hi = want;
+    *short_of = -1;
+    lt_blend_order_taken(r->valid_order, want, taken);
+    for (int d = 0; d < n && *short_of < 0; d++)
+        if (taken[d] > valid_samples(r, d)) *short_of = d;
+    if (*short_of < 0) return want;
+    while (hi - lo > 1) { /* lo fits, hi does not: the counts grow with the prefix */
+        const uint64_t mid = lo + (hi - lo) / 2;
+        int fits = 1;
+        lt_blend_order_taken(r->valid_order, mid, taken);
+        for (int d = 0; d < n && fits; d++) fits = taken[d] <= valid_samples(r, d);
+        *(fits ? &lo : &hi) = mid;
+    }
+    return lo;
+}
+
+/* Every validation dataset read whole now (each evaluation reads it anyway:
+ * a damaged block stops the run before step 1, not at its final evaluation),
+ * and holding at least one sample; key names the data in messages. */
+static void check_valid_files(const LtRun *r, const char *key) {
+    const LtBlend *b = r->valid_blend;
+    const int S = r->cfg->model.seq_length;
+    for (int d = 0; d < b->n; d++) {
+        char err[LT_PATH_MAX + 256];
+        if (lt_tokens_validate(b->file[d], err, sizeof err)) lt_input_error("%s: %s", key, err);
+        if (b->n > 1 && valid_samples(r, d) == 0)
+            lt_input_error("%s: dataset %d of the blend, '%s', holds %llu tokens, not one "
+                           "sample of %d+1 tokens", key, d + 1, lt_tokens_path(b->file[d]),
+                           (unsigned long long)lt_blend_tokens(b, d), S);
+    }
+}
+
+/* Refuse `want` validation samples, which the data cannot give without
+ * reading a sample twice (dataset d runs out): eval.samples when promised,
+ * else one micro batch. */
+static void refuse_eval_size(const LtRun *r, const char *key, uint64_t want, int promised,
+                             int d) {
+    const LtConfig *c = r->cfg;
+    const LtBlend *b = r->valid_blend;
+    const int S = c->model.seq_length;
+    const unsigned long long ntok = lt_blend_tokens(b, d), ns = valid_samples(r, d);
+    const char *path = lt_tokens_path(b->file[d]);
+    if (b->n == 1 && promised)
+        lt_input_error("eval.samples (%ld) is more than %s '%s' holds: %llu tokens make %llu "
+                       "sequences of %d+1 tokens", c->eval.samples, key, path, ntok, ns, S);
+    if (b->n == 1)
+        lt_input_error("%s: '%s' holds %llu tokens, fewer than one micro batch of %d samples "
+                       "of %d+1 tokens", key, path, ntok, c->train.micro_batch_size, S);
+    uint64_t taken[LT_BLEND_MAX];
+    lt_blend_order_taken(r->valid_order, want, taken);
+    lt_input_error("%s: %llu samples (%s) take %llu from dataset %d of the blend, '%s' "
+                   "(weight %.4g), which holds %llu (%llu tokens in sequences of %d+1), and an "
+                   "evaluation reads each sample once: lower %s or give that dataset more data",
+                   key, (unsigned long long)want, promised ? "eval.samples" : "one micro batch",
+                   (unsigned long long)taken[d], d + 1, path, b->weight[d], ns, ntok, S,
+                   promised ? "eval.samples" : "train.micro_batch_size");
+}
+
+/* Validation samples per evaluation: eval.samples (a promise: refused when
+ * the data cannot give it), else eval.iters global batches capped to whole
+ * micro batches of what the data gives, each sample read at most once. */
+static long eval_size(const LtRun *r, const char *key) {
+    const LtConfig *c = r->cfg;
+    const uint64_t mbs = (uint64_t)c->train.micro_batch_size;
+    int d;
+    if (fitting_prefix(r, mbs, &d) < mbs) refuse_eval_size(r, key, mbs, 0, d);
+    uint64_t n = c->eval.samples > 0 ? (uint64_t)c->eval.samples
+                                      : (uint64_t)c->eval.iters * (uint64_t)c->train.global_batch_size;
+    const uint64_t fit = fitting_prefix(r, n, &d);
+    if (fit < n && c->eval.samples > 0) refuse_eval_size(r, key, n, 1, d);
+    if (fit < n) n = fit / mbs * mbs;
+    return (long)n;
 }
 
 void lt_eval_open_valid(LtRun *r) {
@@ -121,41 +218,16 @@ void lt_eval_open_valid(LtRun *r) {
         open_split_part(r, key, sizeof key);
     } else {
         if (!c->data.valid_path[0]) return;
-        LtBlend *b = lt_calloc(sizeof *b);
-        char perr[1024];
-        if (lt_blend_parse(c->data.valid_path, b, perr, sizeof perr) == 0 && b->n > 1)
-            lt_input_error("data.valid_path: a blend of %d datasets; evaluation reads one file "
-                           "(blends are for data.train_path; name one validation file)", b->n);
-        free(b);
-        r->valid = lt_run_open_tokens("data.valid_path", c->data.valid_path, c->model.vocab_size);
-        r->valid_tok0 = 0;
-        r->valid_ntok = lt_tokens_count(r->valid);
+        char err[1024];
+        r->valid_blend = lt_calloc(sizeof *r->valid_blend);
+        if (lt_blend_open(r->valid_blend, c->data.valid_path, c->model.vocab_size, err,
+                          sizeof err))
+            lt_input_error("data.valid_path: %s", err);
     }
-    /* read whole at every evaluation anyway: check all of it now, not at the
-     * end of the run when the final evaluation would find a bad block */
-    char err[LT_PATH_MAX + 256];
-    if (lt_tokens_validate(r->valid, err, sizeof err))
-        lt_input_error("%s: %s", key, err);
-    if (lt_num_samples(r->valid_ntok, c->model.seq_length) < (uint64_t)c->train.micro_batch_size)
-        lt_input_error("%s: '%s' holds %llu tokens, fewer than one micro batch of "
-                       "%d samples of %d+1 tokens", key, lt_tokens_path(r->valid),
-                       (unsigned long long)r->valid_ntok, c->train.micro_batch_size,
-                       c->model.seq_length);
-    /* eval.samples is a promise (MLPerf logs it as eval_samples): a file too
-     * short for it is refused; eval.iters global batches are capped to whole
-     * micro batches of what the file holds */
-    const uint64_t avail = lt_num_samples(r->valid_ntok, c->model.seq_length);
-    const uint64_t mbs = (uint64_t)c->train.micro_batch_size;
-    if (c->eval.samples > 0 && (uint64_t)c->eval.samples > avail)
-        lt_input_error("eval.samples (%ld) is more than %s '%s' holds: %llu tokens "
-                       "make %llu sequences of %d+1 tokens",
-                       c->eval.samples, key, lt_tokens_path(r->valid),
-                       (unsigned long long)r->valid_ntok, (unsigned long long)avail,
-                       c->model.seq_length);
-    uint64_t n = c->eval.samples > 0 ? (uint64_t)c->eval.samples
-                                      : (uint64_t)c->eval.iters * (uint64_t)c->train.global_batch_size;
-    if (n > avail) n = avail / mbs * mbs;
-    r->eval_samples = (long)n;
+    r->valid = r->valid_blend->file[0];
+    r->valid_order = lt_blend_order_create(r->valid_blend->weight, r->valid_blend->n);
+    check_valid_files(r, key);
+    r->eval_samples = eval_size(r, key);
 }
 
 /* The file `lattice eval` appends its record to: logging.metrics_file with

@@ -8,11 +8,13 @@
 
 #include "engine.h"
 
-/* Open data.valid_path into r->valid (nothing when it is unset), check all of
- * it, and set r->eval_samples from eval.samples or eval.iters; exits 2 naming
- * the key when the file is bad or too short. */
+/* Open the validation data into r->valid_blend and r->valid_order (nothing
+ * when there is none): data.valid_path's file or blend, or data.split's
+ * part; check all of it, and set r->eval_samples from eval.samples or
+ * eval.iters; exits 2 naming the key when a file is bad or too short. */
 void lt_eval_open_valid(LtRun *r);
-/* Mean token loss over validation samples 0 .. r->eval_samples-1
+/* Mean token loss over validation samples 0 .. r->eval_samples-1, taken
+ * from the datasets in the blend's order, each dataset's in file order
  * (collective over every rank); *samples_out = r->eval_samples. */
 double lt_evaluate(LtRun *r, long *samples_out);
 /* Split n rows of S+1 tokens into inputs and targets of S tokens each. */

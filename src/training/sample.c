@@ -40,19 +40,24 @@ static int sample_token(float *logits, int V, double temperature, int top_k, dou
     return V - 1;
 }
 
-/* The first tokens of the validation (else training) data into seq: n of
- * them, at most `max` (0 when there is no data). */
+/* The first tokens of the validation (else training) data, of a blend its
+ * first dataset, into seq: n of them, at most `max` (0 when there is no
+ * data). */
 static int read_prompt(const LtConfig *cfg, int32_t *seq, int max) {
-    const char *ppath = cfg->data.valid_path[0] ? cfg->data.valid_path : cfg->data.train_path;
-    if (!ppath[0] || max <= 0) return 0;
-    LtTokenFile *f = lt_run_open_tokens(cfg->data.valid_path[0] ? "data.valid_path" : "data.train_path",
-                                 ppath, cfg->model.vocab_size);
+    const char *key = cfg->data.valid_path[0] ? "data.valid_path" : "data.train_path";
+    const char *spec = cfg->data.valid_path[0] ? cfg->data.valid_path : cfg->data.train_path;
+    if (!spec[0] || max <= 0) return 0;
+    LtBlend *b = lt_calloc(sizeof *b);
+    char err[1024];
+    if (lt_blend_parse(spec, b, err, sizeof err)) lt_input_error("%s: %s", key, err);
+    const char *ppath = b->path[0];
+    LtTokenFile *f = lt_run_open_tokens(key, ppath, cfg->model.vocab_size);
     int n = max;
     if ((uint64_t)n > lt_tokens_count(f)) n = (int)lt_tokens_count(f);
-    char err[1024];
     if (n > 0 && lt_tokens_read(f, 0, (uint64_t)n, seq, err, sizeof err))
         lt_input_error("%s: %s", ppath, err);
     lt_tokens_close(f);
+    free(b);
     return n;
 }
 
