@@ -72,24 +72,27 @@ if [ -s "$T/r.jsonl" ] && close_losses "$T/a.jsonl" "$T/r.jsonl" 6-8; then
 else fail rampup_resume_mid_ramp_interleaved_pp2_dp2 "$(grep -i error "$T/r.log" | head -2)"; fi
 
 # ---- refused ------------------------------------------------------------------------
-bad() { # name pattern overrides...
-  local name=$1 pat=$2; shift 2
-  "$LT" train $CFG "${RUN[@]}" "$@" >"$T/bad.log" 2>&1
-  local rc=$?
-  if [ $rc -eq 2 ] && grep -q "$pat" "$T/bad.log"; then pass "$name"
-  else fail "$name" "rc $rc: $(grep error "$T/bad.log")"; fi
+# refused NAME PATTERN RC: exit code 2 and PATTERN in the run's output ($T/bad.log)
+refused() {
+  if [ "$3" -eq 2 ] && grep -q "$2" "$T/bad.log"; then pass "$1"
+  else fail "$1" "rc $3: $(grep error "$T/bad.log")"; fi
 }
-bad rampup_resume_other_ramp_refused "was saved by a run with train.rampup_batch_size '4 4 40'" \
-  "train.rampup_batch_size=4 4 48" checkpoint.load=$T/ck/step_00000005
-bad rampup_resume_other_global_batch_refused "train.global_batch_size 16; this run has '4 4 40' and 28" \
-  train.global_batch_size=28 checkpoint.load=$T/ck/step_00000005
-bad rampup_start_not_whole_micro_batches "START (4) and INCREMENT (4) must be multiples of train.micro_batch_size (8)" \
-  train.micro_batch_size=8
-bad rampup_increment_must_divide "train.global_batch_size - START = 16 - 4 = 12 must be a multiple of INCREMENT (8)" \
-  "train.rampup_batch_size=4 8 40"
-bad rampup_three_integers "expected three integers" "train.rampup_batch_size=4 4 4e3"
-"$LT" batches $CFG "${RUN[@]}" --out "$T/b.bin" >"$T/bad.log" 2>&1
-if [ $? -eq 2 ] && grep -q "train.rampup_batch_size" "$T/bad.log"; then pass rampup_batches_file_refused
-else fail rampup_batches_file_refused "$(tail -1 "$T/bad.log")"; fi
+train_rc() { "$LT" train $CFG "${RUN[@]}" "$@" >"$T/bad.log" 2>&1; echo $?; }
+STEP5=checkpoint.load=$T/ck/step_00000005
+refused rampup_resume_other_ramp_refused \
+  "was saved by a run with train.rampup_batch_size '4 4 40'" \
+  "$(train_rc "train.rampup_batch_size=4 4 48" $STEP5)"
+refused rampup_resume_other_global_batch_refused \
+  "train.global_batch_size 16; this run has '4 4 40' and 28" \
+  "$(train_rc train.global_batch_size=28 $STEP5)"
+refused rampup_start_not_whole_micro_batches \
+  "START (4) and INCREMENT (4) must be multiples of train.micro_batch_size (8)" \
+  "$(train_rc train.micro_batch_size=8)"
+refused rampup_increment_must_divide \
+  "train.global_batch_size - START = 16 - 4 = 12 must be a multiple of INCREMENT (8)" \
+  "$(train_rc "train.rampup_batch_size=4 8 40")"
+refused rampup_three_integers "expected three integers" "$(train_rc "train.rampup_batch_size=4 4 4e3")"
+refused rampup_batches_file_refused "train.rampup_batch_size" \
+  "$("$LT" batches $CFG "${RUN[@]}" --out "$T/b.bin" >"$T/bad.log" 2>&1; echo $?)"
 
 exit $((failures > 0))
