@@ -3,9 +3,10 @@
 # global batch of 16 over train.steps=4 (64 samples) trains Megatron's 8
 # steps of 4, 4, 4, 4, 8, 8, 12, 16 samples; its first step is the step of a
 # run at a constant batch of 4 (both loss reductions, EOD-masked); the same model in one process and under TP 2 x PP 2 x DP 2 (micro
-# batches per rank 1, 1, 1, 1, 2, 2, 3, 4); a run stopped mid-ramp (step 5)
+# batches per rank 1, 1, 1, 1, 2, 2, 3, 4; the per micro batch loss also with
+# ZeRO-1 and overlapped gradient reduction); a run stopped mid-ramp (step 5)
 # and resumed under an interleaved PP 2 x VPP 2 x DP 2 layout at another
-# micro batch ends as the uninterrupted one; a resume with another ramp-up,
+# micro batch (receives posted ahead) ends as the uninterrupted one; a resume with another ramp-up,
 # and ramps Megatron refuses, are refused. (Every step's batch, micro
 # batches and learning rate against Megatron's own code: test_config.)
 set -u
@@ -57,7 +58,8 @@ $MPI -np 8 "$LT" train $CFG "${RUN[@]}" "${TP2PP2[@]}" logging.metrics_file=$T/p
 if [ -s "$T/p8.jsonl" ] && close_losses "$T/a.jsonl" "$T/p8.jsonl" 1-8; then
   pass rampup_tp2_pp2_dp2_matches_one_process
 else fail rampup_tp2_pp2_dp2_matches_one_process "$(grep -i error "$T/p8.log" | head -2)"; fi
-$MPI -np 8 "$LT" train $CFG "${RUN[@]}" "${MB[@]}" "${TP2PP2[@]}" logging.metrics_file=$T/mp8.jsonl \
+$MPI -np 8 "$LT" train $CFG "${RUN[@]}" "${MB[@]}" "${TP2PP2[@]}" optimizer.zero_stage=1 \
+  parallel.overlap_grad_reduce=true logging.metrics_file=$T/mp8.jsonl \
   >"$T/mp8.log" 2>&1 </dev/null
 if [ -s "$T/mp8.jsonl" ] && close_losses "$T/m.jsonl" "$T/mp8.jsonl" 1-8; then
   pass rampup_per_micro_batch_tp2_pp2_dp2_matches_one_process
@@ -66,6 +68,7 @@ else fail rampup_per_micro_batch_tp2_pp2_dp2_matches_one_process "$(grep -i erro
 # ---- resume mid-ramp at another layout ----------------------------------------------
 $MPI -np 4 "$LT" train $CFG "${RUN[@]}" parallel.pipeline_model_parallel_size=2 \
   parallel.virtual_pipeline_model_parallel_size=2 train.micro_batch_size=1 \
+  parallel.overlap_p2p_comm=true \
   checkpoint.load=$T/ck/step_00000005 logging.metrics_file=$T/r.jsonl >"$T/r.log" 2>&1 </dev/null
 if [ -s "$T/r.jsonl" ] && close_losses "$T/a.jsonl" "$T/r.jsonl" 6-8; then
   pass rampup_resume_mid_ramp_interleaved_pp2_dp2

@@ -291,6 +291,22 @@ static void open_training(Trainer *t, LtConfig *cfg, const LtWorld *w) {
     }
 }
 
+/* The summary's line for train.rampup_batch_size: the ramp, and the run's
+ * optimizer steps for its train.steps x G samples. */
+static void print_rampup(const Trainer *t) {
+    const LtConfig *c = t->r.cfg;
+    const LtRampup *u = &c->train.rampup;
+    if (!u->start) return;
+    const long ramp_steps = lt_rampup_steps(u, (uint64_t)u->samples);
+    lt_log("rampup     global batch %ld -> %ld by %ld over the first %ld samples (micro batches "
+           "per rank %ld -> %ld); %ld optimizer steps for train.steps x %d = %lld samples "
+           "(Megatron's count; %ld of them ramp)\n",
+           u->start, u->global, u->increment, u->samples,
+           u->start / c->train.micro_batch_size / t->r.topo.dp,
+           u->global / c->train.micro_batch_size / t->r.topo.dp, t->total, t->G,
+           (long long)c->train.steps * t->G, ramp_steps < t->total ? ramp_steps : t->total);
+}
+
 /* From here on a signal stops the run at a step boundary, with a save. Set
  * before the summary, whose lines tell a job script (and the tests) so. */
 static void catch_stop_signals(void) {
@@ -736,6 +752,7 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     open_training(&t, cfg, w);
     catch_stop_signals();
     lt_run_print_summary(&t.r);
+    print_rampup(&t);
     lt_mllog_print_summary();
     lt_metrics_open(&t.mf, w->rank == 0 ? cfg->logging.metrics_file : NULL);
     alloc_step_state(&t);
