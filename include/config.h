@@ -12,6 +12,7 @@
 
 #include "attn_impl.h"   /* LtAttnImpl (model.attention) */
 #include "layer_split.h" /* LtLayerSplit (parallel.*_pipeline_*) */
+#include "rampup.h"      /* LtRampup (train.rampup_batch_size) */
 
 #ifdef __cplusplus
 extern "C" {
@@ -92,6 +93,9 @@ typedef struct {
         int micro_batch_size;
         int global_batch_size;
         long steps;
+        char rampup_batch_size[LT_PATH_MAX]; /* "START INCREMENT SAMPLES" (Megatron's
+                                              * --rampup-batch-size); "" = none */
+        LtRampup rampup;               /* derived: rampup_batch_size parsed (not a key) */
         LtPrecision precision;
         uint64_t seed;
         LtRecompute recompute;

@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rampup.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -126,6 +128,10 @@ void lt_split_docs(const double v[3], uint64_t ndocs, uint64_t beg[3], uint64_t 
 /* ---- loader ---------------------------------------------------------------
  * Produces, for optimizer step k, the samples this rank uses: global sample
  * positions k*G + first .. k*G + first + count - 1 (G = samples_per_step).
+ * With a batch-size ramp-up (ramp.start > 0, ramp.global = G) step k takes
+ * batch B_k = lt_rampup_batch at the c_k = lt_rampup_consumed samples before
+ * it, and the slice scales with it: positions c_k + first*B_k/G .. +
+ * count*B_k/G - 1 (so first and count must make those whole).
  * With a blend, position p first goes to a dataset d and its own position q
  * (LtBlendOrder); with one file, d = 0 and q = p. Position q maps to sample
  * id q mod num_samples of d without shuffle; with shuffle, epoch
@@ -141,6 +147,7 @@ typedef struct {
     bool shuffle;
     uint64_t seed;
     int prefetch;          /* >= 1 */
+    LtRampup ramp;         /* batch-size ramp-up (zero: none) */
 } LtLoaderConfig;
 
 /* The loader does not own f; f must stay open until lt_loader_destroy. */
@@ -153,7 +160,7 @@ LtLoader *lt_loader_create_blend(const LtBlend *b, const LtLoaderConfig *cfg, ch
  * (taken[n]); with one file, taken[0] = pos. */
 void lt_loader_taken(const LtLoader *l, uint64_t pos, uint64_t *taken);
 /* Copy step `step`'s tokens into out[count * (S+1)] (row i = sample i of the
- * slice, S+1 tokens). Steps are normally requested in increasing order (which
+ * slice, S+1 tokens; with a ramp-up the step's count*B_k/G rows). Steps are normally requested in increasing order (which
  * the prefetcher predicts); any step may be asked for (resume). Returns 0, or
  * -1 with a message (a read or validation error) in err. */
 int lt_loader_get(LtLoader *l, long step, int32_t *out, char *err, size_t errlen);

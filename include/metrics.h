@@ -61,9 +61,9 @@ typedef struct {
 } LtStepTimes;
 
 /* times may be NULL (no breakdown in the line). */
-void lt_metrics_train(LtMetricsFile *m, long step, double loss, double lr, double grad_norm,
-                      double tokens_per_sec, double tflops, double mfu, double step_ms,
-                      const LtStepTimes *times);
+void lt_metrics_train(LtMetricsFile *m, long step, long global_batch, uint64_t samples,
+                      double loss, double lr, double grad_norm, double tokens_per_sec,
+                      double tflops, double mfu, double step_ms, const LtStepTimes *times);
 void lt_metrics_eval(LtMetricsFile *m, long step, double val_loss, long samples);
 
 /* Median of n doubles (array is reordered). */

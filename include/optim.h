@@ -190,6 +190,15 @@ void lt_optim_load_state(LtOptimizer *o, const float *master, const float *m, co
  * iteration step from the warm-up's end on and iteration step + 1 during it
  * (Megatron's iteration 0 runs at init_lr). */
 double lt_lr_at(const LtConfig *cfg, long step);
+/* The same schedule counted in samples, as Megatron's sample-based training
+ * steps its scheduler by each update's samples (train.rampup_batch_size):
+ * the update of a `batch`-sample step after `consumed` samples, with
+ * warmup_steps, decay_steps and lr_wsd_decay_steps times
+ * train.global_batch_size as the sample counts (Megatron's conversion of
+ * iterations). The warm-up reaches lr * min(consumed + batch, W) / W; after
+ * it, num_steps = consumed. With a constant batch G this is lt_lr_at of
+ * step consumed / G (up to rounding). */
+double lt_lr_at_samples(const LtConfig *cfg, uint64_t consumed, long batch);
 
 /* Clip coefficient min(1, clip/(norm + 1e-6)); 1 when clip == 0. */
 double lt_clip_coef(double clip, double norm);

@@ -77,6 +77,13 @@ void lt_pipeline_destroy(LtPipeline *p);
  * lt_pipeline_slots(..., 1) slots. */
 void lt_pipeline_set_p2p_overlap(LtPipeline *p, int on);
 
+/* The micro batches of the next training steps (batch-size ramp-up): the
+ * schedule is rebuilt for them when they change. The model must have the
+ * activation slots that count needs (lt_pipeline_slots; they grow with it,
+ * so a model made for the largest count suffices); message buffers are added
+ * as needed. lt_fatal for a pipeline made for forward passes only, or a
+ * count the schedule refuses. */
+void lt_pipeline_set_micro_batches(LtPipeline *p, int micro_batches);
 /* One training step: micro batch j's host ids are tokens/targets + j*B*T
  * (B x T each; uploaded asynchronously, see lt_model_chunk_forward). The
  * gradients of grad_scale * (sum of token losses) accumulate into the model's

@@ -1,6 +1,7 @@
 /* test_config.c - config module: defaults, YAML loading, overrides, every
  * load error class, cross-key validation, and print -> load round trips. */
 #include "config.h"
+#include "optim.h"
 #include "test.h"
 
 #include <inttypes.h>
@@ -621,6 +622,29 @@ static void test_validate_errors(void) {
         {{"model.hidden_size=600000000", "model.num_attention_heads=1"},
          1,
          {"model.ffn_hidden_size", "model.hidden_size"}},
+        {{"train.global_batch_size=16", "train.rampup_batch_size=4 4"},
+         1,
+         {"train.rampup_batch_size '4 4'", "three integers"}},
+        {{"train.global_batch_size=16", "train.rampup_batch_size=16 4 100"},
+         1,
+         {"train.rampup_batch_size", "START (16) must be below", "train.global_batch_size (16)"}},
+        {{"train.global_batch_size=16", "train.rampup_batch_size=4 5 100"},
+         1,
+         {"train.rampup_batch_size", "16 - 4 = 12", "INCREMENT (5)"}},
+        {{"train.global_batch_size=16", "train.rampup_batch_size=4 4 0"},
+         1,
+         {"train.rampup_batch_size", "SAMPLES (0)", "positive"}},
+        {{"train.global_batch_size=16", "train.rampup_batch_size=2 2 100"},
+         4,
+         {"train.rampup_batch_size '2 2 100'", "START (2)", "train.micro_batch_size (1)",
+          "data-parallel size (4)"}},
+        {{"train.global_batch_size=16", "train.rampup_batch_size=1 1 100",
+          "parallel.pipeline_model_parallel_size=2", "parallel.virtual_pipeline_model_parallel_size=2"},
+         2,
+         {"train.rampup_batch_size", "INCREMENT (1)", "parallel.pipeline_model_parallel_size (2"}},
+        {{"train.global_batch_size=16", "train.rampup_batch_size=4 4 100", "train.cuda_graph=true"},
+         1,
+         {"train.cuda_graph", "train.rampup_batch_size"}},
         {{NULL}, 0, {"world size"}},
     };
     char err[512];
@@ -945,6 +969,104 @@ static void test_print_roundtrip(void) {
     free(text);
 }
 
+/* One case of tests/data/megatron_rampup.txt against lattice: the config
+ * validates, train.steps x global batch gives Megatron's iterations, and
+ * every step's consumed samples, global batch, micro batches and learning
+ * rate are Megatron's (the rate: its scheduler's at the consumed samples
+ * after the warm-up; during it lattice's update reaches the rate at the
+ * samples consumed with the step, min(consumed + batch, warm-up), the
+ * scheduler's after the step's increment). Returns the mismatches. */
+static int rampup_case(FILE *f, const char *line, long *compared) {
+    char style[32], wsd[32], ov[8][96], err[512];
+    long start, inc, samples, G, mbs, dp, steps, warm, decay, span, iters;
+    double lr, min_lr;
+    const int got = sscanf(line, "case %ld %ld %ld %ld %ld %ld %ld %31s %31s %lf %lf %ld %ld %ld %ld",
+                           &start, &inc, &samples, &G, &mbs, &dp, &steps, style, wsd, &lr, &min_lr,
+                           &warm, &decay, &span, &iters);
+    if (got != 15) {
+        printf("  not a case line: %s", line);
+        return 1;
+    }
+    snprintf(ov[0], sizeof ov[0], "train.rampup_batch_size=%ld %ld %ld", start, inc, samples);
+    snprintf(ov[1], sizeof ov[1], "train.global_batch_size=%ld", G);
+    snprintf(ov[2], sizeof ov[2], "train.micro_batch_size=%ld", mbs);
+    snprintf(ov[3], sizeof ov[3], "train.steps=%ld", steps);
+    snprintf(ov[4], sizeof ov[4], "optimizer.lr_decay_style=%s", style);
+    snprintf(ov[5], sizeof ov[5], "optimizer.warmup_steps=%ld", warm);
+    snprintf(ov[6], sizeof ov[6], "optimizer.decay_steps=%ld", decay);
+    if (strcmp(style, "wsd") == 0)
+        snprintf(ov[7], sizeof ov[7], "optimizer.lr_wsd_decay_steps=%ld", span);
+    else
+        snprintf(ov[7], sizeof ov[7], "optimizer.lr_wsd_decay_steps=0");
+    char *argv[10];
+    for (int i = 0; i < 8; i++) argv[i] = ov[i];
+    char wsd_ov[96];
+    snprintf(wsd_ov, sizeof wsd_ov, "optimizer.lr_wsd_decay_style=%s", wsd);
+    int n = 8;
+    if (strcmp(wsd, "-") != 0) argv[n++] = wsd_ov;
+    if (strcmp(style, "wsd") != 0) n = 7; /* (the wsd keys only with wsd) */
+    LtConfig c;
+    if (load(&c, NULL, n, argv, err, sizeof err) || lt_config_validate(&c, (int)dp, err, sizeof err)) {
+        printf("  case %s: %s\n", ov[0], err);
+        return 1;
+    }
+    c.optimizer.lr = lr, c.optimizer.min_lr = min_lr;
+    const LtRampup *u = &c.train.rampup;
+    int bad = lt_rampup_steps(u, (uint64_t)steps * (uint64_t)G) != iters;
+    if (bad) printf("  %s: %ld steps, Megatron %ld\n", ov[0], lt_rampup_steps(u, steps * G), iters);
+    const long W = warm * G;
+    char row[256];
+    for (long k = 0; k < iters; k++) {
+        long kk, consumed, batch, nmb;
+        double before, after;
+        if (!fgets(row, sizeof row, f) || sscanf(row, "%ld %ld %ld %ld %lf %lf", &kk, &consumed,
+                                                 &batch, &nmb, &before, &after) != 6 || kk != k) {
+            printf("  %s: step %ld: bad line %s", ov[0], k, row);
+            return bad + 1;
+        }
+        const uint64_t mine = lt_rampup_consumed(u, k);
+        const long b = lt_rampup_batch(u, mine);
+        const double want = consumed >= W ? before : consumed + batch <= W ? after : lr;
+        const double got_lr = lt_lr_at_samples(&c, mine, b);
+        (*compared)++;
+        if (mine == (uint64_t)consumed && b == batch && b / (mbs * dp) == nmb &&
+            test_relerr(got_lr, want, 1e-30) <= 1e-12)
+            continue;
+        if (++bad <= 5)
+            printf("  %s: step %ld: lattice consumed %llu batch %ld micro batches %ld lr %.17g; "
+                   "Megatron %ld %ld %ld %.17g\n", ov[0], k, (unsigned long long)mine, b,
+                   b / (mbs * dp), got_lr, consumed, batch, nmb, want);
+    }
+    return bad;
+}
+
+/* lt_rampup_* and lt_lr_at_samples against Megatron-LM's own ramp-up
+ * calculator, update_train_iters and scheduler: every step of every case of
+ * tests/data/megatron_rampup.txt (tests/megatron_rampup_fixture.py). */
+static void test_rampup_megatron(void) {
+    FILE *f = fopen("tests/data/megatron_rampup.txt", "r");
+    REQUIRE(f, "cannot open tests/data/megatron_rampup.txt (run from the repository root)");
+    char line[256];
+    int cases = 0, bad = 0;
+    long compared = 0;
+    while (fgets(line, sizeof line, f))
+        if (line[0] != '#') bad += rampup_case(f, line, &compared), cases++;
+    fclose(f);
+    CHECK(bad == 0, "%d mismatches", bad);
+    CHECK(cases == 10 && compared > 100, "%d cases, %ld steps", cases, compared);
+    printf("  %d cases, %ld steps compared with Megatron's\n", cases, compared);
+    /* without a ramp-up the sample count is the step count times the batch */
+    LtConfig c;
+    lt_config_defaults(&c);
+    char err[256];
+    REQUIRE(lt_config_validate(&c, 1, err, sizeof err) == 0, "%s", err);
+    const long G = c.train.global_batch_size;
+    for (long s = 0; s < c.train.steps + 3; s++)
+        CHECK(test_relerr(lt_lr_at_samples(&c, (uint64_t)(s * G), G), lt_lr_at(&c, s), 1e-30) <
+                  1e-14 && lt_rampup_consumed(&c.train.rampup, s) == (uint64_t)(s * G),
+              "step %ld", s);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/lt_test_config_XXXXXX");
     if (!mkdtemp(g_dir)) {
@@ -963,6 +1085,7 @@ int main(void) {
     RUN(test_attention_keys);
     RUN(test_schedule_keys);
     RUN(test_print_roundtrip);
+    RUN(test_rampup_megatron);
 
     char path[256];
     snprintf(path, sizeof path, "%s/cfg.yaml", g_dir);

@@ -542,6 +542,57 @@ static bool step_ok(const LtLoader *l, const LtLoaderConfig *c, long step, const
     return true;
 }
 
+/* With a ramp-up ("2 2 10" to a batch of 8) step k reads positions c_k ..
+ * c_k + B_k - 1 (c_k the samples before it, B_k its batch, rampup.h) in
+ * order, including in the prefetched steps and after a jump back; each of
+ * two data-parallel slices reads its half; slices that do not scale to whole
+ * samples are refused. */
+static void test_loader_rampup(void) {
+    const char *p = tmp_path("iota_ramp.ltok");
+    make_iota_shard(p, 5000, 100000, 300);
+    LtTokenFile *f = lt_tokens_open(p, 100000, g_err, sizeof g_err);
+    REQUIRE(f, "open: %s", g_err);
+    LtRampup u;
+    REQUIRE(lt_rampup_parse("2 2 10", 8, &u, g_err, sizeof g_err) == 0, "%s", g_err);
+    LtLoaderConfig cw = loader_cfg(16, 8, 0, 8, true, 7, 3), ch[2];
+    cw.ramp = u;
+    LtLoader *lw = lt_loader_create(f, &cw, g_err, sizeof g_err), *lh[2];
+    REQUIRE(lw, "create: %s", g_err);
+    for (int d = 0; d < 2; d++) {
+        ch[d] = loader_cfg(16, 8, 4 * d, 4, true, 7, 2);
+        ch[d].ramp = u;
+        lh[d] = lt_loader_create(f, &ch[d], g_err, sizeof g_err);
+        REQUIRE(lh[d], "create half %d: %s", d, g_err);
+    }
+    int32_t whole[8 * 17], half[4 * 17];
+    const long order[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 2, 3, 11};
+    for (size_t s = 0; s < sizeof order / sizeof order[0]; s++) {
+        const long k = order[s];
+        const uint64_t c = lt_rampup_consumed(&u, k);
+        const int B = (int)lt_rampup_batch(&u, c);
+        CHECK(lt_loader_get(lw, k, whole, g_err, sizeof g_err) == 0, "get %ld: %s", k, g_err);
+        for (int i = 0; i < B; i++)
+            CHECK(whole[i * 17] == (int32_t)(lt_loader_sample_id(lw, c + (uint64_t)i) * 16),
+                  "step %ld (batch %d after %llu samples) row %d", k, B, (unsigned long long)c, i);
+        for (int d = 0; d < 2; d++) {
+            CHECK(lt_loader_get(lh[d], k, half, g_err, sizeof g_err) == 0, "half %d: %s", d, g_err);
+            CHECK(memcmp(half, whole + (size_t)d * (size_t)(B / 2) * 17,
+                         sizeof(int32_t) * (size_t)(B / 2) * 17) == 0,
+                  "step %ld: half %d is not its part of the batch", k, d);
+        }
+    }
+    CHECK(lt_rampup_consumed(&u, 3) == 8 && lt_rampup_batch(&u, 8) == 6, "ramp: %llu, %ld",
+          (unsigned long long)lt_rampup_consumed(&u, 3), lt_rampup_batch(&u, 8));
+    for (int d = 0; d < 2; d++) lt_loader_destroy(lh[d]);
+    lt_loader_destroy(lw);
+    LtLoaderConfig odd = loader_cfg(16, 8, 0, 2, false, 0, 1); /* 2 of 8: 1/2 of a batch of 2 */
+    odd.ramp = u;
+    odd.ramp.start = odd.ramp.increment = 1;
+    CHECK(!lt_loader_create(f, &odd, g_err, sizeof g_err) && strstr(g_err, "ramp-up"),
+          "a slice of half a sample accepted: %s", g_err);
+    lt_tokens_close(f);
+}
+
 static void test_loader_order(void) {
     const char *p = tmp_path("iota.ltok");
     make_iota_shard(p, 5000, 100000, 300);
@@ -966,6 +1017,7 @@ int main(void) {
     RUN(test_megatron);
     RUN(test_megatron_corruption);
     RUN(test_loader_order);
+    RUN(test_loader_rampup);
     RUN(test_loader_shuffle);
     RUN(test_loader_prefetch_vs_sync);
     RUN(test_loader_errors);

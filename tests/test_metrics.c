@@ -33,9 +33,9 @@ static void test_nonfinite_is_null(void) {
     LtMetricsFile m;
     unlink(g_path);
     lt_metrics_open(&m, g_path);
-    lt_metrics_train(&m, 3, NAN, 1e-4, INFINITY, 100.0, -INFINITY, 0.5, 12.0, NULL);
+    lt_metrics_train(&m, 3, 8, 24, NAN, 1e-4, INFINITY, 100.0, -INFINITY, 0.5, 12.0, NULL);
     lt_metrics_eval(&m, 3, NAN, 8);
-    lt_metrics_train(&m, 4, 2.5, 1e-4, 0.75, 100.0, 1.0, 0.5, 12.0, &times);
+    lt_metrics_train(&m, 4, 8, 32, 2.5, 1e-4, 0.75, 100.0, 1.0, 0.5, 12.0, &times);
     lt_metrics_close(&m);
     char err[256];
     CHECK(lt_metrics_status(&m, err, sizeof err) == 0, "status: %s", err);
@@ -43,7 +43,7 @@ static void test_nonfinite_is_null(void) {
     REQUIRE(s, "read back");
     CHECK(!strstr(s, "nan") && !strstr(s, "inf"), "non-finite text in: %s", s);
     CHECK(strstr(s, "{\"step\": 3, \"loss\": null, \"lr\": 0.0001, \"grad_norm\": null, "
-                    "\"tokens_per_sec\": 100, \"tflops_per_device\": null, \"mfu\": 0.5, "
+                    "\"global_batch\": 8, \"samples\": 24, \"tokens_per_sec\": 100, \"tflops_per_device\": null, \"mfu\": 0.5, "
                     "\"step_ms\": 12}\n"),
           "step 3 line: %s", s);
     CHECK(strstr(s, "{\"eval\": true, \"step\": 3, \"val_loss\": null, \"val_log_ppl\": null, "
@@ -64,8 +64,8 @@ static void test_write_error_kept(void) {
     }
     LtMetricsFile m;
     lt_metrics_open(&m, "/dev/full");
-    lt_metrics_train(&m, 1, 2.0, 1e-4, 1.0, 1.0, 1.0, 0.1, 1.0, NULL);
-    lt_metrics_train(&m, 2, 2.0, 1e-4, 1.0, 1.0, 1.0, 0.1, 1.0, NULL);
+    lt_metrics_train(&m, 1, 8, 8, 2.0, 1e-4, 1.0, 1.0, 1.0, 0.1, 1.0, NULL);
+    lt_metrics_train(&m, 2, 8, 16, 2.0, 1e-4, 1.0, 1.0, 1.0, 0.1, 1.0, NULL);
     lt_metrics_close(&m);
     char err[256] = "";
     CHECK(lt_metrics_status(&m, err, sizeof err) == -1, "a failed write must be reported");
@@ -82,7 +82,7 @@ static void test_short_write_cut_back(void) {
     LtMetricsFile m;
     unlink(g_path);
     lt_metrics_open(&m, g_path);
-    lt_metrics_train(&m, 1, 2.0, 1e-4, 1.0, 1.0, 1.0, 0.1, 1.0, &times);
+    lt_metrics_train(&m, 1, 8, 10, 2.0, 1e-4, 1.0, 1.0, 1.0, 0.1, 1.0, &times);
     fseek(m.f, 0, SEEK_END);
     const long one = ftell(m.f);
     REQUIRE(one > 100, "first line: %ld bytes", one);
@@ -93,7 +93,7 @@ static void test_short_write_cut_back(void) {
     void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
     REQUIRE(setrlimit(RLIMIT_FSIZE, &lim) == 0, "setrlimit");
     for (long step = 2; step <= 4; step++)
-        lt_metrics_train(&m, step, 2.0, 1e-4, 1.0, 1.0, 1.0, 0.1, 1.0, &times);
+        lt_metrics_train(&m, step, 8, (uint64_t)step * 8, 2.0, 1e-4, 1.0, 1.0, 1.0, 0.1, 1.0, &times);
     lt_metrics_close(&m);
     setrlimit(RLIMIT_FSIZE, &old);
     signal(SIGXFSZ, prev);

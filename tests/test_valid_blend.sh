@@ -4,7 +4,7 @@
 # in BlendedDataset order, each dataset's in file order, so its loss is the
 # combination of evaluations of the single files over the counts that
 # Megatron's own order gives (tests/data/megatron_blend.txt, built from
-# Megatron's helpers.cpp), weighted by their unmasked targets: "1 A" is A, a
+# Megatron's helpers.cpp), weighted by their unmasked positions: "1 A" is A, a
 # 50/50 blend the mean, a blend of a lattice shard, an llm.c file and a
 # Megatron pair the weighted mean, also as a YAML list and under DP 2;
 # eval.iters stops where a dataset runs out; training with a valid blend is
@@ -102,9 +102,9 @@ T, S = sys.argv[1], 32
 counts = list(map(int, sys.argv[2].split()))
 losses = list(map(float, sys.argv[3].split()))
 got = float(sys.argv[4])
-def unmasked(path, k):   # targets that are not the EOD token in samples 0 .. k-1
+def unmasked(path, k):   # targets not predicted from an EOD input in samples 0 .. k-1
     ids = list(map(int, open(path).read().split()))
-    return sum(1 for i in range(k) for t in ids[i * S + 1:i * S + S + 1] if t != 10)
+    return sum(1 for i in range(k) for t in ids[i * S:i * S + S] if t != 10)
 n = [unmasked(T + p, k) for p, k in zip(("/text.ids", "/ids.7", "/doc.ids"), counts)]
 want = sum(l * c for l, c in zip(losses, n)) / sum(n)
 print(f"counts {counts}, unmasked targets {n}: blend {got:.9g}, combination {want:.9g}")

@@ -152,7 +152,7 @@ void lt_run_save_checkpoint(LtRun *r, long step) {
     w->meta = (LtCkptMeta){
         .step = step,
         .optimizer_steps = r->opt ? r->opt->step : step,
-        .samples_consumed = (uint64_t)step * (uint64_t)c->train.global_batch_size,
+        .samples_consumed = lt_rampup_consumed(&c->train.rampup, step),
         .seed = c->train.seed,
         .data_seed = c->train.seed,
         .rng_state = c->train.seed,

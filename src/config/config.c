@@ -114,6 +114,7 @@ const KeyDesc lt_cfg_keys[] = {
     K_INT(train, micro_batch_size, 1, INT_MAX),
     K_INT(train, global_batch_size, 1, INT_MAX),
     K_LONG(train, steps, 0),
+    K_STR(train, rampup_batch_size),
     K_ENUM(train, precision, PRECISION_NAMES),
     K_U64(train, seed),
     K_ENUM(train, recompute, RECOMPUTE_NAMES),

@@ -74,6 +74,9 @@ static int derive_fields(LtConfig *t, char *err, size_t errlen) {
         t->model.ffn_hidden_size = (int)(4 * hidden);
     }
     if (t->optimizer.decay_steps == 0) t->optimizer.decay_steps = t->train.steps;
+    if (lt_rampup_parse(t->train.rampup_batch_size, t->train.global_batch_size, &t->train.rampup,
+                        err, errlen))
+        return -1;
     if (t->model.num_query_groups == 0) t->model.num_query_groups = t->model.num_attention_heads;
     return 0;
 }
@@ -259,6 +262,35 @@ static int rule_interleave_micro_batches(const Rules *r, char *err, size_t errle
                        "try train.global_batch_size=%lld",
                        r->vpp, r->global, r->micro, r->dp, M, r->pp,
                        round_up(r->global, r->micro * r->dp * r->pp));
+}
+
+/* Every batch of the ramp-up, START + k INCREMENT, divisible by micro x dp
+ * (Megatron's check of each step's batch), and with the interleaved schedule
+ * its micro batches a multiple of pp: both hold for every k exactly when
+ * they hold for START and INCREMENT. */
+static int rule_rampup_divisible(const Rules *r, char *err, size_t errlen) {
+    const LtRampup *u = &r->c->train.rampup;
+    const long long unit = r->micro * r->dp * (r->vpp > 1 ? r->pp : 1);
+    if (!u->start || (u->start % unit == 0 && u->increment % unit == 0)) return 0;
+    char why[160] = "";
+    if (r->vpp > 1)
+        snprintf(why, sizeof why, " x parallel.pipeline_model_parallel_size (%lld: the "
+                 "interleaved schedule needs whole rounds of micro batches)", r->pp);
+    return lt_cfg_fail(err, errlen,
+                       "train.rampup_batch_size '%s': START (%ld) and INCREMENT (%ld) must be "
+                       "multiples of train.micro_batch_size (%lld) x data-parallel size (%lld)%s "
+                       "= %lld, so that every step's global batch splits into whole micro "
+                       "batches on every data-parallel rank",
+                       r->c->train.rampup_batch_size, u->start, u->increment, r->micro, r->dp,
+                       why, unit);
+}
+
+static int rule_rampup_without_graph(const Rules *r, char *err, size_t errlen) {
+    if (!r->c->train.rampup.start || !r->c->train.cuda_graph) return 0;
+    return lt_cfg_fail(err, errlen,
+                       "train.cuda_graph replays one step's micro batches, but "
+                       "train.rampup_batch_size changes their number from step to step: use one "
+                       "or the other");
 }
 
 /* The layer split and the pipeline schedule (src/pipeline, behind one call). */
@@ -518,6 +550,8 @@ static const struct {
     {"vpp needs pp", rule_vpp_needs_pp},
     {"interleaved micro batches", rule_interleave_micro_batches},
     {"pipeline layout", rule_pipeline_layout},
+    {"rampup divisible", rule_rampup_divisible},
+    {"rampup without cuda graph", rule_rampup_without_graph},
     {"sp needs tp", rule_sp_needs_tp},
     {"sp divides sequence", rule_sp_divides_seq},
     {"tp overlap needs sp", rule_tp_overlap_needs_sp},

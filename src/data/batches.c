@@ -30,7 +30,8 @@ LtLoaderConfig lt_train_loader_config(const LtConfig *cfg, int first, int count)
                          .count = count,
                          .shuffle = cfg->data.shuffle,
                          .seed = cfg->train.seed,
-                         .prefetch = cfg->data.prefetch};
+                         .prefetch = cfg->data.prefetch,
+                         .ramp = cfg->train.rampup};
     return lc;
 }
 
@@ -40,6 +41,10 @@ static void put_u32(unsigned char *p, uint32_t v) {
 
 int lt_cmd_batches(const LtConfig *cfg, const char *out_path) {
     if (!cfg->data.train_path[0]) lt_input_error("data.train_path is not set");
+    if (cfg->train.rampup_batch_size[0])
+        lt_input_error("batches: the file holds train.global_batch_size rows per step; "
+                       "train.rampup_batch_size ('%s') changes them from step to step: leave it "
+                       "out for `lattice batches`", cfg->train.rampup_batch_size);
     if (cfg->train.steps < 1 || cfg->train.steps > UINT32_MAX)
         lt_input_error("batches: train.steps (%ld) must be in [1, %u]", cfg->train.steps,
                        UINT32_MAX);

@@ -131,7 +131,13 @@ void lt_loader_taken(const LtLoader *l, uint64_t pos, uint64_t *taken) {
 static int fill_step(LtLoader *l, long step, int32_t *out, char *err, size_t errlen) {
     uint64_t G = (uint64_t)l->cfg.samples_per_step;
     uint64_t base = (uint64_t)step * G + (uint64_t)l->cfg.first;
-    const int count = l->cfg.count;
+    int count = l->cfg.count;
+    if (l->cfg.ramp.start) { /* the step's batch B: the slice scaled by B / G */
+        const uint64_t c = lt_rampup_consumed(&l->cfg.ramp, step);
+        const uint64_t B = (uint64_t)lt_rampup_batch(&l->cfg.ramp, c);
+        base = c + (uint64_t)l->cfg.first * B / G;
+        count = (int)((uint64_t)count * B / G);
+    }
     char inner[400];
     int rc = 0;
     pthread_mutex_lock(&l->pick_mu);
@@ -187,6 +193,15 @@ static int check_config(const char *path, const LtLoaderConfig *cfg, char *err, 
         return lt_errorf(err, errlen, "loader for '%s': slice (first %d, count %d) is not inside "
                          "the %d samples of a step", path, cfg->first, cfg->count,
                          cfg->samples_per_step);
+    if (cfg->ramp.start && (cfg->ramp.global != cfg->samples_per_step ||
+                            (long)cfg->first * cfg->ramp.start % cfg->samples_per_step ||
+                            (long)cfg->count * cfg->ramp.start % cfg->samples_per_step ||
+                            (long)cfg->first * cfg->ramp.increment % cfg->samples_per_step ||
+                            (long)cfg->count * cfg->ramp.increment % cfg->samples_per_step))
+        return lt_errorf(err, errlen, "loader for '%s': the slice (first %d, count %d of %d) "
+                         "does not scale to whole samples with the ramp-up from %ld by %ld",
+                         path, cfg->first, cfg->count, cfg->samples_per_step, cfg->ramp.start,
+                         cfg->ramp.increment);
     if (cfg->prefetch < 1 || cfg->prefetch > MAX_PREFETCH)
         return lt_errorf(err, errlen, "loader for '%s': prefetch %d is outside [1, %d]", path,
                          cfg->prefetch, MAX_PREFETCH);

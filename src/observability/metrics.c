@@ -158,15 +158,17 @@ static void write_line(LtMetricsFile *m, Line *l) {
     }
 }
 
-void lt_metrics_train(LtMetricsFile *m, long step, double loss, double lr, double grad_norm,
-                      double tokens_per_sec, double tflops, double mfu, double step_ms,
-                      const LtStepTimes *t) {
+void lt_metrics_train(LtMetricsFile *m, long step, long global_batch, uint64_t samples,
+                      double loss, double lr, double grad_norm, double tokens_per_sec,
+                      double tflops, double mfu, double step_ms, const LtStepTimes *t) {
     if (!m->f) return;
     Line l = {.n = 0};
     put(&l, "{\"step\": %ld", step);
     put_num(&l, "loss", loss, "%.9g");
     put_num(&l, "lr", lr, "%.9g");
     put_num(&l, "grad_norm", grad_norm, "%.9g");
+    put(&l, ", \"global_batch\": %ld, \"samples\": %llu", global_batch,
+        (unsigned long long)samples);
     put_num(&l, "tokens_per_sec", tokens_per_sec, "%.6g");
     put_num(&l, "tflops_per_device", tflops, "%.6g");
     put_num(&l, "mfu", mfu, "%.6g");

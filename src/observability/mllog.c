@@ -123,7 +123,11 @@ static void hyperparameters(const LtConfig *c, int accumulation, long init_step,
     num("gradient_accumulation_steps", accumulation);
     num("eval_samples", (double)eval_samples);
     num("train_samples", (double)c->train.steps * c->train.global_batch_size);
-    if (llama) num("max_steps", c->train.steps);
+    if (llama) /* with a ramp-up the run's optimizer steps (train.steps x G samples) */
+        num("max_steps", c->train.rampup.start
+                             ? (double)lt_rampup_steps(&c->train.rampup, (uint64_t)c->train.steps *
+                                                                            c->train.global_batch_size)
+                             : (double)c->train.steps);
     num("init_checkpoint_step", init_step);
     num("seed", (double)c->train.seed);
     /* optional keys of the training 6.0 rules (common.yaml; earlier rulesets

@@ -491,14 +491,15 @@ void lt_optim_load_state(LtOptimizer *o, const float *master, const float *m, co
     o->step = step;
 }
 
-/* Megatron's WSD coefficient of (lr - min_lr) at update `step` after the
- * warm-up: 1 until the last lr_wsd_decay_steps of decay_steps, then down to 0
- * at decay_steps by lr_wsd_decay_style. */
-static double wsd_coeff(const LtConfig *cfg, long step) {
-    const long span = cfg->optimizer.lr_wsd_decay_steps;
-    const long start = cfg->optimizer.decay_steps - span;
-    if (step <= start) return 1.0;
-    const double ratio = (double)(step - start) / (double)span;
+/* Megatron's WSD coefficient of (lr - min_lr) at num_steps n after the
+ * warm-up (unit: samples per step of the config's counts): 1 until the last
+ * lr_wsd_decay_steps of decay_steps, then down to 0 at decay_steps by
+ * lr_wsd_decay_style. */
+static double wsd_coeff(const LtConfig *cfg, long long n, long long unit) {
+    const long long span = cfg->optimizer.lr_wsd_decay_steps * unit;
+    const long long start = cfg->optimizer.decay_steps * unit - span;
+    if (n <= start) return 1.0;
+    const double ratio = (double)(n - start) / (double)span;
     switch (cfg->optimizer.lr_wsd_decay_style) {
     case LT_WSD_LINEAR: return 1.0 - ratio;
     case LT_WSD_COSINE: return 0.5 * (cos(M_PI * ratio) + 1.0);
@@ -508,23 +509,33 @@ static double wsd_coeff(const LtConfig *cfg, long step) {
     return 2.0 * pow(0.5, ratio) - 1.0;
 }
 
-double lt_lr_at(const LtConfig *cfg, long step) {
+/* The update of a step of b units after n units (unit: the units one step
+ * of the config's counts holds: 1 counting updates, the global batch counting
+ * samples). */
+static double lr_at(const LtConfig *cfg, long long n, long long b, long long unit) {
     const double lr = cfg->optimizer.lr, min_lr = cfg->optimizer.min_lr;
-    const long warm = cfg->optimizer.warmup_steps, decay = cfg->optimizer.decay_steps;
+    const long long warm = cfg->optimizer.warmup_steps * unit;
+    const long long decay = cfg->optimizer.decay_steps * unit;
     const LtLrDecayStyle style = cfg->optimizer.lr_decay_style;
-    if (warm > 0 && step < warm) return lr * (double)(step + 1) / (double)warm;
+    if (warm > 0 && n < warm) return lr * (double)(n + b < warm ? n + b : warm) / (double)warm;
     if (style == LT_LR_CONSTANT) return lr;
     if (style == LT_LR_INVERSE_SQRT) {
-        if (step > decay) return min_lr;
-        const long w = warm > 1 ? warm : 1, n = step > 1 ? step : 1;
-        const double v = lr * sqrt((double)w) / sqrt((double)n);
+        if (n > decay) return min_lr;
+        const long long w = warm > 1 ? warm : 1, m = n > 1 ? n : 1;
+        const double v = lr * sqrt((double)w) / sqrt((double)m);
         return v > min_lr ? v : min_lr;
     }
-    if (step >= decay) return min_lr;
-    const double ratio = (double)(step - warm) / (double)(decay - warm);
+    if (n >= decay) return min_lr;
+    const double ratio = (double)(n - warm) / (double)(decay - warm);
     if (style == LT_LR_COSINE) return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(M_PI * ratio));
-    const double coeff = style == LT_LR_LINEAR ? 1.0 - ratio : wsd_coeff(cfg, step);
+    const double coeff = style == LT_LR_LINEAR ? 1.0 - ratio : wsd_coeff(cfg, n, unit);
     return min_lr + coeff * (lr - min_lr);
+}
+
+double lt_lr_at(const LtConfig *cfg, long step) { return lr_at(cfg, step, 1, 1); }
+
+double lt_lr_at_samples(const LtConfig *cfg, uint64_t consumed, long batch) {
+    return lr_at(cfg, (long long)consumed, batch, cfg->train.global_batch_size);
 }
 
 double lt_clip_coef(double clip, double norm) {

@@ -135,6 +135,26 @@ static LtP2pKind p2p_kind(const LtPipeline *p, int ahead) {
 
 static void msgs_reserve(LtPipeline *p, int n);
 
+/* This rank's training schedule for p->M micro batches (receives posted
+ * ahead with p->post_ahead on MPI); lt_fatal when it is invalid or needs
+ * more activation slots than the model has. */
+static void build_schedule(LtPipeline *p) {
+    char err[256];
+    const size_t cap = lt_schedule_capacity(p->P, p->V, p->M);
+    free(p->acts);
+    free(p->slot_of);
+    p->acts = lt_malloc(sizeof(LtAction) * (cap ? cap : 1));
+    p->nacts = lt_schedule_rank(p->P, p->V, p->M, p->rank, p->acts, cap, err, sizeof err);
+    if (p->nacts < 0) lt_fatal("pipeline schedule: %s", err);
+    if (p->post_ahead && lt_comm_lib(p->pp) == LT_COMM_LIB_MPI)
+        lt_schedule_post_ahead(p->acts, p->nacts);
+    const int need = peak_slots(p->acts, p->nacts, p->rank);
+    if (need > p->m->nslots)
+        lt_fatal("pipeline: the model has %d activation slots, the schedule of %d micro batches "
+                 "needs %d", p->m->nslots, p->M, need);
+    p->slot_of = lt_malloc(sizeof(int) * (size_t)p->V * (size_t)p->M);
+}
+
 LtPipeline *lt_pipeline_create(LtModel *m, const LtComm *pp, int micro_batches) {
     LtPipeline *p = lt_calloc(sizeof *p);
     p->m = m;
@@ -150,18 +170,7 @@ LtPipeline *lt_pipeline_create(LtModel *m, const LtComm *pp, int micro_batches) 
     p->free_slots = lt_malloc(sizeof(int) * (size_t)m->nslots);
     if (m->nslots < p->V)
         lt_fatal("pipeline: the model has %d activation slots for %d chunks", m->nslots, p->V);
-    if (p->M > 0 && p->P > 1) { /* training: this rank's schedule (pp = 1: a plain loop) */
-        char err[256];
-        size_t cap = lt_schedule_capacity(p->P, p->V, p->M);
-        p->acts = lt_malloc(sizeof(LtAction) * cap);
-        p->nacts = lt_schedule_rank(p->P, p->V, p->M, p->rank, p->acts, cap, err, sizeof err);
-        if (p->nacts < 0) lt_fatal("pipeline schedule: %s", err);
-        int need = peak_slots(p->acts, p->nacts, p->rank);
-        if (need > m->nslots)
-            lt_fatal("pipeline: the model has %d activation slots, the schedule needs %d",
-                     m->nslots, need);
-        p->slot_of = lt_malloc(sizeof(int) * (size_t)p->V * (size_t)p->M);
-    }
+    if (p->M > 0 && p->P > 1) build_schedule(p); /* training (pp = 1: a plain loop) */
     p->type = lt_comm_act_type(m->be);
     if (p->P > 1) { /* every message buffer the schedules need, made now */
         const int k = lt_pipeline_messages(p->P, p->V, p->M, p->rank, p2p_kind(p, 0));
@@ -203,6 +212,19 @@ void lt_pipeline_set_p2p_overlap(LtPipeline *p, int on) {
     p->pend_act = lt_calloc(sizeof(LtCommRequest) * (size_t)p->m->nslots);
     p->pend_grad = lt_calloc(sizeof(LtCommRequest) * (size_t)p->m->nslots);
     p->post_ahead = 1;
+}
+
+void lt_pipeline_set_micro_batches(LtPipeline *p, int micro_batches) {
+    if (micro_batches == p->M) return;
+    if (p->M == 0 || micro_batches < 1)
+        lt_fatal("pipeline: %d micro batches for a pipeline made for %d", micro_batches, p->M);
+    p->M = micro_batches;
+    if (p->P == 1) return;
+    build_schedule(p);
+    const int k = lt_pipeline_messages(p->P, p->V, p->M, p->rank, p2p_kind(p, p->post_ahead));
+    if (k < 0) lt_fatal("pipeline: no valid schedule for pp %d, vpp %d, %d micro batches", p->P,
+                        p->V, p->M);
+    msgs_reserve(p, k);
 }
 
 /* With receives posted ahead: the pass about to read slot s waits for what

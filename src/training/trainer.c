@@ -1,8 +1,10 @@
 /* trainer.c - the training loop: `lattice train`.
  *
- * Step k (0-based): the loader hands over global samples k*G .. k*G+G-1;
- * they run as G/mbs micro batches whose gradients accumulate (each scaled by
- * 1/(G*S), so the sum is the gradient of the mean token loss); then gradient
+ * Step k (0-based): the loader hands over global samples k*G .. k*G+G-1
+ * (with train.rampup_batch_size, c_k .. c_k+B_k-1: the step's batch B_k after
+ * the c_k samples of the steps before, rampup.h); they run as B_k/mbs micro
+ * batches whose gradients accumulate (each scaled by 1/(B_k*S), so the sum is
+ * the gradient of the mean token loss); then gradient
  * finalisation (grads.h), grad norm, clip coefficient, LR for update k,
  * AdamW; then the step's report, an evaluation and a save when due, and the
  * ranks' agreement on whether to stop. The engine itself (set-up, summary,
@@ -54,7 +56,12 @@ static void on_signal(int sig) {
 typedef struct {
     LtRun r;
     LtMetricsFile mf;
-    int S, G, local;             /* sequence, global batch, this data-parallel rank's rows */
+    int S, G, local;             /* sequence, global batch, this data-parallel rank's rows
+                                  * (G and local: after the ramp-up, the most) */
+    long total;                  /* optimizer steps of the run (train.steps; with a ramp-up
+                                  * Megatron's count for train.steps x G samples) */
+    uint64_t consumed;           /* samples the steps before t->step consumed */
+    int batch, rows_now;         /* t->step's global batch and this rank's rows of it */
     double flops_step, tokens_step;
     double loss_tokens; /* what the step's loss sum is divided by: its targets that carry
                          * loss, or its number of micro batches (per micro batch means) */
@@ -193,14 +200,53 @@ static void check_resumed_blend(const LtRun *r, long start_step) {
                        old->n == 1 ? "" : "s", now->spec, now->n);
     if (now->n > 1) {
         uint64_t taken[LT_BLEND_MAX];
-        lt_loader_taken(r->loader, (uint64_t)start_step * r->cfg->train.global_batch_size,
-                        taken);
+        lt_loader_taken(r->loader, lt_rampup_consumed(&r->cfg->train.rampup, start_step), taken);
         for (int d = 0; d < now->n; d++)
             lt_log("resume     %s: %llu samples taken so far\n", lt_tokens_path(now->file[d]),
                    (unsigned long long)taken[d]);
     }
     free(old);
     free(saved);
+}
+
+/* A resumed run must take the batches the saving run would have taken: a
+ * ramp-up (in this run or the saving one, read from its config.yaml) must
+ * be the same with the same final batch, and the checkpoint's consumed
+ * samples those of the ramp at its step. A checkpoint of step 0 (lattice
+ * import) trained on nothing and starts any run. */
+static void check_resumed_rampup(const LtRun *r) {
+    const LtConfig *c = r->cfg;
+    const LtRampup *now = &c->train.rampup;
+    char err[1024];
+    LtCkptMeta meta;
+    if (!r->resumed) return;
+    if (lt_ckpt_read_meta(r->resume_dir, &meta, err, sizeof err))
+        lt_input_error("checkpoint.load: %s", err);
+    LtConfig *saved = lt_calloc(sizeof *saved);
+    LtRampup was = {0};
+    const int known = lt_ckpt_load_config(r->resume_dir, saved, err, sizeof err) == 0 &&
+                      lt_rampup_parse(saved->train.rampup_batch_size,
+                                      saved->train.global_batch_size, &was, err, sizeof err) == 0;
+    const int ramped = now->start || (known && was.start);
+    if (meta.step > 0 && known && ramped &&
+        (was.start != now->start || was.increment != now->increment ||
+         was.samples != now->samples || was.global != now->global))
+        lt_input_error("train.rampup_batch_size: the checkpoint in %s was saved by a run with "
+                       "train.rampup_batch_size '%s' and train.global_batch_size %d; this run has "
+                       "'%s' and %d. Every later step's batch (and so the data and the learning "
+                       "rate) follows from them: resume with the saving run's values, or start a "
+                       "new run from the checkpoint's weights", r->resume_dir,
+                       saved->train.rampup_batch_size, saved->train.global_batch_size,
+                       c->train.rampup_batch_size, c->train.global_batch_size);
+    free(saved);
+    const uint64_t want = lt_rampup_consumed(now, meta.step);
+    if (meta.step > 0 && ramped && meta.samples_consumed != want)
+        lt_input_error("train.rampup_batch_size: the checkpoint in %s consumed %llu samples in "
+                       "%ld steps; this run's ramp-up '%s' consumes %llu in as many: it was "
+                       "saved by a run with another batch schedule; resume with that run's "
+                       "train.rampup_batch_size and train.global_batch_size",
+                       r->resume_dir, (unsigned long long)meta.samples_consumed, meta.step,
+                       c->train.rampup_batch_size, (unsigned long long)want);
 }
 
 /* The engine and its data for training: layout checks (collective, first),
@@ -226,9 +272,13 @@ static void open_training(Trainer *t, LtConfig *cfg, const LtWorld *w) {
     t->S = cfg->model.seq_length;
     t->G = cfg->train.global_batch_size;
     t->local = t->G / r->topo.dp;
+    t->total = cfg->train.rampup.start
+                   ? lt_rampup_steps(&cfg->train.rampup, (uint64_t)cfg->train.steps * t->G)
+                   : cfg->train.steps;
     LtLoaderConfig lc = lt_train_loader_config(cfg, r->coords.dp * t->local, t->local);
     r->loader = lt_loader_create_blend(r->train_blend, &lc, err, sizeof err);
     if (!r->loader) lt_input_error("data.train_path: %s", err);
+    check_resumed_rampup(r);
     check_resumed_blend(r, r->start_step);
     check_cuda_graph(r);
     if (cfg->checkpoint.dir[0] && w->rank == 0) { /* before step 1, not at the first save */
@@ -239,6 +289,22 @@ static void open_training(Trainer *t, LtConfig *cfg, const LtWorld *w) {
             lt_log("checkpoint.dir: removed %d entr%s left by a save that was killed\n", stale,
                    stale == 1 ? "y" : "ies");
     }
+}
+
+/* The summary's line for train.rampup_batch_size: the ramp, and the run's
+ * optimizer steps for its train.steps x G samples. */
+static void print_rampup(const Trainer *t) {
+    const LtConfig *c = t->r.cfg;
+    const LtRampup *u = &c->train.rampup;
+    if (!u->start) return;
+    const long ramp_steps = lt_rampup_steps(u, (uint64_t)u->samples);
+    lt_log("rampup     global batch %ld -> %ld by %ld over the first %ld samples (micro batches "
+           "per rank %ld -> %ld); %ld optimizer steps for train.steps x %d = %lld samples "
+           "(Megatron's count; %ld of them ramp)\n",
+           u->start, u->global, u->increment, u->samples,
+           u->start / c->train.micro_batch_size / t->r.topo.dp,
+           u->global / c->train.micro_batch_size / t->r.topo.dp, t->total, t->G,
+           (long long)c->train.steps * t->G, ramp_steps < t->total ? ramp_steps : t->total);
 }
 
 /* From here on a signal stops the run at a step boundary, with a save. Set
@@ -264,7 +330,7 @@ static void alloc_step_state(Trainer *t) {
     t->stats_dev = be->ops->alloc(be, 2 * sizeof(double));
     t->stats = be->ops->host_alloc(be, 2 * sizeof(double));
     lt_model_set_loss_acc(r->model, t->stats_dev);
-    const long nsteps = cfg->train.steps - r->start_step;
+    const long nsteps = t->total - r->start_step;
     t->times = lt_malloc((size_t)(nsteps > 0 ? nsteps : 1) * sizeof(double));
     t->sorted = lt_malloc((size_t)(nsteps > 0 ? nsteps : 1) * sizeof(double));
     t->inject = lt_inject_parse(r->world->rank);
@@ -287,13 +353,14 @@ static void start_training(Trainer *t) {
     LtRun *r = &t->r;
     const LtConfig *cfg = r->cfg;
     t->step = t->done = r->start_step;
+    t->consumed = lt_rampup_consumed(&cfg->train.rampup, t->step);
     lt_mllog_on_run_start(cfg, r->micro_batches, r->start_step, r->eval_samples,
-                          t->step * (long)t->G);
+                          (long)t->consumed);
     t->t_run_start = t->t_next = lt_now();
     lt_step_clock_start(r); /* a GPU's step is timed on the device */
     lt_step_comm_mark(r, t->busy_next); /* with t_next: the start of the interval a step is timed over */
     char err[1024];
-    if (t->step < cfg->train.steps && fetch_step(r, t->step, t->rows, err, sizeof err))
+    if (t->step < t->total && fetch_step(r, t->step, t->rows, err, sizeof err))
         lt_input_error("data.train_path: step %ld: %s", t->step + 1, err);
     t->data_s = lt_now() - t->t_next;
 }
@@ -320,7 +387,8 @@ static int finish_update(Trainer *t, StepResult *s, double phase_s[2], double *s
     const int spike = t->sw.cap && lt_loss_spike(r, &t->sw, t->stats_dev, t->loss_tokens,
                                                  &s->loss, spike_z);
     lt_optim_grad_sumsq(r->opt, r->model->grads, t->stats_dev + 1, t->stats_dev);
-    s->lr = lt_lr_at(cfg, t->step);
+    s->lr = cfg->train.rampup.start ? lt_lr_at_samples(cfg, t->consumed, t->batch)
+                                    : lt_lr_at(cfg, t->step);
     lt_optim_step(r->opt, r->model->params, r->model->grads, s->lr, 1.0,
                   lt_optim_clip_coef(r->opt, t->stats_dev + 1, cfg->optimizer.clip_grad));
     lt_grads_sync_tied(r->grads);
@@ -364,9 +432,9 @@ static void note_skip(Trainer *t, const StepResult *s, int spike, double spike_z
  * micro batch without such targets adds nothing. */
 static double set_micro_batch_means(Trainer *t) {
     const LtConfig *c = t->r.cfg;
-    const int mbs = c->train.micro_batch_size, nmb = t->local / mbs;
+    const int mbs = c->train.micro_batch_size, nmb = t->rows_now / mbs;
     const int32_t eod = c->data.eod_mask_loss ? c->data.eod_token : -1;
-    const double M = (double)t->G / mbs;
+    const double M = (double)t->batch / mbs;
     for (int j = 0; j < nmb; j++) {
         const long n = lt_count_unmasked(t->in + (size_t)j * mbs * t->S, (size_t)mbs * t->S, eod);
         t->mb_weight[j] = n ? (float)(1.0 / (double)n) : 0.0f;
@@ -384,9 +452,21 @@ static double set_micro_batch_means(Trainer *t) {
 static double count_loss_tokens(const Trainer *t) {
     const LtConfig *c = t->r.cfg;
     if (!c->data.eod_mask_loss) return t->tokens_step;
-    double n = (double)lt_count_unmasked(t->in, (size_t)t->local * t->S, c->data.eod_token);
+    double n = (double)lt_count_unmasked(t->in, (size_t)t->rows_now * t->S, c->data.eod_token);
     lt_comm_all_reduce(lt_comm_host(t->r.dp), &n, 1, LT_COMM_F64, LT_COMM_SUM);
     return n > 0 ? n : 1;
+}
+
+/* Step t->step's global batch (with a ramp-up, at the samples consumed before
+ * it), this rank's rows of it, the pipeline's micro batches, and the step's
+ * tokens and FLOPs. */
+static void set_step_batch(Trainer *t) {
+    LtRun *r = &t->r;
+    t->batch = (int)lt_rampup_batch(&r->cfg->train.rampup, t->consumed);
+    t->rows_now = t->batch / r->topo.dp;
+    lt_pipeline_set_micro_batches(r->pipe, t->rows_now / r->cfg->train.micro_batch_size);
+    t->flops_step = lt_model_flops_per_sample(&r->model->d, 0) * t->batch;
+    t->tokens_step = (double)t->batch * t->S;
 }
 
 /* Step t->step: its samples (fetched before) through forward and backward,
@@ -397,8 +477,9 @@ static void train_step(Trainer *t, StepResult *s) {
     LtRun *r = &t->r;
     LtBackend *be = r->be;
     const unsigned long waits0 = be->host_waits;
+    set_step_batch(t);
     lt_devclock_set_active(1);
-    lt_split_rows(t->rows, t->local, t->S, t->in, t->tgt); /* micro batch j: rows j*mbs .. */
+    lt_split_rows(t->rows, t->rows_now, t->S, t->in, t->tgt); /* micro batch j: rows j*mbs .. */
     t->loss_tokens = t->mb_scale ? set_micro_batch_means(t) : count_loss_tokens(t);
     run_step_body(r, &t->graph, t->step == r->start_step, t->in, t->tgt, t->stats_dev,
                   (float)(1.0 / t->loss_tokens));
@@ -436,15 +517,16 @@ static void report_step(Trainer *t, const StepResult *s) {
     const long step = t->step + 1;
     const double tflops = t->flops_step / s->dt / 1e12 / r->world->world;
     const double mfu = r->peak_tflops > 0 ? tflops / r->peak_tflops : 0.0;
-    lt_metrics_train(&t->mf, step, s->loss, s->lr, s->norm, t->tokens_step / s->dt, tflops, mfu,
-                     s->dt * 1e3, &s->st);
-    if (step % cfg->logging.log_interval != 0 && step != cfg->train.steps) return;
-    char progress[64];
-    lt_step_progress(lt_now() - t->t_run_start, t->sorted, t->ntimes, cfg->train.steps - step,
+    lt_metrics_train(&t->mf, step, t->batch, t->consumed + (uint64_t)t->batch, s->loss, s->lr,
+                     s->norm, t->tokens_step / s->dt, tflops, mfu, s->dt * 1e3, &s->st);
+    if (step % cfg->logging.log_interval != 0 && step != t->total) return;
+    char progress[64], batch[32] = "";
+    lt_step_progress(lt_now() - t->t_run_start, t->sorted, t->ntimes, t->total - step,
                      progress, sizeof progress);
-    lt_log("step %6ld/%ld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | %.3f TFLOP/s | "
+    if (cfg->train.rampup.start) snprintf(batch, sizeof batch, "batch %d | ", t->batch);
+    lt_log("step %6ld/%ld | %sloss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | %.3f TFLOP/s | "
            "MFU %.1f%% | %.1f ms | mem %.1f MiB | %s\n",
-           step, cfg->train.steps, s->loss, s->lr, s->norm, t->tokens_step / s->dt, tflops,
+           step, t->total, batch, s->loss, s->lr, s->norm, t->tokens_step / s->dt, tflops,
            100.0 * mfu, s->dt * 1e3, lt_mib(lt_run_engine_bytes(r)), progress);
     const LtStepTimes *st = &s->st;
     lt_log("time       forward %.1f | backward %.1f | grads %.1f | optimizer %.1f | data "
@@ -462,7 +544,7 @@ static void report_step(Trainer *t, const StepResult *s) {
  * eval.start_samples on); never without validation data. */
 static int eval_due(const Trainer *t) {
     const LtConfig *c = t->r.cfg;
-    const long done = (t->step + 1) * (long)t->G, before = t->step * (long)t->G;
+    const long before = (long)t->consumed, done = before + t->batch;
     const long every = c->eval.interval_samples;
     return t->r.valid && ((c->eval.interval > 0 && (t->step + 1) % c->eval.interval == 0) ||
                           (every > 0 && done / every > before / every &&
@@ -475,7 +557,7 @@ static int eval_due(const Trainer *t) {
 static int eval_if_due(Trainer *t) {
     if (!eval_due(t)) return 0;
     const LtConfig *c = t->r.cfg;
-    const long step = t->step + 1, done = step * (long)t->G; /* samples trained */
+    const long step = t->step + 1, done = (long)t->consumed + t->batch; /* samples trained */
     long ns;
     const double vl = lt_evaluate(&t->r, &ns);
     lt_log("eval step %ld | val loss %.4f | val log ppl %.4f | val ppl %.2f | %ld samples | "
@@ -483,7 +565,7 @@ static int eval_if_due(Trainer *t) {
            step, vl, vl, exp(vl), ns, done);
     lt_metrics_eval(&t->mf, step, vl, ns);
     t->target_reached = c->eval.target_log_ppl > 0 && vl <= c->eval.target_log_ppl;
-    lt_mllog_on_eval(done, vl, !t->target_reached && step < c->train.steps);
+    lt_mllog_on_eval(done, vl, !t->target_reached && step < t->total);
     if (t->target_reached)
         lt_log("target reached: val log ppl %.4f <= eval.target_log_ppl %g at step %ld after "
                "%ld samples; time to train %.1f s (run start to this evaluation; "
@@ -501,7 +583,7 @@ static void save_if_due(Trainer *t) {
     const long step = t->step + 1;
     lt_run_ckpt_poll(&t->r);
     if (c->checkpoint.dir[0] && c->checkpoint.save_interval > 0 &&
-        step % c->checkpoint.save_interval == 0 && step < c->train.steps)
+        step % c->checkpoint.save_interval == 0 && step < t->total)
         save_checkpoint(&t->r, step);
 }
 
@@ -530,7 +612,7 @@ static int agree_to_stop(Trainer *t) {
     t->t_next = lt_now();
     lt_step_comm_mark(r, t->busy_next);
     int32_t stop[2] = {(int32_t)g_stop_signal, 0}; /* signal, bad data */
-    if (step < r->cfg->train.steps &&
+    if (step < t->total &&
         fetch_step(r, step, t->rows, t->data_err, sizeof t->data_err))
         stop[1] = 1;
     t->data_s = lt_now() - t->t_next;
@@ -670,11 +752,12 @@ int lt_cmd_train(LtConfig *cfg, const LtWorld *w) {
     open_training(&t, cfg, w);
     catch_stop_signals();
     lt_run_print_summary(&t.r);
+    print_rampup(&t);
     lt_mllog_print_summary();
     lt_metrics_open(&t.mf, w->rank == 0 ? cfg->logging.metrics_file : NULL);
     alloc_step_state(&t);
     start_training(&t);
-    for (; t.step < cfg->train.steps; t.step++) {
+    for (; t.step < t.total; t.step++, t.consumed += (uint64_t)t.batch) {
         StepResult s;
         lt_watchdog_set_step(t.step + 1);
         LT_TRACE_BEGIN("step", "\"step\": %ld", t.step + 1);
