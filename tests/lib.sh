@@ -60,3 +60,71 @@ print("max relative loss difference", worst)
 sys.exit(0 if worst <= 1e-5 else 1)
 PY
 }
+
+# close_val_losses A.jsonl B.jsonl N: both metrics files hold N evaluations
+# and B's validation losses are within 1e-5 (relative) of A's
+close_val_losses() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+ev = [[r["val_loss"] for r in map(json.loads, open(p)) if r.get("eval")] for p in sys.argv[1:3]]
+print("validation losses", ev)
+n = int(sys.argv[3])
+sys.exit(0 if len(ev[0]) == n and len(ev[1]) == n and
+         all(abs(a - b) <= 1e-5 * a for a, b in zip(*ev)) else 1)
+PY
+}
+
+# megatron_pair IDS OUT: the second half of the token ids in IDS as a
+# Megatron pair OUT.bin/OUT.idx, one document a line (each ending with 10,
+# the last maybe without); its ids in OUT.ids, its documents' lengths in
+# OUT.sizes
+megatron_pair() {
+  python3 - "$1" "$2" <<'PY'
+import struct, sys
+ids = list(map(int, open(sys.argv[1]).read().split()))
+ids = ids[len(ids) // 2:]
+seqs, cur = [], []
+for t in ids:
+    cur.append(t)
+    if t == 10:
+        seqs.append(cur); cur = []
+if cur: seqs.append(cur)
+sizes = [len(s) for s in seqs]
+idx = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, len(sizes), len(sizes) + 1)
+idx += struct.pack(f"<{len(sizes)}i", *sizes)
+ptrs, p = [], 0
+for n in sizes:
+    ptrs.append(p); p += 2 * n
+idx += struct.pack(f"<{len(sizes)}q", *ptrs) + struct.pack(f"<{len(sizes) + 1}q", *range(len(sizes) + 1))
+open(sys.argv[2] + ".idx", "wb").write(idx)
+open(sys.argv[2] + ".bin", "wb").write(struct.pack(f"<{len(ids)}H", *ids))
+open(sys.argv[2] + ".ids", "w").write(" ".join(map(str, ids)))
+open(sys.argv[2] + ".sizes", "w").write(" ".join(map(str, sizes)))
+PY
+}
+
+# megatron_counts WEIGHTS N: samples per dataset among the first N of
+# Megatron's BlendedDataset order for WEIGHTS ("0.3,0.5,0.2", a case of
+# tests/data/megatron_blend.txt)
+megatron_counts() {
+  python3 - "$1" "$2" <<'PY'
+import sys
+for line in open("tests/data/megatron_blend.txt"):
+    if line.startswith("#"): continue
+    w, n, seq = line.strip().split("|")
+    if w == sys.argv[1]:
+        seq = seq[:int(sys.argv[2])]
+        print(" ".join(str(seq.count("0123456789"[d])) for d in range(len(w.split(",")))))
+PY
+}
+
+# eval_loss NAME SAMPLES [overrides...]: `lattice eval` of $CFG over SAMPLES
+# validation samples; prints its val_loss (nothing when it failed); its log
+# in $T/NAME.log
+eval_loss() {
+  local name=$1 n=$2; shift 2
+  "$LT" eval $CFG eval.samples=$n "$@" logging.metrics_file=$T/$name.jsonl >"$T/$name.log" 2>&1 \
+    </dev/null
+  python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).read().split(chr(10))[0])['val_loss'])" \
+    "$T/$name.eval.jsonl" 2>/dev/null
+}

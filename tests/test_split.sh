@@ -4,7 +4,8 @@
 # are whole documents, disjoint, and together the whole file, in the counts
 # Python's round gives (Megatron's); training reads only the train part;
 # `lattice eval` scores the validation or the test part exactly as a file
-# holding just those tokens; bad splits are refused.
+# holding just those tokens; bad splits are refused. (A blend split:
+# tests/test_blend_split.sh.)
 set -u
 BUILD=$1
 . "$(dirname "$0")/lib.sh" split
@@ -78,7 +79,10 @@ bad split_beside_valid_path "data.valid_path ('.*') must be empty" data.valid_pa
   "${SPLIT[@]}"
 bad split_bad_text "more than three parts" data.valid_path= data.split=1,2,3,4 data.eod_token=10
 bad split_no_train "leaves no training documents" data.valid_path= data.split=0,1 data.eod_token=10
-bad split_of_a_blend "a blend of 2 datasets is not split" data.valid_path= "${SPLIT[@]}" \
-  "data.train_path=0.5 $T/text.ltok 0.5 $T/text.ltok"
+# a file of 3 documents: 90,8,2 gives its validation part none (not the whole file)
+python3 -c "print(' '.join((['65'] * 99 + ['10']) * 3))" >"$T/few.ids"
+"$LT" shard --vocab-size 256 --input "$T/few.ids" "$T/few.ltok" >/dev/null
+bad split_no_valid_documents "leaves no validation documents in '.*few.ltok'" data.valid_path= \
+  "${SPLIT[@]}" data.train_path=$T/few.ltok
 
 exit $((failures > 0))

@@ -23,27 +23,7 @@ random_shard "$T/rand.ltok" 8000 7
 "$LT" shard --vocab-size 256 --format llmc --input "$T/ids.7" "$T/rand.bin" >/dev/null
 random_shard "$T/small.ltok" 331 8
 random_shard "$T/crumb.ltok" 20 9
-python3 - "$T/text.ids" "$T/doc" <<'PY'
-import struct, sys
-ids = list(map(int, open(sys.argv[1]).read().split()))
-ids = ids[len(ids) // 2:]
-seqs, cur = [], []
-for t in ids:
-    cur.append(t)
-    if t == 10:
-        seqs.append(cur); cur = []
-if cur: seqs.append(cur)
-sizes = [len(s) for s in seqs]
-idx = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, len(sizes), len(sizes) + 1)
-idx += struct.pack(f"<{len(sizes)}i", *sizes)
-ptrs, p = [], 0
-for n in sizes:
-    ptrs.append(p); p += 2 * n
-idx += struct.pack(f"<{len(sizes)}q", *ptrs) + struct.pack(f"<{len(sizes) + 1}q", *range(len(sizes) + 1))
-open(sys.argv[2] + ".idx", "wb").write(idx)
-open(sys.argv[2] + ".bin", "wb").write(struct.pack(f"<{len(ids)}H", *ids))
-open(sys.argv[2] + ".ids", "w").write(" ".join(map(str, ids)))
-PY
+megatron_pair "$T/text.ids" "$T/doc"
 CFG=configs/tiny.yaml
 # a model that tells text from random ids, so the datasets' losses differ
 "$LT" train $CFG train.steps=6 data.train_path=$T/text.ltok data.valid_path= checkpoint.dir=$T/ck \
@@ -54,22 +34,7 @@ EOD=(data.eod_token=10 data.eod_mask_loss=true)
 # samples; prints its val_loss (nothing when it failed)
 ev() {
   local name=$1 valid=$2 n=$3; shift 3
-  "$LT" eval $CFG checkpoint.load=$T/ck "data.valid_path=$valid" eval.samples=$n "$@" \
-    logging.metrics_file=$T/$name.jsonl >"$T/$name.log" 2>&1 </dev/null
-  python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).read().split(chr(10))[0])['val_loss'])" \
-    "$T/$name.eval.jsonl" 2>/dev/null
-}
-# megatron_counts WEIGHTS N: samples per dataset of Megatron's order's first N
-megatron_counts() {
-  python3 - "$1" "$2" <<'PY'
-import sys
-for line in open("tests/data/megatron_blend.txt"):
-    if line.startswith("#"): continue
-    w, n, seq = line.strip().split("|")
-    if w == sys.argv[1]:
-        seq = seq[:int(sys.argv[2])]
-        print(" ".join(str(seq.count("0123456789"[d])) for d in range(len(w.split(",")))))
-PY
+  eval_loss "$name" "$n" checkpoint.load=$T/ck "data.valid_path=$valid" "$@"
 }
 
 # ---- one dataset, and the 50/50 blend ------------------------------------------
@@ -157,13 +122,7 @@ COMMON=(train.steps=4 optimizer.decay_steps=4 logging.log_interval=1 eval.interv
 $MPI -np 8 "$LT" train $CFG "${COMMON[@]}" parallel.tensor_model_parallel_size=2 \
   parallel.pipeline_model_parallel_size=2 logging.metrics_file=$T/p8.jsonl >"$T/p8.log" 2>&1 </dev/null
 if [ -s "$T/p8.jsonl" ] && close_losses "$T/p1.jsonl" "$T/p8.jsonl" 1-4 &&
-   python3 - "$T/p1.jsonl" "$T/p8.jsonl" <<'PY'
-import json, sys
-ev = [[r["val_loss"] for r in map(json.loads, open(p)) if r.get("eval")] for p in sys.argv[1:]]
-print("validation losses", ev)
-sys.exit(0 if len(ev[0]) == 2 and len(ev[1]) == 2 and
-         all(abs(a - b) <= 1e-5 * a for a, b in zip(*ev)) else 1)
-PY
+   close_val_losses "$T/p1.jsonl" "$T/p8.jsonl" 2
 then pass valid_blend_tp2_pp2_dp2_matches_one_process
 else fail valid_blend_tp2_pp2_dp2_matches_one_process "$(grep -i error "$T/p8.log" | head -2)"; fi
 "$LT" train $CFG train.steps=2 eval.iters=2 data.train_path=$T/text.ltok "data.valid_path=$W" \

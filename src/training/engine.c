@@ -89,7 +89,8 @@ static void log_train_data(const LtRun *r) {
         snprintf(note[d], sizeof note[d], "%.3g epochs in this run",
                  ns ? run_samples * b->weight[d] / (double)ns : 0.0);
     }
-    log_datasets("train", b, c->model.seq_length, "", note);
+    log_datasets("train", b, c->model.seq_length,
+                 c->data.split[0] ? ", each its data.split train part" : "", note);
 }
 
 /* The summary's validation data: each dataset with its share, size and how
@@ -98,10 +99,14 @@ static void log_valid_data(const LtRun *r) {
     const LtBlend *b = r->valid_blend;
     uint64_t taken[LT_BLEND_MAX];
     lt_blend_order_taken(r->valid_order, (uint64_t)r->eval_samples, taken);
-    char note[LT_BLEND_MAX][48], extra[64];
+    char note[LT_BLEND_MAX][48], extra[96];
     for (int d = 0; d < b->n; d++)
         snprintf(note[d], sizeof note[d], "%llu per evaluation", (unsigned long long)taken[d]);
-    snprintf(extra, sizeof extra, ", %ld samples per evaluation", r->eval_samples);
+    snprintf(extra, sizeof extra, "%s, %ld samples per evaluation",
+             !r->cfg->data.split[0]              ? ""
+             : r->cfg->eval.split == LT_SPLIT_TEST ? ", each its data.split test part"
+                                                   : ", each its data.split validation part",
+             r->eval_samples);
     log_datasets("valid", b, r->cfg->model.seq_length, extra, note);
 }
 

@@ -36,11 +36,12 @@ typedef struct {
     LtTokenFile *train, *valid; /* the first dataset of train_blend, of valid_blend */
     LtBlend *train_blend;       /* data.train_path's datasets (one for a single file) */
     LtBlend *valid_blend;       /* the validation datasets: data.valid_path's, or data.split's
-                                 * part as one dataset with its token range; NULL = none */
+                                 * part of each dataset with its token range; NULL = none */
     LtBlendOrder *valid_order;  /* the order evaluations take valid_blend's samples in */
     char resume_dir[LT_PATH_MAX + 64]; /* the step directory resumed from ("" for a fresh run) */
-    uint64_t split_tok0[3], split_ntok[3]; /* data.split's train, validation and test token
-                                            * ranges (set by lt_eval_open_valid) */
+    uint64_t split_tok0[LT_BLEND_MAX][3]; /* data.split: data.train_path's dataset d's train, */
+    uint64_t split_ntok[LT_BLEND_MAX][3]; /* validation and test token ranges (from
+                                           * lt_eval_open_valid; ntok 0 = no documents) */
     long eval_samples;  /* validation sequences per evaluation (0: no validation data) */
     LtLoader *loader;
     LtTopology topo;

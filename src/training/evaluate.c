@@ -76,55 +76,81 @@ double lt_evaluate(LtRun *r, long *samples_out) {
     return counted > 0 ? sum / counted : NAN;
 }
 
-/* data.split of data.train_path's file f (refused beside data.valid_path):
- * part p (0 train, 1 validation, 2 test) is tokens [tok0[p], tok0[p] +
- * ntok[p]), whole documents, Megatron's split; logged with log. Exits 2 on a
- * bad split or a file without documents. */
-static void split_ranges(const LtConfig *c, LtTokenFile *f, int log, uint64_t tok0[3],
-                         uint64_t ntok[3]) {
-    char err[1024];
-    double v[3];
-    if (c->data.valid_path[0])
-        lt_input_error("data.split carves validation and test from data.train_path; "
-                       "data.valid_path ('%s') must be empty with it", c->data.valid_path);
-    if (lt_split_parse(c->data.split, v, err, sizeof err)) lt_input_error("data.split: %s", err);
+static const char *const part_name[3] = {"training", "validation", "test"};
+
+/* Dataset d of b (data.train_path, its files open) under data.split's
+ * shares v: part p (0 train, 1 validation, 2 test) is tokens [tok0[p],
+ * tok0[p] + ntok[p]), whole documents, Megatron's split of that dataset
+ * alone (ntok 0: no documents); logged with log. Exits 2 on a file without
+ * documents. */
+static void split_dataset(const LtConfig *c, const LtBlend *b, int d, const double v[3], int log,
+                          uint64_t tok0[3], uint64_t ntok[3]) {
+    char err[1024], which[LT_PATH_MAX + 32] = "";
     uint64_t *starts, ndocs, beg[3], end[3];
-    if (lt_tokens_documents(f, c->data.eod_token, &starts, &ndocs, err, sizeof err))
+    if (lt_tokens_documents(b->file[d], c->data.eod_token, &starts, &ndocs, err, sizeof err))
         lt_input_error("data.split: %s", err);
     lt_split_docs(v, ndocs, beg, end);
-    static const char *const part[3] = {"train", "valid", "test"};
+    if (b->n > 1)
+        snprintf(which, sizeof which, " (dataset %d, %s)", d + 1, lt_tokens_path(b->file[d]));
+    static const char *const tag[3] = {"train", "valid", "test"};
     for (int p = 0; p < 3; p++) {
         tok0[p] = starts[beg[p]];
         ntok[p] = starts[end[p]] - starts[beg[p]];
         if (log)
-            lt_log("data split %s: documents [%llu, %llu) of %llu, tokens [%llu, %llu)\n", part[p],
-                   (unsigned long long)beg[p], (unsigned long long)end[p],
+            lt_log("data split %s%s: documents [%llu, %llu) of %llu, tokens [%llu, %llu)\n",
+                   tag[p], which, (unsigned long long)beg[p], (unsigned long long)end[p],
                    (unsigned long long)ndocs, (unsigned long long)tok0[p],
                    (unsigned long long)(tok0[p] + ntok[p]));
     }
     free(starts);
 }
 
-/* data.split: its three ranges of data.train_path's file (found once, for
- * the trainer too), then the validation (or with eval.split=test the test)
- * part as r->valid_blend, one dataset with that token range; key names it
- * in messages. */
-static void open_split_part(LtRun *r, char *key, size_t keylen) {
+void lt_split_refuse_empty(const LtConfig *c, const LtBlend *b, int d, int p) {
+    if (b->n == 1)
+        lt_input_error("data.split '%s' leaves no %s documents in '%s' (its documents are listed "
+                       "in the 'data split' lines above): give the %s part a larger share, or "
+                       "the file more documents", c->data.split, part_name[p],
+                       lt_tokens_path(b->file[d]), part_name[p]);
+    lt_input_error("data.split '%s' leaves no %s documents in dataset %d of data.train_path, "
+                   "'%s' (each dataset is split by its own documents; see the 'data split' lines "
+                   "above), and a blend takes every part from every dataset: give the %s part a "
+                   "larger share, or that dataset more documents", c->data.split, part_name[p],
+                   d + 1, lt_tokens_path(b->file[d]), part_name[p]);
+}
+
+/* data.split: the three parts of every data.train_path dataset (into
+ * r->split_tok0/ntok, for the trainer too), then the validation parts (with
+ * eval.split=test the test parts) as r->valid_blend, weighted as the blend
+ * (Megatron blends each part of a split blend by the same normalised
+ * weights); left NULL when the split gives that part no share. key names
+ * the part in messages. Exits 2 on a bad split, a file without documents or
+ * a dataset whose evaluated part holds none. */
+static void open_split_parts(LtRun *r, char *key, size_t keylen) {
     const LtConfig *c = r->cfg;
-    LtBlend *b = lt_calloc(sizeof *b);
     char err[1024];
-    if (lt_blend_parse(c->data.train_path, b, err, sizeof err))
+    double v[3];
+    if (c->data.valid_path[0])
+        lt_input_error("data.split carves validation and test from data.train_path; "
+                       "data.valid_path ('%s') must be empty with it", c->data.valid_path);
+    if (lt_split_parse(c->data.split, v, err, sizeof err)) lt_input_error("data.split: %s", err);
+    LtBlend *b = lt_calloc(sizeof *b);
+    if (lt_blend_open(b, c->data.train_path, c->model.vocab_size, err, sizeof err))
         lt_input_error("data.split: data.train_path: %s", err);
-    if (b->n > 1)
-        lt_input_error("data.split splits one data.train_path file (a blend of %d datasets is "
-                       "not split yet)", b->n);
-    b->file[0] = lt_run_open_tokens("data.train_path", b->path[0], c->model.vocab_size);
-    r->valid_blend = b;
     const int p = c->eval.split == LT_SPLIT_TEST ? 2 : 1;
-    split_ranges(c, b->file[0], r->world->rank == 0, r->split_tok0, r->split_ntok);
-    b->tok0[0] = r->split_tok0[p];
-    b->ntok[0] = r->split_ntok[p];
-    snprintf(key, keylen, "data.split's %s part", p == 2 ? "test" : "validation");
+    snprintf(key, keylen, "data.split's %s part", part_name[p]);
+    for (int d = 0; d < b->n; d++)
+        split_dataset(c, b, d, v, r->world->rank == 0, r->split_tok0[d], r->split_ntok[d]);
+    if (v[p] == 0.0) {
+        lt_blend_close(b);
+        free(b);
+        return;
+    }
+    for (int d = 0; d < b->n; d++) {
+        if (!r->split_ntok[d][p]) lt_split_refuse_empty(c, b, d, p);
+        b->tok0[d] = r->split_tok0[d][p];
+        b->ntok[d] = r->split_ntok[d][p];
+    }
+    r->valid_blend = b;
 }
 
 /* Whole samples of validation dataset d (of its range, if any). */
@@ -215,7 +241,12 @@ void lt_eval_open_valid(LtRun *r) {
     const LtConfig *c = r->cfg;
     char key[64] = "data.valid_path";
     if (c->data.split[0]) { /* (refused beside data.valid_path) */
-        open_split_part(r, key, sizeof key);
+        open_split_parts(r, key, sizeof key);
+        if (!r->valid_blend) {
+            lt_log("data split: '%s' gives the %s part no share: no evaluations\n", c->data.split,
+                   part_name[c->eval.split == LT_SPLIT_TEST ? 2 : 1]);
+            return;
+        }
     } else {
         if (!c->data.valid_path[0]) return;
         char err[1024];
@@ -265,6 +296,9 @@ int lt_cmd_eval(LtConfig *cfg, const LtWorld *w) {
     LtRun r;
     lt_run_setup(&r, cfg, w, 0);
     lt_eval_open_valid(&r);
+    if (!r.valid_blend)
+        lt_input_error("data.split '%s' gives the %s part no share: nothing to evaluate",
+                       cfg->data.split, cfg->eval.split == LT_SPLIT_TEST ? "test" : "validation");
     lt_run_print_summary(&r);
     warn_no_checkpoint(&r);
     long ns;

@@ -172,11 +172,28 @@ static int fetch_step(LtRun *r, long step, int32_t *rows, char *err, size_t errl
 
 /* ---- set-up ------------------------------------------------------------------ */
 
+/* 1 when the runs of configs a and b train on the same parts of their
+ * files: neither splits, or both with the same normalised data.split shares
+ * and the same data.eod_token (which finds the documents of the formats
+ * that keep no index). */
+static int same_split(const LtConfig *a, const LtConfig *b) {
+    double va[3], vb[3];
+    char err[256];
+    if (!a->data.split[0] || !b->data.split[0]) return !a->data.split[0] && !b->data.split[0];
+    if (lt_split_parse(a->data.split, va, err, sizeof err) ||
+        lt_split_parse(b->data.split, vb, err, sizeof err))
+        return 0;
+    for (int i = 0; i < 3; i++)
+        if (fabs(va[i] - vb[i]) > 1e-12) return 0;
+    return a->data.eod_token == b->data.eod_token;
+}
+
 /* A resumed run must read the blend it was saved with (the sample order is a
  * function of the weights): the saving run's config.yaml in the checkpoint
  * names its data.train_path; the number of datasets and their weights must
- * agree (the files may have moved). Then the summary says where in every
- * dataset the run goes on. */
+ * agree (the files may have moved), and so must data.split (each dataset's
+ * train part). Then the summary says where in every dataset the run goes
+ * on. */
 static void check_resumed_blend(const LtRun *r, long start_step) {
     if (!r->resumed) return;
     LtConfig *saved = lt_calloc(sizeof *saved);
@@ -198,6 +215,13 @@ static void check_resumed_blend(const LtRun *r, long start_step) {
                        "continue the run: use the same blend, or start a new run from the "
                        "checkpoint's weights", r->resume_dir, old->spec, old->n,
                        old->n == 1 ? "" : "s", now->spec, now->n);
+    if (known && !same_split(saved, r->cfg))
+        lt_input_error("data.split: the checkpoint in %s was trained with data.split '%s' "
+                       "(data.eod_token %d); this run has '%s' (%d). The split decides which "
+                       "documents of each dataset the run trains on, so resuming with another "
+                       "would not continue the run: use the saving run's values, or start a new "
+                       "run from the checkpoint's weights", r->resume_dir, saved->data.split,
+                       saved->data.eod_token, r->cfg->data.split, r->cfg->data.eod_token);
     if (now->n > 1) {
         uint64_t taken[LT_BLEND_MAX];
         lt_loader_taken(r->loader, lt_rampup_consumed(&r->cfg->train.rampup, start_step), taken);
@@ -262,12 +286,11 @@ static void open_training(Trainer *t, LtConfig *cfg, const LtWorld *w) {
     if (lt_blend_open(r->train_blend, cfg->data.train_path, cfg->model.vocab_size, err, sizeof err))
         lt_input_error("data.train_path: %s", err);
     r->train = r->train_blend->file[0];
-    lt_eval_open_valid(r); /* with data.split also its ranges (and the refusal of a blend) */
-    if (cfg->data.split[0]) {
-        if (!r->split_ntok[0])
-            lt_input_error("data.split '%s' leaves no training documents", cfg->data.split);
-        r->train_blend->tok0[0] = r->split_tok0[0];
-        r->train_blend->ntok[0] = r->split_ntok[0];
+    lt_eval_open_valid(r); /* with data.split also every dataset's parts */
+    for (int d = 0; cfg->data.split[0] && d < r->train_blend->n; d++) {
+        if (!r->split_ntok[d][0]) lt_split_refuse_empty(cfg, r->train_blend, d, 0);
+        r->train_blend->tok0[d] = r->split_tok0[d][0];
+        r->train_blend->ntok[d] = r->split_ntok[d][0];
     }
     t->S = cfg->model.seq_length;
     t->G = cfg->train.global_batch_size;
