@@ -180,9 +180,12 @@ $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 # per architecture (--resource-usage) is kept next to the object as %.res for
 # tests/test_resource_usage.sh (budgets: kernels/cuda/budgets.txt); nvcc's
 # other messages still reach the terminal.
+# attention_mma's PTX is kept too (--keep, in obj/cuda/keep-attention_mma/) for
+# tests/test_attention_ptx.sh, which counts its shared-memory loads per MMA.
+$(BUILD)/obj/cuda/attention_mma.o: NVKEEP = --keep --keep-dir $(BUILD)/obj/cuda/keep-attention_mma
 $(BUILD)/obj/cuda/%.o $(BUILD)/obj/cuda/%.res: kernels/cuda/%.cu $(FLAGS_STAMP)
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) --resource-usage -c $< -o $(BUILD)/obj/cuda/$*.o \
+	@mkdir -p $(dir $@) $(if $(NVKEEP),$(BUILD)/obj/cuda/keep-$*)
+	$(NVCC) $(NVCCFLAGS) $(NVKEEP) --resource-usage -c $< -o $(BUILD)/obj/cuda/$*.o \
 	    2> $(BUILD)/obj/cuda/$*.res.tmp; rc=$$?; \
 	  grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' $(BUILD)/obj/cuda/$*.res.tmp >&2; \
 	  mv $(BUILD)/obj/cuda/$*.res.tmp $(BUILD)/obj/cuda/$*.res; touch $(BUILD)/obj/cuda/$*.res; \

@@ -4,13 +4,19 @@
  * Design note. 4 warps per block, each warp owns 16 rows of a 64-row tile;
  * tiles are copied global -> shared with cp.async (16-byte chunks, rows past
  * T zero-filled by the copy itself) and double-buffered along the loop.
- * Shared rows are padded to HD+8 elements, which makes every fragment load
- * below bank-conflict-free. Fragment layouts (PTX ISA, m16n8k16, g = lane/4,
- * c = lane%4): A regs {A[g][2c..], A[g+8][2c..], A[g][2c+8..], A[g+8][2c+8..]};
- * B regs {B[2c..2c+1][g], B[2c+8..2c+9][g]}; C {C[g][2c..2c+1], C[g+8][2c..]}.
- * So an operand whose K index runs along a shared row is one 32-bit load, and
- * one whose K index runs down rows (V in P.V, K in dS.K, Q/dO in the dK/dV
- * products) is two 16-bit loads. Two accumulator tiles of 8 columns form the
+ * Shared rows are padded to HD+8 elements (a row stride of 16 bytes mod 128),
+ * which makes the ldmatrix loads below bank-conflict-free: each 8x8 matrix's
+ * eight 16-byte rows fall in distinct banks. Fragment layouts (PTX ISA,
+ * m16n8k16, g = lane/4, c = lane%4): A regs {A[g][2c..], A[g+8][2c..],
+ * A[g][2c+8..], A[g+8][2c+8..]}; B regs {B[2c..2c+1][g], B[2c+8..2c+9][g]};
+ * C {C[g][2c..2c+1], C[g+8][2c..]}. Every operand comes from shared memory by
+ * ldmatrix.x4: an A fragment in one instruction; the B fragments of two
+ * 8-column blocks in one, plain when the K index runs along a shared row (K in
+ * Q K^T, Q/dO in the dK/dV kernel's transposed scores) and .trans when it runs
+ * down rows (V in P.V, K in dS.K, Q/dO in dV/dK += ... ): half an instruction
+ * per MMA at most, against two 32-bit or four 16-bit loads per MMA before
+ * (tests/test_attention_sass.sh counts them in the compiled code). Two
+ * accumulator tiles of 8 columns form the
  * A operand of the next product directly (the FA2 register trick), rounded to
  * bf16. Scores are in the base-2 domain (attention.cuh).
  * Forward: grid (query tiles, G, B*NKV) (G = NH / NKV, below; one block
@@ -68,11 +74,20 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
 }
-__device__ __forceinline__ uint32_t ld32(const bf16 *p) {
-    return *reinterpret_cast<const uint32_t *>(p);
+/* ldmatrix.m8n8.x4: four 8x8 b16 matrices from shared memory, lanes 8i..8i+7 giving the
+ * row addresses of matrix i (16 bytes each); lane l receives row l/4, columns 2(l%4),
+ * 2(l%4)+1 of matrix i in r[i] (.trans: column l/4, rows 2(l%4), 2(l%4)+1). */
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const bf16 *row) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
 }
-__device__ __forceinline__ uint32_t pair16(const bf16 *lo, const bf16 *hi) {
-    return (uint32_t)__bfloat16_as_ushort(*lo) | ((uint32_t)__bfloat16_as_ushort(*hi) << 16);
+__device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const bf16 *row) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
 }
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
@@ -103,13 +118,49 @@ __device__ __forceinline__ int am_row_start(const int32_t *ksb, int qi, int T_) 
     return ksb ? ksb[qi < T_ ? qi : T_ - 1] : 0;
 }
 
-// A fragment of rows r0, r0+8 and columns k0.. from a (., HD+8) shared tile.
+// Fragments from a row-major (., SD) shared tile by ldmatrix, one instruction each
+// (lane = threadIdx.x & 31; r0, k0, n0 multiples of 16, 16 and 8):
+// the A fragment of rows [r0, r0+16) x columns [k0, k0+16) (m0..m3: rows lo/hi x cols lo/hi).
 template <int SD>
-__device__ __forceinline__ void ld_afrag(uint32_t a[4], const bf16 *s, int r0, int k0) {
-    a[0] = ld32(s + r0 * SD + k0);
-    a[1] = ld32(s + (r0 + 8) * SD + k0);
-    a[2] = ld32(s + r0 * SD + k0 + 8);
-    a[3] = ld32(s + (r0 + 8) * SD + k0 + 8);
+__device__ __forceinline__ void ldsm_a(uint32_t a[4], const bf16 *s, int r0, int k0, int lane) {
+    ldsm_x4(a, s + (r0 + (lane & 15)) * SD + k0 + (lane >> 4) * 8);
+}
+// The B fragments of n-blocks n0/8 and n0/8 + 1 (b[0..1], b[2..3]) over k [k0, k0+16) when
+// the tile holds B transposed, row = n, column = k (K in Q K^T): no transpose.
+template <int SD>
+__device__ __forceinline__ void ldsm_bt(uint32_t b[4], const bf16 *s, int n0, int k0, int lane) {
+    ldsm_x4(b, s + (n0 + (lane >> 4) * 8 + (lane & 7)) * SD + k0 + ((lane >> 3) & 1) * 8);
+}
+// The same when the tile holds B itself, row = k, column = n (V in P V): .trans.
+template <int SD>
+__device__ __forceinline__ void ldsm_b(uint32_t b[4], const bf16 *s, int k0, int n0, int lane) {
+    ldsm_x4_t(b, s + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * SD + n0 + (lane >> 4) * 8);
+}
+
+// x += A1 B1^T and y += A2 B2^T over the whole head dim (K index): A1, A2 rows
+// [r0, r0+16) of (., HD+8) tiles, B1, B2 rows [0, 8 NB) (the scores and dP of a
+// backward kernel: Q, dO against K, V, or K, V against Q, dO); x, y NB 8-column blocks.
+template <int HD, int NB>
+__device__ __forceinline__ void am_two_products(float x[][4], float y[][4], const bf16 *A1,
+                                                const bf16 *A2, const bf16 *B1, const bf16 *B2,
+                                                int r0, int lane) {
+    constexpr int SD = HD + 8;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        uint32_t a1[4], a2[4];
+        ldsm_a<SD>(a1, A1, r0, kk * 16, lane);
+        ldsm_a<SD>(a2, A2, r0, kk * 16, lane);
+#pragma unroll
+        for (int n = 0; n < NB; n += 2) {
+            uint32_t b1[4], b2[4];
+            ldsm_bt<SD>(b1, B1, n * 8, kk * 16, lane);
+            ldsm_bt<SD>(b2, B2, n * 8, kk * 16, lane);
+            mma_bf16(x[n], a1[0], a1[1], a1[2], a1[3], b1[0], b1[1]);
+            mma_bf16(x[n + 1], a1[0], a1[1], a1[2], a1[3], b1[2], b1[3]);
+            mma_bf16(y[n], a2[0], a2[1], a2[2], a2[3], b2[0], b2[1]);
+            mma_bf16(y[n + 1], a2[0], a2[1], a2[2], a2[3], b2[2], b2[3]);
+        }
+    }
 }
 
 // Bases (token 0 of batch b) of the Q of query head h and of the K and V of
@@ -170,7 +221,7 @@ __global__ void __launch_bounds__(AM_THREADS, AM_FWD_MIN_BLOCKS(HD))
         __syncthreads();
         if (j == j0) {
 #pragma unroll
-            for (int kk = 0; kk < KD; kk++) ld_afrag<SD>(qf[kk], Qs, w * 16 + g, kk * 16 + c2);
+            for (int kk = 0; kk < KD; kk++) ldsm_a<SD>(qf[kk], Qs, w * 16, kk * 16, lane);
         }
         const bf16 *Kt = Ks + buf * AM_BC * SD, *Vt = Vs + buf * AM_BC * SD;
         float s[8][4];
@@ -179,9 +230,11 @@ __global__ void __launch_bounds__(AM_THREADS, AM_FWD_MIN_BLOCKS(HD))
 #pragma unroll
         for (int kk = 0; kk < KD; kk++)
 #pragma unroll
-            for (int n = 0; n < 8; n++) {
-                const bf16 *kp = Kt + (n * 8 + g) * SD + kk * 16 + c2;
-                mma_bf16(s[n], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], ld32(kp), ld32(kp + 8));
+            for (int n = 0; n < 8; n += 2) {
+                uint32_t kf[4];
+                ldsm_bt<SD>(kf, Kt, n * 8, kk * 16, lane);
+                mma_bf16(s[n], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], kf[0], kf[1]);
+                mma_bf16(s[n + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], kf[2], kf[3]);
             }
         /* mask + online softmax; rows qi0 (regs 0,1) and qi1 (regs 2,3) */
         const int kt0 = j * AM_BC;
@@ -231,10 +284,11 @@ __global__ void __launch_bounds__(AM_THREADS, AM_FWD_MIN_BLOCKS(HD))
             const uint32_t a2 = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
             const uint32_t a3 = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
-            for (int n = 0; n < ND; n++) {
-                const bf16 *vp = Vt + (kk * 16 + c2) * SD + n * 8 + g;
-                mma_bf16(o[n], a0, a1, a2, a3, pair16(vp, vp + SD),
-                         pair16(vp + 8 * SD, vp + 9 * SD));
+            for (int n = 0; n < ND; n += 2) {
+                uint32_t vf[4];
+                ldsm_b<SD>(vf, Vt, kk * 16, n * 8, lane);
+                mma_bf16(o[n], a0, a1, a2, a3, vf[0], vf[1]);
+                mma_bf16(o[n + 1], a0, a1, a2, a3, vf[2], vf[3]);
             }
         }
         __syncthreads(); /* buffer `buf` is refilled two iterations on */
@@ -267,7 +321,7 @@ __global__ void __launch_bounds__(AM_THREADS)
     attn_mma_dq_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                        const float *Dbuf, const int32_t *kstart, int T_, int NKV, int G, float sl2,
                        float scale) {
-    constexpr int SD = HD + 8, KD = HD / 16, ND = HD / 8;
+    constexpr int SD = HD + 8, ND = HD / 8;
     extern __shared__ __align__(16) unsigned char am_raw[];
     bf16 *Qs = (bf16 *)am_raw, *dOs = Qs + AM_BR * SD, *Ks = dOs + AM_BR * SD;
     bf16 *Vs = Ks + 2 * AM_BC * SD;
@@ -314,19 +368,7 @@ __global__ void __launch_bounds__(AM_THREADS)
         for (int n = 0; n < 8; n++)
 #pragma unroll
             for (int r = 0; r < 4; r++) s[n][r] = dp[n][r] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < KD; kk++) {
-            uint32_t aq[4], ao[4];
-            ld_afrag<SD>(aq, Qs, w * 16 + g, kk * 16 + c2);
-            ld_afrag<SD>(ao, dOs, w * 16 + g, kk * 16 + c2);
-#pragma unroll
-            for (int n = 0; n < 8; n++) {
-                const bf16 *kp = Kt + (n * 8 + g) * SD + kk * 16 + c2;
-                const bf16 *vp = Vt + (n * 8 + g) * SD + kk * 16 + c2;
-                mma_bf16(s[n], aq[0], aq[1], aq[2], aq[3], ld32(kp), ld32(kp + 8));
-                mma_bf16(dp[n], ao[0], ao[1], ao[2], ao[3], ld32(vp), ld32(vp + 8));
-            }
-        }
+        am_two_products<HD, 8>(s, dp, Qs, dOs, Kt, Vt, w * 16, lane);
         const int kt0 = j * AM_BC;
 #pragma unroll
         for (int n = 0; n < 8; n++)
@@ -347,10 +389,11 @@ __global__ void __launch_bounds__(AM_THREADS)
             const uint32_t a2 = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
             const uint32_t a3 = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
-            for (int n = 0; n < ND; n++) {
-                const bf16 *kp = Kt + (kk * 16 + c2) * SD + n * 8 + g;
-                mma_bf16(dq[n], a0, a1, a2, a3, pair16(kp, kp + SD),
-                         pair16(kp + 8 * SD, kp + 9 * SD));
+            for (int n = 0; n < ND; n += 2) {
+                uint32_t kf[4];
+                ldsm_b<SD>(kf, Kt, kk * 16, n * 8, lane);
+                mma_bf16(dq[n], a0, a1, a2, a3, kf[0], kf[1]);
+                mma_bf16(dq[n + 1], a0, a1, a2, a3, kf[2], kf[3]);
             }
         }
         __syncthreads();
@@ -388,7 +431,7 @@ __global__ void __launch_bounds__(AM_THREADS)
     attn_mma_dkdv_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                          const float *Dbuf, const int32_t *kstart, int T_, int NKV, int G,
                          float sl2, float scale) {
-    constexpr int SD = HD + 8, KD = HD / 16, ND = HD / 8, NQ = BR / 8;
+    constexpr int SD = HD + 8, ND = HD / 8, NQ = BR / 8;
     extern __shared__ __align__(16) unsigned char am_raw[];
     bf16 *Ks = (bf16 *)am_raw, *Vs = Ks + AM_BC * SD, *Qs = Vs + AM_BC * SD;
     bf16 *dOs = Qs + 2 * BR * SD;
@@ -449,19 +492,7 @@ __global__ void __launch_bounds__(AM_THREADS)
         for (int n = 0; n < NQ; n++)
 #pragma unroll
             for (int r = 0; r < 4; r++) st[n][r] = dpt[n][r] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < KD; kk++) {
-            uint32_t ak[4], av[4];
-            ld_afrag<SD>(ak, Ks, kr, kk * 16 + c2);
-            ld_afrag<SD>(av, Vs, kr, kk * 16 + c2);
-#pragma unroll
-            for (int n = 0; n < NQ; n++) {
-                const bf16 *qp = Qt + (n * 8 + g) * SD + kk * 16 + c2;
-                const bf16 *op = Ot + (n * 8 + g) * SD + kk * 16 + c2;
-                mma_bf16(st[n], ak[0], ak[1], ak[2], ak[3], ld32(qp), ld32(qp + 8));
-                mma_bf16(dpt[n], av[0], av[1], av[2], av[3], ld32(op), ld32(op + 8));
-            }
-        }
+        am_two_products<HD, NQ>(st, dpt, Ks, Vs, Qt, Ot, w * 16, lane);
 #pragma unroll
         for (int n = 0; n < NQ; n++)
 #pragma unroll
@@ -487,13 +518,14 @@ __global__ void __launch_bounds__(AM_THREADS)
             const uint32_t d2 = pack_bf16(dpt[2 * kq + 1][0], dpt[2 * kq + 1][1]);
             const uint32_t d3 = pack_bf16(dpt[2 * kq + 1][2], dpt[2 * kq + 1][3]);
 #pragma unroll
-            for (int n = 0; n < ND; n++) {
-                const bf16 *op = Ot + (kq * 16 + c2) * SD + n * 8 + g;
-                const bf16 *qp = Qt + (kq * 16 + c2) * SD + n * 8 + g;
-                mma_bf16(dv[n], p0, p1, p2, p3, pair16(op, op + SD),
-                         pair16(op + 8 * SD, op + 9 * SD));
-                mma_bf16(dk[n], d0, d1, d2, d3, pair16(qp, qp + SD),
-                         pair16(qp + 8 * SD, qp + 9 * SD));
+            for (int n = 0; n < ND; n += 2) {
+                uint32_t of[4], qf[4];
+                ldsm_b<SD>(of, Ot, kq * 16, n * 8, lane);
+                ldsm_b<SD>(qf, Qt, kq * 16, n * 8, lane);
+                mma_bf16(dv[n], p0, p1, p2, p3, of[0], of[1]);
+                mma_bf16(dv[n + 1], p0, p1, p2, p3, of[2], of[3]);
+                mma_bf16(dk[n], d0, d1, d2, d3, qf[0], qf[1]);
+                mma_bf16(dk[n + 1], d0, d1, d2, d3, qf[2], qf[3]);
             }
         }
         __syncthreads();

@@ -73,6 +73,7 @@ struct EmuBlock {
     double shfl[EMU_MAX_WARPS][32];
     unsigned vote[EMU_MAX_WARPS][32];
     uint32_t A[EMU_MAX_WARPS][32][4], B[EMU_MAX_WARPS][32][2];
+    const unsigned char *rows[EMU_MAX_WARPS][32]; /* ldmatrix row addresses */
 };
 extern thread_local dim3 threadIdx;
 extern dim3 blockIdx, gridDim, blockDim;
@@ -132,6 +133,27 @@ static inline void emu_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, ui
     }
     __syncwarp();
     for (int i = 0; i < 4; i++) c[i] = d[i];
+}
+/* ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (PTX ISA 9.7.14.5.15): lanes 8i..8i+7
+ * give the 16-byte row addresses of matrix i (shared memory, 16-byte aligned); lane l
+ * receives in r[i] the b16 pair at row l/4, columns 2(l%4), 2(l%4)+1 of matrix i, or with
+ * .trans the pair at column l/4, rows 2(l%4), 2(l%4)+1 (the first in the low half). */
+static inline void emu_ldmatrix_x4(uint32_t r[4], const void *row, bool trans) {
+    const unsigned char *p = (const unsigned char *)row;
+    if (p < g_smem || p + 16 > g_smem + g_smem_bytes) lt_fatal("ldmatrix: row outside shared memory");
+    if ((uintptr_t)p % 16) lt_fatal("ldmatrix: row address not 16-byte aligned");
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    g_eb->rows[w][l] = p;
+    __syncwarp();
+    for (int i = 0; i < 4; i++) {
+        uint16_t h[2];
+        for (int e = 0; e < 2; e++) {
+            const int rr = trans ? 2 * (l % 4) + e : l / 4, cc = trans ? l / 4 : 2 * (l % 4) + e;
+            memcpy(&h[e], g_eb->rows[w][8 * i + rr] + 2 * cc, 2);
+        }
+        r[i] = (uint32_t)h[0] | (uint32_t)h[1] << 16;
+    }
+    __syncwarp();
 }
 static inline void emu_cp_async16(void *smem, const void *gmem, bool valid) {
     if ((unsigned char *)smem < g_smem || (unsigned char *)smem + 16 > g_smem + g_smem_bytes) lt_fatal("smem OOB cp.async");

@@ -15,6 +15,10 @@ src = re.sub(r'__device__ __forceinline__ void mma_bf16\(.*?\n}\n',
              'static inline void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, '
              'uint32_t a3, uint32_t b0, uint32_t b1) { emu_mma(c, a0, a1, a2, a3, b0, b1); }\n',
              src, flags=re.S)
+for name, trans in (('ldsm_x4', 'false'), ('ldsm_x4_t', 'true')):
+    src = re.sub(r'__device__ __forceinline__ void %s\(.*?\n}\n' % name,
+                 'static inline void %s(uint32_t r[4], const bf16 *row) '
+                 '{ emu_ldmatrix_x4(r, row, %s); }\n' % (name, trans), src, flags=re.S)
 src = re.sub(r'__device__ __forceinline__ void cp_async16\(.*?\n}\n',
              'static inline void cp_async16(void *s, const void *g, bool v) '
              '{ emu_cp_async16(s, g, v); }\n', src, flags=re.S)
