@@ -200,11 +200,14 @@ static void usage(FILE *f) {
             "(default: the config's, where the layout allows them; all; none).\n"
             "--layout: the config's own layout only, with the memory of every pipeline stage\n"
             "in the engine's categories (compare with the run's summary) and its step time\n"
-            "by part (compare with the run's breakdown).\n"
+            "by part (compare with the run's breakdown), its compute by kind: GEMMs,\n"
+            "memory-bound ops, the attention core, the loss head.\n"
             "--calibration FILE: the device constants a --calibrate run wrote, instead of the\n"
             "built-in row. --calibrate measures them on this machine through the engine's\n"
-            "backend (GEMMs, memory bandwidth; all-reduce under mpirun with >= 2 ranks) within\n"
-            "about S seconds (default 20), prints them and writes FILE (JSON; docs/formats.md).\n\n");
+            "backend (GEMMs, memory bandwidth, memory-bound ops, the attention core; all-reduce\n"
+            "under mpirun with >= 2 ranks) within about S seconds (default 20), prints them and\n"
+            "writes FILE (JSON; docs/formats.md). A CPU calibration's rates are scaled to the\n"
+            "threads per rank a layout leaves (linearly; --layout says so).\n\n");
     print_legend(f);
 }
 
