@@ -6,7 +6,8 @@
 # pipeline parallelism, ZeRO 0/1/2, recomputation, bf16; GPT and Llama); its table for GPT-2
 # 1.5B on 8 GPUs; its refusals. lattice plan --calibrate on the CPU (plausible
 # figures, a file that --calibration takes and that moves the prediction the
-# right way; malformed files refused naming the field; --device cuda refused
+# right way and that a run predicts with (LT_PLAN_CALIBRATION); malformed files
+# refused naming the field; --device cuda refused
 # without a GPU; the all-reduce under mpirun -np 2).
 set -u
 BUILD=$1
@@ -338,6 +339,27 @@ if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "x cpu .*calibration file $T/cal.
    python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(not (b > 1.3 * a))" "$s1" "$s2"; then
   pass "plan_calibration_file (step $s1 s, at half the GEMM efficiency $s2 s)"
 else fail plan_calibration_file "rc $rc1/$rc2, steps '$s1' '$s2': $(head -2 "$T/p1" "$T/p2")"; fi
+
+# the run predicts with the file too (LT_PLAN_CALIBRATION), on the CPU, with its
+# rates scaled to the run's threads as lattice plan scales them (train.threads=1
+# of tiny.yaml against the calibration's cores)
+LT_PLAN_CALIBRATION="$T/cal.json" "$LT" train $BASE train.steps=4 > "$T/calrun" 2>&1; rcr=$?
+"$LT" plan $BASE train.steps=4 --layout --gpus 1 --calibration "$T/cal.json" > "$T/calplan" 2>&1
+if err=$(python3 - "$T/calrun" "$T/calplan" $rcr <<'PY' 2>&1
+import re, sys
+run, plan, rc = open(sys.argv[1]).read(), open(sys.argv[2]).read(), int(sys.argv[3])
+assert rc == 0, f'run exited {rc}: {run[-300:]}'
+m = re.search(r"plan +step predicted on cpu \(lattice plan --layout; overlap: none\): ([\d.]+) ms", run)
+assert m, 'no prediction in the summary'
+want = float(re.search(r'^step time .*?: ([\d.]+) s =', plan, re.M).group(1)) * 1e3
+assert abs(float(m.group(1)) - want) <= 0.05 + 1e-3 * want, (m.group(1), want)
+parts = re.search(r'plan +compute by part: gemm ([\d.]+) \+ memory-bound ([\d.]+) \+ attention ([\d.]+) \(cpu\) \+ loss head ([\d.]+) ms', run)
+assert parts and all(float(x) > 0 for x in parts.groups()), 'no compute by part'
+assert re.search(r'^planned:  the planner predicted [\d.]+ ms per step on cpu; measured', run, re.M), 'no planned: line'
+print(f'predicted {m.group(1)} ms = gemm {parts.group(1)} + memory-bound {parts.group(2)} + attention {parts.group(3)} + loss head {parts.group(4)} + ...')
+PY
+); then pass "plan_calibration_in_run ($err)"
+else fail plan_calibration_in_run "$(echo "$err" | tail -1)"; fi
 
 # malformed files: exit 2 naming the file and the field
 refused() { # name file-content expected-message
