@@ -170,7 +170,9 @@ static void test_calibration_file(void) {
     cal.dev = (LtPlanDevice){.name = "cpu", .fp32_tflops = 0.03, .mem_gbs = 6, .gemm_eff = 0.9,
                              .gemm_half_tokens = 20, .elem_gbs = 1.25, .xent_gbs = 2.5,
                              .optim_gbs = 3.75, .attn_fwd_tflops = 0.007,
-                             .attn_bwd_tflops = 0.013};
+                             .attn_bwd_tflops = 0.013, .cudnn_fwd_tflops = 0.5,
+                             .cudnn_bwd_tflops = 0.25};
+    cal.has_cudnn = 1;
     REQUIRE(lt_plan_calibration_write(path, &cal, err, sizeof err) == 0, "%s", err);
     LtPlanDevice d;
     REQUIRE(lt_plan_calibration_load(path, LT_PREC_FP32, &d, err, sizeof err) == 0, "%s", err);
@@ -178,6 +180,8 @@ static void test_calibration_file(void) {
               d.attn_fwd_tflops == 0.007 && d.attn_bwd_tflops == 0.013,
           "read back: %g %g %g %g %g", d.elem_gbs, d.xent_gbs, d.optim_gbs, d.attn_fwd_tflops,
           d.attn_bwd_tflops);
+    CHECK(d.cudnn_fwd_tflops == 0.5 && d.cudnn_bwd_tflops == 0.25, "cuDNN's: %g %g",
+          d.cudnn_fwd_tflops, d.cudnn_bwd_tflops);
     CHECK(d.threads == 2 && d.ranks == 1, "threads %d, ranks %d", d.threads, d.ranks);
     /* a file as --calibrate wrote it before (bench/2026-11-24-cpu-calibrate.md) */
     FILE *f = fopen(old, "w");
