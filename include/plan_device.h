@@ -56,7 +56,7 @@ int lt_plan_device_match(const char *device_name, char *name, size_t len);
 /* A CPU device's rates (peaks, memory-bound bandwidths, attention) for
  * `threads` threads per rank instead of dev->threads, scaled linearly in the
  * thread count (the CPU's GEMMs, loops and streams run one per thread; on
- * the calibrated machine ranks x threads fill the cores). No change for a
+ * the calibrated node ranks x threads fill the cores). No change for a
  * device without a thread count (a GPU, a built-in row) or threads <= 0.
  * Returns the factor applied (1: none). */
 double lt_plan_device_scale_threads(LtPlanDevice *dev, double threads);
@@ -90,7 +90,7 @@ typedef struct {
     LtPrecision prec;
     int has_comm;           /* run on >= 2 ranks: the all-reduce figures are there */
     int has_cudnn;          /* cuDNN's attention was measured (a GPU with cuDNN) */
-    int ranks, threads;
+    int ranks, ranks_per_node, threads;
     double seconds;         /* the budget it ran under */
     const char *device_name, *peak_source;
 } LtPlanCalibration;

@@ -165,7 +165,8 @@ static void test_calibration_file(void) {
     char path[512], old[512], err[512];
     snprintf(path, sizeof path, "%s/cal.json", dir);
     snprintf(old, sizeof old, "%s/old.json", dir);
-    LtPlanCalibration cal = {.prec = LT_PREC_FP32, .ranks = 1, .threads = 2, .seconds = 2,
+    LtPlanCalibration cal = {.prec = LT_PREC_FP32, .ranks = 4, .ranks_per_node = 1, .threads = 2,
+                             .seconds = 2,
                              .device_name = "cpu", .peak_source = "test"};
     cal.dev = (LtPlanDevice){.name = "cpu", .fp32_tflops = 0.03, .mem_gbs = 6, .gemm_eff = 0.9,
                              .gemm_half_tokens = 20, .elem_gbs = 1.25, .xent_gbs = 2.5,
@@ -182,7 +183,8 @@ static void test_calibration_file(void) {
           d.attn_bwd_tflops);
     CHECK(d.cudnn_fwd_tflops == 0.5 && d.cudnn_bwd_tflops == 0.25, "cuDNN's: %g %g",
           d.cudnn_fwd_tflops, d.cudnn_bwd_tflops);
-    CHECK(d.threads == 2 && d.ranks == 1, "threads %d, ranks %d", d.threads, d.ranks);
+    CHECK(d.threads == 2 && d.ranks == 1, "threads %d, ranks per node %d (of 4)", d.threads,
+          d.ranks);
     /* a file as --calibrate wrote it before (bench/2026-11-24-cpu-calibrate.md) */
     FILE *f = fopen(old, "w");
     REQUIRE(f, "write %s", old);

@@ -520,7 +520,9 @@ int lt_cmd_plan_calibrate(int argc, char **argv) {
         lt_world_finalize(&w);
         return cal_bad(err, NULL);
     }
-    LtPlanCalibration cal = {.prec = c.prec, .ranks = w.world, .threads = c.threads,
+    LtPlanCalibration cal = {.prec = c.prec, .ranks = w.world,
+                             .ranks_per_node = w.local_size > 0 ? w.local_size : 1,
+                             .threads = c.threads,
                              .seconds = a.seconds, .device_name = c.be->device_name};
     /* the file names the built-in row it refines (h100, ..., cpu), so that the
      * figures it does not measure come from there */

@@ -176,8 +176,8 @@ static void scale_threads(LtPlanDevice *dev, const LtConfig *c, int world, int g
     const int cal = dev->threads;
     const double f = lt_plan_device_scale_threads(dev, t);
     if (say && f != 1.0)
-        printf("threads: %s was measured with %d per rank on %d rank(s); %d rank(s) per node "
-               "have %.2f each: its rates scaled by %.3f (linear in threads)\n",
+        printf("threads: %s was measured with %d per rank on %d rank(s) per node; %d rank(s) "
+               "per node have %.2f each: its rates scaled by %.3f (linear in threads)\n",
                dev->name, cal, dev->ranks, node, t, f);
 }
 

@@ -74,8 +74,9 @@ static const CalKey KEYS[] = {
 static const char *const INFO_KEYS[] = {"device_name", "host", "date", "seconds", "peak_source",
                                         "note"};
 /* What it was measured with (whole numbers; 0 threads: a GPU): read into the
- * device (threads, ranks) for the thread scaling. */
-static const char *const COUNT_KEYS[] = {"threads", "ranks"};
+ * device (threads; ranks: those per node, else all of them) for the thread
+ * scaling. */
+static const char *const COUNT_KEYS[] = {"threads", "ranks", "ranks_per_node"};
 
 /* ---- the built-in rows --------------------------------------------------- */
 
@@ -271,14 +272,14 @@ static int read_identity(const LtJson *obj, const char *path, LtPrecision prec, 
     return 0;
 }
 
-/* threads and ranks into dev: absent, a file from before they were read or
- * a built-in row's (threads 0: no thread scaling); else whole numbers in
- * [0, 4096] threads, [1, 1 << 20] ranks. */
+/* threads and ranks (per node where the file says) into dev: absent, a
+ * file from before they were read or a built-in row's (threads 0: no thread
+ * scaling); else whole numbers in [0, 4096] threads, [1, 1 << 20] ranks. */
 static int read_counts(const LtJson *obj, const char *path, LtPlanDevice *dev, char *err,
                        size_t errlen) {
-    int *to[2] = {&dev->threads, &dev->ranks};
-    const double lo[2] = {0, 1}, hi[2] = {4096, 1 << 20};
-    for (int i = 0; i < 2; i++) {
+    int *to[3] = {&dev->threads, &dev->ranks, &dev->ranks};
+    const double lo[3] = {0, 1, 1}, hi[3] = {4096, 1 << 20, 1 << 20};
+    for (int i = 0; i < 3; i++) {
         const LtJson *v = lt_json_get(obj, COUNT_KEYS[i]);
         double x;
         if (!v) continue;
@@ -370,6 +371,7 @@ int lt_plan_calibration_write(const char *path, const LtPlanCalibration *cal, ch
     put_string(f, "date", date);
     put_string(f, "precision", lt_precision_name(cal->prec));
     put_number(f, "ranks", cal->ranks, 0);
+    put_number(f, "ranks_per_node", cal->ranks_per_node, 0);
     put_number(f, "threads", cal->threads, 0);
     put_number(f, "seconds", cal->seconds, 0);
     put_string(f, "peak_source", cal->peak_source);
