@@ -7,8 +7,10 @@
  * Recomputation in Large Transformer Models", applied to lattice's own
  * per-layer tensors with flash attention - no s^2 term - and its
  * recomputation modes), and the peak number of micro batches in flight per
- * stage from the pipeline schedule. Step time is predicted from the model
- * FLOPs at a calibrated GEMM efficiency, the schedule simulator's makespan
+ * stage from the pipeline schedule. Step time is predicted from the model's
+ * GEMM FLOPs at a calibrated GEMM efficiency, the bytes of its memory-bound
+ * ops at calibrated bandwidths, the attention core at its implementation's
+ * calibrated rate (docs/planner.md), the schedule simulator's makespan
  * (so the bubble is the schedule's own), and a latency-bandwidth model of the
  * tensor-, pipeline- and data-parallel traffic (NVLink inside a node, the
  * network across nodes), less what the config's overlap switches hide.
@@ -52,6 +54,11 @@ typedef struct {
     double step, compute, bubble, tp_comm, pp_comm, dp_comm, optim;
     double hidden_tp, hidden_pp, hidden_dp;
     double tokens_per_s, mfu;
+    /* compute by part: GEMMs, memory-bound work (with the step's gradient
+     * zeroing), the attention core, the loss head; memory-bound bytes and
+     * attention FLOPs per step of the busiest stage's rank */
+    double gemm, membound, attention, loss_head, mem_bytes, attn_flops;
+    const char *attention_impl; /* "cudnn", "lattice" or "cpu" */
     char overlap[64]; /* the switches in effect, as words ("none" without) */
 } LtPlanStep;
 

@@ -30,6 +30,19 @@ typedef struct {
     double gemm_half_tokens;         /* tokens per micro batch at which GEMMs reach half
                                       * of gemm_eff: eff(N) = gemm_eff N / (N + this) */
     char source[256];                /* where the figures come from, for the table head */
+    /* The memory-bound work, GB/s of the bytes each op moves as its kernel's design
+     * note counts them (read + write): the element-wise ops of a layer (norms,
+     * activations, residual adds, rotary embeddings, embedding gathers and their
+     * gradients, gradient zeroing), the loss head's softmax / cross-entropy (per
+     * logit), the optimizer's pass over parameters and moments. */
+    double elem_gbs, xent_gbs, optim_gbs;
+    /* The attention core, TFLOP/s of the FLOPs the model counts for it (4 s h per
+     * token forward over the full square, twice that backward): lattice's own
+     * (the CPU loop, or its CUDA kernels) and cuDNN's (0: none on this device). */
+    double attn_fwd_tflops, attn_bwd_tflops, cudnn_fwd_tflops, cudnn_bwd_tflops;
+    /* What a calibration measured with: threads per rank (0: a GPU, or a
+     * built-in row) and ranks on the node. */
+    int threads, ranks;
 } LtPlanDevice;
 
 /* The built-in row of device `name` (case-insensitive): 0, or -1 when unknown. */
@@ -39,6 +52,21 @@ const char *lt_plan_device_names(void);
 /* The built-in GPU row whose name appears in a backend's device name ("NVIDIA
  * H100 80GB HBM3" -> "h100") into name[len]: 0, or -1 (name untouched). */
 int lt_plan_device_match(const char *device_name, char *name, size_t len);
+
+/* A CPU device's rates (peaks, memory-bound bandwidths, attention) for
+ * `threads` threads per rank instead of dev->threads, scaled linearly in the
+ * thread count (the CPU's GEMMs, loops and streams run one per thread; on
+ * the calibrated node ranks x threads fill the cores). No change for a
+ * device without a thread count (a GPU, a built-in row) or threads <= 0.
+ * Returns the factor applied (1: none). */
+double lt_plan_device_scale_threads(LtPlanDevice *dev, double threads);
+
+/* The threads per rank a CPU run of `ranks_per_node` ranks has on the
+ * machine dev was calibrated on, whose cores are dev->threads x dev->ranks:
+ * train.threads (config_threads) when > 0, else the cores over the ranks as
+ * the engine takes them - at most the cores' share, fractional where ranks
+ * outnumber the cores and share them. 0 for a device without a thread count. */
+double lt_plan_device_run_threads(const LtPlanDevice *dev, int config_threads, int ranks_per_node);
 
 /* The device lattice plan uses: the built-in row of gpu (h100 when NULL), or
  * the figures of the calibration file at path `calibration` for a config
@@ -57,10 +85,12 @@ int lt_plan_calibration_load(const char *path, LtPrecision prec, LtPlanDevice *o
 /* What lattice plan --calibrate measured, for the file it writes. */
 typedef struct {
     LtPlanDevice dev;       /* peak (in `prec`), gemm_eff, gemm_half_tokens, mem_gbs,
-                             * mem_gib; intra_gbs and latency_us when has_comm */
+                             * mem_gib, the memory-bound and attention rates; intra_gbs
+                             * and latency_us when has_comm */
     LtPrecision prec;
     int has_comm;           /* run on >= 2 ranks: the all-reduce figures are there */
-    int ranks, threads;
+    int has_cudnn;          /* cuDNN's attention was measured (a GPU with cuDNN) */
+    int ranks, ranks_per_node, threads;
     double seconds;         /* the budget it ran under */
     const char *device_name, *peak_source;
 } LtPlanCalibration;

@@ -161,54 +161,83 @@ static double gemm_eff_at(const LtPlanDevice *g, double n) {
 }
 
 /* One chunk's pass time, by part (seconds): the forward's and the backward's
- * GEMMs (data and weight gradients), the TP collectives of a pass and what
- * of them stays exposed each way, recomputation and its collectives. */
+ * compute (the backward's data and weight gradient halves), the TP
+ * collectives of a pass and what of them stays exposed each way,
+ * recomputation and its collectives; and the same compute by kind (gemm,
+ * mem: memory-bound, attn: the attention core, head: the loss head), whose
+ * sum is tf_c + tb_data + tb_weight + redo. */
 typedef struct {
     double tf_c, tb_data, tb_weight, tpc, tpc_f, tpc_b, redo, tpc_redo;
+    double gemm, mem, attn, head, mem_bytes, attn_flops;
 } PassTime;
+#define PASS_FIELDS (sizeof(PassTime) / sizeof(double))
 
-/* What a pass's time depends on (pass_model fills it for a layout). */
+/* What a pass's time depends on (pass_model fills it for a layout); per
+ * micro batch on one rank, seconds unless said. */
 typedef struct {
-    double per_layer, head;     /* training FLOPs per sample: one layer, the LM head */
-    double mbs_tp, eff, slow;   /* micro batch / tp; FLOP/s at its size; tp overlap's slowdown */
-    double ring1, redo_layer;   /* one TP collective; one layer's recomputation */
+    double layer_gemm;          /* a layer's forward GEMMs (each backward half alike) */
+    double mem_f, mem_b;        /* a layer's memory-bound work, forward and backward */
+    double attn_f, attn_b;      /* a layer's attention core, forward and backward */
+    double attn_flops;          /* a layer's attention FLOPs, forward (backward: twice) */
+    double first_f, first_b;    /* the first chunk's embedding */
+    double last;                /* the last chunk's final norm (each way) */
+    double head, head_bytes;    /* the loss head: logits, cross-entropy, their gradients */
+    double mid_f, mid_b;        /* a chunk boundary's add, copy (not at the model's ends) */
+    double elem_bw;             /* bytes per second of the memory-bound ops */
+    double slow;                /* tp overlap's GEMM slowdown */
+    double ring1;               /* one TP collective */
+    double redo_gemm, redo_mem, redo_attn; /* a layer's recomputation */
     double redo_share;          /* of a forward's SP collectives that recomputation repeats */
     int tp, ov_tp;
 } PassModel;
 
-/* A chunk of n layers (with the LM head when head is 1). tp_comm_overlap
- * runs each SP gather/reduce-scatter in blocks of one TP rank's rows behind
- * the GEMMs on the other blocks (forward: all of them; backward: the
- * data-gradient half), so a GEMM of N/tp rows runs at that size's
- * efficiency; the last block of each forward reduce-scatter stays exposed. */
-static PassTime pass_time(const PassModel *m, int n, int head) {
-    PassTime p;
-    const double tf = (n * m->per_layer + (head ? m->head : 0.0)) / 3.0 * m->mbs_tp / m->eff;
+/* A chunk of n layers; first: the model's first (the embedding), last: its
+ * last (final norm and the loss head, whose backward runs in the forward
+ * pass as the engine runs it). tp_comm_overlap runs each SP gather /
+ * reduce-scatter in blocks of one TP rank's rows behind the GEMMs on the
+ * other blocks (forward: all of them; backward: the data-gradient half), so
+ * a GEMM of N/tp rows runs at that size's efficiency; the last block of each
+ * forward reduce-scatter stays exposed. */
+static PassTime pass_time(const PassModel *m, int n, int first, int last) {
+    PassTime p = {0};
+    const double g = n * m->layer_gemm;
+    const double mf = n * m->mem_f + (first ? m->first_f : 0.0) + (last ? m->last : 0.0) +
+                      (last ? 0.0 : m->mid_f),
+                 mb = n * m->mem_b + (first ? m->first_b : 0.0) + (last ? m->last : 0.0) +
+                      (first ? 0.0 : m->mid_b),
+                 head = last ? m->head : 0.0;
     p.tpc = n * 2.0 * m->ring1;
-    p.tf_c = p.tb_data = tf * m->slow;
-    p.tb_weight = tf;
+    p.tf_c = g * m->slow + mf + n * m->attn_f + head;
+    p.tb_data = g * m->slow + mb + n * m->attn_b;
+    p.tb_weight = g;
     p.tpc_f = p.tpc_b = p.tpc;
     if (m->ov_tp) {
         const double share = (m->tp - 1.0) / m->tp; /* the blocks that travel */
         /* per layer two reduce-scatters whose last block nothing follows */
-        p.tpc_f = exposed(p.tpc, p.tf_c * share, p.tpc / (2.0 * (m->tp - 1)));
-        p.tpc_b = exposed(p.tpc, p.tb_data * share, 0.0);
+        p.tpc_f = exposed(p.tpc, g * m->slow * share, p.tpc / (2.0 * (m->tp - 1)));
+        p.tpc_b = exposed(p.tpc, g * m->slow * share, 0.0);
     }
-    p.redo = n * m->redo_layer * m->slow;
+    p.redo = n * (m->redo_gemm * m->slow + m->redo_mem + m->redo_attn);
     p.tpc_redo = m->redo_share * p.tpc_f;
+    p.gemm = g * (2.0 * m->slow + 1.0) + n * m->redo_gemm * m->slow;
+    p.mem = mf + mb + n * m->redo_mem;
+    p.attn = n * (m->attn_f + m->attn_b + m->redo_attn);
+    p.head = head;
+    p.mem_bytes = p.mem * m->elem_bw + (last ? m->head_bytes : 0.0);
+    p.attn_flops = n * m->attn_flops * (3.0 + (m->redo_attn > 0 ? 1.0 : 0.0));
     return p;
 }
 static double pass_total(const PassTime *p) {
     return p->tf_c + p->tpc_f + p->tb_data + p->tb_weight + p->tpc_b + p->redo + p->tpc_redo;
 }
 static void pass_add(PassTime *to, PassTime p) {
-    to->tf_c += p.tf_c, to->tb_data += p.tb_data, to->tb_weight += p.tb_weight;
-    to->tpc += p.tpc, to->tpc_f += p.tpc_f, to->tpc_b += p.tpc_b;
-    to->redo += p.redo, to->tpc_redo += p.tpc_redo;
+    double *t = (double *)to;
+    const double *f = (const double *)&p;
+    for (size_t i = 0; i < PASS_FIELDS; i++) t[i] += f[i];
 }
 static void pass_scale(PassTime *p, double f) {
-    p->tf_c *= f, p->tb_data *= f, p->tb_weight *= f, p->tpc *= f, p->tpc_f *= f, p->tpc_b *= f;
-    p->redo *= f, p->tpc_redo *= f;
+    double *t = (double *)p;
+    for (size_t i = 0; i < PASS_FIELDS; i++) t[i] *= f;
 }
 
 /* The sizes of layout k that every part of its step reads. */
@@ -217,6 +246,7 @@ typedef struct {
     double a, peak, lat;  /* bytes per activation, FLOP/s, seconds per ring step */
     double S, N, C;       /* sequence, tokens per micro batch, hidden */
     int G, M, V, P;       /* global batch, micro batches per step, chunks, stages */
+    int head_chunk;       /* rows per block of the loss head (train.lm_head_chunk) */
 } StepSizes;
 
 static StepSizes step_sizes(const LtConfig *c, const LtPlanDevice *g, const Cand *k) {
@@ -227,36 +257,98 @@ static StepSizes step_sizes(const LtConfig *c, const LtPlanDevice *g, const Cand
     z.G = c->train.global_batch_size, z.M = z.G / (k->mbs * k->dp), z.V = k->vpp, z.P = k->pp;
     z.S = c->model.seq_length, z.N = (double)k->mbs * z.S, z.C = z.d.hidden;
     z.lat = g->latency_us * 1e-6;
+    z.head_chunk = lt_model_lm_head_chunk((size_t)z.N, (size_t)z.d.padded_vocab / (size_t)k->tp,
+                                          (size_t)z.a, c->train.lm_head_chunk);
     return z;
 }
 
-/* The time of one chunk of one micro batch on one GPU (pass_time) from its
- * layers and, on the model's last chunk, the LM head (2 h V per token);
- * GEMMs with few rows run below the large-GEMM efficiency (--calibrate fits
- * the curve); two all-reduces (or all-gather + reduce-scatter with SP) per
- * layer each way; recomputation in the backward: full the layers' forward up
- * to the MLP activation (with 3 of its 4 SP gathers and reduce-scatters),
- * selective the attention core, at the forward's pace. */
-static PassModel pass_model(const StepSizes *z, const LtPlanDevice *g, int gpn, const Cand *k) {
+/* A layer's memory-bound bytes on one rank per micro batch, forward (*f) and
+ * backward (*b), as the kernels' design notes count them (s: bytes per
+ * activation; R: the rows a norm sees, N/tp under SP): both norms fused with
+ * their residual add 4s R C each way; GeLU 3s N F each way, SwiGLU 3s
+ * forward, 5s backward; RoPE 2s per rotated q and k element each way; GPT's
+ * bias gradients read their outputs' gradients once (s per element). */
+static void layer_bytes(const StepSizes *z, const Cand *k, double *f, double *b) {
     const LtModelDims *d = &z->d;
-    const double N = z->N;
+    const int llama = d->arch == LT_ARCH_LLAMA;
+    const double s = z->a, N = z->N, C = z->C, F = (double)d->ffn / k->tp,
+                 R = k->sp ? N / k->tp : N, HD = C / d->heads,
+                 QK = ((double)d->heads + lt_dims_kv_heads(d)) * HD / k->tp,
+                 QKV = ((double)d->heads + 2.0 * lt_dims_kv_heads(d)) * HD / k->tp;
+    const double norms = 2.0 * 4.0 * s * R * C, rope = llama ? 2.0 * s * N * QK : 0.0;
+    *f = norms + 3.0 * s * N * F + rope;
+    *b = norms + (llama ? 5.0 : 3.0) * s * N * F + rope + (llama ? 0.0 : s * N * (QKV + F + 2 * C));
+}
+
+/* The attention core's rates (FLOP/s forward, backward) and *cudnn: cuDNN's
+ * where the config lets model.attention pick it (auto or cudnn) in bf16 on a
+ * device with cuDNN figures, else lattice's own (the CPU loop on the CPU). */
+static void attention_rates(const LtConfig *c, const LtPlanDevice *g, double *fwd, double *bwd,
+                            int *cudnn) {
+    *cudnn = c->model.attention != LT_ATTN_LATTICE && c->train.precision == LT_PREC_BF16 &&
+             g->cudnn_fwd_tflops > 0 && g->cudnn_bwd_tflops > 0;
+    *fwd = (*cudnn ? g->cudnn_fwd_tflops : g->attn_fwd_tflops) * 1e12;
+    *bwd = (*cudnn ? g->cudnn_bwd_tflops : g->attn_bwd_tflops) * 1e12;
+}
+
+/* The loss head of one micro batch on one rank: the logits GEMM and its two
+ * gradients (2 h V/tp per token each) in blocks of head_chunk rows, at that
+ * size's GEMM efficiency, and the softmax / cross-entropy over the logits
+ * (3s per logit; vocab-parallel 4s: two statistics passes and the finish). */
+static double head_time(const StepSizes *z, const LtPlanDevice *g, const Cand *k, double *bytes) {
+    const double Vl = (double)z->d.padded_vocab / k->tp;
+    const double flops = 3.0 * z->N * 2.0 * z->C * Vl;
+    *bytes = (k->tp > 1 ? 4.0 : 3.0) * z->a * z->N * Vl;
+    return flops / (z->peak * gemm_eff_at(g, z->head_chunk)) + *bytes / (g->xent_gbs * 1e9);
+}
+
+/* The time of one chunk of one micro batch on one rank (pass_time): GEMMs
+ * with few rows run below the large-GEMM efficiency (--calibrate fits the
+ * curve); the memory-bound ops' bytes (layer_bytes, the embedding 3s per
+ * element forward and 8 + s backward, the final norm 4s each way, a chunk
+ * boundary's add 3s and copy s) at elem_gbs; the attention core (4 s h FLOPs
+ * per token forward, 8 s h backward) at its rate; two all-reduces (or
+ * all-gather + reduce-scatter with SP) per layer each way; recomputation in
+ * the backward: full the layers' forward up to the MLP activation (GEMMs,
+ * memory-bound work, attention; with 3 of its 4 SP gathers and
+ * reduce-scatters), selective the attention core, at the forward's pace. */
+static PassModel pass_model(const LtConfig *c, const StepSizes *z, const LtPlanDevice *g, int gpn,
+                            Cand *k) {
+    const LtModelDims *d = &z->d;
+    const double N = z->N, C = z->C, s = z->a, bw = g->elem_gbs * 1e9;
+    const double R = k->sp ? N / k->tp : N, eff = z->peak * gemm_eff_at(g, N);
     const int full_rc = k->rc == LT_RECOMPUTE_FULL;
-    const double head = 3.0 * z->S * 2.0 * z->C * (double)d->padded_vocab;
+    const double head = 3.0 * z->S * 2.0 * C * (double)d->padded_vocab,
+                 attn = 3.0 * z->S * 4.0 * z->S * C; /* per sample, as the model counts them */
     const double intra = k->tp <= gpn ? g->intra_gbs : g->net_gbs;
-    return (PassModel){
-        .per_layer = (lt_model_flops_per_sample(d, 0) - head) / d->num_layers,
-        .head = head,
-        .mbs_tp = (double)k->mbs / k->tp,
-        .eff = z->peak * gemm_eff_at(g, N),
+    double fwd_rate, bwd_rate, bytes_f, bytes_b;
+    attention_rates(c, g, &fwd_rate, &bwd_rate, &k->cudnn);
+    layer_bytes(z, k, &bytes_f, &bytes_b);
+    const double attn_flops = N * 4.0 * z->S * C / k->tp;
+    PassModel m = {
+        .layer_gemm = (lt_model_flops_per_sample(d, 0) - head - d->num_layers * attn) /
+                      d->num_layers / 3.0 * k->mbs / k->tp / eff,
+        .mem_f = bytes_f / bw, .mem_b = bytes_b / bw,
+        .attn_f = attn_flops / fwd_rate, .attn_b = 2.0 * attn_flops / bwd_rate,
+        .attn_flops = attn_flops,
+        .elem_bw = bw,
         .slow = k->ov_tp ? gemm_eff_at(g, N) / gemm_eff_at(g, N / k->tp) : 1.0,
-        .ring1 = ring(z->a * N * z->C, k->tp, intra, z->lat),
-        .redo_layer = k->rc == LT_RECOMPUTE_NONE
-                          ? 0.0
-                          : lt_model_recompute_flops_per_sample(d, full_rc) / d->num_layers *
-                                k->mbs / k->tp / (z->peak * gemm_eff_at(g, N)),
+        .ring1 = ring(z->a * N * C, k->tp, intra, z->lat),
         .redo_share = full_rc ? 0.75 : 0.0,
         .tp = k->tp,
         .ov_tp = k->ov_tp};
+    m.first_f = 3.0 * s * N * C / bw, m.first_b = (8.0 + s) * N * C / bw;
+    m.last = 4.5 * s * R * C / bw; /* each way: the norm; its gradient's zeroing */
+    m.mid_f = 3.0 * s * R * C / bw, m.mid_b = s * R * C / bw;
+    m.head = head_time(z, g, k, &m.head_bytes);
+    if (k->rc != LT_RECOMPUTE_NONE) {
+        m.redo_attn = m.attn_f;
+        m.redo_gemm = full_rc ? (lt_model_recompute_flops_per_sample(d, 1) / d->num_layers -
+                                 attn / 3.0) * k->mbs / k->tp / eff
+                              : 0.0;
+        m.redo_mem = full_rc ? m.mem_f : 0.0;
+    }
+    return m;
 }
 
 /* The average chunk of the stage with the most time, which sets the
@@ -271,7 +363,7 @@ static PassTime pacing_chunk(const PassModel *pm, const Cand *k, int L, double *
         int n = 0;
         for (int v = 0; v < V; v++) {
             const int nl = lt_layer_split_count(&k->split, L, P, V, q, v);
-            pass_add(&sum, pass_time(pm, nl, q == P - 1 && v == V - 1));
+            pass_add(&sum, pass_time(pm, nl, q == 0 && v == 0, q == P - 1 && v == V - 1));
             n += nl;
         }
         if (pass_total(&sum) > pace_time) pace = sum, pace_time = pass_total(&sum), *layers = (double)n / V;
@@ -319,8 +411,8 @@ static double pipeline_makespan(const PassModel *pm, const StepSizes *z, const P
     double *scale = lt_malloc(sizeof(double) * (size_t)(P * V));
     for (int v = 0; v < P * V; v++) {
         const int q = v % P, ch = v / P;
-        const PassTime p = pass_time(
-            pm, lt_layer_split_count(&k->split, z->d.num_layers, P, V, q, ch), v == P * V - 1);
+        const PassTime p = pass_time(pm, lt_layer_split_count(&k->split, z->d.num_layers, P, V, q, ch),
+                                     v == 0, v == P * V - 1);
         scale[v] = pass_total(&p) / (t->tf_all + t->tb_all);
     }
     LtSimResult res;
@@ -382,7 +474,7 @@ static void dp_time(const LtConfig *c, const LtPlanDevice *g, int gpn, const Ste
  *   behind the next step's first forward. */
 void lt_plan_step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *k, int sim) {
     const StepSizes z = step_sizes(c, g, k);
-    const PassModel pm = pass_model(&z, g, gpn, k);
+    const PassModel pm = pass_model(c, &z, g, gpn, k);
     double layers;
     const PassTime pace = pacing_chunk(&pm, k, z.d.num_layers, &layers);
     const PipeTimes t = pipe_times(&z, &pace, g, gpn, k);
@@ -399,8 +491,16 @@ void lt_plan_step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *
     dp_time(c, g, gpn, &z, &t, layers, k);
     const double local = (double)k->mem.params / z.a;
     const double shard = k->zero ? local / k->dp : local;
-    k->optim = shard * (28.0 + z.a) / (g->mem_gbs * 1e9);
-    k->step = makespan + k->dp_comm + k->optim;
+    k->optim = shard * (28.0 + z.a) / (g->optim_gbs * 1e9);
+    /* the step's gradient zeroing: 4 bytes written per local parameter */
+    const double zero_bytes = 4.0 * local, zero = zero_bytes / (g->elem_gbs * 1e9);
+    k->gemm = passes * pace.gemm, k->attention = passes * pace.attn;
+    k->loss_head = passes * pace.head;
+    k->membound = passes * pace.mem + zero;
+    k->mem_bytes = passes * pace.mem_bytes + zero_bytes;
+    k->attn_flops = passes * pace.attn_flops;
+    k->compute = busy + zero; /* = gemm + membound + attention + loss_head */
+    k->step = makespan + k->dp_comm + k->optim + zero;
     k->mfu = lt_model_flops_per_sample(&z.d, 0) * z.G / k->step /
              (k->tp * k->pp * k->dp * z.peak);
     k->tokens_per_s = z.G * z.S / k->step;
@@ -490,7 +590,12 @@ int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlan
     *out = (LtPlanStep){.step = k.step, .compute = k.compute, .bubble = k.bubble,
                         .tp_comm = k.tp_comm, .pp_comm = k.pp_comm, .dp_comm = k.dp_comm,
                         .optim = k.optim, .hidden_tp = k.hidden_tp, .hidden_pp = k.hidden_pp,
-                        .hidden_dp = k.hidden_dp, .tokens_per_s = k.tokens_per_s, .mfu = k.mfu};
+                        .hidden_dp = k.hidden_dp, .tokens_per_s = k.tokens_per_s, .mfu = k.mfu,
+                        .gemm = k.gemm, .membound = k.membound, .attention = k.attention,
+                        .loss_head = k.loss_head, .mem_bytes = k.mem_bytes,
+                        .attn_flops = k.attn_flops,
+                        .attention_impl = k.cudnn ? "cudnn" : dev->threads > 0 ||
+                                          !strcmp(dev->name, "cpu") ? "cpu" : "lattice"};
     overlap_words(&k, out->overlap, sizeof out->overlap);
     return 0;
 }

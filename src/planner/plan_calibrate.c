@@ -5,7 +5,7 @@
  * Everything runs through the engine's own entries, so what is calibrated is
  * what training runs: the backend's linear_fwd / linear_bwd (cuBLASLt, or
  * OpenBLAS with the thread count the engine would take), its copy, and
- * lattice's comm layer for the all-reduce. Four measurements, each a median
+ * lattice's comm layer for the all-reduce. Six measurements, each a median
  * over repetitions after one warm-up, each given a share of the --seconds
  * budget (a size whose predicted time does not fit its share is skipped,
  * and the table says so):
@@ -17,6 +17,10 @@
  *   rows      the same at fewer and fewer tokens: eff(N) = eff N / (N + h)
  *             fitted by weighted least squares on 1/eff(N) = 1/eff + (h/eff) / N
  *   memory    a large device-to-device copy (bytes read + written)
+ *   memory-bound ops  LayerNorm, GeLU, the cross-entropy, AdamW
+ *             (plan_calibrate_ops.c)
+ *   attention the core forward and backward at three sequence lengths: the
+ *             backend's own, and cuDNN's on a GPU where it runs
  *   all-reduce  under a launcher with >= 2 ranks: fp32 sums of a few sizes;
  *             bus bandwidth 2 (n-1)/n bytes / time, latency per ring step
  *             from the smallest message (the planner's ring model). */
@@ -33,39 +37,21 @@
 #include "metrics.h"
 #include "plan_device.h"
 
-#define MAX_REPS 64
-
-typedef struct {
-    LtBackend *be;
-    const LtWorld *w;
-    int cuda, threads;
-    LtPrecision prec;
-    double seconds;
-    double peak;       /* TFLOP/s: datasheet, or the measured ceiling */
-    double ceiling;    /* TFLOP/s: the best square GEMM */
-    /* With a measured peak (no datasheet figure), the best square GEMM runs in
-     * every round of the later measurements too, and their efficiencies are
-     * taken against it in the same rounds (time_rounds) */
-    const struct GemmJob *ref;
-} Cal;
+#include "plan_calibrate.h"
 
 /* ---- timing ------------------------------------------------------------------- */
-
-typedef void (*CalRun)(Cal *c, const void *arg);
 
 static int cmp_double(const void *x, const void *y) {
     const double a = *(const double *)x, b = *(const double *)y;
     return (a > b) - (a < b);
 }
 
-static double median(double *t, int n) {
+double lt_cal_median(double *t, int n) {
     qsort(t, (size_t)n, sizeof *t, cmp_double);
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
-/* Median seconds of run(arg) after one warm-up: as many repetitions as fit in
- * `slot` seconds, at least 3, at most MAX_REPS. */
-static double time_median(Cal *c, CalRun run, const void *arg, double slot) {
+double lt_cal_time_median(Cal *c, CalRun run, const void *arg, double slot) {
     run(c, arg);
     c->be->ops->synchronize(c->be);
     double t[MAX_REPS];
@@ -77,12 +63,10 @@ static double time_median(Cal *c, CalRun run, const void *arg, double slot) {
         c->be->ops->synchronize(c->be);
         t[n++] = lt_now() - t0;
     }
-    return median(t, n);
+    return lt_cal_median(t, n);
 }
 
-/* A device buffer of n act elements holding small random values (zeros would
- * let a GPU run cooler, and so faster, than on real data). */
-static void *random_act(LtBackend *be, size_t n, uint64_t seed) {
+void *lt_cal_random_act(LtBackend *be, size_t n, uint64_t seed) {
     float *host = lt_malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) host[i] = (float)(lt_uniform_at(seed, 0, i) - 0.5);
     float *f32 = be->ops->alloc(be, n * sizeof(float));
@@ -112,9 +96,9 @@ typedef struct GemmJob {
 } GemmJob;
 
 static void bufs_alloc(LtBackend *be, GemmBufs *b, size_t N, size_t C) {
-    b->inp = random_act(be, N * 4 * C, 1);
-    b->out = random_act(be, N * 4 * C, 2);
-    b->w = random_act(be, 4 * C * C, 3);
+    b->inp = lt_cal_random_act(be, N * 4 * C, 1);
+    b->out = lt_cal_random_act(be, N * 4 * C, 2);
+    b->w = lt_cal_random_act(be, 4 * C * C, 3);
     b->dinp = be->ops->alloc(be, lt_act_bytes(be, N * 4 * C));
     b->dw = be->ops->alloc(be, 4 * C * C * sizeof(float));
 }
@@ -189,10 +173,10 @@ static void time_rounds(Cal *c, const GemmJob *jobs, int n, double budget, doubl
         }
         r++;
     }
-    const double ref = c->ref ? job_flops(c->ref) / median(t + (size_t)n * MAX_REPS, r) / 1e12
+    const double ref = c->ref ? job_flops(c->ref) / lt_cal_median(t + (size_t)n * MAX_REPS, r) / 1e12
                               : c->peak;
     for (int i = 0; i < n; i++) {
-        tflops[i] = job_flops(&jobs[i]) / median(t + (size_t)i * MAX_REPS, r) / 1e12;
+        tflops[i] = job_flops(&jobs[i]) / lt_cal_median(t + (size_t)i * MAX_REPS, r) / 1e12;
         if (eff) eff[i] = tflops[i] / ref;
     }
     free(t);
@@ -210,7 +194,7 @@ static void measure_ceiling(Cal *c, GemmBufs *b, GemmJob *best_job, double budge
     GemmJob jobs[8];
     int n = 0;
     for (int s = 256; s <= max_n; s *= 2) jobs[n++] = (GemmJob){b, s, s, PASS_FWD, 1};
-    const double guess = job_flops(&jobs[0]) / time_median(c, run_gemm, &jobs[0], 0) / 1e12;
+    const double guess = job_flops(&jobs[0]) / lt_cal_time_median(c, run_gemm, &jobs[0], 0) / 1e12;
     n = jobs_that_fit(c, jobs, n, guess, 0.5 * budget);
     if (n < 1) n = 1;
     double tf[8];
@@ -270,7 +254,7 @@ static void fit_rows(const double *N, const double *eff, int n, double *eff_inf,
     const double den = s * sxx - sx * sx;
     const double b = den > 0 ? (s * sxy - sx * sy) / den : -1, a = (sy - b * sx) / s;
     if (a <= 0 || b < 0) {
-        *eff_inf = median(tmp, n);
+        *eff_inf = lt_cal_median(tmp, n);
         *half = 0;
         return;
     }
@@ -331,7 +315,7 @@ static double measure_memory(Cal *c, double budget) {
     const size_t bytes = (size_t)(c->cuda ? 1024 : 64) << 20; /* well past any cache */
     CopyJob j = {c->be->ops->alloc(c->be, bytes), c->be->ops->alloc(c->be, bytes), bytes};
     c->be->ops->copy(c->be, j.dst, j.src, bytes); /* the pages touched once */
-    const double gbs = 2.0 * (double)bytes / time_median(c, run_copy, &j, budget) / 1e9;
+    const double gbs = 2.0 * (double)bytes / lt_cal_time_median(c, run_copy, &j, budget) / 1e9;
     c->be->ops->free(c->be, j.dst);
     c->be->ops->free(c->be, j.src);
     printf("\nmemory: copy of %zu MiB through the backend: %.2f GB/s (read + write)\n",
@@ -356,7 +340,7 @@ static double time_all_reduce(const LtComm *world, float *buf, size_t count, dou
         lt_comm_all_reduce(world, buf, count, LT_COMM_F32, LT_COMM_SUM);
         t[r] = lt_now() - t0;
     }
-    return median(t, reps);
+    return lt_cal_median(t, reps);
 }
 
 /* Bus bandwidth (the best over the message sizes, with the latency's share
@@ -472,6 +456,16 @@ static void print_constants(const LtPlanCalibration *cal) {
     printf("  gemm_half_tokens %.0f  (tokens at half of it)\n", d->gemm_half_tokens);
     printf("  mem_gbs          %.2f\n", d->mem_gbs);
     if (d->mem_gib > 0) printf("  mem_gib          %.1f  (physical memory)\n", d->mem_gib);
+    printf("  elem_gbs         %.2f  (layernorm and gelu, forward and backward)\n"
+           "  xent_gbs         %.2f  (softmax / cross-entropy, bytes per logit)\n"
+           "  optim_gbs        %.2f  (adamw)\n"
+           "  attn_fwd_tflops  %.4f  (%s attention, forward)\n"
+           "  attn_bwd_tflops  %.4f  (backward)\n",
+           d->elem_gbs, d->xent_gbs, d->optim_gbs, d->attn_fwd_tflops,
+           cal->threads ? "the CPU's" : "lattice's", d->attn_bwd_tflops);
+    if (cal->has_cudnn)
+        printf("  cudnn_fwd_tflops %.4f\n  cudnn_bwd_tflops %.4f\n", d->cudnn_fwd_tflops,
+               d->cudnn_bwd_tflops);
     if (cal->has_comm)
         printf("  intra_gbs        %.3f  (all-reduce bus bandwidth, %d ranks)\n"
                "  latency_us       %.2f  (per ring step)\n",
@@ -505,7 +499,9 @@ static int measure_device(Cal *c, LtPlanCalibration *cal) {
     }
     if (d->gemm_eff > 1.5) d->gemm_eff = 1.5; /* noise on a loaded machine; the file's limit */
     *(c->prec == LT_PREC_BF16 ? &d->bf16_tflops : &d->fp32_tflops) = c->peak;
-    d->mem_gbs = measure_memory(c, 0.1 * B);
+    d->mem_gbs = measure_memory(c, 0.05 * B);
+    lt_cal_memory_bound(c, d, 0.05 * B); /* (these two: at least 3 repetitions each) */
+    lt_cal_attention(c, d, &cal->has_cudnn, 0.1 * B);
     if (!c->cuda)
         d->mem_gib = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) /
                      (1024.0 * 1024 * 1024);
@@ -524,7 +520,9 @@ int lt_cmd_plan_calibrate(int argc, char **argv) {
         lt_world_finalize(&w);
         return cal_bad(err, NULL);
     }
-    LtPlanCalibration cal = {.prec = c.prec, .ranks = w.world, .threads = c.threads,
+    LtPlanCalibration cal = {.prec = c.prec, .ranks = w.world,
+                             .ranks_per_node = w.local_size > 0 ? w.local_size : 1,
+                             .threads = c.threads,
                              .seconds = a.seconds, .device_name = c.be->device_name};
     /* the file names the built-in row it refines (h100, ..., cpu), so that the
      * figures it does not measure come from there */

@@ -159,6 +159,26 @@ static void print_step(const LtPlanStep *p, const LtPlanDevice *g) {
            g->name, p->overlap, p->step, p->compute, p->bubble, p->tp_comm, p->pp_comm,
            p->dp_comm, p->optim, p->hidden_tp, p->hidden_pp, p->hidden_dp, p->tokens_per_s,
            100.0 * p->mfu);
+    printf("compute by part: gemm %.4f + memory-bound %.4f (%.1f MB) + attention %.4f (%s, "
+           "%.2f GFLOP) + loss head %.4f + optimizer %.4f + communication %.4f + bubble %.4f "
+           "= %.4f s\n",
+           p->gemm, p->membound, p->mem_bytes / 1e6, p->attention, p->attention_impl,
+           p->attn_flops / 1e9, p->loss_head, p->optim, p->tp_comm + p->pp_comm + p->dp_comm,
+           p->bubble, p->step);
+}
+
+/* dev's rates for the threads per rank a CPU run of `world` ranks, at most
+ * gpn per node, has (lt_plan_device_run_threads); says so when they differ
+ * from the calibration's. */
+static void scale_threads(LtPlanDevice *dev, const LtConfig *c, int world, int gpn, int say) {
+    const int node = world < gpn ? world : gpn;
+    const double t = lt_plan_device_run_threads(dev, c->train.threads, node);
+    const int cal = dev->threads;
+    const double f = lt_plan_device_scale_threads(dev, t);
+    if (say && f != 1.0)
+        printf("threads: %s was measured with %d per rank on %d rank(s) per node; %d rank(s) "
+               "per node have %.2f each: its rates scaled by %.3f (linear in threads)\n",
+               dev->name, cal, dev->ranks, node, t, f);
 }
 
 static void usage(FILE *f) {
@@ -180,11 +200,14 @@ static void usage(FILE *f) {
             "(default: the config's, where the layout allows them; all; none).\n"
             "--layout: the config's own layout only, with the memory of every pipeline stage\n"
             "in the engine's categories (compare with the run's summary) and its step time\n"
-            "by part (compare with the run's breakdown).\n"
+            "by part (compare with the run's breakdown), its compute by kind: GEMMs,\n"
+            "memory-bound ops, the attention core, the loss head.\n"
             "--calibration FILE: the device constants a --calibrate run wrote, instead of the\n"
             "built-in row. --calibrate measures them on this machine through the engine's\n"
-            "backend (GEMMs, memory bandwidth; all-reduce under mpirun with >= 2 ranks) within\n"
-            "about S seconds (default 20), prints them and writes FILE (JSON; docs/formats.md).\n\n");
+            "backend (GEMMs, memory bandwidth, memory-bound ops, the attention core; all-reduce\n"
+            "under mpirun with >= 2 ranks) within about S seconds (default 20), prints them and\n"
+            "writes FILE (JSON; docs/formats.md). A CPU calibration's rates are scaled to the\n"
+            "threads per rank a layout leaves (linearly; --layout says so).\n\n");
     print_legend(f);
 }
 
@@ -326,10 +349,12 @@ static int plan_layout(const PlanArgs *p, const PlanSetup *s) {
     }
     LtConfig cl = c;
     lt_plan_apply_overlap(&cl, p->ov);
+    LtPlanDevice dev = s->dev;
+    scale_threads(&dev, &c, world, p->gpn, 1);
     LtPlanStep ps;
-    if (lt_plan_step(&cl, world, p->gpn, &s->dev, act, lmpi, &ps, err, sizeof err))
+    if (lt_plan_step(&cl, world, p->gpn, &dev, act, lmpi, &ps, err, sizeof err))
         return bad(err, NULL);
-    print_step(&ps, &s->dev);
+    print_step(&ps, &dev);
     return 0;
 }
 
@@ -513,8 +538,9 @@ static void print_config_layout(const PlanArgs *p, const PlanSetup *s, int gpus,
 }
 
 /* The table of layouts on p->gpus GPUs (default: the config's world, else 8). */
-static int plan_table(const PlanArgs *p, const PlanSetup *s) {
+static int plan_table(const PlanArgs *p, PlanSetup *s) {
     const int gpus = p->gpus ? p->gpus : s->cfg_world > 1 ? s->cfg_world : 8;
+    scale_threads(&s->dev, &s->base, gpus, p->gpn, 1);
     if (gpus > p->gpn && gpus % p->gpn)
         return bad("--gpus must be a multiple of --gpus-per-node when it spans nodes", NULL);
     Cands cs = {.c = lt_malloc(sizeof(Cand) * 1024), .cap = 1024};

@@ -26,10 +26,18 @@
 #define CAL_FORMAT "lattice-calibration/1"
 #define CAL_MAX_BYTES (1 << 20)
 
+/* the cpu row's memory-bound and attention figures (fp32, 1 rank, 2 threads) */
+#define CPU_ELEM_GBS 0.91
+#define CPU_XENT_GBS 4.19
+#define CPU_OPTIM_GBS 3.58
+#define CPU_ATTN_FWD 0.0081
+#define CPU_ATTN_BWD 0.0157
+
 /* The figures of a file, before they are laid over the device's row. */
 typedef struct {
     double peak_tflops, gemm_eff, gemm_half_tokens, mem_gbs, mem_gib, intra_gbs, net_gbs,
-        latency_us;
+        latency_us, elem_gbs, xent_gbs, optim_gbs, attn_fwd_tflops, attn_bwd_tflops,
+        cudnn_fwd_tflops, cudnn_bwd_tflops;
 } CalFigures;
 
 typedef struct {
@@ -51,12 +59,24 @@ static const CalKey KEYS[] = {
     {"intra_gbs", FIG(intra_gbs), DEV(intra_gbs), 0, 0, 1e6},
     {"net_gbs", FIG(net_gbs), DEV(net_gbs), 0, 0, 1e6},
     {"latency_us", FIG(latency_us), DEV(latency_us), 0, -1, 1e6},
+    /* since the memory-bound term: files from before it take the row's */
+    {"elem_gbs", FIG(elem_gbs), DEV(elem_gbs), 0, 0, 1e6},
+    {"xent_gbs", FIG(xent_gbs), DEV(xent_gbs), 0, 0, 1e6},
+    {"optim_gbs", FIG(optim_gbs), DEV(optim_gbs), 0, 0, 1e6},
+    {"attn_fwd_tflops", FIG(attn_fwd_tflops), DEV(attn_fwd_tflops), 0, 0, 1e5},
+    {"attn_bwd_tflops", FIG(attn_bwd_tflops), DEV(attn_bwd_tflops), 0, 0, 1e5},
+    {"cudnn_fwd_tflops", FIG(cudnn_fwd_tflops), DEV(cudnn_fwd_tflops), 0, -1, 1e5},
+    {"cudnn_bwd_tflops", FIG(cudnn_bwd_tflops), DEV(cudnn_bwd_tflops), 0, -1, 1e5},
 };
 #define NKEYS (sizeof KEYS / sizeof KEYS[0])
 
 /* Written for the reader's information, not read back as figures. */
-static const char *const INFO_KEYS[] = {"device_name", "host", "date", "ranks", "threads",
-                                        "seconds", "peak_source", "note"};
+static const char *const INFO_KEYS[] = {"device_name", "host", "date", "seconds", "peak_source",
+                                        "note"};
+/* What it was measured with (whole numbers; 0 threads: a GPU): read into the
+ * device (threads; ranks: those per node, else all of them) for the thread
+ * scaling. */
+static const char *const COUNT_KEYS[] = {"threads", "ranks", "ranks_per_node"};
 
 /* ---- the built-in rows --------------------------------------------------- */
 
@@ -67,21 +87,40 @@ static const char *const INFO_KEYS[] = {"device_name", "host", "date", "ranks", 
  * 400 Gb/s NIC per GPU, 50 GB/s; the A100's 200 Gb/s). `lattice plan
  * --calibrate` on such a machine measures the first three and the NVLink
  * figure (--calibration FILE plans with them).
+ * Their memory-bound and attention figures come from the first H200 run
+ * (bench/2026-11-27-h200-first-draw.md, bf16): element-wise ops at 0.60 of
+ * the datasheet bandwidth (67-80% for the forward norms, residual adds and
+ * GeLU, 33-39% for the LayerNorm backward), the cross-entropy at 0.46, AdamW
+ * at 0.87; attention at T 2048, HD 128 in the model's count (the bench's
+ * causal TFLOP/s: forward x2, backward x8/5): lattice's kernels forward 300,
+ * backward 201, cuDNN 1058 and 608 - for the H100 too (the same SMs), for
+ * the A100 scaled by its bf16 peak (assumed).
  * The cpu row was measured by `lattice plan --calibrate` on the 2-core CI
- * machine (bench/2026-11-24-cpu-calibrate.md): its peaks are the measured
+ * machine (bench/2026-11-24-cpu-calibrate.md; its memory-bound and attention
+ * figures bench/2026-11-27-cpu-plan-time.md): its peaks are the measured
  * square-GEMM ceiling (a CPU has no datasheet figure here); its network is
  * assumed (10 Gb/s Ethernet). */
+#define GPU_ROW(bw, attn_scale)                                                                \
+    .elem_gbs = 0.60 * (bw), .xent_gbs = 0.46 * (bw), .optim_gbs = 0.87 * (bw),               \
+    .attn_fwd_tflops = 300 * (attn_scale), .attn_bwd_tflops = 201 * (attn_scale),             \
+    .cudnn_fwd_tflops = 1058 * (attn_scale), .cudnn_bwd_tflops = 608 * (attn_scale)
 static const LtPlanDevice DEVICES[] = {
     {"h100", 989.4, 66.9, 80, 3350, 450, 50, 5.0, 0.60, 256,
-     "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed"},
+     "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed",
+     GPU_ROW(3350, 1.0)},
     {"h200", 989.4, 66.9, 141, 4800, 450, 50, 5.0, 0.62, 256,
-     "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed"},
+     "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed",
+     GPU_ROW(4800, 1.0)},
     {"a100", 312.0, 19.5, 80, 2039, 300, 25, 5.0, 0.65, 256,
-     "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed"},
+     "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed",
+     GPU_ROW(2039, 312.0 / 989.4)},
     /* fp32 peak, GEMM curve, memory: the fp32 run on one rank (2 threads); bf16
-     * peak: the bf16 run; all-reduce: the run under mpirun -np 2 */
+     * peak: the bf16 run; all-reduce: the run under mpirun -np 2; memory-bound
+     * and attention: the fp32 run on one rank */
     {"cpu", 0.0297, 0.0961, 23.5, 25.48, 0.798, 1.25, 0.50, 1.028, 25,
-     "measured on the 2-core CI machine (peak: its GEMM ceiling); network assumed"},
+     "measured on the 2-core CI machine (peak: its GEMM ceiling); network assumed",
+     .elem_gbs = CPU_ELEM_GBS, .xent_gbs = CPU_XENT_GBS, .optim_gbs = CPU_OPTIM_GBS,
+     .attn_fwd_tflops = CPU_ATTN_FWD, .attn_bwd_tflops = CPU_ATTN_BWD, .threads = 2, .ranks = 1},
 };
 
 int lt_plan_device(const char *name, LtPlanDevice *out) {
@@ -91,6 +130,23 @@ int lt_plan_device(const char *name, LtPlanDevice *out) {
             return 0;
         }
     return -1;
+}
+
+double lt_plan_device_scale_threads(LtPlanDevice *dev, double threads) {
+    if (dev->threads <= 0 || !(threads > 0) || threads == dev->threads) return 1.0;
+    const double f = threads / dev->threads;
+    double *rates[] = {&dev->bf16_tflops, &dev->fp32_tflops, &dev->mem_gbs, &dev->elem_gbs,
+                       &dev->xent_gbs, &dev->optim_gbs, &dev->attn_fwd_tflops,
+                       &dev->attn_bwd_tflops, &dev->cudnn_fwd_tflops, &dev->cudnn_bwd_tflops};
+    for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) *rates[i] *= f;
+    return f;
+}
+
+double lt_plan_device_run_threads(const LtPlanDevice *dev, int config_threads, int ranks_per_node) {
+    if (dev->threads <= 0) return 0.0;
+    const double share = (double)dev->threads * (dev->ranks > 0 ? dev->ranks : 1) /
+                         (ranks_per_node > 0 ? ranks_per_node : 1);
+    return config_threads > 0 && config_threads < share ? config_threads : share;
 }
 
 const char *lt_plan_device_names(void) { return "h100, h200, a100, cpu"; }
@@ -159,6 +215,8 @@ static int known_key(const char *key) {
         if (!strcmp(key, strings[i])) return 1;
     for (size_t i = 0; i < sizeof INFO_KEYS / sizeof INFO_KEYS[0]; i++)
         if (!strcmp(key, INFO_KEYS[i])) return 1;
+    for (size_t i = 0; i < sizeof COUNT_KEYS / sizeof COUNT_KEYS[0]; i++)
+        if (!strcmp(key, COUNT_KEYS[i])) return 1;
     return 0;
 }
 
@@ -214,6 +272,27 @@ static int read_identity(const LtJson *obj, const char *path, LtPrecision prec, 
     return 0;
 }
 
+/* threads and ranks (per node where the file says) into dev: absent, a
+ * file from before they were read or a built-in row's (threads 0: no thread
+ * scaling); else whole numbers in [0, 4096] threads, [1, 1 << 20] ranks. */
+static int read_counts(const LtJson *obj, const char *path, LtPlanDevice *dev, char *err,
+                       size_t errlen) {
+    int *to[3] = {&dev->threads, &dev->ranks, &dev->ranks};
+    const double lo[3] = {0, 1, 1}, hi[3] = {4096, 1 << 20, 1 << 20};
+    for (int i = 0; i < 3; i++) {
+        const LtJson *v = lt_json_get(obj, COUNT_KEYS[i]);
+        double x;
+        if (!v) continue;
+        if (v->type != LT_JSON_NUMBER || lt_json_double(v, &x) || x != (int)x || x < lo[i] ||
+            x > hi[i])
+            return lt_errorf(err, errlen, "calibration file %s: field '%s' must be a whole "
+                             "number in [%g, %g]", path, COUNT_KEYS[i], lo[i], hi[i]);
+        *to[i] = (int)x;
+    }
+    if (!lt_json_get(obj, "threads")) dev->threads = 0;
+    return 0;
+}
+
 static int read_calibration(const LtJson *obj, const char *path, LtPrecision prec,
                             LtPlanDevice *dev, char *err, size_t errlen) {
     if (obj->type != LT_JSON_OBJECT)
@@ -238,6 +317,7 @@ static int read_calibration(const LtJson *obj, const char *path, LtPrecision pre
         double *peak = prec == LT_PREC_BF16 ? &dev->bf16_tflops : &dev->fp32_tflops;
         *(KEYS[i].dev_off == (size_t)-1 ? peak : (double *)((char *)dev + KEYS[i].dev_off)) = x;
     }
+    if (read_counts(obj, path, dev, err, errlen)) return -1;
     snprintf(dev->source, sizeof dev->source, "calibration file %s", path);
     return 0;
 }
@@ -291,14 +371,24 @@ int lt_plan_calibration_write(const char *path, const LtPlanCalibration *cal, ch
     put_string(f, "date", date);
     put_string(f, "precision", lt_precision_name(cal->prec));
     put_number(f, "ranks", cal->ranks, 0);
+    put_number(f, "ranks_per_node", cal->ranks_per_node, 0);
     put_number(f, "threads", cal->threads, 0);
     put_number(f, "seconds", cal->seconds, 0);
     put_string(f, "peak_source", cal->peak_source);
     put_number(f, "peak_tflops", cal->prec == LT_PREC_BF16 ? d->bf16_tflops : d->fp32_tflops, 0);
     put_number(f, "gemm_eff", d->gemm_eff, 0);
     put_number(f, "gemm_half_tokens", d->gemm_half_tokens, 0);
-    put_number(f, "mem_gbs", d->mem_gbs, !cal->has_comm && !(d->mem_gib > 0));
-    if (d->mem_gib > 0) put_number(f, "mem_gib", d->mem_gib, !cal->has_comm);
+    put_number(f, "mem_gbs", d->mem_gbs, 0);
+    if (d->mem_gib > 0) put_number(f, "mem_gib", d->mem_gib, 0);
+    put_number(f, "elem_gbs", d->elem_gbs, 0);
+    put_number(f, "xent_gbs", d->xent_gbs, 0);
+    put_number(f, "optim_gbs", d->optim_gbs, 0);
+    put_number(f, "attn_fwd_tflops", d->attn_fwd_tflops, 0);
+    put_number(f, "attn_bwd_tflops", d->attn_bwd_tflops, !cal->has_comm && !cal->has_cudnn);
+    if (cal->has_cudnn) {
+        put_number(f, "cudnn_fwd_tflops", d->cudnn_fwd_tflops, 0);
+        put_number(f, "cudnn_bwd_tflops", d->cudnn_bwd_tflops, !cal->has_comm);
+    }
     if (cal->has_comm) {
         put_number(f, "intra_gbs", d->intra_gbs, 0);
         put_number(f, "latency_us", d->latency_us, 1);

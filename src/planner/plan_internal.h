@@ -20,6 +20,11 @@ typedef struct {
      * dp_comm) and what the overlap switches hide of it (hidden_*), the optimizer */
     double compute, tp_comm, pp_comm, dp_comm, optim, bubble, step, mfu, tokens_per_s;
     double hidden_tp, hidden_pp, hidden_dp;
+    /* compute by part (seconds per step, the busiest stage's): GEMMs, memory-bound
+     * work, the attention core, the loss head (its GEMMs and cross-entropy); and
+     * what they move and compute: memory-bound bytes, attention FLOPs */
+    double gemm, membound, attention, loss_head, mem_bytes, attn_flops;
+    int cudnn; /* the attention core at cuDNN's rate */
     int ov_grad, ov_param, ov_p2p, ov_tp; /* the switches in effect (after the layout's limits) */
     int simulated;
 } Cand;

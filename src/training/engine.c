@@ -270,23 +270,45 @@ static void load_local_state(LtRun *r, const char *stepdir, float *master, float
                sizeof(float) * r->global.total * (m ? 3 : 1));
 }
 
-/* The planner's step time for this run's layout, to print beside the measured
- * one: on the planner's row of this GPU (h100, h200, a100), or the row named
- * by LT_PLAN_DEVICE (a name, or "none"); none on the CPU unless named (the
- * cpu row was measured with all cores on one rank). */
-static void plan_step(LtRun *r) {
-    const char *env = getenv("LT_PLAN_DEVICE");
-    char name[32] = "";
-    if (env && env[0]) snprintf(name, sizeof name, "%s", strcmp(env, "none") ? env : "");
-    else if (r->be->device_name) lt_plan_device_match(r->be->device_name, name, sizeof name);
-    LtPlanDevice dev;
-    if (!name[0]) return;
-    if (lt_plan_device(name, &dev)) {
-        lt_log("warning: LT_PLAN_DEVICE=%s: no such planner device (known: %s)\n", name,
-               lt_plan_device_names());
-        return;
+/* The planner's device for this run, into dev: the figures of the
+ * calibration file LT_PLAN_CALIBRATION names, else the row of this GPU
+ * (h100, h200, a100) or the one LT_PLAN_DEVICE names (a name, or "none");
+ * none on the CPU unless named. A CPU device's rates are scaled to this
+ * run's threads per rank as lattice plan scales them. 0, or -1 (none; a bad
+ * name or file is warned about). */
+static int plan_device(const LtRun *r, LtPlanDevice *dev) {
+    const char *cal = getenv("LT_PLAN_CALIBRATION"), *env = getenv("LT_PLAN_DEVICE");
+    char name[32] = "", err[512];
+    if (cal && cal[0]) {
+        if (lt_plan_calibration_load(cal, r->cfg->train.precision, dev, err, sizeof err)) {
+            lt_log("warning: LT_PLAN_CALIBRATION: %s\n", err);
+            return -1;
+        }
+    } else {
+        if (env && env[0]) snprintf(name, sizeof name, "%s", strcmp(env, "none") ? env : "");
+        else if (r->be->device_name) lt_plan_device_match(r->be->device_name, name, sizeof name);
+        if (!name[0]) return -1;
+        if (lt_plan_device(name, dev)) {
+            lt_log("warning: LT_PLAN_DEVICE=%s: no such planner device (known: %s)\n", name,
+                   lt_plan_device_names());
+            return -1;
+        }
     }
+    /* the threads make_backend gave each rank, at most its share of the cores */
+    const double share = (double)sysconf(_SC_NPROCESSORS_ONLN) /
+                         (r->world->local_size > 0 ? r->world->local_size : 1);
+    const double threads = r->cfg->train.threads > 0 ? r->cfg->train.threads
+                                                      : fmax(1.0, floor(share));
+    lt_plan_device_scale_threads(dev, fmin(threads, share));
+    return 0;
+}
+
+/* The planner's step time for this run's layout, to print beside the measured
+ * one (plan_device says on which device). */
+static void plan_step(LtRun *r) {
+    LtPlanDevice dev;
     char err[256];
+    if (plan_device(r, &dev)) return;
     if (lt_plan_step(r->cfg, r->world->world, r->world->local_size, &dev, r->be->act_size,
                      lt_comm_lib(r->pp) == LT_COMM_LIB_MPI, &r->plan, err, sizeof err) == 0)
         snprintf(r->plan_device, sizeof r->plan_device, "%s", dev.name);
@@ -551,6 +573,9 @@ void lt_run_print_summary(const LtRun *r) {
                "optimizer %.1f\n",
                r->plan_device, ps->overlap, 1e3 * ps->step, 1e3 * ps->compute, 1e3 * ps->bubble,
                1e3 * ps->tp_comm, 1e3 * ps->pp_comm, 1e3 * ps->dp_comm, 1e3 * ps->optim);
+        lt_log("plan       compute by part: gemm %.1f + memory-bound %.1f + attention %.1f (%s) "
+               "+ loss head %.1f ms\n", 1e3 * ps->gemm, 1e3 * ps->membound, 1e3 * ps->attention,
+               ps->attention_impl, 1e3 * ps->loss_head);
     }
     if (r->model->table.last_stage) {
         const LtModel *md = r->model;

@@ -1,0 +1,226 @@
+/* test_plan_time.c - the planner's step-time model by part (plan.h): the
+ * memory-bound term (its bytes scale with the micro batch, sequence
+ * parallelism divides the norms' by TP, full recomputation adds a forward's),
+ * the attention core at its own rate (s^2, cuDNN or lattice's), the parts
+ * adding up to the step; the calibration file's new fields round-trip, a
+ * file from before them loads with the built-in row's, and the thread
+ * scaling. Figures only: nothing here is timed. */
+#include "plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test.h"
+
+/* A small GPT (2 layers, hidden 64, 4 heads, seq 32, vocab 256, fp32, micro
+ * batch 2 of a global 4) with extra overrides, validated for `world` ranks. */
+static int small_config(int world, int n, const char **extra, LtConfig *c) {
+    const char *base[] = {"model.num_layers=2", "model.hidden_size=64",
+                          "model.num_attention_heads=4", "model.seq_length=32",
+                          "model.max_position_embeddings=128", "model.vocab_size=256",
+                          "train.micro_batch_size=2", "train.global_batch_size=4",
+                          "train.precision=fp32", "train.device=cpu"};
+    char *ov[32], err[1024];
+    int k = 0;
+    for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) ov[k++] = (char *)base[i];
+    for (int i = 0; i < n; i++) ov[k++] = (char *)extra[i];
+    lt_config_defaults(c);
+    if (lt_config_load(c, NULL, k, ov, err, sizeof err) ||
+        lt_config_validate(c, world, err, sizeof err)) {
+        printf("  config: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The small GPT's step on `world` ranks (one node) predicted on device dev. */
+static int predict(int world, const LtPlanDevice *dev, LtPlanStep *ps, int n, const char **extra) {
+    LtConfig c;
+    char err[1024];
+    if (small_config(world, n, extra, &c)) return -1;
+    if (lt_plan_step(&c, world, world, dev, 4, 1, ps, err, sizeof err)) {
+        printf("  predict: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static LtPlanDevice cpu_row(void) {
+    LtPlanDevice d;
+    lt_plan_device("cpu", &d);
+    return d;
+}
+
+/* The bytes of the small GPT's gradient zeroing on one rank (4 per fp32
+ * parameter: its parameters' bytes in fp32), or -1. */
+static double zero_bytes(int world, int n, const char **extra) {
+    LtConfig c;
+    LtPlanMemory m;
+    char err[512];
+    if (small_config(world, n, extra, &c) || lt_plan_memory(&c, world, 0, 4, 1, &m, err, sizeof err))
+        return -1;
+    return (double)m.params;
+}
+
+static void test_parts_add_up(void) {
+    const LtPlanDevice d = cpu_row();
+    LtPlanStep p;
+    const char *pp[] = {"parallel.pipeline_model_parallel_size=2"};
+    for (int world = 1; world <= 2; world++) {
+        REQUIRE(predict(world, &d, &p, world - 1, pp) == 0, "world %d", world);
+        CHECK(p.gemm > 0 && p.membound > 0 && p.attention > 0 && p.loss_head > 0 && p.optim > 0,
+              "every part present: gemm %g mem %g attn %g head %g optim %g", p.gemm, p.membound,
+              p.attention, p.loss_head, p.optim);
+        CHECK(test_relerr(p.gemm + p.membound + p.attention + p.loss_head, p.compute, 1e-12) <
+                  1e-9, "compute %g = the parts' sum", p.compute);
+        const double sum = p.compute + p.bubble + p.tp_comm + p.pp_comm + p.dp_comm + p.optim;
+        CHECK(test_relerr(sum, p.step, 1e-12) < 1e-9, "step %g = parts %g", p.step, sum);
+        CHECK(!strcmp(p.attention_impl, "cpu"), "%s", p.attention_impl);
+    }
+}
+
+/* per micro batch, the memory-bound bytes are linear in its size: with one
+ * micro batch per step, doubling it doubles all but the gradient zeroing */
+static void test_membound_scales_with_micro_batch(void) {
+    const LtPlanDevice d = cpu_row();
+    LtPlanStep a, b;
+    const char *one[] = {"train.micro_batch_size=2", "train.global_batch_size=2"};
+    const char *two[] = {"train.micro_batch_size=4", "train.global_batch_size=4"};
+    REQUIRE(predict(1, &d, &a, 2, one) == 0 && predict(1, &d, &b, 2, two) == 0, "predict");
+    const double z = zero_bytes(1, 2, one);
+    REQUIRE(z > 0, "params");
+    CHECK(test_relerr(b.mem_bytes - z, 2 * (a.mem_bytes - z), 1) < 1e-9,
+          "bytes %g -> %g (zeroing %g)", a.mem_bytes, b.mem_bytes, z);
+    CHECK(b.membound > 1.5 * a.membound, "time %g -> %g", a.membound, b.membound);
+}
+
+/* sequence parallelism: each TP rank normalizes N/tp rows - the layers' two
+ * norms (4s R C each, each way) and the final norm (4.5s R C each way) */
+static void test_sp_divides_norm_bytes(void) {
+    const LtPlanDevice d = cpu_row();
+    LtPlanStep no, sp;
+    const char *tp[] = {"parallel.tensor_model_parallel_size=2"};
+    const char *tp_sp[] = {"parallel.tensor_model_parallel_size=2",
+                           "parallel.sequence_parallel=true"};
+    REQUIRE(predict(2, &d, &no, 1, tp) == 0 && predict(2, &d, &sp, 2, tp_sp) == 0, "predict");
+    const double s = 4, N = 2 * 32, C = 64, L = 2, M = 2; /* micro batches per step: 4 / 2 */
+    const double norms = M * (L * 16 + 9) * s * N * C;  /* without SP, per step */
+    CHECK(test_relerr(no.mem_bytes - sp.mem_bytes, norms / 2, 1) < 1e-9,
+          "SP saves %g bytes, the norms' half is %g", no.mem_bytes - sp.mem_bytes, norms / 2);
+}
+
+/* full recomputation repeats a forward's memory-bound work (GPT: the two
+ * norms 8s R C, GeLU 3s N F) and attention; selective the attention only */
+static void test_recompute_adds_forward(void) {
+    const LtPlanDevice d = cpu_row();
+    LtPlanStep none, full, sel;
+    const char *f[] = {"train.recompute=full"}, *s_[] = {"train.recompute=selective"};
+    REQUIRE(predict(1, &d, &none, 0, NULL) == 0 && predict(1, &d, &full, 1, f) == 0 &&
+                predict(1, &d, &sel, 1, s_) == 0,
+            "predict");
+    const double s = 4, N = 64, C = 64, F = 256, L = 2, M = 2;
+    const double fwd = M * L * (8 * s * N * C + 3 * s * N * F);
+    CHECK(test_relerr(full.mem_bytes - none.mem_bytes, fwd, 1) < 1e-9, "full adds %g, want %g",
+          full.mem_bytes - none.mem_bytes, fwd);
+    CHECK(sel.mem_bytes == none.mem_bytes, "selective adds no memory-bound bytes");
+    CHECK(test_relerr(sel.attn_flops, none.attn_flops * 4 / 3, 1) < 1e-12 &&
+              test_relerr(full.attn_flops, sel.attn_flops, 1) < 1e-12,
+          "attention FLOPs %g, %g, %g", none.attn_flops, sel.attn_flops, full.attn_flops);
+    CHECK(full.gemm > none.gemm && sel.gemm == none.gemm, "recomputed GEMMs: full only");
+}
+
+/* the attention core: FLOPs and time go with s^2 at a fixed micro batch (4 B
+ * s^2 h forward, twice backward); cuDNN's rate where bf16 lets auto pick it */
+static void test_attention_scales(void) {
+    const LtPlanDevice d = cpu_row();
+    LtPlanStep a, b;
+    const char *s64[] = {"model.seq_length=64"}, *s128[] = {"model.seq_length=128"};
+    REQUIRE(predict(1, &d, &a, 1, s64) == 0 && predict(1, &d, &b, 1, s128) == 0, "predict");
+    const double want = 2 /* micro batches */ * 2 /* layers */ * 3 * 4.0 * 2 * 64 * 64 * 64;
+    CHECK(test_relerr(a.attn_flops, want, 1) < 1e-12, "FLOPs %g, want %g", a.attn_flops, want);
+    CHECK(test_relerr(b.attn_flops, 4 * a.attn_flops, 1) < 1e-12, "x4 FLOPs");
+    CHECK(test_relerr(b.attention, 4 * a.attention, 1e-30) < 1e-9, "x4 time: %g, %g",
+          a.attention, b.attention);
+    LtPlanDevice h;
+    REQUIRE(lt_plan_device("h100", &h) == 0, "h100 row");
+    const char *bf[] = {"train.precision=bf16", "train.device=auto"},
+               *lat[] = {"train.precision=bf16", "train.device=auto", "model.attention=lattice"};
+    LtPlanStep cu, la;
+    REQUIRE(predict(1, &h, &cu, 2, bf) == 0 && predict(1, &h, &la, 3, lat) == 0, "predict bf16");
+    CHECK(!strcmp(cu.attention_impl, "cudnn") && !strcmp(la.attention_impl, "lattice"), "%s %s",
+          cu.attention_impl, la.attention_impl);
+    const double want_ratio = (1 / h.attn_fwd_tflops + 2 / h.attn_bwd_tflops) /
+                              (1 / h.cudnn_fwd_tflops + 2 / h.cudnn_bwd_tflops);
+    CHECK(test_relerr(la.attention / cu.attention, want_ratio, 1) < 1e-9,
+          "lattice / cudnn %g, rates say %g", la.attention / cu.attention, want_ratio);
+}
+
+/* a calibration's figures are read back; a file from before the memory-bound
+ * term takes the built-in row's; threads scale the rates linearly */
+static void test_calibration_file(void) {
+    char *dir = test_tmpdir("plan_time");
+    REQUIRE(dir, "tmpdir");
+    char path[512], old[512], err[512];
+    snprintf(path, sizeof path, "%s/cal.json", dir);
+    snprintf(old, sizeof old, "%s/old.json", dir);
+    LtPlanCalibration cal = {.prec = LT_PREC_FP32, .ranks = 4, .ranks_per_node = 1, .threads = 2,
+                             .seconds = 2,
+                             .device_name = "cpu", .peak_source = "test"};
+    cal.dev = (LtPlanDevice){.name = "cpu", .fp32_tflops = 0.03, .mem_gbs = 6, .gemm_eff = 0.9,
+                             .gemm_half_tokens = 20, .elem_gbs = 1.25, .xent_gbs = 2.5,
+                             .optim_gbs = 3.75, .attn_fwd_tflops = 0.007,
+                             .attn_bwd_tflops = 0.013, .cudnn_fwd_tflops = 0.5,
+                             .cudnn_bwd_tflops = 0.25};
+    cal.has_cudnn = 1;
+    REQUIRE(lt_plan_calibration_write(path, &cal, err, sizeof err) == 0, "%s", err);
+    LtPlanDevice d;
+    REQUIRE(lt_plan_calibration_load(path, LT_PREC_FP32, &d, err, sizeof err) == 0, "%s", err);
+    CHECK(d.elem_gbs == 1.25 && d.xent_gbs == 2.5 && d.optim_gbs == 3.75 &&
+              d.attn_fwd_tflops == 0.007 && d.attn_bwd_tflops == 0.013,
+          "read back: %g %g %g %g %g", d.elem_gbs, d.xent_gbs, d.optim_gbs, d.attn_fwd_tflops,
+          d.attn_bwd_tflops);
+    CHECK(d.cudnn_fwd_tflops == 0.5 && d.cudnn_bwd_tflops == 0.25, "cuDNN's: %g %g",
+          d.cudnn_fwd_tflops, d.cudnn_bwd_tflops);
+    CHECK(d.threads == 2 && d.ranks == 1, "threads %d, ranks per node %d (of 4)", d.threads,
+          d.ranks);
+    /* a file as --calibrate wrote it before (bench/2026-11-24-cpu-calibrate.md) */
+    FILE *f = fopen(old, "w");
+    REQUIRE(f, "write %s", old);
+    fputs("{\"format\": \"lattice-calibration/1\", \"device\": \"cpu\", \"device_name\": \"cpu\","
+          " \"host\": \"vm\", \"date\": \"2026-11-24T10:00:00Z\", \"precision\": \"fp32\","
+          " \"ranks\": 1, \"threads\": 2, \"seconds\": 60, \"peak_source\": \"measured\","
+          " \"peak_tflops\": 0.0297, \"gemm_eff\": 1.0, \"gemm_half_tokens\": 25,"
+          " \"mem_gbs\": 25.5, \"mem_gib\": 23.5}\n", f);
+    fclose(f);
+    LtPlanDevice o, row = cpu_row();
+    REQUIRE(lt_plan_calibration_load(old, LT_PREC_FP32, &o, err, sizeof err) == 0, "%s", err);
+    CHECK(o.elem_gbs == row.elem_gbs && o.attn_bwd_tflops == row.attn_bwd_tflops &&
+              o.gemm_eff == 1.0,
+          "old file: the row's memory-bound and attention figures, its own GEMMs");
+    /* 2 threads on 1 rank; 2 ranks on that machine have 1 each: rates halve */
+    CHECK(lt_plan_device_run_threads(&d, 0, 2) == 1.0, "2 ranks: 1 thread each");
+    CHECK(lt_plan_device_run_threads(&d, 1, 1) == 1.0, "train.threads=1 on 1 rank");
+    CHECK(lt_plan_device_run_threads(&d, 0, 4) == 0.5, "4 ranks share 2 cores");
+    LtPlanDevice h = d;
+    CHECK(lt_plan_device_scale_threads(&h, 1.0) == 0.5 && h.fp32_tflops == 0.015 &&
+              h.elem_gbs == 0.625 && h.attn_fwd_tflops == 0.0035,
+          "halved: %g %g %g", h.fp32_tflops, h.elem_gbs, h.attn_fwd_tflops);
+    LtPlanDevice g;
+    lt_plan_device("h100", &g);
+    CHECK(lt_plan_device_run_threads(&g, 0, 8) == 0 && lt_plan_device_scale_threads(&g, 4) == 1,
+          "a GPU row is not scaled");
+    test_rm_rf(dir);
+    free(dir);
+}
+
+int main(void) {
+    RUN(test_parts_add_up);
+    RUN(test_membound_scales_with_micro_batch);
+    RUN(test_sp_divides_norm_bytes);
+    RUN(test_recompute_adds_forward);
+    RUN(test_attention_scales);
+    RUN(test_calibration_file);
+    return test_summary();
+}
