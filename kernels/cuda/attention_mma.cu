@@ -582,6 +582,21 @@ static void mma_fwd(bf16 *out, float *lse, const bf16 *qkv, const int32_t *kstar
     CU_CHECK_LAUNCH();
 }
 
+// The two backward kernels, with or without documents (DOCS: kstart != NULL).
+template <int HD, int BR, bool DOCS>
+static void mma_bwd_run(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+                        const float *Dbuf, const int32_t *kstart, dim3 grid_kv, dim3 grid_q,
+                        size_t smem_kv, size_t smem_q, int T_, int NKV, int G, float sl2,
+                        float scale, int optin, cudaStream_t st) {
+    am_set_smem((const void *)attn_mma_dkdv_kernel<HD, BR, DOCS>, smem_kv, optin);
+    am_set_smem((const void *)attn_mma_dq_kernel<HD, DOCS>, smem_q, optin);
+    attn_mma_dkdv_kernel<HD, BR, DOCS><<<grid_kv, AM_THREADS, smem_kv, st>>>(
+        dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, sl2, scale);
+    CU_CHECK_LAUNCH();
+    attn_mma_dq_kernel<HD, DOCS><<<grid_q, AM_THREADS, smem_q, st>>>(dqkv, dout, qkv, lse, Dbuf,
+                                                                     kstart, T_, NKV, G, sl2, scale);
+}
+
 template <int HD>
 static void mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                     const float *Dbuf, const int32_t *kstart, int B, int T_, int NH, int NKV,
@@ -593,23 +608,12 @@ static void mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *
     const size_t smem_q = (size_t)(2 * AM_BR + 4 * AM_BC) * (HD + 8) * sizeof(bf16);
     const int G = NH / NKV;
     dim3 grid_kv((T_ + AM_BC - 1) / AM_BC, B * NKV), grid_q((T_ + AM_BR - 1) / AM_BR, G, B * NKV);
-    if (kstart) {
-        am_set_smem((const void *)attn_mma_dkdv_kernel<HD, BR, true>, smem_kv, optin);
-        am_set_smem((const void *)attn_mma_dq_kernel<HD, true>, smem_q, optin);
-        attn_mma_dkdv_kernel<HD, BR, true><<<grid_kv, AM_THREADS, smem_kv, st>>>(
-            dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, sl2, scale);
-        CU_CHECK_LAUNCH();
-        attn_mma_dq_kernel<HD, true><<<grid_q, AM_THREADS, smem_q, st>>>(
-            dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, sl2, scale);
-    } else {
-        am_set_smem((const void *)attn_mma_dkdv_kernel<HD, BR, false>, smem_kv, optin);
-        am_set_smem((const void *)attn_mma_dq_kernel<HD, false>, smem_q, optin);
-        attn_mma_dkdv_kernel<HD, BR, false><<<grid_kv, AM_THREADS, smem_kv, st>>>(
-            dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, sl2, scale);
-        CU_CHECK_LAUNCH();
-        attn_mma_dq_kernel<HD, false><<<grid_q, AM_THREADS, smem_q, st>>>(
-            dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, sl2, scale);
-    }
+    if (kstart)
+        mma_bwd_run<HD, BR, true>(dqkv, dout, qkv, lse, Dbuf, kstart, grid_kv, grid_q, smem_kv,
+                                  smem_q, T_, NKV, G, sl2, scale, optin, st);
+    else
+        mma_bwd_run<HD, BR, false>(dqkv, dout, qkv, lse, Dbuf, kstart, grid_kv, grid_q, smem_kv,
+                                   smem_q, T_, NKV, G, sl2, scale, optin, st);
     CU_CHECK_LAUNCH();
 }
 

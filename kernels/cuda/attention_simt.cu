@@ -352,6 +352,21 @@ static void simt_fwd(T *out, float *lse, const T *qkv, const int32_t *kstart, in
     CU_CHECK_LAUNCH();
 }
 
+// The two backward kernels, with or without documents (DOCS: kstart != NULL).
+template <typename T, int NCH, bool DOCS>
+static void simt_bwd_run(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *Dbuf,
+                         const int32_t *kstart, dim3 grid_kv, dim3 grid_q, size_t smem, int T_,
+                         int NKV, int G, int HD, float sl2, float scale, int optin,
+                         cudaStream_t st) {
+    set_smem((const void *)attn_simt_dkdv_kernel<T, NCH, DOCS>, smem, optin);
+    set_smem((const void *)attn_simt_dq_kernel<T, NCH, DOCS>, smem, optin);
+    attn_simt_dkdv_kernel<T, NCH, DOCS><<<grid_kv, AS_THREADS, smem, st>>>(
+        dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, HD, sl2, scale);
+    CU_CHECK_LAUNCH();
+    attn_simt_dq_kernel<T, NCH, DOCS><<<grid_q, AS_THREADS, smem, st>>>(
+        dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, HD, sl2, scale);
+}
+
 template <typename T, int NCH>
 static void simt_bwd(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *Dbuf,
                      const int32_t *kstart, int B, int T_, int NH, int NKV, int HD, int optin,
@@ -360,23 +375,12 @@ static void simt_bwd(T *dqkv, const T *dout, const T *qkv, const float *lse, con
     const float scale = 1.f / sqrtf((float)HD), sl2 = scale * ATT_LOG2E;
     const int G = NH / NKV, nt = (T_ + AS_TILE - 1) / AS_TILE;
     dim3 grid_kv(nt, B * NKV), grid_q(nt, B * NH);
-    if (kstart) {
-        set_smem((const void *)attn_simt_dkdv_kernel<T, NCH, true>, smem, optin);
-        set_smem((const void *)attn_simt_dq_kernel<T, NCH, true>, smem, optin);
-        attn_simt_dkdv_kernel<T, NCH, true><<<grid_kv, AS_THREADS, smem, st>>>(
-            dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, HD, sl2, scale);
-        CU_CHECK_LAUNCH();
-        attn_simt_dq_kernel<T, NCH, true><<<grid_q, AS_THREADS, smem, st>>>(
-            dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, HD, sl2, scale);
-    } else {
-        set_smem((const void *)attn_simt_dkdv_kernel<T, NCH, false>, smem, optin);
-        set_smem((const void *)attn_simt_dq_kernel<T, NCH, false>, smem, optin);
-        attn_simt_dkdv_kernel<T, NCH, false><<<grid_kv, AS_THREADS, smem, st>>>(
-            dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, HD, sl2, scale);
-        CU_CHECK_LAUNCH();
-        attn_simt_dq_kernel<T, NCH, false><<<grid_q, AS_THREADS, smem, st>>>(
-            dqkv, dout, qkv, lse, Dbuf, kstart, T_, NKV, G, HD, sl2, scale);
-    }
+    if (kstart)
+        simt_bwd_run<T, NCH, true>(dqkv, dout, qkv, lse, Dbuf, kstart, grid_kv, grid_q, smem, T_,
+                                   NKV, G, HD, sl2, scale, optin, st);
+    else
+        simt_bwd_run<T, NCH, false>(dqkv, dout, qkv, lse, Dbuf, kstart, grid_kv, grid_q, smem, T_,
+                                    NKV, G, HD, sl2, scale, optin, st);
     CU_CHECK_LAUNCH();
 }
 

@@ -352,7 +352,7 @@ static int rule_graph_without_zero2(const Rules *r, char *err, size_t errlen) {
                        "the step; use optimizer.zero_stage 0 or 1 with the graph");
 }
 
-static int rule_eod_mask_needs_token(const Rules *r, char *err, size_t errlen) {
+static int rule_documents_need_token(const Rules *r, char *err, size_t errlen) {
     const LtConfig *c = r->c;
     if (c->data.eod_token >= c->model.vocab_size)
         return lt_cfg_fail(err, errlen, "data.eod_token %d is outside the vocabulary [0, %d) "
@@ -558,7 +558,7 @@ static const struct {
     {"param gather needs zero", rule_param_gather_needs_zero},
     {"cuda graph without dp overlap", rule_graph_without_dp_overlap},
     {"cuda graph without zero 2", rule_graph_without_zero2},
-    {"eod mask and document resets need a token", rule_eod_mask_needs_token},
+    {"eod mask and document resets need a token", rule_documents_need_token},
     {"cuda graph without tp/pp", rule_graph_without_tp_pp},
     {"cuda graph needs cuda", rule_graph_needs_cuda},
     {"cudnn needs cuda", rule_cudnn_needs_cuda},

@@ -78,7 +78,6 @@ struct LtModelInternal {
     int32_t *targets;     /* (N) device copy of the current micro batch's targets (local ids) */
     int32_t eod;          /* lt_model_set_eod_mask's id; -1: every target counts */
     int32_t doc_eod;      /* lt_model_set_documents: the id ending a document */
-    int reset_pos, reset_attn; /* its switches (0, 0: one document per sample) */
     int32_t *host_pos, *host_ks; /* (N) pageable staging of the slot's arrays */
     const int32_t *pos, *kstart; /* the running slot's arrays (NULL: none) */
     float loss_weight;    /* lt_model_set_loss_weight (1: plain sums) */
@@ -410,8 +409,6 @@ void lt_doc_layout(const int32_t *tokens, int B, int T, int32_t eod, int32_t *po
 void lt_model_set_documents(LtModel *m, int32_t eod, int reset_pos, int reset_attn) {
     const size_t N = (size_t)m->B * m->T;
     m->in->doc_eod = eod;
-    m->in->reset_pos = reset_pos;
-    m->in->reset_attn = reset_attn;
     if (!reset_pos && !reset_attn) return;
     m->in->host_pos = lt_malloc(N * sizeof(int32_t));
     m->in->host_ks = lt_malloc(N * sizeof(int32_t));
