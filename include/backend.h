@@ -270,6 +270,85 @@ typedef struct {
     void (*scale_f32)(LtBackend *be, float *x, float s, size_t n);
     /* dst[i] += src[i] over fp32 buffers (no overlap unless dst == src). */
     void (*add_f32)(LtBackend *be, float *dst, const float *src, size_t n);
+
+    /* ---- mixture of experts (optional: NULL where the backend has no MoE kernels;
+     * lt_model_create refuses an MoE model then). N tokens, E experts, K experts per
+     * token, C hidden. Scores, routing weights and router gradients are fp32. Every op is
+     * deterministic: sums run in a fixed order (k ascending, token ascending). ---- */
+    /* Router logits (N, E) = x (N, C) . w (E, C)^T, products summed in fp32 from the act
+     * inputs (overwritten). */
+    void (*moe_router_fwd)(LtBackend *be, float *logits, const void *x, const void *w, int N,
+                           int C, int E);
+    /* dx (N, C) += dlogits . w (the sum in fp32, then added to dx and stored in the act
+     * dtype); dw (E, C) += dlogits^T . x (fp32). dx or dw may be NULL (skipped). */
+    void (*moe_router_bwd)(LtBackend *be, void *dx, float *dw, const float *dlogits,
+                           const void *x, const void *w, int N, int C, int E);
+    /* Top-k routing (Megatron-Core's topk_routing_with_score_function), per token:
+     *   LT_MOE_SOFTMAX, pre_softmax 0: idx = the K largest logits, w = softmax over those K;
+     *   LT_MOE_SOFTMAX, pre_softmax 1: p = softmax over all E, idx = the K largest p, w = p[idx];
+     *   LT_MOE_SIGMOID: s = sigmoid(logits), idx = the K largest s + bias (bias (E) fp32,
+     *     NULL = 0; it only selects), w = s[idx], divided by (sum of the K + 1e-20) when K > 1.
+     * then w *= scale. idx (N, K) int32 in descending order of the selecting score, ties
+     * to the lower expert index (so every layout routes alike); w (N, K) fp32. Both
+     * overwritten. */
+    void (*moe_topk)(LtBackend *be, int32_t *idx, float *w, const float *logits,
+                     const float *bias, int N, int E, int K, int score, int pre_softmax,
+                     float scale);
+    /* Backward of moe_topk with the selection idx held fixed: dlogits (N, E) overwritten
+     * with the gradient of sum over (i, k) of dw[i,k] * w[i,k] (zero for experts outside
+     * the token's softmax: pre_softmax 0 touches only the K selected logits). */
+    void (*moe_topk_bwd)(LtBackend *be, float *dlogits, const float *dw, const int32_t *idx,
+                         const float *logits, int N, int E, int K, int score, int pre_softmax,
+                         float scale);
+    /* Load-balancing statistics (Megatron-Core's compute_routing_scores_for_aux_loss):
+     * each token's aux scores a = softmax(logits) (LT_MOE_SOFTMAX) or sigmoid(logits)
+     * divided by their sum + 1e-20 (LT_MOE_SIGMOID), and its aux top-k = the K largest a
+     * (ties: lower index). Token i (0 <= i < N) is token row0 + i of the micro batch and
+     * belongs to group g = (row0 + i) / group_len (one group: aux_loss; a sequence:
+     * seq_aux_loss). counts (groups, E) += 1 for each expert in the token's aux top-k;
+     * psum (groups, E) += a; zsum[0] += logsumexp(logits)^2 (double). Any output may be
+     * NULL (skipped). Accumulates: the caller zeroes. */
+    void (*moe_aux_stats)(LtBackend *be, float *counts, float *psum, double *zsum,
+                          const float *logits, int N, int E, int K, int score, long row0,
+                          long group_len);
+    /* dlogits (N, E) += the gradient of aux_coef * sum over groups g and experts e of
+     * psum[g,e] * counts[g,e] (counts are given, held constant; psum as moe_aux_stats sums
+     * it over these N tokens, grouped by row0 and group_len) plus z_coef * sum over the
+     * tokens of logsumexp(logits)^2. A zero coefficient skips its term. */
+    void (*moe_aux_bwd)(LtBackend *be, float *dlogits, const float *logits, const float *counts,
+                        int N, int E, int K, int score, long row0, long group_len,
+                        float aux_coef, float z_coef);
+    /* The expert-major order of the N*K assignments (token i to expert idx[i,k]):
+     * expert e's rows are offsets[e] .. offsets[e+1] - 1 of the permuted buffer, its kept
+     * assignments in increasing token order. capacity <= 0: dropless, all kept. capacity > 0:
+     * an expert keeps at most `capacity` assignments: with drop_policy LT_MOE_DROP_PROBS
+     * those with the largest w (ties: lower token), LT_MOE_DROP_POSITION the lowest token
+     * indices; pad != 0 (with capacity > 0): every expert gets exactly `capacity` rows, the
+     * ones no assignment fills being padding. Outputs (overwritten): pos (N, K): the row of
+     * assignment (i, k), -1 when dropped; src (M): the token of each row, -1 for padding,
+     * M = offsets[E] <= max(N*K, E*capacity); offsets (E + 1) int32; dropped[0] = the
+     * number of dropped assignments. */
+    void (*moe_dispatch)(LtBackend *be, int32_t *pos, int32_t *src, int32_t *offsets,
+                         int32_t *dropped, const int32_t *idx, const float *w, int N, int E,
+                         int K, int capacity, int drop_policy, int pad);
+    /* out (M, C): row r = x row src[r], zero where src[r] < 0 (overwritten). */
+    void (*moe_permute)(LtBackend *be, void *out, const void *x, const int32_t *src, int M,
+                        int C);
+    /* dx (N, C) += the sum over k (ascending, pos[i,k] >= 0) of dxp row pos[i,k]: the sum in
+     * fp32, added to dx, stored in the act dtype. */
+    void (*moe_permute_bwd)(LtBackend *be, void *dx, const void *dxp, const int32_t *pos, int N,
+                            int K, int C);
+    /* out (N, C) = sum over k (ascending, pos[i,k] >= 0) of w[i,k] * y row pos[i,k], in fp32,
+     * stored in the act dtype (overwritten; zero for a token with every assignment
+     * dropped). */
+    void (*moe_unpermute)(LtBackend *be, void *out, const void *y, const int32_t *pos,
+                          const float *w, int N, int K, int C);
+    /* Its backward: dy (M, C) overwritten, row pos[i,k] = w[i,k] * dout row i, the other
+     * rows (padding) zero; dw (N, K) overwritten, dw[i,k] = dot(dout row i, y row pos[i,k])
+     * in fp32, 0 when dropped. */
+    void (*moe_unpermute_bwd)(LtBackend *be, void *dy, float *dw, const void *dout,
+                              const void *y, const int32_t *pos, const float *w, int N, int K,
+                              int C, int M);
 } LtBackendOps;
 
 struct LtBackend {

@@ -27,6 +27,13 @@ typedef enum { LT_COMM_AUTO = 0, LT_COMM_NCCL, LT_COMM_MPI } LtCommBackend;
 typedef enum { LT_ARCH_GPT = 0, LT_ARCH_LLAMA = 1 } LtArch;
 typedef enum { LT_SPLIT_VALID = 0, LT_SPLIT_TEST = 1 } LtEvalSplit;
 typedef enum { LT_ROPE_NONE = 0, LT_ROPE_LLAMA3 = 1 } LtRopeScalingKind;
+/* mixture of experts: model.moe_router_score_function, moe_router_load_balancing_type,
+ * moe_token_drop_policy (Megatron-Core's values) */
+typedef enum { LT_MOE_SOFTMAX = 0, LT_MOE_SIGMOID = 1 } LtMoeScore;
+typedef enum { LT_MOE_AUX_LOSS = 0, LT_MOE_SEQ_AUX_LOSS = 1, LT_MOE_BALANCE_NONE = 2 } LtMoeBalance;
+typedef enum { LT_MOE_DROP_PROBS = 0, LT_MOE_DROP_POSITION = 1 } LtMoeDropPolicy;
+/* The most layers an MoE model may have (model.moe_layer_freq's pattern). */
+#define LT_MOE_MAX_LAYERS 1024
 /* optimizer.lr_decay_style and optimizer.lr_wsd_decay_style (Megatron-LM's
  * lr_decay_style and lr_wsd_decay_style; lt_lr_at in optim.h) */
 typedef enum {
@@ -68,6 +75,27 @@ typedef struct {
         bool untie_embeddings_and_output_weights; /* LM head its own weight, not wte */
         double init_method_std;        /* std of the normal init (residual projections:
                                         * init_method_std / sqrt(2 * num_layers)) */
+        /* mixture of experts (Megatron-Core's names and defaults; docs/configuration.md) */
+        int num_experts;               /* routed experts per MoE layer; 0 = a dense model */
+        int moe_router_topk;           /* experts each token goes to (2) */
+        int moe_ffn_hidden_size;       /* each routed expert's FFN width; 0 = ffn_hidden_size */
+        char moe_layer_freq[LT_PATH_MAX]; /* "k": layers 0, k, 2k, ... are MoE ("1": all);
+                                        * or a pattern of num_layers 0/1, "[1,0,1,1]" or
+                                        * "([0]*3+[1]*29)" */
+        unsigned char moe_layer[LT_MOE_MAX_LAYERS]; /* derived: 1 = layer l is MoE (not a key) */
+        int moe_shared_expert_intermediate_size; /* the shared expert's width; 0 = none */
+        LtMoeScore moe_router_score_function;    /* softmax | sigmoid */
+        bool moe_router_pre_softmax;   /* softmax over all experts, then top-k (else top-k of the
+                                        * logits, then a softmax over the k) */
+        double moe_router_topk_scaling_factor; /* multiplies the routing weights; 0 = none */
+        LtMoeBalance moe_router_load_balancing_type; /* aux_loss | seq_aux_loss | none */
+        double moe_aux_loss_coeff;     /* 0 = no load-balancing loss */
+        double moe_z_loss_coeff;       /* 0 = no router z-loss */
+        bool moe_router_enable_expert_bias; /* DeepSeek-V3's aux-loss-free balancing */
+        double moe_router_bias_update_rate; /* its step (1e-3) */
+        double moe_expert_capacity_factor;  /* 0 = dropless */
+        LtMoeDropPolicy moe_token_drop_policy; /* probs | position */
+        bool moe_pad_expert_input_to_capacity; /* every expert gets capacity rows */
     } model;
     struct {
         int tensor_model_parallel_size;
@@ -81,6 +109,8 @@ typedef struct {
         bool account_for_embedding_in_pipeline_split;
         bool account_for_loss_in_pipeline_split;
         bool sequence_parallel;
+        int expert_model_parallel_size;  /* EP: ranks the experts of a layer are spread over */
+        int expert_tensor_parallel_size; /* TP inside an expert (1: each expert whole) */
         /* communication overlap (docs/parallelism.md); results are
          * bit-identical with each switch on or off */
         bool overlap_grad_reduce;  /* bucket reductions start during the last backward */

@@ -19,6 +19,23 @@
 extern "C" {
 #endif
 
+/* Mixture of experts (config.h's model.moe_* keys): what the model's MoE
+ * layers are and how they route. experts == 0: a dense model. */
+typedef struct {
+    int experts, topk;  /* routed experts per MoE layer, experts per token */
+    int ffn;            /* each routed expert's FFN width */
+    int shared_ffn;     /* the shared expert's width; 0 = none */
+    int score;          /* LtMoeScore */
+    int pre_softmax;
+    float topk_scale;   /* routing weights' factor (1 = none) */
+    int balance;        /* LtMoeBalance */
+    float aux_coeff, z_coeff;
+    float capacity;     /* capacity factor; 0 = dropless */
+    int drop_policy;    /* LtMoeDropPolicy */
+    int pad;            /* pad every expert's input to its capacity */
+    unsigned char layer[LT_MOE_MAX_LAYERS]; /* 1 = layer l is an MoE layer */
+} LtMoeDims;
+
 typedef struct {
     int num_layers, hidden, heads, ffn, seq_len, max_pos, vocab, padded_vocab;
     /* the block (model.arch) and what only the Llama block reads; zero = GPT-2 */
@@ -29,7 +46,13 @@ typedef struct {
     double rope_base;  /* rotary embedding base theta (llama) */
     LtRopeScaling rope; /* its frequency scaling (type 0: none) */
     double init_std;   /* std of the normal init (model.init_method_std); 0 = 0.02 */
+    LtMoeDims moe;     /* experts 0: dense */
 } LtModelDims;
+
+/* 1 when layer l (global index) of dims is an MoE layer. */
+static inline int lt_dims_moe_layer(const LtModelDims *d, int l) {
+    return d->moe.experts > 0 && l >= 0 && l < LT_MOE_MAX_LAYERS && d->moe.layer[l];
+}
 
 /* Key/value heads of dims: kv_heads, or heads when not set (multi-head). */
 static inline int lt_dims_kv_heads(const LtModelDims *d) {
