@@ -21,8 +21,11 @@ extern "C" {
 
 /* Per-layer activations kept for backward (device pointers). */
 typedef struct {
-    void *ln1, *qkv, *atty, *r2, *ln2, *fch_pre, *fch;
+    void *ln1, *qkv, *atty, *r2, *ln2, *fch_pre, *fch; /* fch*: the MLP's, or the shared
+                                                        * expert's in an MoE layer */
     float *mean1, *rstd1, *mean2, *rstd2, *lse;
+    struct LtMoeActs *moe; /* the routed experts' (src/model/moe.h) when the model holds MoE
+                            * layers, else NULL */
 } LtLayerActs;
 
 /* The activations of one chunk for one micro batch, alive from its forward
@@ -192,6 +195,10 @@ void lt_model_set_documents(LtModel *m, int32_t eod, int reset_pos, int reset_at
  * sequence. eod < 0: one document per sequence. */
 void lt_doc_layout(const int32_t *tokens, int B, int T, int32_t eod, int32_t *pos,
                    int32_t *kstart);
+/* The share of the step's objective each micro batch's MoE load-balancing and
+ * z losses get (Megatron-Core's 1 / (micro batches x data-parallel ranks) of
+ * the global batch); 1 until set. No effect on dense models. */
+void lt_model_set_moe_aux_weight(LtModel *m, float w);
 /* The next forwards add their sum of token losses times w to the loss
  * accumulator (1 = the plain sum; the pipeline sets it per micro batch). */
 void lt_model_set_loss_weight(LtModel *m, float w);

@@ -122,13 +122,16 @@ typedef struct {
     int idx_head;           /* the untied LM head (lm_head.weight, after ln_f); -1 when the
                              * head is the tied wte or not held */
     int idx_layer0;         /* index of the first layer's first parameter */
-    int per_layer;          /* parameters per layer: LT_PARAMS_PER_LAYER or
-                             * LT_LLAMA_PARAMS_PER_LAYER */
+    int *layer_first;       /* (layers + 1): table index of local layer l's first parameter;
+                             * layer_first[layers] follows the last layer's */
 } LtParamTable;
 
-/* Parameters per transformer layer in the table: GPT, Llama. */
+/* Parameters of a dense transformer layer in the table: GPT, Llama. */
 #define LT_PARAMS_PER_LAYER 12
 #define LT_LLAMA_PARAMS_PER_LAYER 6
+/* Parameters of layer l (global) of dims: dense, or an MoE layer's (the attention
+ * part, the shared expert's FFN when it has one, the router, then each expert's). */
+int lt_params_layer_count(const LtModelDims *d, int l);
 
 /* Layers of chunk c of a table, and the local index of its first layer
  * (local layers run chunk after chunk). */
@@ -147,7 +150,16 @@ int lt_params_global_layer(const LtParamTable *t, int l);
  * (RMSNorm), attn.qkv.weight ((NH + 2 NKV) HD, C: q | k | v), attn.proj.weight
  * (C, C), ln_2.weight, mlp.gate_up.weight (2F, C: gate | up),
  * mlp.down.weight (C, F), then ln_f.weight.
- * Either arch with dims.untied: lm_head.weight (Vp, C) after ln_f. */
+ * Either arch with dims.untied: lm_head.weight (Vp, C) after ln_f.
+ * An MoE layer (lt_dims_moe_layer) replaces the MLP's parameters by: the shared
+ * expert's in their place (mlp.shared.fc.{weight,bias}, mlp.shared.proj.{weight,bias}
+ * for GPT, mlp.shared.gate_up.weight and mlp.shared.down.weight for Llama, width
+ * moe.shared_ffn, split over TP as the MLP's; absent without one), then
+ * mlp.router.weight (E, C), then for each expert e mlp.experts.e.* with the MLP's
+ * names and moe.ffn columns (fc.weight (Fm, C), fc.bias, proj.weight (C, Fm),
+ * proj.bias; Llama gate_up.weight (2 Fm, C: gate | up), down.weight (C, Fm)). The
+ * router and the experts are whole on every TP rank (LT_SPLIT_NONE: expert tensor
+ * parallelism 1). */
 void lt_params_build(LtParamTable *t, const LtModelDims *d);
 /* The shards held by tensor-parallel rank tp_rank of tp (tp divides heads,
  * ffn and padded vocab). lt_params_build is the tp = 1 case. */

@@ -594,7 +594,7 @@ static void test_layer_split(void) {
                 const int g = lt_params_global_layer(&t, l);
                 char name[64];
                 snprintf(name, sizeof name, "h.%d.ln_1.weight", g);
-                CHECK(g >= 0 && g < L && !strcmp(t.p[t.idx_layer0 + t.per_layer * l].name, name),
+                CHECK(g >= 0 && g < L && !strcmp(t.p[t.layer_first[l]].name, name),
                       "case %zu rank %d layer %d: global %d", i, r, l, g);
                 if (g >= 0 && g < L) seen[g]++;
             }

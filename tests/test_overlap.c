@@ -95,7 +95,7 @@ static void test_bucket_readiness(void) {
      * leaves the switch off: there is nothing to reduce) */
     o->overlap_grad = 1;
     const LtParamTable *t = &m->table;
-    const size_t layer = t->p[t->idx_layer0 + t->per_layer].offset - t->p[t->idx_layer0].offset;
+    const size_t layer = t->p[t->layer_first[1]].offset - t->p[t->layer_first[0]].offset;
     LtGrads *g = lt_grads_create(m, o, NULL, layer);
     REQUIRE(o->nbuckets >= 4 && o->nbuckets < MAXB, "%d buckets for 4 layers of %zu", o->nbuckets,
             layer);

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "model/moe.h"
 #include "rope.h"
 #include "tp_linear.h"
 #include "tp_overlap.h"
@@ -44,7 +45,14 @@ struct LtModelInternal {
     int tp_size, tp_rank;
     int tp_overlap;       /* sp with its communication in blocks behind the GEMMs */
     unsigned char *sp_partial; /* per parameter: gradient partial over TP under SP */
-    int heads_local, ffn_local; /* this rank's heads, ffn columns */
+    int heads_local;      /* this rank's heads */
+    int *ffn_loc;         /* per local layer: its MLP's (or shared expert's) columns here */
+    int ffn_max;          /* the largest of them (the MLP buffers' width) */
+    unsigned char *moe;   /* per local layer: 1 = an MoE layer */
+    int moe_any;          /* this rank holds an MoE layer */
+    LtMoeWork moe_work;   /* the routed experts' backward workspace */
+    LtExpertTensors *moe_exp; /* (experts) a layer's expert tensors, filled per use */
+    float moe_aux_weight; /* lt_model_set_moe_aux_weight */
     int kv_local;         /* this rank's key/value heads (grouped-query attention) */
     int qkv_local;        /* columns of this rank's qkv: (heads_local + 2 kv_local) * head dim */
     int vocab_start, vocab_valid;            /* first owned vocab id; owned ids < true vocab */
@@ -117,8 +125,28 @@ static int is_llama(const LtModel *m) { return m->d.arch == LT_ARCH_LLAMA; }
  * after chunk, lt_params_chunk_first), -1 when the block has no such parameter. */
 static int lidx(const LtModel *m, int l, int k) {
     const int pos = (is_llama(m) ? LLAMA_ROLES : GPT_ROLES)[k];
-    return pos < 0 ? -1 : m->table.idx_layer0 + m->table.per_layer * l + pos;
+    if (pos < 0) return -1;
+    /* an MoE layer: the MLP's roles are the shared expert's, absent without one */
+    if (m->in->moe[l] && k >= P_FCW && m->d.moe.shared_ffn == 0) return -1;
+    return m->table.layer_first[l] + pos;
 }
+/* Parameters of the attention half of a layer and of one FFN (params.c). */
+static int attn_params(const LtModel *m) { return is_llama(m) ? 4 : 8; }
+static int ffn_params(const LtModel *m) { return is_llama(m) ? 2 : 4; }
+/* Table index of MoE layer l's router weight; its experts' tensors follow. */
+static int router_idx(const LtModel *m, int l) {
+    return m->table.layer_first[l] + attn_params(m) + (m->d.moe.shared_ffn > 0 ? ffn_params(m) : 0);
+}
+/* Table indices of local layer l's parameters: first and last. */
+static int layer_first_idx(const LtModel *m, int l) { return m->table.layer_first[l]; }
+static int layer_last_idx(const LtModel *m, int l) { return m->table.layer_first[l + 1] - 1; }
+/* This rank's MoE shape for a micro batch of B sequences (its rows under SP). */
+static LtMoeShape moe_shape(const LtModel *m, int B) {
+    const int N = B * m->T, R = m->sp ? N / m->in->tp_size : N;
+    return lt_moe_shape(&m->d.moe, m->d.arch, B, m->T, m->d.hidden, R,
+                        m->sp ? (long)m->in->tp_rank * R : 0);
+}
+
 /* Parameter / gradient of role k of layer l, NULL when absent. */
 static void *lw(const LtModel *m, int l, int k) {
     const int i = lidx(m, l, k);
@@ -154,7 +182,9 @@ static int emb_last(const LtParamTable *t) { return t->idx_wpe >= 0 ? t->idx_wpe
 static int group_first(const LtParamTable *t, int i) {
     if (t->idx_wte >= 0 && i <= emb_last(t)) return t->idx_wte;
     if (t->idx_lnf >= 0 && i >= t->idx_lnf) return t->idx_lnf; /* ln_f (and lm_head) */
-    return t->idx_layer0 + t->per_layer * ((i - t->idx_layer0) / t->per_layer);
+    int l = 0;
+    while (l + 1 < t->layers && t->layer_first[l + 1] <= i) l++;
+    return t->layer_first[l];
 }
 
 /* Point every parameter's gradient into the flat buffer, or (buckets) into one
@@ -195,7 +225,7 @@ static void setup_grads(LtModel *m, int buckets) {
 
 /* One set of layer activations; fields in `share` (non-NULL) are reused. */
 static void layer_acts_alloc(LtModel *m, LtLayerActs *la, const LtLayerActs *share, size_t *a) {
-    const size_t N = (size_t)m->B * m->T, C = m->d.hidden, F = m->in->ffn_local,
+    const size_t N = (size_t)m->B * m->T, C = m->d.hidden, F = m->in->ffn_max,
                  R = m->boundary / C, CL = (size_t)m->in->heads_local * (C / (size_t)m->d.heads);
     la->ln1 = act_alloc(m, N * C, a);
     la->qkv = act_alloc(m, N * (size_t)m->in->qkv_local, a);
@@ -209,6 +239,11 @@ static void layer_acts_alloc(LtModel *m, LtLayerActs *la, const LtLayerActs *sha
     la->mean2 = is_llama(m) ? NULL : f32_alloc(m, R, a);
     la->rstd2 = f32_alloc(m, R, a);
     la->lse = f32_alloc(m, N * (size_t)m->in->heads_local, a);
+    if (m->in->moe_any) { /* every slot layer: a slot runs the chunks in turn */
+        const LtMoeShape s = moe_shape(m, m->B);
+        la->moe = lt_calloc(sizeof *la->moe);
+        lt_moe_acts_alloc(m->be, &s, la->moe, a);
+    }
 }
 
 static void layer_acts_free(LtModel *m, LtLayerActs *la, int keep_atty) {
@@ -216,6 +251,10 @@ static void layer_acts_free(LtModel *m, LtLayerActs *la, int keep_atty) {
                   la->fch, la->mean1, la->rstd1, la->mean2, la->rstd2, la->lse};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) m->be->ops->free(m->be, ps[i]);
+    if (la->moe) {
+        lt_moe_acts_free(m->be, la->moe);
+        free(la->moe);
+    }
 }
 
 /* Activation slots. Recomputation: full keeps only each layer's input (x[j])
@@ -265,6 +304,21 @@ static float *rope_setup(LtModel *m, size_t *acc) {
     return dev;
 }
 
+/* Which held layers are MoE layers and each one's MLP width on this rank
+ * (the shared expert's in an MoE layer, 0 without one). */
+static void setup_layers(LtModel *m) {
+    const int n = m->table.layers, tp = m->in->tp_size;
+    m->in->moe = lt_calloc((size_t)(n > 0 ? n : 1));
+    m->in->ffn_loc = lt_calloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    m->in->ffn_max = 1;
+    for (int l = 0; l < n; l++) {
+        m->in->moe[l] = (unsigned char)lt_dims_moe_layer(&m->d, lt_params_global_layer(&m->table, l));
+        m->in->moe_any |= m->in->moe[l];
+        m->in->ffn_loc[l] = (m->in->moe[l] ? m->d.moe.shared_ffn : m->d.ffn) / tp;
+        if (m->in->ffn_loc[l] > m->in->ffn_max) m->in->ffn_max = m->in->ffn_loc[l];
+    }
+}
+
 LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
                          const LtModelOptions *opt) {
     const LtBackendOps *o = be->ops;
@@ -273,10 +327,15 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
         lt_input_error("model.arch=llama: the %s backend has no RMSNorm, SwiGLU or rotary "
                        "embedding kernels",
                        be->ops->name);
+    if (d->moe.experts > 0 && !lt_moe_backend_ok(be))
+        lt_input_error("model.num_experts=%d: the %s backend has no mixture-of-experts kernels "
+                       "yet; train MoE models with train.device=cpu",
+                       d->moe.experts, be->ops->name);
     LtModel *m = lt_calloc(sizeof *m);
     m->in = lt_calloc(sizeof *m->in);
     m->in->eod = -1;
     m->in->loss_weight = 1.0f;
+    m->in->moe_aux_weight = 1.0f;
     m->be = be;
     m->d = *d;
     m->B = B;
@@ -294,7 +353,7 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     m->in->heads_local = d->heads / m->in->tp_size;
     m->in->kv_local = lt_dims_kv_heads(d) / m->in->tp_size;
     m->in->qkv_local = (m->in->heads_local + 2 * m->in->kv_local) * (d->hidden / d->heads);
-    m->in->ffn_local = d->ffn / m->in->tp_size;
+    setup_layers(m);
     m->vocab_local = d->padded_vocab / m->in->tp_size;
     m->in->vocab_start = m->in->tp_rank * m->vocab_local;
     m->in->vocab_valid = d->vocab - m->in->vocab_start;
@@ -304,13 +363,17 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     m->in->tp_overlap = m->sp && opt->tp_comm_overlap;
     /* collective over tp: made here, at one point */
     if (m->in->tp_overlap) lt_comm_background(m->tp);
-    const size_t N = (size_t)B * T, C = d->hidden, F = m->in->ffn_local;
+    const size_t N = (size_t)B * T, C = d->hidden, F = m->in->ffn_max;
     const size_t R = m->sp ? N / (size_t)m->in->tp_size : N; /* residual-stream rows of this rank */
     LT_CHECK(!m->sp || N % (size_t)m->in->tp_size == 0);
     m->boundary = R * C;
     m->in->sp_partial = lt_calloc((size_t)m->table.n);
-    for (int i = 0; i < m->table.n; i++) /* LayerNorm weights see only this rank's tokens */
-        m->in->sp_partial[i] = m->sp && strstr(m->table.p[i].name, "ln_") != NULL;
+    for (int i = 0; i < m->table.n; i++) { /* weights that see only this rank's tokens: the
+                                            * norms', the router's, the (whole) experts' */
+        const char *nm = m->table.p[i].name;
+        m->in->sp_partial[i] = m->sp && (strstr(nm, "ln_") || strstr(nm, ".mlp.router.") ||
+                                         strstr(nm, ".mlp.experts."));
+    }
     m->xent_chunk = lt_model_lm_head_chunk(N, (size_t)m->vocab_local, be->act_size,
                                            opt ? opt->lm_head_chunk : 0);
     m->flat = opt && opt->flat ? opt->flat : m->table.total;
@@ -345,6 +408,11 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     if (is_llama(m)) {
         m->in->dgu = act_alloc(m, 2 * N * F, w);
         m->in->rope_cs = rope_setup(m, w);
+    }
+    if (m->in->moe_any) {
+        const LtMoeShape s = moe_shape(m, B);
+        lt_moe_work_alloc(be, &s, &m->in->moe_work, w);
+        m->in->moe_exp = lt_calloc(sizeof(LtExpertTensors) * (size_t)d->moe.experts);
     }
     m->in->own_loss_acc = be->ops->alloc(be, sizeof(double));
     m->in->loss_acc = m->in->own_loss_acc;
@@ -381,6 +449,10 @@ void lt_model_destroy(LtModel *m) {
                   in->own_loss_acc};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) fr(be, ps[i]);
+    if (in->moe_any) lt_moe_work_free(be, &m->in->moe_work);
+    free(m->in->moe_exp);
+    free(m->in->moe);
+    free(m->in->ffn_loc);
     free(m->in->gptr);
     free(m->in->sp_partial);
     free(m->in->masked);
@@ -437,6 +509,7 @@ static void documents_upload(LtModel *m, LtActSlot *sl, const int32_t *tokens, i
     m->in->kstart = sl->kstart;
 }
 void lt_model_set_loss_weight(LtModel *m, float w) { m->in->loss_weight = w; }
+void lt_model_set_moe_aux_weight(LtModel *m, float w) { m->in->moe_aux_weight = w; }
 
 void lt_model_set_params(LtModel *m, const float *host) {
     /* stage through a temporary fp32 device buffer and cast (not in the step loop) */
@@ -538,6 +611,27 @@ static void *rows_at(const LtModel *m, void *x, size_t row, int C) {
     return (char *)x + lt_act_bytes(m->be, row * (size_t)C);
 }
 
+/* The routing settings and this step's loss weight of the MoE layers. */
+static LtMoeCtx moe_ctx(const LtModel *m) {
+    return (LtMoeCtx){&m->d.moe, m->sp ? m->tp : NULL, m->in->moe_aux_weight};
+}
+/* MoE layer l's router and expert tensors (params.h's order). */
+static LtMoeWeights moe_weights(LtModel *m, int l) {
+    const int r = router_idx(m, l), fp = ffn_params(m);
+    for (int e = 0; e < m->d.moe.experts; e++) {
+        const int b = r + 1 + e * fp;
+        LtExpertTensors *t = &m->in->moe_exp[e];
+        if (is_llama(m))
+            *t = (LtExpertTensors){param(m, b), NULL, param(m, b + 1), NULL,
+                                   grad(m, b),  NULL, grad(m, b + 1),  NULL};
+        else
+            *t = (LtExpertTensors){param(m, b),     param(m, b + 1), param(m, b + 2),
+                                   param(m, b + 3), grad(m, b),      grad(m, b + 1),
+                                   grad(m, b + 2),  grad(m, b + 3)};
+    }
+    return (LtMoeWeights){param(m, r), grad(m, r), m->in->moe_exp};
+}
+
 /* Local layer l from its first LayerNorm through the MLP activation, with
  * activations a. Its input is x, or (delta != NULL) x + delta, stored into
  * xin (the layer's input tensor); without delta xin must be x. Leaves every
@@ -547,7 +641,7 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
     const LtTpLinear tl = tpl(m);
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
-    const int T = m->T, C = m->d.hidden, F = m->in->ffn_local, NH = m->in->heads_local,
+    const int T = m->T, C = m->d.hidden, F = m->in->ffn_loc[l], NH = m->in->heads_local,
               NKV = m->in->kv_local, HD = m->d.hidden / m->d.heads, CL = NH * HD;
     const int N = B * T, R = m->sp ? N / m->in->tp_size : N;
     const size_t mine = m->sp ? (size_t)m->in->tp_rank * R : 0; /* first row of this rank's slot */
@@ -561,6 +655,13 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
                                       lw(m, l, P_PROJW), row_bias(m, l, P_PROJB), N, CL, C);
     norm_fwd(m, a->r2, rows_at(m, a->ln2, mine, C), a->mean2, a->rstd2, xin, attn,
              lw(m, l, P_LN2W), lw(m, l, P_LN2B), R, C);
+    if (m->in->moe[l]) {
+        const LtMoeShape s = moe_shape(m, B);
+        const LtMoeCtx cx = moe_ctx(m);
+        const LtMoeWeights w = moe_weights(m, l);
+        lt_moe_forward(be, &cx, &s, &w, a->moe, rows_at(m, a->ln2, mine, C));
+    }
+    if (!lw(m, l, P_FCW)) return; /* an MoE layer without a shared expert */
     if (is_llama(m)) { /* fch_pre = gate | up, fch = silu(gate) * up */
         lt_tp_col_linear_fwd(&tl, a->fch_pre, NULL, a->ln2, lw(m, l, P_FCW), NULL, N, C, 2 * F);
         o->swiglu_fwd(be, a->fch, a->fch_pre, N, F);
@@ -568,6 +669,21 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
         lt_tp_col_linear_fwd(&tl, a->fch, a->fch_pre, a->ln2, lw(m, l, P_FCW), lw(m, l, P_FCB), N,
                              C, F);
     }
+}
+
+/* Layer l's MLP output, this rank's rows: the MLP's row-parallel projection,
+ * or in an MoE layer the routed experts' output plus the shared expert's. */
+static void *mlp_output(LtModel *m, int l, LtLayerActs *a, int N, int R) {
+    const LtTpLinear tl = tpl(m);
+    const int C = m->d.hidden;
+    void *dense = NULL;
+    if (lw(m, l, P_FC2W))
+        dense = lt_tp_row_linear_fwd(&tl, m->in->scratch_c, m->in->scratch_sp, a->fch,
+                                     lw(m, l, P_FC2W), row_bias(m, l, P_FC2B), N,
+                                     m->in->ffn_loc[l], C);
+    if (!m->in->moe[l]) return dense;
+    if (dense) m->be->ops->add_act(m->be, a->moe->out, a->moe->out, dense, (size_t)R * C);
+    return a->moe->out;
 }
 
 /* Upload ids (asynchronously) and, when the vocabulary is split over TP,
@@ -590,8 +706,8 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
     const LtTpLinear tl = tpl(m);
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
-    const int T = m->T, C = m->d.hidden, F = m->in->ffn_local,
-              n = lt_params_chunk_layers(&m->table, c), l0 = lt_params_chunk_first(&m->table, c);
+    const int T = m->T, C = m->d.hidden, n = lt_params_chunk_layers(&m->table, c),
+              l0 = lt_params_chunk_first(&m->table, c);
     const int N = B * T, R = m->sp ? N / m->in->tp_size : N;
     const size_t mine = m->sp ? (size_t)m->in->tp_rank * R : 0; /* first row of this rank's slot */
     LtActSlot *sl = &m->slot[s];
@@ -611,10 +727,9 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
     for (int j = 0; j < n; j++) {
         const int l = l0 + j;
         LtLayerActs *a = &sl->layer[j];
-        params_needed(m, lidx(m, l, 0), lidx(m, l, 0) + m->table.per_layer - 1);
+        params_needed(m, layer_first_idx(m, l), layer_last_idx(m, l));
         layer_forward(m, l, a, B, sl->x[j], j ? sl->layer[j - 1].r2 : sl->x[0], delta);
-        delta = lt_tp_row_linear_fwd(&tl, m->in->scratch_c, m->in->scratch_sp, a->fch,
-                                     lw(m, l, P_FC2W), row_bias(m, l, P_FC2B), N, F, C);
+        delta = mlp_output(m, l, a, N, R);
     }
     const void *last = n ? sl->layer[n - 1].r2 : sl->x[0];
     if (lt_model_chunk_last(m, c)) {
@@ -766,10 +881,10 @@ static void recompute_layer(LtModel *m, int l, LtLayerActs *a, void *x, int B) {
 /* Backward of the MLP of layer l from dres (the layer output's gradient,
  * this rank's rows) into the gradient of ln2, summed over TP; returns where
  * this rank's rows of it are. */
-static void *mlp_backward(LtModel *m, int l, LtLayerActs *a, void *dres, int N) {
+static void *dense_mlp_backward(LtModel *m, int l, LtLayerActs *a, void *dres, int N) {
     const LtTpLinear tl = tpl(m);
     LtBackend *be = m->be;
-    const int C = m->d.hidden, F = m->in->ffn_local;
+    const int C = m->d.hidden, F = m->in->ffn_loc[l];
     if (is_llama(m)) {
         lt_tp_row_linear_bwd(&tl, m->in->dfull, m->in->dff, lg(m, l, P_FC2W), NULL, dres, a->fch,
                              lw(m, l, P_FC2W), NULL, N, F, C);
@@ -781,6 +896,25 @@ static void *mlp_backward(LtModel *m, int l, LtLayerActs *a, void *dres, int N) 
                          a->fch, lw(m, l, P_FC2W), a->fch_pre, N, F, C);
     return lt_tp_col_linear_bwd(&tl, m->in->dc, m->in->scratch_sp, lg(m, l, P_FCW),
                                 lg(m, l, P_FCB), m->in->dff, a->ln2, lw(m, l, P_FCW), N, C, F);
+}
+
+/* Backward of the MLP of layer l (dense_mlp_backward), or of an MoE layer:
+ * the shared expert's then the routed experts' gradients of ln2 summed. */
+static void *mlp_backward(LtModel *m, int l, LtLayerActs *a, void *dres, int N) {
+    void *dln = lw(m, l, P_FCW) ? dense_mlp_backward(m, l, a, dres, N) : NULL;
+    if (!m->in->moe[l]) return dln;
+    const int C = m->d.hidden, R = m->sp ? N / m->in->tp_size : N;
+    if (!dln) {
+        dln = m->in->dc;
+        m->be->ops->zero(m->be, dln, lt_act_bytes(m->be, (size_t)R * C));
+    }
+    const LtMoeShape s = moe_shape(m, N / m->T);
+    const LtMoeCtx cx = moe_ctx(m);
+    const LtMoeWeights w = moe_weights(m, l);
+    const size_t mine = m->sp ? (size_t)m->in->tp_rank * R : 0;
+    lt_moe_backward(m->be, &cx, &s, &w, a->moe, &m->in->moe_work, rows_at(m, a->ln2, mine, C),
+                    dres, dln);
+    return dln;
 }
 
 void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
@@ -816,7 +950,7 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
                                    m->in->qkv_local);
         norm_bwd(m, dres, lg(m, l, P_LN1W), lg(m, l, P_LN1B), dln, sl->x[j], lw(m, l, P_LN1W),
                  a->mean1, a->rstd1, R, C);
-        grads_ready(m, lidx(m, l, 0), lidx(m, l, 0) + m->table.per_layer - 1);
+        grads_ready(m, layer_first_idx(m, l), layer_last_idx(m, l));
     }
     if (lt_model_chunk_first(m, c)) {
         const int e = m->table.idx_wte, wpe = m->table.idx_wpe;
@@ -874,34 +1008,51 @@ void lt_model_next_logits(LtModel *m, const int32_t *tokens, int len, float *out
     be->ops->download(be, out, m->in->stage_f32, (size_t)V * sizeof(float));
 }
 
-/* Forward FLOPs per token of one layer, by part: the q, k, v projections
+/* Forward FLOPs per token of layer l, by part: the q, k, v projections
  * 2h(h + 2kv) (GPT: kv = h, 6h^2) and the output projection 2h^2; the MLP's
  * input matrices 2hF (GPT) or 4hF (SwiGLU: gate, up) and its output
  * projection 2hF; scores and weighted sum 4sh (query heads, GQA or not; 2sh
- * counting only the unmasked half). */
+ * counting only the unmasked half). An MoE layer's MLP is the K experts each
+ * token goes to (F = the expert width) and the shared expert, plus the
+ * router's 2hE in mlp_in. */
 typedef struct {
     double attn_proj, mlp_in, mlp_out, attn;
 } LayerFlops;
-static LayerFlops layer_flops(const LtModelDims *d, int causal) {
-    const double s = d->seq_len, h = d->hidden, F = d->ffn,
+static LayerFlops layer_flops(const LtModelDims *d, int l, int causal) {
+    const double s = d->seq_len, h = d->hidden, in = d->arch == LT_ARCH_LLAMA ? 4.0 : 2.0,
                  kv = (double)lt_dims_kv_heads(d) * (h / d->heads);
+    double F = d->ffn, router = 0.0;
+    if (lt_dims_moe_layer(d, l)) {
+        F = (double)d->moe.topk * d->moe.ffn + d->moe.shared_ffn;
+        router = 2.0 * h * d->moe.experts;
+    }
     return (LayerFlops){.attn_proj = 2.0 * h * (h + 2.0 * kv) + 2.0 * h * h,
-                        .mlp_in = (d->arch == LT_ARCH_LLAMA ? 4.0 : 2.0) * h * F,
+                        .mlp_in = in * h * F + router,
                         .mlp_out = 2.0 * h * F,
                         .attn = (causal ? 2.0 : 4.0) * s * h};
 }
 
 double lt_model_flops_per_sample(const LtModelDims *d, int causal) {
-    const LayerFlops f = layer_flops(d, causal);
-    const double layer = f.attn_proj + f.mlp_in + f.mlp_out + f.attn;
+    double layers = 0.0;
+    for (int l = 0; l < d->num_layers; l++) {
+        const LayerFlops f = layer_flops(d, l, causal);
+        layers += f.attn_proj + f.mlp_in + f.mlp_out + f.attn;
+    }
     /* and the LM head 2hV (tied or not); backward = 2x forward */
-    return 3.0 * d->seq_len * (d->num_layers * layer + 2.0 * d->hidden * d->padded_vocab);
+    return 3.0 * d->seq_len * (layers + 2.0 * d->hidden * d->padded_vocab);
 }
 
 double lt_model_recompute_flops_per_sample(const LtModelDims *d, int full) {
-    const LayerFlops f = layer_flops(d, 0);
     /* full: recompute_layer's forward up to the MLP activation - all but the
-     * MLP's output projection; the LM head is not recomputed */
-    return (double)d->seq_len * d->num_layers *
-           (full ? f.attn_proj + f.mlp_in + f.attn : f.attn);
+     * MLP's output projection (an MoE layer recomputes its experts whole); the
+     * LM head is not recomputed */
+    double sum = 0.0;
+    for (int l = 0; l < d->num_layers; l++) {
+        const LayerFlops f = layer_flops(d, l, 0);
+        const double experts_out = lt_dims_moe_layer(d, l)
+                                       ? 2.0 * d->hidden * d->moe.topk * d->moe.ffn
+                                       : 0.0;
+        sum += full ? f.attn_proj + f.mlp_in + f.attn + experts_out : f.attn;
+    }
+    return (double)d->seq_len * sum;
 }

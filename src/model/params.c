@@ -84,42 +84,77 @@ static LtParam *add_blocks(LtParamTable *t, int *cap, LtInitKind init, float std
     return p;
 }
 
-/* One GPT layer (12 parameters). */
-static void add_gpt_layer(LtParamTable *t, int *cap, const LtModelDims *d, int l, float std,
+/* The attention half of a layer: GPT's 8 parameters (ln_1, qkv, proj with
+ * biases, ln_2), Llama's 4 (no biases). */
+static void add_attention(LtParamTable *t, int *cap, const LtModelDims *d, int l, float std,
                           float proj_std) {
-    const int64_t C = d->hidden, F = d->ffn, qkv[3] = {C, C, C};
+    const int llama = d->arch == LT_ARCH_LLAMA;
+    const int64_t C = d->hidden, HD = d->hidden / d->heads, kv = lt_dims_kv_heads(d) * HD;
+    const int64_t qkv[3] = {d->heads * HD, kv, kv};
     char nm[96];
     add(t, cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_1.weight", l);
-    add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.ln_1.bias", l);
+    if (!llama) add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.ln_1.bias", l);
     snprintf(nm, sizeof nm, "h.%d.attn.qkv.weight", l);
     add_blocks(t, cap, LT_INIT_NORMAL, std, 1, 3, qkv, C, nm);
-    snprintf(nm, sizeof nm, "h.%d.attn.qkv.bias", l);
-    add_blocks(t, cap, LT_INIT_ZEROS, 0, 0, 3, qkv, 0, nm);
+    if (!llama) {
+        snprintf(nm, sizeof nm, "h.%d.attn.qkv.bias", l);
+        add_blocks(t, cap, LT_INIT_ZEROS, 0, 0, 3, qkv, 0, nm);
+    }
     add(t, cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, C, "h.%d.attn.proj.weight", l);
-    add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.attn.proj.bias", l);
+    if (!llama) add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.attn.proj.bias", l);
     add(t, cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_2.weight", l);
-    add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.ln_2.bias", l);
-    add(t, cap, LT_SPLIT_ROWS, LT_INIT_NORMAL, std, 1, F, C, "h.%d.mlp.fc.weight", l);
-    add(t, cap, LT_SPLIT_ROWS, LT_INIT_ZEROS, 0, 0, F, 0, "h.%d.mlp.fc.bias", l);
-    add(t, cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, F, "h.%d.mlp.proj.weight", l);
-    add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.mlp.proj.bias", l);
+    if (!llama) add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.ln_2.bias", l);
 }
 
-/* One Llama layer (6 parameters, no biases). */
-static void add_llama_layer(LtParamTable *t, int *cap, const LtModelDims *d, int l, float std,
-                            float proj_std) {
-    const int64_t C = d->hidden, F = d->ffn, HD = d->hidden / d->heads;
-    const int64_t qkv[3] = {d->heads * HD, lt_dims_kv_heads(d) * HD, lt_dims_kv_heads(d) * HD};
-    const int64_t gu[2] = {F, F};
+/* One FFN of width F named h.<l>.<pre>.*: GPT fc.{weight,bias}, proj.{weight,bias}
+ * (4 parameters), Llama gate_up.weight, down.weight (2). split: over TP as
+ * Megatron's MLP (column- then row-parallel), else whole on every rank. */
+static void add_ffn(LtParamTable *t, int *cap, const LtModelDims *d, int l, const char *pre,
+                    int64_t F, int split, float std, float proj_std) {
+    const int64_t C = d->hidden, gu[2] = {F, F};
+    const LtSplit rows = split ? LT_SPLIT_ROWS : LT_SPLIT_NONE,
+                  cols = split ? LT_SPLIT_COLS : LT_SPLIT_NONE;
     char nm[96];
-    add(t, cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_1.weight", l);
-    snprintf(nm, sizeof nm, "h.%d.attn.qkv.weight", l);
-    add_blocks(t, cap, LT_INIT_NORMAL, std, 1, 3, qkv, C, nm);
-    add(t, cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, C, "h.%d.attn.proj.weight", l);
-    add(t, cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_2.weight", l);
-    snprintf(nm, sizeof nm, "h.%d.mlp.gate_up.weight", l);
-    add_blocks(t, cap, LT_INIT_NORMAL, std, 1, 2, gu, C, nm);
-    add(t, cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, F, "h.%d.mlp.down.weight", l);
+    if (d->arch == LT_ARCH_LLAMA) {
+        snprintf(nm, sizeof nm, "h.%d.%s.gate_up.weight", l, pre);
+        if (split)
+            add_blocks(t, cap, LT_INIT_NORMAL, std, 1, 2, gu, C, nm);
+        else
+            add(t, cap, LT_SPLIT_NONE, LT_INIT_NORMAL, std, 1, 2 * F, C, "%s", nm);
+        add(t, cap, cols, LT_INIT_NORMAL, proj_std, 1, C, F, "h.%d.%s.down.weight", l, pre);
+        return;
+    }
+    add(t, cap, rows, LT_INIT_NORMAL, std, 1, F, C, "h.%d.%s.fc.weight", l, pre);
+    add(t, cap, rows, LT_INIT_ZEROS, 0, 0, F, 0, "h.%d.%s.fc.bias", l, pre);
+    add(t, cap, cols, LT_INIT_NORMAL, proj_std, 1, C, F, "h.%d.%s.proj.weight", l, pre);
+    add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.%s.proj.bias", l, pre);
+}
+
+/* Layer l: the attention half, then the MLP, or the MoE layer's shared expert,
+ * router and experts (params.h). */
+static void add_layer(LtParamTable *t, int *cap, const LtModelDims *d, int l, float std,
+                      float proj_std) {
+    add_attention(t, cap, d, l, std, proj_std);
+    if (!lt_dims_moe_layer(d, l)) {
+        add_ffn(t, cap, d, l, "mlp", d->ffn, 1, std, proj_std);
+        return;
+    }
+    const LtMoeDims *e = &d->moe;
+    if (e->shared_ffn > 0) add_ffn(t, cap, d, l, "mlp.shared", e->shared_ffn, 1, std, proj_std);
+    add(t, cap, LT_SPLIT_NONE, LT_INIT_NORMAL, std, 1, e->experts, d->hidden,
+        "h.%d.mlp.router.weight", l);
+    for (int x = 0; x < e->experts; x++) {
+        char pre[48];
+        snprintf(pre, sizeof pre, "mlp.experts.%d", x);
+        add_ffn(t, cap, d, l, pre, e->ffn, 0, std, proj_std);
+    }
+}
+
+int lt_params_layer_count(const LtModelDims *d, int l) {
+    const int llama = d->arch == LT_ARCH_LLAMA, ffn = llama ? 2 : 4;
+    const int dense = llama ? LT_LLAMA_PARAMS_PER_LAYER : LT_PARAMS_PER_LAYER;
+    if (!lt_dims_moe_layer(d, l)) return dense;
+    return dense - ffn + (d->moe.shared_ffn > 0 ? ffn : 0) + 1 + d->moe.experts * ffn;
 }
 
 void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp_rank,
@@ -143,10 +178,9 @@ void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp
     t->first_stage = place.pp_rank == 0;
     t->last_stage = place.pp_rank == place.pp - 1;
     t->idx_wte = t->idx_wpe = t->idx_lnf = t->idx_head = -1;
-    t->per_layer = llama ? LT_LLAMA_PARAMS_PER_LAYER : LT_PARAMS_PER_LAYER;
     int cap = 0;
     const int64_t C = d->hidden;
-    const int L = d->num_layers, P = t->per_layer, nemb = llama ? 1 : 2; /* wte (, wpe) */
+    const int L = d->num_layers, nemb = llama ? 1 : 2; /* wte (, wpe) */
     /* Megatron's init_method_normal and, for the residual output projections,
      * scaled_init_method_normal: std / sqrt(2 * num_layers) */
     const float std = d->init_std > 0 ? (float)d->init_std : 0.02f;
@@ -164,18 +198,23 @@ void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp
         t->idx_wpe = t->n;
         add(t, &cap, LT_SPLIT_NONE, LT_INIT_NORMAL, std, 1, d->max_pos, C, "wpe")->gidx = 1;
     }
+    /* global table index of each layer's first parameter */
+    int *gfirst = lt_malloc(sizeof(int) * (size_t)(L + 1));
+    gfirst[0] = nemb;
+    for (int l = 0; l < L; l++) gfirst[l + 1] = gfirst[l] + lt_params_layer_count(d, l);
     t->idx_layer0 = t->n;
+    t->layer_first = lt_malloc(sizeof(int) * (size_t)(t->layers + 1));
     for (int ll = 0; ll < t->layers; ll++) {
         const int l = lt_params_global_layer(t, ll), first = t->n;
-        if (llama)
-            add_llama_layer(t, &cap, d, l, std, proj_std);
-        else
-            add_gpt_layer(t, &cap, d, l, std, proj_std);
-        LT_CHECK(t->n - first == P);
-        for (int k = 0; k < P; k++) t->p[first + k].gidx = nemb + P * l + k;
+        t->layer_first[ll] = first;
+        add_layer(t, &cap, d, l, std, proj_std);
+        LT_CHECK(t->n - first == gfirst[l + 1] - gfirst[l]);
+        for (int k = first; k < t->n; k++) t->p[k].gidx = gfirst[l] + (k - first);
     }
+    t->layer_first[t->layers] = t->n;
+    const int g = gfirst[L]; /* global index of ln_f.weight */
+    free(gfirst);
     if (t->last_stage) {
-        const int g = nemb + P * L; /* global index of ln_f.weight */
         t->idx_lnf = t->n;
         add(t, &cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "ln_f.weight")->gidx = g;
         if (!llama) add(t, &cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "ln_f.bias")->gidx = g + 1;
@@ -191,6 +230,7 @@ void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp
 
 void lt_params_free(LtParamTable *t) {
     free(t->p);
+    free(t->layer_first);
     memset(t, 0, sizeof *t);
 }
 

@@ -24,10 +24,7 @@
  * largest layer's (lt_model_bucket_piece), the pieces a bucket is reduced in. */
 static void bucket_grads(const LtParamTable *t, int pp, size_t *len, size_t *emb_len,
                          size_t *piece) {
-    const int first_layer_param = t->idx_layer0;
-    const int end_layers = t->idx_lnf >= 0 ? t->idx_lnf : t->n;
     const int layers_here = t->layers; /* every chunk of this stage */
-    const int per_layer = layers_here > 0 ? (end_layers - first_layer_param) / layers_here : 0;
     *len = 0, *emb_len = 0, *piece = 0;
     const int own_emb = pp > 1 && t->idx_wte >= 0 && !t->dims.untied;
     if (t->idx_wte >= 0) {
@@ -37,7 +34,7 @@ static void bucket_grads(const LtParamTable *t, int pp, size_t *len, size_t *emb
         else if (span > *len) *len = span;
     }
     for (int l = 0; l < layers_here; l++) {
-        const int a = first_layer_param + l * per_layer, b = a + per_layer - 1;
+        const int a = t->layer_first[l], b = t->layer_first[l + 1] - 1;
         size_t span = t->p[b].offset + t->p[b].numel - t->p[a].offset;
         if (span > *len) *len = span;
         if (span > *piece) *piece = span;

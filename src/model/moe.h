@@ -1,0 +1,91 @@
+/* moe.h - the routed half of a mixture-of-experts layer over the backend's
+ * MoE ops (internal to src/model/): router, top-k, load-balancing losses,
+ * dispatch in expert-major order, one GEMM chain per expert, combine.
+ *
+ * It works on the R tokens this rank holds of a micro batch of N (R = N, or
+ * N / TP under sequence parallelism: each TP rank routes its own rows with
+ * the whole router and whole experts, expert tensor parallelism 1). What
+ * one process would compute over all N tokens is kept: the load-balancing
+ * counts are summed over the TP group, and the losses are taken over N. */
+#ifndef LT_MODEL_MOE_H
+#define LT_MODEL_MOE_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "comm.h"
+#include "params.h"
+
+/* The shapes of one rank's MoE layers. */
+typedef struct {
+    int R, N, T;     /* rows routed here, tokens of the micro batch, sequence length */
+    long row0;       /* the micro-batch index of the first row routed here */
+    int C, E, K, F;  /* hidden, experts, experts per token, expert width */
+    int llama;       /* SwiGLU experts (else GeLU with biases) */
+    int groups;      /* load-balancing groups: sequences (seq_aux_loss) or 1 */
+    int capacity;    /* rows an expert keeps (0: dropless) */
+    int M;           /* rows of the permuted buffers: max(R K, E capacity) */
+} LtMoeShape;
+
+/* One expert's (or the router's) tensors: weights in the compute dtype and
+ * their fp32 gradients; the biases NULL for Llama. */
+typedef struct {
+    const void *w1, *b1, *w2, *b2;  /* fc (F or 2F, C), its bias, proj (C, F), its bias */
+    float *g1, *gb1, *g2, *gb2;
+} LtExpertTensors;
+
+typedef struct {
+    const void *router;   /* (E, C) */
+    float *grouter;
+    LtExpertTensors *expert; /* E */
+} LtMoeWeights;
+
+/* What one layer keeps from forward to backward (device memory, but host_off). */
+typedef struct LtMoeActs {
+    float *logits;        /* (R, E) */
+    int32_t *idx;         /* (R, K) */
+    float *w;             /* (R, K) routing weights */
+    int32_t *pos;         /* (R, K) rows in the permuted buffer, -1 dropped */
+    int32_t *src;         /* (M) tokens of the permuted rows, -1 padding */
+    int32_t *offsets;     /* (E + 1) */
+    int32_t *dropped;     /* (1) */
+    int32_t *host_off;    /* (E + 1) host copy of offsets */
+    float *counts;        /* (groups, E) load-balancing counts of the whole micro batch */
+    void *xp, *hpre, *h, *y; /* (M, C), (M, F or 2F), (M, F), (M, C) */
+    void *out;            /* (R, C) the routed output */
+} LtMoeActs;
+
+/* Backward workspace shared by the layers. */
+typedef struct {
+    void *dy, *dh, *dhpre, *dxp; /* (M, C), (M, F), (M, 2F), (M, C) */
+    float *dw, *dlogits;         /* (R, K), (R, E) */
+} LtMoeWork;
+
+/* The routing settings and the loss weights of a step. */
+typedef struct {
+    const LtMoeDims *dims;
+    const LtComm *tp;     /* the group whose ranks route the other rows (SP), or NULL */
+    float aux_weight;     /* the micro batch's share of the step's objective */
+} LtMoeCtx;
+
+LtMoeShape lt_moe_shape(const LtMoeDims *d, int arch, int B, int T, int C, int R, long row0);
+/* Allocate a's buffers (bytes added to *bytes); lt_moe_acts_free frees them. */
+void lt_moe_acts_alloc(LtBackend *be, const LtMoeShape *s, LtMoeActs *a, size_t *bytes);
+void lt_moe_acts_free(LtBackend *be, LtMoeActs *a);
+void lt_moe_work_alloc(LtBackend *be, const LtMoeShape *s, LtMoeWork *w, size_t *bytes);
+void lt_moe_work_free(LtBackend *be, LtMoeWork *w);
+
+/* Forward of the routed experts on x (R, C) into a->out (R, C). Waits for the
+ * device once (the experts' row counts). */
+void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
+                    const LtMoeWeights *wt, LtMoeActs *a, const void *x);
+/* Backward from dout (R, C), the gradient of a->out: weight gradients
+ * accumulated, the input's gradient ADDED to dx (R, C). */
+void lt_moe_backward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
+                     const LtMoeWeights *wt, const LtMoeActs *a, LtMoeWork *w, const void *x,
+                     const void *dout, void *dx);
+
+/* 1 when the backend has every MoE op. */
+int lt_moe_backend_ok(const LtBackend *be);
+
+#endif
