@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "common.h"
 #include "model.h"
+#include "model/moe.h"
 #include "optim.h"
 #include "test.h"
 
@@ -37,6 +38,31 @@ static void random_tokens(int32_t *x, int n, int V, uint64_t seed) {
 static double loss_with(LtModel *m, const float *host, const int32_t *in, const int32_t *tgt) {
     lt_model_set_params(m, host);
     return lt_model_step(m, in, tgt, 0.0f);
+}
+
+/* The MoE layers' aux and z losses since the last call (their weight in the
+ * objective included); 0 for a dense model. */
+static double moe_terms(LtModel *m) {
+    const int n = lt_model_moe_layers(m);
+    LtMoeStats st[8];
+    LT_CHECK(n <= 8);
+    lt_model_moe_take(m, st);
+    double sum = 0.0;
+    for (int k = 0; k < n; k++) sum += st[k].aux + st[k].z;
+    return sum;
+}
+
+/* A hash of the routing of slot 0 (every MoE layer's experts and kept rows):
+ * finite differences are only valid while it holds. */
+static uint64_t routing_hash(const LtModel *m) {
+    uint64_t h = 1469598103934665603ull;
+    const int N = m->B * m->T, K = m->d.moe.topk;
+    for (int j = 0; j < m->max_chunk_layers && m->d.moe.experts > 0; j++) {
+        const LtMoeActs *a = m->slot[0].layer[j].moe;
+        for (int i = 0; i < N * K; i++)
+            h = (h ^ (uint64_t)(a->idx[i] * 7919 + a->pos[i])) * 1099511628211ull;
+    }
+    return h;
 }
 
 static void initial_loss(LtModelDims d) {
@@ -112,6 +138,11 @@ static void gradient_check(LtModelDims d) {
     lt_model_set_params(m, host);
     lt_model_zero_grads(m);
     lt_model_step(m, in, tgt, 1.0f / N);
+    const double terms = moe_terms(m);
+    CHECK(d.moe.experts == 0 || d.moe.aux_coeff + d.moe.z_coeff == 0 || terms > 0,
+          "MoE aux and z losses %g", terms);
+    const uint64_t routing = routing_hash(m);
+    int flipped = 0;
     float *g = malloc(t->total * sizeof(float));
     be->ops->download(be, g, m->grads, t->total * sizeof(float));
     int checked = 0, bad = 0;
@@ -125,10 +156,16 @@ static void gradient_check(LtModelDims d) {
             size_t at = p->offset + j;
             float keep = host[at];
             host[at] = keep + h;
-            double lp = loss_with(m, host, in, tgt) / N;
+            double lp = loss_with(m, host, in, tgt) / N + moe_terms(m);
+            int same = routing_hash(m) == routing;
             host[at] = keep - h;
-            double lm = loss_with(m, host, in, tgt) / N;
+            double lm = loss_with(m, host, in, tgt) / N + moe_terms(m);
+            same &= routing_hash(m) == routing;
             host[at] = keep;
+            if (!same) { /* a step across a routing decision: no derivative there */
+                flipped++;
+                continue;
+            }
             double fd = (lp - lm) / (2.0 * h);
             double err = fabs(fd - g[at]);
             checked++;
@@ -140,6 +177,8 @@ static void gradient_check(LtModelDims d) {
     }
     CHECK(bad == 0, "%s: %d of %d gradient entries disagree with finite differences",
           lt_arch_name((LtArch)d.arch), bad, checked);
+    CHECK(flipped * 10 < checked, "%s: %d of %d steps changed the routing",
+          lt_arch_name((LtArch)d.arch), flipped, checked + flipped);
     /* padded vocabulary rows never receive gradient */
     const LtParam *head = &t->p[t->idx_head >= 0 ? t->idx_head : t->idx_wte];
     double padsum = 0.0;
@@ -150,6 +189,32 @@ static void gradient_check(LtModelDims d) {
     free(host);
     lt_model_destroy(m);
     lt_backend_destroy(be);
+}
+
+/* A two-layer model whose layer 1 is an MoE layer of 4 experts, top-2,
+ * Megatron-Core's aux loss and z-loss on. */
+static LtModelDims moe_dims(LtModelDims d) {
+    d.moe = (LtMoeDims){.experts = 4, .topk = 2, .ffn = 24, .score = LT_MOE_SOFTMAX,
+                        .topk_scale = 1.0f, .balance = LT_MOE_AUX_LOSS, .aux_coeff = 0.1f,
+                        .z_coeff = 0.01f};
+    d.moe.layer[1] = 1;
+    return d;
+}
+
+static void test_moe_gradient_check(void) {
+    LtModelDims gpt = moe_dims(tiny_dims()); /* softmax over the top-k, a shared expert */
+    gpt.moe.shared_ffn = 32;
+    gradient_check(gpt);
+    LtModelDims sig = moe_dims(tiny_llama_dims()); /* sigmoid, scaled, per-sequence loss */
+    sig.moe.score = LT_MOE_SIGMOID, sig.moe.topk_scale = 2.5f, sig.moe.balance = LT_MOE_SEQ_AUX_LOSS;
+    gradient_check(sig);
+    LtModelDims pre = moe_dims(tiny_llama_dims()); /* softmax first; capacity, dropping */
+    pre.moe.pre_softmax = 1, pre.moe.capacity = 1.0f, pre.moe.pad = 1, pre.moe.shared_ffn = 16;
+    gradient_check(pre);
+    LtModelDims pos = moe_dims(tiny_dims()); /* every layer MoE, drops by position, top-3 */
+    pos.moe.layer[0] = 1, pos.moe.topk = 3, pos.moe.capacity = 0.5f;
+    pos.moe.drop_policy = LT_MOE_DROP_POSITION;
+    gradient_check(pos);
 }
 
 static void test_gradient_check(void) {
@@ -609,6 +674,7 @@ int main(void) {
     RUN(test_initial_loss);
     RUN(test_init_layout_independent);
     RUN(test_gradient_check);
+    RUN(test_moe_gradient_check);
     RUN(test_accumulation);
     RUN(test_doc_layout);
     RUN(test_packed_documents);

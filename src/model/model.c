@@ -53,6 +53,8 @@ struct LtModelInternal {
     LtMoeWork moe_work;   /* the routed experts' backward workspace */
     LtExpertTensors *moe_exp; /* (experts) a layer's expert tensors, filled per use */
     float moe_aux_weight; /* lt_model_set_moe_aux_weight */
+    LtMoeStats *moe_stats; /* per local layer (MoE layers' entries used) */
+    int recomputing;      /* forwards run by recomputation: not counted in moe_stats */
     int kv_local;         /* this rank's key/value heads (grouped-query attention) */
     int qkv_local;        /* columns of this rank's qkv: (heads_local + 2 kv_local) * head dim */
     int vocab_start, vocab_valid;            /* first owned vocab id; owned ids < true vocab */
@@ -310,11 +312,13 @@ static void setup_layers(LtModel *m) {
     const int n = m->table.layers, tp = m->in->tp_size;
     m->in->moe = lt_calloc((size_t)(n > 0 ? n : 1));
     m->in->ffn_loc = lt_calloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    m->in->moe_stats = lt_calloc(sizeof(LtMoeStats) * (size_t)(n > 0 ? n : 1));
     m->in->ffn_max = 1;
     for (int l = 0; l < n; l++) {
         m->in->moe[l] = (unsigned char)lt_dims_moe_layer(&m->d, lt_params_global_layer(&m->table, l));
         m->in->moe_any |= m->in->moe[l];
         m->in->ffn_loc[l] = (m->in->moe[l] ? m->d.moe.shared_ffn : m->d.ffn) / tp;
+        m->in->moe_stats[l].layer = lt_params_global_layer(&m->table, l);
         if (m->in->ffn_loc[l] > m->in->ffn_max) m->in->ffn_max = m->in->ffn_loc[l];
     }
 }
@@ -451,6 +455,7 @@ void lt_model_destroy(LtModel *m) {
         if (ps[i]) fr(be, ps[i]);
     if (in->moe_any) lt_moe_work_free(be, &m->in->moe_work);
     free(m->in->moe_exp);
+    free(m->in->moe_stats);
     free(m->in->moe);
     free(m->in->ffn_loc);
     free(m->in->gptr);
@@ -510,6 +515,22 @@ static void documents_upload(LtModel *m, LtActSlot *sl, const int32_t *tokens, i
 }
 void lt_model_set_loss_weight(LtModel *m, float w) { m->in->loss_weight = w; }
 void lt_model_set_moe_aux_weight(LtModel *m, float w) { m->in->moe_aux_weight = w; }
+
+int lt_model_moe_layers(const LtModel *m) {
+    int n = 0;
+    for (int l = 0; l < m->table.layers; l++) n += m->in->moe[l];
+    return n;
+}
+
+void lt_model_moe_take(LtModel *m, LtMoeStats *out) {
+    int k = 0;
+    for (int l = 0; l < m->table.layers; l++) {
+        if (!m->in->moe[l]) continue;
+        LtMoeStats *st = &m->in->moe_stats[l];
+        out[k++] = *st;
+        *st = (LtMoeStats){.layer = st->layer};
+    }
+}
 
 void lt_model_set_params(LtModel *m, const float *host) {
     /* stage through a temporary fp32 device buffer and cast (not in the step loop) */
@@ -659,7 +680,8 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
         const LtMoeShape s = moe_shape(m, B);
         const LtMoeCtx cx = moe_ctx(m);
         const LtMoeWeights w = moe_weights(m, l);
-        lt_moe_forward(be, &cx, &s, &w, a->moe, rows_at(m, a->ln2, mine, C));
+        lt_moe_forward(be, &cx, &s, &w, a->moe, rows_at(m, a->ln2, mine, C),
+                       m->in->recomputing ? NULL : &m->in->moe_stats[l]);
     }
     if (!lw(m, l, P_FCW)) return; /* an MoE layer without a shared expert */
     if (is_llama(m)) { /* fch_pre = gate | up, fch = silu(gate) * up */
@@ -874,8 +896,11 @@ static void recompute_layer(LtModel *m, int l, LtLayerActs *a, void *x, int B) {
     if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE)
         m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, m->in->kstart, B, m->T,
                                   m->in->heads_local, m->in->kv_local, m->d.hidden / m->d.heads);
-    else
+    else {
+        m->in->recomputing = 1;
         layer_forward(m, l, a, B, x, x, NULL);
+        m->in->recomputing = 0;
+    }
 }
 
 /* Backward of the MLP of layer l from dres (the layer output's gradient,

@@ -53,6 +53,8 @@ void lt_moe_acts_alloc(LtBackend *be, const LtMoeShape *s, LtMoeActs *a, size_t 
     a->dropped = dalloc(be, i4, bytes);
     a->host_off = lt_calloc((E + 1) * i4);
     a->counts = dalloc(be, (size_t)s->groups * E * sizeof(float), bytes);
+    a->psum = dalloc(be, (size_t)s->groups * E * sizeof(float), bytes);
+    a->zsum = dalloc(be, sizeof(double), bytes);
     a->xp = dalloc(be, lt_act_bytes(be, M * C), bytes);
     a->hpre = dalloc(be, lt_act_bytes(be, M * F * (s->llama ? 2 : 1)), bytes);
     a->h = dalloc(be, lt_act_bytes(be, M * F), bytes);
@@ -61,8 +63,8 @@ void lt_moe_acts_alloc(LtBackend *be, const LtMoeShape *s, LtMoeActs *a, size_t 
 }
 
 void lt_moe_acts_free(LtBackend *be, LtMoeActs *a) {
-    void *ps[] = {a->logits, a->idx, a->w,  a->pos,  a->src, a->offsets, a->dropped,
-                  a->counts, a->xp,  a->hpre, a->h, a->y,   a->out};
+    void *ps[] = {a->logits, a->idx, a->w, a->pos,  a->src, a->offsets, a->dropped, a->counts,
+                  a->psum,   a->zsum, a->xp, a->hpre, a->h,   a->y,       a->out};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) be->ops->free(be, ps[i]);
     free(a->host_off);
@@ -95,19 +97,60 @@ static int aux_on(const LtMoeDims *d) {
 /* Tokens per load-balancing group: a sequence, or the whole micro batch. */
 static long group_len(const LtMoeShape *s) { return s->groups > 1 ? s->T : s->N; }
 
+/* The coefficients of the micro batch's aux and z losses as sums over its
+ * tokens (Megatron-Core's switch loss E / (K Tg^2) sum psum counts per group
+ * of Tg tokens, averaged over the groups; the z-loss's mean over the tokens),
+ * times their weight in the step. */
+static float aux_coef(const LtMoeCtx *cx, const LtMoeShape *s) {
+    const LtMoeDims *d = cx->dims;
+    const double tg = (double)group_len(s);
+    return aux_on(d) ? (float)(cx->aux_weight * d->aux_coeff * s->E /
+                               ((double)s->K * tg * tg * s->groups))
+                     : 0.0f;
+}
+static float z_coef(const LtMoeCtx *cx, const LtMoeShape *s) {
+    return cx->dims->z_coeff > 0.0f ? (float)(cx->aux_weight * cx->dims->z_coeff / s->N) : 0.0f;
+}
+
+/* The micro batch's load-balancing counts and score sums (summed over the
+ * ranks that route its other rows, as one process would see them), the
+ * z-loss's sum, and the losses' values added to acc. */
+static void balance_stats(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s, LtMoeActs *a,
+                          LtMoeStats *acc) {
+    const LtBackendOps *o = be->ops;
+    const LtMoeDims *d = cx->dims;
+    const int aux = aux_on(d), z = d->z_coeff > 0.0f;
+    if (!aux && !z) return;
+    const size_t n = (size_t)s->groups * s->E;
+    o->zero(be, a->counts, n * sizeof(float));
+    o->zero(be, a->psum, n * sizeof(float));
+    o->zero(be, a->zsum, sizeof(double));
+    o->moe_aux_stats(be, a->counts, a->psum, a->zsum, a->logits, s->R, s->E, s->K, d->score,
+                     s->row0, group_len(s));
+    if (cx->tp) {
+        lt_comm_all_reduce(cx->tp, a->counts, n, LT_COMM_F32, LT_COMM_SUM);
+        lt_comm_all_reduce(cx->tp, a->psum, n, LT_COMM_F32, LT_COMM_SUM);
+        lt_comm_all_reduce(cx->tp, a->zsum, 1, LT_COMM_F64, LT_COMM_SUM);
+    }
+    if (!acc) return;
+    float *h = lt_malloc(2 * n * sizeof(float));
+    double zs = 0.0, dot = 0.0;
+    o->download(be, h, a->counts, n * sizeof(float));
+    o->download(be, h + n, a->psum, n * sizeof(float));
+    o->download(be, &zs, a->zsum, sizeof(double));
+    for (size_t i = 0; i < n; i++) dot += (double)h[i] * h[n + i];
+    free(h);
+    acc->aux += aux ? aux_coef(cx, s) * dot : 0.0;
+    acc->z += z ? z_coef(cx, s) * zs : 0.0;
+}
+
 void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
-                    const LtMoeWeights *wt, LtMoeActs *a, const void *x) {
+                    const LtMoeWeights *wt, LtMoeActs *a, const void *x, LtMoeStats *acc) {
     const LtBackendOps *o = be->ops;
     const LtMoeDims *d = cx->dims;
     const int R = s->R, E = s->E, K = s->K, C = s->C, F = s->F;
     o->moe_router_fwd(be, a->logits, x, wt->router, R, C, E);
-    if (aux_on(d)) { /* the micro batch's counts, as one process would see them */
-        const size_t n = (size_t)s->groups * E;
-        o->zero(be, a->counts, n * sizeof(float));
-        o->moe_aux_stats(be, a->counts, NULL, NULL, a->logits, R, E, K, d->score, s->row0,
-                         group_len(s));
-        if (cx->tp) lt_comm_all_reduce(cx->tp, a->counts, n, LT_COMM_F32, LT_COMM_SUM);
-    }
+    balance_stats(be, cx, s, a, acc);
     o->moe_topk(be, a->idx, a->w, a->logits, NULL, R, E, K, d->score, d->pre_softmax,
                 d->topk_scale);
     o->moe_dispatch(be, a->pos, a->src, a->offsets, a->dropped, a->idx, a->w, R, E, K,
@@ -115,6 +158,16 @@ void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
     o->download(be, a->host_off, a->offsets, (size_t)(E + 1) * sizeof(int32_t));
     const int M = a->host_off[E];
     LT_CHECK(M >= 0 && M <= s->M);
+    if (acc) {
+        int32_t dropped = 0, most = 0;
+        o->download(be, &dropped, a->dropped, sizeof dropped);
+        for (int e = 0; e < E; e++)
+            if (a->host_off[e + 1] - a->host_off[e] > most) most = a->host_off[e + 1] - a->host_off[e];
+        acc->dropped += dropped;
+        acc->load_max += most;
+        acc->load_mean += (double)((long)R * K - dropped) / E;
+        acc->forwards++;
+    }
     o->moe_permute(be, a->xp, x, a->src, M, C);
     const int FI = s->llama ? 2 * F : F; /* rows of the first weight: gate | up, or fc */
     for (int e = 0; e < E; e++) {
@@ -169,13 +222,7 @@ void lt_moe_backward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
     o->moe_permute_bwd(be, dx, w->dxp, a->pos, R, K, C);
     o->moe_topk_bwd(be, w->dlogits, w->dw, a->idx, a->logits, R, E, K, d->score,
                     d->pre_softmax, d->topk_scale);
-    /* Megatron-Core's switch loss E / (K Tg^2) sum psum counts, per group of Tg tokens,
-     * averaged over the groups; the z-loss's mean over the micro batch's tokens */
-    const double tg = (double)group_len(s);
-    const float aux = aux_on(d) ? (float)(cx->aux_weight * d->aux_coeff * E /
-                                          ((double)K * tg * tg * s->groups))
-                                : 0.0f;
-    const float z = d->z_coeff > 0.0f ? (float)(cx->aux_weight * d->z_coeff / s->N) : 0.0f;
+    const float aux = aux_coef(cx, s), z = z_coef(cx, s);
     if (aux != 0.0f || z != 0.0f)
         o->moe_aux_bwd(be, w->dlogits, a->logits, aux != 0.0f ? a->counts : NULL, R, E, K,
                        d->score, s->row0, group_len(s), aux, z);

@@ -14,6 +14,7 @@
 
 #include "backend.h"
 #include "comm.h"
+#include "model.h"
 #include "params.h"
 
 /* The shapes of one rank's MoE layers. */
@@ -51,6 +52,8 @@ typedef struct LtMoeActs {
     int32_t *dropped;     /* (1) */
     int32_t *host_off;    /* (E + 1) host copy of offsets */
     float *counts;        /* (groups, E) load-balancing counts of the whole micro batch */
+    float *psum;          /* (groups, E) sums of the aux scores (summed over TP) */
+    double *zsum;         /* (1) sum of the squared router log-sum-exp (summed over TP) */
     void *xp, *hpre, *h, *y; /* (M, C), (M, F or 2F), (M, F), (M, C) */
     void *out;            /* (R, C) the routed output */
 } LtMoeActs;
@@ -75,10 +78,11 @@ void lt_moe_acts_free(LtBackend *be, LtMoeActs *a);
 void lt_moe_work_alloc(LtBackend *be, const LtMoeShape *s, LtMoeWork *w, size_t *bytes);
 void lt_moe_work_free(LtBackend *be, LtMoeWork *w);
 
-/* Forward of the routed experts on x (R, C) into a->out (R, C). Waits for the
- * device once (the experts' row counts). */
+/* Forward of the routed experts on x (R, C) into a->out (R, C); its losses and
+ * loads added to acc (NULL: not counted). Waits for the device (the experts'
+ * row counts, and with acc the losses). */
 void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
-                    const LtMoeWeights *wt, LtMoeActs *a, const void *x);
+                    const LtMoeWeights *wt, LtMoeActs *a, const void *x, LtMoeStats *acc);
 /* Backward from dout (R, C), the gradient of a->out: weight gradients
  * accumulated, the input's gradient ADDED to dx (R, C). */
 void lt_moe_backward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,

@@ -488,6 +488,9 @@ static void set_step_batch(Trainer *t) {
     t->batch = (int)lt_rampup_batch(&r->cfg->train.rampup, t->consumed);
     t->rows_now = t->batch / r->topo.dp;
     lt_pipeline_set_micro_batches(r->pipe, t->rows_now / r->cfg->train.micro_batch_size);
+    /* each micro batch's MoE aux and z losses weigh 1 / (micro batches of the step) */
+    lt_model_set_moe_aux_weight(r->model,
+                                (float)r->cfg->train.micro_batch_size / (float)t->batch);
     t->flops_step = lt_model_flops_per_sample(&r->model->d, 0) * t->batch;
     t->tokens_step = (double)t->batch * t->S;
 }
