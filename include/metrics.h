@@ -27,6 +27,8 @@ typedef struct {
     FILE *f;       /* NULL when no metrics file */
     char path[LT_PATH_MAX];
     int error;     /* errno of the first failed write (0: none) */
+    const struct LtMoeReport *moe; /* lt_metrics_moe_next's, for the next train line */
+    int nmoe;
 } LtMetricsFile;
 
 /* Open for append (creating directories is the caller's job); exits with code
@@ -60,6 +62,19 @@ typedef struct {
     double comm_tp_busy, comm_dp_busy, comm_pp_busy;
 } LtStepTimes;
 
+/* One MoE layer's statistics of a step (the trainer's, over every rank): its
+ * aux and z losses as they enter the step's objective, the kept assignments
+ * of the most loaded expert and of the mean expert per routed micro batch,
+ * and the dropped assignments. */
+typedef struct LtMoeReport {
+    int layer;
+    double aux, z, load_max, load_mean;
+    long dropped;
+} LtMoeReport;
+/* The next train line carries these n layers' statistics as "moe": {"layer":
+ * [...], "aux_loss": [...], "z_loss": [...], "load_max": [...], "load_mean":
+ * [...], "dropped": [...]}. r must stay valid until then. */
+void lt_metrics_moe_next(LtMetricsFile *m, const LtMoeReport *r, int n);
 /* times may be NULL (no breakdown in the line). */
 void lt_metrics_train(LtMetricsFile *m, long step, long global_batch, uint64_t samples,
                       double loss, double lr, double grad_norm, double tokens_per_sec,

@@ -109,7 +109,7 @@ int lt_metrics_status(const LtMetricsFile *m, char *err, size_t errlen) {
 /* One JSON line built in memory: "key": value pairs; a non-finite number is
  * written as null (JSON has no NaN or Infinity). */
 typedef struct {
-    char buf[1024];
+    char buf[16384]; /* a step's line with an MoE model's per-layer arrays */
     size_t n;
 } Line;
 
@@ -158,6 +158,26 @@ static void write_line(LtMetricsFile *m, Line *l) {
     }
 }
 
+/* ", "moe": {...}": one array per statistic, an entry per MoE layer. */
+static void put_moe(Line *l, const LtMoeReport *r, int n) {
+    put(l, ", \"moe\": {\"layer\": [");
+    for (int i = 0; i < n; i++) put(l, "%s%d", i ? ", " : "", r[i].layer);
+    put(l, "], \"dropped\": [");
+    for (int i = 0; i < n; i++) put(l, "%s%ld", i ? ", " : "", r[i].dropped);
+    const char *key[] = {"aux_loss", "z_loss", "load_max", "load_mean"};
+    for (int k = 0; k < 4; k++) {
+        put(l, "], \"%s\": [", key[k]);
+        for (int i = 0; i < n; i++) {
+            const double v[] = {r[i].aux, r[i].z, r[i].load_max, r[i].load_mean};
+            if (isfinite(v[k]))
+                put(l, "%s%.6g", i ? ", " : "", v[k]);
+            else
+                put(l, "%snull", i ? ", " : "");
+        }
+    }
+    put(l, "]}");
+}
+
 void lt_metrics_train(LtMetricsFile *m, long step, long global_batch, uint64_t samples,
                       double loss, double lr, double grad_norm, double tokens_per_sec,
                       double tflops, double mfu, double step_ms, const LtStepTimes *t) {
@@ -193,7 +213,14 @@ void lt_metrics_train(LtMetricsFile *m, long step, long global_batch, uint64_t s
         }
         put(&l, "}");
     }
+    if (m->nmoe > 0) put_moe(&l, m->moe, m->nmoe);
+    m->moe = NULL, m->nmoe = 0;
     write_line(m, &l);
+}
+
+void lt_metrics_moe_next(LtMetricsFile *m, const LtMoeReport *r, int n) {
+    m->moe = r;
+    m->nmoe = n;
 }
 
 void lt_metrics_eval(LtMetricsFile *m, long step, double val_loss, long samples) {

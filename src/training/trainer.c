@@ -88,6 +88,10 @@ typedef struct {
     double t_next, busy_next[LT_STEP_MARKS]; /* the start of the next step's interval */
     double data_s;               /* fetching the next step's samples (during the step before) */
     char data_err[1024];         /* bad data met fetching the next step's samples */
+    LtMoeStats *moe_local;       /* this rank's MoE layers' statistics of the step */
+    LtMoeReport *moe;            /* every MoE layer's, over all ranks (rank 0 reports) */
+    int nmoe;
+    double *moe_sum;             /* (6 x num_layers) the reduction's buffer */
 } Trainer;
 
 /* One step's outcome, as reported. */
@@ -366,6 +370,12 @@ static void alloc_step_state(Trainer *t) {
         t->sw.cap = cfg->train.loss_spike_window;
         t->sw.x = lt_calloc(sizeof(double) * (size_t)t->sw.cap);
     }
+    if (cfg->model.num_experts > 0) {
+        const size_t L = (size_t)cfg->model.num_layers;
+        t->moe_local = lt_calloc(sizeof(LtMoeStats) * (size_t)(lt_model_moe_layers(r->model) + 1));
+        t->moe = lt_calloc(sizeof(LtMoeReport) * L);
+        t->moe_sum = lt_calloc(sizeof(double) * 6 * L);
+    }
 }
 
 /* The end of initialisation: MLPerf's run start, the step clock, and the
@@ -495,6 +505,55 @@ static void set_step_batch(Trainer *t) {
     t->tokens_step = (double)t->batch * t->S;
 }
 
+/* The step's MoE statistics over all ranks into t->moe: per layer the aux
+ * and z losses summed over the data-parallel ranks (the tensor-parallel ranks
+ * see the same micro batches: only the first one's count), the loads per
+ * routed micro batch and the drops over every rank. The forwards before the
+ * step (evaluation) were discarded by moe_begin. */
+static void moe_collect(Trainer *t) {
+    LtRun *r = &t->r;
+    const int L = r->cfg->model.num_layers, n = lt_model_moe_layers(r->model);
+    double *v = t->moe_sum; /* per layer: aux, z, load_max, load_mean, dropped, forwards */
+    memset(v, 0, sizeof(double) * 6 * (size_t)L);
+    lt_model_moe_take(r->model, t->moe_local);
+    const int tp0 = lt_comm_rank(r->tp) == 0;
+    for (int k = 0; k < n; k++) {
+        const LtMoeStats *st = &t->moe_local[k];
+        double *x = v + 6 * st->layer;
+        x[0] = tp0 ? st->aux : 0.0, x[1] = tp0 ? st->z : 0.0;
+        x[2] = st->load_max, x[3] = st->load_mean, x[4] = (double)st->dropped;
+        x[5] = (double)st->forwards;
+    }
+    const LtComm *groups[] = {r->dp, r->tp, r->pp};
+    for (int g = 0; g < 3; g++)
+        lt_comm_all_reduce(lt_comm_host(groups[g]), v, 6 * (size_t)L, LT_COMM_F64, LT_COMM_SUM);
+    t->nmoe = 0;
+    for (int l = 0; l < L; l++) {
+        const double *x = v + 6 * l, f = x[5] > 0 ? x[5] : 1.0;
+        if (!r->cfg->model.moe_layer[l]) continue;
+        t->moe[t->nmoe++] = (LtMoeReport){l, x[0], x[1], x[2] / f, x[3] / f, (long)x[4]};
+    }
+}
+
+static void moe_begin(Trainer *t) {
+    if (t->moe_local) lt_model_moe_take(t->r.model, t->moe_local);
+}
+
+/* The log line of the MoE layers: the aux and z losses summed over them, the
+ * largest load imbalance (most loaded expert / mean) and the drops. */
+static void moe_log(const Trainer *t) {
+    double aux = 0.0, z = 0.0, worst = 0.0;
+    long dropped = 0;
+    for (int i = 0; i < t->nmoe; i++) {
+        const LtMoeReport *x = &t->moe[i];
+        aux += x->aux, z += x->z, dropped += x->dropped;
+        if (x->load_mean > 0 && x->load_max / x->load_mean > worst) worst = x->load_max / x->load_mean;
+    }
+    lt_log("moe        %d layers | aux loss %.4g | z loss %.4g | expert load max/mean %.2f | "
+           "dropped %ld\n",
+           t->nmoe, aux, z, worst, dropped);
+}
+
 /* Step t->step: its samples (fetched before) through forward and backward,
  * gradient finalisation and the update, then the step's one host wait, which
  * brings its loss and gradient norm back; the step's time (from the end of
@@ -504,6 +563,7 @@ static void train_step(Trainer *t, StepResult *s) {
     LtBackend *be = r->be;
     const unsigned long waits0 = be->host_waits;
     set_step_batch(t);
+    moe_begin(t);
     lt_devclock_set_active(1);
     lt_split_rows(t->rows, t->rows_now, t->S, t->in, t->tgt); /* micro batch j: rows j*mbs .. */
     t->loss_tokens = t->mb_scale ? set_micro_batch_means(t) : count_loss_tokens(t);
@@ -524,6 +584,7 @@ static void train_step(Trainer *t, StepResult *s) {
     lt_comm_all_reduce(lt_comm_host(r->dp), &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);
     lt_comm_all_reduce(lt_comm_host(r->pp), &loss_sum, 1, LT_COMM_F64, LT_COMM_SUM);
     if (!spike) s->loss = loss_sum / t->loss_tokens;
+    if (t->moe) moe_collect(t);
     s->norm = sqrt(t->stats[1]);
     note_skip(t, s, spike, spike_z);
     s->dt = lt_now() - t->t_next;
@@ -543,6 +604,7 @@ static void report_step(Trainer *t, const StepResult *s) {
     const long step = t->step + 1;
     const double tflops = t->flops_step / s->dt / 1e12 / r->world->world;
     const double mfu = r->peak_tflops > 0 ? tflops / r->peak_tflops : 0.0;
+    if (t->moe) lt_metrics_moe_next(&t->mf, t->moe, t->nmoe);
     lt_metrics_train(&t->mf, step, t->batch, t->consumed + (uint64_t)t->batch, s->loss, s->lr,
                      s->norm, t->tokens_step / s->dt, tflops, mfu, s->dt * 1e3, &s->st);
     if (step % cfg->logging.log_interval != 0 && step != t->total) return;
@@ -561,6 +623,7 @@ static void report_step(Trainer *t, const StepResult *s) {
            st->forward, st->backward, st->grads, st->optimizer, st->data, st->bubble, st->other,
            st->comm_tp, st->comm_tp_busy, st->comm_dp, st->comm_dp_busy, st->comm_pp,
            st->comm_pp_busy);
+    if (t->moe) moe_log(t);
 }
 
 /* ---- at the step boundary ---------------------------------------------------------- */
@@ -764,6 +827,9 @@ static int close_training(Trainer *t) {
     free(t->times);
     free(t->sorted);
     free(t->sw.x);
+    free(t->moe_local);
+    free(t->moe);
+    free(t->moe_sum);
     lt_run_teardown(r);
     return t->exit_code;
 }
