@@ -243,6 +243,15 @@ void lt_comm_broadcast(const LtComm *c, void *buf, size_t count, LtCommType t, i
 void lt_comm_send(const LtComm *c, const void *buf, size_t count, LtCommType t, int peer,
                   int tag);
 void lt_comm_recv(const LtComm *c, void *buf, size_t count, LtCommType t, int peer, int tag);
+/* All-to-all with per-rank counts (elements): send holds, in group rank order,
+ * send_counts[j] elements for rank j; recv receives, in rank order,
+ * recv_counts[j] elements from rank j (each rank must know what the others
+ * send it: exchange the counts first, e.g. by an all-to-all of them on the
+ * host companion). send and recv must not overlap. MPI groups on host
+ * buffers run MPI_Alltoallv; the others (NCCL, staged MPI) one batch of
+ * sends and receives, the rank's own part copied. Blocking. */
+void lt_comm_all_to_all_v(const LtComm *c, const void *send, const size_t *send_counts,
+                          void *recv, const size_t *recv_counts, LtCommType t);
 /* Wait until every member arrives (no-op for one rank). */
 void lt_comm_barrier(const LtComm *c);
 

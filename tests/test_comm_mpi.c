@@ -512,6 +512,60 @@ static void test_reduce_scatter_v(void) {
     lt_comm_free(w);
 }
 
+/* ---- all-to-all with variable counts ---------------------------------------- */
+/* Rank r sends (r + 2 j) % 5 elements to rank j (some zero), valued by
+ * sender, receiver and index; over MPI_Alltoallv (a host group) and over the
+ * sends and receives of a staged group, bf16 words included. */
+static void check_all_to_all(LtComm *c, LtCommType t) {
+    const int n = lt_comm_size(c), me = lt_comm_rank(c);
+    size_t sc[NP], rc[NP], st = 0, rt = 0;
+    for (int j = 0; j < n; j++) {
+        sc[j] = (size_t)((me + 2 * j) % 5), rc[j] = (size_t)((j + 2 * me) % 5);
+        st += sc[j], rt += rc[j];
+    }
+    float send[NP * 5], recv[NP * 5];
+    uint16_t bsend[NP * 5], brecv[NP * 5];
+    for (size_t j = 0, k = 0; j < (size_t)n; j++)
+        for (size_t i = 0; i < sc[j]; i++, k++) {
+            send[k] = (float)(100 * me + 10 * (int)j + (int)i);
+            bsend[k] = bf(send[k]);
+        }
+    memset(recv, 0xff, sizeof recv);
+    lt_comm_all_to_all_v(c, t == LT_COMM_BF16 ? (void *)bsend : (void *)send, sc,
+                         t == LT_COMM_BF16 ? (void *)brecv : (void *)recv, rc, t);
+    int bad = 0;
+    for (size_t j = 0, k = 0; j < (size_t)n; j++)
+        for (size_t i = 0; i < rc[j]; i++, k++) {
+            float want = (float)(100 * (int)j + 10 * me + (int)i);
+            if (t == LT_COMM_BF16) want = fb(bf(want));
+            const float got = t == LT_COMM_BF16 ? fb(brecv[k]) : recv[k];
+            if (got != want && bad++ == 0)
+                printf("  %s rank %d: element %zu from %zu: %g, expected %g\n", lt_comm_name(c), me, i, j, got, want);
+        }
+    CHECK(bad == 0 && rt <= NP * 5, "%s: %d of %zu elements wrong", lt_comm_name(c), bad, rt);
+}
+
+static void test_all_to_all_v(void) {
+    LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
+    LtCommOptions stage = {.lib = LT_COMM_LIB_MPI, .device = 1, .be = be, .stage = 1};
+    int all[NP], pair[2] = {W.rank / 2 * 2, W.rank / 2 * 2 + 1};
+    for (int i = 0; i < NP; i++) all[i] = i;
+    LtComm *w = lt_comm_world("world"), *p = lt_comm_split_members(pair, 2, "pair");
+    LtComm *sw = lt_comm_split_members_ex(all, NP, "staged-world", &stage);
+    LtComm *self = lt_comm_split_members(&W.rank, 1, "self");
+    check_all_to_all(w, LT_COMM_F32);
+    check_all_to_all(w, LT_COMM_BF16);
+    check_all_to_all(p, LT_COMM_F32);
+    check_all_to_all(sw, LT_COMM_F32);
+    check_all_to_all(sw, LT_COMM_BF16);
+    check_all_to_all(self, LT_COMM_F32);
+    lt_comm_free(self);
+    lt_comm_free(sw);
+    lt_comm_free(p);
+    lt_comm_free(w);
+    lt_backend_destroy(be);
+}
+
 /* ---- background companion: a worker thread runs the collectives ---------- */
 /* Operations started on lt_comm_background(w) give byte for byte what the same
  * calls on w give, also while the calling thread runs other operations on w,
@@ -899,6 +953,7 @@ int main(int argc, char **argv) {
     MRUN(test_split_color);
     MRUN(test_bf16_world);
     MRUN(test_reduce_scatter_v);
+    MRUN(test_all_to_all_v);
     MRUN(test_background_group);
     MRUN(test_tp_row_blocks);
     MRUN(test_split_ex_cpu);

@@ -461,6 +461,68 @@ LtCommRequest lt_comm_reduce_scatter_v_start(const LtComm *c, const void *send, 
     return r;
 }
 
+/* Displacements of counts in rank order, as ints; 0 when a count or the
+ * total does not fit. */
+static int int_layout(const size_t *counts, int n, int *ic, int *displ) {
+    size_t at = 0;
+    for (int j = 0; j < n; j++) {
+        if (counts[j] > (size_t)INT_MAX || at > (size_t)INT_MAX) return 0;
+        ic[j] = (int)counts[j], displ[j] = (int)at;
+        at += counts[j];
+    }
+    return at <= (size_t)INT_MAX;
+}
+
+/* all_to_all_v as one batch of sends and receives; the rank's own part copied. */
+static void all_to_all_p2p(const LtComm *c, const char *s, const size_t *sc, char *rv,
+                           const size_t *rc, LtCommType t) {
+    const size_t es = lt_comm_type_size(t);
+    LtCommRequest *q = lt_malloc(sizeof *q * 2 * (size_t)c->size);
+    int nq = 0;
+    size_t so = 0, ro = 0, mine_s = 0, mine_r = 0;
+    lt_comm_batch_begin(c);
+    for (int j = 0; j < c->size; j++) {
+        if (j == c->rank) {
+            mine_s = so, mine_r = ro;
+        } else {
+            if (rc[j]) q[nq++] = lt_comm_recv_start(c, rv + ro * es, rc[j], t, j, 0);
+            if (sc[j]) q[nq++] = lt_comm_send_start(c, s + so * es, sc[j], t, j, 0);
+        }
+        so += sc[j], ro += rc[j];
+    }
+    lt_comm_batch_end(c);
+    copy_local(c, rv + mine_r * es, s + mine_s * es, sc[c->rank] * es);
+    for (int k = 0; k < nq; k++) lt_comm_finish(&q[k]);
+    free(q);
+}
+
+void lt_comm_all_to_all_v(const LtComm *c, const void *send, const size_t *send_counts,
+                          void *recv, const size_t *recv_counts, LtCommType t) {
+    const char *name = "all_to_all_v";
+    op_begin(c, name, 0, t); /* group checks first */
+    if (send_counts[c->rank] != recv_counts[c->rank])
+        lt_fatal("communication: %s on group '%s': rank %d sends itself %zu elements but "
+                 "expects %zu",
+                 name, c->name, c->rank, send_counts[c->rank], recv_counts[c->rank]);
+    if (c->size == 1) {
+        copy_local(c, recv, send, send_counts[0] * lt_comm_type_size(t));
+        return;
+    }
+    int *ints = lt_malloc(sizeof(int) * 4 * (size_t)c->size), n = c->size;
+    if (c->impl->all_to_all_v && int_layout(send_counts, n, ints, ints + n) &&
+        int_layout(recv_counts, n, ints + 2 * n, ints + 3 * n)) {
+        size_t total = 0;
+        for (int j = 0; j < n; j++) total += send_counts[j];
+        LtCommRequest r = op_begin(c, name, total, t);
+        DISPATCH(&r, c->impl->all_to_all_v(&r, send, ints, ints + n, recv, ints + 2 * n,
+                                           ints + 3 * n, t));
+        lt_comm_finish(&r);
+    } else {
+        all_to_all_p2p(c, send, send_counts, recv, recv_counts, t);
+    }
+    free(ints);
+}
+
 void lt_comm_reduce_scatter_v(const LtComm *c, const void *send, void *recv, const int *counts,
                               LtCommType t) {
     LtCommRequest r = lt_comm_reduce_scatter_v_start(c, send, recv, counts, t);

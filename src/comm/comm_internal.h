@@ -62,6 +62,11 @@ struct LtCommImpl {
     void (*all_gather)(LtCommRequest *r, const void *send, void *recv, size_t count,
                        LtCommType t);
     void (*broadcast)(LtCommRequest *r, void *buf, size_t count, LtCommType t, int root);
+    /* (optional: the front end runs sends and receives instead) counts and their
+     * displacements fit an int; r may be left active */
+    void (*all_to_all_v)(LtCommRequest *r, const void *send, const int *send_counts,
+                         const int *send_displs, void *recv, const int *recv_counts,
+                         const int *recv_displs, LtCommType t);
     void (*send)(LtCommRequest *r, const void *buf, size_t count, LtCommType t, int tag);
     void (*recv)(LtCommRequest *r, void *buf, size_t count, LtCommType t, int tag);
     void (*batch_begin)(const LtComm *c); /* (optional) */

@@ -137,6 +137,17 @@ static void mpi_reduce_scatter_v(LtCommRequest *r, const void *send, void *recv,
     started(r, mr);
 }
 
+static void mpi_all_to_all_v(LtCommRequest *r, const void *send, const int *send_counts,
+                             const int *send_displs, void *recv, const int *recv_counts,
+                             const int *recv_displs, LtCommType t) {
+    const LtComm *c = r->comm;
+    MPI_Request mr;
+    LT_MPI_CHECK(c, r->op,
+                 MPI_Ialltoallv(send, send_counts, send_displs, mpi_type(t), recv, recv_counts,
+                                recv_displs, mpi_type(t), c->comm, &mr));
+    started(r, mr);
+}
+
 static void mpi_all_gather(LtCommRequest *r, const void *send, void *recv, size_t count,
                            LtCommType t) {
     const LtComm *c = r->comm;
@@ -203,6 +214,7 @@ const LtCommImpl lt_comm_mpi_impl = {
     .reduce_scatter = mpi_reduce_scatter,
     .reduce_scatter_v = mpi_reduce_scatter_v,
     .all_gather = mpi_all_gather,
+    .all_to_all_v = mpi_all_to_all_v,
     .broadcast = mpi_broadcast,
     .send = mpi_send,
     .recv = mpi_recv,
