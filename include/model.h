@@ -68,6 +68,8 @@ typedef struct {
                        * own instead (emb_grads): the tied embedding's two halves are
                        * summed over the embedding group after the last micro batch */
     const LtComm *tp; /* tensor-parallel group (NULL = no tensor parallelism) */
+    const LtComm *ep; /* expert-parallel group of the MoE layers (NULL or one rank: EP 1;
+                       * src/model/moe.h) */
     int sequence_parallel; /* shard LayerNorm regions along the tokens over tp */
     int tp_comm_overlap;   /* with sequence_parallel: the all-gathers / reduce-scatters
                             * in row blocks behind the GEMMs (tp_overlap.h) */

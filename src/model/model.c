@@ -53,6 +53,7 @@ struct LtModelInternal {
     LtMoeWork moe_work;   /* the routed experts' backward workspace */
     LtExpertTensors *moe_exp; /* (experts) a layer's expert tensors, filled per use */
     float moe_aux_weight; /* lt_model_set_moe_aux_weight */
+    const LtComm *ep;     /* the expert-parallel group (NULL: EP 1) */
     LtMoeStats *moe_stats; /* per local layer (MoE layers' entries used) */
     int recomputing;      /* forwards run by recomputation: not counted in moe_stats */
     int kv_local;         /* this rank's key/value heads (grouped-query attention) */
@@ -146,7 +147,9 @@ static int layer_last_idx(const LtModel *m, int l) { return m->table.layer_first
 static LtMoeShape moe_shape(const LtModel *m, int B) {
     const int N = B * m->T, R = m->sp ? N / m->in->tp_size : N;
     return lt_moe_shape(&m->d.moe, m->d.arch, B, m->T, m->d.hidden, R,
-                        m->sp ? (long)m->in->tp_rank * R : 0);
+                        m->sp ? (long)m->in->tp_rank * R : 0,
+                        m->in->ep ? lt_comm_size(m->in->ep) : 1,
+                        m->in->ep ? lt_comm_rank(m->in->ep) : 0);
 }
 
 /* Parameter / gradient of role k of layer l, NULL when absent. */
@@ -340,6 +343,10 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     m->in->eod = -1;
     m->in->loss_weight = 1.0f;
     m->in->moe_aux_weight = 1.0f;
+    if (opt && opt->ep && lt_comm_size(opt->ep) > 1) {
+        LT_CHECK(d->moe.experts % lt_comm_size(opt->ep) == 0);
+        m->in->ep = opt->ep;
+    }
     m->be = be;
     m->d = *d;
     m->B = B;
@@ -634,7 +641,7 @@ static void *rows_at(const LtModel *m, void *x, size_t row, int C) {
 
 /* The routing settings and this step's loss weight of the MoE layers. */
 static LtMoeCtx moe_ctx(const LtModel *m) {
-    return (LtMoeCtx){&m->d.moe, m->sp ? m->tp : NULL, m->in->moe_aux_weight};
+    return (LtMoeCtx){&m->d.moe, m->sp ? m->tp : NULL, m->in->ep, m->in->moe_aux_weight};
 }
 /* MoE layer l's router and expert tensors (params.h's order). */
 static LtMoeWeights moe_weights(LtModel *m, int l) {
@@ -680,7 +687,7 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
         const LtMoeShape s = moe_shape(m, B);
         const LtMoeCtx cx = moe_ctx(m);
         const LtMoeWeights w = moe_weights(m, l);
-        lt_moe_forward(be, &cx, &s, &w, a->moe, rows_at(m, a->ln2, mine, C),
+        lt_moe_forward(be, &cx, &s, &w, a->moe, &m->in->moe_work, rows_at(m, a->ln2, mine, C),
                        m->in->recomputing ? NULL : &m->in->moe_stats[l]);
     }
     if (!lw(m, l, P_FCW)) return; /* an MoE layer without a shared expert */

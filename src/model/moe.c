@@ -25,7 +25,8 @@ int lt_moe_backend_ok(const LtBackend *be) {
            o->moe_permute_bwd && o->moe_unpermute && o->moe_unpermute_bwd;
 }
 
-LtMoeShape lt_moe_shape(const LtMoeDims *d, int arch, int B, int T, int C, int R, long row0) {
+LtMoeShape lt_moe_shape(const LtMoeDims *d, int arch, int B, int T, int C, int R, long row0,
+                        int ep, int ep_rank) {
     LtMoeShape s = {.R = R, .N = B * T, .T = T, .row0 = row0, .C = C, .E = d->experts,
                     .K = d->topk, .F = d->ffn, .llama = arch == LT_ARCH_LLAMA};
     s.groups = d->balance == LT_MOE_SEQ_AUX_LOSS ? B : 1;
@@ -33,6 +34,13 @@ LtMoeShape lt_moe_shape(const LtMoeDims *d, int arch, int B, int T, int C, int R
     if (d->capacity > 0) s.capacity = (int)ceil((double)R * s.K / s.E * d->capacity);
     const long rk = (long)R * s.K, ec = (long)s.E * s.capacity;
     s.M = (int)(ec > rk ? ec : rk);
+    s.ep = ep > 1 ? ep : 1, s.ep_rank = ep > 1 ? ep_rank : 0, s.El = s.E / s.ep;
+    /* what one rank can send to another's El experts: each token at most
+     * min(K, El) rows (its experts are distinct), and with a capacity at most
+     * (padded: exactly) capacity rows per expert */
+    long one = (long)R * (s.K < s.El ? s.K : s.El);
+    if (s.capacity > 0 && (d->pad || (long)s.El * s.capacity < one)) one = (long)s.El * s.capacity;
+    s.Mr = s.ep > 1 ? (int)(one * s.ep) : s.M;
     return s;
 }
 
@@ -43,7 +51,7 @@ static void *dalloc(LtBackend *be, size_t bytes, size_t *acc) {
 
 void lt_moe_acts_alloc(LtBackend *be, const LtMoeShape *s, LtMoeActs *a, size_t *bytes) {
     const size_t R = (size_t)s->R, E = (size_t)s->E, K = (size_t)s->K, M = (size_t)s->M,
-                 C = (size_t)s->C, F = (size_t)s->F, i4 = sizeof(int32_t);
+                 Mr = (size_t)s->Mr, C = (size_t)s->C, F = (size_t)s->F, i4 = sizeof(int32_t);
     a->logits = dalloc(be, R * E * sizeof(float), bytes);
     a->idx = dalloc(be, R * K * i4, bytes);
     a->w = dalloc(be, R * K * sizeof(float), bytes);
@@ -56,34 +64,55 @@ void lt_moe_acts_alloc(LtBackend *be, const LtMoeShape *s, LtMoeActs *a, size_t 
     a->psum = dalloc(be, (size_t)s->groups * E * sizeof(float), bytes);
     a->zsum = dalloc(be, sizeof(double), bytes);
     a->xp = dalloc(be, lt_act_bytes(be, M * C), bytes);
-    a->hpre = dalloc(be, lt_act_bytes(be, M * F * (s->llama ? 2 : 1)), bytes);
-    a->h = dalloc(be, lt_act_bytes(be, M * F), bytes);
     a->y = dalloc(be, lt_act_bytes(be, M * C), bytes);
+    a->hpre = dalloc(be, lt_act_bytes(be, Mr * F * (s->llama ? 2 : 1)), bytes);
+    a->h = dalloc(be, lt_act_bytes(be, Mr * F), bytes);
     a->out = dalloc(be, lt_act_bytes(be, R * C), bytes);
+    if (s->ep == 1) { /* the local experts' rows are the permuted rows */
+        a->xe = a->xp, a->ye = a->y;
+        return;
+    }
+    a->xe = dalloc(be, lt_act_bytes(be, Mr * C), bytes);
+    a->ye = dalloc(be, lt_act_bytes(be, Mr * C), bytes);
+    a->ge = dalloc(be, Mr * i4, bytes);
+    a->ginv = dalloc(be, Mr * i4, bytes);
+    a->ep_send = lt_calloc(sizeof(size_t) * (size_t)s->ep);
+    a->ep_recv = lt_calloc(sizeof(size_t) * (size_t)s->ep);
+    a->loff = lt_calloc(sizeof(int) * (size_t)(s->El + 1));
 }
 
 void lt_moe_acts_free(LtBackend *be, LtMoeActs *a) {
-    void *ps[] = {a->logits, a->idx, a->w, a->pos,  a->src, a->offsets, a->dropped, a->counts,
-                  a->psum,   a->zsum, a->xp, a->hpre, a->h,   a->y,       a->out};
+    const int ep = a->xe != a->xp;
+    void *ps[] = {a->logits, a->idx,    a->w,  a->pos,  a->src,         a->offsets,
+                  a->dropped, a->counts, a->psum, a->zsum, a->xp,        a->y,
+                  a->hpre,   a->h,      a->out, ep ? a->xe : NULL, ep ? a->ye : NULL,
+                  a->ge,     a->ginv};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) be->ops->free(be, ps[i]);
     free(a->host_off);
+    free(a->ep_send);
+    free(a->ep_recv);
+    free(a->loff);
 }
 
 void lt_moe_work_alloc(LtBackend *be, const LtMoeShape *s, LtMoeWork *w, size_t *bytes) {
-    const size_t R = (size_t)s->R, M = (size_t)s->M, C = (size_t)s->C, F = (size_t)s->F;
-    w->dy = dalloc(be, lt_act_bytes(be, M * C), bytes);
-    w->dh = dalloc(be, lt_act_bytes(be, M * F), bytes);
-    w->dhpre = s->llama ? dalloc(be, lt_act_bytes(be, M * 2 * F), bytes) : NULL;
-    w->dxp = dalloc(be, lt_act_bytes(be, M * C), bytes);
+    const size_t R = (size_t)s->R, C = (size_t)s->C, F = (size_t)s->F,
+                 Mw = (size_t)(s->M > s->Mr ? s->M : s->Mr);
+    w->dy = dalloc(be, lt_act_bytes(be, Mw * C), bytes);
+    w->dh = dalloc(be, lt_act_bytes(be, Mw * F), bytes);
+    w->dhpre = s->llama ? dalloc(be, lt_act_bytes(be, Mw * 2 * F), bytes) : NULL;
+    w->dxp = dalloc(be, lt_act_bytes(be, Mw * C), bytes);
+    w->xr = s->ep > 1 ? dalloc(be, lt_act_bytes(be, Mw * C), bytes) : NULL;
     w->dw = dalloc(be, R * (size_t)s->K * sizeof(float), bytes);
     w->dlogits = dalloc(be, R * (size_t)s->E * sizeof(float), bytes);
+    w->host_ge = s->ep > 1 ? lt_calloc(sizeof(int32_t) * 2 * (size_t)(s->Mr + 1)) : NULL;
 }
 
 void lt_moe_work_free(LtBackend *be, LtMoeWork *w) {
-    void *ps[] = {w->dy, w->dh, w->dhpre, w->dxp, w->dw, w->dlogits};
+    void *ps[] = {w->dy, w->dh, w->dhpre, w->dxp, w->xr, w->dw, w->dlogits};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) be->ops->free(be, ps[i]);
+    free(w->host_ge);
 }
 
 static void *rows(const LtBackend *be, const void *p, size_t row, size_t cols) {
@@ -144,11 +173,92 @@ static void balance_stats(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s
     acc->z += z ? z_coef(cx, s) * zs : 0.0;
 }
 
+/* Local expert le's rows: in the permuted rows (EP 1) or the received ones. */
+static void segment(const LtMoeShape *s, const LtMoeActs *a, int le, int *r, int *n) {
+    const int *off = s->ep > 1 ? a->loff : a->host_off;
+    *r = off[le], *n = off[le + 1] - off[le];
+}
+
+/* EP: from this rank's rows per expert (host_off), what it sends each rank of
+ * the group; the counts exchanged (host all-to-all); what it receives, rank
+ * after rank, each rank's rows by local expert; the local expert-major order
+ * of them (xe row r = received row ge[r]; ginv the inverse, both uploaded)
+ * and the local experts' offsets. */
+static void ep_plan(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s, LtMoeActs *a,
+                    LtMoeWork *w) {
+    const int P = s->ep, El = s->El;
+    const size_t C = (size_t)s->C;
+    int32_t *cs = lt_malloc(sizeof(int32_t) * 2 * (size_t)(P * El)), *cr = cs + P * El;
+    size_t *n = lt_malloc(sizeof(size_t) * 2 * (size_t)P), *base = n + P;
+    for (int j = 0; j < P; j++) {
+        n[j] = (size_t)El;
+        for (int le = 0; le < El; le++)
+            cs[j * El + le] = a->host_off[j * El + le + 1] - a->host_off[j * El + le];
+    }
+    lt_comm_all_to_all_v(lt_comm_host(cx->ep), cs, n, cr, n, LT_COMM_I32);
+    size_t at = 0;
+    for (int j = 0; j < P; j++) {
+        size_t rows = 0;
+        for (int le = 0; le < El; le++) rows += (size_t)cr[j * El + le];
+        base[j] = at, at += rows;
+        a->ep_recv[j] = rows * C;
+        a->ep_send[j] = (size_t)(a->host_off[(j + 1) * El] - a->host_off[j * El]) * C;
+    }
+    LT_CHECK(at <= (size_t)s->Mr);
+    int32_t *ge = w->host_ge, *ginv = w->host_ge + s->Mr;
+    int r = 0;
+    for (int le = 0; le < El; le++) {
+        a->loff[le] = r;
+        for (int j = 0; j < P; j++) {
+            size_t q = base[j];
+            for (int k = 0; k < le; k++) q += (size_t)cr[j * El + k];
+            for (int i = 0; i < cr[j * El + le]; i++, r++) ge[r] = (int32_t)(q + (size_t)i);
+        }
+    }
+    a->loff[El] = r;
+    for (int k = 0; k < r; k++) ginv[ge[k]] = k;
+    be->ops->upload(be, a->ge, ge, (size_t)r * sizeof(int32_t));
+    be->ops->upload(be, a->ginv, ginv, (size_t)r * sizeof(int32_t));
+    free(cs);
+    free(n);
+}
+
+/* Expert e's forward over its n rows from row r of the local experts' rows. */
+static void expert_forward(LtBackend *be, const LtMoeShape *s, const LtExpertTensors *t,
+                           LtMoeActs *a, int r, int n) {
+    const LtBackendOps *o = be->ops;
+    const int C = s->C, F = s->F, FI = s->llama ? 2 * F : F; /* gate | up, or fc */
+    const size_t rr = (size_t)r;
+    void *hpre = rows(be, a->hpre, rr, (size_t)FI), *h = rows(be, a->h, rr, (size_t)F);
+    const void *xe = rows(be, a->xe, rr, (size_t)C);
+    if (s->llama) {
+        o->linear_fwd(be, hpre, NULL, xe, t->w1, NULL, n, C, FI);
+        o->swiglu_fwd(be, h, hpre, n, F);
+    } else {
+        o->linear_fwd(be, h, hpre, xe, t->w1, t->b1, n, C, F);
+    }
+    o->linear_fwd(be, rows(be, a->ye, rr, (size_t)C), NULL, h, t->w2, t->b2, n, F, C);
+}
+
+/* This forward's loads and drops into acc. */
+static void count_loads(LtBackend *be, const LtMoeShape *s, const LtMoeActs *a, LtMoeStats *acc) {
+    int32_t dropped = 0, most = 0;
+    be->ops->download(be, &dropped, a->dropped, sizeof dropped);
+    for (int e = 0; e < s->E; e++)
+        if (a->host_off[e + 1] - a->host_off[e] > most) most = a->host_off[e + 1] - a->host_off[e];
+    acc->dropped += dropped;
+    acc->load_max += most;
+    acc->load_mean += (double)((long)s->R * s->K - dropped) / s->E;
+    acc->forwards++;
+}
+
 void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
-                    const LtMoeWeights *wt, LtMoeActs *a, const void *x, LtMoeStats *acc) {
+                    const LtMoeWeights *wt, LtMoeActs *a, LtMoeWork *w, const void *x,
+                    LtMoeStats *acc) {
     const LtBackendOps *o = be->ops;
     const LtMoeDims *d = cx->dims;
-    const int R = s->R, E = s->E, K = s->K, C = s->C, F = s->F;
+    const int R = s->R, E = s->E, K = s->K, C = s->C;
+    const LtCommType act = lt_comm_act_type(be);
     o->moe_router_fwd(be, a->logits, x, wt->router, R, C, E);
     balance_stats(be, cx, s, a, acc);
     o->moe_topk(be, a->idx, a->w, a->logits, NULL, R, E, K, d->score, d->pre_softmax,
@@ -158,37 +268,27 @@ void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
     o->download(be, a->host_off, a->offsets, (size_t)(E + 1) * sizeof(int32_t));
     const int M = a->host_off[E];
     LT_CHECK(M >= 0 && M <= s->M);
-    if (acc) {
-        int32_t dropped = 0, most = 0;
-        o->download(be, &dropped, a->dropped, sizeof dropped);
-        for (int e = 0; e < E; e++)
-            if (a->host_off[e + 1] - a->host_off[e] > most) most = a->host_off[e + 1] - a->host_off[e];
-        acc->dropped += dropped;
-        acc->load_max += most;
-        acc->load_mean += (double)((long)R * K - dropped) / E;
-        acc->forwards++;
-    }
+    if (acc) count_loads(be, s, a, acc);
     o->moe_permute(be, a->xp, x, a->src, M, C);
-    const int FI = s->llama ? 2 * F : F; /* rows of the first weight: gate | up, or fc */
-    for (int e = 0; e < E; e++) {
-        const int r = a->host_off[e], n = a->host_off[e + 1] - r;
-        if (n == 0) continue;
-        const LtExpertTensors *t = &wt->expert[e];
-        void *hpre = rows(be, a->hpre, (size_t)r, (size_t)FI), *h = rows(be, a->h, (size_t)r, F);
-        const void *xp = rows(be, a->xp, (size_t)r, C);
-        if (s->llama) {
-            o->linear_fwd(be, hpre, NULL, xp, t->w1, NULL, n, C, FI);
-            o->swiglu_fwd(be, h, hpre, n, F);
-        } else {
-            o->linear_fwd(be, h, hpre, xp, t->w1, t->b1, n, C, F);
-        }
-        o->linear_fwd(be, rows(be, a->y, (size_t)r, C), NULL, h, t->w2, t->b2, n, F, C);
+    if (s->ep > 1) { /* to the experts' ranks, then by local expert */
+        ep_plan(be, cx, s, a, w);
+        lt_comm_all_to_all_v(cx->ep, a->xp, a->ep_send, w->xr, a->ep_recv, act);
+        o->moe_permute(be, a->xe, w->xr, a->ge, a->loff[s->El], C);
+    }
+    for (int le = 0; le < s->El; le++) {
+        int r, n;
+        segment(s, a, le, &r, &n);
+        if (n > 0) expert_forward(be, s, &wt->expert[s->ep_rank * s->El + le], a, r, n);
+    }
+    if (s->ep > 1) { /* back in the received order, then to the tokens' ranks */
+        o->moe_permute(be, w->xr, a->ye, a->ginv, a->loff[s->El], C);
+        lt_comm_all_to_all_v(cx->ep, w->xr, a->ep_recv, a->y, a->ep_send, act);
     }
     o->moe_unpermute(be, a->out, a->y, a->pos, a->w, R, K, C);
 }
 
-/* Backward of expert e's GEMM chain over its n rows from row r: dxp rows
- * from dy rows, its weight gradients accumulated. */
+/* Backward of expert e's GEMM chain over its n rows from row r of the local
+ * experts' rows: dxp rows from dy rows, its weight gradients accumulated. */
 static void expert_backward(LtBackend *be, const LtMoeShape *s, const LtExpertTensors *t,
                             const LtMoeActs *a, LtMoeWork *w, int r, int n) {
     const LtBackendOps *o = be->ops;
@@ -196,15 +296,15 @@ static void expert_backward(LtBackend *be, const LtMoeShape *s, const LtExpertTe
     const size_t rr = (size_t)r;
     void *dh = rows(be, w->dh, rr, F), *dxp = rows(be, w->dxp, rr, C);
     const void *dy = rows(be, w->dy, rr, C), *h = rows(be, a->h, rr, F),
-               *hpre = rows(be, a->hpre, rr, FI), *xp = rows(be, a->xp, rr, C);
+               *hpre = rows(be, a->hpre, rr, FI), *xe = rows(be, a->xe, rr, C);
     if (s->llama) {
         void *dhpre = rows(be, w->dhpre, rr, FI);
         o->linear_bwd(be, dh, t->g2, NULL, dy, h, t->w2, NULL, n, F, C);
         o->swiglu_bwd(be, dhpre, hpre, dh, n, F);
-        o->linear_bwd(be, dxp, t->g1, NULL, dhpre, xp, t->w1, NULL, n, C, FI);
+        o->linear_bwd(be, dxp, t->g1, NULL, dhpre, xe, t->w1, NULL, n, C, FI);
     } else { /* dh comes back through GeLU: the gradient of hpre */
         o->linear_bwd(be, dh, t->g2, t->gb2, dy, h, t->w2, hpre, n, F, C);
-        o->linear_bwd(be, dxp, t->g1, t->gb1, dh, xp, t->w1, NULL, n, C, F);
+        o->linear_bwd(be, dxp, t->g1, t->gb1, dh, xe, t->w1, NULL, n, C, F);
     }
 }
 
@@ -214,12 +314,26 @@ void lt_moe_backward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
     const LtBackendOps *o = be->ops;
     const LtMoeDims *d = cx->dims;
     const int R = s->R, E = s->E, K = s->K, C = s->C, M = a->host_off[E];
-    o->moe_unpermute_bwd(be, w->dy, w->dw, dout, a->y, a->pos, a->w, R, K, C, M);
-    for (int e = 0; e < E; e++) {
-        const int r = a->host_off[e], n = a->host_off[e + 1] - r;
-        if (n > 0) expert_backward(be, s, &wt->expert[e], a, w, r, n);
+    const LtCommType act = lt_comm_act_type(be);
+    /* dy in the permuted order, then (EP) at the experts' ranks by local expert */
+    o->moe_unpermute_bwd(be, s->ep > 1 ? w->xr : w->dy, w->dw, dout, a->y, a->pos, a->w, R, K,
+                         C, M);
+    if (s->ep > 1) {
+        lt_comm_all_to_all_v(cx->ep, w->xr, a->ep_send, w->dxp, a->ep_recv, act);
+        o->moe_permute(be, w->dy, w->dxp, a->ge, a->loff[s->El], C);
     }
-    o->moe_permute_bwd(be, dx, w->dxp, a->pos, R, K, C);
+    for (int le = 0; le < s->El; le++) {
+        int r, n;
+        segment(s, a, le, &r, &n);
+        if (n > 0) expert_backward(be, s, &wt->expert[s->ep_rank * s->El + le], a, w, r, n);
+    }
+    const void *dxp = w->dxp;
+    if (s->ep > 1) { /* the input rows' gradient back to the tokens' ranks */
+        o->moe_permute(be, w->xr, w->dxp, a->ginv, a->loff[s->El], C);
+        lt_comm_all_to_all_v(cx->ep, w->xr, a->ep_recv, w->dy, a->ep_send, act);
+        dxp = w->dy;
+    }
+    o->moe_permute_bwd(be, dx, dxp, a->pos, R, K, C);
     o->moe_topk_bwd(be, w->dlogits, w->dw, a->idx, a->logits, R, E, K, d->score,
                     d->pre_softmax, d->topk_scale);
     const float aux = aux_coef(cx, s), z = z_coef(cx, s);

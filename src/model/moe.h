@@ -6,7 +6,17 @@
  * N / TP under sequence parallelism: each TP rank routes its own rows with
  * the whole router and whole experts, expert tensor parallelism 1). What
  * one process would compute over all N tokens is kept: the load-balancing
- * counts are summed over the TP group, and the losses are taken over N. */
+ * counts are summed over the TP group, and the losses are taken over N.
+ *
+ * Expert parallelism (EP ranks, a group folded into TP x DP): rank p of the
+ * group computes experts p E/EP .. (p + 1) E/EP - 1 for the tokens of every
+ * rank of the group. The permuted rows, in expert-major order, go to their
+ * experts' ranks by an all-to-all (row counts per expert exchanged first),
+ * are reordered there by local expert, run through the experts and go back
+ * the same way; the backward mirrors it. Every rank holds every expert's
+ * weights: a rank's gradients of the experts it does not compute stay zero,
+ * and the sums over TP (sequence parallelism) and DP that every weight's
+ * gradient goes through complete each expert's. */
 #ifndef LT_MODEL_MOE_H
 #define LT_MODEL_MOE_H
 
@@ -26,6 +36,9 @@ typedef struct {
     int groups;      /* load-balancing groups: sequences (seq_aux_loss) or 1 */
     int capacity;    /* rows an expert keeps (0: dropless) */
     int M;           /* rows of the permuted buffers: max(R K, E capacity) */
+    int ep, ep_rank; /* expert parallelism: group size and this rank's place */
+    int El;          /* experts computed here: E / ep */
+    int Mr;          /* rows the local experts can receive: ep x what one rank sends */
 } LtMoeShape;
 
 /* One expert's (or the router's) tensors: weights in the compute dtype and
@@ -54,24 +67,37 @@ typedef struct LtMoeActs {
     float *counts;        /* (groups, E) load-balancing counts of the whole micro batch */
     float *psum;          /* (groups, E) sums of the aux scores (summed over TP) */
     double *zsum;         /* (1) sum of the squared router log-sum-exp (summed over TP) */
-    void *xp, *hpre, *h, *y; /* (M, C), (M, F or 2F), (M, F), (M, C) */
+    void *xp, *y;         /* (M, C): permuted input and the experts' output, expert-major
+                           * over all E experts (what this rank's tokens send and get) */
+    void *xe, *hpre, *h, *ye; /* (Mr, C), (Mr, F or 2F), (Mr, F), (Mr, C): the local experts'
+                               * rows (without EP: xp and y themselves) */
     void *out;            /* (R, C) the routed output */
+    /* expert parallelism: rows sent to / received from each rank, the local experts'
+     * offsets in xe, and the reorder between the received (rank-major) and the local
+     * expert-major order: xe row r = received row ge[r], ginv its inverse (device) */
+    size_t *ep_send, *ep_recv; /* (ep) elements (rows x C) */
+    int *loff;            /* (El + 1) */
+    int32_t *ge, *ginv;   /* (Mr) */
 } LtMoeActs;
 
 /* Backward workspace shared by the layers. */
 typedef struct {
-    void *dy, *dh, *dhpre, *dxp; /* (M, C), (M, F), (M, 2F), (M, C) */
+    void *dy, *dh, *dhpre, *dxp; /* (Mw, C), (Mw, F), (Mw, 2F), (Mw, C); Mw = max(M, Mr) */
+    void *xr;                    /* (Mw, C) EP: rows as the all-to-all delivers them */
     float *dw, *dlogits;         /* (R, K), (R, E) */
+    int32_t *host_ge;            /* (2 Mr + 2) EP: staging of the reorder and its inverse */
 } LtMoeWork;
 
 /* The routing settings and the loss weights of a step. */
 typedef struct {
     const LtMoeDims *dims;
     const LtComm *tp;     /* the group whose ranks route the other rows (SP), or NULL */
+    const LtComm *ep;     /* the expert-parallel group, or NULL (EP 1) */
     float aux_weight;     /* the micro batch's share of the step's objective */
 } LtMoeCtx;
 
-LtMoeShape lt_moe_shape(const LtMoeDims *d, int arch, int B, int T, int C, int R, long row0);
+LtMoeShape lt_moe_shape(const LtMoeDims *d, int arch, int B, int T, int C, int R, long row0,
+                        int ep, int ep_rank);
 /* Allocate a's buffers (bytes added to *bytes); lt_moe_acts_free frees them. */
 void lt_moe_acts_alloc(LtBackend *be, const LtMoeShape *s, LtMoeActs *a, size_t *bytes);
 void lt_moe_acts_free(LtBackend *be, LtMoeActs *a);
@@ -82,7 +108,8 @@ void lt_moe_work_free(LtBackend *be, LtMoeWork *w);
  * loads added to acc (NULL: not counted). Waits for the device (the experts'
  * row counts, and with acc the losses). */
 void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
-                    const LtMoeWeights *wt, LtMoeActs *a, const void *x, LtMoeStats *acc);
+                    const LtMoeWeights *wt, LtMoeActs *a, LtMoeWork *w, const void *x,
+                    LtMoeStats *acc);
 /* Backward from dout (R, C), the gradient of a->out: weight gradients
  * accumulated, the input's gradient ADDED to dx (R, C). */
 void lt_moe_backward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,

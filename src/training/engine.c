@@ -222,6 +222,15 @@ static void setup_groups(LtRun *r) {
         n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_EMBEDDING, members);
         r->emb = lt_comm_split_members_ex(members, n, "embedding", o);
     }
+    /* expert parallelism folded into the stage's TP x DP ranks (stage-local
+     * index tp + TP dp, Megatron-Core's order): consecutive blocks of EP ranks */
+    const int ep = r->cfg->parallel.expert_model_parallel_size;
+    if (ep > 1) {
+        const int stage = r->topo.tp * r->topo.dp, w = r->world->rank;
+        const int first = w / stage * stage + w % stage / ep * ep;
+        for (int k = 0; k < ep; k++) members[k] = first + k;
+        r->ep = lt_comm_split_members_ex(members, ep, "ep", o);
+    }
     free(members);
 }
 
@@ -348,6 +357,7 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
                          .grad_buckets = need_optimizer && cfg->optimizer.zero_stage == 2 &&
                                          r->topo.dp > 1,
                          .tp = r->tp,
+                         .ep = r->ep,
                          .sequence_parallel = cfg->parallel.sequence_parallel,
                          .tp_comm_overlap = cfg->parallel.tp_comm_overlap,
                          .lm_head_chunk = cfg->train.lm_head_chunk,
@@ -433,6 +443,7 @@ void lt_run_teardown(LtRun *r) {
     lt_comm_free(r->tp);
     lt_comm_free(r->pp);
     lt_comm_free(r->emb);
+    lt_comm_free(r->ep);
     lt_backend_destroy(r->be);
     lt_params_free(&r->global);
 }

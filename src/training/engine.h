@@ -49,6 +49,8 @@ typedef struct {
     LtComm *dp;         /* data-parallel group (device buffers with the CUDA backend) */
     LtComm *tp;         /* tensor-parallel group (device buffers with the CUDA backend) */
     LtComm *pp;         /* pipeline group: stage-to-stage sends (MPI; staged with CUDA) */
+    LtComm *ep;         /* expert-parallel group (parallel.expert_model_parallel_size > 1;
+                         * NULL otherwise), folded into the stage's TP x DP ranks */
     LtComm *emb;        /* embedding group: first and last stage (pp > 1 with a tied LM
                          * head; else NULL) */
     LtPipeline *pipe;   /* walks this rank's schedule */
