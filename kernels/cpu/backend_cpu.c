@@ -1,7 +1,7 @@
 /* backend_cpu.c - the CPU backend's op table and constructor.
  * Ops live in one file per family (memory.c, embedding.c, layernorm.c,
  * rmsnorm.c, linear.c, gelu.c, swiglu.c, rope.c, attention.c, xent.c,
- * adamw.c); see cpu_ops.h for the storage and threading conventions. */
+ * adamw.c, moe.c); see cpu_ops.h for the storage and threading conventions. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -64,6 +64,17 @@ static const LtBackendOps cpu_ops = {
     .localize_ids = cpu_localize_ids,
     .scale_f32 = cpu_scale_f32,
     .add_f32 = cpu_add_f32,
+    .moe_router_fwd = cpu_moe_router_fwd,
+    .moe_router_bwd = cpu_moe_router_bwd,
+    .moe_topk = cpu_moe_topk,
+    .moe_topk_bwd = cpu_moe_topk_bwd,
+    .moe_aux_stats = cpu_moe_aux_stats,
+    .moe_aux_bwd = cpu_moe_aux_bwd,
+    .moe_dispatch = cpu_moe_dispatch,
+    .moe_permute = cpu_moe_permute,
+    .moe_permute_bwd = cpu_moe_permute_bwd,
+    .moe_unpermute = cpu_moe_unpermute,
+    .moe_unpermute_bwd = cpu_moe_unpermute_bwd,
 };
 
 /* Test hook: with LT_CPU_DEVICE_TIMERS=1 the backend has timers (host

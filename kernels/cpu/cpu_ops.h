@@ -221,4 +221,31 @@ void cpu_flag_nonfinite(LtBackend *be, double *acc, const double *x);
 void cpu_scale_f32(LtBackend *be, float *x, float s, size_t n);
 void cpu_add_f32(LtBackend *be, float *dst, const float *src, size_t n);
 
+/* moe.c */
+void cpu_moe_router_fwd(LtBackend *be, float *logits, const void *x, const void *w, int N, int C,
+                        int E);
+void cpu_moe_router_bwd(LtBackend *be, void *dx, float *dw, const float *dlogits, const void *x,
+                        const void *w, int N, int C, int E);
+void cpu_moe_topk(LtBackend *be, int32_t *idx, float *w, const float *logits, const float *bias,
+                  int N, int E, int K, int score, int pre_softmax, float scale);
+void cpu_moe_topk_bwd(LtBackend *be, float *dlogits, const float *dw, const int32_t *idx,
+                      const float *logits, int N, int E, int K, int score, int pre_softmax,
+                      float scale);
+void cpu_moe_aux_stats(LtBackend *be, float *counts, float *psum, double *zsum,
+                       const float *logits, int N, int E, int K, int score, long row0,
+                       long group_len);
+void cpu_moe_aux_bwd(LtBackend *be, float *dlogits, const float *logits, const float *counts, int N,
+                     int E, int K, int score, long row0, long group_len, float aux_coef,
+                     float z_coef);
+void cpu_moe_dispatch(LtBackend *be, int32_t *pos, int32_t *src, int32_t *offsets,
+                      int32_t *dropped, const int32_t *idx, const float *w, int N, int E, int K,
+                      int capacity, int drop_policy, int pad);
+void cpu_moe_permute(LtBackend *be, void *out, const void *x, const int32_t *src, int M, int C);
+void cpu_moe_permute_bwd(LtBackend *be, void *dx, const void *dxp, const int32_t *pos, int N,
+                         int K, int C);
+void cpu_moe_unpermute(LtBackend *be, void *out, const void *y, const int32_t *pos,
+                       const float *w, int N, int K, int C);
+void cpu_moe_unpermute_bwd(LtBackend *be, void *dy, float *dw, const void *dout, const void *y,
+                           const int32_t *pos, const float *w, int N, int K, int C, int M);
+
 #endif

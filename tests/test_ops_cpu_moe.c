@@ -1,0 +1,682 @@
+/* test_ops_cpu_moe.c - the CPU backend's mixture-of-experts ops (include/backend.h)
+ * against double-precision references written here: the router GEMMs, top-k routing
+ * (both score functions, pre_softmax, expert bias, scaling, ties, K == E), the
+ * load-balancing statistics, the gradients of top-k and of the aux / z losses
+ * against central finite differences of those references, the dispatch (dropless,
+ * capacity with both drop policies, padding) against an independent reference,
+ * permute / unpermute and their backwards, empty inputs, bf16 storage and thread-count
+ * independence. A separate binary from test_ops_cpu.c (same filter prefix) to keep
+ * both files short. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "common.h"
+#include "config.h"
+#include "test.h"
+
+static LtBackend *g_be, *g_bf;
+static uint64_t g_seq = 1;
+
+static float gauss(void) { return lt_normal_at(2027, 3, g_seq++); }
+static int irand(int n) { return (int)(lt_uniform_at(2027, 4, g_seq++) * n) % n; }
+static float *fbuf(size_t n, float sc) {
+    float *x = lt_malloc(n * sizeof(float) + 4);
+    for (size_t i = 0; i < n; i++) x[i] = sc * gauss();
+    return x;
+}
+static float *nanbuf(size_t n) {
+    float *x = lt_malloc(n * sizeof(float) + 4);
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+    return x;
+}
+static int32_t *ibuf(size_t n, int32_t v) {
+    int32_t *x = lt_malloc(n * sizeof(int32_t) + 4);
+    for (size_t i = 0; i < n; i++) x[i] = v;
+    return x;
+}
+/* max |a - r| / (|r| + floor); infinite on a non-finite a. */
+static double maxrel(const float *a, const double *r, size_t n, double floor_) {
+    double e = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        double d = fabs(a[i] - r[i]) / (fabs(r[i]) + floor_);
+        e = d > e ? d : e;
+    }
+    return e;
+}
+
+/* e = max(e, d), infinite once got is not finite */
+static void worse(double *e, float got, double d) {
+    if (!isfinite(got) || !(d <= *e)) *e = isfinite(got) && isfinite(d) ? d : INFINITY;
+}
+
+/* ---- double references ------------------------------------------------------ */
+
+static double sigm(double x) { return 1 / (1 + exp(-x)); }
+static double lse_d(const double *l, int E) {
+    double m = l[0], s = 0;
+    for (int e = 1; e < E; e++) m = l[e] > m ? l[e] : m;
+    for (int e = 0; e < E; e++) s += exp(l[e] - m);
+    return m + log(s);
+}
+static void softmax_d(double *p, const double *l, int E) {
+    double z = lse_d(l, E);
+    for (int e = 0; e < E; e++) p[e] = exp(l[e] - z);
+}
+/* the K largest of v, descending, ties to the lower index: expert e's rank is the
+ * number of experts that beat it */
+static void select_d(int32_t *idx, const double *v, int E, int K) {
+    for (int e = 0; e < E; e++) {
+        int r = 0;
+        for (int f = 0; f < E; f++) r += v[f] > v[e] || (v[f] == v[e] && f < e);
+        if (r < K) idx[r] = e;
+    }
+}
+/* Routing weights of one token for a given selection. */
+static void weights_d(double *w, const int32_t *idx, const double *l, int E, int K, int score,
+                      int pre, double scale) {
+    double t[64], q[64];
+    if (score == LT_MOE_SIGMOID) {
+        double S = 0;
+        for (int k = 0; k < K; k++) S += (w[k] = sigm(l[idx[k]]));
+        if (K > 1)
+            for (int k = 0; k < K; k++) w[k] /= S + 1e-20;
+    } else if (pre) {
+        softmax_d(t, l, E);
+        for (int k = 0; k < K; k++) w[k] = t[idx[k]];
+    } else {
+        for (int k = 0; k < K; k++) t[k] = l[idx[k]];
+        softmax_d(q, t, K);
+        for (int k = 0; k < K; k++) w[k] = q[k];
+    }
+    for (int k = 0; k < K; k++) w[k] *= scale;
+}
+static void topk_d(int32_t *idx, double *w, const double *l, const float *bias, int E, int K,
+                   int score, int pre, double scale) {
+    double v[64];
+    for (int e = 0; e < E; e++)
+        v[e] = score == LT_MOE_SIGMOID ? sigm(l[e]) + (bias ? bias[e] : 0) : l[e];
+    select_d(idx, v, E, K);
+    weights_d(w, idx, l, E, K, score, pre, scale);
+}
+static void aux_scores_d(double *a, const double *l, int E, int score) {
+    if (score == LT_MOE_SOFTMAX) {
+        softmax_d(a, l, E);
+        return;
+    }
+    double S = 0;
+    for (int e = 0; e < E; e++) S += (a[e] = sigm(l[e]));
+    for (int e = 0; e < E; e++) a[e] /= S + 1e-20;
+}
+
+/* ---- router GEMMs ------------------------------------------------------------- */
+
+static void test_router(void) {
+    const int shapes[][3] = {{1, 5, 2}, {13, 24, 8}, {37, 9, 3}};
+    for (int s = 0; s < 3; s++) {
+        int N = shapes[s][0], C = shapes[s][1], E = shapes[s][2];
+        float *x = fbuf((size_t)N * C, 1), *w = fbuf((size_t)E * C, 0.5f);
+        float *lg = nanbuf((size_t)N * E), *dl = fbuf((size_t)N * E, 1);
+        float *dx = fbuf((size_t)N * C, 1), *dw = fbuf((size_t)E * C, 1);
+        float *dx0 = lt_malloc((size_t)N * C * 4), *dw0 = lt_malloc((size_t)E * C * 4);
+        memcpy(dx0, dx, (size_t)N * C * 4), memcpy(dw0, dw, (size_t)E * C * 4);
+        g_be->ops->moe_router_fwd(g_be, lg, x, w, N, C, E);
+        g_be->ops->moe_router_bwd(g_be, dx, dw, dl, x, w, N, C, E);
+        double *rl = lt_calloc((size_t)N * E * 8), *rdx = lt_calloc((size_t)N * C * 8);
+        double *rdw = lt_calloc((size_t)E * C * 8);
+        for (int i = 0; i < N; i++)
+            for (int e = 0; e < E; e++)
+                for (int c = 0; c < C; c++) {
+                    rl[i * E + e] += (double)x[i * C + c] * w[e * C + c];
+                    rdx[i * C + c] += (double)dl[i * E + e] * w[e * C + c];
+                    rdw[e * C + c] += (double)dl[i * E + e] * x[i * C + c];
+                }
+        for (size_t j = 0; j < (size_t)N * C; j++) rdx[j] += dx0[j];
+        for (size_t j = 0; j < (size_t)E * C; j++) rdw[j] += dw0[j];
+        CHECK(maxrel(lg, rl, (size_t)N * E, 0.1) < 1e-5, "logits, shape %d", s);
+        CHECK(maxrel(dx, rdx, (size_t)N * C, 0.1) < 1e-5, "dx (accumulated), shape %d", s);
+        CHECK(maxrel(dw, rdw, (size_t)E * C, 0.1) < 1e-5, "dw (accumulated), shape %d", s);
+        /* NULL outputs are skipped */
+        memcpy(dw0, dw, (size_t)E * C * 4);
+        g_be->ops->moe_router_bwd(g_be, NULL, dw, dl, x, w, N, C, E);
+        g_be->ops->moe_router_bwd(g_be, dx, NULL, dl, x, w, N, C, E);
+        CHECK(maxrel(dw, rdw, (size_t)E * C, 0.1) > 1e-3, "dw accumulated a second time");
+        free(x), free(w), free(lg), free(dl), free(dx), free(dw), free(dx0), free(dw0);
+        free(rl), free(rdx), free(rdw);
+    }
+}
+
+/* ---- top-k --------------------------------------------------------------------- */
+
+typedef struct {
+    int N, E, K, score, pre, ties, bias;
+    float scale;
+} TopkCase;
+
+static const TopkCase k_topk[] = {
+    {1, 1, 1, LT_MOE_SOFTMAX, 0, 0, 0, 0.0f},  {23, 8, 2, LT_MOE_SOFTMAX, 0, 0, 0, 0.0f},
+    {17, 8, 2, LT_MOE_SOFTMAX, 1, 0, 0, 0.0f}, {9, 5, 3, LT_MOE_SOFTMAX, 0, 1, 0, 2.5f},
+    {9, 5, 3, LT_MOE_SOFTMAX, 1, 1, 0, 1.0f},  {11, 4, 4, LT_MOE_SOFTMAX, 0, 0, 0, 1.0f},
+    {11, 4, 4, LT_MOE_SOFTMAX, 1, 0, 0, 0.5f}, {37, 8, 3, LT_MOE_SIGMOID, 0, 0, 1, 2.0f},
+    {19, 6, 1, LT_MOE_SIGMOID, 0, 0, 1, 0.0f}, {13, 6, 2, LT_MOE_SIGMOID, 0, 1, 0, 1.0f},
+    {8, 3, 3, LT_MOE_SIGMOID, 0, 0, 0, 1.0f},  {31, 7, 1, LT_MOE_SOFTMAX, 0, 0, 0, 1.5f},
+};
+
+/* Logits of a case: Gaussian, or drawn from {-1, 0, 1} (many ties). */
+static float *case_logits(const TopkCase *c) {
+    float *l = fbuf((size_t)c->N * c->E, 1.5f);
+    if (c->ties)
+        for (size_t j = 0; j < (size_t)c->N * c->E; j++) l[j] = (float)(irand(3) - 1);
+    return l;
+}
+
+static void test_topk(void) {
+    for (size_t t = 0; t < sizeof k_topk / sizeof *k_topk; t++) {
+        const TopkCase *c = &k_topk[t];
+        int N = c->N, E = c->E, K = c->K;
+        float *l = case_logits(c), *bias = c->bias ? fbuf(E, 0.4f) : NULL;
+        float *w = nanbuf((size_t)N * K);
+        int32_t *idx = ibuf((size_t)N * K, -7), ridx[64];
+        g_be->ops->moe_topk(g_be, idx, w, l, bias, N, E, K, c->score, c->pre, c->scale);
+        int bad_idx = 0, changed = 0;
+        double werr = 0, rw[64], dl[64];
+        for (int i = 0; i < N; i++) {
+            for (int e = 0; e < E; e++) dl[e] = l[i * E + e];
+            topk_d(ridx, rw, dl, bias, E, K, c->score, c->pre, c->scale != 0 ? c->scale : 1);
+            for (int k = 0; k < K; k++) {
+                bad_idx += idx[i * K + k] != ridx[k];
+                worse(&werr, w[i * K + k], fabs(w[i * K + k] - rw[k]) / (fabs(rw[k]) + 1e-3));
+            }
+            if (bias) { /* the selection without the bias */
+                int32_t nb[64];
+                double v[64];
+                for (int e = 0; e < E; e++) v[e] = sigm(dl[e]);
+                select_d(nb, v, E, K);
+                for (int k = 0; k < K; k++) changed += nb[k] != ridx[k];
+            }
+        }
+        CHECK(bad_idx == 0, "case %zu: %d indices differ from the reference", t, bad_idx);
+        CHECK(werr < 1e-5, "case %zu: weights off by %g", t, werr);
+        if (bias) CHECK(changed > 0, "case %zu: the bias never changed a selection", t);
+        if (c->ties) /* ties really occur and go to the lower index: check token 0 */
+            for (int k = 1; k < K; k++) {
+                int32_t a = idx[k - 1], b = idx[k];
+                float va = l[a], vb = l[b];
+                CHECK(va > vb || (va == vb && a < b), "case %zu: order %d,%d", t, a, b);
+            }
+        free(l), free(bias), free(w), free(idx);
+    }
+}
+
+/* A tie between two equal logits goes to the lower expert, in every score mode. */
+static void test_topk_tie(void) {
+    float l[4] = {0.5f, 2.0f, 0.25f, 2.0f}, w[2];
+    int32_t idx[2];
+    for (int m = 0; m < 3; m++) {
+        g_be->ops->moe_topk(g_be, idx, w, l, NULL, 1, 4, 2, m == 2, m == 1, 0);
+        CHECK(idx[0] == 1 && idx[1] == 3, "mode %d: chose %d,%d (want 1,3)", m, idx[0], idx[1]);
+        g_be->ops->moe_topk(g_be, idx, w, l, NULL, 1, 4, 1, m == 2, m == 1, 0);
+        CHECK(idx[0] == 1, "mode %d, K=1: chose %d (want 1)", m, idx[0]);
+    }
+    /* a scale multiplies the weights: softmax over two equal logits gives 0.5 each */
+    g_be->ops->moe_topk(g_be, idx, w, l, NULL, 1, 4, 2, LT_MOE_SOFTMAX, 0, 3.0f);
+    CHECK(fabsf(w[0] - 1.5f) < 1e-6f && fabsf(w[1] - 1.5f) < 1e-6f, "scaled %g %g", w[0], w[1]);
+}
+
+/* Central differences of L = sum dw . w(logits) (selection fixed) in double against
+ * the fp32 gradient g of one token; returns max |g - num| / (|num| + 0.01 max|g|). */
+static double fd_token(const float *g, const double *l0, const double *dw, const int32_t *idx,
+                       int E, int K, int score, int pre, double scale) {
+    double l[64], w[64], gmax = 0, e = 0, h = 1e-5;
+    for (int j = 0; j < E; j++) gmax = fabs(g[j]) > gmax ? fabs(g[j]) : gmax;
+    for (int j = 0; j < E; j++) {
+        double lp = 0, lm = 0;
+        memcpy(l, l0, (size_t)E * 8);
+        l[j] = l0[j] + h;
+        weights_d(w, idx, l, E, K, score, pre, scale);
+        for (int k = 0; k < K; k++) lp += dw[k] * w[k];
+        l[j] = l0[j] - h;
+        weights_d(w, idx, l, E, K, score, pre, scale);
+        for (int k = 0; k < K; k++) lm += dw[k] * w[k];
+        double num = (lp - lm) / (2 * h), d = fabs(g[j] - num) / (fabs(num) + 0.01 * gmax + 1e-12);
+        if (!isfinite(g[j])) return INFINITY;
+        e = d > e ? d : e;
+    }
+    return e;
+}
+
+static void test_topk_bwd(void) {
+    for (size_t t = 0; t < sizeof k_topk / sizeof *k_topk; t++) {
+        const TopkCase *c = &k_topk[t];
+        int N = c->N, E = c->E, K = c->K;
+        float *l = fbuf((size_t)N * E, 1.5f), *bias = c->bias ? fbuf(E, 0.4f) : NULL;
+        float *w = nanbuf((size_t)N * K), *dw = fbuf((size_t)N * K, 1);
+        float *g = nanbuf((size_t)N * E);
+        int32_t *idx = ibuf((size_t)N * K, 0);
+        g_be->ops->moe_topk(g_be, idx, w, l, bias, N, E, K, c->score, c->pre, c->scale);
+        g_be->ops->moe_topk_bwd(g_be, g, dw, idx, l, N, E, K, c->score, c->pre, c->scale);
+        double e = 0, dl[64], ddw[64];
+        int outside = 0;
+        for (int i = 0; i < N; i++) {
+            for (int j = 0; j < E; j++) dl[j] = l[i * E + j];
+            for (int k = 0; k < K; k++) ddw[k] = dw[i * K + k];
+            double ei = fd_token(g + (size_t)i * E, dl, ddw, idx + (size_t)i * K, E, K, c->score,
+                                 c->pre, c->scale != 0 ? c->scale : 1);
+            e = ei > e ? ei : e;
+            if (c->score == LT_MOE_SIGMOID || !c->pre) /* only the selected logits move */
+                for (int j = 0; j < E; j++) {
+                    int sel = 0;
+                    for (int k = 0; k < K; k++) sel |= idx[i * K + k] == j;
+                    outside += !sel && g[i * E + j] != 0.0f;
+                }
+        }
+        CHECK(e < 1e-3, "case %zu: finite differences off by %g", t, e);
+        CHECK(outside == 0, "case %zu: %d gradients outside the selection", t, outside);
+        free(l), free(bias), free(w), free(dw), free(g), free(idx);
+    }
+}
+
+/* ---- load balancing ------------------------------------------------------------ */
+
+typedef struct {
+    int N, E, K, score;
+    long row0, group_len;
+} AuxCase;
+
+static const AuxCase k_aux[] = {
+    {1, 2, 1, LT_MOE_SOFTMAX, 0, 1},    {24, 8, 2, LT_MOE_SOFTMAX, 0, 1000},
+    {21, 6, 3, LT_MOE_SOFTMAX, 5, 8},   {37, 8, 2, LT_MOE_SIGMOID, 3, 10},
+    {16, 4, 4, LT_MOE_SIGMOID, 0, 16},  {10, 5, 1, LT_MOE_SIGMOID, 7, 3},
+};
+
+/* groups touched by a case: those of rows row0 .. row0 + N - 1 (counted from 0) */
+static int aux_groups(const AuxCase *c) { return (int)((c->row0 + c->N - 1) / c->group_len) + 1; }
+
+static void test_aux_stats(void) {
+    for (size_t t = 0; t < sizeof k_aux / sizeof *k_aux; t++) {
+        const AuxCase *c = &k_aux[t];
+        int N = c->N, E = c->E, K = c->K, G = aux_groups(c);
+        float *l = fbuf((size_t)N * E, 1.2f), *cnt = fbuf((size_t)G * E, 1);
+        float *ps = fbuf((size_t)G * E, 1);
+        double z = 0.75, rz = 0.75, *rc = lt_calloc((size_t)G * E * 8);
+        double *rp = lt_calloc((size_t)G * E * 8), a[64], dl[64];
+        for (int j = 0; j < G * E; j++) cnt[j] = (float)irand(5), rc[j] = cnt[j], rp[j] = ps[j];
+        g_be->ops->moe_aux_stats(g_be, cnt, ps, &z, l, N, E, K, c->score, c->row0, c->group_len);
+        for (int i = 0; i < N; i++) {
+            int32_t sel[64];
+            long g = (c->row0 + i) / c->group_len;
+            for (int e = 0; e < E; e++) dl[e] = l[i * E + e];
+            aux_scores_d(a, dl, E, c->score);
+            select_d(sel, a, E, K);
+            for (int k = 0; k < K; k++) rc[g * E + sel[k]] += 1;
+            for (int e = 0; e < E; e++) rp[g * E + e] += a[e];
+            rz += lse_d(dl, E) * lse_d(dl, E);
+        }
+        CHECK(maxrel(cnt, rc, (size_t)G * E, 0) == 0, "case %zu: counts differ", t);
+        CHECK(maxrel(ps, rp, (size_t)G * E, 0.1) < 1e-5, "case %zu: psum off", t);
+        CHECK(fabs(z - rz) <= 1e-5 * fabs(rz), "case %zu: zsum %g vs %g", t, z, rz);
+        /* NULL outputs are skipped */
+        g_be->ops->moe_aux_stats(g_be, NULL, NULL, &z, l, N, E, K, c->score, c->row0,
+                                 c->group_len);
+        CHECK(maxrel(cnt, rc, (size_t)G * E, 0) == 0, "case %zu: counts moved", t);
+        free(l), free(cnt), free(ps), free(rc), free(rp);
+    }
+}
+
+/* aux_coef sum_g,e psum[g,e] counts[g,e] + z_coef sum_i lse_i^2 over the case's
+ * tokens, in double */
+static double aux_loss_d(const double *l, const float *cnt, const AuxCase *c, double ac,
+                         double zc) {
+    double L = 0, a[64];
+    for (int i = 0; i < c->N; i++) {
+        const double *li = l + (size_t)i * c->E;
+        long g = (c->row0 + i) / c->group_len;
+        aux_scores_d(a, li, c->E, c->score);
+        for (int e = 0; e < c->E; e++) L += ac * a[e] * cnt[g * c->E + e];
+        L += zc * lse_d(li, c->E) * lse_d(li, c->E);
+    }
+    return L;
+}
+
+static void test_aux_bwd(void) {
+    const float coefs[][2] = {{0.01f, 0.0f}, {0.0f, 0.001f}, {0.3f, 0.2f}};
+    for (size_t t = 0; t < sizeof k_aux / sizeof *k_aux; t++)
+        for (int q = 0; q < 3; q++) {
+            const AuxCase *c = &k_aux[t];
+            int N = c->N, E = c->E, G = aux_groups(c);
+            float ac = coefs[q][0], zc = coefs[q][1];
+            float *l = fbuf((size_t)N * E, 1.2f), *g = fbuf((size_t)N * E, 0);
+            float *cnt = lt_malloc((size_t)G * E * 4 + 4);
+            for (int j = 0; j < G * E; j++) cnt[j] = (float)(irand(N + 1) + j % E);
+            double *dl = lt_malloc((size_t)N * E * 8), *g0 = lt_malloc((size_t)N * E * 8);
+            for (int j = 0; j < N * E; j++) dl[j] = l[j], g0[j] = g[j];
+            g_be->ops->moe_aux_bwd(g_be, g, l, cnt, N, E, c->K, c->score, c->row0, c->group_len,
+                                   ac, zc);
+            double gmax = 0, e = 0, h = 1e-5;
+            for (int j = 0; j < N * E; j++)
+                gmax = fabs(g[j] - g0[j]) > gmax ? fabs(g[j] - g0[j]) : gmax;
+            for (int j = 0; j < N * E; j++) {
+                dl[j] = l[j] + h;
+                double lp = aux_loss_d(dl, cnt, c, ac, zc);
+                dl[j] = l[j] - h;
+                double lm = aux_loss_d(dl, cnt, c, ac, zc);
+                dl[j] = l[j];
+                double num = (lp - lm) / (2 * h), got = g[j] - g0[j];
+                worse(&e, g[j], fabs(got - num) / (fabs(num) + 0.01 * gmax + 1e-7));
+            }
+            CHECK(e < 1e-3 && gmax > 0, "case %zu coefs %d: finite differences off by %g", t, q,
+                  e);
+            float before = g[0];
+            for (int j = 0; j < N * E; j++) g0[j] = g[j];
+            g_be->ops->moe_aux_bwd(g_be, g, l, cnt, N, E, c->K, c->score, c->row0, c->group_len,
+                                   0, 0);
+            CHECK(g[0] == before, "case %zu: zero coefficients changed dlogits", t);
+            g_be->ops->moe_aux_bwd(g_be, g, l, cnt, N, E, c->K, c->score, c->row0, c->group_len,
+                                   ac, zc);
+            for (int j = 0; j < N * E; j++) g0[j] *= 2;
+            CHECK(maxrel(g, g0, (size_t)N * E, 0.01 * gmax + 1e-7) < 1e-5,
+                  "case %zu coefs %d: not accumulated", t, q);
+            free(l), free(g), free(cnt), free(dl), free(g0);
+        }
+}
+
+/* ---- dispatch ------------------------------------------------------------------ */
+
+/* The contract's dispatch, written from its sentences: an assignment is kept when
+ * fewer than `cap` assignments of its expert beat it (a larger w or an equal w of a
+ * lower token; position: a lower token); rows in token order per expert. */
+static void ref_dispatch(int32_t *pos, int32_t *src, int32_t *off, int32_t *dropped,
+                         const int32_t *idx, const float *w, int N, int E, int K, int cap,
+                         int policy, int pad) {
+    int NK = N * K, nd = 0;
+    off[0] = 0;
+    for (int e = 0; e < E; e++) {
+        int r = off[e];
+        for (int a = 0; a < NK; a++) {
+            if (idx[a] != e) continue;
+            int beat = 0;
+            for (int b = 0; b < NK; b++)
+                if (idx[b] == e && b / K != a / K)
+                    beat += policy == LT_MOE_DROP_POSITION
+                                ? b / K < a / K
+                                : w[b] > w[a] || (w[b] == w[a] && b / K < a / K);
+            int keep = cap <= 0 || beat < cap;
+            pos[a] = keep ? r : -1;
+            if (keep) src[r++] = a / K;
+            nd += !keep;
+        }
+        off[e + 1] = cap > 0 && pad ? off[e] + cap : r;
+        for (; r < off[e + 1]; r++) src[r] = -1;
+    }
+    *dropped = nd;
+}
+
+typedef struct {
+    int N, E, K, cap, policy, pad, wties;
+} DispCase;
+
+static const DispCase k_disp[] = {
+    {37, 8, 2, 0, LT_MOE_DROP_PROBS, 0, 0},     {1, 1, 1, 0, LT_MOE_DROP_PROBS, 0, 0},
+    {20, 4, 4, 0, LT_MOE_DROP_POSITION, 1, 0},  {30, 6, 2, 5, LT_MOE_DROP_PROBS, 0, 0},
+    {30, 4, 2, 6, LT_MOE_DROP_PROBS, 0, 1},     {30, 6, 2, 5, LT_MOE_DROP_POSITION, 0, 0},
+    {25, 5, 2, 8, LT_MOE_DROP_PROBS, 1, 1},     {25, 5, 3, 8, LT_MOE_DROP_POSITION, 1, 0},
+    {10, 4, 2, 24, LT_MOE_DROP_PROBS, 1, 0},    {0, 4, 2, 0, LT_MOE_DROP_PROBS, 0, 0},
+    {0, 4, 2, 3, LT_MOE_DROP_PROBS, 1, 0},      {12, 3, 1, 2, LT_MOE_DROP_POSITION, 0, 0},
+};
+
+/* A routing of N tokens that overloads expert 0: idx from moe_topk, w from it or
+ * drawn from {0.25, 0.5, 0.75} (ties across tokens). */
+static void make_routing(int32_t *idx, float *w, int N, int E, int K, int wties) {
+    float *l = fbuf((size_t)N * E + 1, 1);
+    for (int i = 0; i < N; i++) l[i * E] += 1.0f;
+    g_be->ops->moe_topk(g_be, idx, w, l, NULL, N, E, K, LT_MOE_SOFTMAX, 1, 0);
+    if (wties)
+        for (int j = 0; j < N * K; j++) w[j] = 0.25f * (float)(1 + irand(3));
+    free(l);
+}
+
+static void test_dispatch(void) {
+    for (size_t t = 0; t < sizeof k_disp / sizeof *k_disp; t++) {
+        const DispCase *c = &k_disp[t];
+        int N = c->N, E = c->E, K = c->K, NK = N * K;
+        int Mmax = NK > E * c->cap ? NK : E * c->cap;
+        int32_t *idx = ibuf(NK + 1, 0), *pos = ibuf(NK + 1, -9), *src = ibuf(Mmax + 1, -9);
+        int32_t *off = ibuf(E + 1, -9), dropped = -9, *rpos = ibuf(NK + 1, -9);
+        int32_t *rsrc = ibuf(Mmax + 1, -9), *roff = ibuf(E + 1, -9), rdropped;
+        float *w = nanbuf(NK + 1);
+        make_routing(idx, w, N, E, K, c->wties);
+        g_be->ops->moe_dispatch(g_be, pos, src, off, &dropped, idx, w, N, E, K, c->cap, c->policy,
+                                c->pad);
+        ref_dispatch(rpos, rsrc, roff, &rdropped, idx, w, N, E, K, c->cap, c->policy, c->pad);
+        int M = roff[E];
+        CHECK(memcmp(off, roff, (E + 1) * 4) == 0, "case %zu: offsets differ", t);
+        CHECK(memcmp(pos, rpos, NK * 4) == 0, "case %zu: pos differs", t);
+        CHECK(M <= Mmax && memcmp(src, rsrc, M * 4) == 0, "case %zu: src differs", t);
+        CHECK(dropped == rdropped, "case %zu: dropped %d, want %d", t, dropped, rdropped);
+        if (c->cap <= 0) CHECK(dropped == 0 && M == NK, "case %zu: dropless dropped", t);
+        if (c->cap > 0 && c->pad) CHECK(M == E * c->cap, "case %zu: padded M = %d", t, M);
+        int kept = 0;
+        for (int a = 0; a < NK; a++) kept += pos[a] >= 0 && src[pos[a]] == a / K;
+        CHECK(kept + dropped == NK, "case %zu: %d kept + %d dropped != %d", t, kept, dropped, NK);
+        if (c->cap > 0 && NK > 0 && E * c->cap < NK) CHECK(dropped > 0, "case %zu: none dropped", t);
+        free(idx), free(pos), free(src), free(off), free(rpos), free(rsrc), free(roff), free(w);
+    }
+}
+
+/* Hand-made capacity decisions: expert 0 gets tokens 0..3 with w 0.1, 0.9, 0.5, 0.9. */
+static void test_dispatch_policies(void) {
+    int32_t idx[4] = {0, 0, 0, 0}, pos[4], src[8], off[3], dropped;
+    float w[4] = {0.1f, 0.9f, 0.5f, 0.9f};
+    g_be->ops->moe_dispatch(g_be, pos, src, off, &dropped, idx, w, 4, 2, 1, 2, LT_MOE_DROP_PROBS,
+                            0);
+    CHECK(pos[0] == -1 && pos[1] == 0 && pos[2] == -1 && pos[3] == 1 && dropped == 2,
+          "probs: pos %d %d %d %d", pos[0], pos[1], pos[2], pos[3]);
+    CHECK(off[1] == 2 && off[2] == 2 && src[0] == 1 && src[1] == 3, "probs: rows");
+    g_be->ops->moe_dispatch(g_be, pos, src, off, &dropped, idx, w, 4, 2, 1, 3,
+                            LT_MOE_DROP_POSITION, 1);
+    CHECK(pos[0] == 0 && pos[1] == 1 && pos[2] == 2 && pos[3] == -1 && dropped == 1,
+          "position: pos %d %d %d %d", pos[0], pos[1], pos[2], pos[3]);
+    CHECK(off[1] == 3 && off[2] == 6 && src[3] == -1 && src[5] == -1, "position, padded rows");
+}
+
+/* ---- permute / unpermute -------------------------------------------------------- */
+
+typedef struct {
+    int N, E, K, C, M;
+    int32_t *idx, *pos, *src, off[16], dropped;
+    float *w, *x, *y, *dout;
+} PermFix;
+
+/* A routing with drops and padding: 19 tokens x 2 of 4 experts, capacity 6. */
+static void perm_fix(PermFix *f, int bf16) {
+    f->N = 19, f->E = 4, f->K = 2, f->C = 7;
+    int NK = f->N * f->K, cap = 6;
+    f->idx = ibuf(NK, 0), f->pos = ibuf(NK, 0), f->src = ibuf(f->E * cap, 0);
+    f->w = nanbuf(NK);
+    for (int i = 0; i < f->N; i++) { /* loads 19, 4, 10, 5: drops and padding */
+        f->idx[i * 2] = 0, f->idx[i * 2 + 1] = i < 4 ? 1 : i < 14 ? 2 : 3;
+        f->w[i * 2] = (float)lt_uniform_at(2027, 5, g_seq++), f->w[i * 2 + 1] = 1 - f->w[i * 2];
+    }
+    g_be->ops->moe_dispatch(g_be, f->pos, f->src, f->off, &f->dropped, f->idx, f->w, f->N, f->E,
+                            f->K, cap, LT_MOE_DROP_PROBS, 1);
+    f->M = f->off[f->E];
+    f->x = fbuf((size_t)f->N * f->C, 1), f->y = fbuf((size_t)f->M * f->C, 1);
+    f->dout = fbuf((size_t)f->N * f->C, 1);
+    if (bf16)
+        for (int j = 0; j < f->N * f->C; j++) f->x[j] = lt_bf16_round(f->x[j]);
+}
+static void perm_free(PermFix *f) {
+    free(f->idx), free(f->pos), free(f->src), free(f->w), free(f->x), free(f->y), free(f->dout);
+}
+
+static void test_permute(void) {
+    PermFix f;
+    perm_fix(&f, 0);
+    int N = f.N, K = f.K, C = f.C, M = f.M, pad = 0;
+    CHECK(f.dropped > 0, "the fixture drops nothing");
+    float *xp = nanbuf((size_t)M * C), *out = nanbuf((size_t)N * C), *ones = lt_malloc(N * K * 4);
+    for (int j = 0; j < N * K; j++) ones[j] = 1.0f;
+    g_be->ops->moe_permute(g_be, xp, f.x, f.src, M, C);
+    for (int r = 0; r < M; r++) {
+        pad += f.src[r] < 0;
+        for (int c = 0; c < C; c++) {
+            float want = f.src[r] < 0 ? 0.0f : f.x[f.src[r] * C + c];
+            CHECK(xp[r * C + c] == want, "permuted row %d col %d", r, c);
+        }
+    }
+    CHECK(pad > 0, "the fixture has no padding rows");
+    /* round trip with unit weights: each token times its kept assignments */
+    g_be->ops->moe_unpermute(g_be, out, xp, f.pos, ones, N, K, C);
+    for (int i = 0; i < N; i++) {
+        int n = 0;
+        for (int k = 0; k < K; k++) n += f.pos[i * K + k] >= 0;
+        for (int c = 0; c < C; c++)
+            CHECK(out[i * C + c] == (float)n * f.x[i * C + c], "round trip token %d", i);
+    }
+    /* weighted unpermute of expert outputs y */
+    double *ref = lt_calloc((size_t)N * C * 8);
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < K; k++)
+            for (int c = 0; c < C && f.pos[i * K + k] >= 0; c++)
+                ref[i * C + c] += (double)f.w[i * K + k] * f.y[f.pos[i * K + k] * C + c];
+    g_be->ops->moe_unpermute(g_be, out, f.y, f.pos, f.w, N, K, C);
+    CHECK(maxrel(out, ref, (size_t)N * C, 0.1) < 1e-5, "unpermute");
+    free(xp), free(out), free(ones), free(ref);
+    perm_free(&f);
+}
+
+static void test_permute_bwd(void) {
+    PermFix f;
+    perm_fix(&f, 0);
+    int N = f.N, K = f.K, C = f.C, M = f.M;
+    float *dx = fbuf((size_t)N * C, 1), *dy = nanbuf((size_t)M * C), *dw = nanbuf(N * K);
+    double *rdx = lt_calloc((size_t)N * C * 8), *rdy = lt_calloc((size_t)M * C * 8);
+    double *rdw = lt_calloc((size_t)N * K * 8);
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++) {
+            rdx[i * C + c] = dx[i * C + c];
+            for (int k = 0; k < K; k++) {
+                int r = f.pos[i * K + k];
+                if (r < 0) continue;
+                rdx[i * C + c] += f.y[r * C + c]; /* y as dxp */
+                rdy[r * C + c] = (double)f.w[i * K + k] * f.dout[i * C + c];
+                rdw[i * K + k] += (double)f.dout[i * C + c] * f.y[r * C + c];
+            }
+        }
+    g_be->ops->moe_permute_bwd(g_be, dx, f.y, f.pos, N, K, C);
+    g_be->ops->moe_unpermute_bwd(g_be, dy, dw, f.dout, f.y, f.pos, f.w, N, K, C, M);
+    CHECK(maxrel(dx, rdx, (size_t)N * C, 0.1) < 1e-5, "permute_bwd (accumulated)");
+    CHECK(maxrel(dy, rdy, (size_t)M * C, 0.1) < 1e-6, "unpermute_bwd dy (padding rows zero)");
+    CHECK(maxrel(dw, rdw, (size_t)N * K, 0.1) < 1e-5, "unpermute_bwd dw (0 when dropped)");
+    free(dx), free(dy), free(dw), free(rdx), free(rdy), free(rdw);
+    perm_free(&f);
+}
+
+/* ---- empty inputs, bf16, threads ------------------------------------------------ */
+
+static void test_empty(void) {
+    float f[8] = {0}, l[8] = {0};
+    int32_t i32[8] = {0}, off[5], dropped = -1, src[12];
+    double z = 1.5;
+    const LtBackendOps *o = g_be->ops;
+    o->moe_router_fwd(g_be, f, f, f, 0, 4, 2);
+    o->moe_router_bwd(g_be, f, f, f, f, f, 0, 4, 2);
+    o->moe_topk(g_be, i32, f, l, NULL, 0, 4, 2, LT_MOE_SOFTMAX, 0, 1);
+    o->moe_topk_bwd(g_be, f, f, i32, l, 0, 4, 2, LT_MOE_SIGMOID, 0, 1);
+    o->moe_aux_stats(g_be, f, f, &z, l, 0, 4, 2, LT_MOE_SOFTMAX, 0, 1);
+    o->moe_aux_bwd(g_be, f, l, f, 0, 4, 2, LT_MOE_SOFTMAX, 0, 1, 1, 1);
+    o->moe_permute(g_be, f, f, src, 0, 4);
+    o->moe_permute_bwd(g_be, f, f, i32, 0, 2, 4);
+    o->moe_unpermute(g_be, f, f, i32, f, 0, 2, 4);
+    o->moe_unpermute_bwd(g_be, f, f, f, f, i32, f, 0, 2, 4, 0);
+    CHECK(z == 1.5, "zsum moved");
+    for (int j = 0; j < 8; j++) CHECK(f[j] == 0.0f, "buffer %d written", j);
+    o->moe_dispatch(g_be, i32, src, off, &dropped, i32, f, 0, 4, 2, 3, LT_MOE_DROP_PROBS, 1);
+    CHECK(dropped == 0 && off[0] == 0 && off[4] == 12 && src[0] == -1 && src[11] == -1,
+          "empty padded dispatch: dropped %d off %d", dropped, off[4]);
+}
+
+/* bf16: every stored act output is the bf16 rounding of the fp32 backend's value. */
+static void test_bf16(void) {
+    PermFix f;
+    perm_fix(&f, 1);
+    int N = f.N, K = f.K, C = f.C, M = f.M, E = f.E, bad = 0;
+    for (int j = 0; j < M * C; j++) f.y[j] = lt_bf16_round(f.y[j]);
+    for (int j = 0; j < N * C; j++) f.dout[j] = lt_bf16_round(f.dout[j]);
+    size_t nb = (size_t)(M > N ? M : N) * C;
+    float *a32 = nanbuf(nb), *a16 = nanbuf(nb), *dw = nanbuf(N * K), *wr = fbuf((size_t)E * C, 1);
+    float *dl = fbuf((size_t)N * E, 1);
+    for (int j = 0; j < E * C; j++) wr[j] = lt_bf16_round(wr[j]);
+    for (int op = 0; op < 4; op++) {
+        for (int b = 0; b < 2; b++) {
+            LtBackend *be = b ? g_bf : g_be;
+            float *o = b ? a16 : a32;
+            memcpy(o, f.dout, (size_t)N * C * 4);
+            if (op == 0) be->ops->moe_unpermute(be, o, f.y, f.pos, f.w, N, K, C);
+            if (op == 1) be->ops->moe_permute_bwd(be, o, f.y, f.pos, N, K, C);
+            if (op == 2) be->ops->moe_unpermute_bwd(be, o, dw, f.dout, f.y, f.pos, f.w, N, K, C, M);
+            if (op == 3) be->ops->moe_router_bwd(be, o, NULL, dl, f.x, wr, N, C, E);
+        }
+        size_t n = (size_t)(op == 2 ? M : N) * C;
+        for (size_t j = 0; j < n; j++) bad += a16[j] != lt_bf16_round(a32[j]);
+        CHECK(bad == 0, "op %d: %d values are not the bf16 rounding of fp32", op, bad);
+        int rounded = 0;
+        for (size_t j = 0; j < n; j++) rounded += a32[j] != a16[j];
+        CHECK(rounded > 0, "op %d: bf16 rounded nothing", op);
+    }
+    free(a32), free(a16), free(dw), free(wr), free(dl);
+    perm_free(&f);
+}
+
+/* One thread and the default count give bitwise the same routing and statistics. */
+static void test_threads(void) {
+    LtBackend *one = lt_backend_cpu_create(LT_F32, 1);
+    int N = 37, E = 8, K = 3, G = 4;
+    float *l = fbuf((size_t)N * E, 1), *dw = fbuf((size_t)N * K, 1), *out[2][4];
+    int32_t *idx[2];
+    double z[2] = {0, 0};
+    for (int b = 0; b < 2; b++) {
+        LtBackend *be = b ? one : g_be;
+        idx[b] = ibuf(N * K, 0);
+        out[b][0] = nanbuf(N * K), out[b][1] = nanbuf(N * E);
+        out[b][2] = lt_calloc((size_t)G * E * 4), out[b][3] = lt_calloc((size_t)N * E * 4);
+        be->ops->moe_topk(be, idx[b], out[b][0], l, NULL, N, E, K, LT_MOE_SIGMOID, 0, 1);
+        be->ops->moe_topk_bwd(be, out[b][1], dw, idx[b], l, N, E, K, LT_MOE_SIGMOID, 0, 1);
+        be->ops->moe_aux_stats(be, NULL, out[b][2], &z[b], l, N, E, K, LT_MOE_SOFTMAX, 0, 10);
+        be->ops->moe_aux_bwd(be, out[b][3], l, out[b][2], N, E, K, LT_MOE_SOFTMAX, 0, 10, 0.1f,
+                             0.01f);
+    }
+    CHECK(memcmp(idx[0], idx[1], N * K * 4) == 0, "idx");
+    const size_t sz[4] = {N * K, N * E, G * E, N * E};
+    for (int j = 0; j < 4; j++) CHECK(memcmp(out[0][j], out[1][j], sz[j] * 4) == 0, "output %d", j);
+    CHECK(z[0] == z[1], "zsum");
+    for (int b = 0; b < 2; b++) {
+        free(idx[b]);
+        for (int j = 0; j < 4; j++) free(out[b][j]);
+    }
+    free(l), free(dw);
+    lt_backend_destroy(one);
+}
+
+int main(void) {
+    g_be = lt_backend_cpu_create(LT_F32, 0);
+    g_bf = lt_backend_cpu_create(LT_BF16, 0);
+    RUN(test_router);
+    RUN(test_topk);
+    RUN(test_topk_tie);
+    RUN(test_topk_bwd);
+    RUN(test_aux_stats);
+    RUN(test_aux_bwd);
+    RUN(test_dispatch);
+    RUN(test_dispatch_policies);
+    RUN(test_permute);
+    RUN(test_permute_bwd);
+    RUN(test_empty);
+    RUN(test_bf16);
+    RUN(test_threads);
+    lt_backend_destroy(g_be);
+    lt_backend_destroy(g_bf);
+    return test_summary();
+}
