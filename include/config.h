@@ -239,6 +239,16 @@ void lt_config_print(const LtConfig *c, FILE *f);
  * tp (validation refuses a result past INT_MAX). */
 long long lt_config_padded_vocab(const LtConfig *c, int tp);
 
+/* model.moe_layer_freq as Megatron-LM reads --moe-layer-freq: "k" (k >= 1:
+ * layer l is an MoE layer iff l % k == 0) or a list expression holding a '['
+ * ("[1,0,1,1]", "([0]*3+[1]*29)": lists, '+', '*' by a number, parentheses;
+ * spaces allowed) of exactly num_layers entries, each 0 or 1. Writes
+ * layer[0 .. num_layers) (1 = MoE) and returns 0, or -1 with err naming the
+ * key, the value and what is wrong (layer then unchanged). num_layers in
+ * [1, LT_MOE_MAX_LAYERS]. */
+int lt_moe_layer_pattern(const char *freq, int num_layers, unsigned char *layer, char *err,
+                         size_t errlen);
+
 /* The pipeline's layer split the parallel.* keys describe (layer_split.h). */
 LtLayerSplit lt_config_layer_split(const LtConfig *c);
 

@@ -556,6 +556,84 @@ static void test_architecture_mismatch(void) {
     free(dir);
 }
 
+/* A fixture of the tiny model with MoE layers (layer[l] 1: an MoE layer);
+ * experts 0 leaves it dense. */
+static void fixture_init_moe(Fixture *f, int experts, int topk, int ffn, int shared,
+                             const unsigned char *layer, uint64_t seed) {
+    LtModelDims d = tiny_dims(2, 128);
+    d.moe = (LtMoeDims){.experts = experts, .topk = topk, .ffn = ffn, .shared_ffn = shared,
+                        .topk_scale = 1};
+    memcpy(d.moe.layer, layer, 2);
+    lt_params_build(&f->t, &d);
+    f->s.master = random_array(f->t.total, seed);
+    f->s.m = random_array(f->t.total, seed + 1);
+    f->s.v = random_array(f->t.total, seed + 2);
+    f->meta = (LtCkptMeta){.step = 7, .samples_consumed = 1234567, .seed = 42, .data_seed = 99};
+    tiny_config(&f->cfg, 2);
+}
+
+/* meta.json records an MoE model's shape, and a load into another MoE shape,
+ * a dense checkpoint into an MoE model and the reverse are refused naming the
+ * field or layer; a dense meta.json has no MoE key. */
+static void test_moe_shape_mismatch(void) {
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], path[4200];
+    REQUIRE(dir, "mkdtemp");
+    static const unsigned char both[2] = {1, 1}, first[2] = {1, 0};
+    Fixture moe, dense;
+    fixture_init_moe(&moe, 4, 2, 16, 8, both, 31);
+    fixture_init_moe(&dense, 0, 0, 0, 0, (const unsigned char[2]){0, 0}, 32);
+    REQUIRE(saved(dir, &moe, stepdir, err) == 0, "save: %s", err);
+    snprintf(path, sizeof path, "%s/meta.json", stepdir);
+    char *js = read_text(path);
+    CHECK(js && strstr(js, "\"num_experts\": 4") && strstr(js, "\"moe_router_topk\": 2") &&
+              strstr(js, "\"moe_ffn_hidden_size\": 16") &&
+              strstr(js, "\"moe_shared_expert_intermediate_size\": 8") &&
+              strstr(js, "\"moe_layer_pattern\": [1, 1]"),
+          "meta.json: %s", js ? js : "(unreadable)");
+    free(js);
+    LtCkptState got;
+    CHECK(load_fresh(stepdir, &moe.t, 1, &got, NULL, err) == 0, "same MoE shape: %s", err);
+    CHECK(memcmp(got.master, moe.s.master, moe.t.total * 4) == 0, "MoE weights differ");
+    state_free(&got);
+    static const struct {
+        int experts, topk, ffn, shared;
+        const unsigned char *layer;
+        const char *want;
+    } other[] = {
+        {8, 2, 16, 8, both, "num_experts is 4 in the checkpoint, 8 in the model"},
+        {0, 0, 0, 0, both, "num_experts is 4 in the checkpoint, 0 in the model"},
+        {4, 1, 16, 8, both, "moe_router_topk is 2 in the checkpoint, 1 in the model"},
+        {4, 2, 32, 8, both, "moe_ffn_hidden_size is 16 in the checkpoint, 32 in the model"},
+        {4, 2, 16, 0, both, "moe_shared_expert_intermediate_size is 8 in the checkpoint, 0"},
+        {4, 2, 16, 8, first, "layer 1 is an MoE layer in the checkpoint and dense in the model"},
+    };
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+        Fixture o;
+        fixture_init_moe(&o, other[i].experts, other[i].topk, other[i].ffn, other[i].shared,
+                         other[i].layer, 40 + i);
+        strcpy(err, "(unset)");
+        CHECK(load_fresh(stepdir, &o.t, 1, &got, NULL, err) != 0, "case %zu loaded", i);
+        CHECK(strstr(err, other[i].want) && strstr(err, stepdir), "case %zu: %s", i, err);
+        state_free(&got);
+        fixture_free(&o);
+    }
+
+    REQUIRE(saved(dir, &dense, stepdir, err) == 0, "save dense: %s", err);
+    js = read_text(path);
+    CHECK(js && !strstr(js, "num_experts") && !strstr(js, "moe_"), "dense meta.json has MoE keys");
+    free(js);
+    CHECK(load_fresh(stepdir, &dense.t, 1, &got, NULL, err) == 0, "dense: %s", err);
+    state_free(&got);
+    CHECK(load_fresh(stepdir, &moe.t, 1, &got, NULL, err) != 0 &&
+              strstr(err, "num_experts is 0 in the checkpoint, 4 in the model"),
+          "dense into MoE: %s", err);
+    state_free(&got);
+    fixture_free(&moe);
+    fixture_free(&dense);
+    test_rm_rf(dir);
+    free(dir);
+}
+
 static void test_resolve_errors(void) {
     char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], path[4200];
     REQUIRE(dir, "mkdtemp");
@@ -878,6 +956,7 @@ int main(void) {
     RUN(test_failed_save_keeps_latest);
     RUN(test_corruption_detected);
     RUN(test_architecture_mismatch);
+    RUN(test_moe_shape_mismatch);
     RUN(test_resolve_errors);
     RUN(test_load_config_roundtrip);
     RUN(test_dir_housekeeping);

@@ -4,7 +4,7 @@
 # "memory bytes per rank" line, and every stage's activations) within 5% in
 # each category, and the run summary prints it next to the allocation, over the layouts the suite trains (data, tensor, sequence and
 # pipeline parallelism, ZeRO 0/1/2, recomputation, bf16; GPT and Llama); its table for GPT-2
-# 1.5B on 8 GPUs; its refusals. lattice plan --calibrate on the CPU (plausible
+# 1.5B on 8 GPUs; its refusals (an MoE config among them). lattice plan --calibrate on the CPU (plausible
 # figures, a file that --calibration takes and that moves the prediction the
 # right way and that a run predicts with (LT_PLAN_CALIBRATION); malformed files
 # refused naming the field; --device cuda refused
@@ -299,6 +299,13 @@ if [ $rc1 -eq 2 ] && grep -q "multiple of --gpus-per-node" "$T/r1" && [ $rc2 -eq
    grep -q "fits nowhere on 8 x 1 GiB: the smallest layout .* needs [0-9.]* GiB per GPU" "$T/r2"; then
   pass plan_refusals
 else fail plan_refusals "rc $rc1/$rc2: $(cat "$T/r1" "$T/r2" | grep error | head -2)"; fi
+
+# a mixture-of-experts config: the planner does not model it yet, and says so
+"$LT" plan configs/tiny.yaml model.num_experts=4 > "$T/r3" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "does not model mixture-of-experts layers yet" "$T/r3"; then
+  pass plan_moe_refused
+else fail plan_moe_refused "rc $rc: $(head -2 "$T/r3")"; fi
 
 # ---- lattice plan --calibrate and --calibration FILE ---------------------------------
 # a short calibration on the CPU: plausible figures, printed and written

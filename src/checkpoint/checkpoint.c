@@ -103,6 +103,19 @@ static int list_files(Text *js, const char *tmp, const LtCkptLayout *l, char *er
     return 0;
 }
 
+/* The mixture-of-experts shape, for an MoE model only (a dense model's
+ * meta.json has none of these keys). */
+static void write_meta_moe(Text *js, const LtModelDims *d) {
+    if (d->moe.experts == 0) return;
+    text_add(js, "  \"num_experts\": %d,\n  \"moe_router_topk\": %d,\n"
+                 "  \"moe_ffn_hidden_size\": %d,\n  \"moe_shared_expert_intermediate_size\": %d,\n"
+                 "  \"moe_layer_pattern\": [",
+             d->moe.experts, d->moe.topk, d->moe.ffn, d->moe.shared_ffn);
+    for (int l = 0; l < d->num_layers && l < LT_MOE_MAX_LAYERS; l++)
+        text_add(js, "%s%d", l ? ", " : "", d->moe.layer[l] ? 1 : 0);
+    text_add(js, "],\n");
+}
+
 static int write_meta(const char *path, const char *tmp, const LtParamTable *g, const LtCkptMeta *m,
                       const LtCkptLayout *l, int optimizer_state, char *err, size_t errlen) {
     const LtModelDims *d = &g->dims;
@@ -132,6 +145,7 @@ static int write_meta(const char *path, const char *tmp, const LtParamTable *g, 
              d->padded_vocab, g->total, optimizer_state ? "true" : "false", l->tp, l->pp, l->vpp,
              l->dp, l->zero_stage, l->split.first, l->split.last,
              l->split.embedding ? "true" : "false", l->split.loss ? "true" : "false");
+    write_meta_moe(&js, d);
     if (list_files(&js, tmp, l, err, errlen)) {
         free(js.s);
         return -1;
@@ -197,6 +211,29 @@ static int meta_flag(const LtJson *o, const char *key, int *out, const char *pat
     return 0;
 }
 
+/* The mixture-of-experts shape (write_meta_moe); absent: a dense model. */
+static int meta_moe(const LtJson *o, LtModelDims *d, const char *path, char *err, size_t errlen) {
+    LtMoeDims *e = &d->moe;
+    memset(e, 0, sizeof *e);
+    if (meta_int(o, "num_experts", &e->experts, 0, path, err, errlen)) return -1;
+    if (e->experts == 0) return 0;
+    if (meta_int(o, "moe_router_topk", &e->topk, 1, path, err, errlen) ||
+        meta_int(o, "moe_ffn_hidden_size", &e->ffn, 1, path, err, errlen) ||
+        meta_int(o, "moe_shared_expert_intermediate_size", &e->shared_ffn, 0, path, err, errlen))
+        return -1;
+    const LtJson *p = lt_json_get(o, "moe_layer_pattern");
+    if (!p || p->type != LT_JSON_ARRAY || p->n != d->num_layers || p->n > LT_MOE_MAX_LAYERS)
+        return lt_errorf(err, errlen, "%s: 'moe_layer_pattern' is not a list of num_layers (%d) "
+                         "0s and 1s", path, d->num_layers);
+    for (int l = 0; l < p->n; l++) {
+        uint64_t v;
+        if (lt_json_u64(&p->kids[l], &v) || v > 1)
+            return lt_errorf(err, errlen, "%s: 'moe_layer_pattern' entry %d is not 0 or 1", path, l);
+        e->layer[l] = (unsigned char)v;
+    }
+    return 0;
+}
+
 static int meta_dims(const LtJson *o, MetaInfo *mi, const char *path, char *err, size_t errlen) {
     LtModelDims *d = &mi->d;
     const LtJson *arch = lt_json_get(o, "arch"), *untied = lt_json_get(o, "untie_embeddings_and_output_weights");
@@ -215,7 +252,8 @@ static int meta_dims(const LtJson *o, MetaInfo *mi, const char *path, char *err,
         meta_int(o, "padded_vocab_size", &d->padded_vocab, 0, path, err, errlen))
         return -1;
     d->kv_heads = d->heads;
-    return meta_int(o, "num_query_groups", &d->kv_heads, 0, path, err, errlen);
+    if (meta_int(o, "num_query_groups", &d->kv_heads, 0, path, err, errlen)) return -1;
+    return meta_moe(o, d, path, err, errlen);
 }
 
 static int meta_files(const LtJson *o, MetaInfo *mi, const char *path, char *err, size_t errlen) {
@@ -451,6 +489,32 @@ int lt_ckpt_commit(const char *dir, const char *tmp, const LtParamTable *g, cons
 
 /* ---- loading ------------------------------------------------------------- */
 
+/* The mixture-of-experts shape of a checkpoint and a model (num_layers
+ * already agree): num_experts, and for MoE models the router's top-k, the
+ * expert widths and which layers are MoE layers. */
+static int check_moe_dims(const char *stepdir, const LtModelDims *c, const LtModelDims *m,
+                          char *err, size_t errlen) {
+    const LtMoeDims *a = &c->moe, *b = &m->moe;
+    struct { const char *field; long ckpt, model; } f[] = {
+        {"num_experts", a->experts, b->experts},
+        {"moe_router_topk", a->topk, b->topk},
+        {"moe_ffn_hidden_size", a->ffn, b->ffn},
+        {"moe_shared_expert_intermediate_size", a->shared_ffn, b->shared_ffn},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0] && (i == 0 || b->experts); i++)
+        if (f[i].ckpt != f[i].model)
+            return lt_errorf(err, errlen, "checkpoint %s does not fit this model: %s is %ld in "
+                             "the checkpoint, %ld in the model", stepdir, f[i].field, f[i].ckpt,
+                             f[i].model);
+    for (int l = 0; b->experts && l < m->num_layers && l < LT_MOE_MAX_LAYERS; l++)
+        if (!a->layer[l] != !b->layer[l])
+            return lt_errorf(err, errlen, "checkpoint %s does not fit this model: layer %d is %s "
+                             "in the checkpoint and %s in the model (model.moe_layer_freq)",
+                             stepdir, l, a->layer[l] ? "an MoE layer" : "dense",
+                             b->layer[l] ? "an MoE layer" : "dense");
+    return 0;
+}
+
 /* The model-shape fields of a checkpoint and a model must agree (the padded
  * vocabulary may differ: it depends on the TP size). */
 static int check_dims(const char *stepdir, const LtModelDims *c, const LtModelDims *m, char *err,
@@ -473,7 +537,7 @@ static int check_dims(const char *stepdir, const LtModelDims *c, const LtModelDi
                              "checkpoint %s does not fit this model: %s is %ld in the checkpoint, "
                              "%ld in the model",
                              stepdir, f[i].field, f[i].ckpt, f[i].model);
-    return 0;
+    return check_moe_dims(stepdir, c, m, err, errlen);
 }
 
 static void shape_str(char *out, size_t n, const int64_t s[2], int ndim) {

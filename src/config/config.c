@@ -40,6 +40,9 @@ _Static_assert(sizeof(LtArch) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtRopeScalingKind) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtLrDecayStyle) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtWsdDecayStyle) == sizeof(int), "enum size");
+_Static_assert(sizeof(LtMoeScore) == sizeof(int), "enum size");
+_Static_assert(sizeof(LtMoeBalance) == sizeof(int), "enum size");
+_Static_assert(sizeof(LtMoeDropPolicy) == sizeof(int), "enum size");
 
 /* ---- the key table ------------------------------------------------------- */
 
@@ -56,6 +59,10 @@ static const char *const LR_DECAY_NAMES[] = {"cosine", "linear", "constant", "in
                                              "wsd", NULL}; /* LtLrDecayStyle */
 static const char *const WSD_DECAY_NAMES[] = {"exponential", "linear", "cosine", "minus_sqrt",
                                               NULL}; /* LtWsdDecayStyle */
+static const char *const MOE_SCORE_NAMES[] = {"softmax", "sigmoid", NULL}; /* LtMoeScore */
+static const char *const MOE_BALANCE_NAMES[] = {"aux_loss", "seq_aux_loss", "none",
+                                                NULL}; /* LtMoeBalance */
+static const char *const MOE_DROP_NAMES[] = {"probs", "position", NULL}; /* LtMoeDropPolicy */
 
 #define OFF(sec, key) offsetof(LtConfig, sec.key)
 #define K_INT(sec, key, lo, hi)                                                                    \
@@ -96,6 +103,22 @@ const KeyDesc lt_cfg_keys[] = {
     K_INT(model, rope_original_max_position, 1, INT_MAX),
     K_BOOL(model, untie_embeddings_and_output_weights),
     K_DBL(model, init_method_std, 0, 0, D_MIN_OPEN | D_NO_MAX),
+    K_INT(model, num_experts, 0, INT_MAX),
+    K_INT(model, moe_router_topk, 1, INT_MAX),
+    K_INT(model, moe_ffn_hidden_size, 0, INT_MAX),
+    K_STR(model, moe_layer_freq),
+    K_INT(model, moe_shared_expert_intermediate_size, 0, INT_MAX),
+    K_ENUM(model, moe_router_score_function, MOE_SCORE_NAMES),
+    K_BOOL(model, moe_router_pre_softmax),
+    K_DBL(model, moe_router_topk_scaling_factor, 0, 0, D_NO_MAX),
+    K_ENUM(model, moe_router_load_balancing_type, MOE_BALANCE_NAMES),
+    K_DBL(model, moe_aux_loss_coeff, 0, 0, D_NO_MAX),
+    K_DBL(model, moe_z_loss_coeff, 0, 0, D_NO_MAX),
+    K_BOOL(model, moe_router_enable_expert_bias),
+    K_DBL(model, moe_router_bias_update_rate, 0, 0, D_NO_MAX),
+    K_DBL(model, moe_expert_capacity_factor, 0, 0, D_NO_MAX),
+    K_ENUM(model, moe_token_drop_policy, MOE_DROP_NAMES),
+    K_BOOL(model, moe_pad_expert_input_to_capacity),
 
     K_INT(parallel, tensor_model_parallel_size, 1, INT_MAX),
     K_INT(parallel, pipeline_model_parallel_size, 1, INT_MAX),
@@ -105,6 +128,8 @@ const KeyDesc lt_cfg_keys[] = {
     K_BOOL(parallel, account_for_embedding_in_pipeline_split),
     K_BOOL(parallel, account_for_loss_in_pipeline_split),
     K_BOOL(parallel, sequence_parallel),
+    K_INT(parallel, expert_model_parallel_size, 1, INT_MAX),
+    K_INT(parallel, expert_tensor_parallel_size, 1, INT_MAX),
     K_BOOL(parallel, overlap_grad_reduce),
     K_BOOL(parallel, overlap_param_gather),
     K_BOOL(parallel, overlap_p2p_comm),
@@ -617,19 +642,40 @@ static int check_tag(const KeyDesc *k, const yaml_event_t *ev, const char *dotte
                        dotted, tag, where);
 }
 
-/* data.train_path and data.valid_path also take a YAML list: a dataset blend
- * written [W1, PATH1, W2, PATH2, ...] (or [PATH] alone), stored joined by
- * spaces as Megatron's string form, which data/blend.c parses. */
-static bool is_blend_key(const char *dotted) {
-    return !strcmp(dotted, "data.train_path") || !strcmp(dotted, "data.valid_path");
+/* Keys that also take a YAML list, stored as one string: data.train_path and
+ * data.valid_path take a dataset blend written [W1, PATH1, W2, PATH2, ...]
+ * (or [PATH] alone), stored joined by spaces as Megatron's string form, which
+ * data/blend.c parses; model.moe_layer_freq takes its pattern [1, 0, 1, 1],
+ * stored as the string "[1,0,1,1]" (lt_moe_layer_pattern). */
+typedef struct {
+    const char *key;
+    char sep;
+    const char *open, *close; /* around the joined items */
+    const char *what;         /* the items, for messages */
+    const char *no_space;     /* why an item cannot hold a space */
+} ListKey;
+static const ListKey LIST_KEYS[] = {
+    {"data.train_path", ' ', "", "", "a blend list holds weights and paths",
+     "paths in a blend cannot have spaces"},
+    {"data.valid_path", ' ', "", "", "a blend list holds weights and paths",
+     "paths in a blend cannot have spaces"},
+    {"model.moe_layer_freq", ',', "[", "]", "a layer pattern holds 0s and 1s",
+     "each item is one 0 or 1"},
+};
+
+static const ListKey *list_key(const char *dotted) {
+    for (size_t i = 0; i < sizeof LIST_KEYS / sizeof LIST_KEYS[0]; i++)
+        if (!strcmp(dotted, LIST_KEYS[i].key)) return &LIST_KEYS[i];
+    return NULL;
 }
 
 /* The list's items up to its SEQUENCE-END (its START consumed) into k. */
-static int parse_blend_list(YamlIn *in, const KeyDesc *k, const char *dotted, const char *where) {
+static int parse_list(YamlIn *in, const KeyDesc *k, const ListKey *lk, const char *where) {
     char joined[LT_PATH_MAX];
-    size_t len = 0;
+    size_t len = strlen(lk->open);
+    memcpy(joined, lk->open, len);
     yaml_event_t ev;
-    for (;;) {
+    for (int items = 0;; items++) {
         if (next_event(in, &ev))
             return -1;
         if (ev.type == YAML_SEQUENCE_END_EVENT)
@@ -637,28 +683,29 @@ static int parse_blend_list(YamlIn *in, const KeyDesc *k, const char *dotted, co
         if (ev.type != YAML_SCALAR_EVENT) {
             const char *kind = node_kind(&ev);
             yaml_event_delete(&ev);
-            return lt_cfg_fail(in->err, in->errlen,
-                               "%s: a blend list holds weights and paths, got %s%s", dotted, kind,
+            return lt_cfg_fail(in->err, in->errlen, "%s: %s, got %s%s", lk->key, lk->what, kind,
                                where);
         }
         const size_t n = ev.data.scalar.length;
         if (memchr(ev.data.scalar.value, ' ', n) || memchr(ev.data.scalar.value, '\t', n) || !n) {
             yaml_event_delete(&ev);
             return lt_cfg_fail(in->err, in->errlen,
-                               "%s: a blend list item is empty or holds a space (paths in a blend "
-                               "cannot have spaces)%s", dotted, where);
+                               "%s: a list item is empty or holds a space (%s)%s", lk->key,
+                               lk->no_space, where);
         }
-        if (len + n + 1 >= sizeof joined) {
+        if (len + n + 1 + strlen(lk->close) >= sizeof joined) {
             yaml_event_delete(&ev);
-            return lt_cfg_fail(in->err, in->errlen, "%s: the blend is too long (at most %d "
-                               "bytes with spaces between items)%s", dotted, LT_PATH_MAX - 1, where);
+            return lt_cfg_fail(in->err, in->errlen, "%s: the list is too long (at most %d "
+                               "bytes joined)%s", lk->key, LT_PATH_MAX - 1, where);
         }
-        if (len) joined[len++] = ' ';
+        if (items) joined[len++] = lk->sep;
         memcpy(joined + len, ev.data.scalar.value, n);
         len += n;
         yaml_event_delete(&ev);
     }
     yaml_event_delete(&ev);
+    memcpy(joined + len, lk->close, strlen(lk->close));
+    len += strlen(lk->close);
     return set_value(in->cfg, k, joined, len, false, where, in->err, in->errlen);
 }
 
@@ -697,9 +744,9 @@ static int parse_keys(YamlIn *in, int sec) {
         if (next_event(in, &ev))
             return -1;
         where_text(where, sizeof where, in->file, line_of(&ev));
-        if (ev.type == YAML_SEQUENCE_START_EVENT && is_blend_key(dotted)) {
+        if (ev.type == YAML_SEQUENCE_START_EVENT && list_key(dotted)) {
             yaml_event_delete(&ev);
-            if (parse_blend_list(in, &lt_cfg_keys[ki], dotted, where))
+            if (parse_list(in, &lt_cfg_keys[ki], list_key(dotted), where))
                 return -1;
             continue;
         }
@@ -897,6 +944,23 @@ void lt_config_defaults(LtConfig *c) {
     c->model.rope_original_max_position = 8192;
     c->model.untie_embeddings_and_output_weights = false;
     c->model.init_method_std = 0.02; /* Megatron's --init-method-std */
+    /* mixture of experts: Megatron-Core's defaults (experts 0: dense) */
+    c->model.num_experts = 0;
+    c->model.moe_router_topk = 2;
+    c->model.moe_ffn_hidden_size = 0;
+    strcpy(c->model.moe_layer_freq, "1");
+    c->model.moe_shared_expert_intermediate_size = 0;
+    c->model.moe_router_score_function = LT_MOE_SOFTMAX;
+    c->model.moe_router_pre_softmax = false;
+    c->model.moe_router_topk_scaling_factor = 0;
+    c->model.moe_router_load_balancing_type = LT_MOE_AUX_LOSS;
+    c->model.moe_aux_loss_coeff = 0;
+    c->model.moe_z_loss_coeff = 0;
+    c->model.moe_router_enable_expert_bias = false;
+    c->model.moe_router_bias_update_rate = 1e-3;
+    c->model.moe_expert_capacity_factor = 0;
+    c->model.moe_token_drop_policy = LT_MOE_DROP_PROBS;
+    c->model.moe_pad_expert_input_to_capacity = false;
 
     c->parallel.tensor_model_parallel_size = 1;
     c->parallel.pipeline_model_parallel_size = 1;
@@ -906,6 +970,8 @@ void lt_config_defaults(LtConfig *c) {
     c->parallel.account_for_embedding_in_pipeline_split = false;
     c->parallel.account_for_loss_in_pipeline_split = false;
     c->parallel.sequence_parallel = false;
+    c->parallel.expert_model_parallel_size = 1;
+    c->parallel.expert_tensor_parallel_size = 1;
     c->parallel.overlap_grad_reduce = false;
     c->parallel.overlap_param_gather = false;
     c->parallel.overlap_p2p_comm = false;

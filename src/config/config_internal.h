@@ -59,4 +59,13 @@ int lt_cfg_fail(char *err, size_t errlen, const char *fmt, ...)
 int lt_cfg_check_range(const LtConfig *c, const KeyDesc *k, const char *where, char *err,
                        size_t errlen);
 
+/* The mixture-of-experts part of validation (config_moe.c). lt_cfg_moe_derive
+ * resolves model.moe_ffn_hidden_size (0 -> model.ffn_hidden_size, which must
+ * be resolved already) and fills model.moe_layer[] from model.moe_layer_freq
+ * (all 0 for a dense model): 0, or -1 with err. lt_cfg_moe_rules checks the
+ * cross-key rules of the model.moe_* and parallel.expert_* keys on a config
+ * with its derived fields: 0, or -1 with a message naming the keys. */
+int lt_cfg_moe_derive(LtConfig *t, char *err, size_t errlen);
+int lt_cfg_moe_rules(const LtConfig *c, char *err, size_t errlen);
+
 #endif

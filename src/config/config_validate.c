@@ -58,7 +58,8 @@ static int check_ranges(const LtConfig *c, char *err, size_t errlen) {
 }
 
 /* Fill the fields a config may leave to validation (model.ffn_hidden_size,
- * optimizer.decay_steps, model.num_query_groups): 0, or -1 with err. */
+ * optimizer.decay_steps, model.num_query_groups, the MoE fields of
+ * lt_cfg_moe_derive): 0, or -1 with err. */
 static int derive_fields(LtConfig *t, char *err, size_t errlen) {
     const long long hidden = t->model.hidden_size;
     if (t->model.arch == LT_ARCH_LLAMA && t->model.ffn_hidden_size == 0)
@@ -78,7 +79,7 @@ static int derive_fields(LtConfig *t, char *err, size_t errlen) {
                         err, errlen))
         return -1;
     if (t->model.num_query_groups == 0) t->model.num_query_groups = t->model.num_attention_heads;
-    return 0;
+    return lt_cfg_moe_derive(t, err, errlen);
 }
 
 /* The vocabulary padded for the tensor-parallel size into
@@ -179,6 +180,11 @@ static int rule_llama_head_dim_even(const Rules *r, char *err, size_t errlen) {
                        "dimension model.hidden_size / model.num_attention_heads (%lld / %lld = "
                        "%lld) must be even",
                        r->hidden, r->heads, r->hidden / r->heads);
+}
+
+/* The model.moe_* and parallel.expert_* keys (config_moe.c). */
+static int rule_mixture_of_experts(const Rules *r, char *err, size_t errlen) {
+    return lt_cfg_moe_rules(r->c, err, errlen);
 }
 
 /* ---- the layout ---------------------------------------------------------- */
@@ -542,6 +548,7 @@ static const struct {
     {"llama3 rope factors", rule_rope_llama3_factors},
     {"llama head dim even", rule_llama_head_dim_even},
     {"tp divides widths", rule_tp_divides_widths},
+    {"mixture of experts", rule_mixture_of_experts},
     {"mllog benchmark", rule_mllog_benchmark},
     {"one eval interval", rule_eval_one_interval},
     {"eval start samples", rule_eval_start_samples},

@@ -344,7 +344,23 @@ LtModelDims lt_dims_from_config(const LtConfig *c) {
                  .high_freq_factor = c->model.rope_high_freq_factor,
                  .original_max_position = c->model.rope_original_max_position},
         .init_std = c->model.init_method_std,
+        .moe = {.experts = c->model.num_experts,
+                .topk = c->model.moe_router_topk,
+                .ffn = c->model.moe_ffn_hidden_size,
+                .shared_ffn = c->model.moe_shared_expert_intermediate_size,
+                .score = c->model.moe_router_score_function,
+                .pre_softmax = c->model.moe_router_pre_softmax,
+                .topk_scale = c->model.moe_router_topk_scaling_factor > 0
+                                  ? (float)c->model.moe_router_topk_scaling_factor
+                                  : 1.0f,
+                .balance = c->model.moe_router_load_balancing_type,
+                .aux_coeff = (float)c->model.moe_aux_loss_coeff,
+                .z_coeff = (float)c->model.moe_z_loss_coeff,
+                .capacity = (float)c->model.moe_expert_capacity_factor,
+                .drop_policy = c->model.moe_token_drop_policy,
+                .pad = c->model.moe_pad_expert_input_to_capacity},
     };
+    memcpy(d.moe.layer, c->model.moe_layer, sizeof d.moe.layer);
     return d;
 }
 
