@@ -217,6 +217,61 @@ static void test_moe_gradient_check(void) {
     gradient_check(pos);
 }
 
+/* The aux and z losses' values against Megatron-Core's formulas computed
+ * here from the router logits the forward left: aux = coeff E / (K T^2) sum_e
+ * (sum over tokens of softmax p_e) (tokens whose top-k holds e), per sequence
+ * with seq_aux_loss and averaged over the sequences; z = coeff mean lse^2. */
+static void moe_aux_values(LtModelDims d) {
+    const int B = 2, T = d.seq_len, N = B * T, E = d.moe.experts, K = d.moe.topk;
+    LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
+    LtModel *m = lt_model_create(be, &d, B, T, NULL);
+    float *host = malloc(m->table.total * sizeof(float));
+    lt_params_init(&m->table, 5, host);
+    for (size_t i = 0; i < m->table.total; i++) host[i] += 0.3f * lt_normal_at(4, 4, i);
+    int32_t in[16], tgt[16];
+    random_tokens(in, N, d.vocab, 21);
+    random_tokens(tgt, N, d.vocab, 22);
+    moe_terms(m);
+    loss_with(m, host, in, tgt);
+    const double got = moe_terms(m);
+    const int seq = d.moe.balance == LT_MOE_SEQ_AUX_LOSS, G = seq ? B : 1, Tg = seq ? T : N;
+    double want = 0.0;
+    for (int j = 0; j < m->max_chunk_layers; j++) {
+        if (!m->slot[0].layer[j].moe || !lt_dims_moe_layer(&d, j)) continue;
+        const float *lg = m->slot[0].layer[j].moe->logits;
+        double psum[2][8] = {{0}}, cnt[2][8] = {{0}}, z = 0.0;
+        for (int i = 0; i < N; i++) {
+            const float *x = lg + (size_t)i * E;
+            double mx = x[0], se = 0.0, p[8];
+            for (int e = 1; e < E; e++) mx = x[e] > mx ? x[e] : mx;
+            for (int e = 0; e < E; e++) se += exp(x[e] - mx);
+            z += pow(mx + log(se), 2);
+            for (int e = 0; e < E; e++) psum[i / Tg][e] += p[e] = exp(x[e] - mx) / se;
+            for (int e = 0; e < E; e++) { /* e is in the top-k: fewer than K beat it */
+                int above = 0;
+                for (int f = 0; f < E; f++) above += p[f] > p[e] || (p[f] == p[e] && f < e);
+                cnt[i / Tg][e] += above < K;
+            }
+        }
+        double aux = 0.0;
+        for (int g = 0; g < G; g++)
+            for (int e = 0; e < E; e++) aux += psum[g][e] * cnt[g][e];
+        want += d.moe.aux_coeff * E / ((double)K * Tg * Tg) * aux / G + d.moe.z_coeff * z / N;
+    }
+    CHECK(want > 0 && fabs(got - want) <= 1e-5 * want, "%s: aux + z losses %.8g, formula %.8g",
+          lt_arch_name((LtArch)d.arch), got, want);
+    free(host);
+    lt_model_destroy(m);
+    lt_backend_destroy(be);
+}
+
+static void test_moe_aux_values(void) {
+    moe_aux_values(moe_dims(tiny_dims()));
+    LtModelDims seq = moe_dims(tiny_llama_dims());
+    seq.moe.balance = LT_MOE_SEQ_AUX_LOSS, seq.moe.layer[0] = 1;
+    moe_aux_values(seq);
+}
+
 static void test_gradient_check(void) {
     gradient_check(tiny_dims());
     LtModelDims gpt_untied = tiny_dims();
@@ -675,6 +730,7 @@ int main(void) {
     RUN(test_init_layout_independent);
     RUN(test_gradient_check);
     RUN(test_moe_gradient_check);
+    RUN(test_moe_aux_values);
     RUN(test_accumulation);
     RUN(test_doc_layout);
     RUN(test_packed_documents);
