@@ -241,6 +241,13 @@ static void test_validate_ok(void) {
           "pattern");
     LtConfig again = c;
     REQUIRE(lt_config_validate(&again, 2, err, sizeof err) == 0, "again: %s", err);
+    /* EP folded over TP (2 x 1 ranks), and over TP x DP (2 x 2) */
+    LtConfig ep = c;
+    ep.parallel.expert_model_parallel_size = 2;
+    CHECK(lt_config_validate(&ep, 2, err, sizeof err) == 0, "EP 2 over TP 2: %s", err);
+    ep = c;
+    ep.parallel.expert_model_parallel_size = 4;
+    CHECK(lt_config_validate(&ep, 4, err, sizeof err) == 0, "EP 4 over TP 2 x DP 2: %s", err);
     CHECK(memcmp(&again, &c, sizeof c) == 0, "validate is not idempotent");
 
     const LtModelDims d = lt_dims_from_config(&c);
@@ -339,10 +346,17 @@ static void test_refusals(void) {
           "try model.moe_shared_expert_intermediate_size=1002"}},
         {{"model.num_experts=4", "train.cuda_graph=true"}, 1,
          {"train.cuda_graph", "set train.cuda_graph=false"}},
+        /* expert parallelism's shape */
+        {{"model.num_experts=4", "parallel.expert_model_parallel_size=3",
+          "train.global_batch_size=9"}, 3,
+         {"parallel.expert_model_parallel_size (3) must divide model.num_experts (4)"}},
+        {{"model.num_experts=4", "parallel.expert_model_parallel_size=4"}, 2,
+         {"parallel.expert_model_parallel_size (4) must divide the ranks of a pipeline stage",
+          "1 x 2"}},
+        {{"model.num_experts=8", "parallel.expert_model_parallel_size=4",
+          "parallel.pipeline_model_parallel_size=2"}, 4,
+         {"(4) must divide the ranks of a pipeline stage", "1 x 2"}},
         /* not implemented yet */
-        {{"model.num_experts=4", "parallel.expert_model_parallel_size=2"}, 2,
-         {"parallel.expert_model_parallel_size > 1", "not implemented",
-          "parallel.expert_model_parallel_size=1"}},
         {{"model.num_experts=4", "parallel.expert_tensor_parallel_size=2"}, 2,
          {"parallel.expert_tensor_parallel_size > 1", "not implemented"}},
         {{"model.num_experts=4", "model.moe_router_enable_expert_bias=true",

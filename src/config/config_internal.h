@@ -64,8 +64,9 @@ int lt_cfg_check_range(const LtConfig *c, const KeyDesc *k, const char *where, c
  * be resolved already) and fills model.moe_layer[] from model.moe_layer_freq
  * (all 0 for a dense model): 0, or -1 with err. lt_cfg_moe_rules checks the
  * cross-key rules of the model.moe_* and parallel.expert_* keys on a config
- * with its derived fields: 0, or -1 with a message naming the keys. */
+ * with its derived fields (dp: the data-parallel size, <= 0 when the world is
+ * not known): 0, or -1 with a message naming the keys. */
 int lt_cfg_moe_derive(LtConfig *t, char *err, size_t errlen);
-int lt_cfg_moe_rules(const LtConfig *c, char *err, size_t errlen);
+int lt_cfg_moe_rules(const LtConfig *c, long long dp, char *err, size_t errlen);
 
 #endif

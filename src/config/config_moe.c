@@ -130,15 +130,24 @@ static int check_experts(const LtConfig *c, char *err, size_t errlen) {
     return 0;
 }
 
-/* What lattice does not run yet, refused by name. */
-static int check_not_yet(const LtConfig *c, char *err, size_t errlen) {
-    const char *key = c->parallel.expert_model_parallel_size > 1 ? "parallel.expert_model_parallel_size"
-                      : c->parallel.expert_tensor_parallel_size > 1
-                          ? "parallel.expert_tensor_parallel_size"
-                          : NULL;
-    if (key)
-        return lt_cfg_fail(err, errlen, "%s > 1: expert parallelism is not implemented in lattice "
-                           "yet; set %s=1 (every rank holds all experts)", key, key);
+/* Expert parallelism: EP folded into the TP x DP ranks of a stage (dp: the
+ * data-parallel size, or <= 0 when the world is not known), whole experts. */
+static int check_parallel(const LtConfig *c, long long dp, char *err, size_t errlen) {
+    const long long ep = c->parallel.expert_model_parallel_size,
+                    tp = c->parallel.tensor_model_parallel_size;
+    if (c->parallel.expert_tensor_parallel_size > 1)
+        return lt_cfg_fail(err, errlen, "parallel.expert_tensor_parallel_size > 1: tensor "
+                           "parallelism inside an expert is not implemented in lattice yet; set "
+                           "parallel.expert_tensor_parallel_size=1 (each expert whole on its rank)");
+    if (c->model.num_experts % ep)
+        return lt_cfg_fail(err, errlen, "parallel.expert_model_parallel_size (%lld) must divide "
+                           "model.num_experts (%d): each rank computes the same number of "
+                           "experts", ep, c->model.num_experts);
+    if (dp > 0 && (tp * dp) % ep)
+        return lt_cfg_fail(err, errlen, "parallel.expert_model_parallel_size (%lld) must divide "
+                           "the ranks of a pipeline stage, parallel.tensor_model_parallel_size x "
+                           "data-parallel size = %lld x %lld (Megatron-Core's MoE parallel "
+                           "folding)", ep, tp, dp);
     if (c->model.moe_router_enable_expert_bias)
         return lt_cfg_fail(err, errlen, "model.moe_router_enable_expert_bias: aux-loss-free "
                            "balancing is not implemented in lattice yet; set it to false (and "
@@ -146,7 +155,7 @@ static int check_not_yet(const LtConfig *c, char *err, size_t errlen) {
     return 0;
 }
 
-int lt_cfg_moe_rules(const LtConfig *c, char *err, size_t errlen) {
+int lt_cfg_moe_rules(const LtConfig *c, long long dp, char *err, size_t errlen) {
     if (c->model.num_experts == 0) {
         const char *key = first_moe_key_set(c);
         if (!key) return 0;
@@ -154,7 +163,7 @@ int lt_cfg_moe_rules(const LtConfig *c, char *err, size_t errlen) {
                            "set model.num_experts (e.g. 8) or leave %s at its default", key, key);
     }
     if (check_router(c, err, errlen) || check_experts(c, err, errlen) ||
-        check_not_yet(c, err, errlen))
+        check_parallel(c, dp, err, errlen))
         return -1;
     return 0;
 }

@@ -184,7 +184,7 @@ static int rule_llama_head_dim_even(const Rules *r, char *err, size_t errlen) {
 
 /* The model.moe_* and parallel.expert_* keys (config_moe.c). */
 static int rule_mixture_of_experts(const Rules *r, char *err, size_t errlen) {
-    return lt_cfg_moe_rules(r->c, err, errlen);
+    return lt_cfg_moe_rules(r->c, r->world > 0 ? r->dp : 0, err, errlen);
 }
 
 /* ---- the layout ---------------------------------------------------------- */
