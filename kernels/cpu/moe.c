@@ -254,6 +254,7 @@ void cpu_moe_aux_bwd(LtBackend *be, float *dlogits, const float *logits, const f
     if (N <= 0 || (aux_coef == 0.0f && z_coef == 0.0f)) return;
     moe_check_args("moe_aux_bwd", E, K, score);
     if (group_len < 1) lt_fatal("moe_aux_bwd: group_len must be >= 1 (got %ld)", group_len);
+    if (aux_coef != 0.0f && !counts) lt_fatal("moe_aux_bwd: aux_coef %g needs counts", aux_coef);
     float *ws = cpu_scratch(be, (size_t)cpu_nthreads(be) * 2 * E);
 #pragma omp parallel num_threads(cpu_nthreads(be))
     {
@@ -380,15 +381,23 @@ void cpu_moe_permute(LtBackend *be, void *out_, const void *x_, const int32_t *s
 static void moe_gather_sum(LtBackend *be, float *out, const float *rows, const int32_t *pos,
                            const float *w, int N, int K, int C, int accumulate) {
     const int bf16 = cpu_is_bf16(be);
-#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(be))
-    for (int i = 0; i < N; i++) {
-        const int32_t *p = pos + (size_t)i * K;
-        float *o = out + (size_t)i * C;
-        for (int c = 0; c < C; c++) {
-            float s = 0.0f;
-            for (int k = 0; k < K; k++)
-                if (p[k] >= 0) s += (w ? w[(size_t)i * K + k] : 1.0f) * rows[(size_t)p[k] * C + c];
-            o[c] = cpu_store(bf16, accumulate ? o[c] + s : s);
+    float *ws = cpu_scratch(be, (size_t)cpu_nthreads(be) * C);
+#pragma omp parallel num_threads(cpu_nthreads(be))
+    {
+        float *s = ws + (size_t)omp_get_thread_num() * C;
+#pragma omp for schedule(static)
+        for (int i = 0; i < N; i++) {
+            const int32_t *p = pos + (size_t)i * K;
+            float *o = out + (size_t)i * C;
+            for (int c = 0; c < C; c++) s[c] = 0.0f;
+            for (int k = 0; k < K; k++) {
+                if (p[k] < 0) continue;
+                const float wk = w ? w[(size_t)i * K + k] : 1.0f, *r = rows + (size_t)p[k] * C;
+#pragma omp simd
+                for (int c = 0; c < C; c++) s[c] += wk * r[c];
+            }
+#pragma omp simd
+            for (int c = 0; c < C; c++) o[c] = cpu_store(bf16, accumulate ? o[c] + s[c] : s[c]);
         }
     }
 }
