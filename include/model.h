@@ -197,17 +197,7 @@ void lt_model_set_documents(LtModel *m, int32_t eod, int reset_pos, int reset_at
  * sequence. eod < 0: one document per sequence. */
 void lt_doc_layout(const int32_t *tokens, int B, int T, int32_t eod, int32_t *pos,
                    int32_t *kstart);
-/* What an MoE layer's forwards added up since the last lt_model_moe_take: its
- * load-balancing and z losses times their weight in the step's objective (so
- * over a step's micro batches they sum to the objective's terms), the
- * assignments kept per expert on this rank (the most loaded expert's and the
- * mean, summed over forwards) and the dropped ones. */
-typedef struct {
-    int layer;            /* global layer index */
-    double aux, z;
-    double load_max, load_mean;
-    long dropped, forwards;
-} LtMoeStats;
+/* (LtMoeStats, what an MoE layer's forwards add up: params.h) */
 /* MoE layers this rank holds (its stats' length). */
 int lt_model_moe_layers(const LtModel *m);
 /* Copy each held MoE layer's stats into out (lt_model_moe_layers entries, in

@@ -49,6 +49,17 @@ typedef struct {
     LtMoeDims moe;     /* experts 0: dense */
 } LtModelDims;
 
+/* What an MoE layer's forwards added up since the last lt_model_moe_take (model.h): its
+ * load-balancing and z losses times their weight in the step's objective (so
+ * over a step's micro batches they sum to the objective's terms), the
+ * assignments kept per expert on this rank (the most loaded expert's and the
+ * mean, summed over forwards) and the dropped ones. */
+typedef struct {
+    int layer;            /* global layer index */
+    double aux, z;
+    double load_max, load_mean;
+    long dropped, forwards;
+} LtMoeStats;
 /* 1 when layer l (global index) of dims is an MoE layer. */
 static inline int lt_dims_moe_layer(const LtModelDims *d, int l) {
     return d->moe.experts > 0 && l >= 0 && l < LT_MOE_MAX_LAYERS && d->moe.layer[l];

@@ -5,12 +5,14 @@ compare_runs.py --resumed REF_METRICS RUN_METRICS FIRST LAST TOL
 Two training runs of the layout tests agree: the per-step loss and gradient
 norm of RUN/m.jsonl within LOSS_TOL (relative) of REF's, the same number of
 steps (N, default 10); with --evals N also N evaluation records each; and the
-exported weights (RUN/hf/model.safetensors, fp32) within WEIGHT_TOL
-(absolute). With --resumed: a run resumed from a checkpoint logged exactly
+exported weights (RUN/hf/model.safetensors, fp32; without it the
+parameters of RUN/ck's newest checkpoint) within WEIGHT_TOL (absolute). With --resumed: a run resumed from a checkpoint logged exactly
 steps FIRST..LAST, and each step's loss and gradient norm is within TOL of
 the same step of the reference metrics file. Exits 1 with the first
 disagreement on stderr."""
+import glob
 import json
+import os
 import struct
 import sys
 
@@ -19,7 +21,21 @@ def records(d, ev):
     return [r for r in map(json.loads, open(d + '/m.jsonl')) if bool(r.get('eval')) == ev]
 
 
+def checkpoint_tensors(d):
+    """The parameters of RUN/ck's newest step (a model Hugging Face export does
+    not take), read as tests/read_state.py reads the format."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import read_state
+    step = sorted(glob.glob(d + '/ck/step_*'))[-1]
+    found = {}
+    for f in read_state.read_meta(step)['files']:
+        read_state.read_file(f"{step}/{f['name']}", f['bytes'], f['crc32'], found)
+    return {k: t['v'] for k, t in found.items() if not k.startswith('adam_')}
+
+
 def tensors(d):
+    if not os.path.exists(d + '/hf/model.safetensors'):
+        return checkpoint_tensors(d)
     raw = open(d + '/hf/model.safetensors', 'rb').read()
     n = struct.unpack('<Q', raw[:8])[0]
     out = {}

@@ -24,7 +24,6 @@
 
 #include "backend.h"
 #include "comm.h"
-#include "model.h"
 #include "params.h"
 
 /* The shapes of one rank's MoE layers. */

@@ -51,6 +51,8 @@ static void bucket_grads(const LtParamTable *t, int pp, size_t *len, size_t *emb
 int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2p,
                    LtPlanMemory *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
+    if (c->model.num_experts > 0)
+        return lt_errorf(err, errlen, "the planner does not model mixture-of-experts layers yet");
     const int tp = c->parallel.tensor_model_parallel_size, pp = c->parallel.pipeline_model_parallel_size,
               vpp = c->parallel.virtual_pipeline_model_parallel_size;
     const int dp = world / (tp * pp);

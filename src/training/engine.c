@@ -544,9 +544,12 @@ void lt_run_print_summary(const LtRun *r) {
            r->model->table.total);
     LtPlanMemory pm; /* the planner's prediction for this rank, beside what it allocated */
     char perr[256];
-    if (r->opt && lt_plan_memory(r->cfg, r->world->world, r->coords.pp, r->be->act_size,
-                                 lt_comm_lib(r->pp) == LT_COMM_LIB_MPI, &pm, perr,
-                                 sizeof perr) == 0) {
+    const int planned = r->opt && lt_plan_memory(r->cfg, r->world->world, r->coords.pp,
+                                                 r->be->act_size,
+                                                 lt_comm_lib(r->pp) == LT_COMM_LIB_MPI, &pm, perr,
+                                                 sizeof perr) == 0;
+    if (r->opt && !planned) lt_log("memory     no planner's prediction: %s\n", perr);
+    if (planned) {
         const double alloc = (double)lt_plan_total(&mem), pred = (double)lt_plan_total(&pm);
         lt_log("memory     planner's prediction (lattice plan): params %.1f MiB, grads %.1f MiB, "
                "optimizer %.1f MiB, activations %.1f MiB, workspace %.1f MiB, comm %.1f MiB, "

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# test_moe.sh BUILD_DIR - mixture-of-experts models on the CPU backend under
+# mpirun: with dropless routing, the aux and z losses on, every layout (DP,
+# expert parallelism over DP, over TP with SP, over TP x DP, with pipeline
+# stages, interleaved, ZeRO 1 and 2, recomputation, TP overlap) trains the
+# same model as one process (loss and grad norm per step within 1e-5, the
+# checkpoint's weights within 1e-5); a checkpoint moves between EP layouts;
+# capacity dropping is layout-independent over DP and EP; the log and metrics
+# carry the expert statistics; bad layouts are refused. LT_TEST_FULL=1 adds
+# layouts.
+set -u
+BUILD=$1
+. tests/lib.sh moe
+use_mpirun
+text_shard "$T/train.ltok" || { fail prepare "lattice shard failed"; exit 1; }
+
+# 4 experts top-2 in both layers of configs/tiny.yaml; eps as in test_parallel.sh
+MOE="model.num_experts=4 model.moe_ffn_hidden_size=48 model.moe_aux_loss_coeff=0.01
+     model.moe_z_loss_coeff=0.001"
+BASE="data.train_path=$T/train.ltok train.steps=8 train.micro_batch_size=2
+      logging.log_interval=4 eval.interval=0 optimizer.eps=1e-6 $MOE"
+
+run() { # name np overrides... (the config: $CFG, else configs/tiny.yaml)
+  local name=$1 np=$2; shift 2
+  local out="$T/$name"
+  mkdir -p "$out"
+  local launch="$LT"
+  [ "$np" -gt 1 ] && launch="$MPI -np $np $LT"
+  $launch train "${CFG:-configs/tiny.yaml}" $BASE checkpoint.dir=$out/ck logging.metrics_file=$out/m.jsonl "$@" \
+    >"$out/log" 2>&1 </dev/null || { echo "  run $name failed: $(tail -3 "$out/log")"; return 1; }
+}
+compare() { python3 tests/compare_runs.py "$T/$1" "$T/$2" "$3" "$4" --steps "${5:-8}"; }
+same() { # name np overrides... : the run matches ref
+  local name=$1 err
+  if run "$@" && err=$(compare ref "$name" 1e-5 1e-5 2>&1); then
+    pass "${name}_matches_single_process"
+  else fail "${name}_matches_single_process" "$(echo "${err:-run failed}" | tail -1)"; fi
+}
+
+run ref 1 || fail reference "single-process run failed"
+SP="parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true"
+EP2=parallel.expert_model_parallel_size=2
+EP4=parallel.expert_model_parallel_size=4
+same dp2 2
+same ep2_over_dp2 2 $EP2
+same ep2_over_tp2_sp 2 $SP $EP2
+same ep4_over_tp2_dp2_zero1 4 $SP $EP4 optimizer.zero_stage=1
+same ep2_over_dp4_zero2 4 $EP2 optimizer.zero_stage=2
+same ep2_pp2 4 $EP2 parallel.pipeline_model_parallel_size=2
+same ep2_tp2_sp_recompute_full 2 $SP $EP2 train.recompute=full
+same ep2_tp2_sp_tp_overlap 2 $SP $EP2 parallel.tp_comm_overlap=true
+if [ -n "${LT_TEST_FULL:-}" ]; then
+  same ep4_over_dp4 4 $EP4
+  same tp2_sp 2 $SP
+  same ep2_over_dp4_zero1_overlap 4 $EP2 optimizer.zero_stage=1 parallel.overlap_grad_reduce=true \
+    parallel.overlap_param_gather=true parallel.bucket_size=20000
+  same ep2_recompute_selective 2 $EP2 train.recompute=selective
+fi
+
+# interleaved stages need 4 layers: a reference of its own; a shared expert, the
+# per-sequence loss and layers 1 and 3 MoE ("2": every second layer from 0 is 0, 2)
+L4="model.num_layers=4 model.moe_layer_freq=([0,1]*2) model.moe_shared_expert_intermediate_size=32
+    model.moe_router_load_balancing_type=seq_aux_loss"
+if run ref_l4 1 $L4 && run ep2_pp2_vpp2 4 $L4 $EP2 parallel.pipeline_model_parallel_size=2 \
+     parallel.virtual_pipeline_model_parallel_size=2 &&
+   err=$(compare ref_l4 ep2_pp2_vpp2 1e-5 1e-5 2>&1); then
+  pass ep2_pp2_vpp2_shared_expert_matches_single_process
+else fail ep2_pp2_vpp2_shared_expert_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
+
+# Llama experts (SwiGLU, no biases), sigmoid scores scaled, under EP over TP x DP
+LL="model.moe_router_score_function=sigmoid model.moe_router_topk_scaling_factor=2.5"
+if CFG=configs/llama-tiny.yaml run ref_llama 1 $LL &&
+   CFG=configs/llama-tiny.yaml run llama_ep4 4 $LL $SP $EP4 &&
+   err=$(compare ref_llama llama_ep4 1e-5 1e-5 2>&1); then
+  pass llama_sigmoid_ep4_matches_single_process
+else fail llama_sigmoid_ep4_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
+
+# capacity: each rank drops from its own micro batches, so DP and EP over DP
+# drop what one process drops (SP shards a micro batch: it would not)
+CAP="model.moe_expert_capacity_factor=1.0 model.moe_token_drop_policy=position"
+if run ref_cap 1 $CAP && run cap_ep2 2 $CAP $EP2 &&
+   err=$(compare ref_cap cap_ep2 1e-5 1e-5 2>&1) &&
+   python3 - "$T/ref_cap/m.jsonl" <<'PY'
+import json, sys
+recs = [r for r in map(json.loads, open(sys.argv[1])) if not r.get('eval')]
+assert sum(sum(r['moe']['dropped']) for r in recs) > 0, 'nothing dropped at capacity 1.0'
+PY
+then pass capacity_drops_match_under_ep
+else fail capacity_drops_match_under_ep "$(echo "${err:-run failed or nothing dropped}" | tail -1)"; fi
+
+# the statistics: a moe log line, per-layer arrays in the metrics, equal over layouts
+if grep -q "^moe        2 layers | aux loss" "$T/ref/log" &&
+   python3 - "$T/ref/m.jsonl" "$T/ep4_over_tp2_dp2_zero1/m.jsonl" <<'PY'
+import json, sys
+a, b = ([r for r in map(json.loads, open(p)) if not r.get('eval')] for p in sys.argv[1:])
+for x, y in zip(a, b):
+    m, n = x['moe'], y['moe']
+    assert m['layer'] == [0, 1] and all(v > 0 for v in m['aux_loss'] + m['z_loss']), m
+    assert all(mx >= mean > 0 for mx, mean in zip(m['load_max'], m['load_mean'])), m
+    assert m['dropped'] == [0, 0], m
+    for k in ('aux_loss', 'z_loss'):
+        assert all(abs(p - q) <= 1e-5 * p for p, q in zip(m[k], n[k])), (k, m[k], n[k])
+PY
+then pass expert_statistics_logged
+else fail expert_statistics_logged "see $T/ref/log and the metrics"; fi
+
+# ---- checkpoints move between EP layouts -------------------------------------------
+# steps 1-4 in one layout, 5-8 in another, against the reference's steps 5-8
+reshard() { # name np_a "overrides_a" np_b "overrides_b"
+  local name=$1 out="$T/$1" launch_a="$LT" launch_b="$LT"
+  mkdir -p "$out"
+  [ "$2" -gt 1 ] && launch_a="$MPI -np $2 $LT"
+  [ "$4" -gt 1 ] && launch_b="$MPI -np $4 $LT"
+  $launch_a train configs/tiny.yaml $BASE train.steps=4 optimizer.decay_steps=8 checkpoint.dir=$out/ckA $3 \
+    >"$out/a.log" 2>&1 </dev/null &&
+    $launch_b train configs/tiny.yaml $BASE checkpoint.load=$out/ckA checkpoint.dir=$out/ckB \
+      logging.metrics_file=$out/b.jsonl $5 >"$out/b.log" 2>&1 </dev/null &&
+    python3 tests/compare_runs.py --resumed "$T/ref/m.jsonl" "$out/b.jsonl" 5 8 1e-5
+}
+if reshard ep4_to_ep1 4 "$EP4 $SP" 1 "" >/dev/null 2>&1; then pass checkpoint_ep4_to_ep1
+else fail checkpoint_ep4_to_ep1 "see $T/ep4_to_ep1"; fi
+if reshard ep1_to_ep2_pp2 1 "" 4 "$EP2 parallel.pipeline_model_parallel_size=2" >/dev/null 2>&1
+then pass checkpoint_ep1_to_ep2_pp2
+else fail checkpoint_ep1_to_ep2_pp2 "see $T/ep1_to_ep2_pp2"; fi
+
+# ---- refusals -----------------------------------------------------------------------
+out=$($MPI -np 2 "$LT" train configs/tiny.yaml $BASE parallel.expert_model_parallel_size=4 2>&1 </dev/null)
+if [ $? -ne 0 ] && echo "$out" | grep -q "must divide the ranks of a pipeline stage"; then
+  pass ep_larger_than_the_stage_refused
+else fail ep_larger_than_the_stage_refused "$(echo "$out" | tail -2)"; fi
+out=$("$LT" train configs/tiny.yaml $BASE model.moe_router_topk=5 2>&1)
+if [ $? -eq 2 ] && echo "$out" | grep -q "model.moe_router_topk (5) must be <= model.num_experts"; then
+  pass topk_above_experts_refused
+else fail topk_above_experts_refused "$(echo "$out" | tail -2)"; fi
+
+exit $((failures > 0))
