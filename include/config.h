@@ -239,10 +239,12 @@ void lt_config_print(const LtConfig *c, FILE *f);
  * tp (validation refuses a result past INT_MAX). */
 long long lt_config_padded_vocab(const LtConfig *c, int tp);
 
-/* model.moe_layer_freq as Megatron-LM reads --moe-layer-freq: "k" (k >= 1:
- * layer l is an MoE layer iff l % k == 0) or a list expression holding a '['
- * ("[1,0,1,1]", "([0]*3+[1]*29)": lists, '+', '*' by a number, parentheses;
- * spaces allowed) of exactly num_layers entries, each 0 or 1. Writes
+/* model.moe_layer_freq as Megatron-LM reads --moe-layer-freq: without a '['
+ * an integer k as Python's int() spells it ("2", " +2", "0_2"; layer l is an
+ * MoE layer iff l % k == 0, k != 0), else a Python list expression ("[1,0,1,1]",
+ * "([0]*3+[1]*29)": lists, '+', '*', unary '+', parentheses; spaces allowed)
+ * that must give exactly num_layers entries, each 0 or 1
+ * (tests/data/megatron_moe_pattern.txt holds it to Megatron's code). Writes
  * layer[0 .. num_layers) (1 = MoE) and returns 0, or -1 with err naming the
  * key, the value and what is wrong (layer then unchanged). num_layers in
  * [1, LT_MOE_MAX_LAYERS]. */

@@ -13,10 +13,13 @@ those parts are run as written: the two functions, then the function's
 0 for the dense one. Anything either raises is an error.
 
 Output: one case per line, "LAYERS<TAB>RESULT<TAB>TEXT": RESULT is one 0 or 1
-per layer, or "error". Cases are spelled as Megatron accepts them (lattice
-also allows spaces, which Megatron refuses; test_config_moe.c covers those).
+per layer, or "error". The cases: the forms Megatron documents, edge cases of
+Python's int() and eval, and RANDOM_CASES random expressions and strings of
+the characters Megatron allows (lattice also allows spaces, which Megatron
+refuses; test_config_moe.c covers those).
 """
 import ast
+import random
 import re
 import sys
 import types
@@ -31,8 +34,42 @@ CASES = [
     (4, "[1,0,1,1]*[1]"), (4, "[1,0,1,1]+1"), (4, "[1,,0,1,1]"), (4, "[,]"), (4, "()"),
     (4, "[1,0,1,1]*1"), (4, "([1,0]*2)"), (8, "(([1]*2+[0]*2)*2)"), (4, "[1]*4*1"),
     (4, "[1,0]*2+[]"), (3, "[0]+[1]+[0]"), (4, "[(1),(0),1,1]"), (4, "[1*1,0+0,1,1]"),
-    (4, "[2-1,0,1,1]"),
+    (4, "[2-1,0,1,1]"), (6, "+2"), (5, "02"), (12, "1_0"), (4, "3312123123"), (1, "[3*+0]"),
+    (1, "[2]*0+[1]"), (1, "[[1]]*0+[1]"), (1, "+[1]"), (4, "-2"), (4, "2.0"),
 ]
+RANDOM_CASES = 400  # more, drawn with a fixed seed (random_cases)
+
+
+def random_cases(n, seed=27):
+    """Expressions of lists, '+', '*' and parentheses, and strings of the
+    characters Megatron allows; num_layers is the length Python gives when it
+    builds a list, else a small guess."""
+    rng = random.Random(seed)
+    alpha = "[]()+*,0123"
+
+    def expr(depth=0):
+        r = rng.random()
+        if depth > 3 or r < 0.3:
+            items = ",".join(rng.choice("0110") for _ in range(rng.randint(0, 4)))
+            return "[" + items + rng.choice(["", "", ","]) + "]"
+        if r < 0.5:
+            return expr(depth + 1) + "+" + expr(depth + 1)
+        if r < 0.7:
+            return expr(depth + 1) + "*" + str(rng.randint(0, 4))
+        if r < 0.8:
+            return str(rng.randint(0, 3)) + "*" + expr(depth + 1)
+        return "(" + expr(depth + 1) + ")"
+
+    out = []
+    for i in range(n):
+        text = expr() if i % 2 == 0 else "".join(rng.choice(alpha) for _ in range(rng.randint(1, 14)))
+        try:
+            value = eval(text, {"__builtins__": {}})  # only the characters above
+        except Exception:
+            value = None
+        layers = len(value) if isinstance(value, list) and 0 < len(value) <= 1024 else rng.randint(1, 8)
+        out.append((layers, text))
+    return out
 
 
 def load_functions(path, names):
@@ -78,7 +115,7 @@ def main():
     code = pattern_statements(sys.argv[2])
     with open(sys.argv[3], "w") as out:
         out.write("# Megatron-LM --moe-layer-freq patterns (tests/megatron_moe_pattern_fixture.py)\n")
-        for layers, text in CASES:
+        for layers, text in CASES + random_cases(RANDOM_CASES):
             out.write(f"{layers}\t{megatron(ns, code, layers, text)}\t{text}\n")
 
 

@@ -9,14 +9,17 @@
  * entries, each 0 or 1. This file evaluates that grammar without Python:
  *
  *   expr := term ('+' term)*      term := atom ('*' atom)*
- *   atom := NUMBER | '(' expr ')' | '[' [expr (',' expr)* [',']] ']'
+ *   atom := NUMBER | '+' atom | '(' expr ')' | '[' [expr (',' expr)* [',']] ']'
  *
  * Values are numbers or lists. Every list is built in place at the end of the
  * output array: a list value is the segment from its start to the current
  * end (evaluation runs left to right, so nothing else is appended between),
- * concatenation is then a no-op and repetition copies the segment. Lattice
- * also allows spaces and tabs between tokens (Megatron's character check
- * refuses them). */
+ * concatenation is then a no-op and repetition copies the segment. An entry
+ * other than 0 or 1 is refused only if it is still there at the end ("[2]*0"
+ * is an empty list in Python too). Where lattice differs from Python: it also
+ * allows spaces and tabs between tokens (Megatron's character check refuses
+ * them), and refuses numbers above 10^9 and lists past LT_MOE_MAX_LAYERS
+ * entries on the way, even ones a later "*0" would empty. */
 #include <stdio.h>
 #include <string.h>
 
@@ -72,14 +75,22 @@ static int number(Parser *P, Value *v) {
     return 0;
 }
 
-/* Append the entry v (a number, 0 or 1) written at `at` to out. */
+/* Entries of out that no layer may hold; they are refused only if still
+ * there at the end (Python builds "[2]*0" as [] without complaint). */
+enum { ENTRY_OTHER_NUMBER = 2, ENTRY_LIST = 3 };
+
+/* Append the entry v written at `at` to out: its 0 or 1, or a marker. */
 static int append_entry(Parser *P, const Value *v, const char *at) {
-    if (v->is_list || (v->n != 0 && v->n != 1) || P->len >= LT_MOE_MAX_LAYERS)
-        P->p = at; /* a refusal points at the entry */
-    if (v->is_list) return fail_at(P, "a list inside a list (entries are 0 or 1)");
-    if (v->n != 0 && v->n != 1) return fail_at(P, "an entry that is not 0 or 1");
-    if (P->len >= LT_MOE_MAX_LAYERS) return fail_at(P, "more than " STR(LT_MOE_MAX_LAYERS) " entries");
-    P->out[P->len++] = (unsigned char)v->n;
+    unsigned char e = v->n == 0 || v->n == 1 ? (unsigned char)v->n : ENTRY_OTHER_NUMBER;
+    if (v->is_list) {
+        P->len = (int)v->n; /* the nested list's own entries go */
+        e = ENTRY_LIST;
+    }
+    if (P->len >= LT_MOE_MAX_LAYERS) {
+        P->p = at;
+        return fail_at(P, "more than " STR(LT_MOE_MAX_LAYERS) " entries");
+    }
+    P->out[P->len++] = e;
     return 0;
 }
 
@@ -100,10 +111,23 @@ static int list(Parser *P, Value *v) {
     return 0;
 }
 
+static int atom(Parser *P, Value *v);
+
+/* '+' before a number (Python's unary plus; a list cannot take one). */
+static int unary_plus(Parser *P, Value *v) {
+    if (++P->depth > MAX_DEPTH) return fail_at(P, "brackets nested too deep");
+    P->p++;
+    const int rc = atom(P, v);
+    P->depth--;
+    if (rc == 0 && v->is_list) return fail_at(P, "'+' before a list");
+    return rc;
+}
+
 static int atom(Parser *P, Value *v) {
     skip_space(P);
     const char c = *P->p;
     if (c >= '0' && c <= '9') return number(P, v);
+    if (c == '+') return unary_plus(P, v);
     if (c != '(' && c != '[') return fail_at(P, c ? "expected a number, '(' or '['"
                                                    : "the text ends where a value is expected");
     if (++P->depth > MAX_DEPTH) return fail_at(P, "brackets nested too deep");
@@ -163,20 +187,29 @@ static int expr(Parser *P, Value *v) {
     return 0;
 }
 
-/* The integer form: optional spaces, digits, optional spaces; k >= 1. */
+/* The integer form, as Python's int() reads it: spaces, an optional sign,
+ * digits (leading zeros and single '_' between digits allowed), spaces. Layer
+ * l is an MoE layer iff l % k == 0: k 0 is refused (Megatron divides by it),
+ * -k means k, and a k past the last layer makes layer 0 alone one. */
 static int every_kth(const char *freq, int num_layers, unsigned char *layer, char *err,
                      size_t errlen) {
     Parser P = {.text = freq, .p = freq, .err = err, .errlen = errlen};
-    Value k = {0, 0};
+    long long k = 0;
     skip_space(&P);
+    if (*P.p == '+' || *P.p == '-') P.p++; /* -k: Python's l % -k == 0 as l % k == 0 */
     if (*P.p < '0' || *P.p > '9') return fail_at(&P, "expected an integer k >= 1");
-    if (number(&P, &k)) return -1;
+    for (; (*P.p >= '0' && *P.p <= '9') || (*P.p == '_' && P.p[1] >= '0' && P.p[1] <= '9');
+         P.p++) {
+        if (*P.p == '_') continue;
+        k = k * 10 + (*P.p - '0');
+        if (k > LT_MOE_MAX_LAYERS) k = LT_MOE_MAX_LAYERS; /* the same layers: 0 only */
+    }
     skip_space(&P);
     if (*P.p) return fail_at(&P, "unexpected text after the integer");
-    if (k.n < 1)
+    if (k == 0)
         return lt_cfg_fail(err, errlen, KEY " '%s': k must be >= 1 (1: every layer is an MoE "
                            "layer, k: layers 0, k, 2k, ...)", freq);
-    for (int l = 0; l < num_layers; l++) layer[l] = l % k.n == 0;
+    for (int l = 0; l < num_layers; l++) layer[l] = l % k == 0;
     return 0;
 }
 
@@ -197,6 +230,10 @@ int lt_moe_layer_pattern(const char *freq, int num_layers, unsigned char *layer,
     if (P.len != num_layers)
         return lt_cfg_fail(err, errlen, KEY " '%s' lists %d layers, but model.num_layers is %d "
                            "(the pattern has one 0 or 1 per layer)", freq, P.len, num_layers);
+    for (int l = 0; l < num_layers; l++)
+        if (out[l] > 1)
+            return lt_cfg_fail(err, errlen, KEY " '%s': the entry of layer %d is %s, not 0 or 1",
+                               freq, l, out[l] == ENTRY_LIST ? "a list" : "a number");
     memcpy(layer, out, (size_t)num_layers);
     return 0;
 }

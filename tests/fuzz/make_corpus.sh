@@ -50,6 +50,29 @@ open(f"{C}/safetensors/two", "wb").write(st([("a", [2, 3], [1, 2, 3, 4, 5, 6]), 
 open(f"{C}/safetensors/gpt2_names", "wb").write(st([("wte.weight", [3, 2], [1] * 6), ("h.0.ln_1.weight", [2], [1, 1])]))
 PY
 cp configs/tiny.yaml configs/demo.yaml configs/gpt2-124m.yaml "$C/config/"
+# the mixture-of-experts keys, with model.moe_layer_freq in both forms (a YAML
+# list and Megatron's list expression), so the fuzzer starts inside its parser
+cat > "$C/config/moe.yaml" <<'YAML'
+model:
+  num_layers: 4
+  num_experts: 8
+  moe_router_topk: 2
+  moe_layer_freq: [0, 1, 1, 1]
+  moe_shared_expert_intermediate_size: 1024
+  moe_aux_loss_coeff: 0.01
+  moe_expert_capacity_factor: 1.25
+  moe_token_drop_policy: position
+parallel:
+  expert_model_parallel_size: 1
+YAML
+cat > "$C/config/moe_expr.yaml" <<'YAML'
+model:
+  num_layers: 8
+  num_experts: 4
+  moe_layer_freq: "([0]*2+[1,0]*3)"
+  moe_router_score_function: sigmoid
+  moe_router_load_balancing_type: seq_aux_loss
+YAML
 # a real checkpoint of fuzz_checkpoint's tiny model, written by the target itself,
 # and one of format version 2 (one whole-tensor state.lt), which is still read
 LT_FUZZ_WRITE_SEED="$C/checkpoint/tiny_step3" "$BUILD/fuzz/fuzz_checkpoint"
