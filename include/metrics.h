@@ -60,6 +60,8 @@ typedef struct {
     double forward, backward, grads, optimizer, data, bubble, other;
     double comm_tp, comm_dp, comm_pp;
     double comm_tp_busy, comm_dp_busy, comm_pp_busy;
+    double comm_ep, comm_ep_busy; /* the expert-parallel all-to-alls (inside forward and
+                                   * backward; 0 without expert parallelism) */
 } LtStepTimes;
 
 /* One MoE layer's statistics of a step (the trainer's, over every rank): its

@@ -3,7 +3,9 @@
 (logging.metrics_file) in three panels: the loss (training, and validation
 where the file has evaluation records), the throughput in tokens/s, and each
 step's time stacked by part (time_ms: forward, backward, grads, optimizer,
-data, bubble, other - they add up to the step).
+data, bubble, other - they add up to the step); for a mixture-of-experts
+run a fourth: each MoE layer's expert load imbalance (the most loaded
+expert's assignments over the mean expert's, "moe": load_max / load_mean).
 
 A run resumed from a checkpoint after a crash appends the steps since that
 checkpoint again: the plot keeps the last record of each step (the resumed
@@ -67,6 +69,14 @@ def read_metrics(path):
                 if not isinstance(t, dict):
                     raise ValueError("time_ms is not an object")
                 rec["time_ms"] = {k: number(t.get(k, 0)) for k in PARTS}
+            moe = r.get("moe")
+            if moe is not None:
+                if not isinstance(moe, dict) or not all(
+                        isinstance(moe.get(k), list) for k in ("layer", "load_max", "load_mean")):
+                    raise ValueError("moe is not an object of per-layer lists")
+                rec["moe"] = {int(l): number(mx) / number(mean) if number(mean) > 0 else math.nan
+                              for l, mx, mean in zip(moe["layer"], moe["load_max"],
+                                                     moe["load_mean"])}
             train.append(rec)
         except KeyError as e:
             fail(2, "%s: the record lacks %s" % (where, e))
@@ -94,7 +104,9 @@ def plot(train, evals, out):
         fail(1, "matplotlib is not installed for %s (Debian: apt-get install python3-matplotlib, "
                 "then run this with /usr/bin/python3)" % sys.executable)
     steps = [r["step"] for r in train]
-    fig, (ax_loss, ax_tput, ax_time) = plt.subplots(3, 1, figsize=(9, 10), sharex=True)
+    moe = [r for r in train if "moe" in r]
+    fig, axes = plt.subplots(4 if moe else 3, 1, figsize=(9, 13 if moe else 10), sharex=True)
+    ax_loss, ax_tput, ax_time = axes[:3]
     ax_loss.plot(steps, [r["loss"] for r in train], label="train", lw=1.2)
     if evals:
         ax_loss.plot([e["step"] for e in evals], [e["val_loss"] for e in evals], "o-",
@@ -111,8 +123,17 @@ def plot(train, evals, out):
     else:
         ax_time.text(0.5, 0.5, "no time_ms in this file", ha="center", transform=ax_time.transAxes)
     ax_time.set_ylabel("step time (ms)")
-    ax_time.set_xlabel("step")
-    for ax in (ax_loss, ax_tput, ax_time):
+    if moe:
+        layers = sorted({l for r in moe for l in r["moe"]})
+        for l in layers:
+            ax_moe = axes[3]
+            ax_moe.plot([r["step"] for r in moe], [r["moe"].get(l, math.nan) for r in moe],
+                        lw=1.0, label="layer %d" % l)
+        axes[3].axhline(1.0, color="grey", lw=0.8, ls="--")
+        axes[3].set_ylabel("expert load max / mean")
+        axes[3].legend(loc="upper right", fontsize="small", ncol=4)
+    axes[-1].set_xlabel("step")
+    for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     try:

@@ -53,7 +53,7 @@ static void test_nonfinite_is_null(void) {
     CHECK(strstr(s, ", \"step_ms\": 12, \"time_ms\": {\"forward\": 1.5, \"backward\": 3, "
                     "\"grads\": 0.25, \"optimizer\": 0.5, \"data\": 0, \"bubble\": 0.75, "
                     "\"other\": null, \"comm_tp\": 0.125, \"comm_dp\": 0.25, \"comm_pp\": 0, "
-                    "\"comm_tp_busy\": 0.125, \"comm_dp_busy\": 1, \"comm_pp_busy\": 0}}\n"),
+                    "\"comm_tp_busy\": 0.125, \"comm_dp_busy\": 1, \"comm_pp_busy\": 0, \"comm_ep\": 0, \"comm_ep_busy\": 0}}\n"),
           "time breakdown: %s", s);
 }
 

@@ -103,6 +103,28 @@ for x, y in zip(a, b):
 PY
 then pass expert_statistics_logged
 else fail expert_statistics_logged "see $T/ref/log and the metrics"; fi
+# the all-to-all's time: under EP in the breakdown and the log, none in one process
+if grep -q "expert all-to-all exposed (busy): ep" "$T/ep2_over_dp2/log" &&
+   python3 - "$T/ep2_over_dp2/m.jsonl" "$T/ref/m.jsonl" <<'PY'
+import json, sys
+ep, one = ([r['time_ms'] for r in map(json.loads, open(p)) if not r.get('eval')] for p in sys.argv[1:])
+assert all(t['comm_ep'] > 0 and t['comm_ep_busy'] >= t['comm_ep'] for t in ep), ep
+assert all(t['comm_ep'] == 0 for t in one), one
+PY
+then pass expert_all_to_all_timed
+else fail expert_all_to_all_timed "see $T/ep2_over_dp2"; fi
+
+# the expert load's panel of scripts/plot_metrics.py (matplotlib: as test_trace.sh finds it)
+PY=""
+for p in python3 /usr/bin/python3; do
+  "$p" -c "import matplotlib" 2>/dev/null && { PY=$p; break; }
+done
+if [ -n "$PY" ] && timeout 120 "$PY" scripts/plot_metrics.py "$T/ref/m.jsonl" "$T/plot.png" \
+     >"$T/plot.log" 2>&1 && [ "$(stat -c %s "$T/plot.png")" -gt 10000 ] &&
+   { sed 's/"load_mean": \[[^]]*\]/"load_mean": 7/' "$T/ref/m.jsonl" > "$T/badmoe.jsonl"
+     ! timeout 60 "$PY" scripts/plot_metrics.py "$T/badmoe.jsonl" "$T/x.png" >/dev/null 2>&1; }
+then pass plot_metrics_expert_load
+else fail plot_metrics_expert_load "${PY:-no python3 with matplotlib}: $(tail -2 "$T/plot.log" 2>/dev/null)"; fi
 
 # ---- checkpoints move between EP layouts -------------------------------------------
 # steps 1-4 in one layout, 5-8 in another, against the reference's steps 5-8

@@ -17,6 +17,7 @@
 
 #include "common.h"
 #include "config.h"
+#include "trace.h"
 
 int lt_moe_backend_ok(const LtBackend *be) {
     const LtBackendOps *o = be->ops;
@@ -271,9 +272,11 @@ void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
     if (acc) count_loads(be, s, a, acc);
     o->moe_permute(be, a->xp, x, a->src, M, C);
     if (s->ep > 1) { /* to the experts' ranks, then by local expert */
+        LT_TRACE_BEGIN("moe dispatch", "\"rows\": %d", M);
         ep_plan(be, cx, s, a, w);
         lt_comm_all_to_all_v(cx->ep, a->xp, a->ep_send, w->xr, a->ep_recv, act);
         o->moe_permute(be, a->xe, w->xr, a->ge, a->loff[s->El], C);
+        LT_TRACE_END();
     }
     for (int le = 0; le < s->El; le++) {
         int r, n;
@@ -281,8 +284,10 @@ void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
         if (n > 0) expert_forward(be, s, &wt->expert[s->ep_rank * s->El + le], a, r, n);
     }
     if (s->ep > 1) { /* back in the received order, then to the tokens' ranks */
+        LT_TRACE_BEGIN("moe combine", "\"rows\": %d", a->loff[s->El]);
         o->moe_permute(be, w->xr, a->ye, a->ginv, a->loff[s->El], C);
         lt_comm_all_to_all_v(cx->ep, w->xr, a->ep_recv, a->y, a->ep_send, act);
+        LT_TRACE_END();
     }
     o->moe_unpermute(be, a->out, a->y, a->pos, a->w, R, K, C);
 }
@@ -319,8 +324,10 @@ void lt_moe_backward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
     o->moe_unpermute_bwd(be, s->ep > 1 ? w->xr : w->dy, w->dw, dout, a->y, a->pos, a->w, R, K,
                          C, M);
     if (s->ep > 1) {
+        LT_TRACE_BEGIN("moe combine backward", "\"rows\": %d", M);
         lt_comm_all_to_all_v(cx->ep, w->xr, a->ep_send, w->dxp, a->ep_recv, act);
         o->moe_permute(be, w->dy, w->dxp, a->ge, a->loff[s->El], C);
+        LT_TRACE_END();
     }
     for (int le = 0; le < s->El; le++) {
         int r, n;
@@ -329,9 +336,11 @@ void lt_moe_backward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
     }
     const void *dxp = w->dxp;
     if (s->ep > 1) { /* the input rows' gradient back to the tokens' ranks */
+        LT_TRACE_BEGIN("moe dispatch backward", "\"rows\": %d", a->loff[s->El]);
         o->moe_permute(be, w->xr, w->dxp, a->ginv, a->loff[s->El], C);
         lt_comm_all_to_all_v(cx->ep, w->xr, a->ep_recv, w->dy, a->ep_send, act);
         dxp = w->dy;
+        LT_TRACE_END();
     }
     o->moe_permute_bwd(be, dx, dxp, a->pos, R, K, C);
     o->moe_topk_bwd(be, w->dlogits, w->dw, a->idx, a->logits, R, E, K, d->score,

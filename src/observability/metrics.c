@@ -202,7 +202,8 @@ void lt_metrics_train(LtMetricsFile *m, long step, long global_batch, uint64_t s
                     {"other", t->other},
                     {"comm_tp", t->comm_tp},   {"comm_dp", t->comm_dp}, {"comm_pp", t->comm_pp},
                     {"comm_tp_busy", t->comm_tp_busy}, {"comm_dp_busy", t->comm_dp_busy},
-                    {"comm_pp_busy", t->comm_pp_busy}};
+                    {"comm_pp_busy", t->comm_pp_busy},
+                    {"comm_ep", t->comm_ep},   {"comm_ep_busy", t->comm_ep_busy}};
         put(&l, ", \"time_ms\": {");
         for (size_t i = 0; i < sizeof part / sizeof part[0]; i++) {
             put(&l, "%s\"%s\": ", i ? ", " : "", part[i].k);

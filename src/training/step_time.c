@@ -19,7 +19,8 @@ void lt_step_clock_start(LtRun *r) {
  * communication: out[0..2] the training thread was blocked in it (exposed),
  * out[3..5] it was under way (busy: also what a worker ran behind compute),
  * out[6..8] the training thread was blocked in it on host buffers (what the
- * device timers do not see). */
+ * device timers do not see); out[9..11] the same three of the expert-parallel
+ * group (0 without one). */
 void lt_step_comm_mark(const LtRun *r, double out[LT_STEP_MARKS]) {
     out[0] = lt_comm_busy_seconds(r->tp);
     out[1] = lt_comm_busy_seconds(r->dp);
@@ -30,6 +31,9 @@ void lt_step_comm_mark(const LtRun *r, double out[LT_STEP_MARKS]) {
     out[6] = lt_comm_host_busy_seconds(r->tp);
     out[7] = lt_comm_host_busy_seconds(r->dp);
     out[8] = lt_comm_host_busy_seconds(r->pp) + lt_comm_host_busy_seconds(r->emb);
+    out[9] = lt_comm_busy_seconds(r->ep);
+    out[10] = lt_comm_work_seconds(r->ep);
+    out[11] = lt_comm_host_busy_seconds(r->ep);
 }
 
 /* The step's times from the device timers (devclock.h; dev in seconds): the
@@ -63,7 +67,11 @@ LtStepTimes lt_step_times(LtRun *r, const double busy0[LT_STEP_MARKS], double dt
                       .comm_pp = (busy[2] - busy0[2] - bubble) * 1e3,
                       .comm_tp_busy = (busy[3] - busy0[3]) * 1e3,
                       .comm_dp_busy = (busy[4] - busy0[4]) * 1e3,
-                      .comm_pp_busy = (busy[5] - busy0[5]) * 1e3};
+                      .comm_pp_busy = (busy[5] - busy0[5]) * 1e3,
+                      /* the expert dispatch runs on the training thread (blocking, not
+                       * timed on the device): exposed = busy */
+                      .comm_ep = (busy[9] - busy0[9]) * 1e3,
+                      .comm_ep_busy = (busy[10] - busy0[10]) * 1e3};
     /* the bubble is pipeline-group time, between the passes: out of comm_pp and other
      * (comm_pp_busy keeps it: the receives were under way) */
     if (dev) {

@@ -11,7 +11,7 @@
 #include "engine.h"
 #include "metrics.h"
 
-#define LT_STEP_MARKS 9
+#define LT_STEP_MARKS 12
 
 /* Start the device clock where the backend has timers, its groups'
  * operations counted for their kind (says so in the log). */

@@ -623,6 +623,10 @@ static void report_step(Trainer *t, const StepResult *s) {
            st->forward, st->backward, st->grads, st->optimizer, st->data, st->bubble, st->other,
            st->comm_tp, st->comm_tp_busy, st->comm_dp, st->comm_dp_busy, st->comm_pp,
            st->comm_pp_busy);
+    if (r->ep)
+        lt_log("time       expert all-to-all exposed (busy): ep %.1f (%.1f) ms, in forward and "
+               "backward\n",
+               st->comm_ep, st->comm_ep_busy);
     if (t->moe) moe_log(t);
 }
 
