@@ -203,6 +203,13 @@ int lt_model_moe_layers(const LtModel *m);
 /* Copy each held MoE layer's stats into out (lt_model_moe_layers entries, in
  * layer order) and zero them. Recomputation's forwards are not counted. */
 void lt_model_moe_take(LtModel *m, LtMoeStats *out);
+/* Aux-loss-free balancing (DeepSeek-V3's expert bias): each held MoE layer's
+ * kept assignments per expert over the training forwards since the last call
+ * (recomputation not counted), out[k * E + e] for the k-th held MoE layer;
+ * zeroes them. */
+void lt_model_moe_tokens_take(LtModel *m, double *out);
+/* Table index of the k-th held MoE layer's expert bias (-1 without one). */
+int lt_model_moe_bias_index(const LtModel *m, int k);
 /* The share of the step's objective each micro batch's MoE load-balancing and
  * z losses get (Megatron-Core's 1 / (micro batches x data-parallel ranks) of
  * the global batch); 1 until set. No effect on dense models. */

@@ -33,6 +33,8 @@ typedef struct {
     float capacity;     /* capacity factor; 0 = dropless */
     int drop_policy;    /* LtMoeDropPolicy */
     int pad;            /* pad every expert's input to its capacity */
+    int expert_bias;    /* aux-loss-free balancing: a per-expert bias for the top-k choice */
+    float bias_rate;    /* its step per update */
     unsigned char layer[LT_MOE_MAX_LAYERS]; /* 1 = layer l is an MoE layer */
 } LtMoeDims;
 
@@ -166,7 +168,8 @@ int lt_params_global_layer(const LtParamTable *t, int l);
  * expert's in their place (mlp.shared.fc.{weight,bias}, mlp.shared.proj.{weight,bias}
  * for GPT, mlp.shared.gate_up.weight and mlp.shared.down.weight for Llama, width
  * moe.shared_ffn, split over TP as the MLP's; absent without one), then
- * mlp.router.weight (E, C), then for each expert e mlp.experts.e.* with the MLP's
+ * mlp.router.weight (E, C), with moe.expert_bias mlp.expert_bias (E, zeros: no
+ * gradient, no decay; the trainer moves it), then for each expert e mlp.experts.e.* with the MLP's
  * names and moe.ffn columns (fc.weight (Fm, C), fc.bias, proj.weight (C, Fm),
  * proj.bias; Llama gate_up.weight (2 Fm, C: gate | up), down.weight (C, Fm)). The
  * router and the experts are whole on every TP rank (LT_SPLIT_NONE: expert tensor

@@ -360,8 +360,10 @@ static void test_refusals(void) {
         {{"model.num_experts=4", "parallel.expert_tensor_parallel_size=2"}, 2,
          {"parallel.expert_tensor_parallel_size > 1", "not implemented"}},
         {{"model.num_experts=4", "model.moe_router_enable_expert_bias=true",
-          "model.moe_router_score_function=sigmoid"}, 1,
-         {"model.moe_router_enable_expert_bias", "not implemented"}},
+          "model.moe_router_score_function=sigmoid", "model.moe_expert_capacity_factor=1",
+          "model.moe_pad_expert_input_to_capacity=true"}, 1,
+         {"model.moe_router_enable_expert_bias with model.moe_pad_expert_input_to_capacity",
+          "never move", "model.moe_pad_expert_input_to_capacity=false"}},
     };
     char err[512];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -207,6 +207,7 @@ static void test_moe_gradient_check(void) {
     gradient_check(gpt);
     LtModelDims sig = moe_dims(tiny_llama_dims()); /* sigmoid, scaled, per-sequence loss */
     sig.moe.score = LT_MOE_SIGMOID, sig.moe.topk_scale = 2.5f, sig.moe.balance = LT_MOE_SEQ_AUX_LOSS;
+    sig.moe.expert_bias = 1; /* its table entry shifts the experts' (its value: random here) */
     gradient_check(sig);
     LtModelDims pre = moe_dims(tiny_llama_dims()); /* softmax first; capacity, dropping */
     pre.moe.pre_softmax = 1, pre.moe.capacity = 1.0f, pre.moe.pad = 1, pre.moe.shared_ffn = 16;

@@ -126,6 +126,32 @@ if [ -n "$PY" ] && timeout 120 "$PY" scripts/plot_metrics.py "$T/ref/m.jsonl" "$
 then pass plot_metrics_expert_load
 else fail plot_metrics_expert_load "${PY:-no python3 with matplotlib}: $(tail -2 "$T/plot.log" 2>/dev/null)"; fi
 
+# aux-loss-free balancing: the expert bias moves by the rate, in both directions,
+# and layouts (EP over TP x DP, ZeRO 1: the bias in another rank's shard) agree
+EB="model.moe_router_score_function=sigmoid model.moe_router_enable_expert_bias=true
+    model.moe_router_bias_update_rate=0.01 model.moe_aux_loss_coeff=0"
+if run ref_bias 1 $EB train.steps=1 optimizer.warmup_steps=0 checkpoint.save_interval=1 &&
+   python3 tests/read_state.py "$T/ref_bias/ck/step_00000001" >"$T/bias1.txt" &&
+   python3 - "$T/ref_bias/ck/step_00000001" <<'PY'
+import sys
+sys.path.insert(0, 'tests')
+import read_state
+step = sys.argv[1]
+found = {}
+for f in read_state.read_meta(step)['files']:
+    read_state.read_file(f"{step}/{f['name']}", f['bytes'], f['crc32'], found)
+for layer in (0, 1):
+    b = found[f'param/h.{layer}.mlp.expert_bias']['v']
+    assert all(min(abs(x - 0.01), abs(x), abs(x + 0.01)) < 1e-7 for x in b), b
+    assert max(b) > 0 > min(b), b
+PY
+then pass expert_bias_moves_by_its_rate
+else fail expert_bias_moves_by_its_rate "see $T/ref_bias"; fi
+if run ref_bias8 1 $EB && run bias_ep4_zero1 4 $EB $SP $EP4 optimizer.zero_stage=1 &&
+   err=$(compare ref_bias8 bias_ep4_zero1 1e-5 1e-5 2>&1); then
+  pass expert_bias_ep4_zero1_matches_single_process
+else fail expert_bias_ep4_zero1_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
+
 # ---- checkpoints move between EP layouts -------------------------------------------
 # steps 1-4 in one layout, 5-8 in another, against the reference's steps 5-8
 reshard() { # name np_a "overrides_a" np_b "overrides_b"

@@ -148,10 +148,11 @@ static int check_parallel(const LtConfig *c, long long dp, char *err, size_t err
                            "the ranks of a pipeline stage, parallel.tensor_model_parallel_size x "
                            "data-parallel size = %lld x %lld (Megatron-Core's MoE parallel "
                            "folding)", ep, tp, dp);
-    if (c->model.moe_router_enable_expert_bias)
-        return lt_cfg_fail(err, errlen, "model.moe_router_enable_expert_bias: aux-loss-free "
-                           "balancing is not implemented in lattice yet; set it to false (and "
-                           "use model.moe_aux_loss_coeff for balancing)");
+    if (c->model.moe_router_enable_expert_bias && c->model.moe_pad_expert_input_to_capacity)
+        return lt_cfg_fail(err, errlen, "model.moe_router_enable_expert_bias with "
+                           "model.moe_pad_expert_input_to_capacity: every expert then counts "
+                           "exactly its capacity (as Megatron-Core counts it), so the bias would "
+                           "never move; set model.moe_pad_expert_input_to_capacity=false");
     return 0;
 }
 

@@ -56,6 +56,9 @@ struct LtModelInternal {
     const LtComm *ep;     /* the expert-parallel group (NULL: EP 1) */
     LtMoeStats *moe_stats; /* per local layer (MoE layers' entries used) */
     int recomputing;      /* forwards run by recomputation: not counted in moe_stats */
+    int training_forward; /* the forwards running now are training's (a gradient follows) */
+    double *moe_tokens;   /* (layers x experts) assignments kept per expert since the last
+                           * lt_model_moe_tokens_take, training forwards only */
     int kv_local;         /* this rank's key/value heads (grouped-query attention) */
     int qkv_local;        /* columns of this rank's qkv: (heads_local + 2 kv_local) * head dim */
     int vocab_start, vocab_valid;            /* first owned vocab id; owned ids < true vocab */
@@ -316,6 +319,8 @@ static void setup_layers(LtModel *m) {
     m->in->moe = lt_calloc((size_t)(n > 0 ? n : 1));
     m->in->ffn_loc = lt_calloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
     m->in->moe_stats = lt_calloc(sizeof(LtMoeStats) * (size_t)(n > 0 ? n : 1));
+    m->in->moe_tokens = lt_calloc(sizeof(double) * (size_t)(n > 0 ? n : 1) *
+                                  (size_t)(m->d.moe.experts > 0 ? m->d.moe.experts : 1));
     m->in->ffn_max = 1;
     for (int l = 0; l < n; l++) {
         m->in->moe[l] = (unsigned char)lt_dims_moe_layer(&m->d, lt_params_global_layer(&m->table, l));
@@ -463,6 +468,7 @@ void lt_model_destroy(LtModel *m) {
     if (in->moe_any) lt_moe_work_free(be, &m->in->moe_work);
     free(m->in->moe_exp);
     free(m->in->moe_stats);
+    free(m->in->moe_tokens);
     free(m->in->moe);
     free(m->in->ffn_loc);
     free(m->in->gptr);
@@ -527,6 +533,23 @@ int lt_model_moe_layers(const LtModel *m) {
     int n = 0;
     for (int l = 0; l < m->table.layers; l++) n += m->in->moe[l];
     return n;
+}
+
+void lt_model_moe_tokens_take(LtModel *m, double *out) {
+    const int E = m->d.moe.experts;
+    int k = 0;
+    for (int l = 0; l < m->table.layers; l++) {
+        if (!m->in->moe[l]) continue;
+        double *c = m->in->moe_tokens + (size_t)l * E;
+        memcpy(out + (size_t)k++ * E, c, sizeof(double) * (size_t)E);
+        memset(c, 0, sizeof(double) * (size_t)E);
+    }
+}
+
+int lt_model_moe_bias_index(const LtModel *m, int k) {
+    for (int l = 0; l < m->table.layers; l++)
+        if (m->in->moe[l] && k-- == 0) return m->d.moe.expert_bias ? router_idx(m, l) + 1 : -1;
+    return -1;
 }
 
 void lt_model_moe_take(LtModel *m, LtMoeStats *out) {
@@ -647,7 +670,7 @@ static LtMoeCtx moe_ctx(const LtModel *m) {
 static LtMoeWeights moe_weights(LtModel *m, int l) {
     const int r = router_idx(m, l), fp = ffn_params(m);
     for (int e = 0; e < m->d.moe.experts; e++) {
-        const int b = r + 1 + e * fp;
+        const int b = r + 1 + !!m->d.moe.expert_bias + e * fp;
         LtExpertTensors *t = &m->in->moe_exp[e];
         if (is_llama(m))
             *t = (LtExpertTensors){param(m, b), NULL, param(m, b + 1), NULL,
@@ -657,7 +680,16 @@ static LtMoeWeights moe_weights(LtModel *m, int l) {
                                    param(m, b + 3), grad(m, b),      grad(m, b + 1),
                                    grad(m, b + 2),  grad(m, b + 3)};
     }
-    return (LtMoeWeights){param(m, r), grad(m, r), m->in->moe_exp};
+    return (LtMoeWeights){param(m, r), m->d.moe.expert_bias ? param(m, r + 1) : NULL, grad(m, r),
+                          m->in->moe_exp};
+}
+
+/* The kept assignments of each expert of MoE layer l in this forward, added
+ * to the step's counts (aux-loss-free balancing, lt_model_moe_tokens_take). */
+static void count_tokens(LtModel *m, int l, const LtMoeActs *a) {
+    const int E = m->d.moe.experts;
+    for (int e = 0; e < E; e++)
+        m->in->moe_tokens[(size_t)l * E + e] += a->host_off[e + 1] - a->host_off[e];
 }
 
 /* Local layer l from its first LayerNorm through the MLP activation, with
@@ -689,6 +721,7 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
         const LtMoeWeights w = moe_weights(m, l);
         lt_moe_forward(be, &cx, &s, &w, a->moe, &m->in->moe_work, rows_at(m, a->ln2, mine, C),
                        m->in->recomputing ? NULL : &m->in->moe_stats[l]);
+        if (!m->in->recomputing && m->in->training_forward) count_tokens(m, l, a->moe);
     }
     if (!lw(m, l, P_FCW)) return; /* an MoE layer without a shared expert */
     if (is_llama(m)) { /* fch_pre = gate | up, fch = silu(gate) * up */
@@ -870,7 +903,9 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
     const int last = lt_model_chunk_last(m, c);
     LT_CHECK(last || out);
     const int loss = last && targets;
+    m->in->training_forward = grad_scale != 0.0f;
     chunk_body(m, c, s, m->B, tokens, out, !(loss && m->in->tp_overlap));
+    m->in->training_forward = 0;
     if (!loss) return;
     LtBackend *be = m->be;
     const int N = m->B * m->T, C = m->d.hidden, R = m->sp ? N / m->in->tp_size : N;

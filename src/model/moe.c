@@ -106,11 +106,12 @@ void lt_moe_work_alloc(LtBackend *be, const LtMoeShape *s, LtMoeWork *w, size_t 
     w->xr = s->ep > 1 ? dalloc(be, lt_act_bytes(be, Mw * C), bytes) : NULL;
     w->dw = dalloc(be, R * (size_t)s->K * sizeof(float), bytes);
     w->dlogits = dalloc(be, R * (size_t)s->E * sizeof(float), bytes);
+    w->bias = dalloc(be, (size_t)s->E * sizeof(float), bytes);
     w->host_ge = s->ep > 1 ? lt_calloc(sizeof(int32_t) * 2 * (size_t)(s->Mr + 1)) : NULL;
 }
 
 void lt_moe_work_free(LtBackend *be, LtMoeWork *w) {
-    void *ps[] = {w->dy, w->dh, w->dhpre, w->dxp, w->xr, w->dw, w->dlogits};
+    void *ps[] = {w->dy, w->dh, w->dhpre, w->dxp, w->xr, w->dw, w->dlogits, w->bias};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) be->ops->free(be, ps[i]);
     free(w->host_ge);
@@ -262,8 +263,9 @@ void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
     const LtCommType act = lt_comm_act_type(be);
     o->moe_router_fwd(be, a->logits, x, wt->router, R, C, E);
     balance_stats(be, cx, s, a, acc);
-    o->moe_topk(be, a->idx, a->w, a->logits, NULL, R, E, K, d->score, d->pre_softmax,
-                d->topk_scale);
+    if (wt->bias) o->act_to_f32(be, w->bias, wt->bias, (size_t)E);
+    o->moe_topk(be, a->idx, a->w, a->logits, wt->bias ? w->bias : NULL, R, E, K, d->score,
+                d->pre_softmax, d->topk_scale);
     o->moe_dispatch(be, a->pos, a->src, a->offsets, a->dropped, a->idx, a->w, R, E, K,
                     s->capacity, d->drop_policy, d->pad);
     o->download(be, a->host_off, a->offsets, (size_t)(E + 1) * sizeof(int32_t));

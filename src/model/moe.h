@@ -49,6 +49,7 @@ typedef struct {
 
 typedef struct {
     const void *router;   /* (E, C) */
+    const void *bias;     /* (E) the expert bias (aux-loss-free balancing), or NULL */
     float *grouter;
     LtExpertTensors *expert; /* E */
 } LtMoeWeights;
@@ -84,6 +85,7 @@ typedef struct {
     void *dy, *dh, *dhpre, *dxp; /* (Mw, C), (Mw, F), (Mw, 2F), (Mw, C); Mw = max(M, Mr) */
     void *xr;                    /* (Mw, C) EP: rows as the all-to-all delivers them */
     float *dw, *dlogits;         /* (R, K), (R, E) */
+    float *bias;                 /* (E) the expert bias in fp32 for the top-k choice */
     int32_t *host_ge;            /* (2 Mr + 2) EP: staging of the reorder and its inverse */
 } LtMoeWork;
 

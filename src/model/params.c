@@ -143,6 +143,8 @@ static void add_layer(LtParamTable *t, int *cap, const LtModelDims *d, int l, fl
     if (e->shared_ffn > 0) add_ffn(t, cap, d, l, "mlp.shared", e->shared_ffn, 1, std, proj_std);
     add(t, cap, LT_SPLIT_NONE, LT_INIT_NORMAL, std, 1, e->experts, d->hidden,
         "h.%d.mlp.router.weight", l);
+    if (e->expert_bias)
+        add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, e->experts, 0, "h.%d.mlp.expert_bias", l);
     for (int x = 0; x < e->experts; x++) {
         char pre[48];
         snprintf(pre, sizeof pre, "mlp.experts.%d", x);
@@ -154,7 +156,8 @@ int lt_params_layer_count(const LtModelDims *d, int l) {
     const int llama = d->arch == LT_ARCH_LLAMA, ffn = llama ? 2 : 4;
     const int dense = llama ? LT_LLAMA_PARAMS_PER_LAYER : LT_PARAMS_PER_LAYER;
     if (!lt_dims_moe_layer(d, l)) return dense;
-    return dense - ffn + (d->moe.shared_ffn > 0 ? ffn : 0) + 1 + d->moe.experts * ffn;
+    return dense - ffn + (d->moe.shared_ffn > 0 ? ffn : 0) + 1 + !!d->moe.expert_bias +
+           d->moe.experts * ffn;
 }
 
 void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp_rank,
@@ -358,7 +361,9 @@ LtModelDims lt_dims_from_config(const LtConfig *c) {
                 .z_coeff = (float)c->model.moe_z_loss_coeff,
                 .capacity = (float)c->model.moe_expert_capacity_factor,
                 .drop_policy = c->model.moe_token_drop_policy,
-                .pad = c->model.moe_pad_expert_input_to_capacity},
+                .pad = c->model.moe_pad_expert_input_to_capacity,
+                .expert_bias = c->model.moe_router_enable_expert_bias,
+                .bias_rate = (float)c->model.moe_router_bias_update_rate},
     };
     memcpy(d.moe.layer, c->model.moe_layer, sizeof d.moe.layer);
     return d;

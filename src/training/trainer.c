@@ -92,6 +92,7 @@ typedef struct {
     LtMoeReport *moe;            /* every MoE layer's, over all ranks (rank 0 reports) */
     int nmoe;
     double *moe_sum;             /* (6 x num_layers) the reduction's buffer */
+    double *moe_tokens;          /* (MoE layers held x experts) the expert bias's counts */
 } Trainer;
 
 /* One step's outcome, as reported. */
@@ -375,6 +376,8 @@ static void alloc_step_state(Trainer *t) {
         t->moe_local = lt_calloc(sizeof(LtMoeStats) * (size_t)(lt_model_moe_layers(r->model) + 1));
         t->moe = lt_calloc(sizeof(LtMoeReport) * L);
         t->moe_sum = lt_calloc(sizeof(double) * 6 * L);
+        t->moe_tokens = lt_calloc(sizeof(double) * (size_t)cfg->model.num_experts *
+                                  (size_t)(lt_model_moe_layers(r->model) + 1));
     }
 }
 
@@ -404,6 +407,45 @@ static void start_training(Trainer *t) {
  * of each in phase_s[0] and phase_s[1]; s->lr the update's LR). Returns 1
  * when the update is skipped as a loss spike, with the step's real loss in
  * s->loss and its standard score in *spike_z. */
+/* Aux-loss-free balancing (model.moe_router_enable_expert_bias; Megatron-Core's
+ * get_updated_expert_bias): the step's kept assignments per expert, summed over
+ * the stage's TP x DP ranks, move each expert's bias by rate x sign(mean -
+ * count). The optimizer's fp32 master weights of this rank's shard take it
+ * before the update, which leaves them (the bias has no gradient and no decay)
+ * and copies them into the parameters, gathered under ZeRO. */
+static void update_expert_bias(Trainer *t) {
+    LtRun *r = &t->r;
+    const LtConfig *c = r->cfg;
+    if (!c->model.moe_router_enable_expert_bias) return;
+    const int n = lt_model_moe_layers(r->model), E = c->model.num_experts;
+    const double rate = c->model.moe_router_bias_update_rate;
+    double *cnt = t->moe_tokens;
+    lt_model_moe_tokens_take(r->model, cnt);
+    lt_comm_all_reduce(lt_comm_host(r->dp), cnt, (size_t)n * E, LT_COMM_F64, LT_COMM_SUM);
+    lt_comm_all_reduce(lt_comm_host(r->tp), cnt, (size_t)n * E, LT_COMM_F64, LT_COMM_SUM);
+    const LtOptimizer *o = r->opt;
+    LtBackend *be = r->be;
+    float *v = lt_malloc(sizeof(float) * (size_t)E);
+    for (int k = 0; k < n; k++) {
+        const LtParam *p = &r->model->table.p[lt_model_moe_bias_index(r->model, k)];
+        const size_t lo = p->offset > o->shard_begin ? p->offset : o->shard_begin,
+                     end = o->shard_begin + o->shard_len,
+                     hi = p->offset + (size_t)E < end ? p->offset + (size_t)E : end;
+        if (lo >= hi) continue; /* another data-parallel rank's shard holds it */
+        const double *ck = cnt + (size_t)k * E;
+        double mean = 0.0;
+        for (int e = 0; e < E; e++) mean += ck[e] / E;
+        float *dst = o->master + (lo - o->shard_begin);
+        be->ops->download(be, v, dst, sizeof(float) * (hi - lo));
+        for (size_t i = 0; i < hi - lo; i++) {
+            const double off = mean - ck[lo - p->offset + i];
+            v[i] += (float)(rate * (off > 0 ? 1.0 : off < 0 ? -1.0 : 0.0));
+        }
+        be->ops->upload(be, dst, v, sizeof(float) * (hi - lo));
+    }
+    free(v);
+}
+
 static int finish_update(Trainer *t, StepResult *s, double phase_s[2], double *spike_z) {
     LtRun *r = &t->r;
     const LtConfig *cfg = r->cfg;
@@ -420,6 +462,7 @@ static int finish_update(Trainer *t, StepResult *s, double phase_s[2], double *s
     const int spike = t->sw.cap && lt_loss_spike(r, &t->sw, t->stats_dev, t->loss_tokens,
                                                  &s->loss, spike_z);
     lt_optim_grad_sumsq(r->opt, r->model->grads, t->stats_dev + 1, t->stats_dev);
+    update_expert_bias(t);
     s->lr = cfg->train.rampup.start ? lt_lr_at_samples(cfg, t->consumed, t->batch)
                                     : lt_lr_at(cfg, t->step);
     lt_optim_step(r->opt, r->model->params, r->model->grads, s->lr, 1.0,
@@ -834,6 +877,7 @@ static int close_training(Trainer *t) {
     free(t->moe_local);
     free(t->moe);
     free(t->moe_sum);
+    free(t->moe_tokens);
     lt_run_teardown(r);
     return t->exit_code;
 }
