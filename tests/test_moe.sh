@@ -154,8 +154,8 @@ else fail expert_bias_ep4_zero1_matches_single_process "$(echo "${err:-run faile
 
 # ---- checkpoints move between EP layouts -------------------------------------------
 # steps 1-4 in one layout, 5-8 in another, against the reference's steps 5-8
-reshard() { # name np_a "overrides_a" np_b "overrides_b"
-  local name=$1 out="$T/$1" launch_a="$LT" launch_b="$LT"
+reshard() { # name np_a "overrides_a" np_b "overrides_b" [reference run]
+  local name=$1 out="$T/$1" launch_a="$LT" launch_b="$LT" ref=${6:-ref}
   mkdir -p "$out"
   [ "$2" -gt 1 ] && launch_a="$MPI -np $2 $LT"
   [ "$4" -gt 1 ] && launch_b="$MPI -np $4 $LT"
@@ -163,13 +163,19 @@ reshard() { # name np_a "overrides_a" np_b "overrides_b"
     >"$out/a.log" 2>&1 </dev/null &&
     $launch_b train configs/tiny.yaml $BASE checkpoint.load=$out/ckA checkpoint.dir=$out/ckB \
       logging.metrics_file=$out/b.jsonl $5 >"$out/b.log" 2>&1 </dev/null &&
-    python3 tests/compare_runs.py --resumed "$T/ref/m.jsonl" "$out/b.jsonl" 5 8 1e-5
+    python3 tests/compare_runs.py --resumed "$T/$ref/m.jsonl" "$out/b.jsonl" 5 8 1e-5
 }
 if reshard ep4_to_ep1 4 "$EP4 $SP" 1 "" >/dev/null 2>&1; then pass checkpoint_ep4_to_ep1
 else fail checkpoint_ep4_to_ep1 "see $T/ep4_to_ep1"; fi
 if reshard ep1_to_ep2_pp2 1 "" 4 "$EP2 parallel.pipeline_model_parallel_size=2" >/dev/null 2>&1
 then pass checkpoint_ep1_to_ep2_pp2
 else fail checkpoint_ep1_to_ep2_pp2 "see $T/ep1_to_ep2_pp2"; fi
+# 8 experts over 8 ranks (DP 8, micro batch 1) to one process
+E8="model.num_experts=8 train.micro_batch_size=1"
+if run ref_e8 1 $E8 &&
+   reshard ep8_to_ep1 8 "$E8 parallel.expert_model_parallel_size=8" 1 "$E8" ref_e8 >/dev/null 2>&1
+then pass checkpoint_ep8_to_ep1
+else fail checkpoint_ep8_to_ep1 "see $T/ep8_to_ep1"; fi
 
 # ---- refusals -----------------------------------------------------------------------
 out=$($MPI -np 2 "$LT" train configs/tiny.yaml $BASE parallel.expert_model_parallel_size=4 2>&1 </dev/null)
