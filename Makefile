@@ -153,7 +153,7 @@ TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 GPU_TEST_BINS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/*.c))
 
 .PHONY: all deps check-deps test test-full demo clean gpu-test peer-check hf-check gpu-build rehearse-gpu fuzz
-all: check-deps $(BUILD)/lattice $(TEST_BINS) $(CUDA_RES)
+all: check-deps $(BUILD)/lattice $(TEST_BINS) $(BUILD)/tests/bench_moe $(CUDA_RES)
 
 deps:
 	@scripts/setup.sh
