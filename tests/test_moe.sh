@@ -152,6 +152,20 @@ if run ref_bias8 1 $EB && run bias_ep4_zero1 4 $EB $SP $EP4 optimizer.zero_stage
   pass expert_bias_ep4_zero1_matches_single_process
 else fail expert_bias_ep4_zero1_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
 
+# evaluation with EP over DP when the micro batches do not split evenly (23 of
+# 4 samples over 2 ranks): the rank short of one runs an uncounted forward, so
+# the all-to-alls pair up and the loss is one process's
+head -c 3000 "$T/text.txt" | python3 -c "
+import sys; print(' '.join(map(str, sys.stdin.buffer.read())))" > "$T/valid.ids" &&
+  "$LT" shard --vocab-size 256 --input "$T/valid.ids" "$T/valid.ltok" >/dev/null
+VAL="data.valid_path=$T/valid.ltok train.micro_batch_size=4 eval.interval=4 eval.iters=100"
+if run ref_val 1 $VAL && run val_ep2 2 $VAL $EP2 &&
+   a=$(sed -n 's/^eval step 8 | val loss \([0-9.]*\).*/\1/p' "$T/ref_val/log") &&
+   b=$(sed -n 's/^eval step 8 | val loss \([0-9.]*\).*/\1/p' "$T/val_ep2/log") &&
+   [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "| 92 samples |" "$T/val_ep2/log"; then
+  pass eval_uneven_micro_batches_under_ep
+else fail eval_uneven_micro_batches_under_ep "val loss ${a:-?} vs ${b:-?}"; fi
+
 # ---- checkpoints move between EP layouts -------------------------------------------
 # steps 1-4 in one layout, 5-8 in another, against the reference's steps 5-8
 reshard() { # name np_a "overrides_a" np_b "overrides_b" [reference run]

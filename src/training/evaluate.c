@@ -53,7 +53,7 @@ double lt_evaluate(LtRun *r, long *samples_out) {
      * Up to BLOCK micro batches go through the pipeline together, so its
      * stages work at once. */
     const uint64_t stride = (uint64_t)mbs * (uint64_t)r->topo.dp;
-    uint64_t s = (uint64_t)r->coords.dp * (uint64_t)mbs;
+    uint64_t s = (uint64_t)r->coords.dp * (uint64_t)mbs, done = 0;
     while (s < n) {
         int k = 0;
         for (; k < BLOCK && s < n; k++, s += stride)
@@ -61,8 +61,18 @@ double lt_evaluate(LtRun *r, long *samples_out) {
         lt_split_rows(rows, k * mbs, S, in, tgt);
         counted += (double)lt_count_unmasked(in, (size_t)k * mbs * S, eod);
         lt_pipeline_forward(r->pipe, in, tgt, k); /* (in, tgt: pageable, reusable at once) */
+        done += (uint64_t)k;
     }
     sum = lt_model_loss_take(r->model);
+    /* expert parallelism over data-parallel ranks exchanges tokens in every
+     * forward: a rank short of a micro batch runs one more, not counted */
+    const uint64_t most = (n / mbs + (uint64_t)r->topo.dp - 1) / (uint64_t)r->topo.dp;
+    if (r->ep && done < most) {
+        read_valid_samples(r, 0, mbs, rows, ds, qs);
+        lt_split_rows(rows, mbs, S, in, tgt);
+        for (; done < most; done++) lt_pipeline_forward(r->pipe, in, tgt, 1);
+        lt_model_loss_take(r->model);
+    }
     free(rows);
     free(in);
     free(tgt);
