@@ -3,8 +3,9 @@
 # for a layout agrees with what the engine allocates (the run summary's
 # "memory bytes per rank" line, and every stage's activations) within 5% in
 # each category, and the run summary prints it next to the allocation, over the layouts the suite trains (data, tensor, sequence and
-# pipeline parallelism, ZeRO 0/1/2, recomputation, bf16; GPT and Llama); its table for GPT-2
-# 1.5B on 8 GPUs; its refusals (an MoE config among them). lattice plan --calibrate on the CPU (plausible
+# pipeline parallelism, ZeRO 0/1/2, recomputation, bf16; GPT and Llama; mixture of
+# experts with expert parallelism); its table for GPT-2 1.5B on 8 GPUs; its
+# refusals (expert tensor parallelism among them). lattice plan --calibrate on the CPU (plausible
 # figures, a file that --calibration takes and that moves the prediction the
 # right way and that a run predicts with (LT_PLAN_CALIBRATION); malformed files
 # refused naming the field; --device cuda refused
@@ -84,6 +85,23 @@ agree pp2_vpp3_embedding_loss 2 parallel.pipeline_model_parallel_size=2 \
   parallel.account_for_loss_in_pipeline_split=true
 agree pp3_first2_sel 3 parallel.pipeline_model_parallel_size=3 \
   parallel.num_layers_in_first_pipeline_stage=2 train.recompute=selective
+# mixture of experts (every slot layer's routed-expert buffers, the backward's
+# workspace, the MLP buffers of the widest dense or shared expert): one rank; EP 2
+# over TP 2 with SP; EP 2 over DP with pipeline stages (the engine's LT_PLAN_CHECK
+# holds every stage); a shared expert on every second layer, interleaved, ZeRO 2;
+# Llama experts under EP 4 over TP 2 x DP 2 with full recomputation; capacity padding
+MOE="model.num_experts=4 model.moe_ffn_hidden_size=48 model.moe_aux_loss_coeff=0.01"
+EP2=parallel.expert_model_parallel_size=2
+agree moe_single 1 $MOE
+agree moe_ep2_tp2_sp 2 $MOE $EP2 parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true
+agree moe_ep2_pp2 4 $MOE $EP2 parallel.pipeline_model_parallel_size=2
+agree moe_shared_pp2_vpp2_zero2 4 $MOE $EP2 "model.moe_layer_freq=([0,1]*2)" \
+  model.moe_shared_expert_intermediate_size=96 parallel.pipeline_model_parallel_size=2 \
+  parallel.virtual_pipeline_model_parallel_size=2 optimizer.zero_stage=2
+BASE="$LBASE" agree moe_llama_ep4_full 4 $MOE parallel.expert_model_parallel_size=4 \
+  parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true train.recompute=full
+agree moe_capacity_pad 2 $MOE $EP2 model.moe_expert_capacity_factor=1.5 \
+  model.moe_pad_expert_input_to_capacity=true train.precision=bf16
 
 # the step-time model's overlap (lattice plan --layout prints a layout's step by
 # part): what each switch hides, where the layout and the library allow it
@@ -300,12 +318,17 @@ if [ $rc1 -eq 2 ] && grep -q "multiple of --gpus-per-node" "$T/r1" && [ $rc2 -eq
   pass plan_refusals
 else fail plan_refusals "rc $rc1/$rc2: $(cat "$T/r1" "$T/r2" | grep error | head -2)"; fi
 
-# a mixture-of-experts config: the planner does not model it yet, and says so
-"$LT" plan configs/tiny.yaml model.num_experts=4 > "$T/r3" 2>&1
-rc=$?
-if [ $rc -eq 2 ] && grep -q "does not model mixture-of-experts layers yet" "$T/r3"; then
-  pass plan_moe_refused
-else fail plan_moe_refused "rc $rc: $(head -2 "$T/r3")"; fi
+# mixture of experts: expert tensor parallelism and an EP that does not divide the
+# experts are refused as the config refuses them
+"$LT" plan configs/tiny.yaml model.num_experts=4 parallel.expert_tensor_parallel_size=2 > "$T/r3" 2>&1
+rc3=$?
+"$LT" plan configs/tiny.yaml model.num_experts=4 parallel.expert_model_parallel_size=3 --layout \
+  --gpus 3 > "$T/r4" 2>&1
+rc4=$?
+if [ $rc3 -eq 2 ] && grep -q "expert_tensor_parallel_size > 1: tensor parallelism inside an expert" "$T/r3" &&
+   [ $rc4 -eq 2 ] && grep -q "expert_model_parallel_size (3) must divide model.num_experts (4)" "$T/r4"; then
+  pass plan_moe_refusals
+else fail plan_moe_refusals "rc $rc3/$rc4: $(cat "$T/r3" "$T/r4" | head -2)"; fi
 
 # ---- lattice plan --calibrate and --calibration FILE ---------------------------------
 # a short calibration on the CPU: plausible figures, printed and written

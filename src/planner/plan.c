@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "model.h"
+#include "model/moe.h"
 #include "optim.h"
 #include "params.h"
 #include "pipeline.h"
@@ -48,11 +49,48 @@ static void bucket_grads(const LtParamTable *t, int pp, size_t *len, size_t *emb
     if (*piece == 0 || *piece > bucket) *piece = bucket;
 }
 
+/* The MoE shape of a layout's rank (tensor rank 0): lt_model_create's. */
+static LtMoeShape moe_shape(const LtConfig *c, const LtModelDims *d, int tp, int sp) {
+    const int B = c->train.micro_batch_size, T = c->model.seq_length, N = B * T;
+    return lt_moe_shape(&d->moe, d->arch, B, T, d->hidden, sp ? N / tp : N, 0,
+                        c->parallel.expert_model_parallel_size, 0);
+}
+
+/* What lt_moe_acts_alloc allocates for one layer (a: bytes per activation). */
+static size_t moe_acts_bytes(const LtMoeShape *s, size_t a) {
+    const size_t R = (size_t)s->R, E = (size_t)s->E, K = (size_t)s->K, M = (size_t)s->M,
+                 Mr = (size_t)s->Mr, C = (size_t)s->C, F = (size_t)s->F;
+    size_t b = 4 * (R * E + 3 * R * K + M + (E + 1) + 1 + 2 * (size_t)s->groups * E) + 8;
+    b += a * (2 * M * C + Mr * F * (s->llama ? 3 : 2) + R * C); /* xp, y; hpre, h; out */
+    if (s->ep > 1) b += a * 2 * Mr * C + 4 * 2 * Mr;             /* xe, ye; ge, ginv */
+    return b;
+}
+
+/* What lt_moe_work_alloc allocates (shared by the layers). */
+static size_t moe_work_bytes(const LtMoeShape *s, size_t a) {
+    const size_t C = (size_t)s->C, F = (size_t)s->F, Mw = (size_t)(s->M > s->Mr ? s->M : s->Mr);
+    return a * Mw * (2 * C + F + (s->llama ? 2 * F : 0) + (s->ep > 1 ? C : 0)) +
+           4 * (size_t)s->R * (size_t)(s->K + s->E);
+}
+
+/* The widest MLP of the stage's layers on a TP rank (a dense layer's ffn,
+ * an MoE layer's shared expert; at least 1), as lt_model_create sizes the
+ * MLP buffers; *moe_any: the stage holds an MoE layer. */
+static size_t stage_ffn(const LtParamTable *t, const LtModelDims *d, int tp, int *moe_any) {
+    size_t F = 1;
+    *moe_any = 0;
+    for (int l = 0; l < t->layers; l++) {
+        const int moe = lt_dims_moe_layer(d, lt_params_global_layer(t, l));
+        const size_t f = (size_t)(moe ? d->moe.shared_ffn : d->ffn) / (size_t)tp;
+        *moe_any |= moe;
+        if (f > F) F = f;
+    }
+    return F;
+}
+
 int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2p,
                    LtPlanMemory *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    if (c->model.num_experts > 0)
-        return lt_errorf(err, errlen, "the planner does not model mixture-of-experts layers yet");
     const int tp = c->parallel.tensor_model_parallel_size, pp = c->parallel.pipeline_model_parallel_size,
               vpp = c->parallel.virtual_pipeline_model_parallel_size;
     const int dp = world / (tp * pp);
@@ -61,7 +99,7 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     const int zero = dp > 1 ? c->optimizer.zero_stage : 0;
     const LtModelDims d = lt_dims_from_config(c);
     const size_t B = (size_t)c->train.micro_batch_size, T = (size_t)c->model.seq_length, N = B * T,
-                 C = (size_t)d.hidden, F = (size_t)d.ffn / (size_t)tp, H = (size_t)d.heads / (size_t)tp,
+                 C = (size_t)d.hidden, H = (size_t)d.heads / (size_t)tp,
                  R = sp ? N / (size_t)tp : N, Vl = (size_t)d.padded_vocab / (size_t)tp;
     const int llama = d.arch == LT_ARCH_LLAMA;
     /* this rank's qkv columns ((NH + 2 NKV) HD / tp; GPT 3C / tp), norm statistics
@@ -78,6 +116,9 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     LtParamTable t;
     lt_params_build_stage(&t, &d, tp, 0, (LtStagePlace){pp, stage, vpp, lt_config_layer_split(c)});
     const size_t flat = lt_optim_flat_size(&t, dp);
+    int moe_any;
+    const size_t F = stage_ffn(&t, &d, tp, &moe_any);
+    const LtMoeShape ms = moe_shape(c, &d, tp, sp);
 
     out->params = a * flat;
     /* gradients: the model's buffer, and the optimizer's shard (ZeRO >= 1) */
@@ -100,9 +141,11 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
      * al.'s sbh terms for lattice's tensors; flash attention keeps only the
      * log-sum-exp, no s^2 term): LN1 and LN2 outputs, qkv, attention output,
      * the residual after attention, the MLP's activation tensors, norm
-     * statistics and the log-sum-exp */
+     * statistics and the log-sum-exp; where the stage holds an MoE layer,
+     * every layer's routed-expert buffers too (lt_moe_acts_alloc) */
     const size_t layer = a * (N * C + N * QKV + R * C + N * C + mlp_f * N * F) +
-                         4 * (stats * R + N * H),
+                         4 * (stats * R + N * H) +
+                         (moe_any ? moe_acts_bytes(&ms, a) : 0), /* every slot layer's */
                  atty = a * N * C / (size_t)tp, x = a * R * C;
     /* a slot holds the largest chunk's layers; its input even without layers */
     const size_t n = (size_t)t.max_chunk_layers, nx = n ? n : 1,
@@ -127,6 +170,7 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     if (sp) ws += a * R * C + a * N * C;        /* SP scratch, gathered gradient */
     ws += a * N * C + a * N * QKV + a * N * F; /* dc, d3c, dff */
     if (llama) ws += a * 2 * N * F + 4 * T * (C / (size_t)d.heads); /* dgu, rotary table */
+    if (moe_any) ws += moe_work_bytes(&ms, a);
     out->workspace = ws;
 
     /* the pipeline's message buffers: boundary tensors (R x C) */

@@ -298,9 +298,6 @@ static int plan_setup(PlanArgs *p, PlanSetup *s) {
     const int rc = lt_config_load(&s->base, p->config, p->nover, p->over, err, sizeof err);
     if (rc) return bad(err, NULL);
     const LtConfig *b = &s->base;
-    if (b->model.num_experts > 0)
-        return bad("the planner does not model mixture-of-experts layers yet (model.num_experts "
-                   "is set): it would predict a dense model's memory and time", NULL);
     s->cpu_run = b->train.device == LT_DEVICE_CPU ||
                  (b->train.device == LT_DEVICE_AUTO && lt_cuda_device_count() <= 0);
     /* --layout of a config that trains on the CPU: the cpu row unless told */
