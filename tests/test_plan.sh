@@ -235,6 +235,35 @@ marked=$(grep -c '^\*' "$T/table")
 if [ $legend_ok -eq 1 ] && [ "$marked" -eq 1 ] &&
    grep -qE '^\* *1 +1 +1 +8 +16 +none +0 +n +even ' "$T/table"; then pass plan_legend_and_mark
 else fail plan_legend_and_mark "legend $legend_ok, $marked marked: $(grep '^\*' "$T/table")"; fi
+# a mixture-of-experts model: expert parallelism enumerated beside TP/PP/DP/VPP (every
+# divisor of tp x dp that divides the experts), in a column of its own (a dense table
+# has none); --layout takes the config's EP and prints its all-to-all
+"$LT" plan configs/tiny.yaml $MOE train.micro_batch_size=1 --gpus 8 --gpu h100 --top 1000 > "$T/tmoe" 2>&1; rc=$?
+"$LT" plan configs/tiny.yaml $MOE $EP2 parallel.tensor_model_parallel_size=2 \
+  parallel.sequence_parallel=true --layout --gpus 4 --gpu h100 > "$T/lmoe" 2>&1; rc2=$?
+if err=$(python3 - "$T/tmoe" $rc "$T/lmoe" $rc2 "$T/table" <<'PY' 2>&1
+import re, sys
+text, rc, lay, rc2, dense = open(sys.argv[1]).read(), int(sys.argv[2]), open(sys.argv[3]).read(), int(sys.argv[4]), open(sys.argv[5]).read()
+assert rc == 0 and rc2 == 0, (rc, rc2, text[-300:], lay[-300:])
+head = [l for l in text.splitlines() if l.startswith(' tp ')][0]
+assert head.split('|')[0].split()[-1] == 'ep', head
+assert [l for l in dense.splitlines() if l.startswith(' tp ')][0].split('|')[0].split()[-1] == 'split'
+rows = [l[1:].split('|')[0].split() for l in text.splitlines() if re.match(r'^[ *] *\d+ +\d+ +\d+ +\d+ +\d+ ', l)]
+shapes = {}
+for r in rows:
+    tp, dp, ep = int(r[0]), int(r[3]), int(r[9])
+    assert (tp * dp) % ep == 0 and 4 % ep == 0, r
+    shapes.setdefault((tp, dp), set()).add(ep)
+assert {1, 2, 4} <= set().union(*shapes.values()), shapes
+assert any(4 in e and len(e) == 3 for (tp, dp), e in shapes.items()), shapes
+assert 'tp 2, pp 1, vpp 1, dp 2, ep 2 (4 experts)' in lay, lay[:300]
+a2a = re.search(r'all-to-all \(expert parallelism\): ([\d.]+) MB per step leave the rank', lay)
+ep = float(re.search(r'exposed communication .*, ep ([\d.]+) \+', lay).group(1))
+assert a2a and float(a2a.group(1)) > 0 and ep > 0, lay
+print(f'{len(rows)} rows, EP per (tp, dp): ' + ', '.join(f'{k}: {sorted(v)}' for k, v in sorted(shapes.items())))
+PY
+); then pass "plan_moe_enumerates_ep ($err)"
+else fail plan_moe_enumerates_ep "$(echo "$err" | tail -2)"; fi
 # a config whose layout is not in the table says where it stands or why it is not
 "$LT" plan configs/demo.yaml --gpus 8 --top 2 > "$T/tdemo" 2>&1; rc=$?
 if [ $rc -eq 0 ] && grep -q "the config's own layout does not validate on 8 GPUs: train.global_batch_size (16) .*try train.micro_batch_size=2" "$T/tdemo" &&
@@ -318,17 +347,21 @@ if [ $rc1 -eq 2 ] && grep -q "multiple of --gpus-per-node" "$T/r1" && [ $rc2 -eq
   pass plan_refusals
 else fail plan_refusals "rc $rc1/$rc2: $(cat "$T/r1" "$T/r2" | grep error | head -2)"; fi
 
-# mixture of experts: expert tensor parallelism and an EP that does not divide the
-# experts are refused as the config refuses them
+# mixture of experts: expert tensor parallelism, an EP that does not divide the
+# experts or the stage's ranks are refused as the config refuses them
 "$LT" plan configs/tiny.yaml model.num_experts=4 parallel.expert_tensor_parallel_size=2 > "$T/r3" 2>&1
 rc3=$?
 "$LT" plan configs/tiny.yaml model.num_experts=4 parallel.expert_model_parallel_size=3 --layout \
-  --gpus 3 > "$T/r4" 2>&1
+  --gpus 3 train.global_batch_size=12 > "$T/r4" 2>&1
 rc4=$?
+"$LT" plan configs/tiny.yaml model.num_experts=4 parallel.expert_model_parallel_size=4 --layout \
+  --gpus 2 > "$T/r5" 2>&1
+rc5=$?
 if [ $rc3 -eq 2 ] && grep -q "expert_tensor_parallel_size > 1: tensor parallelism inside an expert" "$T/r3" &&
-   [ $rc4 -eq 2 ] && grep -q "expert_model_parallel_size (3) must divide model.num_experts (4)" "$T/r4"; then
+   [ $rc4 -eq 2 ] && grep -q "expert_model_parallel_size (3) must divide model.num_experts (4)" "$T/r4" &&
+   [ $rc5 -eq 2 ] && grep -q "expert_model_parallel_size (4) must divide the ranks of a pipeline stage" "$T/r5"; then
   pass plan_moe_refusals
-else fail plan_moe_refusals "rc $rc3/$rc4: $(cat "$T/r3" "$T/r4" | head -2)"; fi
+else fail plan_moe_refusals "rc $rc3/$rc4/$rc5: $(cat "$T/r3" "$T/r4" "$T/r5" | head -3)"; fi
 
 # ---- lattice plan --calibrate and --calibration FILE ---------------------------------
 # a short calibration on the CPU: plausible figures, printed and written
