@@ -12,8 +12,9 @@
  * ops at calibrated bandwidths, the attention core at its implementation's
  * calibrated rate (docs/planner.md), the schedule simulator's makespan
  * (so the bubble is the schedule's own), and a latency-bandwidth model of the
- * tensor-, pipeline- and data-parallel traffic (NVLink inside a node, the
- * network across nodes), less what the config's overlap switches hide.
+ * tensor-, pipeline- and data-parallel traffic and of the MoE layers'
+ * all-to-alls (NVLink inside a node, the network across nodes), less what
+ * the config's overlap switches hide.
  * The devices' constants come from plan_device.h. */
 #ifndef LT_PLAN_H
 #define LT_PLAN_H
@@ -52,12 +53,15 @@ int lt_plan_memory(const LtConfig *cfg, int world, int stage, size_t act_bytes, 
  * switches leave exposed and what they hide, the optimizer. */
 typedef struct {
     double step, compute, bubble, tp_comm, pp_comm, dp_comm, optim;
+    double ep_comm; /* the MoE layers' all-to-alls (dispatch, combine; nothing hides them) */
     double hidden_tp, hidden_pp, hidden_dp;
     double tokens_per_s, mfu;
     /* compute by part: GEMMs, memory-bound work (with the step's gradient
      * zeroing), the attention core, the loss head; memory-bound bytes and
      * attention FLOPs per step of the busiest stage's rank */
     double gemm, membound, attention, loss_head, mem_bytes, attn_flops;
+    double gemm_flops; /* GEMM FLOPs per step of that rank (recomputation's included) */
+    double a2a_bytes;  /* bytes the all-to-alls send off that rank per step */
     const char *attention_impl; /* "cudnn", "lattice" or "cpu" */
     char overlap[64]; /* the switches in effect, as words ("none" without) */
 } LtPlanStep;

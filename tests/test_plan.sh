@@ -3,8 +3,9 @@
 # for a layout agrees with what the engine allocates (the run summary's
 # "memory bytes per rank" line, and every stage's activations) within 5% in
 # each category, and the run summary prints it next to the allocation, over the layouts the suite trains (data, tensor, sequence and
-# pipeline parallelism, ZeRO 0/1/2, recomputation, bf16; GPT and Llama); its table for GPT-2
-# 1.5B on 8 GPUs; its refusals (an MoE config among them). lattice plan --calibrate on the CPU (plausible
+# pipeline parallelism, ZeRO 0/1/2, recomputation, bf16; GPT and Llama; mixture of
+# experts with expert parallelism); its table for GPT-2 1.5B on 8 GPUs; its
+# refusals (expert tensor parallelism among them). lattice plan --calibrate on the CPU (plausible
 # figures, a file that --calibration takes and that moves the prediction the
 # right way and that a run predicts with (LT_PLAN_CALIBRATION); malformed files
 # refused naming the field; --device cuda refused
@@ -84,6 +85,23 @@ agree pp2_vpp3_embedding_loss 2 parallel.pipeline_model_parallel_size=2 \
   parallel.account_for_loss_in_pipeline_split=true
 agree pp3_first2_sel 3 parallel.pipeline_model_parallel_size=3 \
   parallel.num_layers_in_first_pipeline_stage=2 train.recompute=selective
+# mixture of experts (every slot layer's routed-expert buffers, the backward's
+# workspace, the MLP buffers of the widest dense or shared expert): one rank; EP 2
+# over TP 2 with SP; EP 2 over DP with pipeline stages (the engine's LT_PLAN_CHECK
+# holds every stage); a shared expert on every second layer, interleaved, ZeRO 2;
+# Llama experts under EP 4 over TP 2 x DP 2 with full recomputation; capacity padding
+MOE="model.num_experts=4 model.moe_ffn_hidden_size=48 model.moe_aux_loss_coeff=0.01"
+EP2=parallel.expert_model_parallel_size=2
+agree moe_single 1 $MOE
+agree moe_ep2_tp2_sp 2 $MOE $EP2 parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true
+agree moe_ep2_pp2 4 $MOE $EP2 parallel.pipeline_model_parallel_size=2
+agree moe_shared_pp2_vpp2_zero2 4 $MOE $EP2 "model.moe_layer_freq=([0,1]*2)" \
+  model.moe_shared_expert_intermediate_size=96 parallel.pipeline_model_parallel_size=2 \
+  parallel.virtual_pipeline_model_parallel_size=2 optimizer.zero_stage=2
+BASE="$LBASE" agree moe_llama_ep4_full 4 $MOE parallel.expert_model_parallel_size=4 \
+  parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true train.recompute=full
+agree moe_capacity_pad 2 $MOE $EP2 model.moe_expert_capacity_factor=1.5 \
+  model.moe_pad_expert_input_to_capacity=true train.precision=bf16
 
 # the step-time model's overlap (lattice plan --layout prints a layout's step by
 # part): what each switch hides, where the layout and the library allow it
@@ -217,6 +235,35 @@ marked=$(grep -c '^\*' "$T/table")
 if [ $legend_ok -eq 1 ] && [ "$marked" -eq 1 ] &&
    grep -qE '^\* *1 +1 +1 +8 +16 +none +0 +n +even ' "$T/table"; then pass plan_legend_and_mark
 else fail plan_legend_and_mark "legend $legend_ok, $marked marked: $(grep '^\*' "$T/table")"; fi
+# a mixture-of-experts model: expert parallelism enumerated beside TP/PP/DP/VPP (every
+# divisor of tp x dp that divides the experts), in a column of its own (a dense table
+# has none); --layout takes the config's EP and prints its all-to-all
+"$LT" plan configs/tiny.yaml $MOE train.micro_batch_size=1 --gpus 8 --gpu h100 --top 1000 > "$T/tmoe" 2>&1; rc=$?
+"$LT" plan configs/tiny.yaml $MOE $EP2 parallel.tensor_model_parallel_size=2 \
+  parallel.sequence_parallel=true --layout --gpus 4 --gpu h100 > "$T/lmoe" 2>&1; rc2=$?
+if err=$(python3 - "$T/tmoe" $rc "$T/lmoe" $rc2 "$T/table" <<'PY' 2>&1
+import re, sys
+text, rc, lay, rc2, dense = open(sys.argv[1]).read(), int(sys.argv[2]), open(sys.argv[3]).read(), int(sys.argv[4]), open(sys.argv[5]).read()
+assert rc == 0 and rc2 == 0, (rc, rc2, text[-300:], lay[-300:])
+head = [l for l in text.splitlines() if l.startswith(' tp ')][0]
+assert head.split('|')[0].split()[-1] == 'ep', head
+assert [l for l in dense.splitlines() if l.startswith(' tp ')][0].split('|')[0].split()[-1] == 'split'
+rows = [l[1:].split('|')[0].split() for l in text.splitlines() if re.match(r'^[ *] *\d+ +\d+ +\d+ +\d+ +\d+ ', l)]
+shapes = {}
+for r in rows:
+    tp, dp, ep = int(r[0]), int(r[3]), int(r[9])
+    assert (tp * dp) % ep == 0 and 4 % ep == 0, r
+    shapes.setdefault((tp, dp), set()).add(ep)
+assert {1, 2, 4} <= set().union(*shapes.values()), shapes
+assert any(4 in e and len(e) == 3 for (tp, dp), e in shapes.items()), shapes
+assert 'tp 2, pp 1, vpp 1, dp 2, ep 2 (4 experts)' in lay, lay[:300]
+a2a = re.search(r'all-to-all \(expert parallelism\): ([\d.]+) MB per step leave the rank', lay)
+ep = float(re.search(r'exposed communication .*, ep ([\d.]+) \+', lay).group(1))
+assert a2a and float(a2a.group(1)) > 0 and ep > 0, lay
+print(f'{len(rows)} rows, EP per (tp, dp): ' + ', '.join(f'{k}: {sorted(v)}' for k, v in sorted(shapes.items())))
+PY
+); then pass "plan_moe_enumerates_ep ($err)"
+else fail plan_moe_enumerates_ep "$(echo "$err" | tail -2)"; fi
 # a config whose layout is not in the table says where it stands or why it is not
 "$LT" plan configs/demo.yaml --gpus 8 --top 2 > "$T/tdemo" 2>&1; rc=$?
 if [ $rc -eq 0 ] && grep -q "the config's own layout does not validate on 8 GPUs: train.global_batch_size (16) .*try train.micro_batch_size=2" "$T/tdemo" &&
@@ -300,12 +347,21 @@ if [ $rc1 -eq 2 ] && grep -q "multiple of --gpus-per-node" "$T/r1" && [ $rc2 -eq
   pass plan_refusals
 else fail plan_refusals "rc $rc1/$rc2: $(cat "$T/r1" "$T/r2" | grep error | head -2)"; fi
 
-# a mixture-of-experts config: the planner does not model it yet, and says so
-"$LT" plan configs/tiny.yaml model.num_experts=4 > "$T/r3" 2>&1
-rc=$?
-if [ $rc -eq 2 ] && grep -q "does not model mixture-of-experts layers yet" "$T/r3"; then
-  pass plan_moe_refused
-else fail plan_moe_refused "rc $rc: $(head -2 "$T/r3")"; fi
+# mixture of experts: expert tensor parallelism, an EP that does not divide the
+# experts or the stage's ranks are refused as the config refuses them
+"$LT" plan configs/tiny.yaml model.num_experts=4 parallel.expert_tensor_parallel_size=2 > "$T/r3" 2>&1
+rc3=$?
+"$LT" plan configs/tiny.yaml model.num_experts=4 parallel.expert_model_parallel_size=3 --layout \
+  --gpus 3 train.global_batch_size=12 > "$T/r4" 2>&1
+rc4=$?
+"$LT" plan configs/tiny.yaml model.num_experts=4 parallel.expert_model_parallel_size=4 --layout \
+  --gpus 2 > "$T/r5" 2>&1
+rc5=$?
+if [ $rc3 -eq 2 ] && grep -q "expert_tensor_parallel_size > 1: tensor parallelism inside an expert" "$T/r3" &&
+   [ $rc4 -eq 2 ] && grep -q "expert_model_parallel_size (3) must divide model.num_experts (4)" "$T/r4" &&
+   [ $rc5 -eq 2 ] && grep -q "expert_model_parallel_size (4) must divide the ranks of a pipeline stage" "$T/r5"; then
+  pass plan_moe_refusals
+else fail plan_moe_refusals "rc $rc3/$rc4/$rc5: $(cat "$T/r3" "$T/r4" "$T/r5" | head -3)"; fi
 
 # ---- lattice plan --calibrate and --calibration FILE ---------------------------------
 # a short calibration on the CPU: plausible figures, printed and written

@@ -4,7 +4,9 @@
  * the attention core at its own rate (s^2, cuDNN or lattice's), the parts
  * adding up to the step; the calibration file's new fields round-trip, a
  * file from before them loads with the built-in row's, and the thread
- * scaling. Figures only: nothing here is timed. */
+ * scaling; an MoE layer's GEMM FLOPs (the router beside a dense MLP of the same
+ * active width) and its all-to-alls (bytes by EP, recomputation, across
+ * nodes). Figures only: nothing here is timed. */
 #include "plan.h"
 
 #include <stdio.h>
@@ -35,16 +37,20 @@ static int small_config(int world, int n, const char **extra, LtConfig *c) {
     return 0;
 }
 
-/* The small GPT's step on `world` ranks (one node) predicted on device dev. */
-static int predict(int world, const LtPlanDevice *dev, LtPlanStep *ps, int n, const char **extra) {
+/* The small GPT's step on `world` ranks, gpn per node, predicted on device dev. */
+static int predict_on(int world, int gpn, const LtPlanDevice *dev, LtPlanStep *ps, int n,
+                      const char **extra) {
     LtConfig c;
     char err[1024];
     if (small_config(world, n, extra, &c)) return -1;
-    if (lt_plan_step(&c, world, world, dev, 4, 1, ps, err, sizeof err)) {
+    if (lt_plan_step(&c, world, gpn, dev, 4, 1, ps, err, sizeof err)) {
         printf("  predict: %s\n", err);
         return -1;
     }
     return 0;
+}
+static int predict(int world, const LtPlanDevice *dev, LtPlanStep *ps, int n, const char **extra) {
+    return predict_on(world, world, dev, ps, n, extra);
 }
 
 static LtPlanDevice cpu_row(void) {
@@ -75,7 +81,8 @@ static void test_parts_add_up(void) {
               p.attention, p.loss_head, p.optim);
         CHECK(test_relerr(p.gemm + p.membound + p.attention + p.loss_head, p.compute, 1e-12) <
                   1e-9, "compute %g = the parts' sum", p.compute);
-        const double sum = p.compute + p.bubble + p.tp_comm + p.pp_comm + p.dp_comm + p.optim;
+        const double sum =
+            p.compute + p.bubble + p.tp_comm + p.pp_comm + p.dp_comm + p.ep_comm + p.optim;
         CHECK(test_relerr(sum, p.step, 1e-12) < 1e-9, "step %g = parts %g", p.step, sum);
         CHECK(!strcmp(p.attention_impl, "cpu"), "%s", p.attention_impl);
     }
@@ -215,6 +222,78 @@ static void test_calibration_file(void) {
     free(dir);
 }
 
+/* An MoE layer's GEMMs: with the active parameters fixed (top-2 of 64-wide
+ * experts against a dense 128-wide MLP) the GEMM FLOPs differ by the router's
+ * 2 h E per token alone, forward and backward; more experts of that width
+ * add only router FLOPs, and each expert's fewer rows run its GEMMs slower */
+static void test_moe_gemm_flops(void) {
+    const LtPlanDevice d = cpu_row();
+    const char *dense[] = {"model.ffn_hidden_size=128"},
+               *e4[] = {"model.ffn_hidden_size=128", "model.num_experts=4",
+                        "model.moe_ffn_hidden_size=64"},
+               *e16[] = {"model.ffn_hidden_size=128", "model.num_experts=16",
+                         "model.moe_ffn_hidden_size=64"};
+    LtPlanStep pd, p4, p16;
+    REQUIRE(predict(1, &d, &pd, 1, dense) == 0 && predict(1, &d, &p4, 3, e4) == 0 &&
+                predict(1, &d, &p16, 3, e16) == 0,
+            "predict");
+    const double tokens = 4 * 32, L = 2, C = 64, router = 3 * 2 * C * tokens * L;
+    CHECK(test_relerr(p4.gemm_flops - pd.gemm_flops, 4 * router, 1) < 1e-9,
+          "E 4: %g GEMM FLOPs, dense %g: the router's %g apart", p4.gemm_flops, pd.gemm_flops,
+          4 * router);
+    CHECK(test_relerr(p16.gemm_flops - p4.gemm_flops, 12 * router, 1) < 1e-9,
+          "E 16: %g, E 4: %g", p16.gemm_flops, p4.gemm_flops);
+    CHECK(p16.gemm > p4.gemm && p4.gemm > pd.gemm, "GEMM time dense %g < E 4 %g < E 16 %g",
+          pd.gemm, p4.gemm, p16.gemm);
+    CHECK(p4.ep_comm == 0 && p4.a2a_bytes == 0, "no all-to-all without EP");
+    /* MFU counts the same model FLOPs lt_model_flops_per_sample does */
+    CHECK(test_relerr(p4.mfu * p4.step * d.fp32_tflops * 1e12, 4 * (
+              3.0 * 32 * L * (8 * C * C + 4 * 32 * C + 4 * C * 128 + 2 * C * 4) +
+              3.0 * 32 * 2 * C * 256), 1) < 1e-9, "MFU's FLOPs");
+}
+
+/* Expert parallelism: 4 all-to-alls of R K rows x h per MoE layer per micro
+ * batch, (EP - 1) / EP of them off the rank; full recomputation repeats the
+ * forward's two; across nodes they take the network */
+static void test_moe_all_to_all(void) {
+    const LtPlanDevice d = cpu_row();
+    LtPlanStep p[3], full, far;
+    const char *ep[3][4] = {{"model.num_experts=4", "train.global_batch_size=8",
+                             "parallel.expert_model_parallel_size=1"},
+                            {"model.num_experts=4", "train.global_batch_size=8",
+                             "parallel.expert_model_parallel_size=2"},
+                            {"model.num_experts=4", "train.global_batch_size=8",
+                             "parallel.expert_model_parallel_size=4", "train.recompute=full"}};
+    for (int i = 0; i < 3; i++) REQUIRE(predict(4, &d, &p[i], 3, ep[i]) == 0, "EP %d", 1 << i);
+    LtPlanDevice h;
+    LtPlanStep near;
+    REQUIRE(lt_plan_device("h100", &h) == 0, "h100 row");
+    REQUIRE(predict(4, &d, &full, 4, ep[2]) == 0 && predict_on(4, 4, &h, &near, 3, ep[2]) == 0 &&
+                predict_on(4, 2, &h, &far, 3, ep[2]) == 0,
+            "EP 4 full; on h100s in one node, over 2 nodes");
+    const double s = 4, RK = 2 * 32 * 2, C = 64, L = 2; /* one micro batch per step */
+    CHECK(p[0].a2a_bytes == 0 && p[0].ep_comm == 0, "EP 1: %g", p[0].a2a_bytes);
+    for (int i = 1; i < 3; i++) {
+        const double e = 1 << i, want = L * 4 * s * RK * C * (e - 1) / e;
+        CHECK(test_relerr(p[i].a2a_bytes, want, 1) < 1e-12, "EP %g: %g bytes, want %g", e,
+              p[i].a2a_bytes, want);
+    }
+    CHECK(p[2].ep_comm > p[1].ep_comm && p[1].ep_comm > 0, "EP 2 %g s < EP 4 %g s",
+          p[1].ep_comm, p[2].ep_comm);
+    CHECK(test_relerr(full.a2a_bytes, 1.5 * p[2].a2a_bytes, 1) < 1e-12,
+          "full recomputation: %g bytes", full.a2a_bytes);
+    const double extra = far.a2a_bytes * (1 / (h.net_gbs * 1e9) - 1 / (h.intra_gbs * 1e9));
+    CHECK(test_relerr(far.ep_comm - near.ep_comm, extra, 1e-30) < 1e-6,
+          "over the network %g s, in a node %g s: %g s more, want %g", far.ep_comm, near.ep_comm,
+          far.ep_comm - near.ep_comm, extra);
+    const double sum = far.compute + far.bubble + far.tp_comm + far.pp_comm + far.dp_comm +
+                       far.ep_comm + far.optim;
+    CHECK(test_relerr(sum, far.step, 1e-12) < 1e-9, "step %g = parts %g", far.step, sum);
+    /* the same GEMM FLOPs on every rank: EP moves rows, not work */
+    CHECK(test_relerr(p[2].gemm_flops, p[0].gemm_flops, 1) < 1e-12, "EP 4 %g, EP 1 %g FLOPs",
+          p[2].gemm_flops, p[0].gemm_flops);
+}
+
 int main(void) {
     RUN(test_parts_add_up);
     RUN(test_membound_scales_with_micro_batch);
@@ -222,5 +301,7 @@ int main(void) {
     RUN(test_recompute_adds_forward);
     RUN(test_attention_scales);
     RUN(test_calibration_file);
+    RUN(test_moe_gemm_flops);
+    RUN(test_moe_all_to_all);
     return test_summary();
 }

@@ -1,6 +1,7 @@
 /* moe.h - the routed half of a mixture-of-experts layer over the backend's
  * MoE ops (internal to src/model/): router, top-k, load-balancing losses,
- * dispatch in expert-major order, one GEMM chain per expert, combine.
+ * dispatch in expert-major order, one GEMM chain per expert, combine. The
+ * planner (src/planner/plan.c) sizes its memory from lt_moe_shape.
  *
  * It works on the R tokens this rank holds of a micro batch of N (R = N, or
  * N / TP under sequence parallelism: each TP rank routes its own rows with

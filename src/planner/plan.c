@@ -48,11 +48,24 @@ static void bucket_grads(const LtParamTable *t, int pp, size_t *len, size_t *emb
     if (*piece == 0 || *piece > bucket) *piece = bucket;
 }
 
+/* The widest MLP of the stage's layers on a TP rank (a dense layer's ffn,
+ * an MoE layer's shared expert; at least 1), as lt_model_create sizes the
+ * MLP buffers; *moe_any: the stage holds an MoE layer. */
+static size_t stage_ffn(const LtParamTable *t, const LtModelDims *d, int tp, int *moe_any) {
+    size_t F = 1;
+    *moe_any = 0;
+    for (int l = 0; l < t->layers; l++) {
+        const int moe = lt_dims_moe_layer(d, lt_params_global_layer(t, l));
+        const size_t f = (size_t)(moe ? d->moe.shared_ffn : d->ffn) / (size_t)tp;
+        *moe_any |= moe;
+        if (f > F) F = f;
+    }
+    return F;
+}
+
 int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2p,
                    LtPlanMemory *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    if (c->model.num_experts > 0)
-        return lt_errorf(err, errlen, "the planner does not model mixture-of-experts layers yet");
     const int tp = c->parallel.tensor_model_parallel_size, pp = c->parallel.pipeline_model_parallel_size,
               vpp = c->parallel.virtual_pipeline_model_parallel_size;
     const int dp = world / (tp * pp);
@@ -61,7 +74,7 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     const int zero = dp > 1 ? c->optimizer.zero_stage : 0;
     const LtModelDims d = lt_dims_from_config(c);
     const size_t B = (size_t)c->train.micro_batch_size, T = (size_t)c->model.seq_length, N = B * T,
-                 C = (size_t)d.hidden, F = (size_t)d.ffn / (size_t)tp, H = (size_t)d.heads / (size_t)tp,
+                 C = (size_t)d.hidden, H = (size_t)d.heads / (size_t)tp,
                  R = sp ? N / (size_t)tp : N, Vl = (size_t)d.padded_vocab / (size_t)tp;
     const int llama = d.arch == LT_ARCH_LLAMA;
     /* this rank's qkv columns ((NH + 2 NKV) HD / tp; GPT 3C / tp), norm statistics
@@ -78,6 +91,9 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     LtParamTable t;
     lt_params_build_stage(&t, &d, tp, 0, (LtStagePlace){pp, stage, vpp, lt_config_layer_split(c)});
     const size_t flat = lt_optim_flat_size(&t, dp);
+    int moe_any;
+    const size_t F = stage_ffn(&t, &d, tp, &moe_any);
+    const LtMoeShape ms = lt_plan_moe_shape(c, &d, tp, sp);
 
     out->params = a * flat;
     /* gradients: the model's buffer, and the optimizer's shard (ZeRO >= 1) */
@@ -100,9 +116,11 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
      * al.'s sbh terms for lattice's tensors; flash attention keeps only the
      * log-sum-exp, no s^2 term): LN1 and LN2 outputs, qkv, attention output,
      * the residual after attention, the MLP's activation tensors, norm
-     * statistics and the log-sum-exp */
+     * statistics and the log-sum-exp; where the stage holds an MoE layer,
+     * every layer's routed-expert buffers too (lt_moe_acts_alloc) */
     const size_t layer = a * (N * C + N * QKV + R * C + N * C + mlp_f * N * F) +
-                         4 * (stats * R + N * H),
+                         4 * (stats * R + N * H) +
+                         (moe_any ? lt_plan_moe_acts_bytes(&ms, a) : 0), /* every slot layer's */
                  atty = a * N * C / (size_t)tp, x = a * R * C;
     /* a slot holds the largest chunk's layers; its input even without layers */
     const size_t n = (size_t)t.max_chunk_layers, nx = n ? n : 1,
@@ -127,6 +145,7 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     if (sp) ws += a * R * C + a * N * C;        /* SP scratch, gathered gradient */
     ws += a * N * C + a * N * QKV + a * N * F; /* dc, d3c, dff */
     if (llama) ws += a * 2 * N * F + 4 * T * (C / (size_t)d.heads); /* dgu, rotary table */
+    if (moe_any) ws += lt_plan_moe_work_bytes(&ms, a);
     out->workspace = ws;
 
     /* the pipeline's message buffers: boundary tensors (R x C) */
@@ -154,8 +173,7 @@ static double exposed(double comm, double window, double tail) {
     return fmin(comm, fmax(0.0, e));
 }
 
-/* GEMM efficiency at n tokens: half of gemm_eff at gemm_half_tokens. */
-static double gemm_eff_at(const LtPlanDevice *g, double n) {
+double lt_plan_gemm_eff_at(const LtPlanDevice *g, double n) {
     return g->gemm_eff * n / (n + g->gemm_half_tokens);
 }
 
@@ -167,15 +185,16 @@ static double gemm_eff_at(const LtPlanDevice *g, double n) {
  * sum is tf_c + tb_data + tb_weight + redo. */
 typedef struct {
     double tf_c, tb_data, tb_weight, tpc, tpc_f, tpc_b, redo, tpc_redo;
-    double gemm, mem, attn, head, mem_bytes, attn_flops;
+    double epc_f, epc_b, epc_redo; /* the MoE layers' all-to-alls, each way and recomputed */
+    double gemm, mem, attn, head, mem_bytes, attn_flops, gemm_flops, a2a_bytes;
 } PassTime;
 #define PASS_FIELDS (sizeof(PassTime) / sizeof(double))
 
 /* What a pass's time depends on (pass_model fills it for a layout); per
  * micro batch on one rank, seconds unless said. */
 typedef struct {
-    double layer_gemm;          /* a layer's forward GEMMs (each backward half alike) */
-    double mem_f, mem_b;        /* a layer's memory-bound work, forward and backward */
+    double layer_gemm;          /* a dense layer's forward GEMMs (each backward half alike) */
+    double mem_f, mem_b;        /* a dense layer's memory-bound work, forward and backward */
     double attn_f, attn_b;      /* a layer's attention core, forward and backward */
     double attn_flops;          /* a layer's attention FLOPs, forward (backward: twice) */
     double first_f, first_b;    /* the first chunk's embedding */
@@ -185,30 +204,40 @@ typedef struct {
     double elem_bw;             /* bytes per second of the memory-bound ops */
     double slow;                /* tp overlap's GEMM slowdown */
     double ring1;               /* one TP collective */
-    double redo_gemm, redo_mem, redo_attn; /* a layer's recomputation */
+    double redo_gemm, redo_mem, redo_attn; /* a dense layer's recomputation */
     double redo_share;          /* of a forward's SP collectives that recomputation repeats */
+    double flops, redo_flops;   /* a dense layer's GEMM FLOPs: forward, recomputed */
+    /* an MoE layer in place of the dense terms: its TP-split GEMMs (moe.gemm), its
+     * experts and router (moe.experts, not split over TP), memory-bound work, two
+     * all-to-alls each way; recomputed: the GEMMs, the experts whole, the forward's
+     * memory-bound work and all-to-alls (full), or the attention core only */
+    LtPlanMoe moe;
+    double moe_mem_f, moe_mem_b, redo_moe_mem, redo_moe_x, redo_a2a;
     int tp, ov_tp;
 } PassModel;
 
-/* A chunk of n layers; first: the model's first (the embedding), last: its
- * last (final norm and the loss head, whose backward runs in the forward
- * pass as the engine runs it). tp_comm_overlap runs each SP gather /
- * reduce-scatter in blocks of one TP rank's rows behind the GEMMs on the
- * other blocks (forward: all of them; backward: the data-gradient half), so
- * a GEMM of N/tp rows runs at that size's efficiency; the last block of each
- * forward reduce-scatter stays exposed. */
-static PassTime pass_time(const PassModel *m, int n, int first, int last) {
+/* A chunk of n layers, nm of them MoE layers; first: the model's first (the
+ * embedding), last: its last (final norm and the loss head, whose backward
+ * runs in the forward pass as the engine runs it). tp_comm_overlap runs each
+ * SP gather / reduce-scatter in blocks of one TP rank's rows behind the TP
+ * GEMMs on the other blocks (forward: all of them; backward: the
+ * data-gradient half), so a GEMM of N/tp rows runs at that size's
+ * efficiency; the last block of each forward reduce-scatter stays exposed.
+ * An MoE layer without a shared expert has the attention's SP collectives
+ * only; its all-to-alls wait for nothing to hide behind. */
+static PassTime pass_time(const PassModel *m, int n, int nm, int first, int last) {
     PassTime p = {0};
-    const double g = n * m->layer_gemm;
-    const double mf = n * m->mem_f + (first ? m->first_f : 0.0) + (last ? m->last : 0.0) +
-                      (last ? 0.0 : m->mid_f),
-                 mb = n * m->mem_b + (first ? m->first_b : 0.0) + (last ? m->last : 0.0) +
-                      (first ? 0.0 : m->mid_b),
+    const int nd = n - nm;
+    const double g = nd * m->layer_gemm + nm * m->moe.gemm, x = nm * m->moe.experts;
+    const double mf = nd * m->mem_f + nm * m->moe_mem_f + (first ? m->first_f : 0.0) +
+                      (last ? m->last : 0.0) + (last ? 0.0 : m->mid_f),
+                 mb = nd * m->mem_b + nm * m->moe_mem_b + (first ? m->first_b : 0.0) +
+                      (last ? m->last : 0.0) + (first ? 0.0 : m->mid_b),
                  head = last ? m->head : 0.0;
-    p.tpc = n * 2.0 * m->ring1;
-    p.tf_c = g * m->slow + mf + n * m->attn_f + head;
-    p.tb_data = g * m->slow + mb + n * m->attn_b;
-    p.tb_weight = g;
+    p.tpc = (2.0 * nd + (m->moe.shared ? 2.0 : 1.0) * nm) * m->ring1;
+    p.tf_c = g * m->slow + x + mf + n * m->attn_f + head;
+    p.tb_data = g * m->slow + x + mb + n * m->attn_b;
+    p.tb_weight = g + x;
     p.tpc_f = p.tpc_b = p.tpc;
     if (m->ov_tp) {
         const double share = (m->tp - 1.0) / m->tp; /* the blocks that travel */
@@ -216,18 +245,26 @@ static PassTime pass_time(const PassModel *m, int n, int first, int last) {
         p.tpc_f = exposed(p.tpc, g * m->slow * share, p.tpc / (2.0 * (m->tp - 1)));
         p.tpc_b = exposed(p.tpc, g * m->slow * share, 0.0);
     }
-    p.redo = n * (m->redo_gemm * m->slow + m->redo_mem + m->redo_attn);
+    p.epc_f = p.epc_b = nm * 2.0 * m->moe.a2a;
+    p.epc_redo = nm * m->redo_a2a;
+    const double redo_g = nd * m->redo_gemm + nm * m->moe.redo_gemm, redo_x = nm * m->redo_moe_x;
+    const double redo_m = nd * m->redo_mem + nm * m->redo_moe_mem;
+    p.redo = redo_g * m->slow + redo_x + redo_m + n * m->redo_attn;
     p.tpc_redo = m->redo_share * p.tpc_f;
-    p.gemm = g * (2.0 * m->slow + 1.0) + n * m->redo_gemm * m->slow;
-    p.mem = mf + mb + n * m->redo_mem;
+    p.gemm = g * (2.0 * m->slow + 1.0) + 3.0 * x + redo_g * m->slow + redo_x;
+    p.mem = mf + mb + redo_m;
     p.attn = n * (m->attn_f + m->attn_b + m->redo_attn);
     p.head = head;
     p.mem_bytes = p.mem * m->elem_bw + (last ? m->head_bytes : 0.0);
     p.attn_flops = n * m->attn_flops * (3.0 + (m->redo_attn > 0 ? 1.0 : 0.0));
+    p.gemm_flops = 3.0 * (nd * m->flops + nm * m->moe.flops) +
+                   (m->redo_gemm > 0 ? nd * m->redo_flops + nm * m->moe.redo_flops : 0.0);
+    p.a2a_bytes = nm * (4.0 + (m->redo_a2a > 0 ? 2.0 : 0.0)) * m->moe.a2a_bytes;
     return p;
 }
 static double pass_total(const PassTime *p) {
-    return p->tf_c + p->tpc_f + p->tb_data + p->tb_weight + p->tpc_b + p->redo + p->tpc_redo;
+    return p->tf_c + p->tpc_f + p->epc_f + p->tb_data + p->tb_weight + p->tpc_b + p->epc_b +
+           p->redo + p->tpc_redo + p->epc_redo;
 }
 static void pass_add(PassTime *to, PassTime p) {
     double *t = (double *)to;
@@ -266,17 +303,20 @@ static StepSizes step_sizes(const LtConfig *c, const LtPlanDevice *g, const Cand
  * activation; R: the rows a norm sees, N/tp under SP): both norms fused with
  * their residual add 4s R C each way; GeLU 3s N F each way, SwiGLU 3s
  * forward, 5s backward; RoPE 2s per rotated q and k element each way; GPT's
- * bias gradients read their outputs' gradients once (s per element). */
-static void layer_bytes(const StepSizes *z, const Cand *k, double *f, double *b) {
+ * bias gradients read their outputs' gradients once (s per element). mlp:
+ * with the dense MLP (an MoE layer's routed and shared experts are
+ * lt_plan_moe_layer's). */
+static void layer_bytes(const StepSizes *z, const Cand *k, int mlp, double *f, double *b) {
     const LtModelDims *d = &z->d;
     const int llama = d->arch == LT_ARCH_LLAMA;
-    const double s = z->a, N = z->N, C = z->C, F = (double)d->ffn / k->tp,
+    const double s = z->a, N = z->N, C = z->C, F = mlp ? (double)d->ffn / k->tp : 0.0,
                  R = k->sp ? N / k->tp : N, HD = C / d->heads,
                  QK = ((double)d->heads + lt_dims_kv_heads(d)) * HD / k->tp,
                  QKV = ((double)d->heads + 2.0 * lt_dims_kv_heads(d)) * HD / k->tp;
     const double norms = 2.0 * 4.0 * s * R * C, rope = llama ? 2.0 * s * N * QK : 0.0;
     *f = norms + 3.0 * s * N * F + rope;
-    *b = norms + (llama ? 5.0 : 3.0) * s * N * F + rope + (llama ? 0.0 : s * N * (QKV + F + 2 * C));
+    *b = norms + (llama ? 5.0 : 3.0) * s * N * F + rope +
+         (llama ? 0.0 : s * N * (QKV + C + (mlp ? F + C : 0.0)));
 }
 
 /* The attention core's rates (FLOP/s forward, backward) and *cudnn: cuDNN's
@@ -298,7 +338,7 @@ static double head_time(const StepSizes *z, const LtPlanDevice *g, const Cand *k
     const double Vl = (double)z->d.padded_vocab / k->tp;
     const double flops = 3.0 * z->N * 2.0 * z->C * Vl;
     *bytes = (k->tp > 1 ? 4.0 : 3.0) * z->a * z->N * Vl;
-    return flops / (z->peak * gemm_eff_at(g, z->head_chunk)) + *bytes / (g->xent_gbs * 1e9);
+    return flops / (z->peak * lt_plan_gemm_eff_at(g, z->head_chunk)) + *bytes / (g->xent_gbs * 1e9);
 }
 
 /* The time of one chunk of one micro batch on one rank (pass_time): GEMMs
@@ -315,23 +355,22 @@ static PassModel pass_model(const LtConfig *c, const StepSizes *z, const LtPlanD
                             Cand *k) {
     const LtModelDims *d = &z->d;
     const double N = z->N, C = z->C, s = z->a, bw = g->elem_gbs * 1e9;
-    const double R = k->sp ? N / k->tp : N, eff = z->peak * gemm_eff_at(g, N);
+    const double R = k->sp ? N / k->tp : N, eff = z->peak * lt_plan_gemm_eff_at(g, N);
     const int full_rc = k->rc == LT_RECOMPUTE_FULL;
-    const double head = 3.0 * z->S * 2.0 * C * (double)d->padded_vocab,
-                 attn = 3.0 * z->S * 4.0 * z->S * C; /* per sample, as the model counts them */
     const double intra = k->tp <= gpn ? g->intra_gbs : g->net_gbs;
-    double fwd_rate, bwd_rate, bytes_f, bytes_b;
+    double fwd_rate, bwd_rate, bytes_f, bytes_b, flops, redo_flops;
     attention_rates(c, g, &fwd_rate, &bwd_rate, &k->cudnn);
-    layer_bytes(z, k, &bytes_f, &bytes_b);
+    layer_bytes(z, k, 1, &bytes_f, &bytes_b);
+    lt_plan_layer_flops(d, 0, &flops, &redo_flops); /* per token */
     const double attn_flops = N * 4.0 * z->S * C / k->tp;
     PassModel m = {
-        .layer_gemm = (lt_model_flops_per_sample(d, 0) - head - d->num_layers * attn) /
-                      d->num_layers / 3.0 * k->mbs / k->tp / eff,
+        .layer_gemm = flops * N / k->tp / eff,
+        .flops = flops * N / k->tp, .redo_flops = redo_flops * N / k->tp,
         .mem_f = bytes_f / bw, .mem_b = bytes_b / bw,
         .attn_f = attn_flops / fwd_rate, .attn_b = 2.0 * attn_flops / bwd_rate,
         .attn_flops = attn_flops,
         .elem_bw = bw,
-        .slow = k->ov_tp ? gemm_eff_at(g, N) / gemm_eff_at(g, N / k->tp) : 1.0,
+        .slow = k->ov_tp ? lt_plan_gemm_eff_at(g, N) / lt_plan_gemm_eff_at(g, N / k->tp) : 1.0,
         .ring1 = ring(z->a * N * C, k->tp, intra, z->lat),
         .redo_share = full_rc ? 0.75 : 0.0,
         .tp = k->tp,
@@ -340,19 +379,39 @@ static PassModel pass_model(const LtConfig *c, const StepSizes *z, const LtPlanD
     m.last = 4.5 * s * R * C / bw; /* each way: the norm; its gradient's zeroing */
     m.mid_f = 3.0 * s * R * C / bw, m.mid_b = s * R * C / bw;
     m.head = head_time(z, g, k, &m.head_bytes);
+    if (d->moe.experts > 0) {
+        lt_plan_moe_layer(c, g, gpn, k, z->peak, s, &m.moe);
+        layer_bytes(z, k, 0, &bytes_f, &bytes_b); /* its attention half */
+        m.moe_mem_f = (bytes_f + m.moe.bytes_f) / bw, m.moe_mem_b = (bytes_b + m.moe.bytes_b) / bw;
+    }
     if (k->rc != LT_RECOMPUTE_NONE) {
         m.redo_attn = m.attn_f;
-        m.redo_gemm = full_rc ? (lt_model_recompute_flops_per_sample(d, 1) / d->num_layers -
-                                 attn / 3.0) * k->mbs / k->tp / eff
-                              : 0.0;
+        m.redo_gemm = full_rc ? redo_flops * N / k->tp / eff : 0.0;
         m.redo_mem = full_rc ? m.mem_f : 0.0;
+        m.redo_moe_mem = full_rc ? m.moe_mem_f : 0.0;
+        m.redo_moe_x = full_rc ? m.moe.experts : 0.0;
+        m.redo_a2a = full_rc ? 2.0 * m.moe.a2a : 0.0;
     }
+    if (!full_rc) m.moe.redo_gemm = 0.0;
     return m;
+}
+
+/* Chunk v of stage q of layout k: its pass time (its layers, n of them, and
+ * which of them are MoE layers; the model's ends). */
+static PassTime chunk_time(const PassModel *pm, const LtModelDims *d, const Cand *k, int q, int v,
+                           int *n) {
+    const int P = k->pp, V = k->vpp, L = d->num_layers;
+    *n = lt_layer_split_count(&k->split, L, P, V, q, v);
+    const int first = lt_layer_split_start(&k->split, L, P, V, q, v);
+    int nm = 0;
+    for (int l = first; l < first + *n; l++) nm += lt_dims_moe_layer(d, l);
+    return pass_time(pm, *n, nm, q == 0 && v == 0, q == P - 1 && v == V - 1);
 }
 
 /* The average chunk of the stage with the most time, which sets the
  * pipeline's pace; *layers: that stage's layers per chunk. */
-static PassTime pacing_chunk(const PassModel *pm, const Cand *k, int L, double *layers) {
+static PassTime pacing_chunk(const PassModel *pm, const LtModelDims *d, const Cand *k,
+                             double *layers) {
     const int P = k->pp, V = k->vpp;
     PassTime pace = {0};
     double pace_time = -1.0;
@@ -361,8 +420,8 @@ static PassTime pacing_chunk(const PassModel *pm, const Cand *k, int L, double *
         PassTime sum = {0};
         int n = 0;
         for (int v = 0; v < V; v++) {
-            const int nl = lt_layer_split_count(&k->split, L, P, V, q, v);
-            pass_add(&sum, pass_time(pm, nl, q == 0 && v == 0, q == P - 1 && v == V - 1));
+            int nl;
+            pass_add(&sum, chunk_time(pm, d, k, q, v, &nl));
             n += nl;
         }
         if (pass_total(&sum) > pace_time) pace = sum, pace_time = pass_total(&sum), *layers = (double)n / V;
@@ -385,8 +444,9 @@ typedef struct {
 static PipeTimes pipe_times(const StepSizes *z, const PassTime *pace, const LtPlanDevice *g,
                             int gpn, const Cand *k) {
     PipeTimes t;
-    t.tf_all = pace->tf_c + pace->tpc_f;
-    t.tb_all = pace->tb_data + pace->tb_weight + pace->tpc_b + pace->redo + pace->tpc_redo;
+    t.tf_all = pace->tf_c + pace->tpc_f + pace->epc_f;
+    t.tb_all = pace->tb_data + pace->tb_weight + pace->tpc_b + pace->redo + pace->tpc_redo +
+               pace->epc_b + pace->epc_redo;
     /* a stage holds tp * dp consecutive ranks: boundaries cross nodes when that fills one */
     const double p2p_gbs = k->tp * k->dp >= gpn ? g->net_gbs : g->intra_gbs;
     t.p2p = z->P > 1 ? z->a * z->N * z->C / (k->sp ? k->tp : 1) / (p2p_gbs * 1e9) + z->lat : 0.0;
@@ -409,9 +469,8 @@ static double pipeline_makespan(const PassModel *pm, const StepSizes *z, const P
      * approximation: its transfer scales alike) */
     double *scale = lt_malloc(sizeof(double) * (size_t)(P * V));
     for (int v = 0; v < P * V; v++) {
-        const int q = v % P, ch = v / P;
-        const PassTime p = pass_time(pm, lt_layer_split_count(&k->split, z->d.num_layers, P, V, q, ch),
-                                     v == 0, v == P * V - 1);
+        int nl;
+        const PassTime p = chunk_time(pm, &z->d, k, v % P, v / P, &nl);
         scale[v] = pass_total(&p) / (t->tf_all + t->tb_all);
     }
     LtSimResult res;
@@ -475,7 +534,7 @@ void lt_plan_step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *
     const StepSizes z = step_sizes(c, g, k);
     const PassModel pm = pass_model(c, &z, g, gpn, k);
     double layers;
-    const PassTime pace = pacing_chunk(&pm, k, z.d.num_layers, &layers);
+    const PassTime pace = pacing_chunk(&pm, &z.d, k, &layers);
     const PipeTimes t = pipe_times(&z, &pace, g, gpn, k);
     const double makespan = pipeline_makespan(&pm, &z, &t, k, sim);
     const double passes = z.V * (double)z.M;
@@ -485,7 +544,8 @@ void lt_plan_step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *
     k->hidden_tp = fmax(0.0, passes * (2.0 + pm.redo_share) * pace.tpc - k->tp_comm);
     k->pp_comm = 2.0 * passes * t.xfer;
     k->hidden_pp = z.P > 1 ? 2.0 * passes * (t.p2p - t.xfer) : 0.0;
-    k->bubble = makespan - busy - k->tp_comm - k->pp_comm;
+    k->ep_comm = passes * (pace.epc_f + pace.epc_b + pace.epc_redo);
+    k->bubble = makespan - busy - k->tp_comm - k->pp_comm - k->ep_comm;
     if (k->bubble < 0) k->bubble = 0;
     dp_time(c, g, gpn, &z, &t, layers, k);
     const double local = (double)k->mem.params / z.a;
@@ -498,6 +558,7 @@ void lt_plan_step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *
     k->membound = passes * pace.mem + zero;
     k->mem_bytes = passes * pace.mem_bytes + zero_bytes;
     k->attn_flops = passes * pace.attn_flops;
+    k->gemm_flops = passes * pace.gemm_flops, k->a2a_bytes = passes * pace.a2a_bytes;
     k->compute = busy + zero; /* = gemm + membound + attention + loss_head */
     k->step = makespan + k->dp_comm + k->optim + zero;
     k->mfu = lt_model_flops_per_sample(&z.d, 0) * z.G / k->step /
@@ -532,6 +593,8 @@ int lt_plan_layout_config(const LtConfig *base, Cand *k, LtConfig *c, int world,
     c->parallel.account_for_embedding_in_pipeline_split = k->split.embedding;
     c->parallel.account_for_loss_in_pipeline_split = k->split.loss;
     c->parallel.sequence_parallel = k->sp;
+    if (k->ep < 1) k->ep = 1;
+    c->parallel.expert_model_parallel_size = k->ep;
     c->train.micro_batch_size = k->mbs;
     c->train.recompute = k->rc;
     c->optimizer.zero_stage = k->zero;
@@ -580,7 +643,8 @@ int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlan
     Cand k = {.tp = tp, .pp = P, .vpp = cfg->parallel.virtual_pipeline_model_parallel_size,
               .dp = world / (tp * P), .mbs = cfg->train.micro_batch_size,
               .rc = cfg->train.recompute, .zero = cfg->optimizer.zero_stage,
-              .sp = cfg->parallel.sequence_parallel, .split = lt_config_layer_split(cfg)};
+              .sp = cfg->parallel.sequence_parallel, .split = lt_config_layer_split(cfg),
+              .ep = cfg->parallel.expert_model_parallel_size};
     LtConfig c;
     if (tp < 1 || P < 1 || world % (tp * P) || lt_plan_layout_config(cfg, &k, &c, world, OV_CONFIG, mpi_p2p))
         return lt_errorf(err, errlen, "the layout does not validate for %d ranks", world);
@@ -588,6 +652,8 @@ int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlan
     lt_plan_step_time(&c, dev, gpus_per_node, &k, 1);
     *out = (LtPlanStep){.step = k.step, .compute = k.compute, .bubble = k.bubble,
                         .tp_comm = k.tp_comm, .pp_comm = k.pp_comm, .dp_comm = k.dp_comm,
+                        .ep_comm = k.ep_comm, .gemm_flops = k.gemm_flops,
+                        .a2a_bytes = k.a2a_bytes,
                         .optim = k.optim, .hidden_tp = k.hidden_tp, .hidden_pp = k.hidden_pp,
                         .hidden_dp = k.hidden_dp, .tokens_per_s = k.tokens_per_s, .mfu = k.mfu,
                         .gemm = k.gemm, .membound = k.membound, .attention = k.attention,

@@ -29,10 +29,11 @@ static int cand_cmp(const void *x, const void *y) {
 static const char *binds(const Cand *k, double cap_gib) {
     if (!k->fits) return "memory (does not fit)";
     if (k->mem_gib > 0.9 * cap_gib) return "memory (>90% used)";
-    double parts[3] = {k->bubble, k->tp_comm + k->pp_comm, k->dp_comm};
-    const char *names[3] = {"pipeline bubble", "TP/PP communication", "DP communication"};
+    double parts[4] = {k->bubble, k->tp_comm + k->pp_comm, k->dp_comm, k->ep_comm};
+    const char *names[4] = {"pipeline bubble", "TP/PP communication", "DP communication",
+                            "EP all-to-all"};
     int best = 0;
-    for (int i = 1; i < 3; i++)
+    for (int i = 1; i < 4; i++)
         if (parts[i] > parts[best]) best = i;
     return parts[best] > 0.05 * k->step ? names[best] : "compute";
 }
@@ -116,7 +117,8 @@ static void print_legend(FILE *f) {
             "  chunks per stage; mbs: micro batch size; rc: activation recomputation (none, sel:\n"
             "  selective, full); zero: ZeRO stage; sp: sequence parallelism (y/n); split: layers\n"
             "  per pipeline stage (even; E, L, E+L: the embedding, the loss counted as a layer;\n"
-            "  fN, lN: N layers on the first, last stage); params, grads, optim (optimizer state),\n"
+            "  fN, lN: N layers on the first, last stage); ep (mixture-of-experts models):\n"
+            "  expert-parallel size, folded into tp x dp; params, grads, optim (optimizer state),\n"
             "  acts (activations), ws (workspace), comm (communication buffers), GiB (their sum):\n"
             "  GiB per GPU of the largest stage; step s: predicted seconds per step; tok/s: tokens\n"
             "  per second; MFU: model FLOPs utilisation; binds: what limits the step most;\n"
@@ -132,18 +134,21 @@ static int is_config_layout(const Cand *k, const LtConfig *base) {
            k->vpp == base->parallel.virtual_pipeline_model_parallel_size &&
            k->mbs == base->train.micro_batch_size && k->rc == (int)base->train.recompute &&
            k->zero == (k->dp > 1 ? base->optimizer.zero_stage : 0) && k->sp == base->parallel.sequence_parallel &&
+           k->ep == base->parallel.expert_model_parallel_size &&
            !memcmp(&k->split, &s, sizeof s);
 }
 
-/* A row of the table; mark: the config's own layout (a leading '*'). */
-static void print_row(const Cand *k, double cap, int mark) {
+/* A row of the table; mark: the config's own layout (a leading '*'); moe:
+ * with the ep column. */
+static void print_row(const Cand *k, double cap, int mark, int moe) {
     const double gib = 1024.0 * 1024 * 1024;
-    char split[32], row[512];
+    char split[32], ep[8] = "", row[512];
+    if (moe) snprintf(ep, sizeof ep, " %3d", k->ep);
     snprintf(row, sizeof row,
-             "%3d %3d %3d %3d %3d %4s %4d %2s %5s | %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f | "
+             "%3d %3d %3d %3d %3d %4s %4d %2s %5s%s | %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f | "
              "%8.3f %9.0f %4.0f%% | %s%s",
              k->tp, k->pp, k->vpp, k->dp, k->mbs, rc_name(k->rc), k->zero, k->sp ? "y" : "n",
-             split_name(&k->split, split, sizeof split), k->mem.params / gib, k->mem.grads / gib,
+             split_name(&k->split, split, sizeof split), ep, k->mem.params / gib, k->mem.grads / gib,
              k->mem.optimizer / gib, k->mem.activations / gib, k->mem.workspace / gib,
              k->mem.comm / gib, k->mem_gib, k->step, k->tokens_per_s, 100.0 * k->mfu,
              binds(k, cap), k->simulated ? "" : " (bubble by formula)");
@@ -154,17 +159,20 @@ static void print_row(const Cand *k, double cap, int mark) {
 /* A layout's step time by part, in the terms of the run's breakdown. */
 static void print_step(const LtPlanStep *p, const LtPlanDevice *g) {
     printf("step time (predicted on %s; overlap: %s): %.4f s = compute %.4f + bubble %.4f + "
-           "exposed communication tp %.4f, pp %.4f, dp %.4f + optimizer %.4f; hidden by overlap: "
-           "tp %.4f, pp %.4f, dp %.4f; %.0f tokens/s, MFU %.1f%%\n",
+           "exposed communication tp %.4f, pp %.4f, dp %.4f, ep %.4f + optimizer %.4f; hidden by "
+           "overlap: tp %.4f, pp %.4f, dp %.4f; %.0f tokens/s, MFU %.1f%%\n",
            g->name, p->overlap, p->step, p->compute, p->bubble, p->tp_comm, p->pp_comm,
-           p->dp_comm, p->optim, p->hidden_tp, p->hidden_pp, p->hidden_dp, p->tokens_per_s,
-           100.0 * p->mfu);
-    printf("compute by part: gemm %.4f + memory-bound %.4f (%.1f MB) + attention %.4f (%s, "
-           "%.2f GFLOP) + loss head %.4f + optimizer %.4f + communication %.4f + bubble %.4f "
-           "= %.4f s\n",
-           p->gemm, p->membound, p->mem_bytes / 1e6, p->attention, p->attention_impl,
-           p->attn_flops / 1e9, p->loss_head, p->optim, p->tp_comm + p->pp_comm + p->dp_comm,
-           p->bubble, p->step);
+           p->dp_comm, p->ep_comm, p->optim, p->hidden_tp, p->hidden_pp, p->hidden_dp,
+           p->tokens_per_s, 100.0 * p->mfu);
+    printf("compute by part: gemm %.4f (%.2f GFLOP) + memory-bound %.4f (%.1f MB) + attention "
+           "%.4f (%s, %.2f GFLOP) + loss head %.4f + optimizer %.4f + communication %.4f + "
+           "bubble %.4f = %.4f s\n",
+           p->gemm, p->gemm_flops / 1e9, p->membound, p->mem_bytes / 1e6, p->attention,
+           p->attention_impl, p->attn_flops / 1e9, p->loss_head, p->optim,
+           p->tp_comm + p->pp_comm + p->dp_comm + p->ep_comm, p->bubble, p->step);
+    if (p->a2a_bytes > 0)
+        printf("all-to-all (expert parallelism): %.1f MB per step leave the rank, %.4f s exposed\n",
+               p->a2a_bytes / 1e6, p->ep_comm);
 }
 
 /* dev's rates for the threads per rank a CPU run of `world` ranks, at most
@@ -192,8 +200,9 @@ static void usage(FILE *f) {
             "                    [--seconds S] [--out FILE]\n"
             "Enumerates tp x pp x vpp x dp layouts, pipeline layer splits (even, E/L/E+L: the\n"
             "embedding/loss counted as a layer, lN: N layers on the last stage), micro batch\n"
-            "sizes, recomputation, ZeRO stages and sequence parallelism for N GPUs (default:\n"
-            "the config's world) and prints the fastest that fit, with memory per GPU by\n"
+            "sizes, recomputation, ZeRO stages, sequence parallelism and (mixture-of-experts\n"
+            "models) expert parallelism for N GPUs (default: the config's world) and prints\n"
+            "the fastest that fit, with memory per GPU by\n"
             "category, predicted step time, tokens/s, MFU and what binds each; --show adds\n"
             "the fastest fitting layout of that shape.\n"
             "--overlap: the parallel.overlap_* and tp_comm_overlap switches each layout gets\n"
@@ -289,6 +298,7 @@ typedef struct {
     int cfg_world; /* tp x pp of the config */
     int mpi;      /* the stage-to-stage messages go over MPI */
     int cpu_run;  /* the config trains on the CPU backend */
+    int moe;      /* a mixture-of-experts model: expert parallelism enumerated */
 } PlanSetup;
 
 /* The config of p (its overrides applied) and the device: 0, or an exit status. */
@@ -298,9 +308,7 @@ static int plan_setup(PlanArgs *p, PlanSetup *s) {
     const int rc = lt_config_load(&s->base, p->config, p->nover, p->over, err, sizeof err);
     if (rc) return bad(err, NULL);
     const LtConfig *b = &s->base;
-    if (b->model.num_experts > 0)
-        return bad("the planner does not model mixture-of-experts layers yet (model.num_experts "
-                   "is set): it would predict a dense model's memory and time", NULL);
+    s->moe = b->model.num_experts > 0;
     s->cpu_run = b->train.device == LT_DEVICE_CPU ||
                  (b->train.device == LT_DEVICE_AUTO && lt_cuda_device_count() <= 0);
     /* --layout of a config that trains on the CPU: the cpu row unless told */
@@ -340,10 +348,14 @@ static int plan_layout(const PlanArgs *p, const PlanSetup *s) {
     const size_t act = s->cpu_run ? 4 : s->a; /* the CPU backend holds bf16 values in floats */
     const int lmpi = s->mpi || s->cpu_run;
     const int tp = c.parallel.tensor_model_parallel_size, P = c.parallel.pipeline_model_parallel_size;
-    printf("plan: %s, %d rank(s): tp %d, pp %d, vpp %d, dp %d, micro batch %d, recompute %s, "
+    char ep[48] = "";
+    if (s->moe)
+        snprintf(ep, sizeof ep, ", ep %d (%d experts)", c.parallel.expert_model_parallel_size,
+                 c.model.num_experts);
+    printf("plan: %s, %d rank(s): tp %d, pp %d, vpp %d, dp %d%s, micro batch %d, recompute %s, "
            "ZeRO %d%s\n",
            p->config, world, tp, P, c.parallel.virtual_pipeline_model_parallel_size,
-           world / (tp * P), c.train.micro_batch_size, rc_name(c.train.recompute),
+           world / (tp * P), ep, c.train.micro_batch_size, rc_name(c.train.recompute),
            c.optimizer.zero_stage, c.parallel.sequence_parallel ? ", SP" : "");
     for (int st = 0; st < P; st++) {
         LtPlanMemory m;
@@ -382,8 +394,17 @@ static void add_layout(const PlanArgs *p, const PlanSetup *s, int gpus, Cand k, 
     cs->c[cs->n++] = k;
 }
 
-/* Every layer split, micro batch size, recomputation, ZeRO stage and
- * sequence parallelism of the shape tp x pp x vpp on `gpus`. */
+/* Every expert-parallel size of layout k (a divisor of tp x dp that divides
+ * the experts; 1 for a dense model). */
+static void add_ep(const PlanArgs *p, const PlanSetup *s, int gpus, Cand k, Cands *cs) {
+    const int experts = s->base.model.num_experts;
+    for (k.ep = 1; k.ep <= (experts > 0 ? k.tp * k.dp : 1); k.ep++)
+        if ((k.tp * k.dp) % k.ep == 0 && (experts == 0 || experts % k.ep == 0))
+            add_layout(p, s, gpus, k, cs);
+}
+
+/* Every layer split, micro batch size, recomputation, ZeRO stage, sequence
+ * parallelism and expert parallelism of the shape tp x pp x vpp on `gpus`. */
 static void add_shape(const PlanArgs *p, const PlanSetup *s, int gpus, int tp, int pp, int vpp,
                       Cands *cs) {
     static const int RC[3] = {LT_RECOMPUTE_NONE, LT_RECOMPUTE_SELECTIVE, LT_RECOMPUTE_FULL};
@@ -396,11 +417,10 @@ static void add_shape(const PlanArgs *p, const PlanSetup *s, int gpus, int tp, i
             for (int rc = 0; rc < 3; rc++)
                 for (int zero = 0; zero <= (dp > 1 ? 2 : 0); zero++)
                     for (int sp = 0; sp <= (tp > 1); sp++)
-                        add_layout(p, s, gpus,
-                                   (Cand){.tp = tp, .pp = pp, .vpp = vpp, .dp = dp, .mbs = mbs,
-                                          .rc = RC[rc], .zero = zero, .sp = sp,
-                                          .split = splits[si]},
-                                   cs);
+                        add_ep(p, s, gpus,
+                               (Cand){.tp = tp, .pp = pp, .vpp = vpp, .dp = dp, .mbs = mbs,
+                                      .rc = RC[rc], .zero = zero, .sp = sp, .split = splits[si]},
+                               cs);
         }
 }
 
@@ -460,12 +480,14 @@ static int print_table(const PlanArgs *p, const PlanSetup *s, int gpus, const Ca
            "bubble + the TP/PP/DP communication the overlap switches (--overlap %s) leave "
            "exposed):\n",
            cs->n, nfit, p->top, p->ov == OV_ALL ? "all" : p->ov == OV_NONE ? "none" : "config");
-    printf("%3s %3s %3s %3s %3s %4s %4s %2s %5s | %6s %6s %6s %6s %6s %6s %6s | %8s %9s %5s | %s\n",
-           "tp", "pp", "vpp", "dp", "mbs", "rc", "zero", "sp", "split", "params", "grads", "optim",
-           "acts", "ws", "comm", "GiB", "step s", "tok/s", "MFU", "binds");
+    printf("%3s %3s %3s %3s %3s %4s %4s %2s %5s%s | %6s %6s %6s %6s %6s %6s %6s | %8s %9s %5s | "
+           "%s\n",
+           "tp", "pp", "vpp", "dp", "mbs", "rc", "zero", "sp", "split", s->moe ? "  ep" : "",
+           "params", "grads", "optim", "acts", "ws", "comm", "GiB", "step s", "tok/s", "MFU",
+           "binds");
     int shown = 0;
     for (size_t i = 0; i < cs->n && shown < p->top && cs->c[i].fits; i++, shown++)
-        print_row(&cs->c[i], s->cap, is_config_layout(&cs->c[i], &s->base));
+        print_row(&cs->c[i], s->cap, is_config_layout(&cs->c[i], &s->base), s->moe);
     return shown;
 }
 
@@ -490,7 +512,7 @@ static void print_faster(const PlanArgs *p, const PlanSetup *s, int gpus, Cands 
     }
     if (nfaster) printf("faster, but over %.0f GiB per GPU (they do not fit):\n", s->cap);
     for (int j = 0; j < nfaster; j++)
-        print_row(&faster[j], s->cap, is_config_layout(&faster[j], &s->base));
+        print_row(&faster[j], s->cap, is_config_layout(&faster[j], &s->base), s->moe);
 }
 
 /* The layouts asked for by name (--show TPxPPxVPP): the fastest of each that fits. */
@@ -510,7 +532,7 @@ static void print_shown(const PlanArgs *p, const PlanSetup *s, int gpus, Cands *
         simulate(p, s, gpus, best);
         printf("--show %dx%dx%d, the fastest such layout (about #%zu of %zu):\n", w[0], w[1], w[2],
                at + 1, nfit);
-        print_row(best, s->cap, is_config_layout(best, &s->base));
+        print_row(best, s->cap, is_config_layout(best, &s->base), s->moe);
     }
 }
 
@@ -526,7 +548,7 @@ static void print_config_layout(const PlanArgs *p, const PlanSetup *s, int gpus,
             simulate(p, s, gpus, &cs->c[i]);
             printf("the config's own layout (about #%zu of %zu%s):\n", i + 1, cs->n,
                    cs->c[i].fits ? "" : "; it does not fit");
-            print_row(&cs->c[i], s->cap, 1);
+            print_row(&cs->c[i], s->cap, 1, s->moe);
             return;
         }
     LtConfig c = *b;
@@ -549,7 +571,12 @@ static int plan_table(const PlanArgs *p, PlanSetup *s) {
     Cands cs = {.c = lt_malloc(sizeof(Cand) * 1024), .cap = 1024};
     enumerate(p, s, gpus, &cs);
     int status = 0;
-    if (cs.n == 0)
+    LtConfig own = s->base;
+    char err[1024];
+    /* what no layout changes (expert tensor parallelism): as the config's own world refuses it */
+    if (cs.n == 0 && lt_config_validate(&own, s->cfg_world, err, sizeof err))
+        status = bad(err, NULL);
+    else if (cs.n == 0)
         status = bad("no valid layout for this model on that many GPUs (heads, layers and the "
                      "global batch must divide)", NULL);
     else

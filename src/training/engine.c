@@ -583,10 +583,11 @@ void lt_run_print_summary(const LtRun *r) {
     if (r->plan_device[0]) {
         const LtPlanStep *ps = &r->plan;
         lt_log("plan       step predicted on %s (lattice plan --layout; overlap: %s): %.1f ms "
-               "= compute %.1f + bubble %.1f + exposed communication tp %.1f, pp %.1f, dp %.1f + "
-               "optimizer %.1f\n",
+               "= compute %.1f + bubble %.1f + exposed communication tp %.1f, pp %.1f, dp %.1f, "
+               "ep %.1f + optimizer %.1f\n",
                r->plan_device, ps->overlap, 1e3 * ps->step, 1e3 * ps->compute, 1e3 * ps->bubble,
-               1e3 * ps->tp_comm, 1e3 * ps->pp_comm, 1e3 * ps->dp_comm, 1e3 * ps->optim);
+               1e3 * ps->tp_comm, 1e3 * ps->pp_comm, 1e3 * ps->dp_comm, 1e3 * ps->ep_comm,
+               1e3 * ps->optim);
         lt_log("plan       compute by part: gemm %.1f + memory-bound %.1f + attention %.1f (%s) "
                "+ loss head %.1f ms\n", 1e3 * ps->gemm, 1e3 * ps->membound, 1e3 * ps->attention,
                ps->attention_impl, 1e3 * ps->loss_head);

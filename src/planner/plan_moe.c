@@ -1,0 +1,116 @@
+/* plan_moe.c - the planner's mixture-of-experts terms (plan_internal.h): the
+ * routed-expert buffers the engine allocates (src/model/moe.c), a layer's
+ * forward FLOPs by kind as the model counts them, and the time of an MoE
+ * layer's parts - the router, the experts' GEMMs at the rows each expert
+ * gets, the permute / unpermute traffic and the all-to-alls of expert
+ * parallelism. */
+#include "plan_internal.h"
+
+#include <math.h>
+
+#include "model.h"
+
+/* ---- memory -------------------------------------------------------------- */
+
+LtMoeShape lt_plan_moe_shape(const LtConfig *c, const LtModelDims *d, int tp, int sp) {
+    const int B = c->train.micro_batch_size, T = c->model.seq_length, N = B * T;
+    return lt_moe_shape(&d->moe, d->arch, B, T, d->hidden, sp ? N / tp : N, 0,
+                        c->parallel.expert_model_parallel_size, 0);
+}
+
+size_t lt_plan_moe_acts_bytes(const LtMoeShape *s, size_t a) {
+    const size_t R = (size_t)s->R, E = (size_t)s->E, K = (size_t)s->K, M = (size_t)s->M,
+                 Mr = (size_t)s->Mr, C = (size_t)s->C, F = (size_t)s->F;
+    /* logits, idx, w, pos, src, offsets, dropped, counts, psum; zsum */
+    size_t b = 4 * (R * E + 3 * R * K + M + (E + 1) + 1 + 2 * (size_t)s->groups * E) + 8;
+    b += a * (2 * M * C + Mr * F * (s->llama ? 3 : 2) + R * C); /* xp, y; hpre, h; out */
+    if (s->ep > 1) b += a * 2 * Mr * C + 4 * 2 * Mr;             /* xe, ye; ge, ginv */
+    return b;
+}
+
+size_t lt_plan_moe_work_bytes(const LtMoeShape *s, size_t a) {
+    const size_t C = (size_t)s->C, F = (size_t)s->F, Mw = (size_t)(s->M > s->Mr ? s->M : s->Mr);
+    /* dy, dxp, dh, dhpre (SwiGLU), xr (EP); dw and dlogits */
+    return a * Mw * (2 * C + F + (s->llama ? 2 * F : 0) + (s->ep > 1 ? C : 0)) +
+           4 * (size_t)s->R * (size_t)(s->K + s->E);
+}
+
+/* ---- FLOPs and time ------------------------------------------------------ */
+
+void lt_plan_layer_flops(const LtModelDims *d, int moe, double *fwd, double *redo) {
+    LtModelDims one = *d; /* one layer of that kind: the model's own count */
+    one.num_layers = 1;
+    one.moe.layer[0] = (unsigned char)moe;
+    const double S = d->seq_len, C = d->hidden, attn = 4.0 * S * C;
+    *fwd = lt_model_flops_per_sample(&one, 0) / (3.0 * S) - 2.0 * C * d->padded_vocab - attn;
+    *redo = lt_model_recompute_flops_per_sample(&one, 1) / S - attn;
+}
+
+/* 1 when an expert-parallel group of layout k (blocks of ep consecutive
+ * ranks in each stage's tp x dp, stages of consecutive ranks) spans nodes of
+ * gpn ranks. */
+static int ep_spans_nodes(const Cand *k, int gpn) {
+    const int stage = k->tp * k->dp;
+    for (int q = 0; q < k->pp; q++)
+        for (int first = q * stage; first < (q + 1) * stage; first += k->ep)
+            if (first / gpn != (first + k->ep - 1) / gpn) return 1;
+    return 0;
+}
+
+/* Rows one rank's experts compute per micro batch in balance (what it sends:
+ * R K, fewer past a capacity, E x capacity padded). */
+static double expert_rows(const LtMoeShape *s, const LtModelDims *d) {
+    const double rk = (double)s->R * s->K, ec = (double)s->E * s->capacity;
+    if (s->capacity <= 0) return rk;
+    return d->moe.pad ? ec : fmin(rk, ec);
+}
+
+/* The memory-bound bytes of an MoE layer's routed half and of its shared
+ * expert (s: bytes per activation), forward and backward. */
+static void moe_bytes(const LtModelDims *d, const LtMoeShape *ms, const Cand *k, double s,
+                      double rows, double *f, double *b) {
+    const int llama = d->arch == LT_ARCH_LLAMA;
+    const double C = d->hidden, N = ms->N, R = ms->R, E = ms->E, Fm = d->moe.ffn,
+                 Fs = (double)d->moe.shared_ffn / k->tp;
+    /* permute 2s, unpermute s (rows + R) forward and s (2 rows + R) back (the
+     * weights' gradient reads y), per row element; the experts' activation as
+     * the dense MLP's; the router's fp32 scores read twice (top-k, the
+     * load-balancing statistics) each way; EP's reorder 2s each way twice */
+    const double route = 2.0 * 4.0 * R * E, reorder = k->ep > 1 ? 2.0 * 2.0 * s * rows * C : 0.0;
+    *f = 2.0 * s * rows * C + s * (rows + R) * C + 3.0 * s * rows * Fm + route + reorder;
+    *b = 2.0 * s * rows * C + s * (2.0 * rows + R) * C + (llama ? 5.0 : 3.0) * s * rows * Fm +
+         route + reorder + (llama ? 0.0 : s * rows * (Fm + C)); /* GPT's expert biases */
+    if (Fs > 0) { /* the shared expert on every row, and its output added to the routed one */
+        *f += 3.0 * s * N * Fs + 3.0 * s * R * C;
+        *b += (llama ? 5.0 : 3.0) * s * N * Fs + (llama ? 0.0 : s * N * (Fs + C));
+    }
+}
+
+void lt_plan_moe_layer(const LtConfig *c, const LtPlanDevice *g, int gpn, const Cand *k,
+                       double peak, double act, LtPlanMoe *out) {
+    const LtModelDims d = lt_dims_from_config(c);
+    const LtMoeShape ms = lt_plan_moe_shape(c, &d, k->tp, k->sp);
+    const double C = d.hidden, N = ms.N, R = ms.R, in = d.arch == LT_ARCH_LLAMA ? 4.0 : 2.0;
+    const double rows = expert_rows(&ms, &d), per_row = (in + 2.0) * C * d.moe.ffn,
+                 router = 2.0 * C * d.moe.experts;
+    double fwd, redo;
+    lt_plan_layer_flops(&d, 1, &fwd, &redo);
+    const double dense = (fwd - d.moe.topk * per_row - router) * N / k->tp;
+    const double fp32 = g->fp32_tflops * 1e12; /* the router runs in fp32 */
+    *out = (LtPlanMoe){0};
+    out->gemm = dense / (peak * lt_plan_gemm_eff_at(g, N));
+    out->redo_gemm = (redo - d.moe.topk * per_row - router) * N / k->tp /
+                     (peak * lt_plan_gemm_eff_at(g, N));
+    /* each local expert's GEMMs over its rows: E / ep experts share a rank's rows */
+    out->experts = rows * per_row / (peak * lt_plan_gemm_eff_at(g, rows * k->ep / ms.E)) +
+                   R * router / (fp32 * lt_plan_gemm_eff_at(g, R));
+    out->flops = dense + rows * per_row + R * router;
+    out->redo_flops = out->flops - dense + (redo - d.moe.topk * per_row - router) * N / k->tp;
+    moe_bytes(&d, &ms, k, act, rows, &out->bytes_f, &out->bytes_b);
+    out->shared = d.moe.shared_ffn > 0;
+    if (k->ep > 1) { /* the counts, then the rows; (ep - 1) / ep of them leave the rank */
+        const double gbs = ep_spans_nodes(k, gpn) ? g->net_gbs : g->intra_gbs;
+        out->a2a_bytes = act * rows * C * (k->ep - 1.0) / k->ep;
+        out->a2a = out->a2a_bytes / (gbs * 1e9) + 2.0 * (k->ep - 1.0) * g->latency_us * 1e-6;
+    }
+}
