@@ -7,7 +7,7 @@
 # logits` within 1e-5; imported again it has the MoE keys, gives the same logits
 # bit for bit and exports to identical files; the initial weights exported and
 # imported train exactly as a fresh run, also with expert parallelism 2 under
-# mpirun; MoE models Mixtral cannot represent are refused naming the key, and
+# mpirun, whose checkpoint exports the same weights; MoE models Mixtral cannot represent are refused naming the key, and
 # so are Mixtral files lattice cannot compute.
 set -u
 BUILD=$1
@@ -68,7 +68,8 @@ fi
 if "$LT" train $MIX train.steps=0 checkpoint.dir="$T/init" >"$T/init.log" 2>&1 &&
   "$LT" export "$T/init" "$T/hfinit" >/dev/null 2>&1 &&
   "$LT" import "$T/hfinit" "$T/impinit" >/dev/null 2>&1 &&
-  "$LT" train $MIX train.steps=4 logging.metrics_file="$T/fresh.jsonl" >"$T/fresh.log" 2>&1 &&
+  "$LT" train $MIX train.steps=4 logging.metrics_file="$T/fresh.jsonl" checkpoint.dir="$T/fresh" \
+    >"$T/fresh.log" 2>&1 &&
   "$LT" train $MIX train.steps=4 checkpoint.load="$T/impinit" logging.metrics_file="$T/resumed.jsonl" \
     >"$T/resumed.log" 2>&1; then
   grep -q "holds weights only: Adam starts from zero moments at step 0" "$T/resumed.log" &&
@@ -81,11 +82,31 @@ else
 fi
 use_mpirun
 if $MPI -np 2 "$LT" train $MIX train.steps=4 parallel.expert_model_parallel_size=2 \
-  checkpoint.load="$T/impinit" logging.metrics_file="$T/ep2.jsonl" >"$T/ep2.log" 2>&1 </dev/null &&
+  checkpoint.load="$T/impinit" logging.metrics_file="$T/ep2.jsonl" checkpoint.dir="$T/ep2" \
+  >"$T/ep2.log" 2>&1 </dev/null &&
   out=$(close_losses "$T/fresh.jsonl" "$T/ep2.jsonl" 1-4); then
   pass "mixtral_import_trains_ep2 ($out)"
 else
   fail mixtral_import_trains_ep2 "$(tail -3 "$T/ep2.log")"
+fi
+# the EP 2 run's checkpoint (experts split over two ranks) exports the same model
+if "$LT" export "$T/fresh" "$T/hf_fresh" >/dev/null 2>&1 &&
+  "$LT" export "$T/ep2" "$T/hf_ep2" 2>"$T/hf_ep2.err" >/dev/null &&
+  out=$(python3 - "$T/hf_fresh/model.safetensors" "$T/hf_ep2/model.safetensors" <<'PY'
+import sys
+sys.path.insert(0, "tests")
+from hf_reference import load_safetensors
+a, b = (load_safetensors(p) for p in sys.argv[1:3])
+assert sorted(a) == sorted(b), "tensor names differ"
+flat = lambda t: [v for r in t for v in (r if isinstance(r, list) else [r])]
+worst = max(abs(x - y) for k in a for x, y in zip(flat(a[k]), flat(b[k])))
+print("max weight difference %.1e" % worst)
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+); then
+  pass "mixtral_export_of_ep2_checkpoint ($out)"
+else
+  fail mixtral_export_of_ep2_checkpoint "$(head -c 300 "$T/hf_ep2.err") ${out:-}"
 fi
 
 # ---- export refusals: MoE models that are not Mixtral --------------------------------------

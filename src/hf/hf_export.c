@@ -212,6 +212,16 @@ static int write_config_json(const char *path, const LtConfig *c, const LtModelD
     return 0;
 }
 
+int lt_hf_validate_replica(LtConfig *c, char *err, size_t errlen) {
+    const long long world = (long long)c->parallel.tensor_model_parallel_size *
+                            c->parallel.pipeline_model_parallel_size;
+    const int ep = c->parallel.expert_model_parallel_size;
+    c->parallel.expert_model_parallel_size = 1;
+    const int rc = lt_config_validate(c, world > 0 && world <= INT_MAX ? (int)world : 1, err, errlen);
+    c->parallel.expert_model_parallel_size = ep;
+    return rc;
+}
+
 int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t errlen) {
     char stepdir[PATH_MAX], emsg[512];
     LtConfig *cfg = lt_malloc(sizeof *cfg);
@@ -220,11 +230,9 @@ int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t e
         free(cfg);
         return -1;
     }
-    /* Validate for the smallest world of the saved layout (one data-parallel
-     * replica): the padded vocabulary depends on the tensor-parallel size and
-     * must match the stored wte. */
-    const int world = cfg->parallel.tensor_model_parallel_size * cfg->parallel.pipeline_model_parallel_size;
-    if (lt_config_validate(cfg, world > 0 ? world : 1, emsg, sizeof emsg)) {
+    /* the padded vocabulary depends on the tensor-parallel size and must match
+     * the stored wte */
+    if (lt_hf_validate_replica(cfg, emsg, sizeof emsg)) {
         lt_errorf(err, errlen, "%s/config.yaml: %s", stepdir, emsg);
         free(cfg);
         return -1;

@@ -429,9 +429,7 @@ static int read_config(const char *dir, int nover, char **overrides, LtConfig *c
         rc = lt_errorf(err, errlen, "%s comes from %s and cannot be overridden on import", key, path);
     free(before);
     if (rc) return -1;
-    const long long world = (long long)cfg->parallel.tensor_model_parallel_size *
-                            cfg->parallel.pipeline_model_parallel_size;
-    if (lt_config_validate(cfg, world > 0 && world <= INT_MAX ? (int)world : 1, emsg, sizeof emsg))
+    if (lt_hf_validate_replica(cfg, emsg, sizeof emsg))
         return lt_errorf(err, errlen, "%s describes a model lattice cannot build: %s", path, emsg);
     return 0;
 }
