@@ -15,7 +15,13 @@
  * mlp.{gate,up}_proj.weight = the gate | up row blocks of h.L.mlp.gate_up.weight,
  * mlp.down_proj.weight = h.L.mlp.down.weight, model.norm.weight = ln_f.weight,
  * lm_head.weight (rows [0, vocab)) when untied. Both use (out, in) like
- * torch.nn.Linear, and the same rotate-half RoPE, so nothing is permuted. */
+ * torch.nn.Linear, and the same rotate-half RoPE, so nothing is permuted.
+ * Mixtral (MixtralForCausalLM: a Llama whose every layer is an MoE layer):
+ * Llama's names, with the MLP of layer L replaced by
+ * model.layers.L.block_sparse_moe.gate.weight = h.L.mlp.router.weight,
+ * block_sparse_moe.experts.e.{w1,w3}.weight = the gate | up row blocks of
+ * h.L.mlp.experts.e.gate_up.weight, block_sparse_moe.experts.e.w2.weight =
+ * h.L.mlp.experts.e.down.weight. */
 #ifndef LT_HF_H
 #define LT_HF_H
 
@@ -43,14 +49,26 @@ typedef struct {
  * malloc'd; returns the count, or -1 with err (a parameter missing from t). */
 int lt_hf_map(const LtParamTable *t, LtHfMap **out, char *err, size_t errlen);
 
+/* Validate c (lt_config_validate, which also fills its derived fields) for
+ * one data-parallel replica of its layout: TP x PP ranks, expert parallelism
+ * taken as 1 for the check (EP folds over data-parallel ranks that export
+ * and import do not have; c keeps its value). The interchange's view of a
+ * config: the model's shape, and the padded vocabulary of its TP. Returns 0
+ * or -1 with err. */
+int lt_hf_validate_replica(LtConfig *c, char *err, size_t errlen);
+
 /* `lattice export`: write <out_dir>/model.safetensors (fp32, vocab sliced to
  * the true size; HF GPT2LMHeadModel names with Conv1D weights transposed to
- * (in, out) for model.arch=gpt, LlamaForCausalLM names for llama; lm_head.weight
- * when untied: see hf.h) and <out_dir>/config.json. Returns 0 or -1 with err. */
+ * (in, out) for model.arch=gpt, LlamaForCausalLM names for llama,
+ * MixtralForCausalLM names for a llama with experts; lm_head.weight when
+ * untied: see hf.h) and <out_dir>/config.json. An MoE model Mixtral does not
+ * compute (GPT experts, a shared expert, dense layers, a router other than
+ * softmax top-k without pre-softmax and scaling, a capacity factor, an expert
+ * bias) is refused, naming the key. Returns 0 or -1 with err. */
 int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t errlen);
 
 /* `lattice import HF_DIR OUT_DIR [section.key=value ...]`: read a
- * LlamaForCausalLM or GPT2LMHeadModel directory (config.json, and
+ * LlamaForCausalLM, MixtralForCausalLM or GPT2LMHeadModel directory (config.json, and
  * model.safetensors or model.safetensors.index.json with its shards; F32, BF16
  * or F16 tensors) and write a weights-only lattice checkpoint at step 0 in
  * OUT_DIR whose config.yaml holds the model keys of config.json and the

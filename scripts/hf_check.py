@@ -1,19 +1,26 @@
 #!/usr/bin/env python3
 """hf_check.py - lattice import/export against Hugging Face transformers itself.
 
-Needs torch and transformers (not part of `make test`); run as
+Needs torch and transformers (not part of `make test`; without them it prints
+SKIP and exits 0); run as
     HF_PYTHON=/path/to/venv/bin/python; $HF_PYTHON scripts/hf_check.py [--lattice build/lattice]
 
 For a tiny LlamaForCausalLM (grouped-query attention, untied, llama3 rope
-scaling) and GPT2LMHeadModel (tied and untied), saved by transformers'
-save_pretrained in fp32 and in bf16:
+scaling), MixtralForCausalLM (4 experts, top 2, grouped-query) and
+GPT2LMHeadModel (tied and untied), saved by transformers' save_pretrained in
+fp32 and in bf16:
   - `lattice import` of the directory, then `lattice export`;
   - from_pretrained of the export: no missing or unexpected keys, every tensor
     equal to the original's (fp32 values of the bf16 ones), the same logits;
-  - GPT-2 only (lattice has no Llama kernels yet): `lattice eval` of the
-    imported checkpoint gives the loss transformers computes on the same
-    validation samples, within 1e-5 relative.
-Prints PASS/FAIL lines and exits non-zero on a failure.
+  - fp32: `lattice eval` of the imported checkpoint gives the loss
+    transformers computes (in float64) on the same validation samples, within
+    1e-5 relative; Mixtral also `lattice logits` against transformers' logits.
+And the other direction, for MoE: a Mixtral-shaped lattice model (llama-tiny,
+4 experts top 2 in every layer, aux loss) trained 6 steps by lattice, exported:
+from_pretrained(MixtralForCausalLM) reports no missing or unexpected key, its
+logits equal `lattice logits` and its loss `lattice eval`'s, within 1e-5.
+Prints PASS/FAIL lines with the measured differences; exits non-zero on a
+failure.
 """
 import argparse
 import json
@@ -22,8 +29,15 @@ import subprocess
 import sys
 import tempfile
 
-import torch
-import transformers
+try:
+    import torch
+    import transformers
+except ImportError as e:
+    print(f"SKIP hf_check: {e} (install torch and transformers, e.g. in a venv given as HF_PYTHON)")
+    sys.exit(0)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOL = 1e-5
 
 failures = 0
 
@@ -50,6 +64,12 @@ def models():
         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 32})
     yield "llama", transformers.LlamaForCausalLM(llama)
+    mixtral = transformers.MixtralConfig(
+        hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=37, max_position_embeddings=64, rms_norm_eps=1e-5,
+        rope_theta=1e6, num_local_experts=4, num_experts_per_tok=2, sliding_window=None,
+        tie_word_embeddings=False, output_router_logits=True, router_aux_loss_coef=0.02)
+    yield "mixtral", transformers.MixtralForCausalLM(mixtral)
     for tied in (True, False):
         gpt = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=250,
                                       tie_word_embeddings=tied, resid_pdrop=0.0, embd_pdrop=0.0,
@@ -58,12 +78,21 @@ def models():
 
 
 def perturb(model):
-    """Non-trivial norm weights and biases, so that every tensor's place shows."""
+    """Non-trivial norm weights and biases, so that every tensor's place shows;
+    routers 20x their init, so that the experts' choice and weights matter."""
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(0.05 * torch.randn(p.shape, generator=g))
+            elif name.endswith("mlp.gate.weight"):
+                p.mul_(20.0)
+
+
+def eager(model):
+    """from_pretrained's arguments for an MoE model: the experts as the published
+    per-expert loop (transformers 5's default grouped GEMM has no float64)."""
+    return {"experts_implementation": "eager"} if "Mixtral" in type(model).__name__ else {}
 
 
 def check(lattice, name, model, dtype, tmp):
@@ -72,10 +101,11 @@ def check(lattice, name, model, dtype, tmp):
     model.float()
     # the reference: what transformers loads from its own files (buffers such as
     # the rotary frequencies computed afresh in fp32, as for the export)
-    ref = type(model).from_pretrained(src, torch_dtype=torch.float32)
+    ref = type(model).from_pretrained(src, torch_dtype=torch.float32, **eager(model))
     run([lattice, "import", src, ck])
     run([lattice, "export", ck, out])
-    back, info = type(model).from_pretrained(out, output_loading_info=True, torch_dtype=torch.float32)
+    back, info = type(model).from_pretrained(out, output_loading_info=True, torch_dtype=torch.float32,
+                                             **eager(model))
     missing = sorted(info["missing_keys"]) + sorted(info["unexpected_keys"])
     report(not missing, f"{name}_{dtype}_keys", f"missing/unexpected {missing}")
     want = ref.state_dict()
@@ -90,17 +120,30 @@ def check(lattice, name, model, dtype, tmp):
     return ck, ref
 
 
-def eval_loss(lattice, name, ck, ref, tmp):
-    """lattice eval of the imported GPT-2 vs transformers on the same samples."""
+def step_dir(ck):
+    return os.path.join(ck, open(os.path.join(ck, "latest")).read().strip())
+
+
+def shard_of(lattice, tokens, vocab, path):
+    with open(path + ".ids", "w") as f:
+        f.write(" ".join(map(str, tokens.tolist())))
+    run([lattice, "shard", "--vocab-size", str(vocab), "--input", path + ".ids", path])
+
+
+def rel_diff(a, b):
+    """max |a - b| over max |b|"""
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+def eval_loss(lattice, name, ck, ref, tmp, config=None):
+    """`lattice eval` of checkpoint ck (with its own config.yaml, or `config`)
+    vs transformers' model ref (in float64) on the same validation samples."""
     g = torch.Generator().manual_seed(3)
     toks = torch.randint(0, ref.config.vocab_size, (4000,), generator=g)
-    ids = os.path.join(tmp, f"{name}.ids")
     shard = os.path.join(tmp, f"{name}.ltok")
-    with open(ids, "w") as f:
-        f.write(" ".join(map(str, toks.tolist())))
-    run([lattice, "shard", "--vocab-size", str(ref.config.vocab_size), "--input", ids, shard])
+    shard_of(lattice, toks, ref.config.vocab_size, shard)
     S, G, iters = 16, 8, 2
-    cfg = os.path.join(ck, "step_00000000", "config.yaml")
+    cfg = config or os.path.join(step_dir(ck), "config.yaml")
     metrics = os.path.join(tmp, f"{name}.jsonl")
     run([lattice, "eval", cfg, f"checkpoint.load={ck}", f"data.valid_path={shard}",
          f"data.train_path={shard}", f"model.seq_length={S}", "train.micro_batch_size=4",
@@ -117,9 +160,58 @@ def eval_loss(lattice, name, ck, ref, tmp):
     y = torch.stack([toks[i * S + 1:i * S + S + 1] for i in range(n)])
     with torch.no_grad():
         logits = ref.double()(x).logits
+    ref.float()
     theirs = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
     rel = abs(ours - theirs) / theirs
-    report(rel < 1e-5, f"{name}_eval_loss", f"lattice {ours} vs transformers {theirs} (rel {rel:.2e})")
+    report(rel < TOL, f"{name}_eval_loss (lattice {ours:.9f}, transformers {theirs:.9f}, rel {rel:.2e})",
+           f"lattice {ours} vs transformers {theirs} (rel {rel:.2e})")
+
+
+def logits_vs_lattice(lattice, name, ck, ref, tmp, config=None, seq=16):
+    """`lattice logits` of ck on a random prompt vs transformers' (float64)."""
+    toks = torch.randint(0, ref.config.vocab_size, (200,), generator=torch.Generator().manual_seed(4))
+    shard = os.path.join(tmp, f"{name}_prompt.ltok")
+    shard_of(lattice, toks, ref.config.vocab_size, shard)
+    cfg = config or os.path.join(step_dir(ck), "config.yaml")
+    out = run([lattice, "logits", cfg, f"checkpoint.load={ck}", f"data.train_path={shard}",
+               f"model.seq_length={seq}", "train.device=cpu", "train.threads=1"]).split("\n")
+    ids = [int(t) for t in out[0].split()[1:]]
+    ours = torch.tensor([[float(v) for v in ln.split()] for ln in out[1:1 + len(ids)]], dtype=torch.float64)
+    with torch.no_grad():
+        theirs = ref.double()(torch.tensor([ids])).logits[0]
+    ref.float()
+    d = rel_diff(ours, theirs)
+    report(ids == toks[:seq].tolist() and d < TOL,
+           f"{name}_logits_vs_lattice ({len(ids)} positions x {ours.shape[1]}, max rel {d:.2e})",
+           f"max relative difference {d:.2e}")
+
+
+def lattice_mixtral(lattice, tmp):
+    """A Mixtral-shaped model trained by lattice, exported, against transformers."""
+    name = "lattice_mixtral"
+    ck, hf = os.path.join(tmp, name + "_ck"), os.path.join(tmp, name + "_hf")
+    g = torch.Generator().manual_seed(5)
+    shard = os.path.join(tmp, name + "_train.ltok")
+    shard_of(lattice, torch.randint(0, 256, (20000,), generator=g), 256, shard)
+    cfg = os.path.join(tmp, name + ".yaml")
+    with open(os.path.join(ROOT, "configs", "llama-tiny.yaml")) as f, open(cfg, "w") as o:
+        o.write(f.read())
+    moe = ["model.num_experts=4", "model.moe_router_topk=2", "model.moe_ffn_hidden_size=48",
+           "model.moe_aux_loss_coeff=0.01", "model.moe_z_loss_coeff=0.001"]
+    run([lattice, "train", cfg, f"data.train_path={shard}", "train.steps=6", "eval.interval=0",
+         f"checkpoint.dir={ck}"] + moe)
+    run([lattice, "export", ck, hf])
+    model, info = transformers.MixtralForCausalLM.from_pretrained(
+        hf, output_loading_info=True, torch_dtype=torch.float32, experts_implementation="eager")
+    missing = sorted(info["missing_keys"]) + sorted(info["unexpected_keys"])
+    report(not missing, f"{name}_keys", f"missing/unexpected {missing}")
+    c = model.config
+    report((c.num_local_experts, c.num_experts_per_tok, c.intermediate_size) == (4, 2, 48),
+           f"{name}_config", f"experts {c.num_local_experts} top {c.num_experts_per_tok} "
+           f"width {c.intermediate_size}")
+    # the training config with the MoE keys; the checkpoint's config.yaml holds them too
+    logits_vs_lattice(lattice, name, ck, model, tmp, seq=32)
+    eval_loss(lattice, name, ck, model, tmp)
 
 
 def main():
@@ -133,10 +225,16 @@ def main():
             for dtype in ("float32", "bfloat16"):
                 try:
                     ck, ref = check(a.lattice, name, model, dtype, tmp)
-                    if name.startswith("gpt2") and dtype == "float32":
+                    if dtype == "float32":
                         eval_loss(a.lattice, name, ck, ref, tmp)
+                    if name == "mixtral" and dtype == "float32":
+                        logits_vs_lattice(a.lattice, name, ck, ref, tmp)
                 except Exception as e:  # a failed step fails its case, the others still run
                     report(False, f"{name}_{dtype}", str(e))
+        try:
+            lattice_mixtral(a.lattice, tmp)
+        except Exception as e:
+            report(False, "lattice_mixtral", str(e))
     print(f"{failures} failed")
     sys.exit(1 if failures else 0)
 

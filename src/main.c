@@ -61,9 +61,12 @@ static const Command COMMANDS[] = {
      "with another implementation; the log goes to stderr.\n"},
     {"export", "CHECKPOINT OUT_DIR",
      "A checkpoint (its directory, or one step_N in it) as a Hugging Face model directory:\n"
-     "model.safetensors and config.json.\n"},
+     "model.safetensors and config.json of a GPT2LMHeadModel, a LlamaForCausalLM, or a\n"
+     "MixtralForCausalLM for a Llama with experts (MoE models Mixtral cannot express are\n"
+     "refused, naming the key).\n"},
     {"import", "HF_DIR OUT_CHECKPOINT_DIR [--step N] [section.key=value ...]",
-     "A Hugging Face model directory as a weights-only lattice checkpoint at step N\n"
+     "A Hugging Face model directory (LlamaForCausalLM, MixtralForCausalLM or\n"
+     "GPT2LMHeadModel) as a weights-only lattice checkpoint at step N\n"
      "(default 0); overrides adjust the config.yaml written with it.\n"},
     {"batches", CONFIG_ARGS " --out FILE",
      "Write the token rows of the first train.steps global batches, as train reads them,\n"

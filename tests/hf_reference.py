@@ -2,7 +2,8 @@
 """hf_reference.py HF_DIR LOGITS_FILE [TOL]
 
 An independent float64 forward pass, in plain Python, of a Hugging Face
-directory that `lattice export` wrote (LlamaForCausalLM or GPT2LMHeadModel:
+directory that `lattice export` wrote (LlamaForCausalLM, MixtralForCausalLM or
+GPT2LMHeadModel:
 config.json and an fp32 model.safetensors), checked against the logits that
 `lattice logits` printed for the same checkpoint: the first line of
 LOGITS_FILE is "tokens ID...", then one line per prefix with the next-token
@@ -10,8 +11,12 @@ logits. Every position's logits must agree within TOL (default 1e-5)
 relative to that position's largest |logit|. Written from the published
 definitions of the two architectures (RMSNorm, rotary embeddings in the
 "rotate half" form with Llama 3.1's frequency scaling, grouped-query
-attention, SwiGLU; GPT-2's LayerNorm, tanh GeLU and Conv1D weights), not from
-lattice's code."""
+attention, SwiGLU; Mixtral's sparse MoE block of SwiGLU experts behind a
+softmax router whose top-k probabilities are renormalised; GPT-2's LayerNorm,
+tanh GeLU and Conv1D weights), not from lattice's code. A Mixtral token whose
+k-th and (k+1)-th router probabilities are within 1e-6 of each other is
+reported on stderr (lattice's fp32 router could rightly choose the other).
+"""
 import json
 import math
 import struct
@@ -116,6 +121,34 @@ def attend(qs, ks, vs, nh, nkv, hd):
     return outs
 
 
+def swiglu(w, p, gate, up, down, h):
+    g = matvec(w[p + gate + '.weight'], h)
+    u = matvec(w[p + up + '.weight'], h)
+    return matvec(w[p + down + '.weight'], [gi / (1.0 + math.exp(-gi)) * ui for gi, ui in zip(g, u)])
+
+
+def mixtral_moe(cfg, w, p, h):
+    """Mixtral's sparse MoE block for one token: the router's softmax over all
+    experts, the top num_experts_per_tok of it renormalised to sum 1, and the
+    SwiGLU experts (w1 gate, w3 up, w2 down) weighted by those."""
+    logits = matvec(w[p + 'gate.weight'], h)
+    m = max(logits)
+    e = [math.exp(v - m) for v in logits]
+    probs = [v / sum(e) for v in e]
+    order = sorted(range(len(probs)), key=lambda j: (-probs[j], j))
+    k = cfg['num_experts_per_tok']
+    top = order[:k]
+    if k < len(order) and probs[order[k - 1]] - probs[order[k]] < 1e-6:
+        print('near tie between experts %d and %d: %.3e apart' %
+              (order[k - 1], order[k], probs[order[k - 1]] - probs[order[k]]), file=sys.stderr)
+    z = sum(probs[j] for j in top)
+    out = [0.0] * len(h)
+    for j in top:
+        y = swiglu(w, p + 'experts.%d.' % j, 'w1', 'w3', 'w2', h)
+        out = [o + probs[j] / z * v for o, v in zip(out, y)]
+    return out
+
+
 def llama_logits(cfg, w, tokens):
     C, L = cfg['hidden_size'], cfg['num_hidden_layers']
     nh, nkv = cfg['num_attention_heads'], cfg.get('num_key_value_heads', cfg['num_attention_heads'])
@@ -137,10 +170,11 @@ def llama_logits(cfg, w, tokens):
               for x, o in zip(xs, att)]
         for i, x in enumerate(xs):
             h = rmsnorm(x, w[p + 'post_attention_layernorm.weight'], eps)
-            g = matvec(w[p + 'mlp.gate_proj.weight'], h)
-            u = matvec(w[p + 'mlp.up_proj.weight'], h)
-            a = [gi / (1.0 + math.exp(-gi)) * ui for gi, ui in zip(g, u)]
-            xs[i] = [xv + d for xv, d in zip(x, matvec(w[p + 'mlp.down_proj.weight'], a))]
+            if 'num_local_experts' in cfg:
+                f = mixtral_moe(cfg, w, p + 'block_sparse_moe.', h)
+            else:
+                f = swiglu(w, p + 'mlp.', 'gate_proj', 'up_proj', 'down_proj', h)
+            xs[i] = [xv + d for xv, d in zip(x, f)]
     head = w.get('lm_head.weight', w['model.embed_tokens.weight'])
     return [matvec(head, rmsnorm(x, w['model.norm.weight'], eps)) for x in xs]
 
@@ -186,7 +220,7 @@ def main(argv):
     tokens = [int(t) for t in lines[0].split()[1:]]
     got = [[float(v) for v in ln.split()] for ln in lines[1:1 + len(tokens)]]
     arch = cfg['architectures'][0]
-    ref = (llama_logits if arch == 'LlamaForCausalLM' else gpt2_logits)(cfg, w, tokens)
+    ref = (gpt2_logits if arch == 'GPT2LMHeadModel' else llama_logits)(cfg, w, tokens)
     worst = 0.0
     for pos, (r, g) in enumerate(zip(ref, got)):
         assert len(r) == len(g), ('vocabulary', len(r), len(g))

@@ -33,6 +33,19 @@ open(sys.argv[2], 'w').write(' '.join(map(str, d)))" "$T/text.txt" "$T/text.ids"
     "$LT" shard --vocab-size 256 --input "$T/text.ids" "$1" >/dev/null
 }
 
+# expect2 NAME WANT ARGS...: `lattice ARGS` exits 2 (bad input) with WANT in its stderr
+expect2() { # name want-in-stderr args...
+  local name=$1 want=$2
+  shift 2
+  "$LT" "$@" >"$T/$name.out" 2>"$T/$name.err"
+  local rc=$?
+  if [ $rc -eq 2 ] && grep -qF -- "$want" "$T/$name.err"; then
+    pass "$name"
+  else
+    fail "$name" "exit $rc, stderr: $(head -c 300 "$T/$name.err")"
+  fi
+}
+
 # same_state A B: step directories A and B hold the same state files, byte
 # for byte (one state.lt, or one file per rank of a parallel save)
 same_state() {

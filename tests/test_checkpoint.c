@@ -634,6 +634,38 @@ static void test_moe_shape_mismatch(void) {
     free(dir);
 }
 
+/* The dense FFN width (model.ffn_hidden_size) of a model whose every layer is
+ * an MoE layer is no parameter's: a checkpoint loads whatever width the model
+ * names (a Mixtral import under any training config); with a dense layer it
+ * must agree. */
+static void test_moe_dense_width(void) {
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096];
+    REQUIRE(dir, "mkdtemp");
+    static const unsigned char both[2] = {1, 1}, first[2] = {1, 0};
+    const unsigned char *layers[2] = {both, first};
+    for (int k = 0; k < 2; k++) {
+        Fixture f;
+        fixture_init_moe(&f, 4, 2, 16, 0, layers[k], 61 + k);
+        REQUIRE(saved(dir, &f, stepdir, err) == 0, "save: %s", err);
+        LtModelDims d = f.t.dims;
+        d.ffn *= 2;
+        LtParamTable wide;
+        lt_params_build(&wide, &d);
+        LtCkptState got;
+        const int rc = load_fresh(stepdir, &wide, 1, &got, NULL, err);
+        if (k == 0)
+            CHECK(rc == 0 && memcmp(got.master, f.s.master, f.t.total * 4) == 0,
+                  "all-MoE checkpoint into a model of another dense width: %s", err);
+        else
+            CHECK(rc != 0 && strstr(err, "ffn_hidden_size is"), "with a dense layer: %s", err);
+        state_free(&got);
+        lt_params_free(&wide);
+        fixture_free(&f);
+    }
+    test_rm_rf(dir);
+    free(dir);
+}
+
 static void test_resolve_errors(void) {
     char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], path[4200];
     REQUIRE(dir, "mkdtemp");
@@ -957,6 +989,7 @@ int main(void) {
     RUN(test_corruption_detected);
     RUN(test_architecture_mismatch);
     RUN(test_moe_shape_mismatch);
+    RUN(test_moe_dense_width);
     RUN(test_resolve_errors);
     RUN(test_load_config_roundtrip);
     RUN(test_dir_housekeeping);

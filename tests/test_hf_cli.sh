@@ -78,17 +78,6 @@ else
 fi
 
 # bad input: exit 2 with the file named
-expect2() { # name want-in-stderr args...
-  local name=$1 want=$2
-  shift 2
-  "$LT" "$@" >"$T/$name.out" 2>"$T/$name.err"
-  local rc=$?
-  if [ $rc -eq 2 ] && grep -qF -- "$want" "$T/$name.err"; then
-    pass "$name"
-  else
-    fail "$name" "exit $rc, stderr: $(head -c 300 "$T/$name.err")"
-  fi
-}
 expect2 import_usage "import needs HF_DIR" import "$T/hf"
 expect2 import_no_dir "$T/nowhere/config.json" import "$T/nowhere" "$T/out1"
 mkdir -p "$T/broken" && cp "$T/hf/config.json" "$T/broken/" && head -c 20 "$T/hf/model.safetensors" >"$T/broken/model.safetensors"

@@ -515,17 +515,27 @@ static int check_moe_dims(const char *stepdir, const LtModelDims *c, const LtMod
     return 0;
 }
 
+/* 1 when some layer of d has the dense FFN (model.ffn_hidden_size wide): a
+ * model with experts in every layer has no parameter of that width. */
+static int has_dense_ffn(const LtModelDims *d) {
+    for (int l = 0; l < d->num_layers; l++)
+        if (!lt_dims_moe_layer(d, l)) return 1;
+    return 0;
+}
+
 /* The model-shape fields of a checkpoint and a model must agree (the padded
- * vocabulary may differ: it depends on the TP size). */
+ * vocabulary may differ: it depends on the TP size; the dense FFN width only
+ * matters where both have a dense FFN layer). */
 static int check_dims(const char *stepdir, const LtModelDims *c, const LtModelDims *m, char *err,
                       size_t errlen) {
+    const int dense = has_dense_ffn(c) && has_dense_ffn(m);
     struct { const char *field; long ckpt, model; } f[] = {
         {"arch (0 gpt, 1 llama)", c->arch, m->arch},
         {"num_layers", c->num_layers, m->num_layers},
         {"hidden_size", c->hidden, m->hidden},
         {"num_attention_heads", c->heads, m->heads},
         {"num_query_groups", c->kv_heads, lt_dims_kv_heads(m)},
-        {"ffn_hidden_size", c->ffn, m->ffn},
+        {"ffn_hidden_size", dense ? c->ffn : 0, dense ? m->ffn : 0},
         {"vocab_size", c->vocab, m->vocab},
         {"untie_embeddings_and_output_weights", c->untied, m->untied},
         {"max_position_embeddings", m->arch == LT_ARCH_GPT ? c->max_pos : 0,

@@ -1,6 +1,8 @@
 /* hf_export.c - `lattice export`: a checkpoint as a Hugging Face model
- * directory, GPT2LMHeadModel for model.arch=gpt and LlamaForCausalLM for
- * model.arch=llama; the tensor names and layouts are hf.h's table.
+ * directory, GPT2LMHeadModel for model.arch=gpt, LlamaForCausalLM for
+ * model.arch=llama and MixtralForCausalLM for a Llama with experts in every
+ * layer and Mixtral's router (other MoE models are refused, naming the key);
+ * the tensor names and layouts are hf.h's table.
  *
  * A tensor that is a block of rows of one of ours (wte without its padded
  * rows, Llama's q/k/v and gate/up) is contiguous in the master weights and
@@ -84,26 +86,37 @@ static void write_gpt2_config(FILE *f, const LtConfig *c) {
             c->model.untie_embeddings_and_output_weights ? "false" : "true", init);
 }
 
-static void write_llama_config(FILE *f, const LtConfig *c) {
-    char eps[40], theta[40], init[40], rope[512] = "null";
+/* rope_scaling's JSON value of c: null, or Llama 3.1's frequency scaling. */
+static void rope_scaling_json(const LtConfig *c, char *rope, size_t n) {
+    snprintf(rope, n, "null");
+    if (c->model.rope_scaling != LT_ROPE_LLAMA3) return;
+    char fa[40], lo[40], hi[40];
+    json_float(c->model.rope_scaling_factor, fa, sizeof fa);
+    json_float(c->model.rope_low_freq_factor, lo, sizeof lo);
+    json_float(c->model.rope_high_freq_factor, hi, sizeof hi);
+    snprintf(rope, n,
+             "{\n    \"rope_type\": \"llama3\",\n    \"factor\": %s,\n"
+             "    \"low_freq_factor\": %s,\n    \"high_freq_factor\": %s,\n"
+             "    \"original_max_position_embeddings\": %d\n  }",
+             fa, lo, hi, c->model.rope_original_max_position);
+}
+
+/* LlamaForCausalLM, or MixtralForCausalLM for an MoE model (d->moe.experts > 0,
+ * checked by mixtral_refusal): the attention and norms are the same; Mixtral's
+ * intermediate_size is each expert's width. The aux-loss coefficient goes to
+ * router_aux_loss_coef, turned on (output_router_logits) when it is > 0. */
+static void write_llama_config(FILE *f, const LtConfig *c, const LtModelDims *d) {
+    char eps[40], theta[40], init[40], rope[512], aux[40];
+    const int moe = d->moe.experts > 0;
     json_float(c->model.norm_epsilon, eps, sizeof eps);
     json_float(c->model.init_method_std, init, sizeof init);
     json_float(c->model.rotary_base, theta, sizeof theta);
-    if (c->model.rope_scaling == LT_ROPE_LLAMA3) {
-        char fa[40], lo[40], hi[40];
-        json_float(c->model.rope_scaling_factor, fa, sizeof fa);
-        json_float(c->model.rope_low_freq_factor, lo, sizeof lo);
-        json_float(c->model.rope_high_freq_factor, hi, sizeof hi);
-        snprintf(rope, sizeof rope,
-                 "{\n    \"rope_type\": \"llama3\",\n    \"factor\": %s,\n"
-                 "    \"low_freq_factor\": %s,\n    \"high_freq_factor\": %s,\n"
-                 "    \"original_max_position_embeddings\": %d\n  }",
-                 fa, lo, hi, c->model.rope_original_max_position);
-    }
+    json_float(c->model.moe_aux_loss_coeff, aux, sizeof aux);
+    rope_scaling_json(c, rope, sizeof rope);
     fprintf(f,
             "{\n"
-            "  \"model_type\": \"llama\",\n"
-            "  \"architectures\": [\"LlamaForCausalLM\"],\n"
+            "  \"model_type\": \"%s\",\n"
+            "  \"architectures\": [\"%s\"],\n"
             "  \"hidden_size\": %d,\n"
             "  \"intermediate_size\": %d,\n"
             "  \"num_hidden_layers\": %d,\n"
@@ -116,34 +129,97 @@ static void write_llama_config(FILE *f, const LtConfig *c) {
             "  \"rope_theta\": %s,\n"
             "  \"rope_scaling\": %s,\n"
             "  \"tie_word_embeddings\": %s,\n"
-            "  \"hidden_act\": \"silu\",\n"
-            "  \"attention_bias\": false,\n"
-            "  \"attention_dropout\": 0.0,\n"
-            "  \"mlp_bias\": false,\n"
-            "  \"initializer_range\": %s,\n"
-            "  \"torch_dtype\": \"float32\"\n"
-            "}\n",
-            c->model.hidden_size, c->model.ffn_hidden_size, c->model.num_layers,
+            "  \"hidden_act\": \"silu\",\n",
+            moe ? "mixtral" : "llama", moe ? "MixtralForCausalLM" : "LlamaForCausalLM",
+            c->model.hidden_size, moe ? d->moe.ffn : c->model.ffn_hidden_size, c->model.num_layers,
             c->model.num_attention_heads, c->model.num_query_groups,
             c->model.hidden_size / c->model.num_attention_heads, c->model.max_position_embeddings,
             c->model.vocab_size, eps, theta, rope,
-            c->model.untie_embeddings_and_output_weights ? "false" : "true", init);
+            c->model.untie_embeddings_and_output_weights ? "false" : "true");
+    if (moe)
+        fprintf(f,
+                "  \"attention_dropout\": 0.0,\n"
+                "  \"sliding_window\": null,\n"
+                "  \"num_local_experts\": %d,\n"
+                "  \"num_experts_per_tok\": %d,\n"
+                "  \"router_aux_loss_coef\": %s,\n"
+                "  \"output_router_logits\": %s,\n"
+                "  \"router_jitter_noise\": 0.0,\n",
+                d->moe.experts, d->moe.topk, aux, c->model.moe_aux_loss_coeff > 0 ? "true" : "false");
+    else
+        fprintf(f,
+                "  \"attention_bias\": false,\n"
+                "  \"attention_dropout\": 0.0,\n"
+                "  \"mlp_bias\": false,\n");
+    fprintf(f,
+            "  \"initializer_range\": %s,\n"
+            "  \"torch_dtype\": \"float32\"\n"
+            "}\n",
+            init);
+}
+
+/* 0 when the MoE model of c (d) is one MixtralForCausalLM computes; else -1
+ * with a message naming the config key that makes it another model. */
+static int mixtral_refusal(const LtConfig *c, const LtModelDims *d, char *err, size_t errlen) {
+    const char *no = "cannot export as MixtralForCausalLM, the Hugging Face MoE model lattice writes:";
+    if (c->model.arch != LT_ARCH_LLAMA)
+        return lt_errorf(err, errlen, "%s model.arch=gpt with model.num_experts=%d; Mixtral's block is "
+                         "Llama's (model.arch=llama), and GPT-2 has no MoE form", no, d->moe.experts);
+    if (d->moe.shared_ffn > 0)
+        return lt_errorf(err, errlen, "%s model.moe_shared_expert_intermediate_size=%d; Mixtral has no "
+                         "shared expert", no, d->moe.shared_ffn);
+    for (int l = 0; l < d->num_layers; l++)
+        if (!lt_dims_moe_layer(d, l))
+            return lt_errorf(err, errlen, "%s model.moe_layer_freq=\"%.100s\" leaves layer %d dense; every "
+                             "Mixtral layer is an MoE layer (moe_layer_freq 1)", no,
+                             c->model.moe_layer_freq, l);
+    if (d->moe.score != LT_MOE_SOFTMAX)
+        return lt_errorf(err, errlen, "%s model.moe_router_score_function=sigmoid; Mixtral's router "
+                         "scores with a softmax", no);
+    if (d->moe.pre_softmax)
+        return lt_errorf(err, errlen, "%s model.moe_router_pre_softmax=true weights an expert by its "
+                         "probability among all %d; Mixtral renormalises over the top %d "
+                         "(moe_router_pre_softmax=false)%s", no, d->moe.experts, d->moe.topk,
+                         d->moe.topk == 1 ? ", which gives top-1 the weight 1: lattice's top-1 "
+                                            "softmax router cannot express that" : "");
+    if (c->model.moe_router_topk_scaling_factor != 0 && c->model.moe_router_topk_scaling_factor != 1)
+        return lt_errorf(err, errlen, "%s model.moe_router_topk_scaling_factor=%g; Mixtral does not "
+                         "scale its routing weights (0 or 1)", no,
+                         c->model.moe_router_topk_scaling_factor);
+    if (d->moe.capacity > 0)
+        return lt_errorf(err, errlen, "%s model.moe_expert_capacity_factor=%g drops tokens; Mixtral "
+                         "computes every routed token (0: dropless)", no, (double)d->moe.capacity);
+    if (c->model.moe_router_enable_expert_bias)
+        return lt_errorf(err, errlen, "%s model.moe_router_enable_expert_bias=true; Mixtral's router "
+                         "has no expert bias", no);
+    return 0;
 }
 
 /* config.json of the validated config c, written atomically. */
-static int write_config_json(const char *path, const LtConfig *c, char *err, size_t errlen) {
+static int write_config_json(const char *path, const LtConfig *c, const LtModelDims *d, char *err,
+                             size_t errlen) {
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return lt_errorf(err, errlen, "path too long: %s", path);
     FILE *f = fopen(tmp, "w");
     if (!f) return lt_errorf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-    if (c->model.arch == LT_ARCH_LLAMA) write_llama_config(f, c);
+    if (c->model.arch == LT_ARCH_LLAMA) write_llama_config(f, c, d);
     else write_gpt2_config(f, c);
     if (lt_file_commit(f, tmp, err, errlen) || lt_rename_durable(tmp, path, err, errlen)) {
         remove(tmp);
         return -1;
     }
     return 0;
+}
+
+int lt_hf_validate_replica(LtConfig *c, char *err, size_t errlen) {
+    const long long world = (long long)c->parallel.tensor_model_parallel_size *
+                            c->parallel.pipeline_model_parallel_size;
+    const int ep = c->parallel.expert_model_parallel_size;
+    c->parallel.expert_model_parallel_size = 1;
+    const int rc = lt_config_validate(c, world > 0 && world <= INT_MAX ? (int)world : 1, err, errlen);
+    c->parallel.expert_model_parallel_size = ep;
+    return rc;
 }
 
 int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t errlen) {
@@ -154,16 +230,19 @@ int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t e
         free(cfg);
         return -1;
     }
-    /* Validate for the smallest world of the saved layout (one data-parallel
-     * replica): the padded vocabulary depends on the tensor-parallel size and
-     * must match the stored wte. */
-    const int world = cfg->parallel.tensor_model_parallel_size * cfg->parallel.pipeline_model_parallel_size;
-    if (lt_config_validate(cfg, world > 0 ? world : 1, emsg, sizeof emsg)) {
+    /* the padded vocabulary depends on the tensor-parallel size and must match
+     * the stored wte */
+    if (lt_hf_validate_replica(cfg, emsg, sizeof emsg)) {
         lt_errorf(err, errlen, "%s/config.yaml: %s", stepdir, emsg);
         free(cfg);
         return -1;
     }
     const LtModelDims dims = lt_dims_from_config(cfg);
+    if (dims.moe.experts > 0 && mixtral_refusal(cfg, &dims, emsg, sizeof emsg)) {
+        lt_errorf(err, errlen, "%s/config.yaml: %s", stepdir, emsg);
+        free(cfg);
+        return -1;
+    }
     LtParamTable t;
     lt_params_build(&t, &dims);
     float *master = lt_malloc(sizeof(float) * t.total);
@@ -183,7 +262,7 @@ int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t e
     owned = lt_calloc(sizeof *owned * (size_t)n);
     list = tensor_list(&t, master, map, n, owned);
     if (lt_mkdir_p(out_dir, err, errlen) || lt_safetensors_write(model, list, n, err, errlen) ||
-        write_config_json(config, cfg, err, errlen))
+        write_config_json(config, cfg, &dims, err, errlen))
         goto done;
     rc = 0;
 done:

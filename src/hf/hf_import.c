@@ -1,5 +1,6 @@
-/* hf_import.c - `lattice import`: a Hugging Face LlamaForCausalLM or
- * GPT2LMHeadModel directory as a weights-only lattice checkpoint (hf.h).
+/* hf_import.c - `lattice import`: a Hugging Face LlamaForCausalLM,
+ * MixtralForCausalLM or GPT2LMHeadModel directory as a weights-only lattice
+ * checkpoint (hf.h).
  *
  * Order of work, so that nothing is allocated from a size that has not been
  * checked: config.json becomes a lattice config (every setting the model's
@@ -173,54 +174,58 @@ static int need_str(const Cfg *c, const LtJson *obj, const char *where, const ch
                      where, key, s, list);
 }
 
-/* The architecture: "architectures" (one of ours) and/or "model_type". */
-static int read_arch(const Cfg *c, LtArch *arch) {
-    static const struct { const char *cls, *type; LtArch arch; } known[] = {
-        {"LlamaForCausalLM", "llama", LT_ARCH_LLAMA}, {"GPT2LMHeadModel", "gpt2", LT_ARCH_GPT}};
+/* The model classes import reads. */
+typedef enum { HF_LLAMA = 0, HF_GPT2, HF_MIXTRAL, HF_NCLASSES } HfClass;
+static const struct { const char *cls, *type; } hf_classes[HF_NCLASSES] = {
+    [HF_LLAMA] = {"LlamaForCausalLM", "llama"},
+    [HF_GPT2] = {"GPT2LMHeadModel", "gpt2"},
+    [HF_MIXTRAL] = {"MixtralForCausalLM", "mixtral"},
+};
+#define HF_CLASS_LIST "LlamaForCausalLM, MixtralForCausalLM or GPT2LMHeadModel"
+
+/* The model class: "architectures" (one of ours) and/or "model_type". */
+static int read_arch(const Cfg *c, HfClass *cls) {
     const LtJson *archs = opt(c->js, "architectures"), *type = opt(c->js, "model_type");
     int found = -1;
     if (archs) {
         if (archs->type != LT_JSON_ARRAY || archs->n != 1 || archs->kids[0].type != LT_JSON_STRING)
-            return lt_errorf(c->err, c->errlen,
-                             "%s: 'architectures' must list one model class (LlamaForCausalLM or "
-                             "GPT2LMHeadModel)", c->path);
-        for (int i = 0; i < 2; i++)
-            if (strcmp(archs->kids[0].text, known[i].cls) == 0) found = i;
+            return lt_errorf(c->err, c->errlen, "%s: 'architectures' must list one model class (%s)",
+                             c->path, HF_CLASS_LIST);
+        for (int i = 0; i < HF_NCLASSES; i++)
+            if (strcmp(archs->kids[0].text, hf_classes[i].cls) == 0) found = i;
         if (found < 0)
-            return lt_errorf(c->err, c->errlen,
-                             "%s: architecture '%.80s' is not one lattice imports "
-                             "(LlamaForCausalLM, GPT2LMHeadModel)", c->path, archs->kids[0].text);
+            return lt_errorf(c->err, c->errlen, "%s: architecture '%.80s' is not one lattice imports (%s)",
+                             c->path, archs->kids[0].text, HF_CLASS_LIST);
     }
     if (type && type->type != LT_JSON_STRING)
         return lt_errorf(c->err, c->errlen, "%s: 'model_type' must be a string", c->path);
     if (type) {
         int t = -1;
-        for (int i = 0; i < 2; i++)
-            if (strcmp(type->text, known[i].type) == 0) t = i;
+        for (int i = 0; i < HF_NCLASSES; i++)
+            if (strcmp(type->text, hf_classes[i].type) == 0) t = i;
         if (t < 0 || (found >= 0 && t != found))
-            return lt_errorf(c->err, c->errlen,
-                             "%s: model_type '%.80s' is not %s", c->path, type->text,
-                             found >= 0 ? known[found].type : "'llama' or 'gpt2'");
+            return lt_errorf(c->err, c->errlen, "%s: model_type '%.80s' is not %s", c->path, type->text,
+                             found >= 0 ? hf_classes[found].type : "'llama', 'mixtral' or 'gpt2'");
         found = t;
     }
     if (found < 0)
         return lt_errorf(c->err, c->errlen,
                          "%s has neither 'architectures' nor 'model_type': unknown architecture", c->path);
-    *arch = known[found].arch;
+    *cls = (HfClass)found;
     return 0;
 }
 
 /* rope_scaling (or transformers 5's rope_parameters): none or llama3. */
-static int read_rope(const Cfg *c, LtConfig *cfg) {
+static int read_rope(const Cfg *c, double theta_default, LtConfig *cfg) {
     const LtJson *params = opt(c->js, "rope_parameters"), *rs = opt(c->js, "rope_scaling");
     const char *where = "rope_scaling.";
     if (!rs && params) {
         rs = params;
         where = "rope_parameters.";
     }
-    if (get_num(c, c->js, "", "rope_theta", 10000.0, &cfg->model.rotary_base)) return -1;
+    if (get_num(c, c->js, "", "rope_theta", theta_default, &cfg->model.rotary_base)) return -1;
     if (!opt(c->js, "rope_theta") && params &&
-        get_num(c, params, "rope_parameters.", "rope_theta", 10000.0, &cfg->model.rotary_base))
+        get_num(c, params, "rope_parameters.", "rope_theta", theta_default, &cfg->model.rotary_base))
         return -1;
     cfg->model.rope_scaling = LT_ROPE_NONE;
     if (!rs) return 0;
@@ -242,7 +247,18 @@ static int read_rope(const Cfg *c, LtConfig *cfg) {
                : 0;
 }
 
-static int read_llama(const Cfg *c, LtConfig *cfg) {
+/* transformers' defaults for the keys a Llama-block config.json may omit:
+ * LlamaConfig's and MixtralConfig's (whose key/value heads default to 8, not
+ * to the heads). */
+typedef struct {
+    int kv_heads; /* 0: num_attention_heads */
+    int max_pos;
+    double norm_eps, rope_theta;
+} LlamaDefaults;
+static const LlamaDefaults llama_defaults = {0, 2048, 1e-6, 10000.0},
+                           mixtral_defaults = {8, 131072, 1e-5, 1e6};
+
+static int read_llama(const Cfg *c, const LlamaDefaults *def, LtConfig *cfg) {
     LtConfig *m = cfg;
     int tied = 0, head_dim = 0;
     static const char *const silu[] = {"silu", "swish", NULL};
@@ -250,16 +266,17 @@ static int read_llama(const Cfg *c, LtConfig *cfg) {
         get_int(c, c->js, "", "intermediate_size", 1, INT_MAX, REQUIRED, &m->model.ffn_hidden_size) ||
         get_int(c, c->js, "", "num_hidden_layers", 1, INT_MAX, REQUIRED, &m->model.num_layers) ||
         get_int(c, c->js, "", "num_attention_heads", 1, INT_MAX, REQUIRED, &m->model.num_attention_heads) ||
-        get_int(c, c->js, "", "num_key_value_heads", 1, INT_MAX, m->model.num_attention_heads,
-                &m->model.num_query_groups) ||
-        get_int(c, c->js, "", "max_position_embeddings", 1, INT_MAX, 2048,
+        get_int(c, c->js, "", "num_key_value_heads", 1, INT_MAX,
+                def->kv_heads ? def->kv_heads : m->model.num_attention_heads, &m->model.num_query_groups) ||
+        get_int(c, c->js, "", "max_position_embeddings", 1, INT_MAX, def->max_pos,
                 &m->model.max_position_embeddings) ||
         get_int(c, c->js, "", "vocab_size", 2, INT_MAX, REQUIRED, &m->model.vocab_size) ||
-        get_num(c, c->js, "", "rms_norm_eps", 1e-6, &m->model.norm_epsilon) ||
+        get_num(c, c->js, "", "rms_norm_eps", def->norm_eps, &m->model.norm_epsilon) ||
         get_bool(c, "tie_word_embeddings", 0, &tied) ||
         need_str(c, c->js, "", "hidden_act", "silu", silu, NULL) ||
         need_bool(c, "attention_bias", 0, 0, "q/k/v/o projections without bias") ||
-        need_bool(c, "mlp_bias", 0, 0, "gate/up/down projections without bias") || read_rope(c, m))
+        need_bool(c, "mlp_bias", 0, 0, "gate/up/down projections without bias") ||
+        read_rope(c, def->rope_theta, m))
         return -1;
     const int hd = m->model.hidden_size / m->model.num_attention_heads;
     if (get_int(c, c->js, "", "head_dim", 1, INT_MAX, hd, &head_dim)) return -1;
@@ -270,6 +287,45 @@ static int read_llama(const Cfg *c, LtConfig *cfg) {
                          c->path, head_dim, m->model.hidden_size, m->model.num_attention_heads);
     m->model.arch = LT_ARCH_LLAMA;
     m->model.untie_embeddings_and_output_weights = !tied;
+    return 0;
+}
+
+/* Mixtral: Llama's block with a sparse MoE block in every layer, its
+ * router Megatron's softmax top-k without pre-softmax (HF takes the top k of
+ * the softmax over all experts and renormalises them over the k: the same
+ * weights as a softmax over the k logits). */
+static int read_mixtral(const Cfg *c, LtConfig *cfg) {
+    int experts = 8, topk = 2, router_logits = 0, window = 0;
+    double aux = 0.001;
+    if (read_llama(c, &mixtral_defaults, cfg) ||
+        get_int(c, c->js, "", "num_local_experts", 1, INT_MAX, 8, &experts) ||
+        get_int(c, c->js, "", "num_experts_per_tok", 1, experts, 2, &topk) ||
+        get_bool(c, "output_router_logits", 0, &router_logits) ||
+        get_num(c, c->js, "", "router_aux_loss_coef", 0.001, &aux) ||
+        get_int(c, c->js, "", "sliding_window", 1, INT_MAX, 0, &window))
+        return -1;
+    if (window > 0 && window < cfg->model.max_position_embeddings)
+        return lt_errorf(c->err, c->errlen,
+                         "%s: 'sliding_window' is %d, below max_position_embeddings (%d); lattice's "
+                         "attention is full causal (null, or a window no sequence exceeds)",
+                         c->path, window, cfg->model.max_position_embeddings);
+    if (topk == 1)
+        return lt_errorf(c->err, c->errlen,
+                         "%s: 'num_experts_per_tok' is 1; Mixtral then weights the chosen expert 1, "
+                         "which lattice's top-1 softmax router (Megatron's: moe_router_pre_softmax, "
+                         "weighting it by its probability) does not compute", c->path);
+    if (aux < 0)
+        return lt_errorf(c->err, c->errlen, "%s: 'router_aux_loss_coef' is %g; it must be >= 0",
+                         c->path, aux);
+    cfg->model.num_experts = experts;
+    cfg->model.moe_router_topk = topk;
+    cfg->model.moe_ffn_hidden_size = cfg->model.ffn_hidden_size;
+    snprintf(cfg->model.moe_layer_freq, sizeof cfg->model.moe_layer_freq, "1");
+    cfg->model.moe_router_score_function = LT_MOE_SOFTMAX;
+    cfg->model.moe_router_pre_softmax = false;
+    cfg->model.moe_router_topk_scaling_factor = 0;
+    /* transformers adds the balancing loss only with output_router_logits */
+    cfg->model.moe_aux_loss_coeff = router_logits ? aux : 0;
     return 0;
 }
 
@@ -322,6 +378,19 @@ static int model_changed(const LtConfig *a, const LtConfig *b, const char **key)
          a->model.rope_original_max_position != b->model.rope_original_max_position},
         {"model.untie_embeddings_and_output_weights",
          a->model.untie_embeddings_and_output_weights != b->model.untie_embeddings_and_output_weights},
+        {"model.num_experts", a->model.num_experts != b->model.num_experts},
+        {"model.moe_router_topk", a->model.num_experts && a->model.moe_router_topk != b->model.moe_router_topk},
+        {"model.moe_ffn_hidden_size", a->model.moe_ffn_hidden_size != b->model.moe_ffn_hidden_size},
+        {"model.moe_layer_freq", a->model.num_experts && strcmp(a->model.moe_layer_freq, b->model.moe_layer_freq)},
+        {"model.moe_shared_expert_intermediate_size",
+         a->model.moe_shared_expert_intermediate_size != b->model.moe_shared_expert_intermediate_size},
+        {"model.moe_router_score_function",
+         a->model.moe_router_score_function != b->model.moe_router_score_function},
+        {"model.moe_router_pre_softmax", a->model.moe_router_pre_softmax != b->model.moe_router_pre_softmax},
+        {"model.moe_router_topk_scaling_factor",
+         a->model.moe_router_topk_scaling_factor != b->model.moe_router_topk_scaling_factor},
+        {"model.moe_router_enable_expert_bias",
+         a->model.moe_router_enable_expert_bias != b->model.moe_router_enable_expert_bias},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (k[i].differs) {
@@ -340,9 +409,11 @@ static int read_config(const char *dir, int nover, char **overrides, LtConfig *c
     LtJson *js = read_json_object(path, err, errlen);
     if (!js) return -1;
     Cfg c = {js, path, err, errlen};
-    LtArch arch = LT_ARCH_GPT;
+    HfClass cls = HF_GPT2;
     lt_config_defaults(cfg);
-    int rc = read_arch(&c, &arch) || (arch == LT_ARCH_LLAMA ? read_llama(&c, cfg) : read_gpt2(&c, cfg));
+    int rc = read_arch(&c, &cls) || (cls == HF_LLAMA     ? read_llama(&c, &llama_defaults, cfg)
+                                     : cls == HF_MIXTRAL ? read_mixtral(&c, cfg)
+                                                         : read_gpt2(&c, cfg));
     lt_json_free(js);
     if (rc) return -1;
     /* config.json has no training length: the default, capped by the positions */
@@ -358,9 +429,7 @@ static int read_config(const char *dir, int nover, char **overrides, LtConfig *c
         rc = lt_errorf(err, errlen, "%s comes from %s and cannot be overridden on import", key, path);
     free(before);
     if (rc) return -1;
-    const long long world = (long long)cfg->parallel.tensor_model_parallel_size *
-                            cfg->parallel.pipeline_model_parallel_size;
-    if (lt_config_validate(cfg, world > 0 && world <= INT_MAX ? (int)world : 1, emsg, sizeof emsg))
+    if (lt_hf_validate_replica(cfg, emsg, sizeof emsg))
         return lt_errorf(err, errlen, "%s describes a model lattice cannot build: %s", path, emsg);
     return 0;
 }
@@ -546,9 +615,13 @@ static void shape_text(char *buf, size_t n, int ndim, const int64_t *shape) {
  * (in file files[i]), checked for dtype and shape; then no tensor may be left
  * over. *lm_head_tied: the file of an lm_head.weight that a tied model's
  * files hold too (to compare with the embedding), else -1. */
-static int match_tensors(Weights *w, const LtHfMap *map, int n, LtArch arch, int layers,
+static int match_tensors(Weights *w, const LtHfMap *map, int n, const LtModelDims *d,
                          const LtStEntry **ents, int *files, int *lm_head_tied, char *err,
                          size_t errlen) {
+    const LtArch arch = (LtArch)d->arch;
+    const int layers = d->num_layers;
+    const char *cls = hf_classes[d->moe.experts > 0 ? HF_MIXTRAL
+                                 : arch == LT_ARCH_LLAMA ? HF_LLAMA : HF_GPT2].cls;
     /* GPT-2 files written from GPT2Model lack the "transformer." prefix */
     int f, k;
     const int strip = arch == LT_ARCH_GPT && !weights_find(w, "transformer.wte.weight", &f, &k) &&
@@ -587,8 +660,7 @@ static int match_tensors(Weights *w, const LtHfMap *map, int n, LtArch arch, int
             if (!w->used[f][k] && !is_buffer(w->files[f].e[k].name, arch, strip ? "" : "transformer.", layers))
                 return lt_errorf(err, errlen,
                                  "%s: tensor '%s' is not part of the %s model config.json describes",
-                                 w->files[f].path, w->files[f].e[k].name,
-                                 arch == LT_ARCH_LLAMA ? "LlamaForCausalLM" : "GPT2LMHeadModel");
+                                 w->files[f].path, w->files[f].e[k].name, cls);
     return 0;
 }
 
@@ -654,17 +726,17 @@ int lt_hf_import_at(const char *hf_dir, const char *out_dir, long step, int nove
         goto done;
     const LtModelDims dims = lt_dims_from_config(cfg);
     /* the table is built from the config's sizes: bound its length by the files first */
-    if (dims.num_layers > w.ntensors) {
-        lt_errorf(err, errlen, "%s/config.json: %d layers, but %s holds only %d tensors", hf_dir,
-                  dims.num_layers, w.what, w.ntensors);
+    if (dims.num_layers > w.ntensors ||
+        (int64_t)dims.num_layers * (1 + 3 * (int64_t)dims.moe.experts) > w.ntensors) {
+        lt_errorf(err, errlen, "%s/config.json: %d layers%s, but %s holds only %d tensors", hf_dir,
+                  dims.num_layers, dims.moe.experts > 0 ? " of experts" : "", w.what, w.ntensors);
         goto done;
     }
     lt_params_build(&t, &dims);
     if ((n = lt_hf_map(&t, &map, err, errlen)) < 0) goto done;
     ents = lt_calloc(sizeof *ents * (size_t)n);
     files = lt_calloc(sizeof *files * (size_t)n);
-    if (match_tensors(&w, map, n, (LtArch)dims.arch, dims.num_layers, ents, files, &head_file, err,
-                      errlen))
+    if (match_tensors(&w, map, n, &dims, ents, files, &head_file, err, errlen))
         goto done;
     /* every tensor matched one in the files: the output is bounded by their data */
     master = lt_calloc(sizeof(float) * t.total); /* padded vocabulary rows stay zero */

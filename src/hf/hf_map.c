@@ -2,6 +2,7 @@
  * table serves export and import, so the two cannot disagree. */
 #include "hf.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,26 @@ static int map_gpt(MapBuild *b, const LtModelDims *d) {
                : 0;
 }
 
+/* Mixtral's sparse MoE block of layer l: the router, then per expert w1 (gate)
+ * and w3 (up), the row blocks of our gate_up, and w2 (down). */
+static int map_mixtral_moe(MapBuild *b, const LtModelDims *d, int l) {
+    const char *L = "model.layers";
+    const int64_t F = d->moe.ffn;
+    if (put_layer(b, L, l, "block_sparse_moe.gate.weight", "mlp.router.weight", 0, 0, 0)) return -1;
+    for (int e = 0; e < d->moe.experts; e++) {
+        char hf[3][64], ours[2][64];
+        snprintf(hf[0], sizeof hf[0], "block_sparse_moe.experts.%d.w1.weight", e);
+        snprintf(hf[1], sizeof hf[1], "block_sparse_moe.experts.%d.w3.weight", e);
+        snprintf(hf[2], sizeof hf[2], "block_sparse_moe.experts.%d.w2.weight", e);
+        snprintf(ours[0], sizeof ours[0], "mlp.experts.%d.gate_up.weight", e);
+        snprintf(ours[1], sizeof ours[1], "mlp.experts.%d.down.weight", e);
+        if (put_layer(b, L, l, hf[0], ours[0], 0, F, 0) || put_layer(b, L, l, hf[1], ours[0], F, F, 0) ||
+            put_layer(b, L, l, hf[2], ours[1], 0, 0, 0))
+            return -1;
+    }
+    return 0;
+}
+
 static int map_llama(MapBuild *b, const LtModelDims *d) {
     const int64_t HD = d->hidden / d->heads, Q = (int64_t)d->heads * HD,
                   KV = (int64_t)lt_dims_kv_heads(d) * HD, F = d->ffn;
@@ -80,16 +101,24 @@ static int map_llama(MapBuild *b, const LtModelDims *d) {
             put_layer(b, L, l, "self_attn.v_proj.weight", "attn.qkv.weight", Q + KV, KV, 0) ||
             put_layer(b, L, l, "self_attn.o_proj.weight", "attn.proj.weight", 0, 0, 0) ||
             put_layer(b, L, l, "post_attention_layernorm.weight", "ln_2.weight", 0, 0, 0) ||
-            put_layer(b, L, l, "mlp.gate_proj.weight", "mlp.gate_up.weight", 0, F, 0) ||
-            put_layer(b, L, l, "mlp.up_proj.weight", "mlp.gate_up.weight", F, F, 0) ||
-            put_layer(b, L, l, "mlp.down_proj.weight", "mlp.down.weight", 0, 0, 0))
+            (lt_dims_moe_layer(d, l) ? map_mixtral_moe(b, d, l)
+                                     : put_layer(b, L, l, "mlp.gate_proj.weight", "mlp.gate_up.weight", 0, F, 0) ||
+                                           put_layer(b, L, l, "mlp.up_proj.weight", "mlp.gate_up.weight", F, F, 0) ||
+                                           put_layer(b, L, l, "mlp.down_proj.weight", "mlp.down.weight", 0, 0, 0)))
             return -1;
     return put(b, "model.norm.weight", "ln_f.weight", 0, 0, 0);
 }
 
 int lt_hf_map(const LtParamTable *t, LtHfMap **out, char *err, size_t errlen) {
     const LtModelDims *d = &t->dims;
-    MapBuild b = {t, NULL, 0, 8 + 12 * d->num_layers, err, errlen};
+    const int64_t per_layer = 12 + (d->moe.experts > 0 ? 1 + 3 * (int64_t)d->moe.experts : 0),
+                  cap = 8 + per_layer * d->num_layers;
+    if (cap > INT_MAX) {
+        *out = NULL;
+        return lt_errorf(err, errlen, "%d layers of %d experts: more Hugging Face tensors than "
+                         "lattice maps", d->num_layers, d->moe.experts);
+    }
+    MapBuild b = {t, NULL, 0, (int)cap, err, errlen};
     b.m = lt_calloc(sizeof *b.m * (size_t)b.cap);
     int rc = d->arch == LT_ARCH_LLAMA ? map_llama(&b, d) : map_gpt(&b, d);
     if (rc == 0 && d->untied) rc = put(&b, "lm_head.weight", "lm_head.weight", 0, d->vocab, 0);

@@ -3,8 +3,9 @@
  * and model.safetensors imported into a fresh checkpoint directory. Input:
  * two bytes little-endian L, then L bytes of config.json, then
  * model.safetensors. With LT_FUZZ_WRITE_SEED=DIR the binary instead exports
- * a tiny Llama (grouped-query, untied) and a tiny GPT-2 (untied) and writes each as
- * one such input, DIR/tiny_llama and DIR/tiny_gpt2 (make_corpus.sh). */
+ * a tiny Llama (grouped-query, untied), the same with 3 experts top 2 (Mixtral)
+ * and a tiny GPT-2 (untied) and writes each as one such input, DIR/tiny_llama,
+ * DIR/tiny_mixtral and DIR/tiny_gpt2 (make_corpus.sh). */
 #include <ftw.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,10 @@ static void write_seeds(const char *dir) {
     c.model.untie_embeddings_and_output_weights = true;
     snprintf(out, sizeof out, "%s/tiny_llama", dir);
     write_one(&c, "llama", out);
+    c.model.num_experts = 3, c.model.moe_router_topk = 2, c.model.moe_ffn_hidden_size = 2;
+    c.model.moe_aux_loss_coeff = 0.01;
+    snprintf(out, sizeof out, "%s/tiny_mixtral", dir);
+    write_one(&c, "mixtral", out);
     lt_config_defaults(&c);
     c.model.num_layers = 1, c.model.hidden_size = 4, c.model.num_attention_heads = 2;
     c.model.ffn_hidden_size = 4, c.model.seq_length = 4, c.model.max_position_embeddings = 6;

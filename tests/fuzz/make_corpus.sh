@@ -77,6 +77,6 @@ YAML
 # and one of format version 2 (one whole-tensor state.lt), which is still read
 LT_FUZZ_WRITE_SEED="$C/checkpoint/tiny_step3" "$BUILD/fuzz/fuzz_checkpoint"
 cp tests/fuzz/legacy/checkpoint_v2_tiny_step3 "$C/checkpoint/"
-# a tiny Llama and GPT-2 exported as Hugging Face directories, written by fuzz_import
+# a tiny Llama, Mixtral and GPT-2 exported as Hugging Face directories, written by fuzz_import
 LT_FUZZ_WRITE_SEED="$C/import" "$BUILD/fuzz/fuzz_import"
 ls "$C"/* | wc -l
