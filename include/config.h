@@ -96,6 +96,14 @@ typedef struct {
         double moe_expert_capacity_factor;  /* 0 = dropless */
         LtMoeDropPolicy moe_token_drop_policy; /* probs | position */
         bool moe_pad_expert_input_to_capacity; /* every expert gets capacity rows */
+        /* sliding-window attention (Megatron-Core's window_size, window_attn_skip_freq) */
+        char window_size[LT_PATH_MAX]; /* "" = none; "W", "W,0", "[W, 0]" or "(W, 0)": each
+                                        * query sees itself and the W tokens before it */
+        int window_left;               /* derived: W, or -1 without a window (not a key) */
+        char window_attn_skip_freq[LT_PATH_MAX]; /* "" = every layer windowed; "N": layer
+                                        * l (1-based) windowed iff l % N != 0; or a pattern of
+                                        * num_layers 0/1 ("[1,0,1,0]", 1 = windowed) */
+        unsigned char window_layer[LT_MOE_MAX_LAYERS]; /* derived: 1 = layer l windowed */
     } model;
     struct {
         int tensor_model_parallel_size;
@@ -248,6 +256,10 @@ long long lt_config_padded_vocab(const LtConfig *c, int tp);
  * layer[0 .. num_layers) (1 = MoE) and returns 0, or -1 with err naming the
  * key, the value and what is wrong (layer then unchanged). num_layers in
  * [1, LT_MOE_MAX_LAYERS]. */
+/* model.window_size and model.window_attn_skip_freq into model.window_left
+ * and model.window_layer[] (config_window.c): 0, or -1 with err naming the key
+ * and what is wrong. */
+int lt_window_derive(LtConfig *c, char *err, size_t errlen);
 int lt_moe_layer_pattern(const char *freq, int num_layers, unsigned char *layer, char *err,
                          size_t errlen);
 

@@ -41,6 +41,8 @@ typedef struct {
     int32_t *pos;      /* (N) positions restarting at each document, or NULL (see
                         * lt_model_set_documents) */
     int32_t *kstart;   /* (N) each token's document start (attention's kstart), or NULL */
+    int32_t *kwin;     /* (N) sliding-window layers' kstart: the later of the document start
+                        * and t - window; NULL when no held layer is windowed */
 } LtActSlot;
 
 typedef struct {
@@ -260,7 +262,10 @@ void lt_model_next_logits(LtModel *m, const int32_t *tokens, int len, float *out
 
 /* Dense-GPT training FLOPs per sample (forward + backward, no recompute),
  * Megatron's formula: 72*s*L*h^2*(1 + s/(6h) + V/(12*L*h)). causal != 0
- * counts only the unmasked half of attention scores: s/(6h) -> s/(12h). */
+ * counts only the unmasked half of attention scores: s/(6h) -> s/(12h).
+ * MoE layers count the K experts a token goes to, the shared expert and the
+ * router; sliding-window layers only their band's share of the attention
+ * core (so MFU counts only the band). */
 double lt_model_flops_per_sample(const LtModelDims *d, int causal);
 /* FLOPs per sample the backward's recomputation adds, counted as
  * lt_model_flops_per_sample(d, 0) counts them: full != 0 each layer's forward

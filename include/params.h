@@ -49,7 +49,15 @@ typedef struct {
     LtRopeScaling rope; /* its frequency scaling (type 0: none) */
     double init_std;   /* std of the normal init (model.init_method_std); 0 = 0.02 */
     LtMoeDims moe;     /* experts 0: dense */
+    int window;        /* sliding-window attention: a query sees itself and the window
+                        * tokens before it, in the layers window_layer marks; -1: none */
+    unsigned char window_layer[LT_MOE_MAX_LAYERS];
 } LtModelDims;
+
+/* 1 when layer l (global index) of dims attends through a sliding window. */
+static inline int lt_dims_window_layer(const LtModelDims *d, int l) {
+    return d->window >= 0 && l >= 0 && l < LT_MOE_MAX_LAYERS && d->window_layer[l];
+}
 
 /* What an MoE layer's forwards added up since the last lt_model_moe_take (model.h): its
  * load-balancing and z losses times their weight in the step's objective (so

@@ -572,6 +572,52 @@ static void test_flops(void) {
     CHECK(test_relerr(lt_model_flops_per_sample(&d, 0), ref, 1) < 1e-12, "flops %g vs %g",
           lt_model_flops_per_sample(&d, 0), ref);
     CHECK(lt_model_flops_per_sample(&d, 1) < ref, "causal count not smaller");
+    /* a 127-token window in every other layer: those layers count 128 keys per
+     * query past the first 128 positions, sum min(t + 1, 128) = 128*129/2 +
+     * 896*128 of the causal 1024*1025/2 pairs */
+    d.window = 127;
+    for (int l = 0; l < 12; l += 2) d.window_layer[l] = 1;
+    const double band = (128.0 * 129 / 2 + 896.0 * 128) / (1024.0 * 1025 / 2);
+    const double attn = 3.0 * s * 4.0 * s * h; /* one full layer's, non-causal count */
+    const double want = ref - 6 * attn * (1.0 - band);
+    CHECK(test_relerr(lt_model_flops_per_sample(&d, 0), want, 1) < 1e-12,
+          "windowed flops %g vs %g", lt_model_flops_per_sample(&d, 0), want);
+    d.window = 1023; /* the whole sequence: no saving */
+    CHECK(test_relerr(lt_model_flops_per_sample(&d, 0), ref, 1) < 1e-12, "1023-token window");
+}
+
+/* Sliding-window attention: with every layer windowed (W = 1, two layers) the
+ * last position's logits see the tokens of the W L = 2 positions before it
+ * and not the one before those; gradients by finite differences with a
+ * window alternating with full layers. */
+static void test_sliding_window(void) {
+    LtModelDims d = tiny_llama_dims();
+    d.window = 1, d.window_layer[0] = d.window_layer[1] = 1;
+    LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
+    LtModel *m = lt_model_create(be, &d, 2, d.seq_len, NULL);
+    float *host = malloc(m->table.total * sizeof(float));
+    lt_params_init(&m->table, 8, host);
+    lt_model_set_params(m, host);
+    int32_t tok[8];
+    random_tokens(tok, 8, d.vocab, 31);
+    float base[37], other[37];
+    lt_model_next_logits(m, tok, 8, base);
+    int32_t far[8], near[8];
+    memcpy(far, tok, sizeof tok), memcpy(near, tok, sizeof tok);
+    far[4] = (tok[4] + 1) % d.vocab, near[5] = (tok[5] + 1) % d.vocab;
+    double dfar = 0.0, dnear = 0.0;
+    lt_model_next_logits(m, far, 8, other);
+    for (int v = 0; v < 37; v++) dfar += fabs(other[v] - base[v]);
+    lt_model_next_logits(m, near, 8, other);
+    for (int v = 0; v < 37; v++) dnear += fabs(other[v] - base[v]);
+    CHECK(dfar == 0.0 && dnear > 1e-6, "token 4 moved the logits by %g, token 5 by %g", dfar,
+          dnear);
+    free(host);
+    lt_model_destroy(m);
+    lt_backend_destroy(be);
+    LtModelDims g = tiny_dims(); /* GPT: layer 0 windowed (3 tokens back), layer 1 full */
+    g.window = 3, g.window_layer[0] = 1;
+    gradient_check(g);
 }
 
 /* The Llama table: names and shapes, and tensor-parallel shards that hold
@@ -740,6 +786,7 @@ int main(void) {
     RUN(test_lr_schedule);
     RUN(test_lr_megatron);
     RUN(test_flops);
+    RUN(test_sliding_window);
     RUN(test_llama_table);
     RUN(test_llama_flops);
     RUN(test_layer_split);

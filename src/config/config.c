@@ -119,6 +119,8 @@ const KeyDesc lt_cfg_keys[] = {
     K_DBL(model, moe_expert_capacity_factor, 0, 0, D_NO_MAX),
     K_ENUM(model, moe_token_drop_policy, MOE_DROP_NAMES),
     K_BOOL(model, moe_pad_expert_input_to_capacity),
+    K_STR(model, window_size),
+    K_STR(model, window_attn_skip_freq),
 
     K_INT(parallel, tensor_model_parallel_size, 1, INT_MAX),
     K_INT(parallel, pipeline_model_parallel_size, 1, INT_MAX),
@@ -645,8 +647,9 @@ static int check_tag(const KeyDesc *k, const yaml_event_t *ev, const char *dotte
 /* Keys that also take a YAML list, stored as one string: data.train_path and
  * data.valid_path take a dataset blend written [W1, PATH1, W2, PATH2, ...]
  * (or [PATH] alone), stored joined by spaces as Megatron's string form, which
- * data/blend.c parses; model.moe_layer_freq takes its pattern [1, 0, 1, 1],
- * stored as the string "[1,0,1,1]" (lt_moe_layer_pattern). */
+ * data/blend.c parses; model.moe_layer_freq and model.window_attn_skip_freq
+ * take a pattern [1, 0, 1, 1], stored as the string "[1,0,1,1]"
+ * (lt_moe_layer_pattern), model.window_size its pair [128, 0] as "[128,0]". */
 typedef struct {
     const char *key;
     char sep;
@@ -660,6 +663,9 @@ static const ListKey LIST_KEYS[] = {
     {"data.valid_path", ' ', "", "", "a blend list holds weights and paths",
      "paths in a blend cannot have spaces"},
     {"model.moe_layer_freq", ',', "[", "]", "a layer pattern holds 0s and 1s",
+     "each item is one 0 or 1"},
+    {"model.window_size", ',', "[", "]", "a window holds two numbers", "each item is one number"},
+    {"model.window_attn_skip_freq", ',', "[", "]", "a layer pattern holds 0s and 1s",
      "each item is one 0 or 1"},
 };
 

@@ -79,7 +79,7 @@ static int derive_fields(LtConfig *t, char *err, size_t errlen) {
                         err, errlen))
         return -1;
     if (t->model.num_query_groups == 0) t->model.num_query_groups = t->model.num_attention_heads;
-    return lt_cfg_moe_derive(t, err, errlen);
+    return lt_cfg_moe_derive(t, err, errlen) ? -1 : lt_window_derive(t, err, errlen);
 }
 
 /* The vocabulary padded for the tensor-parallel size into

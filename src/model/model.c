@@ -94,6 +94,9 @@ struct LtModelInternal {
     int32_t doc_eod;      /* lt_model_set_documents: the id ending a document */
     int32_t *host_pos, *host_ks; /* (N) pageable staging of the slot's arrays */
     const int32_t *pos, *kstart; /* the running slot's arrays (NULL: none) */
+    const int32_t *kwin;  /* the running slot's sliding-window starts (NULL: none) */
+    int32_t *host_kw;     /* (N) pageable staging of them */
+    unsigned char *swa;   /* per local layer: 1 = sliding-window attention */
     float loss_weight;    /* lt_model_set_loss_weight (1: plain sums) */
     int *masked;          /* (N) rows of the current micro batch whose input token is eod */
     int nmasked;
@@ -312,6 +315,24 @@ static float *rope_setup(LtModel *m, size_t *acc) {
     return dev;
 }
 
+/* Sliding-window attention (model.window_size): the per-slot starts when a
+ * held layer is windowed. */
+static void setup_windows(LtModel *m) {
+    const int n = m->table.layers;
+    int any = 0;
+    m->in->swa = lt_calloc((size_t)(n > 0 ? n : 1));
+    for (int l = 0; l < n; l++)
+        any |= m->in->swa[l] =
+            (unsigned char)lt_dims_window_layer(&m->d, lt_params_global_layer(&m->table, l));
+    if (!any) return;
+    const size_t N = (size_t)m->B * m->T;
+    m->in->host_kw = lt_malloc(N * sizeof(int32_t));
+    for (int s = 0; s < m->nslots; s++) {
+        m->slot[s].kwin = m->be->ops->alloc(m->be, N * sizeof(int32_t));
+        m->mem.activations += N * sizeof(int32_t);
+    }
+}
+
 /* Which held layers are MoE layers and each one's MLP width on this rank
  * (the shared expert's in an MoE layer, 0 without one). */
 static void setup_layers(LtModel *m) {
@@ -401,6 +422,7 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
 
     m->recompute = opt ? opt->recompute : 0;
     setup_slots(m, opt && opt->slots > 0 ? opt->slots : 1);
+    setup_windows(m);
 
     size_t *w = &m->mem.workspace;
     if (m->table.last_stage) {
@@ -451,6 +473,7 @@ void lt_model_destroy(LtModel *m) {
         fr(be, sl->tokens);
         if (sl->pos) fr(be, sl->pos);
         if (sl->kstart) fr(be, sl->kstart);
+        if (sl->kwin) fr(be, sl->kwin);
         free(sl->x);
         free(sl->layer);
     }
@@ -476,6 +499,8 @@ void lt_model_destroy(LtModel *m) {
     free(m->in->masked);
     free(m->in->host_pos);
     free(m->in->host_ks);
+    free(m->in->host_kw);
+    free(m->in->swa);
     lt_params_free(&m->table);
     free(m->in);
     free(m);
@@ -500,8 +525,8 @@ void lt_model_set_documents(LtModel *m, int32_t eod, int reset_pos, int reset_at
     const size_t N = (size_t)m->B * m->T;
     m->in->doc_eod = eod;
     if (!reset_pos && !reset_attn) return;
-    m->in->host_pos = lt_malloc(N * sizeof(int32_t));
-    m->in->host_ks = lt_malloc(N * sizeof(int32_t));
+    if (!m->in->host_pos) m->in->host_pos = lt_malloc(N * sizeof(int32_t));
+    if (!m->in->host_ks) m->in->host_ks = lt_malloc(N * sizeof(int32_t));
     for (int s = 0; s < m->nslots; s++) {
         LtActSlot *sl = &m->slot[s];
         if (reset_pos) sl->pos = m->be->ops->alloc(m->be, N * sizeof(int32_t));
@@ -523,9 +548,24 @@ static void documents_upload(LtModel *m, LtActSlot *sl, const int32_t *tokens, i
             m->be->ops->upload_async(m->be, sl->kstart, m->in->host_ks,
                                      (size_t)N * sizeof(int32_t));
     }
+    if (sl->kwin) { /* the window's first key, within the document when they reset */
+        for (int i = 0; i < N; i++) {
+            const int from = i % m->T - m->d.window, doc = sl->kstart ? m->in->host_ks[i] : 0;
+            m->in->host_kw[i] = from > doc ? from : doc;
+        }
+        m->be->ops->upload_async(m->be, sl->kwin, m->in->host_kw, (size_t)N * sizeof(int32_t));
+    }
     m->in->pos = sl->pos;
     m->in->kstart = sl->kstart;
+    m->in->kwin = sl->kwin;
 }
+
+/* The first visible key of each query in local layer l's attention: the
+ * sliding window's in a windowed layer, else the document's (NULL: 0). */
+static const int32_t *kstart_of(const LtModel *m, int l) {
+    return m->in->swa[l] ? m->in->kwin : m->in->kstart;
+}
+
 void lt_model_set_loss_weight(LtModel *m, float w) { m->in->loss_weight = w; }
 void lt_model_set_moe_aux_weight(LtModel *m, float w) { m->in->moe_aux_weight = w; }
 
@@ -710,7 +750,7 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
     lt_tp_col_linear_fwd(&tl, a->qkv, NULL, a->ln1, lw(m, l, P_QKVW), lw(m, l, P_QKVB), N, C,
                          m->in->qkv_local);
     if (m->in->rope_cs) o->rope(be, a->qkv, m->in->rope_cs, m->in->pos, B, T, NH, NKV, HD, 0);
-    o->attention_fwd(be, a->atty, a->lse, a->qkv, m->in->kstart, B, T, NH, NKV, HD);
+    o->attention_fwd(be, a->atty, a->lse, a->qkv, kstart_of(m, l), B, T, NH, NKV, HD);
     void *attn = lt_tp_row_linear_fwd(&tl, m->in->scratch_c, m->in->scratch_sp, a->atty,
                                       lw(m, l, P_PROJW), row_bias(m, l, P_PROJB), N, CL, C);
     norm_fwd(m, a->r2, rows_at(m, a->ln2, mine, C), a->mean2, a->rstd2, xin, attn,
@@ -936,7 +976,7 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
  * kept qkv. */
 static void recompute_layer(LtModel *m, int l, LtLayerActs *a, void *x, int B) {
     if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE)
-        m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, m->in->kstart, B, m->T,
+        m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, kstart_of(m, l), B, m->T,
                                   m->in->heads_local, m->in->kv_local, m->d.hidden / m->d.heads);
     else {
         m->in->recomputing = 1;
@@ -997,6 +1037,7 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
     void *dres = sl->dout; /* the residual-stream gradient, accumulated in place */
     m->in->pos = sl->pos; /* the forward's documents (uploaded then) */
     m->in->kstart = sl->kstart;
+    m->in->kwin = sl->kwin;
     for (int j = n - 1; j >= 0; j--) {
         const int l = l0 + j;
         LtLayerActs *a = &sl->layer[j];
@@ -1008,7 +1049,7 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
         /* dres = d(r2) flows to both the attention projection and the layer input */
         lt_tp_row_linear_bwd(&tl, m->in->dfull, m->in->dc, lg(m, l, P_PROJW), lg(m, l, P_PROJB),
                              dres, a->atty, lw(m, l, P_PROJW), NULL, N, CL, C);
-        o->attention_bwd(be, m->in->d3c, m->in->dc, a->qkv, a->atty, a->lse, m->in->kstart, B, T,
+        o->attention_bwd(be, m->in->d3c, m->in->dc, a->qkv, a->atty, a->lse, kstart_of(m, l), B, T,
                          NH, NKV, HD);
         if (m->in->rope_cs) /* d(pre-RoPE) */
             o->rope(be, m->in->d3c, m->in->rope_cs, m->in->pos, B, T, NH, NKV, HD, 1);
@@ -1079,12 +1120,22 @@ void lt_model_next_logits(LtModel *m, const int32_t *tokens, int len, float *out
  * 2h(h + 2kv) (GPT: kv = h, 6h^2) and the output projection 2h^2; the MLP's
  * input matrices 2hF (GPT) or 4hF (SwiGLU: gate, up) and its output
  * projection 2hF; scores and weighted sum 4sh (query heads, GQA or not; 2sh
- * counting only the unmasked half). An MoE layer's MLP is the K experts each
+ * counting only the unmasked half), in a sliding-window layer only its band's
+ * share (window_fraction) of either. An MoE layer's MLP is the K experts each
  * token goes to (F = the expert width) and the shared expert, plus the
  * router's 2hE in mlp_in. */
 typedef struct {
     double attn_proj, mlp_in, mlp_out, attn;
 } LayerFlops;
+/* The share of a causal layer's query-key pairs a sliding-window layer l
+ * computes (1 without a window): each of the s queries sees min(t + 1, W + 1)
+ * keys instead of t + 1. */
+static double window_fraction(const LtModelDims *d, int l) {
+    const double s = d->seq_len, w = (double)d->window + 1.0;
+    if (!lt_dims_window_layer(d, l) || w >= s) return 1.0;
+    return (w * (w + 1.0) / 2.0 + (s - w) * w) / (s * (s + 1.0) / 2.0);
+}
+
 static LayerFlops layer_flops(const LtModelDims *d, int l, int causal) {
     const double s = d->seq_len, h = d->hidden, in = d->arch == LT_ARCH_LLAMA ? 4.0 : 2.0,
                  kv = (double)lt_dims_kv_heads(d) * (h / d->heads);
@@ -1096,7 +1147,7 @@ static LayerFlops layer_flops(const LtModelDims *d, int l, int causal) {
     return (LayerFlops){.attn_proj = 2.0 * h * (h + 2.0 * kv) + 2.0 * h * h,
                         .mlp_in = in * h * F + router,
                         .mlp_out = 2.0 * h * F,
-                        .attn = (causal ? 2.0 : 4.0) * s * h};
+                        .attn = (causal ? 2.0 : 4.0) * s * h * window_fraction(d, l)};
 }
 
 double lt_model_flops_per_sample(const LtModelDims *d, int causal) {

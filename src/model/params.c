@@ -366,6 +366,8 @@ LtModelDims lt_dims_from_config(const LtConfig *c) {
                 .bias_rate = (float)c->model.moe_router_bias_update_rate},
     };
     memcpy(d.moe.layer, c->model.moe_layer, sizeof d.moe.layer);
+    d.window = c->model.window_left;
+    memcpy(d.window_layer, c->model.window_layer, sizeof d.window_layer);
     return d;
 }
 
