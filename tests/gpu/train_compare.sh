@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # train_compare.sh BUILD_DIR - end-to-end check of the CUDA backend against the
 # CPU backend: `lattice train` on configs/tiny.yaml and configs/llama-tiny.yaml
-# (the Llama block: RMSNorm, SwiGLU, RoPE, grouped-query attention) for 20 steps
+# (the Llama block: RMSNorm, SwiGLU, RoPE, grouped-query attention; and with 4
+# experts top-2 in every layer, mixture of experts) for 20 steps
 # with train.device=cpu and train.device=cuda on the same data and seed, in
 # fp32 and bf16, then compares the per-step training losses of the metrics
 # files: max relative difference <= 1e-4 (fp32) and <= 2e-2 (bf16); and a bf16
@@ -110,6 +111,17 @@ for CFG in tiny llama-tiny; do
     run "$CFG-cuda-$prec" "$DEV" "$prec" || ok=0
     [ $ok = 1 ] && compare "$CFG-cpu-$prec" "$CFG-cuda-$prec" "${CFG}_${prec}_cpu_vs_${DEV}" "$tol"
   done
+done
+# mixture of experts on the Llama block: 4 experts, top 2, aux and z losses
+CFG=llama-tiny
+MOE=(model.num_experts=4 model.moe_ffn_hidden_size=48 model.moe_aux_loss_coeff=0.01
+     model.moe_z_loss_coeff=0.001)
+for prec in fp32 bf16; do
+  case $prec in fp32) tol=$TOL_FP32 ;; bf16) tol=$TOL_BF16 ;; esac
+  ok=1
+  run "moe-cpu-$prec" cpu "$prec" "${MOE[@]}" || ok=0
+  run "moe-cuda-$prec" "$DEV" "$prec" "${MOE[@]}" || ok=0
+  [ $ok = 1 ] && compare "moe-cpu-$prec" "moe-cuda-$prec" "llama_moe_${prec}_cpu_vs_${DEV}" "$tol"
 done
 CFG=tiny
 # the step replayed as a CUDA graph runs the same kernels: identical losses
