@@ -43,6 +43,7 @@ typedef struct {
     /* the block (model.arch) and what only the Llama block reads; zero = GPT-2 */
     int arch;          /* LT_ARCH_GPT | LT_ARCH_LLAMA */
     int kv_heads;      /* key/value heads (grouped-query attention); 0 = heads */
+    int head_dim;      /* each head's dimension (model.kv_channels); 0 = hidden / heads */
     int untied;        /* the LM head has a weight of its own (lm_head), not wte */
     float norm_eps;    /* RMSNorm epsilon (llama) */
     double rope_base;  /* rotary embedding base theta (llama) */
@@ -79,6 +80,13 @@ static inline int lt_dims_moe_layer(const LtModelDims *d, int l) {
 static inline int lt_dims_kv_heads(const LtModelDims *d) {
     return d->kv_heads > 0 ? d->kv_heads : d->heads;
 }
+
+/* Each head's dimension: head_dim, or hidden / heads when not set. */
+static inline int lt_dims_head_dim(const LtModelDims *d) {
+    return d->head_dim > 0 ? d->head_dim : d->hidden / d->heads;
+}
+/* The width of all query heads (and of the attention output): heads x head dim. */
+static inline int lt_dims_q_width(const LtModelDims *d) { return d->heads * lt_dims_head_dim(d); }
 
 /* The model dimensions a validated config describes. */
 LtModelDims lt_dims_from_config(const LtConfig *c);

@@ -661,7 +661,7 @@ static void test_import_refusals(void) {
         {"\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "'hidden_act' is 'gelu'"},
         {"\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\"", "'rope_scaling.rope_type' is 'yarn'"},
         {"\"factor\": 8.0,", "", "'rope_scaling.factor' is missing"},
-        {"\"head_dim\": 8", "\"head_dim\": 16", "'head_dim' is 16"},
+        {"\"head_dim\": 8", "\"head_dim\": 16", "q_proj.weight' has shape (32, 32); config.json implies (64, 32)"},
         {"\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3", "model.num_query_groups (3) must divide"},
         {"\"hidden_size\": 32", "\"hidden_size\": 3.5", "'hidden_size' must be an integer"},
         {"\"hidden_size\": 32", "\"hidden_size\": 1000000000000", "'hidden_size' is 1000000000000; lattice holds"},

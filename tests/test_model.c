@@ -620,6 +620,25 @@ static void test_sliding_window(void) {
     gradient_check(g);
 }
 
+/* model.kv_channels: heads narrower (GPT, 2 x 6 < hidden 16) and wider (Llama,
+ * 4 x 12 > hidden 32) than hidden / heads, by finite differences; the table's
+ * projections take the query width. */
+static void test_kv_channels(void) {
+    LtModelDims g = tiny_dims(), l = tiny_llama_dims();
+    g.head_dim = 6, l.head_dim = 12;
+    gradient_check(g);
+    gradient_check(l);
+    LtParamTable t;
+    lt_params_build(&t, &l);
+    const LtParam *qkv = lt_params_find(&t, "h.0.attn.qkv.weight"),
+                  *proj = lt_params_find(&t, "h.0.attn.proj.weight");
+    CHECK(qkv->gshape[0] == (4 + 2 * 2) * 12 && qkv->gshape[1] == 32 && proj->gshape[0] == 32 &&
+              proj->gshape[1] == 48,
+          "qkv %lld x %lld, proj %lld x %lld", (long long)qkv->gshape[0],
+          (long long)qkv->gshape[1], (long long)proj->gshape[0], (long long)proj->gshape[1]);
+    lt_params_free(&t);
+}
+
 /* The Llama table: names and shapes, and tensor-parallel shards that hold
  * their query heads, key/value heads and gate/up rows (each block split) and
  * put every global element back exactly once. */
@@ -787,6 +806,7 @@ int main(void) {
     RUN(test_lr_megatron);
     RUN(test_flops);
     RUN(test_sliding_window);
+    RUN(test_kv_channels);
     RUN(test_llama_table);
     RUN(test_llama_flops);
     RUN(test_layer_split);

@@ -79,6 +79,9 @@ static int derive_fields(LtConfig *t, char *err, size_t errlen) {
                         err, errlen))
         return -1;
     if (t->model.num_query_groups == 0) t->model.num_query_groups = t->model.num_attention_heads;
+    const int heads = t->model.num_attention_heads;
+    if (t->model.kv_channels == 0 && heads > 0 && t->model.hidden_size % heads == 0)
+        t->model.kv_channels = t->model.hidden_size / heads;
     return lt_cfg_moe_derive(t, err, errlen) ? -1 : lt_window_derive(t, err, errlen);
 }
 
@@ -135,10 +138,11 @@ static int rule_llama_only_keys(const Rules *r, char *err, size_t errlen) {
 }
 
 static int rule_heads_divide_hidden(const Rules *r, char *err, size_t errlen) {
-    if (r->hidden % r->heads == 0) return 0;
+    if (r->hidden % r->heads == 0 || r->given->model.kv_channels > 0) return 0;
     return lt_cfg_fail(err, errlen,
                        "model.hidden_size (%lld) must be divisible by model.num_attention_heads "
-                       "(%lld); try model.num_attention_heads=%lld",
+                       "(%lld) unless model.kv_channels sets the head dimension; try "
+                       "model.num_attention_heads=%lld",
                        r->hidden, r->heads, nearest_divisor(r->hidden, r->heads));
 }
 
@@ -174,7 +178,12 @@ static int rule_rope_llama3_factors(const Rules *r, char *err, size_t errlen) {
 }
 
 static int rule_llama_head_dim_even(const Rules *r, char *err, size_t errlen) {
-    if (!r->llama || (r->hidden / r->heads) % 2 == 0) return 0;
+    const int hd = r->c->model.kv_channels;
+    if (!r->llama || hd % 2 == 0) return 0;
+    if (r->given->model.kv_channels > 0)
+        return lt_cfg_fail(err, errlen,
+                           "model.arch=llama: rotary embeddings rotate pairs of elements, so "
+                           "model.kv_channels (%d) must be even", hd);
     return lt_cfg_fail(err, errlen,
                        "model.arch=llama: rotary embeddings rotate pairs of elements, so the head "
                        "dimension model.hidden_size / model.num_attention_heads (%lld / %lld = "

@@ -133,7 +133,7 @@ static void write_llama_config(FILE *f, const LtConfig *c, const LtModelDims *d)
             moe ? "mixtral" : "llama", moe ? "MixtralForCausalLM" : "LlamaForCausalLM",
             c->model.hidden_size, moe ? d->moe.ffn : c->model.ffn_hidden_size, c->model.num_layers,
             c->model.num_attention_heads, c->model.num_query_groups,
-            c->model.hidden_size / c->model.num_attention_heads, c->model.max_position_embeddings,
+            c->model.kv_channels, c->model.max_position_embeddings,
             c->model.vocab_size, eps, theta, rope,
             c->model.untie_embeddings_and_output_weights ? "false" : "true");
     if (moe)

@@ -280,11 +280,12 @@ static int read_llama(const Cfg *c, const LlamaDefaults *def, LtConfig *cfg) {
         return -1;
     const int hd = m->model.hidden_size / m->model.num_attention_heads;
     if (get_int(c, c->js, "", "head_dim", 1, INT_MAX, hd, &head_dim)) return -1;
-    if (head_dim != hd || hd * m->model.num_attention_heads != m->model.hidden_size)
+    if (head_dim < 1 || (head_dim == hd && hd * m->model.num_attention_heads != m->model.hidden_size))
         return lt_errorf(c->err, c->errlen,
-                         "%s: 'head_dim' is %d; lattice's heads are hidden_size / "
+                         "%s: without 'head_dim' the heads are hidden_size / "
                          "num_attention_heads = %d / %d wide, which must divide exactly",
-                         c->path, head_dim, m->model.hidden_size, m->model.num_attention_heads);
+                         c->path, m->model.hidden_size, m->model.num_attention_heads);
+    m->model.kv_channels = head_dim == hd ? 0 : head_dim; /* (model.kv_channels) */
     m->model.arch = LT_ARCH_LLAMA;
     m->model.untie_embeddings_and_output_weights = !tied;
     return 0;

@@ -90,7 +90,7 @@ static int map_mixtral_moe(MapBuild *b, const LtModelDims *d, int l) {
 }
 
 static int map_llama(MapBuild *b, const LtModelDims *d) {
-    const int64_t HD = d->hidden / d->heads, Q = (int64_t)d->heads * HD,
+    const int64_t HD = lt_dims_head_dim(d), Q = (int64_t)d->heads * HD,
                   KV = (int64_t)lt_dims_kv_heads(d) * HD, F = d->ffn;
     const char *L = "model.layers";
     if (put(b, "model.embed_tokens.weight", "wte", 0, d->vocab, 0)) return -1;

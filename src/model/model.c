@@ -237,7 +237,7 @@ static void setup_grads(LtModel *m, int buckets) {
 /* One set of layer activations; fields in `share` (non-NULL) are reused. */
 static void layer_acts_alloc(LtModel *m, LtLayerActs *la, const LtLayerActs *share, size_t *a) {
     const size_t N = (size_t)m->B * m->T, C = m->d.hidden, F = m->in->ffn_max,
-                 R = m->boundary / C, CL = (size_t)m->in->heads_local * (C / (size_t)m->d.heads);
+                 R = m->boundary / C, CL = (size_t)m->in->heads_local * (size_t)lt_dims_head_dim(&m->d);
     la->ln1 = act_alloc(m, N * C, a);
     la->qkv = act_alloc(m, N * (size_t)m->in->qkv_local, a);
     la->atty = share && share->atty ? share->atty : act_alloc(m, N * CL, a);
@@ -278,7 +278,8 @@ static void setup_slots(LtModel *m, int nslots) {
     size_t *a = &m->mem.activations;
     if (m->recompute == LT_MODEL_RECOMPUTE_FULL) layer_acts_alloc(m, &m->in->shared, NULL, a);
     if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE)
-        m->in->shared.atty = act_alloc(m, N * (size_t)m->d.hidden / (size_t)m->in->tp_size, a);
+        m->in->shared.atty =
+            act_alloc(m, N * (size_t)m->in->heads_local * (size_t)lt_dims_head_dim(&m->d), a);
     m->nslots = nslots;
     m->slot = lt_calloc(sizeof(LtActSlot) * (size_t)nslots);
     for (int s = 0; s < nslots; s++) {
@@ -305,7 +306,7 @@ static void setup_slots(LtModel *m, int nslots) {
 
 /* The rotary table (T, HD/2, 2) of cos, sin on the device (llama). */
 static float *rope_setup(LtModel *m, size_t *acc) {
-    const int HD = m->d.hidden / m->d.heads;
+    const int HD = lt_dims_head_dim(&m->d);
     const size_t n = (size_t)m->T * (size_t)HD;
     float *host = lt_malloc(n * sizeof(float));
     lt_rope_table(host, m->T, HD, m->d.rope_base, &m->d.rope);
@@ -389,7 +390,7 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     m->max_chunk_layers = m->table.max_chunk_layers;
     m->in->heads_local = d->heads / m->in->tp_size;
     m->in->kv_local = lt_dims_kv_heads(d) / m->in->tp_size;
-    m->in->qkv_local = (m->in->heads_local + 2 * m->in->kv_local) * (d->hidden / d->heads);
+    m->in->qkv_local = (m->in->heads_local + 2 * m->in->kv_local) * lt_dims_head_dim(d);
     setup_layers(m);
     m->vocab_local = d->padded_vocab / m->in->tp_size;
     m->in->vocab_start = m->in->tp_rank * m->vocab_local;
@@ -440,7 +441,8 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     m->in->scratch_c = act_alloc(m, N * C, w);
     m->in->scratch_sp = m->sp ? act_alloc(m, R * C, w) : NULL;
     m->in->dfull = m->sp ? act_alloc(m, N * C, w) : NULL;
-    m->in->dc = act_alloc(m, N * C, w);
+    const size_t CL = (size_t)m->in->heads_local * (size_t)lt_dims_head_dim(d);
+    m->in->dc = act_alloc(m, N * (CL > C ? CL : C), w); /* d(ln) rows, or d(attention out) */
     m->in->d3c = act_alloc(m, N * (size_t)m->in->qkv_local, w);
     m->in->dff = act_alloc(m, N * F, w);
     if (is_llama(m)) {
@@ -742,7 +744,7 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
     const int T = m->T, C = m->d.hidden, F = m->in->ffn_loc[l], NH = m->in->heads_local,
-              NKV = m->in->kv_local, HD = m->d.hidden / m->d.heads, CL = NH * HD;
+              NKV = m->in->kv_local, HD = lt_dims_head_dim(&m->d), CL = NH * HD;
     const int N = B * T, R = m->sp ? N / m->in->tp_size : N;
     const size_t mine = m->sp ? (size_t)m->in->tp_rank * R : 0; /* first row of this rank's slot */
     norm_fwd(m, delta ? xin : NULL, rows_at(m, a->ln1, mine, C), a->mean1, a->rstd1, x, delta,
@@ -977,7 +979,7 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
 static void recompute_layer(LtModel *m, int l, LtLayerActs *a, void *x, int B) {
     if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE)
         m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, kstart_of(m, l), B, m->T,
-                                  m->in->heads_local, m->in->kv_local, m->d.hidden / m->d.heads);
+                                  m->in->heads_local, m->in->kv_local, lt_dims_head_dim(&m->d));
     else {
         m->in->recomputing = 1;
         layer_forward(m, l, a, B, x, x, NULL);
@@ -1030,7 +1032,7 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
     LtBackend *be = m->be;
     const LtBackendOps *o = be->ops;
     const int B = m->B, T = m->T, C = m->d.hidden, NH = m->in->heads_local, NKV = m->in->kv_local,
-              HD = m->d.hidden / m->d.heads, CL = NH * HD, n = lt_params_chunk_layers(&m->table, c),
+              HD = lt_dims_head_dim(&m->d), CL = NH * HD, n = lt_params_chunk_layers(&m->table, c),
               l0 = lt_params_chunk_first(&m->table, c);
     const int N = B * T, R = m->sp ? N / m->in->tp_size : N;
     LtActSlot *sl = &m->slot[s];
@@ -1138,16 +1140,17 @@ static double window_fraction(const LtModelDims *d, int l) {
 
 static LayerFlops layer_flops(const LtModelDims *d, int l, int causal) {
     const double s = d->seq_len, h = d->hidden, in = d->arch == LT_ARCH_LLAMA ? 4.0 : 2.0,
-                 kv = (double)lt_dims_kv_heads(d) * (h / d->heads);
+                 hd = lt_dims_head_dim(d), q = (double)d->heads * hd,
+                 kv = (double)lt_dims_kv_heads(d) * hd;
     double F = d->ffn, router = 0.0;
     if (lt_dims_moe_layer(d, l)) {
         F = (double)d->moe.topk * d->moe.ffn + d->moe.shared_ffn;
         router = 2.0 * h * d->moe.experts;
     }
-    return (LayerFlops){.attn_proj = 2.0 * h * (h + 2.0 * kv) + 2.0 * h * h,
+    return (LayerFlops){.attn_proj = 2.0 * h * (q + 2.0 * kv) + 2.0 * q * h,
                         .mlp_in = in * h * F + router,
                         .mlp_out = 2.0 * h * F,
-                        .attn = (causal ? 2.0 : 4.0) * s * h * window_fraction(d, l)};
+                        .attn = (causal ? 2.0 : 4.0) * s * q * window_fraction(d, l)};
 }
 
 double lt_model_flops_per_sample(const LtModelDims *d, int causal) {

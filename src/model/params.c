@@ -89,7 +89,7 @@ static LtParam *add_blocks(LtParamTable *t, int *cap, LtInitKind init, float std
 static void add_attention(LtParamTable *t, int *cap, const LtModelDims *d, int l, float std,
                           float proj_std) {
     const int llama = d->arch == LT_ARCH_LLAMA;
-    const int64_t C = d->hidden, HD = d->hidden / d->heads, kv = lt_dims_kv_heads(d) * HD;
+    const int64_t C = d->hidden, HD = lt_dims_head_dim(d), kv = lt_dims_kv_heads(d) * HD;
     const int64_t qkv[3] = {d->heads * HD, kv, kv};
     char nm[96];
     add(t, cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_1.weight", l);
@@ -100,7 +100,8 @@ static void add_attention(LtParamTable *t, int *cap, const LtModelDims *d, int l
         snprintf(nm, sizeof nm, "h.%d.attn.qkv.bias", l);
         add_blocks(t, cap, LT_INIT_ZEROS, 0, 0, 3, qkv, 0, nm);
     }
-    add(t, cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, C, "h.%d.attn.proj.weight", l);
+    add(t, cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, d->heads * HD,
+        "h.%d.attn.proj.weight", l);
     if (!llama) add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.attn.proj.bias", l);
     add(t, cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_2.weight", l);
     if (!llama) add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.ln_2.bias", l);
@@ -337,6 +338,7 @@ LtModelDims lt_dims_from_config(const LtConfig *c) {
         .padded_vocab = c->model.padded_vocab_size,
         .arch = c->model.arch,
         .kv_heads = c->model.num_query_groups,
+        .head_dim = c->model.kv_channels,
         .untied = c->model.untie_embeddings_and_output_weights,
         .norm_eps = (float)c->model.norm_epsilon,
         .rope_base = c->model.rotary_base,

@@ -81,8 +81,8 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
      * per row (LayerNorm mean and rstd, RMSNorm rstd only), MLP activation
      * tensors of F columns (GeLU: pre-activation and output; SwiGLU: gate | up
      * (2F) and output) */
-    const size_t QKV = ((size_t)d.heads + 2 * (size_t)lt_dims_kv_heads(&d)) * (C / (size_t)d.heads) /
-                       (size_t)tp,
+    const size_t HD = (size_t)lt_dims_head_dim(&d), CL = H * HD, /* attention output columns */
+                 QKV = ((size_t)d.heads + 2 * (size_t)lt_dims_kv_heads(&d)) * HD / (size_t)tp,
                  stats = llama ? 2 : 4, mlp_f = llama ? 3 : 2;
     const int slots = lt_pipeline_slots(pp, vpp, M, stage, c->parallel.overlap_p2p_comm && mpi_p2p);
     if (slots < 1)
@@ -121,7 +121,7 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     const size_t layer = a * (N * C + N * QKV + R * C + N * C + mlp_f * N * F) +
                          4 * (stats * R + N * H) +
                          (moe_any ? lt_plan_moe_acts_bytes(&ms, a) : 0), /* every slot layer's */
-                 atty = a * N * C / (size_t)tp, x = a * R * C;
+                 atty = a * N * CL, x = a * R * C;
     /* a slot holds the largest chunk's layers; its input even without layers */
     const size_t n = (size_t)t.max_chunk_layers, nx = n ? n : 1,
                  per_slot_io = nx * x + a * R * C + 4 * N; /* inputs, dout, tokens */
@@ -143,8 +143,8 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
         ws += a * N * C + 8 * R + a * R * C + a * chunk * Vl + 4 * N + 12 * chunk + 4 * N;
     ws += a * N * C;                            /* scratch */
     if (sp) ws += a * R * C + a * N * C;        /* SP scratch, gathered gradient */
-    ws += a * N * C + a * N * QKV + a * N * F; /* dc, d3c, dff */
-    if (llama) ws += a * 2 * N * F + 4 * T * (C / (size_t)d.heads); /* dgu, rotary table */
+    ws += a * N * (CL > C ? CL : C) + a * N * QKV + a * N * F; /* dc, d3c, dff */
+    if (llama) ws += a * 2 * N * F + 4 * T * HD; /* dgu, rotary table */
     if (moe_any) ws += lt_plan_moe_work_bytes(&ms, a);
     out->workspace = ws;
 
@@ -310,7 +310,7 @@ static void layer_bytes(const StepSizes *z, const Cand *k, int mlp, double *f, d
     const LtModelDims *d = &z->d;
     const int llama = d->arch == LT_ARCH_LLAMA;
     const double s = z->a, N = z->N, C = z->C, F = mlp ? (double)d->ffn / k->tp : 0.0,
-                 R = k->sp ? N / k->tp : N, HD = C / d->heads,
+                 R = k->sp ? N / k->tp : N, HD = lt_dims_head_dim(d),
                  QK = ((double)d->heads + lt_dims_kv_heads(d)) * HD / k->tp,
                  QKV = ((double)d->heads + 2.0 * lt_dims_kv_heads(d)) * HD / k->tp;
     const double norms = 2.0 * 4.0 * s * R * C, rope = llama ? 2.0 * s * N * QK : 0.0;
@@ -362,7 +362,7 @@ static PassModel pass_model(const LtConfig *c, const StepSizes *z, const LtPlanD
     attention_rates(c, g, &fwd_rate, &bwd_rate, &k->cudnn);
     layer_bytes(z, k, 1, &bytes_f, &bytes_b);
     lt_plan_layer_flops(d, 0, &flops, &redo_flops); /* per token */
-    const double attn_flops = N * 4.0 * z->S * C / k->tp;
+    const double attn_flops = N * 4.0 * z->S * lt_dims_q_width(d) / k->tp; /* (no window) */
     PassModel m = {
         .layer_gemm = flops * N / k->tp / eff,
         .flops = flops * N / k->tp, .redo_flops = redo_flops * N / k->tp,

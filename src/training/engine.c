@@ -44,7 +44,7 @@ static LtBackend *make_backend(const LtConfig *c, const LtWorld *w) {
  * before any training, also when train.device=auto found no GPU). */
 static void setup_attention(LtRun *r) {
     const LtConfig *c = r->cfg;
-    const int hd = c->model.hidden_size / c->model.num_attention_heads;
+    const int hd = c->model.kv_channels;
     if (r->be->device_id < 0) {
         const LtAttnEnv env = {.want = c->model.attention,
                                .deterministic = c->model.attention_deterministic,
