@@ -147,37 +147,45 @@ static inline unsigned moe_token_blocks(int N) {
 
 /* ======================= routing kernels ======================= */
 
-// One warp per token: idx (N, K), w (N, K) as moe_topk.
+/* One token's weights wi (K) from its choices ix (K), serially in k order as the
+ * CPU: sigmoid normalised over the K (K > 1), the softmax probability (m, s over
+ * all E), or the softmax over the K selected logits; then times scale. */
+__device__ __forceinline__ void moe_topk_weights(float *wi, const int32_t *ix, const float *l,
+                                                 int K, int mode, float m, float s, float scale) {
+    if (mode == SC_SIG_BIAS) {
+        float S = 0.f;
+        for (int k = 0; k < K; k++) S += (wi[k] = moe_sigmoid(l[ix[k]]));
+        if (K > 1)
+            for (int k = 0; k < K; k++) wi[k] /= S + MOE_EPS;
+    } else if (mode == SC_PROB) {
+        for (int k = 0; k < K; k++) wi[k] = expf(l[ix[k]] - m) / s;
+    } else {
+        float mk = l[ix[0]], sk = 0.f;
+        for (int k = 1; k < K; k++) mk = l[ix[k]] > mk ? l[ix[k]] : mk;
+        for (int k = 0; k < K; k++) sk += (wi[k] = expf(l[ix[k]] - mk));
+        for (int k = 0; k < K; k++) wi[k] /= sk;
+    }
+    for (int k = 0; k < K; k++) wi[k] *= scale;
+}
+
+// One warp per token: idx (N, K), w (N, K) as moe_topk (lane 0 writes both).
 __global__ void __launch_bounds__(MOE_THREADS)
     moe_topk_kernel(int32_t *idx, float *w, const float *logits, const float *bias, int N, int E,
                     int K, int score, int pre_softmax, float scale) {
     const int lane = threadIdx.x & 31, nw = MOE_THREADS / 32;
+    const int mode = score == LT_MOE_SIGMOID ? SC_SIG_BIAS : pre_softmax ? SC_PROB : SC_LOGIT;
     for (int i = blockIdx.x * nw + (threadIdx.x >> 5); i < N; i += gridDim.x * nw) {
         const float *l = logits + (size_t)i * E;
         int32_t *ix = idx + (size_t)i * K;
-        float *wi = w + (size_t)i * K, m = 0.f, s = 1.f, pv = 0.f;
-        int mode = score == LT_MOE_SIGMOID ? SC_SIG_BIAS : pre_softmax ? SC_PROB : SC_LOGIT;
+        float m = 0.f, s = 1.f, pv = 0.f;
         if (mode == SC_PROB) moe_warp_softmax(l, E, &m, &s);
         int pi = -1;
         for (int k = 0; k < K; k++) {
             pi = moe_warp_next(mode, l, bias, E, m, s, &pv, pi);
             if (lane == 0) ix[k] = pi;
         }
-        if (lane != 0) continue;
-        if (mode == SC_SIG_BIAS) {
-            float S = 0.f;
-            for (int k = 0; k < K; k++) S += (wi[k] = moe_sigmoid(l[ix[k]]));
-            if (K > 1)
-                for (int k = 0; k < K; k++) wi[k] /= S + MOE_EPS;
-        } else if (mode == SC_PROB) {
-            for (int k = 0; k < K; k++) wi[k] = expf(l[ix[k]] - m) / s;
-        } else { /* softmax over the K selected logits */
-            float mk = l[ix[0]], sk = 0.f;
-            for (int k = 1; k < K; k++) mk = l[ix[k]] > mk ? l[ix[k]] : mk;
-            for (int k = 0; k < K; k++) sk += (wi[k] = expf(l[ix[k]] - mk));
-            for (int k = 0; k < K; k++) wi[k] /= sk;
-        }
-        for (int k = 0; k < K; k++) wi[k] *= scale;
+        if (lane == 0) moe_topk_weights(w + (size_t)i * K, ix, l, K, mode, m, s, scale);
+        __syncwarp();
     }
 }
 
