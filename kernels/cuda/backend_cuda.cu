@@ -398,6 +398,17 @@ static const LtBackendOps cuda_ops = {
     .localize_ids = cu_localize_ids,
     .scale_f32 = cu_scale_f32,
     .add_f32 = cu_add_f32,
+    .moe_router_fwd = cu_moe_router_fwd,
+    .moe_router_bwd = cu_moe_router_bwd,
+    .moe_topk = cu_moe_topk,
+    .moe_topk_bwd = cu_moe_topk_bwd,
+    .moe_aux_stats = cu_moe_aux_stats,
+    .moe_aux_bwd = cu_moe_aux_bwd,
+    .moe_dispatch = cu_moe_dispatch,
+    .moe_permute = cu_moe_permute,
+    .moe_permute_bwd = cu_moe_permute_bwd,
+    .moe_unpermute = cu_moe_unpermute,
+    .moe_unpermute_bwd = cu_moe_unpermute_bwd,
 };
 
 extern "C" int lt_cuda_compiled(void) { return 1; }

@@ -299,3 +299,68 @@ void cu_linear_bwd(LtBackend *be, void *dinp, float *dw, float *dbias, const voi
     }
     if (dbias && !dbias_done && N > 0 && OC > 0) cu_colsum_add(be, dbias, dout, N, OC);
 }
+
+/* ======================= MoE router ======================= */
+/* The router's GEMMs have fp32 outputs from act inputs (backend.h). cuBLASLt
+ * takes A and B of one type, so the backward, whose products pair the fp32
+ * dlogits with an act tensor, widens that tensor to fp32 first (bf16: w whole,
+ * x in chunks of MOE_ROUTER_CHUNK floats) and runs fp32 GEMMs; dx gets its
+ * fp32 product chunk by chunk through cu_act_add_f32 (one rounding). The
+ * chunking depends only on the shapes, so the sums are reproducible. */
+#define MOE_ROUTER_CHUNK ((size_t)16 << 20) /* floats of widened x / dx product per chunk */
+
+/* D (m, n; fp32, column-major) = op(A) . op(B) [+ D when beta = 1] */
+static void router_gemm(LtBackend *be, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                        int k, const void *A, int lda, const void *B, int ldb, float *D, int ldd,
+                        cudaDataType_t ab, float beta) {
+    GemmArgs g;
+    memset(&g, 0, sizeof g);
+    g.ta = ta;
+    g.tb = tb;
+    g.m = m, g.n = n, g.k = k;
+    g.A = A, g.lda = lda, g.B = B, g.ldb = ldb, g.D = D, g.ldd = ldd;
+    g.ab_type = ab;
+    g.d_type = CUDA_R_32F;
+    g.beta = beta;
+    gemm_plain(be, &g);
+}
+
+// logits (N, E) = x (N, C) . w (E, C)^T, fp32 output.
+void cu_moe_router_fwd(LtBackend *be, float *logits, const void *x, const void *w, int N, int C,
+                       int E) {
+    if (N <= 0 || E <= 0) return;
+    if (C <= 0) {
+        CU_CHECK(cudaMemsetAsync(logits, 0, (size_t)N * E * sizeof(float), cu_stream(be)));
+        return;
+    }
+    /* logits^T (E, N) = w-stored (C, E)^T . x^T (C, N) */
+    router_gemm(be, CUBLAS_OP_T, CUBLAS_OP_N, E, N, C, w, C, x, C, logits, E,
+                cu_is_bf16(be) ? CUDA_R_16BF : CUDA_R_32F, 0.f);
+}
+
+// dx (N, C) += dlogits (N, E) . w (E, C); dw (E, C) += dlogits^T . x.
+void cu_moe_router_bwd(LtBackend *be, void *dx, float *dw, const float *dlogits, const void *x,
+                       const void *w, int N, int C, int E) {
+    if (N <= 0 || C <= 0 || E <= 0 || (!dx && !dw)) return;
+    const int bf = cu_is_bf16(be);
+    size_t rows = MOE_ROUTER_CHUNK / (size_t)C;
+    rows = rows < 1 ? 1 : rows > (size_t)N ? (size_t)N : rows;
+    const size_t wn = bf && dx ? cu_align_up((size_t)E * C, 64) : 0;
+    float *ws = (float *)cu_scratch(be, (wn + rows * C) * sizeof(float));
+    float *w32 = ws, *t = ws + wn;
+    if (wn) cu_act_to_f32(be, w32, w, (size_t)E * C);
+    for (size_t r0 = 0; r0 < (size_t)N; r0 += rows) {
+        const int n = (int)((size_t)N - r0 < rows ? (size_t)N - r0 : rows);
+        if (dx) { /* t^T (C, n) = w-stored (C, E) . dlogits^T (E, n) */
+            router_gemm(be, CUBLAS_OP_N, CUBLAS_OP_N, C, n, E, bf ? (const void *)w32 : w, C,
+                        dlogits + r0 * E, E, t, C, CUDA_R_32F, 0.f);
+            cu_act_add_f32(be, (char *)dx + r0 * C * be->act_size, t, (size_t)n * C);
+        }
+        if (dw) { /* dw^T (C, E) += x^T (C, n) . dlogits (n, E) */
+            const void *xa = (const char *)x + r0 * C * be->act_size;
+            if (bf) cu_act_to_f32(be, t, xa, (size_t)n * C);
+            router_gemm(be, CUBLAS_OP_N, CUBLAS_OP_T, C, E, n, bf ? (const void *)t : xa, C,
+                        dlogits + r0 * E, E, dw, C, CUDA_R_32F, 1.f);
+        }
+    }
+}

@@ -55,6 +55,31 @@ void cu_add_f32(LtBackend *be, float *dst, const float *src, size_t n);
 void cu_add_act(LtBackend *be, void *out, const void *a, const void *b, size_t n);
 void cu_act_from_f32(LtBackend *be, void *dst, const float *src, size_t n);
 void cu_act_to_f32(LtBackend *be, float *dst, const void *src, size_t n);
+void cu_moe_router_fwd(LtBackend *be, float *logits, const void *x, const void *w, int N, int C,
+                       int E);
+void cu_moe_router_bwd(LtBackend *be, void *dx, float *dw, const float *dlogits, const void *x,
+                       const void *w, int N, int C, int E);
+void cu_moe_topk(LtBackend *be, int32_t *idx, float *w, const float *logits, const float *bias,
+                 int N, int E, int K, int score, int pre_softmax, float scale);
+void cu_moe_topk_bwd(LtBackend *be, float *dlogits, const float *dw, const int32_t *idx,
+                     const float *logits, int N, int E, int K, int score, int pre_softmax,
+                     float scale);
+void cu_moe_aux_stats(LtBackend *be, float *counts, float *psum, double *zsum,
+                      const float *logits, int N, int E, int K, int score, long row0,
+                      long group_len);
+void cu_moe_aux_bwd(LtBackend *be, float *dlogits, const float *logits, const float *counts,
+                    int N, int E, int K, int score, long row0, long group_len, float aux_coef,
+                    float z_coef);
+void cu_moe_dispatch(LtBackend *be, int32_t *pos, int32_t *src, int32_t *offsets,
+                     int32_t *dropped, const int32_t *idx, const float *w, int N, int E, int K,
+                     int capacity, int drop_policy, int pad);
+void cu_moe_permute(LtBackend *be, void *out, const void *x, const int32_t *src, int M, int C);
+void cu_moe_permute_bwd(LtBackend *be, void *dx, const void *dxp, const int32_t *pos, int N,
+                        int K, int C);
+void cu_moe_unpermute(LtBackend *be, void *out, const void *y, const int32_t *pos, const float *w,
+                      int N, int K, int C);
+void cu_moe_unpermute_bwd(LtBackend *be, void *dy, float *dw, const void *dout, const void *y,
+                          const int32_t *pos, const float *w, int N, int K, int C, int M);
 
 /* Helpers shared between files (reduce.cu, gelu.cu). */
 /* dbias(OC) += column sums of dout(N, OC); deterministic, one read of dout. */
@@ -69,5 +94,7 @@ void cu_bias_gelu(LtBackend *be, void *out, void *pre_gelu, const void *pre, con
                   int N, int OC, int do_gelu);
 /* dinp *= gelu'(gelu_pre) in place - the GEMM fallback for the DGELU epilogue. */
 void cu_dgelu_inplace(LtBackend *be, void *dinp, const void *gelu_pre, size_t n);
+/* dx (n, act) += t (n, fp32): the sum in fp32, rounded once (moe.cu; the MoE router's dx). */
+void cu_act_add_f32(LtBackend *be, void *dx, const float *t, size_t n);
 
 #endif

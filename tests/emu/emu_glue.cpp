@@ -3,7 +3,8 @@
  * LtBackend whose memory is host memory and whose ops are the CUDA backend's
  * own op entries (the kernels/cuda sources, rewritten by transform.py)
  * running in the emulation. GEMMs go to cuBLASLt on a GPU and have no
- * emulation: linear_fwd and linear_bwd stop with a message. */
+ * emulation: linear_fwd, linear_bwd and the MoE router's GEMMs stop with a
+ * message. */
 #include <map>
 #include <mutex>
 #include <string>
@@ -114,6 +115,13 @@ void cu_linear_bwd(LtBackend *, void *, float *, float *, const void *, const vo
                    const void *, int, int, int) {
     lt_fatal("emulated CUDA backend: linear_bwd runs on cuBLASLt, which has no emulation");
 }
+void cu_moe_router_fwd(LtBackend *, float *, const void *, const void *, int, int, int) {
+    lt_fatal("emulated CUDA backend: moe_router_fwd runs on cuBLASLt, which has no emulation");
+}
+void cu_moe_router_bwd(LtBackend *, void *, float *, const float *, const void *, const void *, int,
+                       int, int) {
+    lt_fatal("emulated CUDA backend: moe_router_bwd runs on cuBLASLt, which has no emulation");
+}
 
 static void emu_destroy(LtBackend *be) {
     free(cu_impl(be)->scratch);
@@ -200,6 +208,17 @@ static const LtBackendOps emu_ops = {
     .localize_ids = cu_localize_ids,
     .scale_f32 = cu_scale_f32,
     .add_f32 = cu_add_f32,
+    .moe_router_fwd = cu_moe_router_fwd,
+    .moe_router_bwd = cu_moe_router_bwd,
+    .moe_topk = cu_moe_topk,
+    .moe_topk_bwd = cu_moe_topk_bwd,
+    .moe_aux_stats = cu_moe_aux_stats,
+    .moe_aux_bwd = cu_moe_aux_bwd,
+    .moe_dispatch = cu_moe_dispatch,
+    .moe_permute = cu_moe_permute,
+    .moe_permute_bwd = cu_moe_permute_bwd,
+    .moe_unpermute = cu_moe_unpermute,
+    .moe_unpermute_bwd = cu_moe_unpermute_bwd,
 };
 
 /* The bias-gradient column sum (reduce.cu), which linear_bwd uses where
@@ -207,6 +226,12 @@ static const LtBackendOps emu_ops = {
  * the GEMMs around it have no emulation. */
 extern "C" void emu_colsum_add(LtBackend *be, float *dbias, const void *dout, int N, int OC) {
     cu_colsum_add(be, dbias, dout, N, OC);
+}
+
+/* The MoE router's dx update (moe.cu), which its backward applies to the
+ * cuBLASLt product: tested on its own here, as the column sum is. */
+extern "C" void emu_act_add_f32(LtBackend *be, void *dx, const float *t, size_t n) {
+    cu_act_add_f32(be, dx, t, n);
 }
 
 /* This binary has no real CUDA backend (the emulated one stands in). */

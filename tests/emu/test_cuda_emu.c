@@ -9,7 +9,8 @@
  * fallbacks; attention's misaligned run is left to the GPU: misaligned tensors
  * take its generic path, which the alternative pairs run here already). The
  * linear case needs cuBLASLt and runs only on a GPU; its bias-gradient column
- * sum, which needs no GEMM, is checked here against a host sum (colsum). */
+ * sum, which needs no GEMM, is checked here against a host sum (colsum), and so
+ * is the MoE router's dx update (act_add_f32; the router's GEMMs are GPU-only). */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #define main test_gpu_ops_main
 #include "../gpu/test_gpu_ops.c"
@@ -17,6 +18,7 @@
 
 LtBackend *emu_cuda_backend_create(LtDtype dtype, int attn_simt);
 void emu_colsum_add(LtBackend *be, float *dbias, const void *dout, int N, int OC);
+void emu_act_add_f32(LtBackend *be, void *dx, const float *t, size_t n);
 
 /* dbias (OC) += column sums of dout (N, OC) on the device against the host's
  * sum in double (inputs identical, so fp32 accuracy in both dtypes): one
@@ -50,6 +52,29 @@ static void t_colsum(const Pair *P) {
     }
 }
 
+/* dx (act) += t (fp32), one rounding, against the host's float sum rounded to the
+ * act dtype (bitwise): n under one pack, packs and a tail. */
+static void t_act_add_f32(const Pair *P) {
+    static const size_t sizes[] = {3, 37, 1000};
+    LtBackend *be = P->dut;
+    for (int s = 0; s < 3; s++) {
+        const size_t n = sizes[s];
+        float *dx = hrand(n, 1.f, P->bf16), *t = hrand(n, 1.f, 0), *want = hzeros(n);
+        float *got = hzeros(n);
+        for (size_t i = 0; i < n; i++)
+            want[i] = P->bf16 ? lt_bf16_round(dx[i] + t[i]) : dx[i] + t[i];
+        void *d = act_up(be, dx, n);
+        float *g = f32_up(be, t, n);
+        emu_act_add_f32(be, d, g, n);
+        act_down(be, got, d, n);
+        char nm[64];
+        snprintf(nm, sizeof nm, "act_add_f32 n%zu", n);
+        cmp(P, nm, got, want, n, 0.0);
+        dfree(be, d), dfree(be, g);
+        free(dx), free(t), free(want), free(got);
+    }
+}
+
 int main(void) {
     g_quick = 1;
     LtBackend *c32 = lt_backend_cpu_create(LT_F32, 1), *c16 = lt_backend_cpu_create(LT_BF16, 1);
@@ -64,20 +89,32 @@ int main(void) {
         {.ref = c16, .dut = a16, .tag = "bf16a", .tol = 1e-2, .bf16 = 1},
     };
     const int npairs = (int)(sizeof pairs / sizeof pairs[0]);
+    const char *only = getenv("LT_EMU_ONLY"); /* CASE[,CASE...]: just these (iterating) */
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        if (!strcmp(cases[c].name, "linear")) continue; /* cuBLASLt: GPU only */
+        if (only && !listed(only, cases[c].name)) continue;
+        if (!strcmp(cases[c].name, "linear") || !strcmp(cases[c].name, "moe_router"))
+            continue; /* cuBLASLt: GPU only */
         const int attn = !strncmp(cases[c].name, "attention", 9); /* and attention_docs */
+        /* routing and dispatch have no act tensors: the bf16 pairs would repeat f32 */
+        const int no_act = !strcmp(cases[c].name, "moe_topk") || !strcmp(cases[c].name, "moe_aux") ||
+                           !strcmp(cases[c].name, "moe_dispatch");
         for (int p = 0; p < npairs; p++) {
             /* the alternative backends differ only in the attention path */
             if (pairs[p].tag[strlen(pairs[p].tag) - 1] == 'a' && !attn) continue;
+            if (no_act && pairs[p].bf16) continue;
             run_case(&cases[c], &pairs[p]);
             if (cases[c].misalign && !attn) run_case_misaligned(&cases[c], &pairs[p]);
         }
     }
     const Case colsum = {"colsum", t_colsum, 1};
-    for (int p = 0; p < npairs; p += 2) { /* f32, bf16 */
+    for (int p = 0; p < npairs && (!only || listed(only, "colsum")); p += 2) { /* f32, bf16 */
         run_case(&colsum, &pairs[p]);
         run_case_misaligned(&colsum, &pairs[p]);
+    }
+    const Case act_add = {"act_add_f32", t_act_add_f32, 1};
+    for (int p = 0; p < npairs && (!only || listed(only, "act_add_f32")); p += 2) {
+        run_case(&act_add, &pairs[p]);
+        run_case_misaligned(&act_add, &pairs[p]);
     }
     lt_backend_destroy(e32), lt_backend_destroy(e16), lt_backend_destroy(a32);
     lt_backend_destroy(a16), lt_backend_destroy(c32), lt_backend_destroy(c16);

@@ -1,6 +1,7 @@
 /* bench_kernels.c - memory bandwidth of the CUDA backend's memory-bound ops
  * (LayerNorm forward/backward, residual add, GeLU forward/backward, the
- * cross-entropy over a logits chunk, AdamW, the gradient sum of squares),
+ * cross-entropy over a logits chunk, AdamW, the gradient sum of squares, the
+ * mixture-of-experts permute family),
  * against the GPU's peak DRAM bandwidth.
  *
  * Shapes are GPT-2's at micro batch 16 x 1024 tokens: C 768 (124M) and 1600
@@ -12,7 +13,8 @@
  * Bytes are the floors stated in each kernel file's design note (s = 2 in
  * bf16): LayerNorm forward with residual 4s per element, backward 4s, add 3s,
  * GeLU forward 2s, backward 3s, cross-entropy 2s per logit (read, rewrite in
- * place), AdamW 30 (bf16 param) / 32 (fp32), sum of squares 4. A figure is
+ * place), AdamW 30 (bf16 param) / 32 (fp32), sum of squares 4; the MoE row
+ * gathers (permute, unpermute and their backwards, bench_moe) as moe.cu states. A figure is
  * the median of 15 samples of 5 back-to-back calls between synchronizations;
  * working sets are far above the 50 MiB L2. Prints one line per op:
  *   kern layernorm_fwd C=768 bf16 aligned: 0.123 ms  2950 GB/s  88% of peak */
@@ -31,6 +33,7 @@
 #define VOCAB 50257
 #define VOCAB_PAD 50304
 #define NPARAM ((size_t)124 * 1000 * 1000)
+#define MOE_K 2 /* experts per token in the MoE gathers */
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -198,6 +201,54 @@ static void bench_flat(LtBackend *be, size_t off) {
     release(&a, 5);
 }
 
+static void r_moe_permute(Bench *b) {
+    b->be->ops->moe_permute(b->be, b->p[0], b->p[1], b->p[2], b->N * MOE_K, b->C);
+}
+static void r_moe_unpermute(Bench *b) {
+    b->be->ops->moe_unpermute(b->be, b->p[1], b->p[0], b->p[3], b->p[4], b->N, MOE_K, b->C);
+}
+static void r_moe_permute_bwd(Bench *b) {
+    b->be->ops->moe_permute_bwd(b->be, b->p[1], b->p[0], b->p[3], b->N, MOE_K, b->C);
+}
+static void r_moe_unpermute_bwd(Bench *b) {
+    b->be->ops->moe_unpermute_bwd(b->be, b->p[6], b->p[5], b->p[1], b->p[0], b->p[3], b->p[4],
+                                  b->N, MOE_K, b->C, b->N * MOE_K);
+}
+
+/* The MoE row gathers over a dropless top-2 routing of NTOK tokens to 8 experts
+ * (C 4096, Mixtral's hidden size): the dispatch itself runs once, untimed. Bytes
+ * as moe.cu's design note: permute 2s per element of the (N K, C) buffer,
+ * unpermute K s + s and permute_bwd K s + 2s per element of (N, C),
+ * unpermute_bwd 5s per element of (N K, C) (zeroing, the scatter, the dot
+ * products' two reads). */
+static void bench_moe(LtBackend *be, size_t off) {
+    const double s = (double)lt_act_bytes(be, 1);
+    const int N = NTOK, C = 4096, E = 8;
+    const size_t nx = (size_t)N * C, nk = (size_t)N * MOE_K, np = nk * C;
+    Bench b = {.be = be, .off = off, .N = N, .C = C};
+    b.p[0] = buf(&b, lt_act_bytes(be, np), 1, np); /* permuted rows */
+    b.p[1] = buf(&b, lt_act_bytes(be, nx), 1, nx); /* token rows */
+    int32_t *idx = malloc(nk * sizeof(int32_t));
+    if (!idx) lt_fatal("bench_kernels: out of host memory");
+    for (size_t a = 0; a < nk; a++) idx[a] = (int32_t)((a / MOE_K * 2654435761u + a % MOE_K) % E);
+    void *didx = (char *)be->ops->alloc(be, nk * 4 + 16) + off;
+    be->ops->upload(be, didx, idx, nk * 4);
+    free(idx);
+    b.p[2] = (char *)be->ops->alloc(be, nk * 4 + 16) + off; /* src */
+    b.p[3] = (char *)be->ops->alloc(be, nk * 4 + 16) + off; /* pos */
+    b.p[4] = buf(&b, nk * 4, 0, nk);                       /* w */
+    b.p[5] = buf(&b, nk * 4, 0, nk);                       /* dw */
+    b.p[6] = buf(&b, lt_act_bytes(be, np), 1, np);         /* dy */
+    int32_t *off_e = be->ops->alloc(be, (E + 1) * 4), *dropped = be->ops->alloc(be, 4);
+    be->ops->moe_dispatch(be, b.p[3], b.p[2], off_e, dropped, didx, NULL, N, E, MOE_K, 0, 0, 0);
+    be->ops->free(be, off_e), be->ops->free(be, dropped), be->ops->free(be, (char *)didx - off);
+    report(&b, "moe_permute", "C=4096", 2 * s * np, time_it(&b, r_moe_permute));
+    report(&b, "moe_unpermute", "C=4096", (MOE_K + 1) * s * nx, time_it(&b, r_moe_unpermute));
+    report(&b, "moe_permute_bwd", "C=4096", (MOE_K + 2) * s * nx, time_it(&b, r_moe_permute_bwd));
+    report(&b, "moe_unperm_bwd", "C=4096", 5 * s * np, time_it(&b, r_moe_unpermute_bwd));
+    release(&b, 7);
+}
+
 int main(int argc, char **argv) {
     LtDtype dt = LT_BF16;
     for (int i = 1; i < argc; i++)
@@ -220,6 +271,7 @@ int main(int argc, char **argv) {
     for (int off = 0; off <= 4; off += 4) {
         for (int c = 0; c < 2; c++) bench_rows(be, (size_t)off, Cs[c]);
         bench_flat(be, (size_t)off);
+        bench_moe(be, (size_t)off);
     }
     lt_backend_destroy(be);
     return 0;

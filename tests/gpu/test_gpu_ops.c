@@ -46,6 +46,7 @@
 #include "attn_select.h"
 #include "backend.h"
 #include "common.h"
+#include "config.h" /* the MoE score and drop-policy constants */
 #include "rope.h"
 
 typedef struct {
@@ -1202,6 +1203,310 @@ static void t_memory_streams(const Pair *P) {
     free(x), free(back), free(y1), free(y2);
 }
 
+/* ======================= mixture of experts ======================= */
+/* The MoE ops of include/backend.h against the CPU backend: routing indices,
+ * dispatch positions, rows, offsets and drop counts must match exactly (ties
+ * are part of the contract: lower expert, lower token), the fp32 scores and
+ * gradients within the pair's tolerance, and the sums that the contract makes
+ * deterministic bitwise on a second run. */
+static void same_i32(const Pair *P, const char *what, const int32_t *got, const int32_t *ref,
+                     size_t n) {
+    size_t bad = n;
+    for (size_t i = 0; i < n && bad == n; i++)
+        if (got[i] != ref[i]) bad = i;
+    printf("  %-5s %-28s n=%-9zu %s\n", P->tag, what, n, bad == n ? "equal" : "DIFFER  <-- FAIL");
+    CHECK(bad == n, "%s: entry %zu is %d, the reference %d", what, bad,
+          bad < n ? got[bad] : 0, bad < n ? ref[bad] : 0);
+}
+static int32_t *i32_down(LtBackend *be, const void *d, size_t n) {
+    return raw_down(be, d, n * sizeof(int32_t) + 1);
+}
+/* Logits in [-4, 4); every third token's rounded to halves, so equal scores (ties) occur. */
+static float *moe_logits(int N, int E) {
+    float *l = hrand((size_t)N * E, 4.f, 0);
+    for (int i = 0; i < N; i += 3)
+        for (int e = 0; e < E; e++) l[(size_t)i * E + e] = roundf(l[(size_t)i * E + e] * 2.f) / 2.f;
+    return l;
+}
+
+/* Router GEMMs (cuBLASLt: GPU only): logits, dx += and dw +=, each of dx / dw alone,
+ * dw bitwise on a rerun; C not a multiple of the pack, N = 0. */
+static void t_moe_router(const Pair *P) {
+    static const int shapes[][3] = {{7, 24, 8}, {33, 37, 16}, {0, 24, 8}, {200, 256, 64}};
+    for (int s = 0; s < 4; s++) {
+        const int N = shapes[s][0], C = shapes[s][1], E = shapes[s][2];
+        const size_t nx = (size_t)N * C, nl = (size_t)N * E, nw = (size_t)E * C;
+        float *x = hrand(nx, 1.f, P->bf16), *w = hrand(nw, 0.5f, P->bf16);
+        float *dl = hrand(nl, 1.f, 0), *dx0 = hrand(nx, 1.f, P->bf16), *dw0 = hrand(nw, 1.f, 0);
+        float *lg[2], *dx[2], *dw[2], *dxo[2], *dwo[2];
+        void *bits = NULL;
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            void *dxa = act_up(be, x, nx), *dwa = act_up(be, w, nw), *ddx = act_up(be, dx0, nx);
+            float *dlg = f32_up(be, NULL, nl), *ddl = f32_up(be, dl, nl), *ddw = f32_up(be, dw0, nw);
+            lg[k] = hzeros(nl), dx[k] = hzeros(nx), dw[k] = hzeros(nw);
+            dxo[k] = hzeros(nx), dwo[k] = hzeros(nw);
+            poison(be, dlg, nl * 4);
+            be->ops->moe_router_fwd(be, dlg, dxa, dwa, N, C, E);
+            be->ops->moe_router_bwd(be, ddx, ddw, ddl, dxa, dwa, N, C, E);
+            f32_down(be, lg[k], dlg, nl), act_down(be, dx[k], ddx, nx), f32_down(be, dw[k], ddw, nw);
+            be->ops->upload(be, ddw, dw0, nw * 4);
+            be->ops->moe_router_bwd(be, ddx, ddw, ddl, dxa, dwa, N, C, E);
+            if (k) bits = raw_down(be, ddw, nw * 4);
+            be->ops->upload(be, ddw, dw0, nw * 4);
+            be->ops->moe_router_bwd(be, NULL, ddw, ddl, dxa, dwa, N, C, E);
+            dfree(be, ddx), ddx = act_up(be, dx0, nx);
+            be->ops->moe_router_bwd(be, ddx, NULL, ddl, dxa, dwa, N, C, E);
+            act_down(be, dxo[k], ddx, nx), f32_down(be, dwo[k], ddw, nw);
+            dfree(be, dxa), dfree(be, dwa), dfree(be, ddx), dfree(be, dlg), dfree(be, ddl);
+            dfree(be, ddw);
+        }
+        char nm[64];
+        snprintf(nm, sizeof nm, "moe_router_fwd N%d C%d E%d", N, C, E);
+        cmp(P, nm, lg[1], lg[0], nl, P->bf16 ? 1e-5 : P->tol); /* fp32 sums of equal inputs */
+        snprintf(nm, sizeof nm, "moe_router_bwd dx N%d C%d", N, C);
+        cmp(P, nm, dx[1], dx[0], nx, P->tol);
+        snprintf(nm, sizeof nm, "moe_router_bwd dw N%d C%d", N, C);
+        cmp(P, nm, dw[1], dw[0], nw, 1e-5);
+        snprintf(nm, sizeof nm, "moe_router_bwd dx only N%d", N);
+        cmp(P, nm, dxo[1], dxo[0], nx, P->tol);
+        snprintf(nm, sizeof nm, "moe_router_bwd dw only N%d", N);
+        cmp(P, nm, dwo[1], dwo[0], nw, 1e-5);
+        same_bits(P, "moe_router_bwd dw", bits, dw[1], nw * 4);
+        for (int k = 0; k < 2; k++) free(lg[k]), free(dx[k]), free(dw[k]), free(dxo[k]), free(dwo[k]);
+        free(x), free(w), free(dl), free(dx0), free(dw0), free(bits);
+    }
+}
+
+/* moe_topk and moe_topk_bwd for every score function: softmax after / before the
+ * top-k, sigmoid with and without the expert bias, scales, K = 1 and K = E, E up
+ * to 256 (more than one expert per lane), tied logits. */
+static void t_moe_topk(const Pair *P) {
+    static const struct { int E, K, score, pre, bias; float scale; } cs[] = {
+        {8, 2, LT_MOE_SOFTMAX, 0, 0, 0.f},   {8, 2, LT_MOE_SOFTMAX, 1, 0, 2.5f},
+        {16, 4, LT_MOE_SIGMOID, 0, 1, 0.f},  {16, 1, LT_MOE_SIGMOID, 0, 0, 1.5f},
+        {5, 5, LT_MOE_SOFTMAX, 1, 0, 0.f},   {5, 5, LT_MOE_SOFTMAX, 0, 0, 0.f},
+        {64, 8, LT_MOE_SOFTMAX, 0, 0, 0.f},  {256, 8, LT_MOE_SIGMOID, 0, 1, 2.5f},
+        {256, 6, LT_MOE_SOFTMAX, 1, 0, 0.f},
+    };
+    const int N = g_quick ? 37 : 1000;
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        const int E = cs[c].E, K = cs[c].K;
+        const size_t nl = (size_t)N * E, nk = (size_t)N * K;
+        float *l = moe_logits(N, E), *bias = cs[c].bias ? hrand(E, 0.1f, 0) : NULL;
+        float *dw = hrand(nk, 1.f, 0), *w[2], *dl[2];
+        int32_t *idx[2];
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            float *dlg = f32_up(be, l, nl), *db = bias ? f32_up(be, bias, E) : NULL;
+            float *dwt = f32_up(be, NULL, nk), *ddw = f32_up(be, dw, nk), *dg = f32_up(be, NULL, nl);
+            int32_t *di = dalloc(be, nk * 4);
+            poison(be, dwt, nk * 4), poison(be, di, nk * 4), poison(be, dg, nl * 4);
+            be->ops->moe_topk(be, di, dwt, dlg, db, N, E, K, cs[c].score, cs[c].pre, cs[c].scale);
+            be->ops->moe_topk_bwd(be, dg, ddw, di, dlg, N, E, K, cs[c].score, cs[c].pre,
+                                  cs[c].scale);
+            idx[k] = i32_down(be, di, nk), w[k] = hzeros(nk), dl[k] = hzeros(nl);
+            f32_down(be, w[k], dwt, nk), f32_down(be, dl[k], dg, nl);
+            dfree(be, dlg), dfree(be, dwt), dfree(be, ddw), dfree(be, dg), dfree(be, di);
+            if (db) dfree(be, db);
+        }
+        char nm[64];
+        snprintf(nm, sizeof nm, "moe_topk idx E%d K%d s%d p%d", E, K, cs[c].score, cs[c].pre);
+        same_i32(P, nm, idx[1], idx[0], nk);
+        snprintf(nm, sizeof nm, "moe_topk w E%d K%d", E, K);
+        cmp(P, nm, w[1], w[0], nk, 1e-5);
+        snprintf(nm, sizeof nm, "moe_topk_bwd E%d K%d", E, K);
+        cmp(P, nm, dl[1], dl[0], nl, 1e-5);
+        for (int k = 0; k < 2; k++) free(idx[k]), free(w[k]), free(dl[k]);
+        free(l), free(bias), free(dw);
+    }
+}
+
+/* moe_aux_stats (counts exact, psum, zsum; a second run bitwise) and moe_aux_bwd
+ * (both terms, each alone) with one group, sequence groups starting mid-call
+ * (row0), and groups longer than a summation segment. */
+static void t_moe_aux(const Pair *P) {
+    static const struct { int N, E, K, score; long row0, L; } cs[] = {
+        {37, 8, 2, LT_MOE_SOFTMAX, 0, 1L << 40}, {37, 16, 4, LT_MOE_SIGMOID, 5, 10},
+        {300, 12, 3, LT_MOE_SOFTMAX, 3, 280},    {700, 64, 8, LT_MOE_SIGMOID, 0, 1L << 40},
+        {4000, 256, 8, LT_MOE_SIGMOID, 1000, 2048},
+    };
+    static const float coef[3][2] = {{0.01f, 0.001f}, {0.5f, 0.f}, {0.f, 0.25f}};
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        if (g_quick && c == 3) break; /* (the emulation's time) */
+        const int N = cs[c].N, E = cs[c].E, K = cs[c].K;
+        const size_t nl = (size_t)N * E, G = (size_t)((cs[c].row0 + N - 1) / cs[c].L + 1);
+        float *l = moe_logits(N, E), *c0 = hrand(G * E, 2.f, 0), *p0 = hrand(G * E, 1.f, 0);
+        float *d0 = hrand(nl, 1.f, 0), *cnt[2], *ps[2], *dl[2][3];
+        for (size_t i = 0; i < G * (size_t)E; i++) c0[i] = roundf(c0[i] * 8.f); /* integers */
+        double z[2];
+        void *bits = NULL;
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            float *dlg = f32_up(be, l, nl), *dc = f32_up(be, c0, G * E), *dp = f32_up(be, p0, G * E);
+            double *dz = dalloc(be, 8);
+            const double z0 = 0.5;
+            be->ops->upload(be, dz, &z0, 8);
+            be->ops->moe_aux_stats(be, dc, dp, dz, dlg, N, E, K, cs[c].score, cs[c].row0, cs[c].L);
+            cnt[k] = hzeros(G * E), ps[k] = hzeros(G * E);
+            f32_down(be, cnt[k], dc, G * E), f32_down(be, ps[k], dp, G * E);
+            be->ops->download(be, &z[k], dz, 8);
+            if (k) {
+                be->ops->upload(be, dp, p0, G * E * 4);
+                be->ops->moe_aux_stats(be, NULL, dp, NULL, dlg, N, E, K, cs[c].score, cs[c].row0,
+                                       cs[c].L);
+                bits = raw_down(be, dp, G * E * 4);
+            }
+            for (int t = 0; t < 3; t++) {
+                float *dg = f32_up(be, d0, nl);
+                be->ops->moe_aux_bwd(be, dg, dlg, dc, N, E, K, cs[c].score, cs[c].row0, cs[c].L,
+                                     coef[t][0], coef[t][1]);
+                dl[k][t] = hzeros(nl);
+                f32_down(be, dl[k][t], dg, nl);
+                dfree(be, dg);
+            }
+            dfree(be, dlg), dfree(be, dc), dfree(be, dp), dfree(be, dz);
+        }
+        char nm[64];
+        snprintf(nm, sizeof nm, "moe_aux_stats counts N%d E%d s%d", N, E, cs[c].score);
+        cmp(P, nm, cnt[1], cnt[0], G * E, 0.0);
+        snprintf(nm, sizeof nm, "moe_aux_stats psum N%d E%d", N, E);
+        cmp(P, nm, ps[1], ps[0], G * E, 1e-5);
+        const float zg = (float)z[1], zr = (float)z[0];
+        cmp(P, "moe_aux_stats zsum", &zg, &zr, 1, 1e-5);
+        same_bits(P, "moe_aux_stats psum rerun", bits, ps[1], G * E * 4);
+        for (int t = 0; t < 3; t++) {
+            snprintf(nm, sizeof nm, "moe_aux_bwd aux %g z %g", coef[t][0], coef[t][1]);
+            cmp(P, nm, dl[1][t], dl[0][t], nl, 1e-5);
+        }
+        for (int k = 0; k < 2; k++) {
+            free(cnt[k]), free(ps[k]);
+            for (int t = 0; t < 3; t++) free(dl[k][t]);
+        }
+        free(l), free(c0), free(p0), free(d0), free(bits);
+    }
+}
+
+/* A routing of N tokens to K distinct experts each, skewed towards the low experts
+ * (so capacities drop), with weights in steps of 1/8 (ties). */
+static void moe_routing(int N, int E, int K, int32_t *idx, float *w) {
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < K; k++) {
+            int e, taken;
+            do {
+                const float u = frand() * 0.5f + 0.5f;
+                e = (int)(u * u * (float)E) % E;
+                taken = 0;
+                for (int j = 0; j < k; j++) taken |= idx[(size_t)i * K + j] == e;
+            } while (taken);
+            idx[(size_t)i * K + k] = e;
+            w[(size_t)i * K + k] = roundf((frand() * 0.5f + 0.5f) * 8.f) / 8.f;
+        }
+}
+
+/* moe_dispatch on one backend: pos (N K), src (rows), offsets (E + 1), dropped. */
+static void run_dispatch(LtBackend *be, int N, int E, int K, int cap, int policy, int pad,
+                         const int32_t *idx, const float *w, int32_t **out) {
+    const size_t nk = (size_t)N * K, rows = nk > (size_t)E * cap ? nk : (size_t)E * cap;
+    int32_t *di = i32_up(be, idx, nk + 1), *dp = dalloc(be, nk * 4 + 4);
+    int32_t *ds = dalloc(be, rows * 4 + 4), *doff = dalloc(be, (E + 1) * 4), *dd = dalloc(be, 4);
+    float *dw = f32_up(be, w, nk + 1);
+    poison(be, dp, nk * 4 + 4), poison(be, ds, rows * 4 + 4), poison(be, dd, 4);
+    be->ops->moe_dispatch(be, dp, ds, doff, dd, di, dw, N, E, K, cap, policy, pad);
+    out[0] = i32_down(be, dp, nk), out[1] = i32_down(be, ds, rows);
+    out[2] = i32_down(be, doff, E + 1), out[3] = i32_down(be, dd, 1);
+    dfree(be, di), dfree(be, dp), dfree(be, ds), dfree(be, doff), dfree(be, dd), dfree(be, dw);
+}
+
+/* Dropless, the capacity policies (position; probs with tied weights) with and
+ * without padding, a capacity no expert reaches, N = 0 (padding only). */
+static void t_moe_dispatch(const Pair *P) {
+    static const struct { int N, E, K, cap, policy, pad; } cs[] = {
+        {37, 8, 2, 0, 0, 0},                     {300, 16, 4, 0, 0, 0},
+        {37, 8, 2, 6, LT_MOE_DROP_POSITION, 0},  {37, 8, 2, 6, LT_MOE_DROP_PROBS, 0},
+        {300, 16, 4, 40, LT_MOE_DROP_PROBS, 1},  {300, 16, 4, 40, LT_MOE_DROP_POSITION, 1},
+        {37, 8, 2, 1000, LT_MOE_DROP_PROBS, 1},  {0, 8, 2, 5, LT_MOE_DROP_PROBS, 1},
+        {0, 8, 2, 0, 0, 0},                      {600, 64, 8, 100, LT_MOE_DROP_PROBS, 0},
+        {20000, 128, 8, 1500, LT_MOE_DROP_PROBS, 0},
+    };
+    static const char *what[4] = {"pos", "src", "offsets", "dropped"};
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        if (g_quick && c == 9) break; /* (the emulation's time) */
+        const int N = cs[c].N, E = cs[c].E, K = cs[c].K, cap = cs[c].cap;
+        const size_t nk = (size_t)N * K;
+        int32_t *idx = lt_malloc(nk * 4 + 4), *r[2][4];
+        float *w = lt_malloc(nk * 4 + 4);
+        moe_routing(N, E, K, idx, w);
+        for (int k = 0; k < 2; k++)
+            run_dispatch(k ? P->dut : P->ref, N, E, K, cap, cs[c].policy, cs[c].pad, idx, w, r[k]);
+        const size_t M = (size_t)r[0][2][E], n[4] = {nk, M, (size_t)E + 1, 1};
+        for (int q = 0; q < 4; q++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "moe_dispatch %s N%d cap%d p%d%s", what[q], N, cap,
+                     cs[c].policy, cs[c].pad ? " pad" : "");
+            same_i32(P, nm, r[1][q], r[0][q], n[q]);
+        }
+        for (int k = 0; k < 2; k++)
+            for (int q = 0; q < 4; q++) free(r[k][q]);
+        free(idx), free(w);
+    }
+}
+
+/* permute, permute_bwd (dx +=), unpermute and unpermute_bwd over a dispatch with
+ * dropped assignments and padding rows; C a multiple of the pack or not. */
+static void t_moe_permute(const Pair *P) {
+    static const int shapes[][5] = {/* N, E, K, C, capacity */
+                                    {37, 8, 2, 24, 0}, {37, 8, 2, 37, 6},
+                                    {120, 16, 4, 64, 25}, {0, 4, 2, 24, 3}};
+    for (int s = 0; s < 4; s++) {
+        const int N = shapes[s][0], E = shapes[s][1], K = shapes[s][2], C = shapes[s][3];
+        const int cap = shapes[s][4];
+        const size_t nk = (size_t)N * K;
+        int32_t *idx = lt_malloc(nk * 4 + 4), *d[4];
+        float *w = lt_malloc(nk * 4 + 4);
+        moe_routing(N, E, K, idx, w);
+        run_dispatch(P->ref, N, E, K, cap, LT_MOE_DROP_PROBS, cap > 0, idx, w, d);
+        const int M = d[2][E];
+        const size_t nx = (size_t)N * C, nm_ = (size_t)M * C;
+        float *x = hrand(nx, 1.f, P->bf16), *dx0 = hrand(nx, 1.f, P->bf16);
+        float *y = hrand(nm_, 1.f, P->bf16), *dout = hrand(nx, 1.f, P->bf16);
+        float *o[2][5];
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            int32_t *dp = i32_up(be, d[0], nk + 1), *ds = i32_up(be, d[1], (size_t)M + 1);
+            float *dw = f32_up(be, w, nk + 1), *gw = f32_up(be, NULL, nk + 1);
+            void *dxa = act_up(be, x, nx), *dxg = act_up(be, dx0, nx), *dya = act_up(be, y, nm_);
+            void *ddo = act_up(be, dout, nx), *perm = act_up(be, NULL, nm_ + 1);
+            void *un = act_up(be, NULL, nx + 1), *dyg = act_up(be, NULL, nm_ + 1);
+            poison(be, perm, lt_act_bytes(be, nm_)), poison(be, un, lt_act_bytes(be, nx));
+            poison(be, dyg, lt_act_bytes(be, nm_)), poison(be, gw, nk * 4);
+            be->ops->moe_permute(be, perm, dxa, ds, M, C);
+            be->ops->moe_permute_bwd(be, dxg, dya, dp, N, K, C);
+            be->ops->moe_unpermute(be, un, dya, dp, dw, N, K, C);
+            be->ops->moe_unpermute_bwd(be, dyg, gw, ddo, dya, dp, dw, N, K, C, M);
+            for (int q = 0; q < 5; q++) o[k][q] = hzeros(q == 0 || q == 3 ? nm_ + 1 : nx + nk + 1);
+            act_down(be, o[k][0], perm, nm_), act_down(be, o[k][1], dxg, nx);
+            act_down(be, o[k][2], un, nx), act_down(be, o[k][3], dyg, nm_);
+            f32_down(be, o[k][4], gw, nk);
+            dfree(be, dp), dfree(be, ds), dfree(be, dw), dfree(be, gw), dfree(be, dxa);
+            dfree(be, dxg), dfree(be, dya), dfree(be, ddo), dfree(be, perm), dfree(be, un);
+            dfree(be, dyg);
+        }
+        static const char *what[5] = {"permute", "permute_bwd dx", "unpermute",
+                                      "unpermute_bwd dy", "unpermute_bwd dw"};
+        const size_t n[5] = {nm_, nx, nx, nm_, nk};
+        for (int q = 0; q < 5; q++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "moe_%s N%d C%d cap%d", what[q], N, C, cap);
+            cmp(P, nm, o[1][q], o[0][q], n[q], q == 0 ? 0.0 : q == 4 ? 1e-5 : P->tol);
+        }
+        for (int k = 0; k < 2; k++)
+            for (int q = 0; q < 5; q++) free(o[k][q]);
+        for (int q = 0; q < 4; q++) free(d[q]);
+        free(idx), free(w), free(x), free(dx0), free(y), free(dout);
+    }
+}
+
 /* ======================= driver ======================= */
 typedef struct {
     const char *name;
@@ -1220,6 +1525,9 @@ static const Case cases[] = {
     {"memory_streams", t_memory_streams, 0},
     {"rmsnorm", t_rmsnorm, 1},     {"swiglu", t_swiglu, 1},
     {"rope", t_rope, 1},
+    {"moe_router", t_moe_router, 1}, {"moe_topk", t_moe_topk, 0},
+    {"moe_aux", t_moe_aux, 0},       {"moe_dispatch", t_moe_dispatch, 0},
+    {"moe_permute", t_moe_permute, 1},
 };
 
 /* 1 when name is an item of the comma list. */
