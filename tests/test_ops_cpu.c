@@ -867,6 +867,61 @@ static void test_attention_gqa_as_mha(void) {
 }
 
 /* NH not a multiple of NKV, or NKV 0, is an internal error (exit 1) in both directions. */
+/* Sliding-window attention (model.window_size): kstart = max(0, t - W) makes
+ * query t attend exactly keys t - W .. t, against a float64 reference that
+ * masks everything outside the band; the backward by the same reference's
+ * gradients (softmax's, written out). */
+static void test_attention_window(void) {
+    enum { T = 70, NH = 2, NKV = 1, HD = 8, WIN = 5 };
+    const size_t W = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
+    int32_t ks[T];
+    for (int t = 0; t < T; t++) ks[t] = t > WIN ? t - WIN : 0;
+    float *qkv = falloc(T * W), *dout = falloc(T * C), *out = falloc(T * C), *lse = falloc(T * NH);
+    float *dqkv = falloc(T * W);
+    fill(qkv, T * W, 1.5f, 0), fill(dout, T * C, 1, 0);
+    g_f32->ops->attention_fwd(g_f32, out, lse, qkv, ks, 1, T, NH, NKV, HD);
+    g_f32->ops->attention_bwd(g_f32, dqkv, dout, qkv, out, lse, ks, 1, T, NH, NKV, HD);
+    double *ref = calloc(T * W, sizeof(double));
+    double eo = 0, el = 0, eg = 0;
+    const double sc = 1.0 / sqrt((double)HD);
+    for (int h = 0; h < NH; h++) {
+        const size_t qo = (size_t)h * HD, ko = C, vo = C + HD; /* one key/value head */
+        for (int t = 0; t < T; t++) {
+            double p[T] = {0}, mx = -1e300, sum = 0, o[HD] = {0}, dp[T] = {0}, pdp = 0;
+            const int j0 = t > WIN ? t - WIN : 0;
+            for (int j = j0; j <= t; j++) {
+                double s = 0;
+                for (int e = 0; e < HD; e++) s += (double)qkv[t * W + qo + e] * qkv[j * W + ko + e];
+                p[j] = s * sc, mx = fmax(mx, p[j]);
+            }
+            for (int j = j0; j <= t; j++) sum += p[j] = exp(p[j] - mx);
+            for (int j = j0; j <= t; j++) {
+                p[j] /= sum;
+                for (int e = 0; e < HD; e++) o[e] += p[j] * qkv[j * W + vo + e];
+            }
+            el = fmax(el, fabs(lse[(size_t)h * T + t] - (mx + log(sum))));
+            for (int e = 0; e < HD; e++) eo = fmax(eo, fabs(out[t * C + qo + e] - o[e]));
+            for (int j = j0; j <= t; j++) {
+                for (int e = 0; e < HD; e++) dp[j] += (double)dout[t * C + qo + e] * qkv[j * W + vo + e];
+                pdp += p[j] * dp[j];
+            }
+            for (int j = j0; j <= t; j++) {
+                const double ds = p[j] * (dp[j] - pdp) * sc;
+                for (int e = 0; e < HD; e++) {
+                    ref[t * W + qo + e] += ds * qkv[j * W + ko + e];
+                    ref[j * W + ko + e] += ds * qkv[t * W + qo + e];
+                    ref[j * W + vo + e] += p[j] * dout[t * C + qo + e];
+                }
+            }
+        }
+    }
+    for (size_t i = 0; i < T * W; i++) eg = fmax(eg, fabs(dqkv[i] - ref[i]));
+    CHECK(eo <= 1e-5 && el <= 1e-5 && eg <= 1e-4, "windowed attention out %g lse %g dqkv %g", eo,
+          el, eg);
+    free(ref);
+    free(qkv), free(dout), free(out), free(lse), free(dqkv);
+}
+
 static void test_attention_refuses_heads(void) {
     static const int bad[][2] = {{3, 2}, {4, 0}, {2, 4}}; /* NH NKV */
     for (int c = 0; c < 6; c++) {
@@ -1586,6 +1641,7 @@ int main(void) {
     RUN(test_bf16);
     timing();
     RUN(test_determinism);
+    RUN(test_attention_window); /* last: it draws from the shared generator */
     lt_backend_destroy(g_f32);
     lt_backend_destroy(g_bf16);
     return test_summary();

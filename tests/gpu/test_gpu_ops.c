@@ -756,14 +756,17 @@ static const struct {
 
 /* Packed documents for attention_docs: each sequence cut into documents of
  * lengths cycling through 1, 37, 64, 5, 130 (starting at an offset per row),
- * so boundaries fall inside and on the edges of the 32- and 64-row tiles. */
+ * so boundaries fall inside and on the edges of the 32- and 64-row tiles; in
+ * each sequence's second half also a sliding window of 48 keys before the
+ * query (model.window_size), whose band crosses the tiles. */
 static int32_t *doc_starts(int B, int T) {
     static const int len[] = {1, 37, 64, 5, 130};
     int32_t *ks = lt_malloc((size_t)B * T * sizeof(int32_t));
     for (int b = 0; b < B; b++)
         for (int t = 0, k = b, start = 0, left = len[b % 5]; t < T; t++, left--) {
             if (!left) start = t, left = len[++k % 5];
-            ks[(size_t)b * T + t] = start;
+            const int from = t >= T / 2 ? t - 48 : 0;
+            ks[(size_t)b * T + t] = from > start ? from : start;
         }
     return ks;
 }
