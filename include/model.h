@@ -207,8 +207,8 @@ int lt_model_moe_layers(const LtModel *m);
 void lt_model_moe_take(LtModel *m, LtMoeStats *out);
 /* Aux-loss-free balancing (DeepSeek-V3's expert bias): each held MoE layer's
  * kept assignments per expert over the training forwards since the last call
- * (recomputation not counted), out[k * E + e] for the k-th held MoE layer;
- * zeroes them. */
+ * (recomputation not counted; counted only when the model has an expert
+ * bias), out[k * E + e] for the k-th held MoE layer; zeroes them. */
 void lt_model_moe_tokens_take(LtModel *m, double *out);
 /* Table index of the k-th held MoE layer's expert bias (-1 without one). */
 int lt_model_moe_bias_index(const LtModel *m, int k);

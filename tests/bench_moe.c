@@ -18,16 +18,8 @@
 #include "backend.h"
 #include "common.h"
 #include "config.h"
+#include "metrics.h"
 #include "model/moe.h"
-
-static double median(double *x, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && x[j - 1] > x[j]; j--) {
-            const double t = x[j];
-            x[j] = x[j - 1], x[j - 1] = t;
-        }
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
 
 static float *randn(size_t n, float std, uint64_t seed) {
     float *x = lt_malloc(n * sizeof(float));
@@ -61,7 +53,7 @@ static Times dense(LtBackend *be, int N, int C, int F2, int reps) {
         const double t2 = lt_now();
         if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1;
     }
-    Times t = {median(tf, reps), median(tb, reps)};
+    Times t = {lt_median(tf, reps), lt_median(tb, reps)};
     void *ps[] = {x, w1, w2, dout, gu, h, y, dh, dgu, dx, g1, g2, tf, tb};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
     return t;
@@ -100,7 +92,7 @@ static Times routed(LtBackend *be, int N, int C, int E, int K, int F, int reps, 
         if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1;
     }
     *imbalance = st.load_max / st.load_mean;
-    Times t = {median(tf, reps), median(tb, reps)};
+    Times t = {lt_median(tf, reps), lt_median(tb, reps)};
     for (int e = 0; e < E; e++) {
         free((void *)ex[e].w1), free((void *)ex[e].w2);
         free(ex[e].g1), free(ex[e].g2);

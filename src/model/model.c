@@ -763,7 +763,8 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
         const LtMoeWeights w = moe_weights(m, l);
         lt_moe_forward(be, &cx, &s, &w, a->moe, &m->in->moe_work, rows_at(m, a->ln2, mine, C),
                        m->in->recomputing ? NULL : &m->in->moe_stats[l]);
-        if (!m->in->recomputing && m->in->training_forward) count_tokens(m, l, a->moe);
+        if (m->d.moe.expert_bias && !m->in->recomputing && m->in->training_forward)
+            count_tokens(m, l, a->moe);
     }
     if (!lw(m, l, P_FCW)) return; /* an MoE layer without a shared expert */
     if (is_llama(m)) { /* fch_pre = gate | up, fch = silu(gate) * up */
