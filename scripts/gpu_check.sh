@@ -17,22 +17,28 @@
 #
 # Phases (GPU_CHECK_PHASES: a comma list run in the order given; "first" (the
 # default), "rest", "all", or "continue"):
-#   first = tests,train,bench,attention,bench15,memcheck - one device call:
+#   first = tests,train,attention,moe,memcheck,bench,bench15 - one device call:
 #     tests      the op tests against the CPU backend (tests/gpu/test_gpu_ops,
 #                cuBLASLt GEMMs and cuDNN's fallback included)
-#     train      20 steps CPU vs GPU, GPT and Llama, fp32 and bf16
+#     train      20 steps CPU vs GPU, GPT and Llama, fp32 and bf16, and the
+#                Llama with experts, windows and documents
 #                (tests/gpu/train_compare.sh)
+#     attention  attention forward+backward, lattice's kernels and cuDNN, at
+#                s 1024/2048 x d 64/128, deterministic and not
+#     moe        GPT-OSS 20B's layer in a 4-layer slice (32 experts top-4,
+#                windows on every other layer) and the same slice dense with
+#                equal FLOPs: throughput and MFU of each (scripts/bench.sh)
+#     memcheck   compute-sanitizer memcheck of two bf16 training steps of
+#                the tiny GPT, then of the tiny Llama with experts, windows
+#                and documents (lattice's attention kernels: cuDNN's are not
+#                ours to check)
 #     bench      GPT-2 124M throughput and its PyTorch peer (scripts/bench.sh;
 #                the micro batch the planner says fits; the side-by-side rows
 #                are in the report as soon as both runs ended)
-#     attention  attention forward+backward, lattice's kernels and cuDNN, at
-#                s 1024/2048 x d 64/128, deterministic and not
 #     bench15    GPT-2 1.5B and its peer (the peer from its own init: no
 #                6 GB export; no loss check)
 #                (both peers: torch.compile per transformer block, as
 #                torchtitan does: one compilation for all blocks)
-#     memcheck   compute-sanitizer memcheck of two bf16 training steps
-#                (lattice's attention kernels: cuDNN's are not ours to check)
 #   rest = racecheck,mpi,kernels,parallel,peer,calibrate:
 #     racecheck  compute-sanitizer racecheck of test_gpu_ops --quick, the
 #                cases whose kernels share memory
@@ -77,7 +83,7 @@ BUILD_TO=${GPU_CHECK_BUILD_TIMEOUT:-240}
 BUDGET=${GPU_CHECK_BUDGET:-510}
 START=$(date +%s)
 
-FIRST="tests train bench attention bench15 memcheck"
+FIRST="tests train attention moe memcheck bench bench15"
 REST="racecheck mpi kernels parallel peer calibrate"
 # each phase's cap (the most it may take), least useful time and expected
 # time on a 16-core H100/H200 machine, in seconds (measured on the first draw,
@@ -88,11 +94,12 @@ PHASE_TABLE="
 phase     cap least expect
 build       -     -     30
 tests     150    60     95
-train      90    20     15
+train      90    20     25
 bench     160    60     60
 attention 150    40     90
 bench15   170    70     85
-memcheck   60    15      5
+moe       150    60     80
+memcheck   60    15     10
 racecheck 240    60    200
 mpi        60    10      5
 kernels    60    15     16
@@ -357,6 +364,33 @@ ph_attention() {
   DETAIL=$(grep -E 'T=2048 HD=128 B=[0-9]+ NH=16 ' "$WORK/attention.log" | sed 's/.*attn \([^ ]*\).*fwd+bwd \([0-9.]*\).*/\1 \2/' | tr '\n' ';' | sed 's/;$//')
   [ -n "$DETAIL" ] && DETAIL="fwd+bwd TFLOP/s at T 2048 HD 128: $DETAIL"
 }
+# GPT-OSS 20B's layer (MLPerf Training 6.0's reference: hidden 2880, 64 heads
+# over 8 KV groups of head dimension 64, RoPE base 150000, a 128-token window
+# on every other layer, 32 experts of 2880 top-4, vocabulary 128256, sequence
+# 8192, micro batch 2; no qk-norm yet) in a 4-layer slice that fits one GPU
+# with its optimizer, then the same slice with a dense FFN of the experts'
+# active width (4 x 2880): the MoE layer's cost per token against the dense
+# layer of equal FLOPs
+OSS_SLICE=(model.num_layers=4 model.hidden_size=2880 model.num_attention_heads=64
+  model.num_query_groups=8 model.kv_channels=64 model.ffn_hidden_size=11520 model.norm_epsilon=1e-6
+  model.rotary_base=150000 model.rope_scaling=none "model.window_size=[128, 0]"
+  model.window_attn_skip_freq=2 parallel.overlap_grad_reduce=false parallel.overlap_param_gather=false
+  optimizer.zero_stage=0)
+ph_moe() {
+  local rc1 rc2 d1 d2
+  step $(( TO * 6 / 10 )) "$WORK/moe.log" env "${LT_ENV[@]}" BENCH_TIMEOUT=$(( TO / 2 )) bash scripts/bench.sh \
+    --lattice "$LT_BIN" --config configs/llama3.1-8b.yaml --steps 10 --device cuda --mbs "2 1" --peer off \
+    "${OSS_SLICE[@]}" model.num_experts=32 model.moe_router_topk=4 model.moe_ffn_hidden_size=2880
+  rc1=$?
+  d1=$(grep -E '^llama3.1-8b: mbs [0-9]+: ok' "$WORK/moe.log" | sed 's/ in [0-9]* s: done:.*median step/: median step/; s/, host waits.*//' | tail -1)
+  step $(( TO - $(date +%s) + t0 - 5 )) "$WORK/moe-dense.log" env "${LT_ENV[@]}" BENCH_TIMEOUT=$(( TO / 3 )) \
+    bash scripts/bench.sh --lattice "$LT_BIN" --config configs/llama3.1-8b.yaml --steps 10 --device cuda \
+    --mbs "2 1" --peer off "${OSS_SLICE[@]}"
+  rc2=$?
+  d2=$(grep -E '^llama3.1-8b: mbs [0-9]+: ok' "$WORK/moe-dense.log" | sed 's/ in [0-9]* s: done:.*median step/: median step/; s/, host waits.*//' | tail -1)
+  RC=$(( rc1 != 0 ? rc1 : rc2 ))
+  DETAIL="GPT-OSS 4-layer slice, MoE: ${d1:-FAILED}; dense of equal FLOPs: ${d2:-FAILED}"
+}
 sanitizer() { # tool log cmd...
   local tool=$1 log=$2; shift 2
   CS=$(find_cs)
@@ -372,6 +406,18 @@ ph_memcheck() {
   sanitizer memcheck "$WORK/memcheck.log" "$LT_BIN" train configs/tiny.yaml train.device=cuda \
     train.precision=bf16 train.steps=2 "data.train_path=$d/train.ltok" data.valid_path= \
     checkpoint.dir= logging.metrics_file= model.attention=lattice
+  [ "$RC" = 0 ] || return
+  # the MoE kernels, sliding windows and documents: two steps of the tiny
+  # Llama with 4 experts top-2, a window, its own head dimension and resets
+  local d1=$DETAIL
+  sanitizer memcheck "$WORK/memcheck-moe.log" "$LT_BIN" train configs/llama-tiny.yaml train.device=cuda \
+    train.precision=bf16 train.steps=2 "data.train_path=$d/train.ltok" data.valid_path= \
+    checkpoint.dir= logging.metrics_file= model.attention=lattice model.num_experts=4 \
+    model.moe_ffn_hidden_size=48 model.moe_z_loss_coeff=0.001 model.moe_aux_loss_coeff=0.01 \
+    "model.window_size=[48, 0]" model.window_attn_skip_freq=2 model.kv_channels=32 model.seq_length=128 \
+    model.max_position_embeddings=128 data.eod_token=10 data.reset_position_ids=true \
+    data.reset_attention_mask=true
+  DETAIL="dense GPT: $d1; MoE Llama with windows and documents: $DETAIL"
 }
 # the kernels that share memory between threads (all of test_gpu_ops --quick
 # took over 150 s under racecheck on the first draw)

@@ -2,7 +2,8 @@
 # train_compare.sh BUILD_DIR - end-to-end check of the CUDA backend against the
 # CPU backend: `lattice train` on configs/tiny.yaml and configs/llama-tiny.yaml
 # (the Llama block: RMSNorm, SwiGLU, RoPE, grouped-query attention; and with 4
-# experts top-2 in every layer, mixture of experts) for 20 steps
+# experts top-2 in every layer, mixture of experts; and that with GPT-OSS's
+# sliding window, head dimension and document resets) for 20 steps
 # with train.device=cpu and train.device=cuda on the same data and seed, in
 # fp32 and bf16, then compares the per-step training losses of the metrics
 # files: max relative difference <= 1e-4 (fp32) and <= 2e-2 (bf16); and a bf16
@@ -122,6 +123,22 @@ for prec in fp32 bf16; do
   run "moe-cpu-$prec" cpu "$prec" "${MOE[@]}" || ok=0
   run "moe-cuda-$prec" "$DEV" "$prec" "${MOE[@]}" || ok=0
   [ $ok = 1 ] && compare "moe-cpu-$prec" "moe-cuda-$prec" "llama_moe_${prec}_cpu_vs_${DEV}" "$tol"
+done
+# GPT-OSS's attention on the MoE Llama block, through lattice's kernels (cuDNN
+# takes neither windows nor documents): a 48-key sliding window on every other
+# layer, head dimension 32 apart from hidden / heads (4 x 32 = 128 > 32: the
+# tensor-core path in bf16), and documents (EOD = newline) with position and
+# attention resets and the EOD loss mask, at sequence 128 (several key tiles)
+OSS=("${MOE[@]}" "model.window_size=[48, 0]" model.window_attn_skip_freq=2 model.kv_channels=32
+     model.seq_length=128 model.max_position_embeddings=128 model.attention=lattice
+     data.eod_token=10 data.reset_position_ids=true data.reset_attention_mask=true
+     data.eod_mask_loss=true)
+for prec in fp32 bf16; do
+  case $prec in fp32) tol=$TOL_FP32 ;; bf16) tol=$TOL_BF16 ;; esac
+  ok=1
+  run "oss-cpu-$prec" cpu "$prec" "${OSS[@]}" || ok=0
+  run "oss-cuda-$prec" "$DEV" "$prec" "${OSS[@]}" || ok=0
+  [ $ok = 1 ] && compare "oss-cpu-$prec" "oss-cuda-$prec" "llama_moe_window_docs_${prec}_cpu_vs_${DEV}" "$tol"
 done
 CFG=tiny
 # the step replayed as a CUDA graph runs the same kernels: identical losses
