@@ -134,16 +134,19 @@ resolve() { # config key -> value
 make_shard() {
   local v=$1 need=$2 f n best=""
   mkdir -p data/bench
-  for f in data/bench/random-v"$v"-*.bin; do
+  # llm.c's format holds uint16 ids; larger vocabularies go to lattice's own
+  local fmt=llmc ext=bin
+  [ "$v" -gt 65536 ] && fmt=lattice ext=ltok
+  for f in data/bench/random-v"$v"-*.$ext; do
     [ -s "$f" ] || continue
-    n=${f##*-}; n=${n%.bin}
+    n=${f##*-}; n=${n%.$ext}
     [ "$n" -ge "$need" ] 2>/dev/null && { best=$f; break; }
   done
   if [ -z "$best" ]; then
     n=$(( (need + 999999) / 1000000 * 1000000 ))
-    best=data/bench/random-v$v-$n.bin
+    best=data/bench/random-v$v-$n.$ext
     echo "making $best ($n random tokens)..." >&2
-    python3 - "$v" "$n" <<'PY' | "$LT" shard --vocab-size "$v" --format llmc "$best.tmp" >&2 || { rm -f "$best.tmp"; return 1; }
+    python3 - "$v" "$n" <<'PY' | "$LT" shard --vocab-size "$v" --format "$fmt" "$best.tmp" >&2 || { rm -f "$best.tmp"; return 1; }
 import array, os, sys
 v, n = int(sys.argv[1]), int(sys.argv[2])
 out = sys.stdout

@@ -728,8 +728,10 @@ static void check_cudnn_ran(const Pair *P, const LtAttnInfo *before) {
     printf("  cuDNN %ld: %ld forward and %ld backward calls, %ld left to lattice\n",
            now.cudnn_version, fwd, bwd, fb);
     if (fb) printf("  last left to lattice: %s\n", now.last_fallback);
-    if (g_offset) { /* buffers off the 16-byte grid: cuDNN's rules send every call to lattice */
-        CHECK(fwd == 0 && bwd == 0 && fb > 0 && strstr(now.last_fallback, "16-byte aligned"),
+    if (g_offset) { /* buffers off the 16-byte grid: cuDNN's rules send every call to lattice
+                     * (the reason reported is the first rule a call breaks: a shape rule
+                     * can come before the alignment's, as T 300 on cuDNN 9.14 did) */
+        CHECK(fwd == 0 && bwd == 0 && fb > 0,
               "misaligned buffers: cuDNN ran %ld forward and %ld backward calls, %ld left to "
               "lattice (last: %s)", fwd, bwd, fb, now.last_fallback);
         return;
@@ -1222,7 +1224,9 @@ static void same_i32(const Pair *P, const char *what, const int32_t *got, const 
           bad < n ? got[bad] : 0, bad < n ? ref[bad] : 0);
 }
 static int32_t *i32_down(LtBackend *be, const void *d, size_t n) {
-    return raw_down(be, d, n * sizeof(int32_t) + 1);
+    int32_t *h = lt_malloc(n ? n * sizeof(int32_t) : 1); /* (no zero-byte malloc) */
+    be->ops->download(be, h, d, n * sizeof(int32_t));
+    return h;
 }
 /* Logits in [-4, 4); every third token's rounded to halves, so equal scores (ties) occur. */
 static float *moe_logits(int N, int E) {
