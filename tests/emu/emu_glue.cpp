@@ -128,14 +128,35 @@ static void emu_destroy(LtBackend *be) {
     free(be->impl);
     free(be);
 }
+/* Live allocations (base -> bytes asked for): a host<->device copy must lie
+ * within one, as cudaMemcpy requires (a copy past the end is "invalid
+ * argument" on a GPU; the emulation's padding would hide it). */
+static std::map<uintptr_t, size_t> g_allocs;
+static std::mutex g_allocs_mu;
 static void *emu_alloc(LtBackend *, size_t bytes) {
     size_t nb = (bytes + 255) / 256 * 256 + 256;
     void *p = aligned_alloc(256, nb);
     if (!p) lt_fatal("emulated CUDA backend: out of memory (%zu bytes)", bytes);
     memset(p, 0, nb);
+    std::lock_guard<std::mutex> lk(g_allocs_mu);
+    g_allocs[(uintptr_t)p] = bytes;
     return p;
 }
-static void emu_free(LtBackend *, void *p) { free(p); }
+static void emu_free(LtBackend *, void *p) {
+    if (p) {
+        std::lock_guard<std::mutex> lk(g_allocs_mu);
+        g_allocs.erase((uintptr_t)p);
+    }
+    free(p);
+}
+static void emu_check_range(const char *what, const void *d, size_t bytes) {
+    std::lock_guard<std::mutex> lk(g_allocs_mu);
+    const uintptr_t a = (uintptr_t)d;
+    auto it = g_allocs.upper_bound(a);
+    if (it == g_allocs.begin() || a + bytes > (--it)->first + it->second)
+        lt_fatal("emulated CUDA backend: %s of %zu bytes at %p is not within one device "
+                 "allocation (a GPU answers: invalid argument)", what, bytes, d);
+}
 static void emu_zero(LtBackend *, void *p, size_t bytes) { memset(p, 0, bytes); }
 static void emu_copy(LtBackend *, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) memmove(dst, src, bytes);
@@ -151,8 +172,14 @@ static void emu_stream_wait_event(LtBackend *, LtStream *, LtEvent *) {}
 static LtStream *emu_current_stream(LtBackend *) { return NULL; } /* ops run at once */
 
 static void *emu_host_alloc(LtBackend *be, size_t bytes) { return emu_alloc(be, bytes); }
-static void emu_count_copy(LtBackend *be, void *dst, const void *src, size_t bytes) {
+static void emu_upload(LtBackend *be, void *dst, const void *src, size_t bytes) {
     be->host_waits++;
+    if (bytes) emu_check_range("upload", dst, bytes);
+    emu_copy(be, dst, src, bytes);
+}
+static void emu_download(LtBackend *be, void *dst, const void *src, size_t bytes) {
+    be->host_waits++;
+    if (bytes) emu_check_range("download", src, bytes);
     emu_copy(be, dst, src, bytes);
 }
 
@@ -164,8 +191,8 @@ static const LtBackendOps emu_ops = {
     .alloc = emu_alloc,
     .free = emu_free,
     .zero = emu_zero,
-    .upload = emu_count_copy,
-    .download = emu_count_copy,
+    .upload = emu_upload,
+    .download = emu_download,
     .copy = emu_copy,
     .synchronize = emu_sync,
     .host_alloc = emu_host_alloc,

@@ -1382,9 +1382,15 @@ static void t_moe_aux(const Pair *P) {
         const float zg = (float)z[1], zr = (float)z[0];
         cmp(P, "moe_aux_stats zsum", &zg, &zr, 1, 1e-5);
         same_bits(P, "moe_aux_stats psum rerun", bits, ps[1], G * E * 4);
+        /* the aux gradient is p (coef n_e - sum_j p_j coef n_j): terms of size coef x the
+         * largest count (up to about 80 here, where the gradient's rms is about 1) that cancel: the
+         * backends' summation orders differ by fp32 ulps of those terms (on the H200,
+         * 1.4e-5 of the rms at coefficient 0.5) */
+        float cmax = 0.f;
+        for (size_t i = 0; i < G * (size_t)E; i++) cmax = fmaxf(cmax, fabsf(cnt[0][i]));
         for (int t = 0; t < 3; t++) {
             snprintf(nm, sizeof nm, "moe_aux_bwd aux %g z %g", coef[t][0], coef[t][1]);
-            cmp(P, nm, dl[1][t], dl[0][t], nl, 1e-5);
+            cmp(P, nm, dl[1][t], dl[0][t], nl, 1e-5 + 1e-6 * coef[t][0] * cmax);
         }
         for (int k = 0; k < 2; k++) {
             free(cnt[k]), free(ps[k]);
