@@ -17,22 +17,55 @@ PKGS     := yaml-0.1 libzstd openblas ompi-c
 # scripts/bundle_deps.sh's copy of libyaml, zstd, OpenBLAS and Open MPI, for a
 # machine without those packages (a GPU machine with only CUDA)
 DEPS     ?= build/deps
+# BLAS: auto (OpenBLAS from the system or the bundle, else numpy's), openblas,
+# or numpy: the OpenBLAS numpy's wheels ship (numpy.libs/libscipy_openblas64_,
+# 64-bit integers, renamed symbols: kernels/cpu/blas.h), found through
+# NUMPY_PYTHON (default python3). A GPU machine with PyTorch has it, so the
+# bundle can leave OpenBLAS out (scripts/bundle_deps.sh --no-blas).
+BLAS     ?= auto
+NUMPY_PYTHON ?= python3
 
 # ---- libyaml, zstd, OpenBLAS, Open MPI -------------------------------------
 # from the system (pkg-config), else from the bundle in $(DEPS) (read without
 # pkg-config; linked with an rpath to it, so nothing needs LD_LIBRARY_PATH)
-HAVE_PKGS := $(shell pkg-config --exists $(PKGS) 2>/dev/null && echo 1)
-ifeq ($(HAVE_PKGS),1)
-  DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS))
-  DEP_LIBS   := $(shell pkg-config --libs $(PKGS))
-  DEP_FROM   := the system (pkg-config)
-else ifneq ($(and $(wildcard $(DEPS)/lib),$(foreach p,$(PKGS),$(wildcard $(DEPS)/pkgconfig/$(p).pc))),)
-  HAVE_PKGS  := 1
-  DEPS_ABS   := $(abspath $(DEPS))
-  DEP_CFLAGS := -I$(DEPS_ABS)/include
-  DEP_LIBS   := -L$(DEPS_ABS)/lib -Wl,-rpath,$(DEPS_ABS)/lib \
-                $(filter -l%,$(shell sed -n 's/^Libs://p' $(foreach p,$(PKGS),$(DEPS)/pkgconfig/$(p).pc)))
-  DEP_FROM   := the bundle $(DEPS_ABS) (scripts/bundle_deps.sh)
+# bundle_libs PACKAGES: the -L/-rpath/-l flags of the bundle's pkg-config files
+bundle_libs = -L$(abspath $(DEPS))/lib -Wl,-rpath,$(abspath $(DEPS))/lib \
+              $(filter -l%,$(shell sed -n 's/^Libs://p' $(foreach p,$(1),$(DEPS)/pkgconfig/$(p).pc)))
+# in_bundle PACKAGES: 1 when the bundle has every one of them
+in_bundle = $(and $(wildcard $(DEPS)/lib),$(filter $(words $(1)),$(words $(wildcard $(foreach p,$(1),$(DEPS)/pkgconfig/$(p).pc)))))
+HAVE_PKGS :=
+ifneq ($(BLAS),numpy)
+  ifeq ($(shell pkg-config --exists $(PKGS) 2>/dev/null && echo 1),1)
+    HAVE_PKGS  := 1
+    DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS))
+    DEP_LIBS   := $(shell pkg-config --libs $(PKGS))
+    DEP_FROM   := the system (pkg-config)
+  else ifneq ($(call in_bundle,$(PKGS)),)
+    HAVE_PKGS  := 1
+    DEP_CFLAGS := -I$(abspath $(DEPS))/include
+    DEP_LIBS   := $(call bundle_libs,$(PKGS))
+    DEP_FROM   := the bundle $(abspath $(DEPS)) (scripts/bundle_deps.sh)
+  endif
+endif
+ifeq ($(HAVE_PKGS)$(filter openblas,$(BLAS)),)
+  # numpy's OpenBLAS, with the other three from the system or the bundle
+  BASE_PKGS := $(filter-out openblas,$(PKGS))
+  NUMPY_BLAS := $(shell $(NUMPY_PYTHON) -c 'import glob, os, importlib.util as u; d = os.path.join(os.path.dirname(os.path.dirname(u.find_spec("numpy").origin)), "numpy.libs"); print((sorted(glob.glob(d + "/libscipy_openblas64_*.so")) + [""])[0])' 2>/dev/null)
+  ifneq ($(NUMPY_BLAS),)
+    BLAS_FLAGS := -DLT_BLAS_SCIPY64
+    BLAS_LIBS  := -L$(dir $(NUMPY_BLAS)) -Wl,-rpath,$(dir $(NUMPY_BLAS)) -l:$(notdir $(NUMPY_BLAS))
+    ifeq ($(shell pkg-config --exists $(BASE_PKGS) 2>/dev/null && echo 1),1)
+      HAVE_PKGS  := 1
+      DEP_CFLAGS := $(shell pkg-config --cflags $(BASE_PKGS)) $(BLAS_FLAGS)
+      DEP_LIBS   := $(shell pkg-config --libs $(BASE_PKGS)) $(BLAS_LIBS)
+      DEP_FROM   := the system (pkg-config), BLAS from numpy ($(NUMPY_BLAS))
+    else ifneq ($(call in_bundle,$(BASE_PKGS)),)
+      HAVE_PKGS  := 1
+      DEP_CFLAGS := -I$(abspath $(DEPS))/include $(BLAS_FLAGS)
+      DEP_LIBS   := $(call bundle_libs,$(BASE_PKGS)) $(BLAS_LIBS)
+      DEP_FROM   := the bundle $(abspath $(DEPS)), BLAS from numpy ($(NUMPY_BLAS))
+    endif
+  endif
 endif
 
 CFLAGS  := $(OPT) -g -std=c11 -D_GNU_SOURCE -fopenmp -Wall -Wextra -Wno-unused-parameter \

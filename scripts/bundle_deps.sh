@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bundle_deps.sh [OUT_DIR] - copy the headers, shared libraries and pkg-config
+# bundle_deps.sh [--no-blas] [OUT_DIR] - copy the headers, shared libraries and pkg-config
 # files of libyaml, zstd, OpenBLAS and Open MPI (plus the libraries they load)
 # into OUT_DIR (default build/deps), so a machine that lacks them - such as a
 # lent GPU machine with only CUDA - can build and run the full lattice binary:
@@ -15,9 +15,13 @@
 # PMIX_PREFIX and PATH for it (scripts/gpu_check.sh sets them only for the
 # commands that run lattice). Plugins for InfiniBand / UCX / OFI / PSM are
 # left out (one node, shared memory and TCP).
+# --no-blas (first argument) leaves OpenBLAS out (37 of its 54 MB): a machine
+# with numpy's wheel has one (the Makefile links numpy.libs' OpenBLAS when the
+# bundle has none; kernels/cpu/blas.h).
 set -euo pipefail
-OUT=${1:-build/deps}
 PKGS="yaml-0.1 libzstd openblas ompi-c"
+if [ "${1:-}" = --no-blas ]; then PKGS="yaml-0.1 libzstd ompi-c"; shift; fi
+OUT=${1:-build/deps}
 command -v pkg-config >/dev/null || { echo "bundle_deps: pkg-config not found" >&2; exit 1; }
 if ! command -v patchelf >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

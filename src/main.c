@@ -117,6 +117,13 @@ static int command_help(const char *name) {
     return LT_EXIT_INPUT;
 }
 
+/* the CPU backend's BLAS (kernels/cpu/blas.h) */
+#ifdef LT_BLAS_SCIPY64
+#define LT_CPU_BLAS "numpy's OpenBLAS (ILP64)"
+#else
+#define LT_CPU_BLAS "OpenBLAS"
+#endif
+
 static void print_version(void) {
     const long cudnn = lt_cudnn_version();
     char cudnn_text[48] = "no cuDNN";
@@ -125,11 +132,11 @@ static void print_version(void) {
                  cudnn / 100 % 100, cudnn % 100);
     printf("lattice %s\n", LT_VERSION);
     if (!lt_cuda_compiled()) {
-        printf("backends: cpu (OpenBLAS + OpenMP)\n");
+        printf("backends: cpu (" LT_CPU_BLAS " + OpenMP)\n");
     } else {
         char targets[256], libs[2048], driver[128];
         lt_cuda_version_info(targets, sizeof targets, libs, sizeof libs, driver, sizeof driver);
-        printf("backends: cpu (OpenBLAS + OpenMP), cuda (kernels + cuBLASLt GEMMs, attention: lattice + %s; %s)\n",
+        printf("backends: cpu (" LT_CPU_BLAS " + OpenMP), cuda (kernels + cuBLASLt GEMMs, attention: lattice + %s; %s)\n",
                cudnn > 0 ? cudnn_text : "no cuDNN", targets);
         printf("cuda libraries loaded: %s\n", libs);
         printf("cuda driver: %s\n", driver);

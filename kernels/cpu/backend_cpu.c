@@ -2,7 +2,7 @@
  * Ops live in one file per family (memory.c, embedding.c, layernorm.c,
  * rmsnorm.c, linear.c, gelu.c, swiglu.c, rope.c, attention.c, xent.c,
  * adamw.c, moe.c); see cpu_ops.h for the storage and threading conventions. */
-#include <cblas.h>
+#include "blas.h"
 #include <omp.h>
 #include <stdlib.h>
 

@@ -1,7 +1,7 @@
 /* linear.c - fully connected layer through cblas (OpenBLAS) with fused bias,
  * GeLU epilogue and bf16 rounding of the stored act tensors.
  * Weights are [OC, C] row-major (out-features major). */
-#include <cblas.h>
+#include "blas.h"
 
 #include "cpu_ops.h"
 

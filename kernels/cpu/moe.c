@@ -10,7 +10,7 @@
  * result is independent of the thread count. Scores and their gradients are fp32
  * with expf/logf; act outputs are stored through cpu_store. A scale of 0 means no
  * scaling, as Megatron's moe_router_topk_scaling_factor does (0 / None = off). */
-#include <cblas.h>
+#include "blas.h"
 #include <omp.h>
 #include <stdlib.h>
 
