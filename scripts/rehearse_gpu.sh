@@ -285,7 +285,7 @@ check phase_parallel_no_gpu "parallel_gpu.sh did not get as far as looking for a
 check phase_bench_no_gpu "bench.sh did not make its shard (python3 + lattice shard) or failed for another reason" \
   bash -c "grep -q 'making data/bench/random' $W/bench.log && grep -q 'no CUDA device is visible' $W/bench.log"
 check report_summary "no summary with every phase" \
-  bash -c "for p in build tests train bench attention bench15 memcheck racecheck mpi kernels parallel peer calibrate; do sed -n '/^== summary/,\$p' $R | grep -q \"^\$p \" || exit 1; done"
+  bash -c "for p in build tests train attention moe memcheck bench bench15 racecheck mpi kernels parallel peer calibrate; do sed -n '/^== summary/,\$p' $R | grep -q \"^\$p \" || exit 1; done"
 
 # the Makefile's probe also finds the wheels with Debian's python3 first on PATH
 p=$(PATH=/usr/bin:/bin make -s --no-print-directory print-CUDA_LIB_FILES 2>/dev/null | tail -1)
