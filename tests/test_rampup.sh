@@ -40,6 +40,14 @@ then pass rampup_batches_and_steps
 else fail rampup_batches_and_steps "see above"; fi
 if grep -q "step      7/8 | batch 12 | loss" "$T/a.log"; then pass rampup_log_shows_batch
 else fail rampup_log_shows_batch "$(grep 'step .*7/' "$T/a.log")"; fi
+# the YAML list form [START, INCREMENT, SAMPLES] is the same ramp
+sed 's/^train:$/train:\n  rampup_batch_size: [4, 4, 40]/' $CFG >"$T/list.yaml"
+LIST=()
+for o in "${RUN[@]}"; do case $o in train.rampup_batch_size=*) ;; *) LIST+=("$o") ;; esac; done
+"$LT" train "$T/list.yaml" "${LIST[@]}" logging.metrics_file=$T/l.jsonl >"$T/l.log" 2>&1
+if grep -q 'rampup_batch_size: "4 4 40"' "$T/l.log" && close_losses "$T/a.jsonl" "$T/l.jsonl" 1-8; then
+  pass rampup_yaml_list_form
+else fail rampup_yaml_list_form "$(grep -h -i 'error\|rampup' "$T/l.log" | head -2)"; fi
 
 # ---- the first step is a constant-batch step (both loss reductions: the step's
 # own targets, or its own micro batches, 2 here, not the 8 of a batch of 16) ----------

@@ -650,7 +650,9 @@ static int check_tag(const KeyDesc *k, const yaml_event_t *ev, const char *dotte
  * (or [PATH] alone), stored joined by spaces as Megatron's string form, which
  * data/blend.c parses; model.moe_layer_freq and model.window_attn_skip_freq
  * take a pattern [1, 0, 1, 1], stored as the string "[1,0,1,1]"
- * (lt_moe_layer_pattern), model.window_size its pair [128, 0] as "[128,0]". */
+ * (lt_moe_layer_pattern), model.window_size its pair [128, 0] as "[128,0]";
+ * train.rampup_batch_size [START, INCREMENT, SAMPLES] as Megatron's three
+ * numbers, "START INCREMENT SAMPLES". */
 typedef struct {
     const char *key;
     char sep;
@@ -668,6 +670,8 @@ static const ListKey LIST_KEYS[] = {
     {"model.window_size", ',', "[", "]", "a window holds two numbers", "each item is one number"},
     {"model.window_attn_skip_freq", ',', "[", "]", "a layer pattern holds 0s and 1s",
      "each item is one 0 or 1"},
+    {"train.rampup_batch_size", ' ', "", "", "a ramp-up holds three numbers",
+     "each item is one number"},
 };
 
 static const ListKey *list_key(const char *dotted) {
