@@ -11,6 +11,9 @@
  *   embedding first and last stage of the rank's pipeline group (tied
  *             embedding/LM-head gradients); a single rank when PP == 1.
  *             Ranks of middle stages are not members of any embedding group.
+ *   ep        expert parallelism folded into a stage's TP x DP ranks
+ *             (Megatron-Core's order): consecutive blocks of EP ranks of the
+ *             stage-local index tp + TP * dp (size EP; 1 = none, the default).
  *
  * Example (Megatron's 16 GPUs, TP=2, PP=4, DP=2): tp groups [0,1],[2,3],...;
  * dp groups [0,2],[1,3],[4,6],[5,7],...; pp groups [0,4,8,12],[1,5,9,13],...;
@@ -27,6 +30,7 @@ extern "C" {
 typedef struct {
     int tp, dp, pp; /* group sizes */
     int world;      /* tp * dp * pp */
+    int ep;         /* expert-parallel group size (lt_topology_set_ep; 1 after init) */
 } LtTopology;
 
 typedef struct {
@@ -38,6 +42,7 @@ typedef enum {
     LT_GROUP_DP,
     LT_GROUP_PP,
     LT_GROUP_EMBEDDING,
+    LT_GROUP_EP,
     LT_GROUP_COUNT
 } LtGroupKind;
 
@@ -54,6 +59,10 @@ typedef struct {
  * is not positive or world != tp * pp * dp. */
 int lt_topology_init(LtTopology *t, int world, int tp, int pp, int dp, char *err,
                      size_t errlen);
+
+/* The expert-parallel size: ep >= 1 dividing tp * dp (EP is folded into a
+ * stage's TP x DP ranks). Returns 0, or -1 with a message in err. */
+int lt_topology_set_ep(LtTopology *t, int ep, char *err, size_t errlen);
 
 /* rank -> coords; -1 when rank is outside [0, world). */
 int lt_topology_coords(const LtTopology *t, int rank, LtCoords *c);
@@ -75,7 +84,7 @@ int lt_topology_group(const LtTopology *t, int rank, LtGroupKind kind, int *memb
  * middle stages). */
 int lt_topology_in_group(const LtTopology *t, int rank, LtGroupKind kind);
 
-/* "tp", "dp", "pp", "embedding". */
+/* "tp", "dp", "pp", "embedding", "ep". */
 const char *lt_group_kind_name(LtGroupKind kind);
 
 #ifdef __cplusplus

@@ -121,6 +121,26 @@ static void test_megatron_example_groups(void) {
 }
 
 /* PP == 1: embedding group is the rank itself, every rank first and last. */
+/* Expert parallelism folded into TP x DP: TP 2, DP 4, PP 2, EP 4 (16 ranks,
+ * 8 per stage) -> [0..3], [4..7], [8..11], [12..15]; EP must divide TP x DP. */
+static void test_ep_groups(void) {
+    LtTopology t;
+    char err[200];
+    REQUIRE(lt_topology_init(&t, 16, 2, 2, 4, NULL, 0) == 0, "init");
+    CHECK(lt_topology_group_size(&t, LT_GROUP_EP) == 1, "ep defaults to 1");
+    CHECK(lt_topology_set_ep(&t, 3, err, sizeof err) == -1 && strstr(err, "divide"),
+          "ep 3 of tp x dp 8 refused: %s", err);
+    CHECK(lt_topology_set_ep(&t, 16, err, sizeof err) == -1, "ep 16 > tp x dp refused");
+    REQUIRE(lt_topology_set_ep(&t, 4, err, sizeof err) == 0, "ep 4: %s", err);
+    int m[4];
+    for (int r = 0; r < 16; r++) {
+        const int n = lt_topology_group(&t, r, LT_GROUP_EP, m);
+        CHECK(n == 4 && m[0] == r / 4 * 4 && m[3] == r / 4 * 4 + 3, "rank %d: ep group n=%d "
+              "from %d", r, n, m[0]);
+    }
+    CHECK(strcmp(lt_group_kind_name(LT_GROUP_EP), "ep") == 0, "name");
+}
+
 static void test_single_stage(void) {
     LtTopology t;
     REQUIRE(lt_topology_init(&t, 4, 2, 1, 0, NULL, 0) == 0, "init");
@@ -146,6 +166,8 @@ static void check_tuple(int tp, int pp, int dp) {
     LtTopology t;
     int world = tp * pp * dp;
     REQUIRE(lt_topology_init(&t, world, tp, pp, dp, NULL, 0) == 0, "%d %d %d", tp, pp, dp);
+    const int ep = tp * dp % 4 == 0 ? 4 : tp * dp % 2 == 0 ? 2 : 1; /* a divisor of TP x DP */
+    REQUIRE(lt_topology_set_ep(&t, ep, NULL, 0) == 0, "ep %d", ep);
     static int seen[MAXW];
     memset(seen, 0, sizeof seen);
     for (int r = 0; r < world; r++) {
@@ -183,6 +205,8 @@ static void check_tuple(int tp, int pp, int dp) {
                     REQUIRE(same_tp && same_dp, "pp member differs");
                 if (k == LT_GROUP_EMBEDDING)
                     REQUIRE(cm.pp == 0 || cm.pp == pp - 1, "embedding member mid stage");
+                if (k == LT_GROUP_EP)
+                    REQUIRE(same_pp && m[n - 1] - m[0] == n - 1, "ep members not one block");
             }
             int member = lt_topology_in_group(&t, r, (LtGroupKind)k);
             REQUIRE(self == member, "%s: rank %d self %d member %d",
@@ -223,6 +247,7 @@ int main(void) {
     RUN(test_init_errors);
     RUN(test_coords_golden);
     RUN(test_megatron_example_groups);
+    RUN(test_ep_groups);
     RUN(test_single_stage);
     RUN(test_roundtrip_property);
     return test_summary();

@@ -25,6 +25,17 @@ int lt_topology_init(LtTopology *t, int world, int tp, int pp, int dp, char *err
     t->dp = dp;
     t->pp = pp;
     t->world = world;
+    t->ep = 1;
+    return 0;
+}
+
+int lt_topology_set_ep(LtTopology *t, int ep, char *err, size_t errlen) {
+    if (ep < 1 || (t->tp * t->dp) % ep != 0)
+        return lt_errorf(err, errlen,
+                         "expert-parallel size %d must be >= 1 and divide tensor-parallel %d x "
+                         "data-parallel %d (experts are spread over a stage's TP x DP ranks)",
+                         ep, t->tp, t->dp);
+    t->ep = ep;
     return 0;
 }
 
@@ -57,6 +68,7 @@ int lt_topology_group_size(const LtTopology *t, LtGroupKind kind) {
     case LT_GROUP_DP: return t->dp;
     case LT_GROUP_PP: return t->pp;
     case LT_GROUP_EMBEDDING: return t->pp == 1 ? 1 : 2;
+    case LT_GROUP_EP: return t->ep;
     default: return -1;
     }
 }
@@ -84,6 +96,11 @@ int lt_topology_group(const LtTopology *t, int rank, LtGroupKind kind, int *memb
             members[n++] = lt_topology_rank(t, m);
         }
         break;
+    case LT_GROUP_EP: { /* the block of ep stage-local indices holding rank's */
+        const int stage = t->tp * t->dp, first = rank / stage * stage + rank % stage / t->ep * t->ep;
+        for (int k = 0; k < t->ep; k++) members[n++] = first + k;
+        break;
+    }
     default: return -1;
     }
     /* Each loop walks one coordinate upward, and rank is increasing in every
@@ -104,6 +121,7 @@ const char *lt_group_kind_name(LtGroupKind kind) {
     case LT_GROUP_DP: return "dp";
     case LT_GROUP_PP: return "pp";
     case LT_GROUP_EMBEDDING: return "embedding";
+    case LT_GROUP_EP: return "ep";
     default: return "?";
     }
 }

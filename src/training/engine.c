@@ -193,7 +193,8 @@ static void setup_topology(LtRun *r) {
     const LtConfig *c = r->cfg;
     char err[512];
     if (lt_topology_init(&r->topo, r->world->world, c->parallel.tensor_model_parallel_size,
-                         c->parallel.pipeline_model_parallel_size, 0, err, sizeof err))
+                         c->parallel.pipeline_model_parallel_size, 0, err, sizeof err) ||
+        lt_topology_set_ep(&r->topo, c->parallel.expert_model_parallel_size, err, sizeof err))
         lt_input_error("%s", err);
     if (lt_topology_coords(&r->topo, r->world->rank, &r->coords))
         lt_fatal("rank %d outside the topology", r->world->rank);
@@ -222,14 +223,10 @@ static void setup_groups(LtRun *r) {
         n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_EMBEDDING, members);
         r->emb = lt_comm_split_members_ex(members, n, "embedding", o);
     }
-    /* expert parallelism folded into the stage's TP x DP ranks (stage-local
-     * index tp + TP dp, Megatron-Core's order): consecutive blocks of EP ranks */
-    const int ep = r->cfg->parallel.expert_model_parallel_size;
-    if (ep > 1) {
-        const int stage = r->topo.tp * r->topo.dp, w = r->world->rank;
-        const int first = w / stage * stage + w % stage / ep * ep;
-        for (int k = 0; k < ep; k++) members[k] = first + k;
-        r->ep = lt_comm_split_members_ex(members, ep, "ep", o);
+    /* expert parallelism folded into the stage's TP x DP ranks (topology.h) */
+    if (r->topo.ep > 1) {
+        n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_EP, members);
+        r->ep = lt_comm_split_members_ex(members, n, "ep", o);
     }
     free(members);
 }
