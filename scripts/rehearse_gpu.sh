@@ -11,7 +11,8 @@
 # pins (cuda-toolkit 13.0.2: runtime, cuBLAS, nvJitLink; cuDNN 9.19, NCCL
 # 2.28) plus nvcc and compute-sanitizer of the same release; cuobjdump
 # (outside the venv) only inspects the result. Then, as a device call would:
-# it bundles build/deps here (scripts/bundle_deps.sh), packs what the device
+# it bundles build/deps here (scripts/bundle_deps.sh --no-blas: the venv's numpy
+# has the BLAS), packs what the device
 # tool sends (tracked and untracked-not-ignored files, plus build/deps) and
 # checks it is under the tool's 64 MiB, unpacks it at another path inside the
 # chroot and runs scripts/gpu_check.sh with every phase, in the device's
@@ -19,7 +20,7 @@
 # sure each fails only for that reason and that everything else works:
 #   the build (nvcc from the wheel, libraries from the wheels and the bundle),
 #   ldd of every binary, --version, mpirun from the bundle (4 ranks of
-#   test_comm_mpi), CPU training through the bundle's OpenBLAS, no library
+#   test_comm_mpi), CPU training through numpy's OpenBLAS, no library
 #   path exported, SASS sm_80/sm_90 and PTX compute_90 in the binary, the
 #   Makefile's probe with the venv off PATH, a phase's own timeout, the
 #   budget, and the summary written when the script is stopped.
@@ -48,7 +49,8 @@ VENV=/opt/torch/.venv
 WHEELS=(nvidia-cuda-runtime==13.0.96 nvidia-cublas==13.1.0.3 nvidia-nvjitlink==13.0.88
         nvidia-cudnn-cu13==9.19.0.56 nvidia-nccl-cu13==2.28.9
         nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88
-        nvidia-cuda-cccl==13.0.85 nvidia-cuda-sanitizer-api==13.0.85)
+        nvidia-cuda-cccl==13.0.85 nvidia-cuda-sanitizer-api==13.0.85
+        numpy==2.3.5)   # numpy (the image has 2.5.2 for its Python 3.12; bookworm has 3.11): its OpenBLAS is the CPU backend's BLAS
 # inspection only (the oldest cuobjdump wheel there is), unpacked outside the venv
 TOOLS=(nvidia-cuda-cuobjdump==13.2.51)
 DEVROOT=/srv/lattice      # where the carried tree lies (not this checkout's path)
@@ -174,7 +176,7 @@ log "chroot ready: $RFS ($(du -sh "$RFS" | cut -f1)) in $(secs $t0) s"
 t0=$(date +%s)
 log "bundling build/deps here (scripts/bundle_deps.sh)"
 scripts/setup.sh >/dev/null || die "scripts/setup.sh failed (the bundle needs the Debian packages here)"
-scripts/bundle_deps.sh build/deps >"$CACHE/bundle.log" 2>&1 || { cat "$CACHE/bundle.log"; die "bundle_deps.sh failed"; }
+scripts/bundle_deps.sh --no-blas build/deps >"$CACHE/bundle.log" 2>&1 || { cat "$CACHE/bundle.log"; die "bundle_deps.sh failed"; }
 PAYLOAD=$CACHE/payload.tar
 git ls-files -co --exclude-standard -z | while IFS= read -r -d '' f; do
   [ -e "$f" ] || [ -L "$f" ] && printf '%s\0' "$f"
@@ -231,8 +233,8 @@ for l in cudart cublasLt cudnn nccl; do
 done
 check probe_cccl "CCCL's nv/target not taken from the wheel" \
   grep -Eq "^lattice: CCCL headers \(nv/target\): $VENV/.*/nvidia/cu13/include" "$R"
-check probe_deps_from_bundle "libyaml/zstd/OpenBLAS/MPI not taken from the bundle" \
-  grep -q "^lattice: yaml-0.1 libzstd openblas ompi-c: from the bundle $PWD/build/deps" "$R"
+check probe_deps_from_bundle "libyaml/zstd/MPI not taken from the bundle, or BLAS not from the venv's numpy" \
+  grep -Eq "^lattice: yaml-0.1 libzstd openblas ompi-c: from the bundle $PWD/build/deps, BLAS from numpy \\($VENV/.*/numpy.libs/libscipy_openblas64_" "$R"
 for b in build/lattice build/tests/gpu/test_gpu_ops build/tests/gpu/bench_attention build/tests/gpu/bench_kernels build/tests/test_comm_mpi \
          build/deps/ompi/bin/orterun build/deps/ompi/bin/orted; do
   check "ldd_$(basename "$b")" "$(ldd "$b" 2>&1 | grep -m3 'not found' | tr '\n' ' ')" \
@@ -241,7 +243,9 @@ done
 check ldd_cuda_from_venv "a CUDA library of build/lattice resolves outside the venv" \
   bash -c "[ \$(ldd build/lattice | grep -E 'lib(cudart|cublasLt|cudnn|nccl)\.so' | grep -c '$VENV/') = 4 ]"
 check ldd_deps_from_bundle "a bundled library of build/lattice resolves outside build/deps" \
-  bash -c "[ \$(ldd build/lattice | grep -E 'lib(yaml-0|zstd|openblas|mpi)\.so' | grep -c '$PWD/build/deps/lib/') = 4 ]"
+  bash -c "[ \$(ldd build/lattice | grep -E 'lib(yaml-0|zstd|mpi)\.so' | grep -c '$PWD/build/deps/lib/') = 3 ]"
+check ldd_blas_from_numpy "build/lattice's BLAS does not resolve to the venv's numpy" \
+  bash -c "ldd build/lattice | grep -E 'libscipy_openblas64_' | grep -q '$VENV/'"
 build/lattice --version >/tmp/version.txt 2>&1; rc=$?
 sed 's/^/  | /' /tmp/version.txt
 check version_runs "exit status $rc" test $rc = 0
@@ -277,7 +281,7 @@ for t in memcheck racecheck; do
 done
 check phase_attention_no_gpu "bench_attention did not stop for want of a GPU" grep -qiE 'no usable CUDA device|no CUDA device' $W/attention.log
 check phase_kernels_no_gpu "bench_kernels did not stop for want of a GPU" grep -qiE 'no usable CUDA device|no CUDA device' $W/kernels.log
-check phase_train_cpu_runs "train_compare.sh's CPU runs did not train (bundle's OpenBLAS at run time)" \
+check phase_train_cpu_runs "train_compare.sh's CPU runs did not train (numpy's OpenBLAS at run time)" \
   bash -c "grep -q 'cpu-fp32: backend' $W/train.log && grep -q 'cpu-bf16: backend' $W/train.log"
 check phase_train_no_gpu "train_compare.sh's CUDA runs failed for another reason" \
   bash -c "[ \$(grep '^FAIL' $W/train.log | grep -vc 'no CUDA device is visible') = 0 ] && grep -q '^FAIL run_tiny-cuda-fp32' $W/train.log"
