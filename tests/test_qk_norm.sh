@@ -66,6 +66,9 @@ if run off 1 && a=$(first_loss "$T/off/m.jsonl") && b=$(first_loss "$T/ref/m.jso
 then pass "qk_layernorm_changes_the_loss ($a off, $b on)"
 else fail qk_layernorm_changes_the_loss "off ${a:-?} vs on ${b:-?}"; fi
 
+# an MoE model with the norms (for the export's refusal below)
+run moe 1 $QK model.num_experts=4 model.moe_ffn_hidden_size=32 train.steps=2 >/dev/null
+
 # a checkpoint written by TP 2 resumes under PP 2 where the single process goes on
 if run tp2_half 2 $QK $TP train.steps=4 optimizer.decay_steps=8 &&
    run pp2_resumed 2 $QK parallel.pipeline_model_parallel_size=2 \
@@ -73,6 +76,29 @@ if run tp2_half 2 $QK $TP train.steps=4 optimizer.decay_steps=8 &&
    err=$(python3 tests/compare_runs.py --resumed "$T/ref/m.jsonl" "$T/pp2_resumed/m.jsonl" 5 8 1e-5 2>&1)
 then pass tp2_checkpoint_resumes_on_pp2
 else fail tp2_checkpoint_resumes_on_pp2 "$(echo "${err:-run failed}" | tail -1)"; fi
+
+# the Hugging Face export: Qwen3ForCausalLM (Llama with q_norm / k_norm), whose logits an
+# independent float64 forward reproduces from the exported files alone
+printf '10 20 30 40 50 60 70 80 90 100 11 12' > "$T/prompt.ids"
+if "$LT" shard --vocab-size 256 --input "$T/prompt.ids" "$T/prompt.ltok" >/dev/null &&
+   "$LT" export "$T/ref/ck" "$T/ref/hf_out" >/dev/null 2>&1 &&
+   grep -q '"architectures": \["Qwen3ForCausalLM"\]' "$T/ref/hf_out/config.json" &&
+   "$LT" logits configs/llama-tiny.yaml $QK data.train_path="$T/prompt.ltok" \
+     checkpoint.load="$T/ref/ck" >"$T/qk.logits" 2>/dev/null &&
+   out=$(python3 tests/hf_reference.py "$T/ref/hf_out" "$T/qk.logits" 1e-5 2>&1); then
+  pass "export_as_qwen3_matches_float64_reference ($out)"
+else fail export_as_qwen3_matches_float64_reference "${out:-export or logits failed}"; fi
+
+# and back: the Qwen3 directory imports as a qk_layernorm Llama whose export is the same files
+if "$LT" import "$T/ref/hf_out" "$T/imported" data.train_path="$T/train.ltok" \
+     >"$T/import.log" 2>&1 &&
+   grep -q "qk_layernorm: true" "$T/imported/step_00000000/config.yaml" &&
+   "$LT" export "$T/imported" "$T/hf2" >/dev/null 2>&1 &&
+   cmp -s "$T/ref/hf_out/model.safetensors" "$T/hf2/model.safetensors" &&
+   cmp -s "$T/ref/hf_out/config.json" "$T/hf2/config.json"; then
+  pass qwen3_import_export_identical
+else fail qwen3_import_export_identical "$(tail -2 "$T/import.log")"; fi
+expect2 refused_moe_export "model.qk_layernorm=true; Mixtral" export "$T/moe/ck" "$T/moe/hf"
 
 expect2 refused_gpt "model.qk_layernorm" train configs/tiny.yaml model.qk_layernorm=true \
   data.train_path="$T/train.ltok"
