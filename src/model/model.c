@@ -372,10 +372,11 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
         lt_input_error("model.arch=llama: the %s backend has no RMSNorm, SwiGLU or rotary "
                        "embedding kernels",
                        be->ops->name);
-    if (d->qk_norm && (d->arch != LT_ARCH_LLAMA || !o->qk_norm_fwd || !o->qk_norm_bwd))
-        lt_input_error("model.qk_layernorm: %s", d->arch != LT_ARCH_LLAMA
-                                                     ? "needs model.arch=llama"
-                                                     : "this backend has no per-head RMSNorm");
+    if (d->qk_norm && d->arch != LT_ARCH_LLAMA)
+        lt_input_error("model.qk_layernorm needs model.arch=llama (its RMSNorm)");
+    if (d->qk_norm && (!o->qk_norm_fwd || !o->qk_norm_bwd))
+        lt_input_error("model.qk_layernorm: the %s backend has no per-head query/key norm kernels",
+                       be->ops->name);
     if (d->moe.experts > 0 && !lt_moe_backend_ok(be))
         lt_input_error("model.num_experts=%d: the %s backend has no mixture-of-experts kernels "
                        "yet; train MoE models with train.device=cpu",
@@ -425,9 +426,10 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
                                             * norms', the router's, the (whole) experts';
                                             * and (any TP) only this rank's heads: q/k norms */
         const char *nm = m->table.p[i].name;
+        const int heads = strstr(nm, ".attn.q_norm.") || strstr(nm, ".attn.k_norm.");
         m->in->sp_partial[i] = (m->sp && (strstr(nm, "ln_") || strstr(nm, ".mlp.router.") ||
                                           strstr(nm, ".mlp.experts."))) ||
-                               (m->tp && (strstr(nm, ".attn.q_norm.") || strstr(nm, ".attn.k_norm.")));
+                               (m->tp && heads);
     }
     m->xent_chunk = lt_model_lm_head_chunk(N, (size_t)m->vocab_local, be->act_size,
                                            opt ? opt->lm_head_chunk : 0);

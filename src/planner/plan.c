@@ -84,8 +84,8 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     const size_t HD = (size_t)lt_dims_head_dim(&d), CL = H * HD, /* attention output columns */
                  QKV = ((size_t)d.heads + 2 * (size_t)lt_dims_kv_heads(&d)) * HD / (size_t)tp,
                  stats = llama ? 2 : 4, mlp_f = llama ? 3 : 2,
-                 qk_heads = d.qk_norm ? ((size_t)d.heads + (size_t)lt_dims_kv_heads(&d)) / (size_t)tp
-                                      : 0; /* the q/k norm's rows per token */
+                 /* the q/k norm's rows per token (qk_layernorm) */
+                 qk_heads = d.qk_norm ? (d.heads + (size_t)lt_dims_kv_heads(&d)) / (size_t)tp : 0;
     const int slots = lt_pipeline_slots(pp, vpp, M, stage, c->parallel.overlap_p2p_comm && mpi_p2p);
     if (slots < 1)
         return lt_errorf(err, errlen, "no valid pipeline schedule for pp %d, vpp %d, %d micro batches",
