@@ -184,6 +184,24 @@ typedef struct {
      * in the act dtype. */
     void (*rope)(LtBackend *be, void *qkv, const float *cs, const int32_t *pos, int B, int T,
                  int NH, int NKV, int HD, int inverse);
+    /* ---- per-head query/key RMSNorm (optional: NULL where the backend lacks it;
+     * lt_model_create refuses model.qk_layernorm then) ----
+     * qk_norm_fwd, in place on the q and k heads of qkv (B*T = N tokens, layout as rope's:
+     * (N, NH + 2*NKV, HD)): each head row x (HD) becomes x * rstd * w, w = wq (HD) for the
+     * NH query heads and wk (HD) for the NKV key heads, rstd = 1 / sqrt(mean over HD of
+     * x^2 + eps) (statistics in at least fp32); the v heads are not touched. Saves what the
+     * backward needs: xin (N, NH + NKV, HD) act = the q and k heads as they came in, and
+     * rstd (N, NH + NKV) fp32. */
+    void (*qk_norm_fwd)(LtBackend *be, void *qkv, void *xin, float *rstd, const void *wq,
+                        const void *wk, float eps, int N, int NH, int NKV, int HD);
+    /* Its backward, in place on dqkv (qkv's layout): the q and k heads' gradients of the
+     * normalized rows become those of the rows that came in (overwritten; v heads not
+     * touched); dwq (HD) += the sum over tokens and query heads of dout * xhat, dwk the
+     * same over the key heads, xhat = xin * rstd (fp32, accumulated; either may be NULL).
+     * Deterministic. */
+    void (*qk_norm_bwd)(LtBackend *be, void *dqkv, float *dwq, float *dwk, const void *xin,
+                        const void *wq, const void *wk, const float *rstd, int N, int NH,
+                        int NKV, int HD);
     /* Causal self-attention, scale 1/sqrt(HD), with NKV key/value heads (grouped-query
      * attention; NH % NKV == 0, refused otherwise; NKV == NH: multi-head, NKV == 1:
      * multi-query). qkv (B, T, NH + 2*NKV, HD), per token q (NH, HD) | k (NKV, HD) |

@@ -67,6 +67,8 @@ typedef struct {
         int num_query_groups;          /* key/value heads (llama); 0 = num_attention_heads */
         int kv_channels;               /* the head dimension (Megatron's --kv-channels); 0 =
                                         * hidden_size / num_attention_heads, resolved by validate */
+        bool qk_layernorm;             /* per-head RMSNorm on queries and keys before RoPE
+                                        * (llama; Megatron-Core's qk_layernorm) */
         double norm_epsilon;           /* RMSNorm epsilon (llama; GPT's LayerNorm uses 1e-5) */
         double rotary_base;            /* RoPE base theta (llama) */
         LtRopeScalingKind rope_scaling; /* none | llama3 (Llama 3.1's frequency scaling) */

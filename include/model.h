@@ -24,6 +24,10 @@ typedef struct {
     void *ln1, *qkv, *atty, *r2, *ln2, *fch_pre, *fch; /* fch*: the MLP's, or the shared
                                                         * expert's in an MoE layer */
     float *mean1, *rstd1, *mean2, *rstd2, *lse;
+    void *qk_in;           /* model.qk_layernorm: the q and k heads before their norm
+                            * (N, NH + NKV, HD) and its statistics qk_rstd (N, NH + NKV),
+                            * this rank's heads; NULL without it */
+    float *qk_rstd;
     struct LtMoeActs *moe; /* the routed experts' (src/model/moe.h) when the model holds MoE
                             * layers, else NULL */
 } LtLayerActs;
@@ -248,9 +252,11 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din);
  * targets is NULL). */
 double lt_model_step(LtModel *m, const int32_t *tokens, const int32_t *targets, float grad_scale);
 
-/* Sequence parallelism: sum the LayerNorm gradients among parameters
- * first..last over the TP group (their tokens were split); call once per
- * accumulated gradient (after the last micro batch, or per bucket). */
+/* Sum over the TP group the gradients among parameters first..last that each
+ * TP rank holds whole but computed from its part only: under sequence
+ * parallelism the norms' (their tokens were split), with TP the per-head q/k
+ * norms' (their heads were split); call once per accumulated gradient (after
+ * the last micro batch, or per bucket). */
 void lt_model_sp_reduce_grads(LtModel *m, int first, int last);
 
 /* Zero the gradient buffer (or bucket, and the embedding buffer). */

@@ -45,6 +45,8 @@ typedef struct {
     int kv_heads;      /* key/value heads (grouped-query attention); 0 = heads */
     int head_dim;      /* each head's dimension (model.kv_channels); 0 = hidden / heads */
     int untied;        /* the LM head has a weight of its own (lm_head), not wte */
+    int qk_norm;       /* per-head RMSNorm of queries and keys before RoPE (llama:
+                        * model.qk_layernorm): attn.q_norm.weight, attn.k_norm.weight */
     float norm_eps;    /* RMSNorm epsilon (llama) */
     double rope_base;  /* rotary embedding base theta (llama) */
     LtRopeScaling rope; /* its frequency scaling (type 0: none) */
@@ -157,7 +159,7 @@ typedef struct {
 
 /* Parameters of a dense transformer layer in the table: GPT, Llama. */
 #define LT_PARAMS_PER_LAYER 12
-#define LT_LLAMA_PARAMS_PER_LAYER 6
+#define LT_LLAMA_PARAMS_PER_LAYER 6 /* + 2 with dims.qk_norm */
 /* Parameters of layer l (global) of dims: dense, or an MoE layer's (the attention
  * part, the shared expert's FFN when it has one, the router, then each expert's). */
 int lt_params_layer_count(const LtModelDims *d, int l);
@@ -176,8 +178,9 @@ int lt_params_global_layer(const LtParamTable *t, int l);
  * (P,C), qkv.weight (3C,C), proj.weight (C,C), fc.weight (F,C),
  * mlp.proj.weight (C,F).
  * Llama (no biases, no position table): wte, then per layer ln_1.weight
- * (RMSNorm), attn.qkv.weight ((NH + 2 NKV) HD, C: q | k | v), attn.proj.weight
- * (C, C), ln_2.weight, mlp.gate_up.weight (2F, C: gate | up),
+ * (RMSNorm), attn.qkv.weight ((NH + 2 NKV) HD, C: q | k | v), with dims.qk_norm
+ * attn.q_norm.weight and attn.k_norm.weight (HD each, ones, replicated over TP),
+ * attn.proj.weight (C, NH HD), ln_2.weight, mlp.gate_up.weight (2F, C: gate | up),
  * mlp.down.weight (C, F), then ln_f.weight.
  * Either arch with dims.untied: lm_head.weight (Vp, C) after ln_f.
  * An MoE layer (lt_dims_moe_layer) replaces the MLP's parameters by: the shared

@@ -2,8 +2,8 @@
 """hf_reference.py HF_DIR LOGITS_FILE [TOL]
 
 An independent float64 forward pass, in plain Python, of a Hugging Face
-directory that `lattice export` wrote (LlamaForCausalLM, MixtralForCausalLM or
-GPT2LMHeadModel:
+directory that `lattice export` wrote (LlamaForCausalLM, Qwen3ForCausalLM,
+MixtralForCausalLM or GPT2LMHeadModel:
 config.json and an fp32 model.safetensors), checked against the logits that
 `lattice logits` printed for the same checkpoint: the first line of
 LOGITS_FILE is "tokens ID...", then one line per prefix with the next-token
@@ -11,7 +11,8 @@ logits. Every position's logits must agree within TOL (default 1e-5)
 relative to that position's largest |logit|. Written from the published
 definitions of the two architectures (RMSNorm, rotary embeddings in the
 "rotate half" form with Llama 3.1's frequency scaling, grouped-query
-attention, SwiGLU; Mixtral's sparse MoE block of SwiGLU experts behind a
+attention, SwiGLU; Qwen3's RMSNorm of each query and key head over head_dim
+(q_norm, k_norm, epsilon rms_norm_eps) between the projection and the rotation; Mixtral's sparse MoE block of SwiGLU experts behind a
 softmax router whose top-k probabilities are renormalised; GPT-2's LayerNorm,
 tanh GeLU and Conv1D weights), not from lattice's code. A Mixtral token whose
 k-th and (k+1)-th router probabilities are within 1e-6 of each other is
@@ -159,11 +160,18 @@ def llama_logits(cfg, w, tokens):
         p = 'model.layers.%d.' % l
         hs = [rmsnorm(x, w[p + 'input_layernorm.weight'], eps) for x in xs]
         qs, ks, vs = [], [], []
+        qwen3 = cfg.get('model_type') == 'qwen3'
+        qn = w[p + 'self_attn.q_norm.weight'] if qwen3 else None
+        kn = w[p + 'self_attn.k_norm.weight'] if qwen3 else None
         for t, h in enumerate(hs):
             q = matvec(w[p + 'self_attn.q_proj.weight'], h)
             k = matvec(w[p + 'self_attn.k_proj.weight'], h)
-            qs.append(sum((rotate(q[i * hd:(i + 1) * hd], t, freqs) for i in range(nh)), []))
-            ks.append(sum((rotate(k[i * hd:(i + 1) * hd], t, freqs) for i in range(nkv)), []))
+            qh = [q[i * hd:(i + 1) * hd] for i in range(nh)]
+            kh = [k[i * hd:(i + 1) * hd] for i in range(nkv)]
+            if qwen3:
+                qh, kh = [rmsnorm(x, qn, eps) for x in qh], [rmsnorm(x, kn, eps) for x in kh]
+            qs.append(sum((rotate(x, t, freqs) for x in qh), []))
+            ks.append(sum((rotate(x, t, freqs) for x in kh), []))
             vs.append(matvec(w[p + 'self_attn.v_proj.weight'], h))
         att = attend(qs, ks, vs, nh, nkv, hd)
         xs = [[a + b for a, b in zip(x, matvec(w[p + 'self_attn.o_proj.weight'], o))]

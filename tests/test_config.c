@@ -799,6 +799,36 @@ static void test_attention_keys(void) {
     CHECK(lt_config_validate(&c, 1, err, sizeof err) == 0, "auto on the CPU: %s", err);
 }
 
+/* model.qk_layernorm: off by default, a Llama key (a GPT config carrying it is refused,
+ * naming it), a boolean, printed and reloaded. */
+static void test_qk_layernorm_key(void) {
+    LtConfig c;
+    char err[512];
+    lt_config_defaults(&c);
+    CHECK(!c.model.qk_layernorm, "default on");
+    char *llama[] = {"model.arch=llama", "model.qk_layernorm=true", "model.kv_channels=16",
+                     "model.ffn_hidden_size=2048", "train.device=cpu"};
+    REQUIRE(lt_config_load(&c, NULL, 5, llama, err, sizeof err) == 0, "load: %s", err);
+    CHECK(c.model.qk_layernorm, "llama: not set");
+    CHECK(lt_config_validate(&c, 1, err, sizeof err) == 0, "llama refused: %s", err);
+    char *gpt[] = {"model.qk_layernorm=true", "train.device=cpu"};
+    REQUIRE(lt_config_load(&c, NULL, 2, gpt, err, sizeof err) == 0, "load: %s", err);
+    CHECK(lt_config_validate(&c, 1, err, sizeof err) == -1, "gpt accepted it");
+    CHECK(has(err, "model.qk_layernorm") && has(err, "model.arch=llama"), "gpt: %s", err);
+    char *bad[] = {"model.qk_layernorm=sometimes"};
+    CHECK(lt_config_load(&c, NULL, 1, bad, err, sizeof err) == -1, "a non-boolean accepted");
+    CHECK(has(err, "model.qk_layernorm"), "non-boolean: %s", err);
+    REQUIRE(lt_config_load(&c, NULL, 5, llama, err, sizeof err) == 0, "load: %s", err);
+    const char *path = write_file("printed.yaml", "");
+    FILE *f = fopen(path, "w");
+    REQUIRE(f != NULL, "open %s", path);
+    lt_config_print(&c, f);
+    fclose(f);
+    LtConfig back;
+    REQUIRE(lt_config_load(&back, path, 0, NULL, err, sizeof err) == 0, "reload: %s", err);
+    CHECK(back.model.qk_layernorm, "lost in print -> load");
+}
+
 static void test_validate_ok(void) {
     char *ov[] = {
         "parallel.tensor_model_parallel_size=2",
@@ -1083,6 +1113,7 @@ int main(void) {
     RUN(test_validate_suggestions);
     RUN(test_validate_ok);
     RUN(test_attention_keys);
+    RUN(test_qk_layernorm_key);
     RUN(test_schedule_keys);
     RUN(test_print_roundtrip);
     RUN(test_rampup_megatron);

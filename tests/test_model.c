@@ -639,6 +639,57 @@ static void test_kv_channels(void) {
     lt_params_free(&t);
 }
 
+/* model.qk_layernorm: finite differences through the per-head q/k RMSNorm (Llama, GQA 4
+ * over 2, head dim 12 != hidden / heads, and an MoE layer); the table's two HD weights
+ * per layer (ones, replicated over TP, no decay) after qkv; full and selective
+ * recomputation give the same loss and gradients bitwise; and the norm changes the
+ * loss (off vs on with the same shared weights). */
+static void test_qk_layernorm(void) {
+    LtModelDims d = tiny_llama_dims();
+    d.head_dim = 12, d.qk_norm = 1;
+    gradient_check(d);
+    gradient_check(moe_dims(d));
+    LtParamTable t;
+    lt_params_build_tp(&t, &d, 2, 1);
+    const LtParam *q = lt_params_find(&t, "h.1.attn.q_norm.weight"),
+                  *k = lt_params_find(&t, "h.1.attn.k_norm.weight");
+    REQUIRE(q && k, "q_norm / k_norm missing from the table");
+    CHECK(q == lt_params_find(&t, "h.1.attn.qkv.weight") + 1 && k == q + 1, "not after qkv");
+    CHECK(q->numel == 12 && k->numel == 12 && q->split == LT_SPLIT_NONE &&
+              k->split == LT_SPLIT_NONE && !q->decay && !k->decay && q->init == LT_INIT_ONES &&
+              k->init == LT_INIT_ONES,
+          "q_norm %zu elements, split %d, decay %d, init %d", q->numel, (int)q->split, q->decay,
+          (int)q->init);
+    lt_params_free(&t);
+    LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
+    LtModel *ms[3];
+    for (int r = 0; r < 3; r++) {
+        LtModelOptions o = {.recompute = r};
+        ms[r] = lt_model_create(be, &d, 2, d.seq_len, &o);
+    }
+    int32_t in[32], tgt[32];
+    init_pair(ms[0], ms[1], 5, in, tgt);
+    init_pair(ms[0], ms[2], 5, in, tgt);
+    double loss[3];
+    for (int r = 0; r < 3; r++) lt_model_zero_grads(ms[r]), loss[r] = sample_step(ms[r], in, tgt);
+    CHECK(loss[1] == loss[0] && loss[2] == loss[0] && grad_diff(be, ms[0], ms[1]) == 0.0 &&
+              grad_diff(be, ms[0], ms[2]) == 0.0,
+          "recomputation changed the loss (%.9g, %.9g, %.9g) or the gradients", loss[0],
+          loss[1], loss[2]);
+    LtModelDims off = d;
+    off.qk_norm = 0;
+    LtModel *mo = lt_model_create(be, &off, 2, d.seq_len, NULL);
+    float *host = malloc(mo->table.total * sizeof(float));
+    lt_params_init(&mo->table, 5, host);
+    lt_model_set_params(mo, host);
+    const double lo = sample_step(mo, in, tgt);
+    CHECK(test_relerr(lo, loss[0], 1e-9) > 1e-4, "qk_layernorm on %.9g vs off %.9g", loss[0], lo);
+    free(host);
+    lt_model_destroy(mo);
+    for (int r = 0; r < 3; r++) lt_model_destroy(ms[r]);
+    lt_backend_destroy(be);
+}
+
 /* The Llama table: names and shapes, and tensor-parallel shards that hold
  * their query heads, key/value heads and gate/up rows (each block split) and
  * put every global element back exactly once. */
@@ -807,6 +858,7 @@ int main(void) {
     RUN(test_flops);
     RUN(test_sliding_window);
     RUN(test_kv_channels);
+    RUN(test_qk_layernorm);
     RUN(test_llama_table);
     RUN(test_llama_flops);
     RUN(test_layer_split);

@@ -1614,6 +1614,116 @@ static void timing(void) {
     free(x), free(w), free(bias), free(y), free(pre), free(qkv), free(o), free(lse), free(dqkv);
 }
 
+/* ---- per-head query/key RMSNorm (model.qk_layernorm) ------------------------- */
+static struct { int N, NH, NKV, HD; double eps, *qkv, *wq, *wk, *R, *out; } QK;
+/* out = qkv with each q head row normalized times wq and each k head times wk (v copied). */
+static void ref_qk_norm(double *out, double *rstd, const double *qkv, const double *wq,
+                        const double *wk, double eps, int N, int NH, int NKV, int HD) {
+    const int W = (NH + 2 * NKV) * HD;
+    memcpy(out, qkv, (size_t)N * W * sizeof(double));
+    for (int i = 0; i < N; i++)
+        for (int h = 0; h < NH + NKV; h++) {
+            const double *x = qkv + (size_t)i * W + (size_t)h * HD, *w = h < NH ? wq : wk;
+            double ms = 0;
+            for (int c = 0; c < HD; c++) ms += x[c] * x[c] / HD;
+            const double rs = 1 / sqrt(ms + eps);
+            if (rstd) rstd[i * (NH + NKV) + h] = rs;
+            for (int c = 0; c < HD; c++) out[(size_t)i * W + (size_t)h * HD + c] = x[c] * rs * w[c];
+        }
+}
+static double qk_norm_loss(void) {
+    ref_qk_norm(QK.out, NULL, QK.qkv, QK.wq, QK.wk, QK.eps, QK.N, QK.NH, QK.NKV, QK.HD);
+    return dot(QK.out, QK.R, (size_t)QK.N * (QK.NH + 2 * QK.NKV) * QK.HD);
+}
+/* Forward (q/k heads normalized with their own weights, v heads untouched, the input
+ * and rstd kept) and backward (dq, dk in place, dv untouched, dwq and dwk accumulated)
+ * against the float64 reference and finite differences of it (the v heads' gradient is
+ * the identity's, so the whole dqkv is checked); bf16 against fp32 on bf16 inputs;
+ * 1 and 4 threads bitwise equal. GQA, MQA and MHA shapes, HD not a power of two. */
+static void test_qk_norm(void) {
+    static const int shapes[][4] = {{5, 4, 2, 8}, {3, 2, 2, 6}, {4, 6, 1, 12}};
+    for (int s = 0; s < 3; s++) {
+        const int N = shapes[s][0], NH = shapes[s][1], NKV = shapes[s][2], HD = shapes[s][3];
+        const int NQK = NH + NKV;
+        const size_t n = (size_t)N * (NH + 2 * NKV) * HD, nk = (size_t)N * NQK * HD;
+        const float eps = s == 0 ? 1e-2f : 1e-6f;
+        float *x = falloc(n), *wq = falloc(HD), *wk = falloc(HD), *R = falloc(n), *y = falloc(n);
+        float *xin = falloc(nk), *rstd = falloc((size_t)N * NQK), *d = falloc(n);
+        float *dwq = falloc(HD), *dwk = falloc(HD);
+        fill(x, n, 1, 0), fill(wq, HD, 0.5f, 0), fill(wk, HD, 0.5f, 0), fill(R, n, 1, 0);
+        for (int c = 0; c < HD; c++) wq[c] += 1.0f, wk[c] -= 1.0f;
+        fill(dwq, HD, 1, 0), fill(dwk, HD, 1, 0);
+        QK.N = N, QK.NH = NH, QK.NKV = NKV, QK.HD = HD, QK.eps = eps;
+        QK.qkv = todbl(x, n), QK.wq = todbl(wq, HD), QK.wk = todbl(wk, HD), QK.R = todbl(R, n);
+        QK.out = dalloc(n);
+        double *rrs = dalloc((size_t)N * NQK), *rdx = dalloc(n), *rdwq = todbl(dwq, HD);
+        double *rdwk = todbl(dwk, HD);
+        memcpy(y, x, n * 4), poison(xin, nk), poison(rstd, (size_t)N * NQK);
+        g_f32->ops->qk_norm_fwd(g_f32, y, xin, rstd, wq, wk, eps, N, NH, NKV, HD);
+        ref_qk_norm(QK.out, rrs, QK.qkv, QK.wq, QK.wk, eps, N, NH, NKV, HD);
+        CHECK(err(y, QK.out, n) <= TOL_FWD, "out case %d: %g", s, err(y, QK.out, n));
+        CHECK(err(rstd, rrs, (size_t)N * NQK) <= TOL_FWD, "rstd case %d", s);
+        int kept = 1, vsame = 1;
+        for (int i = 0; i < N; i++)
+            for (size_t e = 0; e < (size_t)(NH + 2 * NKV) * HD; e++) {
+                const size_t k = (size_t)i * (NH + 2 * NKV) * HD + e;
+                if (e < (size_t)NQK * HD) kept &= xin[(size_t)i * NQK * HD + e] == x[k];
+                else vsame &= y[k] == x[k] && isfinite(y[k]);
+            }
+        CHECK(kept && vsame, "case %d: input kept %d, v heads untouched %d", s, kept, vsame);
+        /* backward: dqkv = R; the reference gradient of sum(out * R) */
+        memcpy(d, R, n * 4);
+        g_f32->ops->qk_norm_bwd(g_f32, d, dwq, dwk, xin, wq, wk, rstd, N, NH, NKV, HD);
+        for (int i = 0; i < N; i++) {
+            const size_t W = (size_t)(NH + 2 * NKV) * HD;
+            for (size_t e = 0; e < W; e++) rdx[i * W + e] = QK.R[i * W + e]; /* v: identity */
+            for (int h = 0; h < NQK; h++) {
+                const double *xi = QK.qkv + i * W + (size_t)h * HD, *dy = QK.R + i * W + (size_t)h * HD;
+                const double *w = h < NH ? QK.wq : QK.wk, rs = rrs[i * NQK + h];
+                double *dw = h < NH ? rdwq : rdwk, sgx = 0;
+                for (int c = 0; c < HD; c++) sgx += dy[c] * w[c] * xi[c] * rs / HD;
+                for (int c = 0; c < HD; c++) {
+                    rdx[i * W + (size_t)h * HD + c] = rs * (dy[c] * w[c] - xi[c] * rs * sgx);
+                    dw[c] += dy[c] * xi[c] * rs;
+                }
+            }
+        }
+        CHECK(err(d, rdx, n) <= TOL_BWD, "dqkv case %d: %g", s, err(d, rdx, n));
+        CHECK(err(dwq, rdwq, HD) <= TOL_BWD, "dwq (+=) case %d: %g", s, err(dwq, rdwq, HD));
+        CHECK(err(dwk, rdwk, HD) <= TOL_BWD, "dwk (+=) case %d: %g", s, err(dwk, rdwk, HD));
+        memcpy(d, R, n * 4), memset(dwq, 0, HD * 4), memset(dwk, 0, HD * 4);
+        g_f32->ops->qk_norm_bwd(g_f32, d, dwq, dwk, xin, wq, wk, rstd, N, NH, NKV, HD);
+        CHECK_FD(qk_norm_loss, QK.qkv, n, d, "dqkv", s);
+        CHECK_FD(qk_norm_loss, QK.wq, HD, dwq, "dwq", s);
+        CHECK_FD(qk_norm_loss, QK.wk, HD, dwk, "dwk", s);
+        /* bf16 against fp32, and 1 against 4 threads, on the same bf16 inputs */
+        for (size_t i = 0; i < n; i++) x[i] = lt_bf16_round(x[i]), R[i] = lt_bf16_round(R[i]);
+        for (int c = 0; c < HD; c++) wq[c] = lt_bf16_round(wq[c]), wk[c] = lt_bf16_round(wk[c]);
+        LtBackend *b1 = lt_backend_cpu_create(LT_F32, 1), *b4 = lt_backend_cpu_create(LT_F32, 4);
+        LtBackend *bes[4] = {g_f32, g_bf16, b1, b4};
+        float *o[4], *g[4], *gq[4], *gk[4];
+        for (int k = 0; k < 4; k++) {
+            o[k] = falloc(n), g[k] = falloc(n), gq[k] = lt_calloc(HD * 4), gk[k] = lt_calloc(HD * 4);
+            memcpy(o[k], x, n * 4), memcpy(g[k], R, n * 4);
+            bes[k]->ops->qk_norm_fwd(bes[k], o[k], xin, rstd, wq, wk, eps, N, NH, NKV, HD);
+            bes[k]->ops->qk_norm_bwd(bes[k], g[k], gq[k], gk[k], xin, wq, wk, rstd, N, NH, NKV, HD);
+        }
+        CHECK(all_bf16(o[1], n) && all_bf16(g[1], n), "bf16 outputs representable, case %d", s);
+        CHECK(normerr(o[1], o[0], n) <= TOL_BF16, "bf16 out case %d: %g", s, normerr(o[1], o[0], n));
+        CHECK(normerr(g[1], g[0], n) <= TOL_BF16, "bf16 dqkv case %d: %g", s, normerr(g[1], g[0], n));
+        CHECK(normerr(gq[1], gq[0], HD) <= TOL_BF16 && normerr(gk[1], gk[0], HD) <= TOL_BF16,
+              "bf16 dwq, dwk case %d", s);
+        CHECK(!memcmp(o[2], o[3], n * 4) && !memcmp(g[2], g[3], n * 4) &&
+                  !memcmp(gq[2], gq[3], HD * 4) && !memcmp(gk[2], gk[3], HD * 4),
+              "1 vs 4 threads bitwise, case %d", s);
+        for (int k = 0; k < 4; k++) free(o[k]), free(g[k]), free(gq[k]), free(gk[k]);
+        lt_backend_destroy(b1), lt_backend_destroy(b4);
+        free(x), free(wq), free(wk), free(R), free(y), free(xin), free(rstd), free(d);
+        free(dwq), free(dwk), free(rrs), free(rdx), free(rdwq), free(rdwk);
+        free(QK.qkv), free(QK.wq), free(QK.wk), free(QK.R), free(QK.out);
+    }
+}
+
 int main(void) {
     g_f32 = lt_backend_cpu_create(LT_F32, 0);
     g_bf16 = lt_backend_cpu_create(LT_BF16, 0);
@@ -1641,7 +1751,8 @@ int main(void) {
     RUN(test_bf16);
     timing();
     RUN(test_determinism);
-    RUN(test_attention_window); /* last: it draws from the shared generator */
+    RUN(test_attention_window); /* it draws from the shared generator: after the others */
+    RUN(test_qk_norm);          /* last: added after the window test, it draws after it */
     lt_backend_destroy(g_f32);
     lt_backend_destroy(g_bf16);
     return test_summary();

@@ -1,6 +1,6 @@
 /* backend_cpu.c - the CPU backend's op table and constructor.
  * Ops live in one file per family (memory.c, embedding.c, layernorm.c,
- * rmsnorm.c, linear.c, gelu.c, swiglu.c, rope.c, attention.c, xent.c,
+ * rmsnorm.c, linear.c, gelu.c, swiglu.c, rope.c, qknorm.c, attention.c, xent.c,
  * adamw.c, moe.c); see cpu_ops.h for the storage and threading conventions. */
 #include "blas.h"
 #include <omp.h>
@@ -52,6 +52,8 @@ static const LtBackendOps cpu_ops = {
     .swiglu_fwd = cpu_swiglu_fwd,
     .swiglu_bwd = cpu_swiglu_bwd,
     .rope = cpu_rope,
+    .qk_norm_fwd = cpu_qk_norm_fwd,
+    .qk_norm_bwd = cpu_qk_norm_bwd,
     .attention_fwd = cpu_attention_fwd,
     .attention_bwd = cpu_attention_bwd,
     .xent_fwd_bwd = cpu_xent_fwd_bwd,

@@ -195,6 +195,13 @@ void cpu_swiglu_bwd(LtBackend *be, void *dgu, const void *gu, const void *dout, 
 void cpu_rope(LtBackend *be, void *qkv, const float *cs, const int32_t *pos, int B, int T, int NH,
               int NKV, int HD, int inverse);
 
+/* qknorm.c */
+void cpu_qk_norm_fwd(LtBackend *be, void *qkv, void *xin, float *rstd, const void *wq,
+                     const void *wk, float eps, int N, int NH, int NKV, int HD);
+void cpu_qk_norm_bwd(LtBackend *be, void *dqkv, float *dwq, float *dwk, const void *xin,
+                     const void *wq, const void *wk, const float *rstd, int N, int NH, int NKV,
+                     int HD);
+
 /* attention.c */
 void cpu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv,
                        const int32_t *kstart, int B, int T, int NH, int NKV, int HD);

@@ -95,6 +95,7 @@ const KeyDesc lt_cfg_keys[] = {
     K_BOOL(model, attention_deterministic),
     K_INT(model, num_query_groups, 0, INT_MAX),
     K_INT(model, kv_channels, 0, INT_MAX),
+    K_BOOL(model, qk_layernorm),
     K_DBL(model, norm_epsilon, 0, 1, D_MIN_OPEN),
     K_DBL(model, rotary_base, 1, 0, D_MIN_OPEN | D_NO_MAX),
     K_ENUM(model, rope_scaling, ROPE_SCALING_NAMES),
@@ -947,6 +948,7 @@ void lt_config_defaults(LtConfig *c) {
     c->model.arch = LT_ARCH_GPT;
     c->model.num_query_groups = 0;
     c->model.kv_channels = 0;
+    c->model.qk_layernorm = false;
     c->model.norm_epsilon = 1e-5;
     c->model.rotary_base = 500000;
     c->model.rope_scaling = LT_ROPE_NONE;

@@ -116,6 +116,7 @@ static int rule_llama_only_keys(const Rules *r, char *err, size_t errlen) {
     } keys[] = {
         /* (resolved: 0 became num_attention_heads) */
         {"model.num_query_groups", c->model.num_query_groups != c->model.num_attention_heads},
+        {"model.qk_layernorm", c->model.qk_layernorm},
         {"model.norm_epsilon", c->model.norm_epsilon != d.model.norm_epsilon},
         {"model.rotary_base", c->model.rotary_base != d.model.rotary_base},
         {"model.rope_scaling", c->model.rope_scaling != d.model.rope_scaling},

@@ -1,6 +1,8 @@
 /* hf_export.c - `lattice export`: a checkpoint as a Hugging Face model
  * directory, GPT2LMHeadModel for model.arch=gpt, LlamaForCausalLM for
- * model.arch=llama and MixtralForCausalLM for a Llama with experts in every
+ * model.arch=llama, Qwen3ForCausalLM for a Llama with model.qk_layernorm (Qwen3
+ * is Llama with per-head q/k RMSNorm before RoPE, q_norm / k_norm) and
+ * MixtralForCausalLM for a Llama with experts in every
  * layer and Mixtral's router (other MoE models are refused, naming the key);
  * the tensor names and layouts are hf.h's table.
  *
@@ -101,13 +103,14 @@ static void rope_scaling_json(const LtConfig *c, char *rope, size_t n) {
              fa, lo, hi, c->model.rope_original_max_position);
 }
 
-/* LlamaForCausalLM, or MixtralForCausalLM for an MoE model (d->moe.experts > 0,
+/* LlamaForCausalLM, Qwen3ForCausalLM with the per-head q/k norms (d->qk_norm; no
+ * sliding window, no biases), or MixtralForCausalLM for an MoE model (d->moe.experts > 0,
  * checked by mixtral_refusal): the attention and norms are the same; Mixtral's
  * intermediate_size is each expert's width. The aux-loss coefficient goes to
  * router_aux_loss_coef, turned on (output_router_logits) when it is > 0. */
 static void write_llama_config(FILE *f, const LtConfig *c, const LtModelDims *d) {
     char eps[40], theta[40], init[40], rope[512], aux[40];
-    const int moe = d->moe.experts > 0;
+    const int moe = d->moe.experts > 0, qwen3 = d->qk_norm && !moe;
     json_float(c->model.norm_epsilon, eps, sizeof eps);
     json_float(c->model.init_method_std, init, sizeof init);
     json_float(c->model.rotary_base, theta, sizeof theta);
@@ -130,7 +133,8 @@ static void write_llama_config(FILE *f, const LtConfig *c, const LtModelDims *d)
             "  \"rope_scaling\": %s,\n"
             "  \"tie_word_embeddings\": %s,\n"
             "  \"hidden_act\": \"silu\",\n",
-            moe ? "mixtral" : "llama", moe ? "MixtralForCausalLM" : "LlamaForCausalLM",
+            moe ? "mixtral" : qwen3 ? "qwen3" : "llama",
+            moe ? "MixtralForCausalLM" : qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM",
             c->model.hidden_size, moe ? d->moe.ffn : c->model.ffn_hidden_size, c->model.num_layers,
             c->model.num_attention_heads, c->model.num_query_groups,
             c->model.kv_channels, c->model.max_position_embeddings,
@@ -146,6 +150,14 @@ static void write_llama_config(FILE *f, const LtConfig *c, const LtModelDims *d)
                 "  \"output_router_logits\": %s,\n"
                 "  \"router_jitter_noise\": 0.0,\n",
                 d->moe.experts, d->moe.topk, aux, c->model.moe_aux_loss_coeff > 0 ? "true" : "false");
+    else if (qwen3)
+        fprintf(f,
+                "  \"attention_bias\": false,\n"
+                "  \"attention_dropout\": 0.0,\n"
+                "  \"use_sliding_window\": false,\n"
+                "  \"sliding_window\": null,\n"
+                "  \"max_window_layers\": %d,\n",
+                c->model.num_layers);
     else
         fprintf(f,
                 "  \"attention_bias\": false,\n"
@@ -165,6 +177,10 @@ static int mixtral_refusal(const LtConfig *c, const LtModelDims *d, char *err, s
     if (c->model.arch != LT_ARCH_LLAMA)
         return lt_errorf(err, errlen, "%s model.arch=gpt with model.num_experts=%d; Mixtral's block is "
                          "Llama's (model.arch=llama), and GPT-2 has no MoE form", no, d->moe.experts);
+    if (d->qk_norm)
+        return lt_errorf(err, errlen, "%s model.qk_layernorm=true; Mixtral's attention has no "
+                         "per-head query/key norm (a dense model with it exports as "
+                         "Qwen3ForCausalLM)", no);
     if (d->moe.shared_ffn > 0)
         return lt_errorf(err, errlen, "%s model.moe_shared_expert_intermediate_size=%d; Mixtral has no "
                          "shared expert", no, d->moe.shared_ffn);

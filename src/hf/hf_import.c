@@ -1,5 +1,6 @@
 /* hf_import.c - `lattice import`: a Hugging Face LlamaForCausalLM,
- * MixtralForCausalLM or GPT2LMHeadModel directory as a weights-only lattice
+ * Qwen3ForCausalLM (a Llama with model.qk_layernorm), MixtralForCausalLM or
+ * GPT2LMHeadModel directory as a weights-only lattice
  * checkpoint (hf.h).
  *
  * Order of work, so that nothing is allocated from a size that has not been
@@ -175,13 +176,14 @@ static int need_str(const Cfg *c, const LtJson *obj, const char *where, const ch
 }
 
 /* The model classes import reads. */
-typedef enum { HF_LLAMA = 0, HF_GPT2, HF_MIXTRAL, HF_NCLASSES } HfClass;
+typedef enum { HF_LLAMA = 0, HF_GPT2, HF_MIXTRAL, HF_QWEN3, HF_NCLASSES } HfClass;
 static const struct { const char *cls, *type; } hf_classes[HF_NCLASSES] = {
     [HF_LLAMA] = {"LlamaForCausalLM", "llama"},
     [HF_GPT2] = {"GPT2LMHeadModel", "gpt2"},
     [HF_MIXTRAL] = {"MixtralForCausalLM", "mixtral"},
+    [HF_QWEN3] = {"Qwen3ForCausalLM", "qwen3"},
 };
-#define HF_CLASS_LIST "LlamaForCausalLM, MixtralForCausalLM or GPT2LMHeadModel"
+#define HF_CLASS_LIST "LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM or GPT2LMHeadModel"
 
 /* The model class: "architectures" (one of ours) and/or "model_type". */
 static int read_arch(const Cfg *c, HfClass *cls) {
@@ -205,7 +207,8 @@ static int read_arch(const Cfg *c, HfClass *cls) {
             if (strcmp(type->text, hf_classes[i].type) == 0) t = i;
         if (t < 0 || (found >= 0 && t != found))
             return lt_errorf(c->err, c->errlen, "%s: model_type '%.80s' is not %s", c->path, type->text,
-                             found >= 0 ? hf_classes[found].type : "'llama', 'mixtral' or 'gpt2'");
+                             found >= 0 ? hf_classes[found].type
+                                        : "'llama', 'qwen3', 'mixtral' or 'gpt2'");
         found = t;
     }
     if (found < 0)
@@ -254,9 +257,11 @@ typedef struct {
     int kv_heads; /* 0: num_attention_heads */
     int max_pos;
     double norm_eps, rope_theta;
+    int head_dim; /* 0: hidden_size / num_attention_heads */
 } LlamaDefaults;
-static const LlamaDefaults llama_defaults = {0, 2048, 1e-6, 10000.0},
-                           mixtral_defaults = {8, 131072, 1e-5, 1e6};
+static const LlamaDefaults llama_defaults = {0, 2048, 1e-6, 10000.0, 0},
+                           mixtral_defaults = {8, 131072, 1e-5, 1e6, 0},
+                           qwen3_defaults = {0, 32768, 1e-6, 10000.0, 128};
 
 static int read_llama(const Cfg *c, const LlamaDefaults *def, LtConfig *cfg) {
     LtConfig *m = cfg;
@@ -279,7 +284,8 @@ static int read_llama(const Cfg *c, const LlamaDefaults *def, LtConfig *cfg) {
         read_rope(c, def->rope_theta, m))
         return -1;
     const int hd = m->model.hidden_size / m->model.num_attention_heads;
-    if (get_int(c, c->js, "", "head_dim", 1, INT_MAX, hd, &head_dim)) return -1;
+    if (get_int(c, c->js, "", "head_dim", 1, INT_MAX, def->head_dim ? def->head_dim : hd, &head_dim))
+        return -1;
     if (head_dim < 1 || (head_dim == hd && hd * m->model.num_attention_heads != m->model.hidden_size))
         return lt_errorf(c->err, c->errlen,
                          "%s: without 'head_dim' the heads are hidden_size / "
@@ -288,6 +294,17 @@ static int read_llama(const Cfg *c, const LlamaDefaults *def, LtConfig *cfg) {
     m->model.kv_channels = head_dim == hd ? 0 : head_dim; /* (model.kv_channels) */
     m->model.arch = LT_ARCH_LLAMA;
     m->model.untie_embeddings_and_output_weights = !tied;
+    return 0;
+}
+
+/* Qwen3: Llama's block with an RMSNorm over head_dim on each query and key head
+ * before the rotation (q_norm, k_norm: model.qk_layernorm), epsilon rms_norm_eps;
+ * its sliding window must be off. */
+static int read_qwen3(const Cfg *c, LtConfig *cfg) {
+    if (read_llama(c, &qwen3_defaults, cfg) ||
+        need_bool(c, "use_sliding_window", 0, 0, "full causal attention in every layer"))
+        return -1;
+    cfg->model.qk_layernorm = true;
     return 0;
 }
 
@@ -413,6 +430,7 @@ static int read_config(const char *dir, int nover, char **overrides, LtConfig *c
     HfClass cls = HF_GPT2;
     lt_config_defaults(cfg);
     int rc = read_arch(&c, &cls) || (cls == HF_LLAMA     ? read_llama(&c, &llama_defaults, cfg)
+                                     : cls == HF_QWEN3   ? read_qwen3(&c, cfg)
                                      : cls == HF_MIXTRAL ? read_mixtral(&c, cfg)
                                                          : read_gpt2(&c, cfg));
     lt_json_free(js);
@@ -621,8 +639,10 @@ static int match_tensors(Weights *w, const LtHfMap *map, int n, const LtModelDim
                          size_t errlen) {
     const LtArch arch = (LtArch)d->arch;
     const int layers = d->num_layers;
-    const char *cls = hf_classes[d->moe.experts > 0 ? HF_MIXTRAL
-                                 : arch == LT_ARCH_LLAMA ? HF_LLAMA : HF_GPT2].cls;
+    const char *cls = hf_classes[d->moe.experts > 0   ? HF_MIXTRAL
+                                 : d->qk_norm           ? HF_QWEN3
+                                 : arch == LT_ARCH_LLAMA ? HF_LLAMA
+                                                         : HF_GPT2].cls;
     /* GPT-2 files written from GPT2Model lack the "transformer." prefix */
     int f, k;
     const int strip = arch == LT_ARCH_GPT && !weights_find(w, "transformer.wte.weight", &f, &k) &&

@@ -99,6 +99,9 @@ static int map_llama(MapBuild *b, const LtModelDims *d) {
             put_layer(b, L, l, "self_attn.q_proj.weight", "attn.qkv.weight", 0, Q, 0) ||
             put_layer(b, L, l, "self_attn.k_proj.weight", "attn.qkv.weight", Q, KV, 0) ||
             put_layer(b, L, l, "self_attn.v_proj.weight", "attn.qkv.weight", Q + KV, KV, 0) ||
+            (d->qk_norm && /* Qwen3's per-head norms */
+             (put_layer(b, L, l, "self_attn.q_norm.weight", "attn.q_norm.weight", 0, 0, 0) ||
+              put_layer(b, L, l, "self_attn.k_norm.weight", "attn.k_norm.weight", 0, 0, 0))) ||
             put_layer(b, L, l, "self_attn.o_proj.weight", "attn.proj.weight", 0, 0, 0) ||
             put_layer(b, L, l, "post_attention_layernorm.weight", "ln_2.weight", 0, 0, 0) ||
             (lt_dims_moe_layer(d, l) ? map_mixtral_moe(b, d, l)

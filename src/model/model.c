@@ -20,7 +20,9 @@
  *
  * The Llama block (model.arch=llama) has the same dataflow with other ops:
  *   ln = RMSNorm (no bias, fused with the residual add the same way);
- *   qkv (N, (NH + 2 NKV) HD) with NKV key/value heads, RoPE applied in place
+ *   qkv (N, (NH + 2 NKV) HD) with NKV key/value heads; with qk_layernorm each
+ *   q and k head RMSNorm-ed in place (over HD, weights q_norm | k_norm; the
+ *   heads as they came in kept for the backward), then RoPE applied in place
  *   to its q and k heads before attention (qkv keeps the rotated values, which
  *   is what attention's backward needs; the rotation's backward is the
  *   inverse rotation of dq, dk);
@@ -109,10 +111,12 @@ struct LtModelInternal {
 /* Parameter roles within a layer: GPT's table order (params.h). For Llama
  * P_FCW is mlp.gate_up.weight and P_FC2W mlp.down.weight. */
 enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FC2W,
-       P_FC2B, P_ROLES };
+       P_FC2B, P_QNW, P_KNW, P_ROLES };
 /* Position of each role in a layer's slice of the table, -1 when absent. */
-static const int GPT_ROLES[P_ROLES] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
-static const int LLAMA_ROLES[P_ROLES] = {0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1};
+static const int GPT_ROLES[P_ROLES] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, -1, -1};
+static const int LLAMA_ROLES[P_ROLES] = {0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, -1, -1};
+/* Llama with qk_layernorm: q_norm, k_norm follow qkv */
+static const int LLAMA_QK_ROLES[P_ROLES] = {0, -1, 1, -1, 4, -1, 5, -1, 6, -1, 7, -1, 2, 3};
 
 int lt_model_lm_head_chunk(size_t N, size_t Vl, size_t act_bytes, int requested) {
     if (N == 0) return 1;
@@ -133,14 +137,15 @@ static int is_llama(const LtModel *m) { return m->d.arch == LT_ARCH_LLAMA; }
 /* Table index of the parameter of role k of local layer l (layers run chunk
  * after chunk, lt_params_chunk_first), -1 when the block has no such parameter. */
 static int lidx(const LtModel *m, int l, int k) {
-    const int pos = (is_llama(m) ? LLAMA_ROLES : GPT_ROLES)[k];
+    const int pos =
+        (is_llama(m) ? (m->d.qk_norm ? LLAMA_QK_ROLES : LLAMA_ROLES) : GPT_ROLES)[k];
     if (pos < 0) return -1;
     /* an MoE layer: the MLP's roles are the shared expert's, absent without one */
-    if (m->in->moe[l] && k >= P_FCW && m->d.moe.shared_ffn == 0) return -1;
+    if (m->in->moe[l] && k >= P_FCW && k <= P_FC2B && m->d.moe.shared_ffn == 0) return -1;
     return m->table.layer_first[l] + pos;
 }
 /* Parameters of the attention half of a layer and of one FFN (params.c). */
-static int attn_params(const LtModel *m) { return is_llama(m) ? 4 : 8; }
+static int attn_params(const LtModel *m) { return is_llama(m) ? 4 + 2 * !!m->d.qk_norm : 8; }
 static int ffn_params(const LtModel *m) { return is_llama(m) ? 2 : 4; }
 /* Table index of MoE layer l's router weight; its experts' tensors follow. */
 static int router_idx(const LtModel *m, int l) {
@@ -250,6 +255,11 @@ static void layer_acts_alloc(LtModel *m, LtLayerActs *la, const LtLayerActs *sha
     la->mean2 = is_llama(m) ? NULL : f32_alloc(m, R, a);
     la->rstd2 = f32_alloc(m, R, a);
     la->lse = f32_alloc(m, N * (size_t)m->in->heads_local, a);
+    if (m->d.qk_norm) {
+        const size_t qk = (size_t)m->in->heads_local + (size_t)m->in->kv_local;
+        la->qk_in = act_alloc(m, N * qk * (size_t)lt_dims_head_dim(&m->d), a);
+        la->qk_rstd = f32_alloc(m, N * qk, a);
+    }
     if (m->in->moe_any) { /* every slot layer: a slot runs the chunks in turn */
         const LtMoeShape s = moe_shape(m, m->B);
         la->moe = lt_calloc(sizeof *la->moe);
@@ -259,7 +269,8 @@ static void layer_acts_alloc(LtModel *m, LtLayerActs *la, const LtLayerActs *sha
 
 static void layer_acts_free(LtModel *m, LtLayerActs *la, int keep_atty) {
     void *ps[] = {la->ln1, la->qkv, keep_atty ? NULL : la->atty, la->r2, la->ln2, la->fch_pre,
-                  la->fch, la->mean1, la->rstd1, la->mean2, la->rstd2, la->lse};
+                  la->fch, la->mean1, la->rstd1, la->mean2, la->rstd2, la->lse,
+                  la->qk_in, la->qk_rstd};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) m->be->ops->free(m->be, ps[i]);
     if (la->moe) {
@@ -361,6 +372,11 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
         lt_input_error("model.arch=llama: the %s backend has no RMSNorm, SwiGLU or rotary "
                        "embedding kernels",
                        be->ops->name);
+    if (d->qk_norm && d->arch != LT_ARCH_LLAMA)
+        lt_input_error("model.qk_layernorm needs model.arch=llama (its RMSNorm)");
+    if (d->qk_norm && (!o->qk_norm_fwd || !o->qk_norm_bwd))
+        lt_input_error("model.qk_layernorm: the %s backend has no per-head query/key norm kernels",
+                       be->ops->name);
     if (d->moe.experts > 0 && !lt_moe_backend_ok(be))
         lt_input_error("model.num_experts=%d: the %s backend has no mixture-of-experts kernels "
                        "yet; train MoE models with train.device=cpu",
@@ -407,10 +423,13 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     m->boundary = R * C;
     m->in->sp_partial = lt_calloc((size_t)m->table.n);
     for (int i = 0; i < m->table.n; i++) { /* weights that see only this rank's tokens: the
-                                            * norms', the router's, the (whole) experts' */
+                                            * norms', the router's, the (whole) experts';
+                                            * and (any TP) only this rank's heads: q/k norms */
         const char *nm = m->table.p[i].name;
-        m->in->sp_partial[i] = m->sp && (strstr(nm, "ln_") || strstr(nm, ".mlp.router.") ||
-                                         strstr(nm, ".mlp.experts."));
+        const int heads = strstr(nm, ".attn.q_norm.") || strstr(nm, ".attn.k_norm.");
+        m->in->sp_partial[i] = (m->sp && (strstr(nm, "ln_") || strstr(nm, ".mlp.router.") ||
+                                          strstr(nm, ".mlp.experts."))) ||
+                               (m->tp && heads);
     }
     m->xent_chunk = lt_model_lm_head_chunk(N, (size_t)m->vocab_local, be->act_size,
                                            opt ? opt->lm_head_chunk : 0);
@@ -751,6 +770,9 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
              lw(m, l, P_LN1W), lw(m, l, P_LN1B), R, C);
     lt_tp_col_linear_fwd(&tl, a->qkv, NULL, a->ln1, lw(m, l, P_QKVW), lw(m, l, P_QKVB), N, C,
                          m->in->qkv_local);
+    if (a->qk_in)
+        o->qk_norm_fwd(be, a->qkv, a->qk_in, a->qk_rstd, lw(m, l, P_QNW), lw(m, l, P_KNW),
+                       m->d.norm_eps, N, NH, NKV, HD);
     if (m->in->rope_cs) o->rope(be, a->qkv, m->in->rope_cs, m->in->pos, B, T, NH, NKV, HD, 0);
     o->attention_fwd(be, a->atty, a->lse, a->qkv, kstart_of(m, l), B, T, NH, NKV, HD);
     void *attn = lt_tp_row_linear_fwd(&tl, m->in->scratch_c, m->in->scratch_sp, a->atty,
@@ -1056,6 +1078,9 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
                          NH, NKV, HD);
         if (m->in->rope_cs) /* d(pre-RoPE) */
             o->rope(be, m->in->d3c, m->in->rope_cs, m->in->pos, B, T, NH, NKV, HD, 1);
+        if (a->qk_in) /* d(pre-norm q, k); the weights' gradients are partial over TP */
+            o->qk_norm_bwd(be, m->in->d3c, lg(m, l, P_QNW), lg(m, l, P_KNW), a->qk_in,
+                           lw(m, l, P_QNW), lw(m, l, P_KNW), a->qk_rstd, N, NH, NKV, HD);
         dln = lt_tp_col_linear_bwd(&tl, m->in->dc, m->in->scratch_sp, lg(m, l, P_QKVW),
                                    lg(m, l, P_QKVB), m->in->d3c, a->ln1, lw(m, l, P_QKVW), N, C,
                                    m->in->qkv_local);
@@ -1076,7 +1101,7 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
 }
 
 void lt_model_sp_reduce_grads(LtModel *m, int first, int last) {
-    if (!m->sp) return;
+    if (!m->tp) return;
     for (int i = first; i <= last; i++)
         if (m->in->sp_partial[i])
             lt_comm_all_reduce(m->tp, grad(m, i), m->table.p[i].numel, LT_COMM_F32, LT_COMM_SUM);

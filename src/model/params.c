@@ -85,7 +85,7 @@ static LtParam *add_blocks(LtParamTable *t, int *cap, LtInitKind init, float std
 }
 
 /* The attention half of a layer: GPT's 8 parameters (ln_1, qkv, proj with
- * biases, ln_2), Llama's 4 (no biases). */
+ * biases, ln_2), Llama's 4 (no biases; 6 with the per-head q and k norms). */
 static void add_attention(LtParamTable *t, int *cap, const LtModelDims *d, int l, float std,
                           float proj_std) {
     const int llama = d->arch == LT_ARCH_LLAMA;
@@ -99,6 +99,10 @@ static void add_attention(LtParamTable *t, int *cap, const LtModelDims *d, int l
     if (!llama) {
         snprintf(nm, sizeof nm, "h.%d.attn.qkv.bias", l);
         add_blocks(t, cap, LT_INIT_ZEROS, 0, 0, 3, qkv, 0, nm);
+    }
+    if (llama && d->qk_norm) {
+        add(t, cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, HD, 0, "h.%d.attn.q_norm.weight", l);
+        add(t, cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, HD, 0, "h.%d.attn.k_norm.weight", l);
     }
     add(t, cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, d->heads * HD,
         "h.%d.attn.proj.weight", l);
@@ -155,7 +159,8 @@ static void add_layer(LtParamTable *t, int *cap, const LtModelDims *d, int l, fl
 
 int lt_params_layer_count(const LtModelDims *d, int l) {
     const int llama = d->arch == LT_ARCH_LLAMA, ffn = llama ? 2 : 4;
-    const int dense = llama ? LT_LLAMA_PARAMS_PER_LAYER : LT_PARAMS_PER_LAYER;
+    const int dense =
+        llama ? LT_LLAMA_PARAMS_PER_LAYER + (d->qk_norm ? 2 : 0) : LT_PARAMS_PER_LAYER;
     if (!lt_dims_moe_layer(d, l)) return dense;
     return dense - ffn + (d->moe.shared_ffn > 0 ? ffn : 0) + 1 + !!d->moe.expert_bias +
            d->moe.experts * ffn;
@@ -340,6 +345,7 @@ LtModelDims lt_dims_from_config(const LtConfig *c) {
         .kv_heads = c->model.num_query_groups,
         .head_dim = c->model.kv_channels,
         .untied = c->model.untie_embeddings_and_output_weights,
+        .qk_norm = c->model.qk_layernorm,
         .norm_eps = (float)c->model.norm_epsilon,
         .rope_base = c->model.rotary_base,
         .rope = {.type = c->model.rope_scaling == LT_ROPE_LLAMA3 ? LT_ROPE_SCALING_LLAMA3

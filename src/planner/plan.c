@@ -83,7 +83,9 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
      * (2F) and output) */
     const size_t HD = (size_t)lt_dims_head_dim(&d), CL = H * HD, /* attention output columns */
                  QKV = ((size_t)d.heads + 2 * (size_t)lt_dims_kv_heads(&d)) * HD / (size_t)tp,
-                 stats = llama ? 2 : 4, mlp_f = llama ? 3 : 2;
+                 stats = llama ? 2 : 4, mlp_f = llama ? 3 : 2,
+                 /* the q/k norm's rows per token (qk_layernorm) */
+                 qk_heads = d.qk_norm ? (d.heads + (size_t)lt_dims_kv_heads(&d)) / (size_t)tp : 0;
     const int slots = lt_pipeline_slots(pp, vpp, M, stage, c->parallel.overlap_p2p_comm && mpi_p2p);
     if (slots < 1)
         return lt_errorf(err, errlen, "no valid pipeline schedule for pp %d, vpp %d, %d micro batches",
@@ -116,10 +118,11 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
      * al.'s sbh terms for lattice's tensors; flash attention keeps only the
      * log-sum-exp, no s^2 term): LN1 and LN2 outputs, qkv, attention output,
      * the residual after attention, the MLP's activation tensors, norm
-     * statistics and the log-sum-exp; where the stage holds an MoE layer,
+     * statistics and the log-sum-exp; with qk_layernorm the q and k heads before
+     * their norm and its statistics; where the stage holds an MoE layer,
      * every layer's routed-expert buffers too (lt_moe_acts_alloc) */
     const size_t layer = a * (N * C + N * QKV + R * C + N * C + mlp_f * N * F) +
-                         4 * (stats * R + N * H) +
+                         4 * (stats * R + N * H) + N * qk_heads * (a * HD + 4) +
                          (moe_any ? lt_plan_moe_acts_bytes(&ms, a) : 0), /* every slot layer's */
                  atty = a * N * CL, x = a * R * C;
     /* a slot holds the largest chunk's layers; its input even without layers */
@@ -303,7 +306,10 @@ static StepSizes step_sizes(const LtConfig *c, const LtPlanDevice *g, const Cand
  * activation; R: the rows a norm sees, N/tp under SP): both norms fused with
  * their residual add 4s R C each way; GeLU 3s N F each way, SwiGLU 3s
  * forward, 5s backward; RoPE 2s per rotated q and k element each way; GPT's
- * bias gradients read their outputs' gradients once (s per element). mlp:
+ * bias gradients read their outputs' gradients once (s per element); the
+ * per-head q/k norm (qk_layernorm) 3s per q and k element forward (read,
+ * keep the input, write), 5s backward (its weight gradients read dout and
+ * the input once more). mlp:
  * with the dense MLP (an MoE layer's routed and shared experts are
  * lt_plan_moe_layer's). */
 static void layer_bytes(const StepSizes *z, const Cand *k, int mlp, double *f, double *b) {
@@ -314,8 +320,9 @@ static void layer_bytes(const StepSizes *z, const Cand *k, int mlp, double *f, d
                  QK = ((double)d->heads + lt_dims_kv_heads(d)) * HD / k->tp,
                  QKV = ((double)d->heads + 2.0 * lt_dims_kv_heads(d)) * HD / k->tp;
     const double norms = 2.0 * 4.0 * s * R * C, rope = llama ? 2.0 * s * N * QK : 0.0;
-    *f = norms + 3.0 * s * N * F + rope;
-    *b = norms + (llama ? 5.0 : 3.0) * s * N * F + rope +
+    const double qkn = d->qk_norm ? s * N * QK : 0.0;
+    *f = norms + 3.0 * s * N * F + rope + 3.0 * qkn;
+    *b = norms + (llama ? 5.0 : 3.0) * s * N * F + rope + 5.0 * qkn +
          (llama ? 0.0 : s * N * (QKV + C + (mlp ? F + C : 0.0)));
 }
 

@@ -27,8 +27,8 @@
  * xent_tp: the vocab-split cross-entropy simulated over shards of one device,
  * also checked against the device's own xent_fwd_bwd) and the Llama block's
  * ops (rmsnorm with and without the residual, swiglu, rope forward and
- * inverse with grouped K/V, v heads checked untouched) use the same pairs and
- * bounds.
+ * inverse with grouped K/V, v heads checked untouched; qk_layernorm's per-head
+ * q/k norm, its backward run twice bitwise) use the same pairs and bounds.
  * Alignment: the op contract promises none, and the memory-bound kernels take
  * 16-byte vector paths only for aligned tensors whose rows are multiples of
  * the vector width. The shapes include rows that are not (C, Vp, n not
@@ -711,6 +711,68 @@ static void t_rope(const Pair *P) {
         CHECK(vbad == 0, "rope changed %zu elements of the v heads", vbad);
         for (int k = 0; k < 2; k++) free(y[k]), free(gi[k]);
         free(cs), free(x), free(g);
+    }
+}
+
+/* ======================= qk_norm ======================= */
+/* model.qk_layernorm's per-head RMSNorm of the q and k heads inside qkv, in place: the
+ * forward's qkv (v heads back bit for bit), kept input and rstd, then the backward in place
+ * on a dqkv, accumulating into dwq, dwk (start values dw0), against the reference; the
+ * backward run twice from the same start must agree bitwise. HD 6: a partial warp; 64, 128:
+ * two and four elements per lane; N 300: several tokens per block of the weight gradient. */
+static void t_qk_norm(const Pair *P) {
+    static const int shapes[][4] = {
+        {5, 4, 2, 8}, {7, 3, 1, 6}, {33, 8, 2, 64}, {300, 4, 4, 128}, {4096, 16, 4, 64}};
+    for (int s = 0; s < 5; s++) {
+        if (g_quick && s == 4) break;
+        const int N = shapes[s][0], NH = shapes[s][1], NKV = shapes[s][2], HD = shapes[s][3];
+        const int NA = NH + 2 * NKV, NQK = NH + NKV;
+        const size_t n = (size_t)N * NA * HD, nk = (size_t)N * NQK * HD, nr = (size_t)N * NQK;
+        const float eps = s % 2 ? 0.25f : 1e-6f;
+        float *x = hrand(n, 2.f, P->bf16), *g = hrand(n, 1.f, P->bf16);
+        float *wq = hrand(HD, 1.f, P->bf16), *wk = hrand(HD, 1.f, P->bf16), *dw0 = hrand(2 * HD, 1.f, 0);
+        float *y[2], *xi[2], *rs[2], *dx[2], *dw[2];
+        void *bits[4] = {0};
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            void *dq = act_up(be, x, n), *dg = act_up(be, g, n), *dxin = act_up(be, NULL, nk);
+            void *dwq = act_up(be, wq, HD), *dwk = act_up(be, wk, HD);
+            float *drs = f32_up(be, NULL, nr), *gw = f32_up(be, dw0, 2 * HD);
+            poison(be, dxin, lt_act_bytes(be, nk)), poison(be, drs, nr * 4);
+            be->ops->qk_norm_fwd(be, dq, dxin, drs, dwq, dwk, eps, N, NH, NKV, HD);
+            be->ops->qk_norm_bwd(be, dg, gw, gw + HD, dxin, dwq, dwk, drs, N, NH, NKV, HD);
+            y[k] = hzeros(n), xi[k] = hzeros(nk), rs[k] = hzeros(nr), dx[k] = hzeros(n);
+            dw[k] = hzeros(2 * HD);
+            act_down(be, y[k], dq, n), act_down(be, xi[k], dxin, nk), f32_down(be, rs[k], drs, nr);
+            act_down(be, dx[k], dg, n), f32_down(be, dw[k], gw, 2 * HD);
+            if (k) { /* the backward again from the same start */
+                bits[0] = raw_down(be, dg, lt_act_bytes(be, n)), bits[1] = raw_down(be, gw, 2 * HD * 4);
+                dfree(be, dg);
+                dg = act_up(be, g, n);
+                be->ops->upload(be, gw, dw0, 2 * HD * 4);
+                be->ops->qk_norm_bwd(be, dg, gw, gw + HD, dxin, dwq, dwk, drs, N, NH, NKV, HD);
+                bits[2] = raw_down(be, dg, lt_act_bytes(be, n)), bits[3] = raw_down(be, gw, 2 * HD * 4);
+            }
+            dfree(be, dq), dfree(be, dg), dfree(be, dxin), dfree(be, dwq), dfree(be, dwk);
+            dfree(be, drs), dfree(be, gw);
+        }
+        char nm[80];
+        snprintf(nm, sizeof nm, "qk_norm N%d NH%d NKV%d HD%d", N, NH, NKV, HD);
+        cmp(P, nm, y[1], y[0], n, P->tol);
+        cmp(P, "qk_norm kept input", xi[1], xi[0], nk, 0.0);
+        cmp(P, "qk_norm rstd", rs[1], rs[0], nr, P->tol);
+        cmp(P, "qk_norm_bwd dqkv", dx[1], dx[0], n, P->tol);
+        cmp(P, "qk_norm_bwd dwq | dwk", dw[1], dw[0], 2 * HD, P->tol);
+        same_bits(P, "qk_norm_bwd dqkv", bits[2], bits[0], lt_act_bytes(P->dut, n));
+        same_bits(P, "qk_norm_bwd dw", bits[3], bits[1], 2 * HD * 4);
+        size_t vbad = 0; /* v heads: the forward's and the backward's untouched */
+        for (size_t i = 0; i < n; i++)
+            if ((int)(i / HD % NA) >= NQK)
+                vbad += memcmp(&y[1][i], &x[i], 4) != 0 || memcmp(&dx[1][i], &g[i], 4) != 0;
+        CHECK(vbad == 0, "qk_norm changed %zu elements of the v heads", vbad);
+        for (int k = 0; k < 2; k++) free(y[k]), free(xi[k]), free(rs[k]), free(dx[k]), free(dw[k]);
+        for (int i = 0; i < 4; i++) free(bits[i]);
+        free(x), free(g), free(wq), free(wk), free(dw0);
     }
 }
 
@@ -1537,7 +1599,7 @@ static const Case cases[] = {
     {"reduce", t_reduce, 1},       {"step_scalars", t_step_scalars, 0},
     {"memory_streams", t_memory_streams, 0},
     {"rmsnorm", t_rmsnorm, 1},     {"swiglu", t_swiglu, 1},
-    {"rope", t_rope, 1},
+    {"rope", t_rope, 1},           {"qk_norm", t_qk_norm, 1},
     {"moe_router", t_moe_router, 1}, {"moe_topk", t_moe_topk, 0},
     {"moe_aux", t_moe_aux, 0},       {"moe_dispatch", t_moe_dispatch, 0},
     {"moe_permute", t_moe_permute, 1},

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# test_qk_norm.sh BUILD_DIR - model.qk_layernorm (per-head RMSNorm of the
+# queries and keys before RoPE, Megatron-Core's qk_layernorm) on the tiny
+# Llama with a head dimension of its own (kv_channels 12, 4 query heads over 2
+# key/value heads): TP 2 (each rank normalises its own heads: the norm weights'
+# gradients are summed over TP), TP 2 with SP and full recomputation, PP 2, DP 2
+# with ZeRO-1 train the same model as one process (loss and grad norm per step
+# within 1e-5, the checkpoint's weights, q_norm and k_norm included, within
+# 1e-5); the key changes the model; a checkpoint trained on one layout resumes on
+# another; a GPT config carrying it is refused. (The op against a float64
+# reference: test_ops_cpu; the model's gradients by finite differences:
+# test_model; the CUDA kernels: test_cuda_emu / test_gpu_ops.)
+set -u
+BUILD=$1
+. tests/lib.sh qknorm
+use_mpirun
+text_shard "$T/train.ltok" || { fail prepare "lattice shard failed"; exit 1; }
+
+QK="model.qk_layernorm=true model.kv_channels=12"
+BASE="data.train_path=$T/train.ltok data.valid_path= train.steps=8 logging.log_interval=4
+      eval.interval=0 optimizer.eps=1e-6"
+
+run() { # name np overrides...
+  local name=$1 np=$2; shift 2
+  local out="$T/$name" launch="$LT"
+  mkdir -p "$out"
+  [ "$np" -gt 1 ] && launch="$MPI -np $np $LT"
+  $launch train configs/llama-tiny.yaml $BASE checkpoint.dir=$out/ck \
+    logging.metrics_file=$out/m.jsonl "$@" >"$out/log" 2>&1 </dev/null ||
+    { echo "  run $name failed: $(tail -3 "$out/log")"; return 1; }
+}
+same() { # name np overrides... : the run matches ref
+  local name=$1 err
+  if run "$@" && err=$(python3 tests/compare_runs.py "$T/ref" "$T/$name" 1e-5 1e-5 --steps 8 2>&1)
+  then pass "${name}_matches_single_process"
+  else fail "${name}_matches_single_process" "$(echo "${err:-run failed}" | tail -1)"; fi
+}
+
+run ref 1 $QK || fail reference "single-process run failed"
+# the checkpoint holds the norm weights, trained away from their init (ones)
+if python3 - "$T/ref" <<'PY'
+import sys
+sys.path.insert(0, "tests")
+from compare_runs import checkpoint_tensors
+t = checkpoint_tensors(sys.argv[1])
+names = [f"param/h.{l}.attn.{w}_norm.weight" for l in range(2) for w in "qk"]
+assert all(n in t and len(t[n]) == 12 for n in names), sorted(t)
+assert all(max(abs(v - 1) for v in t[n]) > 1e-4 for n in names), "norm weights untrained"
+PY
+then pass checkpoint_holds_trained_q_and_k_norm_weights
+else fail checkpoint_holds_trained_q_and_k_norm_weights "see the assertion above"; fi
+
+TP=parallel.tensor_model_parallel_size=2
+same tp2 2 $QK $TP
+same tp2_sp_recompute_full 2 $QK $TP parallel.sequence_parallel=true train.recompute=full
+same pp2 2 $QK parallel.pipeline_model_parallel_size=2
+same dp2_zero1 2 $QK optimizer.zero_stage=1
+
+# the key changes the model: the same init (the other weights' values do not
+# depend on it) gives another first loss
+first_loss() { python3 -c "
+import json, sys
+print([r['loss'] for r in map(json.loads, open(sys.argv[1])) if 'loss' in r][0])" "$1"; }
+if run off 1 && a=$(first_loss "$T/off/m.jsonl") && b=$(first_loss "$T/ref/m.jsonl") &&
+   python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) <= 1e-4 * a)" "$a" "$b"
+then pass "qk_layernorm_changes_the_loss ($a off, $b on)"
+else fail qk_layernorm_changes_the_loss "off ${a:-?} vs on ${b:-?}"; fi
+
+# an MoE model with the norms (for the export's refusal below)
+run moe 1 $QK model.num_experts=4 model.moe_ffn_hidden_size=32 train.steps=2 >/dev/null
+
+# a checkpoint written by TP 2 resumes under PP 2 where the single process goes on
+if run tp2_half 2 $QK $TP train.steps=4 optimizer.decay_steps=8 &&
+   run pp2_resumed 2 $QK parallel.pipeline_model_parallel_size=2 \
+     checkpoint.load="$T/tp2_half/ck" checkpoint.dir="$T/pp2_resumed/ck2" &&
+   err=$(python3 tests/compare_runs.py --resumed "$T/ref/m.jsonl" "$T/pp2_resumed/m.jsonl" 5 8 1e-5 2>&1)
+then pass tp2_checkpoint_resumes_on_pp2
+else fail tp2_checkpoint_resumes_on_pp2 "$(echo "${err:-run failed}" | tail -1)"; fi
+
+# the Hugging Face export: Qwen3ForCausalLM (Llama with q_norm / k_norm), whose logits an
+# independent float64 forward reproduces from the exported files alone
+printf '10 20 30 40 50 60 70 80 90 100 11 12' > "$T/prompt.ids"
+if "$LT" shard --vocab-size 256 --input "$T/prompt.ids" "$T/prompt.ltok" >/dev/null &&
+   "$LT" export "$T/ref/ck" "$T/ref/hf_out" >/dev/null 2>&1 &&
+   grep -q '"architectures": \["Qwen3ForCausalLM"\]' "$T/ref/hf_out/config.json" &&
+   "$LT" logits configs/llama-tiny.yaml $QK data.train_path="$T/prompt.ltok" \
+     checkpoint.load="$T/ref/ck" >"$T/qk.logits" 2>/dev/null &&
+   out=$(python3 tests/hf_reference.py "$T/ref/hf_out" "$T/qk.logits" 1e-5 2>&1); then
+  pass "export_as_qwen3_matches_float64_reference ($out)"
+else fail export_as_qwen3_matches_float64_reference "${out:-export or logits failed}"; fi
+
+# and back: the Qwen3 directory imports as a qk_layernorm Llama whose export is the same files
+if "$LT" import "$T/ref/hf_out" "$T/imported" data.train_path="$T/train.ltok" \
+     >"$T/import.log" 2>&1 &&
+   grep -q "qk_layernorm: true" "$T/imported/step_00000000/config.yaml" &&
+   "$LT" export "$T/imported" "$T/hf2" >/dev/null 2>&1 &&
+   cmp -s "$T/ref/hf_out/model.safetensors" "$T/hf2/model.safetensors" &&
+   cmp -s "$T/ref/hf_out/config.json" "$T/hf2/config.json"; then
+  pass qwen3_import_export_identical
+else fail qwen3_import_export_identical "$(tail -2 "$T/import.log")"; fi
+expect2 refused_moe_export "model.qk_layernorm=true; Mixtral" export "$T/moe/ck" "$T/moe/hf"
+
+expect2 refused_gpt "model.qk_layernorm" train configs/tiny.yaml model.qk_layernorm=true \
+  data.train_path="$T/train.ltok"
+exit $((failures > 0))
