@@ -323,6 +323,11 @@ else fail mllog_outside_tree_and_named "not under /tmp: $bad; summary: $(grep '^
 out=$(MLPERF_VALID=x MLPERF_ORG=o MLPERF_PLATFORM=p scripts/mlperf_run.sh configs/llama3.1-8b-mlperf-tiny.yaml 2>&1); rc=$?
 if [ $rc -ne 0 ] && echo "$out" | grep -q MLPERF_TRAIN; then pass mlperf_run_needs_data
 else fail mlperf_run_needs_data "rc=$rc: $out"; fi
+out=$(MLPERF_TRAIN=x MLPERF_VALID=x MLPERF_ORG=o MLPERF_PLATFORM=p MLPERF_START=ck \
+  scripts/mlperf_run.sh configs/gpt-oss-20b-mlperf.yaml 2>&1); rc=$?
+if [ $rc -eq 2 ] && echo "$out" | grep -q "trains from random weights .* unset MLPERF_START"; then
+  pass mlperf_run_gpt_oss_refuses_start
+else fail mlperf_run_gpt_oss_refuses_start "rc=$rc: $out"; fi
 
 # ---- lattice import --step refusals ------------------------------------------------
 for bad in -1 x 1.5 ""; do

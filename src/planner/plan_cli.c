@@ -602,9 +602,9 @@ static int plan_table(const PlanArgs *p, PlanSetup *s) {
     LtConfig own = s->base;
     char err[1024];
     /* what no layout changes (expert tensor parallelism, logging keys): as the config's own
-     * layout on these GPUs (else on its own world) refuses it */
-    const int own_world = gpus % s->cfg_world == 0 ? gpus : s->cfg_world;
-    if (cs.n == 0 && lt_config_validate(&own, own_world, err, sizeof err))
+     * world refuses it, with the expert parallelism the enumeration chooses left out */
+    own.parallel.expert_model_parallel_size = 1;
+    if (cs.n == 0 && lt_config_validate(&own, s->cfg_world, err, sizeof err))
         status = bad(err, NULL);
     else if (cs.n == 0)
         status = bad("no valid layout for this model on that many GPUs (heads, layers and the "
