@@ -185,7 +185,7 @@ typedef struct {
     struct {
         char metrics_file[LT_PATH_MAX]; /* "" = none */
         char mllog[LT_PATH_MAX];        /* MLPerf log file; "" = none */
-        char mllog_benchmark[LT_PATH_MAX]; /* gpt3 | llama31_8b | llama31_405b */
+        char mllog_benchmark[LT_PATH_MAX]; /* gpt3 | llama31_8b | llama31_405b | gpt_oss_20b */
         char mllog_org[LT_PATH_MAX];    /* submission_org */
         char mllog_platform[LT_PATH_MAX]; /* submission_platform */
         char trace[LT_PATH_MAX];        /* Chrome trace-event file of every rank's spans; "" = none */
@@ -211,6 +211,7 @@ typedef struct {
         int top_k;                     /* 0 = full distribution */
         uint64_t seed;
     } sample;
+    char file[LT_PATH_MAX]; /* the YAML file lt_config_load read ("" without one); not a key */
 } LtConfig;
 
 /* Fill every key with its documented default. */

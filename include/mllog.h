@@ -3,7 +3,8 @@
  * (file, lineno, and the event's own fields), following the keys of
  * MLCommons' compliance checker rules for the benchmark named by
  * logging.mllog_benchmark (training 4.1.0 closed_gpt3, 5.1.0
- * closed_llama31_8b / closed_llama31_405b, and their common rules).
+ * closed_llama31_8b / closed_llama31_405b, 6.0.0 closed_gpt_oss_20b, and
+ * their common rules).
  *
  * The event sequence of a training run, one call per point of the loop:
  *   lt_mllog_on_init       submission_*, cache_clear, init_start

@@ -5,9 +5,9 @@
 #   scripts/mlperf_check.sh LOG
 #       A real run's log (logging.mllog): the checker of the ruleset of its
 #       submission_benchmark (gpt3: training 4.1.0; llama31_8b / llama31_405b:
-#       5.1.0); exits with the checker's status.
+#       5.1.0; gpt_oss_20b: 6.0.0); exits with the checker's status.
 #   scripts/mlperf_check.sh --tiny [BUILD_DIR]
-#       Runs the three scaled-down flows (configs/*-mlperf-tiny.yaml, under
+#       Runs the four scaled-down flows (configs/*-mlperf-tiny.yaml, under
 #       mpirun -np 2, as tests/test_mlperf.sh does) and checks their logs after
 #       putting back the full-size values of exactly the keys the tiny configs
 #       scale (listed below: sequence length, eval_samples, max_steps and the
@@ -16,11 +16,20 @@
 #       target, mapped onto the benchmark's target). Everything else - which
 #       keys appear and how often, their order, the optimizer values,
 #       init_checkpoint_step, the eval and block records' metadata, run_stop -
-#       is checked as lattice wrote it. Exits 0 when all three pass.
+#       is checked as lattice wrote it. Exits 0 when all four pass.
 set -u
-# MLPERF_RULESET=6.0.0 (or 6.1.0 for llama31_8b) checks the Llama logs against
-# a later round's rules; GPT-3's last round is 4.1.0
-ruleset() { case "$1" in gpt3) echo 4.1.0 ;; *) echo "${MLPERF_RULESET:-5.1.0}" ;; esac; }
+# MLPERF_RULESET=6.0.0 or 6.1.0 checks the logs against a later round's rules
+# where the benchmark is in that round: GPT-3's last round is 4.1.0, the
+# 405B's 6.0.0 (6.1.0 dropped it), GPT-OSS 20B's first 6.0.0 (an earlier
+# MLPERF_RULESET does not apply to it)
+ruleset() {
+  case "$1" in
+    gpt3) echo 4.1.0 ;;
+    gpt_oss_20b) case "${MLPERF_RULESET:-}" in 6.*) echo "$MLPERF_RULESET" ;; *) echo 6.0.0 ;; esac ;;
+    llama31_405b) case "${MLPERF_RULESET:-}" in 6.1.*) echo 6.0.0 ;; *) echo "${MLPERF_RULESET:-5.1.0}" ;; esac ;;
+    *) echo "${MLPERF_RULESET:-5.1.0}" ;;
+  esac
+}
 check() { # LOG: the checker's verdict
   local bench
   bench=$(sed -n 's/.*"key": "submission_benchmark", "value": "\([a-z0-9_]*\)".*/\1/p' "$1" | head -1)
@@ -56,8 +65,10 @@ $MPI train configs/gpt3-175b-mlperf-tiny.yaml $D checkpoint.load="$T/gpt3-start"
 $MPI train configs/llama3.1-8b-mlperf-tiny.yaml $D logging.mllog="$T/llama31_8b.mllog" > "$T/8b.log" 2>&1
 $MPI train configs/llama3.1-405b-mlperf-tiny.yaml $D checkpoint.load="$T/l405-start" \
   logging.mllog="$T/llama31_405b.mllog" > "$T/405b.log" 2>&1
+$MPI train configs/gpt-oss-20b-mlperf-tiny.yaml "data.train_path=10 $T/data/train-eod.ltok" \
+  data.valid_path="$T/data/valid-eod.ltok" logging.mllog="$T/gpt_oss_20b.mllog" > "$T/oss.log" 2>&1
 status=0
-for bench in gpt3 llama31_8b llama31_405b; do
+for bench in gpt3 llama31_8b llama31_405b gpt_oss_20b; do
   python3 - "$T/$bench.mllog" "$bench" "$T/$bench.full.mllog" <<'PY' || { status=1; continue; }
 import json, math, sys
 src, bench, dst = sys.argv[1:]
@@ -75,6 +86,9 @@ full = {                     # the scaled keys and their full-size values
                      'opt_learning_rate_decay_steps':
                          lambda w: math.ceil(1_200_000 * 1152 / gbs) - w,
                      'eval_accuracy': 5.5},
+    'gpt_oss_20b': {'max_sequence_length': 8192, 'eval_samples': 1024, 'max_steps': 1200000,
+                    'opt_learning_rate_decay_steps': lambda w: 1_200_000 - w,
+                    'eval_accuracy': 3.3},
 }[bench]
 recs = [json.loads(l[len(':::MLLOG '):]) for l in open(src)]
 last_eval = max(i for i, r in enumerate(recs) if r['key'] == 'eval_accuracy')
@@ -93,5 +107,5 @@ PY
   check "$T/$bench.full.mllog" 2>&1 | grep -E "WARNING|ERROR|SUCCESS|failed|FAIL" | tail -5
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 done
-[ $status -eq 0 ] && echo "all three tiny flows pass MLCommons' checker" || echo "a tiny flow failed MLCommons' checker"
+[ $status -eq 0 ] && echo "all four tiny flows pass MLCommons' checker" || echo "a tiny flow failed MLCommons' checker"
 exit $status

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # mlperf_run.sh CONFIG [key=value ...] - one MLPerf Training run of lattice
 # inside a Slurm allocation, called by scripts/sbatch_{gpt3,llama31_8b,
-# llama31_405b}_mlperf.sh (run from the repository root). Reads:
+# llama31_405b,gpt_oss_20b}_mlperf.sh (run from the repository root). Reads:
 #   MLPERF_TRAIN, MLPERF_VALID  the preprocessed C4 training and validation
-#                               data (Megatron .bin/.idx prefix, docs/data.md)
-#   MLPERF_START                the imported start checkpoint (GPT-3, 405B)
+#                               data (Megatron .bin/.idx prefix, docs/data.md;
+#                               training also as a blend "W PREFIX ...", the
+#                               GPT-OSS reference's "10 PREFIX")
+#   MLPERF_START                the imported start checkpoint (GPT-3, 405B;
+#                               the 8B and GPT-OSS 20B start from random
+#                               weights and refuse one)
 #   MLPERF_ORG, MLPERF_PLATFORM submission_org and submission_platform
 #   MLPERF_LOG                  the MLLOG file (default /tmp/mlperf_<job id>.log,
 #                               outside the source tree, on rank 0's node)
@@ -22,7 +26,13 @@ shift
 LOG=${MLPERF_LOG:-/tmp/mlperf_${SLURM_JOB_ID:-local}.log}
 ARGS=(data.train_path="$MLPERF_TRAIN" data.valid_path="$MLPERF_VALID"
       logging.mllog="$LOG" logging.mllog_org="$MLPERF_ORG" logging.mllog_platform="$MLPERF_PLATFORM")
-[ -n "${MLPERF_START:-}" ] && ARGS+=(checkpoint.load="$MLPERF_START")
+if [ -n "${MLPERF_START:-}" ]; then
+  if grep -Eq '^  mllog_benchmark: (llama31_8b|gpt_oss_20b)' "$CONFIG"; then
+    echo "mlperf_run.sh: $CONFIG trains from random weights (init_checkpoint_step 0); unset MLPERF_START" >&2
+    exit 2
+  fi
+  ARGS+=(checkpoint.load="$MLPERF_START")
+fi
 if [ "${MLPERF_DROP_CACHES:-0}" = 1 ]; then
   srun --ntasks-per-node=1 bash -c 'sync && echo 3 > /proc/sys/vm/drop_caches'
 fi

@@ -2,14 +2,17 @@
 # test_mlperf.sh BUILD_DIR - the MLPerf Training flows, scaled down
 # (configs/*-mlperf-tiny.yaml), end to end on the CPU under mpirun: GPT-3
 # from an imported start checkpoint at step 20 (lattice import --step), Llama
-# 3.1 8B from scratch, Llama 3.1 405B from imported weights at step 0. Each
+# 3.1 8B from scratch, Llama 3.1 405B from imported weights at step 0, GPT-OSS
+# 20B from scratch with expert parallelism and EOD-masked documents. Each
 # must exit 0, print "target reached", and write an MLPerf log whose lines are
 # all ":::MLLOG {json}", in the rules' order, with every hyperparameter key the
 # benchmark's closed-division rules require exactly once (the lists below are
 # copied from MLCommons' compliance checker files in mlcommons/logging,
 # mlperf_logging/compliance_checker/: training_4.1.0/{common,closed_common,
-# closed_gpt3}.yaml for gpt3 and training_5.1.0/{common,closed_common,
-# closed_llama31_8b,closed_llama31_405b}.yaml for the Llama benchmarks), the
+# closed_gpt3}.yaml for gpt3, training_5.1.0/{common,closed_common,
+# closed_llama31_8b,closed_llama31_405b}.yaml for the Llama benchmarks and
+# training_6.0.0/{common,closed_common,closed_gpt_oss_20b}.yaml for
+# gpt_oss_20b), the
 # values the tiny flows keep equal to the rules' (optimizer, schedule shape,
 # init_checkpoint_step), eval_accuracy records with samples_count (and
 # epoch_num for gpt3) and run_stop status success. The full-size configs are
@@ -56,7 +59,7 @@ flow() {
   then pass "${name}_reaches_target (${secs}s)"
   else fail "${name}_reaches_target" "rc=$rc: $(grep -E 'target|error' "$T/$name.log" | head -3)"; fi
   local err
-  if err=$(python3 - "$T/$name.mllog" "$bench" "$target" "$T/$name.log" <<'PY' 2>&1
+  if err=$(python3 - "$T/$name.mllog" "$bench" "$target" "$T/$name.log" "$cfg" <<'PY' 2>&1
 import json, math, re, sys
 path, bench, target = sys.argv[1], sys.argv[2], float(sys.argv[3])
 recs = []
@@ -84,7 +87,7 @@ adamw = ['opt_adamw_beta_1', 'opt_adamw_beta_2', 'opt_adamw_epsilon', 'opt_adamw
 if bench == 'gpt3':        # training_4.1.0/closed_gpt3.yaml
     once += common_hp + ['opt_adam_beta_1', 'opt_adam_beta_2', 'opt_adam_epsilon',
                          'init_checkpoint_step']
-elif bench == 'llama31_8b':  # training_5.1.0/closed_llama31_8b.yaml
+elif bench in ('llama31_8b', 'gpt_oss_20b'):  # 5.1.0 closed_llama31_8b, 6.0.0 closed_gpt_oss_20b
     once += common_hp + adamw + ['max_steps']
 else:                        # training_5.1.0/closed_llama31_405b.yaml
     once += common_hp + adamw + ['init_checkpoint_step']
@@ -116,7 +119,7 @@ else:
     assert val['opt_name'] == 'adamw'
     assert (val['opt_adamw_beta_1'], val['opt_adamw_beta_2'], val['opt_adamw_epsilon'],
             val['opt_adamw_weight_decay']) == (0.9, 0.95, 1e-5, 0.1)
-if bench == 'llama31_8b':   # decay steps == max_steps - warm-up (1200000 scaled to train.steps)
+if bench in ('llama31_8b', 'gpt_oss_20b'):  # decay == max_steps - warm-up (1200000 scaled)
     assert val['opt_learning_rate_decay_steps'] == val['max_steps'] - val['opt_learning_rate_warmup_steps']
 if bench == 'llama31_405b':
     assert val['init_checkpoint_step'] == 0, 'llama31_405b: init_checkpoint_step must be 0'
@@ -124,10 +127,13 @@ if bench == 'llama31_405b':
     assert val['opt_learning_rate_decay_steps'] == steps - val['opt_learning_rate_warmup_steps']
 # the tiny configs' own scaled values
 assert val['max_sequence_length'] == 128 and val['global_batch_size'] == 8 and val['eval_samples'] == 16
-# training 6.0's optional keys (common.yaml): once each, with the run's layout
-# and precision (the tiny configs: fp32, micro batch 2; gpt3 TP 2, 405B PP 2)
+# the keys training 6.0 made optional and 6.1 requires (common.yaml): once
+# each, with the run's layout, config and precision (the tiny configs: fp32,
+# micro batch 2; gpt3 TP 2, 405B PP 2, GPT-OSS EP 2)
 opt6 = {'tensor_parallelism': 2 if bench == 'gpt3' else 1,
         'pipeline_parallelism': 2 if bench == 'llama31_405b' else 1, 'context_parallelism': 1,
+        'expert_parallelism': 2 if bench == 'gpt_oss_20b' else 1,
+        'config_filename': sys.argv[5],
         'micro_batch_size': 2, 'lowest_numerical_precision_in_linear': 'fp32',
         'lowest_numerical_precision_in_attn': 'fp32', 'lowest_numerical_precision_in_comm': 'fp32'}
 for k, v in opt6.items():
@@ -173,10 +179,17 @@ if start_checkpoint l405 configs/llama3.1-405b-mlperf-tiny.yaml; then pass l405_
 else fail l405_start_checkpoint "$(tail -2 "$T"/l405-*.log)"; fi
 flow llama31_405b configs/llama3.1-405b-mlperf-tiny.yaml llama31_405b 1.2 checkpoint.load="$T/l405-start"
 
+# ---- GPT-OSS 20B: from scratch, experts over EP 2, documents with EOD masking ------
+flow gpt_oss_20b configs/gpt-oss-20b-mlperf-tiny.yaml gpt_oss_20b 1.05 \
+  "data.train_path=10 $T/data/train-eod.ltok" data.valid_path="$T/data/valid-eod.ltok"
+if grep -q '^moe .*dropped 0' "$T/gpt_oss_20b.log" && grep -q 'expert all-to-all' "$T/gpt_oss_20b.log"
+then pass gpt_oss_20b_experts_over_ep
+else fail gpt_oss_20b_experts_over_ep "$(grep -E '^moe|all-to-all' "$T/gpt_oss_20b.log" | head -2)"; fi
+
 # ---- the full-size configs ------------------------------------------------------
 # Their layouts load and fit: lattice plan --layout on their GPU counts, every
 # pipeline stage under 80 GiB.
-for spec in gpt3-175b-mlperf:768 llama3.1-8b-mlperf:8 llama3.1-405b-mlperf:576; do
+for spec in gpt3-175b-mlperf:768 llama3.1-8b-mlperf:8 llama3.1-405b-mlperf:576 gpt-oss-20b-mlperf:8; do
   cfg=configs/${spec%%:*}.yaml
   out=$("$LT" plan "$cfg" --layout --gpus "${spec##*:}" 2>&1); rc=$?
   most=$(echo "$out" | sed -n 's/^memory bytes per rank (predicted, stage [0-9]*):.* total=\([0-9]*\)$/\1/p' | sort -n | tail -1)
@@ -255,6 +268,17 @@ if bench == 'llama31_8b':
     assert val['eval_samples'] == 1024
     assert val['max_steps'] == 1200000 and decay == 1_200_000 - warm
     assert gbs == 32 and warm == 512          # MLCommons' reference
+if bench == 'gpt_oss_20b':  # training_6.0.0/closed_gpt_oss_20b.yaml (6.1.0 alike)
+    assert val['eval_samples'] == 1024
+    assert val['max_steps'] == 1200000 and decay == 1_200_000 - warm
+    assert val['init_checkpoint_step'] == 0
+    # MLCommons' reference convergence points: GBS 16 at 4e-4, GBS 32 at 8e-4,
+    # 128 warm-up steps (2048 / 4096 samples), min_lr 10%
+    assert (gbs, val['opt_base_learning_rate']) in ((16, 4e-4), (32, 8e-4)), (gbs, val['opt_base_learning_rate'])
+    assert warm * gbs == {16: 2048, 32: 4096}[gbs], (warm, gbs)
+    assert math.isclose(val['opt_end_learning_rate'], val['opt_base_learning_rate'] / 10)
+    for k in ('tensor_parallelism', 'pipeline_parallelism', 'expert_parallelism', 'config_filename'):
+        assert k in val, f'no {k}'
 if bench == 'llama31_405b':
     assert val['eval_samples'] == 5760
     assert val['opt_base_learning_rate'] * 1152 == gbs * 8e-5
@@ -271,6 +295,11 @@ full_hyperparameters gpt3_full gpt3 configs/gpt3-175b-mlperf.yaml \
 full_hyperparameters llama31_8b_full llama31_8b configs/llama3.1-8b-mlperf.yaml $LLAMA_SHRINK
 full_hyperparameters llama31_405b_full llama31_405b configs/llama3.1-405b-mlperf.yaml $LLAMA_SHRINK model.num_layers=4 \
   checkpoint.load="$T/l405-start"
+OSS_SHRINK="$LLAMA_SHRINK model.kv_channels=16 model.moe_ffn_hidden_size=64 model.window_attn_skip_freq=[1,0]
+  data.eod_token=10"
+full_hyperparameters gpt_oss_20b_full gpt_oss_20b configs/gpt-oss-20b-mlperf.yaml $OSS_SHRINK
+full_hyperparameters gpt_oss_20b_gbs32_full gpt_oss_20b configs/gpt-oss-20b-mlperf.yaml $OSS_SHRINK \
+  train.global_batch_size=32 optimizer.lr=8.0e-4 optimizer.min_lr=8.0e-5
 
 # ---- scripts/mlperf_run.sh (what the sbatch scripts run), with srun stood in
 # for by mpirun -np 2: the MLPERF_* variables reach the run and its log ----------
@@ -294,6 +323,11 @@ else fail mllog_outside_tree_and_named "not under /tmp: $bad; summary: $(grep '^
 out=$(MLPERF_VALID=x MLPERF_ORG=o MLPERF_PLATFORM=p scripts/mlperf_run.sh configs/llama3.1-8b-mlperf-tiny.yaml 2>&1); rc=$?
 if [ $rc -ne 0 ] && echo "$out" | grep -q MLPERF_TRAIN; then pass mlperf_run_needs_data
 else fail mlperf_run_needs_data "rc=$rc: $out"; fi
+out=$(MLPERF_TRAIN=x MLPERF_VALID=x MLPERF_ORG=o MLPERF_PLATFORM=p MLPERF_START=ck \
+  scripts/mlperf_run.sh configs/gpt-oss-20b-mlperf.yaml 2>&1); rc=$?
+if [ $rc -eq 2 ] && echo "$out" | grep -q "trains from random weights .* unset MLPERF_START"; then
+  pass mlperf_run_gpt_oss_refuses_start
+else fail mlperf_run_gpt_oss_refuses_start "rc=$rc: $out"; fi
 
 # ---- lattice import --step refusals ------------------------------------------------
 for bad in -1 x 1.5 ""; do

@@ -471,4 +471,45 @@ print('bus %.3f GB/s, latency %.2f us per ring step' % (cal['intra_gbs'], cal['l
 PY
 ); then pass "plan_calibrate_mpi ($err)"
 else fail plan_calibrate_mpi "rc=$rc: ${err:-$(tail -3 "$T/cal2.out")}"; fi
+# --samples N: the time to train N samples = ceil(N / global batch) steps x
+# the predicted step time of the fastest fitting layout (the table's first
+# row) and of the config's own (its * row; --layout: its step line); GPT-OSS
+# 20B's RCP mean at GBS 16 and a count the batch does not divide
+for n in 194765 17; do
+  "$LT" plan configs/gpt-oss-20b-mlperf.yaml --gpus 8 --gpu h100 --samples $n > "$T/ttt$n" 2>&1; rc=$?
+  "$LT" plan configs/gpt-oss-20b-mlperf.yaml --gpus 8 --gpu h100 --samples $n --layout > "$T/tttl$n" 2>&1
+  rcl=$?
+  if [ $rc -eq 0 ] && [ $rcl -eq 0 ] && err=$(python3 - "$T/ttt$n" "$T/tttl$n" $n <<'PY' 2>&1
+import math, re, sys
+table, layout, n = open(sys.argv[1]).read(), open(sys.argv[2]).read(), int(sys.argv[3])
+rows = re.findall(r'^(\*| ) +\d+ .*\| +([\d.]+) +\d+ +\d+% \|', table, re.M)
+fastest = float(rows[0][1])
+own = [float(r[1]) for r in rows if r[0] == '*']
+assert len(own) == 1, f'the config\'s row: {own}'
+steps = math.ceil(n / 16)
+def line(text, what):
+    m = re.findall(r'^time to train (\d+) samples \(' + what + r'\): (\d+) steps of 16 x ([\d.]+) s = (\d+) s = ([\d.]+) h', text, re.M)
+    assert len(m) == 1, f'{what}: {m}'
+    got_n, got_steps, step, secs, hours = int(m[0][0]), int(m[0][1]), float(m[0][2]), int(m[0][3]), float(m[0][4])
+    assert got_n == n and got_steps == steps, m
+    assert abs(secs - steps * step) <= 0.5 + steps * 5e-4, (secs, steps, step)
+    assert abs(hours - secs / 3600) <= 0.006, (hours, secs)
+    return step
+assert line(table, 'the fastest layout that fits') == fastest
+assert line(table, "the config's layout") == own[0]
+step_l = float(re.search(r'^step time \(predicted.*?\): ([\d.]+) s', layout, re.M).group(1))
+assert abs(line(layout, "the config's layout") - step_l) < 1e-3, step_l
+print(f'{steps} steps, fastest {fastest} s, the config\'s {own[0]} s')
+PY
+  ); then pass "plan_time_to_train_$n ($err)"
+  else fail "plan_time_to_train_$n" "rc=$rc/$rcl: ${err:-$(tail -2 "$T/ttt$n")}"; fi
+done
+"$LT" plan configs/gpt-oss-20b-mlperf.yaml --gpus 8 --gpu h100 > "$T/ttt0" 2>&1
+bad=""
+for v in 0 -5 1.5 x ""; do
+  out=$("$LT" plan configs/gpt-oss-20b-mlperf.yaml --gpus 8 --samples "$v" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q -- "--samples needs a positive whole number" || bad="$bad '$v'(rc=$rc)"
+done
+if [ -z "$bad" ] && ! grep -q 'time to train' "$T/ttt0"; then pass plan_samples_refusals
+else fail plan_samples_refusals "accepted:$bad; without --samples: $(grep -c 'time to train' "$T/ttt0")"; fi
 exit $((failures > 0))

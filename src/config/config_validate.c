@@ -429,11 +429,11 @@ static int rule_mllog_benchmark(const Rules *r, char *err, size_t errlen) {
     const LtConfig *c = r->c;
     const char *b = c->logging.mllog_benchmark;
     if (!c->logging.mllog[0] || !strcmp(b, "gpt3") || !strcmp(b, "llama31_8b") ||
-        !strcmp(b, "llama31_405b"))
+        !strcmp(b, "llama31_405b") || !strcmp(b, "gpt_oss_20b"))
         return 0;
     return lt_cfg_fail(err, errlen,
-                       "logging.mllog needs logging.mllog_benchmark: gpt3, llama31_8b or "
-                       "llama31_405b (got '%s')",
+                       "logging.mllog needs logging.mllog_benchmark: gpt3, llama31_8b, "
+                       "llama31_405b or gpt_oss_20b (got '%s')",
                        b);
 }
 

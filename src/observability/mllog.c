@@ -98,47 +98,53 @@ static void schedule_name(const LtConfig *c, char *v, size_t n) {
 
 static void hyperparameters(const LtConfig *c, int accumulation, long init_step,
                             long eval_samples) {
-    char v[128];
+    char v[2 * LT_PATH_MAX + 8]; /* a path, escaped */
     const int llama = strncmp(c->logging.mllog_benchmark, "llama", 5) == 0;
+    /* the 5.1.0 and 6.0.0 rules' names: adamw keys and max_steps */
+    const int adamw = llama || !strcmp(c->logging.mllog_benchmark, "gpt_oss_20b");
     const long decay = c->optimizer.decay_steps > 0 ? c->optimizer.decay_steps : c->train.steps;
     num("global_batch_size", c->train.global_batch_size);
     num("max_sequence_length", c->model.seq_length);
-    lt_mllog(LT_MLLOG_POINT, "opt_name", llama ? "\"adamw\"" : "\"adam\"", NULL);
+    lt_mllog(LT_MLLOG_POINT, "opt_name", adamw ? "\"adamw\"" : "\"adam\"", NULL);
     num("opt_base_learning_rate", c->optimizer.lr);
     num("opt_end_learning_rate", c->optimizer.min_lr);
     num("opt_learning_rate_warmup_steps", c->optimizer.warmup_steps);
     /* lattice's decay runs from the end of the warm-up to decay_steps, as
      * Megatron's does. The Llama 3.1 rules count the decay steps after the
-     * warm-up; the GPT-3 reference logged Megatron's decay steps, counted
-     * from step 0 (ceil(lr_decay_samples / GBS)). */
+     * warm-up; the GPT-3 and GPT-OSS references log Megatron's decay steps,
+     * counted from step 0 (GPT-3: ceil(lr_decay_samples / GBS); GPT-OSS:
+     * lr_decay_iters, set to max_steps - warm-up). */
     num("opt_learning_rate_decay_steps", llama ? decay - c->optimizer.warmup_steps : decay);
     schedule_name(c, v, sizeof v);
     lt_mllog(LT_MLLOG_POINT, "opt_learning_rate_decay_schedule", v, NULL);
-    num(llama ? "opt_adamw_beta_1" : "opt_adam_beta_1", c->optimizer.beta1);
-    num(llama ? "opt_adamw_beta_2" : "opt_adam_beta_2", c->optimizer.beta2);
-    num(llama ? "opt_adamw_epsilon" : "opt_adam_epsilon", c->optimizer.eps);
-    if (llama) num("opt_adamw_weight_decay", c->optimizer.weight_decay);
+    num(adamw ? "opt_adamw_beta_1" : "opt_adam_beta_1", c->optimizer.beta1);
+    num(adamw ? "opt_adamw_beta_2" : "opt_adam_beta_2", c->optimizer.beta2);
+    num(adamw ? "opt_adamw_epsilon" : "opt_adam_epsilon", c->optimizer.eps);
+    if (adamw) num("opt_adamw_weight_decay", c->optimizer.weight_decay);
     else num("opt_weight_decay", c->optimizer.weight_decay);
     num("opt_gradient_clip_norm", c->optimizer.clip_grad);
     num("gradient_accumulation_steps", accumulation);
     num("eval_samples", (double)eval_samples);
     num("train_samples", (double)c->train.steps * c->train.global_batch_size);
-    if (llama) /* with a ramp-up the run's optimizer steps (train.steps x G samples) */
+    if (adamw) /* with a ramp-up the run's optimizer steps (train.steps x G samples) */
         num("max_steps", c->train.rampup.start
                              ? (double)lt_rampup_steps(&c->train.rampup, (uint64_t)c->train.steps *
                                                                             c->train.global_batch_size)
                              : (double)c->train.steps);
     num("init_checkpoint_step", init_step);
     num("seed", (double)c->train.seed);
-    /* optional keys of the training 6.0 rules (common.yaml; earlier rulesets
-     * accept them): the layout and the lowest precision of the GEMMs, the
-     * attention and the communication (bf16: the compute copy, activations
+    /* keys the training 6.0 rules made optional and 6.1 requires (common.yaml;
+     * earlier rulesets accept them): the layout, the config file and the
+     * lowest precision of the GEMMs, the attention and the communication (bf16: the compute copy, activations
      * and the tensor-parallel and pipeline messages; fp32 GEMMs do not use
      * TF32) */
     num("tensor_parallelism", c->parallel.tensor_model_parallel_size);
     num("pipeline_parallelism", c->parallel.pipeline_model_parallel_size);
     num("context_parallelism", 1);
+    num("expert_parallelism", c->parallel.expert_model_parallel_size);
     num("micro_batch_size", c->train.micro_batch_size);
+    str_value(v, sizeof v, c->file[0] ? c->file : "(none)");
+    lt_mllog(LT_MLLOG_POINT, "config_filename", v, NULL);
     const char *prec = c->train.precision == LT_PREC_BF16 ? "\"bfloat16\"" : "\"fp32\"";
     lt_mllog(LT_MLLOG_POINT, "lowest_numerical_precision_in_linear", prec, NULL);
     lt_mllog(LT_MLLOG_POINT, "lowest_numerical_precision_in_attn", prec, NULL);

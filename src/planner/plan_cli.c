@@ -194,7 +194,7 @@ static void usage(FILE *f) {
             "usage: lattice plan CONFIG.yaml [--gpus N] [--gpus-per-node G]\n"
             "                    [--gpu h100|h200|a100|cpu] [--calibration FILE]\n"
             "                    [--gpu-mem-gib M] [--top K] [--show TPxPP[xVPP]]... [--layout]\n"
-            "                    [--overlap config|all|none]\n"
+            "                    [--overlap config|all|none] [--samples N]\n"
             "                    [section.key=value ...]\n"
             "       lattice plan --calibrate [--device auto|cpu|cuda] [--precision fp32|bf16]\n"
             "                    [--seconds S] [--out FILE]\n"
@@ -211,6 +211,9 @@ static void usage(FILE *f) {
             "in the engine's categories (compare with the run's summary) and its step time\n"
             "by part (compare with the run's breakdown), its compute by kind: GEMMs,\n"
             "memory-bound ops, the attention core, the loss head.\n"
+            "--samples N: also the time to train N samples (e.g. a benchmark's samples to\n"
+            "converge) at the predicted step time: ceil(N / global batch) steps x step time,\n"
+            "for the fastest layout that fits and the config's own (--layout: the config's).\n"
             "--calibration FILE: the device constants a --calibrate run wrote, instead of the\n"
             "built-in row. --calibrate measures them on this machine through the engine's\n"
             "backend (GEMMs, memory bandwidth, memory-bound ops, the attention core; all-reduce\n"
@@ -232,6 +235,7 @@ typedef struct {
     int gpus, gpn, top, layout, nshow, show[8][3];
     OverlapMode ov;
     double mem_gib;
+    long long samples; /* --samples: the samples to train, 0 = no time-to-train line */
     char **over; /* section.key=value overrides (argv's strings) */
     int nover;
 } PlanArgs;
@@ -252,6 +256,10 @@ static int parse_value_option(PlanArgs *p, const char *o, const char *v) {
         if (n < 2 || t3[0] < 1 || t3[1] < 1 || t3[2] < 1 || p->nshow == 8)
             return bad("--show takes TPxPP or TPxPPxVPP (at most 8 of them)", v);
         memcpy(p->show[p->nshow++], t3, sizeof t3);
+    } else if (!strcmp(o, "--samples")) {
+        p->samples = strtoll(v, &end, 10);
+        if (end == v || *end || p->samples < 1)
+            return bad("--samples needs a positive whole number of samples (sequences)", v);
     } else if (!strcmp(o, "--gpu-mem-gib")) {
         p->mem_gib = strtod(v, &end);
         if (*end || !(p->mem_gib > 0)) return bad("--gpu-mem-gib needs a positive number", v);
@@ -325,6 +333,21 @@ static int plan_setup(PlanArgs *p, PlanSetup *s) {
     return 0;
 }
 
+/* ---- time to train (--samples) -------------------------------------------- */
+
+/* p->samples trained at step_s seconds per step of the config's global batch:
+ * one line naming the layout (what), or nothing without --samples. The
+ * evaluations, the start-up and the data loading are not counted. */
+static void print_time_to_train(const PlanArgs *p, const LtConfig *c, double step_s,
+                                const char *what) {
+    if (p->samples <= 0) return;
+    const long long gbs = c->train.global_batch_size, steps = (p->samples + gbs - 1) / gbs;
+    const double secs = (double)steps * step_s;
+    printf("time to train %lld samples (%s): %lld steps of %lld x %.3f s = %.0f s = %.2f h "
+           "(training steps only: evaluations and start-up not counted)\n",
+           p->samples, what, steps, gbs, step_s, secs, secs / 3600.0);
+}
+
 /* ---- --layout: the config's own layout ----------------------------------- */
 
 static void print_stage_memory(int stage, const LtPlanMemory *m) {
@@ -370,6 +393,7 @@ static int plan_layout(const PlanArgs *p, const PlanSetup *s) {
     if (lt_plan_step(&cl, world, p->gpn, &dev, act, lmpi, &ps, err, sizeof err))
         return bad(err, NULL);
     print_step(&ps, &dev);
+    print_time_to_train(p, &c, ps.step, "the config's layout");
     return 0;
 }
 
@@ -541,7 +565,10 @@ static void print_shown(const PlanArgs *p, const PlanSetup *s, int gpus, Cands *
 static void print_config_layout(const PlanArgs *p, const PlanSetup *s, int gpus, Cands *cs,
                                 int shown) {
     for (int i = 0; i < shown; i++)
-        if (is_config_layout(&cs->c[i], &s->base)) return;
+        if (is_config_layout(&cs->c[i], &s->base)) {
+            if (i > 0) print_time_to_train(p, &s->base, cs->c[i].step, "the config's layout");
+            return;
+        }
     const LtConfig *b = &s->base;
     for (size_t i = 0; i < cs->n; i++)
         if (is_config_layout(&cs->c[i], b)) {
@@ -549,6 +576,7 @@ static void print_config_layout(const PlanArgs *p, const PlanSetup *s, int gpus,
             printf("the config's own layout (about #%zu of %zu%s):\n", i + 1, cs->n,
                    cs->c[i].fits ? "" : "; it does not fit");
             print_row(&cs->c[i], s->cap, 1, s->moe);
+            if (cs->c[i].fits) print_time_to_train(p, b, cs->c[i].step, "the config's layout");
             return;
         }
     LtConfig c = *b;
@@ -573,7 +601,9 @@ static int plan_table(const PlanArgs *p, PlanSetup *s) {
     int status = 0;
     LtConfig own = s->base;
     char err[1024];
-    /* what no layout changes (expert tensor parallelism): as the config's own world refuses it */
+    /* what no layout changes (expert tensor parallelism, logging keys): as the config's own
+     * world refuses it, with the expert parallelism the enumeration chooses left out */
+    own.parallel.expert_model_parallel_size = 1;
     if (cs.n == 0 && lt_config_validate(&own, s->cfg_world, err, sizeof err))
         status = bad(err, NULL);
     else if (cs.n == 0)
@@ -588,6 +618,10 @@ static int plan_table(const PlanArgs *p, PlanSetup *s) {
         const int shown = print_table(p, s, gpus, &cs, nfit);
         print_faster(p, s, gpus, &cs, nfit);
         print_shown(p, s, gpus, &cs, nfit);
+        print_time_to_train(p, &s->base, cs.c[0].step,
+                            is_config_layout(&cs.c[0], &s->base)
+                                ? "the fastest layout that fits, the config's"
+                                : "the fastest layout that fits");
         print_config_layout(p, s, gpus, &cs, shown);
         print_legend(stdout);
     }
