@@ -211,7 +211,9 @@ typedef struct {
         int top_k;                     /* 0 = full distribution */
         uint64_t seed;
     } sample;
-    char file[LT_PATH_MAX]; /* the YAML file lt_config_load read ("" without one); not a key */
+    char file[LT_PATH_MAX]; /* the YAML file of the command line (MLLOG's config_filename), set
+                             * by the command after lt_config_load; "" in configs loaded
+                             * otherwise (checkpoints, tests); not a key */
 } LtConfig;
 
 /* Fill every key with its documented default. */

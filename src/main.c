@@ -151,6 +151,7 @@ static void load_config(LtConfig *cfg, int argc, char **argv, const LtWorld *w) 
     char err[2048];
     lt_config_defaults(cfg);
     if (lt_config_load(cfg, argv[0], argc - 1, argv + 1, err, sizeof err)) lt_input_error("%s", err);
+    snprintf(cfg->file, sizeof cfg->file, "%s", argv[0] ? argv[0] : "");
     if (lt_config_validate(cfg, w->world, err, sizeof err)) lt_input_error("%s", err);
 }
 

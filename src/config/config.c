@@ -1057,10 +1057,8 @@ int lt_config_load(LtConfig *c, const char *path, int nover, char **overrides, c
         return lt_cfg_fail(err, errlen, "out of memory loading the configuration");
     lt_config_defaults(tmp);
     int rc = 0;
-    if (path) {
+    if (path)
         rc = load_file(tmp, path, err, errlen);
-        snprintf(tmp->file, sizeof tmp->file, "%s", path);
-    }
     if (rc == 0)
         rc = lt_config_apply_overrides(tmp, nover, overrides, err, errlen);
     if (rc == 0)
