@@ -258,6 +258,15 @@ static void check_tuple(int tp, int pp, int dp) {
                         lt_group_kind_name((LtGroupKind)k), m[i]);
             }
         }
+        if (k == LT_GROUP_EDP) /* the stage is the grid EP x EDP: the two meet in the rank */
+            for (int r = 0; r < world; r++) {
+                int me[MAXW], md[MAXW], common = 0;
+                const int ne = lt_topology_group(&t, r, LT_GROUP_EP, me),
+                          nd = lt_topology_group(&t, r, LT_GROUP_EDP, md);
+                for (int i = 0; i < ne; i++)
+                    for (int j = 0; j < nd; j++) common += me[i] == md[j];
+                REQUIRE(common == 1 && ne * nd == tp * dp, "rank %d: ep x edp", r);
+            }
         int want_covered = k == LT_GROUP_EMBEDDING ? (pp == 1 ? 1 : 2) * tp * dp : world;
         CHECK(covered == want_covered, "%s covers %d ranks, want %d",
               lt_group_kind_name((LtGroupKind)k), covered, want_covered);
