@@ -204,6 +204,19 @@ void lt_params_build_tp(LtParamTable *t, const LtModelDims *d, int tp, int tp_ra
 void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp_rank,
                            LtStagePlace place);
 
+/* The stage table of lt_params_build_stage cut in two for expert parallelism
+ * (Megatron-Core's): `dense` holds every parameter but the routed experts' (the
+ * router and mlp.expert_bias included), in the stage table's order; `experts`
+ * holds, of each MoE layer held, the experts ep_rank * E/ep .. (ep_rank + 1) *
+ * E/ep - 1 (whole, LT_SPLIT_NONE) in order. Each has its own flat buffer
+ * (offsets from 0) and layer_first over the same local layers (a dense layer's
+ * expert range is empty); names and gidx stay those of the global table, so
+ * lt_params_to_global/from_global and init work on either. The experts table
+ * has no idx_* entries (-1) and first_stage = last_stage = 0. ep divides
+ * moe.experts (any ep for a dense model, whose experts table is empty). */
+void lt_params_build_split(LtParamTable *dense, LtParamTable *experts, const LtModelDims *d,
+                           int tp, int tp_rank, LtStagePlace place, int ep, int ep_rank);
+
 /* Global row-major index of element `local` of this rank's shard of p. */
 size_t lt_param_global_index(const LtParamTable *t, const LtParam *p, size_t local);
 

@@ -14,6 +14,11 @@
  *   ep        expert parallelism folded into a stage's TP x DP ranks
  *             (Megatron-Core's order): consecutive blocks of EP ranks of the
  *             stage-local index tp + TP * dp (size EP; 1 = none, the default).
+ *   edp       expert data parallelism: the ranks of the stage that hold the
+ *             same experts, one from each EP group, at the same position in
+ *             it (stage-local indices congruent modulo EP; size TP*DP/EP).
+ *             Expert gradients are reduced and their optimizer state sharded
+ *             over it. With EP 1 it is the whole stage (TP x DP ranks).
  *
  * Example (Megatron's 16 GPUs, TP=2, PP=4, DP=2): tp groups [0,1],[2,3],...;
  * dp groups [0,2],[1,3],[4,6],[5,7],...; pp groups [0,4,8,12],[1,5,9,13],...;
@@ -43,6 +48,7 @@ typedef enum {
     LT_GROUP_PP,
     LT_GROUP_EMBEDDING,
     LT_GROUP_EP,
+    LT_GROUP_EDP,
     LT_GROUP_COUNT
 } LtGroupKind;
 
@@ -84,7 +90,7 @@ int lt_topology_group(const LtTopology *t, int rank, LtGroupKind kind, int *memb
  * middle stages). */
 int lt_topology_in_group(const LtTopology *t, int rank, LtGroupKind kind);
 
-/* "tp", "dp", "pp", "embedding", "ep". */
+/* "tp", "dp", "pp", "embedding", "ep", "edp". */
 const char *lt_group_kind_name(LtGroupKind kind);
 
 #ifdef __cplusplus

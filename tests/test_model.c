@@ -218,6 +218,94 @@ static void test_moe_gradient_check(void) {
     gradient_check(pos);
 }
 
+/* Index of the parameter named `name` in t; -1 when absent. */
+static int param_index(const LtParamTable *t, const char *name) {
+    const LtParam *p = lt_params_find(t, name);
+    return p ? (int)(p - t->p) : -1;
+}
+
+/* One place of lt_params_build_split: over the ep ranks, the dense tables are
+ * the stage table without its routed experts (the same on every rank), the
+ * experts tables hold each expert of each held MoE layer exactly once, at the
+ * rank's expert range, and every entry keeps its shape, split, gidx and
+ * initial values. */
+static void split_place(const LtModelDims *d, int tp, int tp_rank, LtStagePlace place, int ep) {
+    LtParamTable s, g;
+    lt_params_build_stage(&s, d, tp, tp_rank, place);
+    lt_params_build(&g, d);
+    float *sv = malloc(s.total * sizeof(float));
+    lt_params_init(&s, 7, sv);
+    int *seen = calloc((size_t)s.n, sizeof(int));
+    const int El = d->moe.experts / ep;
+    for (int r = 0; r < ep; r++) {
+        LtParamTable t[2];
+        lt_params_build_split(&t[0], &t[1], d, tp, tp_rank, place, ep, r);
+        CHECK(t[0].idx_wte == param_index(&t[0], "wte") &&
+                  t[0].idx_lnf == param_index(&t[0], "ln_f.weight") &&
+                  (t[0].idx_head == param_index(&t[0], "lm_head.weight")) &&
+                  t[0].first_stage == s.first_stage && t[0].last_stage == s.last_stage,
+              "ep %d rank %d: dense table's indices", ep, r);
+        for (int h = 0; h < 2; h++) {
+            float *v = malloc((t[h].total + 1) * sizeof(float));
+            lt_params_init(&t[h], 7, v);
+            size_t off = 0;
+            for (int k = 0; k < t[h].n; k++) {
+                const LtParam *p = &t[h].p[k];
+                const int i = param_index(&s, p->name);
+                int e = -1;
+                sscanf(strstr(p->name, ".mlp.experts.") ? strstr(p->name, ".mlp.experts.") : "",
+                       ".mlp.experts.%d", &e);
+                REQUIRE(i >= 0, "ep %d rank %d: %s not in the stage table", ep, r, p->name);
+                seen[i]++;
+                CHECK(h == (e >= 0) && (h == 0 || e / El == r), "ep %d rank %d: %s in table %d",
+                      ep, r, p->name, h);
+                CHECK(p->offset == off && p->numel == s.p[i].numel &&
+                          p->split == s.p[i].split && p->gidx == s.p[i].gidx &&
+                          !strcmp(g.p[p->gidx].name, p->name) &&
+                          !memcmp(v + p->offset, sv + s.p[i].offset, p->numel * sizeof(float)),
+                      "ep %d rank %d: %s differs from the stage table's", ep, r, p->name);
+                off += p->numel;
+            }
+            CHECK(off == t[h].total, "table %d total", h);
+            for (int ll = 0; ll < s.layers; ll++) { /* layer_first: the layer's own entries */
+                char pre[32];
+                snprintf(pre, sizeof pre, "h.%d.", lt_params_global_layer(&s, ll));
+                for (int k = t[h].layer_first[ll]; k < t[h].layer_first[ll + 1]; k++)
+                    CHECK(!strncmp(t[h].p[k].name, pre, strlen(pre)), "%s in layer %s",
+                          t[h].p[k].name, pre);
+            }
+            free(v);
+        }
+        lt_params_free(&t[0]);
+        lt_params_free(&t[1]);
+    }
+    for (int i = 0; i < s.n; i++) {
+        const int want = strstr(s.p[i].name, ".mlp.experts.") ? 1 : ep; /* dense on every rank */
+        CHECK(seen[i] == want, "ep %d: %s held %d times, want %d", ep, s.p[i].name, seen[i], want);
+    }
+    free(seen);
+    free(sv);
+    lt_params_free(&s);
+    lt_params_free(&g);
+}
+
+static void test_params_split(void) {
+    LtModelDims gpt = moe_dims(tiny_dims());
+    gpt.num_layers = 4, gpt.moe.layer[3] = 1;
+    gpt.moe.shared_ffn = 32, gpt.moe.expert_bias = 1;
+    LtModelDims llama = moe_dims(tiny_llama_dims());
+    llama.moe.layer[0] = 1;
+    const LtModelDims *dims[2] = {&gpt, &llama};
+    for (int m = 0; m < 2; m++)
+        for (int tp = 1; tp <= 2; tp++)
+            for (int pp = 1; pp <= 2; pp++)
+                for (int ep = 1; ep <= 4; ep *= 2)
+                    for (int q = 0; q < tp * pp; q++)
+                        split_place(dims[m], tp, q % tp, (LtStagePlace){pp, q / tp, 1, {0}}, ep);
+    LtModelDims dense = tiny_dims(); /* no experts: all in the dense table */
+    split_place(&dense, 1, 0, (LtStagePlace){1, 0, 1, {0}}, 2);
+}
+
 /* The aux and z losses' values against Megatron-Core's formulas computed
  * here from the router logits the forward left: aux = coeff E / (K T^2) sum_e
  * (sum over tokens of softmax p_e) (tokens whose top-k holds e), per sequence
@@ -848,6 +936,7 @@ int main(void) {
     RUN(test_gradient_check);
     RUN(test_moe_gradient_check);
     RUN(test_moe_aux_values);
+    RUN(test_params_split);
     RUN(test_accumulation);
     RUN(test_doc_layout);
     RUN(test_packed_documents);

@@ -45,6 +45,9 @@ same dp2 2
 same ep2_over_dp2 2 $EP2
 same ep2_over_tp2_sp 2 $SP $EP2
 same ep4_over_tp2_dp2_zero1 4 $SP $EP4 optimizer.zero_stage=1
+# EP within each TP pair: the expert-data-parallel groups are the DP groups
+same ep2_over_tp2_dp2 4 $SP $EP2
+same ep2_over_tp2_dp2_zero1 4 $SP $EP2 optimizer.zero_stage=1
 same ep2_over_dp4_zero2 4 $EP2 optimizer.zero_stage=2
 same ep2_pp2 4 $EP2 parallel.pipeline_model_parallel_size=2
 same ep2_tp2_sp_recompute_full 2 $SP $EP2 train.recompute=full

@@ -141,6 +141,41 @@ static void test_ep_groups(void) {
     CHECK(strcmp(lt_group_kind_name(LT_GROUP_EP), "ep") == 0, "name");
 }
 
+/* The expert-data-parallel groups of the same layout (TP 2, DP 4, PP 2, EP 4):
+ * the ranks at one position of the stage's EP groups, [0,4], [1,5], [2,6],
+ * [3,7] in stage 0 and [8,12], ..., [11,15] in stage 1. EP 2 over TP 2 x DP 2
+ * gives [0,2], [1,3] (each rank's DP group: EP folds over TP there); EP 1
+ * gives the whole stage. */
+static void test_edp_groups(void) {
+    LtTopology t;
+    REQUIRE(lt_topology_init(&t, 16, 2, 2, 4, NULL, 0) == 0, "init");
+    REQUIRE(lt_topology_set_ep(&t, 4, NULL, 0) == 0, "ep 4");
+    CHECK(lt_topology_group_size(&t, LT_GROUP_EDP) == 2, "edp size %d",
+          lt_topology_group_size(&t, LT_GROUP_EDP));
+    static const int want16[16][2] = {{0, 4},  {1, 5},  {2, 6},   {3, 7},   {0, 4},  {1, 5},
+                                      {2, 6},  {3, 7},  {8, 12},  {9, 13},  {10, 14}, {11, 15},
+                                      {8, 12}, {9, 13}, {10, 14}, {11, 15}};
+    int m[16];
+    char got[128];
+    for (int r = 0; r < 16; r++) {
+        const int n = lt_topology_group(&t, r, LT_GROUP_EDP, m);
+        format_list(got, sizeof got, m, n);
+        CHECK(list_eq(m, n, want16[r], 2), "rank %d edp group %s", r, got);
+    }
+    REQUIRE(lt_topology_init(&t, 4, 2, 1, 2, NULL, 0) == 0, "init 2x2");
+    REQUIRE(lt_topology_set_ep(&t, 2, NULL, 0) == 0, "ep 2");
+    static const int want4[4][2] = {{0, 2}, {1, 3}, {0, 2}, {1, 3}};
+    for (int r = 0; r < 4; r++) {
+        const int n = lt_topology_group(&t, r, LT_GROUP_EDP, m);
+        format_list(got, sizeof got, m, n);
+        CHECK(list_eq(m, n, want4[r], 2), "ep 2 over tp 2 x dp 2: rank %d edp group %s", r, got);
+    }
+    REQUIRE(lt_topology_set_ep(&t, 1, NULL, 0) == 0, "ep 1");
+    const int n = lt_topology_group(&t, 3, LT_GROUP_EDP, m);
+    CHECK(n == 4 && m[0] == 0 && m[3] == 3, "ep 1: edp is the stage, n=%d", n);
+    CHECK(strcmp(lt_group_kind_name(LT_GROUP_EDP), "edp") == 0, "name");
+}
+
 static void test_single_stage(void) {
     LtTopology t;
     REQUIRE(lt_topology_init(&t, 4, 2, 1, 0, NULL, 0) == 0, "init");
@@ -207,6 +242,9 @@ static void check_tuple(int tp, int pp, int dp) {
                     REQUIRE(cm.pp == 0 || cm.pp == pp - 1, "embedding member mid stage");
                 if (k == LT_GROUP_EP)
                     REQUIRE(same_pp && m[n - 1] - m[0] == n - 1, "ep members not one block");
+                if (k == LT_GROUP_EDP) /* one per EP group, at the rank's position in it */
+                    REQUIRE(same_pp && (m[i] - r) % ep == 0 && (i == 0 || m[i] - m[i - 1] == ep),
+                            "edp member %d of rank %d (ep %d)", m[i], r, ep);
             }
             int member = lt_topology_in_group(&t, r, (LtGroupKind)k);
             REQUIRE(self == member, "%s: rank %d self %d member %d",
@@ -220,6 +258,15 @@ static void check_tuple(int tp, int pp, int dp) {
                         lt_group_kind_name((LtGroupKind)k), m[i]);
             }
         }
+        if (k == LT_GROUP_EDP) /* the stage is the grid EP x EDP: the two meet in the rank */
+            for (int r = 0; r < world; r++) {
+                int me[MAXW], md[MAXW], common = 0;
+                const int ne = lt_topology_group(&t, r, LT_GROUP_EP, me),
+                          nd = lt_topology_group(&t, r, LT_GROUP_EDP, md);
+                for (int i = 0; i < ne; i++)
+                    for (int j = 0; j < nd; j++) common += me[i] == md[j];
+                REQUIRE(common == 1 && ne * nd == tp * dp, "rank %d: ep x edp", r);
+            }
         int want_covered = k == LT_GROUP_EMBEDDING ? (pp == 1 ? 1 : 2) * tp * dp : world;
         CHECK(covered == want_covered, "%s covers %d ranks, want %d",
               lt_group_kind_name((LtGroupKind)k), covered, want_covered);
@@ -248,6 +295,7 @@ int main(void) {
     RUN(test_coords_golden);
     RUN(test_megatron_example_groups);
     RUN(test_ep_groups);
+    RUN(test_edp_groups);
     RUN(test_single_stage);
     RUN(test_roundtrip_property);
     return test_summary();

@@ -69,6 +69,7 @@ int lt_topology_group_size(const LtTopology *t, LtGroupKind kind) {
     case LT_GROUP_PP: return t->pp;
     case LT_GROUP_EMBEDDING: return t->pp == 1 ? 1 : 2;
     case LT_GROUP_EP: return t->ep;
+    case LT_GROUP_EDP: return t->tp * t->dp / t->ep;
     default: return -1;
     }
 }
@@ -101,6 +102,11 @@ int lt_topology_group(const LtTopology *t, int rank, LtGroupKind kind, int *memb
         for (int k = 0; k < t->ep; k++) members[n++] = first + k;
         break;
     }
+    case LT_GROUP_EDP: { /* rank's position in every EP group of its stage */
+        const int stage = t->tp * t->dp, first = rank / stage * stage + rank % stage % t->ep;
+        for (int j = 0; j < stage / t->ep; j++) members[n++] = first + j * t->ep;
+        break;
+    }
     default: return -1;
     }
     /* Each loop walks one coordinate upward, and rank is increasing in every
@@ -122,6 +128,7 @@ const char *lt_group_kind_name(LtGroupKind kind) {
     case LT_GROUP_PP: return "pp";
     case LT_GROUP_EMBEDDING: return "embedding";
     case LT_GROUP_EP: return "ep";
+    case LT_GROUP_EDP: return "edp";
     default: return "?";
     }
 }

@@ -13,8 +13,8 @@ static LtParam *add(LtParamTable *t, int *cap, LtSplit split, LtInitKind init, f
                     int decay, int64_t r, int64_t c, const char *fmt, ...)
     __attribute__((format(printf, 9, 10)));
 
-static LtParam *add(LtParamTable *t, int *cap, LtSplit split, LtInitKind init, float std,
-                    int decay, int64_t r, int64_t c, const char *fmt, ...) {
+/* A new zeroed last entry of t (cap: the entries t->p has room for). */
+static LtParam *append(LtParamTable *t, int *cap) {
     if (t->n == *cap) {
         *cap = *cap ? 2 * *cap : 64;
         LtParam *np = lt_malloc(sizeof(LtParam) * (size_t)*cap);
@@ -24,6 +24,12 @@ static LtParam *add(LtParamTable *t, int *cap, LtSplit split, LtInitKind init, f
     }
     LtParam *p = &t->p[t->n++];
     memset(p, 0, sizeof *p);
+    return p;
+}
+
+static LtParam *add(LtParamTable *t, int *cap, LtSplit split, LtInitKind init, float std,
+                    int decay, int64_t r, int64_t c, const char *fmt, ...) {
+    LtParam *p = append(t, cap);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(p->name, sizeof p->name, fmt, ap);
@@ -235,6 +241,74 @@ void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp
             h->gidx = g + (llama ? 1 : 2);
         }
     }
+}
+
+/* Copy parameter p to the end of t, at the end of t's flat buffer. */
+static void keep(LtParamTable *t, int *cap, const LtParam *p) {
+    LtParam *q = append(t, cap);
+    *q = *p;
+    q->offset = t->total;
+    t->total += q->numel;
+}
+
+/* An empty table for the layers of s (layer_first to be filled). */
+static void split_header(LtParamTable *t, const LtParamTable *s) {
+    memset(t, 0, sizeof *t);
+    t->dims = s->dims;
+    t->tp = s->tp;
+    t->tp_rank = s->tp_rank;
+    t->place = s->place;
+    t->layers = s->layers;
+    t->max_chunk_layers = s->max_chunk_layers;
+    t->idx_wte = t->idx_wpe = t->idx_lnf = t->idx_head = -1;
+    t->layer_first = lt_malloc(sizeof(int) * (size_t)(s->layers + 1));
+}
+
+/* Index k of s in the dense table of the split: k less the expert entries
+ * before it (nexp[ll]: expert entries of s's local layers before layer ll). */
+static int dense_index(const LtParamTable *s, const int *nexp, int k) {
+    if (k < 0) return -1;
+    int ll = 0;
+    while (ll < s->layers && s->layer_first[ll + 1] <= k) ll++;
+    return k - nexp[ll];
+}
+
+void lt_params_build_split(LtParamTable *dense, LtParamTable *experts, const LtModelDims *d,
+                           int tp, int tp_rank, LtStagePlace place, int ep, int ep_rank) {
+    const int E = d->moe.experts, nffn = d->arch == LT_ARCH_LLAMA ? 2 : 4;
+    LT_CHECK(ep >= 1 && ep_rank >= 0 && ep_rank < ep && E % ep == 0);
+    LtParamTable s;
+    lt_params_build_stage(&s, d, tp, tp_rank, place);
+    split_header(dense, &s);
+    split_header(experts, &s);
+    int capd = 0, cape = 0;
+    int *nexp = lt_malloc(sizeof(int) * (size_t)(s.layers + 1)); /* expert entries before */
+    nexp[0] = 0;
+    for (int k = 0; k < s.idx_layer0; k++) keep(dense, &capd, &s.p[k]);
+    for (int ll = 0; ll < s.layers; ll++) {
+        const int end = s.layer_first[ll + 1];
+        const int ex0 = lt_dims_moe_layer(d, lt_params_global_layer(&s, ll)) ? end - E * nffn : end;
+        dense->layer_first[ll] = dense->n;
+        experts->layer_first[ll] = experts->n;
+        for (int k = s.layer_first[ll]; k < ex0; k++) keep(dense, &capd, &s.p[k]);
+        for (int k = ex0; k < end; k++) {
+            LT_CHECK(strstr(s.p[k].name, ".mlp.experts.") != NULL);
+            if ((k - ex0) / nffn / (E / ep) == ep_rank) keep(experts, &cape, &s.p[k]);
+        }
+        nexp[ll + 1] = nexp[ll] + end - ex0;
+    }
+    dense->layer_first[s.layers] = dense->n;
+    experts->layer_first[s.layers] = experts->n;
+    for (int k = s.layer_first[s.layers]; k < s.n; k++) keep(dense, &capd, &s.p[k]);
+    dense->first_stage = s.first_stage;
+    dense->last_stage = s.last_stage;
+    dense->idx_wte = s.idx_wte;
+    dense->idx_wpe = s.idx_wpe;
+    dense->idx_layer0 = s.idx_layer0;
+    dense->idx_lnf = dense_index(&s, nexp, s.idx_lnf);
+    dense->idx_head = dense_index(&s, nexp, s.idx_head);
+    free(nexp);
+    lt_params_free(&s);
 }
 
 void lt_params_free(LtParamTable *t) {
