@@ -343,6 +343,11 @@ ph_train() {
   step "$TO" "$WORK/train.log" env "${LT_ENV[@]}" bash tests/gpu/train_compare.sh "$WORK/lt"; RC=$?
   DETAIL=$(counts "$WORK/train.log")
 }
+# bench_result LOG: bench.sh's last successful run, shortened to its median
+# step, tokens/s, TFLOP/s and MFU
+bench_result() {
+  grep -E '^[^ ]+: mbs [0-9]+: ok' "$1" | sed 's/ in [0-9]* s: done:.*median step/: median step/; s/, host waits.*//' | tail -1
+}
 bench_one() { # config steps peer-init peer-args log
   local m; m=$(plan_mbs "$1")
   say "planner ($PLAN_GPU, ${GPU_MIB} MiB): micro batch $m fits for $1"
@@ -350,7 +355,7 @@ bench_one() { # config steps peer-init peer-args log
     --lattice "$LT_BIN" --config "$1" --steps "$2" --device cuda --mbs "$m$([ "$m" -gt 1 ] && echo " $((m / 2))")" \
     --peer auto --peer-init "$3" --peer-args "$4"
   RC=$?
-  DETAIL=$(grep -E '^(gpt2|llama)[^ ]*: mbs [0-9]+: ok' "$5" | sed 's/ in [0-9]* s: done:.*median step/: median step/; s/, host waits.*//' | tail -1)
+  DETAIL=$(bench_result "$5")
   local r
   r=$(grep -E '^side by side: .* ratio' "$5" | tail -1 | sed 's/^side by side: //')
   [ -n "$r" ] && DETAIL="$DETAIL; $r"
@@ -382,12 +387,12 @@ ph_moe() {
     --lattice "$LT_BIN" --config configs/llama3.1-8b.yaml --steps 10 --device cuda --mbs "2 1" --peer off \
     "${OSS_SLICE[@]}" model.num_experts=32 model.moe_router_topk=4 model.moe_ffn_hidden_size=2880
   rc1=$?
-  d1=$(grep -E '^llama3.1-8b: mbs [0-9]+: ok' "$WORK/moe.log" | sed 's/ in [0-9]* s: done:.*median step/: median step/; s/, host waits.*//' | tail -1)
+  d1=$(bench_result "$WORK/moe.log")
   step $(( TO - $(date +%s) + t0 - 5 )) "$WORK/moe-dense.log" env "${LT_ENV[@]}" BENCH_TIMEOUT=$(( TO / 3 )) \
     bash scripts/bench.sh --lattice "$LT_BIN" --config configs/llama3.1-8b.yaml --steps 10 --device cuda \
     --mbs "2 1" --peer off "${OSS_SLICE[@]}"
   rc2=$?
-  d2=$(grep -E '^llama3.1-8b: mbs [0-9]+: ok' "$WORK/moe-dense.log" | sed 's/ in [0-9]* s: done:.*median step/: median step/; s/, host waits.*//' | tail -1)
+  d2=$(bench_result "$WORK/moe-dense.log")
   RC=$(( rc1 != 0 ? rc1 : rc2 ))
   DETAIL="GPT-OSS 4-layer slice, MoE: ${d1:-FAILED}; dense of equal FLOPs: ${d2:-FAILED}"
 }

@@ -172,15 +172,18 @@ static void emu_stream_wait_event(LtBackend *, LtStream *, LtEvent *) {}
 static LtStream *emu_current_stream(LtBackend *) { return NULL; } /* ops run at once */
 
 static void *emu_host_alloc(LtBackend *be, size_t bytes) { return emu_alloc(be, bytes); }
-static void emu_upload(LtBackend *be, void *dst, const void *src, size_t bytes) {
+/* A host<->device copy that waits, its device side checked (dev: dst or src). */
+static void emu_host_copy(LtBackend *be, const char *what, const void *dev, void *dst,
+                          const void *src, size_t bytes) {
     be->host_waits++;
-    if (bytes) emu_check_range("upload", dst, bytes);
+    if (bytes) emu_check_range(what, dev, bytes);
     emu_copy(be, dst, src, bytes);
 }
+static void emu_upload(LtBackend *be, void *dst, const void *src, size_t bytes) {
+    emu_host_copy(be, "upload", dst, dst, src, bytes);
+}
 static void emu_download(LtBackend *be, void *dst, const void *src, size_t bytes) {
-    be->host_waits++;
-    if (bytes) emu_check_range("download", src, bytes);
-    emu_copy(be, dst, src, bytes);
+    emu_host_copy(be, "download", src, dst, src, bytes);
 }
 
 /* Designated initializers (C++20: in declaration order, so reordering

@@ -104,26 +104,25 @@ PY
   if [ $rc = 0 ]; then pass "$tname ($out)"; else fail "$tname" "$out"; fi
 }
 
-for CFG in tiny llama-tiny; do
+# cpu_vs_dev NAME TEST [overrides...]: $CFG on the CPU and on $DEV in fp32 and
+# bf16 (runs NAME-cpu-PREC, NAME-cuda-PREC), compared as TEST_PREC_cpu_vs_$DEV
+cpu_vs_dev() {
+  local name=$1 test=$2 prec tol ok
+  shift 2
   for prec in fp32 bf16; do
     case $prec in fp32) tol=$TOL_FP32 ;; bf16) tol=$TOL_BF16 ;; esac
     ok=1
-    run "$CFG-cpu-$prec" cpu "$prec" || ok=0
-    run "$CFG-cuda-$prec" "$DEV" "$prec" || ok=0
-    [ $ok = 1 ] && compare "$CFG-cpu-$prec" "$CFG-cuda-$prec" "${CFG}_${prec}_cpu_vs_${DEV}" "$tol"
+    run "$name-cpu-$prec" cpu "$prec" "$@" || ok=0
+    run "$name-cuda-$prec" "$DEV" "$prec" "$@" || ok=0
+    [ $ok = 1 ] && compare "$name-cpu-$prec" "$name-cuda-$prec" "${test}_${prec}_cpu_vs_${DEV}" "$tol"
   done
-done
+}
+for CFG in tiny llama-tiny; do cpu_vs_dev "$CFG" "$CFG"; done
 # mixture of experts on the Llama block: 4 experts, top 2, aux and z losses
 CFG=llama-tiny
 MOE=(model.num_experts=4 model.moe_ffn_hidden_size=48 model.moe_aux_loss_coeff=0.01
      model.moe_z_loss_coeff=0.001)
-for prec in fp32 bf16; do
-  case $prec in fp32) tol=$TOL_FP32 ;; bf16) tol=$TOL_BF16 ;; esac
-  ok=1
-  run "moe-cpu-$prec" cpu "$prec" "${MOE[@]}" || ok=0
-  run "moe-cuda-$prec" "$DEV" "$prec" "${MOE[@]}" || ok=0
-  [ $ok = 1 ] && compare "moe-cpu-$prec" "moe-cuda-$prec" "llama_moe_${prec}_cpu_vs_${DEV}" "$tol"
-done
+cpu_vs_dev moe llama_moe "${MOE[@]}"
 # GPT-OSS's attention on the MoE Llama block, through lattice's kernels (cuDNN
 # takes neither windows nor documents): a 48-key sliding window on every other
 # layer, head dimension 32 apart from hidden / heads (4 x 32 = 128 > 32: the
@@ -133,13 +132,7 @@ OSS=("${MOE[@]}" "model.window_size=[48, 0]" model.window_attn_skip_freq=2 model
      model.seq_length=128 model.max_position_embeddings=128 model.attention=lattice
      data.eod_token=10 data.reset_position_ids=true data.reset_attention_mask=true
      data.eod_mask_loss=true)
-for prec in fp32 bf16; do
-  case $prec in fp32) tol=$TOL_FP32 ;; bf16) tol=$TOL_BF16 ;; esac
-  ok=1
-  run "oss-cpu-$prec" cpu "$prec" "${OSS[@]}" || ok=0
-  run "oss-cuda-$prec" "$DEV" "$prec" "${OSS[@]}" || ok=0
-  [ $ok = 1 ] && compare "oss-cpu-$prec" "oss-cuda-$prec" "llama_moe_window_docs_${prec}_cpu_vs_${DEV}" "$tol"
-done
+cpu_vs_dev oss llama_moe_window_docs "${OSS[@]}"
 CFG=tiny
 # the step replayed as a CUDA graph runs the same kernels: identical losses
 if [ "$DEV" = cuda ] && run cuda-bf16-graph cuda bf16 train.cuda_graph=true; then
