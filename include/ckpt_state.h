@@ -25,12 +25,15 @@ extern const char *const lt_ckpt_kind_name[LT_CKPT_KINDS]; /* "param", "adam_m",
 /* What one writer saves: of the local table t, the flat range [lo, hi) of
  * each array (arr[k][i] holds element lo + i; NULL: kind not saved); tensors
  * replicated over tensor-parallel ranks only when with_replicated, tied
- * copies never (their owner saves them). */
-typedef struct {
+ * copies never (their owner saves them); then what `next` says, if anything
+ * (the experts' table of a rank under expert parallelism, model.h), in the
+ * same file. */
+typedef struct LtStateSrc {
     const LtParamTable *t;
     size_t lo, hi;
     int with_replicated;
     const float *arr[LT_CKPT_KINDS];
+    const struct LtStateSrc *next;
 } LtStateSrc;
 
 /* Write the pieces of src to `path` (created, fsynced, closed), converting

@@ -75,7 +75,10 @@ typedef struct {
                        * summed over the embedding group after the last micro batch */
     const LtComm *tp; /* tensor-parallel group (NULL = no tensor parallelism) */
     const LtComm *ep; /* expert-parallel group of the MoE layers (NULL or one rank: EP 1;
-                       * src/model/moe.h) */
+                       * src/model/moe.h). With more than one rank the model holds only
+                       * its own experts (LtModel.etable) */
+    size_t eflat;     /* elements of the expert buffers (>= etable.total, padding so the
+                       * expert-data-parallel shards are equal); 0 = etable.total */
     int sequence_parallel; /* shard LayerNorm regions along the tokens over tp */
     int tp_comm_overlap;   /* with sequence_parallel: the all-gathers / reduce-scatters
                             * in row blocks behind the GEMMs (tp_overlap.h) */
@@ -115,6 +118,17 @@ typedef struct {
     int pp, pp_rank, vpp; /* pipeline place (1, 0, 1 without pipelining) */
     int max_chunk_layers; /* layers of the largest chunk held (slots are sized for it) */
     size_t boundary;      /* elements of a stage boundary tensor: R * C */
+
+    /* Expert parallelism (LtModelOptions.ep of more than one rank): the routed experts this
+     * rank computes are not in `table` but in a table, parameter and gradient buffer of
+     * their own (lt_params_build_split: eflat elements each, offsets from 0, gradients
+     * accumulated through the step and never handed to the gradient hook), which an
+     * optimizer over the expert-data-parallel group reduces and updates (optim.h,
+     * lt_optim_attach_experts). etable.n == 0 otherwise: every expert is in `table`. */
+    LtParamTable etable;
+    size_t eflat;
+    void *eparams;        /* act dtype */
+    float *egrads;        /* fp32 */
 
     size_t flat;          /* elements of params (and of grads without buckets) */
     void *params;         /* act dtype, flat elements (table order, zero padding) */
@@ -167,6 +181,8 @@ void lt_model_destroy(LtModel *m);
 
 /* Set the compute-dtype parameters from fp32 host values (table order). */
 void lt_model_set_params(LtModel *m, const float *host);
+/* The same for the expert buffer (etable order; nothing when etable is empty). */
+void lt_model_set_expert_params(LtModel *m, const float *host);
 
 /* 1 when local chunk c is the first stage (embeddings) / the last (loss). */
 int lt_model_chunk_first(const LtModel *m, int c);
@@ -259,7 +275,7 @@ double lt_model_step(LtModel *m, const int32_t *tokens, const int32_t *targets, 
  * the last micro batch, or per bucket). */
 void lt_model_sp_reduce_grads(LtModel *m, int first, int last);
 
-/* Zero the gradient buffer (or bucket, and the embedding buffer). */
+/* Zero the gradient buffer (or bucket, and the embedding buffer; and the experts'). */
 void lt_model_zero_grads(LtModel *m);
 
 /* Forward only on one sequence tokens[0..len) (len <= T, other rows unused)

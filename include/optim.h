@@ -34,12 +34,16 @@
 extern "C" {
 #endif
 
-typedef struct {
+typedef struct LtOptimizer {
     LtBackend *be;
     const LtParamTable *table;
     const LtComm *dp;       /* data-parallel group (size 1 = no communication) */
     const LtComm *tp;       /* tensor-parallel group for the grad norm (NULL: tp = 1) */
     const LtComm *pp;       /* pipeline group for the grad norm (NULL: pp = 1) */
+    const LtComm *ep;       /* an expert optimizer's expert-parallel group (lt_optim_set_ep) */
+    struct LtOptimizer *experts; /* lt_optim_attach_experts: the experts' optimizer and */
+    void *eparams;          /* the model's expert buffers, which this optimizer's */
+    float *egrads;          /* reduction, norm, step and skip cover too */
     int tp_rank;
     int zero_stage, dp_size, dp_rank;
     size_t flat;            /* padded flat size, multiple of dp_size */
@@ -130,6 +134,20 @@ void lt_optim_set_tp(LtOptimizer *o, const LtComm *tp);
 /* Pipeline parallelism: the table holds this stage's parameters; the grad
  * norm then sums over the pipeline group too (tied copies count once). */
 void lt_optim_set_pp(LtOptimizer *o, const LtComm *pp);
+
+/* An expert optimizer (model.h's etable under expert parallelism; its dp group
+ * the expert-data-parallel group): its table holds this EP rank's experts, so
+ * its part of the grad norm sums over the EP group too, every parameter counted. */
+void lt_optim_set_ep(LtOptimizer *o, const LtComm *ep);
+/* Make the expert optimizer e (lt_optim_set_ep; pipeline group set alike) part
+ * of o, the model's optimizer, with the model's expert buffers: from then on
+ * o's lt_optim_zero_grad, lt_optim_reduce_grads (e's after o's), grad_sumsq and
+ * grad_norm (one sum of squares for the whole model), lt_optim_step (e takes
+ * the same clip coefficient and skip mark) and lt_optim_skipped cover e too. e
+ * stays the caller's to destroy. Its ZeRO stage is at most 1: the experts'
+ * gradients stay whole on the rank through the step (the model's egrads) and
+ * are reduce-scattered after the last micro batch. */
+void lt_optim_attach_experts(LtOptimizer *o, LtOptimizer *e, void *eparams, float *egrads);
 
 /* ss_dev[0] (one double of device memory, overwritten) = the global sum of
  * squares of the reduced gradient, summed over DP, TP and PP on the device:

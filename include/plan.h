@@ -34,6 +34,10 @@ extern "C" {
  * bucket receive buffer and staging ring). */
 typedef struct {
     size_t params, grads, optimizer, activations, workspace, comm;
+    size_t expert_elems; /* expert parallelism: of the parameters, the elements of this rank's
+                          * experts (model.h's etable, padded): their gradients go over the
+                          * expert-data-parallel group, at ZeRO stage min(zero, 1). Counted
+                          * in the bytes above, not again in the total */
 } LtPlanMemory;
 
 static inline size_t lt_plan_total(const LtPlanMemory *m) {

@@ -194,6 +194,45 @@ if run ref_e8 1 $E8 &&
 then pass checkpoint_ep8_to_ep1
 else fail checkpoint_ep8_to_ep1 "see $T/ep8_to_ep1"; fi
 
+# resume with the experts' optimizer state sharded over their data-parallel group
+# (EP 2 over TP2 x DP2, ZeRO 1: EDP 2) into EP 4 (EDP 1) and back
+if reshard ep2_zero1_to_ep4 4 "$SP $EP2 optimizer.zero_stage=1" 4 "$SP $EP4 optimizer.zero_stage=1" \
+     >/dev/null 2>&1 &&
+   reshard ep4_to_ep2_zero1 4 "$SP $EP4 optimizer.zero_stage=1" 4 "$SP $EP2 optimizer.zero_stage=1" \
+     >/dev/null 2>&1
+then pass checkpoint_ep2_edp2_zero1_to_ep4_and_back
+else fail checkpoint_ep2_edp2_zero1_to_ep4_and_back "see $T/ep2_zero1_to_ep4, $T/ep4_to_ep2_zero1"; fi
+
+# ---- expert parallelism holds only a rank's experts ----------------------------------
+# EP 4 over TP2 x DP2: each rank's state file holds the 1 of the 4 experts of
+# its EP rank (every expert's tensors in one file of the stage); and a rank
+# holds E/EP experts' parameters: EP 2 over DP 2 a rank 2 fewer experts of
+# each of the 2 MoE layers than one process, EP 4 over TP 2 one fewer than EP 2
+# over TP 2 (tiny.yaml's GeLU experts: fc (48, 32) and its bias, proj (32, 48)
+# and its bias)
+if python3 - "$T" <<'PY'
+import re, sys
+sys.path.insert(0, 'tests')
+import read_state
+T = sys.argv[1]
+step = f"{T}/ep4_over_tp2_dp2_zero1/ck/step_00000008"
+owner = {}
+for f in read_state.read_meta(step)['files']:
+    found = {}
+    read_state.read_file(f"{step}/{f['name']}", f['bytes'], f['crc32'], found)
+    experts = {int(m.group(1)) for n in found
+               if (m := re.match(r'param/h\.\d+\.mlp\.experts\.(\d+)\.', n))}
+    assert len(experts) == 1, (f['name'], experts)
+    owner.setdefault(experts.pop(), []).append(f['name'])
+assert sorted(owner) == [0, 1, 2, 3] and all(len(v) == 1 for v in owner.values()), owner
+elems = lambda run: int(re.search(r'parameter elements (\d+)', open(f"{T}/{run}/log").read()).group(1))
+expert = 48 * 32 + 48 + 32 * 48 + 32
+assert elems('ref') - elems('ep2_over_dp2') == 2 * 2 * expert, (elems('ref'), elems('ep2_over_dp2'))
+assert elems('ep2_over_tp2_dp2') - elems('ep4_over_tp2_dp2_zero1') == 2 * 1 * expert
+PY
+then pass ep4_rank_holds_only_its_experts
+else fail ep4_rank_holds_only_its_experts "see $T/ep4_over_tp2_dp2_zero1"; fi
+
 # ---- refusals -----------------------------------------------------------------------
 out=$($MPI -np 2 "$LT" train configs/tiny.yaml $BASE parallel.expert_model_parallel_size=4 2>&1 </dev/null)
 if [ $? -ne 0 ] && echo "$out" | grep -q "must divide the ranks of a pipeline stage"; then

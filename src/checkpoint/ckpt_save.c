@@ -22,10 +22,11 @@
 typedef struct {
     const LtConfig *cfg;
     LtBackend *be;
-    LtStateSrc src;
+    LtStateSrc src, esrc;       /* esrc: the experts' (expert parallelism), chained to src */
     float *copy[LT_CKPT_KINDS]; /* host copies of this rank's slice (n elements each; the
                                  * backend's host memory: page-locked on a GPU) */
-    size_t n;
+    float *ecopy[LT_CKPT_KINDS]; /* of its slice of the experts' (en each), or NULL */
+    size_t n, en;
     LtCkptMeta meta;
     char tmp[LT_PATH_MAX + 64], path[LT_PATH_MAX + 160];
     int rc;
@@ -43,7 +44,8 @@ static struct {
 
 static void *ckpt_write(void *arg) {
     CkptWrite *w = arg;
-    LT_TRACE_BEGIN("checkpoint write", "\"step\": %ld, \"elements\": %zu", w->meta.step, w->n);
+    LT_TRACE_BEGIN("checkpoint write", "\"step\": %ld, \"elements\": %zu", w->meta.step,
+                   w->n + w->en);
     const double t0 = lt_now();
     uint64_t bytes;
     uint32_t crc;
@@ -80,8 +82,21 @@ static void ckpt_write_free(CkptWrite *w) {
     for (int k = 0; k < LT_CKPT_KINDS; k++) {
         w->be->ops->host_free(w->be, w->copy[k]);
         lt_ckpt_mem_uncount(w->n * sizeof(float));
+        if (!w->ecopy[k]) continue;
+        w->be->ops->host_free(w->be, w->ecopy[k]);
+        lt_ckpt_mem_uncount(w->en * sizeof(float));
     }
     free(w);
+}
+
+/* Host copies of the slice [lo, lo + n) of o's state (the writer's own). */
+static void copy_state(CkptWrite *w, LtOptimizer *o, size_t lo, size_t n,
+                       float *copy[LT_CKPT_KINDS]) {
+    for (int k = 0; k < LT_CKPT_KINDS; k++) {
+        copy[k] = w->be->ops->host_alloc(w->be, n ? n * sizeof(float) : sizeof(float));
+        lt_ckpt_mem_count(n * sizeof(float));
+    }
+    lt_optim_download_state(o, lo, n, copy[0], copy[1], copy[2]);
 }
 
 /* After every rank's write (collective): the first rank completes the
@@ -119,7 +134,8 @@ static void ckpt_finish(LtRun *r, CkptWrite *w, const char *how, double blocked)
            "of the first rank: state copy %zu bytes + checkpoint buffers peak %zu bytes (I/O "
            "buffer %zu); the whole model's state is %zu bytes%s)\n",
            w->meta.step, c->checkpoint.dir, how, w->seconds, blocked,
-           LT_CKPT_KINDS * w->n * sizeof(float), lt_ckpt_mem_peak() - LT_CKPT_KINDS * w->n * sizeof(float),
+           LT_CKPT_KINDS * (w->n + w->en) * sizeof(float),
+           lt_ckpt_mem_peak() - LT_CKPT_KINDS * (w->n + w->en) * sizeof(float),
            (size_t)c->checkpoint.io_buffer_mib << 20, 3 * r->global.total * sizeof(float),
            pruned ? "; older ones beyond checkpoint.keep_last removed" : "");
     ckpt_write_free(w);
@@ -171,13 +187,17 @@ void lt_run_save_checkpoint(LtRun *r, long step) {
     size_t lo;
     lt_optim_save_range(r->opt, &lo, &w->n);
     w->be = r->be;
-    for (int k = 0; k < LT_CKPT_KINDS; k++) {
-        w->copy[k] = r->be->ops->host_alloc(r->be, w->n ? w->n * sizeof(float) : sizeof(float));
-        lt_ckpt_mem_count(w->n * sizeof(float));
-    }
-    lt_optim_download_state(r->opt, lo, w->n, w->copy[0], w->copy[1], w->copy[2]);
+    copy_state(w, r->opt, lo, w->n, w->copy);
     w->src = (LtStateSrc){&r->model->table, lo, lo + w->n, r->coords.tp == 0,
-                          {w->copy[0], w->copy[1], w->copy[2]}};
+                          {w->copy[0], w->copy[1], w->copy[2]}, NULL};
+    if (r->eopt) { /* this rank's experts: its expert-data-parallel slice of them, each
+                    * expert saved by one rank of the stage (replicated over none) */
+        lt_optim_save_range(r->eopt, &lo, &w->en);
+        copy_state(w, r->eopt, lo, w->en, w->ecopy);
+        w->esrc = (LtStateSrc){&r->model->etable, lo, lo + w->en, 1,
+                               {w->ecopy[0], w->ecopy[1], w->ecopy[2]}, NULL};
+        w->src.next = &w->esrc;
+    }
     g_save.w = w;
     g_save.threaded = c->checkpoint.async;
     if (c->checkpoint.async) { /* the copies are the writer's own */

@@ -128,46 +128,57 @@ static void encode_rec(unsigned char *b, const Piece *r) {
     put_u32(b + 212, r->nblocks);
 }
 
-/* The pieces of src with their data pointers; offsets assigned from the
- * table's end. */
-static Piece *plan_pieces(const LtStateSrc *src, const float ***data, uint32_t *np,
-                          uint64_t *data_start) {
+/* A growing list of pieces and their data pointers. */
+typedef struct {
+    Piece *pc;
+    const float **dp;
+    uint32_t n, cap;
+} PieceList;
+
+/* Append the pieces of kind k of one source. */
+static void add_pieces(PieceList *l, const LtStateSrc *src, int k) {
     const LtParamTable *t = src->t;
-    uint32_t cap = 64, n = 0;
-    Piece *pc = lt_calloc(sizeof(Piece) * cap);
-    const float **dp = lt_calloc(sizeof(float *) * cap);
-    for (int k = 0; k < LT_CKPT_KINDS; k++) {
-        if (!src->arr[k]) continue;
-        for (int i = 0; i < t->n; i++) {
-            const LtParam *p = &t->p[i];
-            if (p->tied_copy || (p->split == LT_SPLIT_NONE && !src->with_replicated)) continue;
-            size_t a = p->offset > src->lo ? p->offset : src->lo;
-            size_t b = p->offset + p->numel < src->hi ? p->offset + p->numel : src->hi;
-            if (a >= b) continue;
-            LtRect rc[LT_MAX_RECTS];
-            const int nr = lt_param_rects(t, p, a - p->offset, b - p->offset, rc);
-            for (int j = 0; j < nr; j++) {
-                if (n == cap) {
-                    cap *= 2;
-                    pc = realloc(pc, sizeof(Piece) * cap);
-                    dp = realloc(dp, sizeof(float *) * cap);
-                    if (!pc || !dp) lt_fatal("out of memory planning a checkpoint file");
-                }
-                Piece *q = &pc[n];
-                memset(q, 0, sizeof *q);
-                snprintf(q->name, sizeof q->name, "%s/%s", lt_ckpt_kind_name[k], p->name);
-                q->ndim = (uint32_t)p->ndim;
-                q->gshape[0] = p->gshape[0];
-                q->gshape[1] = p->ndim == 2 ? p->gshape[1] : 1;
-                q->start[0] = rc[j].r0, q->start[1] = rc[j].c0;
-                q->count[0] = rc[j].nr, q->count[1] = rc[j].nc;
-                q->nbytes = 4 * (uint64_t)(rc[j].nr * rc[j].nc);
-                q->block = CRC_BLOCK;
-                q->nblocks = (uint32_t)((q->nbytes + CRC_BLOCK - 1) / CRC_BLOCK);
-                dp[n++] = src->arr[k] + (p->offset + rc[j].local - src->lo);
+    for (int i = 0; i < t->n; i++) {
+        const LtParam *p = &t->p[i];
+        if (p->tied_copy || (p->split == LT_SPLIT_NONE && !src->with_replicated)) continue;
+        size_t a = p->offset > src->lo ? p->offset : src->lo;
+        size_t b = p->offset + p->numel < src->hi ? p->offset + p->numel : src->hi;
+        if (a >= b) continue;
+        LtRect rc[LT_MAX_RECTS];
+        const int nr = lt_param_rects(t, p, a - p->offset, b - p->offset, rc);
+        for (int j = 0; j < nr; j++) {
+            if (l->n == l->cap) {
+                l->cap *= 2;
+                l->pc = realloc(l->pc, sizeof(Piece) * l->cap);
+                l->dp = realloc(l->dp, sizeof(float *) * l->cap);
+                if (!l->pc || !l->dp) lt_fatal("out of memory planning a checkpoint file");
             }
+            Piece *q = &l->pc[l->n];
+            memset(q, 0, sizeof *q);
+            snprintf(q->name, sizeof q->name, "%s/%s", lt_ckpt_kind_name[k], p->name);
+            q->ndim = (uint32_t)p->ndim;
+            q->gshape[0] = p->gshape[0];
+            q->gshape[1] = p->ndim == 2 ? p->gshape[1] : 1;
+            q->start[0] = rc[j].r0, q->start[1] = rc[j].c0;
+            q->count[0] = rc[j].nr, q->count[1] = rc[j].nc;
+            q->nbytes = 4 * (uint64_t)(rc[j].nr * rc[j].nc);
+            q->block = CRC_BLOCK;
+            q->nblocks = (uint32_t)((q->nbytes + CRC_BLOCK - 1) / CRC_BLOCK);
+            l->dp[l->n++] = src->arr[k] + (p->offset + rc[j].local - src->lo);
         }
     }
+}
+
+/* The pieces of src and the sources it chains, kind by kind, with their data
+ * pointers; offsets assigned from the table's end. */
+static Piece *plan_pieces(const LtStateSrc *src, const float ***data, uint32_t *np,
+                          uint64_t *data_start) {
+    PieceList l = {lt_calloc(sizeof(Piece) * 64), lt_calloc(sizeof(float *) * 64), 0, 64};
+    for (int k = 0; k < LT_CKPT_KINDS; k++)
+        for (const LtStateSrc *s = src; s; s = s->next)
+            if (s->arr[k]) add_pieces(&l, s, k);
+    Piece *pc = l.pc;
+    const uint32_t n = l.n;
     uint64_t crc_off = HDR_BYTES + (uint64_t)REC_BYTES * n;
     for (uint32_t i = 0; i < n; i++) {
         pc[i].crc_offset = crc_off;
@@ -179,7 +190,7 @@ static Piece *plan_pieces(const LtStateSrc *src, const float ***data, uint32_t *
         pc[i].offset = off;
         off = align_up(off + pc[i].nbytes);
     }
-    *data = dp;
+    *data = l.dp;
     *np = n;
     return pc;
 }

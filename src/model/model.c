@@ -402,7 +402,11 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     m->pp = place.pp;
     m->pp_rank = place.pp_rank;
     m->vpp = place.vpp;
-    lt_params_build_stage(&m->table, d, m->in->tp_size, m->in->tp_rank, place);
+    if (m->in->ep) /* only this rank's experts, in a table of their own */
+        lt_params_build_split(&m->table, &m->etable, d, m->in->tp_size, m->in->tp_rank, place,
+                              lt_comm_size(m->in->ep), lt_comm_rank(m->in->ep));
+    else
+        lt_params_build_stage(&m->table, d, m->in->tp_size, m->in->tp_rank, place);
     m->max_chunk_layers = m->table.max_chunk_layers;
     m->in->heads_local = d->heads / m->in->tp_size;
     m->in->kv_local = lt_dims_kv_heads(d) / m->in->tp_size;
@@ -423,8 +427,10 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     m->boundary = R * C;
     m->in->sp_partial = lt_calloc((size_t)m->table.n);
     for (int i = 0; i < m->table.n; i++) { /* weights that see only this rank's tokens: the
-                                            * norms', the router's, the (whole) experts';
-                                            * and (any TP) only this rank's heads: q/k norms */
+                                            * norms', the router's, the (whole) experts'
+                                            * when they are in the table (EP 1: under EP the
+                                            * expert-data-parallel sum covers TP); and (any
+                                            * TP) only this rank's heads: q/k norms */
         const char *nm = m->table.p[i].name;
         const int heads = strstr(nm, ".attn.q_norm.") || strstr(nm, ".attn.k_norm.");
         m->in->sp_partial[i] = (m->sp && (strstr(nm, "ln_") || strstr(nm, ".mlp.router.") ||
@@ -438,6 +444,12 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
 
     m->params = act_alloc(m, m->flat, &m->mem.params);
     setup_grads(m, opt ? opt->grad_buckets : 0);
+    if (m->etable.n) {
+        m->eflat = opt->eflat ? opt->eflat : m->etable.total;
+        LT_CHECK(m->eflat >= m->etable.total);
+        m->eparams = act_alloc(m, m->eflat, &m->mem.params);
+        m->egrads = f32_alloc(m, m->eflat, &m->mem.grads);
+    }
     m->in->stage_f32 = f32_alloc(m, (size_t)d->padded_vocab, &m->mem.workspace);
 
     m->recompute = opt ? opt->recompute : 0;
@@ -503,6 +515,7 @@ void lt_model_destroy(LtModel *m) {
     if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE) fr(be, m->in->shared.atty);
     const struct LtModelInternal *in = m->in;
     void *ps[] = {m->params,   m->grads,      in->emb_grads,   in->stage_f32, in->lnf,
+                  m->eparams,  m->egrads,
                   in->meanf,   in->rstdf,     in->xlast,       in->scratch_c, in->scratch_sp,
                   in->dfull,   in->dc,        in->d3c,         in->dff,       in->dgu,
                   in->rope_cs, in->logits,    in->losses,      in->xstat,     in->targets,
@@ -523,6 +536,7 @@ void lt_model_destroy(LtModel *m) {
     free(m->in->host_kw);
     free(m->in->swa);
     lt_params_free(&m->table);
+    lt_params_free(&m->etable);
     free(m->in);
     free(m);
 }
@@ -623,15 +637,24 @@ void lt_model_moe_take(LtModel *m, LtMoeStats *out) {
     }
 }
 
-void lt_model_set_params(LtModel *m, const float *host) {
-    /* stage through a temporary fp32 device buffer and cast (not in the step loop) */
+/* dst (compute dtype) = n fp32 host values, staged through a temporary fp32
+ * device buffer and cast (not in the step loop). */
+static void set_from_host(LtModel *m, void *dst, const float *host, size_t n) {
     LtBackend *be = m->be;
-    size_t bytes = m->table.total * sizeof(float);
-    float *tmp = be->ops->alloc(be, bytes);
-    be->ops->upload(be, tmp, host, bytes);
-    be->ops->act_from_f32(be, m->params, tmp, m->table.total);
+    if (!n) return;
+    float *tmp = be->ops->alloc(be, n * sizeof(float));
+    be->ops->upload(be, tmp, host, n * sizeof(float));
+    be->ops->act_from_f32(be, dst, tmp, n);
     be->ops->synchronize(be);
     be->ops->free(be, tmp);
+}
+
+void lt_model_set_params(LtModel *m, const float *host) {
+    set_from_host(m, m->params, host, m->table.total);
+}
+
+void lt_model_set_expert_params(LtModel *m, const float *host) {
+    set_from_host(m, m->eparams, host, m->etable.total);
 }
 
 void lt_model_set_grad_hook(LtModel *m, LtGradReadyFn fn, void *ctx) {
@@ -670,6 +693,7 @@ void lt_model_zero_grads(LtModel *m) {
     m->be->ops->zero(m->be, m->grads, m->in->grads_len * sizeof(float));
     if (m->in->emb_grads)
         m->be->ops->zero(m->be, m->in->emb_grads, m->in->emb_grads_len * sizeof(float));
+    if (m->egrads) m->be->ops->zero(m->be, m->egrads, m->eflat * sizeof(float));
 }
 
 int lt_model_chunk_first(const LtModel *m, int c) { return m->pp_rank == 0 && c == 0; }
@@ -727,19 +751,30 @@ static void *rows_at(const LtModel *m, void *x, size_t row, int C) {
 static LtMoeCtx moe_ctx(const LtModel *m) {
     return (LtMoeCtx){&m->d.moe, m->sp ? m->tp : NULL, m->in->ep, m->in->moe_aux_weight};
 }
-/* MoE layer l's router and expert tensors (params.h's order). */
+/* Expert tensor i of the expert table: its weights and gradient. */
+static void *eparam(const LtModel *m, int i) {
+    return (char *)m->eparams + lt_act_bytes(m->be, m->etable.p[i].offset);
+}
+static float *egrad(const LtModel *m, int i) { return m->egrads + m->etable.p[i].offset; }
+
+/* MoE layer l's router and expert tensors (params.h's order): every expert's
+ * from the table, or under expert parallelism this rank's (at their global
+ * index e; the others' entries are left unset) from the expert table. */
 static LtMoeWeights moe_weights(LtModel *m, int l) {
-    const int r = router_idx(m, l), fp = ffn_params(m);
-    for (int e = 0; e < m->d.moe.experts; e++) {
-        const int b = r + 1 + !!m->d.moe.expert_bias + e * fp;
+    const int r = router_idx(m, l), fp = ffn_params(m), E = m->d.moe.experts;
+    const int split = m->etable.n > 0, El = split ? E / lt_comm_size(m->in->ep) : E,
+              e0 = split ? lt_comm_rank(m->in->ep) * El : 0;
+    for (int e = e0; e < e0 + El; e++) {
+        const int b = split ? m->etable.layer_first[l] + (e - e0) * fp
+                            : r + 1 + !!m->d.moe.expert_bias + e * fp;
+        void *(*w)(const LtModel *, int) = split ? eparam : param;
+        float *(*g)(const LtModel *, int) = split ? egrad : grad;
         LtExpertTensors *t = &m->in->moe_exp[e];
         if (is_llama(m))
-            *t = (LtExpertTensors){param(m, b), NULL, param(m, b + 1), NULL,
-                                   grad(m, b),  NULL, grad(m, b + 1),  NULL};
+            *t = (LtExpertTensors){w(m, b), NULL, w(m, b + 1), NULL, g(m, b), NULL, g(m, b + 1), NULL};
         else
-            *t = (LtExpertTensors){param(m, b),     param(m, b + 1), param(m, b + 2),
-                                   param(m, b + 3), grad(m, b),      grad(m, b + 1),
-                                   grad(m, b + 2),  grad(m, b + 3)};
+            *t = (LtExpertTensors){w(m, b),     w(m, b + 1), w(m, b + 2), w(m, b + 3),
+                                   g(m, b),     g(m, b + 1), g(m, b + 2), g(m, b + 3)};
     }
     return (LtMoeWeights){param(m, r), m->d.moe.expert_bias ? param(m, r + 1) : NULL, grad(m, r),
                           m->in->moe_exp};

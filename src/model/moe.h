@@ -14,10 +14,11 @@
  * rank of the group. The permuted rows, in expert-major order, go to their
  * experts' ranks by an all-to-all (row counts per expert exchanged first),
  * are reordered there by local expert, run through the experts and go back
- * the same way; the backward mirrors it. Every rank holds every expert's
- * weights: a rank's gradients of the experts it does not compute stay zero,
- * and the sums over TP (sequence parallelism) and DP that every weight's
- * gradient goes through complete each expert's. */
+ * the same way; the backward mirrors it. A rank holds only the weights of the
+ * experts it computes (the model's expert table, model.h), and their
+ * gradients, taken from the tokens of its whole EP group, are completed by
+ * the sum over the expert-data-parallel group (the stage's ranks holding the
+ * same experts), which the experts' optimizer does (optim.h). */
 #ifndef LT_MODEL_MOE_H
 #define LT_MODEL_MOE_H
 
@@ -52,7 +53,7 @@ typedef struct {
     const void *router;   /* (E, C) */
     const void *bias;     /* (E) the expert bias (aux-loss-free balancing), or NULL */
     float *grouter;
-    LtExpertTensors *expert; /* E */
+    LtExpertTensors *expert; /* E, by global index: under EP only this rank's are set */
 } LtMoeWeights;
 
 /* What one layer keeps from forward to backward (device memory, but host_off). */

@@ -180,6 +180,7 @@ int lt_optim_bucket_of(const LtOptimizer *o, size_t i) {
 
 void lt_optim_zero_grad(LtOptimizer *o) {
     if (o->zero_stage == 2) o->be->ops->zero(o->be, o->grad_shard, o->shard_len * sizeof(float));
+    if (o->experts) lt_optim_zero_grad(o->experts);
 }
 
 /* Overlap of [a0, a1) and [b0, b1) (0 when disjoint); *start its beginning. */
@@ -284,15 +285,16 @@ void lt_optim_bucket_start(LtOptimizer *o, int k, float *grads) {
 void lt_optim_reduce_grads(LtOptimizer *o, float *grads) {
     if (o->zero_stage == 2) { /* the buckets were reduced during backward */
         while (o->ring && o->ring->n) ring_complete_oldest(o);
-        return;
+    } else {
+        /* (a started request keeps its op name, also when it completed at once) */
+        for (int k = o->nbuckets - 1; k >= 0; k--)
+            if (!o->greq[k].op) lt_optim_bucket_start(o, k, grads);
+        for (int k = o->nbuckets - 1; k >= 0; k--) {
+            lt_comm_finish(&o->greq[k]);
+            memset(&o->greq[k], 0, sizeof o->greq[k]);
+        }
     }
-    /* (a started request keeps its op name, also when it completed at once) */
-    for (int k = o->nbuckets - 1; k >= 0; k--)
-        if (!o->greq[k].op) lt_optim_bucket_start(o, k, grads);
-    for (int k = o->nbuckets - 1; k >= 0; k--) {
-        lt_comm_finish(&o->greq[k]);
-        memset(&o->greq[k], 0, sizeof o->greq[k]);
-    }
+    if (o->experts) lt_optim_reduce_grads(o->experts, o->egrads);
 }
 
 /* ---- the parameter gather, bucket by bucket ---- */
@@ -341,6 +343,17 @@ void lt_optim_set_pp(LtOptimizer *o, const LtComm *pp) {
     o->pp = pp && lt_comm_size(pp) > 1 ? pp : NULL;
 }
 
+void lt_optim_set_ep(LtOptimizer *o, const LtComm *ep) {
+    o->ep = ep && lt_comm_size(ep) > 1 ? ep : NULL;
+}
+
+void lt_optim_attach_experts(LtOptimizer *o, LtOptimizer *e, void *eparams, float *egrads) {
+    LT_CHECK(!o->experts && !e->experts && e->zero_stage <= 1);
+    o->experts = e;
+    o->eparams = eparams;
+    o->egrads = egrads;
+}
+
 /* ss[0] (device) += sum of squares of the gradient over flat range [b0, b1)
  * (g indexed from flat position `base`), counting parameters replicated over
  * TP only on TP rank 0 and a tied copy of another stage's parameter not at
@@ -366,6 +379,26 @@ static void counted_sumsq(LtOptimizer *o, double *ss, const float *g, size_t bas
     if (run_n) o->be->ops->sum_f64(o->be, ss, g + (run - base), run_n, 1);
 }
 
+/* ss_dev[0], the dense part's sum over the stage's TP x DP ranks (the same on
+ * each), becomes the whole model's: it is kept on the stage's first rank only,
+ * each rank adds its part of the experts' - its shard of its experts', or
+ * with ZeRO 0 its experts' on the first rank of each expert-data-parallel
+ * group, where every rank holds them reduced - and the sum over EDP x EP (the
+ * stage's ranks) counts every element once. */
+static void experts_sumsq(LtOptimizer *o, double *ss_dev) {
+    LtOptimizer *e = o->experts;
+    const int first = e->dp_rank == 0 && (!e->ep || lt_comm_rank(e->ep) == 0);
+    if (!first) o->be->ops->zero(o->be, ss_dev, sizeof(double));
+    if (e->zero_stage == 0) {
+        if (e->dp_rank == 0) counted_sumsq(e, ss_dev, o->egrads, 0, 0, e->table->total);
+    } else {
+        counted_sumsq(e, ss_dev, e->grad_shard, e->shard_begin, e->shard_begin,
+                      e->shard_begin + e->shard_len);
+    }
+    if (e->dp_size > 1) lt_comm_all_reduce(e->dp, ss_dev, 1, LT_COMM_F64, LT_COMM_SUM);
+    if (e->ep) lt_comm_all_reduce(e->ep, ss_dev, 1, LT_COMM_F64, LT_COMM_SUM);
+}
+
 void lt_optim_grad_sumsq(LtOptimizer *o, const float *grads, double *ss_dev,
                          const double *loss_dev) {
     LtBackend *be = o->be;
@@ -388,6 +421,7 @@ void lt_optim_grad_sumsq(LtOptimizer *o, const float *grads, double *ss_dev,
         lt_comm_all_reduce(o->dp, ss_dev, 1, LT_COMM_F64, LT_COMM_SUM);
     }
     if (o->tp) lt_comm_all_reduce(o->tp, ss_dev, 1, LT_COMM_F64, LT_COMM_SUM);
+    if (o->experts) experts_sumsq(o, ss_dev);
     if (o->pp) lt_comm_all_reduce(o->pp, ss_dev, 1, LT_COMM_F64, LT_COMM_SUM);
 }
 
@@ -404,6 +438,7 @@ float *lt_optim_grad_base(LtOptimizer *o, float *grads) {
 
 void lt_optim_skipped(LtOptimizer *o) {
     if (o->step > 0) o->step--;
+    if (o->experts) lt_optim_skipped(o->experts);
 }
 
 const float *lt_optim_clip_coef(LtOptimizer *o, const double *ss_dev, double clip) {
@@ -443,10 +478,12 @@ void lt_optim_step(LtOptimizer *o, void *params, const float *grads, double lr,
         }
         i = j + 1;
     }
-    if (o->zero_stage == 0) return;
-    /* every rank gets the updated shards of the others */
-    params_gather_start(o, params);
-    if (!o->overlap_param) lt_optim_params_wait_all(o);
+    if (o->zero_stage > 0) { /* every rank gets the updated shards of the others */
+        params_gather_start(o, params);
+        if (!o->overlap_param) lt_optim_params_wait_all(o);
+    }
+    if (o->experts)
+        lt_optim_step(o->experts, o->eparams, o->egrads, lr, grad_scale, grad_scale_dev);
 }
 
 /* Slice r of S elements of a flat space, clipped to the table's total. */

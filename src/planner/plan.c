@@ -90,8 +90,12 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     if (slots < 1)
         return lt_errorf(err, errlen, "no valid pipeline schedule for pp %d, vpp %d, %d micro batches",
                          pp, vpp, M);
-    LtParamTable t;
-    lt_params_build_stage(&t, &d, tp, 0, (LtStagePlace){pp, stage, vpp, lt_config_layer_split(c)});
+    LtParamTable t, et = {0}; /* the stage's table; under EP, the dense part and EP rank 0's
+                               * experts (every EP rank holds as many) */
+    const LtStagePlace place = {pp, stage, vpp, lt_config_layer_split(c)};
+    const int ep = c->parallel.expert_model_parallel_size;
+    if (ep > 1) lt_params_build_split(&t, &et, &d, tp, 0, place, ep, 0);
+    else lt_params_build_stage(&t, &d, tp, 0, place);
     const size_t flat = lt_optim_flat_size(&t, dp);
     int moe_any;
     const size_t F = stage_ffn(&t, &d, tp, &moe_any);
@@ -113,6 +117,15 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
         out->grads = 4 * flat + (zero >= 1 ? 4 * shard : 0);
     }
     out->optimizer = 3 * 4 * shard; /* fp32 master, Adam m and v */
+    if (et.total) { /* the experts' buffers and optimizer (engine.c, setup_experts) */
+        const int edp = tp * dp / ep, ez = edp > 1 && c->optimizer.zero_stage > 0;
+        const size_t eflat = lt_optim_flat_size(&et, edp), eshard = ez ? eflat / (size_t)edp : eflat;
+        out->expert_elems = eflat;
+        out->params += a * eflat;
+        out->grads += 4 * eflat + (ez ? 4 * eshard : 0);
+        out->optimizer += 3 * 4 * eshard;
+    }
+    lt_params_free(&et);
 
     /* activations kept per layer, per micro batch in flight (Korthikanti et
      * al.'s sbh terms for lattice's tensors; flash attention keeps only the
@@ -502,7 +515,7 @@ static double pipeline_makespan(const PassModel *pm, const StepSizes *z, const P
 static void dp_time(const LtConfig *c, const LtPlanDevice *g, int gpn, const StepSizes *z,
                     const PipeTimes *t, double layers, Cand *k) {
     const double a = z->a, lat = z->lat, passes = z->V * (double)z->M;
-    const double local = (double)k->mem.params / a;
+    const double experts = (double)k->mem.expert_elems, local = (double)k->mem.params / a - experts;
     const double dp_gbs = k->tp * k->dp > gpn ? g->net_gbs : g->intra_gbs;
     const double reduce = k->zero == 0 ? ring(4.0 * local, k->dp, dp_gbs, lat)
                                        : ring(4.0 * local, k->dp, dp_gbs, lat) / 2.0;
@@ -522,6 +535,14 @@ static void dp_time(const LtConfig *c, const LtPlanDevice *g, int gpn, const Ste
     gather_x = k->ov_param ? exposed(gather, z->V * t->tf_all, gather / buckets) : gather;
     k->dp_comm = reduce_x + gather_x;
     k->hidden_dp = fmax(0.0, (k->zero == 2 ? z->M * reduce : reduce) + gather - k->dp_comm);
+    /* expert parallelism: the experts' reduction over their data-parallel group
+     * (a reduce-scatter and gather with ZeRO >= 1) after the dense one, not overlapped */
+    const int edp = k->tp * k->dp / (k->ep > 0 ? k->ep : 1);
+    if (experts > 0.0 && edp > 1) {
+        const double er = ring(4.0 * experts, edp, dp_gbs, lat);
+        k->dp_comm += c->optimizer.zero_stage ? er / 2.0 + ring(a * experts, edp, dp_gbs, lat) / 2.0
+                                              : er;
+    }
 }
 
 /* Predicted step time; sim: take the makespan from the schedule simulator.
@@ -555,8 +576,10 @@ void lt_plan_step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *
     k->bubble = makespan - busy - k->tp_comm - k->pp_comm - k->ep_comm;
     if (k->bubble < 0) k->bubble = 0;
     dp_time(c, g, gpn, &z, &t, layers, k);
-    const double local = (double)k->mem.params / z.a;
-    const double shard = k->zero ? local / k->dp : local;
+    const double experts = (double)k->mem.expert_elems, local = (double)k->mem.params / z.a;
+    const int edp = k->tp * k->dp / (k->ep > 0 ? k->ep : 1);
+    const double shard = (k->zero ? (local - experts) / k->dp : local - experts) +
+                         (c->optimizer.zero_stage && edp > 1 ? experts / edp : experts);
     k->optim = shard * (28.0 + z.a) / (g->optim_gbs * 1e9);
     /* the step's gradient zeroing: 4 bytes written per local parameter */
     const double zero_bytes = 4.0 * local, zero = zero_bytes / (g->elem_gbs * 1e9);

@@ -227,6 +227,8 @@ static void setup_groups(LtRun *r) {
     if (r->topo.ep > 1) {
         n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_EP, members);
         r->ep = lt_comm_split_members_ex(members, n, "ep", o);
+        n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_EDP, members);
+        r->edp = lt_comm_split_members_ex(members, n, "edp", o);
     }
     free(members);
 }
@@ -255,10 +257,9 @@ static int resolve_load(const LtConfig *cfg, char *stepdir, size_t len) {
  * (t->total) and, when m/v are given, its ZeRO shard of the Adam moments. No
  * rank reads or holds more than that plus the I/O buffer and the state files'
  * record tables (counted by lt_ckpt_mem_*; the first rank's figures logged). */
-static void load_local_state(LtRun *r, const char *stepdir, float *master, float *m, float *v,
-                             size_t lo, size_t n, LtCkptMeta *meta) {
+static void load_local_state(LtRun *r, const LtParamTable *t, const char *stepdir, float *master,
+                             float *m, float *v, size_t lo, size_t n, LtCkptMeta *meta) {
     char err[1024];
-    const LtParamTable *t = &r->model->table;
     const size_t io = (size_t)r->cfg->checkpoint.io_buffer_mib << 20;
     lt_ckpt_mem_reset_peak();
     const size_t base = lt_ckpt_mem_peak();
@@ -320,6 +321,44 @@ static void plan_step(LtRun *r) {
         snprintf(r->plan_device, sizeof r->plan_device, "%s", dev.name);
 }
 
+/* Expert parallelism: the model's expert table (model.h) gets its values,
+ * initial or from the checkpoint in stepdir (NULL: a fresh start; meta is
+ * its), and with need_optimizer an optimizer over the expert-data-parallel
+ * group at ZeRO stage min(optimizer.zero_stage, 1), attached to the model's
+ * (optim.h), its state resumed too. */
+static void setup_experts(LtRun *r, int need_optimizer, const char *stepdir,
+                          const LtCkptMeta *meta) {
+    const LtParamTable *t = &r->model->etable;
+    if (!t->n) return;
+    LtConfig ecfg = *r->cfg;
+    if (ecfg.optimizer.zero_stage > 1) ecfg.optimizer.zero_stage = 1;
+    const int edp = lt_comm_size(r->edp), edp_rank = lt_comm_rank(r->edp);
+    float *host = lt_malloc(t->total * sizeof(float)), *m = NULL, *v = NULL;
+    size_t lo = 0, n = 0;
+    lt_optim_held_range(t, ecfg.optimizer.zero_stage, edp, edp_rank, &lo, &n);
+    if (stepdir) {
+        LtCkptMeta emeta;
+        if (need_optimizer && !meta->weights_only) {
+            m = lt_malloc((n ? n : 1) * sizeof(float));
+            v = lt_malloc((n ? n : 1) * sizeof(float));
+        }
+        load_local_state(r, t, stepdir, host, m, v, lo, n, &emeta);
+    } else {
+        lt_params_init(t, r->cfg->train.seed, host);
+    }
+    lt_model_set_expert_params(r->model, host);
+    if (need_optimizer) {
+        r->eopt = lt_optim_create(r->be, t, &ecfg, r->edp, r->model->eflat, host);
+        lt_optim_set_ep(r->eopt, r->ep);
+        lt_optim_set_pp(r->eopt, r->pp);
+        if (m) lt_optim_load_state(r->eopt, host, m, v, meta->optimizer_steps);
+        lt_optim_attach_experts(r->opt, r->eopt, r->model->eparams, r->model->egrads);
+    }
+    free(m);
+    free(v);
+    free(host);
+}
+
 /* Build backend, model, optimizer; restore a checkpoint when configured. */
 void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer) {
     memset(r, 0, sizeof *r);
@@ -346,9 +385,15 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
                                : place.vpp;
     if (slots < 1) lt_fatal("no valid pipeline schedule for pp %d, vpp %d, %d micro batches", place.pp,
                             place.vpp, r->micro_batches);
-    LtParamTable sizing;
-    lt_params_build_stage(&sizing, &d, r->topo.tp, r->coords.tp, place);
+    LtParamTable sizing, esizing = {0}; /* the model's tables, to size its buffers */
+    if (r->ep)
+        lt_params_build_split(&sizing, &esizing, &d, r->topo.tp, r->coords.tp, place, r->topo.ep,
+                              lt_comm_rank(r->ep));
+    else
+        lt_params_build_stage(&sizing, &d, r->topo.tp, r->coords.tp, place);
     LtModelOptions mo = {.flat = lt_optim_flat_size(&sizing, r->topo.dp),
+                         .eflat = esizing.total ? lt_optim_flat_size(&esizing, lt_comm_size(r->edp))
+                                                : 0,
                          .place = place,
                          .slots = slots,
                          .grad_buckets = need_optimizer && cfg->optimizer.zero_stage == 2 &&
@@ -364,6 +409,7 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
                                                 ? LT_MODEL_RECOMPUTE_SELECTIVE
                                                 : LT_MODEL_RECOMPUTE_NONE};
     lt_params_free(&sizing);
+    lt_params_free(&esizing);
     lt_params_build(&r->global, &d);
     r->model = lt_model_create(r->be, &d, cfg->train.micro_batch_size, cfg->model.seq_length, &mo);
     if (cfg->data.eod_mask_loss) lt_model_set_eod_mask(r->model, cfg->data.eod_token);
@@ -392,7 +438,7 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
             lt_log("checkpoint %s holds weights only: Adam starts from zero moments at step %ld\n",
                    stepdir, meta.step);
         }
-        load_local_state(r, stepdir, host, m, v, held_lo, held_n, &meta);
+        load_local_state(r, t, stepdir, host, m, v, held_lo, held_n, &meta);
         if (meta.seed != cfg->train.seed)
             lt_log("note: checkpoint was trained with train.seed=%llu, this run has %llu\n",
                    (unsigned long long)meta.seed, (unsigned long long)cfg->train.seed);
@@ -415,6 +461,7 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
     free(m);
     free(v);
     free(host);
+    setup_experts(r, need_optimizer, resume ? stepdir : NULL, &meta);
     if (resume) lt_log("resumed from %s at step %ld\n", stepdir, r->start_step);
     r->peak_tflops = lt_peak_tflops(r->be, cfg, &r->peak_source);
     if (need_optimizer) plan_step(r);
@@ -434,6 +481,7 @@ void lt_run_teardown(LtRun *r) {
     lt_blend_order_destroy(r->valid_order);
     lt_grads_destroy(r->grads);
     lt_optim_destroy(r->opt);
+    lt_optim_destroy(r->eopt);
     lt_pipeline_destroy(r->pipe);
     lt_model_destroy(r->model);
     lt_comm_free(r->dp); /* before the backend: NCCL and pinned staging use its GPU */
@@ -441,6 +489,7 @@ void lt_run_teardown(LtRun *r) {
     lt_comm_free(r->pp);
     lt_comm_free(r->emb);
     lt_comm_free(r->ep);
+    lt_comm_free(r->edp);
     lt_backend_destroy(r->be);
     lt_params_free(&r->global);
 }
@@ -450,11 +499,11 @@ void lt_run_teardown(LtRun *r) {
  * receive buffer and staging ring. */
 static LtPlanMemory run_memory(const LtRun *r) {
     const LtModelMemory *m = &r->model->mem;
-    const LtOptimizer *o = r->opt;
+    const LtOptimizer *o = r->opt, *e = r->eopt;
     return (LtPlanMemory){
         .params = m->params,
-        .grads = m->grads + (o ? o->grad_bytes : 0),
-        .optimizer = o ? o->state_bytes : 0,
+        .grads = m->grads + (o ? o->grad_bytes : 0) + (e ? e->grad_bytes : 0),
+        .optimizer = (o ? o->state_bytes : 0) + (e ? e->state_bytes : 0),
         .activations = m->activations,
         .workspace = m->workspace,
         .comm = (r->pipe ? lt_pipeline_message_bytes(r->pipe) : 0) + (o ? o->comm_bytes : 0)};
@@ -538,7 +587,7 @@ void lt_run_print_summary(const LtRun *r) {
     lt_log("memory bytes per rank: params=%zu grads=%zu optimizer=%zu activations=%zu "
            "workspace=%zu comm=%zu (parameter elements %zu)\n",
            mem.params, mem.grads, mem.optimizer, mem.activations, mem.workspace, mem.comm,
-           r->model->table.total);
+           r->model->table.total + r->model->etable.total);
     LtPlanMemory pm; /* the planner's prediction for this rank, beside what it allocated */
     char perr[256];
     const int planned = r->opt && lt_plan_memory(r->cfg, r->world->world, r->coords.pp,

@@ -32,6 +32,8 @@ typedef struct {
     LtBackend *be;
     LtModel *model;
     LtOptimizer *opt;
+    LtOptimizer *eopt;  /* expert parallelism: the experts' optimizer (over edp, ZeRO at most
+                         * 1), attached to opt (optim.h); NULL without the model's etable */
     LtGrads *grads;     /* gradient finalisation (training only) */
     LtTokenFile *train, *valid; /* the first dataset of train_blend, of valid_blend */
     LtBlend *train_blend;       /* data.train_path's datasets (one for a single file) */
@@ -51,6 +53,7 @@ typedef struct {
     LtComm *pp;         /* pipeline group: stage-to-stage sends (MPI; staged with CUDA) */
     LtComm *ep;         /* expert-parallel group (parallel.expert_model_parallel_size > 1;
                          * NULL otherwise), folded into the stage's TP x DP ranks */
+    LtComm *edp;        /* with it, the expert-data-parallel group (topology.h) */
     LtComm *emb;        /* embedding group: first and last stage (pp > 1 with a tied LM
                          * head; else NULL) */
     LtPipeline *pipe;   /* walks this rank's schedule */
