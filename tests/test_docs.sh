@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_docs.sh BUILD_DIR - the documentation cannot drift from the code:
 #   docs_config_keys   every key the binary knows (the resolved config it
-#                      prints: every entry of src/config/config.c's key table)
+#                      prints: every entry of src/config/config_keys.c's key table)
 #                      has a row in docs/configuration.md under its section,
 #                      and every key documented there exists;
 #   docs_linked        every docs/*.md is linked from README.md;

@@ -1,4 +1,4 @@
-/* fuzz_config.c - libFuzzer target for the config loader (src/config*.c): the
+/* fuzz_config.c - libFuzzer target for the config loader (src/config/): the
  * input is a YAML file, loaded with no overrides and validated for 1 and 8
  * ranks. */
 #include "config.h"
