@@ -83,7 +83,7 @@ static void usage(FILE *f) {
             "       lattice schedule --pp P [--vpp V] --micro-batches M [--fwd-cost F] "
             "[--bwd-cost B] [--latency L] [--svg FILE]\n"
             "       lattice schedule CONFIG.yaml [--world N] [section.key=value ...] [--svg FILE]\n"
-            "       lattice plan   CONFIG.yaml [--gpus N] [--gpus-per-node G] [--gpu h100|h200|a100|cpu]\n"
+            "       lattice plan   CONFIG.yaml [--gpus N] [--gpus-per-node G] [--gpu h100|h200|b200|a100|cpu]\n"
             "                      [--gpu-mem-gib M] [--calibration FILE] [--top K] [--show TPxPP[xVPP]]\n"
             "                      [--layout] [--overlap config|all|none]\n"
             "                      [section.key=value ...]\n"

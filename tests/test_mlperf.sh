@@ -295,7 +295,7 @@ full_hyperparameters gpt3_full gpt3 configs/gpt3-175b-mlperf.yaml \
 full_hyperparameters llama31_8b_full llama31_8b configs/llama3.1-8b-mlperf.yaml $LLAMA_SHRINK
 full_hyperparameters llama31_405b_full llama31_405b configs/llama3.1-405b-mlperf.yaml $LLAMA_SHRINK model.num_layers=4 \
   checkpoint.load="$T/l405-start"
-OSS_SHRINK="$LLAMA_SHRINK model.kv_channels=16 model.moe_ffn_hidden_size=64 model.window_attn_skip_freq=[1,0]
+OSS_SHRINK="$LLAMA_SHRINK parallel.expert_model_parallel_size=1 model.kv_channels=16 model.moe_ffn_hidden_size=64 model.window_attn_skip_freq=[1,0]
   data.eod_token=10"
 full_hyperparameters gpt_oss_20b_full gpt_oss_20b configs/gpt-oss-20b-mlperf.yaml $OSS_SHRINK
 full_hyperparameters gpt_oss_20b_gbs32_full gpt_oss_20b configs/gpt-oss-20b-mlperf.yaml $OSS_SHRINK \

@@ -194,6 +194,16 @@ if run ref_e8 1 $E8 &&
 then pass checkpoint_ep8_to_ep1
 else fail checkpoint_ep8_to_ep1 "see $T/ep8_to_ep1"; fi
 
+# dropless EP's receive buffers start at LT_MOE_EP_HEADROOM times the balanced
+# share (0.5 here, so the first forwards must grow them: 8 experts over EP 4)
+# and grow when a forward receives more rows; the run is one process's
+export LT_MOE_EP_HEADROOM=0.5
+if run ep4_grown_buffers 4 $E8 $EP4 && grep -q "more than their buffers held: grown to" \
+     "$T/ep4_grown_buffers/log" && err=$(compare ref_e8 ep4_grown_buffers 1e-5 1e-5 2>&1); then
+  pass ep4_buffers_grow_on_demand
+else fail ep4_buffers_grow_on_demand "$(echo "${err:-run failed or nothing grew}" | tail -1)"; fi
+unset LT_MOE_EP_HEADROOM
+
 # resume with the experts' optimizer state sharded over their data-parallel group
 # (EP 2 over TP2 x DP2, ZeRO 1: EDP 2) into EP 4 (EDP 1) and back
 if reshard ep2_zero1_to_ep4 4 "$SP $EP2 optimizer.zero_stage=1" 4 "$SP $EP4 optimizer.zero_stage=1" \

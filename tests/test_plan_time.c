@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "metrics.h"
+#include "plan_device.h"
 #include "test.h"
 
 /* A small GPT (2 layers, hidden 64, 4 heads, seq 32, vocab 256, fp32, micro
@@ -294,6 +296,34 @@ static void test_moe_all_to_all(void) {
           p[2].gemm_flops, p[0].gemm_flops);
 }
 
+/* Every device lt_plan_device_names lists has a row; a backend's device name
+ * picks its row (the B200 by "B200", also inside "GB200"), and the MFU peak
+ * table tells the GB200's 1200 W part from HGX B200's 1000 W one. */
+static void test_device_rows(void) {
+    char names[128], *save = NULL;
+    snprintf(names, sizeof names, "%s", lt_plan_device_names());
+    int n = 0;
+    for (char *t = strtok_r(names, ", ", &save); t; t = strtok_r(NULL, ", ", &save), n++) {
+        LtPlanDevice d;
+        CHECK(lt_plan_device(t, &d) == 0 && d.bf16_tflops > 0, "row %s", t);
+    }
+    CHECK(n == 5, "%d device rows", n);
+    char row[32] = "";
+    CHECK(lt_plan_device_match("NVIDIA B200", row, sizeof row) == 0 && !strcmp(row, "b200"),
+          "B200 -> %s", row);
+    CHECK(lt_plan_device_match("NVIDIA GB200", row, sizeof row) == 0 && !strcmp(row, "b200"),
+          "GB200 -> %s", row);
+    LtPlanDevice b, h;
+    lt_plan_device("b200", &b);
+    lt_plan_device("h100", &h);
+    CHECK(b.mem_gib == 180 && b.intra_gbs == 2 * h.intra_gbs && b.bf16_tflops == 2250.0,
+          "b200 row %g GiB %g GB/s %g TFLOP/s", b.mem_gib, b.intra_gbs, b.bf16_tflops);
+    CHECK(lt_peak_table("NVIDIA B200", LT_PREC_BF16) == 2250.0 &&
+              lt_peak_table("NVIDIA GB200", LT_PREC_BF16) == 2500.0,
+          "peaks %g %g", lt_peak_table("NVIDIA B200", LT_PREC_BF16),
+          lt_peak_table("NVIDIA GB200", LT_PREC_BF16));
+}
+
 int main(void) {
     RUN(test_parts_add_up);
     RUN(test_membound_scales_with_micro_batch);
@@ -303,5 +333,6 @@ int main(void) {
     RUN(test_calibration_file);
     RUN(test_moe_gemm_flops);
     RUN(test_moe_all_to_all);
+    RUN(test_device_rows);
     return test_summary();
 }

@@ -239,6 +239,20 @@ static void setup_grads(LtModel *m, int buckets) {
     }
 }
 
+/* The parameter buffer (flat elements) and the gradients; with an expert
+ * table (expert parallelism) the experts' own buffers of eflat elements. */
+static void setup_params(LtModel *m, const LtModelOptions *opt) {
+    m->flat = opt && opt->flat ? opt->flat : m->table.total;
+    LT_CHECK(m->flat >= m->table.total);
+    m->params = act_alloc(m, m->flat, &m->mem.params);
+    setup_grads(m, opt ? opt->grad_buckets : 0);
+    if (!m->etable.n) return;
+    m->eflat = opt->eflat ? opt->eflat : m->etable.total;
+    LT_CHECK(m->eflat >= m->etable.total);
+    m->eparams = act_alloc(m, m->eflat, &m->mem.params);
+    m->egrads = f32_alloc(m, m->eflat, &m->mem.grads);
+}
+
 /* One set of layer activations; fields in `share` (non-NULL) are reused. */
 static void layer_acts_alloc(LtModel *m, LtLayerActs *la, const LtLayerActs *share, size_t *a) {
     const size_t N = (size_t)m->B * m->T, C = m->d.hidden, F = m->in->ffn_max,
@@ -439,17 +453,7 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     }
     m->xent_chunk = lt_model_lm_head_chunk(N, (size_t)m->vocab_local, be->act_size,
                                            opt ? opt->lm_head_chunk : 0);
-    m->flat = opt && opt->flat ? opt->flat : m->table.total;
-    LT_CHECK(m->flat >= m->table.total);
-
-    m->params = act_alloc(m, m->flat, &m->mem.params);
-    setup_grads(m, opt ? opt->grad_buckets : 0);
-    if (m->etable.n) {
-        m->eflat = opt->eflat ? opt->eflat : m->etable.total;
-        LT_CHECK(m->eflat >= m->etable.total);
-        m->eparams = act_alloc(m, m->eflat, &m->mem.params);
-        m->egrads = f32_alloc(m, m->eflat, &m->mem.grads);
-    }
+    setup_params(m, opt);
     m->in->stage_f32 = f32_alloc(m, (size_t)d->padded_vocab, &m->mem.workspace);
 
     m->recompute = opt ? opt->recompute : 0;

@@ -41,7 +41,15 @@ LtMoeShape lt_moe_shape(const LtMoeDims *d, int arch, int B, int T, int C, int R
      * (padded: exactly) capacity rows per expert */
     long one = (long)R * (s.K < s.El ? s.K : s.El);
     if (s.capacity > 0 && (d->pad || (long)s.El * s.capacity < one)) one = (long)s.El * s.capacity;
-    s.Mr = s.ep > 1 ? (int)(one * s.ep) : s.M;
+    s.Mr_max = s.ep > 1 ? (int)(one * s.ep) : s.M;
+    s.Mr = s.Mr_max;
+    /* dropless, the worst case (every row of the group to this rank's experts) is EP
+     * times the balanced share: start at LT_MOE_EP_HEADROOM times that share (2 when
+     * unset; 0: the worst case, never grown) and grow on demand */
+    const char *env = getenv("LT_MOE_EP_HEADROOM");
+    const double head = env && *env ? atof(env) : 2.0;
+    if (s.ep > 1 && s.capacity == 0 && head > 0.0 && head * (double)rk < (double)s.Mr)
+        s.Mr = (int)ceil(head * (double)rk) > 0 ? (int)ceil(head * (double)rk) : 1;
     return s;
 }
 
@@ -77,6 +85,7 @@ void lt_moe_acts_alloc(LtBackend *be, const LtMoeShape *s, LtMoeActs *a, size_t 
     a->ye = dalloc(be, lt_act_bytes(be, Mr * C), bytes);
     a->ge = dalloc(be, Mr * i4, bytes);
     a->ginv = dalloc(be, Mr * i4, bytes);
+    a->cap = s->Mr;
     a->ep_send = lt_calloc(sizeof(size_t) * (size_t)s->ep);
     a->ep_recv = lt_calloc(sizeof(size_t) * (size_t)s->ep);
     a->loff = lt_calloc(sizeof(int) * (size_t)(s->El + 1));
@@ -107,7 +116,8 @@ void lt_moe_work_alloc(LtBackend *be, const LtMoeShape *s, LtMoeWork *w, size_t 
     w->dw = dalloc(be, R * (size_t)s->K * sizeof(float), bytes);
     w->dlogits = dalloc(be, R * (size_t)s->E * sizeof(float), bytes);
     w->bias = dalloc(be, (size_t)s->E * sizeof(float), bytes);
-    w->host_ge = s->ep > 1 ? lt_calloc(sizeof(int32_t) * 2 * (size_t)(s->Mr + 1)) : NULL;
+    w->host_ge = s->ep > 1 ? lt_calloc(sizeof(int32_t) * 2 * (size_t)(Mw + 1)) : NULL;
+    w->cap = (int)Mw;
 }
 
 void lt_moe_work_free(LtBackend *be, LtMoeWork *w) {
@@ -181,6 +191,52 @@ static void segment(const LtMoeShape *s, const LtMoeActs *a, int le, int *r, int
     *r = off[le], *n = off[le + 1] - off[le];
 }
 
+/* buf = a new buffer of n bytes in place of one of old bytes; *grown += the
+ * difference. */
+static void regrow(LtBackend *be, void **buf, size_t old, size_t n, size_t *grown) {
+    be->ops->free(be, *buf);
+    *buf = be->ops->alloc(be, n);
+    *grown += n - old;
+}
+
+/* Dropless EP: this forward receives `rows` rows, more than a's or w's
+ * buffers hold. They grow to 1.25x that (at most Mr_max): a's are rewritten
+ * by this forward, w's only live within one call, so nothing is copied. */
+static void ep_grow(LtBackend *be, const LtMoeShape *s, LtMoeActs *a, LtMoeWork *w, size_t rows) {
+    size_t cap = rows + rows / 4;
+    if (cap > (size_t)s->Mr_max) cap = (size_t)s->Mr_max;
+    const size_t C = (size_t)s->C, F = (size_t)s->F, FI = s->llama ? 2 * F : F,
+                 i4 = sizeof(int32_t), before = w->grown;
+    if (rows > (size_t)a->cap) {
+        const size_t old = (size_t)a->cap;
+        regrow(be, &a->xe, lt_act_bytes(be, old * C), lt_act_bytes(be, cap * C), &w->grown);
+        regrow(be, &a->ye, lt_act_bytes(be, old * C), lt_act_bytes(be, cap * C), &w->grown);
+        regrow(be, &a->hpre, lt_act_bytes(be, old * FI), lt_act_bytes(be, cap * FI), &w->grown);
+        regrow(be, &a->h, lt_act_bytes(be, old * F), lt_act_bytes(be, cap * F), &w->grown);
+        regrow(be, (void **)&a->ge, old * i4, cap * i4, &w->grown);
+        regrow(be, (void **)&a->ginv, old * i4, cap * i4, &w->grown);
+        a->cap = (int)cap;
+    }
+    if (rows > (size_t)w->cap) {
+        const size_t old = (size_t)w->cap;
+        void **bufs[] = {&w->dy, &w->dxp, &w->xr};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            regrow(be, bufs[i], lt_act_bytes(be, old * C), lt_act_bytes(be, cap * C), &w->grown);
+        regrow(be, &w->dh, lt_act_bytes(be, old * F), lt_act_bytes(be, cap * F), &w->grown);
+        if (w->dhpre)
+            regrow(be, &w->dhpre, lt_act_bytes(be, old * FI), lt_act_bytes(be, cap * FI),
+                   &w->grown);
+        free(w->host_ge);
+        w->host_ge = lt_calloc(sizeof(int32_t) * 2 * (cap + 1));
+        w->cap = (int)cap;
+    }
+    lt_log("moe: a forward received %zu rows for this rank's %d experts, more than their "
+           "buffers held: grown to %zu rows (+%.1f MiB; the MoE buffers are now %.1f MiB above "
+           "the %d rows they started with, which the planner counts; LT_MOE_EP_HEADROOM)\n",
+           rows, s->El, cap, (double)(w->grown - before) / 1048576.0,
+           (double)w->grown / 1048576.0, s->Mr);
+}
+
 /* EP: from this rank's rows per expert (host_off), what it sends each rank of
  * the group; the counts exchanged (host all-to-all); what it receives, rank
  * after rank, each rank's rows by local expert; the local expert-major order
@@ -206,8 +262,9 @@ static void ep_plan(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s, LtMo
         a->ep_recv[j] = rows * C;
         a->ep_send[j] = (size_t)(a->host_off[(j + 1) * El] - a->host_off[j * El]) * C;
     }
-    LT_CHECK(at <= (size_t)s->Mr);
-    int32_t *ge = w->host_ge, *ginv = w->host_ge + s->Mr;
+    LT_CHECK(at <= (size_t)s->Mr_max);
+    if (at > (size_t)a->cap || at > (size_t)w->cap) ep_grow(be, s, a, w, at);
+    int32_t *ge = w->host_ge, *ginv = w->host_ge + w->cap;
     int r = 0;
     for (int le = 0; le < El; le++) {
         a->loff[le] = r;

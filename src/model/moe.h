@@ -39,7 +39,11 @@ typedef struct {
     int M;           /* rows of the permuted buffers: max(R K, E capacity) */
     int ep, ep_rank; /* expert parallelism: group size and this rank's place */
     int El;          /* experts computed here: E / ep */
-    int Mr;          /* rows the local experts can receive: ep x what one rank sends */
+    int Mr;          /* rows the local experts' buffers hold at first: ep x what one rank
+                      * can send, or dropless under EP at most LT_MOE_EP_HEADROOM (default
+                      * 2; 0: no limit) times the balanced share R K; a forward that
+                      * receives more grows them (see lt_moe_forward) */
+    int Mr_max;      /* the most they can receive: ep x what one rank can send */
 } LtMoeShape;
 
 /* One expert's (or the router's) tensors: weights in the compute dtype and
@@ -79,7 +83,8 @@ typedef struct LtMoeActs {
      * expert-major order: xe row r = received row ge[r], ginv its inverse (device) */
     size_t *ep_send, *ep_recv; /* (ep) elements (rows x C) */
     int *loff;            /* (El + 1) */
-    int32_t *ge, *ginv;   /* (Mr) */
+    int32_t *ge, *ginv;   /* (cap) */
+    int cap;              /* rows xe, ye, hpre, h, ge and ginv hold (Mr, or grown) */
 } LtMoeActs;
 
 /* Backward workspace shared by the layers. */
@@ -88,7 +93,9 @@ typedef struct {
     void *xr;                    /* (Mw, C) EP: rows as the all-to-all delivers them */
     float *dw, *dlogits;         /* (R, K), (R, E) */
     float *bias;                 /* (E) the expert bias in fp32 for the top-k choice */
-    int32_t *host_ge;            /* (2 Mr + 2) EP: staging of the reorder and its inverse */
+    int32_t *host_ge;            /* (2 cap + 2) EP: staging of the reorder and its inverse */
+    int cap;                     /* rows of the (Mw) buffers: Mw, or grown */
+    size_t grown;                /* device bytes the buffers of every layer grew by */
 } LtMoeWork;
 
 /* The routing settings and the loss weights of a step. */
@@ -109,7 +116,11 @@ void lt_moe_work_free(LtBackend *be, LtMoeWork *w);
 
 /* Forward of the routed experts on x (R, C) into a->out (R, C); its losses and
  * loads added to acc (NULL: not counted). Waits for the device (the experts'
- * row counts, and with acc the losses). */
+ * row counts, and with acc the losses). Dropless under EP, a forward that
+ * receives more rows than a's buffers hold (or w's) grows them - to 1.25x
+ * the rows, at most Mr_max; what they held is not needed then - and says so
+ * in the log: the memory a run ends with can exceed what it started with
+ * (and what the planner counts) by w->grown bytes. */
 void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
                     const LtMoeWeights *wt, LtMoeActs *a, LtMoeWork *w, const void *x,
                     LtMoeStats *acc);

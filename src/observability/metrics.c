@@ -18,8 +18,11 @@ typedef struct {
     double bf16, fp32;   /* dense TFLOP/s (fp32 = non-tensor-core FP32) */
 } PeakEntry;
 
-/* Vendor datasheet dense peaks (no sparsity). Longer patterns first. */
+/* Vendor datasheet dense peaks (no sparsity). Longer patterns first. The
+ * B200 at HGX B200's 1000 W (GB200's B200 runs at up to 1200 W). */
 static const PeakEntry PEAKS[] = {
+    {"GB200", 2500.0, 90.0},
+    {"B200", 2250.0, 80.0},
     {"H100 PCIe", 756.0, 51.2},
     {"H100 NVL", 835.0, 60.0},
     {"H100", 989.4, 66.9},

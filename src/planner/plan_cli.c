@@ -192,7 +192,7 @@ static void scale_threads(LtPlanDevice *dev, const LtConfig *c, int world, int g
 static void usage(FILE *f) {
     fprintf(f,
             "usage: lattice plan CONFIG.yaml [--gpus N] [--gpus-per-node G]\n"
-            "                    [--gpu h100|h200|a100|cpu] [--calibration FILE]\n"
+            "                    [--gpu h100|h200|b200|a100|cpu] [--calibration FILE]\n"
             "                    [--gpu-mem-gib M] [--top K] [--show TPxPP[xVPP]]... [--layout]\n"
             "                    [--overlap config|all|none] [--samples N]\n"
             "                    [section.key=value ...]\n"

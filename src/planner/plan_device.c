@@ -81,7 +81,9 @@ static const char *const COUNT_KEYS[] = {"threads", "ranks", "ranks_per_node"};
 /* ---- the built-in rows --------------------------------------------------- */
 
 /* The GPU rows: peaks, memory, its bandwidth and NVLink (450 GB/s per GPU one
- * way; the A100's 300) are datasheet figures. Assumed, because no GPU was
+ * way; the A100's 300, the B200's 900) are datasheet figures (the B200's
+ * those of HGX B200 at 1000 W: 2.25 PFLOP/s bf16 dense, 180 GB of HBM3e at
+ * 8 TB/s). Assumed, because no GPU was
  * at hand to measure them: the GEMM efficiencies, the half-efficiency point
  * of 256 tokens, the 5 us latency per ring step, and the network (one
  * 400 Gb/s NIC per GPU, 50 GB/s; the A100's 200 Gb/s). `lattice plan
@@ -94,7 +96,8 @@ static const char *const COUNT_KEYS[] = {"threads", "ranks", "ranks_per_node"};
  * at 0.87; attention at T 2048, HD 128 in the model's count (the bench's
  * causal TFLOP/s: forward x2, backward x8/5): lattice's kernels forward 300,
  * backward 201, cuDNN 1058 and 608 - for the H100 too (the same SMs), for
- * the A100 scaled by its bf16 peak (assumed).
+ * the A100 and the B200 scaled by their bf16 peaks (assumed; lattice's own
+ * attention kernels are written for sm_80/sm_90 and have not run on a B200).
  * The cpu row was measured by `lattice plan --calibrate` on the 2-core CI
  * machine (bench/2026-11-24-cpu-calibrate.md; its memory-bound and attention
  * figures bench/2026-11-27-cpu-plan-time.md): its peaks are the measured
@@ -111,6 +114,9 @@ static const LtPlanDevice DEVICES[] = {
     {"h200", 989.4, 66.9, 141, 4800, 450, 50, 5.0, 0.62, 256,
      "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed",
      GPU_ROW(4800, 1.0)},
+    {"b200", 2250.0, 80.0, 180, 8000, 900, 50, 5.0, 0.60, 256,
+     "datasheet peaks and bandwidths (HGX B200); GEMM efficiency, latency and network assumed",
+     GPU_ROW(8000, 2250.0 / 989.4)},
     {"a100", 312.0, 19.5, 80, 2039, 300, 25, 5.0, 0.65, 256,
      "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed",
      GPU_ROW(2039, 312.0 / 989.4)},
@@ -149,7 +155,7 @@ double lt_plan_device_run_threads(const LtPlanDevice *dev, int config_threads, i
     return config_threads > 0 && config_threads < share ? config_threads : share;
 }
 
-const char *lt_plan_device_names(void) { return "h100, h200, a100, cpu"; }
+const char *lt_plan_device_names(void) { return "h100, h200, b200, a100, cpu"; }
 
 int lt_plan_device_match(const char *device_name, char *name, size_t len) {
     for (size_t i = 0; i < sizeof DEVICES / sizeof DEVICES[0]; i++)
