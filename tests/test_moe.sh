@@ -213,6 +213,16 @@ if reshard ep2_zero1_to_ep4 4 "$SP $EP2 optimizer.zero_stage=1" 4 "$SP $EP4 opti
 then pass checkpoint_ep2_edp2_zero1_to_ep4_and_back
 else fail checkpoint_ep2_edp2_zero1_to_ep4_and_back "see $T/ep2_zero1_to_ep4, $T/ep4_to_ep2_zero1"; fi
 
+# a pipeline stage without MoE layers (layer 1 dense) holds no experts and no
+# experts' optimizer, while the other stage's reduce over EP and EDP: the grad
+# norm's sums still pair up (ZeRO 1, EP 2 over DP 2)
+MIXED="model.moe_layer_freq=[1,0]"
+if run ref_mixed 1 $MIXED &&
+   run ep2_pp2_dense_stage 4 $MIXED $EP2 parallel.pipeline_model_parallel_size=2 optimizer.zero_stage=1 &&
+   err=$(compare ref_mixed ep2_pp2_dense_stage 1e-5 1e-5 2>&1); then
+  pass ep2_pp2_stage_without_experts_matches_single_process
+else fail ep2_pp2_stage_without_experts_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
+
 # ---- expert parallelism holds only a rank's experts ----------------------------------
 # EP 4 over TP2 x DP2: each rank's state file holds the 1 of the 4 experts of
 # its EP rank (every expert's tensors in one file of the stage); and a rank
