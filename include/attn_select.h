@@ -13,14 +13,17 @@
  *    one-line reason; an explicit "cudnn" that cannot be honoured is an
  *    error naming the key.
  *  - lt_attn_cudnn_call_ok: the per-call rules (sequence length, head dim,
- *    key/value heads, pointer alignment, known cuDNN bugs); a call that
- *    fails them runs on
- *    lattice's kernels (both implementations keep the same lse, so a forward
- *    from one and a backward from the other agree).
+ *    key/value heads, masks, pointer alignment, known cuDNN bugs); a call
+ *    that fails them runs on lattice's kernels (both implementations keep
+ *    the same lse, so a forward from one and a backward from the other
+ *    agree). cuDNN takes causal attention with or without a sliding window
+ *    (a band of keys before each query, one scalar per call); per-token key
+ *    starts of packed documents stay on lattice's kernels.
  *  - LtAttnPlanCache: execution plans are built once per key (direction,
- *    B, T, NH, NKV, HD, dtype, determinism, device) and reused; a key for which
- *    no plan could be built is cached too (with the reason), so it is not
- *    retried on every call. Fixed size, least recently used entry evicted.
+ *    B, T, NH, NKV, HD, window, dtype, determinism, device) and reused; a
+ *    key for which no plan could be built is cached too (with the reason),
+ *    so it is not retried on every call. Fixed size, least recently used
+ *    entry evicted.
  * The plans themselves are opaque here (void *, destroyed by a callback). */
 #ifndef LT_ATTN_SELECT_H
 #define LT_ATTN_SELECT_H
@@ -37,6 +40,10 @@ extern "C" {
 
 /* The oldest cuDNN the fused path is built for: the 9.x graph API. */
 #define LT_CUDNN_MIN_VERSION 90000L
+/* The oldest cuDNN whose fused attention takes a sliding window (the band
+ * mask of cudnn-frontend's diagonal_band_left_bound, Transformer Engine's
+ * (W, 0) windows): 9.2.0. */
+#define LT_CUDNN_WINDOW_VERSION 90200L
 
 /* What the choice depends on. */
 typedef struct {
@@ -68,6 +75,9 @@ typedef enum { LT_ATTN_FWD = 0, LT_ATTN_BWD = 1 } LtAttnDir;
 typedef struct {
     LtAttnDir dir;
     int B, T, NH, NKV, HD; /* NKV key/value heads (backend.h: grouped-query attention) */
+    int window;            /* >= 0: query t sees keys t - window .. t (backend.h); -1: causal */
+    int documents;         /* 1: per-token key starts that are no plain window (packed
+                            * documents, data.reset_attention_mask) */
 } LtAttnShape;
 
 /* 1 when cuDNN takes this call: env as resolved to cuDNN, the call's shape
@@ -84,10 +94,17 @@ int lt_attn_cudnn_call_ok(const LtAttnEnv *env, const LtAttnShape *s, const void
 typedef struct {
     int dir;             /* LtAttnDir */
     int B, T, NH, NKV, HD;
+    int window;          /* -1: causal; >= 0: causal within a window of that many keys
+                          * before the query (never T - 1 or more: that is causal) */
     int dtype;           /* LtDtype of the act tensors */
     int deterministic;
     int device;          /* CUDA device (a cache belongs to one backend and handle) */
 } LtAttnPlanKey;
+
+/* The plan key of call s (as lt_attn_cudnn_call_ok accepted it) for env on
+ * device: a window that reaches the sequence's first key from every query
+ * (window >= T - 1) is causal attention and shares its plan. */
+LtAttnPlanKey lt_attn_plan_key(const LtAttnEnv *env, const LtAttnShape *s, int device);
 
 #define LT_ATTN_PLAN_SLOTS 16
 

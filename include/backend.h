@@ -209,18 +209,25 @@ typedef struct {
      * -> out (B,T,NH,HD); lse (B,NH,T) = log-sum-exp of each row of scaled scores,
      * saved for backward. Never materializes a (T,T) matrix per head in memory beyond
      * one row/tile, nor a copy of K/V per query head.
-     * Documents (data.reset_attention_mask): kstart == NULL lets query t of a sequence
-     * see keys [0, t]; else kstart (B*T device ids) gives each query's first visible
-     * key, its document's first token, 0 <= kstart[i] <= t, and non-decreasing along a
-     * sequence (packed documents), so query t sees keys [kstart[b*T + t], t]. */
+     * Masks: kstart == NULL lets query t of a sequence see keys [0, t]; else kstart
+     * (B*T device ids) gives each query's first visible key, 0 <= kstart[i] <= t, and
+     * non-decreasing along a sequence, so query t sees keys [kstart[b*T + t], t]: its
+     * document's first token (packed documents, data.reset_attention_mask), t - W
+     * (a sliding window of W keys before the query, model.window_size), or the later
+     * of the two. window >= 0 promises that kstart is exactly the sliding window,
+     * kstart[b*T + t] = max(0, t - window) (no documents), so a backend may apply the
+     * band from window alone (cuDNN does; the CPU backend checks the promise); -1
+     * promises nothing. window >= 0 needs kstart. */
     void (*attention_fwd)(LtBackend *be, void *out, float *lse, const void *qkv,
-                          const int32_t *kstart, int B, int T, int NH, int NKV, int HD);
+                          const int32_t *kstart, int window, int B, int T, int NH, int NKV,
+                          int HD);
     /* dqkv (qkv's layout) overwritten, from dout (B,T,NH,HD) and the forward's qkv, out,
-     * lse. dK/dV of a key/value head is the sum over its NH/NKV query heads, taken in a
-     * fixed order (deterministic on every backend that says so, no atomics). */
+     * lse, with the forward's kstart and window. dK/dV of a key/value head is the sum
+     * over its NH/NKV query heads, taken in a fixed order (deterministic on every backend
+     * that says so, no atomics). */
     void (*attention_bwd)(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                          const void *out, const float *lse, const int32_t *kstart, int B, int T,
-                          int NH, int NKV, int HD);
+                          const void *out, const float *lse, const int32_t *kstart, int window,
+                          int B, int T, int NH, int NKV, int HD);
     /* Fused softmax + cross-entropy over rows of logits (N, Vp), only the first V
      * columns are real (padded columns get no probability). losses[i] (fp32) =
      * logsumexp(logits[i,:V]) - logits[i, targets[i]]. If dscale != 0 the logits

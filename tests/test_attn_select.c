@@ -85,7 +85,7 @@ static void test_call_rules(void) {
     const void *ok[3] = {buf, buf + 4, buf + 8}, *bad[3] = {buf, (const char *)buf + 2, buf};
     LtAttnEnv e = h100(LT_ATTN_CUDNN);
     char why[256];
-    LtAttnShape s = {LT_ATTN_FWD, 2, 1024, 16, 16, 64};
+    LtAttnShape s = {LT_ATTN_FWD, 2, 1024, 16, 16, 64, -1, 0};
     CHECK(lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why), "fwd 1024: %s", why);
     s.dir = LT_ATTN_BWD;
     CHECK(lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why), "bwd 1024: %s", why);
@@ -121,6 +121,28 @@ static void test_call_rules(void) {
     e.sm = 80, s.HD = 192;
     CHECK(!lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why) && has(why, "up to 128"),
           "HD 192 on sm_80: %s", why);
+    /* sliding windows: cuDNN 9.2.0 on; packed documents (with or without one) never */
+    e = h100(LT_ATTN_CUDNN), s.HD = 64, s.T = 2048, s.NKV = 16;
+    for (int d = 0; d < 2; d++) {
+        s.dir = (LtAttnDir)d, s.window = 128, s.documents = 0;
+        e.cudnn_version = 90200;
+        CHECK(lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why), "window on 9.2.0: %s", why);
+        e.cudnn_version = 90100;
+        CHECK(!lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why) && has(why, "9.2.0") &&
+                  has(why, "9.1.0") && has(why, "t-128..t"),
+              "window on 9.1.0, dir %d: %s", d, why);
+        s.window = 2047; /* reaches key 0 from every query: causal, which 9.1 runs */
+        CHECK(lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why), "window 2047 on 9.1.0: %s",
+              why);
+        e.cudnn_version = 91900;
+        for (int w = -1; w <= 128; w += 129) {
+            s.window = w, s.documents = 1;
+            CHECK(!lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why) &&
+                      has(why, "packed documents") && has(why, d ? "backward" : "forward"),
+                  "documents, window %d, dir %d: %s", w, d, why);
+        }
+    }
+    s.window = -1, s.documents = 0;
     /* grouped K/V: any divisor of the query heads, in both directions */
     e = h100(LT_ATTN_CUDNN), s.HD = 128, s.T = 2048;
     const int nkv[][2] = {{8, 1}, {1, 1}, {4, 1}, {16, 1}, {6, 0}, {0, 0}, {32, 0}};
@@ -158,7 +180,8 @@ static void fake_destroy(void *plan, void *ctx) {
 }
 
 static LtAttnPlanKey key_of(int i) {
-    LtAttnPlanKey k = {LT_ATTN_FWD, 4, 1024 + 128 * i, 16, 16, 64, LT_BF16, 1, 0};
+    LtAttnPlanKey k = {.dir = LT_ATTN_FWD, .B = 4, .T = 1024 + 128 * i, .NH = 16, .NKV = 16,
+                       .HD = 64, .window = -1, .dtype = LT_BF16, .deterministic = 1, .device = 0};
     return k;
 }
 
@@ -175,18 +198,41 @@ static void test_cache_keys(void) {
         CHECK(s->plan == p && built == 0, "fetch %d reuses the plan", i);
     }
     CHECK(f.builds == 1 && c.hits == 3 && c.builds == 1, "one build, 3 hits (%ld)", c.hits);
-    /* every field of the key makes a different plan */
-    for (int field = 0; field < 9; field++) {
+    /* every field of the key makes a different plan (the window: causal -> 128 keys) */
+    for (int field = 0; field < 10; field++) {
         LtAttnPlanKey d = k;
-        int *v[9] = {&d.dir,   &d.B,     &d.T,             &d.NH,    &d.NKV,
-                     &d.HD,    &d.dtype, &d.deterministic, &d.device};
-        *v[field] ^= 1;
+        int *v[10] = {&d.dir,    &d.B,     &d.T,             &d.NH,     &d.NKV,
+                      &d.HD,     &d.dtype, &d.deterministic, &d.device, &d.window};
+        if (v[field] == &d.window) d.window = 128;
+        else *v[field] ^= 1;
         LtAttnPlanSlot *s = lt_attn_cache_fetch(&c, &d, fake_build, &built);
         CHECK(built == 1 && s->plan && s->plan != p, "field %d is part of the key", field);
     }
-    CHECK(lt_attn_cache_size(&c) == 10 && f.builds == 10, "10 entries, %d builds", f.builds);
+    CHECK(lt_attn_cache_size(&c) == 11 && f.builds == 11, "11 entries, %d builds", f.builds);
     lt_attn_cache_clear(&c);
-    CHECK(f.destroys == 10 && lt_attn_cache_size(&c) == 0, "clear destroys all (%d)", f.destroys);
+    CHECK(f.destroys == 11 && lt_attn_cache_size(&c) == 0, "clear destroys all (%d)", f.destroys);
+}
+
+/* A call's plan key: its shape and window, the environment's determinism;
+ * no window and a window reaching key 0 from every query share the causal
+ * plan. */
+static void test_plan_key(void) {
+    const LtAttnEnv e = h100(LT_ATTN_CUDNN);
+    const LtAttnShape s = {LT_ATTN_BWD, 2, 1024, 16, 4, 64, 128, 0};
+    LtAttnPlanKey k = lt_attn_plan_key(&e, &s, 3);
+    CHECK(k.dir == LT_ATTN_BWD && k.B == 2 && k.T == 1024 && k.NH == 16 && k.NKV == 4 &&
+              k.HD == 64 && k.window == 128 && k.dtype == LT_BF16 && k.deterministic == 1 &&
+              k.device == 3,
+          "the key of a windowed backward");
+    static const int windows[][2] = {{-1, -1}, {-5, -1}, {0, 0},      {1022, 1022},
+                                     {1023, -1}, {4096, -1}}; /* given, keyed */
+    for (int i = 0; i < 6; i++) {
+        LtAttnShape w = s;
+        w.window = windows[i][0];
+        k = lt_attn_plan_key(&e, &w, 0);
+        CHECK(k.window == windows[i][1], "window %d keyed as %d, want %d", windows[i][0],
+              k.window, windows[i][1]);
+    }
 }
 
 static void test_cache_failures(void) {
@@ -255,7 +301,8 @@ static void test_no_gpu(void) {
 
 /* The cuDNN graphs as the linked cuDNN library checks them, no GPU needed:
  * every tensor and operation descriptor of the forward and of both backward
- * variants finalizes, and so does the operation graph (seen to work without
+ * variants, causal and with a sliding window (a quarter of the sequence),
+ * finalizes, and so does the operation graph (seen to work without
  * a handle on cuDNN 9.19; older releases may want the handle for that step,
  * so there only the descriptors are required). Whether cuDNN has a fused
  * engine for them is a GPU question (tests/gpu/test_gpu_ops). Grouped K/V
@@ -268,10 +315,13 @@ static void test_cudnn_graphs(void) {
     const long v = lt_cudnn_version();
     char why[256];
     for (int s = 0; s < nshapes; s++)
-        for (int variant = 0; variant < 3; variant++) { /* fwd, bwd deterministic, bwd atomic */
+        for (int variant = 0; variant < 6; variant++) { /* fwd, bwd deterministic, bwd atomic;
+                                                          * then the three with a window */
             const int *x = shapes[s];
-            const LtAttnPlanKey k = {variant ? LT_ATTN_BWD : LT_ATTN_FWD, x[0], x[1], x[2], x[3],
-                                     x[4], LT_BF16, variant != 2, 0};
+            const LtAttnPlanKey k = {.dir = variant % 3 ? LT_ATTN_BWD : LT_ATTN_FWD, .B = x[0],
+                                     .T = x[1], .NH = x[2], .NKV = x[3], .HD = x[4],
+                                     .window = variant < 3 ? -1 : x[1] / 4, .dtype = LT_BF16,
+                                     .deterministic = variant % 3 != 2, .device = 0};
             why[0] = '\0';
             const int rc = lt_cudnn_graph_check(&k, why, sizeof why);
             if (v == 0) {
@@ -284,8 +334,9 @@ static void test_cudnn_graphs(void) {
         }
     /* cuDNN checks the grouping itself: K/V heads that do not divide the query heads */
     for (int variant = 0; variant < 2 && v > 0; variant++) {
-        const LtAttnPlanKey k = {variant ? LT_ATTN_BWD : LT_ATTN_FWD, 1, 256, 32, 3, 128, LT_BF16,
-                                 1, 0};
+        const LtAttnPlanKey k = {.dir = variant ? LT_ATTN_BWD : LT_ATTN_FWD, .B = 1, .T = 256,
+                                 .NH = 32, .NKV = 3, .HD = 128, .window = -1, .dtype = LT_BF16,
+                                 .deterministic = 1, .device = 0};
         CHECK(lt_cudnn_graph_check(&k, why, sizeof why) == -1 && has(why, "matmul"),
               "NH 32 NKV 3 variant %d: %s", variant, why);
     }
@@ -295,6 +346,7 @@ int main(void) {
     RUN(test_resolve);
     RUN(test_call_rules);
     RUN(test_cache_keys);
+    RUN(test_plan_key);
     RUN(test_cache_failures);
     RUN(test_cache_eviction);
     RUN(test_no_gpu);

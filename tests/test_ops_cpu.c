@@ -703,8 +703,8 @@ static void run_attention(LtBackend *be, float *out, float *lse, float *dqkv, co
                           const float *dout, int B, int T, int NH, int NKV, int HD) {
     size_t n = (size_t)B * T * NH * HD, nq = (size_t)B * T * (NH + 2 * NKV) * HD;
     poison(out, n), poison(lse, (size_t)B * NH * T), poison(dqkv, nq);
-    be->ops->attention_fwd(be, out, lse, qkv, NULL, B, T, NH, NKV, HD);
-    be->ops->attention_bwd(be, dqkv, dout, qkv, out, lse, NULL, B, T, NH, NKV, HD);
+    be->ops->attention_fwd(be, out, lse, qkv, NULL, -1, B, T, NH, NKV, HD);
+    be->ops->attention_bwd(be, dqkv, dout, qkv, out, lse, NULL, -1, B, T, NH, NKV, HD);
 }
 /* Against float64 and finite differences: multi-head shapes (NKV = NH), then
  * grouped K/V (NH 4 NKV 2, NH 6 NKV 3 with T past one 64-row block) and
@@ -758,8 +758,8 @@ static void test_documents_packed(void) {
     float *rl = falloc((size_t)T * NH), *rdq = falloc(T * W), *ry = falloc(T * W);
     fill(qkv, N * W, 1.5f, 0), fill(dout, N * C, 1, 0);
     poison(out, N * C), poison(lse, N * NH), poison(dqkv, N * W);
-    g_f32->ops->attention_fwd(g_f32, out, lse, qkv, ks, B, T, NH, NKV, HD);
-    g_f32->ops->attention_bwd(g_f32, dqkv, dout, qkv, out, lse, ks, B, T, NH, NKV, HD);
+    g_f32->ops->attention_fwd(g_f32, out, lse, qkv, ks, -1, B, T, NH, NKV, HD);
+    g_f32->ops->attention_bwd(g_f32, dqkv, dout, qkv, out, lse, ks, -1, B, T, NH, NKV, HD);
     float *cs = falloc((size_t)T * HD), *y = falloc(N * W);
     lt_rope_table(cs, T, HD, 10000.0f, NULL);
     memcpy(y, qkv, N * W * sizeof(float));
@@ -785,7 +785,7 @@ static void test_documents_packed(void) {
     CHECK(eq <= 1e-5, "packed attention dqkv vs separate: %g", eq);
     CHECK(er == 0, "rope with positions vs separate documents: %g", er);
     /* the control: without kstart the later documents see the earlier ones */
-    g_f32->ops->attention_fwd(g_f32, out, lse, qkv, NULL, B, T, NH, NKV, HD);
+    g_f32->ops->attention_fwd(g_f32, out, lse, qkv, NULL, -1, B, T, NH, NKV, HD);
     run_attention(g_f32, ro, rl, rdq, qkv + 51 * W, dout + 51 * C, 1, 99, NH, NKV, HD);
     CHECK(fabs(out[51 * C] - ro[0]) > 1e-3, "without kstart a later document differs");
     /* embedding: wpe[pos]; dwpe = the documents' own dwpe summed */
@@ -866,7 +866,6 @@ static void test_attention_gqa_as_mha(void) {
     }
 }
 
-/* NH not a multiple of NKV, or NKV 0, is an internal error (exit 1) in both directions. */
 /* Sliding-window attention (model.window_size): kstart = max(0, t - W) makes
  * query t attend exactly keys t - W .. t, against a float64 reference that
  * masks everything outside the band; the backward by the same reference's
@@ -879,8 +878,8 @@ static void test_attention_window(void) {
     float *qkv = falloc(T * W), *dout = falloc(T * C), *out = falloc(T * C), *lse = falloc(T * NH);
     float *dqkv = falloc(T * W);
     fill(qkv, T * W, 1.5f, 0), fill(dout, T * C, 1, 0);
-    g_f32->ops->attention_fwd(g_f32, out, lse, qkv, ks, 1, T, NH, NKV, HD);
-    g_f32->ops->attention_bwd(g_f32, dqkv, dout, qkv, out, lse, ks, 1, T, NH, NKV, HD);
+    g_f32->ops->attention_fwd(g_f32, out, lse, qkv, ks, WIN, 1, T, NH, NKV, HD);
+    g_f32->ops->attention_bwd(g_f32, dqkv, dout, qkv, out, lse, ks, WIN, 1, T, NH, NKV, HD);
     double *ref = calloc(T * W, sizeof(double));
     double eo = 0, el = 0, eg = 0;
     const double sc = 1.0 / sqrt((double)HD);
@@ -922,23 +921,38 @@ static void test_attention_window(void) {
     free(qkv), free(dout), free(out), free(lse), free(dqkv);
 }
 
-static void test_attention_refuses_heads(void) {
-    static const int bad[][2] = {{3, 2}, {4, 0}, {2, 4}}; /* NH NKV */
-    for (int c = 0; c < 6; c++) {
+/* Internal errors (exit 1) in both directions: NH not a multiple of NKV, or
+ * NKV 0; a window whose promise kstart breaks (documents inside the window,
+ * or no kstart at all). */
+static void test_attention_refuses(void) {
+    static const int32_t docs[4] = {0, 0, 2, 2}, win1[4] = {0, 0, 1, 2};
+    static const struct {
+        int NH, NKV, window;
+        const int32_t *ks;
+    } bad[] = {{3, 2, -1, NULL}, {4, 0, -1, NULL}, {2, 4, -1, NULL},
+               {2, 2, 1, docs},  {2, 2, 1, NULL},  {2, 2, 2, win1}};
+    const int nbad = (int)(sizeof bad / sizeof bad[0]);
+    for (int c = 0; c < 2 * nbad; c++) {
         fflush(stdout);
         pid_t pid = fork();
         if (pid == 0) {
             if (!freopen("/dev/null", "w", stderr)) _exit(3);
-            float x[256] = {0}, lse[16];
-            const int NH = bad[c / 2][0], NKV = bad[c / 2][1];
-            if (c % 2) g_f32->ops->attention_bwd(g_f32, x, x, x, x, lse, NULL, 1, 2, NH, NKV, 4);
-            else g_f32->ops->attention_fwd(g_f32, x, lse, x, NULL, 1, 2, NH, NKV, 4);
+            float x[1024] = {0}, lse[16];
+            const int NH = bad[c / 2].NH, NKV = bad[c / 2].NKV, w = bad[c / 2].window;
+            const int32_t *ks = bad[c / 2].ks;
+            if (c % 2) g_f32->ops->attention_bwd(g_f32, x, x, x, x, lse, ks, w, 1, 4, NH, NKV, 4);
+            else g_f32->ops->attention_fwd(g_f32, x, lse, x, ks, w, 1, 4, NH, NKV, 4);
             _exit(0);
         }
         int st = 0;
         waitpid(pid, &st, 0);
         CHECK(WIFEXITED(st) && WEXITSTATUS(st) == LT_EXIT_INTERNAL, "case %d: status %d", c, st);
     }
+    /* the control: the window those starts are */
+    float x[1024] = {0}, lse[16];
+    g_f32->ops->attention_fwd(g_f32, x, lse, x, win1, 1, 1, 4, 2, 2, 4);
+    g_f32->ops->attention_bwd(g_f32, x, x, x, x, lse, win1, 1, 1, 4, 2, 2, 4);
+    CHECK(lse[0] == 0.0f, "window 1 over kstart {0, 0, 1, 2} runs: lse %g", lse[0]);
 }
 
 /* ---- xent ------------------------------------------------------------------- */
@@ -1532,8 +1546,8 @@ static void test_bf16(void) {
         be->ops->linear_bwd(be, r[6], NULL, NULL, R, in2, w, in2, N, C, H);
         be->ops->gelu_fwd(be, r[7], in, N * H);
         be->ops->gelu_bwd(be, r[8], in, R, N * H);
-        be->ops->attention_fwd(be, r[9], lse, qkv, NULL, B, T, NH, NH, HD);
-        be->ops->attention_bwd(be, r[10], R, qkv, r[9], lse, NULL, B, T, NH, NH, HD);
+        be->ops->attention_fwd(be, r[9], lse, qkv, NULL, -1, B, T, NH, NH, HD);
+        be->ops->attention_bwd(be, r[10], R, qkv, r[9], lse, NULL, -1, B, T, NH, NH, HD);
         memcpy(r[11], lg, N * VP * 4);
         be->ops->xent_fwd_bwd(be, loss, r[11], tok, N, V, VP, 1.0f / N);
         if (k == 1) CHECK(normerr(loss, o[0][11] + N * VP, N) <= 1e-5, "bf16 xent losses (fp32 math)");
@@ -1598,9 +1612,9 @@ static void timing(void) {
         double t0 = lt_now();
         be->ops->linear_fwd(be, y, pre, x, w, bias, N, C, OC);
         double t1 = lt_now();
-        be->ops->attention_fwd(be, o, lse, qkv, NULL, B, T, NH, NH, HD);
+        be->ops->attention_fwd(be, o, lse, qkv, NULL, -1, B, T, NH, NH, HD);
         double t2 = lt_now();
-        be->ops->attention_bwd(be, dqkv, o, qkv, o, lse, NULL, B, T, NH, NH, HD);
+        be->ops->attention_bwd(be, dqkv, o, qkv, o, lse, NULL, -1, B, T, NH, NH, HD);
         double t3 = lt_now();
         tl = t1 - t0 < tl ? t1 - t0 : tl, tf = t2 - t1 < tf ? t2 - t1 : tf, tb = t3 - t2 < tb ? t3 - t2 : tb;
     }
@@ -1739,7 +1753,7 @@ int main(void) {
     RUN(test_attention);
     RUN(test_documents_packed);
     RUN(test_attention_gqa_as_mha);
-    RUN(test_attention_refuses_heads);
+    RUN(test_attention_refuses);
     RUN(test_xent);
     RUN(test_xent_tp);
     RUN(test_adamw);

@@ -4,8 +4,10 @@
  * out and dout (B,T,NH,HD), lse (B,NH,T). Query head h uses key/value head
  * h / G, G = NH / NKV (NKV == NH: multi-head, 1: multi-query).
  * Scores s_ij = scale * (q_i . k_j), scale = 1/sqrt(HD), keys j <= i, and with
- * packed documents (kstart) only keys j >= kstart_i, the query's document start:
- * key blocks wholly before a query block's first document are never visited.
+ * per-token key starts (kstart: packed documents, a sliding window, or both) only
+ * keys j >= kstart_i: key blocks wholly before a query block's first visible key
+ * are never visited. The window argument is only checked against kstart (the
+ * op's promise, backend.h), so a caller that gets it wrong fails here.
  * Work is done on tiles of ATT_BQ query rows x ATT_BK keys; no (T,T) matrix
  * ever exists.
  *
@@ -118,17 +120,26 @@ static void tile_acc(float *restrict c, const float *restrict a, size_t ar, size
     }
 }
 
-/* Refuse a head split the layout cannot express. */
-static void check_heads(int NH, int NKV) {
+/* Refuse a head split the layout cannot express, and a window that is not
+ * what kstart holds. */
+static void check_call(const int32_t *kstart, int window, int B, int T, int NH, int NKV) {
     if (NKV <= 0 || NH % NKV)
         lt_fatal("attention: %d query heads do not split into %d key/value heads", NH, NKV);
+    if (window < 0) return;
+    if (!kstart) lt_fatal("attention: window %d given without kstart", window);
+    for (int i = 0; i < B * T; i++) {
+        const int t = i % T, want = t > window ? t - window : 0;
+        if (kstart[i] != want)
+            lt_fatal("attention: window %d promises kstart[%d] = %d, kstart holds %d (documents "
+                     "with a window must pass window -1)", window, i, want, kstart[i]);
+    }
 }
 
 void cpu_attention_fwd(LtBackend *be, void *out_, float *lse, const void *qkv_,
-                       const int32_t *kstart, int B, int T, int NH, int NKV, int HD) {
+                       const int32_t *kstart, int window, int B, int T, int NH, int NKV, int HD) {
     float *out = out_;
     const float *qkv = qkv_;
-    check_heads(NH, NKV);
+    check_call(kstart, window, B, T, NH, NKV);
     const int bf16 = cpu_is_bf16(be), nt = cpu_nthreads(be), G = NH / NKV;
     const int HDP = padded_hd(HD);
     const size_t C = (size_t)NH * HD, W = (size_t)(NH + 2 * NKV) * HD, KVC = (size_t)NKV * HD;
@@ -245,11 +256,11 @@ static void sum_groups(LtBackend *be, float *dst, const float *part, int B, int 
 }
 
 void cpu_attention_bwd(LtBackend *be, void *dqkv_, const void *dout_, const void *qkv_,
-                       const void *out_, const float *lse, const int32_t *kstart, int B, int T,
-                       int NH, int NKV, int HD) {
+                       const void *out_, const float *lse, const int32_t *kstart, int window,
+                       int B, int T, int NH, int NKV, int HD) {
     float *dqkv = dqkv_;
     const float *dout = dout_, *qkv = qkv_, *out = out_;
-    check_heads(NH, NKV);
+    check_call(kstart, window, B, T, NH, NKV);
     const int bf16 = cpu_is_bf16(be), G = NH / NKV;
     const int HDP = padded_hd(HD);
     const size_t C = (size_t)NH * HD, W = (size_t)(NH + 2 * NKV) * HD, KVC = (size_t)NKV * HD;

@@ -4,9 +4,10 @@
  * Design note. Three implementations share one contract (attention.cuh):
  *  - cuDNN's fused flash attention (attention_cudnn*.cu), when the backend's
  *    model.attention resolved to it and the call's shape allows it, for
- *    whole-sequence causal attention only: packed documents (kstart) run
- *    lattice's kernels, which mask them (cuDNN's ragged-offset padding masks
- *    would need the THD layout; not built);
+ *    causal attention with or without a sliding window (window >= 0: cuDNN
+ *    masks the band itself, kstart unread): packed documents (kstart with
+ *    window -1) run lattice's kernels, which mask them (cuDNN's
+ *    ragged-offset padding masks would need the THD layout; not built);
  *  - attention_mma.cu: bf16 tensor cores, HD in {32, 64, 80, 96, 128}, needs
  *    qkv/dout 16-byte aligned and out/dqkv 4-byte aligned;
  *  - attention_simt.cu: fp32 CUDA cores, fp32 or bf16 acts, any HD <= 256.
@@ -60,11 +61,13 @@ static int use_mma(LtBackend *be, int HD) {
     return cu_is_bf16(be) && !cu_impl(be)->attn_simt && attention_mma_supported(HD);
 }
 
-/* 0 for an empty call; fatal for a head split the layout cannot express; else 1. */
-static int attn_check(int B, int T, int NH, int NKV, int HD) {
+/* 0 for an empty call; fatal for a head split the layout cannot express or a
+ * window without the kstart lattice's kernels read; else 1. */
+static int attn_check(const int32_t *kstart, int window, int B, int T, int NH, int NKV, int HD) {
     if (B <= 0 || T <= 0 || NH <= 0 || HD <= 0) return 0;
     if (NKV <= 0 || NH % NKV)
         lt_fatal("attention: %d query heads do not split into %d key/value heads", NH, NKV);
+    if (window >= 0 && !kstart) lt_fatal("attention: window %d given without kstart", window);
     return 1;
 }
 
@@ -77,9 +80,10 @@ static void grid_check(int B, int NH) {
 
 // qkv (B, T, NH + 2*NKV, HD) -> out (B, T, NH, HD), lse (B, NH, T)
 void cu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, const int32_t *kstart,
-                      int B, int T, int NH, int NKV, int HD) {
-    if (!attn_check(B, T, NH, NKV, HD)) return;
-    if (cu_impl(be)->cudnn && !kstart && cudnn_attention_fwd(be, out, lse, qkv, B, T, NH, NKV, HD))
+                      int window, int B, int T, int NH, int NKV, int HD) {
+    if (!attn_check(kstart, window, B, T, NH, NKV, HD)) return;
+    if (cu_impl(be)->cudnn &&
+        cudnn_attention_fwd(be, out, lse, qkv, kstart, window, B, T, NH, NKV, HD))
         return;
     grid_check(B, NH);
     const int optin = cu_impl(be)->smem_optin;
@@ -93,11 +97,11 @@ void cu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, con
 
 // dout (B, T, NH, HD), qkv, out, lse -> dqkv (qkv's layout), overwritten
 void cu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                      const void *out, const float *lse, const int32_t *kstart, int B, int T,
-                      int NH, int NKV, int HD) {
-    if (!attn_check(B, T, NH, NKV, HD)) return;
-    if (cu_impl(be)->cudnn && !kstart &&
-        cudnn_attention_bwd(be, dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD))
+                      const void *out, const float *lse, const int32_t *kstart, int window,
+                      int B, int T, int NH, int NKV, int HD) {
+    if (!attn_check(kstart, window, B, T, NH, NKV, HD)) return;
+    if (cu_impl(be)->cudnn &&
+        cudnn_attention_bwd(be, dqkv, dout, qkv, out, lse, kstart, window, B, T, NH, NKV, HD))
         return;
     grid_check(B, NH);
     const int optin = cu_impl(be)->smem_optin;

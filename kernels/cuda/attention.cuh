@@ -60,14 +60,17 @@ void launch_attention_mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, con
                               int NKV, int HD, int smem_optin, cudaStream_t st);
 
 /* cuDNN's fused attention (attention_cudnn*.cu), used when the backend's
- * model.attention resolved to cuDNN (CudaImpl.cudnn != NULL). The entries
- * return 1 when cuDNN ran the call, 0 when it goes to lattice's kernels
- * (shape, alignment or no plan for it: counted, and logged once). */
+ * model.attention resolved to cuDNN (CudaImpl.cudnn != NULL). kstart and
+ * window as the op's (backend.h): cuDNN reads only window, so kstart with
+ * window -1 (packed documents) is a call it refuses. The entries return 1
+ * when cuDNN ran the call, 0 when it goes to lattice's kernels (documents,
+ * shape, alignment or no plan for it: counted, and logged once). */
 struct CudnnAttn;
-int cudnn_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T, int NH,
-                        int NKV, int HD);
+int cudnn_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv,
+                        const int32_t *kstart, int window, int B, int T, int NH, int NKV, int HD);
 int cudnn_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                        const void *out, const float *lse, int B, int T, int NH, int NKV, int HD);
+                        const void *out, const float *lse, const int32_t *kstart, int window,
+                        int B, int T, int NH, int NKV, int HD);
 /* A cuDNN handle and plan cache on the current device, for env (resolved to
  * cuDNN); NULL with the reason in err when cuDNN cannot start. */
 struct CudnnAttn *cudnn_attn_create(int device, const LtAttnEnv *env, char *err, size_t errlen);

@@ -5,9 +5,10 @@
  * attn_select.h); when it resolves to cuDNN, lt_cuda_attention_configure
  * makes a CudnnAttn here: a cudnnHandle_t on the backend's device and an
  * LtAttnPlanCache whose plans attention_cudnn_graph.cu builds. Each call
- * then: checks the per-call rules (lt_attn_cudnn_call_ok), fetches the plan
- * for its key (built on first use, kept; a key cuDNN has no engine for is
- * remembered and goes to lattice's kernels), takes one workspace from the
+ * then: checks the per-call rules (lt_attn_cudnn_call_ok: packed documents
+ * are refused there, a sliding window is part of the plan's key), fetches
+ * the plan for its key (built on first use, kept; a key cuDNN has no engine
+ * for is remembered and goes to lattice's kernels), takes one workspace from the
  * current stream's scratch arena (cu_scratch: [row sums | dQ accumulator |
  * engine workspace], none of which the op's inputs live in), binds the
  * handle to the current stream and executes a variant pack of the call's
@@ -114,6 +115,15 @@ static void fallback(CudnnAttn *ca, int dir, const char *why) {
            dir_name(dir), why);
 }
 
+/* Plan key k as the log names it, in buf. */
+static const char *key_text(const LtAttnPlanKey *k, char *buf, size_t n) {
+    const int len = snprintf(buf, n, "B=%d T=%d NH=%d NKV=%d HD=%d", k->B, k->T, k->NH, k->NKV,
+                             k->HD);
+    if (k->window >= 0 && len > 0 && (size_t)len < n)
+        snprintf(buf + len, n - (size_t)len, " window=%d", k->window);
+    return buf;
+}
+
 /* The cache slot of this call's plan, or NULL when lattice's kernels must run it. */
 static LtAttnPlanSlot *plan_for(CudnnAttn *ca, const LtAttnShape *s, const void *const *ptrs,
                             int nptrs) {
@@ -122,27 +132,26 @@ static LtAttnPlanSlot *plan_for(CudnnAttn *ca, const LtAttnShape *s, const void 
         fallback(ca, s->dir, why);
         return NULL;
     }
-    const LtAttnPlanKey key = {s->dir, s->B, s->T, s->NH, s->NKV, s->HD, LT_BF16,
-                               ca->env.deterministic, ca->device};
+    const LtAttnPlanKey key = lt_attn_plan_key(&ca->env, s, ca->device);
+    char shape[80];
+    key_text(&key, shape, sizeof shape);
     int built = 0;
     const double t0 = lt_now(); /* a plan build (graph, heuristics, NVRTC) is timed and printed */
     LtAttnPlanSlot *slot = lt_attn_cache_fetch(&ca->cache, &key, plan_build_cb, &built);
     const double build_ms = 1e3 * (lt_now() - t0);
     const CuAttnPlan *p = (const CuAttnPlan *)slot->plan;
     if (built && p)
-        lt_log("attention: cuDNN %s plan B=%d T=%d NH=%d NKV=%d HD=%d: engine %lld%s, "
-               "workspace %zu bytes, built in %.0f ms\n", dir_name(s->dir), s->B, s->T, s->NH,
-               s->NKV, s->HD, (long long)p->engine,
+        lt_log("attention: cuDNN %s plan %s: engine %lld%s, workspace %zu bytes, built in "
+               "%.0f ms\n", dir_name(s->dir), shape, (long long)p->engine,
                p->engine_nondet ? " (noted non-deterministic)" : "", cudnn_plan_workspace(p),
                build_ms);
     if (p) return slot;
     if (built) {
         ca->plans_failed++;
-        lt_log("attention: cuDNN has no %s plan for B=%d T=%d NH=%d NKV=%d HD=%d: %s\n",
-               dir_name(s->dir), s->B, s->T, s->NH, s->NKV, s->HD, slot->why);
+        lt_log("attention: cuDNN has no %s plan for %s: %s\n", dir_name(s->dir), shape,
+               slot->why);
     }
-    snprintf(why, sizeof why, "no cuDNN plan for B=%d T=%d NH=%d NKV=%d HD=%d: %.140s", s->B,
-             s->T, s->NH, s->NKV, s->HD, slot->why);
+    snprintf(why, sizeof why, "no cuDNN plan for %s: %.140s", shape, slot->why);
     fallback(ca, s->dir, why);
     return NULL;
 }
@@ -189,6 +198,7 @@ static int run_plan(LtBackend *be, CudnnAttn *ca, LtAttnPlanSlot *slot, VariantP
     char *ws = (char *)cu_scratch(be, cudnn_plan_workspace(p));
     pack_add(pk, UID_SCALE, &p->scale);
     pack_add(pk, UID_NEG_INF, &p->neg_inf);
+    if (p->windowed) pack_add(pk, UID_BAND, &p->band);
     if (p->dir == LT_ATTN_BWD) {
         pack_add(pk, UID_ONE, &p->one);
         pack_add(pk, UID_SUMS, ws);
@@ -235,9 +245,9 @@ static int run_plan(LtBackend *be, CudnnAttn *ca, LtAttnPlanSlot *slot, VariantP
              cudnnGetErrorString(st), (int)st, what);
     ca->exec_failed++;
     ca->plans_failed++;
-    lt_log("attention: cuDNN %s call failed for B=%d T=%d NH=%d NKV=%d HD=%d: %s; this shape "
-           "runs on lattice's kernels from now on\n", dir_name(dir), slot->key.B, slot->key.T,
-           slot->key.NH, slot->key.NKV, slot->key.HD, slot->why);
+    char shape[80];
+    lt_log("attention: cuDNN %s call failed for %s: %s; this shape runs on lattice's kernels "
+           "from now on\n", dir_name(dir), key_text(&slot->key, shape, sizeof shape), slot->why);
     char why[240];
     snprintf(why, sizeof why, "cuDNN %s", slot->why);
     fallback(ca, dir, why);
@@ -246,10 +256,10 @@ static int run_plan(LtBackend *be, CudnnAttn *ca, LtAttnPlanSlot *slot, VariantP
 #undef EXEC_STEP
 
 // qkv (B, T, NH + 2*NKV, HD) -> out (B, T, NH, HD), lse (B, NH, T); 1 when run here
-int cudnn_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, int B, int T, int NH,
-                        int NKV, int HD) {
+int cudnn_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv,
+                        const int32_t *kstart, int window, int B, int T, int NH, int NKV, int HD) {
     CudnnAttn *ca = cu_impl(be)->cudnn;
-    const LtAttnShape s = {LT_ATTN_FWD, B, T, NH, NKV, HD};
+    const LtAttnShape s = {LT_ATTN_FWD, B, T, NH, NKV, HD, window, kstart && window < 0};
     const void *ptrs[] = {qkv, out, lse};
     LtAttnPlanSlot *p = plan_for(ca, &s, ptrs, 3);
     if (!p) return 0;
@@ -262,9 +272,10 @@ int cudnn_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, i
 
 // dout, qkv, out, lse -> dqkv (qkv's layout) overwritten; 1 when run here
 int cudnn_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                        const void *out, const float *lse, int B, int T, int NH, int NKV, int HD) {
+                        const void *out, const float *lse, const int32_t *kstart, int window,
+                        int B, int T, int NH, int NKV, int HD) {
     CudnnAttn *ca = cu_impl(be)->cudnn;
-    const LtAttnShape s = {LT_ATTN_BWD, B, T, NH, NKV, HD};
+    const LtAttnShape s = {LT_ATTN_BWD, B, T, NH, NKV, HD, window, kstart && window < 0};
     const void *ptrs[] = {dqkv, dout, qkv, out, lse};
     LtAttnPlanSlot *p = plan_for(ca, &s, ptrs, 5);
     if (!p) return 0;

@@ -52,14 +52,16 @@ typedef struct {
     size_t accum_bytes;     /* backward, non-deterministic: fp32 dQ accumulator, else 0 */
     size_t engine_bytes;    /* the engine's own workspace */
     int zero_accum;         /* the accumulator must be zeroed before each call (cuDNN < 9.6) */
+    int windowed;           /* the graph masks a sliding window (band is in its variant pack) */
     float scale, neg_inf, one; /* by-value scalars: host memory read at each execute */
+    float band;             /* window + 1: keys each query sees at most (cuDNN's left bound) */
 } CuAttnPlan;
 
 /* Unique ids of the tensors a call passes in the variant pack (Q, K, V and
  * dQ, dK, dV consecutive: views of one qkv-shaped buffer each). */
 enum {
     UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV,
-    UID_SCALE, UID_NEG_INF, UID_ONE, UID_SUMS, UID_DQ_ACCUM,
+    UID_SCALE, UID_NEG_INF, UID_ONE, UID_SUMS, UID_DQ_ACCUM, UID_BAND,
     UID_VIRTUAL = 100 /* virtual tensors count up from here */
 };
 

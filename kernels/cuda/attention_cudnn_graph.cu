@@ -10,12 +10,19 @@
  * the backward from the graph form on every version. So both directions are
  * graphs here, the same for all 9.x:
  *  forward:  S = (Q K^T) * scale; causal mask (GEN_INDEX row >= col, else
- *            -inf by BINARY_SELECT); softmax as MAX, SUB, EXP, ADD-reduce,
- *            DIV, with Stats = max + LOG(sum) (fp32, B,H,S,1: exactly
- *            lattice's lse); O = P V with P in bf16.
+ *            -inf by BINARY_SELECT); with a sliding window of W keys before
+ *            the query also a band mask (col + (W + 1) > row, the ADD of a
+ *            by-value fp32 scalar W + 1 and a CMP_GT: cudnn-frontend's left
+ *            bound W + 1, as Transformer Engine passes its (W, 0) windows;
+ *            cuDNN 9.2.0+) as a second GEN_INDEX pair and BINARY_SELECT
+ *            after the causal one, ordered as cudnn-frontend orders them
+ *            (whose note says cuDNN's performance depends on it); softmax
+ *            as MAX, SUB, EXP, ADD-reduce, DIV, with Stats = max + LOG(sum)
+ *            (fp32, B,H,S,1: exactly lattice's lse); O = P V with P in bf16.
  *  backward: sums = rowsum(dO * O) (fp32, in the workspace); P recomputed
- *            as EXP(mask(S * scale - Stats)); dV = P^T dO; dS = P * (dO V^T
- *            - sums) * scale; dK = dS^T Q; dQ = dS K.
+ *            as EXP(mask(S * scale - Stats)), mask the forward's (causal,
+ *            and the window's band); dV = P^T dO; dS = P * (dO V^T - sums)
+ *            * scale; dK = dS^T Q; dQ = dS K.
  * The backward's dQ decides determinism: written straight from the matmul,
  * cuDNN computes it with a dP workspace, which is deterministic on Hopper;
  * routed through a non-virtual fp32 accumulator and an IDENTITY into dQ it
@@ -237,17 +244,36 @@ static CuDesc matmul_to(CuGraph *g, CuDesc a, CuDesc b, const Dims *d) {
     return y;
 }
 
-/* Causal mask of scores x: row >= col keeps x, else neg. */
-static CuDesc causal_mask(CuGraph *g, const Shapes *s, CuDesc x, CuDesc neg) {
-    CuDesc row = cg_virtual(g, CUDNN_DATA_INT32, &s->ss);
-    CuDesc col = cg_virtual(g, CUDNN_DATA_INT32, &s->ss);
+/* The row (query) and column (key) index of every score of x, int32. */
+static void score_indices(CuGraph *g, const Shapes *s, CuDesc x, CuDesc *row, CuDesc *col) {
+    *row = cg_virtual(g, CUDNN_DATA_INT32, &s->ss);
+    *col = cg_virtual(g, CUDNN_DATA_INT32, &s->ss);
+    cg_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, 2, x, NULL, NULL, *row);
+    cg_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, 3, x, NULL, NULL, *col);
+}
+
+/* mode(a, b) as a boolean tensor; where it is true x is kept, else neg. */
+static CuDesc keep_where(CuGraph *g, const Shapes *s, cudnnPointwiseMode_t mode, CuDesc a,
+                         CuDesc b, CuDesc x, CuDesc neg) {
     CuDesc keep = cg_virtual(g, CUDNN_DATA_BOOLEAN, &s->ss);
-    cg_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, 2, x, NULL, NULL, row);
-    cg_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, 3, x, NULL, NULL, col);
-    cg_pointwise(g, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, -1, row, col, NULL, keep);
+    cg_pointwise(g, mode, CUDNN_DATA_BOOLEAN, -1, a, b, NULL, keep);
     CuDesc y = cg_virtual(g, CUDNN_DATA_FLOAT, &s->ss);
     cg_pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, -1, x, neg, keep, y);
     return y;
+}
+
+/* The mask of scores x: causal (row >= col keeps x, else neg), then, with
+ * band (the by-value scalar window + 1, fp32) a sliding window: col + band >
+ * row keeps it. Each mask has its own index pair, as cudnn-frontend's
+ * diagonal band nodes build them. */
+static CuDesc score_mask(CuGraph *g, const Shapes *s, CuDesc x, CuDesc neg, CuDesc band) {
+    CuDesc row, col;
+    score_indices(g, s, x, &row, &col);
+    CuDesc y = keep_where(g, s, CUDNN_POINTWISE_CMP_GE, row, col, x, neg);
+    if (!band) return y;
+    score_indices(g, s, y, &row, &col);
+    CuDesc reach = pw_to(g, CUDNN_POINTWISE_ADD, col, band, &s->ss); /* col + band, fp32 */
+    return keep_where(g, s, CUDNN_POINTWISE_CMP_GT, reach, row, y, neg);
 }
 
 /* (Q K^T) * scale, fp32. */
@@ -276,13 +302,19 @@ static void qkv_views(CuGraph *g, const Shapes *s, int64_t first, bool transpose
     out[2] = cg_tensor(g, first + 2, bf, transpose_v ? &s->kt : &s->k, false, false);
 }
 
-static void fwd_graph(CuGraph *g, const Shapes *s) {
+/* The by-value window scalar of a windowed graph, else NULL. */
+static CuDesc band_scalar(CuGraph *g, int windowed) {
+    return windowed ? cg_scalar(g, UID_BAND) : NULL;
+}
+
+static void fwd_graph(CuGraph *g, const Shapes *s, int windowed) {
     CuDesc qkv[3];
     qkv_views(g, s, UID_Q, false, qkv);
     CuDesc o = cg_tensor(g, UID_O, CUDNN_DATA_BFLOAT16, &s->o, false, false);
     CuDesc stats = cg_tensor(g, UID_STATS, CUDNN_DATA_FLOAT, &s->stats, false, false);
     CuDesc scale = cg_scalar(g, UID_SCALE), neg = cg_scalar(g, UID_NEG_INF);
-    CuDesc masked = causal_mask(g, s, scaled_scores(g, s, qkv[0], qkv[1], scale), neg);
+    CuDesc masked = score_mask(g, s, scaled_scores(g, s, qkv[0], qkv[1], scale), neg,
+                               band_scalar(g, windowed));
     cg_matmul(g, softmax_with_stats(g, s, masked, stats), qkv[2], o);
 }
 
@@ -300,9 +332,9 @@ static CuDesc bwd_row_sums(CuGraph *g, const Shapes *s, CuDesc dO, CuDesc o, CuD
 
 /* The backward's probabilities P = exp(mask(S * scale - stats)), fp32. */
 static CuDesc bwd_probs(CuGraph *g, const Shapes *s, CuDesc q, CuDesc kt, CuDesc stats,
-                        CuDesc scale, CuDesc neg) {
+                        CuDesc scale, CuDesc neg, CuDesc band) {
     CuDesc shifted = pw_to(g, CUDNN_POINTWISE_SUB, scaled_scores(g, s, q, kt, scale), stats, &s->ss);
-    return pw_to(g, CUDNN_POINTWISE_EXP, causal_mask(g, s, shifted, neg), NULL, &s->ss);
+    return pw_to(g, CUDNN_POINTWISE_EXP, score_mask(g, s, shifted, neg, band), NULL, &s->ss);
 }
 
 /* dS = P * (dO V^T - sums) * scale, fp32. */
@@ -346,7 +378,7 @@ static void bwd_dq(CuGraph *g, const Shapes *s, CuDesc ds, CuDesc kt, CuDesc dq,
     cg_pw(g, CUDNN_POINTWISE_IDENTITY, acc, NULL, dq);
 }
 
-static void bwd_graph(CuGraph *g, const Shapes *s, int accum) {
+static void bwd_graph(CuGraph *g, const Shapes *s, int accum, int windowed) {
     CuDesc in[3], grad[3];
     qkv_views(g, s, UID_Q, true, in); /* Q, K^T, V^T */
     CuDesc o = cg_tensor(g, UID_O, CUDNN_DATA_BFLOAT16, &s->o, false, false);
@@ -355,9 +387,9 @@ static void bwd_graph(CuGraph *g, const Shapes *s, int accum) {
     for (int i = 0; i < 3; i++) /* dQ, dK, dV: all in qkv's own layout */
         grad[i] = cg_tensor(g, UID_DQ + i, CUDNN_DATA_BFLOAT16, i ? &s->k : &s->q, false, false);
     CuDesc scale = cg_scalar(g, UID_SCALE), neg = cg_scalar(g, UID_NEG_INF);
-    CuDesc one = cg_scalar(g, UID_ONE);
+    CuDesc one = cg_scalar(g, UID_ONE), band = band_scalar(g, windowed);
     CuDesc sums = bwd_row_sums(g, s, dO, o, one);
-    CuDesc p = bwd_probs(g, s, in[0], in[1], stats, scale, neg);
+    CuDesc p = bwd_probs(g, s, in[0], in[1], stats, scale, neg, band);
     kv_grad(g, s, p, dO, grad[2]);
     CuDesc ds = bwd_dscores(g, s, p, dO, in[2], sums, scale);
     kv_grad(g, s, ds, in[0], grad[1]);
@@ -495,9 +527,11 @@ static CuAttnPlan *plan_with_graph(const LtAttnPlanKey *key, long version) {
     p->scale = 1.0f / sqrtf((float)key->HD);
     p->neg_inf = version < 91000 ? -FLT_MAX : -INFINITY; /* as cudnn-frontend masks */
     p->one = 1.0f;
+    p->windowed = key->window >= 0;
+    p->band = (float)(key->window + 1);
     const Shapes s = shapes_of(key);
-    if (key->dir == LT_ATTN_FWD) fwd_graph(&p->g, &s);
-    else bwd_graph(&p->g, &s, !key->deterministic);
+    if (key->dir == LT_ATTN_FWD) fwd_graph(&p->g, &s, p->windowed);
+    else bwd_graph(&p->g, &s, !key->deterministic, p->windowed);
     return p;
 }
 

@@ -9,7 +9,13 @@
  * divide the query heads (grouped-query attention: K/V tensors of NKV heads,
  * dK/dV reduced over each group inside the graph), no 9.10.0/9.10.1,
  * and on cuDNN <= 9.15.0 a backward whose key length is not a multiple of
- * 128 needs a padding-mask workaround this build does not make. A
+ * 128 needs a padding-mask workaround this build does not make. Masks: the
+ * causal one always; a sliding window from 9.2.0 on (Transformer Engine
+ * takes cuDNN for (W, 0) windows from that release: causal, top-left
+ * diagonal, no bias or dropout, the BSHD layouts lattice's views are); per
+ * token key starts (packed documents) never: cuDNN expresses documents only
+ * as ragged (THD) batches of per-document sequences, not as one sequence
+ * with per-query first keys. A
  * deterministic backward is the graph variant without fp32 dQ accumulation,
  * which cuDNN runs deterministically on Hopper; elsewhere (Blackwell needs
  * engine knobs from cuDNN 9.18.1 on) it is refused. */
@@ -86,6 +92,12 @@ int lt_attn_resolve(const LtAttnEnv *env, LtAttnChoice *out) {
     return 0;
 }
 
+/* The window of call s as cuDNN runs it: -1 (causal) for none, and for one
+ * that reaches every query's first key (window >= T - 1). */
+static int keyed_window(const LtAttnShape *s) {
+    return s->window < 0 || s->window >= s->T - 1 ? -1 : s->window;
+}
+
 /* Format the reason a call stays on lattice's kernels into why; returns 0
  * (lt_attn_cudnn_call_ok's "no"). */
 static int call_refused(char *why, size_t n, const char *fmt, ...)
@@ -112,6 +124,18 @@ int lt_attn_cudnn_call_ok(const LtAttnEnv *env, const LtAttnShape *s, const void
     if (s->HD % 8 || s->HD > hdmax)
         return call_refused(why, whylen, "%s with head dim %d (cuDNN: multiples of 8 up to %d)",
                             dir, s->HD, hdmax);
+    if (s->documents)
+        return call_refused(why, whylen,
+                            "%s with per-token key starts (packed documents, "
+                            "data.reset_attention_mask, with or without a sliding window): cuDNN "
+                            "runs causal attention and plain sliding windows only", dir);
+    if (keyed_window(s) >= 0 && env->cudnn_version < LT_CUDNN_WINDOW_VERSION) {
+        char ver[32];
+        version_text(env->cudnn_version, ver, sizeof ver);
+        return call_refused(why, whylen,
+                            "%s with a sliding window (keys t-%d..t) on cuDNN %s: cuDNN's fused "
+                            "attention takes windows from 9.2.0 on", dir, s->window, ver);
+    }
     if (s->dir == LT_ATTN_BWD && s->T % 128 && env->cudnn_version <= 91500)
         return call_refused(why, whylen,
                             "backward with T=%d, not a multiple of 128, on cuDNN <= 9.15.0 "
@@ -126,11 +150,18 @@ int lt_attn_cudnn_call_ok(const LtAttnEnv *env, const LtAttnShape *s, const void
 
 /* ---- plan cache ------------------------------------------------------------ */
 
+LtAttnPlanKey lt_attn_plan_key(const LtAttnEnv *env, const LtAttnShape *s, int device) {
+    const LtAttnPlanKey k = {.dir = s->dir, .B = s->B, .T = s->T, .NH = s->NH, .NKV = s->NKV,
+                             .HD = s->HD, .window = keyed_window(s), .dtype = LT_BF16,
+                             .deterministic = env->deterministic, .device = device};
+    return k;
+}
+
 /* 1 when two keys name the same plan (field by field: no padding bytes compared). */
 static int key_eq(const LtAttnPlanKey *a, const LtAttnPlanKey *b) {
     return a->dir == b->dir && a->B == b->B && a->T == b->T && a->NH == b->NH &&
-           a->NKV == b->NKV && a->HD == b->HD && a->dtype == b->dtype && a->deterministic == b->deterministic &&
-           a->device == b->device;
+           a->NKV == b->NKV && a->HD == b->HD && a->window == b->window &&
+           a->dtype == b->dtype && a->deterministic == b->deterministic && a->device == b->device;
 }
 
 void lt_attn_cache_init(LtAttnPlanCache *c, LtAttnPlanDestroy destroy, void *ctx) {

@@ -605,6 +605,13 @@ static const int32_t *kstart_of(const LtModel *m, int l) {
     return m->in->swa[l] ? m->in->kwin : m->in->kstart;
 }
 
+/* The window argument of local layer l's attention (backend.h): the window
+ * when kstart_of is the window alone, -1 when documents reset it too or the
+ * layer attends causally. */
+static int window_of(const LtModel *m, int l) {
+    return m->in->swa[l] && !m->in->kstart ? m->d.window : -1;
+}
+
 void lt_model_set_loss_weight(LtModel *m, float w) { m->in->loss_weight = w; }
 void lt_model_set_moe_aux_weight(LtModel *m, float w) { m->in->moe_aux_weight = w; }
 
@@ -813,7 +820,8 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
         o->qk_norm_fwd(be, a->qkv, a->qk_in, a->qk_rstd, lw(m, l, P_QNW), lw(m, l, P_KNW),
                        m->d.norm_eps, N, NH, NKV, HD);
     if (m->in->rope_cs) o->rope(be, a->qkv, m->in->rope_cs, m->in->pos, B, T, NH, NKV, HD, 0);
-    o->attention_fwd(be, a->atty, a->lse, a->qkv, kstart_of(m, l), B, T, NH, NKV, HD);
+    o->attention_fwd(be, a->atty, a->lse, a->qkv, kstart_of(m, l), window_of(m, l), B, T, NH,
+                     NKV, HD);
     void *attn = lt_tp_row_linear_fwd(&tl, m->in->scratch_c, m->in->scratch_sp, a->atty,
                                       lw(m, l, P_PROJW), row_bias(m, l, P_PROJB), N, CL, C);
     norm_fwd(m, a->r2, rows_at(m, a->ln2, mine, C), a->mean2, a->rstd2, xin, attn,
@@ -1040,8 +1048,9 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
  * kept qkv. */
 static void recompute_layer(LtModel *m, int l, LtLayerActs *a, void *x, int B) {
     if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE)
-        m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, kstart_of(m, l), B, m->T,
-                                  m->in->heads_local, m->in->kv_local, lt_dims_head_dim(&m->d));
+        m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, kstart_of(m, l),
+                                  window_of(m, l), B, m->T, m->in->heads_local, m->in->kv_local,
+                                  lt_dims_head_dim(&m->d));
     else {
         m->in->recomputing = 1;
         layer_forward(m, l, a, B, x, x, NULL);
@@ -1113,8 +1122,8 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
         /* dres = d(r2) flows to both the attention projection and the layer input */
         lt_tp_row_linear_bwd(&tl, m->in->dfull, m->in->dc, lg(m, l, P_PROJW), lg(m, l, P_PROJB),
                              dres, a->atty, lw(m, l, P_PROJW), NULL, N, CL, C);
-        o->attention_bwd(be, m->in->d3c, m->in->dc, a->qkv, a->atty, a->lse, kstart_of(m, l), B, T,
-                         NH, NKV, HD);
+        o->attention_bwd(be, m->in->d3c, m->in->dc, a->qkv, a->atty, a->lse, kstart_of(m, l),
+                         window_of(m, l), B, T, NH, NKV, HD);
         if (m->in->rope_cs) /* d(pre-RoPE) */
             o->rope(be, m->in->d3c, m->in->rope_cs, m->in->pos, B, T, NH, NKV, HD, 1);
         if (a->qk_in) /* d(pre-norm q, k); the weights' gradients are partial over TP */

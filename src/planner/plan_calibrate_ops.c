@@ -137,11 +137,11 @@ typedef struct {
 static void run_attn(Cal *c, const void *arg) {
     const AttnJob *j = arg;
     if (j->bwd)
-        c->be->ops->attention_bwd(c->be, j->dqkv, j->dout, j->qkv, j->out, j->lse, NULL, j->B,
-                                  j->T, j->NH, j->NH, j->HD);
+        c->be->ops->attention_bwd(c->be, j->dqkv, j->dout, j->qkv, j->out, j->lse, NULL, -1,
+                                  j->B, j->T, j->NH, j->NH, j->HD);
     else
-        c->be->ops->attention_fwd(c->be, j->out, j->lse, j->qkv, NULL, j->B, j->T, j->NH, j->NH,
-                                  j->HD);
+        c->be->ops->attention_fwd(c->be, j->out, j->lse, j->qkv, NULL, -1, j->B, j->T, j->NH,
+                                  j->NH, j->HD);
 }
 
 /* TFLOP/s forward (*fwd) and backward (*bwd) over the shapes, in the model's

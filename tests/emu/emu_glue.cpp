@@ -279,11 +279,12 @@ extern "C" int lt_cuda_compiled(void) { return 0; }
  * into the cuDNN path (made only when CudaImpl.cudnn is set, never here)
  * report "not run". */
 extern "C" long lt_cudnn_version(void) { return 0; }
-int cudnn_attention_fwd(LtBackend *, void *, float *, const void *, int, int, int, int, int) {
+int cudnn_attention_fwd(LtBackend *, void *, float *, const void *, const int32_t *, int, int,
+                        int, int, int, int) {
     return 0;
 }
 int cudnn_attention_bwd(LtBackend *, void *, const void *, const void *, const void *,
-                        const float *, int, int, int, int, int) {
+                        const float *, const int32_t *, int, int, int, int, int, int) {
     return 0;
 }
 extern "C" int lt_cuda_attention_configure(LtBackend *be, LtAttnImpl want, int deterministic,

@@ -59,6 +59,9 @@ typedef struct {
 } Pair;
 
 static int g_quick;
+/* The bf16 CUDA backend on lattice's kernels, which the cuDNN checks compare
+ * with (NULL in the emulation). */
+static LtBackend *g_lattice_bf16;
 /* Bytes every device buffer of a case starts past its (256-byte aligned)
  * allocation: 0, or 4 for the misaligned runs. */
 static size_t g_offset;
@@ -835,6 +838,94 @@ static int32_t *doc_starts(int B, int T) {
     return ks;
 }
 
+/* One attention call: its shape, kstart (host, B*T; NULL: causal) and the
+ * window argument (backend.h). */
+typedef struct {
+    int B, T, NH, NKV, HD;
+    const int32_t *ks;
+    int window;
+} AttnCall;
+
+/* The call's forward on be from qkv (host): out and lse downloaded into o
+ * and l (B*T*NH*HD and B*NH*T floats). */
+static void attn_fwd_on(LtBackend *be, const AttnCall *c, const float *qkv, float *o, float *l) {
+    const size_t nq = (size_t)c->B * c->T * (c->NH + 2 * c->NKV) * c->HD;
+    const size_t no = (size_t)c->B * c->T * c->NH * c->HD, nl = (size_t)c->B * c->NH * c->T;
+    void *dq = act_up(be, qkv, nq), *dout_ = act_up(be, NULL, no);
+    float *dl = f32_up(be, NULL, nl);
+    int32_t *dks = c->ks ? i32_up(be, c->ks, (size_t)c->B * c->T) : NULL;
+    poison(be, dout_, lt_act_bytes(be, no)), poison(be, dl, nl * 4);
+    be->ops->attention_fwd(be, dout_, dl, dq, dks, c->window, c->B, c->T, c->NH, c->NKV, c->HD);
+    act_down(be, o, dout_, no), f32_down(be, l, dl, nl);
+    dfree(be, dout_), dfree(be, dl), dfree(be, dq);
+    if (dks) dfree(be, dks);
+}
+
+/* The call's backward on be from qkv, dout and a forward's out and lse (all
+ * host): dqkv downloaded into g. bitwise: run it again and require the same
+ * bytes. */
+static void attn_bwd_on(const Pair *P, LtBackend *be, const AttnCall *c, const float *qkv,
+                        const float *dout, const float *out, const float *lse, float *g,
+                        int bitwise) {
+    const size_t nq = (size_t)c->B * c->T * (c->NH + 2 * c->NKV) * c->HD;
+    const size_t no = (size_t)c->B * c->T * c->NH * c->HD, nl = (size_t)c->B * c->NH * c->T;
+    void *dq = act_up(be, qkv, nq), *dy = act_up(be, dout, no), *dout_ = act_up(be, out, no);
+    float *dl = f32_up(be, lse, nl);
+    int32_t *dks = c->ks ? i32_up(be, c->ks, (size_t)c->B * c->T) : NULL;
+    void *dqkv = act_up(be, NULL, nq);
+    poison(be, dqkv, lt_act_bytes(be, nq));
+    be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, dks, c->window, c->B, c->T, c->NH,
+                           c->NKV, c->HD);
+    act_down(be, g, dqkv, nq);
+    if (bitwise) {
+        void *first = raw_down(be, dqkv, lt_act_bytes(be, nq));
+        poison(be, dqkv, lt_act_bytes(be, nq));
+        be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, dks, c->window, c->B, c->T, c->NH,
+                               c->NKV, c->HD);
+        void *bits = raw_down(be, dqkv, lt_act_bytes(be, nq));
+        same_bits(P, "attn_bwd dqkv", bits, first, lt_act_bytes(be, nq));
+        free(first), free(bits);
+    }
+    dfree(be, dq), dfree(be, dy), dfree(be, dout_), dfree(be, dl), dfree(be, dqkv);
+    if (dks) dfree(be, dks);
+}
+
+/* The call on P's reference and device under test, forward and backward
+ * (both backwards from the reference forward's out and lse), compared at the
+ * pair's bound (bf16: attn_bound.h, times slack); tag names the masks in the
+ * lines printed. */
+static void attn_pair(const Pair *P, const AttnCall *c, const char *tag, double slack) {
+    const int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, HD = c->HD;
+    const size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD;
+    const size_t nl = (size_t)B * NH * T;
+    float *qkv = hrand(nq, 1.7f, P->bf16), *dout = hrand(no, 1.f, P->bf16);
+    float *o[2], *l[2], *g[2];
+    for (int k = 0; k < 2; k++) {
+        o[k] = hzeros(no), l[k] = hzeros(nl), g[k] = hzeros(nq);
+        attn_fwd_on(k ? P->dut : P->ref, c, qkv, o[k], l[k]);
+    }
+    float *oin = o[0];
+    if (P->bf16)
+        for (size_t i = 0; i < no; i++) oin[i] = lt_bf16_round(oin[i]);
+    for (int k = 0; k < 2; k++)
+        attn_bwd_on(P, k ? P->dut : P->ref, c, qkv, dout, oin, l[0], g[k], k && !P->nondet);
+    char nm[96];
+    double tol_out = P->tol, tol_dqkv = P->tol; /* bf16: see attn_bound.h */
+    if (P->bf16) attn_bf16_bounds(qkv, dout, B, T, NH, NKV, HD, P->tol, &tol_out, &tol_dqkv);
+    /* fp32: dK and dV sum T x (NH / NKV) products in an order of each path's
+     * own, so their rounding grows like the square root of that count (the
+     * first GPU run measured 2.5e-5 at T 700 with 4 heads a group, against a
+     * flat 1e-5) */
+    else tol_dqkv = P->tol * fmax(1.0, sqrt((double)T * (NH / NKV) / 64.0));
+    snprintf(nm, sizeof nm, "attn_fwd%s B%d T%d NH%d NKV%d HD%d out", tag, B, T, NH, NKV, HD);
+    cmp(P, nm, o[1], o[0], no, slack * tol_out);
+    cmp(P, "attn_fwd lse", l[1], l[0], nl, slack * P->tol);
+    snprintf(nm, sizeof nm, "attn_bwd%s T%d NH%d NKV%d HD%d dqkv", tag, T, NH, NKV, HD);
+    cmp(P, nm, g[1], g[0], nq, slack * tol_dqkv);
+    for (int k = 0; k < 2; k++) free(o[k]), free(l[k]), free(g[k]);
+    free(qkv), free(dout);
+}
+
 /* Every shape against the reference backend; docs: with packed documents
  * (kstart), which run lattice's kernels on every backend. */
 static void attention_cases(const Pair *P, int docs) {
@@ -846,68 +937,12 @@ static void attention_cases(const Pair *P, int docs) {
     for (int s = 0; s < (int)(sizeof attn_shapes / sizeof attn_shapes[0]); s++) {
         if (g_quick && !attn_shapes[s].quick) continue;
         if (g_quick && docs && !(docs_quick >> s & 1)) continue;
-        const int B = attn_shapes[s].B, T = attn_shapes[s].T, NH = attn_shapes[s].NH;
-        const int NKV = attn_shapes[s].NKV, HD = attn_shapes[s].HD;
-        const size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD;
-        const size_t nl = (size_t)B * NH * T;
-        float *qkv = hrand(nq, 1.7f, P->bf16), *dout = hrand(no, 1.f, P->bf16);
-        float *o[2], *l[2], *g[2];
-        int32_t *ks = docs ? doc_starts(B, T) : NULL, *dks[2] = {NULL, NULL};
-        void *bits = NULL;
-        for (int k = 0; k < 2; k++)
-            if (ks) dks[k] = i32_up(k ? P->dut : P->ref, ks, (size_t)B * T);
-        for (int k = 0; k < 2; k++) {
-            LtBackend *be = k ? P->dut : P->ref;
-            void *dq = act_up(be, qkv, nq), *dout_ = act_up(be, NULL, no);
-            float *dl = f32_up(be, NULL, nl);
-            poison(be, dout_, lt_act_bytes(be, no)), poison(be, dl, nl * 4);
-            be->ops->attention_fwd(be, dout_, dl, dq, dks[k], B, T, NH, NKV, HD);
-            o[k] = hzeros(no), l[k] = hzeros(nl);
-            act_down(be, o[k], dout_, no), f32_down(be, l[k], dl, nl);
-            dfree(be, dout_), dfree(be, dl), dfree(be, dq);
-        }
-        /* backward: both sides get the reference forward's out and lse */
-        float *oin = o[0];
-        if (P->bf16)
-            for (size_t i = 0; i < no; i++) oin[i] = lt_bf16_round(oin[i]);
-        for (int k = 0; k < 2; k++) {
-            LtBackend *be = k ? P->dut : P->ref;
-            void *dq = act_up(be, qkv, nq), *dy = act_up(be, dout, no), *dout_ = act_up(be, oin, no);
-            float *dl = f32_up(be, l[0], nl);
-            void *dqkv = act_up(be, NULL, nq);
-            poison(be, dqkv, lt_act_bytes(be, nq));
-            be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, dks[k], B, T, NH, NKV, HD);
-            g[k] = hzeros(nq);
-            act_down(be, g[k], dqkv, nq);
-            if (k && !P->nondet) {
-                void *first = raw_down(be, dqkv, lt_act_bytes(be, nq));
-                poison(be, dqkv, lt_act_bytes(be, nq));
-                be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, dks[k], B, T, NH, NKV, HD);
-                bits = raw_down(be, dqkv, lt_act_bytes(be, nq));
-                same_bits(P, "attn_bwd dqkv", bits, first, lt_act_bytes(be, nq));
-                free(first), free(bits);
-            }
-            dfree(be, dq), dfree(be, dy), dfree(be, dout_), dfree(be, dl), dfree(be, dqkv);
-        }
-        char nm[96];
-        double tol_out = P->tol, tol_dqkv = P->tol; /* bf16: see attn_bound.h */
-        if (P->bf16) attn_bf16_bounds(qkv, dout, B, T, NH, NKV, HD, P->tol, &tol_out, &tol_dqkv);
-        /* fp32: dK and dV sum T x (NH / NKV) products in an order of each path's
-         * own, so their rounding grows like the square root of that count (the
-         * first GPU run measured 2.5e-5 at T 700 with 4 heads a group, against a
-         * flat 1e-5) */
-        else tol_dqkv = P->tol * fmax(1.0, sqrt((double)T * (NH / NKV) / 64.0));
-        const char *tag = docs ? " docs" : "";
-        snprintf(nm, sizeof nm, "attn_fwd%s B%d T%d NH%d NKV%d HD%d out", tag, B, T, NH, NKV, HD);
-        cmp(P, nm, o[1], o[0], no, tol_out);
-        cmp(P, "attn_fwd lse", l[1], l[0], nl, P->tol);
-        snprintf(nm, sizeof nm, "attn_bwd%s T%d NH%d NKV%d HD%d dqkv", tag, T, NH, NKV, HD);
-        cmp(P, nm, g[1], g[0], nq, tol_dqkv);
-        for (int k = 0; k < 2; k++) {
-            free(o[k]), free(l[k]), free(g[k]);
-            if (dks[k]) dfree(k ? P->dut : P->ref, dks[k]);
-        }
-        free(qkv), free(dout), free(ks);
+        const AttnCall c = {attn_shapes[s].B, attn_shapes[s].T, attn_shapes[s].NH,
+                            attn_shapes[s].NKV, attn_shapes[s].HD, NULL, -1};
+        int32_t *ks = docs ? doc_starts(c.B, c.T) : NULL;
+        const AttnCall cd = {c.B, c.T, c.NH, c.NKV, c.HD, ks, -1};
+        attn_pair(P, docs ? &cd : &c, docs ? " docs" : "", 1.0);
+        free(ks);
     }
     if (!docs) {
         check_cudnn_ran(P, &before);
@@ -917,12 +952,86 @@ static void attention_cases(const Pair *P, int docs) {
         CHECK(now.cudnn_calls[0] == before.cudnn_calls[0] &&
                   now.cudnn_calls[1] == before.cudnn_calls[1],
               "packed documents ran on cuDNN");
+        CHECK(strstr(now.last_fallback, "packed documents") != NULL,
+              "the documents' calls are refused naming them: %s", now.last_fallback);
     }
 }
 
 static void t_attention(const Pair *P) { attention_cases(P, 0); }
 static void t_attention_docs(const Pair *P) { attention_cases(P, 1); }
 
+/* Sliding windows (model.window_size) without documents: kstart =
+ * max(0, t - W) and window W, which cuDNN runs as its band mask (checked to
+ * have run it: cuDNN 9.2.0+) and lattice's kernels through kstart; each
+ * against the reference, and on the cuDNN pair also cuDNN against lattice's
+ * tensor-core kernels directly (each within the bound of the exact attention,
+ * so the two within twice it). Shapes: GPT-OSS's band (W 128, HD 64, 8 query
+ * heads a key/value head) at T 512 and a T not a multiple of 128, the
+ * smallest bands (W 0: the diagonal alone; W 1), one crossing the 32- and
+ * 64-row tiles (W 48), and a window past the sequence (causal). */
+static const struct {
+    int B, T, NH, NKV, HD, W, quick;
+} window_shapes[] = {
+    {1, 150, 4, 2, 64, 48, 1}, {1, 70, 2, 2, 40, 5, 1},      {1, 40, 2, 1, 32, 0, 1},
+    {2, 300, 8, 1, 64, 128, 0}, {1, 512, 8, 1, 64, 128, 0},  {1, 512, 4, 4, 128, 1, 0},
+    {2, 256, 4, 2, 80, 0, 0},   {1, 200, 2, 2, 96, 300, 0},
+};
+
+/* max(0, t - W) for every token of B sequences of T. */
+static int32_t *window_starts(int B, int T, int W) {
+    int32_t *ks = lt_malloc((size_t)B * T * sizeof(int32_t));
+    for (int i = 0; i < B * T; i++) ks[i] = i % T > W ? i % T - W : 0;
+    return ks;
+}
+
+/* After one window shape on the cuDNN pair: per direction, the calls cuDNN
+ * ran and those left to lattice; cuDNN must have run every call its rules
+ * take (lt_attn_cudnn_call_ok for this cuDNN: a backward with T not a
+ * multiple of 128 stays on lattice before 9.16; misaligned buffers always)
+ * and no other. */
+static void check_cudnn_window(const Pair *P, const AttnCall *c, const LtAttnInfo *before) {
+    LtAttnInfo now;
+    if (!P->cudnn) return;
+    CHECK(lt_cuda_attention_info(P->dut, &now) == 0 && now.choice.cudnn, "not a cuDNN backend");
+    const LtAttnEnv env = {.want = LT_ATTN_CUDNN, .cuda = 1, .bf16 = 1, .sm = 90,
+                           .cudnn_version = now.cudnn_version, .head_dim = c->HD};
+    for (int d = 0; d < 2; d++) {
+        const LtAttnShape s = {(LtAttnDir)d, c->B, c->T, c->NH, c->NKV, c->HD, c->window, 0};
+        char why[240] = "misaligned buffers";
+        const int takes = !g_offset && lt_attn_cudnn_call_ok(&env, &s, NULL, 0, why, sizeof why);
+        const long ran = now.cudnn_calls[d] - before->cudnn_calls[d];
+        const long left = now.fallback_calls[d] - before->fallback_calls[d];
+        printf("  cuDNN %ld %s W%d T%d: %ld calls ran on cuDNN, %ld on lattice%s%s%s\n",
+               now.cudnn_version, d ? "backward" : "forward", c->window, c->T, ran, left,
+               takes ? "" : " (cuDNN's rules: ", takes ? "" : why, takes ? "" : ")");
+        if (left) printf("  last left to lattice: %s\n", now.last_fallback);
+        CHECK(takes ? ran > 0 && left == 0 : ran == 0,
+              "window %d T %d %s: cuDNN ran %ld calls, %ld left to lattice, cuDNN's rules %s",
+              c->window, c->T, d ? "backward" : "forward", ran, left, takes ? "take it" : why);
+    }
+}
+
+static void t_attention_window(const Pair *P) {
+    for (int s = 0; s < (int)(sizeof window_shapes / sizeof window_shapes[0]); s++) {
+        if (g_quick && !window_shapes[s].quick) continue;
+        LtAttnInfo before;
+        if (P->cudnn) lt_cuda_attention_info(P->dut, &before);
+        const int B = window_shapes[s].B, T = window_shapes[s].T, W = window_shapes[s].W;
+        int32_t *ks = window_starts(B, T, W);
+        const AttnCall c = {B, T, window_shapes[s].NH, window_shapes[s].NKV, window_shapes[s].HD,
+                            ks, W};
+        char tag[32];
+        snprintf(tag, sizeof tag, " W%d", W);
+        attn_pair(P, &c, tag, 1.0);
+        if (P->cudnn && g_lattice_bf16) {
+            const Pair vs = {.ref = g_lattice_bf16, .dut = P->dut, .tag = "n-vs-l", .tol = P->tol,
+                             .bf16 = 1, .nondet = 1};
+            attn_pair(&vs, &c, tag, 2.0);
+        }
+        check_cudnn_window(P, &c, &before);
+        free(ks);
+    }
+}
 /* ======================= cross-entropy ======================= */
 static void t_xent(const Pair *P) {
     /* Vp 12: fp32 packs, bf16 single elements; Vp 50: single elements in both */
@@ -1594,7 +1703,7 @@ static const Case cases[] = {
     {"layernorm", t_layernorm, 1}, {"add_act", t_add_act, 1},
     {"linear", t_linear, 1},       {"gelu", t_gelu, 1},
     {"attention", t_attention, 1}, {"attention_docs", t_attention_docs, 1},
-    {"xent", t_xent, 1},
+    {"attention_window", t_attention_window, 1}, {"xent", t_xent, 1},
     {"xent_tp", t_xent_tp, 1},     {"adamw", t_adamw, 1},
     {"reduce", t_reduce, 1},       {"step_scalars", t_step_scalars, 0},
     {"memory_streams", t_memory_streams, 0},
@@ -1696,7 +1805,6 @@ static void test_cudnn_refuses_fp32(void) {
  * attention runs on lattice's kernels, bit for bit what a lattice backend
  * computes, and its counters say so; the second call of a shape finds the
  * failure cached. */
-static LtBackend *g_lattice_bf16;
 static void attn_run_raw(LtBackend *be, const float *qkv, const float *dout, int B, int T, int NH,
                          int HD, void **out, void **lse, void **dqkv) {
     const size_t nq = (size_t)B * T * 3 * NH * HD, no = (size_t)B * T * NH * HD;
@@ -1705,8 +1813,8 @@ static void attn_run_raw(LtBackend *be, const float *qkv, const float *dout, int
     float *dl = f32_up(be, NULL, nl);
     void *dg = act_up(be, NULL, nq);
     poison(be, dg, lt_act_bytes(be, nq));
-    be->ops->attention_fwd(be, o, dl, dq, NULL, B, T, NH, NH, HD);
-    be->ops->attention_bwd(be, dg, dy, dq, o, dl, NULL, B, T, NH, NH, HD);
+    be->ops->attention_fwd(be, o, dl, dq, NULL, -1, B, T, NH, NH, HD);
+    be->ops->attention_bwd(be, dg, dy, dq, o, dl, NULL, -1, B, T, NH, NH, HD);
     *out = raw_down(be, o, lt_act_bytes(be, no));
     *lse = raw_down(be, dl, nl * 4);
     *dqkv = raw_down(be, dg, lt_act_bytes(be, nq));

@@ -3,7 +3,7 @@
 # CPU backend: `lattice train` on configs/tiny.yaml and configs/llama-tiny.yaml
 # (the Llama block: RMSNorm, SwiGLU, RoPE, grouped-query attention; and with 4
 # experts top-2 in every layer, mixture of experts; and that with GPT-OSS's
-# sliding window, head dimension and document resets) for 20 steps
+# sliding window and head dimension, with and without document resets) for 20 steps
 # with train.device=cpu and train.device=cuda on the same data and seed, in
 # fp32 and bf16, then compares the per-step training losses of the metrics
 # files: max relative difference <= 1e-4 (fp32) and <= 2e-2 (bf16); and a bf16
@@ -133,6 +133,21 @@ OSS=("${MOE[@]}" "model.window_size=[48, 0]" model.window_attn_skip_freq=2 model
      data.eod_token=10 data.reset_position_ids=true data.reset_attention_mask=true
      data.eod_mask_loss=true)
 cpu_vs_dev oss llama_moe_window_docs "${OSS[@]}"
+# the window without documents, attention left to model.attention=auto: in
+# bf16 on a GPU whose cuDNN runs it, cuDNN takes every call, the windowed
+# layers through its band mask (sequence 256: a multiple of 128, which
+# cuDNN <= 9.15 needs for the backward), as the run's summary must say
+WIN=("${MOE[@]}" "model.window_size=[48, 0]" model.window_attn_skip_freq=2 model.kv_channels=32
+     model.seq_length=256 model.max_position_embeddings=256)
+cpu_vs_dev win llama_moe_window "${WIN[@]}"
+if [ "$DEV" = cuda ] && [ -s "$T/win-cuda-bf16.log" ]; then
+  summary=$(grep -E 'attention: cuDNN ran' "$T/win-cuda-bf16.log" | tail -1)
+  if echo "$summary" | grep -qE 'cuDNN ran [1-9][0-9]* forward and [1-9][0-9]* backward calls; lattice.s kernels ran 0 forward and 0 backward'; then
+    pass "window_bf16_on_cudnn (${summary#*attention: })"
+  elif grep -q 'attention  *lattice' "$T/win-cuda-bf16.log"; then
+    pass "window_bf16_on_cudnn (not applicable: $(grep -m1 -E '^attention ' "$T/win-cuda-bf16.log"))"
+  else fail window_bf16_on_cudnn "${summary:-no attention summary in the log}"; fi
+fi
 CFG=tiny
 # the step replayed as a CUDA graph runs the same kernels: identical losses
 if [ "$DEV" = cuda ] && run cuda-bf16-graph cuda bf16 train.cuda_graph=true; then
