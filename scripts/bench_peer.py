@@ -540,7 +540,8 @@ def moe_gemm(torch, pm, args, c, device, prec):
         if args.moe_gemm == "grouped":
             raise InputError(f"--moe-gemm grouped: {why}")
         return None, f"experts: one matmul per expert ({why})"
-    return gm, "experts: torch grouped_mm"
+    return gm, "experts: torch grouped_mm" + (f" (groups aligned to {gm.align} rows)"
+                                              if gm.align > 1 else "")
 
 
 def make_model(torch, pm, args, c, device, prec):

@@ -412,14 +412,17 @@ moe_slice() {
     --lattice "$LT_BIN" --config configs/llama3.1-8b.yaml --steps 10 --device cuda --mbs "$m" \
     --peer off "$@"
   R=$?
-  D="$name: $(bench_result "$log")"
+  D=$(bench_result "$log")
+  D="$name: ${D:-FAILED}"
 }
 ph_moe() {
   local rc=0 d d1 left R D
   # the Mixtral slice and its peer (its own init: the 1.7 B export would take
   # longer than both runs); the peer compiled per block, its experts torch's
-  # grouped GEMM where it computes correctly
-  step $(( TO - 5 )) "$WORK/moe.log" env "${LT_ENV[@]}" BENCH_TIMEOUT=$(( TO * 6 / 10 )) bash scripts/bench.sh \
+  # grouped GEMM where it computes correctly. Each run may take 70% of the
+  # phase: lattice's about 20 s, the peer's import, compilation and steps
+  # most of the rest
+  step $(( TO - 5 )) "$WORK/moe.log" env "${LT_ENV[@]}" BENCH_TIMEOUT=$(( TO * 7 / 10 )) bash scripts/bench.sh \
     --lattice "$LT_BIN" --config configs/llama3.1-8b.yaml --steps 10 --device cuda --mbs "4 2" \
     --peer auto --peer-init random --peer-args "--compile-blocks" "${MIXTRAL_SLICE[@]}"
   rc=$?

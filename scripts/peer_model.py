@@ -32,6 +32,7 @@ language-model loss: the trainer weighs them by the micro batch's share of the
 step, as lattice does (src/model/moe.c). Shapes that lattice has and this
 model has not (shared experts, sigmoid scores, capacity, expert bias, dense
 layers between MoE layers) are refused by bench_peer.py's config check."""
+import collections
 import json
 import math
 import os
@@ -44,6 +45,11 @@ import torch.nn.functional as F
 
 class InputError(Exception):
     """Raised for a file or config the model cannot take (bench_peer maps it)."""
+
+
+# torch's grouped GEMM and the row multiple each expert's group must start at
+# (1: any; else the groups are laid out with zero rows between them)
+Grouped = collections.namedtuple("Grouped", "mm align")
 
 
 # ---- GPT-2 -----------------------------------------------------------------------
@@ -166,7 +172,7 @@ class MoE(nn.Module):
         tok = order // self.K
         counts = torch.zeros(self.E, dtype=torch.int64, device=x.device)
         counts.index_add_(0, flat, torch.ones_like(flat))
-        y = self.experts(x[tok], counts)
+        y = self.experts(x[tok], counts, flat[order])
         y = y.float() * w.reshape(-1)[order].unsqueeze(1)
         out = torch.zeros(x.shape, dtype=torch.float32, device=x.device).index_add_(0, tok, y)
         return out.view(B, T, C), extra
@@ -187,15 +193,24 @@ class MoE(nn.Module):
             extra = z if extra is None else extra + z
         return extra
 
-    def experts(self, xs, counts):
-        """Each expert's SwiGLU over its contiguous rows of xs (M, C)."""
-        if self.gemm is not None:
-            offs = torch.cumsum(counts, 0).to(torch.int32)
-            a = xs.to(self.cdt)
-            hu = self.gemm(a, self.gate_up.to(self.cdt).transpose(-2, -1), offs=offs)
-            g, u = hu.chunk(2, dim=-1)
-            return self.gemm(F.silu(g) * u, self.down.to(self.cdt).transpose(-2, -1), offs=offs)
-        return self.expert_loop(xs, counts)
+    def experts(self, xs, counts, experts_of_rows):
+        """Each expert's SwiGLU over its contiguous rows of xs (M, C);
+        experts_of_rows (M) is each row's expert."""
+        if self.gemm is None:
+            return self.expert_loop(xs, counts)
+        mm, align = self.gemm
+        a = xs.to(self.cdt)
+        ends, rows = torch.cumsum(counts, 0), None
+        if align > 1:  # row i moves to its expert's aligned start plus its place after its own
+            padded = (counts + align - 1) // align * align
+            ends = torch.cumsum(padded, 0)
+            shift = (ends - padded) - (torch.cumsum(counts, 0) - counts)
+            rows = torch.arange(a.shape[0], device=a.device) + shift[experts_of_rows]
+            a = a.new_zeros(a.shape[0] + self.E * (align - 1), a.shape[1]).index_copy(0, rows, a)
+        offs = ends.to(torch.int32)
+        g, u = mm(a, self.gate_up.to(self.cdt).transpose(-2, -1), offs=offs).chunk(2, dim=-1)
+        y = mm(F.silu(g) * u, self.down.to(self.cdt).transpose(-2, -1), offs=offs)
+        return y if rows is None else y[rows]
 
     @torch.compiler.disable
     def expert_loop(self, xs, counts):
@@ -281,38 +296,51 @@ def build_model(c, gemm=None, compute_dtype=torch.float32):
 
 # ---- grouped GEMM ------------------------------------------------------------------
 def grouped_gemm(device, dtype):
-    """(torch's grouped GEMM, "") when it computes an MoE layer's jagged GEMMs
-    on this device and dtype, forward and backward (checked here against
-    one matmul per group, with an empty group and group sizes that are no
-    multiple of anything); else (None, why not)."""
-    gm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
-    if gm is None:
+    """(Grouped(torch's grouped GEMM, row alignment), "") when it computes an MoE
+    layer's jagged GEMMs on this device and dtype, forward and backward:
+    checked here against one matmul per group, with an empty group, first
+    with group sizes that are no multiple of anything and the last group
+    ending at the last row, else with groups starting at multiples of 16 and
+    spare rows after them (what grouped GEMM kernels may ask for); else
+    (None, why not)."""
+    mm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+    if mm is None:
         return None, f"torch {torch.__version__} has no grouped_mm"
+    why = ""
+    for align, sizes, rows in ((1, [5, 0, 19, 8], 32), (16, [16, 0, 32, 16], 112)):
+        why = _grouped_mm_error(mm, device, dtype, sizes, rows)
+        if not why:
+            return Grouped(mm, align), ""
+    return None, why
+
+
+def _grouped_mm_error(mm, device, dtype, sizes, rows):
+    """What is wrong with mm on groups `sizes` of a rows-row operand, or ""."""
     g = torch.Generator(device="cpu").manual_seed(0)
-    sizes = [5, 0, 19, 8]
-    x = torch.randn(sum(sizes), 64, generator=g)
+    x = torch.randn(rows, 64, generator=g)
+    x[sum(sizes):] = 0
     w = torch.randn(len(sizes), 48, 64, generator=g) / 8
-    dy = torch.randn(sum(sizes), 48, generator=g)
+    dy = torch.randn(rows, 48, generator=g)
     try:
         xd = x.to(device, dtype).requires_grad_()
         wd = w.to(device, dtype).requires_grad_()
         offs = torch.tensor(sizes, device=device).cumsum(0).to(torch.int32)
-        y = gm(xd, wd.transpose(-2, -1), offs=offs)
-        y.backward(dy.to(device, dtype))
+        y = mm(xd, wd.transpose(-2, -1), offs=offs)[:sum(sizes)]
+        y.backward(dy[:sum(sizes)].to(device, dtype))
         if device.type == "cuda":
             torch.cuda.synchronize()
     except (RuntimeError, TypeError, NotImplementedError) as e:
-        return None, f"grouped_mm failed here: {(str(e).splitlines() or [''])[0][:200]}"
+        return f"grouped_mm failed here: {(str(e).splitlines() or [''])[0][:200]}"
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
-    yr = torch.cat([xe @ wr[e].t() for e, xe in enumerate(xr.split(sizes))])
-    yr.backward(dy)
+    yr = torch.cat([xe @ wr[e].t() for e, xe in enumerate(xr[:sum(sizes)].split(sizes))])
+    yr.backward(dy[:sum(sizes)])
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
     for name, a, b in (("output", y, yr), ("input gradient", xd.grad, xr.grad),
                        ("weight gradient", wd.grad, wr.grad)):
         err = ((a.float().cpu() - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
         if not err <= tol:
-            return None, f"grouped_mm's {name} is off by {err:.3g} (relative to its largest entry)"
-    return gm, ""
+            return f"grouped_mm's {name} is off by {err:.3g} (relative to its largest entry)"
+    return ""
 
 
 # ---- init and checkpoints ----------------------------------------------------------
