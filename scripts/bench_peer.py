@@ -13,7 +13,7 @@ RMSNorm, rotary embeddings (Llama 3.1's scaling), grouped-query attention,
 SwiGLU, untied head; with experts, an fp32 top-k router (ties to the lower
 expert index), dropless SwiGLU experts as one grouped GEMM per projection
 (--moe-gemm) and the aux and z losses. Settings the models lack are refused
-by name (peer_refusal). Both: the
+by name (peer_refusal). Every model: the
 vocabulary padded to a multiple of make_vocab_size_divisible_by x TP: the
 padded rows of wte start at zero and the padded logit columns are left out of
 the softmax, so (as in lattice) they get neither probability nor gradient and

@@ -165,7 +165,7 @@ class MoE(nn.Module):
             w = top.softmax(dim=-1)
         if self.scale:
             w = w * self.scale
-        extra = self.losses(logits, idx, B, T)
+        extra = self.losses(logits, idx, B)
         # expert-major order of the N K assignments (tokens in order within an expert)
         flat = idx.reshape(-1)
         order = torch.argsort(flat, stable=True)
@@ -177,7 +177,9 @@ class MoE(nn.Module):
         out = torch.zeros(x.shape, dtype=torch.float32, device=x.device).index_add_(0, tok, y)
         return out.view(B, T, C), extra
 
-    def losses(self, logits, idx, B, T):
+    def losses(self, logits, idx, B):
+        """The aux (per micro batch, or per sequence of the B) and z losses of
+        the router's logits (N, E) and choices idx (N, K), or None."""
         extra = None
         if self.balance != "none" and self.aux_coeff > 0:
             groups = B if self.balance == "seq_aux_loss" else 1
@@ -201,7 +203,7 @@ class MoE(nn.Module):
         mm, align = self.gemm
         a = xs.to(self.cdt)
         ends, rows = torch.cumsum(counts, 0), None
-        if align > 1:  # row i moves to its expert's aligned start plus its place after its own
+        if align > 1:  # each expert's rows shift to its aligned start; rows between stay 0
             padded = (counts + align - 1) // align * align
             ends = torch.cumsum(padded, 0)
             shift = (ends - padded) - (torch.cumsum(counts, 0) - counts)
