@@ -287,7 +287,7 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c tests/test.h $(LIB)
 gpu-test: check-deps $(GPU_TEST_BINS)
 	$(BUILD)/tests/gpu/test_gpu_ops && $(BUILD)/tests/gpu/bench_attention
 
-# scripts/bench_peer.py (plain PyTorch GPT-2) against lattice: same init, batches
+# scripts/bench_peer.py (plain PyTorch GPT-2, Llama, Mixtral) against lattice: same init, batches
 # and per-step losses (tests/gpu/peer_check.sh). Needs a Python with torch, so
 # not part of make test: PEER_PYTHON=/path/bin/python PEER_CHECK_DEVICE=cpu|cuda
 peer-check: all

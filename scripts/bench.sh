@@ -2,10 +2,11 @@
 # bench.sh - training throughput benchmark (not a test): for each config, find
 # the largest micro batch that fits, train N steps on random tokens and report
 # lattice's "done:" figures (median step time after warm-up, tokens/s,
-# TFLOP/s per device, MFU) in a table; then train a plain PyTorch GPT-2 peer
-# (scripts/bench_peer.py) on the same config, micro batch, batches and initial
-# weights on the same device and print both side by side, with the peer's
-# first losses checked against lattice's.
+# TFLOP/s per device, MFU) in a table; then train a plain PyTorch peer
+# (scripts/bench_peer.py: GPT-2, or Llama with or without Mixtral's experts)
+# on the same config, micro batch, batches and initial weights on the same
+# device and print both side by side, with the peer's first losses checked
+# against lattice's.
 #
 # usage: scripts/bench.sh [--config C]... [--steps N] [--device cuda|cpu|auto]
 #                         [--out FILE] [--lattice BIN] [--mbs "64 32 16 8 4 2 1"]
@@ -248,8 +249,12 @@ run_peer() {
   local f
   f=$(python3 -c 'import json, sys
 s = json.loads(sys.argv[1])
+mode = ("compiled per block" if s.get("compile_blocks") else "compiled") if s["compile"] else "eager"
+experts = s.get("experts", "")
+if experts:
+    mode += ", grouped_mm experts" if experts.startswith("torch grouped_mm") else ", a matmul per expert"
 print("%.1f %.0f %.3f %.1f %.1f %s" % (s["median_step_ms"], s["tokens_per_sec"], s["tflops_per_device"],
-      100 * s["mfu"], s["memory_mib"], ("compiled per block" if s.get("compile_blocks") else "compiled") if s["compile"] else "eager"))' "$sumline")
+      100 * s["mfu"], s["memory_mib"], mode))' "$sumline")
   local pmed ptok ptfl pmfu pmem pmode
   read -r pmed ptok ptfl pmfu pmem pmode <<<"$f"
   PROWS+=("$name|lattice|$m|$med|$tok|$tfl|$mfu%|$mem")
@@ -358,7 +363,7 @@ say "device: ${DEVNAME:-unknown} [train.device=$DEVICE]"
 } | if command -v column >/dev/null 2>&1; then column -t -s '|'; else tr '|' '\t'; fi | tee -a "$REPORT"
 if [ ${#PROWS[@]} -gt 0 ] || [ ${#PNOTES[@]} -gt 0 ]; then
   say ""
-  say "== lattice vs a plain PyTorch GPT-2 (scripts/bench_peer.py), same device, shapes, batches =="
+  say "== lattice vs its plain PyTorch peer (scripts/bench_peer.py), same device, shapes, batches =="
   if [ ${#PROWS[@]} -gt 0 ]; then
     {
       echo "config|engine|micro batch|median step ms|tokens/s|TFLOP/s per device|MFU|memory MiB"

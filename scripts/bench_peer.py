@@ -1,32 +1,43 @@
 #!/usr/bin/env python3
-"""bench_peer.py - a plain PyTorch GPT-2 trained next to lattice, for speed and
-loss comparisons on the same shapes, data and initial weights.
-
-The model is written here with nn.Linear / nn.LayerNorm and
-F.scaled_dot_product_attention(is_causal=True) (not a library model class) and
-computes the same function as lattice (docs/model.md):
-pre-LayerNorm blocks with eps 1e-5, learned position embeddings, causal
+"""bench_peer.py - a plain PyTorch peer trained next to lattice, for speed and
+loss comparisons on the same shapes, data and initial weights: lattice's
+GPT-2, or its Llama (model.arch=llama), dense or with Mixtral's experts
+(model.num_experts). The models (scripts/peer_model.py, its docstring) are
+written with nn.Linear, LayerNorm / F.rms_norm and
+F.scaled_dot_product_attention(is_causal=True) (no library model class) and
+compute the same function as lattice (docs/model.md).
+GPT-2: pre-LayerNorm blocks with eps 1e-5, learned position embeddings, causal
 attention scaled by 1/sqrt(head_dim) with q|k|v per token in that order,
-tanh-approximation GeLU, the token embedding tied to the LM head, and the
+tanh-approximation GeLU, the token embedding tied to the LM head. Llama:
+RMSNorm, rotary embeddings (Llama 3.1's scaling), grouped-query attention,
+SwiGLU, untied head; with experts, an fp32 top-k router (ties to the lower
+expert index), dropless SwiGLU experts as one grouped GEMM per projection
+(--moe-gemm) and the aux and z losses. Settings the models lack are refused
+by name (peer_refusal). Every model: the
 vocabulary padded to a multiple of make_vocab_size_divisible_by x TP: the
 padded rows of wte start at zero and the padded logit columns are left out of
 the softmax, so (as in lattice) they get neither probability nor gradient and
 stay zero. Loss: mean cross-entropy over all G x S tokens of a step, summed
-over G / micro_batch micro batches (gradient accumulation). AdamW with bias
-correction and decoupled weight decay on 2-D parameters only (wte, wpe and the
-weight matrices; not biases or LayerNorm), global-norm clipping by
+over G / micro_batch micro batches (gradient accumulation), plus each micro
+batch's MoE aux and z losses times micro_batch / G (not in the logged loss).
+AdamW with bias correction and decoupled weight decay on parameters of two or
+more dimensions only (embeddings, weight matrices, the experts' stacked
+matrices; not biases or norms), global-norm clipping by
 min(1, clip / (norm + 1e-6)), LR: linear warm-up lr*(k+1)/warmup for update
 k < warmup, then optimizer.lr_decay_style (cosine to min_lr at decay_steps,
 then min_lr; or linear, constant, inverse_square_root, wsd: lattice's lt_lr_at).
 
 Speed: bf16 autocast (train.precision: bf16; fp32 runs in plain fp32 with TF32
 off, as lattice's fp32 GEMMs), fused AdamW, torch.compile (--no-compile and
---no-fused turn them off). Throughput figures use lattice's own FLOP count
-(src/model/model.c lt_model_flops_per_sample(d, causal=0), as src/training/trainer.c reports):
+--no-fused turn them off; a compilation that fails on the first step falls
+back to eager, said so). Throughput figures use lattice's own FLOP count
+(src/model/model.c lt_model_flops_per_sample(d, causal=0), as src/training/trainer.c
+reports; flops_per_sample below), for GPT-2
     flops per sample = 3 * S * (L * (8 h^2 + 4 h F + 4 S h) + 2 h Vp)
 (forward: QKV 6h^2, projection 2h^2, MLP 4hF, attention scores and weighted sum
 4Sh per token and layer - counted for the full square, not the causal half -
-and the LM head 2hVp; backward = 2 x forward; no recompute), times G samples
+and the LM head 2hVp; backward = 2 x forward; no recompute; Llama: grouped
+K/V, SwiGLU's 6hF, an MoE layer's k experts and router), times G samples
 per step; TFLOP/s = that / median step time; MFU = TFLOP/s / peak, with the
 peak from --peak-tflops, else logging.peak_tflops, else lattice's table of
 dense datasheet peaks (src/observability/metrics.c, e.g. H100 SXM bf16 989.4), else (CPU) a
@@ -40,12 +51,13 @@ writes: the resolved config and the token rows of the first train.steps
 global batches, produced by lattice's own loader (shuffle, seed, any token
 file format), so both trainers see identical batches in identical order.
 Without --batches, steps use uniform random tokens (speed only).
-Weights: --init DIR (or DIR/model.safetensors) loads `lattice export` output,
+Weights: --init DIR (or DIR/model.safetensors) loads `lattice export` output
+(GPT2LMHeadModel, LlamaForCausalLM or MixtralForCausalLM names),
 e.g. of a checkpoint saved by `lattice train ... train.steps=0
 checkpoint.dir=D` (the initial weights); without it, a random init with
 lattice's distributions (normal with std model.init_method_std, default 0.02;
-the residual output projections std/sqrt(2L); biases 0; LayerNorm 1/0; padded
-rows 0).
+the residual output projections std/sqrt(2L); biases 0; norms 1 (LayerNorm
+bias 0); padded rows 0), made on the device.
 
 Comparison: --compare LATTICE_METRICS.jsonl checks the first --compare-steps
 (default 5) training losses (and grad norms) against lattice's metrics file
@@ -62,7 +74,7 @@ more than the loss). Exit status 1 when they disagree.
 Usage:
   bench_peer.py [--batches FILE] [--config CFG.yaml] [--init DIR] [--device cuda|cpu]
                 [--steps N] [--precision fp32|bf16] [--micro-batch M] [--no-compile | --compile-blocks]
-                [--no-fused] [--warmup N] [--peak-tflops X] [--threads N]
+                [--no-fused] [--moe-gemm auto|grouped|loop] [--warmup N] [--peak-tflops X] [--threads N]
                 [--losses-out FILE.jsonl] [--summary FILE.jsonl]
                 [--compare LATTICE.jsonl [--compare-steps N] [--rtol X] [--gnorm-rtol X]]
                 [section.key=value ...]
@@ -90,26 +102,48 @@ class InputError(Exception):
 # Defaults as in docs/configuration.md (lt_config_defaults); the test suite checks
 # that resolving configs/*.yaml here gives what lattice resolves.
 DEFAULTS = {
-    "model": {"num_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
+    "model": {"arch": "gpt", "num_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
               "ffn_hidden_size": 0, "seq_length": 1024, "max_position_embeddings": 1024,
-              "vocab_size": 50257, "make_vocab_size_divisible_by": 128, "init_method_std": 0.02},
+              "vocab_size": 50257, "make_vocab_size_divisible_by": 128, "init_method_std": 0.02,
+              "num_query_groups": 0, "kv_channels": 0, "qk_layernorm": False,
+              "norm_epsilon": 1e-5, "rotary_base": 500000.0, "rope_scaling": "none",
+              "rope_scaling_factor": 8.0, "rope_low_freq_factor": 1.0,
+              "rope_high_freq_factor": 4.0, "rope_original_max_position": 8192,
+              "untie_embeddings_and_output_weights": False, "window_size": "",
+              "num_experts": 0, "moe_router_topk": 2, "moe_ffn_hidden_size": 0,
+              "moe_layer_freq": "1", "moe_shared_expert_intermediate_size": 0,
+              "moe_router_score_function": "softmax", "moe_router_pre_softmax": False,
+              "moe_router_topk_scaling_factor": 0.0, "moe_router_load_balancing_type": "aux_loss",
+              "moe_aux_loss_coeff": 0.0, "moe_z_loss_coeff": 0.0,
+              "moe_router_enable_expert_bias": False, "moe_expert_capacity_factor": 0.0,
+              "moe_pad_expert_input_to_capacity": False},
     "parallel": {"tensor_model_parallel_size": 1},
     "train": {"micro_batch_size": 1, "global_batch_size": 8, "steps": 100, "precision": "fp32",
-              "seed": 1234, "threads": 0},
+              "seed": 1234, "threads": 0, "rampup_batch_size": ""},
     "optimizer": {"lr": 6e-4, "min_lr": 6e-5, "warmup_steps": 0, "decay_steps": 0,
                   "lr_decay_style": "cosine", "lr_wsd_decay_steps": 0,
                   "lr_wsd_decay_style": "exponential", "beta1": 0.9, "beta2": 0.95, "eps": 1e-8,
                   "weight_decay": 0.1, "clip_grad": 1.0},
+    "data": {"eod_mask_loss": False, "reset_position_ids": False, "reset_attention_mask": False},
     "logging": {"peak_tflops": 0.0},
 }
 INT_KEYS = {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length",
             "max_position_embeddings", "vocab_size", "make_vocab_size_divisible_by",
             "tensor_model_parallel_size", "micro_batch_size", "global_batch_size", "steps",
-            "seed", "threads", "warmup_steps", "decay_steps", "lr_wsd_decay_steps"}
+            "seed", "threads", "warmup_steps", "decay_steps", "lr_wsd_decay_steps",
+            "num_query_groups", "kv_channels", "rope_original_max_position", "num_experts",
+            "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size"}
+BOOL_KEYS = {"qk_layernorm", "untie_embeddings_and_output_weights", "moe_router_pre_softmax",
+             "moe_router_enable_expert_bias", "moe_pad_expert_input_to_capacity",
+             "eod_mask_loss", "reset_position_ids", "reset_attention_mask"}
+STR_KEYS = {"window_size", "moe_layer_freq", "rampup_batch_size"}
 # enum keys: their spellings (lattice's, any case)
 ENUM_KEYS = {"precision": ("fp32", "bf16"),
              "lr_decay_style": ("cosine", "linear", "constant", "inverse_square_root", "wsd"),
-             "lr_wsd_decay_style": ("exponential", "linear", "cosine", "minus_sqrt")}
+             "lr_wsd_decay_style": ("exponential", "linear", "cosine", "minus_sqrt"),
+             "arch": ("gpt", "llama"), "rope_scaling": ("none", "llama3"),
+             "moe_router_score_function": ("softmax", "sigmoid"),
+             "moe_router_load_balancing_type": ("aux_loss", "seq_aux_loss", "none")}
 
 
 def _scalar(section, key, v):
@@ -120,6 +154,17 @@ def _scalar(section, key, v):
             return int(str(v), 10)
         except ValueError:
             raise InputError(f"{section}.{key}: expected an integer, got {v!r}")
+    if key in BOOL_KEYS:  # lattice's spellings (parse_bool), any case
+        p = str(v).lower()
+        if p not in ("true", "yes", "on", "false", "no", "off"):
+            raise InputError(f"{section}.{key}: expected a boolean (true/false), got {v!r}")
+        return p in ("true", "yes", "on")
+    if key in STR_KEYS:
+        if v is None:
+            return ""
+        if isinstance(v, list):  # a YAML flow list, as lattice keeps its text
+            return "[" + ", ".join(str(x) for x in v) + "]"
+        return str(v).strip()
     if key in ENUM_KEYS:
         p = str(v).lower()
         if p not in ENUM_KEYS[key]:
@@ -183,19 +228,10 @@ def _parse_yaml(text, where):
 def resolve_config(doc, overrides):
     """The peer's view of a lattice config: defaults, the YAML document, then
     section.key=value overrides; derived values as lt_config_validate fills
-    them (ffn 0 -> 4h, decay_steps 0 -> steps, padded vocab)."""
+    them (ffn 0 -> 4h, decay_steps 0 -> steps, query groups 0 -> heads, head
+    dimension 0 -> hidden / heads, expert width 0 -> ffn, padded vocab); then
+    the settings this peer does not implement are refused (peer_refusal)."""
     c = {s: dict(kv) for s, kv in DEFAULTS.items()}
-    block = {k: str(v).strip().lower() for k, v in ((doc or {}).get("model") or {}).items()
-             if k in ("arch", "untie_embeddings_and_output_weights")}
-    for o in overrides:
-        key, _, val = o.partition("=")
-        if key in ("model.arch", "model.untie_embeddings_and_output_weights"):
-            block[key.split(".")[1]] = val.strip().lower()
-    if block.get("arch", "gpt") != "gpt" or block.get("untie_embeddings_and_output_weights",
-                                                        "false") in ("true", "yes", "on"):
-        raise InputError("the peer is a GPT-2 with a tied LM head; this config has model.arch="
-                         f"{block.get('arch', 'gpt')}, untie_embeddings_and_output_weights="
-                         f"{block.get('untie_embeddings_and_output_weights', 'false')}")
     for s, kv in (doc or {}).items():
         if s in c and isinstance(kv, dict):
             for k, v in kv.items():
@@ -208,13 +244,24 @@ def resolve_config(doc, overrides):
             c[s][k] = _scalar(s, k, val)
     m, t, o = c["model"], c["train"], c["optimizer"]
     if m["ffn_hidden_size"] == 0:
+        if m["arch"] == "llama":
+            raise InputError("model.arch=llama needs model.ffn_hidden_size (the SwiGLU inner width)")
         m["ffn_hidden_size"] = 4 * m["hidden_size"]
+    if m["num_query_groups"] == 0:
+        m["num_query_groups"] = m["num_attention_heads"]
+    if m["kv_channels"] == 0:
+        if m["hidden_size"] % m["num_attention_heads"]:
+            raise InputError("model.hidden_size must be divisible by model.num_attention_heads "
+                             "unless model.kv_channels sets the head dimension")
+        m["kv_channels"] = m["hidden_size"] // m["num_attention_heads"]
+    if m["moe_ffn_hidden_size"] == 0:
+        m["moe_ffn_hidden_size"] = m["ffn_hidden_size"]
     if o["decay_steps"] == 0:
         o["decay_steps"] = t["steps"]
     mult = m["make_vocab_size_divisible_by"] * c["parallel"]["tensor_model_parallel_size"]
     m["padded_vocab_size"] = (m["vocab_size"] + mult - 1) // mult * mult
-    if m["hidden_size"] % m["num_attention_heads"]:
-        raise InputError("model.hidden_size must be divisible by model.num_attention_heads")
+    if m["num_attention_heads"] % m["num_query_groups"]:
+        raise InputError("model.num_query_groups must divide model.num_attention_heads")
     if m["seq_length"] > m["max_position_embeddings"]:
         raise InputError("model.seq_length must be <= model.max_position_embeddings")
     if o["warmup_steps"] > o["decay_steps"] and o["decay_steps"] != 0:
@@ -229,7 +276,56 @@ def resolve_config(doc, overrides):
                          f"{o['lr_wsd_decay_steps']}")
     if t["global_batch_size"] % t["micro_batch_size"]:
         raise InputError("train.global_batch_size must be a multiple of train.micro_batch_size")
+    why = peer_refusal(c)
+    if why:
+        raise InputError(f"the peer does not implement {why}; it trains lattice's GPT-2 block "
+                         "(tied head) and its Llama block, dense or with Mixtral's experts")
     return c
+
+
+def peer_refusal(c):
+    """The first setting of c that this peer's model does not compute (a key
+    and what it would change), or None."""
+    m, d = c["model"], c["data"]
+    for key in ("eod_mask_loss", "reset_position_ids", "reset_attention_mask"):
+        if d[key]:
+            return f"data.{key}=true (documents in a sequence; the peer's loss and attention " \
+                   "cover every token of the sequence)"
+    if c["train"]["rampup_batch_size"] not in ("", "none", "null", "~"):
+        return f"train.rampup_batch_size={c['train']['rampup_batch_size']} (a batch size " \
+               "that grows; the peer's is fixed)"
+    if m["arch"] == "gpt":
+        if m["untie_embeddings_and_output_weights"]:
+            return "model.untie_embeddings_and_output_weights=true with model.arch=gpt"
+        if m["kv_channels"] * m["num_attention_heads"] != m["hidden_size"]:
+            return f"model.kv_channels={m['kv_channels']} with model.arch=gpt (a head " \
+                   "dimension other than hidden / heads)"
+        if m["num_experts"] > 0:
+            return f"model.num_experts={m['num_experts']} with model.arch=gpt (GeLU experts)"
+        return None
+    if m["qk_layernorm"]:
+        return "model.qk_layernorm=true (per-head query/key RMSNorm)"
+    if m["window_size"] not in ("", "none", "null", "~"):
+        return f"model.window_size={m['window_size']} (sliding-window attention)"
+    if m["num_experts"] == 0:
+        return None
+    refused = (
+        (m["moe_layer_freq"] != "1", f"model.moe_layer_freq={m['moe_layer_freq']} (dense "
+                                     "layers between the MoE layers; the peer's are all MoE)"),
+        (m["moe_shared_expert_intermediate_size"] > 0, "model.moe_shared_expert_intermediate_size="
+                                                       f"{m['moe_shared_expert_intermediate_size']}"
+                                                       " (a shared expert)"),
+        (m["moe_router_score_function"] != "softmax", "model.moe_router_score_function="
+                                                       f"{m['moe_router_score_function']}"),
+        (m["moe_router_enable_expert_bias"], "model.moe_router_enable_expert_bias=true"),
+        (m["moe_expert_capacity_factor"] > 0, "model.moe_expert_capacity_factor="
+                                              f"{m['moe_expert_capacity_factor']:g} (dropping)"),
+        (m["moe_pad_expert_input_to_capacity"], "model.moe_pad_expert_input_to_capacity=true"),
+    )
+    for bad, what in refused:
+        if bad:
+            return what
+    return None
 
 
 def _wsd_coeff(o, step):
@@ -272,12 +368,24 @@ def lr_at(c, step):
 
 
 def flops_per_sample(c):
-    """lt_model_flops_per_sample(d, causal=0) of src/model/model.c."""
+    """lt_model_flops_per_sample(d, causal=0) of src/model/model.c: per token and
+    layer the q, k, v projections 2h(q + 2kv) and the output projection 2qh
+    (q = heads x head dim, kv = groups x head dim; GPT: 8h^2), the MLP's input
+    matrices 2hF (GPT) or 4hF (SwiGLU) and output 2hF - in an MoE layer F is
+    the k experts a token goes to, plus the router's 2hE - and attention 4sq;
+    plus the LM head 2hVp; backward = 2 x forward."""
     m = c["model"]
-    s, h, F, L, V = (m["seq_length"], m["hidden_size"], m["ffn_hidden_size"], m["num_layers"],
-                     m["padded_vocab_size"])
-    attn = 4.0 * s * h
-    return 3.0 * s * (L * (8.0 * h * h + 4.0 * h * F + attn) + 2.0 * h * V)
+    s, h, L, V = m["seq_length"], m["hidden_size"], m["num_layers"], m["padded_vocab_size"]
+    hd = m["kv_channels"]
+    q, kv = m["num_attention_heads"] * hd, m["num_query_groups"] * hd
+    F, router = m["ffn_hidden_size"], 0.0
+    if m["num_experts"] > 0:
+        F = m["moe_router_topk"] * m["moe_ffn_hidden_size"] + m["moe_shared_expert_intermediate_size"]
+        router = 2.0 * h * m["num_experts"]
+    mlp_in = 4.0 if m["arch"] == "llama" else 2.0
+    layer = (2.0 * h * (q + 2.0 * kv) + 2.0 * q * h + mlp_in * h * F + router + 2.0 * h * F
+             + 4.0 * s * q)
+    return 3.0 * s * (L * layer + 2.0 * h * V)
 
 
 # Dense datasheet peaks (TFLOP/s: bf16, fp32), as lattice's table in
@@ -399,150 +507,6 @@ def default_rtols(precision):
     return (2e-2, 1e-1) if precision == "bf16" else (1e-4, 1e-3)
 
 
-# ---- the model (torch from here on) ----------------------------------------------
-def build_model_class():
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-
-    class Block(nn.Module):
-        def __init__(self, C, NH, Fh):
-            super().__init__()
-            self.nh = NH
-            self.ln_1 = nn.LayerNorm(C, eps=1e-5)
-            self.qkv = nn.Linear(C, 3 * C)
-            self.proj = nn.Linear(C, C)
-            self.ln_2 = nn.LayerNorm(C, eps=1e-5)
-            self.fc = nn.Linear(C, Fh)
-            self.fc2 = nn.Linear(Fh, C)
-
-        def forward(self, x):
-            B, T, C = x.shape
-            qkv = self.qkv(self.ln_1(x)).view(B, T, 3, self.nh, C // self.nh)
-            q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # (B, NH, T, HD)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
-            return x + self.fc2(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
-
-    class GPT(nn.Module):
-        def __init__(self, c):
-            super().__init__()
-            m = c["model"]
-            self.V, C = m["vocab_size"], m["hidden_size"]
-            self.wte = nn.Parameter(torch.zeros(m["padded_vocab_size"], C))
-            self.wpe = nn.Parameter(torch.zeros(m["max_position_embeddings"], C))
-            self.h = nn.ModuleList(Block(C, m["num_attention_heads"], m["ffn_hidden_size"])
-                                   for _ in range(m["num_layers"]))
-            self.ln_f = nn.LayerNorm(C, eps=1e-5)
-
-        def forward(self, idx, targets):
-            """Sum of the token losses of the (B, T) batch (fp32)."""
-            T = idx.shape[1]
-            x = F.embedding(idx, self.wte) + self.wpe[:T]
-            for blk in self.h:
-                x = blk(x)
-            logits = F.linear(self.ln_f(x), self.wte)  # tied LM head, (B, T, Vp)
-            if logits.shape[-1] != self.V:  # padded columns: no probability, no gradient
-                logits = logits[..., :self.V]
-            return F.cross_entropy(logits.reshape(-1, self.V).float(), targets.reshape(-1),
-                                   reduction="sum")
-
-    return GPT
-
-
-def random_init(model, c):
-    import torch
-    m = c["model"]
-    g = torch.Generator().manual_seed(c["train"]["seed"])
-    std = m["init_method_std"]
-    proj_std = std / math.sqrt(2.0 * m["num_layers"])
-    with torch.no_grad():
-        model.wte.zero_()
-        model.wte[:m["vocab_size"]].copy_(torch.randn(m["vocab_size"], m["hidden_size"],
-                                                      generator=g) * std)
-        model.wpe.copy_(torch.randn(model.wpe.shape, generator=g) * std)
-        for blk in model.h:
-            for lin, s in ((blk.qkv, std), (blk.proj, proj_std), (blk.fc, std), (blk.fc2, proj_std)):
-                lin.weight.copy_(torch.randn(lin.weight.shape, generator=g) * s)
-                lin.bias.zero_()
-            for ln in (blk.ln_1, blk.ln_2):
-                ln.weight.fill_(1.0)
-                ln.bias.zero_()
-        model.ln_f.weight.fill_(1.0)
-        model.ln_f.bias.zero_()
-
-
-def read_safetensors(path):
-    """{name: fp32 tensor} of a safetensors file of F32 tensors (what lattice
-    export writes); a small reader, so the safetensors package is not needed."""
-    import torch
-    try:
-        with open(path, "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(n))
-            data = bytearray(f.read())
-    except (OSError, ValueError, struct.error) as e:
-        raise InputError(f"{path}: cannot read safetensors: {e}")
-    buf = torch.frombuffer(data, dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        if info.get("dtype") != "F32":
-            raise InputError(f"{path}: tensor {name} is {info.get('dtype')}, expected F32")
-        a, b = info["data_offsets"]
-        shape = info["shape"]
-        if b - a != 4 * math.prod(shape) or b > len(data):
-            raise InputError(f"{path}: tensor {name}: bad data offsets")
-        out[name] = buf[a:b].view(torch.float32).reshape(shape).clone()
-    return out
-
-
-def load_export(model, c, path):
-    """Load `lattice export` output (HF GPT-2 names, Conv1D (in, out) weights,
-    wte without the padded rows) into the model."""
-    import torch
-    if os.path.isdir(path):
-        path = os.path.join(path, "model.safetensors")
-    t = read_safetensors(path)
-    m = c["model"]
-    L, C, V = m["num_layers"], m["hidden_size"], m["vocab_size"]
-    used = set()
-
-    def take(name, shape, transpose=False):
-        if name not in t:
-            raise InputError(f"{path}: no tensor {name}")
-        x = t[name]
-        if transpose:
-            x = x.t()
-        if tuple(x.shape) != tuple(shape):
-            raise InputError(f"{path}: {name} has shape {tuple(t[name].shape)}, the config "
-                             f"needs {tuple(shape)}{' (transposed)' if transpose else ''}")
-        used.add(name)
-        return x
-
-    with torch.no_grad():
-        model.wte.zero_()
-        model.wte[:V].copy_(take("transformer.wte.weight", (V, C)))
-        model.wpe.copy_(take("transformer.wpe.weight", model.wpe.shape))
-        for i, blk in enumerate(model.h):
-            p = f"transformer.h.{i}."
-            for mod, hf in ((blk.ln_1, "ln_1"), (blk.ln_2, "ln_2")):
-                mod.weight.copy_(take(p + hf + ".weight", mod.weight.shape))
-                mod.bias.copy_(take(p + hf + ".bias", mod.bias.shape))
-            for mod, hf in ((blk.qkv, "attn.c_attn"), (blk.proj, "attn.c_proj"),
-                            (blk.fc, "mlp.c_fc"), (blk.fc2, "mlp.c_proj")):
-                mod.weight.copy_(take(p + hf + ".weight", mod.weight.shape, transpose=True))
-                mod.bias.copy_(take(p + hf + ".bias", mod.bias.shape))
-        model.ln_f.weight.copy_(take("transformer.ln_f.weight", (C,)))
-        model.ln_f.bias.copy_(take("transformer.ln_f.bias", (C,)))
-    extra = sorted(set(t) - used)
-    if extra:
-        raise InputError(f"{path}: tensors the config has no place for (a model with more "
-                         f"layers?): {', '.join(extra[:4])}")
-    return path
-
-
 def measure_cpu_peak():
     """Like lattice on the CPU: best of 5 timed 512^3 fp32 GEMMs, TFLOP/s."""
     import torch
@@ -561,10 +525,131 @@ def warmup_skip(n):
     return (2 if n > 10 else 1) if n > 3 else 0
 
 
+def moe_gemm(torch, pm, args, c, device, prec):
+    """(the grouped GEMM for the experts or None for one matmul per expert, a
+    note saying which): --moe-gemm auto takes torch's grouped_mm in bf16 on
+    CUDA when it computes correctly there (peer_model.grouped_gemm checks)."""
+    if c["model"]["num_experts"] == 0:
+        return None, ""
+    if args.moe_gemm == "loop":
+        return None, "experts: one matmul per expert (--moe-gemm loop)"
+    if args.moe_gemm == "auto" and not (device.type == "cuda" and prec == "bf16"):
+        return None, "experts: one matmul per expert (grouped_mm is for bf16 on CUDA)"
+    gm, why = pm.grouped_gemm(device, torch.bfloat16 if prec == "bf16" else torch.float32)
+    if gm is None:
+        if args.moe_gemm == "grouped":
+            raise InputError(f"--moe-gemm grouped: {why}")
+        return None, f"experts: one matmul per expert ({why})"
+    return gm, "experts: torch grouped_mm" + (f" (groups aligned to {gm.align} rows)"
+                                              if gm.align > 1 else "")
+
+
+def make_model(torch, pm, args, c, device, prec):
+    """(the model on the device with lattice's or a random init, the
+    grouped GEMM note)."""
+    gemm, note = moe_gemm(torch, pm, args, c, device, prec)
+    torch.manual_seed(c["train"]["seed"])
+    with device:  # built where it trains: a multi-billion model inits in a moment
+        model = pm.build_model(c, gemm, torch.bfloat16 if prec == "bf16" else torch.float32)
+    if args.init:
+        src = pm.load_export(model, c, args.init)
+        print(f"peer: weights from {src}")
+    else:
+        pm.random_init(model, c)
+        print("peer: random init (lattice's distributions, not its values)")
+    return model, note
+
+
+def make_optimizer(torch, model, c, fused):
+    """AdamW with weight decay on the matrices (and the experts' stacked
+    matrices), not on norms and biases; (optimizer, fused or not)."""
+    o = c["optimizer"]
+    groups = [{"params": [p for p in model.parameters() if p.dim() >= 2],
+               "weight_decay": o["weight_decay"]},
+              {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
+    kw = {"lr": lr_at(c, 0), "betas": (o["beta1"], o["beta2"]), "eps": o["eps"]}
+    if fused:
+        try:
+            return torch.optim.AdamW(groups, fused=True, **kw), True
+        except (RuntimeError, TypeError) as e:
+            print(f"peer: fused AdamW unavailable here ({e}); using the default implementation")
+    return torch.optim.AdamW(groups, **kw), False
+
+
+def compile_model(torch, model, args):
+    """(the module to call, how it is compiled)."""
+    if args.no_compile:
+        return model, "off"
+    if args.compile_blocks:
+        # each transformer block compiled in place (as torchtitan does): the
+        # blocks share one compiled graph, so a 48-layer model compiles as
+        # fast as a 12-layer one; embedding and head run eagerly
+        for blk in model.h:
+            blk.compile(dynamic=False)
+        return model, "per block"
+    return torch.compile(model, dynamic=False), "on"
+
+
+def token_batches(torch, args, c, batches, steps):
+    """Every step's (G, S + 1) token rows on the host, up front (lattice
+    prefetches on a thread): lattice's batches, else uniform random tokens."""
+    m, t = c["model"], c["train"]
+    G, S = t["global_batch_size"], m["seq_length"]
+    if batches:
+        raw = bytearray(batches.read_steps(steps))
+        host = torch.frombuffer(raw, dtype=torch.int32).view(steps, G, S + 1)
+        if sys.byteorder != "little":
+            host = host.byteswap()
+        return host
+    gen = torch.Generator().manual_seed(t["seed"])
+    return torch.randint(0, m["vocab_size"], (steps, G, S + 1), generator=gen, dtype=torch.int32)
+
+
+def peak_tflops(args, c, dev, dev_name, prec):
+    """(peak TFLOP/s, where it comes from)."""
+    if args.peak_tflops:
+        return args.peak_tflops, "--peak-tflops"
+    if c["logging"]["peak_tflops"] > 0:
+        return c["logging"]["peak_tflops"], "config"
+    if dev == "cuda":
+        p = peak_from_table(dev_name, prec)
+        if p:
+            return p, "table"
+    return measure_cpu_peak(), "measured"
+
+
+def train_step(torch, fwd, opt, params, rows, c, mbs, autocast, step):
+    """One optimizer step over the global batch `rows` (G, S + 1) on the
+    device: (mean token loss, grad norm before clipping, LR). Each micro
+    batch's MoE aux and z losses weigh mbs / G in the objective, lattice's
+    1 / (micro batches of the step); the reported loss is the language
+    model's alone."""
+    G, S = rows.shape[0], rows.shape[1] - 1
+    x, y = rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+    inv = 1.0 / (G * S)
+    loss_sum = torch.zeros((), device=rows.device)
+    for j in range(0, G, mbs):
+        with autocast:
+            loss, extra = fwd(x[j:j + mbs], y[j:j + mbs])
+        obj = loss * inv
+        if extra is not None:
+            obj = obj + extra * (mbs / G)
+        obj.backward()
+        loss_sum += loss.detach()
+    clip = c["optimizer"]["clip_grad"]
+    norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+    lr = lr_at(c, step)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss_sum.item() * inv, norm.item(), lr
+
+
 def train(args, c, batches):
     import torch
-    GPT = build_model_class()
-    m, t, o = c["model"], c["train"], c["optimizer"]
+    import peer_model as pm
+    m, t = c["model"], c["train"]
     dev = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if dev == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: torch sees no CUDA device")
@@ -583,95 +668,49 @@ def train(args, c, batches):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
 
-    torch.manual_seed(t["seed"])
-    model = GPT(c)
-    if args.init:
-        src = load_export(model, c, args.init)
-        print(f"peer: weights from {src}")
-    else:
-        random_init(model, c)
-        print("peer: random init (lattice's distributions, not its values)")
-    model.to(device)
-    nparams = sum(p.numel() for p in model.parameters())
-    decay = [p for p in model.parameters() if p.dim() == 2]
-    no_decay = [p for p in model.parameters() if p.dim() != 2]
-    fused = not args.no_fused
     try:
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
-                                 {"params": no_decay, "weight_decay": 0.0}],
-                                lr=lr_at(c, 0), betas=(o["beta1"], o["beta2"]), eps=o["eps"],
-                                fused=fused)
-    except (RuntimeError, TypeError) as e:
-        print(f"peer: fused AdamW unavailable here ({e}); using the default implementation")
-        fused = False
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
-                                 {"params": no_decay, "weight_decay": 0.0}],
-                                lr=lr_at(c, 0), betas=(o["beta1"], o["beta2"]), eps=o["eps"])
-    if args.no_compile:
-        fwd = model
-    elif args.compile_blocks:
-        # each transformer block compiled in place (as torchtitan does): the
-        # blocks share one compiled graph, so a 48-layer model compiles as
-        # fast as a 12-layer one; embedding and head run eagerly
-        for blk in model.h:
-            blk.compile(dynamic=False)
-        fwd = model
-    else:
-        fwd = torch.compile(model, dynamic=False)
+        model, gemm_note = make_model(torch, pm, args, c, device, prec)
+    except pm.InputError as e:
+        raise InputError(str(e))
+    nparams = sum(p.numel() for p in model.parameters())
+    opt, fused = make_optimizer(torch, model, c, not args.no_fused)
+    fwd, compiled = compile_model(torch, model, args)
     autocast = (torch.autocast(device_type=dev, dtype=torch.bfloat16) if prec == "bf16"
                 else torch.autocast(device_type=dev, enabled=False))
-
-    # every step's tokens on the host up front (lattice prefetches on a thread)
-    if batches:
-        raw = bytearray(batches.read_steps(steps))
-        host = torch.frombuffer(raw, dtype=torch.int32).view(steps, G, S + 1)
-        if sys.byteorder != "little":
-            host = host.byteswap()
-    else:
-        gen = torch.Generator().manual_seed(t["seed"])
-        host = torch.randint(0, m["vocab_size"], (steps, G, S + 1), generator=gen,
-                             dtype=torch.int32)
+    host = token_batches(torch, args, c, batches, steps)
     if dev == "cuda":
         host = host.pin_memory()
         torch.cuda.reset_peak_memory_stats()
         dev_name = torch.cuda.get_device_name()
     else:
         dev_name = "cpu"
-    peak, peak_src = args.peak_tflops, "--peak-tflops"
-    if not peak and c["logging"]["peak_tflops"] > 0:
-        peak, peak_src = c["logging"]["peak_tflops"], "config"
-    if not peak and dev == "cuda":
-        peak, peak_src = peak_from_table(dev_name, prec), "table"
-    if not peak:
-        peak, peak_src = measure_cpu_peak(), "measured"
+    peak, peak_src = peak_tflops(args, c, dev, dev_name, prec)
 
-    clip = o["clip_grad"]
-    inv = 1.0 / (G * S)
     flops_step = flops_per_sample(c) * G
     params = list(model.parameters())
     losses_f = open(args.losses_out, "w") if args.losses_out else None
     records, times = {}, []
     print(f"peer: torch {torch.__version__} on {dev_name}, {prec}, micro batch {mbs}, global {G}, "
           f"seq {S}, {nparams / 1e6:.3f} M parameters, {steps} steps, "
-          f"compile {'off' if args.no_compile else 'per block' if args.compile_blocks else 'on'}, fused AdamW {'on' if fused else 'off'}")
+          f"compile {compiled}, fused AdamW {'on' if fused else 'off'}"
+          f"{', ' + gemm_note if gemm_note else ''}")
     sys.stdout.flush()
     for step in range(steps):
         t0 = time.perf_counter()
         rows = host[step].to(device, non_blocking=True).long()
-        x, y = rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
-        loss_sum = torch.zeros((), device=device)
-        for j in range(0, G, mbs):
-            with autocast:
-                loss = fwd(x[j:j + mbs], y[j:j + mbs])
-            (loss * inv).backward()
-            loss_sum += loss.detach()
-        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
-        lr = lr_at(c, step)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        loss_v, norm_v = loss_sum.item() * inv, norm.item()
+        try:
+            loss_v, norm_v, lr = train_step(torch, fwd, opt, params, rows, c, mbs, autocast, step)
+        except Exception as e:
+            # a compiler failure on the first step (the update has not run):
+            # the same step again in eager mode, said so in the figures
+            if step > 0 or compiled == "off" or "out of memory" in str(e):
+                raise
+            print(f"peer: torch.compile failed ({type(e).__name__}: "
+                  f"{(str(e).splitlines() or [''])[0][:300]}); running eagerly")
+            torch.compiler.set_stance("force_eager")
+            compiled = "off (compile failed)"
+            opt.zero_grad(set_to_none=True)
+            loss_v, norm_v, lr = train_step(torch, fwd, opt, params, rows, c, mbs, autocast, step)
         if dev == "cuda":
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
@@ -706,7 +745,9 @@ def train(args, c, batches):
         mem = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         mem_kind = "cpu peak RSS"
     summary = {"peer": "pytorch", "torch": torch.__version__, "device": dev_name,
-               "precision": prec, "compile": not args.no_compile, "compile_blocks": bool(args.compile_blocks), "fused_adamw": fused,
+               "precision": prec, "compile": compiled in ("on", "per block"),
+               "compile_blocks": compiled == "per block", "fused_adamw": fused,
+               "arch": m["arch"], "experts": gemm_note.replace("experts: ", ""),
                "params": nparams, "micro_batch": mbs, "global_batch": G, "seq_length": S,
                "steps": steps, "warmup_skipped": skip, "first_step_ms": times[0] * 1e3,
                "median_step_ms": med * 1e3, "tokens_per_sec": G * S / med,
@@ -733,7 +774,7 @@ def train(args, c, batches):
 
 def main(argv):
     ap = argparse.ArgumentParser(
-        description="plain PyTorch GPT-2 peer of lattice (see the module docstring)",
+        description="plain PyTorch peer of lattice's GPT-2 and Llama (with experts) models (see the module docstring)",
         usage="%(prog)s [options] [section.key=value ...]")
     ap.add_argument("--batches", help="token batches written by `lattice batches`")
     ap.add_argument("--config", help="lattice config YAML (default: the one in --batches)")
@@ -746,6 +787,9 @@ def main(argv):
     ap.add_argument("--compile-blocks", action="store_true",
                     help="torch.compile each transformer block instead of the whole model")
     ap.add_argument("--no-fused", action="store_true")
+    ap.add_argument("--moe-gemm", choices=["auto", "grouped", "loop"], default="auto",
+                    help="the experts' GEMMs: torch's grouped_mm (auto: bf16 on CUDA, when it "
+                         "computes correctly there) or one matmul per expert")
     ap.add_argument("--warmup", type=int, help="steps left out of the median (default as lattice)")
     ap.add_argument("--peak-tflops", type=float, default=0.0)
     ap.add_argument("--threads", type=int, default=0)

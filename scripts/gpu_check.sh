@@ -26,9 +26,11 @@
 #     attention  attention forward+backward, lattice's kernels and cuDNN, at
 #                s 1024/2048 x d 64/128, deterministic and not, and GPT-OSS's
 #                sliding window (128) at s 2048/8192, d 64
-#     moe        GPT-OSS 20B's layer in a 4-layer slice (32 experts top-4,
-#                windows on every other layer) and the same slice dense with
-#                equal FLOPs: throughput and MFU of each (scripts/bench.sh)
+#     moe        Mixtral 8x7B's layer (8 experts top-2) in a one-layer slice,
+#                lattice and its PyTorch peer side by side (scripts/bench.sh);
+#                then, as far as the phase's time goes, GPT-OSS 20B's layer in
+#                a 4-layer slice (32 experts top-4, windows on every other
+#                layer) and the same slice dense with equal FLOPs
 #     memcheck   compute-sanitizer memcheck of two bf16 training steps of
 #                the tiny GPT, then of the tiny Llama with experts, windows
 #                and documents (lattice's attention kernels: cuDNN's are not
@@ -46,7 +48,8 @@
 #     mpi        4 ranks of tests/test_comm_mpi under mpirun (CPU only)
 #     kernels    memory-bound kernels' bandwidth (tests/gpu/bench_kernels)
 #     parallel   2 ranks on one GPU under mpirun (tests/gpu/parallel_gpu.sh)
-#     peer       the PyTorch peer's loss agreement (tests/gpu/peer_check.sh)
+#     peer       the PyTorch peer's loss agreement: GPT-2, Llama, Llama with
+#                experts, fp32 and bf16 (tests/gpu/peer_check.sh)
 #     calibrate  `lattice plan --calibrate` on the GPU, then the planner's
 #                step time with those constants against a measured run
 #   continue = every phase of first and rest that no earlier run of this
@@ -89,9 +92,10 @@ REST="racecheck mpi kernels parallel peer calibrate"
 # each phase's cap (the most it may take), least useful time and expected
 # time on a 16-core H100/H200 machine, in seconds (measured on the first draw,
 # bench/2026-11-27-h200-first-draw.md, where a phase ran to its end;
-# attention, racecheck, peer: estimates; tests and attention +10 s for the
-# sliding-window cases, not yet measured); the expected times make the plan
-# that GPU_CHECK_DRY prints and `make rehearse-gpu` holds to the budget
+# attention, racecheck, peer and moe's Mixtral slice with its peer:
+# estimates; tests and attention +10 s for the sliding-window cases, not yet
+# measured); the expected times make the plan that GPU_CHECK_DRY prints and
+# `make rehearse-gpu` holds to the budget
 PHASE_TABLE="
 phase     cap least expect
 build       -     -     30
@@ -100,13 +104,13 @@ train      90    20     25
 bench     160    60     60
 attention 150    40    100
 bench15   170    70     85
-moe       150    60     80
+moe       100    60     90
 memcheck   60    15     10
 racecheck 240    60    200
 mpi        60    10      5
 kernels    60    15     16
 parallel  120    30     26
-peer      120    45     60
+peer      240    45    120
 calibrate 120    45     40"
 field() { echo "$PHASE_TABLE" | awk -v p="$1" -v f="$2" '$1 == p { print $f }'; }
 cap() { if [ -n "${GPU_CHECK_CAP:-}" ]; then echo "$GPU_CHECK_CAP"; else field "$1" 2; fi; }
@@ -320,13 +324,15 @@ find_cs() {
   echo "$cs"
 }
 
-# plan_mbs CONFIG: the largest micro batch of 64 32 16 8 4 2 1 whose memory
-# the planner predicts within 90% of this GPU's (the config's own layout)
+# plan_mbs CONFIG [OVERRIDES...]: the largest micro batch of 64 32 16 8 4 2 1
+# whose memory the planner predicts within 90% of this GPU's (the config's own
+# layout)
 plan_mbs() {
   local cfg=$1 m tot lim
+  shift
   lim=$(( GPU_MIB * 1024 * 1024 / 10 * 9 ))
   for m in 64 32 16 8 4 2 1; do
-    tot=$("$LT_BIN" plan "$cfg" --gpus 1 --gpu "$PLAN_GPU" --layout train.micro_batch_size=$m \
+    tot=$("$LT_BIN" plan "$cfg" --gpus 1 --gpu "$PLAN_GPU" --layout "$@" train.micro_batch_size=$m \
             train.global_batch_size=$m 2>/dev/null | sed -n 's/^memory bytes.* total=\([0-9]*\).*/\1/p' | head -1)
     [ -n "$tot" ] && [ "$tot" -le "$lim" ] && { echo "$m"; return; }
   done
@@ -383,29 +389,79 @@ ph_attention() {
 # GPT-OSS 20B's layer (MLPerf Training 6.0's reference: hidden 2880, 64 heads
 # over 8 KV groups of head dimension 64, RoPE base 150000, a 128-token window
 # on every other layer, 32 experts of 2880 top-4, vocabulary 128256, sequence
-# 8192, micro batch 2; no qk-norm yet) in a 4-layer slice that fits one GPU
-# with its optimizer, then the same slice with a dense FFN of the experts'
-# active width (4 x 2880): the MoE layer's cost per token against the dense
-# layer of equal FLOPs
+# 8192; no qk-norm yet) in a 4-layer slice that fits one GPU with its
+# optimizer, then the same slice with a dense FFN of the experts' active width
+# (4 x 2880): the MoE layer's cost per token against the dense layer of equal
+# FLOPs
 OSS_SLICE=(model.num_layers=4 model.hidden_size=2880 model.num_attention_heads=64
   model.num_query_groups=8 model.kv_channels=64 model.ffn_hidden_size=11520 model.norm_epsilon=1e-6
   model.rotary_base=150000 model.rope_scaling=none "model.window_size=[128, 0]"
   model.window_attn_skip_freq=2 parallel.overlap_grad_reduce=false parallel.overlap_param_gather=false
   optimizer.zero_stage=0)
+# Mixtral 8x7B's layer (hidden 4096, 32 query heads over 8 KV groups of 128,
+# RoPE base 1e6, SwiGLU experts of 14336, 8 of them, top-2 with the softmax over
+# the two, dropless, aux loss 0.02, vocabulary 32000, sequence 4096) in a
+# one-layer slice: 1.71 B parameters, which with their optimizer state fit one
+# H100 in lattice (the planner: 40.5 GB at micro batch 4) and in the peer
+# (fp32 weights, gradients and Adam moments, 27.5 GB, and bf16 activations).
+# One layer keeps the phase short: lattice's init of 1.7 B parameters on the
+# host and the peer's compilation take most of it
+MIXTRAL_SLICE=(model.num_layers=1 model.hidden_size=4096 model.num_attention_heads=32
+  model.num_query_groups=8 model.ffn_hidden_size=14336 model.vocab_size=32000 model.seq_length=4096
+  model.max_position_embeddings=32768 model.rotary_base=1000000 model.rope_scaling=none
+  model.norm_epsilon=1e-5 model.num_experts=8 model.moe_router_topk=2 model.moe_aux_loss_coeff=0.02
+  parallel.overlap_grad_reduce=false parallel.overlap_param_gather=false optimizer.zero_stage=0)
+# moe_slice NAME LOG STEP-SECONDS [bench.sh arguments]: a lattice-only MoE
+# slice of llama3.1-8b.yaml at the micro batch the planner says fits; sets R
+# to its exit status and D to its result
+moe_slice() {
+  local name=$1 log=$2 to=$3 m
+  shift 3
+  m=$(plan_mbs configs/llama3.1-8b.yaml "$@")
+  [ "$m" -gt 2 ] && m=2
+  step "$to" "$log" env "${LT_ENV[@]}" BENCH_TIMEOUT=$(( to * 9 / 10 )) bash scripts/bench.sh \
+    --lattice "$LT_BIN" --config configs/llama3.1-8b.yaml --steps 10 --device cuda --mbs "$m" \
+    --peer off "$@"
+  R=$?
+  D=$(bench_result "$log")
+  D="$name: ${D:-FAILED}"
+}
 ph_moe() {
-  local rc1 rc2 d1 d2
-  step $(( TO * 6 / 10 )) "$WORK/moe.log" env "${LT_ENV[@]}" BENCH_TIMEOUT=$(( TO / 2 )) bash scripts/bench.sh \
-    --lattice "$LT_BIN" --config configs/llama3.1-8b.yaml --steps 10 --device cuda --mbs "2 1" --peer off \
-    "${OSS_SLICE[@]}" model.num_experts=32 model.moe_router_topk=4 model.moe_ffn_hidden_size=2880
-  rc1=$?
+  local rc=0 d d1 left R D
+  # the Mixtral slice and its peer (its own init: the 1.7 B export would take
+  # longer than both runs); the peer compiled per block, its experts torch's
+  # grouped GEMM where it computes correctly. Each run may take 70% of the
+  # phase: lattice's about 20 s, the peer's import, compilation and steps
+  # most of the rest
+  step $(( TO - 5 )) "$WORK/moe.log" env "${LT_ENV[@]}" BENCH_TIMEOUT=$(( TO * 7 / 10 )) bash scripts/bench.sh \
+    --lattice "$LT_BIN" --config configs/llama3.1-8b.yaml --steps 10 --device cuda --mbs "4 2" \
+    --peer auto --peer-init random --peer-args "--compile-blocks" "${MIXTRAL_SLICE[@]}"
+  rc=$?
   d1=$(bench_result "$WORK/moe.log")
-  step $(( TO - $(date +%s) + t0 - 5 )) "$WORK/moe-dense.log" env "${LT_ENV[@]}" BENCH_TIMEOUT=$(( TO / 3 )) \
-    bash scripts/bench.sh --lattice "$LT_BIN" --config configs/llama3.1-8b.yaml --steps 10 --device cuda \
-    --mbs "2 1" --peer off "${OSS_SLICE[@]}"
-  rc2=$?
-  d2=$(bench_result "$WORK/moe-dense.log")
-  RC=$(( rc1 != 0 ? rc1 : rc2 ))
-  DETAIL="GPT-OSS 4-layer slice, MoE: ${d1:-FAILED}; dense of equal FLOPs: ${d2:-FAILED}"
+  d=$(grep -E '^side by side: .* ratio' "$WORK/moe.log" | tail -1 | sed 's/^side by side: //')
+  DETAIL="Mixtral one-layer slice: ${d1:-FAILED}${d:+; $d}"
+  # GPT-OSS's slices with what the phase's limit leaves (each run is mostly
+  # lattice's init: about 35 s for the MoE slice's 4 B parameters, 10 s dense)
+  left=$(( TO - $(date +%s) + t0 - 5 ))
+  if [ "$left" -lt 45 ]; then
+    DETAIL="$DETAIL; GPT-OSS slices not run ($left s of the phase left, 45 needed;"
+    DETAIL="$DETAIL GPU_CHECK_PHASES=moe GPU_CHECK_CAP=240 runs them)"
+    RC=$rc
+    return
+  fi
+  moe_slice "GPT-OSS 4-layer slice, MoE" "$WORK/moe-oss.log" $(( left * 7 / 10 )) "${OSS_SLICE[@]}" \
+    model.num_experts=32 model.moe_router_topk=4 model.moe_ffn_hidden_size=2880
+  [ $R = 0 ] || rc=$R
+  DETAIL="$DETAIL; $D"
+  left=$(( TO - $(date +%s) + t0 - 5 ))
+  if [ "$left" -lt 20 ]; then
+    DETAIL="$DETAIL; dense of equal FLOPs not run ($left s of the phase left)"
+  else
+    moe_slice "dense of equal FLOPs" "$WORK/moe-dense.log" "$left" "${OSS_SLICE[@]}"
+    [ $R = 0 ] || rc=$R
+    DETAIL="$DETAIL; $D"
+  fi
+  RC=$rc
 }
 sanitizer() { # tool log cmd...
   local tool=$1 log=$2; shift 2

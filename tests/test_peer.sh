@@ -18,10 +18,12 @@ failures=0
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
 
-# ---- the script compiles (no torch needed) -----------------------------------------
-if out=$(python3 -c 'import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)' \
-           "$PEER" "$T/bench_peer.pyc" 2>&1); then pass peer_py_compile
-else fail peer_py_compile "$out"; fi
+# ---- the scripts compile (no torch needed) -----------------------------------------
+for f in "$PEER" scripts/peer_model.py; do
+  if out=$(python3 -c 'import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)' \
+             "$f" "$T/$(basename "$f")c" 2>&1); then pass "peer_py_compile_$(basename "$f" .py)"
+  else fail "peer_py_compile_$(basename "$f" .py)" "$out"; fi
+done
 
 # ---- --compare on synthetic metrics ---------------------------------------------
 python3 - "$T" <<'PY'
@@ -126,10 +128,14 @@ else fail batches_needs_data "exit $rc: $err"; fi
 # ---- config resolution: the peer's view == lattice's resolved config ------------------
 for cfg in configs/*.yaml; do
   name=$(basename "$cfg" .yaml)
-  if grep -q "^  arch: llama" "$cfg"; then # the peer is GPT-2 only: it must say so, not run GPT-2
-    err=$(python3 "$PEER" --print-config --config "$cfg" 2>&1); rc=$?
-    if [ $rc -ne 0 ] && echo "$err" | grep -q "the peer is a GPT-2 with a tied LM head"; then
-      pass "peer_refuses_$name"
+  # a config with a setting the peer's model lacks (GPT-OSS's qk-norm, windows,
+  # documents) must be refused, naming a key the config sets - never trained
+  # as another model
+  err=$(python3 "$PEER" --print-config --config "$cfg" 2>&1); rc=$?
+  if [ $rc -ne 0 ]; then
+    key=$(echo "$err" | sed -n 's/.*the peer does not implement \([a-z_]*\.[a-z_]*\)=.*/\1/p')
+    if [ $rc = 2 ] && [ -n "$key" ] && grep -qE "^  ${key#*.}: *[^ ]" "$cfg"; then
+      pass "peer_refuses_$name ($key)"
     else fail "peer_refuses_$name" "exit $rc: $err"; fi
     continue
   fi
@@ -138,27 +144,44 @@ for cfg in configs/*.yaml; do
   # without the MLPerf log some configs write)
   one="parallel.tensor_model_parallel_size=1 parallel.pipeline_model_parallel_size=1
        parallel.virtual_pipeline_model_parallel_size=1 parallel.sequence_parallel=false"
-  "$LT" train "$cfg" train.steps=1000 data.train_path= logging.mllog= $one 2>/dev/null | sed -n '/^# lattice configuration/,$p' >"$T/$name.resolved.yaml"
+  "$LT" train "$cfg" train.steps=100000 data.train_path= logging.mllog= $one 2>/dev/null | sed -n '/^# lattice configuration/,$p' >"$T/$name.resolved.yaml"
   padded=$(sed -n 's/.*# padded_vocab_size: \([0-9]*\).*/\1/p' "$T/$name.resolved.yaml")
   res=ok
   [ -n "$padded" ] || { fail "peer_config_matches_lattice_$name" "lattice printed no resolved config"; continue; }
   for noyaml in "" 1; do
-    a=$(BENCH_PEER_NO_YAML=$noyaml python3 "$PEER" --print-config --config "$cfg" train.steps=1000 $one 2>&1) || res="raw config: $a"
+    a=$(BENCH_PEER_NO_YAML=$noyaml python3 "$PEER" --print-config --config "$cfg" train.steps=100000 $one 2>&1) || res="raw config: $a"
     b=$(BENCH_PEER_NO_YAML=$noyaml python3 "$PEER" --print-config --config "$T/$name.resolved.yaml" 2>&1) || res="resolved config: $b"
     [ "$res" = ok ] || break
     [ "$a" = "$b" ] || { res="peer's resolution of $cfg differs from lattice's${noyaml:+ (no pyyaml)}: $a vs $b"; break; }
     echo "$a" | grep -q "\"padded_vocab_size\": ${padded:-none}[,}]" || { res="padded vocab: lattice ${padded:-?}, peer $a"; break; }
     # decay_steps: the config's own, or (0 or unset) train.steps
-    ds=$(sed -n 's/^ *decay_steps: *\([0-9]*\).*/\1/p' "$cfg"); [ "${ds:-0}" = 0 ] && ds=1000
+    ds=$(sed -n 's/^ *decay_steps: *\([0-9]*\).*/\1/p' "$cfg"); [ "${ds:-0}" = 0 ] && ds=100000
     echo "$a" | grep -q "\"decay_steps\": $ds[,}]" || { res="decay_steps not resolved to $ds (the config's, else train.steps): $a"; break; }
   done
   [ "$res" = ok ] && pass "peer_config_matches_lattice_$name" || fail "peer_config_matches_lattice_$name" "$res"
 done
 
 # ---- LR schedule and FLOP count against what lattice logs; the peak table ---------------
+# what the checks of such a run start with (python3 -c "$RUN_PY"'...' DUMP
+# METRICS): the peer's module as p, the dump's config resolved by it as c, the
+# metrics' step records as recs
+RUN_PY='import sys
+sys.path.insert(0, "scripts")
+import bench_peer as p
+c = p.resolve_config(p._parse_yaml(p.Batches(sys.argv[1]).config_text, sys.argv[1]), [])
+recs = p.read_losses(sys.argv[2])
+'
+# run_and_dump METRICS DUMP ARGS...: lattice train ARGS (its metrics to
+# METRICS, its output to $T/train.log), then lattice batches ARGS into DUMP
+run_and_dump() {
+  local m=$1 b=$2
+  shift 2
+  rm -f "$m"
+  "$LT" train "$@" "logging.metrics_file=$m" >"$T/train.log" 2>&1 &&
+    "$LT" batches "$@" --out "$b" >/dev/null 2>&1
+}
 R=("${B[@]}" train.steps=6 optimizer.warmup_steps=2 data.valid_path= checkpoint.dir= checkpoint.load=)
-if "$LT" train "${R[@]}" "logging.metrics_file=$T/m.jsonl" >"$T/train.log" 2>&1 &&
-   "$LT" batches "${R[@]}" --out "$T/r.bin" >/dev/null 2>&1; then
+if run_and_dump "$T/m.jsonl" "$T/r.bin" "${R[@]}"; then
   out=$(python3 - "$T" <<'PY' 2>&1
 import sys
 sys.path.insert(0, "scripts")
@@ -183,31 +206,49 @@ PY
 else
   fail peer_lr_and_flops_match_lattice "lattice train/batches failed: $(tail -2 "$T/train.log")"
 fi
+# the Llama block's count (grouped K/V, a head dimension apart from hidden /
+# heads, SwiGLU, untied head) and an MoE layer's (k experts and the router)
+RM=(configs/llama-tiny.yaml "data.train_path=$T/stream.ltok" model.seq_length=8 train.micro_batch_size=2
+    train.global_batch_size=4 train.steps=2 data.valid_path= checkpoint.dir= checkpoint.load=
+    model.kv_channels=16)
+res=ok
+for moe in "" "model.num_experts=4 model.moe_router_topk=2 model.moe_ffn_hidden_size=48"; do
+  # shellcheck disable=SC2086
+  run_and_dump "$T/mm.jsonl" "$T/rm.bin" "${RM[@]}" $moe ||
+    { res="${moe:-dense}: lattice train/batches failed: $(tail -2 "$T/train.log")"; break; }
+  out=$(python3 -c "$RUN_PY"'
+assert sorted(recs) == [1, 2], sorted(recs)
+for r in recs.values():
+    flops = r["tflops_per_device"] * 1e12 * r["step_ms"] / 1e3
+    err = abs(flops - p.flops_per_sample(c) * 4) / flops
+    assert err < 5e-5, f"FLOPs per step differ from lattice by {err:g} (relative)"' \
+    "$T/rm.bin" "$T/mm.jsonl" 2>&1) || { res="${moe:-dense}: $out"; break; }
+done
+[ "$res" = ok ] && pass peer_llama_and_moe_flops_match_lattice || fail peer_llama_and_moe_flops_match_lattice "$res"
+# MoE shapes the peer's model lacks are refused by name
+res=ok
+for bad in model.moe_shared_expert_intermediate_size=32 model.moe_router_score_function=sigmoid \
+    model.moe_expert_capacity_factor=1.5 model.moe_layer_freq=2 model.moe_router_enable_expert_bias=true; do
+  err=$(python3 "$PEER" --print-config --config configs/llama-tiny.yaml model.num_experts=4 "$bad" 2>&1); rc=$?
+  [ $rc = 2 ] && echo "$err" | grep -q "does not implement ${bad%%=*}=" || { res="$bad: exit $rc: $err"; break; }
+done
+[ "$res" = ok ] && pass peer_refuses_other_moe_shapes || fail peer_refuses_other_moe_shapes "$res"
 # every other decay style: the peer's lr_at is lattice's lt_lr_at
 res=ok
 for sched in "optimizer.lr_decay_style=linear" "optimizer.lr_decay_style=constant" \
     "optimizer.lr_decay_style=inverse_square_root optimizer.decay_steps=5" \
     "optimizer.lr_decay_style=wsd optimizer.lr_wsd_decay_steps=3 optimizer.lr_wsd_decay_style=minus_sqrt" \
     "optimizer.lr_decay_style=wsd optimizer.lr_wsd_decay_steps=4 optimizer.lr_wsd_decay_style=exponential"; do
-  rm -f "$T/ms.jsonl"
-  if ! "$LT" train "${R[@]}" $sched "logging.metrics_file=$T/ms.jsonl" >"$T/train.log" 2>&1 ||
-     ! "$LT" batches "${R[@]}" $sched --out "$T/rs.bin" >/dev/null 2>&1; then
-    res="$sched: lattice train/batches failed: $(tail -2 "$T/train.log")"; break
-  fi
-  out=$(python3 - "$T" <<'PY' 2>&1
-import sys
-sys.path.insert(0, "scripts")
-import bench_peer as p
-d = sys.argv[1]
-c = p.resolve_config(p._parse_yaml(p.Batches(d + "/rs.bin").config_text, "rs.bin"), [])
-recs = p.read_losses(d + "/ms.jsonl")
+  # shellcheck disable=SC2086
+  run_and_dump "$T/ms.jsonl" "$T/rs.bin" "${R[@]}" $sched ||
+    { res="$sched: lattice train/batches failed: $(tail -2 "$T/train.log")"; break; }
+  out=$(python3 -c "$RUN_PY"'
 assert sorted(recs) == list(range(1, 7)), sorted(recs)
 lrs = [p.lr_at(c, k - 1) for k in sorted(recs)]
 for k, lr in zip(sorted(recs), lrs):
     assert abs(lr - recs[k]["lr"]) <= 1e-6 * abs(recs[k]["lr"]), (k, lr, recs[k]["lr"])
-assert len(set(lrs)) > 1, f"a schedule that does not change: {lrs}"
-PY
-  ) || { res="$sched: $out"; break; }
+assert len(set(lrs)) > 1, f"a schedule that does not change: {lrs}"' \
+    "$T/rs.bin" "$T/ms.jsonl" 2>&1) || { res="$sched: $out"; break; }
 done
 [ "$res" = ok ] && pass peer_lr_styles_match_lattice || fail peer_lr_styles_match_lattice "$res"
 # the peer reads the schedule keys and model.init_method_std (its random init's

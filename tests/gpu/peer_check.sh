@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# peer_check.sh BUILD_DIR - does scripts/bench_peer.py (plain PyTorch GPT-2)
-# train the same model as lattice? Both train a small GPT (configs/tiny.yaml
-# with vocab 300, padded to 384, so the padded columns are exercised) on
+# peer_check.sh BUILD_DIR - does scripts/bench_peer.py (plain PyTorch) train
+# the same model as lattice? Both train a small GPT, a small Llama and that
+# Llama with Mixtral's experts (below; vocab 300, padded to 384, so the padded
+# columns are exercised) on
 # byte-level English text for N steps from the same initial weights (lattice
 # `train.steps=0` checkpoint -> `lattice export` -> the peer's --init) on the
 # same batches (`lattice batches`, i.e. lattice's own shuffled loader), and
@@ -16,6 +17,7 @@
 # (make peer-check runs it so). Not part of make test: CI has no torch.
 # Environment: PEER_CHECK_DEVICE (cuda; cpu), PEER_PYTHON (python3),
 #   PEER_CHECK_STEPS (10), PEER_CHECK_PRECISIONS ("fp32 bf16"),
+#   PEER_CHECK_MODELS ("gpt llama moe"),
 #   PEER_CHECK_COMPILE (torch.compile: 1 on cuda, 0 on cpu),
 #   PEER_CHECK_RTOL_FP32 (1e-4), PEER_CHECK_RTOL_BF16 (2e-2), PEER_CHECK_KEEP=1
 #   keeps the work dir.
@@ -31,6 +33,7 @@ PY=${PEER_PYTHON:-python3}
 DEV=${PEER_CHECK_DEVICE:-cuda}
 STEPS=${PEER_CHECK_STEPS:-10}
 PRECS=${PEER_CHECK_PRECISIONS:-fp32 bf16}
+MODELS=${PEER_CHECK_MODELS:-gpt llama moe}
 if [ "$DEV" = cuda ]; then COMPILE=${PEER_CHECK_COMPILE:-1}; else COMPILE=${PEER_CHECK_COMPILE:-0}; fi
 TOL_FP32=${PEER_CHECK_RTOL_FP32:-1e-4}
 TOL_BF16=${PEER_CHECK_RTOL_BF16:-2e-2}
@@ -57,52 +60,73 @@ if ! "$LT" shard --vocab-size 300 --input "$T/train.ids" "$T/train.ltok" >"$T/sh
   fail setup "lattice shard failed: $(tail -1 "$T/shard.log")"; finish
 fi
 
-# the model: tiny.yaml, vocab 300 (padded to 384), the CPU backend on one thread
-# (deterministic) or the GPU
-COMMON=(configs/tiny.yaml "train.device=$DEV" "train.steps=$STEPS" model.vocab_size=300
-        "data.train_path=$T/train.ltok" data.valid_path= checkpoint.load= logging.log_interval=5)
-
-# initial weights: a train.steps=0 checkpoint, exported
-if ! "$LT" train "${COMMON[@]}" train.steps=0 "checkpoint.dir=$T/init" logging.metrics_file= \
-     >"$T/init.log" 2>&1 || ! "$LT" export "$T/init" "$T/hf" >>"$T/init.log" 2>&1; then
-  fail setup "initial checkpoint / export failed: $(tail -2 "$T/init.log" | tr '\n' ' ')"; finish
-fi
-# the batches lattice trains on (the precision does not change them)
-if ! "$LT" batches "${COMMON[@]}" --out "$T/batches.bin" >"$T/batches.log" 2>&1; then
-  fail setup "lattice batches failed: $(tail -2 "$T/batches.log" | tr '\n' ' ')"; finish
-fi
-grep -q 'padded_vocab_size: 384' "$T/init.log" || echo "note: padded vocab 384 not seen in the log"
-
-PEER_FLAGS=(--device "$DEV" --batches "$T/batches.bin" --steps "$STEPS" --compare-steps "$STEPS"
-            --log-interval 5)
-[ "$COMPILE" = 1 ] || PEER_FLAGS+=(--no-compile)
-for prec in $PRECS; do
-  case $prec in fp32) tol=$TOL_FP32 ;; bf16) tol=$TOL_BF16 ;; *) fail "$prec" "unknown precision"; continue ;; esac
-  m="$T/lattice-$prec.jsonl"
-  if ! "$LT" train "${COMMON[@]}" "train.precision=$prec" checkpoint.dir= "logging.metrics_file=$m" \
-       >"$T/lattice-$prec.log" 2>&1; then
-    fail "lattice_$prec" "lattice train failed: $(grep -vE '^( |[a-z_]+:$)' "$T/lattice-$prec.log" | tail -2 | tr '\n' ' ')"
-    continue
+# the models, each on the CPU backend on one thread (deterministic) or the GPU,
+# vocab 300 (padded to 384):
+#   gpt    configs/tiny.yaml
+#   llama  configs/llama-tiny.yaml: RMSNorm, RoPE with Llama 3.1's scaling,
+#          grouped-query attention, SwiGLU, untied head
+#   moe    the same Llama with Mixtral's experts in every layer: 4 of width 48,
+#          top-2 (softmax over the two), dropless, aux and z losses on
+#          (compiled per block as bench.sh runs it: on CUDA in bf16 its
+#          experts are torch's grouped GEMM)
+model_args() { # model -> config and overrides
+  case $1 in
+    gpt) echo configs/tiny.yaml ;;
+    llama) echo configs/llama-tiny.yaml ;;
+    moe) echo configs/llama-tiny.yaml model.num_experts=4 model.moe_router_topk=2 \
+           model.moe_ffn_hidden_size=48 model.moe_aux_loss_coeff=0.01 model.moe_z_loss_coeff=0.001 ;;
+  esac
+}
+for model in $MODELS; do
+  case $model in gpt|llama|moe) ;; *) fail "$model" "unknown model (gpt, llama, moe)"; continue ;; esac
+  # shellcheck disable=SC2207
+  COMMON=($(model_args "$model") "train.device=$DEV" "train.steps=$STEPS" model.vocab_size=300
+          "data.train_path=$T/train.ltok" data.valid_path= checkpoint.load= logging.log_interval=5)
+  # initial weights: a train.steps=0 checkpoint, exported
+  if ! "$LT" train "${COMMON[@]}" train.steps=0 "checkpoint.dir=$T/$model-init" logging.metrics_file= \
+       >"$T/$model-init.log" 2>&1 || ! "$LT" export "$T/$model-init" "$T/$model-hf" >>"$T/$model-init.log" 2>&1; then
+    fail "${model}_setup" "initial checkpoint / export failed: $(tail -2 "$T/$model-init.log" | tr '\n' ' ')"; continue
   fi
-  "$PY" scripts/bench_peer.py "${PEER_FLAGS[@]}" --precision "$prec" --init "$T/hf" \
-      --losses-out "$T/peer-$prec.jsonl" --compare "$m" --rtol "$tol" >"$T/peer-$prec.log" 2>&1
-  rc=$?
-  sed -n '/^compare:/,$p' "$T/peer-$prec.log" | sed 's/^/  /'
-  if [ $rc = 0 ]; then
-    pass "peer_matches_lattice_$prec ($(grep '^compare: PASS' "$T/peer-$prec.log" | sed 's/^compare: PASS: //'))"
-  else
-    fail "peer_matches_lattice_$prec" "exit status $rc: $(grep -E '^compare: FAIL|error|Error' "$T/peer-$prec.log" | tail -2 | tr '\n' ' ')"
+  # the batches lattice trains on (the precision does not change them)
+  if ! "$LT" batches "${COMMON[@]}" --out "$T/$model-batches.bin" >"$T/$model-batches.log" 2>&1; then
+    fail "${model}_setup" "lattice batches failed: $(tail -2 "$T/$model-batches.log" | tr '\n' ' ')"; continue
   fi
-  if [ "$prec" = fp32 ]; then
-    # negative control: a random init of the peer's own must not pass
-    "$PY" scripts/bench_peer.py "${PEER_FLAGS[@]}" --precision fp32 --steps 3 --compare-steps 3 \
-        --compare "$m" --rtol "$tol" >"$T/peer-control.log" 2>&1
-    rc=$?
-    if [ $rc = 1 ] && grep -q '^compare: FAIL' "$T/peer-control.log"; then
-      pass "control_other_init_fails ($(grep '^compare: FAIL' "$T/peer-control.log" | sed 's/^compare: FAIL: //'))"
-    else
-      fail control_other_init_fails "expected exit 1 with compare: FAIL, got $rc"
+  grep -q 'padded_vocab_size: 384' "$T/$model-init.log" || echo "note: padded vocab 384 not seen in the log"
+  PEER_FLAGS=(--device "$DEV" --batches "$T/$model-batches.bin" --steps "$STEPS" --compare-steps "$STEPS"
+              --log-interval 5)
+  if [ "$COMPILE" != 1 ]; then PEER_FLAGS+=(--no-compile)
+  elif [ "$model" = moe ]; then PEER_FLAGS+=(--compile-blocks); fi
+  for prec in $PRECS; do
+    case $prec in fp32) tol=$TOL_FP32 ;; bf16) tol=$TOL_BF16 ;; *) fail "$prec" "unknown precision"; continue ;; esac
+    name=${model}_$prec
+    m="$T/lattice-$name.jsonl"
+    if ! "$LT" train "${COMMON[@]}" "train.precision=$prec" checkpoint.dir= "logging.metrics_file=$m" \
+         >"$T/lattice-$name.log" 2>&1; then
+      fail "lattice_$name" "lattice train failed: $(grep -vE '^( |[a-z_]+:$)' "$T/lattice-$name.log" | tail -2 | tr '\n' ' ')"
+      continue
     fi
-  fi
+    "$PY" scripts/bench_peer.py "${PEER_FLAGS[@]}" --precision "$prec" --init "$T/$model-hf" \
+        --losses-out "$T/peer-$name.jsonl" --compare "$m" --rtol "$tol" >"$T/peer-$name.log" 2>&1
+    rc=$?
+    grep -m1 '^peer: torch' "$T/peer-$name.log" | sed 's/^/  /'
+    sed -n '/^compare:/,$p' "$T/peer-$name.log" | sed 's/^/  /'
+    if [ $rc = 0 ]; then
+      pass "peer_matches_lattice_$name ($(grep '^compare: PASS' "$T/peer-$name.log" | sed 's/^compare: PASS: //'))"
+    else
+      fail "peer_matches_lattice_$name" "exit status $rc: $(grep -E '^compare: FAIL|error|Error' "$T/peer-$name.log" | tail -2 | tr '\n' ' ')"
+    fi
+    if [ "$prec" = fp32 ]; then
+      # negative control: a random init of the peer's own must not pass
+      # (eager: the init is what differs)
+      "$PY" scripts/bench_peer.py "${PEER_FLAGS[@]}" --no-compile --precision fp32 --steps 3 \
+          --compare-steps 3 --compare "$m" --rtol "$tol" >"$T/peer-control-$model.log" 2>&1
+      rc=$?
+      if [ $rc = 1 ] && grep -q '^compare: FAIL' "$T/peer-control-$model.log"; then
+        pass "${model}_control_other_init_fails ($(grep '^compare: FAIL' "$T/peer-control-$model.log" | sed 's/^compare: FAIL: //'))"
+      else
+        fail "${model}_control_other_init_fails" "expected exit 1 with compare: FAIL, got $rc"
+      fi
+    fi
+  done
 done
 finish
