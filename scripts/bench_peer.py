@@ -390,7 +390,8 @@ def flops_per_sample(c):
 
 # Dense datasheet peaks (TFLOP/s: bf16, fp32), as lattice's table in
 # src/observability/metrics.c (the test suite checks they agree). Longer patterns first.
-PEAKS = [("H100 PCIe", 756.0, 51.2), ("H100 NVL", 835.0, 60.0), ("H100", 989.4, 66.9),
+PEAKS = [("GB200", 2500.0, 90.0), ("B200", 2250.0, 80.0),
+         ("H100 PCIe", 756.0, 51.2), ("H100 NVL", 835.0, 60.0), ("H100", 989.4, 66.9),
          ("H200", 989.4, 66.9), ("H800", 989.4, 66.9), ("GH200", 989.4, 66.9),
          ("A100", 312.0, 19.5), ("A800", 312.0, 19.5), ("L40S", 362.05, 91.6),
          ("A10G", 70.0, 31.2), ("V100", 125.0, 15.7)]
