@@ -22,7 +22,7 @@ then min_lr; or linear, constant, inverse_square_root, wsd: lattice's lt_lr_at).
 Speed: bf16 autocast (train.precision: bf16; fp32 runs in plain fp32 with TF32
 off, as lattice's fp32 GEMMs), fused AdamW, torch.compile (--no-compile and
 --no-fused turn them off). Throughput figures use lattice's own FLOP count
-(src/model/model.c lt_model_flops_per_sample(d, causal=0), as src/training/trainer.c reports):
+(src/model/model_flops.c lt_model_flops_per_sample(d, causal=0), as src/training/trainer.c reports):
     flops per sample = 3 * S * (L * (8 h^2 + 4 h F + 4 S h) + 2 h Vp)
 (forward: QKV 6h^2, projection 2h^2, MLP 4hF, attention scores and weighted sum
 4Sh per token and layer - counted for the full square, not the causal half -
@@ -272,7 +272,7 @@ def lr_at(c, step):
 
 
 def flops_per_sample(c):
-    """lt_model_flops_per_sample(d, causal=0) of src/model/model.c."""
+    """lt_model_flops_per_sample(d, causal=0) of src/model/model_flops.c."""
     m = c["model"]
     s, h, F, L, V = (m["seq_length"], m["hidden_size"], m["ffn_hidden_size"], m["num_layers"],
                      m["padded_vocab_size"])
