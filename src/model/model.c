@@ -149,8 +149,8 @@ static void setup_layers(LtModel *m) {
     }
 }
 
-LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
-                         const LtModelOptions *opt) {
+/* Refuse (exit 2) a model whose block needs kernels the backend lacks. */
+static void check_backend(const LtBackend *be, const LtModelDims *d) {
     const LtBackendOps *o = be->ops;
     if (d->arch == LT_ARCH_LLAMA && (!o->rmsnorm_fwd || !o->rmsnorm_bwd || !o->swiglu_fwd ||
                                      !o->swiglu_bwd || !o->rope))
@@ -166,6 +166,11 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
         lt_input_error("model.num_experts=%d: the %s backend has no mixture-of-experts kernels "
                        "yet; train MoE models with train.device=cpu",
                        d->moe.experts, be->ops->name);
+}
+
+LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
+                         const LtModelOptions *opt) {
+    check_backend(be, d);
     LtModel *m = lt_calloc(sizeof *m);
     m->in = lt_calloc(sizeof *m->in);
     m->in->eod = -1;
