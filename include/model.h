@@ -143,7 +143,8 @@ typedef struct {
     int nslots;
     LtActSlot *slot;
     LtModelMemory mem;
-    struct LtModelInternal *in; /* the rest of the state: private to src/model/model.c */
+    struct LtModelInternal *in; /* the rest of the state: private to src/model/
+                                 * (model_internal.h) */
 } LtModel;
 
 /* Allocate parameters, gradients and activations for micro batch B x T.
@@ -291,8 +292,8 @@ void lt_model_next_logits(LtModel *m, const int32_t *tokens, int len, float *out
 double lt_model_flops_per_sample(const LtModelDims *d, int causal);
 /* FLOPs per sample the backward's recomputation adds, counted as
  * lt_model_flops_per_sample(d, 0) counts them: full != 0 each layer's forward
- * up to the MLP activation (recompute_layer), else (selective) the attention
- * core. */
+ * up to the MLP activation (lt_mdl_recompute_layer), else (selective) the
+ * attention core. */
 double lt_model_recompute_flops_per_sample(const LtModelDims *d, int full);
 
 #ifdef __cplusplus

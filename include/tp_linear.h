@@ -1,8 +1,8 @@
 /* tp_linear.h - Megatron's column- and row-parallel linear layers over a
  * tensor-parallel group, with sequence parallelism's all-gather and
  * reduce-scatter and parallel.tp_comm_overlap's blocked form of them
- * (tp_overlap.h). The model (src/model/model.c) calls them for the
- * attention's qkv / proj and the MLP's fc / fc2.
+ * (tp_overlap.h). The model (src/model/model_forward.c, model_backward.c)
+ * calls them for the attention's qkv / proj and the MLP's fc / fc2.
  *
  * Sequence parallelism: the residual stream, the LayerNorms and their
  * statistics hold only this TP rank's R = N/tp token rows (rows

@@ -31,7 +31,7 @@ Speed: bf16 autocast (train.precision: bf16; fp32 runs in plain fp32 with TF32
 off, as lattice's fp32 GEMMs), fused AdamW, torch.compile (--no-compile and
 --no-fused turn them off; a compilation that fails on the first step falls
 back to eager, said so). Throughput figures use lattice's own FLOP count
-(src/model/model.c lt_model_flops_per_sample(d, causal=0), as src/training/trainer.c
+(src/model/model_flops.c lt_model_flops_per_sample(d, causal=0), as src/training/trainer.c
 reports; flops_per_sample below), for GPT-2
     flops per sample = 3 * S * (L * (8 h^2 + 4 h F + 4 S h) + 2 h Vp)
 (forward: QKV 6h^2, projection 2h^2, MLP 4hF, attention scores and weighted sum
@@ -368,7 +368,7 @@ def lr_at(c, step):
 
 
 def flops_per_sample(c):
-    """lt_model_flops_per_sample(d, causal=0) of src/model/model.c: per token and
+    """lt_model_flops_per_sample(d, causal=0) of src/model/model_flops.c: per token and
     layer the q, k, v projections 2h(q + 2kv) and the output projection 2qh
     (q = heads x head dim, kv = groups x head dim; GPT: 8h^2), the MLP's input
     matrices 2hF (GPT) or 4hF (SwiGLU) and output 2hF - in an MoE layer F is

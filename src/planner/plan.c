@@ -18,7 +18,7 @@
 
 /* ---- memory -------------------------------------------------------------- */
 
-/* Gradient buffer of a stage with ZeRO-2 buckets (model.c, setup_grads): one
+/* Gradient buffer of a stage with ZeRO-2 buckets (model_grads.c, lt_mdl_setup_grads): one
  * buffer as long as the largest parameter group (the embeddings, a layer, the
  * final LayerNorm), and the embeddings' own when pipelined; *piece: the
  * largest layer's (lt_model_bucket_piece), the pieces a bucket is reduced in. */
