@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "attn_select.h"
 #include "backend.h"
@@ -251,7 +252,21 @@ static int run_with_config(const char *cmd, int (*run)(LtConfig *, const LtWorld
     return rc;
 }
 
+/* OpenMP's threads (the CPU backend's loops) spin after each parallel region
+ * unless OMP_WAIT_POLICY says otherwise, and spinning they take the cores
+ * from OpenBLAS's own threads: a one-rank step on 2 threads ran 1.36x slower
+ * so (bench/2026-11-28-cpu-bench-plan.md). The OpenMP runtime reads the
+ * variable when it loads, before main, so lattice sets it to passive and runs
+ * itself again; a setting of the user's is kept, and without /proc lattice
+ * runs on with the runtime's default. */
+static void openmp_passive(char **argv) {
+    if (getenv("OMP_WAIT_POLICY")) return;
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", argv);
+}
+
 int main(int argc, char **argv) {
+    openmp_passive(argv);
     /* A file size limit (ulimit -f) then fails the write with EFBIG, which the
      * writers report like a full disk, instead of killing the process. */
     signal(SIGXFSZ, SIG_IGN);
