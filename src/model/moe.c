@@ -48,8 +48,8 @@ LtMoeShape lt_moe_shape(const LtMoeDims *d, int arch, int B, int T, int C, int R
      * unset; 0: the worst case, never grown) and grow on demand */
     const char *env = getenv("LT_MOE_EP_HEADROOM");
     const double head = env && *env ? atof(env) : 2.0;
-    if (s.ep > 1 && s.capacity == 0 && head > 0.0 && head * (double)rk < (double)s.Mr)
-        s.Mr = (int)ceil(head * (double)rk) > 0 ? (int)ceil(head * (double)rk) : 1;
+    const long start = (long)ceil(head * (double)rk);
+    if (s.ep > 1 && s.capacity == 0 && head > 0.0 && start < s.Mr) s.Mr = start > 0 ? (int)start : 1;
     return s;
 }
 

@@ -507,6 +507,9 @@ static double pipeline_makespan(const PassModel *pm, const StepSizes *z, const P
     return makespan;
 }
 
+/* The expert-data-parallel group of k: the stage's ranks holding the same experts. */
+static int cand_edp(const Cand *k) { return k->tp * k->dp / (k->ep > 0 ? k->ep : 1); }
+
 /* Data parallel: the gradient reduction (fp32: an all-reduce, with ZeRO a
  * reduce-scatter - ZeRO 2's after every micro batch), with ZeRO the weights'
  * gather; buckets of parallel.bucket_size parameters (ZeRO 2: one per
@@ -537,7 +540,7 @@ static void dp_time(const LtConfig *c, const LtPlanDevice *g, int gpn, const Ste
     k->hidden_dp = fmax(0.0, (k->zero == 2 ? z->M * reduce : reduce) + gather - k->dp_comm);
     /* expert parallelism: the experts' reduction over their data-parallel group
      * (a reduce-scatter and gather with ZeRO >= 1) after the dense one, not overlapped */
-    const int edp = k->tp * k->dp / (k->ep > 0 ? k->ep : 1);
+    const int edp = cand_edp(k);
     if (experts > 0.0 && edp > 1) {
         const double er = ring(4.0 * experts, edp, dp_gbs, lat);
         k->dp_comm += c->optimizer.zero_stage ? er / 2.0 + ring(a * experts, edp, dp_gbs, lat) / 2.0
@@ -577,7 +580,7 @@ void lt_plan_step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *
     if (k->bubble < 0) k->bubble = 0;
     dp_time(c, g, gpn, &z, &t, layers, k);
     const double experts = (double)k->mem.expert_elems, local = (double)k->mem.params / z.a;
-    const int edp = k->tp * k->dp / (k->ep > 0 ? k->ep : 1);
+    const int edp = cand_edp(k);
     const double shard = (k->zero ? (local - experts) / k->dp : local - experts) +
                          (c->optimizer.zero_stage && edp > 1 ? experts / edp : experts);
     k->optim = shard * (28.0 + z.a) / (g->optim_gbs * 1e9);
