@@ -362,7 +362,8 @@ test:
 	@tests/run.sh $(BUILD)
 
 # the suite plus every tp x dp x ZeRO x SP layout and a full pipeline matrix
-# (pp x vpp x tp x dp x ZeRO): about 2 more minutes on 2 cores
+# (pp x vpp x tp x dp x ZeRO), and the emulated CUDA op tests at the GPU's
+# shapes: about 8 more minutes on 2 cores
 test-full:
 	@scripts/setup.sh
 	@$(MAKE) --no-print-directory -j$(NPROC) all

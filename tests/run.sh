@@ -18,12 +18,12 @@ pass=0
 fail=0
 failed_names=()
 start=$(date +%s)
-echo "lattice tests: each name prints as it starts; the whole suite takes about 20 minutes on 2 cores"
+echo "lattice tests: each name prints as it starts; the whole suite takes about 15 minutes on 2 cores"
 run_one() {
   local name=$1; shift
   local log="$logdir/$name.log"
   local t0=$(date +%s)
-  # the name first: a long test (the emulation runs minutes) shows what runs
+  # the name first: a long test (a pipeline matrix runs a minute) shows what runs
   printf '%-28s ' "$name"
   "$@" >"$log" 2>&1
   local rc=$?

@@ -3,8 +3,10 @@
  * (tests/emu/test_attention_emu.c; transform.py rewrites their inline PTX
  * and launches).
  *
- * Each CUDA thread of a block is a host thread: __syncthreads/__syncwarp are
- * barriers, __shfl_xor_sync exchanges through a per-warp array, mma.sync
+ * Each CUDA thread of a block is a fiber (its own stack, switched to
+ * cooperatively on one host thread): __syncthreads/__syncwarp are barriers at
+ * which a thread yields until every thread of the block / warp has arrived,
+ * __shfl_xor_sync exchanges through a per-warp array, mma.sync
  * m16n8k16 (bf16 in, fp32 accumulate) is computed from the fragment layout of
  * the PTX ISA (section 9.7.14.5.8, "Matrix Fragments for mma.m16n8k16"), and
  * cp.async is a synchronous copy (zero fill when the source size is 0) that
@@ -21,8 +23,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstdarg>
-#include <thread>
-#include <barrier>
 #include <vector>
 #include <functional>
 #undef __global__
@@ -64,24 +64,43 @@ static inline cudaStream_t cu_stream(LtBackend *be) { return (cudaStream_t)0; }
 static inline int cu_is_bf16(const LtBackend *be) { return be->dtype == LT_BF16; }
 void *cu_scratch(LtBackend *be, size_t bytes);
 
+/* A barrier of `count` threads: the last to arrive opens it (a new
+ * generation) and runs on; the others yield until it opens
+ * (emu_barrier_wait). */
+struct EmuBarrier {
+    unsigned count, arrived;
+    unsigned long gen;
+};
 /* The emulated block (full warps only): its barriers and the per-warp
  * exchange areas of shuffles, votes and mma fragments. */
 #define EMU_MAX_WARPS 32 /* 1024 threads per block */
 struct EmuBlock {
-    std::barrier<> *blk;
-    std::barrier<> *warp[EMU_MAX_WARPS];
+    EmuBarrier blk;
+    EmuBarrier warp[EMU_MAX_WARPS];
     double shfl[EMU_MAX_WARPS][32];
     unsigned vote[EMU_MAX_WARPS][32];
     uint32_t A[EMU_MAX_WARPS][32][4], B[EMU_MAX_WARPS][32][2];
     const unsigned char *rows[EMU_MAX_WARPS][32]; /* ldmatrix row addresses */
 };
-extern thread_local dim3 threadIdx;
+extern dim3 threadIdx; /* the running fiber's, set by the scheduler at each switch */
 extern dim3 blockIdx, gridDim, blockDim;
 extern unsigned char *g_smem;
 extern EmuBlock *g_eb;
 extern size_t g_smem_bytes;
-static inline void __syncthreads() { g_eb->blk->arrive_and_wait(); }
-static inline void __syncwarp() { g_eb->warp[threadIdx.x >> 5]->arrive_and_wait(); }
+/* Back to the scheduler, which resumes the block's other threads in turn (and
+ * stops the run when every live thread waits at a barrier that cannot open). */
+void emu_yield();
+extern unsigned long g_emu_progress; /* barriers opened and threads finished */
+static inline void emu_barrier_wait(EmuBarrier *b) {
+    const unsigned long gen = b->gen;
+    if (++b->arrived == b->count) {
+        b->arrived = 0, b->gen++, g_emu_progress++;
+        return;
+    }
+    while (b->gen == gen) emu_yield();
+}
+static inline void __syncthreads() { emu_barrier_wait(&g_eb->blk); }
+static inline void __syncwarp() { emu_barrier_wait(&g_eb->warp[threadIdx.x >> 5]); }
 /* (float, double and int values pass through a double exactly) */
 template <typename V> static inline V __shfl_xor_sync(unsigned, V v, int o) {
     int w = threadIdx.x >> 5, l = threadIdx.x & 31;

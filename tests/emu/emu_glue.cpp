@@ -5,13 +5,16 @@
  * running in the emulation. GEMMs go to cuBLASLt on a GPU and have no
  * emulation: linear_fwd, linear_bwd and the MoE router's GEMMs stop with a
  * message. */
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <map>
 #include <mutex>
 #include <string>
 
 #include "attention.cuh" /* and through it the emulation's common.cuh */
 
-thread_local dim3 threadIdx;
+dim3 threadIdx;
 dim3 blockIdx, gridDim, blockDim;
 unsigned char *g_smem;
 size_t g_smem_bytes;
@@ -22,10 +25,8 @@ EmuBlock *g_eb;
 alignas(16) static unsigned char g_static[48 * 1024];
 static size_t g_static_used;
 static std::map<std::string, size_t> g_static_at;
-static std::mutex g_static_mu;
 
 void *emu_static_smem(const char *key, size_t bytes) {
-    std::lock_guard<std::mutex> lock(g_static_mu);
     auto it = g_static_at.find(key);
     if (it != g_static_at.end()) return g_static + it->second;
     size_t at = (g_static_used + 15) / 16 * 16;
@@ -35,47 +36,149 @@ void *emu_static_smem(const char *key, size_t bytes) {
     return g_static + at;
 }
 
-/* One block after another; the threads of a block run concurrently. The
- * block.x host threads are made once per launch and walk the blocks
- * together: thread 0 prepares each block (fresh NaN-filled shared memory)
- * between two barriers. */
+/* ---- fibers ------------------------------------------------------------------
+ * One block after another; the threads of a block are fibers on this host
+ * thread, each with its own stack. The scheduler resumes the live ones in
+ * turn (in thread order on even launches, in reverse on odd ones, so that a
+ * kernel whose result depends on the order of two threads' work between
+ * barriers fails the tests' run-twice determinism checks); a thread runs
+ * until it waits at a barrier (emu_yield) or finishes. A switch saves and
+ * restores the callee-saved registers only (x86-64; elsewhere ucontext): the
+ * operating system's thread switches and futex wake-ups of one host thread
+ * per CUDA thread made the emulation spend most of its time in the kernel. */
+#define EMU_STACK (256 * 1024) /* per thread, above a guard page */
+
+#if defined(__x86_64__)
+/* Saves rbp, rbx, r12-r15 on the current stack, stores the stack pointer in
+ * *from, switches to `to` and pops the same registers from there. */
+extern "C" void emu_ctx_switch(void **from, void *to);
+asm(".text\n"
+    ".globl emu_ctx_switch\n"
+    ".type emu_ctx_switch,@function\n"
+    "emu_ctx_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size emu_ctx_switch,.-emu_ctx_switch\n");
+struct EmuCtx {
+    void *sp;
+};
+static EmuCtx g_sched;
+static void ctx_switch(EmuCtx *from, EmuCtx *to) { emu_ctx_switch(&from->sp, to->sp); }
+/* A fresh context entering f on the stack [lo, lo + bytes): as if called
+ * (the return address slot 16-byte aligned + 8), under six zero registers. */
+static void ctx_make(EmuCtx *c, unsigned char *lo, size_t bytes, void (*f)()) {
+    uintptr_t top = ((uintptr_t)(lo + bytes)) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = nullptr;     /* f's return address: f never returns */
+    *--sp = (void *)f;   /* emu_ctx_switch's ret goes to f */
+    for (int i = 0; i < 6; i++) *--sp = nullptr;
+    c->sp = sp;
+}
+#else
+#include <ucontext.h>
+struct EmuCtx {
+    ucontext_t uc;
+};
+static EmuCtx g_sched;
+static void ctx_switch(EmuCtx *from, EmuCtx *to) { swapcontext(&from->uc, &to->uc); }
+static void ctx_make(EmuCtx *c, unsigned char *lo, size_t bytes, void (*f)()) {
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = lo;
+    c->uc.uc_stack.ss_size = bytes;
+    c->uc.uc_link = nullptr;
+    makecontext(&c->uc, f, 0);
+}
+#endif
+
+struct EmuFiber {
+    EmuCtx ctx;
+    unsigned char *stack; /* EMU_STACK usable bytes above a PROT_NONE page */
+    bool done;
+};
+static std::vector<EmuFiber> g_fibers;
+static unsigned g_cur;              /* the running fiber */
+static unsigned g_live;             /* of the block's fibers, not finished */
+static unsigned long g_seen;        /* g_emu_progress at the last yield's check */
+static unsigned long g_stalls;      /* yields since progress was last made */
+static const std::function<void()> *g_fn;
+unsigned long g_emu_progress;
+
+static void fiber_main() {
+    (*g_fn)();
+    g_fibers[g_cur].done = true;
+    g_live--;
+    g_emu_progress++;
+    ctx_switch(&g_fibers[g_cur].ctx, &g_sched); /* never resumed */
+    __builtin_unreachable();
+}
+
+void emu_yield() {
+    if (g_emu_progress != g_seen) g_seen = g_emu_progress, g_stalls = 0;
+    /* every live thread has yielded twice since a barrier last opened: they
+     * wait at barriers that cannot open (a __syncthreads some threads skip) */
+    if (++g_stalls > 2 * (unsigned long)g_live + 2)
+        lt_fatal("emulation: the threads of block (%u, %u, %u) wait at different barriers "
+                 "(a __syncthreads or __syncwarp not reached by every thread): on a GPU a hang",
+                 blockIdx.x, blockIdx.y, blockIdx.z);
+    ctx_switch(&g_fibers[g_cur].ctx, &g_sched);
+}
+
+static void fibers_reserve(unsigned n) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    while (g_fibers.size() < n) {
+        unsigned char *m = (unsigned char *)mmap(nullptr, EMU_STACK + page, PROT_READ | PROT_WRITE,
+                                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) lt_fatal("emulation: no memory for a thread's stack");
+        if (mprotect(m, page, PROT_NONE) != 0) lt_fatal("emulation: mprotect of a stack guard");
+        g_fibers.push_back(EmuFiber{{}, m + page, false});
+    }
+}
+
 void emu_run(dim3 grid, dim3 block, size_t smem, std::function<void()> fn) {
     if (grid.y > 65535 || grid.z > 65535 || block.y != 1 || block.z != 1 ||
         block.x > 32 * EMU_MAX_WARPS || block.x % 32 || block.x == 0)
         lt_fatal("emulation: unsupported launch shape (%u x %u x %u blocks of %u x %u x %u)",
                  grid.x, grid.y, grid.z, block.x, block.y, block.z);
+    static unsigned long launches;
+    const bool reverse = launches++ & 1;
     gridDim = grid;
     blockDim = block;
     const size_t smem_alloc = (smem + 15) / 16 * 16 + 16;
     g_smem_bytes = smem;
     g_smem = (unsigned char *)aligned_alloc(16, smem_alloc);
-    EmuBlock *eb = new EmuBlock;
-    eb->blk = new std::barrier<>(block.x);
-    for (unsigned w = 0; w < block.x / 32; w++) eb->warp[w] = new std::barrier<>(32);
+    EmuBlock *eb = new EmuBlock();
+    eb->blk.count = block.x;
+    for (unsigned w = 0; w < block.x / 32; w++) eb->warp[w].count = 32;
     g_eb = eb;
-    std::barrier<> gate(block.x);
+    g_fn = &fn;
+    const unsigned n = block.x;
+    fibers_reserve(n);
     const size_t nblocks = (size_t)grid.x * grid.y * grid.z;
-    std::vector<std::thread> th;
-    for (unsigned t = 0; t < block.x; t++)
-        th.emplace_back([t, &fn, &gate, nblocks, grid, smem] {
-            threadIdx = dim3(t, 0, 0);
-            for (size_t k = 0; k < nblocks; k++) {
-                if (t == 0) {
-                    blockIdx = dim3((unsigned)(k % grid.x), (unsigned)(k / grid.x % grid.y),
-                                    (unsigned)(k / grid.x / grid.y));
-                    memset(g_smem, 0xff, smem); /* NaN in every float and bf16 */
-                    memset(g_static, 0xff, sizeof g_static);
-                    g_static_used = 0;
-                    g_static_at.clear();
-                }
-                gate.arrive_and_wait();
-                fn();
-                gate.arrive_and_wait();
+    for (size_t k = 0; k < nblocks; k++) {
+        blockIdx = dim3((unsigned)(k % grid.x), (unsigned)(k / grid.x % grid.y),
+                        (unsigned)(k / grid.x / grid.y));
+        memset(g_smem, 0xff, smem); /* NaN in every float and bf16 */
+        memset(g_static, 0xff, sizeof g_static);
+        g_static_used = 0;
+        g_static_at.clear();
+        for (unsigned t = 0; t < n; t++) {
+            g_fibers[t].done = false;
+            ctx_make(&g_fibers[t].ctx, g_fibers[t].stack, EMU_STACK, fiber_main);
+        }
+        g_live = n;
+        g_stalls = 0;
+        while (g_live > 0)
+            for (unsigned i = 0; i < n; i++) {
+                const unsigned t = reverse ? n - 1 - i : i;
+                if (g_fibers[t].done) continue;
+                g_cur = t;
+                threadIdx = dim3(t, 0, 0);
+                ctx_switch(&g_sched, &g_fibers[t].ctx);
             }
-        });
-    for (auto &x : th) x.join();
-    delete eb->blk;
-    for (unsigned w = 0; w < block.x / 32; w++) delete eb->warp[w];
+    }
     delete eb;
     free(g_smem);
 }

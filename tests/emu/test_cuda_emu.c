@@ -1,7 +1,8 @@
-/* test_cuda_emu.c - the GPU op tests (tests/gpu/test_gpu_ops.c, quick shapes)
+/* test_cuda_emu.c - the GPU op tests (tests/gpu/test_gpu_ops.c; quick shapes, or the GPU's
+ * with LT_TEST_FULL=1)
  * run without a GPU: the CUDA backend's op entries and kernels
  * (the kernels/cuda sources except the cuBLASLt GEMMs and the runtime glue) execute
- * in the host emulation of tests/emu (every CUDA thread a host thread,
+ * in the host emulation of tests/emu (every CUDA thread a fiber,
  * mma.sync from the PTX fragment tables, shared memory NaN-poisoned, 16-byte
  * packs checked for alignment) on host memory, against the CPU backend, with
  * the same tolerances and the same poisoned outputs and determinism checks,
@@ -76,12 +77,15 @@ static void t_act_add_f32(const Pair *P) {
 }
 
 int main(void) {
-    g_quick = 1;
+    /* the GPU's shapes under make test-full (LT_TEST_FULL=1: about 5 minutes of
+     * CPU), the quick ones otherwise (about 20 s) */
+    const char *full = getenv("LT_TEST_FULL");
+    g_quick = !(full && !strcmp(full, "1"));
     LtBackend *c32 = lt_backend_cpu_create(LT_F32, 1), *c16 = lt_backend_cpu_create(LT_BF16, 1);
     LtBackend *e32 = emu_cuda_backend_create(LT_F32, 0), *e16 = emu_cuda_backend_create(LT_BF16, 0);
     LtBackend *a32 = emu_cuda_backend_create(LT_F32, 1), *a16 = emu_cuda_backend_create(LT_BF16, 1);
-    printf("lattice GPU op tests on the emulated CUDA backend (%s), quick shapes\n",
-           e32->device_name);
+    printf("lattice GPU op tests on the emulated CUDA backend (%s), %s shapes\n",
+           e32->device_name, g_quick ? "quick" : "the GPU's (LT_TEST_FULL=1)");
     Pair pairs[] = {
         {.ref = c32, .dut = e32, .tag = "f32", .tol = 1e-5},
         {.ref = c32, .dut = a32, .tag = "f32a", .tol = 1e-5},
