@@ -243,7 +243,7 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 ifeq ($(CUDA),1)
 EMU_DIR  := $(BUILD)/emu
 EMU_KERNELS := $(filter-out gemm backend_cuda attention_cudnn%,$(patsubst kernels/cuda/%.cu,%,$(CUDA_SRCS)))
-EMU_OBJS := $(patsubst %,$(EMU_DIR)/%.o,$(EMU_KERNELS)) $(EMU_DIR)/emu_glue.o
+EMU_OBJS := $(patsubst %,$(EMU_DIR)/%.o,$(EMU_KERNELS)) $(EMU_DIR)/emu_glue.o $(EMU_DIR)/emu_gemm.o
 # (include/*.h too: the kernels see backend.h's structs, and a stale object
 # built against an older layout crashes the emulation)
 EMU_HDRS := $(EMU_DIR)/common.cuh $(EMU_DIR)/attention.cuh $(EMU_DIR)/vec.cuh kernels/cuda/device.cuh \
@@ -267,6 +267,8 @@ $(EMU_DIR)/%.cpp: kernels/cuda/%.cu tests/emu/transform.py
 $(EMU_DIR)/%.o: $(EMU_DIR)/%.cpp $(EMU_HDRS)
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 $(EMU_DIR)/emu_glue.o: tests/emu/emu_glue.cpp $(EMU_HDRS)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(EMU_DIR)/emu_gemm.o: tests/emu/emu_gemm.cpp $(EMU_HDRS)
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 # the host code without the real CUDA objects (the emulated ones replace them)
 EMU_LIB := $(EMU_DIR)/liblattice_host.a

@@ -935,7 +935,7 @@ int lt_ckpt_save(const char *dir, const LtParamTable *t, const LtCkptState *s,
     if (lt_ckpt_begin(dir, meta->step, 1, tmp, sizeof tmp, err, errlen)) return -1;
     lt_ckpt_state_name(&one, 0, 0, 0, name, sizeof name);
     const int moments = s->m && s->v;
-    LtStateSrc src = {t, 0, t->total, 1, {s->master, moments ? s->m : NULL, moments ? s->v : NULL}};
+    LtStateSrc src = {t, 0, t->total, 1, {s->master, moments ? s->m : NULL, moments ? s->v : NULL}, NULL};
     uint64_t bytes;
     uint32_t crc;
     if (join(path, tmp, name, err, errlen) ||

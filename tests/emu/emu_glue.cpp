@@ -2,9 +2,8 @@
  * block-by-block launches, shared memory, and an "emulated CUDA backend" - an
  * LtBackend whose memory is host memory and whose ops are the CUDA backend's
  * own op entries (the kernels/cuda sources, rewritten by transform.py)
- * running in the emulation. GEMMs go to cuBLASLt on a GPU and have no
- * emulation: linear_fwd, linear_bwd and the MoE router's GEMMs stop with a
- * message. */
+ * running in the emulation. GEMMs go to cuBLASLt on a GPU; here
+ * emu_gemm.cpp stands in for them. */
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -210,22 +209,6 @@ void cu_act_to_f32(LtBackend *be, float *dst, const void *src, size_t n) {
     else if (dst != src)
         memcpy(dst, src, n * sizeof(float));
 }
-void cu_linear_fwd(LtBackend *, void *, void *, const void *, const void *, const void *, int, int,
-                   int) {
-    lt_fatal("emulated CUDA backend: linear_fwd runs on cuBLASLt, which has no emulation");
-}
-void cu_linear_bwd(LtBackend *, void *, float *, float *, const void *, const void *, const void *,
-                   const void *, int, int, int) {
-    lt_fatal("emulated CUDA backend: linear_bwd runs on cuBLASLt, which has no emulation");
-}
-void cu_moe_router_fwd(LtBackend *, float *, const void *, const void *, int, int, int) {
-    lt_fatal("emulated CUDA backend: moe_router_fwd runs on cuBLASLt, which has no emulation");
-}
-void cu_moe_router_bwd(LtBackend *, void *, float *, const float *, const void *, const void *, int,
-                       int, int) {
-    lt_fatal("emulated CUDA backend: moe_router_bwd runs on cuBLASLt, which has no emulation");
-}
-
 static void emu_destroy(LtBackend *be) {
     free(cu_impl(be)->scratch);
     free(be->impl);

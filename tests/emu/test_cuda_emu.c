@@ -9,13 +9,19 @@
  * including the runs with every buffer off the 16-byte grid (the scalar
  * fallbacks; attention's misaligned run is left to the GPU: misaligned tensors
  * take its generic path, which the alternative pairs run here already). The
- * linear case needs cuBLASLt and runs only on a GPU; its bias-gradient column
- * sum, which needs no GEMM, is checked here against a host sum (colsum), and so
- * is the MoE router's dx update (act_add_f32; the router's GEMMs are GPU-only). */
+ * GEMMs (cuBLASLt on a GPU) are host loops here (emu_gemm.cpp), so the linear
+ * and router cases check the backend's own epilogue kernels and the ops'
+ * contracts, not cuBLASLt; the bias gradient's column sum (colsum) and the
+ * router's dx update (act_add_f32) also have cases of their own. The `model`
+ * case runs whole models (GPT, Llama, an MoE Llama) forward and backward on
+ * the emulated backend against the CPU backend. */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #define main test_gpu_ops_main
 #include "../gpu/test_gpu_ops.c"
 #undef main
+
+#include "model.h"
+#include "params.h"
 
 LtBackend *emu_cuda_backend_create(LtDtype dtype, int attn_simt);
 void emu_colsum_add(LtBackend *be, float *dbias, const void *dout, int N, int OC);
@@ -76,6 +82,93 @@ static void t_act_add_f32(const Pair *P) {
     }
 }
 
+/* ---- whole models on the emulated backend ----------------------------------- */
+
+/* The models of the `model` case: GPT; Llama with grouped-query attention,
+ * Llama 3.1's RoPE scaling and an untied head; the same Llama with an MoE
+ * second layer (4 experts of 32, top-2, aux and z losses). */
+static LtModelDims emu_gpt_dims(void) {
+    return (LtModelDims){.num_layers = 2, .hidden = 64, .heads = 2, .ffn = 256, .seq_len = 32,
+                         .max_pos = 32, .vocab = 100, .padded_vocab = 128};
+}
+static LtModelDims emu_llama_dims(void) {
+    return (LtModelDims){.num_layers = 2, .hidden = 64, .heads = 4, .ffn = 96, .seq_len = 32,
+                         .max_pos = 32, .vocab = 100, .padded_vocab = 128,
+                         .arch = LT_ARCH_LLAMA, .kv_heads = 2, .untied = 1, .norm_eps = 1e-5f,
+                         .rope_base = 10000, .rope = {LT_ROPE_SCALING_LLAMA3, 8, 1, 4, 8}};
+}
+static LtModelDims emu_moe_dims(void) {
+    LtModelDims d = emu_llama_dims();
+    d.moe = (LtMoeDims){.experts = 4, .topk = 2, .ffn = 32, .score = LT_MOE_SOFTMAX,
+                        .topk_scale = 1.0f, .balance = LT_MOE_AUX_LOSS, .aux_coeff = 0.1f,
+                        .z_coeff = 0.01f};
+    d.moe.layer[1] = 1;
+    return d;
+}
+
+/* One forward and backward of model d (batch 2) on backend be from the same
+ * parameters and tokens: the summed token loss, and the gradients in g. */
+static double emu_model_step(LtBackend *be, const LtModelDims *d, float *g) {
+    const int B = 2, T = d->seq_len, N = B * T;
+    LtModel *m = lt_model_create(be, d, B, T, NULL);
+    const LtParamTable *t = &m->table;
+    float *host = malloc(t->total * sizeof(float));
+    lt_params_init(t, 4242, host);
+    int32_t *in = malloc(sizeof(int32_t) * 2 * (size_t)N), *tgt = in + N;
+    for (int i = 0; i < 2 * N; i++) in[i] = (int32_t)(lt_uniform_at(17, 3, (uint64_t)i) * d->vocab);
+    lt_model_set_params(m, host);
+    lt_model_zero_grads(m);
+    const double loss = lt_model_step(m, in, tgt, 1.0f / N);
+    be->ops->download(be, g, m->grads, t->total * sizeof(float));
+    free(host), free(in);
+    lt_model_destroy(m);
+    return loss;
+}
+
+/* Whole models through the CUDA backend's kernels (the GEMMs by emu_gemm.cpp)
+ * against the CPU backend: the loss, and each parameter's gradient by the
+ * norm of its difference over its norm; the emulated run twice, bitwise. */
+static void t_model(const Pair *P) {
+    static const char *const names[] = {"gpt", "llama", "llama-moe"};
+    LtModelDims (*const dims[])(void) = {emu_gpt_dims, emu_llama_dims, emu_moe_dims};
+    /* fp32: summation order only; bf16: the CPU backend rounds the same
+     * tensors to bf16 but not always at the same points */
+    const double loss_tol = P->bf16 ? 1e-3 : 1e-6, grad_tol = P->bf16 ? 3e-2 : 1e-5;
+    for (int k = 0; k < 3; k++) {
+        const LtModelDims d = dims[k]();
+        LtParamTable t;
+        lt_params_build(&t, &d);
+        float *gr = malloc(t.total * sizeof(float)), *ge = malloc(t.total * sizeof(float));
+        float *ge2 = malloc(t.total * sizeof(float));
+        const double lr = emu_model_step(P->ref, &d, gr), le = emu_model_step(P->dut, &d, ge);
+        const double le2 = emu_model_step(P->dut, &d, ge2);
+        const double lerr = fabs(le - lr) / fabs(lr);
+        double worst = 0.0;
+        const char *at = "";
+        for (int i = 0; i < t.n; i++) {
+            const LtParam *p = &t.p[i];
+            double dn = 0.0, rn = 0.0;
+            for (size_t j = p->offset; j < p->offset + p->numel; j++) {
+                dn += ((double)ge[j] - gr[j]) * ((double)ge[j] - gr[j]);
+                rn += (double)gr[j] * gr[j];
+            }
+            const double rel = rn > 0 ? sqrt(dn / rn) : sqrt(dn);
+            if (!(rel <= worst)) worst = rel, at = p->name;
+        }
+        printf("  %-5s model %-9s loss %.6f vs %.6f (rel %.1e, tol %.0e); worst gradient %s "
+               "rel %.1e (tol %.0e)\n", P->tag, names[k], le, lr, lerr, loss_tol, at, worst,
+               grad_tol);
+        CHECK(lerr <= loss_tol, "%s model %s: loss %.8g vs the CPU backend's %.8g", P->tag,
+              names[k], le, lr);
+        CHECK(worst <= grad_tol, "%s model %s: gradient of %s off by %.3g (relative)", P->tag,
+              names[k], at, worst);
+        CHECK(le2 == le && !memcmp(ge, ge2, t.total * sizeof(float)),
+              "%s model %s: two runs differ", P->tag, names[k]);
+        free(gr), free(ge), free(ge2);
+        lt_params_free(&t);
+    }
+}
+
 int main(void) {
     /* the GPU's shapes under make test-full (LT_TEST_FULL=1: about 5 minutes of
      * CPU), the quick ones otherwise (about 20 s) */
@@ -96,8 +189,6 @@ int main(void) {
     const char *only = getenv("LT_EMU_ONLY"); /* CASE[,CASE...]: just these (iterating) */
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         if (only && !listed(only, cases[c].name)) continue;
-        if (!strcmp(cases[c].name, "linear") || !strcmp(cases[c].name, "moe_router"))
-            continue; /* cuBLASLt: GPU only */
         const int attn = !strncmp(cases[c].name, "attention", 9); /* and attention_docs */
         /* routing and dispatch have no act tensors: the bf16 pairs would repeat f32 */
         const int no_act = !strcmp(cases[c].name, "moe_topk") || !strcmp(cases[c].name, "moe_aux") ||
@@ -120,6 +211,9 @@ int main(void) {
         run_case(&act_add, &pairs[p]);
         run_case_misaligned(&act_add, &pairs[p]);
     }
+    const Case model = {"model", t_model, 0};
+    for (int p = 0; p < npairs && (!only || listed(only, "model")); p += 2) /* f32, bf16 */
+        run_case(&model, &pairs[p]);
     lt_backend_destroy(e32), lt_backend_destroy(e16), lt_backend_destroy(a32);
     lt_backend_destroy(a16), lt_backend_destroy(c32), lt_backend_destroy(c16);
     return test_summary();

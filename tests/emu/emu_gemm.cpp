@@ -1,0 +1,82 @@
+/* emu_gemm.cpp - the emulated CUDA backend's GEMMs: host loops in place of
+ * cuBLASLt, so whole models run on the emulated backend (test_cuda_emu's
+ * `model` case). Each op follows its kernels/cuda/gemm.cu entry on the path
+ * without cuBLASLt epilogues (the path fp32 always takes): the plain GEMM in
+ * fp32 arithmetic, its result rounded once to the output type, then the
+ * backend's own epilogue kernels - bias and GeLU (cu_bias_gelu), GeLU's
+ * backward (cu_dgelu_inplace), the bias gradient's column sum (cu_colsum_add),
+ * the router's dx update (cu_act_add_f32) - running in the emulation. What
+ * this cannot check: cuBLASLt itself (its layouts, algorithms and epilogues),
+ * which the GPU op tests compare against the CPU backend on a GPU. */
+#include "attention.cuh" /* and through it the emulation's common.cuh */
+
+/* Element i of an act tensor (bf16 or fp32), as fp32. */
+static inline float act_at(const LtBackend *be, const void *p, size_t i) {
+    return cu_is_bf16(be) ? to_f(((const bf16 *)p)[i]) : ((const float *)p)[i];
+}
+static inline void act_put(const LtBackend *be, void *p, size_t i, float v) {
+    if (cu_is_bf16(be))
+        ((bf16 *)p)[i] = from_f<bf16>(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+/* D (I, J) = A (I, K) . B (K, J) in fp32 sums, through accessors: a(i, k),
+ * b(k, j), put(i, j, sum). */
+template <typename FA, typename FB, typename FD>
+static void host_gemm(int I, int J, int K, FA a, FB b, FD put) {
+    for (size_t i = 0; i < (size_t)(I > 0 ? I : 0); i++)
+        for (size_t j = 0; j < (size_t)(J > 0 ? J : 0); j++) {
+            float acc = 0.f;
+            for (size_t k = 0; k < (size_t)(K > 0 ? K : 0); k++) acc += a(i, k) * b(k, j);
+            put(i, j, acc);
+        }
+}
+
+void cu_linear_fwd(LtBackend *be, void *out, void *pre_gelu, const void *inp, const void *w,
+                   const void *bias, int N, int C, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    void *d = pre_gelu ? pre_gelu : out; /* the GEMM's result, before bias and GeLU */
+    host_gemm(N, OC, C, [&](size_t n, size_t c) { return act_at(be, inp, n * C + c); },
+              [&](size_t c, size_t o) { return act_at(be, w, o * C + c); },
+              [&](size_t n, size_t o, float v) { act_put(be, d, n * OC + o, v); });
+    if (pre_gelu || bias) cu_bias_gelu(be, out, pre_gelu, d, bias, N, OC, pre_gelu != NULL);
+}
+
+void cu_linear_bwd(LtBackend *be, void *dinp, float *dw, float *dbias, const void *dout,
+                   const void *inp, const void *w, const void *gelu_pre, int N, int C, int OC) {
+    if (dinp && N > 0 && C > 0) {
+        host_gemm(N, C, OC, [&](size_t n, size_t o) { return act_at(be, dout, n * OC + o); },
+                  [&](size_t o, size_t c) { return act_at(be, w, o * C + c); },
+                  [&](size_t n, size_t c, float v) { act_put(be, dinp, n * C + c, v); });
+        if (gelu_pre && OC > 0) cu_dgelu_inplace(be, dinp, gelu_pre, (size_t)N * C);
+    }
+    if (dw && N > 0 && C > 0 && OC > 0)
+        host_gemm(OC, C, N, [&](size_t o, size_t n) { return act_at(be, dout, n * OC + o); },
+                  [&](size_t n, size_t c) { return act_at(be, inp, n * C + c); },
+                  [&](size_t o, size_t c, float v) { dw[o * C + c] += v; });
+    if (dbias && N > 0 && OC > 0) cu_colsum_add(be, dbias, dout, N, OC);
+}
+
+void cu_moe_router_fwd(LtBackend *be, float *logits, const void *x, const void *w, int N, int C,
+                       int E) {
+    host_gemm(N, E, C, [&](size_t n, size_t c) { return act_at(be, x, n * C + c); },
+              [&](size_t c, size_t e) { return act_at(be, w, e * C + c); },
+              [&](size_t n, size_t e, float v) { logits[n * E + e] = v; });
+}
+
+void cu_moe_router_bwd(LtBackend *be, void *dx, float *dw, const float *dlogits, const void *x,
+                       const void *w, int N, int C, int E) {
+    if (N <= 0 || C <= 0 || E <= 0) return;
+    if (dx) { /* the fp32 product, then added to dx with one rounding, as on a GPU */
+        float *t = (float *)cu_scratch(be, (size_t)N * C * sizeof(float));
+        host_gemm(N, C, E, [&](size_t n, size_t e) { return dlogits[n * E + e]; },
+                  [&](size_t e, size_t c) { return act_at(be, w, e * C + c); },
+                  [&](size_t n, size_t c, float v) { t[n * C + c] = v; });
+        cu_act_add_f32(be, dx, t, (size_t)N * C);
+    }
+    if (dw)
+        host_gemm(E, C, N, [&](size_t e, size_t n) { return dlogits[n * E + e]; },
+                  [&](size_t n, size_t c) { return act_at(be, x, n * C + c); },
+                  [&](size_t e, size_t c, float v) { dw[e * C + c] += v; });
+}
