@@ -92,8 +92,9 @@ int main(void) {
     const char *only = getenv("LT_EMU_ONLY"); /* CASE[,CASE...]: just these (iterating) */
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         if (only && !listed(only, cases[c].name)) continue;
-        if (!strcmp(cases[c].name, "linear") || !strcmp(cases[c].name, "moe_router"))
-            continue; /* cuBLASLt: GPU only */
+        if (!strcmp(cases[c].name, "linear") || !strcmp(cases[c].name, "moe_router") ||
+            !strcmp(cases[c].name, "linear_group"))
+            continue; /* cuBLASLt and cuBLAS: GPU only */
         const int attn = !strncmp(cases[c].name, "attention", 9); /* and attention_docs */
         /* routing and dispatch have no act tensors: the bf16 pairs would repeat f32 */
         const int no_act = !strcmp(cases[c].name, "moe_topk") || !strcmp(cases[c].name, "moe_aux") ||
