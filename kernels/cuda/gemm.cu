@@ -392,10 +392,10 @@ static int group_run(LtBackend *be, const GroupCall *c, cudaDataType_t ab, cudaD
 #if CUBLAS_VERSION >= 120500
     CudaImpl *im = cu_impl(be);
     if (c->np == 0) return 1;
-    if (!im->blas) {
-        if (im->capturing) return 0; /* (creating a handle allocates) */
-        CUBLAS_CHECK(cublasCreate(&im->blas));
-    }
+    /* not while capturing: a graph would copy the pointer arrays again from
+     * host memory freed by then (and creating the handle allocates) */
+    if (im->capturing) return 0;
+    if (!im->blas) CUBLAS_CHECK(cublasCreate(&im->blas));
     size_t ws_bytes = 0;
     void *ws = cu_workspace(be, &ws_bytes);
     CUBLAS_CHECK(cublasSetStream(im->blas, cu_stream(be))); /* (resets the workspace) */
