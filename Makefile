@@ -82,13 +82,13 @@ LDLIBS  := $(DEP_LIBS) -lpthread -lm
 # sys.path and in the usual virtual-environment places, whenever the toolkit
 # lacks a library. Each library is linked by its full versioned path with an
 # rpath to its folder, so the binary runs without LD_LIBRARY_PATH.
-# Linked: what the code uses - cudart, cuBLASLt (the GEMMs; nothing calls
-# cuBLAS itself), NCCL, and cuDNN (attention through its backend API; linked
-# and its version reported by --version).
+# Linked: what the code uses - cudart, cuBLASLt (the GEMMs), cuBLAS (only its
+# grouped GEMM, for the MoE experts), NCCL, and cuDNN (attention through its
+# backend API; linked and its version reported by --version).
 # Fat binaries: SASS for each CUDA_ARCH and PTX for each CUDA_PTX (JIT-compiled
 # by the driver on newer GPUs). No kernel uses Hopper-only instructions
 # (wgmma, setmaxnreg, TMA), so there is no sm_90a target.
-CUDA_LIBS := cudart cublasLt cudnn nccl
+CUDA_LIBS := cudart cublasLt cublas cudnn nccl
 CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
 lt_comma  := ,
 lt_empty  :=

@@ -374,6 +374,22 @@ typedef struct {
     void (*moe_unpermute_bwd)(LtBackend *be, void *dy, float *dw, const void *dout,
                               const void *y, const int32_t *pos, const float *w, int N, int K,
                               int C, int M);
+    /* Grouped linear (the experts' GEMMs, one call for all of a rank's experts): G groups,
+     * group g the rows off[g] .. off[g+1] - 1 of inp, out and pre_gelu (off: G + 1
+     * non-decreasing host ints, off[0] may be > 0), each with its own weight w[g] (OC, C)
+     * and bias bias[g] (OC). w and bias are host arrays of G device pointers; bias == NULL
+     * or an element NULL: no bias. Each group is exactly linear_fwd over its rows (the same
+     * results as that call per group: bitwise on the CPU, which makes that call; rows of
+     * other groups untouched); an empty group does nothing. */
+    void (*linear_group_fwd)(LtBackend *be, void *out, void *pre_gelu, const void *inp,
+                             const void *const *w, const void *const *bias, const int *off,
+                             int G, int C, int OC);
+    /* Its backward: each group exactly linear_bwd over its rows of dinp, dout, inp and
+     * gelu_pre, with w[g], dw[g] (OC, C) += and dbias[g] (OC) += (fp32). dw or dbias NULL,
+     * or an element NULL, skips that gradient; dinp NULL skips dinp. */
+    void (*linear_group_bwd)(LtBackend *be, void *dinp, float *const *dw, float *const *dbias,
+                             const void *dout, const void *inp, const void *const *w,
+                             const void *gelu_pre, const int *off, int G, int C, int OC);
 } LtBackendOps;
 
 struct LtBackend {

@@ -228,7 +228,7 @@ check image_python_is_venv "python3 on PATH is not the venv's" test "$(command -
 check build_ok "the build phase did not pass (see the report)" summary_has '^build +ok'
 check probe_nvcc_from_wheel "make did not take nvcc from the wheel" \
   grep -q "^lattice: CUDA backend: yes; nvcc $VENV/.*/nvidia/cu13/bin/nvcc (13.0) from pip wheels" "$R"
-for l in cudart cublasLt cudnn nccl; do
+for l in cudart cublasLt cublas cudnn nccl; do
   check "probe_lib$l" "lib$l not taken from the wheels" grep -Eq "^lattice: lib$l: $VENV/.*/nvidia/[a-z0-9]+/lib/lib$l\.so\.[0-9]+$" "$R"
 done
 check probe_cccl "CCCL's nv/target not taken from the wheel" \
@@ -241,7 +241,7 @@ for b in build/lattice build/tests/gpu/test_gpu_ops build/tests/gpu/bench_attent
     bash -c "[ -x $b ] && ldd $b && ! ldd $b | grep -q 'not found'"
 done
 check ldd_cuda_from_venv "a CUDA library of build/lattice resolves outside the venv" \
-  bash -c "[ \$(ldd build/lattice | grep -E 'lib(cudart|cublasLt|cudnn|nccl)\.so' | grep -c '$VENV/') = 4 ]"
+  bash -c "[ \$(ldd build/lattice | grep -E 'lib(cudart|cublasLt|cublas|cudnn|nccl)\.so' | grep -c '$VENV/') = 5 ]"
 check ldd_deps_from_bundle "a bundled library of build/lattice resolves outside build/deps" \
   bash -c "[ \$(ldd build/lattice | grep -E 'lib(yaml-0|zstd|mpi)\.so' | grep -c '$PWD/build/deps/lib/') = 3 ]"
 check ldd_blas_from_numpy "build/lattice's BLAS does not resolve to the venv's numpy" \

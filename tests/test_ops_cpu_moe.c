@@ -4,9 +4,10 @@
  * load-balancing statistics, the gradients of top-k and of the aux / z losses
  * against central finite differences of those references, the dispatch (dropless,
  * capacity with both drop policies, padding) against an independent reference,
- * permute / unpermute and their backwards, empty inputs, bf16 storage and thread-count
- * independence. A separate binary from test_ops_cpu.c (same filter prefix) to keep
- * both files short. */
+ * permute / unpermute and their backwards, the grouped linears of the experts (against
+ * a reference and bit for bit against a loop of linear_fwd / linear_bwd), empty inputs,
+ * bf16 storage and thread-count independence. A separate binary from test_ops_cpu.c
+ * (same filter prefix) to keep both files short. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -591,11 +592,188 @@ static void test_empty(void) {
     o->moe_permute_bwd(g_be, f, f, i32, 0, 2, 4);
     o->moe_unpermute(g_be, f, f, i32, f, 0, 2, 4);
     o->moe_unpermute_bwd(g_be, f, f, f, f, i32, f, 0, 2, 4, 0);
+    const int none[3] = {1, 1, 1}; /* two empty groups */
+    const void *w2[2] = {f, f};
+    float *g2[2] = {f, f};
+    o->linear_group_fwd(g_be, f, f, f, w2, w2, none, 2, 2, 2);
+    o->linear_group_bwd(g_be, f, g2, g2, f, f, w2, f, none, 2, 2, 2);
+    o->linear_group_fwd(g_be, f, NULL, f, NULL, NULL, none, 0, 2, 2);
     CHECK(z == 1.5, "zsum moved");
     for (int j = 0; j < 8; j++) CHECK(f[j] == 0.0f, "buffer %d written", j);
     o->moe_dispatch(g_be, i32, src, off, &dropped, i32, f, 0, 4, 2, 3, LT_MOE_DROP_PROBS, 1);
     CHECK(dropped == 0 && off[0] == 0 && off[4] == 12 && src[0] == -1 && src[11] == -1,
           "empty padded dispatch: dropped %d off %d", dropped, off[4]);
+}
+
+/* ---- grouped linears ------------------------------------------------------------ */
+
+/* GeLU (tanh approximation) and its derivative */
+static double gelu_d(double x) {
+    return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+static double gelu_grad_d(double x) {
+    const double k = 0.7978845608028654, t = tanh(k * (x + 0.044715 * x * x * x));
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+}
+
+/* The groups of the grouped-linear tests: rows 0..1 in none, an empty group, uneven
+ * sizes, the last group ending before the buffer does. */
+enum { LG_G = 4, LG_ROWS = 16, LG_C = 5, LG_OC = 7 };
+static const int lg_off[LG_G + 1] = {2, 5, 5, 12, 14};
+
+typedef struct {
+    float *x, *dout, *gpre, *w[LG_G], *b[LG_G], *dw[LG_G], *db[LG_G];
+} LgFix;
+
+static void lg_fix(LgFix *f, int bf) {
+    const size_t nx = (size_t)LG_ROWS * LG_C, ny = (size_t)LG_ROWS * LG_OC;
+    f->x = fbuf(nx, 1), f->dout = fbuf(ny, 1), f->gpre = fbuf(nx, 2);
+    for (int g = 0; g < LG_G; g++) {
+        f->w[g] = fbuf((size_t)LG_OC * LG_C, 0.5f), f->b[g] = fbuf(LG_OC, 0.5f);
+        f->dw[g] = fbuf((size_t)LG_OC * LG_C, 1), f->db[g] = fbuf(LG_OC, 1);
+    }
+    if (!bf) return;
+    float *all[] = {f->x, f->dout, f->gpre};
+    const size_t n[] = {nx, ny, nx};
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < n[k]; i++) all[k][i] = lt_bf16_round(all[k][i]);
+    for (int g = 0; g < LG_G; g++)
+        for (int i = 0; i < LG_OC * LG_C; i++) f->w[g][i] = lt_bf16_round(f->w[g][i]);
+}
+static void lg_free(LgFix *f) {
+    free(f->x), free(f->dout), free(f->gpre);
+    for (int g = 0; g < LG_G; g++) free(f->w[g]), free(f->b[g]), free(f->dw[g]), free(f->db[g]);
+}
+
+/* Forward (bias on all groups but the second, with and without GeLU) and backward
+ * (dgelu through gelu_pre, dw +=, dbias +=) against double references; rows outside
+ * the groups untouched. */
+static void test_linear_group(void) {
+    LgFix f;
+    lg_fix(&f, 0);
+    const int G = LG_G, R = LG_ROWS, C = LG_C, OC = LG_OC;
+    const void *w[LG_G], *b[LG_G];
+    float *dw[LG_G], *db[LG_G];
+    for (int g = 0; g < G; g++) {
+        w[g] = f.w[g], b[g] = g == 1 ? NULL : f.b[g];
+        dw[g] = fbuf((size_t)OC * C, 0), db[g] = fbuf(OC, 0);
+    }
+    for (int gelu = 0; gelu < 2; gelu++) {
+        float *out = nanbuf((size_t)R * OC), *pre = nanbuf((size_t)R * OC),
+              *dx = nanbuf((size_t)R * C);
+        for (int g = 0; g < G; g++) {
+            memcpy(dw[g], f.dw[g], sizeof(float) * OC * C);
+            memcpy(db[g], f.db[g], sizeof(float) * OC);
+        }
+        g_be->ops->linear_group_fwd(g_be, out, gelu ? pre : NULL, f.x, w, b, lg_off, G, C, OC);
+        g_be->ops->linear_group_bwd(g_be, dx, dw, db, f.dout, f.x, w, gelu ? f.gpre : NULL, lg_off,
+                                    G, C, OC);
+        double ef = 0, eb = 0, ew = 0;
+        int outside = 0;
+        for (int i = 0; i < R; i++) {
+            int g = -1;
+            for (int k = 0; k < G; k++)
+                if (i >= lg_off[k] && i < lg_off[k + 1]) g = k;
+            if (g < 0) {
+                for (int o = 0; o < OC; o++)
+                    outside += !isnan(out[i * OC + o]) || !isnan(pre[i * OC + o]);
+                for (int c = 0; c < C; c++) outside += !isnan(dx[i * C + c]);
+                continue;
+            }
+            for (int o = 0; o < OC; o++) {
+                double y = b[g] ? f.b[g][o] : 0;
+                for (int c = 0; c < C; c++) y += (double)f.x[i * C + c] * f.w[g][o * C + c];
+                if (gelu) worse(&ef, pre[i * OC + o], fabs(pre[i * OC + o] - y) / (fabs(y) + 1e-3));
+                const double z = gelu ? gelu_d(y) : y;
+                worse(&ef, out[i * OC + o], fabs(out[i * OC + o] - z) / (fabs(z) + 1e-3));
+            }
+            for (int c = 0; c < C; c++) {
+                double d = 0;
+                for (int o = 0; o < OC; o++) d += (double)f.dout[i * OC + o] * f.w[g][o * C + c];
+                if (gelu) d *= gelu_grad_d(f.gpre[i * C + c]);
+                worse(&eb, dx[i * C + c], fabs(dx[i * C + c] - d) / (fabs(d) + 1e-3));
+            }
+        }
+        for (int g = 0; g < G; g++)
+            for (int o = 0; o < OC; o++) {
+                double sb = f.db[g][o];
+                for (int i = lg_off[g]; i < lg_off[g + 1]; i++) sb += f.dout[i * OC + o];
+                worse(&ew, db[g][o], fabs(db[g][o] - sb) / (fabs(sb) + 1e-3));
+                for (int c = 0; c < C; c++) {
+                    double sw = f.dw[g][o * C + c];
+                    for (int i = lg_off[g]; i < lg_off[g + 1]; i++)
+                        sw += (double)f.dout[i * OC + o] * f.x[i * C + c];
+                    worse(&ew, dw[g][o * C + c], fabs(dw[g][o * C + c] - sw) / (fabs(sw) + 1e-3));
+                }
+            }
+        /* the empty group's gradients are untouched */
+        CHECK(memcmp(dw[1], f.dw[1], sizeof(float) * OC * C) == 0 &&
+                  memcmp(db[1], f.db[1], sizeof(float) * OC) == 0,
+              "gelu %d: the empty group's gradients changed", gelu);
+        CHECK(ef < 1e-5 && eb < 1e-5 && ew < 1e-5, "gelu %d: errors fwd %.2e dinp %.2e dw/db %.2e",
+              gelu, ef, eb, ew);
+        CHECK(outside == 0, "gelu %d: %d values outside the groups written", gelu, outside);
+        free(out), free(pre), free(dx);
+    }
+    for (int g = 0; g < G; g++) free(dw[g]), free(db[g]);
+    lg_free(&f);
+}
+
+/* The grouped linears give bit for bit what linear_fwd / linear_bwd give group by
+ * group (the MoE layer's numbers before and after grouping), fp32 and bf16, with and
+ * without biases and GeLU, and with dw, dbias or dinp left out. */
+static void test_linear_group_loop(void) {
+    const int G = LG_G, R = LG_ROWS, C = LG_C, OC = LG_OC;
+    for (int bf = 0; bf < 2; bf++) {
+        LtBackend *be = bf ? g_bf : g_be;
+        LgFix f;
+        lg_fix(&f, bf);
+        for (int v = 0; v < 4; v++) {
+            const int has_b = v & 1, gelu = v >> 1;
+            const void *w[LG_G], *b[LG_G];
+            float *out[2], *pre[2], *dx[2], *dw[2][LG_G], *db[2][LG_G];
+            for (int k = 0; k < 2; k++) {
+                out[k] = nanbuf((size_t)R * OC), pre[k] = nanbuf((size_t)R * OC);
+                dx[k] = nanbuf((size_t)R * C);
+                for (int g = 0; g < G; g++) {
+                    w[g] = f.w[g], b[g] = f.b[g];
+                    dw[k][g] = fbuf((size_t)OC * C, 0), db[k][g] = fbuf(OC, 0);
+                    memcpy(dw[k][g], f.dw[g], sizeof(float) * OC * C);
+                    memcpy(db[k][g], f.db[g], sizeof(float) * OC);
+                }
+            }
+            float *pg = gelu ? pre[0] : NULL, *gp = gelu ? f.gpre : NULL;
+            be->ops->linear_group_fwd(be, out[0], pg, f.x, w, has_b ? b : NULL, lg_off, G, C, OC);
+            be->ops->linear_group_bwd(be, dx[0], dw[0], has_b ? db[0] : NULL, f.dout, f.x, w, gp,
+                                      lg_off, G, C, OC);
+            /* dinp, then dw alone (nothing for dbias): the same as all at once */
+            be->ops->linear_group_bwd(be, NULL, dw[0], NULL, f.dout, f.x, w, NULL, lg_off, G, C,
+                                      OC);
+            for (int g = 0; g < G; g++) {
+                const int r = lg_off[g], n = lg_off[g + 1] - r;
+                if (n == 0) continue;
+                be->ops->linear_fwd(be, out[1] + r * OC, gelu ? pre[1] + r * OC : NULL, f.x + r * C,
+                                    w[g], has_b ? b[g] : NULL, n, C, OC);
+                be->ops->linear_bwd(be, dx[1] + r * C, dw[1][g], has_b ? db[1][g] : NULL,
+                                    f.dout + r * OC, f.x + r * C, w[g],
+                                    gelu ? f.gpre + r * C : NULL, n, C, OC);
+                be->ops->linear_bwd(be, NULL, dw[1][g], NULL, f.dout + r * OC, f.x + r * C, w[g],
+                                    NULL, n, C, OC);
+            }
+            int same = memcmp(out[0], out[1], sizeof(float) * R * OC) == 0 &&
+                       memcmp(pre[0], pre[1], sizeof(float) * R * OC) == 0 &&
+                       memcmp(dx[0], dx[1], sizeof(float) * R * C) == 0;
+            for (int g = 0; g < G; g++)
+                same = same && memcmp(dw[0][g], dw[1][g], sizeof(float) * OC * C) == 0 &&
+                       memcmp(db[0][g], db[1][g], sizeof(float) * OC) == 0;
+            CHECK(same, "bf16 %d bias %d gelu %d: grouped differs from the loop", bf, has_b, gelu);
+            for (int k = 0; k < 2; k++) {
+                free(out[k]), free(pre[k]), free(dx[k]);
+                for (int g = 0; g < G; g++) free(dw[k][g]), free(db[k][g]);
+            }
+        }
+        lg_free(&f);
+    }
 }
 
 /* bf16: every stored act output is the bf16 rounding of the fp32 backend's value. */
@@ -673,6 +851,8 @@ int main(void) {
     RUN(test_dispatch_policies);
     RUN(test_permute);
     RUN(test_permute_bwd);
+    RUN(test_linear_group);
+    RUN(test_linear_group_loop);
     RUN(test_empty);
     RUN(test_bf16);
     RUN(test_threads);

@@ -176,6 +176,12 @@ void cpu_linear_fwd(LtBackend *be, void *out, void *pre_gelu, const void *inp, c
                     const void *bias, int N, int C, int OC);
 void cpu_linear_bwd(LtBackend *be, void *dinp, float *dw, float *dbias, const void *dout,
                     const void *inp, const void *w, const void *gelu_pre, int N, int C, int OC);
+void cpu_linear_group_fwd(LtBackend *be, void *out, void *pre_gelu, const void *inp,
+                          const void *const *w, const void *const *bias, const int *off, int G,
+                          int C, int OC);
+void cpu_linear_group_bwd(LtBackend *be, void *dinp, float *const *dw, float *const *dbias,
+                          const void *dout, const void *inp, const void *const *w,
+                          const void *gelu_pre, const int *off, int G, int C, int OC);
 
 /* gelu.c */
 void cpu_gelu_fwd(LtBackend *be, void *out, const void *inp, size_t n);

@@ -72,3 +72,34 @@ void cpu_linear_bwd(LtBackend *be, void *dinp_, float *dw, float *dbias, const v
                     1.0f, dw, C);
     if (dbias) colsum_add(be, dbias, dout, N, OC);
 }
+
+/* The grouped linears: one BLAS call per GEMM of each non-empty group, the very
+ * calls a loop of linear_fwd / linear_bwd over the groups makes, so the results
+ * are bitwise those of that loop. */
+void cpu_linear_group_fwd(LtBackend *be, void *out, void *pre_gelu, const void *inp,
+                          const void *const *w, const void *const *bias, const int *off, int G,
+                          int C, int OC) {
+    for (int g = 0; g < G; g++) {
+        const size_t r = (size_t)off[g];
+        const int n = off[g + 1] - off[g];
+        if (n <= 0) continue;
+        float *pre = pre_gelu ? (float *)pre_gelu + r * OC : NULL;
+        cpu_linear_fwd(be, (float *)out + r * OC, pre, (const float *)inp + r * C, w[g],
+                       bias ? bias[g] : NULL, n, C, OC);
+    }
+}
+
+void cpu_linear_group_bwd(LtBackend *be, void *dinp, float *const *dw, float *const *dbias,
+                          const void *dout, const void *inp, const void *const *w,
+                          const void *gelu_pre, const int *off, int G, int C, int OC) {
+    for (int g = 0; g < G; g++) {
+        const size_t r = (size_t)off[g];
+        const int n = off[g + 1] - off[g];
+        if (n <= 0) continue;
+        float *di = dinp ? (float *)dinp + r * C : NULL;
+        const float *gp = gelu_pre ? (const float *)gelu_pre + r * C : NULL;
+        cpu_linear_bwd(be, di, dw ? dw[g] : NULL, dbias ? dbias[g] : NULL,
+                       (const float *)dout + r * OC, (const float *)inp + r * C, w[g], gp, n, C,
+                       OC);
+    }
+}

@@ -107,6 +107,7 @@ static void cu_destroy(LtBackend *be) {
     stream_release(&im->def);
     cudaStreamDestroy(im->def.s);
     cublasLtDestroy(im->lt);
+    if (im->blas) cublasDestroy(im->blas);
     free(im);
     free(be);
 }
@@ -411,6 +412,8 @@ static const LtBackendOps cuda_ops = {
     .moe_permute_bwd = cu_moe_permute_bwd,
     .moe_unpermute = cu_moe_unpermute,
     .moe_unpermute_bwd = cu_moe_unpermute_bwd,
+    .linear_group_fwd = cu_linear_group_fwd,
+    .linear_group_bwd = cu_linear_group_bwd,
 };
 
 extern "C" int lt_cuda_compiled(void) { return 1; }

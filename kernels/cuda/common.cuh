@@ -16,6 +16,7 @@
 #define LT_CUDA_COMMON_CUH
 
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -64,6 +65,7 @@ typedef struct {
     int sm_count;
     int smem_optin; /* max dynamic shared memory per block (opt-in) */
     cublasLtHandle_t lt;
+    cublasHandle_t blas; /* cuBLAS, for the grouped GEMMs (gemm.cu); created on first use */
     LtStream def;
     LtStream *cur;
     int sm;        /* compute capability, major * 10 + minor */

@@ -300,6 +300,209 @@ void cu_linear_bwd(LtBackend *be, void *dinp, float *dw, float *dbias, const voi
     if (dbias && !dbias_done && N > 0 && OC > 0) cu_colsum_add(be, dbias, dout, N, OC);
 }
 
+/* ======================= grouped linears (MoE experts) ======================= */
+/* Design note. The experts' GEMMs of one MoE layer go to cuBLAS's
+ * cublasGemmGroupedBatchedEx (cuBLAS >= 12.5): one call runs every non-empty
+ * group's GEMM, each its own cuBLAS group (the row counts differ), with the
+ * shapes of the design note above. Host arrays hold the per-group sizes; the
+ * A, B, C pointer arrays must be device memory: built on the host and copied
+ * into the stream's scratch ahead of the call on the same stream (from pageable
+ * memory: the copy may wait until the source is staged).
+ * Type combinations: cuBLAS's documentation lists, for CUBLAS_COMPUTE_32F, A = B
+ * = C = bf16 and A = B = C = fp32 (and fp16), not bf16 A/B with an fp32 C. So
+ * the forward and dinp GEMMs are grouped in both precisions, the weight
+ * gradients (fp32, accumulated in place) only in fp32; in bf16 they run one
+ * cuBLASLt GEMM per group (cu_linear_bwd), said once in the log.
+ * Biases and GeLU: groups with either (the GPT architecture's experts) run
+ * per group through cu_linear_fwd / cu_linear_bwd, whose cuBLASLt epilogues
+ * fuse them into the GEMM; grouped, they would need a second pass over the
+ * (rows, F) activations and the bias gradient's column sums. The bias-free
+ * SwiGLU experts (Llama, Mixtral, the models MoE is trained with) take the
+ * grouped call. The per-group path is also taken for an empty reduction (C
+ * or OC 0), and, each said once in the log, for bf16 rows off the 16-byte
+ * grid and when cuBLAS refuses the call. UNVERIFIED without a GPU: the grouped call's results
+ * against the per-group loop and the CPU are first checked by
+ * tests/gpu/test_gpu_ops' linear_group case. */
+
+/* One log line per reason per process, for the paths that leave the grouped
+ * call. */
+static void group_note(int *said, const char *why) {
+    if (*said) return;
+    *said = 1;
+    lt_log("cuda: MoE experts' GEMMs: %s; those run one cuBLASLt GEMM per expert\n", why);
+}
+
+/* bf16 matrices in a grouped call must be aligned as cuBLAS asks: 16 bytes
+ * ideally, and otherwise by a rule on k. We take only the 16-byte case (what
+ * the experts' rows have when C and F are multiples of 8) and leave the rest to
+ * the per-group path, whose cuBLASLt calls take any alignment; an unaligned
+ * grouped call would fail on the device, not with a status. */
+static int group_aligned(LtBackend *be, const void *A, const void *B, const void *C) {
+    static int said;
+    if (!cu_is_bf16(be) || (ptr_aligned(A, 16) && ptr_aligned(B, 16) && ptr_aligned(C, 16)))
+        return 1;
+    group_note(&said, "bf16 rows off cuBLAS's grouped-GEMM alignment");
+    return 0;
+}
+
+/* The groups' problems for one grouped call: C_p (m, n_p) = op(A_p) op(B_p) +
+ * beta C_p, column-major, sizes per problem; np of at most cap problems. A, B
+ * and C are one block of 3 cap pointers, uploaded as it is. */
+typedef struct {
+    int np, cap;
+    cublasOperation_t *ta, *tb;
+    int *m, *n, *k, *lda, *ldb, *ldc, *size;
+    float *alpha, *beta;
+    const void **A, **B;
+    void **C;
+} GroupCall;
+
+static GroupCall group_call_new(int G) {
+    const size_t g = (size_t)(G > 0 ? G : 1);
+    GroupCall c;
+    memset(&c, 0, sizeof c);
+    c.cap = (int)g;
+    c.ta = (cublasOperation_t *)lt_malloc(sizeof(cublasOperation_t) * 2 * g);
+    c.tb = c.ta + g;
+    c.m = (int *)lt_malloc(sizeof(int) * 7 * g);
+    c.n = c.m + g, c.k = c.n + g, c.lda = c.k + g, c.ldb = c.lda + g, c.ldc = c.ldb + g;
+    c.size = c.ldc + g;
+    c.alpha = (float *)lt_malloc(sizeof(float) * 2 * g);
+    c.beta = c.alpha + g;
+    c.A = (const void **)lt_malloc(sizeof(void *) * 3 * g);
+    c.B = c.A + g;
+    c.C = (void **)(c.B + g);
+    return c;
+}
+static void group_call_free(GroupCall *c) {
+    free(c->ta), free(c->m), free(c->alpha), free((void *)c->A);
+}
+static void group_add(GroupCall *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                      int k, const void *A, int lda, const void *B, int ldb, void *C, int ldc,
+                      float beta) {
+    const int p = c->np++;
+    c->ta[p] = ta, c->tb[p] = tb, c->m[p] = m, c->n[p] = n, c->k[p] = k;
+    c->A[p] = A, c->lda[p] = lda, c->B[p] = B, c->ldb[p] = ldb, c->C[p] = C, c->ldc[p] = ldc;
+    c->size[p] = 1, c->alpha[p] = 1.f, c->beta[p] = beta;
+}
+
+/* Runs c's problems in one grouped call, A and B of type ab and C of type ct;
+ * 0 (nothing run) when cuBLAS lacks the call or refuses it. */
+static int group_run(LtBackend *be, const GroupCall *c, cudaDataType_t ab, cudaDataType_t ct) {
+#if CUBLAS_VERSION >= 120500
+    CudaImpl *im = cu_impl(be);
+    if (c->np == 0) return 1;
+    /* not while capturing: a graph would copy the pointer arrays again from
+     * host memory freed by then (and creating the handle allocates) */
+    if (im->capturing) return 0;
+    if (!im->blas) CUBLAS_CHECK(cublasCreate(&im->blas));
+    size_t ws_bytes = 0;
+    void *ws = cu_workspace(be, &ws_bytes);
+    CUBLAS_CHECK(cublasSetStream(im->blas, cu_stream(be))); /* (resets the workspace) */
+    CUBLAS_CHECK(cublasSetWorkspace(im->blas, ws, ws_bytes));
+    const size_t bytes = sizeof(void *) * 3 * (size_t)c->cap;
+    void **dp = (void **)cu_scratch(be, bytes);
+    CU_CHECK(cudaMemcpyAsync(dp, c->A, bytes, cudaMemcpyHostToDevice, cu_stream(be)));
+    const cublasStatus_t st = cublasGemmGroupedBatchedEx(
+        im->blas, c->ta, c->tb, c->m, c->n, c->k, c->alpha, (const void *const *)dp, ab, c->lda,
+        (const void *const *)(dp + c->cap), ab, c->ldb, c->beta, dp + 2 * c->cap, ct, c->ldc,
+        c->np, c->size, CUBLAS_COMPUTE_32F);
+    if (st == CUBLAS_STATUS_SUCCESS) return 1;
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE)
+        lt_fatal("cublasGemmGroupedBatchedEx failed with status %d (%d groups)", (int)st, c->np);
+    static int said_refused;
+    group_note(&said_refused, "cuBLAS refused the grouped GEMM");
+    return 0;
+#else
+    static int said_old;
+    group_note(&said_old, "this build's cuBLAS has no grouped GEMM (12.5 or later has)");
+    return 0;
+#endif
+}
+
+/* Group g's first row in a (rows, cols) act buffer. */
+static const void *grow(LtBackend *be, const void *p, const int *off, int g, int cols) {
+    return (const char *)p + (size_t)off[g] * (size_t)cols * be->act_size;
+}
+static int any_set(const void *const *p, int G) {
+    for (int g = 0; p && g < G; g++)
+        if (p[g]) return 1;
+    return 0;
+}
+
+// Group g: out rows off[g].. (n_g, OC) = inp rows (n_g, C) . w[g] (OC, C)^T [+ bias[g]] [GeLU].
+void cu_linear_group_fwd(LtBackend *be, void *out, void *pre_gelu, const void *inp,
+                         const void *const *w, const void *const *bias, const int *off, int G,
+                         int C, int OC) {
+    const cudaDataType_t at = cu_is_bf16(be) ? CUDA_R_16BF : CUDA_R_32F;
+    int grouped = !pre_gelu && !any_set(bias, G) && C > 0 && OC > 0;
+    GroupCall c = group_call_new(G);
+    for (int g = 0; grouped && g < G; g++) {
+        const int n = off[g + 1] - off[g];
+        if (n <= 0) continue;
+        const void *x = grow(be, inp, off, g, C);
+        void *y = (void *)grow(be, out, off, g, OC);
+        if (!(grouped = group_aligned(be, w[g], x, y))) break;
+        group_add(&c, CUBLAS_OP_T, CUBLAS_OP_N, OC, n, C, w[g], C, x, C, y, OC, 0.f);
+    }
+    if (!grouped || !group_run(be, &c, at, at)) {
+        for (int g = 0; g < G; g++) {
+            const int n = off[g + 1] - off[g];
+            if (n <= 0) continue;
+            void *pre = pre_gelu ? (void *)grow(be, pre_gelu, off, g, OC) : NULL;
+            cu_linear_fwd(be, (void *)grow(be, out, off, g, OC), pre, grow(be, inp, off, g, C),
+                          w[g], bias ? bias[g] : NULL, n, C, OC);
+        }
+    }
+    group_call_free(&c);
+}
+
+// Group g: dinp rows = dout rows . w[g] [* gelu'(gelu_pre rows)]; dw[g] += dout^T . inp;
+// dbias[g] += colsum(dout rows).
+void cu_linear_group_bwd(LtBackend *be, void *dinp, float *const *dw, float *const *dbias,
+                         const void *dout, const void *inp, const void *const *w,
+                         const void *gelu_pre, const int *off, int G, int C, int OC) {
+    const int bf = cu_is_bf16(be);
+    const cudaDataType_t at = bf ? CUDA_R_16BF : CUDA_R_32F;
+    const int plain = !gelu_pre && !any_set((const void *const *)dbias, G) && C > 0 && OC > 0;
+    /* dinp (C, n_g) = w-stored (C, OC) . dout^T (OC, n_g) */
+    int gi = plain && dinp, gw = plain && dw && !bf;
+    GroupCall c = group_call_new(G);
+    for (int g = 0; gi && g < G; g++) {
+        const int n = off[g + 1] - off[g];
+        if (n <= 0) continue;
+        const void *dy = grow(be, dout, off, g, OC);
+        void *dx = (void *)grow(be, dinp, off, g, C);
+        if (!(gi = group_aligned(be, w[g], dy, dx))) break;
+        group_add(&c, CUBLAS_OP_N, CUBLAS_OP_N, C, n, OC, w[g], C, dy, OC, dx, C, 0.f);
+    }
+    if (gi) gi = group_run(be, &c, at, at);
+    /* dw^T (C, OC) += inp^T (C, n_g) . dout-stored (OC, n_g)^T: fp32 only (above) */
+    static int said_bf16_dw;
+    if (plain && dw && bf && any_set((const void *const *)dw, G))
+        group_note(&said_bf16_dw, "cuBLAS's grouped GEMM has no bf16 x bf16 -> fp32 "
+                                  "(the weight gradients)");
+    c.np = 0;
+    for (int g = 0; gw && g < G; g++) {
+        const int n = off[g + 1] - off[g];
+        if (n <= 0 || !dw[g]) continue;
+        group_add(&c, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, n, grow(be, inp, off, g, C), C,
+                  grow(be, dout, off, g, OC), OC, dw[g], C, 1.f);
+    }
+    if (gw) gw = group_run(be, &c, CUDA_R_32F, CUDA_R_32F);
+    /* what is left, per group (a bias gradient keeps every GEMM there) */
+    const int left_dx = dinp && !gi, left_dw = dw && !gw, left_db = dbias && !plain;
+    for (int g = 0; g < G && (left_dx || left_dw || left_db); g++) {
+        const int n = off[g + 1] - off[g];
+        if (n <= 0) continue;
+        void *dx = left_dx ? (void *)grow(be, dinp, off, g, C) : NULL;
+        const void *gp = dx && gelu_pre ? grow(be, gelu_pre, off, g, C) : NULL;
+        cu_linear_bwd(be, dx, left_dw ? dw[g] : NULL, dbias ? dbias[g] : NULL,
+                      grow(be, dout, off, g, OC), grow(be, inp, off, g, C), w[g], gp, n, C, OC);
+    }
+    group_call_free(&c);
+}
+
 /* ======================= MoE router ======================= */
 /* The router's GEMMs have fp32 outputs from act inputs (backend.h). cuBLASLt
  * takes A and B of one type, so the backward, whose products pair the fp32

@@ -21,6 +21,12 @@ void cu_linear_fwd(LtBackend *be, void *out, void *pre_gelu, const void *inp, co
                    const void *bias, int N, int C, int OC);
 void cu_linear_bwd(LtBackend *be, void *dinp, float *dw, float *dbias, const void *dout,
                    const void *inp, const void *w, const void *gelu_pre, int N, int C, int OC);
+void cu_linear_group_fwd(LtBackend *be, void *out, void *pre_gelu, const void *inp,
+                         const void *const *w, const void *const *bias, const int *off, int G,
+                         int C, int OC);
+void cu_linear_group_bwd(LtBackend *be, void *dinp, float *const *dw, float *const *dbias,
+                         const void *dout, const void *inp, const void *const *w,
+                         const void *gelu_pre, const int *off, int G, int C, int OC);
 void cu_gelu_fwd(LtBackend *be, void *out, const void *inp, size_t n);
 void cu_gelu_bwd(LtBackend *be, void *dinp, const void *inp, const void *dout, size_t n);
 void cu_rmsnorm_fwd(LtBackend *be, void *resid_out, void *out, float *rstd, const void *a,

@@ -23,7 +23,8 @@ int lt_moe_backend_ok(const LtBackend *be) {
     const LtBackendOps *o = be->ops;
     return o->moe_router_fwd && o->moe_router_bwd && o->moe_topk && o->moe_topk_bwd &&
            o->moe_aux_stats && o->moe_aux_bwd && o->moe_dispatch && o->moe_permute &&
-           o->moe_permute_bwd && o->moe_unpermute && o->moe_unpermute_bwd;
+           o->moe_permute_bwd && o->moe_unpermute && o->moe_unpermute_bwd &&
+           o->linear_group_fwd && o->linear_group_bwd;
 }
 
 LtMoeShape lt_moe_shape(const LtMoeDims *d, int arch, int B, int T, int C, int R, long row0,
@@ -127,10 +128,6 @@ void lt_moe_work_free(LtBackend *be, LtMoeWork *w) {
     free(w->host_ge);
 }
 
-static void *rows(const LtBackend *be, const void *p, size_t row, size_t cols) {
-    return (char *)p + lt_act_bytes(be, row * cols);
-}
-
 /* The load-balancing loss is on when it has a coefficient and a type. */
 static int aux_on(const LtMoeDims *d) {
     return d->balance != LT_MOE_BALANCE_NONE && d->aux_coeff > 0.0f;
@@ -185,10 +182,34 @@ static void balance_stats(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s
     acc->z += z ? z_coef(cx, s) * zs : 0.0;
 }
 
-/* Local expert le's rows: in the permuted rows (EP 1) or the received ones. */
-static void segment(const LtMoeShape *s, const LtMoeActs *a, int le, int *r, int *n) {
-    const int *off = s->ep > 1 ? a->loff : a->host_off;
-    *r = off[le], *n = off[le + 1] - off[le];
+/* The local experts' offsets (El + 1, from 0): local expert le has rows off[le] ..
+ * off[le + 1] - 1 of the permuted rows (EP 1) or of the received ones. */
+static const int *local_off(const LtMoeShape *s, const LtMoeActs *a) {
+    return s->ep > 1 ? a->loff : a->host_off;
+}
+
+/* The local experts' tensors as the grouped linears take them: El pointers each. */
+typedef struct {
+    const void **w1, **b1, **w2, **b2;
+    float **g1, **gb1, **g2, **gb2;
+} Experts;
+
+static Experts experts_of(const LtMoeShape *s, const LtMoeWeights *wt) {
+    const size_t El = (size_t)s->El;
+    const void **w = lt_malloc(sizeof(const void *) * 4 * El);
+    float **g = lt_malloc(sizeof(float *) * 4 * El);
+    Experts x = {w, w + El, w + 2 * El, w + 3 * El, g, g + El, g + 2 * El, g + 3 * El};
+    for (size_t le = 0; le < El; le++) {
+        const LtExpertTensors *t = &wt->expert[(size_t)s->ep_rank * El + le];
+        x.w1[le] = t->w1, x.b1[le] = t->b1, x.w2[le] = t->w2, x.b2[le] = t->b2;
+        x.g1[le] = t->g1, x.gb1[le] = t->gb1, x.g2[le] = t->g2, x.gb2[le] = t->gb2;
+    }
+    return x;
+}
+
+static void experts_free(Experts *x) {
+    free((void *)x->w1);
+    free(x->g1);
 }
 
 /* buf = a new buffer of n bytes in place of one of old bytes; *grown += the
@@ -282,21 +303,22 @@ static void ep_plan(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s, LtMo
     free(n);
 }
 
-/* Expert e's forward over its n rows from row r of the local experts' rows. */
-static void expert_forward(LtBackend *be, const LtMoeShape *s, const LtExpertTensors *t,
-                           LtMoeActs *a, int r, int n) {
+/* The local experts' forward over the local experts' rows: each GEMM one grouped
+ * linear over all of them, SwiGLU one call over all their rows. */
+static void experts_forward(LtBackend *be, const LtMoeShape *s, const LtMoeWeights *wt,
+                            LtMoeActs *a) {
     const LtBackendOps *o = be->ops;
     const int C = s->C, F = s->F, FI = s->llama ? 2 * F : F; /* gate | up, or fc */
-    const size_t rr = (size_t)r;
-    void *hpre = rows(be, a->hpre, rr, (size_t)FI), *h = rows(be, a->h, rr, (size_t)F);
-    const void *xe = rows(be, a->xe, rr, (size_t)C);
+    const int *off = local_off(s, a), G = s->El, n = off[G];
+    Experts x = experts_of(s, wt);
     if (s->llama) {
-        o->linear_fwd(be, hpre, NULL, xe, t->w1, NULL, n, C, FI);
-        o->swiglu_fwd(be, h, hpre, n, F);
+        o->linear_group_fwd(be, a->hpre, NULL, a->xe, x.w1, NULL, off, G, C, FI);
+        if (n > 0) o->swiglu_fwd(be, a->h, a->hpre, n, F);
     } else {
-        o->linear_fwd(be, h, hpre, xe, t->w1, t->b1, n, C, F);
+        o->linear_group_fwd(be, a->h, a->hpre, a->xe, x.w1, x.b1, off, G, C, F);
     }
-    o->linear_fwd(be, rows(be, a->ye, rr, (size_t)C), NULL, h, t->w2, t->b2, n, F, C);
+    o->linear_group_fwd(be, a->ye, NULL, a->h, x.w2, x.b2, off, G, F, C);
+    experts_free(&x);
 }
 
 /* This forward's loads and drops into acc. */
@@ -337,11 +359,7 @@ void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
         o->moe_permute(be, a->xe, w->xr, a->ge, a->loff[s->El], C);
         LT_TRACE_END();
     }
-    for (int le = 0; le < s->El; le++) {
-        int r, n;
-        segment(s, a, le, &r, &n);
-        if (n > 0) expert_forward(be, s, &wt->expert[s->ep_rank * s->El + le], a, r, n);
-    }
+    experts_forward(be, s, wt, a);
     if (s->ep > 1) { /* back in the received order, then to the tokens' ranks */
         LT_TRACE_BEGIN("moe combine", "\"rows\": %d", a->loff[s->El]);
         o->moe_permute(be, w->xr, a->ye, a->ginv, a->loff[s->El], C);
@@ -351,25 +369,24 @@ void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
     o->moe_unpermute(be, a->out, a->y, a->pos, a->w, R, K, C);
 }
 
-/* Backward of expert e's GEMM chain over its n rows from row r of the local
- * experts' rows: dxp rows from dy rows, its weight gradients accumulated. */
-static void expert_backward(LtBackend *be, const LtMoeShape *s, const LtExpertTensors *t,
-                            const LtMoeActs *a, LtMoeWork *w, int r, int n) {
+/* Backward of the local experts' GEMM chains over the local experts' rows (grouped
+ * linears, as experts_forward): dxp rows from dy rows, their weight gradients
+ * accumulated. */
+static void experts_backward(LtBackend *be, const LtMoeShape *s, const LtMoeWeights *wt,
+                             const LtMoeActs *a, LtMoeWork *w) {
     const LtBackendOps *o = be->ops;
     const int C = s->C, F = s->F, FI = s->llama ? 2 * F : F;
-    const size_t rr = (size_t)r;
-    void *dh = rows(be, w->dh, rr, F), *dxp = rows(be, w->dxp, rr, C);
-    const void *dy = rows(be, w->dy, rr, C), *h = rows(be, a->h, rr, F),
-               *hpre = rows(be, a->hpre, rr, FI), *xe = rows(be, a->xe, rr, C);
+    const int *off = local_off(s, a), G = s->El, n = off[G];
+    Experts x = experts_of(s, wt);
     if (s->llama) {
-        void *dhpre = rows(be, w->dhpre, rr, FI);
-        o->linear_bwd(be, dh, t->g2, NULL, dy, h, t->w2, NULL, n, F, C);
-        o->swiglu_bwd(be, dhpre, hpre, dh, n, F);
-        o->linear_bwd(be, dxp, t->g1, NULL, dhpre, xe, t->w1, NULL, n, C, FI);
+        o->linear_group_bwd(be, w->dh, x.g2, NULL, w->dy, a->h, x.w2, NULL, off, G, F, C);
+        if (n > 0) o->swiglu_bwd(be, w->dhpre, a->hpre, w->dh, n, F);
+        o->linear_group_bwd(be, w->dxp, x.g1, NULL, w->dhpre, a->xe, x.w1, NULL, off, G, C, FI);
     } else { /* dh comes back through GeLU: the gradient of hpre */
-        o->linear_bwd(be, dh, t->g2, t->gb2, dy, h, t->w2, hpre, n, F, C);
-        o->linear_bwd(be, dxp, t->g1, t->gb1, dh, xe, t->w1, NULL, n, C, F);
+        o->linear_group_bwd(be, w->dh, x.g2, x.gb2, w->dy, a->h, x.w2, a->hpre, off, G, F, C);
+        o->linear_group_bwd(be, w->dxp, x.g1, x.gb1, w->dh, a->xe, x.w1, NULL, off, G, C, F);
     }
+    experts_free(&x);
 }
 
 void lt_moe_backward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
@@ -388,11 +405,7 @@ void lt_moe_backward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
         o->moe_permute(be, w->dy, w->dxp, a->ge, a->loff[s->El], C);
         LT_TRACE_END();
     }
-    for (int le = 0; le < s->El; le++) {
-        int r, n;
-        segment(s, a, le, &r, &n);
-        if (n > 0) expert_backward(be, s, &wt->expert[s->ep_rank * s->El + le], a, w, r, n);
-    }
+    experts_backward(be, s, wt, a, w);
     const void *dxp = w->dxp;
     if (s->ep > 1) { /* the input rows' gradient back to the tokens' ranks */
         LT_TRACE_BEGIN("moe dispatch backward", "\"rows\": %d", a->loff[s->El]);

@@ -80,3 +80,34 @@ void cu_moe_router_bwd(LtBackend *be, void *dx, float *dw, const float *dlogits,
                   [&](size_t n, size_t c) { return act_at(be, x, n * C + c); },
                   [&](size_t e, size_t c, float v) { dw[e * C + c] += v; });
 }
+
+/* The experts' grouped GEMMs (cuBLAS's grouped call on a GPU): group by
+ * group through the two entries above, as gemm.cu does wherever the grouped
+ * call is not taken. */
+static const void *group_rows(const LtBackend *be, const void *p, const int *off, int g,
+                              int cols) {
+    return p ? (const char *)p + (size_t)off[g] * (size_t)cols * be->act_size : NULL;
+}
+
+void cu_linear_group_fwd(LtBackend *be, void *out, void *pre_gelu, const void *inp,
+                         const void *const *w, const void *const *bias, const int *off, int G,
+                         int C, int OC) {
+    for (int g = 0; g < G; g++)
+        if (off[g + 1] > off[g])
+            cu_linear_fwd(be, (void *)group_rows(be, out, off, g, OC),
+                          (void *)group_rows(be, pre_gelu, off, g, OC),
+                          group_rows(be, inp, off, g, C), w[g], bias ? bias[g] : NULL,
+                          off[g + 1] - off[g], C, OC);
+}
+
+void cu_linear_group_bwd(LtBackend *be, void *dinp, float *const *dw, float *const *dbias,
+                         const void *dout, const void *inp, const void *const *w,
+                         const void *gelu_pre, const int *off, int G, int C, int OC) {
+    for (int g = 0; g < G; g++)
+        if (off[g + 1] > off[g])
+            cu_linear_bwd(be, (void *)group_rows(be, dinp, off, g, C), dw ? dw[g] : NULL,
+                          dbias ? dbias[g] : NULL, group_rows(be, dout, off, g, OC),
+                          group_rows(be, inp, off, g, C), w[g],
+                          dinp ? group_rows(be, gelu_pre, off, g, C) : NULL,
+                          off[g + 1] - off[g], C, OC);
+}

@@ -337,6 +337,8 @@ static const LtBackendOps emu_ops = {
     .moe_permute_bwd = cu_moe_permute_bwd,
     .moe_unpermute = cu_moe_unpermute,
     .moe_unpermute_bwd = cu_moe_unpermute_bwd,
+    .linear_group_fwd = cu_linear_group_fwd,
+    .linear_group_bwd = cu_linear_group_bwd,
 };
 
 /* The bias-gradient column sum (reduce.cu), which linear_bwd uses where

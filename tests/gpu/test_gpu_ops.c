@@ -134,8 +134,11 @@ static void *raw_down(LtBackend *be, const void *d, size_t bytes) {
 static double cmp(const Pair *P, const char *what, const float *got, const float *ref, size_t n,
                   double tol) {
     double ss = 0.0;
-    for (size_t i = 0; i < n; i++) ss += (double)ref[i] * ref[i];
-    double rms = n ? sqrt(ss / (double)n) : 0.0;
+    size_t nf = 0; /* the scale from the finite entries: NaN (poison left alone) in both
+                    * tensors matches */
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(ref[i])) ss += (double)ref[i] * ref[i], nf++;
+    double rms = nf ? sqrt(ss / (double)nf) : 0.0;
     if (rms < 1e-30) rms = 1e-30;
     double worst = 0.0;
     size_t wi = 0;
@@ -536,6 +539,126 @@ static void t_linear(const Pair *P) {
             for (int k = 0; k < 2; k++) free(o[k]), free(pg[k]), free(gi[k]), free(gw[k]), free(gb[k]);
         }
         free(inp), free(w), free(bias), free(dout), free(gpre), free(dw0), free(db0);
+    }
+}
+
+/* ======================= grouped linears ======================= */
+/* One backend's grouped forward and backward (or, loop != 0, linear_fwd / linear_bwd
+ * group by group) on host inputs; the outputs downloaded. Rows 0..off[0]-1 and past
+ * off[G] belong to no group (poisoned: NaN unless written). */
+typedef struct {
+    int G, C, OC, R, has_b, gelu;
+    const int *off;
+    const float *x, *dout, *gpre, *const *w, *const *b, *dw0, *db0;
+} LgCall;
+typedef struct {
+    float *out, *pre, *dx, *dw, *db; /* dw (G, OC, C), db (G, OC) */
+} LgOut;
+
+static void lg_run(LtBackend *be, const LgCall *c, int loop, LgOut *o) {
+    const int G = c->G, C = c->C, OC = c->OC;
+    const size_t nx = (size_t)c->R * C, ny = (size_t)c->R * OC, nw = (size_t)OC * C;
+    void *x = act_up(be, c->x, nx), *dy = act_up(be, c->dout, ny);
+    void *gp = c->gelu ? act_up(be, c->gpre, nx) : NULL;
+    void *out = act_up(be, NULL, ny), *pre = act_up(be, NULL, ny), *dx = act_up(be, NULL, nx);
+    poison(be, out, lt_act_bytes(be, ny)), poison(be, pre, lt_act_bytes(be, ny));
+    poison(be, dx, lt_act_bytes(be, nx));
+    const void **w = lt_malloc(sizeof(void *) * 2 * (size_t)G), **b = w + G;
+    float **dw = lt_malloc(sizeof(float *) * 2 * (size_t)G), **db = dw + G;
+    for (int g = 0; g < G; g++) {
+        w[g] = act_up(be, c->w[g], nw);
+        b[g] = c->has_b ? act_up(be, c->b[g], (size_t)OC) : NULL;
+        dw[g] = f32_up(be, c->dw0 + (size_t)g * nw, nw);
+        db[g] = f32_up(be, c->db0 + (size_t)g * OC, (size_t)OC);
+    }
+    void *pg = c->gelu ? pre : NULL;
+    if (!loop) {
+        be->ops->linear_group_fwd(be, out, pg, x, w, c->has_b ? b : NULL, c->off, G, C, OC);
+        be->ops->linear_group_bwd(be, dx, dw, c->has_b ? db : NULL, dy, x, w, gp, c->off, G, C, OC);
+    }
+    for (int g = 0; loop && g < G; g++) {
+        const size_t r = (size_t)c->off[g];
+        const int n = c->off[g + 1] - c->off[g];
+        if (n <= 0) continue;
+#define LG_ROWS(p, cols) ((p) ? (char *)(p) + lt_act_bytes(be, r * (size_t)(cols)) : NULL)
+        be->ops->linear_fwd(be, LG_ROWS(out, OC), LG_ROWS(pg, OC), LG_ROWS(x, C), w[g], b[g], n,
+                            C, OC);
+        be->ops->linear_bwd(be, LG_ROWS(dx, C), dw[g], c->has_b ? db[g] : NULL, LG_ROWS(dy, OC),
+                            LG_ROWS(x, C), w[g], LG_ROWS(gp, C), n, C, OC);
+#undef LG_ROWS
+    }
+    o->out = hzeros(ny), o->pre = hzeros(ny), o->dx = hzeros(nx);
+    o->dw = hzeros((size_t)G * nw), o->db = hzeros((size_t)G * OC);
+    act_down(be, o->out, out, ny), act_down(be, o->pre, pre, ny), act_down(be, o->dx, dx, nx);
+    for (int g = 0; g < G; g++) {
+        f32_down(be, o->dw + (size_t)g * nw, dw[g], nw);
+        f32_down(be, o->db + (size_t)g * OC, db[g], (size_t)OC);
+        dfree(be, (void *)w[g]), dfree(be, dw[g]), dfree(be, db[g]);
+        if (b[g]) dfree(be, (void *)b[g]);
+    }
+    dfree(be, x), dfree(be, dy), dfree(be, out), dfree(be, pre), dfree(be, dx);
+    if (gp) dfree(be, gp);
+    free(w), free(dw);
+}
+static void lg_free(LgOut *o) { free(o->out), free(o->pre), free(o->dx), free(o->dw), free(o->db); }
+
+/* The MoE experts' grouped linears (cuBLAS's grouped GEMM where bias-free and without
+ * GeLU, per group through cuBLASLt otherwise; GPU only) against the CPU, and the
+ * grouped call against a loop of linear_fwd / linear_bwd over the groups on the same
+ * backend: uneven and empty groups (first, middle, last), rows in no group. */
+static void t_linear_group(const Pair *P) {
+    static const struct {
+        int G, C, OC, first, last, n[6];
+    } cs[] = {{4, 64, 96, 2, 3, {5, 0, 17, 3}},
+              {6, 24, 40, 0, 0, {0, 9, 1, 0, 30, 2}},
+              {3, 37, 33, 1, 0, {7, 11, 0}},
+              {5, 128, 256, 0, 2, {40, 3, 0, 64, 1}}};
+    const double tol = P->bf16 ? 0x1p-5 : P->tol;
+    for (size_t s = 0; s < sizeof cs / sizeof cs[0]; s++) {
+        const int G = cs[s].G, C = cs[s].C, OC = cs[s].OC;
+        int off[7];
+        off[0] = cs[s].first;
+        for (int g = 0; g < G; g++) off[g + 1] = off[g] + cs[s].n[g];
+        const int R = off[G] + cs[s].last;
+        const size_t nx = (size_t)R * C, ny = (size_t)R * OC, nw = (size_t)OC * C;
+        float *x = hrand(nx, 1.f, P->bf16), *dout = hrand(ny, 1.f, P->bf16);
+        float *gpre = hrand(nx, 3.f, P->bf16), *dw0 = hrand((size_t)G * nw, 1.f, 0);
+        float *db0 = hrand((size_t)G * OC, 1.f, 0), *w[6], *b[6];
+        for (int g = 0; g < G; g++)
+            w[g] = hrand(nw, 1.7f / sqrtf((float)C), P->bf16), b[g] = hrand(OC, 0.5f, P->bf16);
+        for (int v = 0; v < 4; v++) {
+            const LgCall c = {G, C, OC, R, v & 1, v >> 1, off, x, dout, gpre,
+                              (const float *const *)w, (const float *const *)b, dw0, db0};
+            LgOut ref, got, loop;
+            lg_run(P->ref, &c, 0, &ref);
+            lg_run(P->dut, &c, 0, &got);
+            lg_run(P->dut, &c, 1, &loop);
+            char nm[96];
+            snprintf(nm, sizeof nm, "lgrp %d:%dx%d%s%s", G, C, OC, c.has_b ? " +b" : "",
+                     c.gelu ? " +gelu" : "");
+            const LgOut *o[2] = {&ref, &loop};
+            static const char *vs[2] = {"cpu", "loop"};
+            for (int k = 0; k < 2; k++) {
+                char what[128];
+                snprintf(what, sizeof what, "%s out/%s", nm, vs[k]);
+                cmp(P, what, got.out, o[k]->out, ny, tol);
+                if (c.gelu) cmp(P, "lgrp pre_gelu", got.pre, o[k]->pre, ny, tol);
+                snprintf(what, sizeof what, "%s dinp/%s", nm, vs[k]);
+                cmp(P, what, got.dx, o[k]->dx, nx, tol);
+                cmp(P, "lgrp dw", got.dw, o[k]->dw, (size_t)G * nw, P->tol);
+                if (c.has_b) cmp(P, "lgrp dbias", got.db, o[k]->db, (size_t)G * OC, P->tol);
+            }
+            if (v == 0) { /* the grouped backward twice: the same bits */
+                LgOut again;
+                lg_run(P->dut, &c, 0, &again);
+                same_bits(P, "lgrp dinp", again.dx, got.dx, nx * sizeof(float));
+                same_bits(P, "lgrp dw", again.dw, got.dw, (size_t)G * nw * sizeof(float));
+                lg_free(&again);
+            }
+            lg_free(&ref), lg_free(&got), lg_free(&loop);
+        }
+        for (int g = 0; g < G; g++) free(w[g]), free(b[g]);
+        free(x), free(dout), free(gpre), free(dw0), free(db0);
     }
 }
 
@@ -1711,7 +1834,7 @@ static const Case cases[] = {
     {"rope", t_rope, 1},           {"qk_norm", t_qk_norm, 1},
     {"moe_router", t_moe_router, 1}, {"moe_topk", t_moe_topk, 0},
     {"moe_aux", t_moe_aux, 0},       {"moe_dispatch", t_moe_dispatch, 0},
-    {"moe_permute", t_moe_permute, 1},
+    {"moe_permute", t_moe_permute, 1}, {"linear_group", t_linear_group, 1},
 };
 
 /* 1 when name is an item of the comma list. */
