@@ -9,9 +9,9 @@
  * including the runs with every buffer off the 16-byte grid (the scalar
  * fallbacks; attention's misaligned run is left to the GPU: misaligned tensors
  * take its generic path, which the alternative pairs run here already). The
- * GEMMs (cuBLASLt on a GPU) are host loops here (emu_gemm.cpp), so the linear
- * and router cases (and linear_group, group by group) check the backend's own epilogue kernels and the ops'
- * contracts, not cuBLASLt; the bias gradient's column sum (colsum) and the
+ * GEMMs (cuBLASLt on a GPU) are host loops here (emu_gemm.cpp), so the linear,
+ * router and linear_group (group by group) cases check the backend's own
+ * epilogue kernels and the ops' contracts, not cuBLASLt; the bias gradient's column sum (colsum) and the
  * router's dx update (act_add_f32) also have cases of their own. The `model`
  * case runs whole models (GPT, Llama, an MoE Llama) forward and backward on
  * the emulated backend against the CPU backend. */
