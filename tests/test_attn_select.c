@@ -307,7 +307,8 @@ static void test_doc_layout(void) {
         int32_t *tk = malloc(n * sizeof *tk), *dc = malloc(n * sizeof *dc);
         for (int i = 0; i < n; i++) tk[i] = rand() % (1 + r % 6) ? 1 : 0;
         lt_doc_layout(tk, b, t, 0, NULL, dc);
-        const int nd = lt_attn_doc_count(dc, b, t, why, sizeof why), nb = lt_attn_ragged_batch(b, nd);
+        const int nd = lt_attn_doc_count(dc, b, t, why, sizeof why);
+        const int nb = lt_attn_ragged_batch(b, nd);
         int32_t *ln = malloc(nb * sizeof *ln);
         int64_t *q = malloc((nb + 1) * sizeof *q), *o = malloc((nb + 1) * sizeof *o),
                 *st = malloc((nb + 1) * sizeof *st);
@@ -437,10 +438,12 @@ static void test_cudnn_graphs(void) {
             CHECK(v < 91900 || rc == 0, "shape %d variant %d: operation graph: %s", s, variant,
                   why);
         }
-    /* cuDNN checks the grouping itself: K/V heads that do not divide the query heads */
-    for (int variant = 0; variant < 2 && v > 0; variant++) {
-        const LtAttnPlanKey k = {.dir = variant ? LT_ATTN_BWD : LT_ATTN_FWD, .B = 1, .T = 256,
-                                 .NH = 32, .NKV = 3, .HD = 128, .window = -1, .dtype = LT_BF16,
+    /* cuDNN checks the grouping itself: K/V heads that do not divide the query heads, in
+     * plain and ragged batches */
+    for (int variant = 0; variant < 4 && v > 0; variant++) {
+        const LtAttnPlanKey k = {.dir = variant % 2 ? LT_ATTN_BWD : LT_ATTN_FWD, .B = 1,
+                                 .T = 256, .NH = 32, .NKV = 3, .HD = 128, .window = -1,
+                                 .ragged_batch = variant < 2 ? 0 : 4, .dtype = LT_BF16,
                                  .deterministic = 1, .device = 0};
         CHECK(lt_cudnn_graph_check(&k, why, sizeof why) == -1 && has(why, "matmul"),
               "NH 32 NKV 3 variant %d: %s", variant, why);

@@ -156,12 +156,15 @@ void cudnn_attn_documents(CudnnAttn *ca, const int32_t *kstart, const int32_t *d
         memset(dl, 0, sizeof *dl);
     }
     const size_t n = (size_t)B * T;
+    const int w = window < 0 ? -1 : window;
+    if (dl->B == B && dl->T == T && dl->window == w && !memcmp(dl->doc, doc, n * sizeof(int32_t)))
+        return; /* declared again unchanged (each pipeline chunk's forward): arrays kept */
     if ((size_t)dl->B * dl->T != n) {
         free(dl->doc);
         dl->doc = (int32_t *)lt_malloc(n * sizeof(int32_t));
     }
     memcpy(dl->doc, doc, n * sizeof(int32_t));
-    dl->kstart = kstart, dl->B = B, dl->T = T, dl->window = window < 0 ? -1 : window;
+    dl->kstart = kstart, dl->B = B, dl->T = T, dl->window = w;
     dl->built_for[0] = 0;
     dl->why[0] = '\0';
     dl->docs = lt_attn_doc_count(doc, B, T, dl->why, sizeof dl->why);
