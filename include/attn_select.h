@@ -17,10 +17,14 @@
  *    that fails them runs on lattice's kernels (both implementations keep
  *    the same lse, so a forward from one and a backward from the other
  *    agree). cuDNN takes causal attention with or without a sliding window
- *    (a band of keys before each query, one scalar per call); per-token key
- *    starts of packed documents stay on lattice's kernels.
+ *    (a band of keys before each query, one scalar per call), and packed
+ *    documents (with or without a window) whose layout the model declared
+ *    (backend.h attention_documents): those run as a ragged (THD) batch of
+ *    per-document causal sequences. Key starts without a declared layout
+ *    stay on lattice's kernels.
  *  - LtAttnPlanCache: execution plans are built once per key (direction,
- *    B, T, NH, NKV, HD, window, dtype, determinism, device) and reused; a
+ *    B, T, NH, NKV, HD, window, ragged batch, dtype, determinism, device)
+ *    and reused; a
  *    key for which no plan could be built is cached too (with the reason),
  *    so it is not retried on every call. Fixed size, least recently used
  *    entry evicted.
@@ -44,6 +48,10 @@ extern "C" {
  * mask of cudnn-frontend's diagonal_band_left_bound, Transformer Engine's
  * (W, 0) windows): 9.2.0. */
 #define LT_CUDNN_WINDOW_VERSION 90200L
+/* The oldest cuDNN whose fused attention this build gives packed documents
+ * as ragged (THD) batches: ragged softmax stats and ragged grouped-query
+ * batches came with 9.6.0 (Transformer Engine's gate for ragged stats). */
+#define LT_CUDNN_RAGGED_VERSION 90600L
 
 /* What the choice depends on. */
 typedef struct {
@@ -78,6 +86,9 @@ typedef struct {
     int window;            /* >= 0: query t sees keys t - window .. t (backend.h); -1: causal */
     int documents;         /* 1: per-token key starts that are no plain window (packed
                             * documents, data.reset_attention_mask) */
+    int ragged_batch;      /* documents with a declared layout: the graph batch of
+                            * per-document sequences (a bucket >= the documents, the rest
+                            * empty); 0: no layout known (window then: the declared one) */
 } LtAttnShape;
 
 /* 1 when cuDNN takes this call: env as resolved to cuDNN, the call's shape
@@ -86,6 +97,28 @@ typedef struct {
  * run the call). */
 int lt_attn_cudnn_call_ok(const LtAttnEnv *env, const LtAttnShape *s, const void *const *ptrs,
                           int nptrs, char *why, size_t whylen);
+
+/* ---- packed documents as a ragged (THD) batch ------------------------------ */
+
+/* The documents of B sequences of T tokens given by doc (B*T: each token's
+ * document's first token, lt_doc_layout's kstart: 0 at each sequence's
+ * start, then either the previous token's value or the token's own index).
+ * -1 with the first offending token in why when doc is no such layout. */
+int lt_attn_doc_count(const int32_t *doc, int B, int T, char *why, size_t whylen);
+
+/* The graph batch for docs documents in B sequences: B doubled until it
+ * holds them, so a plan serves every micro batch of the same bucket. */
+int lt_attn_ragged_batch(int B, int docs);
+
+/* cuDNN's ragged tensors for doc (lt_attn_doc_count accepted it) as a batch
+ * of `batch` sequences, every document one, in order; the entries past the
+ * documents are empty (length 0, offsets at the end). seqlen (batch):
+ * tokens of each; element offsets of each one's first token (batch + 1, the
+ * last the end): qkv_off into qkv (B, T, NH + 2*NKV, HD) (q, k and v alike,
+ * each view from its own base), o_off into out (B, T, NH, HD), stats_off
+ * into lse (B, NH, T). */
+void lt_attn_ragged_fill(const int32_t *doc, int B, int T, int NH, int NKV, int HD, int batch,
+                         int32_t *seqlen, int64_t *qkv_off, int64_t *o_off, int64_t *stats_off);
 
 /* ---- plan cache ------------------------------------------------------------ */
 
@@ -96,6 +129,9 @@ typedef struct {
     int B, T, NH, NKV, HD;
     int window;          /* -1: causal; >= 0: causal within a window of that many keys
                           * before the query (never T - 1 or more: that is causal) */
+    int ragged_batch;    /* 0: B sequences of T; > 0: packed documents, a ragged (THD)
+                          * batch of this many sequences of at most T tokens inside the
+                          * B*T tokens (window: within each document) */
     int dtype;           /* LtDtype of the act tensors */
     int deterministic;
     int device;          /* CUDA device (a cache belongs to one backend and handle) */
@@ -106,7 +142,7 @@ typedef struct {
  * (window >= T - 1) is causal attention and shares its plan. */
 LtAttnPlanKey lt_attn_plan_key(const LtAttnEnv *env, const LtAttnShape *s, int device);
 
-#define LT_ATTN_PLAN_SLOTS 16
+#define LT_ATTN_PLAN_SLOTS 32 /* documents: a plan per ragged batch bucket and direction */
 
 typedef struct {
     LtAttnPlanKey key;
@@ -150,6 +186,7 @@ int lt_attn_cache_size(const LtAttnPlanCache *c);
 typedef struct {
     LtAttnChoice choice;
     long cudnn_version;     /* of the loaded library (0: none) */
+    int sm;                 /* the device's compute capability, major*10 + minor */
     long cudnn_calls[2];    /* calls cuDNN ran, [LT_ATTN_FWD], [LT_ATTN_BWD] */
     long fallback_calls[2]; /* calls the cuDNN choice left to lattice's kernels */
     long plans_built, plans_failed;

@@ -228,6 +228,17 @@ typedef struct {
     void (*attention_bwd)(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
                           const void *out, const float *lse, const int32_t *kstart, int window,
                           int B, int T, int NH, int NKV, int HD);
+    /* Optional (NULL: the backend has no use for it). Declares what the device array
+     * kstart (B*T ids, as uploaded for the attention calls that follow) holds: packed
+     * documents, doc (B*T host ids) giving each token's document's first token as
+     * lt_doc_layout makes it, within a sliding window of `window` keys before the query
+     * when window >= 0: kstart[b*T + t] = max(doc[b*T + t], t - window) (-1: doc alone).
+     * A backend may then run those calls as a batch of per-document sequences (the CUDA
+     * backend's cuDNN path: a ragged batch); calls stay correct without a declaration.
+     * It holds until kstart is declared again or freed: declare each time its content
+     * changes. doc is read during the call only. */
+    void (*attention_documents)(LtBackend *be, const int32_t *kstart, const int32_t *doc,
+                                int window, int B, int T);
     /* Fused softmax + cross-entropy over rows of logits (N, Vp), only the first V
      * columns are real (padded columns get no probability). losses[i] (fp32) =
      * logsumexp(logits[i,:V]) - logits[i, targets[i]]. If dscale != 0 the logits

@@ -1,12 +1,16 @@
 /* test_attn_select.c - model.attention without a GPU: the resolution of
  * auto | cudnn | lattice against what a backend reports, the per-call rules
- * of the cuDNN path, the plan cache (keys, reuse, remembered failures, LRU
- * eviction, destruction) and the refusals on a machine with no GPU. */
+ * of the cuDNN path, packed documents as a ragged batch (counting, buckets,
+ * lengths and offsets), the plan cache (keys, reuse, remembered failures, LRU
+ * eviction, destruction), the refusals on a machine with no GPU and the
+ * linked cuDNN's checks of the graphs. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attn_select.h"
 #include "backend.h"
+#include "model.h"
 #include "test.h"
 
 static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
@@ -85,7 +89,7 @@ static void test_call_rules(void) {
     const void *ok[3] = {buf, buf + 4, buf + 8}, *bad[3] = {buf, (const char *)buf + 2, buf};
     LtAttnEnv e = h100(LT_ATTN_CUDNN);
     char why[256];
-    LtAttnShape s = {LT_ATTN_FWD, 2, 1024, 16, 16, 64, -1, 0};
+    LtAttnShape s = {LT_ATTN_FWD, 2, 1024, 16, 16, 64, -1, 0, 0};
     CHECK(lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why), "fwd 1024: %s", why);
     s.dir = LT_ATTN_BWD;
     CHECK(lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why), "bwd 1024: %s", why);
@@ -121,7 +125,8 @@ static void test_call_rules(void) {
     e.sm = 80, s.HD = 192;
     CHECK(!lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why) && has(why, "up to 128"),
           "HD 192 on sm_80: %s", why);
-    /* sliding windows: cuDNN 9.2.0 on; packed documents (with or without one) never */
+    /* sliding windows: cuDNN 9.2.0 on; packed documents (with or without one) as a ragged
+     * batch, when their layout was declared */
     e = h100(LT_ATTN_CUDNN), s.HD = 64, s.T = 2048, s.NKV = 16;
     for (int d = 0; d < 2; d++) {
         s.dir = (LtAttnDir)d, s.window = 128, s.documents = 0;
@@ -136,13 +141,40 @@ static void test_call_rules(void) {
               why);
         e.cudnn_version = 91900;
         for (int w = -1; w <= 128; w += 129) {
-            s.window = w, s.documents = 1;
+            s.window = w, s.documents = 1, s.ragged_batch = 0;
             CHECK(!lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why) &&
-                      has(why, "packed documents") && has(why, d ? "backward" : "forward"),
-                  "documents, window %d, dir %d: %s", w, d, why);
+                      has(why, "packed documents") && has(why, "not declared") &&
+                      has(why, d ? "backward" : "forward"),
+                  "undeclared documents, window %d, dir %d: %s", w, d, why);
+            s.ragged_batch = 16;
+            CHECK(lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why),
+                  "declared documents, window %d, dir %d: %s", w, d, why);
         }
+        e.cudnn_version = 90500;
+        CHECK(!lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why) && has(why, "9.6.0") &&
+                  has(why, "9.5.0"),
+              "documents on 9.5.0, dir %d: %s", d, why);
+        e.cudnn_version = 90600;
+        CHECK(lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why), "documents on 9.6.0: %s",
+              why);
+        e.cudnn_version = 91900;
+        static const int sms[] = {80, 86, 89, 90, 100, 103, 110, 120, 121}; /* not 8.x, 12.x */
+        for (int i = 0; i < 9; i++) {
+            e.sm = sms[i];
+            const int got = lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why);
+            CHECK(got == (e.sm >= 90 && e.sm / 10 != 12) && (got || has(why, "sm_")),
+                  "documents on sm_%d, dir %d: %s", e.sm, d, got ? "taken" : why);
+        }
+        e.sm = 90, s.HD = 72; /* the ragged backward wants a multiple of 16 */
+        const int got = lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why);
+        CHECK(got == !d && (got || has(why, "multiple of 16")), "documents, HD 72, dir %d: %s", d,
+              got ? "taken" : why);
+        s.HD = 64, s.T = 2000, e.cudnn_version = 91500; /* the padding mask needs no workaround */
+        CHECK(lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why),
+              "documents T=2000 on 9.15.0, dir %d: %s", d, why);
+        s.T = 2048, e.cudnn_version = 91900;
     }
-    s.window = -1, s.documents = 0;
+    s.window = -1, s.documents = 0, s.ragged_batch = 0;
     /* grouped K/V: any divisor of the query heads, in both directions */
     e = h100(LT_ATTN_CUDNN), s.HD = 128, s.T = 2048;
     const int nkv[][2] = {{8, 1}, {1, 1}, {4, 1}, {16, 1}, {6, 0}, {0, 0}, {32, 0}};
@@ -199,18 +231,18 @@ static void test_cache_keys(void) {
     }
     CHECK(f.builds == 1 && c.hits == 3 && c.builds == 1, "one build, 3 hits (%ld)", c.hits);
     /* every field of the key makes a different plan (the window: causal -> 128 keys) */
-    for (int field = 0; field < 10; field++) {
+    for (int field = 0; field < 11; field++) {
         LtAttnPlanKey d = k;
-        int *v[10] = {&d.dir,    &d.B,     &d.T,             &d.NH,     &d.NKV,
-                      &d.HD,     &d.dtype, &d.deterministic, &d.device, &d.window};
+        int *v[11] = {&d.dir,    &d.B,     &d.T,             &d.NH,     &d.NKV,   &d.HD,
+                      &d.dtype,  &d.deterministic, &d.device, &d.window, &d.ragged_batch};
         if (v[field] == &d.window) d.window = 128;
         else *v[field] ^= 1;
         LtAttnPlanSlot *s = lt_attn_cache_fetch(&c, &d, fake_build, &built);
         CHECK(built == 1 && s->plan && s->plan != p, "field %d is part of the key", field);
     }
-    CHECK(lt_attn_cache_size(&c) == 11 && f.builds == 11, "11 entries, %d builds", f.builds);
+    CHECK(lt_attn_cache_size(&c) == 12 && f.builds == 12, "12 entries, %d builds", f.builds);
     lt_attn_cache_clear(&c);
-    CHECK(f.destroys == 11 && lt_attn_cache_size(&c) == 0, "clear destroys all (%d)", f.destroys);
+    CHECK(f.destroys == 12 && lt_attn_cache_size(&c) == 0, "clear destroys all (%d)", f.destroys);
 }
 
 /* A call's plan key: its shape and window, the environment's determinism;
@@ -218,7 +250,7 @@ static void test_cache_keys(void) {
  * plan. */
 static void test_plan_key(void) {
     const LtAttnEnv e = h100(LT_ATTN_CUDNN);
-    const LtAttnShape s = {LT_ATTN_BWD, 2, 1024, 16, 4, 64, 128, 0};
+    const LtAttnShape s = {LT_ATTN_BWD, 2, 1024, 16, 4, 64, 128, 0, 0};
     LtAttnPlanKey k = lt_attn_plan_key(&e, &s, 3);
     CHECK(k.dir == LT_ATTN_BWD && k.B == 2 && k.T == 1024 && k.NH == 16 && k.NKV == 4 &&
               k.HD == 64 && k.window == 128 && k.dtype == LT_BF16 && k.deterministic == 1 &&
@@ -233,6 +265,75 @@ static void test_plan_key(void) {
         CHECK(k.window == windows[i][1], "window %d keyed as %d, want %d", windows[i][0],
               k.window, windows[i][1]);
     }
+    /* documents: the ragged batch is keyed (with the declared window), B stays the samples' */
+    LtAttnShape d = s;
+    d.documents = 1, d.ragged_batch = 8;
+    k = lt_attn_plan_key(&e, &d, 0);
+    CHECK(k.ragged_batch == 8 && k.B == 2 && k.window == 128, "the key of declared documents");
+    d.documents = 0;
+    CHECK(lt_attn_plan_key(&e, &d, 0).ragged_batch == 0, "no documents, no ragged batch");
+}
+
+/* The ragged batch of packed documents: lt_doc_layout's starts (from tokens
+ * with an end-of-document id) counted, bucketed and turned into lengths and
+ * element offsets; then random layouts, whose documents must tile the
+ * tokens in order; starts that are no documents refused. */
+static void test_doc_layout(void) {
+    enum { B = 2, T = 5, NH = 4, NKV = 2, HD = 8, W = (NH + 2 * NKV) * HD, C = NH * HD };
+    const int32_t tokens[B * T] = {1, 9, 3, 4, 5, 9, 1, 1, 9, 2}; /* 9 ends a document */
+    int32_t doc[B * T], seqlen[8];
+    int64_t qo[9], oo[9], so[9];
+    char why[200];
+    lt_doc_layout(tokens, B, T, 9, NULL, doc);
+    const int docs = lt_attn_doc_count(doc, B, T, why, sizeof why);
+    CHECK(docs == 5, "5 documents (%d: %s)", docs, why);
+    CHECK(lt_attn_ragged_batch(B, docs) == 8 && lt_attn_ragged_batch(B, 2) == 2 &&
+              lt_attn_ragged_batch(3, 7) == 12 && lt_attn_ragged_batch(4, 4) == 4,
+          "buckets: the samples doubled until the documents fit");
+    lt_attn_ragged_fill(doc, B, T, NH, NKV, HD, 8, seqlen, qo, oo, so);
+    static const int starts[5] = {0, 2, 5, 6, 9}, lens[8] = {2, 3, 1, 3, 1, 0, 0, 0};
+    static const int64_t stats[5] = {0, 2, NH * T, NH * T + 1, NH * T + 4};
+    for (int i = 0; i < 9; i++) {
+        const int64_t tok = i < 5 ? starts[i] : B * T;
+        CHECK((i == 8 || seqlen[i] == lens[i]) && qo[i] == tok * W && oo[i] == tok * C &&
+                  so[i] == (i < 5 ? stats[i] : (int64_t)B * T * NH),
+              "entry %d: length %d, offsets %lld %lld %lld", i, i < 8 ? seqlen[i] : -1,
+              (long long)qo[i], (long long)oo[i], (long long)so[i]);
+    }
+    /* random documents in random shapes */
+    srand(7);
+    for (int r = 0; r < 200; r++) {
+        const int b = 1 + rand() % 4, t = 1 + rand() % 40, n = b * t;
+        int32_t *tk = malloc(n * sizeof *tk), *dc = malloc(n * sizeof *dc);
+        for (int i = 0; i < n; i++) tk[i] = rand() % (1 + r % 6) ? 1 : 0;
+        lt_doc_layout(tk, b, t, 0, NULL, dc);
+        const int nd = lt_attn_doc_count(dc, b, t, why, sizeof why);
+        const int nb = lt_attn_ragged_batch(b, nd);
+        int32_t *ln = malloc(nb * sizeof *ln);
+        int64_t *q = malloc((nb + 1) * sizeof *q), *o = malloc((nb + 1) * sizeof *o),
+                *st = malloc((nb + 1) * sizeof *st);
+        lt_attn_ragged_fill(dc, b, t, NH, NKV, HD, nb, ln, q, o, st);
+        int bad = nd < b || nb < nd || (nb / 2 >= nd && nb > b); /* the smallest bucket */
+        for (int i = 0, tok = 0; i < nb && !bad; i++) {
+            const int sample = tok / t, pos = tok % t;
+            bad |= q[i] != (int64_t)tok * W || o[i] != (int64_t)tok * C;
+            if (i < nd) /* inside one sequence, starting its own document */
+                bad |= ln[i] < 1 || pos + ln[i] > t || dc[tok] != pos ||
+                       st[i] != (int64_t)sample * NH * t + pos;
+            else bad |= ln[i] != 0 || st[i] != (int64_t)n * NH;
+            tok += ln[i];
+            if (i == nb - 1) bad |= tok != n || q[nb] != (int64_t)n * W;
+        }
+        CHECK(!bad, "random layout %d (B %d T %d, %d documents in %d): lengths or offsets", r, b,
+              t, nd, nb);
+        free(tk), free(dc), free(ln), free(q), free(o), free(st);
+    }
+    /* starts that are no documents: a window's (t - 2), a first token that is not 0 */
+    int32_t win[T] = {0, 0, 0, 1, 2}, late[T] = {1, 1, 1, 1, 1};
+    CHECK(lt_attn_doc_count(win, 1, T, why, sizeof why) == -1 && has(why, "token 3"),
+          "a window's starts: %s", why);
+    CHECK(lt_attn_doc_count(late, 1, T, why, sizeof why) == -1 && has(why, "token 0"),
+          "a first token past 0: %s", why);
 }
 
 static void test_cache_failures(void) {
@@ -302,11 +403,13 @@ static void test_no_gpu(void) {
 /* The cuDNN graphs as the linked cuDNN library checks them, no GPU needed:
  * every tensor and operation descriptor of the forward and of both backward
  * variants, causal and with a sliding window (a quarter of the sequence),
- * finalizes, and so does the operation graph (seen to work without
- * a handle on cuDNN 9.19; older releases may want the handle for that step,
- * so there only the descriptors are required). Whether cuDNN has a fused
- * engine for them is a GPU question (tests/gpu/test_gpu_ops). Grouped K/V
- * shapes included, and a head split cuDNN must refuse. */
+ * each for B plain sequences and for packed documents (a ragged batch of
+ * 2B + 1 sequences: offsets, lengths, padding mask), finalizes, and so does
+ * the operation graph (seen to work without a handle on cuDNN 9.19; older
+ * releases may want the handle for that step, so there only the descriptors
+ * are required). Whether cuDNN has a fused engine for them is a GPU question
+ * (tests/gpu/test_gpu_ops). Grouped K/V shapes included, and a head split
+ * cuDNN must refuse. */
 static void test_cudnn_graphs(void) {
     /* B T NH NKV HD: multi-head, then grouped K/V (Llama 3 8B's 32/8 heads) and multi-query */
     static const int shapes[][5] = {{2, 1024, 16, 16, 64}, {1, 129, 2, 2, 128}, {3, 64, 1, 1, 256},
@@ -315,13 +418,16 @@ static void test_cudnn_graphs(void) {
     const long v = lt_cudnn_version();
     char why[256];
     for (int s = 0; s < nshapes; s++)
-        for (int variant = 0; variant < 6; variant++) { /* fwd, bwd deterministic, bwd atomic;
-                                                          * then the three with a window */
-            const int *x = shapes[s];
-            const LtAttnPlanKey k = {.dir = variant % 3 ? LT_ATTN_BWD : LT_ATTN_FWD, .B = x[0],
+        for (int variant = 0; variant < 12; variant++) { /* fwd, bwd deterministic, bwd atomic;
+                                                           * then the three with a window; all
+                                                           * six again with documents */
+            const int *x = shapes[s], v6 = variant % 6;
+            const LtAttnPlanKey k = {.dir = v6 % 3 ? LT_ATTN_BWD : LT_ATTN_FWD, .B = x[0],
                                      .T = x[1], .NH = x[2], .NKV = x[3], .HD = x[4],
-                                     .window = variant < 3 ? -1 : x[1] / 4, .dtype = LT_BF16,
-                                     .deterministic = variant % 3 != 2, .device = 0};
+                                     .window = v6 < 3 ? -1 : x[1] / 4,
+                                     .ragged_batch = variant < 6 ? 0 : 2 * x[0] + 1,
+                                     .dtype = LT_BF16, .deterministic = v6 % 3 != 2,
+                                     .device = 0};
             why[0] = '\0';
             const int rc = lt_cudnn_graph_check(&k, why, sizeof why);
             if (v == 0) {
@@ -332,10 +438,12 @@ static void test_cudnn_graphs(void) {
             CHECK(v < 91900 || rc == 0, "shape %d variant %d: operation graph: %s", s, variant,
                   why);
         }
-    /* cuDNN checks the grouping itself: K/V heads that do not divide the query heads */
-    for (int variant = 0; variant < 2 && v > 0; variant++) {
-        const LtAttnPlanKey k = {.dir = variant ? LT_ATTN_BWD : LT_ATTN_FWD, .B = 1, .T = 256,
-                                 .NH = 32, .NKV = 3, .HD = 128, .window = -1, .dtype = LT_BF16,
+    /* cuDNN checks the grouping itself: K/V heads that do not divide the query heads, in
+     * plain and ragged batches */
+    for (int variant = 0; variant < 4 && v > 0; variant++) {
+        const LtAttnPlanKey k = {.dir = variant % 2 ? LT_ATTN_BWD : LT_ATTN_FWD, .B = 1,
+                                 .T = 256, .NH = 32, .NKV = 3, .HD = 128, .window = -1,
+                                 .ragged_batch = variant < 2 ? 0 : 4, .dtype = LT_BF16,
                                  .deterministic = 1, .device = 0};
         CHECK(lt_cudnn_graph_check(&k, why, sizeof why) == -1 && has(why, "matmul"),
               "NH 32 NKV 3 variant %d: %s", variant, why);
@@ -347,6 +455,7 @@ int main(void) {
     RUN(test_call_rules);
     RUN(test_cache_keys);
     RUN(test_plan_key);
+    RUN(test_doc_layout);
     RUN(test_cache_failures);
     RUN(test_cache_eviction);
     RUN(test_no_gpu);

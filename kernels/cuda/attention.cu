@@ -5,9 +5,11 @@
  *  - cuDNN's fused flash attention (attention_cudnn*.cu), when the backend's
  *    model.attention resolved to it and the call's shape allows it, for
  *    causal attention with or without a sliding window (window >= 0: cuDNN
- *    masks the band itself, kstart unread): packed documents (kstart with
- *    window -1) run lattice's kernels, which mask them (cuDNN's
- *    ragged-offset padding masks would need the THD layout; not built);
+ *    masks the band itself, kstart unread), and packed documents (kstart
+ *    with window -1) whose layout the model declared (attention_documents):
+ *    a ragged (THD) batch of per-document sequences with a padding mask,
+ *    kstart again unread. Undeclared documents, and those cuDNN's rules
+ *    refuse, run lattice's kernels, which mask them through kstart;
  *  - attention_mma.cu: bf16 tensor cores, HD in {32, 64, 80, 96, 128}, needs
  *    qkv/dout 16-byte aligned and out/dqkv 4-byte aligned;
  *  - attention_simt.cu: fp32 CUDA cores, fp32 or bf16 acts, any HD <= 256.

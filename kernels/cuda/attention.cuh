@@ -61,10 +61,11 @@ void launch_attention_mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, con
 
 /* cuDNN's fused attention (attention_cudnn*.cu), used when the backend's
  * model.attention resolved to cuDNN (CudaImpl.cudnn != NULL). kstart and
- * window as the op's (backend.h): cuDNN reads only window, so kstart with
- * window -1 (packed documents) is a call it refuses. The entries return 1
- * when cuDNN ran the call, 0 when it goes to lattice's kernels (documents,
- * shape, alignment or no plan for it: counted, and logged once). */
+ * window as the op's (backend.h): cuDNN never reads kstart; with window -1
+ * (packed documents) it runs the call only when kstart's documents were
+ * declared (cudnn_attn_documents). The entries return 1 when cuDNN ran the
+ * call, 0 when it goes to lattice's kernels (undeclared documents, shape,
+ * alignment or no plan for it: counted, and logged once). */
 struct CudnnAttn;
 int cudnn_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv,
                         const int32_t *kstart, int window, int B, int T, int NH, int NKV, int HD);
@@ -75,6 +76,11 @@ int cudnn_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void 
  * cuDNN); NULL with the reason in err when cuDNN cannot start. */
 struct CudnnAttn *cudnn_attn_create(int device, const LtAttnEnv *env, char *err, size_t errlen);
 void cudnn_attn_destroy(struct CudnnAttn *ca);
+/* backend.h attention_documents for ca (NULL: nothing kept). */
+void cudnn_attn_documents(struct CudnnAttn *ca, const int32_t *kstart, const int32_t *doc,
+                          int window, int B, int T);
+/* Forget a declaration for device array p (it is being freed). */
+void cudnn_attn_forget(struct CudnnAttn *ca, const void *p);
 /* The counters of ca into info (NULL ca: zeros). */
 void cudnn_attn_counters(const struct CudnnAttn *ca, LtAttnInfo *info);
 

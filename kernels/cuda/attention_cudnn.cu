@@ -5,8 +5,8 @@
  * attn_select.h); when it resolves to cuDNN, lt_cuda_attention_configure
  * makes a CudnnAttn here: a cudnnHandle_t on the backend's device and an
  * LtAttnPlanCache whose plans attention_cudnn_graph.cu builds. Each call
- * then: checks the per-call rules (lt_attn_cudnn_call_ok: packed documents
- * are refused there, a sliding window is part of the plan's key), fetches
+ * then: checks the per-call rules (lt_attn_cudnn_call_ok; a sliding window
+ * is part of the plan's key, and so is a ragged batch), fetches
  * the plan for its key (built on first use, kept; a key cuDNN has no engine
  * for is remembered and goes to lattice's kernels), takes one workspace from the
  * current stream's scratch arena (cu_scratch: [row sums | dQ accumulator |
@@ -22,12 +22,37 @@
  * afterwards (a sticky launch failure) is left to the backend's checks.
  * Test hook: LT_CUDNN_FAIL=build or =execute (read when the handle is made)
  * makes every plan build or execute fail as cuDNN's would, so the GPU tests
- * can check the fallback's results and counters. */
+ * can check the fallback's results and counters.
+ * Packed documents: the model declares each kstart array's documents
+ * (backend.h attention_documents; cudnn_attn_documents keeps them per array,
+ * forgotten when the array is freed). A call whose kstart was declared runs
+ * as a ragged batch of per-document sequences: the plan for the batch's
+ * bucket (lt_attn_ragged_batch), and device arrays of lengths and offsets
+ * (lt_attn_ragged_fill) uploaded on the current stream by the first call
+ * after the declaration (their element offsets need the call's heads). A
+ * call whose kstart was not declared, or whose declaration is no document
+ * layout, runs on lattice's kernels like any other refused call. None of
+ * this has run on a GPU yet: this machine has none (tests/test_attn_select
+ * checks only that cuDNN's descriptors take the graphs; the GPU test's
+ * attention_docs case checks results). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attention_cudnn.cuh"
+
+/* The declared documents behind one kstart array, and the ragged batch's
+ * device arrays for the heads they were last built for. */
+typedef struct {
+    const int32_t *kstart;  /* the key: the device array the calls pass */
+    int B, T, window;       /* window: the declared one, -1 none */
+    int docs, batch;        /* documents; the graph batch (bucket) */
+    int32_t *doc;           /* host copy of the declaration (B*T) */
+    char why[200];          /* non-empty: the declaration is no document layout */
+    void *dev;              /* seqlen (batch int32) | qkv, o, stats offsets ((batch+1) int64) */
+    size_t dev_bytes;
+    int built_for[3];       /* NH, NKV, HD of dev's offsets; NH 0: to be built */
+} DocLayout;
 
 struct CudnnAttn {
     cudnnHandle_t handle;
@@ -39,6 +64,8 @@ struct CudnnAttn {
     char last_fallback[240];
     int fail_hook;          /* LT_CUDNN_FAIL: 0 none, 1 build, 2 execute */
     long exec_failed;
+    DocLayout *layouts;     /* declared kstart arrays (nlayouts of them) */
+    int nlayouts;
 };
 
 extern "C" long lt_cudnn_version(void) { return (long)cudnnGetVersion(); }
@@ -83,8 +110,16 @@ CudnnAttn *cudnn_attn_create(int device, const LtAttnEnv *env, char *err, size_t
     return ca;
 }
 
+static void layout_release(DocLayout *dl) {
+    if (dl->dev) CU_CHECK(cudaFree(dl->dev));
+    free(dl->doc);
+    memset(dl, 0, sizeof *dl);
+}
+
 void cudnn_attn_destroy(CudnnAttn *ca) {
     if (!ca) return;
+    for (int i = 0; i < ca->nlayouts; i++) layout_release(&ca->layouts[i]);
+    free(ca->layouts);
     lt_attn_cache_clear(&ca->cache);
     CUDNN_CHECK(cudnnDestroy(ca->handle));
     free(ca);
@@ -99,6 +134,75 @@ void cudnn_attn_counters(const CudnnAttn *ca, LtAttnInfo *info) {
     info->plans_built = ca->cache.builds - ca->plans_failed;
     info->plans_failed = ca->plans_failed;
     snprintf(info->last_fallback, sizeof info->last_fallback, "%s", ca->last_fallback);
+}
+
+/* ======================= packed documents ======================= */
+
+/* The layout declared for kstart, or NULL. */
+static DocLayout *layout_of(CudnnAttn *ca, const void *kstart) {
+    for (int i = 0; i < ca->nlayouts; i++)
+        if (ca->layouts[i].kstart == kstart) return &ca->layouts[i];
+    return NULL;
+}
+
+void cudnn_attn_documents(CudnnAttn *ca, const int32_t *kstart, const int32_t *doc, int window,
+                          int B, int T) {
+    if (!ca || !kstart || B <= 0 || T <= 0) return;
+    DocLayout *dl = layout_of(ca, kstart);
+    if (!dl) {
+        ca->layouts = (DocLayout *)realloc(ca->layouts, (ca->nlayouts + 1) * sizeof(DocLayout));
+        if (!ca->layouts) lt_fatal("out of host memory");
+        dl = &ca->layouts[ca->nlayouts++];
+        memset(dl, 0, sizeof *dl);
+    }
+    const size_t n = (size_t)B * T;
+    const int w = window < 0 ? -1 : window;
+    if (dl->B == B && dl->T == T && dl->window == w && !memcmp(dl->doc, doc, n * sizeof(int32_t)))
+        return; /* declared again unchanged (each pipeline chunk's forward): arrays kept */
+    if ((size_t)dl->B * dl->T != n) {
+        free(dl->doc);
+        dl->doc = (int32_t *)lt_malloc(n * sizeof(int32_t));
+    }
+    memcpy(dl->doc, doc, n * sizeof(int32_t));
+    dl->kstart = kstart, dl->B = B, dl->T = T, dl->window = w;
+    dl->built_for[0] = 0;
+    dl->why[0] = '\0';
+    dl->docs = lt_attn_doc_count(doc, B, T, dl->why, sizeof dl->why);
+    dl->batch = dl->docs > 0 ? lt_attn_ragged_batch(B, dl->docs) : 0;
+}
+
+void cudnn_attn_forget(CudnnAttn *ca, const void *p) {
+    DocLayout *dl = ca && p ? layout_of(ca, p) : NULL;
+    if (!dl) return;
+    layout_release(dl);
+    *dl = ca->layouts[--ca->nlayouts]; /* the last one fills the hole */
+}
+
+/* dl's device arrays for a call with these heads: built and uploaded on the
+ * current stream when the declaration or the heads changed (the stream
+ * orders the upload after every earlier call that read them). The device
+ * pointers of seqlen and the three offset arrays into out. */
+static void layout_arrays(LtBackend *be, DocLayout *dl, int NH, int NKV, int HD, void *out[4]) {
+    const size_t lens = align256((size_t)dl->batch * sizeof(int32_t));
+    const size_t offs = align256((size_t)(dl->batch + 1) * sizeof(int64_t));
+    const size_t bytes = lens + 3 * offs;
+    if (dl->built_for[0] != NH || dl->built_for[1] != NKV || dl->built_for[2] != HD) {
+        if (bytes > dl->dev_bytes) { /* rare: the first call, or a larger bucket */
+            if (dl->dev) CU_CHECK(cudaFree(dl->dev));
+            CU_CHECK(cudaMalloc(&dl->dev, bytes));
+            dl->dev_bytes = bytes;
+        }
+        char *host = (char *)lt_malloc(bytes);
+        lt_attn_ragged_fill(dl->doc, dl->B, dl->T, NH, NKV, HD, dl->batch, (int32_t *)host,
+                            (int64_t *)(host + lens), (int64_t *)(host + lens + offs),
+                            (int64_t *)(host + lens + 2 * offs));
+        /* pageable: the copy has left host once the call returns */
+        CU_CHECK(cudaMemcpyAsync(dl->dev, host, bytes, cudaMemcpyHostToDevice, cu_stream(be)));
+        free(host);
+        dl->built_for[0] = NH, dl->built_for[1] = NKV, dl->built_for[2] = HD;
+    }
+    char *dev = (char *)dl->dev;
+    out[0] = dev, out[1] = dev + lens, out[2] = dev + lens + offs, out[3] = dev + lens + 2 * offs;
 }
 
 /* ======================= per call ======================= */
@@ -117,17 +221,24 @@ static void fallback(CudnnAttn *ca, int dir, const char *why) {
 
 /* Plan key k as the log names it, in buf. */
 static const char *key_text(const LtAttnPlanKey *k, char *buf, size_t n) {
-    const int len = snprintf(buf, n, "B=%d T=%d NH=%d NKV=%d HD=%d", k->B, k->T, k->NH, k->NKV,
-                             k->HD);
+    int len = snprintf(buf, n, "B=%d T=%d NH=%d NKV=%d HD=%d", k->B, k->T, k->NH, k->NKV, k->HD);
     if (k->window >= 0 && len > 0 && (size_t)len < n)
-        snprintf(buf + len, n - (size_t)len, " window=%d", k->window);
+        len += snprintf(buf + len, n - (size_t)len, " window=%d", k->window);
+    if (k->ragged_batch && len > 0 && (size_t)len < n)
+        snprintf(buf + len, n - (size_t)len, " documents (ragged batch of %d)", k->ragged_batch);
     return buf;
 }
 
 /* The cache slot of this call's plan, or NULL when lattice's kernels must run it. */
 static LtAttnPlanSlot *plan_for(CudnnAttn *ca, const LtAttnShape *s, const void *const *ptrs,
-                            int nptrs) {
+                            int nptrs, const DocLayout *dl) {
     char why[240];
+    if (dl && dl->why[0]) {
+        snprintf(why, sizeof why, "%s with declared documents that are none: %.160s",
+                 dir_name(s->dir), dl->why);
+        fallback(ca, s->dir, why);
+        return NULL;
+    }
     if (!lt_attn_cudnn_call_ok(&ca->env, s, ptrs, nptrs, why, sizeof why)) {
         fallback(ca, s->dir, why);
         return NULL;
@@ -156,7 +267,7 @@ static LtAttnPlanSlot *plan_for(CudnnAttn *ca, const LtAttnShape *s, const void 
     return NULL;
 }
 
-#define PACK_MAX 16
+#define PACK_MAX 24
 
 /* Tensors of one execute: unique ids and their data pointers. */
 typedef struct {
@@ -255,15 +366,39 @@ static int run_plan(LtBackend *be, CudnnAttn *ca, LtAttnPlanSlot *slot, VariantP
 }
 #undef EXEC_STEP
 
+/* The call's shape; with documents (kstart, window -1) the layout declared
+ * for kstart (else NULL) gives its window and ragged batch. */
+static LtAttnShape call_shape(CudnnAttn *ca, LtAttnDir dir, const int32_t *kstart, int window,
+                              int B, int T, int NH, int NKV, int HD, DocLayout **dl) {
+    LtAttnShape s = {dir, B, T, NH, NKV, HD, window, kstart && window < 0, 0};
+    *dl = s.documents ? layout_of(ca, kstart) : NULL;
+    if (*dl && ((*dl)->B != B || (*dl)->T != T)) *dl = NULL; /* declared for other shapes */
+    if (*dl && !(*dl)->why[0]) s.window = (*dl)->window, s.ragged_batch = (*dl)->batch;
+    return s;
+}
+
+/* The ragged batch's tensors of a documents call into pk. */
+static void pack_documents(LtBackend *be, VariantPack *pk, DocLayout *dl, int NH, int NKV, int HD) {
+    void *arr[4];
+    layout_arrays(be, dl, NH, NKV, HD, arr);
+    pack_add(pk, UID_SEQ_Q, arr[0]);
+    pack_add(pk, UID_SEQ_KV, arr[0]); /* self-attention: as many keys as queries */
+    pack_add(pk, UID_QKV_OFF, arr[1]);
+    pack_add(pk, UID_O_OFF, arr[2]);
+    pack_add(pk, UID_STATS_OFF, arr[3]);
+}
+
 // qkv (B, T, NH + 2*NKV, HD) -> out (B, T, NH, HD), lse (B, NH, T); 1 when run here
 int cudnn_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv,
                         const int32_t *kstart, int window, int B, int T, int NH, int NKV, int HD) {
     CudnnAttn *ca = cu_impl(be)->cudnn;
-    const LtAttnShape s = {LT_ATTN_FWD, B, T, NH, NKV, HD, window, kstart && window < 0};
+    DocLayout *dl;
+    const LtAttnShape s = call_shape(ca, LT_ATTN_FWD, kstart, window, B, T, NH, NKV, HD, &dl);
     const void *ptrs[] = {qkv, out, lse};
-    LtAttnPlanSlot *p = plan_for(ca, &s, ptrs, 3);
+    LtAttnPlanSlot *p = plan_for(ca, &s, ptrs, 3, dl);
     if (!p) return 0;
     VariantPack pk = {};
+    if (s.ragged_batch) pack_documents(be, &pk, dl, NH, NKV, HD);
     pack_qkv(&pk, UID_Q, qkv, NH, NKV, HD);
     pack_add(&pk, UID_O, out);
     pack_add(&pk, UID_STATS, lse);
@@ -275,11 +410,13 @@ int cudnn_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void 
                         const void *out, const float *lse, const int32_t *kstart, int window,
                         int B, int T, int NH, int NKV, int HD) {
     CudnnAttn *ca = cu_impl(be)->cudnn;
-    const LtAttnShape s = {LT_ATTN_BWD, B, T, NH, NKV, HD, window, kstart && window < 0};
+    DocLayout *dl;
+    const LtAttnShape s = call_shape(ca, LT_ATTN_BWD, kstart, window, B, T, NH, NKV, HD, &dl);
     const void *ptrs[] = {dqkv, dout, qkv, out, lse};
-    LtAttnPlanSlot *p = plan_for(ca, &s, ptrs, 5);
+    LtAttnPlanSlot *p = plan_for(ca, &s, ptrs, 5, dl);
     if (!p) return 0;
     VariantPack pk = {};
+    if (s.ragged_batch) pack_documents(be, &pk, dl, NH, NKV, HD);
     pack_qkv(&pk, UID_Q, qkv, NH, NKV, HD);
     pack_add(&pk, UID_O, out);
     pack_add(&pk, UID_DO, dout);

@@ -23,8 +23,11 @@
 
 typedef cudnnBackendDescriptor_t CuDesc;
 
+/* n rounded up to cuDNN's preferred 256-byte tensor alignment. */
+static inline size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
 #define CG_MAX_DESCS 256 /* a backward graph with its heuristics: about 110 */
-#define CG_MAX_OPS 40    /* the backward graph has 22 operations */
+#define CG_MAX_OPS 40    /* the backward graph has 22 operations, 28 with documents */
 
 /* A graph under construction and then its execution plan: owns every
  * descriptor made for it (destroyed together). After the first failing
@@ -53,6 +56,7 @@ typedef struct {
     size_t engine_bytes;    /* the engine's own workspace */
     int zero_accum;         /* the accumulator must be zeroed before each call (cuDNN < 9.6) */
     int windowed;           /* the graph masks a sliding window (band is in its variant pack) */
+    int ragged;             /* packed documents: the ragged batch's tensors are in the pack */
     float scale, neg_inf, one; /* by-value scalars: host memory read at each execute */
     float band;             /* window + 1: keys each query sees at most (cuDNN's left bound) */
 } CuAttnPlan;
@@ -62,6 +66,10 @@ typedef struct {
 enum {
     UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV,
     UID_SCALE, UID_NEG_INF, UID_ONE, UID_SUMS, UID_DQ_ACCUM, UID_BAND,
+    /* packed documents (a ragged batch): each sequence's length, as the query
+     * and as the key count, and the element offsets of each one's first token
+     * in qkv (and dqkv), in out (and dout) and in lse */
+    UID_SEQ_Q, UID_SEQ_KV, UID_QKV_OFF, UID_O_OFF, UID_STATS_OFF,
     UID_VIRTUAL = 100 /* virtual tensors count up from here */
 };
 

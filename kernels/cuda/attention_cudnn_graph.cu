@@ -39,7 +39,23 @@
  * reduction sums over each group of NH / NKV consecutive heads into the
  * real dK, dV; the fused kernel does that reduction itself. The engine is
  * the first of cuDNN's heuristics list (mode A, then fallback) whose plan
- * finalizes. */
+ * finalizes.
+ * Packed documents (key ragged_batch > 0) are cuDNN's ragged (THD) batch, as
+ * cudnn-frontend builds it for a padding mask: the batch dim is the ragged
+ * batch (every document a sequence, the bucket's spare entries empty), each
+ * tensor the same strided view placed by an int64 ragged offset tensor
+ * (qkv's views and dQ, dK, dV: token * W; out and dout: token * C; lse and
+ * the backward's row sums: b * NH * T + t, lse's own layout), one int32
+ * length per sequence (bound as both seq_len_q and seq_len_kv) overriding
+ * the matmuls' M, N or K, the forward's Q K^T padded with zeros, and the
+ * padding mask (row < seq_len_q and col < seq_len_kv) after the scaling,
+ * before the causal and band masks: within a document these are the plain
+ * causal attention and sliding window. The non-deterministic backward's dQ
+ * accumulator takes out's layout and offsets. lse in lattice's (B, NH, T)
+ * layout through ragged offsets (cudnn-frontend's users give THD stats a
+ * token-major layout instead) lets either direction fall back to lattice's
+ * kernels; whether cuDNN's kernels honour these strides has not been seen on
+ * a GPU (the GPU test's attention_docs compares lse and dqkv with the CPU). */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -105,9 +121,11 @@ static void cg_add_op(CuGraph *g, CuDesc op, const char *what, long num) {
 }
 
 /* A tensor: uid, element type, shape; virtual (intermediate) or by value
- * (a host scalar read at execute). */
-static CuDesc cg_tensor(CuGraph *g, int64_t uid, cudnnDataType_t dt, const Dims *x, bool virt,
-                        bool by_value) {
+ * (a host scalar read at execute); with ragged (an int64 tensor of batch + 1
+ * element offsets) each batch entry starts at its offset from the base,
+ * whatever the batch stride says. */
+static CuDesc cg_tensor_at(CuGraph *g, int64_t uid, cudnnDataType_t dt, const Dims *x, bool virt,
+                           bool by_value, CuDesc ragged) {
     const int64_t align = 16;
     CuDesc t = cg_new(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
     cg_set(g, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
@@ -117,8 +135,14 @@ static CuDesc cg_tensor(CuGraph *g, int64_t uid, cudnnDataType_t dt, const Dims 
     cg_set(g, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
     cg_set(g, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt);
     if (by_value) cg_set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
+    if (ragged) cg_desc(g, t, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, ragged);
     cg_finalize(g, t, "tensor uid", (long)uid);
     return t;
+}
+
+static CuDesc cg_tensor(CuGraph *g, int64_t uid, cudnnDataType_t dt, const Dims *x, bool virt,
+                        bool by_value) {
+    return cg_tensor_at(g, uid, dt, x, virt, by_value, NULL);
 }
 
 static CuDesc cg_virtual(CuGraph *g, cudnnDataType_t dt, const Dims *x) {
@@ -172,19 +196,35 @@ static void cg_reduce(CuGraph *g, cudnnReduceTensorOp_t mode, CuDesc x, CuDesc y
     cg_add_op(g, op, "reduction operation, mode", (long)mode);
 }
 
-/* c = a b over the last two dims (batched over B, H), fp32 accumulation. */
-static void cg_matmul(CuGraph *g, CuDesc a, CuDesc b, CuDesc c) {
+/* A ragged batch's per-sequence extents of a matmul's M, N and K (int32
+ * tensors of one value per batch entry; NULL: the full dim), and whether the
+ * rows and columns past them are written as zeros. */
+typedef struct {
+    CuDesc m, n, k;
+    bool padded;
+} Extents;
+
+/* c = a b over the last two dims (batched over B, H), fp32 accumulation;
+ * ext (NULL: none) limits each batch entry to its own extents. */
+static void cg_matmul_in(CuGraph *g, CuDesc a, CuDesc b, CuDesc c, const Extents *ext) {
     const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    const double zero = 0.0;
     CuDesc mm = cg_new(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
     cg_set(g, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32);
+    if (ext && ext->padded)
+        cg_set(g, mm, CUDNN_ATTR_MATMUL_PADDING_VALUE, CUDNN_TYPE_DOUBLE, 1, &zero);
     cg_finalize(g, mm, "matmul descriptor", g->nops);
     CuDesc op = cg_new(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
     cg_desc(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a);
     cg_desc(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b);
     cg_desc(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c);
     cg_desc(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, mm);
+    if (ext && ext->m) cg_desc(g, op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, ext->m);
+    if (ext && ext->n) cg_desc(g, op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, ext->n);
+    if (ext && ext->k) cg_desc(g, op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, ext->k);
     cg_add_op(g, op, "matmul operation", g->nops);
 }
+
 
 /* y = x seen through y's dims and strides (no data movement). */
 static void cg_reshape(CuGraph *g, CuDesc x, CuDesc y) {
@@ -196,12 +236,23 @@ static void cg_reshape(CuGraph *g, CuDesc x, CuDesc y) {
 
 /* ======================= SDPA graphs ======================= */
 
-/* The shapes of one (B, NH, NKV, T, HD) attention, in lattice's layouts. */
+/* Packed documents as a ragged batch: the tensors that describe it (all NULL
+ * for B plain sequences). Each batch entry is one document; its length is
+ * both its query and its key count. */
+typedef struct {
+    CuDesc seq_q, seq_kv;             /* (n, 1, 1, 1) int32 lengths (one buffer, two uids) */
+    CuDesc qkv_off, o_off, stats_off; /* (n + 1, 1, 1, 1) int64 element offsets */
+} Ragged;
+
+/* The shapes of one (B, NH, NKV, T, HD) attention, in lattice's layouts; the
+ * batch dim is the ragged batch's for packed documents (offsets then place
+ * each entry, and the batch strides only bound it). */
 typedef struct {
     Dims q, kt, o, stats;    /* qkv views, out / dout, lse */
     Dims ss, ss_t, s1, sd;   /* virtual: scores, transposed scores, row stats, (B,H,T,HD) */
     Dims k;                  /* K and V, (B, NKV, T, HD) views of qkv */
     int grouped;             /* NKV < NH */
+    Ragged rg;
 } Shapes;
 
 static Dims dims(int64_t a, int64_t b, int64_t c, int64_t d, int64_t sa, int64_t sb, int64_t sc,
@@ -211,9 +262,10 @@ static Dims dims(int64_t a, int64_t b, int64_t c, int64_t d, int64_t sa, int64_t
 }
 
 static Shapes shapes_of(const LtAttnPlanKey *k) {
-    const int64_t B = k->B, H = k->NH, HK = k->NKV, T = k->T, D = k->HD, C = H * D;
+    const int64_t B = k->ragged_batch ? k->ragged_batch : k->B, H = k->NH, HK = k->NKV, T = k->T,
+                  D = k->HD, C = H * D;
     const int64_t W = (H + 2 * HK) * D; /* qkv's row */
-    Shapes s;
+    Shapes s = {};
     s.q = dims(B, H, T, D, T * W, D, W, 1);
     s.kt = dims(B, HK, D, T, T * W, D, 1, W);
     s.k = dims(B, HK, T, D, T * W, D, W, 1);
@@ -227,6 +279,33 @@ static Shapes shapes_of(const LtAttnPlanKey *k) {
     return s;
 }
 
+/* The ragged batch's tensors of packed documents, into s->rg. */
+static void ragged_tensors(CuGraph *g, Shapes *s) {
+    const int64_t n = s->q.dim[0];
+    const Dims lens = dims(n, 1, 1, 1, 1, 1, 1, 1), offs = dims(n + 1, 1, 1, 1, 1, 1, 1, 1);
+    s->rg.seq_q = cg_tensor(g, UID_SEQ_Q, CUDNN_DATA_INT32, &lens, false, false);
+    s->rg.seq_kv = cg_tensor(g, UID_SEQ_KV, CUDNN_DATA_INT32, &lens, false, false);
+    s->rg.qkv_off = cg_tensor(g, UID_QKV_OFF, CUDNN_DATA_INT64, &offs, false, false);
+    s->rg.o_off = cg_tensor(g, UID_O_OFF, CUDNN_DATA_INT64, &offs, false, false);
+    s->rg.stats_off = cg_tensor(g, UID_STATS_OFF, CUDNN_DATA_INT64, &offs, false, false);
+}
+
+/* The extents of a matmul with M and N or K per sequence: rows (queries or
+ * keys) and cols/inner (keys or queries) as cudnn-frontend sets them for its
+ * padding mask (padded: the forward's Q K^T). All NULL for a dense batch. */
+static Extents ext_qk(const Shapes *s, bool padded) { /* (queries, keys) scores */
+    Extents e = {s->rg.seq_q, s->rg.seq_kv, NULL, padded && s->rg.seq_q};
+    return e;
+}
+static Extents ext_q_by_kv(const Shapes *s) { /* queries out, summed over keys */
+    Extents e = {s->rg.seq_q, NULL, s->rg.seq_kv, false};
+    return e;
+}
+static Extents ext_kv_by_q(const Shapes *s) { /* keys out, summed over queries */
+    Extents e = {s->rg.seq_kv, NULL, s->rg.seq_q, false};
+    return e;
+}
+
 /* Result-returning forms: the output is a new fp32 virtual tensor of d. */
 static CuDesc pw_to(CuGraph *g, cudnnPointwiseMode_t mode, CuDesc x, CuDesc b, const Dims *d) {
     CuDesc y = cg_virtual(g, CUDNN_DATA_FLOAT, d);
@@ -238,9 +317,9 @@ static CuDesc reduce_to(CuGraph *g, cudnnReduceTensorOp_t mode, CuDesc x, const 
     cg_reduce(g, mode, x, y);
     return y;
 }
-static CuDesc matmul_to(CuGraph *g, CuDesc a, CuDesc b, const Dims *d) {
+static CuDesc matmul_to(CuGraph *g, CuDesc a, CuDesc b, const Dims *d, const Extents *ext) {
     CuDesc y = cg_virtual(g, CUDNN_DATA_FLOAT, d);
-    cg_matmul(g, a, b, y);
+    cg_matmul_in(g, a, b, y, ext);
     return y;
 }
 
@@ -252,14 +331,36 @@ static void score_indices(CuGraph *g, const Shapes *s, CuDesc x, CuDesc *row, Cu
     cg_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, 3, x, NULL, NULL, *col);
 }
 
-/* mode(a, b) as a boolean tensor; where it is true x is kept, else neg. */
-static CuDesc keep_where(CuGraph *g, const Shapes *s, cudnnPointwiseMode_t mode, CuDesc a,
-                         CuDesc b, CuDesc x, CuDesc neg) {
-    CuDesc keep = cg_virtual(g, CUDNN_DATA_BOOLEAN, &s->ss);
-    cg_pointwise(g, mode, CUDNN_DATA_BOOLEAN, -1, a, b, NULL, keep);
+/* mode(a, b) as a boolean tensor. */
+static CuDesc bool_of(CuGraph *g, const Shapes *s, cudnnPointwiseMode_t mode, CuDesc a, CuDesc b) {
+    CuDesc y = cg_virtual(g, CUDNN_DATA_BOOLEAN, &s->ss);
+    cg_pointwise(g, mode, CUDNN_DATA_BOOLEAN, -1, a, b, NULL, y);
+    return y;
+}
+
+/* x where keep is true, else neg. */
+static CuDesc select_kept(CuGraph *g, const Shapes *s, CuDesc keep, CuDesc x, CuDesc neg) {
     CuDesc y = cg_virtual(g, CUDNN_DATA_FLOAT, &s->ss);
     cg_pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, -1, x, neg, keep, y);
     return y;
+}
+
+/* mode(a, b) as a boolean tensor; where it is true x is kept, else neg. */
+static CuDesc keep_where(CuGraph *g, const Shapes *s, cudnnPointwiseMode_t mode, CuDesc a,
+                         CuDesc b, CuDesc x, CuDesc neg) {
+    return select_kept(g, s, bool_of(g, s, mode, a, b), x, neg);
+}
+
+/* A ragged batch's padding mask (cudnn-frontend's, in its order): scores of
+ * rows below the sequence's query count and columns below its key count are
+ * kept, the rest become neg. x as it is for a dense batch. */
+static CuDesc padding_mask(CuGraph *g, const Shapes *s, CuDesc x, CuDesc neg) {
+    if (!s->rg.seq_q) return x;
+    CuDesc row, col;
+    score_indices(g, s, x, &row, &col);
+    CuDesc rows_in = bool_of(g, s, CUDNN_POINTWISE_CMP_LT, row, s->rg.seq_q);
+    CuDesc cols_in = bool_of(g, s, CUDNN_POINTWISE_CMP_LT, col, s->rg.seq_kv);
+    return select_kept(g, s, bool_of(g, s, CUDNN_POINTWISE_LOGICAL_AND, rows_in, cols_in), x, neg);
 }
 
 /* The mask of scores x: causal (row >= col keeps x, else neg), then, with
@@ -276,9 +377,12 @@ static CuDesc score_mask(CuGraph *g, const Shapes *s, CuDesc x, CuDesc neg, CuDe
     return keep_where(g, s, CUDNN_POINTWISE_CMP_GT, reach, row, y, neg);
 }
 
-/* (Q K^T) * scale, fp32. */
-static CuDesc scaled_scores(CuGraph *g, const Shapes *s, CuDesc q, CuDesc kt, CuDesc scale) {
-    return pw_to(g, CUDNN_POINTWISE_MUL, matmul_to(g, q, kt, &s->ss), scale, &s->ss);
+/* (Q K^T) * scale, fp32 (padded: rows and columns past a ragged batch
+ * entry's extents zero, as the forward's). */
+static CuDesc scaled_scores(CuGraph *g, const Shapes *s, CuDesc q, CuDesc kt, CuDesc scale,
+                            bool padded) {
+    const Extents e = ext_qk(s, padded);
+    return pw_to(g, CUDNN_POINTWISE_MUL, matmul_to(g, q, kt, &s->ss, &e), scale, &s->ss);
 }
 
 /* Softmax of masked scores x, returned as bf16 P, and stats = its lse. */
@@ -293,13 +397,23 @@ static CuDesc softmax_with_stats(CuGraph *g, const Shapes *s, CuDesc x, CuDesc s
     return p;
 }
 
+/* A non-virtual bf16 tensor of lattice's, placed by ragged (NULL: dense). */
+static CuDesc bf16_at(CuGraph *g, int64_t uid, const Dims *x, CuDesc ragged) {
+    return cg_tensor_at(g, uid, CUDNN_DATA_BFLOAT16, x, false, false, ragged);
+}
+
 /* The three non-virtual views of a (B, T, NH + 2*NKV, HD) buffer, uids
  * first, first + 1, first + 2: Q, K^T, V (transpose_v: V^T). */
 static void qkv_views(CuGraph *g, const Shapes *s, int64_t first, bool transpose_v, CuDesc out[3]) {
-    const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16;
-    out[0] = cg_tensor(g, first, bf, &s->q, false, false);
-    out[1] = cg_tensor(g, first + 1, bf, &s->kt, false, false);
-    out[2] = cg_tensor(g, first + 2, bf, transpose_v ? &s->kt : &s->k, false, false);
+    out[0] = bf16_at(g, first, &s->q, s->rg.qkv_off);
+    out[1] = bf16_at(g, first + 1, &s->kt, s->rg.qkv_off);
+    out[2] = bf16_at(g, first + 2, transpose_v ? &s->kt : &s->k, s->rg.qkv_off);
+}
+
+/* lse (or the backward's row sums, uid): fp32 in lse's layout, placed by the
+ * stats offsets in a ragged batch. */
+static CuDesc stats_tensor(CuGraph *g, const Shapes *s, int64_t uid) {
+    return cg_tensor_at(g, uid, CUDNN_DATA_FLOAT, &s->stats, false, false, s->rg.stats_off);
 }
 
 /* The by-value window scalar of a windowed graph, else NULL. */
@@ -310,12 +424,13 @@ static CuDesc band_scalar(CuGraph *g, int windowed) {
 static void fwd_graph(CuGraph *g, const Shapes *s, int windowed) {
     CuDesc qkv[3];
     qkv_views(g, s, UID_Q, false, qkv);
-    CuDesc o = cg_tensor(g, UID_O, CUDNN_DATA_BFLOAT16, &s->o, false, false);
-    CuDesc stats = cg_tensor(g, UID_STATS, CUDNN_DATA_FLOAT, &s->stats, false, false);
+    CuDesc o = bf16_at(g, UID_O, &s->o, s->rg.o_off);
+    CuDesc stats = stats_tensor(g, s, UID_STATS);
     CuDesc scale = cg_scalar(g, UID_SCALE), neg = cg_scalar(g, UID_NEG_INF);
-    CuDesc masked = score_mask(g, s, scaled_scores(g, s, qkv[0], qkv[1], scale), neg,
-                               band_scalar(g, windowed));
-    cg_matmul(g, softmax_with_stats(g, s, masked, stats), qkv[2], o);
+    CuDesc scores = padding_mask(g, s, scaled_scores(g, s, qkv[0], qkv[1], scale, true), neg);
+    CuDesc masked = score_mask(g, s, scores, neg, band_scalar(g, windowed));
+    const Extents e = ext_q_by_kv(s);
+    cg_matmul_in(g, softmax_with_stats(g, s, masked, stats), qkv[2], o, &e);
 }
 
 /* sums = rowsum(dO * O) * 1, fp32, a non-virtual tensor in the workspace
@@ -325,31 +440,36 @@ static CuDesc bwd_row_sums(CuGraph *g, const Shapes *s, CuDesc dO, CuDesc o, CuD
     const Dims prod = dims(B, H, T, D, H * T * D, T * D, H * D, 1);
     CuDesc rows = reduce_to(g, CUDNN_REDUCE_TENSOR_ADD, pw_to(g, CUDNN_POINTWISE_MUL, dO, o, &prod),
                             &s->s1);
-    CuDesc sums = cg_tensor(g, UID_SUMS, CUDNN_DATA_FLOAT, &s->s1, false, false);
+    CuDesc sums = stats_tensor(g, s, UID_SUMS); /* s1 is stats' shape */
     cg_pw(g, CUDNN_POINTWISE_MUL, rows, one, sums);
     return sums;
 }
 
-/* The backward's probabilities P = exp(mask(S * scale - stats)), fp32. */
+/* The backward's probabilities P = exp(mask(S * scale - stats)), fp32 (a
+ * ragged batch's padding mask before the subtraction, as cudnn-frontend). */
 static CuDesc bwd_probs(CuGraph *g, const Shapes *s, CuDesc q, CuDesc kt, CuDesc stats,
                         CuDesc scale, CuDesc neg, CuDesc band) {
-    CuDesc shifted = pw_to(g, CUDNN_POINTWISE_SUB, scaled_scores(g, s, q, kt, scale), stats, &s->ss);
+    CuDesc scores = padding_mask(g, s, scaled_scores(g, s, q, kt, scale, false), neg);
+    CuDesc shifted = pw_to(g, CUDNN_POINTWISE_SUB, scores, stats, &s->ss);
     return pw_to(g, CUDNN_POINTWISE_EXP, score_mask(g, s, shifted, neg, band), NULL, &s->ss);
 }
 
 /* dS = P * (dO V^T - sums) * scale, fp32. */
 static CuDesc bwd_dscores(CuGraph *g, const Shapes *s, CuDesc p, CuDesc dO, CuDesc vt,
                           CuDesc sums, CuDesc scale) {
-    CuDesc centered = pw_to(g, CUDNN_POINTWISE_SUB, matmul_to(g, dO, vt, &s->ss), sums, &s->ss);
+    const Extents e = ext_qk(s, false);
+    CuDesc centered = pw_to(g, CUDNN_POINTWISE_SUB, matmul_to(g, dO, vt, &s->ss, &e), sums, &s->ss);
     CuDesc weighted = pw_to(g, CUDNN_POINTWISE_MUL, centered, p, &s->ss);
     return pw_to(g, CUDNN_POINTWISE_MUL, weighted, scale, &s->ss);
 }
 
-/* out = x^T y, with x (B,H,T,T) fp32 seen transposed in bf16. */
+/* out = x^T y, with x (B,H,T,T) fp32 seen transposed in bf16: a key per
+ * row, summed over the queries. */
 static void matmul_transposed(CuGraph *g, const Shapes *s, CuDesc x, CuDesc y, CuDesc out) {
     CuDesc xt = cg_virtual(g, CUDNN_DATA_BFLOAT16, &s->ss_t);
     cg_reshape(g, x, xt);
-    cg_matmul(g, xt, y, out);
+    const Extents e = ext_kv_by_q(s);
+    cg_matmul_in(g, xt, y, out, &e);
 }
 
 /* A K/V gradient kv = x^T y: straight into kv (NKV == NH), or per query head
@@ -365,27 +485,31 @@ static void kv_grad(CuGraph *g, const Shapes *s, CuDesc x, CuDesc y, CuDesc kv) 
 }
 
 /* dQ = dS K: straight into dQ (deterministic), or through an fp32
- * accumulator in the workspace and an IDENTITY copy. */
+ * accumulator in the workspace and an IDENTITY copy. In a ragged batch the
+ * reshaped K keeps its offsets (as cudnn-frontend's) and the accumulator
+ * takes out's layout and offsets (the dense one's size, B*T*NH*HD floats). */
 static void bwd_dq(CuGraph *g, const Shapes *s, CuDesc ds, CuDesc kt, CuDesc dq, int accum) {
-    CuDesc k = cg_virtual(g, CUDNN_DATA_FLOAT, &s->k);
+    CuDesc k = cg_tensor_at(g, g->next_uid++, CUDNN_DATA_FLOAT, &s->k, true, false, s->rg.qkv_off);
     cg_reshape(g, kt, k);
+    const Extents e = ext_q_by_kv(s);
     if (!accum) {
-        cg_matmul(g, ds, k, dq);
+        cg_matmul_in(g, ds, k, dq, &e);
         return;
     }
-    CuDesc acc = cg_tensor(g, UID_DQ_ACCUM, CUDNN_DATA_FLOAT, &s->sd, false, false);
-    cg_matmul(g, ds, k, acc);
+    CuDesc acc = cg_tensor_at(g, UID_DQ_ACCUM, CUDNN_DATA_FLOAT, s->rg.o_off ? &s->o : &s->sd,
+                              false, false, s->rg.o_off);
+    cg_matmul_in(g, ds, k, acc, &e);
     cg_pw(g, CUDNN_POINTWISE_IDENTITY, acc, NULL, dq);
 }
 
 static void bwd_graph(CuGraph *g, const Shapes *s, int accum, int windowed) {
     CuDesc in[3], grad[3];
     qkv_views(g, s, UID_Q, true, in); /* Q, K^T, V^T */
-    CuDesc o = cg_tensor(g, UID_O, CUDNN_DATA_BFLOAT16, &s->o, false, false);
-    CuDesc dO = cg_tensor(g, UID_DO, CUDNN_DATA_BFLOAT16, &s->o, false, false);
-    CuDesc stats = cg_tensor(g, UID_STATS, CUDNN_DATA_FLOAT, &s->stats, false, false);
+    CuDesc o = bf16_at(g, UID_O, &s->o, s->rg.o_off);
+    CuDesc dO = bf16_at(g, UID_DO, &s->o, s->rg.o_off);
+    CuDesc stats = stats_tensor(g, s, UID_STATS);
     for (int i = 0; i < 3; i++) /* dQ, dK, dV: all in qkv's own layout */
-        grad[i] = cg_tensor(g, UID_DQ + i, CUDNN_DATA_BFLOAT16, i ? &s->k : &s->q, false, false);
+        grad[i] = bf16_at(g, UID_DQ + i, i ? &s->k : &s->q, s->rg.qkv_off);
     CuDesc scale = cg_scalar(g, UID_SCALE), neg = cg_scalar(g, UID_NEG_INF);
     CuDesc one = cg_scalar(g, UID_ONE), band = band_scalar(g, windowed);
     CuDesc sums = bwd_row_sums(g, s, dO, o, one);
@@ -399,8 +523,6 @@ static void bwd_graph(CuGraph *g, const Shapes *s, int accum, int windowed) {
 /* ======================= execution plans ======================= */
 
 #define HEUR_MAX_CONFIGS 16
-
-static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 /* The operation graph over g's operations, on handle h (NULL: none, which
  * lt_cudnn_graph_check uses; an engine needs one). */
@@ -529,7 +651,9 @@ static CuAttnPlan *plan_with_graph(const LtAttnPlanKey *key, long version) {
     p->one = 1.0f;
     p->windowed = key->window >= 0;
     p->band = (float)(key->window + 1);
-    const Shapes s = shapes_of(key);
+    p->ragged = key->ragged_batch > 0;
+    Shapes s = shapes_of(key);
+    if (p->ragged) ragged_tensors(&p->g, &s);
     if (key->dir == LT_ATTN_FWD) fwd_graph(&p->g, &s, p->windowed);
     else bwd_graph(&p->g, &s, !key->deterministic, p->windowed);
     return p;

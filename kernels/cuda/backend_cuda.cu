@@ -129,8 +129,13 @@ static void *cu_alloc(LtBackend *be, size_t bytes) {
 }
 
 static void cu_free(LtBackend *be, void *p) {
-    (void)be;
+    cudnn_attn_forget(cu_impl(be)->cudnn, p); /* a kstart array's declared documents */
     if (p) CU_CHECK(cudaFree(p));
+}
+
+static void cu_attention_documents(LtBackend *be, const int32_t *kstart, const int32_t *doc,
+                                   int window, int B, int T) {
+    cudnn_attn_documents(cu_impl(be)->cudnn, kstart, doc, window, B, T);
 }
 
 static void cu_zero(LtBackend *be, void *p, size_t bytes) {
@@ -391,6 +396,7 @@ static const LtBackendOps cuda_ops = {
     .qk_norm_bwd = cu_qk_norm_bwd,
     .attention_fwd = cu_attention_fwd,
     .attention_bwd = cu_attention_bwd,
+    .attention_documents = cu_attention_documents,
     .xent_fwd_bwd = cu_xent_fwd_bwd,
     .xent_tp_stats = cu_xent_tp_stats,
     .xent_tp_finish = cu_xent_tp_finish,
@@ -612,6 +618,7 @@ extern "C" int lt_cuda_attention_info(LtBackend *be, LtAttnInfo *info) {
     const CudaImpl *im = cu_impl(be);
     info->choice = im->attn;
     info->cudnn_version = lt_cudnn_version();
+    info->sm = im->sm;
     cudnn_attn_counters(im->cudnn, info);
     return 0;
 }

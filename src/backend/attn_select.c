@@ -12,10 +12,16 @@
  * 128 needs a padding-mask workaround this build does not make. Masks: the
  * causal one always; a sliding window from 9.2.0 on (Transformer Engine
  * takes cuDNN for (W, 0) windows from that release: causal, top-left
- * diagonal, no bias or dropout, the BSHD layouts lattice's views are); per
- * token key starts (packed documents) never: cuDNN expresses documents only
- * as ragged (THD) batches of per-document sequences, not as one sequence
- * with per-query first keys. A
+ * diagonal, no bias or dropout, the BSHD layouts lattice's views are).
+ * Per-token key starts (packed documents) only as cuDNN expresses them: a
+ * ragged (THD) batch of per-document sequences with a padding mask, which
+ * needs the layout the model declared (without it nothing on the host says
+ * where documents start), cuDNN 9.6.0 (ragged stats, ragged grouped K/V),
+ * compute capability 9.0 or newer but not 12.x (cudnn-frontend refuses
+ * ragged stats in the backward on sm_8x and sm_12x, and THD before 9.18.1
+ * below sm_90), and for the backward a head dim that is a multiple of 16 (its
+ * ragged workspace tensors have a known functional issue otherwise, says
+ * cudnn-frontend). A
  * deterministic backward is the graph variant without fp32 dQ accumulation,
  * which cuDNN runs deterministically on Hopper; elsewhere (Blackwell needs
  * engine knobs from cuDNN 9.18.1 on) it is refused. */
@@ -110,6 +116,33 @@ static int call_refused(char *why, size_t n, const char *fmt, ...) {
     return 0;
 }
 
+/* The rules of packed documents (a ragged batch); 0 with the reason. */
+static int documents_ok(const LtAttnEnv *env, const LtAttnShape *s, const char *dir, char *why,
+                        size_t whylen) {
+    char ver[32];
+    version_text(env->cudnn_version, ver, sizeof ver);
+    if (!s->ragged_batch)
+        return call_refused(why, whylen,
+                            "%s with per-token key starts (packed documents, "
+                            "data.reset_attention_mask) whose document layout was not declared "
+                            "(backend.h attention_documents): cuDNN runs documents only as a "
+                            "ragged batch of per-document sequences", dir);
+    if (env->cudnn_version < LT_CUDNN_RAGGED_VERSION)
+        return call_refused(why, whylen,
+                            "%s with packed documents on cuDNN %s: ragged (THD) batches need "
+                            "cuDNN 9.6.0", dir, ver);
+    if (env->sm < 90 || env->sm / 10 == 12)
+        return call_refused(why, whylen,
+                            "%s with packed documents on sm_%d: cuDNN's ragged (THD) batches "
+                            "with ragged softmax stats need sm_90 or newer, not sm_12x", dir,
+                            env->sm);
+    if (s->dir == LT_ATTN_BWD && s->HD % 16)
+        return call_refused(why, whylen,
+                            "backward with packed documents and head dim %d: cuDNN's ragged "
+                            "backward needs a multiple of 16", s->HD);
+    return 1;
+}
+
 int lt_attn_cudnn_call_ok(const LtAttnEnv *env, const LtAttnShape *s, const void *const *ptrs,
                           int nptrs, char *why, size_t whylen) {
     const char *dir = s->dir == LT_ATTN_FWD ? "forward" : "backward";
@@ -124,11 +157,7 @@ int lt_attn_cudnn_call_ok(const LtAttnEnv *env, const LtAttnShape *s, const void
     if (s->HD % 8 || s->HD > hdmax)
         return call_refused(why, whylen, "%s with head dim %d (cuDNN: multiples of 8 up to %d)",
                             dir, s->HD, hdmax);
-    if (s->documents)
-        return call_refused(why, whylen,
-                            "%s with per-token key starts (packed documents, "
-                            "data.reset_attention_mask, with or without a sliding window): cuDNN "
-                            "runs causal attention and plain sliding windows only", dir);
+    if (s->documents && !documents_ok(env, s, dir, why, whylen)) return 0;
     if (keyed_window(s) >= 0 && env->cudnn_version < LT_CUDNN_WINDOW_VERSION) {
         char ver[32];
         version_text(env->cudnn_version, ver, sizeof ver);
@@ -136,7 +165,7 @@ int lt_attn_cudnn_call_ok(const LtAttnEnv *env, const LtAttnShape *s, const void
                             "%s with a sliding window (keys t-%d..t) on cuDNN %s: cuDNN's fused "
                             "attention takes windows from 9.2.0 on", dir, s->window, ver);
     }
-    if (s->dir == LT_ATTN_BWD && s->T % 128 && env->cudnn_version <= 91500)
+    if (s->dir == LT_ATTN_BWD && s->T % 128 && env->cudnn_version <= 91500 && !s->documents)
         return call_refused(why, whylen,
                             "backward with T=%d, not a multiple of 128, on cuDNN <= 9.15.0 "
                             "(needs a padding-mask workaround this build does not make)",
@@ -152,8 +181,10 @@ int lt_attn_cudnn_call_ok(const LtAttnEnv *env, const LtAttnShape *s, const void
 
 LtAttnPlanKey lt_attn_plan_key(const LtAttnEnv *env, const LtAttnShape *s, int device) {
     const LtAttnPlanKey k = {.dir = s->dir, .B = s->B, .T = s->T, .NH = s->NH, .NKV = s->NKV,
-                             .HD = s->HD, .window = keyed_window(s), .dtype = LT_BF16,
-                             .deterministic = env->deterministic, .device = device};
+                             .HD = s->HD, .window = keyed_window(s),
+                             .ragged_batch = s->documents ? s->ragged_batch : 0,
+                             .dtype = LT_BF16, .deterministic = env->deterministic,
+                             .device = device};
     return k;
 }
 
@@ -161,7 +192,52 @@ LtAttnPlanKey lt_attn_plan_key(const LtAttnEnv *env, const LtAttnShape *s, int d
 static int key_eq(const LtAttnPlanKey *a, const LtAttnPlanKey *b) {
     return a->dir == b->dir && a->B == b->B && a->T == b->T && a->NH == b->NH &&
            a->NKV == b->NKV && a->HD == b->HD && a->window == b->window &&
-           a->dtype == b->dtype && a->deterministic == b->deterministic && a->device == b->device;
+           a->ragged_batch == b->ragged_batch && a->dtype == b->dtype &&
+           a->deterministic == b->deterministic && a->device == b->device;
+}
+
+/* ---- packed documents as a ragged (THD) batch ------------------------------ */
+
+int lt_attn_doc_count(const int32_t *doc, int B, int T, char *why, size_t whylen) {
+    int docs = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const int32_t d = doc[(size_t)b * T + t];
+            const int opens = d == t, stays = t > 0 && d == doc[(size_t)b * T + t - 1];
+            if (!opens && !stays) {
+                if (why && whylen)
+                    snprintf(why, whylen, "token %d of sequence %d starts its document at %d, "
+                                          "neither itself nor the previous token's start", t, b,
+                             (int)d);
+                return -1;
+            }
+            docs += opens;
+        }
+    return docs;
+}
+
+int lt_attn_ragged_batch(int B, int docs) {
+    int n = B > 0 ? B : 1;
+    while (n < docs) n *= 2;
+    return n;
+}
+
+void lt_attn_ragged_fill(const int32_t *doc, int B, int T, int NH, int NKV, int HD, int batch,
+                         int32_t *seqlen, int64_t *qkv_off, int64_t *o_off, int64_t *stats_off) {
+    const int64_t W = (int64_t)(NH + 2 * NKV) * HD, C = (int64_t)NH * HD, N = (int64_t)B * T;
+    int n = 0;
+    for (int64_t i = 0; i < N; i++) {
+        const int b = (int)(i / T), t = (int)(i % T);
+        if (doc[i] != t) continue; /* not a document's first token */
+        if (n) seqlen[n - 1] = (int32_t)(i - qkv_off[n - 1] / W);
+        qkv_off[n] = i * W, o_off[n] = i * C, stats_off[n] = (int64_t)b * NH * T + t;
+        n++;
+    }
+    if (n) seqlen[n - 1] = (int32_t)(N - qkv_off[n - 1] / W);
+    for (; n <= batch; n++) { /* the empty entries, and the end */
+        if (n < batch) seqlen[n] = 0;
+        qkv_off[n] = N * W, o_off[n] = N * C, stats_off[n] = N * NH;
+    }
 }
 
 void lt_attn_cache_init(LtAttnPlanCache *c, LtAttnPlanDestroy destroy, void *ctx) {

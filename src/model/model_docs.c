@@ -39,7 +39,8 @@ void lt_model_set_documents(LtModel *m, int32_t eod, int reset_pos, int reset_at
 }
 
 /* Slot sl's document arrays from the host tokens of B sequences (uploaded;
- * the staging is pageable, so reusable once the upload returns), and make
+ * the staging is pageable, so reusable once the upload returns; declared to
+ * the backend with their documents, backend.h attention_documents), and make
  * them the running ones. */
 void lt_mdl_documents_upload(LtModel *m, LtActSlot *sl, const int32_t *tokens, int B) {
     const int N = B * m->T;
@@ -57,6 +58,12 @@ void lt_mdl_documents_upload(LtModel *m, LtActSlot *sl, const int32_t *tokens, i
             m->in->host_kw[i] = from > doc ? from : doc;
         }
         m->be->ops->upload_async(m->be, sl->kwin, m->in->host_kw, (size_t)N * sizeof(int32_t));
+    }
+    if (sl->kstart && m->be->ops->attention_documents) { /* both arrays hold documents */
+        m->be->ops->attention_documents(m->be, sl->kstart, m->in->host_ks, -1, B, m->T);
+        if (sl->kwin)
+            m->be->ops->attention_documents(m->be, sl->kwin, m->in->host_ks, m->d.window, B,
+                                            m->T);
     }
     m->in->pos = sl->pos;
     m->in->kstart = sl->kstart;

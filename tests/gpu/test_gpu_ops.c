@@ -946,28 +946,43 @@ static const struct {
 
 /* Packed documents for attention_docs: each sequence cut into documents of
  * lengths cycling through 1, 37, 64, 5, 130 (starting at an offset per row),
- * so boundaries fall inside and on the edges of the 32- and 64-row tiles; in
- * each sequence's second half also a sliding window of 48 keys before the
- * query (model.window_size), whose band crosses the tiles. */
-static int32_t *doc_starts(int B, int T) {
+ * so boundaries fall inside and on the edges of the 32- and 64-row tiles;
+ * into doc each token's document's first token, and returned the key starts:
+ * doc, or with W >= 0 also a sliding window of W keys before the query
+ * (model.window_size with documents), whose band crosses the tiles. */
+static int32_t *doc_starts(int B, int T, int W, int32_t **doc) {
     static const int len[] = {1, 37, 64, 5, 130};
     int32_t *ks = lt_malloc((size_t)B * T * sizeof(int32_t));
+    *doc = lt_malloc((size_t)B * T * sizeof(int32_t));
     for (int b = 0; b < B; b++)
         for (int t = 0, k = b, start = 0, left = len[b % 5]; t < T; t++, left--) {
             if (!left) start = t, left = len[++k % 5];
-            const int from = t >= T / 2 ? t - 48 : 0;
+            const int from = W >= 0 ? t - W : 0;
+            (*doc)[(size_t)b * T + t] = start;
             ks[(size_t)b * T + t] = from > start ? from : start;
         }
     return ks;
 }
 
 /* One attention call: its shape, kstart (host, B*T; NULL: causal) and the
- * window argument (backend.h). */
+ * window argument (backend.h); doc (NULL: none): the documents behind ks,
+ * declared to the backend (attention_documents) with doc_window. */
 typedef struct {
     int B, T, NH, NKV, HD;
     const int32_t *ks;
     int window;
+    const int32_t *doc;
+    int doc_window;
 } AttnCall;
+
+/* c's kstart on be (NULL without one), its documents declared when c has them. */
+static int32_t *kstart_up(LtBackend *be, const AttnCall *c) {
+    if (!c->ks) return NULL;
+    int32_t *dks = i32_up(be, c->ks, (size_t)c->B * c->T);
+    if (c->doc && be->ops->attention_documents)
+        be->ops->attention_documents(be, dks, c->doc, c->doc_window, c->B, c->T);
+    return dks;
+}
 
 /* The call's forward on be from qkv (host): out and lse downloaded into o
  * and l (B*T*NH*HD and B*NH*T floats). */
@@ -976,7 +991,7 @@ static void attn_fwd_on(LtBackend *be, const AttnCall *c, const float *qkv, floa
     const size_t no = (size_t)c->B * c->T * c->NH * c->HD, nl = (size_t)c->B * c->NH * c->T;
     void *dq = act_up(be, qkv, nq), *dout_ = act_up(be, NULL, no);
     float *dl = f32_up(be, NULL, nl);
-    int32_t *dks = c->ks ? i32_up(be, c->ks, (size_t)c->B * c->T) : NULL;
+    int32_t *dks = kstart_up(be, c);
     poison(be, dout_, lt_act_bytes(be, no)), poison(be, dl, nl * 4);
     be->ops->attention_fwd(be, dout_, dl, dq, dks, c->window, c->B, c->T, c->NH, c->NKV, c->HD);
     act_down(be, o, dout_, no), f32_down(be, l, dl, nl);
@@ -994,7 +1009,7 @@ static void attn_bwd_on(const Pair *P, LtBackend *be, const AttnCall *c, const f
     const size_t no = (size_t)c->B * c->T * c->NH * c->HD, nl = (size_t)c->B * c->NH * c->T;
     void *dq = act_up(be, qkv, nq), *dy = act_up(be, dout, no), *dout_ = act_up(be, out, no);
     float *dl = f32_up(be, lse, nl);
-    int32_t *dks = c->ks ? i32_up(be, c->ks, (size_t)c->B * c->T) : NULL;
+    int32_t *dks = kstart_up(be, c);
     void *dqkv = act_up(be, NULL, nq);
     poison(be, dqkv, lt_act_bytes(be, nq));
     be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, dks, c->window, c->B, c->T, c->NH,
@@ -1049,8 +1064,41 @@ static void attn_pair(const Pair *P, const AttnCall *c, const char *tag, double 
     free(qkv), free(dout);
 }
 
+/* After one documents call on the cuDNN pair: per direction, cuDNN must have
+ * run every call its rules take (lt_attn_cudnn_call_ok for this GPU and
+ * cuDNN, the declared layout's ragged batch: cuDNN 9.6+, sm_90+ but not
+ * sm_12x, a backward's head dim a multiple of 16; misaligned buffers never)
+ * and no other. */
+static void check_cudnn_docs(const Pair *P, const AttnCall *c, const LtAttnInfo *before) {
+    LtAttnInfo now;
+    if (!P->cudnn) return;
+    CHECK(lt_cuda_attention_info(P->dut, &now) == 0 && now.choice.cudnn, "not a cuDNN backend");
+    const LtAttnEnv env = {.want = LT_ATTN_CUDNN, .cuda = 1, .bf16 = 1, .sm = now.sm,
+                           .cudnn_version = now.cudnn_version, .head_dim = c->HD};
+    const int docs = lt_attn_doc_count(c->doc, c->B, c->T, NULL, 0);
+    for (int d = 0; d < 2; d++) {
+        const LtAttnShape s = {(LtAttnDir)d, c->B,         c->T, c->NH, c->NKV, c->HD,
+                               c->doc_window, 1, lt_attn_ragged_batch(c->B, docs)};
+        char why[240] = "misaligned buffers";
+        const int takes = !g_offset && lt_attn_cudnn_call_ok(&env, &s, NULL, 0, why, sizeof why);
+        const long ran = now.cudnn_calls[d] - before->cudnn_calls[d];
+        const long left = now.fallback_calls[d] - before->fallback_calls[d];
+        printf("  cuDNN %ld sm_%d %s docs W%d T%d HD%d: %ld calls ran on cuDNN, %ld on lattice"
+               "%s%s%s\n", now.cudnn_version, now.sm, d ? "backward" : "forward", c->doc_window,
+               c->T, c->HD, ran, left, takes ? "" : " (cuDNN's rules: ", takes ? "" : why,
+               takes ? "" : ")");
+        if (left) printf("  last left to lattice: %s\n", now.last_fallback);
+        CHECK(takes ? ran > 0 && left == 0 : ran == 0,
+              "documents W %d T %d HD %d %s: cuDNN ran %ld calls, %ld left to lattice, cuDNN's "
+              "rules %s", c->doc_window, c->T, c->HD, d ? "backward" : "forward", ran, left,
+              takes ? "take it" : why);
+    }
+}
+
 /* Every shape against the reference backend; docs: with packed documents
- * (kstart), which run lattice's kernels on every backend. */
+ * (kstart and their declaration), on every other shape within a sliding
+ * window of 48 keys: lattice's kernels mask them through kstart, cuDNN runs
+ * those its rules take as a ragged batch of per-document sequences. */
 static void attention_cases(const Pair *P, int docs) {
     LtAttnInfo before;
     if (P->cudnn) lt_cuda_attention_info(P->dut, &before);
@@ -1061,23 +1109,20 @@ static void attention_cases(const Pair *P, int docs) {
         if (g_quick && !attn_shapes[s].quick) continue;
         if (g_quick && docs && !(docs_quick >> s & 1)) continue;
         const AttnCall c = {attn_shapes[s].B, attn_shapes[s].T, attn_shapes[s].NH,
-                            attn_shapes[s].NKV, attn_shapes[s].HD, NULL, -1};
-        int32_t *ks = docs ? doc_starts(c.B, c.T) : NULL;
-        const AttnCall cd = {c.B, c.T, c.NH, c.NKV, c.HD, ks, -1};
-        attn_pair(P, docs ? &cd : &c, docs ? " docs" : "", 1.0);
-        free(ks);
+                            attn_shapes[s].NKV, attn_shapes[s].HD, NULL, -1, NULL, -1};
+        if (!docs) {
+            attn_pair(P, &c, "", 1.0);
+            continue;
+        }
+        const int W = s % 2 ? 48 : -1;
+        int32_t *doc, *ks = doc_starts(c.B, c.T, W, &doc);
+        const AttnCall cd = {c.B, c.T, c.NH, c.NKV, c.HD, ks, -1, doc, W};
+        if (P->cudnn) lt_cuda_attention_info(P->dut, &before);
+        attn_pair(P, &cd, W >= 0 ? " docs W48" : " docs", 1.0);
+        check_cudnn_docs(P, &cd, &before);
+        free(ks), free(doc);
     }
-    if (!docs) {
-        check_cudnn_ran(P, &before);
-    } else if (P->cudnn) { /* documents never reach cuDNN */
-        LtAttnInfo now;
-        lt_cuda_attention_info(P->dut, &now);
-        CHECK(now.cudnn_calls[0] == before.cudnn_calls[0] &&
-                  now.cudnn_calls[1] == before.cudnn_calls[1],
-              "packed documents ran on cuDNN");
-        CHECK(strstr(now.last_fallback, "packed documents") != NULL,
-              "the documents' calls are refused naming them: %s", now.last_fallback);
-    }
+    if (!docs) check_cudnn_ran(P, &before);
 }
 
 static void t_attention(const Pair *P) { attention_cases(P, 0); }
@@ -1119,7 +1164,7 @@ static void check_cudnn_window(const Pair *P, const AttnCall *c, const LtAttnInf
     const LtAttnEnv env = {.want = LT_ATTN_CUDNN, .cuda = 1, .bf16 = 1, .sm = 90,
                            .cudnn_version = now.cudnn_version, .head_dim = c->HD};
     for (int d = 0; d < 2; d++) {
-        const LtAttnShape s = {(LtAttnDir)d, c->B, c->T, c->NH, c->NKV, c->HD, c->window, 0};
+        const LtAttnShape s = {(LtAttnDir)d, c->B, c->T, c->NH, c->NKV, c->HD, c->window, 0, 0};
         char why[240] = "misaligned buffers";
         const int takes = !g_offset && lt_attn_cudnn_call_ok(&env, &s, NULL, 0, why, sizeof why);
         const long ran = now.cudnn_calls[d] - before->cudnn_calls[d];
@@ -1142,7 +1187,7 @@ static void t_attention_window(const Pair *P) {
         const int B = window_shapes[s].B, T = window_shapes[s].T, W = window_shapes[s].W;
         int32_t *ks = window_starts(B, T, W);
         const AttnCall c = {B, T, window_shapes[s].NH, window_shapes[s].NKV, window_shapes[s].HD,
-                            ks, W};
+                            ks, W, NULL, -1};
         char tag[32];
         snprintf(tag, sizeof tag, " W%d", W);
         attn_pair(P, &c, tag, 1.0);
