@@ -11,8 +11,9 @@
  * take its generic path, which the alternative pairs run here already). The
  * GEMMs (cuBLASLt on a GPU) are host loops here (emu_gemm.cpp), so the linear,
  * router and linear_group (group by group) cases check the backend's own
- * epilogue kernels and the ops' contracts, not cuBLASLt; the bias gradient's column sum (colsum) and the
- * router's dx update (act_add_f32) also have cases of their own. The `model`
+ * epilogue kernels and the ops' contracts, not cuBLASLt; the bias gradient's
+ * column sum (colsum) and the router's dx update (act_add_f32) also have cases
+ * of their own. The `model`
  * case runs whole models (GPT, Llama, an MoE Llama) forward and backward on
  * the emulated backend against the CPU backend. */
 #pragma GCC diagnostic ignored "-Wunused-function"
