@@ -136,10 +136,13 @@ static int documents_ok(const LtAttnEnv *env, const LtAttnShape *s, const char *
                             "%s with packed documents on sm_%d: cuDNN's ragged (THD) batches "
                             "with ragged softmax stats need sm_90 or newer, not sm_12x", dir,
                             env->sm);
-    if (s->dir == LT_ATTN_BWD && s->HD % 16)
+    /* the forward too: its ragged statistics' layout is unconfirmed on a GPU, so
+     * a cuDNN forward never hands them to lattice's backward for a shape rule */
+    if (s->HD % 16)
         return call_refused(why, whylen,
-                            "backward with packed documents and head dim %d: cuDNN's ragged "
-                            "backward needs a multiple of 16", s->HD);
+                            "%s with packed documents and head dim %d: cuDNN's ragged "
+                            "backward needs a multiple of 16 (and the forward follows it)", dir,
+                            s->HD);
     return 1;
 }
 
