@@ -4,7 +4,8 @@
 # expert parallelism over DP, over TP with SP, over TP x DP, with pipeline
 # stages, interleaved, ZeRO 1 and 2, recomputation, TP overlap) trains the
 # same model as one process (loss and grad norm per step within 1e-5, the
-# checkpoint's weights within 1e-5); a checkpoint moves between EP layouts;
+# checkpoint's weights within 1e-5); expert tensor parallelism (ETP x EP x
+# EDP folded into TP x DP) too; a checkpoint moves between EP and ETP layouts;
 # capacity dropping is layout-independent over DP and EP; the log and metrics
 # carry the expert statistics; bad layouts are refused. LT_TEST_FULL=1 adds
 # layouts.
@@ -52,7 +53,17 @@ same ep2_over_dp4_zero2 4 $EP2 optimizer.zero_stage=2
 same ep2_pp2 4 $EP2 parallel.pipeline_model_parallel_size=2
 same ep2_tp2_sp_recompute_full 2 $SP $EP2 train.recompute=full
 same ep2_tp2_sp_tp_overlap 2 $SP $EP2 parallel.tp_comm_overlap=true
+# expert tensor parallelism: each expert's width cut over ETP, the rows gathered
+# over it after the all-to-all and the partial outputs reduce-scattered; ETP may
+# differ from TP (ETP 4 over TP 2 x DP 2, EP 1)
+ETP2=parallel.expert_tensor_parallel_size=2
+same etp2_ep2_over_tp2_dp2 4 $SP $ETP2 $EP2
+same etp2_ep2_over_tp2_dp2_zero1 4 $SP $ETP2 $EP2 optimizer.zero_stage=1
+same etp4_over_tp2_dp2 4 $SP parallel.expert_tensor_parallel_size=4
 if [ -n "${LT_TEST_FULL:-}" ]; then
+  same etp2_over_dp2 2 $ETP2
+  same etp2_ep2_over_dp4_recompute_full 4 $ETP2 $EP2 train.recompute=full
+  same etp2_pp2 4 $ETP2 parallel.pipeline_model_parallel_size=2
   same ep4_over_dp4 4 $EP4
   same tp2_sp 2 $SP
   same ep2_over_dp4_zero1_overlap 4 $EP2 optimizer.zero_stage=1 parallel.overlap_grad_reduce=true \
@@ -77,6 +88,11 @@ if CFG=configs/llama-tiny.yaml run ref_llama 1 $LL &&
    err=$(compare ref_llama llama_ep4 1e-5 1e-5 2>&1); then
   pass llama_sigmoid_ep4_matches_single_process
 else fail llama_sigmoid_ep4_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
+# and with ETP 2 x EP 2: gate | up cut as two blocks, down by columns
+if CFG=configs/llama-tiny.yaml run llama_etp2_ep2 4 $LL $SP $ETP2 $EP2 &&
+   err=$(compare ref_llama llama_etp2_ep2 1e-5 1e-5 2>&1); then
+  pass llama_etp2_ep2_matches_single_process
+else fail llama_etp2_ep2_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
 
 # capacity: each rank drops from its own micro batches, so DP and EP over DP
 # drop what one process drops (SP shards a micro batch: it would not)
@@ -213,6 +229,16 @@ if reshard ep2_zero1_to_ep4 4 "$SP $EP2 optimizer.zero_stage=1" 4 "$SP $EP4 opti
 then pass checkpoint_ep2_edp2_zero1_to_ep4_and_back
 else fail checkpoint_ep2_edp2_zero1_to_ep4_and_back "see $T/ep2_zero1_to_ep4, $T/ep4_to_ep2_zero1"; fi
 
+# an ETP 2 x EP 2 checkpoint (expert slices, proj.bias from ETP rank 0 only) into
+# ETP 1 x EP 4 and back, ZeRO 1 (the experts' optimizer state sharded over EDP 1)
+if reshard etp2_ep2_to_ep4 4 "$SP $ETP2 $EP2 optimizer.zero_stage=1" 4 "$SP $EP4 optimizer.zero_stage=1" \
+     >/dev/null 2>&1 &&
+   reshard ep4_to_etp2_ep2 4 "$SP $EP4 optimizer.zero_stage=1" 4 "$SP $ETP2 $EP2 optimizer.zero_stage=1" \
+     >/dev/null 2>&1 &&
+   reshard etp4_to_ep1 4 "$SP parallel.expert_tensor_parallel_size=4" 1 "" >/dev/null 2>&1
+then pass checkpoint_etp2_ep2_to_ep4_and_back
+else fail checkpoint_etp2_ep2_to_ep4_and_back "see $T/etp2_ep2_to_ep4, $T/ep4_to_etp2_ep2, $T/etp4_to_ep1"; fi
+
 # a pipeline stage without MoE layers (layer 1 dense) holds no experts and no
 # experts' optimizer, while the other stage's reduce over EP and EDP: the grad
 # norm's sums still pair up (ZeRO 1, EP 2 over DP 2)
@@ -249,6 +275,9 @@ elems = lambda run: int(re.search(r'parameter elements (\d+)', open(f"{T}/{run}/
 expert = 48 * 32 + 48 + 32 * 48 + 32
 assert elems('ref') - elems('ep2_over_dp2') == 2 * 2 * expert, (elems('ref'), elems('ep2_over_dp2'))
 assert elems('ep2_over_tp2_dp2') - elems('ep4_over_tp2_dp2_zero1') == 2 * 1 * expert
+# ETP 2 halves each expert but its proj.bias (32): EP 2's 2 experts per layer
+half = (48 * 32 + 48 + 32 * 48) // 2
+assert elems('ep2_over_tp2_dp2') - elems('etp2_ep2_over_tp2_dp2') == 2 * 2 * half
 PY
 then pass ep4_rank_holds_only_its_experts
 else fail ep4_rank_holds_only_its_experts "see $T/ep4_over_tp2_dp2_zero1"; fi
@@ -258,6 +287,14 @@ out=$($MPI -np 2 "$LT" train configs/tiny.yaml $BASE parallel.expert_model_paral
 if [ $? -ne 0 ] && echo "$out" | grep -q "must divide the ranks of a pipeline stage"; then
   pass ep_larger_than_the_stage_refused
 else fail ep_larger_than_the_stage_refused "$(echo "$out" | tail -2)"; fi
+out=$("$LT" train configs/tiny.yaml $BASE parallel.expert_tensor_parallel_size=5 2>&1)
+if [ $? -eq 2 ] && echo "$out" | grep -q "expert_tensor_parallel_size (5) must divide model.moe_ffn_hidden_size (48)"; then
+  pass etp_not_dividing_the_expert_width_refused
+else fail etp_not_dividing_the_expert_width_refused "$(echo "$out" | tail -2)"; fi
+out=$($MPI -np 2 "$LT" train configs/tiny.yaml $BASE $ETP2 $EP2 2>&1 </dev/null)
+if [ $? -ne 0 ] && echo "$out" | grep -q "expert_model_parallel_size (2) x parallel.expert_tensor_parallel_size (2) must divide the ranks of a pipeline stage"; then
+  pass etp_times_ep_larger_than_the_stage_refused
+else fail etp_times_ep_larger_than_the_stage_refused "$(echo "$out" | tail -2)"; fi
 out=$("$LT" train configs/tiny.yaml $BASE model.moe_router_topk=5 2>&1)
 if [ $? -eq 2 ] && echo "$out" | grep -q "model.moe_router_topk (5) must be <= model.num_experts"; then
   pass topk_above_experts_refused
