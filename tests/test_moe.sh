@@ -94,11 +94,12 @@ if CFG=configs/llama-tiny.yaml run llama_etp2_ep2 4 $LL $SP $ETP2 $EP2 &&
   pass llama_etp2_ep2_matches_single_process
 else fail llama_etp2_ep2_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
 
-# capacity: each rank drops from its own micro batches, so DP and EP over DP
+# capacity: each rank drops from its own micro batches, so DP, EP and ETP over DP
 # drop what one process drops (SP shards a micro batch: it would not)
 CAP="model.moe_expert_capacity_factor=1.0 model.moe_token_drop_policy=position"
 if run ref_cap 1 $CAP && run cap_ep2 2 $CAP $EP2 &&
-   err=$(compare ref_cap cap_ep2 1e-5 1e-5 2>&1) &&
+   err=$(compare ref_cap cap_ep2 1e-5 1e-5 2>&1) && run cap_etp2_ep2 4 $CAP $ETP2 $EP2 &&
+   err=$(compare ref_cap cap_etp2_ep2 1e-5 1e-5 2>&1) &&
    python3 - "$T/ref_cap/m.jsonl" <<'PY'
 import json, sys
 recs = [r for r in map(json.loads, open(sys.argv[1])) if not r.get('eval')]
@@ -171,9 +172,10 @@ if run ref_bias8 1 $EB && run bias_ep4_zero1 4 $EB $SP $EP4 optimizer.zero_stage
   pass expert_bias_ep4_zero1_matches_single_process
 else fail expert_bias_ep4_zero1_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
 
-# evaluation with EP over DP when the micro batches do not split evenly (23 of
-# 4 samples over 2 ranks): the rank short of one runs an uncounted forward, so
-# the all-to-alls pair up and the loss is one process's
+# evaluation with EP (and ETP) over DP when the micro batches do not split evenly
+# (23 of 4 samples over 2 ranks): the rank short of one runs an uncounted
+# forward, so the all-to-alls (the ETP gathers) pair up and the loss is one
+# process's
 head -c 3000 "$T/text.txt" | python3 -c "
 import sys; print(' '.join(map(str, sys.stdin.buffer.read())))" > "$T/valid.ids" &&
   "$LT" shard --vocab-size 256 --input "$T/valid.ids" "$T/valid.ltok" >/dev/null
@@ -181,9 +183,11 @@ VAL="data.valid_path=$T/valid.ltok train.micro_batch_size=4 eval.interval=4 eval
 if run ref_val 1 $VAL && run val_ep2 2 $VAL $EP2 &&
    a=$(sed -n 's/^eval step 8 | val loss \([0-9.]*\).*/\1/p' "$T/ref_val/log") &&
    b=$(sed -n 's/^eval step 8 | val loss \([0-9.]*\).*/\1/p' "$T/val_ep2/log") &&
-   [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "| 92 samples |" "$T/val_ep2/log"; then
+   [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "| 92 samples |" "$T/val_ep2/log" &&
+   run val_etp2 2 $VAL $ETP2 &&
+   c=$(sed -n 's/^eval step 8 | val loss \([0-9.]*\).*/\1/p' "$T/val_etp2/log") && [ "$a" = "$c" ]; then
   pass eval_uneven_micro_batches_under_ep
-else fail eval_uneven_micro_batches_under_ep "val loss ${a:-?} vs ${b:-?}"; fi
+else fail eval_uneven_micro_batches_under_ep "val loss ${a:-?} vs ${b:-?} (EP), ${c:-?} (ETP)"; fi
 
 # ---- checkpoints move between EP layouts -------------------------------------------
 # steps 1-4 in one layout, 5-8 in another, against the reference's steps 5-8

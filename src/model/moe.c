@@ -26,6 +26,9 @@ int lt_moe_backend_ok(const LtBackend *be) {
            o->moe_permute_bwd && o->moe_unpermute && o->moe_unpermute_bwd;
 }
 
+/* 1 when the local experts' rows come from other ranks (EP or ETP). */
+static int spread(const LtMoeShape *s) { return s->ep > 1 || s->etp > 1; }
+
 LtMoeShape lt_moe_shape(const LtMoeDims *d, int arch, int B, int T, int C, int R, long row0,
                         int ep, int ep_rank, int etp, int etp_rank) {
     LtMoeShape s = {.R = R, .N = B * T, .T = T, .row0 = row0, .C = C, .E = d->experts,
@@ -43,8 +46,7 @@ LtMoeShape lt_moe_shape(const LtMoeDims *d, int arch, int B, int T, int C, int R
      * group each send that much at most */
     long one = (long)R * (s.K < s.El ? s.K : s.El);
     if (s.capacity > 0 && (d->pad || (long)s.El * s.capacity < one)) one = (long)s.El * s.capacity;
-    const int spread = s.ep > 1 || s.etp > 1;
-    s.Mr_max = spread ? (int)(one * s.ep * s.etp) : s.M;
+    s.Mr_max = spread(&s) ? (int)(one * s.ep * s.etp) : s.M;
     s.Mr = s.Mr_max;
     /* dropless, the worst case (every row of the group to this rank's experts) is EP
      * times the balanced share (ETP R K): start at LT_MOE_EP_HEADROOM times that
@@ -52,12 +54,9 @@ LtMoeShape lt_moe_shape(const LtMoeDims *d, int arch, int B, int T, int C, int R
     const char *env = getenv("LT_MOE_EP_HEADROOM");
     const double head = env && *env ? atof(env) : 2.0;
     const long start = (long)ceil(head * (double)rk * s.etp);
-    if (spread && s.capacity == 0 && head > 0.0 && start < s.Mr) s.Mr = start > 0 ? (int)start : 1;
+    if (spread(&s) && s.capacity == 0 && head > 0.0 && start < s.Mr) s.Mr = start > 0 ? (int)start : 1;
     return s;
 }
-
-/* 1 when the local experts' rows come from other ranks (EP or ETP). */
-static int spread(const LtMoeShape *s) { return s->ep > 1 || s->etp > 1; }
 
 static void *dalloc(LtBackend *be, size_t bytes, size_t *acc) {
     *acc += bytes;
