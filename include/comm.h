@@ -239,6 +239,13 @@ void lt_comm_reduce_scatter(const LtComm *c, const void *send, void *recv, size_
                             LtCommType t);
 void lt_comm_all_gather(const LtComm *c, const void *send, void *recv, size_t count,
                         LtCommType t);
+/* Blocking all-gather with per-rank counts: recv receives, in group rank
+ * order, counts[j] elements from rank j (its send buffer's first counts[j];
+ * counts[r] may be 0; every rank passes the same counts). send and recv must
+ * not overlap. One batch of sends and receives on every library (NCCL: grouped
+ * send/recv), the rank's own part copied. */
+void lt_comm_all_gather_v(const LtComm *c, const void *send, void *recv, const int *counts,
+                          LtCommType t);
 void lt_comm_broadcast(const LtComm *c, void *buf, size_t count, LtCommType t, int root);
 void lt_comm_send(const LtComm *c, const void *buf, size_t count, LtCommType t, int peer,
                   int tag);

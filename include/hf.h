@@ -50,9 +50,9 @@ typedef struct {
 int lt_hf_map(const LtParamTable *t, LtHfMap **out, char *err, size_t errlen);
 
 /* Validate c (lt_config_validate, which also fills its derived fields) for
- * one data-parallel replica of its layout: TP x PP ranks, expert parallelism
- * taken as 1 for the check (EP folds over data-parallel ranks that export
- * and import do not have; c keeps its value). The interchange's view of a
+ * one data-parallel replica of its layout: TP x PP ranks, expert (tensor)
+ * parallelism taken as 1 for the check (EP and ETP fold over data-parallel
+ * ranks that export and import do not have; c keeps their values). The interchange's view of a
  * config: the model's shape, and the padded vocabulary of its TP. Returns 0
  * or -1 with err. */
 int lt_hf_validate_replica(LtConfig *c, char *err, size_t errlen);

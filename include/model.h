@@ -77,6 +77,9 @@ typedef struct {
     const LtComm *ep; /* expert-parallel group of the MoE layers (NULL or one rank: EP 1;
                        * src/model/moe.h). With more than one rank the model holds only
                        * its own experts (LtModel.etable) */
+    const LtComm *etp; /* expert-tensor-parallel group (NULL or one rank: ETP 1). With
+                        * more than one rank the model holds slices of its experts
+                        * (LtModel.etable; lt_params_build_split) */
     size_t eflat;     /* elements of the expert buffers (>= etable.total, padding so the
                        * expert-data-parallel shards are equal); 0 = etable.total */
     int sequence_parallel; /* shard LayerNorm regions along the tokens over tp */

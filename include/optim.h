@@ -137,7 +137,10 @@ void lt_optim_set_pp(LtOptimizer *o, const LtComm *pp);
 
 /* An expert optimizer (model.h's etable under expert parallelism; its dp group
  * the expert-data-parallel group): its table holds this EP rank's experts, so
- * its part of the grad norm sums over the EP group too, every parameter counted. */
+ * its part of the grad norm sums over the EP group too, every parameter counted.
+ * Under expert tensor parallelism lt_optim_set_tp takes the ETP group: the
+ * table holds slices of the experts, and their whole tensors (proj.bias) count
+ * on ETP rank 0 only. */
 void lt_optim_set_ep(LtOptimizer *o, const LtComm *ep);
 /* Make the expert optimizer e (lt_optim_set_ep; pipeline group set alike) part
  * of o, the model's optimizer, with the model's expert buffers: from then on

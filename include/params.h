@@ -191,8 +191,8 @@ int lt_params_global_layer(const LtParamTable *t, int l);
  * gradient, no decay; the trainer moves it), then for each expert e mlp.experts.e.* with the MLP's
  * names and moe.ffn columns (fc.weight (Fm, C), fc.bias, proj.weight (C, Fm),
  * proj.bias; Llama gate_up.weight (2 Fm, C: gate | up), down.weight (C, Fm)). The
- * router and the experts are whole on every TP rank (LT_SPLIT_NONE: expert tensor
- * parallelism 1). */
+ * router and the experts are whole on every TP rank (LT_SPLIT_NONE): expert
+ * tensor parallelism cuts the experts in lt_params_build_split's table only. */
 void lt_params_build(LtParamTable *t, const LtModelDims *d);
 /* The shards held by tensor-parallel rank tp_rank of tp (tp divides heads,
  * ffn and padded vocab). lt_params_build is the tp = 1 case. */
@@ -208,14 +208,21 @@ void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp
  * (Megatron-Core's): `dense` holds every parameter but the routed experts' (the
  * router and mlp.expert_bias included), in the stage table's order; `experts`
  * holds, of each MoE layer held, the experts ep_rank * E/ep .. (ep_rank + 1) *
- * E/ep - 1 (whole, LT_SPLIT_NONE) in order. Each has its own flat buffer
+ * E/ep - 1 in order, each cut over expert tensor parallelism: the experts
+ * table's tp and tp_rank are etp and etp_rank, fc.weight and fc.bias are split
+ * by rows (LT_SPLIT_ROWS), Llama's gate_up.weight as gate | up blocks
+ * (LT_SPLIT_BLOCKS), proj.weight and down.weight by columns (LT_SPLIT_COLS),
+ * proj.bias whole (LT_SPLIT_NONE: replicated over etp); with etp 1 every
+ * expert tensor is whole (LT_SPLIT_NONE). Each table has its own flat buffer
  * (offsets from 0) and layer_first over the same local layers (a dense layer's
  * expert range is empty); names and gidx stay those of the global table, so
  * lt_params_to_global/from_global and init work on either. The experts table
  * has no idx_* entries (-1) and first_stage = last_stage = 0. ep divides
- * moe.experts (any ep for a dense model, whose experts table is empty). */
+ * moe.experts and etp moe.ffn (any for a dense model, whose experts table is
+ * empty). */
 void lt_params_build_split(LtParamTable *dense, LtParamTable *experts, const LtModelDims *d,
-                           int tp, int tp_rank, LtStagePlace place, int ep, int ep_rank);
+                           int tp, int tp_rank, LtStagePlace place, int ep, int ep_rank, int etp,
+                           int etp_rank);
 
 /* Global row-major index of element `local` of this rank's shard of p. */
 size_t lt_param_global_index(const LtParamTable *t, const LtParam *p, size_t local);

@@ -11,14 +11,21 @@
  *   embedding first and last stage of the rank's pipeline group (tied
  *             embedding/LM-head gradients); a single rank when PP == 1.
  *             Ranks of middle stages are not members of any embedding group.
- *   ep        expert parallelism folded into a stage's TP x DP ranks
- *             (Megatron-Core's order): consecutive blocks of EP ranks of the
- *             stage-local index tp + TP * dp (size EP; 1 = none, the default).
+ *   etp, ep, edp  the experts' regrouping of a stage's TP x DP ranks
+ *             (Megatron-Core's MoE parallel folding): the stage-local index
+ *             i = tp + TP * dp is read as etp + ETP * (ep + EP * edp), ETP
+ *             fastest.
+ *   etp       expert tensor parallelism: consecutive blocks of ETP stage-local
+ *             indices (size ETP; 1 = none, the default). Its ranks hold the
+ *             same experts, each a slice of their FFN width.
+ *   ep        expert parallelism: the ranks of the stage that differ only in
+ *             the ep coordinate, stage-local indices ETP apart (size EP; 1 =
+ *             none, the default). With ETP 1, consecutive blocks of EP.
  *   edp       expert data parallelism: the ranks of the stage that hold the
- *             same experts, one from each EP group, at the same position in
- *             it (stage-local indices congruent modulo EP; size TP*DP/EP).
- *             Expert gradients are reduced and their optimizer state sharded
- *             over it. With EP 1 it is the whole stage (TP x DP ranks).
+ *             same expert shards, stage-local indices ETP x EP apart (size
+ *             TP*DP/(ETP*EP)). Expert gradients are reduced and their
+ *             optimizer state sharded over it. With EP = ETP = 1 it is the
+ *             whole stage (TP x DP ranks).
  *
  * Example (Megatron's 16 GPUs, TP=2, PP=4, DP=2): tp groups [0,1],[2,3],...;
  * dp groups [0,2],[1,3],[4,6],[5,7],...; pp groups [0,4,8,12],[1,5,9,13],...;
@@ -36,6 +43,8 @@ typedef struct {
     int tp, dp, pp; /* group sizes */
     int world;      /* tp * dp * pp */
     int ep;         /* expert-parallel group size (lt_topology_set_ep; 1 after init) */
+    int etp;        /* expert-tensor-parallel group size (lt_topology_set_experts; 1 after
+                     * init) */
 } LtTopology;
 
 typedef struct {
@@ -49,6 +58,7 @@ typedef enum {
     LT_GROUP_EMBEDDING,
     LT_GROUP_EP,
     LT_GROUP_EDP,
+    LT_GROUP_ETP,
     LT_GROUP_COUNT
 } LtGroupKind;
 
@@ -69,6 +79,10 @@ int lt_topology_init(LtTopology *t, int world, int tp, int pp, int dp, char *err
 /* The expert-parallel size: ep >= 1 dividing tp * dp (EP is folded into a
  * stage's TP x DP ranks). Returns 0, or -1 with a message in err. */
 int lt_topology_set_ep(LtTopology *t, int ep, char *err, size_t errlen);
+/* The expert-parallel and expert-tensor-parallel sizes: ep, etp >= 1 with
+ * ep x etp dividing tp * dp. Returns 0, or -1 with a message in err.
+ * lt_topology_set_ep(t, ep) is lt_topology_set_experts(t, ep, 1). */
+int lt_topology_set_experts(LtTopology *t, int ep, int etp, char *err, size_t errlen);
 
 /* rank -> coords; -1 when rank is outside [0, world). */
 int lt_topology_coords(const LtTopology *t, int rank, LtCoords *c);
@@ -90,7 +104,7 @@ int lt_topology_group(const LtTopology *t, int rank, LtGroupKind kind, int *memb
  * middle stages). */
 int lt_topology_in_group(const LtTopology *t, int rank, LtGroupKind kind);
 
-/* "tp", "dp", "pp", "embedding", "ep", "edp". */
+/* "tp", "dp", "pp", "embedding", "ep", "edp", "etp". */
 const char *lt_group_kind_name(LtGroupKind kind);
 
 #ifdef __cplusplus

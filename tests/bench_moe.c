@@ -64,7 +64,7 @@ static Times dense(LtBackend *be, int N, int C, int F2, int reps) {
 static Times routed(LtBackend *be, int N, int C, int E, int K, int F, int reps, double *imbalance) {
     LtMoeDims d = {.experts = E, .topk = K, .ffn = F, .score = LT_MOE_SOFTMAX, .topk_scale = 1.0f,
                    .balance = LT_MOE_BALANCE_NONE};
-    const LtMoeShape s = lt_moe_shape(&d, LT_ARCH_LLAMA, 1, N, C, N, 0, 1, 0);
+    const LtMoeShape s = lt_moe_shape(&d, LT_ARCH_LLAMA, 1, N, C, N, 0, 1, 0, 1, 0);
     LtMoeActs a = {0};
     LtMoeWork w = {0};
     size_t bytes = 0;

@@ -516,7 +516,7 @@ static void test_reduce_scatter_v(void) {
 /* Rank r sends (r + 2 j) % 5 elements to rank j (some zero), valued by
  * sender, receiver and index; over MPI_Alltoallv (a host group) and over the
  * sends and receives of a staged group, bf16 words included. */
-static void check_all_to_all(LtComm *c, LtCommType t) {
+static void check_all_to_all(const LtComm *c, LtCommType t) {
     const int n = lt_comm_size(c), me = lt_comm_rank(c);
     size_t sc[NP], rc[NP], st = 0, rt = 0;
     for (int j = 0; j < n; j++) {
@@ -545,7 +545,8 @@ static void check_all_to_all(LtComm *c, LtCommType t) {
     CHECK(bad == 0 && rt <= NP * 5, "%s: %d of %zu elements wrong", lt_comm_name(c), bad, rt);
 }
 
-static void test_all_to_all_v(void) {
+/* check on the world (f32, bf16), a pair, a staged world (f32, bf16) and one rank. */
+static void on_groups(void (*check)(const LtComm *, LtCommType)) {
     LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
     LtCommOptions stage = {.lib = LT_COMM_LIB_MPI, .device = 1, .be = be, .stage = 1};
     int all[NP], pair[2] = {W.rank / 2 * 2, W.rank / 2 * 2 + 1};
@@ -553,18 +554,52 @@ static void test_all_to_all_v(void) {
     LtComm *w = lt_comm_world("world"), *p = lt_comm_split_members(pair, 2, "pair");
     LtComm *sw = lt_comm_split_members_ex(all, NP, "staged-world", &stage);
     LtComm *self = lt_comm_split_members(&W.rank, 1, "self");
-    check_all_to_all(w, LT_COMM_F32);
-    check_all_to_all(w, LT_COMM_BF16);
-    check_all_to_all(p, LT_COMM_F32);
-    check_all_to_all(sw, LT_COMM_F32);
-    check_all_to_all(sw, LT_COMM_BF16);
-    check_all_to_all(self, LT_COMM_F32);
+    check(w, LT_COMM_F32);
+    check(w, LT_COMM_BF16);
+    check(p, LT_COMM_F32);
+    check(sw, LT_COMM_F32);
+    check(sw, LT_COMM_BF16);
+    check(self, LT_COMM_F32);
     lt_comm_free(self);
     lt_comm_free(sw);
     lt_comm_free(p);
     lt_comm_free(w);
     lt_backend_destroy(be);
 }
+
+static void test_all_to_all_v(void) { on_groups(check_all_to_all); }
+
+/* ---- all_gather_v: per-rank counts, a zero among them ---------------------- */
+/* Group rank j contributes counts[j] = 3 j + 2 elements (rank 1: none), element
+ * i of it 100 j + i; every rank gets them all in rank order, on host groups,
+ * a pair, a staged group and one rank. */
+static void check_all_gather_v(const LtComm *c, LtCommType t) {
+    const int n = lt_comm_size(c), me = lt_comm_rank(c);
+    int counts[NP], total = 0;
+    for (int j = 0; j < n; j++) total += counts[j] = j == 1 ? 0 : 3 * j + 2;
+    const size_t es = lt_comm_type_size(t);
+    char *send = lt_calloc((size_t)counts[me] * es + 1), *recv = lt_calloc((size_t)total * es);
+    for (int i = 0; i < counts[me]; i++) {
+        const float v = (float)(100 * me + i);
+        if (t == LT_COMM_BF16) ((uint16_t *)send)[i] = bf(v);
+        else ((float *)send)[i] = v;
+    }
+    lt_comm_all_gather_v(c, send, recv, counts, t);
+    int bad = 0, at = 0;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < counts[j]; i++, at++) {
+            const float want = (float)(100 * j + i);
+            const float got = t == LT_COMM_BF16 ? fb(((uint16_t *)recv)[at]) : ((float *)recv)[at];
+            if (got != (t == LT_COMM_BF16 ? fb(bf(want)) : want) && bad++ == 0)
+                printf("  %s rank %d: element %d of rank %d: %g, expected %g\n", lt_comm_name(c),
+                       me, i, j, got, want);
+        }
+    CHECK(bad == 0, "%s: %d of %d elements wrong", lt_comm_name(c), bad, total);
+    free(send);
+    free(recv);
+}
+
+static void test_all_gather_v(void) { on_groups(check_all_gather_v); }
 
 /* ---- background companion: a worker thread runs the collectives ---------- */
 /* Operations started on lt_comm_background(w) give byte for byte what the same
@@ -954,6 +989,7 @@ int main(int argc, char **argv) {
     MRUN(test_bf16_world);
     MRUN(test_reduce_scatter_v);
     MRUN(test_all_to_all_v);
+    MRUN(test_all_gather_v);
     MRUN(test_background_group);
     MRUN(test_tp_row_blocks);
     MRUN(test_split_ex_cpu);

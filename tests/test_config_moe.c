@@ -356,9 +356,16 @@ static void test_refusals(void) {
         {{"model.num_experts=8", "parallel.expert_model_parallel_size=4",
           "parallel.pipeline_model_parallel_size=2"}, 4,
          {"(4) must divide the ranks of a pipeline stage", "1 x 2"}},
-        /* not implemented yet */
-        {{"model.num_experts=4", "parallel.expert_tensor_parallel_size=2"}, 2,
-         {"parallel.expert_tensor_parallel_size > 1", "not implemented"}},
+        /* expert tensor parallelism's shape */
+        {{"model.num_experts=4", "model.moe_ffn_hidden_size=30",
+          "parallel.expert_tensor_parallel_size=4"}, 4,
+         {"parallel.expert_tensor_parallel_size (4) must divide model.moe_ffn_hidden_size (30)"}},
+        {{"model.num_experts=4", "parallel.expert_tensor_parallel_size=2",
+          "parallel.expert_model_parallel_size=2"}, 2,
+         {"parallel.expert_model_parallel_size (2) x parallel.expert_tensor_parallel_size (2) "
+          "must divide the ranks of a pipeline stage", "1 x 2"}},
+        {{"model.num_experts=4", "parallel.expert_tensor_parallel_size=4"}, 2,
+         {"parallel.expert_model_parallel_size (1) x parallel.expert_tensor_parallel_size (4)"}},
         {{"model.num_experts=4", "model.moe_router_enable_expert_bias=true",
           "model.moe_router_score_function=sigmoid", "model.moe_expert_capacity_factor=1",
           "model.moe_pad_expert_input_to_capacity=true"}, 1,

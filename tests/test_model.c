@@ -239,7 +239,7 @@ static void split_place(const LtModelDims *d, int tp, int tp_rank, LtStagePlace 
     const int El = d->moe.experts / ep;
     for (int r = 0; r < ep; r++) {
         LtParamTable t[2];
-        lt_params_build_split(&t[0], &t[1], d, tp, tp_rank, place, ep, r);
+        lt_params_build_split(&t[0], &t[1], d, tp, tp_rank, place, ep, r, 1, 0);
         CHECK(t[0].idx_wte == param_index(&t[0], "wte") &&
                   t[0].idx_lnf == param_index(&t[0], "ln_f.weight") &&
                   (t[0].idx_head == param_index(&t[0], "lm_head.weight")) &&
@@ -304,6 +304,70 @@ static void test_params_split(void) {
                         split_place(dims[m], tp, q % tp, (LtStagePlace){pp, q / tp, 1, {0}}, ep);
     LtModelDims dense = tiny_dims(); /* no experts: all in the dense table */
     split_place(&dense, 1, 0, (LtStagePlace){1, 0, 1, {0}}, 2);
+}
+
+/* Expert tensor parallelism's slices (lt_params_build_split with etp 2, ep 2,
+ * GPT and Llama): fc by rows, gate | up as two blocks, proj / down by columns,
+ * proj.bias whole; each element of a rank's slice initialised as the global
+ * tensor's element it maps to, and over the ETP ranks every element of every
+ * expert tensor held exactly once (proj.bias once per rank). */
+static void test_params_split_etp(void) {
+    LtModelDims gpt = moe_dims(tiny_dims());
+    LtModelDims llama = moe_dims(tiny_llama_dims());
+    llama.moe.layer[0] = 1;
+    const LtModelDims *dims[2] = {&gpt, &llama};
+    const int ep = 2, etp = 2;
+    for (int m = 0; m < 2; m++) {
+        const LtModelDims *d = dims[m];
+        LtParamTable g;
+        lt_params_build(&g, d);
+        float *gv = malloc(g.total * sizeof(float));
+        lt_params_init(&g, 7, gv);
+        int *hits = calloc(g.total, sizeof(int));
+        for (int r = 0; r < ep * etp; r++) {
+            LtParamTable t[2];
+            lt_params_build_split(&t[0], &t[1], d, 1, 0, (LtStagePlace){1, 0, 1, {0}}, ep,
+                                  r / etp, etp, r % etp);
+            CHECK(t[1].tp == etp && t[1].tp_rank == r % etp, "experts table's split");
+            float *v = malloc((t[1].total + 1) * sizeof(float));
+            lt_params_init(&t[1], 7, v);
+            for (int k = 0; k < t[1].n; k++) {
+                const LtParam *p = &t[1].p[k];
+                const LtSplit want = strstr(p->name, ".gate_up.") ? LT_SPLIT_BLOCKS
+                                     : strstr(p->name, ".fc.")    ? LT_SPLIT_ROWS
+                                     : strstr(p->name, ".proj.bias") ? LT_SPLIT_NONE
+                                                                      : LT_SPLIT_COLS;
+                CHECK(p->split == want && p->numel * (want == LT_SPLIT_NONE ? 1 : etp) ==
+                                              g.p[p->gidx].numel,
+                      "%s: split %d, %zu elements", p->name, (int)p->split, p->numel);
+                for (size_t e = 0; e < p->numel; e++) {
+                    const size_t gi = lt_param_global_index(&t[1], p, e);
+                    REQUIRE(gi < g.p[p->gidx].numel, "%s: element %zu maps outside", p->name, e);
+                    hits[g.p[p->gidx].offset + gi]++;
+                    CHECK(v[p->offset + e] == gv[g.p[p->gidx].offset + gi],
+                          "%s element %zu: %g, the global tensor's %g", p->name, e,
+                          (double)v[p->offset + e], (double)gv[g.p[p->gidx].offset + gi]);
+                }
+            }
+            free(v);
+            lt_params_free(&t[0]);
+            lt_params_free(&t[1]);
+        }
+        for (int k = 0; k < g.n; k++) {
+            const LtParam *p = &g.p[k];
+            if (!strstr(p->name, ".mlp.experts.")) continue;
+            const int want = strstr(p->name, ".proj.bias") ? etp : 1;
+            for (size_t e = 0; e < p->numel; e++)
+                if (hits[p->offset + e] != want) {
+                    CHECK(0, "%s element %zu held %d times, want %d", p->name, e,
+                          hits[p->offset + e], want);
+                    break;
+                }
+        }
+        free(hits);
+        free(gv);
+        lt_params_free(&g);
+    }
 }
 
 /* The aux and z losses' values against Megatron-Core's formulas computed
@@ -937,6 +1001,7 @@ int main(void) {
     RUN(test_moe_gradient_check);
     RUN(test_moe_aux_values);
     RUN(test_params_split);
+    RUN(test_params_split_etp);
     RUN(test_accumulation);
     RUN(test_doc_layout);
     RUN(test_packed_documents);

@@ -4,7 +4,8 @@
 # expert parallelism over DP, over TP with SP, over TP x DP, with pipeline
 # stages, interleaved, ZeRO 1 and 2, recomputation, TP overlap) trains the
 # same model as one process (loss and grad norm per step within 1e-5, the
-# checkpoint's weights within 1e-5); a checkpoint moves between EP layouts;
+# checkpoint's weights within 1e-5); expert tensor parallelism (ETP x EP x
+# EDP folded into TP x DP) too; a checkpoint moves between EP and ETP layouts;
 # capacity dropping is layout-independent over DP and EP; the log and metrics
 # carry the expert statistics; bad layouts are refused. LT_TEST_FULL=1 adds
 # layouts.
@@ -52,7 +53,17 @@ same ep2_over_dp4_zero2 4 $EP2 optimizer.zero_stage=2
 same ep2_pp2 4 $EP2 parallel.pipeline_model_parallel_size=2
 same ep2_tp2_sp_recompute_full 2 $SP $EP2 train.recompute=full
 same ep2_tp2_sp_tp_overlap 2 $SP $EP2 parallel.tp_comm_overlap=true
+# expert tensor parallelism: each expert's width cut over ETP, the rows gathered
+# over it after the all-to-all and the partial outputs reduce-scattered; ETP may
+# differ from TP (ETP 4 over TP 2 x DP 2, EP 1)
+ETP2=parallel.expert_tensor_parallel_size=2
+same etp2_ep2_over_tp2_dp2 4 $SP $ETP2 $EP2
+same etp2_ep2_over_tp2_dp2_zero1 4 $SP $ETP2 $EP2 optimizer.zero_stage=1
+same etp4_over_tp2_dp2 4 $SP parallel.expert_tensor_parallel_size=4
 if [ -n "${LT_TEST_FULL:-}" ]; then
+  same etp2_over_dp2 2 $ETP2
+  same etp2_ep2_over_dp4_recompute_full 4 $ETP2 $EP2 train.recompute=full
+  same etp2_pp2 4 $ETP2 parallel.pipeline_model_parallel_size=2
   same ep4_over_dp4 4 $EP4
   same tp2_sp 2 $SP
   same ep2_over_dp4_zero1_overlap 4 $EP2 optimizer.zero_stage=1 parallel.overlap_grad_reduce=true \
@@ -77,12 +88,18 @@ if CFG=configs/llama-tiny.yaml run ref_llama 1 $LL &&
    err=$(compare ref_llama llama_ep4 1e-5 1e-5 2>&1); then
   pass llama_sigmoid_ep4_matches_single_process
 else fail llama_sigmoid_ep4_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
+# and with ETP 2 x EP 2: gate | up cut as two blocks, down by columns
+if CFG=configs/llama-tiny.yaml run llama_etp2_ep2 4 $LL $SP $ETP2 $EP2 &&
+   err=$(compare ref_llama llama_etp2_ep2 1e-5 1e-5 2>&1); then
+  pass llama_etp2_ep2_matches_single_process
+else fail llama_etp2_ep2_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
 
-# capacity: each rank drops from its own micro batches, so DP and EP over DP
+# capacity: each rank drops from its own micro batches, so DP, EP and ETP over DP
 # drop what one process drops (SP shards a micro batch: it would not)
 CAP="model.moe_expert_capacity_factor=1.0 model.moe_token_drop_policy=position"
 if run ref_cap 1 $CAP && run cap_ep2 2 $CAP $EP2 &&
-   err=$(compare ref_cap cap_ep2 1e-5 1e-5 2>&1) &&
+   err=$(compare ref_cap cap_ep2 1e-5 1e-5 2>&1) && run cap_etp2_ep2 4 $CAP $ETP2 $EP2 &&
+   err=$(compare ref_cap cap_etp2_ep2 1e-5 1e-5 2>&1) &&
    python3 - "$T/ref_cap/m.jsonl" <<'PY'
 import json, sys
 recs = [r for r in map(json.loads, open(sys.argv[1])) if not r.get('eval')]
@@ -155,9 +172,10 @@ if run ref_bias8 1 $EB && run bias_ep4_zero1 4 $EB $SP $EP4 optimizer.zero_stage
   pass expert_bias_ep4_zero1_matches_single_process
 else fail expert_bias_ep4_zero1_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
 
-# evaluation with EP over DP when the micro batches do not split evenly (23 of
-# 4 samples over 2 ranks): the rank short of one runs an uncounted forward, so
-# the all-to-alls pair up and the loss is one process's
+# evaluation with EP (and ETP) over DP when the micro batches do not split evenly
+# (23 of 4 samples over 2 ranks): the rank short of one runs an uncounted
+# forward, so the all-to-alls (the ETP gathers) pair up and the loss is one
+# process's
 head -c 3000 "$T/text.txt" | python3 -c "
 import sys; print(' '.join(map(str, sys.stdin.buffer.read())))" > "$T/valid.ids" &&
   "$LT" shard --vocab-size 256 --input "$T/valid.ids" "$T/valid.ltok" >/dev/null
@@ -165,9 +183,11 @@ VAL="data.valid_path=$T/valid.ltok train.micro_batch_size=4 eval.interval=4 eval
 if run ref_val 1 $VAL && run val_ep2 2 $VAL $EP2 &&
    a=$(sed -n 's/^eval step 8 | val loss \([0-9.]*\).*/\1/p' "$T/ref_val/log") &&
    b=$(sed -n 's/^eval step 8 | val loss \([0-9.]*\).*/\1/p' "$T/val_ep2/log") &&
-   [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "| 92 samples |" "$T/val_ep2/log"; then
+   [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "| 92 samples |" "$T/val_ep2/log" &&
+   run val_etp2 2 $VAL $ETP2 &&
+   c=$(sed -n 's/^eval step 8 | val loss \([0-9.]*\).*/\1/p' "$T/val_etp2/log") && [ "$a" = "$c" ]; then
   pass eval_uneven_micro_batches_under_ep
-else fail eval_uneven_micro_batches_under_ep "val loss ${a:-?} vs ${b:-?}"; fi
+else fail eval_uneven_micro_batches_under_ep "val loss ${a:-?} vs ${b:-?} (EP), ${c:-?} (ETP)"; fi
 
 # ---- checkpoints move between EP layouts -------------------------------------------
 # steps 1-4 in one layout, 5-8 in another, against the reference's steps 5-8
@@ -213,6 +233,16 @@ if reshard ep2_zero1_to_ep4 4 "$SP $EP2 optimizer.zero_stage=1" 4 "$SP $EP4 opti
 then pass checkpoint_ep2_edp2_zero1_to_ep4_and_back
 else fail checkpoint_ep2_edp2_zero1_to_ep4_and_back "see $T/ep2_zero1_to_ep4, $T/ep4_to_ep2_zero1"; fi
 
+# an ETP 2 x EP 2 checkpoint (expert slices, proj.bias from ETP rank 0 only) into
+# ETP 1 x EP 4 and back, ZeRO 1 (the experts' optimizer state sharded over EDP 1)
+if reshard etp2_ep2_to_ep4 4 "$SP $ETP2 $EP2 optimizer.zero_stage=1" 4 "$SP $EP4 optimizer.zero_stage=1" \
+     >/dev/null 2>&1 &&
+   reshard ep4_to_etp2_ep2 4 "$SP $EP4 optimizer.zero_stage=1" 4 "$SP $ETP2 $EP2 optimizer.zero_stage=1" \
+     >/dev/null 2>&1 &&
+   reshard etp4_to_ep1 4 "$SP parallel.expert_tensor_parallel_size=4" 1 "" >/dev/null 2>&1
+then pass checkpoint_etp2_ep2_to_ep4_and_back
+else fail checkpoint_etp2_ep2_to_ep4_and_back "see $T/etp2_ep2_to_ep4, $T/ep4_to_etp2_ep2, $T/etp4_to_ep1"; fi
+
 # a pipeline stage without MoE layers (layer 1 dense) holds no experts and no
 # experts' optimizer, while the other stage's reduce over EP and EDP: the grad
 # norm's sums still pair up (ZeRO 1, EP 2 over DP 2)
@@ -249,6 +279,9 @@ elems = lambda run: int(re.search(r'parameter elements (\d+)', open(f"{T}/{run}/
 expert = 48 * 32 + 48 + 32 * 48 + 32
 assert elems('ref') - elems('ep2_over_dp2') == 2 * 2 * expert, (elems('ref'), elems('ep2_over_dp2'))
 assert elems('ep2_over_tp2_dp2') - elems('ep4_over_tp2_dp2_zero1') == 2 * 1 * expert
+# ETP 2 halves each expert but its proj.bias (32): EP 2's 2 experts per layer
+half = (48 * 32 + 48 + 32 * 48) // 2
+assert elems('ep2_over_tp2_dp2') - elems('etp2_ep2_over_tp2_dp2') == 2 * 2 * half
 PY
 then pass ep4_rank_holds_only_its_experts
 else fail ep4_rank_holds_only_its_experts "see $T/ep4_over_tp2_dp2_zero1"; fi
@@ -258,6 +291,14 @@ out=$($MPI -np 2 "$LT" train configs/tiny.yaml $BASE parallel.expert_model_paral
 if [ $? -ne 0 ] && echo "$out" | grep -q "must divide the ranks of a pipeline stage"; then
   pass ep_larger_than_the_stage_refused
 else fail ep_larger_than_the_stage_refused "$(echo "$out" | tail -2)"; fi
+out=$("$LT" train configs/tiny.yaml $BASE parallel.expert_tensor_parallel_size=5 2>&1)
+if [ $? -eq 2 ] && echo "$out" | grep -q "expert_tensor_parallel_size (5) must divide model.moe_ffn_hidden_size (48)"; then
+  pass etp_not_dividing_the_expert_width_refused
+else fail etp_not_dividing_the_expert_width_refused "$(echo "$out" | tail -2)"; fi
+out=$($MPI -np 2 "$LT" train configs/tiny.yaml $BASE $ETP2 $EP2 2>&1 </dev/null)
+if [ $? -ne 0 ] && echo "$out" | grep -q "expert_model_parallel_size (2) x parallel.expert_tensor_parallel_size (2) must divide the ranks of a pipeline stage"; then
+  pass etp_times_ep_larger_than_the_stage_refused
+else fail etp_times_ep_larger_than_the_stage_refused "$(echo "$out" | tail -2)"; fi
 out=$("$LT" train configs/tiny.yaml $BASE model.moe_router_topk=5 2>&1)
 if [ $? -eq 2 ] && echo "$out" | grep -q "model.moe_router_topk (5) must be <= model.num_experts"; then
   pass topk_above_experts_refused

@@ -89,7 +89,8 @@ agree pp3_first2_sel 3 parallel.pipeline_model_parallel_size=3 \
 # workspace, the MLP buffers of the widest dense or shared expert): one rank; EP 2
 # over TP 2 with SP; EP 2 over DP with pipeline stages (the engine's LT_PLAN_CHECK
 # holds every stage); a shared expert on every second layer, interleaved, ZeRO 2;
-# Llama experts under EP 4 over TP 2 x DP 2 with full recomputation; capacity padding
+# Llama experts under EP 4 over TP 2 x DP 2 with full recomputation; capacity padding;
+# expert tensor parallelism (ETP 2 x EP 2 over TP 2 x DP 2 with ZeRO 1, Llama ETP 4)
 MOE="model.num_experts=4 model.moe_ffn_hidden_size=48 model.moe_aux_loss_coeff=0.01"
 EP2=parallel.expert_model_parallel_size=2
 agree moe_single 1 $MOE
@@ -102,6 +103,10 @@ BASE="$LBASE" agree moe_llama_ep4_full 4 $MOE parallel.expert_model_parallel_siz
   parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true train.recompute=full
 agree moe_capacity_pad 2 $MOE $EP2 model.moe_expert_capacity_factor=1.5 \
   model.moe_pad_expert_input_to_capacity=true train.precision=bf16
+agree moe_etp2_ep2_zero1 4 $MOE $EP2 parallel.expert_tensor_parallel_size=2 \
+  parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true optimizer.zero_stage=1
+BASE="$LBASE" agree moe_llama_etp4 4 $MOE parallel.expert_tensor_parallel_size=4 \
+  parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true
 
 # the step-time model's overlap (lattice plan --layout prints a layout's step by
 # part): what each switch hides, where the layout and the library allow it
@@ -347,9 +352,10 @@ if [ $rc1 -eq 2 ] && grep -q "multiple of --gpus-per-node" "$T/r1" && [ $rc2 -eq
   pass plan_refusals
 else fail plan_refusals "rc $rc1/$rc2: $(cat "$T/r1" "$T/r2" | grep error | head -2)"; fi
 
-# mixture of experts: expert tensor parallelism, an EP that does not divide the
-# experts or the stage's ranks are refused as the config refuses them
-"$LT" plan configs/tiny.yaml model.num_experts=4 parallel.expert_tensor_parallel_size=2 > "$T/r3" 2>&1
+# mixture of experts: an ETP that does not divide the expert width, an EP that
+# does not divide the experts or the stage's ranks are refused as the config
+# refuses them
+"$LT" plan configs/tiny.yaml model.num_experts=4 parallel.expert_tensor_parallel_size=5 > "$T/r3" 2>&1
 rc3=$?
 "$LT" plan configs/tiny.yaml model.num_experts=4 parallel.expert_model_parallel_size=3 --layout \
   --gpus 3 train.global_batch_size=12 > "$T/r4" 2>&1
@@ -357,7 +363,7 @@ rc4=$?
 "$LT" plan configs/tiny.yaml model.num_experts=4 parallel.expert_model_parallel_size=4 --layout \
   --gpus 2 > "$T/r5" 2>&1
 rc5=$?
-if [ $rc3 -eq 2 ] && grep -q "expert_tensor_parallel_size > 1: tensor parallelism inside an expert" "$T/r3" &&
+if [ $rc3 -eq 2 ] && grep -q "expert_tensor_parallel_size (5) must divide model.moe_ffn_hidden_size (128)" "$T/r3" &&
    [ $rc4 -eq 2 ] && grep -q "expert_model_parallel_size (3) must divide model.num_experts (4)" "$T/r4" &&
    [ $rc5 -eq 2 ] && grep -q "expert_model_parallel_size (4) must divide the ranks of a pipeline stage" "$T/r5"; then
   pass plan_moe_refusals

@@ -176,6 +176,47 @@ static void test_edp_groups(void) {
     CHECK(strcmp(lt_group_kind_name(LT_GROUP_EDP), "edp") == 0, "name");
 }
 
+/* Megatron-Core's folding with expert tensor parallelism: TP 2, DP 4, PP 2,
+ * ETP 2, EP 2 reads stage-local index i as etp + 2 (ep + 2 edp): ETP groups
+ * [0,1], [2,3], ...; EP groups [0,2], [1,3], [4,6], [5,7]; EDP groups [0,4],
+ * [1,5], [2,6], [3,7]; stage 1 the same plus 8. Refused: ETP 3 (does not
+ * divide 8), ETP 2 x EP 8 (16 > 8). */
+static void test_etp_groups(void) {
+    LtTopology t;
+    char err[256];
+    REQUIRE(lt_topology_init(&t, 16, 2, 2, 4, NULL, 0) == 0, "init");
+    CHECK(lt_topology_group_size(&t, LT_GROUP_ETP) == 1, "etp defaults to 1");
+    CHECK(lt_topology_set_experts(&t, 1, 3, err, sizeof err) == -1 &&
+              strstr(err, "expert-tensor-parallel size 3"),
+          "etp 3 refused: %s", err);
+    CHECK(lt_topology_set_experts(&t, 8, 2, err, sizeof err) == -1 &&
+              strstr(err, "expert-parallel size 8"),
+          "etp 2 x ep 8 refused: %s", err);
+    REQUIRE(lt_topology_set_experts(&t, 2, 2, err, sizeof err) == 0, "etp 2 ep 2: %s", err);
+    CHECK(lt_topology_group_size(&t, LT_GROUP_ETP) == 2 &&
+              lt_topology_group_size(&t, LT_GROUP_EP) == 2 &&
+              lt_topology_group_size(&t, LT_GROUP_EDP) == 2,
+          "sizes");
+    int m[16];
+    char got[128];
+    for (int r = 0; r < 16; r++) {
+        const int base = r / 8 * 8, i = r % 8;
+        const int etp[2] = {base + i / 2 * 2, base + i / 2 * 2 + 1},
+                  ep[2] = {base + i / 4 * 4 + i % 2, base + i / 4 * 4 + i % 2 + 2},
+                  edp[2] = {base + i % 4, base + i % 4 + 4};
+        int n = lt_topology_group(&t, r, LT_GROUP_ETP, m);
+        format_list(got, sizeof got, m, n);
+        CHECK(list_eq(m, n, etp, 2), "rank %d etp group %s", r, got);
+        n = lt_topology_group(&t, r, LT_GROUP_EP, m);
+        format_list(got, sizeof got, m, n);
+        CHECK(list_eq(m, n, ep, 2), "rank %d ep group %s", r, got);
+        n = lt_topology_group(&t, r, LT_GROUP_EDP, m);
+        format_list(got, sizeof got, m, n);
+        CHECK(list_eq(m, n, edp, 2), "rank %d edp group %s", r, got);
+    }
+    CHECK(strcmp(lt_group_kind_name(LT_GROUP_ETP), "etp") == 0, "name");
+}
+
 static void test_single_stage(void) {
     LtTopology t;
     REQUIRE(lt_topology_init(&t, 4, 2, 1, 0, NULL, 0) == 0, "init");
@@ -197,12 +238,13 @@ static void test_single_stage(void) {
 /* Property over many (TP, PP, DP): bijection, groups partition the world (the
  * embedding groups partition the first and last stages), sizes, sortedness,
  * and each member differs from the rank only in the group's coordinate. */
-static void check_tuple(int tp, int pp, int dp) {
+static void check_tuple(int tp, int pp, int dp, int etp) {
     LtTopology t;
     int world = tp * pp * dp;
     REQUIRE(lt_topology_init(&t, world, tp, pp, dp, NULL, 0) == 0, "%d %d %d", tp, pp, dp);
-    const int ep = tp * dp % 4 == 0 ? 4 : tp * dp % 2 == 0 ? 2 : 1; /* a divisor of TP x DP */
-    REQUIRE(lt_topology_set_ep(&t, ep, NULL, 0) == 0, "ep %d", ep);
+    const int rest = tp * dp / etp; /* EP divides it */
+    const int ep = rest % 4 == 0 ? 4 : rest % 2 == 0 ? 2 : 1;
+    REQUIRE(lt_topology_set_experts(&t, ep, etp, NULL, 0) == 0, "ep %d etp %d", ep, etp);
     static int seen[MAXW];
     memset(seen, 0, sizeof seen);
     for (int r = 0; r < world; r++) {
@@ -240,11 +282,16 @@ static void check_tuple(int tp, int pp, int dp) {
                     REQUIRE(same_tp && same_dp, "pp member differs");
                 if (k == LT_GROUP_EMBEDDING)
                     REQUIRE(cm.pp == 0 || cm.pp == pp - 1, "embedding member mid stage");
-                if (k == LT_GROUP_EP)
-                    REQUIRE(same_pp && m[n - 1] - m[0] == n - 1, "ep members not one block");
-                if (k == LT_GROUP_EDP) /* one per EP group, at the rank's position in it */
-                    REQUIRE(same_pp && (m[i] - r) % ep == 0 && (i == 0 || m[i] - m[i - 1] == ep),
-                            "edp member %d of rank %d (ep %d)", m[i], r, ep);
+                if (k == LT_GROUP_ETP)
+                    REQUIRE(same_pp && m[n - 1] - m[0] == n - 1, "etp members not one block");
+                if (k == LT_GROUP_EP) /* one per ETP block, at the rank's position in it */
+                    REQUIRE(same_pp && (m[i] - r) % etp == 0 &&
+                                (i == 0 || m[i] - m[i - 1] == etp),
+                            "ep member %d of rank %d (etp %d)", m[i], r, etp);
+                if (k == LT_GROUP_EDP) /* one per ETP x EP block, at the rank's position in it */
+                    REQUIRE(same_pp && (m[i] - r) % (ep * etp) == 0 &&
+                                (i == 0 || m[i] - m[i - 1] == ep * etp),
+                            "edp member %d of rank %d (ep %d, etp %d)", m[i], r, ep, etp);
             }
             int member = lt_topology_in_group(&t, r, (LtGroupKind)k);
             REQUIRE(self == member, "%s: rank %d self %d member %d",
@@ -258,14 +305,22 @@ static void check_tuple(int tp, int pp, int dp) {
                         lt_group_kind_name((LtGroupKind)k), m[i]);
             }
         }
-        if (k == LT_GROUP_EDP) /* the stage is the grid EP x EDP: the two meet in the rank */
+        if (k == LT_GROUP_EDP) /* the stage is the grid ETP x EP x EDP: any two of its
+                                * groups through the rank meet only in it */
             for (int r = 0; r < world; r++) {
-                int me[MAXW], md[MAXW], common = 0;
-                const int ne = lt_topology_group(&t, r, LT_GROUP_EP, me),
-                          nd = lt_topology_group(&t, r, LT_GROUP_EDP, md);
-                for (int i = 0; i < ne; i++)
-                    for (int j = 0; j < nd; j++) common += me[i] == md[j];
-                REQUIRE(common == 1 && ne * nd == tp * dp, "rank %d: ep x edp", r);
+                int g[3][MAXW], ng[3];
+                const LtGroupKind kinds[3] = {LT_GROUP_ETP, LT_GROUP_EP, LT_GROUP_EDP};
+                for (int a = 0; a < 3; a++) ng[a] = lt_topology_group(&t, r, kinds[a], g[a]);
+                for (int a = 0; a < 3; a++)
+                    for (int b = a + 1; b < 3; b++) {
+                        int common = 0;
+                        for (int i = 0; i < ng[a]; i++)
+                            for (int j = 0; j < ng[b]; j++) common += g[a][i] == g[b][j];
+                        REQUIRE(common == 1, "rank %d: %s x %s meet in %d ranks", r,
+                                lt_group_kind_name(kinds[a]), lt_group_kind_name(kinds[b]),
+                                common);
+                    }
+                REQUIRE(ng[0] * ng[1] * ng[2] == tp * dp, "rank %d: etp x ep x edp", r);
             }
         int want_covered = k == LT_GROUP_EMBEDDING ? (pp == 1 ? 1 : 2) * tp * dp : world;
         CHECK(covered == want_covered, "%s covers %d ranks, want %d",
@@ -279,15 +334,18 @@ static void test_roundtrip_property(void) {
         for (int pp = 1; pp <= 8; pp++)
             for (int dp = 1; dp <= 8; dp++) {
                 if (tp * pp * dp > MAXW) continue;
-                int before = test_cur_failed;
-                check_tuple(tp, pp, dp);
-                tuples++;
-                if (test_cur_failed && !before) {
-                    printf("  (tuple tp=%d pp=%d dp=%d)\n", tp, pp, dp);
-                    return;
+                for (int etp = 1; etp <= 2; etp++) {
+                    if (tp * dp % etp) continue;
+                    int before = test_cur_failed;
+                    check_tuple(tp, pp, dp, etp);
+                    tuples++;
+                    if (test_cur_failed && !before) {
+                        printf("  (tuple tp=%d pp=%d dp=%d etp=%d)\n", tp, pp, dp, etp);
+                        return;
+                    }
                 }
             }
-    CHECK(tuples > 400, "only %d tuples", tuples);
+    CHECK(tuples > 700, "only %d tuples", tuples);
 }
 
 int main(void) {
@@ -296,6 +354,7 @@ int main(void) {
     RUN(test_megatron_example_groups);
     RUN(test_ep_groups);
     RUN(test_edp_groups);
+    RUN(test_etp_groups);
     RUN(test_single_stage);
     RUN(test_roundtrip_property);
     return test_summary();

@@ -191,10 +191,12 @@ void lt_run_save_checkpoint(LtRun *r, long step) {
     w->src = (LtStateSrc){&r->model->table, lo, lo + w->n, r->coords.tp == 0,
                           {w->copy[0], w->copy[1], w->copy[2]}, NULL};
     if (r->eopt) { /* this rank's experts: its expert-data-parallel slice of them, each
-                    * expert saved by one rank of the stage (replicated over none) */
+                    * expert's slice saved by one rank of the stage; a tensor whole on
+                    * every ETP rank (proj.bias) by ETP rank 0 */
         lt_optim_save_range(r->eopt, &lo, &w->en);
         copy_state(w, r->eopt, lo, w->en, w->ecopy);
-        w->esrc = (LtStateSrc){&r->model->etable, lo, lo + w->en, 1,
+        w->esrc = (LtStateSrc){&r->model->etable, lo, lo + w->en,
+                               !r->etp || lt_comm_rank(r->etp) == 0,
                                {w->ecopy[0], w->ecopy[1], w->ecopy[2]}, NULL};
         w->src.next = &w->esrc;
     }

@@ -473,9 +473,11 @@ static int int_layout(const size_t *counts, int n, int *ic, int *displ) {
     return at <= (size_t)INT_MAX;
 }
 
-/* all_to_all_v as one batch of sends and receives; the rank's own part copied. */
+/* all_to_all_v as one batch of sends and receives; the rank's own part copied.
+ * same_send: every rank gets the same sc[j] elements from the start of s (an
+ * all-gather). */
 static void all_to_all_p2p(const LtComm *c, const char *s, const size_t *sc, char *rv,
-                           const size_t *rc, LtCommType t) {
+                           const size_t *rc, LtCommType t, int same_send) {
     const size_t es = lt_comm_type_size(t);
     LtCommRequest *q = lt_malloc(sizeof *q * 2 * (size_t)c->size);
     int nq = 0;
@@ -488,12 +490,29 @@ static void all_to_all_p2p(const LtComm *c, const char *s, const size_t *sc, cha
             if (rc[j]) q[nq++] = lt_comm_recv_start(c, rv + ro * es, rc[j], t, j, 0);
             if (sc[j]) q[nq++] = lt_comm_send_start(c, s + so * es, sc[j], t, j, 0);
         }
-        so += sc[j], ro += rc[j];
+        if (!same_send) so += sc[j];
+        ro += rc[j];
     }
     lt_comm_batch_end(c);
     copy_local(c, rv + mine_r * es, s + mine_s * es, sc[c->rank] * es);
     for (int k = 0; k < nq; k++) lt_comm_finish(&q[k]);
     free(q);
+}
+
+void lt_comm_all_gather_v(const LtComm *c, const void *send, void *recv, const int *counts,
+                          LtCommType t) {
+    const char *name = "all_gather_v";
+    op_begin(c, name, 0, t); /* group checks first */
+    const int n = c->size;
+    size_t *sc = lt_malloc(sizeof(size_t) * 2 * (size_t)n), *rc = sc + n;
+    for (int j = 0; j < n; j++) {
+        if (counts[j] < 0)
+            lt_fatal("communication: %s on group '%s': negative count %d for rank %d", name,
+                     c->name, counts[j], j);
+        sc[j] = (size_t)counts[c->rank], rc[j] = (size_t)counts[j];
+    }
+    all_to_all_p2p(c, send, sc, recv, rc, t, 1);
+    free(sc);
 }
 
 void lt_comm_all_to_all_v(const LtComm *c, const void *send, const size_t *send_counts,
@@ -518,7 +537,7 @@ void lt_comm_all_to_all_v(const LtComm *c, const void *send, const size_t *send_
                                            ints + 3 * n, t));
         lt_comm_finish(&r);
     } else {
-        all_to_all_p2p(c, send, send_counts, recv, recv_counts, t);
+        all_to_all_p2p(c, send, send_counts, recv, recv_counts, t, 0);
     }
     free(ints);
 }

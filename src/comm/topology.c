@@ -26,16 +26,28 @@ int lt_topology_init(LtTopology *t, int world, int tp, int pp, int dp, char *err
     t->pp = pp;
     t->world = world;
     t->ep = 1;
+    t->etp = 1;
     return 0;
 }
 
 int lt_topology_set_ep(LtTopology *t, int ep, char *err, size_t errlen) {
-    if (ep < 1 || (t->tp * t->dp) % ep != 0)
+    return lt_topology_set_experts(t, ep, 1, err, errlen);
+}
+
+int lt_topology_set_experts(LtTopology *t, int ep, int etp, char *err, size_t errlen) {
+    if (etp < 1 || (t->tp * t->dp) % etp != 0)
+        return lt_errorf(err, errlen,
+                         "expert-tensor-parallel size %d must be >= 1 and divide tensor-parallel "
+                         "%d x data-parallel %d (experts are spread over a stage's TP x DP ranks)",
+                         etp, t->tp, t->dp);
+    if (ep < 1 || (t->tp * t->dp / etp) % ep != 0)
         return lt_errorf(err, errlen,
                          "expert-parallel size %d must be >= 1 and divide tensor-parallel %d x "
-                         "data-parallel %d (experts are spread over a stage's TP x DP ranks)",
-                         ep, t->tp, t->dp);
+                         "data-parallel %d / expert-tensor-parallel %d (experts are spread over "
+                         "a stage's TP x DP ranks)",
+                         ep, t->tp, t->dp, etp);
     t->ep = ep;
+    t->etp = etp;
     return 0;
 }
 
@@ -69,7 +81,8 @@ int lt_topology_group_size(const LtTopology *t, LtGroupKind kind) {
     case LT_GROUP_PP: return t->pp;
     case LT_GROUP_EMBEDDING: return t->pp == 1 ? 1 : 2;
     case LT_GROUP_EP: return t->ep;
-    case LT_GROUP_EDP: return t->tp * t->dp / t->ep;
+    case LT_GROUP_EDP: return t->tp * t->dp / (t->ep * t->etp);
+    case LT_GROUP_ETP: return t->etp;
     default: return -1;
     }
 }
@@ -97,14 +110,15 @@ int lt_topology_group(const LtTopology *t, int rank, LtGroupKind kind, int *memb
             members[n++] = lt_topology_rank(t, m);
         }
         break;
-    case LT_GROUP_EP: { /* the block of ep stage-local indices holding rank's */
-        const int stage = t->tp * t->dp, first = rank / stage * stage + rank % stage / t->ep * t->ep;
-        for (int k = 0; k < t->ep; k++) members[n++] = first + k;
-        break;
-    }
-    case LT_GROUP_EDP: { /* rank's position in every EP group of its stage */
-        const int stage = t->tp * t->dp, first = rank / stage * stage + rank % stage % t->ep;
-        for (int j = 0; j < stage / t->ep; j++) members[n++] = first + j * t->ep;
+    case LT_GROUP_ETP:
+    case LT_GROUP_EP:
+    case LT_GROUP_EDP: { /* one coordinate of etp + ETP * (ep + EP * edp) walked */
+        const int stage = t->tp * t->dp, i = rank % stage, base = rank - i;
+        const int stride = kind == LT_GROUP_ETP ? 1 : kind == LT_GROUP_EP ? t->etp : t->etp * t->ep;
+        const int size = lt_topology_group_size(t, kind);
+        /* i less its coordinate of this kind times stride: the group's first */
+        const int first = base + i - i / stride % size * stride;
+        for (int k = 0; k < size; k++) members[n++] = first + k * stride;
         break;
     }
     default: return -1;
@@ -129,6 +143,7 @@ const char *lt_group_kind_name(LtGroupKind kind) {
     case LT_GROUP_EMBEDDING: return "embedding";
     case LT_GROUP_EP: return "ep";
     case LT_GROUP_EDP: return "edp";
+    case LT_GROUP_ETP: return "etp";
     default: return "?";
     }
 }

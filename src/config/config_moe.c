@@ -130,24 +130,36 @@ static int check_experts(const LtConfig *c, char *err, size_t errlen) {
     return 0;
 }
 
-/* Expert parallelism: EP folded into the TP x DP ranks of a stage (dp: the
- * data-parallel size, or <= 0 when the world is not known), whole experts. */
+/* Expert parallelism and expert tensor parallelism: ETP x EP folded into the
+ * TP x DP ranks of a stage (dp: the data-parallel size, or <= 0 when the
+ * world is not known), whole experts per EP rank, each expert's FFN width cut
+ * over ETP. ETP is independent of TP: the experts never see the dense layers'
+ * tensor-parallel split (each TP rank routes its own sequence shard). */
 static int check_parallel(const LtConfig *c, long long dp, char *err, size_t errlen) {
     const long long ep = c->parallel.expert_model_parallel_size,
+                    etp = c->parallel.expert_tensor_parallel_size,
                     tp = c->parallel.tensor_model_parallel_size;
-    if (c->parallel.expert_tensor_parallel_size > 1)
-        return lt_cfg_fail(err, errlen, "parallel.expert_tensor_parallel_size > 1: tensor "
-                           "parallelism inside an expert is not implemented in lattice yet; set "
-                           "parallel.expert_tensor_parallel_size=1 (each expert whole on its rank)");
+    const int ffn = c->model.moe_ffn_hidden_size;
     if (c->model.num_experts % ep)
         return lt_cfg_fail(err, errlen, "parallel.expert_model_parallel_size (%lld) must divide "
                            "model.num_experts (%d): each rank computes the same number of "
                            "experts", ep, c->model.num_experts);
-    if (dp > 0 && (tp * dp) % ep)
-        return lt_cfg_fail(err, errlen, "parallel.expert_model_parallel_size (%lld) must divide "
-                           "the ranks of a pipeline stage, parallel.tensor_model_parallel_size x "
-                           "data-parallel size = %lld x %lld (Megatron-Core's MoE parallel "
-                           "folding)", ep, tp, dp);
+    if (ffn % etp)
+        return lt_cfg_fail(err, errlen, "parallel.expert_tensor_parallel_size (%lld) must divide "
+                           "model.moe_ffn_hidden_size (%d): each rank of an expert computes the "
+                           "same slice of its width", etp, ffn);
+    if (dp > 0 && (tp * dp) % (ep * etp)) {
+        if (etp == 1)
+            return lt_cfg_fail(err, errlen, "parallel.expert_model_parallel_size (%lld) must "
+                               "divide the ranks of a pipeline stage, "
+                               "parallel.tensor_model_parallel_size x data-parallel size = %lld "
+                               "x %lld (Megatron-Core's MoE parallel folding)", ep, tp, dp);
+        return lt_cfg_fail(err, errlen, "parallel.expert_model_parallel_size (%lld) x "
+                           "parallel.expert_tensor_parallel_size (%lld) must divide the ranks of "
+                           "a pipeline stage, parallel.tensor_model_parallel_size x data-parallel "
+                           "size = %lld x %lld (Megatron-Core's MoE parallel folding)", ep, etp,
+                           tp, dp);
+    }
     if (c->model.moe_router_enable_expert_bias && c->model.moe_pad_expert_input_to_capacity)
         return lt_cfg_fail(err, errlen, "model.moe_router_enable_expert_bias with "
                            "model.moe_pad_expert_input_to_capacity: every expert then counts "

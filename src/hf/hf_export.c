@@ -231,10 +231,13 @@ static int write_config_json(const char *path, const LtConfig *c, const LtModelD
 int lt_hf_validate_replica(LtConfig *c, char *err, size_t errlen) {
     const long long world = (long long)c->parallel.tensor_model_parallel_size *
                             c->parallel.pipeline_model_parallel_size;
-    const int ep = c->parallel.expert_model_parallel_size;
+    const int ep = c->parallel.expert_model_parallel_size,
+              etp = c->parallel.expert_tensor_parallel_size;
     c->parallel.expert_model_parallel_size = 1;
+    c->parallel.expert_tensor_parallel_size = 1;
     const int rc = lt_config_validate(c, world > 0 && world <= INT_MAX ? (int)world : 1, err, errlen);
     c->parallel.expert_model_parallel_size = ep;
+    c->parallel.expert_tensor_parallel_size = etp;
     return rc;
 }
 

@@ -180,6 +180,10 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
         LT_CHECK(d->moe.experts % lt_comm_size(opt->ep) == 0);
         m->in->ep = opt->ep;
     }
+    if (opt && opt->etp && lt_comm_size(opt->etp) > 1) {
+        LT_CHECK(d->moe.ffn % lt_comm_size(opt->etp) == 0);
+        m->in->etp = opt->etp;
+    }
     m->be = be;
     m->d = *d;
     m->B = B;
@@ -192,9 +196,12 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     m->pp = place.pp;
     m->pp_rank = place.pp_rank;
     m->vpp = place.vpp;
-    if (m->in->ep) /* only this rank's experts, in a table of their own */
+    if (m->in->ep || m->in->etp) /* only this rank's experts (slices), in a table of their own */
         lt_params_build_split(&m->table, &m->etable, d, m->in->tp_size, m->in->tp_rank, place,
-                              lt_comm_size(m->in->ep), lt_comm_rank(m->in->ep));
+                              m->in->ep ? lt_comm_size(m->in->ep) : 1,
+                              m->in->ep ? lt_comm_rank(m->in->ep) : 0,
+                              m->in->etp ? lt_comm_size(m->in->etp) : 1,
+                              m->in->etp ? lt_comm_rank(m->in->etp) : 0);
     else
         lt_params_build_stage(&m->table, d, m->in->tp_size, m->in->tp_rank, place);
     m->max_chunk_layers = m->table.max_chunk_layers;

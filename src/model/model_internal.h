@@ -71,6 +71,7 @@ struct LtModelInternal {
     LtExpertTensors *moe_exp; /* (experts) a layer's expert tensors, filled per use */
     float moe_aux_weight; /* lt_model_set_moe_aux_weight */
     const LtComm *ep;     /* the expert-parallel group (NULL: EP 1) */
+    const LtComm *etp;    /* the expert-tensor-parallel group (NULL: ETP 1) */
     LtMoeStats *moe_stats; /* per local layer (MoE layers' entries used) */
     int recomputing;      /* forwards run by recomputation: not counted in moe_stats */
     int training_forward; /* the forwards running now are training's (a gradient follows) */
@@ -160,7 +161,9 @@ static inline LtMoeShape moe_shape(const LtModel *m, int B) {
     return lt_moe_shape(&m->d.moe, m->d.arch, B, m->T, m->d.hidden, R,
                         m->sp ? (long)m->in->tp_rank * R : 0,
                         m->in->ep ? lt_comm_size(m->in->ep) : 1,
-                        m->in->ep ? lt_comm_rank(m->in->ep) : 0);
+                        m->in->ep ? lt_comm_rank(m->in->ep) : 0,
+                        m->in->etp ? lt_comm_size(m->in->etp) : 1,
+                        m->in->etp ? lt_comm_rank(m->in->etp) : 0);
 }
 
 /* Parameter / gradient of role k of layer l, NULL when absent. */
@@ -233,7 +236,8 @@ static inline void *rows_at(const LtModel *m, void *x, size_t row, int C) {
 
 /* The routing settings and this step's loss weight of the MoE layers. */
 static inline LtMoeCtx moe_ctx(const LtModel *m) {
-    return (LtMoeCtx){&m->d.moe, m->sp ? m->tp : NULL, m->in->ep, m->in->moe_aux_weight};
+    return (LtMoeCtx){&m->d.moe, m->sp ? m->tp : NULL, m->in->ep, m->in->etp,
+                      m->in->moe_aux_weight};
 }
 
 /* The first visible key of each query in local layer l's attention: the

@@ -24,12 +24,13 @@ static void *eparam(const LtModel *m, int i) {
 static float *egrad(const LtModel *m, int i) { return m->egrads + m->etable.p[i].offset; }
 
 /* MoE layer l's router and expert tensors (params.h's order): every expert's
- * from the table, or under expert parallelism this rank's (at their global
- * index e; the others' entries are left unset) from the expert table. */
+ * from the table, or under expert (tensor) parallelism this rank's (at their
+ * global index e; the others' entries are left unset; slices under ETP) from
+ * the expert table. */
 LtMoeWeights lt_mdl_moe_weights(LtModel *m, int l) {
     const int r = router_idx(m, l), fp = ffn_params(m), E = m->d.moe.experts;
-    const int split = m->etable.n > 0, El = split ? E / lt_comm_size(m->in->ep) : E,
-              e0 = split ? lt_comm_rank(m->in->ep) * El : 0;
+    const int split = m->etable.n > 0, ep = m->in->ep ? lt_comm_size(m->in->ep) : 1,
+              El = E / ep, e0 = m->in->ep ? lt_comm_rank(m->in->ep) * El : 0;
     for (int e = e0; e < e0 + El; e++) {
         const int b = split ? m->etable.layer_first[l] + (e - e0) * fp
                             : r + 1 + !!m->d.moe.expert_bias + e * fp;

@@ -27,10 +27,14 @@ int lt_moe_backend_ok(const LtBackend *be) {
            o->linear_group_fwd && o->linear_group_bwd;
 }
 
+/* 1 when the local experts' rows come from other ranks (EP or ETP). */
+static int spread(const LtMoeShape *s) { return s->ep > 1 || s->etp > 1; }
+
 LtMoeShape lt_moe_shape(const LtMoeDims *d, int arch, int B, int T, int C, int R, long row0,
-                        int ep, int ep_rank) {
+                        int ep, int ep_rank, int etp, int etp_rank) {
     LtMoeShape s = {.R = R, .N = B * T, .T = T, .row0 = row0, .C = C, .E = d->experts,
-                    .K = d->topk, .F = d->ffn, .llama = arch == LT_ARCH_LLAMA};
+                    .K = d->topk, .llama = arch == LT_ARCH_LLAMA};
+    s.etp = etp > 1 ? etp : 1, s.etp_rank = etp > 1 ? etp_rank : 0, s.F = d->ffn / s.etp;
     s.groups = d->balance == LT_MOE_SEQ_AUX_LOSS ? B : 1;
     /* Megatron-Core's get_capacity over this rank's R K assignments */
     if (d->capacity > 0) s.capacity = (int)ceil((double)R * s.K / s.E * d->capacity);
@@ -39,18 +43,19 @@ LtMoeShape lt_moe_shape(const LtMoeDims *d, int arch, int B, int T, int C, int R
     s.ep = ep > 1 ? ep : 1, s.ep_rank = ep > 1 ? ep_rank : 0, s.El = s.E / s.ep;
     /* what one rank can send to another's El experts: each token at most
      * min(K, El) rows (its experts are distinct), and with a capacity at most
-     * (padded: exactly) capacity rows per expert */
+     * (padded: exactly) capacity rows per expert; the ETP x EP ranks of the
+     * group each send that much at most */
     long one = (long)R * (s.K < s.El ? s.K : s.El);
     if (s.capacity > 0 && (d->pad || (long)s.El * s.capacity < one)) one = (long)s.El * s.capacity;
-    s.Mr_max = s.ep > 1 ? (int)(one * s.ep) : s.M;
+    s.Mr_max = spread(&s) ? (int)(one * s.ep * s.etp) : s.M;
     s.Mr = s.Mr_max;
     /* dropless, the worst case (every row of the group to this rank's experts) is EP
-     * times the balanced share: start at LT_MOE_EP_HEADROOM times that share (2 when
-     * unset; 0: the worst case, never grown) and grow on demand */
+     * times the balanced share (ETP R K): start at LT_MOE_EP_HEADROOM times that
+     * share (2 when unset; 0: the worst case, never grown) and grow on demand */
     const char *env = getenv("LT_MOE_EP_HEADROOM");
     const double head = env && *env ? atof(env) : 2.0;
-    const long start = (long)ceil(head * (double)rk);
-    if (s.ep > 1 && s.capacity == 0 && head > 0.0 && start < s.Mr) s.Mr = start > 0 ? (int)start : 1;
+    const long start = (long)ceil(head * (double)rk * s.etp);
+    if (spread(&s) && s.capacity == 0 && head > 0.0 && start < s.Mr) s.Mr = start > 0 ? (int)start : 1;
     return s;
 }
 
@@ -78,7 +83,7 @@ void lt_moe_acts_alloc(LtBackend *be, const LtMoeShape *s, LtMoeActs *a, size_t 
     a->hpre = dalloc(be, lt_act_bytes(be, Mr * F * (s->llama ? 2 : 1)), bytes);
     a->h = dalloc(be, lt_act_bytes(be, Mr * F), bytes);
     a->out = dalloc(be, lt_act_bytes(be, R * C), bytes);
-    if (s->ep == 1) { /* the local experts' rows are the permuted rows */
+    if (!spread(s)) { /* the local experts' rows are the permuted rows */
         a->xe = a->xp, a->ye = a->y;
         return;
     }
@@ -90,6 +95,7 @@ void lt_moe_acts_alloc(LtBackend *be, const LtMoeShape *s, LtMoeActs *a, size_t 
     a->ep_send = lt_calloc(sizeof(size_t) * (size_t)s->ep);
     a->ep_recv = lt_calloc(sizeof(size_t) * (size_t)s->ep);
     a->loff = lt_calloc(sizeof(int) * (size_t)(s->El + 1));
+    a->etp_n = lt_calloc(sizeof(int) * (size_t)s->etp);
 }
 
 void lt_moe_acts_free(LtBackend *be, LtMoeActs *a) {
@@ -104,6 +110,7 @@ void lt_moe_acts_free(LtBackend *be, LtMoeActs *a) {
     free(a->ep_send);
     free(a->ep_recv);
     free(a->loff);
+    free(a->etp_n);
 }
 
 void lt_moe_work_alloc(LtBackend *be, const LtMoeShape *s, LtMoeWork *w, size_t *bytes) {
@@ -113,11 +120,11 @@ void lt_moe_work_alloc(LtBackend *be, const LtMoeShape *s, LtMoeWork *w, size_t 
     w->dh = dalloc(be, lt_act_bytes(be, Mw * F), bytes);
     w->dhpre = s->llama ? dalloc(be, lt_act_bytes(be, Mw * 2 * F), bytes) : NULL;
     w->dxp = dalloc(be, lt_act_bytes(be, Mw * C), bytes);
-    w->xr = s->ep > 1 ? dalloc(be, lt_act_bytes(be, Mw * C), bytes) : NULL;
+    w->xr = spread(s) ? dalloc(be, lt_act_bytes(be, Mw * C), bytes) : NULL;
     w->dw = dalloc(be, R * (size_t)s->K * sizeof(float), bytes);
     w->dlogits = dalloc(be, R * (size_t)s->E * sizeof(float), bytes);
     w->bias = dalloc(be, (size_t)s->E * sizeof(float), bytes);
-    w->host_ge = s->ep > 1 ? lt_calloc(sizeof(int32_t) * 2 * (size_t)(Mw + 1)) : NULL;
+    w->host_ge = spread(s) ? lt_calloc(sizeof(int32_t) * 2 * (size_t)(Mw + 1)) : NULL;
     w->cap = (int)Mw;
 }
 
@@ -183,9 +190,9 @@ static void balance_stats(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s
 }
 
 /* The local experts' offsets (El + 1, from 0): local expert le has rows off[le] ..
- * off[le + 1] - 1 of the permuted rows (EP 1) or of the received ones. */
+ * off[le + 1] - 1 of the permuted rows (EP and ETP 1) or of the gathered ones. */
 static const int *local_off(const LtMoeShape *s, const LtMoeActs *a) {
-    return s->ep > 1 ? a->loff : a->host_off;
+    return spread(s) ? a->loff : a->host_off;
 }
 
 /* The local experts' tensors as the grouped linears take them: El pointers each. */
@@ -220,7 +227,7 @@ static void regrow(LtBackend *be, void **buf, size_t old, size_t n, size_t *grow
     *grown += n - old;
 }
 
-/* Dropless EP: this forward receives `rows` rows, more than a's or w's
+/* Dropless EP or ETP: this forward receives `rows` rows, more than a's or w's
  * buffers hold. They grow to 1.25x that (at most Mr_max): a's are rewritten
  * by this forward, w's only live within one call, so nothing is copied. */
 static void ep_grow(LtBackend *be, const LtMoeShape *s, LtMoeActs *a, LtMoeWork *w, size_t rows) {
@@ -258,38 +265,56 @@ static void ep_grow(LtBackend *be, const LtMoeShape *s, LtMoeActs *a, LtMoeWork 
            (double)w->grown / 1048576.0, s->Mr);
 }
 
-/* EP: from this rank's rows per expert (host_off), what it sends each rank of
- * the group; the counts exchanged (host all-to-all); what it receives, rank
- * after rank, each rank's rows by local expert; the local expert-major order
- * of them (xe row r = received row ge[r]; ginv the inverse, both uploaded)
- * and the local experts' offsets. */
+/* EP and ETP: from this rank's rows per expert (host_off), what it sends each
+ * rank of the EP group; the counts exchanged (host all-to-all); what it
+ * receives, rank after rank, each rank's rows by local expert; with ETP those
+ * counts of every rank of the ETP group (host all-gather) and what each
+ * contributes to the gathered rows (a->etp_n), which hold the ETP ranks'
+ * received rows one after the other; the local expert-major order of the
+ * gathered rows (xe row r = gathered row ge[r]; ginv the inverse, both
+ * uploaded) and the local experts' offsets. */
 static void ep_plan(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s, LtMoeActs *a,
                     LtMoeWork *w) {
-    const int P = s->ep, El = s->El;
+    const int P = s->ep, El = s->El, Q = s->etp, S = P * Q; /* S sources of gathered rows */
     const size_t C = (size_t)s->C;
-    int32_t *cs = lt_malloc(sizeof(int32_t) * 2 * (size_t)(P * El)), *cr = cs + P * El;
-    size_t *n = lt_malloc(sizeof(size_t) * 2 * (size_t)P), *base = n + P;
+    int32_t *cs = lt_malloc(sizeof(int32_t) * (size_t)(P * El + S * El)), *cr = cs + P * El;
+    size_t *n = lt_malloc(sizeof(size_t) * (size_t)(P + S)), *base = n + P;
     for (int j = 0; j < P; j++) {
         n[j] = (size_t)El;
         for (int le = 0; le < El; le++)
             cs[j * El + le] = a->host_off[j * El + le + 1] - a->host_off[j * El + le];
     }
-    lt_comm_all_to_all_v(lt_comm_host(cx->ep), cs, n, cr, n, LT_COMM_I32);
-    size_t at = 0;
-    for (int j = 0; j < P; j++) {
-        size_t rows = 0;
-        for (int le = 0; le < El; le++) rows += (size_t)cr[j * El + le];
-        base[j] = at, at += rows;
-        a->ep_recv[j] = rows * C;
-        a->ep_send[j] = (size_t)(a->host_off[(j + 1) * El] - a->host_off[j * El]) * C;
+    /* cr: ETP rank q's counts from EP rank j for local expert le at (q P + j) El + le */
+    int32_t *mine = cr + s->etp_rank * P * El;
+    if (P > 1) lt_comm_all_to_all_v(lt_comm_host(cx->ep), cs, n, mine, n, LT_COMM_I32);
+    else memcpy(mine, cs, sizeof(int32_t) * (size_t)El);
+    if (Q > 1) { /* (a gather's send and receive do not overlap) */
+        int32_t *tmp = lt_malloc(sizeof(int32_t) * (size_t)(P * El));
+        memcpy(tmp, mine, sizeof(int32_t) * (size_t)(P * El));
+        lt_comm_all_gather(lt_comm_host(cx->etp), tmp, cr, (size_t)(P * El), LT_COMM_I32);
+        free(tmp);
     }
+    size_t at = 0;
+    for (int q = 0; q < Q; q++) {
+        const size_t first = at;
+        for (int j = 0; j < P; j++) {
+            size_t rows = 0;
+            for (int le = 0; le < El; le++) rows += (size_t)cr[(q * P + j) * El + le];
+            base[q * P + j] = at, at += rows;
+            if (q == s->etp_rank) a->ep_recv[j] = rows * C;
+        }
+        LT_CHECK((at - first) * C <= (size_t)INT32_MAX); /* the ETP collectives' int counts */
+        a->etp_n[q] = (int)((at - first) * C);
+    }
+    for (int j = 0; j < P; j++)
+        a->ep_send[j] = (size_t)(a->host_off[(j + 1) * El] - a->host_off[j * El]) * C;
     LT_CHECK(at <= (size_t)s->Mr_max);
     if (at > (size_t)a->cap || at > (size_t)w->cap) ep_grow(be, s, a, w, at);
     int32_t *ge = w->host_ge, *ginv = w->host_ge + w->cap;
     int r = 0;
     for (int le = 0; le < El; le++) {
         a->loff[le] = r;
-        for (int j = 0; j < P; j++) {
+        for (int j = 0; j < S; j++) {
             size_t q = base[j];
             for (int k = 0; k < le; k++) q += (size_t)cr[j * El + k];
             for (int i = 0; i < cr[j * El + le]; i++, r++) ge[r] = (int32_t)(q + (size_t)i);
@@ -301,6 +326,26 @@ static void ep_plan(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s, LtMo
     be->ops->upload(be, a->ginv, ginv, (size_t)r * sizeof(int32_t));
     free(cs);
     free(n);
+}
+
+/* ETP: the rows this rank received (rx) and those of the other ranks of its
+ * ETP group, gathered into out in group order; returns what holds them (rx
+ * itself without ETP). */
+static const void *etp_gather(const LtMoeCtx *cx, const LtMoeShape *s, const LtMoeActs *a,
+                              const void *rx, void *out, LtCommType t) {
+    if (s->etp == 1) return rx;
+    lt_comm_all_gather_v(cx->etp, rx, out, a->etp_n, t);
+    return out;
+}
+
+/* ETP: the partial sums over the gathered rows (g, group order) summed over
+ * the ETP group, this rank's own rows into out; returns what holds them (g
+ * itself without ETP). */
+static const void *etp_reduce(const LtMoeCtx *cx, const LtMoeShape *s, const LtMoeActs *a,
+                              const void *g, void *out, LtCommType t) {
+    if (s->etp == 1) return g;
+    lt_comm_reduce_scatter_v(cx->etp, g, out, a->etp_n, t);
+    return out;
 }
 
 /* The local experts' forward over the local experts' rows: each GEMM one grouped
@@ -317,7 +362,9 @@ static void experts_forward(LtBackend *be, const LtMoeShape *s, const LtMoeWeigh
     } else {
         o->linear_group_fwd(be, a->h, a->hpre, a->xe, x.w1, x.b1, off, G, C, F);
     }
-    o->linear_group_fwd(be, a->ye, NULL, a->h, x.w2, x.b2, off, G, F, C);
+    /* under ETP the partial outputs are summed: the bias on one rank */
+    o->linear_group_fwd(be, a->ye, NULL, a->h, x.w2, s->etp_rank == 0 ? x.b2 : NULL, off, G, F,
+                        C);
     experts_free(&x);
 }
 
@@ -352,18 +399,24 @@ void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
     LT_CHECK(M >= 0 && M <= s->M);
     if (acc) count_loads(be, s, a, acc);
     o->moe_permute(be, a->xp, x, a->src, M, C);
-    if (s->ep > 1) { /* to the experts' ranks, then by local expert */
+    if (spread(s)) { /* to the experts' ranks, gathered over ETP, then by local expert */
         LT_TRACE_BEGIN("moe dispatch", "\"rows\": %d", M);
         ep_plan(be, cx, s, a, w);
-        lt_comm_all_to_all_v(cx->ep, a->xp, a->ep_send, w->xr, a->ep_recv, act);
-        o->moe_permute(be, a->xe, w->xr, a->ge, a->loff[s->El], C);
+        const void *rx = a->xp;
+        if (s->ep > 1) {
+            lt_comm_all_to_all_v(cx->ep, a->xp, a->ep_send, w->xr, a->ep_recv, act);
+            rx = w->xr;
+        }
+        o->moe_permute(be, a->xe, etp_gather(cx, s, a, rx, a->ye, act), a->ge, a->loff[s->El], C);
         LT_TRACE_END();
     }
     experts_forward(be, s, wt, a);
-    if (s->ep > 1) { /* back in the received order, then to the tokens' ranks */
+    if (spread(s)) { /* back in the gathered order, summed over ETP, to the tokens' ranks */
         LT_TRACE_BEGIN("moe combine", "\"rows\": %d", a->loff[s->El]);
-        o->moe_permute(be, w->xr, a->ye, a->ginv, a->loff[s->El], C);
-        lt_comm_all_to_all_v(cx->ep, w->xr, a->ep_recv, a->y, a->ep_send, act);
+        void *back = s->ep > 1 ? w->xr : a->y; /* this rank's rows of the ETP sum */
+        o->moe_permute(be, s->etp > 1 ? w->dy : back, a->ye, a->ginv, a->loff[s->El], C);
+        etp_reduce(cx, s, a, w->dy, back, act);
+        if (s->ep > 1) lt_comm_all_to_all_v(cx->ep, w->xr, a->ep_recv, a->y, a->ep_send, act);
         LT_TRACE_END();
     }
     o->moe_unpermute(be, a->out, a->y, a->pos, a->w, R, K, C);
@@ -396,22 +449,32 @@ void lt_moe_backward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
     const LtMoeDims *d = cx->dims;
     const int R = s->R, E = s->E, K = s->K, C = s->C, M = a->host_off[E];
     const LtCommType act = lt_comm_act_type(be);
-    /* dy in the permuted order, then (EP) at the experts' ranks by local expert */
-    o->moe_unpermute_bwd(be, s->ep > 1 ? w->xr : w->dy, w->dw, dout, a->y, a->pos, a->w, R, K,
+    /* dy in the permuted order, then (EP) at the experts' ranks, (ETP) gathered,
+     * by local expert */
+    o->moe_unpermute_bwd(be, spread(s) ? w->xr : w->dy, w->dw, dout, a->y, a->pos, a->w, R, K,
                          C, M);
-    if (s->ep > 1) {
+    if (spread(s)) {
         LT_TRACE_BEGIN("moe combine backward", "\"rows\": %d", M);
-        lt_comm_all_to_all_v(cx->ep, w->xr, a->ep_send, w->dxp, a->ep_recv, act);
-        o->moe_permute(be, w->dy, w->dxp, a->ge, a->loff[s->El], C);
+        const void *rx = w->xr;
+        if (s->ep > 1) {
+            lt_comm_all_to_all_v(cx->ep, w->xr, a->ep_send, w->dxp, a->ep_recv, act);
+            rx = w->dxp;
+        }
+        const void *g = etp_gather(cx, s, a, rx, rx == w->xr ? w->dxp : w->xr, act);
+        o->moe_permute(be, w->dy, g, a->ge, a->loff[s->El], C);
         LT_TRACE_END();
     }
     experts_backward(be, s, wt, a, w);
     const void *dxp = w->dxp;
-    if (s->ep > 1) { /* the input rows' gradient back to the tokens' ranks */
+    if (spread(s)) { /* the input rows' gradient summed over ETP, back to the tokens' ranks */
         LT_TRACE_BEGIN("moe dispatch backward", "\"rows\": %d", a->loff[s->El]);
         o->moe_permute(be, w->xr, w->dxp, a->ginv, a->loff[s->El], C);
-        lt_comm_all_to_all_v(cx->ep, w->xr, a->ep_recv, w->dy, a->ep_send, act);
-        dxp = w->dy;
+        dxp = etp_reduce(cx, s, a, w->xr, w->dy, act);
+        if (s->ep > 1) {
+            void *to = dxp == w->xr ? w->dy : w->dxp;
+            lt_comm_all_to_all_v(cx->ep, dxp, a->ep_recv, to, a->ep_send, act);
+            dxp = to;
+        }
         LT_TRACE_END();
     }
     o->moe_permute_bwd(be, dx, dxp, a->pos, R, K, C);

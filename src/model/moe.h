@@ -18,7 +18,21 @@
  * experts it computes (the model's expert table, model.h), and their
  * gradients, taken from the tokens of its whole EP group, are completed by
  * the sum over the expert-data-parallel group (the stage's ranks holding the
- * same experts), which the experts' optimizer does (optim.h). */
+ * same experts), which the experts' optimizer does (optim.h).
+ *
+ * Expert tensor parallelism (ETP ranks, folded into TP x DP before EP:
+ * topology.h): the ETP ranks of an EP rank's place hold the same experts,
+ * rank q the q-th slice of each one's FFN width F (params.h's expert table:
+ * fc / gate | up by rows, proj / down by columns). After the EP all-to-all the
+ * rows each received are all-gathered over ETP (their counts first), so each
+ * ETP rank computes its F/ETP slice for the rows of the whole ETP group, the
+ * second GEMM's bias added on ETP rank 0 only; the partial outputs are
+ * reduce-scattered over ETP (each rank gets the sum for the rows it
+ * contributed) and go back by the combine all-to-all (Megatron-Core's
+ * MoEAlltoAllTokenDispatcher). The backward mirrors it: the output gradient
+ * rows all-gathered, the input gradient's partials reduce-scattered. Each ETP
+ * rank sees the same output gradient rows, so each computes the same (whole)
+ * gradient of proj.bias. */
 #ifndef LT_MODEL_MOE_H
 #define LT_MODEL_MOE_H
 
@@ -32,18 +46,21 @@
 typedef struct {
     int R, N, T;     /* rows routed here, tokens of the micro batch, sequence length */
     long row0;       /* the micro-batch index of the first row routed here */
-    int C, E, K, F;  /* hidden, experts, experts per token, expert width */
+    int C, E, K, F;  /* hidden, experts, experts per token, expert width on this rank
+                      * (moe.ffn / etp) */
     int llama;       /* SwiGLU experts (else GeLU with biases) */
     int groups;      /* load-balancing groups: sequences (seq_aux_loss) or 1 */
     int capacity;    /* rows an expert keeps (0: dropless) */
     int M;           /* rows of the permuted buffers: max(R K, E capacity) */
     int ep, ep_rank; /* expert parallelism: group size and this rank's place */
     int El;          /* experts computed here: E / ep */
-    int Mr;          /* rows the local experts' buffers hold at first: ep x what one rank
-                      * can send, or dropless under EP at most LT_MOE_EP_HEADROOM (default
-                      * 2; 0: no limit) times the balanced share R K; a forward that
-                      * receives more grows them (see lt_moe_forward) */
-    int Mr_max;      /* the most they can receive: ep x what one rank can send */
+    int etp, etp_rank; /* expert tensor parallelism: group size and this rank's place */
+    int Mr;          /* rows the local experts' buffers hold at first: etp x ep x what one
+                      * rank can send, or dropless under EP or ETP at most
+                      * LT_MOE_EP_HEADROOM (default 2; 0: no limit) times the balanced
+                      * share etp R K; a forward that receives more grows them (see
+                      * lt_moe_forward) */
+    int Mr_max;      /* the most they can receive: etp x ep x what one rank can send */
 } LtMoeShape;
 
 /* One expert's (or the router's) tensors: weights in the compute dtype and
@@ -76,7 +93,7 @@ typedef struct LtMoeActs {
     void *xp, *y;         /* (M, C): permuted input and the experts' output, expert-major
                            * over all E experts (what this rank's tokens send and get) */
     void *xe, *hpre, *h, *ye; /* (Mr, C), (Mr, F or 2F), (Mr, F), (Mr, C): the local experts'
-                               * rows (without EP: xp and y themselves) */
+                               * rows (without EP and ETP: xp and y themselves) */
     void *out;            /* (R, C) the routed output */
     /* expert parallelism: rows sent to / received from each rank, the local experts'
      * offsets in xe, and the reorder between the received (rank-major) and the local
@@ -84,16 +101,20 @@ typedef struct LtMoeActs {
     size_t *ep_send, *ep_recv; /* (ep) elements (rows x C) */
     int *loff;            /* (El + 1) */
     int32_t *ge, *ginv;   /* (cap) */
+    int *etp_n;           /* (etp) ETP: elements (rows x C) each rank of the group
+                           * contributes to the gathered rows, in group order */
     int cap;              /* rows xe, ye, hpre, h, ge and ginv hold (Mr, or grown) */
 } LtMoeActs;
 
 /* Backward workspace shared by the layers. */
 typedef struct {
     void *dy, *dh, *dhpre, *dxp; /* (Mw, C), (Mw, F), (Mw, 2F), (Mw, C); Mw = max(M, Mr) */
-    void *xr;                    /* (Mw, C) EP: rows as the all-to-all delivers them */
+    void *xr;                    /* (Mw, C) EP or ETP: rows as the all-to-all or the
+                                  * gather delivers them */
     float *dw, *dlogits;         /* (R, K), (R, E) */
     float *bias;                 /* (E) the expert bias in fp32 for the top-k choice */
-    int32_t *host_ge;            /* (2 cap + 2) EP: staging of the reorder and its inverse */
+    int32_t *host_ge;            /* (2 cap + 2) EP or ETP: staging of the reorder and its
+                                  * inverse */
     int cap;                     /* rows of the (Mw) buffers: Mw, or grown */
     size_t grown;                /* device bytes the buffers of every layer grew by */
 } LtMoeWork;
@@ -103,11 +124,12 @@ typedef struct {
     const LtMoeDims *dims;
     const LtComm *tp;     /* the group whose ranks route the other rows (SP), or NULL */
     const LtComm *ep;     /* the expert-parallel group, or NULL (EP 1) */
+    const LtComm *etp;    /* the expert-tensor-parallel group, or NULL (ETP 1) */
     float aux_weight;     /* the micro batch's share of the step's objective */
 } LtMoeCtx;
 
 LtMoeShape lt_moe_shape(const LtMoeDims *d, int arch, int B, int T, int C, int R, long row0,
-                        int ep, int ep_rank);
+                        int ep, int ep_rank, int etp, int etp_rank);
 /* Allocate a's buffers (bytes added to *bytes); lt_moe_acts_free frees them. */
 void lt_moe_acts_alloc(LtBackend *be, const LtMoeShape *s, LtMoeActs *a, size_t *bytes);
 void lt_moe_acts_free(LtBackend *be, LtMoeActs *a);

@@ -273,14 +273,40 @@ static int dense_index(const LtParamTable *s, const int *nexp, int k) {
     return k - nexp[ll];
 }
 
+/* Expert parameter p cut over etp ranks as Megatron-Core's expert MLP under
+ * expert tensor parallelism: the first GEMM's weight (fc, or Llama's gate |
+ * up blocks) and bias by output rows, the second's weight (proj, down) by
+ * input columns; proj.bias stays whole. Shapes follow the table's tp (etp). */
+static void expert_shard(LtParamTable *t, LtParam *p) {
+    const int64_t F = p->gshape[0];
+    if (t->tp == 1) return;
+    if (strstr(p->name, ".gate_up.")) {
+        p->split = LT_SPLIT_BLOCKS;
+        p->nblocks = 2;
+        p->block_rows[0] = p->block_rows[1] = F / 2;
+    } else if (strstr(p->name, ".fc.")) {
+        p->split = LT_SPLIT_ROWS;
+    } else if (strstr(p->name, ".proj.weight") || strstr(p->name, ".down.")) {
+        p->split = LT_SPLIT_COLS;
+    }
+    p->shape[0] = p->split == LT_SPLIT_ROWS || p->split == LT_SPLIT_BLOCKS ? p->gshape[0] / t->tp
+                                                                          : p->gshape[0];
+    p->shape[1] = p->split == LT_SPLIT_COLS ? p->gshape[1] / t->tp : p->gshape[1];
+    p->numel = (size_t)p->shape[0] * (size_t)p->shape[1];
+}
+
 void lt_params_build_split(LtParamTable *dense, LtParamTable *experts, const LtModelDims *d,
-                           int tp, int tp_rank, LtStagePlace place, int ep, int ep_rank) {
+                           int tp, int tp_rank, LtStagePlace place, int ep, int ep_rank, int etp,
+                           int etp_rank) {
     const int E = d->moe.experts, nffn = d->arch == LT_ARCH_LLAMA ? 2 : 4;
     LT_CHECK(ep >= 1 && ep_rank >= 0 && ep_rank < ep && E % ep == 0);
+    LT_CHECK(etp >= 1 && etp_rank >= 0 && etp_rank < etp && (E == 0 || d->moe.ffn % etp == 0));
     LtParamTable s;
     lt_params_build_stage(&s, d, tp, tp_rank, place);
     split_header(dense, &s);
     split_header(experts, &s);
+    experts->tp = etp; /* the expert shards' split (lt_param_global_index, rects) */
+    experts->tp_rank = etp_rank;
     int capd = 0, cape = 0;
     int *nexp = lt_malloc(sizeof(int) * (size_t)(s.layers + 1)); /* expert entries before */
     nexp[0] = 0;
@@ -293,7 +319,10 @@ void lt_params_build_split(LtParamTable *dense, LtParamTable *experts, const LtM
         for (int k = s.layer_first[ll]; k < ex0; k++) keep(dense, &capd, &s.p[k]);
         for (int k = ex0; k < end; k++) {
             LT_CHECK(strstr(s.p[k].name, ".mlp.experts.") != NULL);
-            if ((k - ex0) / nffn / (E / ep) == ep_rank) keep(experts, &cape, &s.p[k]);
+            if ((k - ex0) / nffn / (E / ep) != ep_rank) continue;
+            LtParam p = s.p[k];
+            expert_shard(experts, &p);
+            keep(experts, &cape, &p);
         }
         nexp[ll + 1] = nexp[ll] + end - ex0;
     }

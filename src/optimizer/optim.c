@@ -383,11 +383,13 @@ static void counted_sumsq(LtOptimizer *o, double *ss, const float *g, size_t bas
  * each), becomes the whole model's: it is kept on the stage's first rank only,
  * each rank adds its part of the experts' - its shard of its experts', or
  * with ZeRO 0 its experts' on the first rank of each expert-data-parallel
- * group, where every rank holds them reduced - and the sum over EDP x EP (the
- * stage's ranks) counts every element once. */
+ * group, where every rank holds them reduced; under expert tensor parallelism
+ * (the expert optimizer's tp group) its slices of them, the whole ones
+ * (proj.bias) on ETP rank 0 - and the sum over ETP x EP x EDP (the stage's
+ * ranks) counts every element once. */
 static void experts_sumsq(LtOptimizer *o, double *ss_dev) {
     LtOptimizer *e = o->experts;
-    const int first = e->dp_rank == 0 && (!e->ep || lt_comm_rank(e->ep) == 0);
+    const int first = e->dp_rank == 0 && (!e->ep || lt_comm_rank(e->ep) == 0) && e->tp_rank == 0;
     if (!first) o->be->ops->zero(o->be, ss_dev, sizeof(double));
     if (e->zero_stage == 0) {
         if (e->dp_rank == 0) counted_sumsq(e, ss_dev, o->egrads, 0, 0, e->table->total);
@@ -397,6 +399,7 @@ static void experts_sumsq(LtOptimizer *o, double *ss_dev) {
     }
     if (e->dp_size > 1) lt_comm_all_reduce(e->dp, ss_dev, 1, LT_COMM_F64, LT_COMM_SUM);
     if (e->ep) lt_comm_all_reduce(e->ep, ss_dev, 1, LT_COMM_F64, LT_COMM_SUM);
+    if (e->tp) lt_comm_all_reduce(e->tp, ss_dev, 1, LT_COMM_F64, LT_COMM_SUM);
 }
 
 void lt_optim_grad_sumsq(LtOptimizer *o, const float *grads, double *ss_dev,

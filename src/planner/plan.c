@@ -90,11 +90,12 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     if (slots < 1)
         return lt_errorf(err, errlen, "no valid pipeline schedule for pp %d, vpp %d, %d micro batches",
                          pp, vpp, M);
-    LtParamTable t, et = {0}; /* the stage's table; under EP, the dense part and EP rank 0's
-                               * experts (every EP rank holds as many) */
+    LtParamTable t, et = {0}; /* the stage's table; under EP or ETP, the dense part and EP and
+                               * ETP rank 0's experts (every rank holds as many) */
     const LtStagePlace place = {pp, stage, vpp, lt_config_layer_split(c)};
-    const int ep = c->parallel.expert_model_parallel_size;
-    if (ep > 1) lt_params_build_split(&t, &et, &d, tp, 0, place, ep, 0);
+    const int ep = c->parallel.expert_model_parallel_size,
+              etp = c->parallel.expert_tensor_parallel_size;
+    if (ep > 1 || etp > 1) lt_params_build_split(&t, &et, &d, tp, 0, place, ep, 0, etp, 0);
     else lt_params_build_stage(&t, &d, tp, 0, place);
     const size_t flat = lt_optim_flat_size(&t, dp);
     int moe_any;
@@ -118,7 +119,7 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     }
     out->optimizer = 3 * 4 * shard; /* fp32 master, Adam m and v */
     if (et.total) { /* the experts' buffers and optimizer (engine.c, setup_experts) */
-        const int edp = tp * dp / ep, ez = edp > 1 && c->optimizer.zero_stage > 0;
+        const int edp = tp * dp / (ep * etp), ez = edp > 1 && c->optimizer.zero_stage > 0;
         const size_t eflat = lt_optim_flat_size(&et, edp), eshard = ez ? eflat / (size_t)edp : eflat;
         out->expert_elems = eflat;
         out->params += a * eflat;
@@ -508,7 +509,9 @@ static double pipeline_makespan(const PassModel *pm, const StepSizes *z, const P
 }
 
 /* The expert-data-parallel group of k: the stage's ranks holding the same experts. */
-static int cand_edp(const Cand *k) { return k->tp * k->dp / (k->ep > 0 ? k->ep : 1); }
+static int cand_edp(const Cand *k) {
+    return k->tp * k->dp / ((k->ep > 0 ? k->ep : 1) * (k->etp > 0 ? k->etp : 1));
+}
 
 /* Data parallel: the gradient reduction (fp32: an all-reduce, with ZeRO a
  * reduce-scatter - ZeRO 2's after every micro batch), with ZeRO the weights'
@@ -628,6 +631,7 @@ int lt_plan_layout_config(const LtConfig *base, Cand *k, LtConfig *c, int world,
     c->parallel.sequence_parallel = k->sp;
     if (k->ep < 1) k->ep = 1;
     c->parallel.expert_model_parallel_size = k->ep;
+    k->etp = c->parallel.expert_tensor_parallel_size;
     c->train.micro_batch_size = k->mbs;
     c->train.recompute = k->rc;
     c->optimizer.zero_stage = k->zero;
@@ -677,7 +681,8 @@ int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlan
               .dp = world / (tp * P), .mbs = cfg->train.micro_batch_size,
               .rc = cfg->train.recompute, .zero = cfg->optimizer.zero_stage,
               .sp = cfg->parallel.sequence_parallel, .split = lt_config_layer_split(cfg),
-              .ep = cfg->parallel.expert_model_parallel_size};
+              .ep = cfg->parallel.expert_model_parallel_size,
+              .etp = cfg->parallel.expert_tensor_parallel_size};
     LtConfig c;
     if (tp < 1 || P < 1 || world % (tp * P) || lt_plan_layout_config(cfg, &k, &c, world, OV_CONFIG, mpi_p2p))
         return lt_errorf(err, errlen, "the layout does not validate for %d ranks", world);

@@ -14,6 +14,8 @@
 typedef struct {
     int tp, pp, vpp, dp, mbs, rc, zero, sp;
     int ep; /* expert parallelism (parallel.expert_model_parallel_size; 1 for dense models) */
+    int etp; /* expert tensor parallelism (parallel.expert_tensor_parallel_size, as the config
+              * gives it: not enumerated; 0 read as 1) */
     LtLayerSplit split; /* layers per chunk (layer_split.h) */
     LtPlanMemory mem; /* the largest stage's */
     double mem_gib;

@@ -15,7 +15,8 @@
 LtMoeShape lt_plan_moe_shape(const LtConfig *c, const LtModelDims *d, int tp, int sp) {
     const int B = c->train.micro_batch_size, T = c->model.seq_length, N = B * T;
     return lt_moe_shape(&d->moe, d->arch, B, T, d->hidden, sp ? N / tp : N, 0,
-                        c->parallel.expert_model_parallel_size, 0);
+                        c->parallel.expert_model_parallel_size, 0,
+                        c->parallel.expert_tensor_parallel_size, 0);
 }
 
 size_t lt_plan_moe_acts_bytes(const LtMoeShape *s, size_t a) {
@@ -24,14 +25,14 @@ size_t lt_plan_moe_acts_bytes(const LtMoeShape *s, size_t a) {
     /* logits, idx, w, pos, src, offsets, dropped, counts, psum; zsum */
     size_t b = 4 * (R * E + 3 * R * K + M + (E + 1) + 1 + 2 * (size_t)s->groups * E) + 8;
     b += a * (2 * M * C + Mr * F * (s->llama ? 3 : 2) + R * C); /* xp, y; hpre, h; out */
-    if (s->ep > 1) b += a * 2 * Mr * C + 4 * 2 * Mr;             /* xe, ye; ge, ginv */
+    if (s->ep > 1 || s->etp > 1) b += a * 2 * Mr * C + 4 * 2 * Mr; /* xe, ye; ge, ginv */
     return b;
 }
 
 size_t lt_plan_moe_work_bytes(const LtMoeShape *s, size_t a) {
     const size_t C = (size_t)s->C, F = (size_t)s->F, Mw = (size_t)(s->M > s->Mr ? s->M : s->Mr);
-    /* dy, dxp, dh, dhpre (SwiGLU), xr (EP); dw and dlogits */
-    return a * Mw * (2 * C + F + (s->llama ? 2 * F : 0) + (s->ep > 1 ? C : 0)) +
+    /* dy, dxp, dh, dhpre (SwiGLU), xr (EP or ETP); dw and dlogits */
+    return a * Mw * (2 * C + F + (s->llama ? 2 * F : 0) + (s->ep > 1 || s->etp > 1 ? C : 0)) +
            4 * (size_t)s->R * (size_t)(s->K + s->E);
 }
 
@@ -101,8 +102,10 @@ void lt_plan_moe_layer(const LtConfig *c, const LtPlanDevice *g, int gpn, const 
     out->gemm = dense / (peak * lt_plan_gemm_eff_at(g, N));
     out->redo_gemm = (redo - d.moe.topk * per_row - router) * N / k->tp /
                      (peak * lt_plan_gemm_eff_at(g, N));
-    /* each local expert's GEMMs over its rows: E / ep experts share a rank's rows */
-    out->experts = rows * per_row / (peak * lt_plan_gemm_eff_at(g, rows * k->ep / ms.E)) +
+    /* each local expert's GEMMs over its rows: E / ep experts share a rank's rows; under
+     * ETP each computes 1 / etp of the width over the rows of its etp ranks */
+    const int etp = k->etp > 1 ? k->etp : 1;
+    out->experts = rows * per_row / (peak * lt_plan_gemm_eff_at(g, rows * k->ep * etp / ms.E)) +
                    R * router / (fp32 * lt_plan_gemm_eff_at(g, R));
     out->flops = dense + rows * per_row + R * router;
     out->redo_flops = out->flops - dense + (redo - d.moe.topk * per_row - router) * N / k->tp;
@@ -112,5 +115,12 @@ void lt_plan_moe_layer(const LtConfig *c, const LtPlanDevice *g, int gpn, const 
         const double gbs = ep_spans_nodes(k, gpn) ? g->net_gbs : g->intra_gbs;
         out->a2a_bytes = act * rows * C * (k->ep - 1.0) / k->ep;
         out->a2a = out->a2a_bytes / (gbs * 1e9) + 2.0 * (k->ep - 1.0) * g->latency_us * 1e-6;
+    }
+    if (etp > 1) { /* with each all-to-all an ETP gather (dispatch) or reduce-scatter
+                    * (combine): a rank's rows go to (come from) its etp - 1 peers */
+        const double gbs = etp > gpn || gpn % etp ? g->net_gbs : g->intra_gbs,
+                     bytes = act * rows * C * (etp - 1.0);
+        out->a2a_bytes += bytes;
+        out->a2a += bytes / (gbs * 1e9) + 2.0 * (etp - 1.0) * g->latency_us * 1e-6;
     }
 }

@@ -194,7 +194,8 @@ static void setup_topology(LtRun *r) {
     char err[512];
     if (lt_topology_init(&r->topo, r->world->world, c->parallel.tensor_model_parallel_size,
                          c->parallel.pipeline_model_parallel_size, 0, err, sizeof err) ||
-        lt_topology_set_ep(&r->topo, c->parallel.expert_model_parallel_size, err, sizeof err))
+        lt_topology_set_experts(&r->topo, c->parallel.expert_model_parallel_size,
+                                c->parallel.expert_tensor_parallel_size, err, sizeof err))
         lt_input_error("%s", err);
     if (lt_topology_coords(&r->topo, r->world->rank, &r->coords))
         lt_fatal("rank %d outside the topology", r->world->rank);
@@ -223,10 +224,16 @@ static void setup_groups(LtRun *r) {
         n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_EMBEDDING, members);
         r->emb = lt_comm_split_members_ex(members, n, "embedding", o);
     }
-    /* expert parallelism folded into the stage's TP x DP ranks (topology.h) */
+    /* expert (tensor) parallelism folded into the stage's TP x DP ranks (topology.h) */
     if (r->topo.ep > 1) {
         n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_EP, members);
         r->ep = lt_comm_split_members_ex(members, n, "ep", o);
+    }
+    if (r->topo.etp > 1) {
+        n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_ETP, members);
+        r->etp = lt_comm_split_members_ex(members, n, "etp", o);
+    }
+    if (r->topo.ep > 1 || r->topo.etp > 1) {
         n = lt_topology_group(&r->topo, r->world->rank, LT_GROUP_EDP, members);
         r->edp = lt_comm_split_members_ex(members, n, "edp", o);
     }
@@ -350,6 +357,7 @@ static void setup_experts(LtRun *r, int need_optimizer, const char *stepdir,
     if (need_optimizer) {
         r->eopt = lt_optim_create(r->be, t, &ecfg, r->edp, r->model->eflat, host);
         lt_optim_set_ep(r->eopt, r->ep);
+        lt_optim_set_tp(r->eopt, r->etp); /* proj.bias counted once over ETP */
         lt_optim_set_pp(r->eopt, r->pp);
         if (m) lt_optim_load_state(r->eopt, host, m, v, meta->optimizer_steps);
         lt_optim_attach_experts(r->opt, r->eopt, r->model->eparams, r->model->egrads);
@@ -386,9 +394,10 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
     if (slots < 1) lt_fatal("no valid pipeline schedule for pp %d, vpp %d, %d micro batches", place.pp,
                             place.vpp, r->micro_batches);
     LtParamTable sizing, esizing = {0}; /* the model's tables, to size its buffers */
-    if (r->ep)
+    if (r->edp)
         lt_params_build_split(&sizing, &esizing, &d, r->topo.tp, r->coords.tp, place, r->topo.ep,
-                              lt_comm_rank(r->ep));
+                              r->ep ? lt_comm_rank(r->ep) : 0, r->topo.etp,
+                              r->etp ? lt_comm_rank(r->etp) : 0);
     else
         lt_params_build_stage(&sizing, &d, r->topo.tp, r->coords.tp, place);
     LtModelOptions mo = {.flat = lt_optim_flat_size(&sizing, r->topo.dp),
@@ -400,6 +409,7 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
                                          r->topo.dp > 1,
                          .tp = r->tp,
                          .ep = r->ep,
+                         .etp = r->etp,
                          .sequence_parallel = cfg->parallel.sequence_parallel,
                          .tp_comm_overlap = cfg->parallel.tp_comm_overlap,
                          .lm_head_chunk = cfg->train.lm_head_chunk,
@@ -490,6 +500,7 @@ void lt_run_teardown(LtRun *r) {
     lt_comm_free(r->emb);
     lt_comm_free(r->ep);
     lt_comm_free(r->edp);
+    lt_comm_free(r->etp);
     lt_backend_destroy(r->be);
     lt_params_free(&r->global);
 }

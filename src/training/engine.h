@@ -53,7 +53,9 @@ typedef struct {
     LtComm *pp;         /* pipeline group: stage-to-stage sends (MPI; staged with CUDA) */
     LtComm *ep;         /* expert-parallel group (parallel.expert_model_parallel_size > 1;
                          * NULL otherwise), folded into the stage's TP x DP ranks */
-    LtComm *edp;        /* with it, the expert-data-parallel group (topology.h) */
+    LtComm *edp;        /* with it or etp, the expert-data-parallel group (topology.h) */
+    LtComm *etp;        /* expert-tensor-parallel group (parallel.expert_tensor_parallel_size
+                         * > 1; NULL otherwise) */
     LtComm *emb;        /* embedding group: first and last stage (pp > 1 with a tied LM
                          * head; else NULL) */
     LtPipeline *pipe;   /* walks this rank's schedule */

@@ -64,10 +64,10 @@ double lt_evaluate(LtRun *r, long *samples_out) {
         done += (uint64_t)k;
     }
     sum = lt_model_loss_take(r->model);
-    /* expert parallelism over data-parallel ranks exchanges tokens in every
-     * forward: a rank short of a micro batch runs one more, not counted */
+    /* expert (tensor) parallelism over data-parallel ranks exchanges tokens in
+     * every forward: a rank short of a micro batch runs one more, not counted */
     const uint64_t most = (n / mbs + (uint64_t)r->topo.dp - 1) / (uint64_t)r->topo.dp;
-    if (r->ep && done < most) {
+    if ((r->ep || r->etp) && done < most) {
         read_valid_samples(r, 0, mbs, rows, ds, qs);
         lt_split_rows(rows, mbs, S, in, tgt);
         for (; done < most; done++) lt_pipeline_forward(r->pipe, in, tgt, 1);

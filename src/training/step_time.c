@@ -20,7 +20,7 @@ void lt_step_clock_start(LtRun *r) {
  * out[3..5] it was under way (busy: also what a worker ran behind compute),
  * out[6..8] the training thread was blocked in it on host buffers (what the
  * device timers do not see); out[9..11] the same three of the expert-parallel
- * group (0 without one). */
+ * and expert-tensor-parallel groups (0 without them). */
 void lt_step_comm_mark(const LtRun *r, double out[LT_STEP_MARKS]) {
     out[0] = lt_comm_busy_seconds(r->tp);
     out[1] = lt_comm_busy_seconds(r->dp);
@@ -31,9 +31,9 @@ void lt_step_comm_mark(const LtRun *r, double out[LT_STEP_MARKS]) {
     out[6] = lt_comm_host_busy_seconds(r->tp);
     out[7] = lt_comm_host_busy_seconds(r->dp);
     out[8] = lt_comm_host_busy_seconds(r->pp) + lt_comm_host_busy_seconds(r->emb);
-    out[9] = lt_comm_busy_seconds(r->ep);
-    out[10] = lt_comm_work_seconds(r->ep);
-    out[11] = lt_comm_host_busy_seconds(r->ep);
+    out[9] = lt_comm_busy_seconds(r->ep) + lt_comm_busy_seconds(r->etp);
+    out[10] = lt_comm_work_seconds(r->ep) + lt_comm_work_seconds(r->etp);
+    out[11] = lt_comm_host_busy_seconds(r->ep) + lt_comm_host_busy_seconds(r->etp);
 }
 
 /* The step's times from the device timers (devclock.h; dev in seconds): the

@@ -666,9 +666,9 @@ static void report_step(Trainer *t, const StepResult *s) {
            st->forward, st->backward, st->grads, st->optimizer, st->data, st->bubble, st->other,
            st->comm_tp, st->comm_tp_busy, st->comm_dp, st->comm_dp_busy, st->comm_pp,
            st->comm_pp_busy);
-    if (r->ep)
+    if (r->ep || r->etp)
         lt_log("time       expert all-to-all exposed (busy): ep %.1f (%.1f) ms, in forward and "
-               "backward\n",
+               "backward (with the expert-tensor-parallel gathers and reduce-scatters)\n",
                st->comm_ep, st->comm_ep_busy);
     if (t->moe) moe_log(t);
 }
