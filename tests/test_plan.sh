@@ -241,9 +241,11 @@ if [ $legend_ok -eq 1 ] && [ "$marked" -eq 1 ] &&
    grep -qE '^\* *1 +1 +1 +8 +16 +none +0 +n +even ' "$T/table"; then pass plan_legend_and_mark
 else fail plan_legend_and_mark "legend $legend_ok, $marked marked: $(grep '^\*' "$T/table")"; fi
 # a mixture-of-experts model: expert parallelism enumerated beside TP/PP/DP/VPP (every
-# divisor of tp x dp that divides the experts), in a column of its own (a dense table
-# has none); --layout takes the config's EP and prints its all-to-all
-"$LT" plan configs/tiny.yaml $MOE train.micro_batch_size=1 --gpus 8 --gpu h100 --top 1000 > "$T/tmoe" 2>&1; rc=$?
+# divisor of tp x dp that divides the experts), and expert tensor parallelism (every
+# divisor of the expert width whose product with EP divides tp x dp), in columns of
+# their own (a dense table has none); --layout takes the config's EP and prints its
+# all-to-all
+"$LT" plan configs/tiny.yaml $MOE train.micro_batch_size=1 --gpus 8 --gpu h100 --top 5000 > "$T/tmoe" 2>&1; rc=$?
 "$LT" plan configs/tiny.yaml $MOE $EP2 parallel.tensor_model_parallel_size=2 \
   parallel.sequence_parallel=true --layout --gpus 4 --gpu h100 > "$T/lmoe" 2>&1; rc2=$?
 if err=$(python3 - "$T/tmoe" $rc "$T/lmoe" $rc2 "$T/table" <<'PY' 2>&1
@@ -251,21 +253,26 @@ import re, sys
 text, rc, lay, rc2, dense = open(sys.argv[1]).read(), int(sys.argv[2]), open(sys.argv[3]).read(), int(sys.argv[4]), open(sys.argv[5]).read()
 assert rc == 0 and rc2 == 0, (rc, rc2, text[-300:], lay[-300:])
 head = [l for l in text.splitlines() if l.startswith(' tp ')][0]
-assert head.split('|')[0].split()[-1] == 'ep', head
+assert head.split('|')[0].split()[-2:] == ['ep', 'etp'], head
 assert [l for l in dense.splitlines() if l.startswith(' tp ')][0].split('|')[0].split()[-1] == 'split'
 rows = [l[1:].split('|')[0].split() for l in text.splitlines() if re.match(r'^[ *] *\d+ +\d+ +\d+ +\d+ +\d+ ', l)]
 shapes = {}
+etps = set()
 for r in rows:
-    tp, dp, ep = int(r[0]), int(r[3]), int(r[9])
-    assert (tp * dp) % ep == 0 and 4 % ep == 0, r
+    tp, dp, ep, etp = int(r[0]), int(r[3]), int(r[9]), int(r[10])
+    assert (tp * dp) % (ep * etp) == 0 and 4 % ep == 0 and 48 % etp == 0, r
     shapes.setdefault((tp, dp), set()).add(ep)
+    etps.add((tp * dp, ep, etp))
 assert {1, 2, 4} <= set().union(*shapes.values()), shapes
 assert any(4 in e and len(e) == 3 for (tp, dp), e in shapes.items()), shapes
+# ETP: every divisor of the width 48 whose product with EP divides tp x dp = 8
+want = {(8, ep, etp) for ep in (1, 2, 4) for etp in (1, 2, 4, 8) if 8 % (ep * etp) == 0}
+assert want <= etps, sorted(want - etps)
 assert 'tp 2, pp 1, vpp 1, dp 2, ep 2 (4 experts)' in lay, lay[:300]
 a2a = re.search(r'all-to-all \(expert parallelism\): ([\d.]+) MB per step leave the rank', lay)
 ep = float(re.search(r'exposed communication .*, ep ([\d.]+) \+', lay).group(1))
 assert a2a and float(a2a.group(1)) > 0 and ep > 0, lay
-print(f'{len(rows)} rows, EP per (tp, dp): ' + ', '.join(f'{k}: {sorted(v)}' for k, v in sorted(shapes.items())))
+print(f'{len(rows)} rows, EP per (tp, dp): ' + ', '.join(f'{k}: {sorted(v)}' for k, v in sorted(shapes.items())) + f'; ETP up to {max(e for _, _, e in etps)}')
 PY
 ); then pass "plan_moe_enumerates_ep ($err)"
 else fail plan_moe_enumerates_ep "$(echo "$err" | tail -2)"; fi
@@ -354,8 +361,8 @@ else fail plan_refusals "rc $rc1/$rc2: $(cat "$T/r1" "$T/r2" | grep error | head
 
 # mixture of experts: an ETP that does not divide the expert width, an EP that
 # does not divide the experts or the stage's ranks are refused as the config
-# refuses them
-"$LT" plan configs/tiny.yaml model.num_experts=4 parallel.expert_tensor_parallel_size=5 > "$T/r3" 2>&1
+# refuses them (--layout: the table chooses EP and ETP itself)
+"$LT" plan configs/tiny.yaml model.num_experts=4 parallel.expert_tensor_parallel_size=5 --layout > "$T/r3" 2>&1
 rc3=$?
 "$LT" plan configs/tiny.yaml model.num_experts=4 parallel.expert_model_parallel_size=3 --layout \
   --gpus 3 train.global_batch_size=12 > "$T/r4" 2>&1

@@ -631,7 +631,9 @@ int lt_plan_layout_config(const LtConfig *base, Cand *k, LtConfig *c, int world,
     c->parallel.sequence_parallel = k->sp;
     if (k->ep < 1) k->ep = 1;
     c->parallel.expert_model_parallel_size = k->ep;
-    k->etp = c->parallel.expert_tensor_parallel_size;
+    if (k->etp < 1) /* (not enumerated: the config's) */
+        k->etp = c->parallel.expert_tensor_parallel_size;
+    c->parallel.expert_tensor_parallel_size = k->etp;
     c->train.micro_batch_size = k->mbs;
     c->train.recompute = k->rc;
     c->optimizer.zero_stage = k->zero;

@@ -135,6 +135,7 @@ static int is_config_layout(const Cand *k, const LtConfig *base) {
            k->mbs == base->train.micro_batch_size && k->rc == (int)base->train.recompute &&
            k->zero == (k->dp > 1 ? base->optimizer.zero_stage : 0) && k->sp == base->parallel.sequence_parallel &&
            k->ep == base->parallel.expert_model_parallel_size &&
+           k->etp == base->parallel.expert_tensor_parallel_size &&
            !memcmp(&k->split, &s, sizeof s);
 }
 
@@ -142,8 +143,8 @@ static int is_config_layout(const Cand *k, const LtConfig *base) {
  * with the ep column. */
 static void print_row(const Cand *k, double cap, int mark, int moe) {
     const double gib = 1024.0 * 1024 * 1024;
-    char split[32], ep[8] = "", row[512];
-    if (moe) snprintf(ep, sizeof ep, " %3d", k->ep);
+    char split[32], ep[16] = "", row[512];
+    if (moe) snprintf(ep, sizeof ep, " %3d %3d", k->ep, k->etp);
     snprintf(row, sizeof row,
              "%3d %3d %3d %3d %3d %4s %4d %2s %5s%s | %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f | "
              "%8.3f %9.0f %4.0f%% | %s%s",
@@ -375,6 +376,9 @@ static int plan_layout(const PlanArgs *p, const PlanSetup *s) {
     if (s->moe)
         snprintf(ep, sizeof ep, ", ep %d (%d experts)", c.parallel.expert_model_parallel_size,
                  c.model.num_experts);
+    if (s->moe && c.parallel.expert_tensor_parallel_size > 1)
+        snprintf(ep + strlen(ep), sizeof ep - strlen(ep), ", etp %d",
+                 c.parallel.expert_tensor_parallel_size);
     printf("plan: %s, %d rank(s): tp %d, pp %d, vpp %d, dp %d%s, micro batch %d, recompute %s, "
            "ZeRO %d%s\n",
            p->config, world, tp, P, c.parallel.virtual_pipeline_model_parallel_size,
@@ -418,13 +422,17 @@ static void add_layout(const PlanArgs *p, const PlanSetup *s, int gpus, Cand k, 
     cs->c[cs->n++] = k;
 }
 
-/* Every expert-parallel size of layout k (a divisor of tp x dp that divides
- * the experts; 1 for a dense model). */
+/* Every expert-parallel and expert-tensor-parallel size of layout k: EP a
+ * divisor of the experts, ETP one of the experts' width, EP x ETP one of
+ * tp x dp (both 1 for a dense model). */
 static void add_ep(const PlanArgs *p, const PlanSetup *s, int gpus, Cand k, Cands *cs) {
-    const int experts = s->base.model.num_experts;
-    for (k.ep = 1; k.ep <= (experts > 0 ? k.tp * k.dp : 1); k.ep++)
-        if ((k.tp * k.dp) % k.ep == 0 && (experts == 0 || experts % k.ep == 0))
-            add_layout(p, s, gpus, k, cs);
+    const int experts = s->base.model.num_experts, ffn = s->base.model.moe_ffn_hidden_size;
+    const int stage = experts > 0 ? k.tp * k.dp : 1;
+    for (k.ep = 1; k.ep <= stage; k.ep++)
+        for (k.etp = 1; k.ep * k.etp <= stage; k.etp++)
+            if (stage % (k.ep * k.etp) == 0 && (experts == 0 || experts % k.ep == 0) &&
+                (k.etp == 1 || ffn % k.etp == 0))
+                add_layout(p, s, gpus, k, cs);
 }
 
 /* Every layer split, micro batch size, recomputation, ZeRO stage, sequence
@@ -506,7 +514,7 @@ static int print_table(const PlanArgs *p, const PlanSetup *s, int gpus, const Ca
            cs->n, nfit, p->top, p->ov == OV_ALL ? "all" : p->ov == OV_NONE ? "none" : "config");
     printf("%3s %3s %3s %3s %3s %4s %4s %2s %5s%s | %6s %6s %6s %6s %6s %6s %6s | %8s %9s %5s | "
            "%s\n",
-           "tp", "pp", "vpp", "dp", "mbs", "rc", "zero", "sp", "split", s->moe ? "  ep" : "",
+           "tp", "pp", "vpp", "dp", "mbs", "rc", "zero", "sp", "split", s->moe ? "  ep etp" : "",
            "params", "grads", "optim", "acts", "ws", "comm", "GiB", "step s", "tok/s", "MFU",
            "binds");
     int shown = 0;
@@ -601,9 +609,10 @@ static int plan_table(const PlanArgs *p, PlanSetup *s) {
     int status = 0;
     LtConfig own = s->base;
     char err[1024];
-    /* what no layout changes (expert tensor parallelism, logging keys): as the config's own
-     * world refuses it, with the expert parallelism the enumeration chooses left out */
+    /* what no layout changes (logging keys, ...): as the config's own world refuses it,
+     * with the expert (tensor) parallelism the enumeration chooses left out */
     own.parallel.expert_model_parallel_size = 1;
+    own.parallel.expert_tensor_parallel_size = 1;
     if (cs.n == 0 && lt_config_validate(&own, s->cfg_world, err, sizeof err))
         status = bad(err, NULL);
     else if (cs.n == 0)
