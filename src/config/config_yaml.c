@@ -190,28 +190,41 @@ static int parse_list(YamlIn *in, const KeyDesc *k, const ListKey *lk, const cha
     return lt_cfg_set_value(in->cfg, k, joined, len, false, where, in->err, in->errlen);
 }
 
+/* The next name of a mapping (a section's or a key's) into buf, its line in
+ * *line and where: 1; 0 at the mapping's end; -1 with the error "MUST, got
+ * <what it got>" when the name is not a scalar. */
+static int next_name(YamlIn *in, char *buf, size_t n, size_t *line, char *where, size_t wn,
+                     const char *must) {
+    yaml_event_t ev;
+    if (next_event(in, &ev))
+        return -1;
+    if (ev.type == YAML_MAPPING_END_EVENT) {
+        yaml_event_delete(&ev);
+        return 0;
+    }
+    *line = line_of(&ev);
+    lt_cfg_where(where, wn, in->file, *line);
+    if (ev.type != YAML_SCALAR_EVENT) {
+        const char *kind = node_kind(&ev);
+        yaml_event_delete(&ev);
+        return lt_cfg_fail(in->err, in->errlen, "%s, got %s%s", must, kind, where);
+    }
+    scalar_text(&ev, buf, n);
+    yaml_event_delete(&ev);
+    return 1;
+}
+
 /* Keys of one section; the section's MAPPING-START has been consumed. */
 static int parse_keys(YamlIn *in, int sec) {
     yaml_event_t ev;
     char key[LT_CFG_NAME_MAX], dotted[2 * LT_CFG_NAME_MAX], where[LT_PATH_MAX + 64];
+    char must[LT_CFG_NAME_MAX + 48];
+    snprintf(must, sizeof must, "section '%s': keys must be plain names", lt_cfg_sections[sec]);
     for (;;) {
-        if (next_event(in, &ev))
-            return -1;
-        if (ev.type == YAML_MAPPING_END_EVENT) {
-            yaml_event_delete(&ev);
-            return 0;
-        }
-        size_t line = line_of(&ev);
-        lt_cfg_where(where, sizeof where, in->file, line);
-        if (ev.type != YAML_SCALAR_EVENT) {
-            const char *kind = node_kind(&ev);
-            yaml_event_delete(&ev);
-            return lt_cfg_fail(in->err, in->errlen,
-                               "section '%s': keys must be plain names, got %s%s",
-                               lt_cfg_sections[sec], kind, where);
-        }
-        scalar_text(&ev, key, sizeof key);
-        yaml_event_delete(&ev);
+        size_t line;
+        const int got = next_name(in, key, sizeof key, &line, where, sizeof where, must);
+        if (got <= 0)
+            return got;
         snprintf(dotted, sizeof dotted, "%s.%s", lt_cfg_sections[sec], key);
         int ki = lt_cfg_find_key(dotted);
         if (ki < 0)
@@ -256,22 +269,11 @@ static int parse_sections(YamlIn *in) {
     yaml_event_t ev;
     char name[LT_CFG_NAME_MAX], where[LT_PATH_MAX + 64];
     for (;;) {
-        if (next_event(in, &ev))
-            return -1;
-        if (ev.type == YAML_MAPPING_END_EVENT) {
-            yaml_event_delete(&ev);
-            return 0;
-        }
-        size_t line = line_of(&ev);
-        lt_cfg_where(where, sizeof where, in->file, line);
-        if (ev.type != YAML_SCALAR_EVENT) {
-            const char *kind = node_kind(&ev);
-            yaml_event_delete(&ev);
-            return lt_cfg_fail(in->err, in->errlen, "section names must be plain words, got %s%s",
-                               kind, where);
-        }
-        scalar_text(&ev, name, sizeof name);
-        yaml_event_delete(&ev);
+        size_t line;
+        const int got = next_name(in, name, sizeof name, &line, where, sizeof where,
+                                  "section names must be plain words");
+        if (got <= 0)
+            return got;
         int si = lt_cfg_find_section(name);
         if (si < 0)
             return lt_cfg_fail_unknown(in->err, in->errlen, true, name, where);

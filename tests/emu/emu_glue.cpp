@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <map>
-#include <mutex>
 #include <string>
 
 #include "attention.cuh" /* and through it the emulation's common.cuh */
@@ -218,25 +217,19 @@ static void emu_destroy(LtBackend *be) {
  * within one, as cudaMemcpy requires (a copy past the end is "invalid
  * argument" on a GPU; the emulation's padding would hide it). */
 static std::map<uintptr_t, size_t> g_allocs;
-static std::mutex g_allocs_mu;
 static void *emu_alloc(LtBackend *, size_t bytes) {
     size_t nb = (bytes + 255) / 256 * 256 + 256;
     void *p = aligned_alloc(256, nb);
     if (!p) lt_fatal("emulated CUDA backend: out of memory (%zu bytes)", bytes);
     memset(p, 0, nb);
-    std::lock_guard<std::mutex> lk(g_allocs_mu);
     g_allocs[(uintptr_t)p] = bytes;
     return p;
 }
 static void emu_free(LtBackend *, void *p) {
-    if (p) {
-        std::lock_guard<std::mutex> lk(g_allocs_mu);
-        g_allocs.erase((uintptr_t)p);
-    }
+    if (p) g_allocs.erase((uintptr_t)p);
     free(p);
 }
 static void emu_check_range(const char *what, const void *d, size_t bytes) {
-    std::lock_guard<std::mutex> lk(g_allocs_mu);
     const uintptr_t a = (uintptr_t)d;
     auto it = g_allocs.upper_bound(a);
     if (it == g_allocs.begin() || a + bytes > (--it)->first + it->second)
