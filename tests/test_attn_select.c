@@ -176,6 +176,24 @@ static void test_call_rules(void) {
               "documents T=2000 on 9.15.0, dir %d: %s", d, why);
         s.T = 2048, e.cudnn_version = 91900;
     }
+    /* auto: a deterministic backward with a window stays on lattice's kernels (cuDNN's band
+     * backward measured 2.2-7.1x slower); its forward, a non-deterministic backward, a
+     * window reaching key 0 and model.attention=cudnn keep cuDNN */
+    s.T = 2048, s.HD = 64, s.NKV = 16, s.documents = 0, s.ragged_batch = 0;
+    for (int want = 0; want < 2; want++)
+        for (int det = 0; det < 2; det++)
+            for (int d = 0; d < 2; d++)
+                for (int w = 128; w <= 2047; w += 1919) {
+                    e = h100(want ? LT_ATTN_CUDNN : LT_ATTN_AUTO), e.deterministic = det;
+                    s.dir = (LtAttnDir)d, s.window = w;
+                    const int refused = !want && det && d == LT_ATTN_BWD && w == 128;
+                    const int got = lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why);
+                    CHECK(got == !refused && (got || (has(why, "deterministic backward") &&
+                                                      has(why, "t-128..t") &&
+                                                      has(why, "model.attention=cudnn"))),
+                          "%s, %s, dir %d, window %d: %s", want ? "cudnn" : "auto",
+                          det ? "deterministic" : "not", d, w, got ? "taken" : why);
+                }
     s.window = -1, s.documents = 0, s.ragged_batch = 0;
     /* grouped K/V: any divisor of the query heads, in both directions */
     e = h100(LT_ATTN_CUDNN), s.HD = 128, s.T = 2048;

@@ -21,7 +21,9 @@
  * ragged stats in the backward on sm_8x and sm_12x, and THD before 9.18.1
  * below sm_90), and for the backward a head dim that is a multiple of 16 (its
  * ragged workspace tensors have a known functional issue otherwise, says
- * cudnn-frontend). A
+ * cudnn-frontend). Under model.attention=auto, a deterministic backward with
+ * a sliding window stays on lattice's kernels: cuDNN's deterministic band
+ * backward measured 2.2-7.1x slower than lattice's on an H200. A
  * deterministic backward is the graph variant without fp32 dQ accumulation,
  * which cuDNN runs deterministically on Hopper; elsewhere (Blackwell needs
  * engine knobs from cuDNN 9.18.1 on) it is refused. */
@@ -168,6 +170,17 @@ int lt_attn_cudnn_call_ok(const LtAttnEnv *env, const LtAttnShape *s, const void
                             "%s with a sliding window (keys t-%d..t) on cuDNN %s: cuDNN's fused "
                             "attention takes windows from 9.2.0 on", dir, s->window, ver);
     }
+    /* auto picks the faster: cuDNN 9.14.0's deterministic backward with a 128-key window
+     * took 2.58 ms at T 2048 and 8.41 ms at T 8192 (GPT-OSS's layer, B 8 / 2, 64 heads over
+     * 8, HD 64) where lattice's took 1.16 and 1.18 on the same H200, while its forward and
+     * its non-deterministic backward were on par (bench/2026-11-28-h200-third-draw.md) */
+    if (s->dir == LT_ATTN_BWD && env->want == LT_ATTN_AUTO && env->deterministic &&
+        keyed_window(s) >= 0)
+        return call_refused(why, whylen,
+                            "deterministic backward with a sliding window (keys t-%d..t) under "
+                            "model.attention=auto: lattice's kernels, 2.2-7.1x faster than "
+                            "cuDNN's deterministic band backward on an H200 (model.attention=cudnn "
+                            "takes cuDNN's)", s->window);
     if (s->dir == LT_ATTN_BWD && s->T % 128 && env->cudnn_version <= 91500 && !s->documents)
         return call_refused(why, whylen,
                             "backward with T=%d, not a multiple of 128, on cuDNN <= 9.15.0 "

@@ -10,8 +10,15 @@
  * The bound for bf16 attention is therefore FlashAttention's own test rule:
  * at most twice the error of a plain attention computed in double whose P
  * and dS are rounded to bf16, measured against the same attention without
- * the rounding; never below the pair's tolerance. An indexing or masking
- * error still shows up as an O(1) error. */
+ * the rounding, plus the rounding of the result itself (2 * bf16's epsilon
+ * of the reference, FlashAttention's atol: the model's result stays in
+ * double, while out and dqkv are stored in bf16, and a grouped K/V head's
+ * per-query-head sums of dK and dV may be rounded before they are added);
+ * never below the pair's tolerance. The model masks what the call masks
+ * (causal, packed documents, windows: their masks decide how many products
+ * each sum holds). The first cuDNN ragged backward on an H200 measured
+ * 2.9e-2 at T 70 with documents, past the bound without the result's
+ * rounding. An indexing or masking error still shows up as an O(1) error. */
 #ifndef LT_ATTN_BOUND_H
 #define LT_ATTN_BOUND_H
 
@@ -34,10 +41,13 @@ static double attn_bound_err(const double *got, const double *ref, size_t n) {
 }
 
 /* qkv (B, T, NH + 2*NKV, HD) (query head h uses key/value head h / (NH/NKV))
- * and dout (B, T, NH, HD), bf16 values held in floats. Sets *tol_out and
- * *tol_dqkv to max(tol, 2 * error of the rounded-operand attention). */
-static void attn_bf16_bounds(const float *qkv, const float *dout, int B, int T, int NH, int NKV,
-                             int HD, double tol, double *tol_out, double *tol_dqkv) {
+ * and dout (B, T, NH, HD), bf16 values held in floats; ks (B*T, host; NULL:
+ * causal): each query's first visible key, the call's own mask. Sets
+ * *tol_out and *tol_dqkv to max(tol, 2 * error of the rounded-operand
+ * attention + 2 * bf16's epsilon). */
+static void attn_bf16_bounds(const float *qkv, const float *dout, const int32_t *ks, int B,
+                             int T, int NH, int NKV, int HD, double tol, double *tol_out,
+                             double *tol_dqkv) {
     const size_t C = (size_t)NH * HD, C3 = (size_t)(NH + 2 * NKV) * HD, no = (size_t)B * T * C;
     const size_t nq = (size_t)B * T * C3, KV = (size_t)NKV * HD;
     const int G = NH / NKV;
@@ -57,14 +67,15 @@ static void attn_bf16_bounds(const float *qkv, const float *dout, int B, int T, 
         for (int h = 0; h < NH; h++) {
             for (int i = 0; i < T; i++) { /* forward: row i of P, exact and rounded outputs */
                 double mx = -INFINITY, l = 0.0;
-                for (int j = 0; j <= i; j++) {
+                const int j0 = ks ? ks[(size_t)b * T + i] : 0;
+                for (int j = j0; j <= i; j++) {
                     double d = 0.0;
                     for (int k = 0; k < HD; k++) d += (double)Q_(b, i, h, k) * K_(b, j, h, k);
                     s[j] = d * sc;
                     if (s[j] > mx) mx = s[j];
                 }
-                for (int j = 0; j <= i; j++) l += exp(s[j] - mx);
-                for (int j = 0; j <= i; j++) {
+                for (int j = j0; j <= i; j++) l += exp(s[j] - mx);
+                for (int j = j0; j <= i; j++) {
                     double e = exp(s[j] - mx);
                     P[(size_t)i * T + j] = e / l;
                     for (int r = 0; r < 2; r++) {
@@ -81,7 +92,7 @@ static void attn_bf16_bounds(const float *qkv, const float *dout, int B, int T, 
                 D[i] = d;
             }
             for (int i = 0; i < T; i++)
-                for (int j = 0; j <= i; j++) {
+                for (int j = ks ? ks[(size_t)b * T + i] : 0; j <= i; j++) {
                     double p = P[(size_t)i * T + j], dp = 0.0;
                     for (int k = 0; k < HD; k++) dp += (double)DO_(b, i, h, k) * V_(b, j, h, k);
                     for (int r = 0; r < 2; r++) {
@@ -100,9 +111,10 @@ static void attn_bf16_bounds(const float *qkv, const float *dout, int B, int T, 
 #undef K_
 #undef V_
 #undef DO_
-    double eo = attn_bound_err(out[1], out[0], no), eg = attn_bound_err(dq[1], dq[0], nq);
-    *tol_out = 2.0 * eo > tol ? 2.0 * eo : tol;
-    *tol_dqkv = 2.0 * eg > tol ? 2.0 * eg : tol;
+    const double eo = attn_bound_err(out[1], out[0], no), eg = attn_bound_err(dq[1], dq[0], nq);
+    const double round = 2.0 * 0x1p-7; /* 2 * bf16's epsilon, in the metric's relative units */
+    *tol_out = 2.0 * eo + round > tol ? 2.0 * eo + round : tol;
+    *tol_dqkv = 2.0 * eg + round > tol ? 2.0 * eg + round : tol;
     for (int r = 0; r < 2; r++) free(out[r]), free(dq[r]);
     free(P), free(s), free(D);
 }

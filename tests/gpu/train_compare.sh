@@ -133,20 +133,36 @@ OSS=("${MOE[@]}" "model.window_size=[48, 0]" model.window_attn_skip_freq=2 model
      data.eod_token=10 data.reset_position_ids=true data.reset_attention_mask=true
      data.eod_mask_loss=true)
 cpu_vs_dev oss llama_moe_window_docs "${OSS[@]}"
-# the window without documents, attention left to model.attention=auto: in
-# bf16 on a GPU whose cuDNN runs it, cuDNN takes every call, the windowed
-# layers through its band mask (sequence 256: a multiple of 128, which
-# cuDNN <= 9.15 needs for the backward), as the run's summary must say
+# the window without documents, attention left to model.attention=auto and a
+# non-deterministic backward: in bf16 on a GPU whose cuDNN runs it, cuDNN
+# takes every call, the windowed layers through its band mask (sequence 256:
+# a multiple of 128, which cuDNN <= 9.15 needs for the backward), as the
+# run's summary must say
 WIN=("${MOE[@]}" "model.window_size=[48, 0]" model.window_attn_skip_freq=2 model.kv_channels=32
      model.seq_length=256 model.max_position_embeddings=256)
-cpu_vs_dev win llama_moe_window "${WIN[@]}"
+cpu_vs_dev win llama_moe_window "${WIN[@]}" model.attention_deterministic=false
+# cuDNN's summary line of a log: "cuDNN ran F forward and B backward calls;
+# lattice's kernels ran F2 forward and B2 backward ..."
+on_cudnn() { # test log pattern what
+  local summary
+  summary=$(grep -E 'attention: cuDNN ran' "$2" | tail -1)
+  if echo "$summary" | grep -qE "$3"; then
+    pass "$1 (${summary#*attention: })"
+  elif grep -q 'attention  *lattice' "$2"; then
+    pass "$1 (not applicable: $(grep -m1 -E '^attention ' "$2"))"
+  else fail "$1" "$4: ${summary:-no attention summary in the log}"; fi
+}
 if [ "$DEV" = cuda ] && [ -s "$T/win-cuda-bf16.log" ]; then
-  summary=$(grep -E 'attention: cuDNN ran' "$T/win-cuda-bf16.log" | tail -1)
-  if echo "$summary" | grep -qE 'cuDNN ran [1-9][0-9]* forward and [1-9][0-9]* backward calls; lattice.s kernels ran 0 forward and 0 backward'; then
-    pass "window_bf16_on_cudnn (${summary#*attention: })"
-  elif grep -q 'attention  *lattice' "$T/win-cuda-bf16.log"; then
-    pass "window_bf16_on_cudnn (not applicable: $(grep -m1 -E '^attention ' "$T/win-cuda-bf16.log"))"
-  else fail window_bf16_on_cudnn "${summary:-no attention summary in the log}"; fi
+  on_cudnn window_bf16_on_cudnn "$T/win-cuda-bf16.log" \
+    'cuDNN ran [1-9][0-9]* forward and [1-9][0-9]* backward calls; lattice.s kernels ran 0 forward and 0 backward' \
+    "cuDNN must run every call"
+  # deterministic (the default): auto leaves the windowed layers' backward
+  # to lattice's kernels (cuDNN's deterministic band backward measured
+  # 2.2-7.1x slower on an H200), the rest stays on cuDNN
+  run win-det-cuda-bf16 "$DEV" bf16 "${WIN[@]}" &&
+    on_cudnn window_det_bf16_backward_on_lattice "$T/win-det-cuda-bf16.log" \
+      'cuDNN ran [1-9][0-9]* forward and [1-9][0-9]* backward calls; lattice.s kernels ran 0 forward and [1-9][0-9]* backward' \
+      "cuDNN must run the forward calls and the unwindowed backward, lattice the windowed backward"
 fi
 CFG=tiny
 # the step replayed as a CUDA graph runs the same kernels: identical losses
