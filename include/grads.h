@@ -53,6 +53,17 @@ typedef struct LtGrads LtGrads;
 LtGrads *lt_grads_create(LtModel *m, LtOptimizer *opt, const LtComm *emb, size_t bucket_size);
 void lt_grads_destroy(LtGrads *g);
 
+/* The routed experts' buffers under expert parallelism (the model's etable;
+ * eopt attached to the model's optimizer, lt_optim_attach_experts), when eopt
+ * overlaps its reduction or gather (lt_optim_set_overlap): eopt's buckets are
+ * cut between MoE layers' expert ranges in backward order as the dense ones
+ * (bucket_size elements), a bucket's expert-data-parallel reduction starts in
+ * the backward once every MoE layer in it is final (their layers' groups in
+ * a chunk's last micro batch), and a MoE layer's forward also waits for its
+ * experts' parameter gather. Nothing otherwise: the experts are reduced whole
+ * after the dense buckets (lt_optim_reduce_grads). */
+void lt_grads_set_experts(LtGrads *g, LtOptimizer *eopt, size_t bucket_size);
+
 /* After the step's last backward: every gradient final and reduced as the
  * optimizer expects it (collective over TP, the embedding group and DP). */
 void lt_grads_finalize(LtGrads *g);

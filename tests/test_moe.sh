@@ -66,10 +66,35 @@ if [ -n "${LT_TEST_FULL:-}" ]; then
   same etp2_pp2 4 $ETP2 parallel.pipeline_model_parallel_size=2
   same ep4_over_dp4 4 $EP4
   same tp2_sp 2 $SP
-  same ep2_over_dp4_zero1_overlap 4 $EP2 optimizer.zero_stage=1 parallel.overlap_grad_reduce=true \
-    parallel.overlap_param_gather=true parallel.bucket_size=20000
   same ep2_recompute_selective 2 $EP2 train.recompute=selective
 fi
+
+# the overlap switches on the experts' own group (EDP 2 here): buckets cut
+# between MoE layers (4000 elements: one per layer), each reduced during the
+# backward once its layers are final and gathered during the next forward,
+# bit for bit the run without the switches (each sum over 2 ranks is a + b,
+# however the buckets cut it) and within 1e-5 of one process; ZeRO 0 (its
+# all-reduce), 1 and 2 (the experts' optimizer stays at stage 1); with
+# LT_TEST_FULL also over 2 pipeline stages (8 ranks)
+OV="parallel.overlap_grad_reduce=true parallel.bucket_size=4000"
+overlap_case() { # name np overrides... (the log must name the switches on)
+  local name=$1 np=$2 want
+  shift 2
+  want="2 gradient bucket(s), reduced during the backward"
+  case "$*" in *overlap_param_gather=true*) want="$want, gathered during the forward" ;; esac
+  if run "${name}_off" "$np" "$@" parallel.bucket_size=4000 && run "${name}_on" "$np" "$@" $OV &&
+     err=$(compare "${name}_off" "${name}_on" 0 0 2>&1) &&
+     err=$(compare ref "${name}_on" 1e-5 1e-5 2>&1) &&
+     { grep -q "^experts .*$want" "$T/${name}_on/log" || { err="no '$want' in the log"; false; }; }; then
+    pass "${name}_experts_overlapped_bit_identical"
+  else fail "${name}_experts_overlapped_bit_identical" "$(echo "${err:-run failed}" | tail -1)"; fi
+}
+overlap_case ep2_over_dp4_zero0 4 $EP2 optimizer.zero_stage=0
+overlap_case ep2_over_dp4_zero1 4 $EP2 optimizer.zero_stage=1 parallel.overlap_param_gather=true
+overlap_case ep2_over_dp4_zero2 4 $EP2 optimizer.zero_stage=2 parallel.overlap_param_gather=true
+[ -n "${LT_TEST_FULL:-}" ] &&
+  overlap_case ep2_pp2_dp4_zero1 8 $EP2 parallel.pipeline_model_parallel_size=2 \
+    optimizer.zero_stage=1 parallel.overlap_param_gather=true
 
 # interleaved stages need 4 layers: a reference of its own; a shared expert, the
 # per-sequence loss and layers 1 and 3 MoE ("2": every second layer from 0 is 0, 2)

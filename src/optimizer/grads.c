@@ -23,6 +23,15 @@ struct LtGrads {
     int *need;         /* [group first]: final-pass hook calls that make the group final */
     int *calls;        /* [group first]: final-pass calls seen this step */
     unsigned char *sp_done; /* [group first]: sequence-parallel sums done this step */
+    /* the routed experts' own buffers (lt_grads_set_experts; NULL: none, or
+     * their reduction not overlapped): each MoE layer's expert range is final
+     * with its layer's group in a chunk's last micro batch, and a bucket of
+     * the expert optimizer starts when all its layers are */
+    LtOptimizer *eopt;
+    int *ebucket;            /* [group first]: the layer's expert bucket, -1 without experts */
+    int *elayers, *eready;   /* per expert bucket: MoE layers in it, of them final this step */
+    unsigned char *edone;    /* [group first]: the layer's experts final this step */
+    size_t *ebegin, *eend;   /* [group first]: the layer's expert range (flat) */
 };
 
 /* Last table index of the group starting at first. */
@@ -39,6 +48,17 @@ static void zero2_group_ready(LtGrads *g, int first, int last) {
     const size_t begin = t->p[first].offset, len = t->p[last].offset + t->p[last].numel - begin;
     lt_model_sp_reduce_grads(g->model, first, last);
     lt_optim_reduce_bucket(g->opt, g->model->grads, begin, len);
+}
+
+/* The experts of the layer whose group starts at first are final (its group
+ * is, in a chunk's last micro batch): their bucket starts once all its
+ * layers are. */
+static void experts_final(LtGrads *g, int first) {
+    const int k = g->eopt ? g->ebucket[first] : -1;
+    if (k < 0 || g->edone[first]) return;
+    g->edone[first] = 1;
+    if (++g->eready[k] == g->elayers[k] && g->eopt->overlap_grad)
+        lt_optim_bucket_start(g->eopt, k, g->model->egrads);
 }
 
 /* The group's gradient is final: its sequence-parallel sums now; when it
@@ -63,16 +83,22 @@ static void on_group_ready(void *ctx, int first, int last) {
     LtGrads *g = ctx;
     if (lt_model_grad_buckets(g->model)) {
         zero2_group_ready(g, first, last);
+        if (g->model->final_pass) experts_final(g, first);
         return;
     }
     if (!g->model->final_pass || ++g->calls[first] != g->need[first]) return;
     group_final(g, first);
+    experts_final(g, first);
 }
 
+/* A forward waits for its group's parameter gather, and a MoE layer's also
+ * for its experts'. */
 static void on_params_needed(void *ctx, int first, int last) {
     LtGrads *g = ctx;
     const LtParam *p = g->model->table.p;
     lt_optim_params_wait(g->opt, p[first].offset, p[last].offset + p[last].numel);
+    if (g->eopt && g->ebucket[first] >= 0)
+        lt_optim_params_wait(g->eopt, g->ebegin[first], g->eend[first]);
 }
 
 /* Buckets over the flat space: parameter groups in backward order (from the
@@ -134,10 +160,56 @@ LtGrads *lt_grads_create(LtModel *m, LtOptimizer *opt, const LtComm *emb, size_t
     return g;
 }
 
+void lt_grads_set_experts(LtGrads *g, LtOptimizer *eopt, size_t bucket_size) {
+    const LtModel *m = g->model;
+    const LtParamTable *t = &m->table, *et = &m->etable;
+    if (!et->n || !eopt || (!eopt->overlap_grad && !eopt->overlap_param)) return;
+    const int n = t->n, L = t->layers;
+    g->ebucket = lt_malloc(sizeof(int) * (size_t)n);
+    g->ebegin = lt_calloc(sizeof(size_t) * (size_t)n);
+    g->eend = lt_calloc(sizeof(size_t) * (size_t)n);
+    g->edone = lt_calloc((size_t)n);
+    for (int i = 0; i < n; i++) g->ebucket[i] = -1;
+    /* cuts between MoE layers' expert ranges, in backward order, as make_buckets */
+    size_t *bounds = lt_malloc(sizeof(size_t) * (size_t)(L + 2)), top = eopt->flat;
+    int nc = 0;
+    for (int l = L - 1; l >= 0; l--) {
+        const int f = et->layer_first[l], e = et->layer_first[l + 1];
+        if (f == e) continue; /* a dense layer */
+        const size_t begin = et->p[f].offset;
+        g->ebegin[t->layer_first[l]] = begin;
+        g->eend[t->layer_first[l]] = et->p[e - 1].offset + et->p[e - 1].numel;
+        if (begin > 0 && top - begin >= (bucket_size ? bucket_size : 1)) bounds[++nc] = top = begin;
+    }
+    bounds[0] = 0; /* bounds[1..nc]: the cuts from the top down; put them in order */
+    for (int a = 1, b = nc; a < b; a++, b--) {
+        const size_t x = bounds[a];
+        bounds[a] = bounds[b], bounds[b] = x;
+    }
+    bounds[nc + 1] = eopt->flat;
+    lt_optim_set_buckets(eopt, bounds, nc + 1);
+    free(bounds);
+    g->elayers = lt_calloc(sizeof(int) * (size_t)(nc + 1));
+    g->eready = lt_calloc(sizeof(int) * (size_t)(nc + 1));
+    for (int l = 0; l < L; l++) {
+        const int first = t->layer_first[l];
+        if (et->layer_first[l] == et->layer_first[l + 1]) continue;
+        g->ebucket[first] = lt_optim_bucket_of(eopt, g->ebegin[first]);
+        g->elayers[g->ebucket[first]]++;
+    }
+    g->eopt = eopt;
+}
+
 void lt_grads_destroy(LtGrads *g) {
     if (!g) return;
     lt_model_set_grad_hook(g->model, NULL, NULL);
     lt_model_set_param_hook(g->model, NULL, NULL);
+    free(g->ebucket);
+    free(g->ebegin);
+    free(g->eend);
+    free(g->edone);
+    free(g->elayers);
+    free(g->eready);
     free(g->b);
     free(g->need);
     free(g->calls);
@@ -166,6 +238,10 @@ static void reduce_tied_embedding(LtGrads *g) {
  * not started yet, from the last to the first, and the wait for all. */
 void lt_grads_finalize(LtGrads *g) {
     LtModel *m = g->model;
+    if (g->eopt) { /* the expert buckets not started are started by lt_optim_reduce_grads */
+        memset(g->edone, 0, (size_t)m->table.n);
+        memset(g->eready, 0, sizeof(int) * (size_t)g->eopt->nbuckets);
+    }
     if (lt_model_grad_buckets(m)) { /* ZeRO-2: reduced group by group during backward */
         reduce_tied_embedding(g);
         lt_optim_reduce_grads(g->opt, m->grads);

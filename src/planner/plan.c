@@ -542,12 +542,25 @@ static void dp_time(const LtConfig *c, const LtPlanDevice *g, int gpn, const Ste
     k->dp_comm = reduce_x + gather_x;
     k->hidden_dp = fmax(0.0, (k->zero == 2 ? z->M * reduce : reduce) + gather - k->dp_comm);
     /* expert parallelism: the experts' reduction over their data-parallel group
-     * (a reduce-scatter and gather with ZeRO >= 1) after the dense one, not overlapped */
+     * (a reduce-scatter and gather with ZeRO >= 1: their optimizer's stage is
+     * at most 1). With the overlap switches their buckets (cut between MoE
+     * layers, parallel.bucket_size) run behind the same last backward and
+     * first forward, in what the dense buckets left of them (the links are
+     * shared); a bucket per layer at most */
     const int edp = cand_edp(k);
     if (experts > 0.0 && edp > 1) {
-        const double er = ring(4.0 * experts, edp, dp_gbs, lat);
-        k->dp_comm += c->optimizer.zero_stage ? er / 2.0 + ring(a * experts, edp, dp_gbs, lat) / 2.0
-                                              : er;
+        const int ez = c->optimizer.zero_stage > 0;
+        const double er = ez ? ring(4.0 * experts, edp, dp_gbs, lat) / 2.0
+                             : ring(4.0 * experts, edp, dp_gbs, lat);
+        const double eg = ez ? ring(a * experts, edp, dp_gbs, lat) / 2.0 : 0.0;
+        const double eb = fmax(1.0, fmin(layers * z->V, ceil(experts / (double)c->parallel.bucket_size)));
+        const double dense_b = k->zero == 2 ? fmin(reduce, z->V * t->tb_all) : reduce - reduce_x;
+        const double win_b = fmax(0.0, z->V * t->tb_all - dense_b);
+        const double win_f = fmax(0.0, z->V * t->tf_all - (gather - gather_x));
+        const double er_x = k->ov_grad ? exposed(er, win_b, er / eb) : er;
+        const double eg_x = k->ov_param && ez ? exposed(eg, win_f, eg / eb) : eg;
+        k->dp_comm += er_x + eg_x;
+        k->hidden_dp += er + eg - er_x - eg_x;
     }
 }
 

@@ -332,7 +332,8 @@ static void plan_step(LtRun *r) {
  * initial or from the checkpoint in stepdir (NULL: a fresh start; meta is
  * its), and with need_optimizer an optimizer over the expert-data-parallel
  * group at ZeRO stage min(optimizer.zero_stage, 1), attached to the model's
- * (optim.h), its state resumed too. */
+ * (optim.h), its state resumed too, with the overlap switches (grads.h:
+ * lt_grads_set_experts). */
 static void setup_experts(LtRun *r, int need_optimizer, const char *stepdir,
                           const LtCkptMeta *meta) {
     const LtParamTable *t = &r->model->etable;
@@ -361,6 +362,10 @@ static void setup_experts(LtRun *r, int need_optimizer, const char *stepdir,
         lt_optim_set_pp(r->eopt, r->pp);
         if (m) lt_optim_load_state(r->eopt, host, m, v, meta->optimizer_steps);
         lt_optim_attach_experts(r->opt, r->eopt, r->model->eparams, r->model->egrads);
+        /* the overlap switches apply to the experts' group too: per-MoE-layer buckets */
+        lt_optim_set_overlap(r->eopt, r->cfg->parallel.overlap_grad_reduce,
+                             r->cfg->parallel.overlap_param_gather);
+        lt_grads_set_experts(r->grads, r->eopt, (size_t)r->cfg->parallel.bucket_size);
     }
     free(m);
     free(v);
@@ -578,6 +583,14 @@ void lt_run_print_summary(const LtRun *r) {
            r->topo.tp, r->topo.pp, r->topo.dp, c->optimizer.zero_stage,
            c->optimizer.zero_stage && r->topo.dp == 1 ? " (one data-parallel rank: nothing to shard)"
                                                       : "");
+    if (r->eopt) {
+        const LtOptimizer *e = r->eopt;
+        lt_log("experts    ep %d x etp %d, expert-data-parallel groups of %d rank(s), ZeRO stage "
+               "%d; %d gradient bucket(s)%s%s\n",
+               r->topo.ep, r->topo.etp, e->dp_size, e->zero_stage, e->nbuckets,
+               e->overlap_grad ? ", reduced during the backward" : ", reduced after it",
+               e->overlap_param ? ", gathered during the forward" : "");
+    }
     char groups[48] = "";
     if (c->model.num_query_groups != c->model.num_attention_heads)
         snprintf(groups, sizeof groups, " over %d key/value groups", c->model.num_query_groups);

@@ -10,26 +10,27 @@ void lt_step_clock_start(LtRun *r) {
     if (!lt_devclock_start(r->be)) return;
     lt_comm_set_clock_kind(r->tp, LT_CLK_TP);
     lt_comm_set_clock_kind(r->dp, LT_CLK_DP);
+    lt_comm_set_clock_kind(r->edp, LT_CLK_DP); /* the experts' data-parallel group */
     lt_comm_set_clock_kind(r->pp, LT_CLK_PP);
     lt_comm_set_clock_kind(r->emb, LT_CLK_PP);
     lt_log("time       the step breakdown is measured on the device (timers on its streams)\n");
 }
 
-/* Seconds so far of the TP, DP and PP (with the embedding group's)
- * communication: out[0..2] the training thread was blocked in it (exposed),
+/* Seconds so far of the TP, DP (with the expert-data-parallel group's) and
+ * PP (with the embedding group's) communication: out[0..2] the training thread was blocked in it (exposed),
  * out[3..5] it was under way (busy: also what a worker ran behind compute),
  * out[6..8] the training thread was blocked in it on host buffers (what the
  * device timers do not see); out[9..11] the same three of the expert-parallel
  * and expert-tensor-parallel groups (0 without them). */
 void lt_step_comm_mark(const LtRun *r, double out[LT_STEP_MARKS]) {
     out[0] = lt_comm_busy_seconds(r->tp);
-    out[1] = lt_comm_busy_seconds(r->dp);
+    out[1] = lt_comm_busy_seconds(r->dp) + lt_comm_busy_seconds(r->edp);
     out[2] = lt_comm_busy_seconds(r->pp) + lt_comm_busy_seconds(r->emb);
     out[3] = lt_comm_work_seconds(r->tp);
-    out[4] = lt_comm_work_seconds(r->dp);
+    out[4] = lt_comm_work_seconds(r->dp) + lt_comm_work_seconds(r->edp);
     out[5] = lt_comm_work_seconds(r->pp) + lt_comm_work_seconds(r->emb);
     out[6] = lt_comm_host_busy_seconds(r->tp);
-    out[7] = lt_comm_host_busy_seconds(r->dp);
+    out[7] = lt_comm_host_busy_seconds(r->dp) + lt_comm_host_busy_seconds(r->edp);
     out[8] = lt_comm_host_busy_seconds(r->pp) + lt_comm_host_busy_seconds(r->emb);
     out[9] = lt_comm_busy_seconds(r->ep) + lt_comm_busy_seconds(r->etp);
     out[10] = lt_comm_work_seconds(r->ep) + lt_comm_work_seconds(r->etp);
