@@ -293,6 +293,9 @@ void lt_model_next_logits(LtModel *m, const int32_t *tokens, int len, float *out
  * router; sliding-window layers only their band's share of the attention
  * core (so MFU counts only the band). */
 double lt_model_flops_per_sample(const LtModelDims *d, int causal);
+/* The share of a causal layer's query-key pairs layer l computes: 1, or for
+ * a sliding-window layer its band's (each query sees min(t + 1, W + 1) keys). */
+double lt_model_window_fraction(const LtModelDims *d, int l);
 /* FLOPs per sample the backward's recomputation adds, counted as
  * lt_model_flops_per_sample(d, 0) counts them: full != 0 each layer's forward
  * up to the MLP activation (lt_mdl_recompute_layer), else (selective) the

@@ -40,6 +40,11 @@ typedef struct {
      * token forward over the full square, twice that backward): lattice's own
      * (the CPU loop, or its CUDA kernels) and cuDNN's (0: none on this device). */
     double attn_fwd_tflops, attn_bwd_tflops, cudnn_fwd_tflops, cudnn_bwd_tflops;
+    /* The same over a sliding window's band (its query-key pairs in the model's
+     * count: 8 pairs h per token forward, twice that backward), whose small
+     * tiles run slower: lattice's kernels, and cuDNN's forward and deterministic
+     * backward (0: not measured - the causal rates then). */
+    double attn_win_fwd_tflops, attn_win_bwd_tflops, cudnn_win_fwd_tflops, cudnn_win_bwd_tflops;
     /* What a calibration measured with: threads per rank (0: a GPU, or a
      * built-in row) and ranks on the node. */
     int threads, ranks;

@@ -319,6 +319,12 @@ for cfg in "${CONFIGS[@]}"; do
       # the planner's step time for this layout beside the measured one (GPU rows)
       plan_line=$(grep '^planned:' "$log" | tail -1)
       [ -n "$plan_line" ] && say "  $plan_line"
+      # where the time went, measured (the last logged step's breakdown) and predicted
+      # (the planner's compute by part), so a report says which part is off
+      time_line=$(grep -E '^time +forward' "$log" | tail -1)
+      [ -n "$time_line" ] && say "  measured: ${time_line#time }"
+      parts_line=$(grep -E '^plan +compute by part' "$log" | tail -1)
+      [ -n "$parts_line" ] && say "  predicted: ${parts_line#plan }"
       med=$(echo "$done_line" | sed -n 's/.*median step \([0-9.]*\) ms.*/\1/p')
       tok=$(echo "$done_line" | sed -n 's/.* \([0-9.]*\) tok\/s.*/\1/p')
       tfl=$(echo "$done_line" | sed -n 's/.* \([0-9.]*\) TFLOP\/s per device.*/\1/p')

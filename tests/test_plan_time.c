@@ -166,6 +166,48 @@ static void test_attention_scales(void) {
           "lattice / cudnn %g, rates say %g", la.attention / cu.attention, want_ratio);
 }
 
+/* a sliding window on every other layer: that layer's band share of the
+ * FLOPs, at the window's rates as the engine runs it - under auto with a
+ * deterministic backward cuDNN's forward and lattice's backward, under
+ * model.attention=cudnn both cuDNN's, without window figures the causal
+ * rates of the same implementations; a window reaching every key is causal */
+static void test_attention_window(void) {
+    LtPlanDevice h;
+    REQUIRE(lt_plan_device("h100", &h) == 0, "h100 row");
+    REQUIRE(h.attn_win_bwd_tflops > 0 && h.cudnn_win_fwd_tflops > 0, "the row's window rates");
+    const char *base[] = {"train.precision=bf16", "train.device=auto", "model.seq_length=128",
+                          "model.window_attn_skip_freq=2", "model.window_size=[8, 0]",
+                          "model.attention=cudnn"};
+    LtPlanStep none, au, cu, wide, plain;
+    REQUIRE(predict(1, &h, &none, 3, base) == 0 && predict(1, &h, &au, 5, base) == 0 &&
+                predict(1, &h, &cu, 6, base) == 0,
+            "predict");
+    const char *w127[] = {"train.precision=bf16", "train.device=auto", "model.seq_length=128",
+                          "model.window_attn_skip_freq=2", "model.window_size=[127, 0]"};
+    REQUIRE(predict(1, &h, &wide, 5, w127) == 0, "predict W 127");
+    const double W = 9.0, S = 128.0, fr = (W * (W + 1) / 2 + (S - W) * W) / (S * (S + 1) / 2);
+    CHECK(test_relerr(au.attn_flops, none.attn_flops * (1 + fr) / 2, 1) < 1e-12,
+          "FLOPs %g, want %g", au.attn_flops, none.attn_flops * (1 + fr) / 2);
+    const double c = 1 / h.cudnn_fwd_tflops + 2 / h.cudnn_bwd_tflops;
+    const double wa = fr * (1 / h.cudnn_win_fwd_tflops + 2 / h.attn_win_bwd_tflops),
+                 wc = fr * (1 / h.cudnn_win_fwd_tflops + 2 / h.cudnn_win_bwd_tflops);
+    CHECK(test_relerr(au.attention / none.attention, (c + wa) / (2 * c), 1) < 1e-9,
+          "auto: %g of the causal time, rates say %g", au.attention / none.attention,
+          (c + wa) / (2 * c));
+    CHECK(test_relerr(cu.attention / none.attention, (c + wc) / (2 * c), 1) < 1e-9,
+          "cudnn: %g of the causal time, rates say %g", cu.attention / none.attention,
+          (c + wc) / (2 * c));
+    CHECK(wide.attention == none.attention && wide.attn_flops == none.attn_flops,
+          "a window reaching key 0 is causal: %g vs %g", wide.attention, none.attention);
+    h.attn_win_fwd_tflops = h.attn_win_bwd_tflops = h.cudnn_win_fwd_tflops = 0;
+    h.cudnn_win_bwd_tflops = 0;
+    REQUIRE(predict(1, &h, &plain, 5, base) == 0, "predict without window figures");
+    const double wp = fr * (1 / h.cudnn_fwd_tflops + 2 / h.attn_bwd_tflops);
+    CHECK(test_relerr(plain.attention / none.attention, (c + wp) / (2 * c), 1) < 1e-9,
+          "no window figures (auto: the backward at lattice's causal rate): %g of the causal "
+          "time, want %g", plain.attention / none.attention, (c + wp) / (2 * c));
+}
+
 /* a calibration's figures are read back; a file from before the memory-bound
  * term takes the built-in row's; threads scale the rates linearly */
 static void test_calibration_file(void) {
@@ -181,7 +223,9 @@ static void test_calibration_file(void) {
                              .gemm_half_tokens = 20, .elem_gbs = 1.25, .xent_gbs = 2.5,
                              .optim_gbs = 3.75, .attn_fwd_tflops = 0.007,
                              .attn_bwd_tflops = 0.013, .cudnn_fwd_tflops = 0.5,
-                             .cudnn_bwd_tflops = 0.25};
+                             .cudnn_bwd_tflops = 0.25, .attn_win_fwd_tflops = 0.004,
+                             .attn_win_bwd_tflops = 0.006, .cudnn_win_fwd_tflops = 0.2,
+                             .cudnn_win_bwd_tflops = 0.05};
     cal.has_cudnn = 1;
     REQUIRE(lt_plan_calibration_write(path, &cal, err, sizeof err) == 0, "%s", err);
     LtPlanDevice d;
@@ -192,6 +236,10 @@ static void test_calibration_file(void) {
           d.attn_bwd_tflops);
     CHECK(d.cudnn_fwd_tflops == 0.5 && d.cudnn_bwd_tflops == 0.25, "cuDNN's: %g %g",
           d.cudnn_fwd_tflops, d.cudnn_bwd_tflops);
+    CHECK(d.attn_win_fwd_tflops == 0.004 && d.attn_win_bwd_tflops == 0.006 &&
+              d.cudnn_win_fwd_tflops == 0.2 && d.cudnn_win_bwd_tflops == 0.05,
+          "window rates: %g %g %g %g", d.attn_win_fwd_tflops, d.attn_win_bwd_tflops,
+          d.cudnn_win_fwd_tflops, d.cudnn_win_bwd_tflops);
     CHECK(d.threads == 2 && d.ranks == 1, "threads %d, ranks per node %d (of 4)", d.threads,
           d.ranks);
     /* a file as --calibrate wrote it before (bench/2026-11-24-cpu-calibrate.md) */
@@ -330,6 +378,7 @@ int main(void) {
     RUN(test_sp_divides_norm_bytes);
     RUN(test_recompute_adds_forward);
     RUN(test_attention_scales);
+    RUN(test_attention_window);
     RUN(test_calibration_file);
     RUN(test_moe_gemm_flops);
     RUN(test_moe_all_to_all);

@@ -8,16 +8,13 @@
  * input matrices 2hF (GPT) or 4hF (SwiGLU: gate, up) and its output
  * projection 2hF; scores and weighted sum 4sh (query heads, GQA or not; 2sh
  * counting only the unmasked half), in a sliding-window layer only its band's
- * share (window_fraction) of either. An MoE layer's MLP is the K experts each
+ * share (lt_model_window_fraction) of either. An MoE layer's MLP is the K experts each
  * token goes to (F = the expert width) and the shared expert, plus the
  * router's 2hE in mlp_in. */
 typedef struct {
     double attn_proj, mlp_in, mlp_out, attn;
 } LayerFlops;
-/* The share of a causal layer's query-key pairs a sliding-window layer l
- * computes (1 without a window): each of the s queries sees min(t + 1, W + 1)
- * keys instead of t + 1. */
-static double window_fraction(const LtModelDims *d, int l) {
+double lt_model_window_fraction(const LtModelDims *d, int l) {
     const double s = d->seq_len, w = (double)d->window + 1.0;
     if (!lt_dims_window_layer(d, l) || w >= s) return 1.0;
     return (w * (w + 1.0) / 2.0 + (s - w) * w) / (s * (s + 1.0) / 2.0);
@@ -35,7 +32,7 @@ static LayerFlops layer_flops(const LtModelDims *d, int l, int causal) {
     return (LayerFlops){.attn_proj = 2.0 * h * (q + 2.0 * kv) + 2.0 * q * h,
                         .mlp_in = in * h * F + router,
                         .mlp_out = 2.0 * h * F,
-                        .attn = (causal ? 2.0 : 4.0) * s * q * window_fraction(d, l)};
+                        .attn = (causal ? 2.0 : 4.0) * s * q * lt_model_window_fraction(d, l)};
 }
 
 double lt_model_flops_per_sample(const LtModelDims *d, int causal) {

@@ -351,6 +351,47 @@ static void attention_rates(const LtConfig *c, const LtPlanDevice *g, double *fw
     *bwd = (*cudnn ? g->cudnn_bwd_tflops : g->attn_bwd_tflops) * 1e12;
 }
 
+/* A sliding-window layer's rates, as the engine runs it: the forward on
+ * cuDNN's kernels where the causal layers run there, the backward too only
+ * under model.attention=cudnn with a deterministic backward (auto leaves that
+ * one to lattice's kernels, attn_select.c; a non-deterministic cuDNN band
+ * backward measured on par with lattice's, whose figure stands in for it).
+ * Without window figures, the causal rates. */
+static void window_rates(const LtConfig *c, const LtPlanDevice *g, int cudnn, double *fwd,
+                         double *bwd) {
+    const double lf = g->attn_win_fwd_tflops > 0 ? g->attn_win_fwd_tflops : g->attn_fwd_tflops,
+                 lb = g->attn_win_bwd_tflops > 0 ? g->attn_win_bwd_tflops : g->attn_bwd_tflops;
+    *fwd = (cudnn ? (g->cudnn_win_fwd_tflops > 0 ? g->cudnn_win_fwd_tflops : g->cudnn_fwd_tflops)
+                  : lf) * 1e12;
+    const int cudnn_bwd = cudnn && c->model.attention == LT_ATTN_CUDNN &&
+                          c->model.attention_deterministic;
+    *bwd = (cudnn_bwd ? (g->cudnn_win_bwd_tflops > 0 ? g->cudnn_win_bwd_tflops
+                                                     : g->cudnn_bwd_tflops)
+                      : lb) * 1e12;
+}
+
+/* The attention core of an average layer of the model (the planner paces
+ * stages by layer counts): seconds forward (*tf) and backward (*tb) of
+ * `flops` forward FLOPs per causal layer at the causal rates, a windowed
+ * layer's band share of them at the window's rates; *share: the FLOPs' share
+ * computed (the band's). */
+static void attention_time(const LtConfig *c, const LtPlanDevice *g, const LtModelDims *d,
+                           int cudnn, double flops, double fwd, double bwd, double *tf,
+                           double *tb, double *share) {
+    double wf, wb;
+    window_rates(c, g, cudnn, &wf, &wb);
+    double sf = 0.0, sb = 0.0, fr = 0.0;
+    for (int l = 0; l < d->num_layers; l++) {
+        const double f = lt_model_window_fraction(d, l);
+        const int win = f < 1.0;
+        fr += f;
+        sf += f * flops / (win ? wf : fwd);
+        sb += f * 2.0 * flops / (win ? wb : bwd);
+    }
+    const double L = d->num_layers > 0 ? d->num_layers : 1;
+    *tf = sf / L, *tb = sb / L, *share = fr / L;
+}
+
 /* The loss head of one micro batch on one rank: the logits GEMM and its two
  * gradients (2 h V/tp per token each) in blocks of head_chunk rows, at that
  * size's GEMM efficiency, and the softmax / cross-entropy over the logits
@@ -383,12 +424,16 @@ static PassModel pass_model(const LtConfig *c, const StepSizes *z, const LtPlanD
     attention_rates(c, g, &fwd_rate, &bwd_rate, &k->cudnn);
     layer_bytes(z, k, 1, &bytes_f, &bytes_b);
     lt_plan_layer_flops(d, 0, &flops, &redo_flops); /* per token */
-    const double attn_flops = N * 4.0 * z->S * lt_dims_q_width(d) / k->tp; /* (no window) */
+    /* the model's count over the full square, a windowed layer its band's share */
+    double attn_f, attn_b, share;
+    attention_time(c, g, d, k->cudnn, N * 4.0 * z->S * lt_dims_q_width(d) / k->tp, fwd_rate,
+                   bwd_rate, &attn_f, &attn_b, &share);
+    const double attn_flops = N * 4.0 * z->S * lt_dims_q_width(d) / k->tp * share;
     PassModel m = {
         .layer_gemm = flops * N / k->tp / eff,
         .flops = flops * N / k->tp, .redo_flops = redo_flops * N / k->tp,
         .mem_f = bytes_f / bw, .mem_b = bytes_b / bw,
-        .attn_f = attn_flops / fwd_rate, .attn_b = 2.0 * attn_flops / bwd_rate,
+        .attn_f = attn_f, .attn_b = attn_b,
         .attn_flops = attn_flops,
         .elem_bw = bw,
         .slow = k->ov_tp ? lt_plan_gemm_eff_at(g, N) / lt_plan_gemm_eff_at(g, N / k->tp) : 1.0,

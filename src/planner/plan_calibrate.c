@@ -463,9 +463,14 @@ static void print_constants(const LtPlanCalibration *cal) {
            "  attn_bwd_tflops  %.4f  (backward)\n",
            d->elem_gbs, d->xent_gbs, d->optim_gbs, d->attn_fwd_tflops,
            cal->threads ? "the CPU's" : "lattice's", d->attn_bwd_tflops);
+    printf("  attn_win_fwd_tflops  %.4f  (a sliding window's band, forward)\n"
+           "  attn_win_bwd_tflops  %.4f  (backward)\n", d->attn_win_fwd_tflops,
+           d->attn_win_bwd_tflops);
     if (cal->has_cudnn)
-        printf("  cudnn_fwd_tflops %.4f\n  cudnn_bwd_tflops %.4f\n", d->cudnn_fwd_tflops,
-               d->cudnn_bwd_tflops);
+        printf("  cudnn_fwd_tflops %.4f\n  cudnn_bwd_tflops %.4f\n"
+               "  cudnn_win_fwd_tflops %.4f\n  cudnn_win_bwd_tflops %.4f  (deterministic)\n",
+               d->cudnn_fwd_tflops, d->cudnn_bwd_tflops, d->cudnn_win_fwd_tflops,
+               d->cudnn_win_bwd_tflops);
     if (cal->has_comm)
         printf("  intra_gbs        %.3f  (all-reduce bus bandwidth, %d ranks)\n"
                "  latency_us       %.2f  (per ring step)\n",

@@ -132,16 +132,46 @@ typedef struct {
     int B, T, NH, HD, bwd;
     void *qkv, *out, *dout, *dqkv;
     float *lse;
+    int W;          /* a sliding window of W keys before each query (-1: causal) */
+    int32_t *ks;    /* its first keys, max(0, t - W) (NULL: causal) */
 } AttnJob;
 
 static void run_attn(Cal *c, const void *arg) {
     const AttnJob *j = arg;
     if (j->bwd)
-        c->be->ops->attention_bwd(c->be, j->dqkv, j->dout, j->qkv, j->out, j->lse, NULL, -1,
+        c->be->ops->attention_bwd(c->be, j->dqkv, j->dout, j->qkv, j->out, j->lse, j->ks, j->W,
                                   j->B, j->T, j->NH, j->NH, j->HD);
     else
-        c->be->ops->attention_fwd(c->be, j->out, j->lse, j->qkv, NULL, -1, j->B, j->T, j->NH,
+        c->be->ops->attention_fwd(c->be, j->out, j->lse, j->qkv, j->ks, j->W, j->B, j->T, j->NH,
                                   j->NH, j->HD);
+}
+
+/* The job's buffers for B x T x NH x HD (and with W >= 0 the window's first keys). */
+static void attn_job_alloc(Cal *c, AttnJob *j) {
+    LtBackend *be = c->be;
+    const size_t n = (size_t)j->B * j->T * j->NH * j->HD;
+    j->qkv = lt_cal_random_act(be, 3 * n, 21);
+    j->out = be->ops->alloc(be, lt_act_bytes(be, n));
+    j->dout = lt_cal_random_act(be, n, 22);
+    j->dqkv = be->ops->alloc(be, lt_act_bytes(be, 3 * n));
+    j->lse = be->ops->alloc(be, (size_t)j->B * j->NH * j->T * sizeof(float));
+    j->ks = NULL;
+    if (j->W < 0) return;
+    const size_t nt = (size_t)j->B * j->T;
+    int32_t *h = lt_malloc(nt * sizeof(int32_t));
+    for (size_t i = 0; i < nt; i++) {
+        const int t = (int)(i % (size_t)j->T);
+        h[i] = t > j->W ? t - j->W : 0;
+    }
+    j->ks = be->ops->alloc(be, nt * sizeof(int32_t));
+    be->ops->upload(be, j->ks, h, nt * sizeof(int32_t));
+    free(h);
+}
+
+static void attn_job_free(Cal *c, AttnJob *j) {
+    void *p[] = {j->qkv, j->out, j->dout, j->dqkv, j->lse, j->ks};
+    for (int k = 0; k < 6; k++)
+        if (p[k]) c->be->ops->free(c->be, p[k]);
 }
 
 /* TFLOP/s forward (*fwd) and backward (*bwd) over the shapes, in the model's
@@ -152,12 +182,8 @@ static void attn_rates(Cal *c, const char *name, double budget, double *fwd, dou
     double flops[2] = {0, 0}, secs[2] = {0, 0};
     for (int i = 0; i < 3; i++) {
         const int T = (c->cuda ? gpu_T : cpu_T)[i], B = tokens / T > 0 ? tokens / T : 1;
-        const size_t n = (size_t)B * T * NH * HD;
-        AttnJob j = {B, T, NH, HD, 0, lt_cal_random_act(c->be, 3 * n, 21),
-                     c->be->ops->alloc(c->be, lt_act_bytes(c->be, n)),
-                     lt_cal_random_act(c->be, n, 22),
-                     c->be->ops->alloc(c->be, lt_act_bytes(c->be, 3 * n)),
-                     c->be->ops->alloc(c->be, (size_t)B * NH * T * sizeof(float))};
+        AttnJob j = {.B = B, .T = T, .NH = NH, .HD = HD, .W = -1};
+        attn_job_alloc(c, &j);
         const double f = 4.0 * B * (double)T * T * NH * HD; /* the model's count, forward */
         double t[2];
         for (j.bwd = 0; j.bwd < 2; j.bwd++) {
@@ -166,11 +192,31 @@ static void attn_rates(Cal *c, const char *name, double budget, double *fwd, dou
         }
         printf("%-8s %6d %6d %4d %4d %10.3f %10.4f %10.3f %10.4f\n", name, B, T, NH, HD,
                t[0] * 1e3, f / t[0] / 1e12, t[1] * 1e3, 2 * f / t[1] / 1e12);
-        void *p[] = {j.qkv, j.out, j.dout, j.dqkv, j.lse};
-        for (int k = 0; k < 5; k++) c->be->ops->free(c->be, p[k]);
+        attn_job_free(c, &j);
     }
     *fwd = flops[0] / secs[0] / 1e12;
     *bwd = flops[1] / secs[1] / 1e12;
+}
+
+/* The same over a sliding window's band, at one shape (GPT-OSS's: 128 keys,
+ * head dim 64, a long sequence; on the CPU 64 keys of 512), in the model's
+ * count of the band's pairs (8 pairs h forward, twice that backward). */
+static void attn_win_rates(Cal *c, const char *name, double budget, double *fwd, double *bwd) {
+    const int T = c->cuda ? 4096 : 512, W = c->cuda ? 128 : 64, NH = c->cuda ? 16 : 8, HD = 64,
+              B = c->cuda ? 4 : 1;
+    AttnJob j = {.B = B, .T = T, .NH = NH, .HD = HD, .W = W};
+    attn_job_alloc(c, &j);
+    const double pairs = (double)W * (W + 1) / 2.0 + (double)(T - W) * (W + 1);
+    const double f = 8.0 * B * pairs * NH * HD;
+    double t[2];
+    for (j.bwd = 0; j.bwd < 2; j.bwd++) t[j.bwd] = lt_cal_time_median(c, run_attn, &j, budget / 2);
+    char what[32];
+    snprintf(what, sizeof what, "%s W%d", name, W);
+    printf("%-12s %2d %6d %4d %4d %10.3f %10.4f %10.3f %10.4f\n", what, B, T, NH, HD, t[0] * 1e3,
+           f / t[0] / 1e12, t[1] * 1e3, 2 * f / t[1] / 1e12);
+    attn_job_free(c, &j);
+    *fwd = f / t[0] / 1e12;
+    *bwd = 2 * f / t[1] / 1e12;
 }
 
 void lt_cal_attention(Cal *c, LtPlanDevice *dev, int *has_cudnn, double budget) {
@@ -182,11 +228,16 @@ void lt_cal_attention(Cal *c, LtPlanDevice *dev, int *has_cudnn, double budget) 
     const int hd = c->cuda ? 128 : 64;
     if (c->cuda && lt_cuda_attention_configure(c->be, LT_ATTN_LATTICE, 1, hd, &ch))
         lt_fatal("--calibrate: lattice's attention kernels refused: %s", ch.reason);
-    attn_rates(c, c->cuda ? "lattice" : "cpu", 0.6 * budget, &dev->attn_fwd_tflops,
+    attn_rates(c, c->cuda ? "lattice" : "cpu", 0.45 * budget, &dev->attn_fwd_tflops,
                &dev->attn_bwd_tflops);
+    attn_win_rates(c, c->cuda ? "lattice" : "cpu", 0.15 * budget, &dev->attn_win_fwd_tflops,
+                   &dev->attn_win_bwd_tflops);
     if (c->cuda && lt_cuda_attention_configure(c->be, LT_ATTN_CUDNN, 1, hd, &ch) == 0 &&
         ch.cudnn) {
-        attn_rates(c, "cudnn", 0.4 * budget, &dev->cudnn_fwd_tflops, &dev->cudnn_bwd_tflops);
+        attn_rates(c, "cudnn", 0.3 * budget, &dev->cudnn_fwd_tflops, &dev->cudnn_bwd_tflops);
+        /* (the deterministic backward, as calibrated: a windowed one is far slower) */
+        attn_win_rates(c, "cudnn", 0.1 * budget, &dev->cudnn_win_fwd_tflops,
+                       &dev->cudnn_win_bwd_tflops);
         *has_cudnn = 1;
     } else if (c->cuda) {
         printf("cudnn: not measured (%s)\n", ch.reason);

@@ -37,7 +37,8 @@
 typedef struct {
     double peak_tflops, gemm_eff, gemm_half_tokens, mem_gbs, mem_gib, intra_gbs, net_gbs,
         latency_us, elem_gbs, xent_gbs, optim_gbs, attn_fwd_tflops, attn_bwd_tflops,
-        cudnn_fwd_tflops, cudnn_bwd_tflops;
+        cudnn_fwd_tflops, cudnn_bwd_tflops, attn_win_fwd_tflops, attn_win_bwd_tflops,
+        cudnn_win_fwd_tflops, cudnn_win_bwd_tflops;
 } CalFigures;
 
 typedef struct {
@@ -67,6 +68,11 @@ static const CalKey KEYS[] = {
     {"attn_bwd_tflops", FIG(attn_bwd_tflops), DEV(attn_bwd_tflops), 0, 0, 1e5},
     {"cudnn_fwd_tflops", FIG(cudnn_fwd_tflops), DEV(cudnn_fwd_tflops), 0, -1, 1e5},
     {"cudnn_bwd_tflops", FIG(cudnn_bwd_tflops), DEV(cudnn_bwd_tflops), 0, -1, 1e5},
+    /* since the sliding-window rates */
+    {"attn_win_fwd_tflops", FIG(attn_win_fwd_tflops), DEV(attn_win_fwd_tflops), 0, -1, 1e5},
+    {"attn_win_bwd_tflops", FIG(attn_win_bwd_tflops), DEV(attn_win_bwd_tflops), 0, -1, 1e5},
+    {"cudnn_win_fwd_tflops", FIG(cudnn_win_fwd_tflops), DEV(cudnn_win_fwd_tflops), 0, -1, 1e5},
+    {"cudnn_win_bwd_tflops", FIG(cudnn_win_bwd_tflops), DEV(cudnn_win_bwd_tflops), 0, -1, 1e5},
 };
 #define NKEYS (sizeof KEYS / sizeof KEYS[0])
 
@@ -95,7 +101,11 @@ static const char *const COUNT_KEYS[] = {"threads", "ranks", "ranks_per_node"};
  * GeLU, 33-39% for the LayerNorm backward), the cross-entropy at 0.46, AdamW
  * at 0.87; attention at T 2048, HD 128 in the model's count (the bench's
  * causal TFLOP/s: forward x2, backward x8/5): lattice's kernels forward 300,
- * backward 201, cuDNN 1058 and 608 - for the H100 too (the same SMs), for
+ * backward 201, cuDNN 1058 and 608; a sliding window of 128 keys (the third
+ * H200 run, bench/2026-11-28-h200-third-draw.md: GPT-OSS's layer, T 8192, HD
+ * 64, 64 heads over 8, the band's pairs in the same count) lattice's kernels
+ * 197 forward, 116 backward, cuDNN 208 forward and 16 for its deterministic
+ * backward (T 2048: 52; it grows with T) - for the H100 too (the same SMs), for
  * the A100 and the B200 scaled by their bf16 peaks (assumed; lattice's own
  * attention kernels are written for sm_80/sm_90 and have not run on a B200).
  * The cpu row was measured by `lattice plan --calibrate` on the 2-core CI
@@ -106,7 +116,9 @@ static const char *const COUNT_KEYS[] = {"threads", "ranks", "ranks_per_node"};
 #define GPU_ROW(bw, attn_scale)                                                                \
     .elem_gbs = 0.60 * (bw), .xent_gbs = 0.46 * (bw), .optim_gbs = 0.87 * (bw),               \
     .attn_fwd_tflops = 300 * (attn_scale), .attn_bwd_tflops = 201 * (attn_scale),             \
-    .cudnn_fwd_tflops = 1058 * (attn_scale), .cudnn_bwd_tflops = 608 * (attn_scale)
+    .cudnn_fwd_tflops = 1058 * (attn_scale), .cudnn_bwd_tflops = 608 * (attn_scale),          \
+    .attn_win_fwd_tflops = 197 * (attn_scale), .attn_win_bwd_tflops = 116 * (attn_scale),     \
+    .cudnn_win_fwd_tflops = 208 * (attn_scale), .cudnn_win_bwd_tflops = 16 * (attn_scale)
 static const LtPlanDevice DEVICES[] = {
     {"h100", 989.4, 66.9, 80, 3350, 450, 50, 5.0, 0.60, 256,
      "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed",
@@ -143,7 +155,9 @@ double lt_plan_device_scale_threads(LtPlanDevice *dev, double threads) {
     const double f = threads / dev->threads;
     double *rates[] = {&dev->bf16_tflops, &dev->fp32_tflops, &dev->mem_gbs, &dev->elem_gbs,
                        &dev->xent_gbs, &dev->optim_gbs, &dev->attn_fwd_tflops,
-                       &dev->attn_bwd_tflops, &dev->cudnn_fwd_tflops, &dev->cudnn_bwd_tflops};
+                       &dev->attn_bwd_tflops, &dev->cudnn_fwd_tflops, &dev->cudnn_bwd_tflops,
+                       &dev->attn_win_fwd_tflops, &dev->attn_win_bwd_tflops,
+                       &dev->cudnn_win_fwd_tflops, &dev->cudnn_win_bwd_tflops};
     for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) *rates[i] *= f;
     return f;
 }
@@ -389,9 +403,17 @@ int lt_plan_calibration_write(const char *path, const LtPlanCalibration *cal, ch
     put_number(f, "elem_gbs", d->elem_gbs, 0);
     put_number(f, "xent_gbs", d->xent_gbs, 0);
     put_number(f, "optim_gbs", d->optim_gbs, 0);
+    if (d->attn_win_fwd_tflops > 0) {
+        put_number(f, "attn_win_fwd_tflops", d->attn_win_fwd_tflops, 0);
+        put_number(f, "attn_win_bwd_tflops", d->attn_win_bwd_tflops, 0);
+    }
     put_number(f, "attn_fwd_tflops", d->attn_fwd_tflops, 0);
     put_number(f, "attn_bwd_tflops", d->attn_bwd_tflops, !cal->has_comm && !cal->has_cudnn);
     if (cal->has_cudnn) {
+        if (d->cudnn_win_fwd_tflops > 0) {
+            put_number(f, "cudnn_win_fwd_tflops", d->cudnn_win_fwd_tflops, 0);
+            put_number(f, "cudnn_win_bwd_tflops", d->cudnn_win_bwd_tflops, 0);
+        }
         put_number(f, "cudnn_fwd_tflops", d->cudnn_fwd_tflops, 0);
         put_number(f, "cudnn_bwd_tflops", d->cudnn_bwd_tflops, !cal->has_comm);
     }
