@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# bench_plan.sh [--quick] [--out FILE] [--lattice BIN] - the planner's step
-# time held to measurement on this machine (issue 29; a benchmark, not a
-# test): calibrates the CPU backend (`lattice plan --calibrate`, once for one
-# rank with every core and once under mpirun -np 2), then trains a set of
-# shapes and layouts with LT_PLAN_CALIBRATION set, so that each run's
-# `planned:` line gives the predicted and the measured median step, and
-# prints predicted, measured and measured / predicted per case; then checks
-# the ranking: for every two layouts of one model whose predicted steps differ
-# by more than 20%, the measured order must agree.
+# bench_plan.sh [--quick] [--repeat N] [--once] [--out FILE] [--lattice BIN] -
+# the planner's step time held to measurement on this machine (issue 29; a
+# benchmark, not a test): trains a set of shapes and layouts with
+# LT_PLAN_CALIBRATION set, so that each run's `planned:` line gives the
+# predicted and the measured median step, each right after a calibration of
+# the CPU backend for its rank count (`lattice plan --calibrate`, one rank
+# with every core or mpirun -np 2): on a shared machine whose speed drifts
+# by the margin within an hour, prediction and run then see the same
+# machine. Each case runs N times (--repeat, default 2), each a calibration
+# and a run; it prints predicted and measured of the median ratio, the
+# median ratio and the spread of the N ratios (max - min). --once: one
+# calibration per rank count at the start for every case (the older way).
+# Then it checks the ranking: for every two layouts of one model whose
+# predicted steps differ by more than 20%, the measured order must agree.
 #   shapes: GPT and Llama blocks; hidden 512 and 768; sequence 128, 256 and
 #   1024; vocabulary 8192 and 32768
 #   layouts: 1 rank with every core, TP 2, TP 2 with SP, PP 2 interleaved
@@ -20,16 +25,20 @@
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 2
-LT=build/lattice OUT="" QUICK=0
+LT=build/lattice OUT="" QUICK=0 REPEAT=2 ONCE=0
+usage() { echo "usage: scripts/bench_plan.sh [--quick] [--repeat N] [--once] [--out FILE] [--lattice BIN]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1 ;;
+    --repeat) REPEAT=${2:-}; shift ;;
+    --once) ONCE=1 ;;
     --out) OUT=$2; shift ;;
     --lattice) LT=$2; shift ;;
-    *) echo "usage: scripts/bench_plan.sh [--quick] [--out FILE] [--lattice BIN]" >&2; exit 2 ;;
+    *) usage ;;
   esac
   shift
 done
+case $REPEAT in ''|*[!0-9]*|0) usage ;; esac
 [ -x "$LT" ] || { echo "bench_plan.sh: $LT not found (make)" >&2; exit 2; }
 MPI="mpirun --allow-run-as-root --oversubscribe"
 W=$(mktemp -d /tmp/lt-bench-plan-XXXXXX)
@@ -46,11 +55,24 @@ done
 
 say "== lattice plan against lattice train ($(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)) =="
 say "lattice: $("$LT" --version | head -2 | tail -1)"
-"$LT" plan --calibrate --seconds 20 --out "$W/cal1.json" >"$W/cal1.log" 2>&1 ||
-  { say "calibration (1 rank) failed: $(tail -2 "$W/cal1.log")"; exit 2; }
-$MPI -np 2 "$LT" plan --calibrate --seconds 20 --out "$W/cal2.json" >"$W/cal2.log" 2>&1 </dev/null ||
-  { say "calibration (2 ranks) failed: $(tail -2 "$W/cal2.log")"; exit 2; }
-say "calibrated: 1 rank $(grep -m1 '^ceiling' "$W/cal1.log"); 2 ranks $(grep -m1 '^ceiling' "$W/cal2.log")"
+CAL_S=20
+[ $ONCE = 0 ] && CAL_S=15
+[ $QUICK = 1 ] && CAL_S=5
+# calibrate NP: $W/calNP.json for NP ranks (1: every core; 2: mpirun -np 2)
+calibrate() {
+  local np=$1
+  if [ "$np" = 1 ]; then
+    "$LT" plan --calibrate --seconds $CAL_S --out "$W/cal1.json" >"$W/cal1.log" 2>&1
+  else
+    $MPI -np 2 "$LT" plan --calibrate --seconds $CAL_S --out "$W/cal2.json" >"$W/cal2.log" 2>&1 </dev/null
+  fi || { say "calibration ($np rank(s)) failed: $(tail -2 "$W/cal$np.log")"; exit 2; }
+}
+if [ $ONCE = 1 ]; then
+  calibrate 1; calibrate 2
+  say "calibrated once: 1 rank $(grep -m1 '^ceiling' "$W/cal1.log"); 2 ranks $(grep -m1 '^ceiling' "$W/cal2.log")"
+else
+  say "calibrated before every run ($CAL_S s, for its rank count); $REPEAT run(s) per case"
+fi
 
 # model NAME: the shape's overrides (configs/tiny.yaml or llama-tiny.yaml grown)
 model() {
@@ -79,7 +101,7 @@ CASES=(
 COMMON=(train.micro_batch_size=4 train.global_batch_size=8 train.precision=fp32 train.threads=0
         train.steps=$STEPS eval.interval=0 logging.log_interval=1 data.valid_path= checkpoint.dir=)
 say ""
-say "$(printf '%-14s %-11s %5s %12s %12s %8s' case model ranks 'predicted ms' 'measured ms' ratio)"
+say "$(printf '%-14s %-11s %5s %12s %12s %8s %8s' case model ranks 'predicted ms' 'measured ms' ratio spread)"
 STATUS=0
 RES=()
 for c in "${CASES[@]}"; do
@@ -88,18 +110,31 @@ for c in "${CASES[@]}"; do
   args=($(model "$mdl") "${COMMON[@]}" $extra)
   cal=$W/cal1.json launch=("$LT")
   [ "$np" -gt 1 ] && { cal=$W/cal2.json; launch=($MPI -np "$np" "$LT"); }
-  LT_PLAN_CALIBRATION=$cal "${launch[@]}" train "${args[@]}" >"$W/$name.log" 2>&1 </dev/null
-  line=$(grep -m1 '^planned:' "$W/$name.log")
-  pred=$(echo "$line" | sed -n 's/.*predicted \([0-9.]*\) ms.*/\1/p')
-  meas=$(echo "$line" | sed -n 's/.*measured \([0-9.]*\) ms.*/\1/p')
-  if [ -z "$pred" ] || [ -z "$meas" ]; then
-    say "$(printf '%-14s %-11s %5s  FAILED: %s' "$name" "$mdl" "$np" "$(grep -iE 'error|warning' "$W/$name.log" | head -1)")"
+  runs="" failed=""
+  for ((i = 1; i <= REPEAT; i++)); do
+    [ $ONCE = 0 ] && calibrate "$np"
+    LT_PLAN_CALIBRATION=$cal "${launch[@]}" train "${args[@]}" >"$W/$name.$i.log" 2>&1 </dev/null
+    line=$(grep -m1 '^planned:' "$W/$name.$i.log")
+    pred=$(echo "$line" | sed -n 's/.*predicted \([0-9.]*\) ms.*/\1/p')
+    meas=$(echo "$line" | sed -n 's/.*measured \([0-9.]*\) ms.*/\1/p')
+    if [ -z "$pred" ] || [ -z "$meas" ]; then
+      failed=$(grep -iE 'error|warning' "$W/$name.$i.log" | head -1); break
+    fi
+    runs="$runs $pred:$meas"
+  done
+  if [ -n "$failed" ] || [ -z "$runs" ]; then
+    say "$(printf '%-14s %-11s %5s  FAILED: %s' "$name" "$mdl" "$np" "${failed:-no planned: line}")"
     STATUS=2; continue
   fi
-  ratio=$(python3 -c "print('%.2f' % ($meas / $pred))")
+  # the run of the median ratio (the lower middle one of an even count), and the spread
+  read -r pred meas ratio spread <<<"$(python3 -c '
+import sys
+runs = sorted((float(m) / float(p), p, m) for p, m in (r.split(":") for r in sys.argv[1:]))
+r, p, m = runs[(len(runs) - 1) // 2]
+print(p, m, "%.2f" % r, "%.2f" % (runs[-1][0] - runs[0][0]))' $runs)"
   flag=""
   python3 -c "import sys; sys.exit(0 if 0.85 <= $ratio <= 1.15 else 1)" || { flag="  outside 0.85-1.15"; [ $STATUS = 0 ] && STATUS=1; }
-  say "$(printf '%-14s %-11s %5s %12s %12s %8s%s' "$name" "$mdl" "$np" "$pred" "$meas" "$ratio" "$flag")"
+  say "$(printf '%-14s %-11s %5s %12s %12s %8s %8s%s' "$name" "$mdl" "$np" "$pred" "$meas" "$ratio" "$spread" "$flag")"
   RES+=("$name $mdl $pred $meas")
 done
 
