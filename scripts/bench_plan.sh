@@ -14,9 +14,10 @@
 # Then it checks the ranking: for every two layouts of one model whose
 # predicted steps differ by more than 20%, the measured order must agree.
 #   shapes: GPT and Llama blocks; hidden 512 and 768; sequence 128, 256 and
-#   1024; vocabulary 8192 and 32768
+#   1024; vocabulary 8192 and 32768; a GPT with 8 experts top-2 in every layer
+#   (--only CASE,...: just those cases)
 #   layouts: 1 rank with every core, TP 2, TP 2 with SP, PP 2 interleaved
-#   (2 chunks per stage), DP 2 with ZeRO 1, full recomputation
+#   (2 chunks per stage), DP 2 with ZeRO 1, full recomputation, EP 2
 # Target (issue 29): every ratio within 0.85-1.15 on a quiet machine. The
 # figures are only as good as the machine is quiet: the script prints the
 # load average before and after. --quick: 3 steps per run, smaller shapes
@@ -25,13 +26,14 @@
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 2
-LT=build/lattice OUT="" QUICK=0 REPEAT=2 ONCE=0
-usage() { echo "usage: scripts/bench_plan.sh [--quick] [--repeat N] [--once] [--out FILE] [--lattice BIN]" >&2; exit 2; }
+LT=build/lattice OUT="" QUICK=0 REPEAT=2 ONCE=0 ONLY=""
+usage() { echo "usage: scripts/bench_plan.sh [--quick] [--repeat N] [--once] [--only CASE,...] [--out FILE] [--lattice BIN]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1 ;;
     --repeat) REPEAT=${2:-}; shift ;;
     --once) ONCE=1 ;;
+    --only) ONLY=,${2:-},; shift ;;
     --out) OUT=$2; shift ;;
     --lattice) LT=$2; shift ;;
     *) usage ;;
@@ -81,6 +83,7 @@ model() {
     gpt-wide)  echo "configs/tiny.yaml model.num_layers=$L model.hidden_size=$H2 model.num_attention_heads=12 model.ffn_hidden_size=$((4 * H2)) model.seq_length=128 model.max_position_embeddings=128 model.vocab_size=8192 data.train_path=$W/v8192.ltok" ;;
     gpt-vocab) echo "configs/tiny.yaml model.num_layers=$((L / 2)) model.hidden_size=$H model.num_attention_heads=8 model.ffn_hidden_size=$((4 * H)) model.seq_length=256 model.max_position_embeddings=256 model.vocab_size=32768 data.train_path=$W/v32768.ltok" ;;
     llama)     echo "configs/llama-tiny.yaml model.num_layers=$L model.hidden_size=$H model.num_attention_heads=8 model.num_query_groups=4 model.ffn_hidden_size=$((8 * H / 3 / 64 * 64)) model.seq_length=256 model.max_position_embeddings=1024 model.rope_original_max_position=256 model.vocab_size=8192 data.train_path=$W/v8192.ltok" ;;
+    gpt-moe)   echo "configs/tiny.yaml model.num_layers=$L model.hidden_size=$H model.num_attention_heads=8 model.ffn_hidden_size=$((4 * H)) model.num_experts=8 model.moe_router_topk=2 model.moe_ffn_hidden_size=$((2 * H)) model.moe_aux_loss_coeff=0.01 model.seq_length=256 model.max_position_embeddings=256 model.vocab_size=8192 data.train_path=$W/v8192.ltok" ;;
     llama-long) echo "configs/llama-tiny.yaml model.num_layers=$((L / 2)) model.hidden_size=$H model.num_attention_heads=8 model.num_query_groups=4 model.ffn_hidden_size=$((8 * H / 3 / 64 * 64)) model.seq_length=1024 model.max_position_embeddings=1024 model.rope_original_max_position=256 model.vocab_size=8192 data.train_path=$W/v8192.ltok" ;;
   esac
 }
@@ -97,6 +100,8 @@ CASES=(
   "llama-1r      llama      1"
   "llama-tp2-sp  llama      2 parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true"
   "llama-long-1r llama-long 1 train.micro_batch_size=1 train.global_batch_size=2"
+  "gpt-moe-1r    gpt-moe    1"
+  "gpt-moe-ep2   gpt-moe    2 parallel.expert_model_parallel_size=2"
 )
 COMMON=(train.micro_batch_size=4 train.global_batch_size=8 train.precision=fp32 train.threads=0
         train.steps=$STEPS eval.interval=0 logging.log_interval=1 data.valid_path= checkpoint.dir=)
@@ -106,6 +111,7 @@ STATUS=0
 RES=()
 for c in "${CASES[@]}"; do
   read -r name mdl np extra <<<"$c"
+  [ -n "$ONLY" ] && case $ONLY in *,"$name",*) ;; *) continue ;; esac
   # shellcheck disable=SC2206
   args=($(model "$mdl") "${COMMON[@]}" $extra)
   cal=$W/cal1.json launch=("$LT")
