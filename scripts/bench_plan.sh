@@ -8,8 +8,8 @@
 # with every core or mpirun -np 2): on a shared machine whose speed drifts
 # by the margin within an hour, prediction and run then see the same
 # machine. Each case runs N times (--repeat, default 2), each a calibration
-# and a run; it prints predicted and measured of the median ratio, the
-# median ratio and the spread of the N ratios (max - min). --once: one
+# and a run; it prints the runs' mean predicted and measured steps, the mean
+# of their ratios and the spread of the N ratios (max - min). --once: one
 # calibration per rank count at the start for every case (the older way).
 # Then it checks the ranking: for every two layouts of one model whose
 # predicted steps differ by more than 20%, the measured order must agree.
@@ -109,6 +109,11 @@ say ""
 say "$(printf '%-14s %-11s %5s %12s %12s %8s %8s' case model ranks 'predicted ms' 'measured ms' ratio spread)"
 STATUS=0
 RES=()
+if [ -n "$ONLY" ]; then # a name that is no case must not pass as nothing to check
+  for n in ${ONLY//,/ }; do
+    printf '%s\n' "${CASES[@]}" | grep -q "^$n " || { echo "bench_plan.sh: no case '$n'" >&2; exit 2; }
+  done
+fi
 for c in "${CASES[@]}"; do
   read -r name mdl np extra <<<"$c"
   [ -n "$ONLY" ] && case $ONLY in *,"$name",*) ;; *) continue ;; esac
@@ -132,12 +137,14 @@ for c in "${CASES[@]}"; do
     say "$(printf '%-14s %-11s %5s  FAILED: %s' "$name" "$mdl" "$np" "${failed:-no planned: line}")"
     STATUS=2; continue
   fi
-  # the run of the median ratio (the lower middle one of an even count), and the spread
+  # the runs' mean predicted and measured steps, the mean of their ratios, the spread
   read -r pred meas ratio spread <<<"$(python3 -c '
 import sys
-runs = sorted((float(m) / float(p), p, m) for p, m in (r.split(":") for r in sys.argv[1:]))
-r, p, m = runs[(len(runs) - 1) // 2]
-print(p, m, "%.2f" % r, "%.2f" % (runs[-1][0] - runs[0][0]))' $runs)"
+runs = [(float(p), float(m)) for p, m in (r.split(":") for r in sys.argv[1:])]
+rs = [m / p for p, m in runs]
+n = len(runs)
+print("%.1f %.1f %.2f %.2f" % (sum(p for p, _ in runs) / n, sum(m for _, m in runs) / n,
+                               sum(rs) / n, max(rs) - min(rs)))' $runs)"
   flag=""
   python3 -c "import sys; sys.exit(0 if 0.85 <= $ratio <= 1.15 else 1)" || { flag="  outside 0.85-1.15"; [ $STATUS = 0 ] && STATUS=1; }
   say "$(printf '%-14s %-11s %5s %12s %12s %8s %8s%s' "$name" "$mdl" "$np" "$pred" "$meas" "$ratio" "$spread" "$flag")"

@@ -474,7 +474,7 @@ sanitizer() { # tool log cmd...
   if [ -z "$DETAIL" ]; then # cut short: how far it got, and what it had found by then
     local n last hz
     n=$(grep -cE '^(PASS|FAIL) ' "$log"); last=$(grep -E '^(PASS|FAIL) ' "$log" | tail -1)
-    hz=$(grep -cE '^========= (Error|Warning):' "$log")
+    hz=$(grep -cE '^========= (Error|Warning|Invalid|Uninitialized|Program hit|Race|Barrier)' "$log")
     DETAIL="no summary: $n cases ended${last:+ (last: $last)}, $hz error/warning reports so far"
   fi
 }

@@ -177,8 +177,9 @@ static void test_call_rules(void) {
         s.T = 2048, e.cudnn_version = 91900;
     }
     /* auto: a deterministic backward with a window stays on lattice's kernels (cuDNN's band
-     * backward measured 2.2-7.1x slower); its forward, a non-deterministic backward, a
-     * window reaching key 0 and model.attention=cudnn keep cuDNN */
+     * backward measured 2.2-7.1x slower), with packed documents its forward too; the
+     * forward without documents, a non-deterministic backward, a window reaching key 0 and
+     * model.attention=cudnn keep cuDNN */
     s.T = 2048, s.HD = 64, s.NKV = 16, s.documents = 0, s.ragged_batch = 0;
     for (int want = 0; want < 2; want++)
         for (int det = 0; det < 2; det++)
@@ -186,13 +187,21 @@ static void test_call_rules(void) {
                 for (int w = 128; w <= 2047; w += 1919) {
                     e = h100(want ? LT_ATTN_CUDNN : LT_ATTN_AUTO), e.deterministic = det;
                     s.dir = (LtAttnDir)d, s.window = w;
-                    const int refused = !want && det && d == LT_ATTN_BWD && w == 128;
-                    const int got = lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why);
-                    CHECK(got == !refused && (got || (has(why, "deterministic backward") &&
-                                                      has(why, "t-128..t") &&
-                                                      has(why, "model.attention=cudnn"))),
-                          "%s, %s, dir %d, window %d: %s", want ? "cudnn" : "auto",
-                          det ? "deterministic" : "not", d, w, got ? "taken" : why);
+                    for (int docs = 0; docs < 2; docs++) {
+                        s.documents = docs, s.ragged_batch = docs ? 16 : 0;
+                        /* with documents the forward follows the backward */
+                        const int refused = !want && det && (d == LT_ATTN_BWD || docs) &&
+                                            w == 128;
+                        const int got = lt_attn_cudnn_call_ok(&e, &s, ok, 3, why, sizeof why);
+                        CHECK(got == !refused &&
+                                  (got || (has(why, "deterministic backward") &&
+                                           has(why, "t-128..t") &&
+                                           has(why, "model.attention=cudnn") &&
+                                           (!docs || has(why, "packed documents")))),
+                              "%s, %s, dir %d, window %d, documents %d: %s",
+                              want ? "cudnn" : "auto", det ? "deterministic" : "not", d, w,
+                              docs, got ? "taken" : why);
+                    }
                 }
     s.window = -1, s.documents = 0, s.ragged_batch = 0;
     /* grouped K/V: any divisor of the query heads, in both directions */

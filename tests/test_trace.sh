@@ -117,8 +117,8 @@ fi
 # on a GPU: tp 2 x pp 2 x dp 2 with sequence parallelism, ZeRO 1 and the
 # overlap switches, against the same run timed by the host: the same losses,
 # and figures that hold together (the parts add up to the step, so nothing is
-# counted twice; tensor-parallel time lies inside the passes; every kind of
-# communication is seen)
+# counted twice; tensor-parallel time lies inside the passes, the gradients'
+# finalisation and the optimizer's norm; every kind of communication is seen)
 DEVT="parallel.tensor_model_parallel_size=2 parallel.pipeline_model_parallel_size=2
       parallel.sequence_parallel=true optimizer.zero_stage=1 parallel.overlap_grad_reduce=true
       parallel.overlap_param_gather=true parallel.overlap_p2p_comm=true"
@@ -136,7 +136,12 @@ for r in dev:
     t = r['time_ms']
     for k in ('forward', 'backward', 'bubble', 'comm_tp', 'comm_tp_busy', 'comm_dp_busy', 'comm_pp_busy'):
         assert t[k] > 0, (r['step'], k, t)
-    assert t['comm_tp'] <= t['forward'] + t['backward'] + 0.05, ('tp outside the passes', t)
+    # TP communication: in the passes, the gradients' sequence-parallel sums of
+    # finalisation and the norm's sum over TP in the optimizer (the latter is
+    # where 8 ranks on 2 cores wait for each other: a suite run saw 9.1 ms of
+    # TP time against 6.8 ms of passes)
+    assert t['comm_tp'] <= t['forward'] + t['backward'] + t['grads'] + t['optimizer'] + 0.05, \
+        ('tp outside the passes, finalisation and the norm', t)
     assert t['comm_tp'] <= t['comm_tp_busy'] + 0.05, ('exposed beyond busy', t)
 PY
 ); then pass device_timed_breakdown

@@ -22,8 +22,9 @@
  * below sm_90), and for the backward a head dim that is a multiple of 16 (its
  * ragged workspace tensors have a known functional issue otherwise, says
  * cudnn-frontend). Under model.attention=auto, a deterministic backward with
- * a sliding window stays on lattice's kernels: cuDNN's deterministic band
- * backward measured 2.2-7.1x slower than lattice's on an H200. A
+ * a sliding window stays on lattice's kernels (with packed documents its
+ * forward too): cuDNN's deterministic band backward measured 2.2-7.1x slower
+ * than lattice's on an H200. A
  * deterministic backward is the graph variant without fp32 dQ accumulation,
  * which cuDNN runs deterministically on Hopper; elsewhere (Blackwell needs
  * engine knobs from cuDNN 9.18.1 on) it is refused. */
@@ -173,14 +174,17 @@ int lt_attn_cudnn_call_ok(const LtAttnEnv *env, const LtAttnShape *s, const void
     /* auto picks the faster: cuDNN 9.14.0's deterministic backward with a 128-key window
      * took 2.58 ms at T 2048 and 8.41 ms at T 8192 (GPT-OSS's layer, B 8 / 2, 64 heads over
      * 8, HD 64) where lattice's took 1.16 and 1.18 on the same H200, while its forward and
-     * its non-deterministic backward were on par (bench/2026-11-28-h200-third-draw.md) */
-    if (s->dir == LT_ATTN_BWD && env->want == LT_ATTN_AUTO && env->deterministic &&
-        keyed_window(s) >= 0)
+     * its non-deterministic backward were on par (bench/2026-11-28-h200-third-draw.md).
+     * With packed documents the forward follows the backward, as documents_ok has it: a
+     * cuDNN forward's ragged statistics never feed lattice's backward */
+    if ((s->dir == LT_ATTN_BWD || s->documents) && env->want == LT_ATTN_AUTO &&
+        env->deterministic && keyed_window(s) >= 0)
         return call_refused(why, whylen,
-                            "deterministic backward with a sliding window (keys t-%d..t) under "
-                            "model.attention=auto: lattice's kernels, 2.2-7.1x faster than "
-                            "cuDNN's deterministic band backward on an H200 (model.attention=cudnn "
-                            "takes cuDNN's)", s->window);
+                            "%s with a sliding window (keys t-%d..t)%s, deterministic backward "
+                            "under model.attention=auto: lattice's kernels, 2.2-7.1x faster "
+                            "on an H200 (model.attention=cudnn takes cuDNN's)",
+                            dir, s->window,
+                            s->documents ? " and packed documents (the forward follows)" : "");
     if (s->dir == LT_ATTN_BWD && s->T % 128 && env->cudnn_version <= 91500 && !s->documents)
         return call_refused(why, whylen,
                             "backward with T=%d, not a multiple of 128, on cuDNN <= 9.15.0 "

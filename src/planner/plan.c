@@ -594,7 +594,7 @@ static void dp_time(const LtConfig *c, const LtPlanDevice *g, int gpn, const Ste
      * shared); a bucket per layer at most */
     const int edp = cand_edp(k);
     if (experts > 0.0 && edp > 1) {
-        const int ez = c->optimizer.zero_stage > 0;
+        const int ez = k->zero > 0;
         const double er = ez ? ring(4.0 * experts, edp, dp_gbs, lat) / 2.0
                              : ring(4.0 * experts, edp, dp_gbs, lat);
         const double eg = ez ? ring(a * experts, edp, dp_gbs, lat) / 2.0 : 0.0;
@@ -602,8 +602,8 @@ static void dp_time(const LtConfig *c, const LtPlanDevice *g, int gpn, const Ste
         const double dense_b = k->zero == 2 ? fmin(reduce, z->V * t->tb_all) : reduce - reduce_x;
         const double win_b = fmax(0.0, z->V * t->tb_all - dense_b);
         const double win_f = fmax(0.0, z->V * t->tf_all - (gather - gather_x));
-        const double er_x = k->ov_grad ? exposed(er, win_b, er / eb) : er;
-        const double eg_x = k->ov_param && ez ? exposed(eg, win_f, eg / eb) : eg;
+        const double er_x = k->eov_grad ? exposed(er, win_b, er / eb) : er;
+        const double eg_x = k->eov_param ? exposed(eg, win_f, eg / eb) : eg;
         k->dp_comm += er_x + eg_x;
         k->hidden_dp += er + eg - er_x - eg_x;
     }
@@ -698,6 +698,9 @@ int lt_plan_layout_config(const LtConfig *base, Cand *k, LtConfig *c, int world,
     lt_plan_apply_overlap(c, mode);
     k->ov_grad = c->parallel.overlap_grad_reduce && k->dp > 1;
     k->ov_param = c->parallel.overlap_param_gather && k->dp > 1;
+    /* the experts' group overlaps on its own (its size, not DP's; their ZeRO is 0 or 1) */
+    k->eov_grad = c->parallel.overlap_grad_reduce && cand_edp(k) > 1;
+    k->eov_param = c->parallel.overlap_param_gather && cand_edp(k) > 1 && k->zero > 0;
     k->ov_tp = c->parallel.tp_comm_overlap && k->tp > 1;
     k->ov_p2p = c->parallel.overlap_p2p_comm && k->pp > 1 && mpi;
     char err[512];

@@ -31,6 +31,7 @@ typedef struct {
     double gemm_flops, a2a_bytes; /* GEMM FLOPs, bytes the all-to-alls send off the rank */
     int cudnn; /* the attention core at cuDNN's rate */
     int ov_grad, ov_param, ov_p2p, ov_tp; /* the switches in effect (after the layout's limits) */
+    int eov_grad, eov_param; /* the same for the experts' own data-parallel group */
     int simulated;
 } Cand;
 

@@ -112,7 +112,10 @@ static void attn_bf16_bounds(const float *qkv, const float *dout, const int32_t 
 #undef V_
 #undef DO_
     const double eo = attn_bound_err(out[1], out[0], no), eg = attn_bound_err(dq[1], dq[0], nq);
-    const double round = 2.0 * 0x1p-7; /* 2 * bf16's epsilon, in the metric's relative units */
+    /* 2 * bf16's epsilon, in the metric's relative units (FlashAttention's atol, at most
+     * this relative to max(|ref|, rms)); it lifts every bf16 attention check's floor from
+     * the pair's 1e-2 to 1.6e-2, still far below an indexing error's O(1) */
+    const double round = 2.0 * 0x1p-7;
     *tol_out = 2.0 * eo + round > tol ? 2.0 * eo + round : tol;
     *tol_dqkv = 2.0 * eg + round > tol ? 2.0 * eg + round : tol;
     for (int r = 0; r < 2; r++) free(out[r]), free(dq[r]);

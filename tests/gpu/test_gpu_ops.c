@@ -2114,7 +2114,8 @@ int main(int argc, char **argv) {
             }
         }
         if (!matched) { /* a misspelt name must not pass as "0 failed" */
-            printf("FAIL only_%s: --only names no case or case_pair '%s'\n", want, want);
+            printf("FAIL only_%s: --only names no case or case_pair that runs here '%s' (the "
+                   "bf16n pair needs cuDNN)\n", want, want);
             test_n_fail++;
         }
         item = e ? e + 1 : NULL;

@@ -159,10 +159,14 @@ if [ "$DEV" = cuda ] && [ -s "$T/win-cuda-bf16.log" ]; then
   # deterministic (the default): auto leaves the windowed layers' backward
   # to lattice's kernels (cuDNN's deterministic band backward measured
   # 2.2-7.1x slower on an H200), the rest stays on cuDNN
-  run win-det-cuda-bf16 "$DEV" bf16 "${WIN[@]}" &&
+  # (its losses against the CPU's too: cuDNN's forward statistics feed lattice's backward)
+  if run win-det-cuda-bf16 "$DEV" bf16 "${WIN[@]}"; then
     on_cudnn window_det_bf16_backward_on_lattice "$T/win-det-cuda-bf16.log" \
       'cuDNN ran [1-9][0-9]* forward and [1-9][0-9]* backward calls; lattice.s kernels ran 0 forward and [1-9][0-9]* backward' \
       "cuDNN must run the forward calls and the unwindowed backward, lattice the windowed backward"
+    [ -s "$T/win-cpu-bf16.jsonl" ] &&
+      compare win-cpu-bf16 win-det-cuda-bf16 "llama_moe_window_det_bf16_cpu_vs_${DEV}" "$TOL_BF16"
+  fi
 fi
 CFG=tiny
 # the step replayed as a CUDA graph runs the same kernels: identical losses
