@@ -95,9 +95,13 @@ int lt_attn_resolve(const LtAttnEnv *env, LtAttnChoice *out) {
     snprintf(out->reason, sizeof out->reason,
              "model.attention=%s: cuDNN %s fused flash attention on sm_%d, %s backward%s", key,
              ver, env->sm, env->deterministic ? "deterministic" : "non-deterministic",
-             env->want == LT_ATTN_AUTO ? " (auto: cuDNN wherever it runs, 2.3-3.1x lattice's "
-                                         "kernels on an H200; docs/model.md)"
-                                       : "");
+             env->want == LT_ATTN_AUTO
+                 ? (env->deterministic
+                        ? " (auto: cuDNN wherever it runs, 2.3-3.1x lattice's kernels on an "
+                          "H200, but a windowed backward on lattice's; docs/model.md)"
+                        : " (auto: cuDNN wherever it runs, 2.3-3.1x lattice's kernels on an "
+                          "H200; docs/model.md)")
+                 : "");
     return 0;
 }
 
