@@ -29,7 +29,7 @@ struct LtGrads {
      * the expert optimizer starts when all its layers are */
     LtOptimizer *eopt;
     int *ebucket;            /* [group first]: the layer's expert bucket, -1 without experts */
-    int *elayers, *eready;   /* per expert bucket: MoE layers in it, of them final this step */
+    Bucket *eb;              /* per expert bucket: its MoE layers, of them final this step */
     unsigned char *edone;    /* [group first]: the layer's experts final this step */
     size_t *ebegin, *eend;   /* [group first]: the layer's expert range (flat) */
 };
@@ -57,7 +57,7 @@ static void experts_final(LtGrads *g, int first) {
     const int k = g->eopt ? g->ebucket[first] : -1;
     if (k < 0 || g->edone[first]) return;
     g->edone[first] = 1;
-    if (++g->eready[k] == g->elayers[k] && g->eopt->overlap_grad)
+    if (++g->eb[k].ready == g->eb[k].groups && g->eopt->overlap_grad)
         lt_optim_bucket_start(g->eopt, k, g->model->egrads);
 }
 
@@ -101,6 +101,26 @@ static void on_params_needed(void *ctx, int first, int last) {
         lt_optim_params_wait(g->eopt, g->ebegin[first], g->eend[first]);
 }
 
+/* Taking groups in backward order: the group starting at begin closes the
+ * bucket above it (whose lower end *top moves down to begin, written to *cut)
+ * once that bucket spans bucket_size elements; 1 when it cut. */
+static int cut_before(size_t begin, size_t *top, size_t bucket_size, size_t *cut) {
+    if (begin == 0 || *top - begin < (bucket_size ? bucket_size : 1)) return 0;
+    *cut = *top = begin;
+    return 1;
+}
+
+/* o's buckets from cuts[0..nc) (taken in backward order, so descending) over
+ * its flat space; the last bucket also holds the padding up to o->flat. */
+static void set_cut_buckets(LtOptimizer *o, const size_t *cuts, int nc) {
+    size_t *bounds = lt_malloc(sizeof(size_t) * (size_t)(nc + 2));
+    bounds[0] = 0;
+    for (int k = 0; k < nc; k++) bounds[k + 1] = cuts[nc - 1 - k];
+    bounds[nc + 1] = o->flat;
+    lt_optim_set_buckets(o, bounds, nc + 1);
+    free(bounds);
+}
+
 /* Buckets over the flat space: parameter groups in backward order (from the
  * end of the table), a bucket closed once it spans bucket_size elements; the
  * last bucket also holds the padding up to flat. Sets the optimizer's
@@ -108,22 +128,15 @@ static void on_params_needed(void *ctx, int first, int last) {
 static void make_buckets(LtGrads *g, size_t bucket_size) {
     const LtModel *m = g->model;
     const LtParamTable *t = &m->table;
-    size_t *cuts = lt_malloc(sizeof(size_t) * (size_t)(t->n + 2));
+    size_t *cuts = lt_malloc(sizeof(size_t) * (size_t)(t->n + 2)), top = m->flat;
     int nc = 0;
-    size_t top = m->flat;
     for (int i = t->n - 1; i >= 0;) {
         const int f = lt_model_param_group(m, i);
-        const size_t begin = t->p[f].offset;
-        if (begin > 0 && top - begin >= bucket_size) cuts[nc++] = top = begin;
+        nc += cut_before(t->p[f].offset, &top, bucket_size, cuts + nc);
         i = f - 1;
     }
-    size_t *bounds = lt_malloc(sizeof(size_t) * (size_t)(nc + 2));
-    bounds[0] = 0;
-    for (int k = 0; k < nc; k++) bounds[k + 1] = cuts[nc - 1 - k];
-    bounds[nc + 1] = m->flat;
-    lt_optim_set_buckets(g->opt, bounds, nc + 1);
+    set_cut_buckets(g->opt, cuts, nc);
     free(cuts);
-    free(bounds);
 }
 
 /* Which groups each bucket holds, and what makes each group final. */
@@ -171,31 +184,23 @@ void lt_grads_set_experts(LtGrads *g, LtOptimizer *eopt, size_t bucket_size) {
     g->edone = lt_calloc((size_t)n);
     for (int i = 0; i < n; i++) g->ebucket[i] = -1;
     /* cuts between MoE layers' expert ranges, in backward order, as make_buckets */
-    size_t *bounds = lt_malloc(sizeof(size_t) * (size_t)(L + 2)), top = eopt->flat;
+    size_t *cuts = lt_malloc(sizeof(size_t) * (size_t)(L + 1)), top = eopt->flat;
     int nc = 0;
     for (int l = L - 1; l >= 0; l--) {
         const int f = et->layer_first[l], e = et->layer_first[l + 1];
         if (f == e) continue; /* a dense layer */
-        const size_t begin = et->p[f].offset;
-        g->ebegin[t->layer_first[l]] = begin;
+        g->ebegin[t->layer_first[l]] = et->p[f].offset;
         g->eend[t->layer_first[l]] = et->p[e - 1].offset + et->p[e - 1].numel;
-        if (begin > 0 && top - begin >= (bucket_size ? bucket_size : 1)) bounds[++nc] = top = begin;
+        nc += cut_before(et->p[f].offset, &top, bucket_size, cuts + nc);
     }
-    bounds[0] = 0; /* bounds[1..nc]: the cuts from the top down; put them in order */
-    for (int a = 1, b = nc; a < b; a++, b--) {
-        const size_t x = bounds[a];
-        bounds[a] = bounds[b], bounds[b] = x;
-    }
-    bounds[nc + 1] = eopt->flat;
-    lt_optim_set_buckets(eopt, bounds, nc + 1);
-    free(bounds);
-    g->elayers = lt_calloc(sizeof(int) * (size_t)(nc + 1));
-    g->eready = lt_calloc(sizeof(int) * (size_t)(nc + 1));
+    set_cut_buckets(eopt, cuts, nc);
+    free(cuts);
+    g->eb = lt_calloc(sizeof(Bucket) * (size_t)eopt->nbuckets);
     for (int l = 0; l < L; l++) {
         const int first = t->layer_first[l];
         if (et->layer_first[l] == et->layer_first[l + 1]) continue;
         g->ebucket[first] = lt_optim_bucket_of(eopt, g->ebegin[first]);
-        g->elayers[g->ebucket[first]]++;
+        g->eb[g->ebucket[first]].groups++;
     }
     g->eopt = eopt;
 }
@@ -208,8 +213,7 @@ void lt_grads_destroy(LtGrads *g) {
     free(g->ebegin);
     free(g->eend);
     free(g->edone);
-    free(g->elayers);
-    free(g->eready);
+    free(g->eb);
     free(g->b);
     free(g->need);
     free(g->calls);
@@ -240,7 +244,7 @@ void lt_grads_finalize(LtGrads *g) {
     LtModel *m = g->model;
     if (g->eopt) { /* the expert buckets not started are started by lt_optim_reduce_grads */
         memset(g->edone, 0, (size_t)m->table.n);
-        memset(g->eready, 0, sizeof(int) * (size_t)g->eopt->nbuckets);
+        for (int k = 0; k < g->eopt->nbuckets; k++) g->eb[k].ready = 0;
     }
     if (lt_model_grad_buckets(m)) { /* ZeRO-2: reduced group by group during backward */
         reduce_tied_embedding(g);

@@ -425,10 +425,10 @@ static PassModel pass_model(const LtConfig *c, const StepSizes *z, const LtPlanD
     layer_bytes(z, k, 1, &bytes_f, &bytes_b);
     lt_plan_layer_flops(d, 0, &flops, &redo_flops); /* per token */
     /* the model's count over the full square, a windowed layer its band's share */
+    const double square = N * 4.0 * z->S * lt_dims_q_width(d) / k->tp;
     double attn_f, attn_b, share;
-    attention_time(c, g, d, k->cudnn, N * 4.0 * z->S * lt_dims_q_width(d) / k->tp, fwd_rate,
-                   bwd_rate, &attn_f, &attn_b, &share);
-    const double attn_flops = N * 4.0 * z->S * lt_dims_q_width(d) / k->tp * share;
+    attention_time(c, g, d, k->cudnn, square, fwd_rate, bwd_rate, &attn_f, &attn_b, &share);
+    const double attn_flops = square * share;
     PassModel m = {
         .layer_gemm = flops * N / k->tp / eff,
         .flops = flops * N / k->tp, .redo_flops = redo_flops * N / k->tp,
@@ -595,8 +595,7 @@ static void dp_time(const LtConfig *c, const LtPlanDevice *g, int gpn, const Ste
     const int edp = cand_edp(k);
     if (experts > 0.0 && edp > 1) {
         const int ez = k->zero > 0;
-        const double er = ez ? ring(4.0 * experts, edp, dp_gbs, lat) / 2.0
-                             : ring(4.0 * experts, edp, dp_gbs, lat);
+        const double er = ring(4.0 * experts, edp, dp_gbs, lat) / (ez ? 2.0 : 1.0);
         const double eg = ez ? ring(a * experts, edp, dp_gbs, lat) / 2.0 : 0.0;
         const double eb = fmax(1.0, fmin(layers * z->V, ceil(experts / (double)c->parallel.bucket_size)));
         const double dense_b = k->zero == 2 ? fmin(reduce, z->V * t->tb_all) : reduce - reduce_x;
