@@ -413,6 +413,9 @@ struct LtBackend {
     /* Calls so far that made the host wait for the device: synchronize, upload and
      * download (the blocking copies). The trainer reports it per step. */
     unsigned long host_waits;
+    /* model.moe_grouped_gemm=false: the experts' GEMMs one call per expert, not
+     * grouped (CUDA; the CPU backend's are per expert anyway) */
+    int moe_gemm_per_expert;
 };
 
 static inline size_t lt_act_bytes(const LtBackend *be, size_t n) { return n * be->act_size; }

@@ -39,8 +39,16 @@ typedef enum {
     LT_CLK_TP_BUSY, /* communication under way, hidden or not */
     LT_CLK_DP_BUSY,
     LT_CLK_PP_BUSY,
+    /* parts of the passes (lt_devclock_part_begin): inside forward and backward */
+    LT_CLK_ATTN,    /* the attention core, forward and backward (recomputed included) */
+    LT_CLK_HEAD,    /* the loss head: logits, cross-entropy, their gradient */
+    LT_CLK_MOE,     /* whole MoE layers: router, dispatch, experts, combine */
+    LT_CLK_EXPERTS, /* of those, the experts' GEMMs (grouped or per expert) */
     LT_CLK_KINDS
 } LtClockKind;
+
+#define LT_CLK_FIRST_PART LT_CLK_ATTN
+#define LT_CLK_PARTS (LT_CLK_KINDS - LT_CLK_FIRST_PART)
 
 #define LT_CLK(k) (1u << (k))
 /* The busy kind of exposed kind k (LT_CLK_TP, _DP or _PP). */
@@ -72,6 +80,17 @@ void lt_devclock_end(int h, unsigned mask, LtStream *s);
  * take over). */
 int lt_devclock_collect(double sec[LT_CLK_KINDS]);
 
+/* Parts of the passes (kinds from LT_CLK_FIRST_PART): a span on the current
+ * stream where the clock runs, counted by lt_devclock_collect; elsewhere
+ * (the CPU backend, whose ops are done when they return) the host's clock,
+ * counted while the clock is active, which lt_devclock_parts_take hands over.
+ * Parts nest (an MoE layer's experts inside it) up to 8 deep. Returns a
+ * handle for lt_devclock_part_end; -1 when nothing is timed. */
+int lt_devclock_part_begin(void);
+void lt_devclock_part_end(int h, LtClockKind k);
+/* The host-timed parts' seconds since the last call, added to
+ * sec[LT_CLK_PARTS] (index k - LT_CLK_FIRST_PART), and reset. */
+void lt_devclock_parts_take(double sec[LT_CLK_PARTS]);
 #ifdef __cplusplus
 }
 #endif

@@ -62,6 +62,9 @@ typedef struct {
     double comm_tp_busy, comm_dp_busy, comm_pp_busy;
     double comm_ep, comm_ep_busy; /* the expert-parallel all-to-alls (inside forward and
                                    * backward; 0 without expert parallelism) */
+    /* parts of forward + backward (devclock.h's part kinds): the attention core,
+     * the loss head, whole MoE layers and, of those, the experts' GEMMs */
+    double attention, loss_head, moe, moe_experts;
 } LtStepTimes;
 
 /* One MoE layer's statistics of a step (the trainer's, over every rank): its

@@ -64,6 +64,7 @@ typedef struct {
      * zeroing), the attention core, the loss head; memory-bound bytes and
      * attention FLOPs per step of the busiest stage's rank */
     double gemm, membound, attention, loss_head, mem_bytes, attn_flops;
+    double experts;    /* of gemm: the MoE layers' experts' GEMMs and routers */
     double gemm_flops; /* GEMM FLOPs per step of that rank (recomputation's included) */
     double a2a_bytes;  /* bytes the all-to-alls send off that rank per step */
     const char *attention_impl; /* "cudnn", "lattice" or "cpu" */

@@ -323,6 +323,8 @@ for cfg in "${CONFIGS[@]}"; do
       # (the planner's compute by part), so a report says which part is off
       time_line=$(grep -E '^time +forward' "$log" | tail -1)
       [ -n "$time_line" ] && say "  measured: ${time_line#time }"
+      of_line=$(grep -E '^time +of the passes' "$log" | tail -1)
+      [ -n "$of_line" ] && say "  measured ${of_line#time       }"
       parts_line=$(grep -E '^plan +compute by part' "$log" | tail -1)
       [ -n "$parts_line" ] && say "  predicted: ${parts_line#plan }"
       med=$(echo "$done_line" | sed -n 's/.*median step \([0-9.]*\) ms.*/\1/p')

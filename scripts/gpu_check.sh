@@ -27,8 +27,9 @@
 #                s 1024/2048 x d 64/128, deterministic and not, and GPT-OSS's
 #                sliding window (128) at s 2048/8192, d 64
 #     moe        Mixtral 8x7B's layer (8 experts top-2) in a one-layer slice,
-#                lattice and its PyTorch peer side by side (scripts/bench.sh);
-#                then, as far as the phase's time goes, GPT-OSS 20B's layer in
+#                lattice and its PyTorch peer side by side (scripts/bench.sh),
+#                then lattice again with one GEMM per expert
+#                (model.moe_grouped_gemm=false); then, as far as the phase's time goes, GPT-OSS 20B's layer in
 #                a 4-layer slice (32 experts top-4, windows on every other
 #                layer) and the same slice dense with equal FLOPs
 #     memcheck   compute-sanitizer memcheck of two bf16 training steps of
@@ -106,7 +107,7 @@ train      90    20     20
 bench     160    60     60
 attention  90    20     35
 bench15   170    70     85
-moe       150    60    115
+moe       170    60    135
 memcheck   60    15     10
 racecheck 240    60    200
 mpi        60    10      5
@@ -442,6 +443,21 @@ ph_moe() {
   d1=$(bench_result "$WORK/moe.log")
   d=$(grep -E '^side by side: .* ratio' "$WORK/moe.log" | tail -1 | sed 's/^side by side: //')
   DETAIL="Mixtral one-layer slice: ${d1:-FAILED}${d:+; $d}"
+  # the same slice with one cuBLASLt GEMM per expert instead of cuBLAS's grouped
+  # call (model.moe_grouped_gemm=false), lattice only, at the micro batch the
+  # first run took: which of the two the experts should use on this device
+  left=$(( TO - $(date +%s) + t0 - 5 ))
+  local mb; mb=$(sed -n 's/^side by side: [^ ]* lattice mbs \([0-9]*\) .*/\1/p' "$WORK/moe.log" | tail -1)
+  if [ "$left" -ge 30 ] && [ -n "$mb" ]; then
+    step $(( left < 40 ? left : 40 )) "$WORK/moe-per-expert.log" env "${LT_ENV[@]}" \
+      BENCH_TIMEOUT=$(( (left < 40 ? left : 40) * 9 / 10 )) bash scripts/bench.sh \
+      --lattice "$LT_BIN" --config configs/llama3.1-8b.yaml --steps 10 --device cuda --mbs "$mb" \
+      --peer off "${MIXTRAL_SLICE[@]}" model.moe_grouped_gemm=false
+    [ $? = 0 ] || rc=1
+    DETAIL="$DETAIL; per-expert GEMMs (model.moe_grouped_gemm=false): $(bench_result "$WORK/moe-per-expert.log")"
+  else
+    DETAIL="$DETAIL; per-expert GEMMs not run ($left s of the phase left, 30 needed)"
+  fi
   # GPT-OSS's slices with what the phase's limit leaves (each run is mostly
   # lattice's init: about 35 s for the MoE slice's 4 B parameters, 10 s dense)
   left=$(( TO - $(date +%s) + t0 - 5 ))

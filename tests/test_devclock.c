@@ -242,8 +242,53 @@ static void test_device_cannot_tell(void) {
           fake_created);
 }
 
+/* Parts of the passes: on the device timers where the clock runs (nested, each
+ * counted for its own kind), on the host's clock where it does not (only while
+ * active, handed over once by lt_devclock_parts_take). */
+static void test_parts(void) {
+    start();
+    const int moe = lt_devclock_part_begin();
+    fake_now += 1.0;
+    const int ex = lt_devclock_part_begin();
+    fake_now += 2.0;
+    lt_devclock_part_end(ex, LT_CLK_EXPERTS);
+    lt_devclock_part_end(moe, LT_CLK_MOE);
+    device_run();
+    double sec[LT_CLK_KINDS] = {0}, host[LT_CLK_PARTS] = {0};
+    REQUIRE(lt_devclock_collect(sec), "collect did not time the step");
+    CHECK(sec[LT_CLK_MOE] == 3.0 && sec[LT_CLK_EXPERTS] == 2.0, "moe %g experts %g",
+          sec[LT_CLK_MOE], sec[LT_CLK_EXPERTS]);
+    lt_devclock_parts_take(host);
+    for (int k = 0; k < LT_CLK_PARTS; k++) CHECK(host[k] == 0.0, "part %d on the host too", k);
+    lt_devclock_stop();
+    /* no device timers: the host's clock */
+    static LtBackendOps none = {.name = "none"};
+    LtBackend be = {.ops = &none};
+    lt_devclock_start(&be);
+    lt_devclock_set_active(0);
+    lt_devclock_part_end(lt_devclock_part_begin(), LT_CLK_ATTN); /* inactive: nothing */
+    lt_devclock_set_active(1);
+    const int head = lt_devclock_part_begin(), attn = lt_devclock_part_begin();
+    CHECK(head < -1 && attn < -1 && head != attn, "host handles %d %d", head, attn);
+    const double t0 = lt_now();
+    while (lt_now() - t0 < 2e-3) {
+    }
+    lt_devclock_part_end(attn, LT_CLK_ATTN);
+    lt_devclock_part_end(head, LT_CLK_HEAD);
+    lt_devclock_set_active(0);
+    lt_devclock_parts_take(host);
+    const double a = host[LT_CLK_ATTN - LT_CLK_FIRST_PART], h = host[LT_CLK_HEAD - LT_CLK_FIRST_PART];
+    CHECK(a >= 2e-3 && h >= a && h < 1.0, "attention %g inside the head %g", a, h);
+    CHECK(host[LT_CLK_MOE - LT_CLK_FIRST_PART] == 0.0, "moe %g", host[LT_CLK_MOE - LT_CLK_FIRST_PART]);
+    double again[LT_CLK_PARTS] = {0};
+    lt_devclock_parts_take(again);
+    for (int k = 0; k < LT_CLK_PARTS; k++) CHECK(again[k] == 0.0, "part %d taken twice", k);
+    lt_devclock_stop();
+}
+
 int main(void) {
     RUN(test_no_timers_no_clock);
+    RUN(test_parts);
     RUN(test_spans_per_kind);
     RUN(test_inactive_records_nothing);
     RUN(test_pending_kept_for_next_collect);

@@ -29,7 +29,8 @@ static void test_nonfinite_is_null(void) {
     const LtStepTimes times = {.forward = 1.5, .backward = 3, .grads = 0.25, .optimizer = 0.5,
                                .data = 0, .bubble = 0.75, .other = NAN, .comm_tp = 0.125,
                                .comm_dp = 0.25, .comm_pp = 0, .comm_tp_busy = 0.125,
-                               .comm_dp_busy = 1, .comm_pp_busy = 0};
+                               .comm_dp_busy = 1, .comm_pp_busy = 0, .attention = 0.5,
+                               .loss_head = 0.375, .moe = 2, .moe_experts = 1.25};
     LtMetricsFile m;
     unlink(g_path);
     lt_metrics_open(&m, g_path);
@@ -53,7 +54,8 @@ static void test_nonfinite_is_null(void) {
     CHECK(strstr(s, ", \"step_ms\": 12, \"time_ms\": {\"forward\": 1.5, \"backward\": 3, "
                     "\"grads\": 0.25, \"optimizer\": 0.5, \"data\": 0, \"bubble\": 0.75, "
                     "\"other\": null, \"comm_tp\": 0.125, \"comm_dp\": 0.25, \"comm_pp\": 0, "
-                    "\"comm_tp_busy\": 0.125, \"comm_dp_busy\": 1, \"comm_pp_busy\": 0, \"comm_ep\": 0, \"comm_ep_busy\": 0}}\n"),
+                    "\"comm_tp_busy\": 0.125, \"comm_dp_busy\": 1, \"comm_pp_busy\": 0, \"comm_ep\": 0, \"comm_ep_busy\": 0, "
+                    "\"attention\": 0.5, \"loss_head\": 0.375, \"moe\": 2, \"moe_experts\": 1.25}}\n"),
           "time breakdown: %s", s);
 }
 

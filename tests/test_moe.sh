@@ -158,6 +158,25 @@ assert all(t['comm_ep'] == 0 for t in one), one
 PY
 then pass expert_all_to_all_timed
 else fail expert_all_to_all_timed "see $T/ep2_over_dp2"; fi
+# the passes' parts (host-timed here, device-timed on a GPU: test_trace.sh): the
+# MoE layers and their experts' GEMMs, the attention core and the loss head,
+# nested in the passes and in each other, in the metrics and the log
+if grep -qE "^time +of the passes: attention core [0-9.]+ \| loss head [0-9.]+ \| MoE layers [0-9.]+ \(the experts' GEMMs [0-9.]+\) \| the rest" "$T/ref/log" &&
+   python3 - "$T/ref/m.jsonl" "$T/ep2_over_dp2/m.jsonl" <<'PY'
+import json, sys
+for p in sys.argv[1:]:
+    for r in map(json.loads, open(p)):
+        if r.get('eval'): continue
+        t = r['time_ms']
+        assert t['attention'] > 0 and t['loss_head'] > 0, (p, t)
+        assert 0 < t['moe_experts'] < t['moe'], (p, t)
+        parts = t['attention'] + t['loss_head'] + t['moe']
+        assert parts <= t['forward'] + t['backward'] + 0.05, (p, parts, t)
+        if 'ep2' in p:  # the all-to-alls lie inside the MoE layers
+            assert t['comm_ep'] <= t['moe'] - t['moe_experts'] + 0.05, (p, t)
+PY
+then pass pass_parts_timed
+else fail pass_parts_timed "see $T/ref/log and the metrics"; fi
 
 # the expert load's panel of scripts/plot_metrics.py (matplotlib: as test_trace.sh finds it)
 PY=""

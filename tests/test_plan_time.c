@@ -296,6 +296,11 @@ static void test_moe_gemm_flops(void) {
     CHECK(p16.gemm > p4.gemm && p4.gemm > pd.gemm, "GEMM time dense %g < E 4 %g < E 16 %g",
           pd.gemm, p4.gemm, p16.gemm);
     CHECK(p4.ep_comm == 0 && p4.a2a_bytes == 0, "no all-to-all without EP");
+    /* the experts' part of the GEMM time: none dense; what E 16 adds is theirs */
+    CHECK(pd.experts == 0 && p4.experts > 0 && p4.experts < p4.gemm,
+          "experts' time dense %g, E 4 %g of %g", pd.experts, p4.experts, p4.gemm);
+    CHECK(test_relerr(p16.gemm - p4.gemm, p16.experts - p4.experts, 1) < 1e-9,
+          "E 16 - E 4: gemm %g, experts %g", p16.gemm - p4.gemm, p16.experts - p4.experts);
     /* MFU counts the same model FLOPs lt_model_flops_per_sample does */
     CHECK(test_relerr(p4.mfu * p4.step * d.fp32_tflops * 1e12, 4 * (
               3.0 * 32 * L * (8 * C * C + 4 * 32 * C + 4 * C * 128 + 2 * C * 4) +

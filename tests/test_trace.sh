@@ -143,6 +143,10 @@ for r in dev:
     assert t['comm_tp'] <= t['forward'] + t['backward'] + t['grads'] + t['optimizer'] + 0.05, \
         ('tp outside the passes, finalisation and the norm', t)
     assert t['comm_tp'] <= t['comm_tp_busy'] + 0.05, ('exposed beyond busy', t)
+    # the passes' parts on the device timers (rank 0's, as the whole line): the
+    # attention core inside its passes, no loss head on the first stage, no MoE
+    assert 0 < t['attention'] <= t['forward'] + t['backward'], t
+    assert t['loss_head'] == 0 and t['moe'] == 0 and t['moe_experts'] == 0, t
 PY
 ); then pass device_timed_breakdown
   else fail device_timed_breakdown "$(echo "${err:-no 'measured on the device' line}" | tail -2)"; fi

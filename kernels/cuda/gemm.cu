@@ -320,7 +320,10 @@ void cu_linear_bwd(LtBackend *be, void *dinp, float *dw, float *dbias, const voi
  * SwiGLU experts (Llama, Mixtral, the models MoE is trained with) take the
  * grouped call. The per-group path is also taken for an empty reduction (C
  * or OC 0), and, each said once in the log, for bf16 rows off the 16-byte
- * grid and when cuBLAS refuses the call. UNVERIFIED without a GPU: the grouped call's results
+ * grid and when cuBLAS refuses the call; model.moe_grouped_gemm=false
+ * (be->moe_gemm_per_expert) sends every group there (cuBLASLt's heuristics per
+ * shape against the grouped call's: which is faster depends on the shapes,
+ * and scripts/gpu_check.sh's moe phase times both). UNVERIFIED without a GPU: the grouped call's results
  * against the per-group loop and the CPU are first checked by
  * tests/gpu/test_gpu_ops' linear_group case. */
 
@@ -389,6 +392,11 @@ static void group_add(GroupCall *c, cublasOperation_t ta, cublasOperation_t tb, 
 /* Runs c's problems in one grouped call, A and B of type ab and C of type ct;
  * 0 (nothing run) when cuBLAS lacks the call or refuses it. */
 static int group_run(LtBackend *be, const GroupCall *c, cudaDataType_t ab, cudaDataType_t ct) {
+    if (be->moe_gemm_per_expert) {
+        static int said_off;
+        group_note(&said_off, "model.moe_grouped_gemm=false");
+        return 0;
+    }
 #if CUBLAS_VERSION >= 120500
     CudaImpl *im = cu_impl(be);
     if (c->np == 0) return 1;
@@ -479,7 +487,7 @@ void cu_linear_group_bwd(LtBackend *be, void *dinp, float *const *dw, float *con
     if (gi) gi = group_run(be, &c, at, at);
     /* dw^T (C, OC) += inp^T (C, n_g) . dout-stored (OC, n_g)^T: fp32 only (above) */
     static int said_bf16_dw;
-    if (plain && dw && bf && any_set((const void *const *)dw, G))
+    if (plain && dw && bf && !be->moe_gemm_per_expert && any_set((const void *const *)dw, G))
         group_note(&said_bf16_dw, "cuBLAS's grouped GEMM has no bf16 x bf16 -> fp32 "
                                   "(the weight gradients)");
     c.np = 0;

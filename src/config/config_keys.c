@@ -105,6 +105,7 @@ const KeyDesc lt_cfg_keys[] = {
     K_DBL(model, moe_expert_capacity_factor, 0, 0, D_NO_MAX),
     K_ENUM(model, moe_token_drop_policy, MOE_DROP_NAMES),
     K_BOOL(model, moe_pad_expert_input_to_capacity),
+    K_BOOL(model, moe_grouped_gemm),
     K_STR(model, window_size),
     K_STR(model, window_attn_skip_freq),
 

@@ -43,8 +43,10 @@ static void *mlp_backward(LtModel *m, int l, LtLayerActs *a, void *dres, int N) 
     const LtMoeCtx cx = moe_ctx(m);
     const LtMoeWeights w = lt_mdl_moe_weights(m, l);
     const size_t mine = m->sp ? (size_t)m->in->tp_rank * R : 0;
+    const int part = lt_devclock_part_begin();
     lt_moe_backward(m->be, &cx, &s, &w, a->moe, &m->in->moe_work, rows_at(m, a->ln2, mine, C),
                     dres, dln);
+    lt_devclock_part_end(part, LT_CLK_MOE);
     return dln;
 }
 
@@ -73,8 +75,10 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
         /* dres = d(r2) flows to both the attention projection and the layer input */
         lt_tp_row_linear_bwd(&tl, m->in->dfull, m->in->dc, lg(m, l, P_PROJW), lg(m, l, P_PROJB),
                              dres, a->atty, lw(m, l, P_PROJW), NULL, N, CL, C);
+        const int part = lt_devclock_part_begin();
         o->attention_bwd(be, m->in->d3c, m->in->dc, a->qkv, a->atty, a->lse, kstart_of(m, l),
                          window_of(m, l), B, T, NH, NKV, HD);
+        lt_devclock_part_end(part, LT_CLK_ATTN);
         if (m->in->rope_cs) /* d(pre-RoPE) */
             o->rope(be, m->in->d3c, m->in->rope_cs, m->in->pos, B, T, NH, NKV, HD, 1);
         if (a->qk_in) /* d(pre-norm q, k); the weights' gradients are partial over TP */

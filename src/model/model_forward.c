@@ -45,8 +45,10 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
         o->qk_norm_fwd(be, a->qkv, a->qk_in, a->qk_rstd, lw(m, l, P_QNW), lw(m, l, P_KNW),
                        m->d.norm_eps, N, NH, NKV, HD);
     if (m->in->rope_cs) o->rope(be, a->qkv, m->in->rope_cs, m->in->pos, B, T, NH, NKV, HD, 0);
+    const int part = lt_devclock_part_begin();
     o->attention_fwd(be, a->atty, a->lse, a->qkv, kstart_of(m, l), window_of(m, l), B, T, NH,
                      NKV, HD);
+    lt_devclock_part_end(part, LT_CLK_ATTN);
     void *attn = lt_tp_row_linear_fwd(&tl, m->in->scratch_c, m->in->scratch_sp, a->atty,
                                       lw(m, l, P_PROJW), row_bias(m, l, P_PROJB), N, CL, C);
     norm_fwd(m, a->r2, rows_at(m, a->ln2, mine, C), a->mean2, a->rstd2, xin, attn,
@@ -55,8 +57,10 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
         const LtMoeShape s = moe_shape(m, B);
         const LtMoeCtx cx = moe_ctx(m);
         const LtMoeWeights w = lt_mdl_moe_weights(m, l);
+        const int part = lt_devclock_part_begin();
         lt_moe_forward(be, &cx, &s, &w, a->moe, &m->in->moe_work, rows_at(m, a->ln2, mine, C),
                        m->in->recomputing ? NULL : &m->in->moe_stats[l]);
+        lt_devclock_part_end(part, LT_CLK_MOE);
         if (m->d.moe.expert_bias && !m->in->recomputing && m->in->training_forward)
             lt_mdl_moe_count_tokens(m, l, a->moe);
     }
@@ -185,11 +189,13 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
  * every TP rank does it); with selective only the attention core from the
  * kept qkv. */
 void lt_mdl_recompute_layer(LtModel *m, int l, LtLayerActs *a, void *x, int B) {
-    if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE)
+    if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE) {
+        const int part = lt_devclock_part_begin();
         m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, kstart_of(m, l),
                                   window_of(m, l), B, m->T, m->in->heads_local, m->in->kv_local,
                                   lt_dims_head_dim(&m->d));
-    else {
+        lt_devclock_part_end(part, LT_CLK_ATTN);
+    } else {
         m->in->recomputing = 1;
         layer_forward(m, l, a, B, x, x, NULL);
         m->in->recomputing = 0;

@@ -54,6 +54,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "devclock.h"
 #include "model/moe.h"
 #include "tp_linear.h"
 

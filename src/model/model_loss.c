@@ -85,6 +85,7 @@ void *lt_mdl_loss_head(LtModel *m, int N, float grad_scale) {
     LtBackend *be = m->be;
     const int C = m->d.hidden, R = m->sp ? N / m->in->tp_size : N;
     void *dln = NULL;
+    const int part = lt_devclock_part_begin();
     if (!m->in->tp_overlap) {
         loss_rows(m, 0, N, grad_scale);
         if (grad_scale != 0.0f) dln = lt_tp_finish(&tl, m->in->dc, m->in->scratch_sp, R, C);
@@ -101,6 +102,7 @@ void *lt_mdl_loss_head(LtModel *m, int N, float grad_scale) {
     if (m->in->loss_weight != 1.0f)
         be->ops->scale_f32(be, m->in->losses, m->in->loss_weight, (size_t)N);
     be->ops->sum_f64(be, m->in->loss_acc, m->in->losses, (size_t)N, 0);
+    lt_devclock_part_end(part, LT_CLK_HEAD);
     return dln;
 }
 

@@ -17,6 +17,7 @@
 
 #include "common.h"
 #include "config.h"
+#include "devclock.h"
 #include "trace.h"
 
 int lt_moe_backend_ok(const LtBackend *be) {
@@ -356,6 +357,7 @@ static void experts_forward(LtBackend *be, const LtMoeShape *s, const LtMoeWeigh
     const int C = s->C, F = s->F, FI = s->llama ? 2 * F : F; /* gate | up, or fc */
     const int *off = local_off(s, a), G = s->El, n = off[G];
     Experts x = experts_of(s, wt);
+    const int part = lt_devclock_part_begin();
     if (s->llama) {
         o->linear_group_fwd(be, a->hpre, NULL, a->xe, x.w1, NULL, off, G, C, FI);
         if (n > 0) o->swiglu_fwd(be, a->h, a->hpre, n, F);
@@ -365,6 +367,7 @@ static void experts_forward(LtBackend *be, const LtMoeShape *s, const LtMoeWeigh
     /* under ETP the partial outputs are summed: the bias on one rank */
     o->linear_group_fwd(be, a->ye, NULL, a->h, x.w2, s->etp_rank == 0 ? x.b2 : NULL, off, G, F,
                         C);
+    lt_devclock_part_end(part, LT_CLK_EXPERTS);
     experts_free(&x);
 }
 
@@ -431,6 +434,7 @@ static void experts_backward(LtBackend *be, const LtMoeShape *s, const LtMoeWeig
     const int C = s->C, F = s->F, FI = s->llama ? 2 * F : F;
     const int *off = local_off(s, a), G = s->El, n = off[G];
     Experts x = experts_of(s, wt);
+    const int part = lt_devclock_part_begin();
     if (s->llama) {
         o->linear_group_bwd(be, w->dh, x.g2, NULL, w->dy, a->h, x.w2, NULL, off, G, F, C);
         if (n > 0) o->swiglu_bwd(be, w->dhpre, a->hpre, w->dh, n, F);
@@ -439,6 +443,7 @@ static void experts_backward(LtBackend *be, const LtMoeShape *s, const LtMoeWeig
         o->linear_group_bwd(be, w->dh, x.g2, x.gb2, w->dy, a->h, x.w2, a->hpre, off, G, F, C);
         o->linear_group_bwd(be, w->dxp, x.g1, x.gb1, w->dh, a->xe, x.w1, NULL, off, G, C, F);
     }
+    lt_devclock_part_end(part, LT_CLK_EXPERTS);
     experts_free(&x);
 }
 

@@ -31,6 +31,15 @@ static struct {
     Spans step, graph;
 } g;
 
+/* The host-timed parts (lt_devclock_part_begin without device timers): kept
+ * across lt_devclock_stop, active with the clock's active flag. */
+static struct {
+    int active;
+    double t0[8];
+    int depth;
+    double sec[LT_CLK_PARTS];
+} hp;
+
 int lt_devclock_start(LtBackend *be) {
     lt_devclock_stop();
     if (!be->ops->timer_create || !be->ops->timer_record || !be->ops->timer_elapsed) return 0;
@@ -58,7 +67,7 @@ void lt_devclock_stop(void) {
 }
 
 int lt_devclock_running(void) { return g.running; }
-void lt_devclock_set_active(int active) { g.active = active; }
+void lt_devclock_set_active(int active) { g.active = hp.active = active; }
 
 void lt_devclock_capture(int on) {
     if (!g.running) return;
@@ -148,4 +157,29 @@ int lt_devclock_collect(double sec[LT_CLK_KINDS]) {
     }
     for (int k = 0; k < LT_CLK_KINDS; k++) sec[k] += add[k];
     return 1;
+}
+
+/* A part's handle: a device span's (>= 0), or -2 - depth for a host-timed one. */
+int lt_devclock_part_begin(void) {
+    if (g.running) return lt_devclock_begin(NULL);
+    if (!hp.active || hp.depth == (int)(sizeof hp.t0 / sizeof hp.t0[0])) return -1;
+    hp.t0[hp.depth] = lt_now();
+    return -2 - hp.depth++;
+}
+
+void lt_devclock_part_end(int h, LtClockKind k) {
+    if (h == -1) return;
+    if (k < LT_CLK_FIRST_PART || k >= LT_CLK_KINDS) lt_fatal("device timers: %d is no part", k);
+    if (h >= 0) {
+        lt_devclock_end(h, LT_CLK(k), NULL);
+        return;
+    }
+    const int d = -2 - h;
+    if (d != hp.depth - 1) lt_fatal("device timers: part %d ended out of order", h);
+    hp.depth--;
+    hp.sec[k - LT_CLK_FIRST_PART] += lt_now() - hp.t0[d];
+}
+
+void lt_devclock_parts_take(double sec[LT_CLK_PARTS]) {
+    for (int k = 0; k < LT_CLK_PARTS; k++) sec[k] += hp.sec[k], hp.sec[k] = 0.0;
 }

@@ -206,7 +206,9 @@ void lt_metrics_train(LtMetricsFile *m, long step, long global_batch, uint64_t s
                     {"comm_tp", t->comm_tp},   {"comm_dp", t->comm_dp}, {"comm_pp", t->comm_pp},
                     {"comm_tp_busy", t->comm_tp_busy}, {"comm_dp_busy", t->comm_dp_busy},
                     {"comm_pp_busy", t->comm_pp_busy},
-                    {"comm_ep", t->comm_ep},   {"comm_ep_busy", t->comm_ep_busy}};
+                    {"comm_ep", t->comm_ep},   {"comm_ep_busy", t->comm_ep_busy},
+                    {"attention", t->attention}, {"loss_head", t->loss_head},
+                    {"moe", t->moe},           {"moe_experts", t->moe_experts}};
         put(&l, ", \"time_ms\": {");
         for (size_t i = 0; i < sizeof part / sizeof part[0]; i++) {
             put(&l, "%s\"%s\": ", i ? ", " : "", part[i].k);

@@ -204,6 +204,7 @@ typedef struct {
     double tf_c, tb_data, tb_weight, tpc, tpc_f, tpc_b, redo, tpc_redo;
     double epc_f, epc_b, epc_redo; /* the MoE layers' all-to-alls, each way and recomputed */
     double gemm, mem, attn, head, mem_bytes, attn_flops, gemm_flops, a2a_bytes;
+    double experts; /* of gemm: the MoE layers' experts and routers */
 } PassTime;
 #define PASS_FIELDS (sizeof(PassTime) / sizeof(double))
 
@@ -269,6 +270,7 @@ static PassTime pass_time(const PassModel *m, int n, int nm, int first, int last
     p.redo = redo_g * m->slow + redo_x + redo_m + n * m->redo_attn;
     p.tpc_redo = m->redo_share * p.tpc_f;
     p.gemm = g * (2.0 * m->slow + 1.0) + 3.0 * x + redo_g * m->slow + redo_x;
+    p.experts = 3.0 * x + redo_x;
     p.mem = mf + mb + redo_m;
     p.attn = n * (m->attn_f + m->attn_b + m->redo_attn);
     p.head = head;
@@ -647,7 +649,7 @@ void lt_plan_step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *
     /* the step's gradient zeroing: 4 bytes written per local parameter */
     const double zero_bytes = 4.0 * local, zero = zero_bytes / (g->elem_gbs * 1e9);
     k->gemm = passes * pace.gemm, k->attention = passes * pace.attn;
-    k->loss_head = passes * pace.head;
+    k->loss_head = passes * pace.head, k->experts = passes * pace.experts;
     k->membound = passes * pace.mem + zero;
     k->mem_bytes = passes * pace.mem_bytes + zero_bytes;
     k->attn_flops = passes * pace.attn_flops;
@@ -757,7 +759,8 @@ int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlan
                         .optim = k.optim, .hidden_tp = k.hidden_tp, .hidden_pp = k.hidden_pp,
                         .hidden_dp = k.hidden_dp, .tokens_per_s = k.tokens_per_s, .mfu = k.mfu,
                         .gemm = k.gemm, .membound = k.membound, .attention = k.attention,
-                        .loss_head = k.loss_head, .mem_bytes = k.mem_bytes,
+                        .loss_head = k.loss_head, .experts = k.experts,
+                        .mem_bytes = k.mem_bytes,
                         .attn_flops = k.attn_flops,
                         .attention_impl = k.cudnn ? "cudnn" : dev->threads > 0 ||
                                           !strcmp(dev->name, "cpu") ? "cpu" : "lattice"};

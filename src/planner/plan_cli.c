@@ -171,6 +171,8 @@ static void print_step(const LtPlanStep *p, const LtPlanDevice *g) {
            p->gemm, p->gemm_flops / 1e9, p->membound, p->mem_bytes / 1e6, p->attention,
            p->attention_impl, p->attn_flops / 1e9, p->loss_head, p->optim,
            p->tp_comm + p->pp_comm + p->dp_comm + p->ep_comm, p->bubble, p->step);
+    if (p->experts > 0)
+        printf("of the gemm: the MoE layers' experts and routers %.4f s\n", p->experts);
     if (p->a2a_bytes > 0)
         printf("all-to-all (expert parallelism): %.1f MB per step leave the rank, %.4f s exposed\n",
                p->a2a_bytes / 1e6, p->ep_comm);

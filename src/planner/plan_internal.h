@@ -28,6 +28,7 @@ typedef struct {
      * work, the attention core, the loss head (its GEMMs and cross-entropy); and
      * what they move and compute: memory-bound bytes, attention FLOPs */
     double gemm, membound, attention, loss_head, mem_bytes, attn_flops;
+    double experts; /* of gemm: the MoE layers' experts and routers */
     double gemm_flops, a2a_bytes; /* GEMM FLOPs, bytes the all-to-alls send off the rank */
     int cudnn; /* the attention core at cuDNN's rate */
     int ov_grad, ov_param, ov_p2p, ov_tp; /* the switches in effect (after the layout's limits) */

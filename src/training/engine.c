@@ -385,6 +385,7 @@ void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer)
     lt_trace_open(cfg->logging.trace, w->rank, w->world, process);
     r->be = make_backend(cfg, w);
     setup_attention(r);
+    r->be->moe_gemm_per_expert = !cfg->model.moe_grouped_gemm;
     setup_groups(r);
     LtModelDims d = lt_dims_from_config(cfg);
     LtStagePlace place = {r->topo.pp, r->coords.pp, cfg->parallel.virtual_pipeline_model_parallel_size,
@@ -586,10 +587,13 @@ void lt_run_print_summary(const LtRun *r) {
     if (r->eopt) {
         const LtOptimizer *e = r->eopt;
         lt_log("experts    ep %d x etp %d, expert-data-parallel groups of %d rank(s), ZeRO stage "
-               "%d; %d gradient bucket(s)%s%s\n",
+               "%d; %d gradient bucket(s)%s%s%s\n",
                r->topo.ep, r->topo.etp, e->dp_size, e->zero_stage, e->nbuckets,
                e->overlap_grad ? ", reduced during the backward" : ", reduced after it",
-               e->overlap_param ? ", gathered during the forward" : "");
+               e->overlap_param ? ", gathered during the forward" : "",
+               r->be->device_id < 0 ? ""
+               : c->model.moe_grouped_gemm ? "; GEMMs grouped (model.moe_grouped_gemm)"
+                                           : "; one GEMM per expert (model.moe_grouped_gemm=false)");
     }
     char groups[48] = "";
     if (c->model.num_query_groups != c->model.num_attention_heads)
@@ -658,9 +662,13 @@ void lt_run_print_summary(const LtRun *r) {
                r->plan_device, ps->overlap, 1e3 * ps->step, 1e3 * ps->compute, 1e3 * ps->bubble,
                1e3 * ps->tp_comm, 1e3 * ps->pp_comm, 1e3 * ps->dp_comm, 1e3 * ps->ep_comm,
                1e3 * ps->optim);
+        char ex[64] = "";
+        if (ps->experts > 0)
+            snprintf(ex, sizeof ex, " (of the gemm, the experts' and routers' %.1f)",
+                     1e3 * ps->experts);
         lt_log("plan       compute by part: gemm %.1f + memory-bound %.1f + attention %.1f (%s) "
-               "+ loss head %.1f ms\n", 1e3 * ps->gemm, 1e3 * ps->membound, 1e3 * ps->attention,
-               ps->attention_impl, 1e3 * ps->loss_head);
+               "+ loss head %.1f ms%s\n", 1e3 * ps->gemm, 1e3 * ps->membound,
+               1e3 * ps->attention, ps->attention_impl, 1e3 * ps->loss_head, ex);
     }
     if (r->model->table.last_stage) {
         const LtModel *md = r->model;

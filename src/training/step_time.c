@@ -54,6 +54,14 @@ static void device_times(LtStepTimes *st, const double dev[LT_CLK_KINDS], const 
     st->comm_pp_busy = (dev[LT_CLK_PP_BUSY] + hb[2]) * 1e3;
 }
 
+/* The parts of the passes in sec (index kind - LT_CLK_FIRST_PART), in ms. */
+static void part_times(LtStepTimes *st, const double *sec) {
+    st->attention = sec[LT_CLK_ATTN - LT_CLK_FIRST_PART] * 1e3;
+    st->loss_head = sec[LT_CLK_HEAD - LT_CLK_FIRST_PART] * 1e3;
+    st->moe = sec[LT_CLK_MOE - LT_CLK_FIRST_PART] * 1e3;
+    st->moe_experts = sec[LT_CLK_EXPERTS - LT_CLK_FIRST_PART] * 1e3;
+}
+
 /* Where the step of dt seconds went (metrics.h), from the pipeline's pass
  * times, the phases the loop timed and the groups' time since busy0 - or,
  * where dev is not NULL, from the device timers. */
@@ -75,9 +83,13 @@ LtStepTimes lt_step_times(LtRun *r, const double busy0[LT_STEP_MARKS], double dt
                       .comm_ep_busy = (busy[10] - busy0[10]) * 1e3};
     /* the bubble is pipeline-group time, between the passes: out of comm_pp and other
      * (comm_pp_busy keeps it: the receives were under way) */
+    double host_parts[LT_CLK_PARTS] = {0};
+    lt_devclock_parts_take(host_parts); /* (taken every step: none where the device timed them) */
+    part_times(&st, host_parts);
     if (dev) {
         const double hb[3] = {busy[6] - busy0[6], busy[7] - busy0[7], busy[8] - busy0[8]};
         device_times(&st, dev, hb);
+        part_times(&st, dev + LT_CLK_FIRST_PART);
     }
     if (st.comm_pp < 0) st.comm_pp = 0;
     st.other = dt * 1e3 - st.forward - st.backward - st.grads - st.optimizer - st.data - st.bubble;

@@ -666,6 +666,16 @@ static void report_step(Trainer *t, const StepResult *s) {
            st->forward, st->backward, st->grads, st->optimizer, st->data, st->bubble, st->other,
            st->comm_tp, st->comm_tp_busy, st->comm_dp, st->comm_dp_busy, st->comm_pp,
            st->comm_pp_busy);
+    if (st->attention > 0 || st->loss_head > 0 || st->moe > 0) {
+        char moe[96] = "";
+        if (t->moe)
+            snprintf(moe, sizeof moe, " | MoE layers %.1f (the experts' GEMMs %.1f)", st->moe,
+                     st->moe_experts);
+        lt_log("time       of the passes: attention core %.1f | loss head %.1f%s | the rest "
+               "%.1f ms\n",
+               st->attention, st->loss_head, moe,
+               st->forward + st->backward - st->attention - st->loss_head - st->moe);
+    }
     if (r->ep || r->etp)
         lt_log("time       expert all-to-all exposed (busy): ep %.1f (%.1f) ms, in forward and "
                "backward (with the expert-tensor-parallel gathers and reduce-scatters)\n",

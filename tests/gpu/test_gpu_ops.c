@@ -655,6 +655,16 @@ static void t_linear_group(const Pair *P) {
                 same_bits(P, "lgrp dinp", again.dx, got.dx, nx * sizeof(float));
                 same_bits(P, "lgrp dw", again.dw, got.dw, (size_t)G * nw * sizeof(float));
                 lg_free(&again);
+                /* model.moe_grouped_gemm=false: the grouped entries run the loop's
+                 * GEMMs, bit for bit */
+                LgOut per;
+                P->dut->moe_gemm_per_expert = 1;
+                lg_run(P->dut, &c, 0, &per);
+                P->dut->moe_gemm_per_expert = 0;
+                same_bits(P, "lgrp per-expert out", per.out, loop.out, ny * sizeof(float));
+                same_bits(P, "lgrp per-expert dinp", per.dx, loop.dx, nx * sizeof(float));
+                same_bits(P, "lgrp per-expert dw", per.dw, loop.dw, (size_t)G * nw * sizeof(float));
+                lg_free(&per);
             }
             lg_free(&ref), lg_free(&got), lg_free(&loop);
         }
