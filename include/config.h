@@ -100,9 +100,10 @@ typedef struct {
         double moe_expert_capacity_factor;  /* 0 = dropless */
         LtMoeDropPolicy moe_token_drop_policy; /* probs | position */
         bool moe_pad_expert_input_to_capacity; /* every expert gets capacity rows */
-        bool moe_grouped_gemm;         /* CUDA: each expert linear one grouped GEMM call
-                                        * (false: one GEMM per expert; the CPU always
-                                        * runs one BLAS call per expert) */
+        bool moe_grouped_gemm;         /* CUDA: each expert linear one cuBLAS grouped GEMM
+                                        * call (false, the default: one cuBLASLt GEMM per
+                                        * expert; the CPU always runs one BLAS call per
+                                        * expert) */
         /* sliding-window attention (Megatron-Core's window_size, window_attn_skip_freq) */
         char window_size[LT_PATH_MAX]; /* "" = none; "W", "W,0", "[W, 0]" or "(W, 0)": each
                                         * query sees itself and the W tokens before it */

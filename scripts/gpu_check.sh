@@ -28,8 +28,8 @@
 #                sliding window (128) at s 2048/8192, d 64
 #     moe        Mixtral 8x7B's layer (8 experts top-2) in a one-layer slice,
 #                lattice and its PyTorch peer side by side (scripts/bench.sh),
-#                then lattice again with one GEMM per expert
-#                (model.moe_grouped_gemm=false); then, as far as the phase's time goes, GPT-OSS 20B's layer in
+#                then lattice again with cuBLAS's grouped GEMM for the experts
+#                (model.moe_grouped_gemm=true); then, as far as the phase's time goes, GPT-OSS 20B's layer in
 #                a 4-layer slice (32 experts top-4, windows on every other
 #                layer) and the same slice dense with equal FLOPs
 #     memcheck   compute-sanitizer memcheck of two bf16 training steps of
@@ -443,20 +443,20 @@ ph_moe() {
   d1=$(bench_result "$WORK/moe.log")
   d=$(grep -E '^side by side: .* ratio' "$WORK/moe.log" | tail -1 | sed 's/^side by side: //')
   DETAIL="Mixtral one-layer slice: ${d1:-FAILED}${d:+; $d}"
-  # the same slice with one cuBLASLt GEMM per expert instead of cuBLAS's grouped
-  # call (model.moe_grouped_gemm=false), lattice only, at the micro batch the
+  # the same slice with cuBLAS's grouped GEMM instead of one cuBLASLt GEMM per
+  # expert (model.moe_grouped_gemm=true), lattice only, at the micro batch the
   # first run took: which of the two the experts should use on this device
   left=$(( TO - $(date +%s) + t0 - 5 ))
   local mb; mb=$(sed -n 's/^side by side: [^ ]* lattice mbs \([0-9]*\) .*/\1/p' "$WORK/moe.log" | tail -1)
   if [ "$left" -ge 30 ] && [ -n "$mb" ]; then
-    step $(( left < 40 ? left : 40 )) "$WORK/moe-per-expert.log" env "${LT_ENV[@]}" \
+    step $(( left < 40 ? left : 40 )) "$WORK/moe-grouped.log" env "${LT_ENV[@]}" \
       BENCH_TIMEOUT=$(( (left < 40 ? left : 40) * 9 / 10 )) bash scripts/bench.sh \
       --lattice "$LT_BIN" --config configs/llama3.1-8b.yaml --steps 10 --device cuda --mbs "$mb" \
-      --peer off "${MIXTRAL_SLICE[@]}" model.moe_grouped_gemm=false
+      --peer off "${MIXTRAL_SLICE[@]}" model.moe_grouped_gemm=true
     [ $? = 0 ] || rc=1
-    DETAIL="$DETAIL; per-expert GEMMs (model.moe_grouped_gemm=false): $(bench_result "$WORK/moe-per-expert.log")"
+    DETAIL="$DETAIL; grouped GEMMs (model.moe_grouped_gemm=true): $(bench_result "$WORK/moe-grouped.log")"
   else
-    DETAIL="$DETAIL; per-expert GEMMs not run ($left s of the phase left, 30 needed)"
+    DETAIL="$DETAIL; grouped GEMMs not run ($left s of the phase left, 30 needed)"
   fi
   # GPT-OSS's slices with what the phase's limit leaves (each run is mostly
   # lattice's init: about 35 s for the MoE slice's 4 B parameters, 10 s dense)

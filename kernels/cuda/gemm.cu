@@ -320,12 +320,13 @@ void cu_linear_bwd(LtBackend *be, void *dinp, float *dw, float *dbias, const voi
  * SwiGLU experts (Llama, Mixtral, the models MoE is trained with) take the
  * grouped call. The per-group path is also taken for an empty reduction (C
  * or OC 0), and, each said once in the log, for bf16 rows off the 16-byte
- * grid and when cuBLAS refuses the call; model.moe_grouped_gemm=false
- * (be->moe_gemm_per_expert) sends every group there (cuBLASLt's heuristics per
- * shape against the grouped call's: which is faster depends on the shapes,
- * and scripts/gpu_check.sh's moe phase times both). UNVERIFIED without a GPU: the grouped call's results
- * against the per-group loop and the CPU are first checked by
- * tests/gpu/test_gpu_ops' linear_group case. */
+ * grid and when cuBLAS refuses the call; model.moe_grouped_gemm=false (the
+ * default; be->moe_gemm_per_expert) sends every group there: cuBLASLt picks
+ * its kernel per shape, and on an H200 GPT-OSS's 4-layer slice took 1.25x as
+ * long in forward and backward with the grouped call as per expert
+ * (bench/2026-11-28-h200-fourth-draw.md; gpu_check's moe phase times both).
+ * Both paths are checked against each other and the CPU by
+ * tests/gpu/test_gpu_ops' linear_group case (passing on the H200 draws). */
 
 /* One log line per reason per process, for the paths that leave the grouped
  * call. */

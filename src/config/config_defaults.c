@@ -47,7 +47,7 @@ void lt_config_defaults(LtConfig *c) {
     c->model.moe_expert_capacity_factor = 0;
     c->model.moe_token_drop_policy = LT_MOE_DROP_PROBS;
     c->model.moe_pad_expert_input_to_capacity = false;
-    c->model.moe_grouped_gemm = true;
+    c->model.moe_grouped_gemm = false;
 
     c->parallel.tensor_model_parallel_size = 1;
     c->parallel.pipeline_model_parallel_size = 1;
