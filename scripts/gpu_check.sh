@@ -43,16 +43,18 @@
 #                6 GB export; no loss check)
 #                (both peers: torch.compile per transformer block, as
 #                torchtitan does: one compilation for all blocks)
-#   rest = racecheck,mpi,kernels,parallel,peer,calibrate:
+#   rest = calibrate,parallel,kernels,mpi,racecheck,peer (cheapest first):
+#     calibrate  `lattice plan --calibrate` on the GPU; then the runs the first
+#                phases measured (bench, bench15, moe's), each predicted with
+#                those constants and with the built-in row, beside its
+#                measured step
+#     parallel   2 ranks on one GPU under mpirun (tests/gpu/parallel_gpu.sh)
+#     kernels    memory-bound kernels' bandwidth (tests/gpu/bench_kernels)
+#     mpi        4 ranks of tests/test_comm_mpi under mpirun (CPU only)
 #     racecheck  compute-sanitizer racecheck of test_gpu_ops --quick --aligned,
 #                the cases whose kernels share memory, most at risk first
-#     mpi        4 ranks of tests/test_comm_mpi under mpirun (CPU only)
-#     kernels    memory-bound kernels' bandwidth (tests/gpu/bench_kernels)
-#     parallel   2 ranks on one GPU under mpirun (tests/gpu/parallel_gpu.sh)
 #     peer       the PyTorch peer's loss agreement: GPT-2, Llama, Llama with
 #                experts, fp32 and bf16 (tests/gpu/peer_check.sh)
-#     calibrate  `lattice plan --calibrate` on the GPU, then the planner's
-#                step time with those constants against a measured run
 #   continue = every phase of first and rest that no earlier run of this
 #     script on this machine finished (build/gpu_check/done); the build is
 #     skipped when its binaries are there.
@@ -89,7 +91,7 @@ BUDGET=${GPU_CHECK_BUDGET:-510}
 START=$(date +%s)
 
 FIRST="tests train attention moe memcheck bench bench15"
-REST="racecheck mpi kernels parallel peer calibrate"
+REST="calibrate parallel kernels mpi racecheck peer"
 # each phase's cap (the most it may take), least useful time and expected
 # time on a 16-core H100/H200 machine, in seconds (measured on the draws,
 # bench/2026-11-2[78]-h200-*.md, where a phase ran to its end: tests 122,
@@ -544,9 +546,27 @@ ph_calibrate() {
     for c in configs/gpt2-124m.yaml configs/gpt2-1.5b.yaml; do
       echo "== planner with the calibration: $c =="
       "$lt" plan "$c" --gpus 1 --calibration "$out/calibration.json" --layout | grep -v "^  "
-    done' cal "$LT_BIN" "$WORK"
+    done
+    # the runs the first phases measured, predicted again with these constants
+    # and with the built-in row (the command is the one bench.sh printed; a
+    # list value such as "[128, 0]" loses its space to survive the word split)
+    echo "== the measured runs, predicted with the calibration and with the $0 row =="
+    for f in bench bench15 moe moe-grouped moe-oss moe-dense; do
+      [ -f "$out/$f.log" ] || continue
+      cmd=$(grep -A1 "^commands:" "$out/$f.log" | sed -n 2p)
+      meas=$(grep -m1 -E "^[^ ]+: mbs [0-9]+: ok" "$out/$f.log" | sed -n "s/.*median step \([0-9.]*\) ms.*/\1/p")
+      [ -n "$cmd" ] && [ -n "$meas" ] || continue
+      eval "set -- $(echo "$cmd" | sed "s/^ *[^:]*: [^ ]* train //; s/\[\([0-9-]*\), /[\1,/g")"
+      cal=$("$lt" plan "$@" --gpus 1 --calibration "$out/calibration.json" --layout 2>/dev/null |
+            sed -n "s/^step time (predicted[^)]*): \([0-9.]*\) s.*/\1/p")
+      row=$("$lt" plan "$@" --gpus 1 --gpu "$0" --layout 2>/dev/null |
+            sed -n "s/^step time (predicted[^)]*): \([0-9.]*\) s.*/\1/p")
+      awk -v f="$f" -v m="$meas" -v c="$cal" -v r="$row" -v g="$0" "BEGIN {
+        printf \"%-12s measured %8.1f ms; calibrated %8.1f ms (measured %.2fx); %s row %8.1f ms (%.2fx)\n\",
+               f, m, 1e3 * c, (c > 0 ? m / (1e3 * c) : 0), g, 1e3 * r, (r > 0 ? m / (1e3 * r) : 0) }"
+    done' "$PLAN_GPU" "$LT_BIN" "$WORK"
   RC=$?
-  [ $RC = 0 ] && DETAIL="constants in $WORK/calibration.json"
+  [ $RC = 0 ] && DETAIL="constants in $WORK/calibration.json$(grep -E '^bench +measured|^bench15 +measured' "$WORK/calibrate.log" | awk '{ v = $9; sub(/\);?$/, "", v); printf "; %s measured/calibrated %s", $1, v }')"
   cp "$WORK/calibration.json" "$(dirname "$REPORT")/" 2>/dev/null
 }
 

@@ -14,6 +14,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common.h"
 #include "config.h"
@@ -73,12 +74,16 @@ void lt_moe_acts_alloc(LtBackend *be, const LtMoeShape *s, LtMoeActs *a, size_t 
     a->w = dalloc(be, R * K * sizeof(float), bytes);
     a->pos = dalloc(be, R * K * i4, bytes);
     a->src = dalloc(be, M * i4, bytes);
-    a->offsets = dalloc(be, (E + 1) * i4, bytes);
-    a->dropped = dalloc(be, i4, bytes);
-    a->host_off = lt_calloc((E + 1) * i4);
-    a->counts = dalloc(be, (size_t)s->groups * E * sizeof(float), bytes);
-    a->psum = dalloc(be, (size_t)s->groups * E * sizeof(float), bytes);
-    a->zsum = dalloc(be, sizeof(double), bytes);
+    /* offsets, then the dropped count: one download for both; counts, psum and
+     * zsum (8-byte aligned) in one block: one zeroing, one TP sum of the floats
+     * and one download (each download a host wait) */
+    a->offsets = dalloc(be, (E + 2) * i4, bytes);
+    a->dropped = a->offsets + E + 1;
+    a->host_off = lt_calloc((E + 2) * i4);
+    const size_t n = (size_t)s->groups * E, zat = (2 * n * sizeof(float) + 7) & ~(size_t)7;
+    a->counts = dalloc(be, zat + sizeof(double), bytes);
+    a->psum = a->counts + n;
+    a->zsum = (double *)((char *)a->counts + zat);
     a->xp = dalloc(be, lt_act_bytes(be, M * C), bytes);
     a->y = dalloc(be, lt_act_bytes(be, M * C), bytes);
     a->hpre = dalloc(be, lt_act_bytes(be, Mr * F * (s->llama ? 2 : 1)), bytes);
@@ -102,7 +107,7 @@ void lt_moe_acts_alloc(LtBackend *be, const LtMoeShape *s, LtMoeActs *a, size_t 
 void lt_moe_acts_free(LtBackend *be, LtMoeActs *a) {
     const int ep = a->xe != a->xp;
     void *ps[] = {a->logits, a->idx,    a->w,  a->pos,  a->src,         a->offsets,
-                  a->dropped, a->counts, a->psum, a->zsum, a->xp,        a->y,
+                  a->counts, a->xp,        a->y,
                   a->hpre,   a->h,      a->out, ep ? a->xe : NULL, ep ? a->ye : NULL,
                   a->ge,     a->ginv};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
@@ -168,24 +173,22 @@ static void balance_stats(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s
     const int aux = aux_on(d), z = d->z_coeff > 0.0f;
     if (!aux && !z) return;
     const size_t n = (size_t)s->groups * s->E;
-    o->zero(be, a->counts, n * sizeof(float));
-    o->zero(be, a->psum, n * sizeof(float));
-    o->zero(be, a->zsum, sizeof(double));
+    const size_t block = (size_t)((char *)a->zsum - (char *)a->counts) + sizeof(double);
+    o->zero(be, a->counts, block); /* counts, psum, zsum (lt_moe_acts_alloc) */
     o->moe_aux_stats(be, a->counts, a->psum, a->zsum, a->logits, s->R, s->E, s->K, d->score,
                      s->row0, group_len(s));
     if (cx->tp) {
-        lt_comm_all_reduce(cx->tp, a->counts, n, LT_COMM_F32, LT_COMM_SUM);
-        lt_comm_all_reduce(cx->tp, a->psum, n, LT_COMM_F32, LT_COMM_SUM);
+        lt_comm_all_reduce(cx->tp, a->counts, 2 * n, LT_COMM_F32, LT_COMM_SUM); /* and psum */
         lt_comm_all_reduce(cx->tp, a->zsum, 1, LT_COMM_F64, LT_COMM_SUM);
     }
     if (!acc) return;
-    float *h = lt_malloc(2 * n * sizeof(float));
-    double zs = 0.0, dot = 0.0;
-    o->download(be, h, a->counts, n * sizeof(float));
-    o->download(be, h + n, a->psum, n * sizeof(float));
-    o->download(be, &zs, a->zsum, sizeof(double));
+    double *hb = lt_malloc(block); /* (doubles: zsum's alignment) */
+    const float *h = (const float *)hb;
+    double zs, dot = 0.0;
+    o->download(be, hb, a->counts, block);
+    memcpy(&zs, (const char *)hb + (block - sizeof(double)), sizeof zs);
     for (size_t i = 0; i < n; i++) dot += (double)h[i] * h[n + i];
-    free(h);
+    free(hb);
     acc->aux += aux ? aux_coef(cx, s) * dot : 0.0;
     acc->z += z ? z_coef(cx, s) * zs : 0.0;
 }
@@ -372,9 +375,9 @@ static void experts_forward(LtBackend *be, const LtMoeShape *s, const LtMoeWeigh
 }
 
 /* This forward's loads and drops into acc. */
-static void count_loads(LtBackend *be, const LtMoeShape *s, const LtMoeActs *a, LtMoeStats *acc) {
-    int32_t dropped = 0, most = 0;
-    be->ops->download(be, &dropped, a->dropped, sizeof dropped);
+static void count_loads(const LtMoeShape *s, const LtMoeActs *a, LtMoeStats *acc) {
+    const int32_t dropped = a->host_off[s->E + 1]; /* (downloaded with the offsets) */
+    int32_t most = 0;
     for (int e = 0; e < s->E; e++)
         if (a->host_off[e + 1] - a->host_off[e] > most) most = a->host_off[e + 1] - a->host_off[e];
     acc->dropped += dropped;
@@ -397,10 +400,10 @@ void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
                 d->pre_softmax, d->topk_scale);
     o->moe_dispatch(be, a->pos, a->src, a->offsets, a->dropped, a->idx, a->w, R, E, K,
                     s->capacity, d->drop_policy, d->pad);
-    o->download(be, a->host_off, a->offsets, (size_t)(E + 1) * sizeof(int32_t));
+    o->download(be, a->host_off, a->offsets, (size_t)(E + (acc ? 2 : 1)) * sizeof(int32_t));
     const int M = a->host_off[E];
     LT_CHECK(M >= 0 && M <= s->M);
-    if (acc) count_loads(be, s, a, acc);
+    if (acc) count_loads(s, a, acc);
     o->moe_permute(be, a->xp, x, a->src, M, C);
     if (spread(s)) { /* to the experts' ranks, gathered over ETP, then by local expert */
         LT_TRACE_BEGIN("moe dispatch", "\"rows\": %d", M);
