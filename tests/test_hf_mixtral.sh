@@ -7,7 +7,7 @@
 # logits` within 1e-5; imported again it has the MoE keys, gives the same logits
 # bit for bit and exports to identical files; the initial weights exported and
 # imported train exactly as a fresh run, also with expert parallelism 2 under
-# mpirun, whose checkpoint exports the same weights; MoE models Mixtral cannot represent are refused naming the key, and
+# mpirun, whose checkpoint exports the same weights; MoE models Mixtral cannot represent (and windowed models) are refused naming the key, and
 # so are Mixtral files lattice cannot compute.
 set -u
 BUILD=$1
@@ -141,6 +141,21 @@ refuse_export topk_scaling "model.moe_router_topk_scaling_factor=2.5" configs/ll
   model.moe_router_topk_scaling_factor=2.5
 refuse_export capacity "model.moe_expert_capacity_factor=1.5" configs/llama-tiny.yaml $M4 \
   model.moe_expert_capacity_factor=1.5
+# sliding windows (GPT-OSS's layers): no config lattice writes has them, dense or MoE
+for w in dense moe; do
+  extra=""; [ $w = moe ] && extra=$M4
+  if "$LT" train configs/llama-tiny.yaml $extra "model.window_size=[8, 0]" model.window_attn_skip_freq=2 \
+       data.train_path="$T/train.ltok" train.steps=0 eval.interval=0 checkpoint.dir="$T/w_$w" \
+       >"$T/w_$w.log" 2>&1; then
+    "$LT" export "$T/w_$w" "$T/whf_$w" >/dev/null 2>"$T/whf_$w.err"
+    rc=$?
+    if [ $rc -eq 2 ] && grep -qF "cannot export model.window_size=[8, 0] (a sliding window of 8 keys before each query in 1 of 2 layers)" "$T/whf_$w.err" &&
+       [ ! -e "$T/whf_$w/model.safetensors" ]; then pass "export_refuses_window_$w"
+    else fail "export_refuses_window_$w" "exit $rc: $(head -c 300 "$T/whf_$w.err")"; fi
+  else
+    fail "export_refuses_window_$w" "the checkpoint was not made: $(tail -2 "$T/w_$w.log")"
+  fi
+done
 
 # ---- import refusals and defaults: Mixtral files lattice does not compute ------------------
 mixtral_variant() { # name python-statement-on-c: a copy of $T/hf with config.json edited

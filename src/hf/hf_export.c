@@ -211,6 +211,21 @@ static int mixtral_refusal(const LtConfig *c, const LtModelDims *d, char *err, s
     return 0;
 }
 
+/* 0 when c attends over the whole causal context in every layer; else -1: the
+ * configs lattice writes have no sliding window (Llama has none; a Mixtral or
+ * Qwen3 window would cover every layer, with W keys where lattice's covers
+ * W + 1), so a windowed model would export as another function. */
+static int window_refusal(const LtConfig *c, char *err, size_t errlen) {
+    if (c->model.window_left < 0) return 0;
+    int n = 0;
+    for (int l = 0; l < c->model.num_layers; l++) n += c->model.window_layer[l] != 0;
+    return lt_errorf(err, errlen, "cannot export model.window_size=%s (a sliding window of %d keys "
+                     "before each query in %d of %d layers): the Hugging Face configs lattice "
+                     "writes attend over the whole sequence, which would be another model; only "
+                     "models trained without model.window_size export", c->model.window_size,
+                     c->model.window_left, n, c->model.num_layers);
+}
+
 /* config.json of the validated config c, written atomically. */
 static int write_config_json(const char *path, const LtConfig *c, const LtModelDims *d, char *err,
                              size_t errlen) {
@@ -257,7 +272,8 @@ int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t e
         return -1;
     }
     const LtModelDims dims = lt_dims_from_config(cfg);
-    if (dims.moe.experts > 0 && mixtral_refusal(cfg, &dims, emsg, sizeof emsg)) {
+    if (window_refusal(cfg, emsg, sizeof emsg) ||
+        (dims.moe.experts > 0 && mixtral_refusal(cfg, &dims, emsg, sizeof emsg))) {
         lt_errorf(err, errlen, "%s/config.yaml: %s", stepdir, emsg);
         free(cfg);
         return -1;
