@@ -3,7 +3,8 @@
 # tiny GPT trained for a few steps by 2 ranks (mpirun) must match one process
 # on the same GPU: per-step loss and grad norm within a tolerance, for data
 # parallelism (ZeRO 0/1/2), tensor parallelism (with and without sequence
-# parallelism), pipeline parallelism (1F1B and interleaved), fp32 and bf16.
+# parallelism), pipeline parallelism (1F1B and interleaved), expert
+# parallelism (EP 2 over DP 2 and over TP 2 with SP), fp32 and bf16.
 #
 # The 2-rank runs use comm.backend=mpi: MPI with the device tensors staged
 # through pinned host memory, so both ranks may share one GPU (NCCL refuses
@@ -101,6 +102,13 @@ check() { # ref name tol np comm overrides...
 run ref 1 || fail reference "single-process fp32 run failed"
 run ref_bf16 1 train.precision=bf16 || fail reference_bf16 "single-process bf16 run failed"
 run ref4 1 model.num_layers=4 || fail reference4 "single-process 4-layer run failed"
+# mixture of experts (4 experts top-2 in both layers, aux and z losses): the
+# expert-parallel all-to-alls of device tensors (MPI: staged through host
+# memory; NCCL: grouped sends and receives)
+MOE="model.num_experts=4 model.moe_ffn_hidden_size=48 model.moe_aux_loss_coeff=0.01
+     model.moe_z_loss_coeff=0.001"
+run ref_moe 1 $MOE || fail reference_moe "single-process MoE run failed"
+run ref_moe_bf16 1 $MOE train.precision=bf16 || fail reference_moe_bf16 "single-process bf16 MoE run failed"
 
 LIBS="mpi"
 [ "$NGPU" -ge 2 ] && LIBS="mpi nccl"
@@ -121,6 +129,11 @@ for lib in $LIBS; do
     parallel.pipeline_model_parallel_size=2 parallel.virtual_pipeline_model_parallel_size=2
   check ref_bf16 "pp2_bf16_$lib" "$TOL_BF16" 2 "$lib" parallel.pipeline_model_parallel_size=2 \
     train.precision=bf16
+  check ref_moe "ep2_over_dp2_$lib" "$TOL_FP32" 2 "$lib" $MOE parallel.expert_model_parallel_size=2
+  check ref_moe "ep2_over_tp2_sp_$lib" "$TOL_FP32" 2 "$lib" $MOE parallel.expert_model_parallel_size=2 \
+    parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true
+  check ref_moe_bf16 "ep2_over_dp2_bf16_$lib" "$TOL_BF16" 2 "$lib" $MOE train.precision=bf16 \
+    parallel.expert_model_parallel_size=2
 done
 
 # ---- one GPU: explicit NCCL is refused (ranks would share the device) ----
