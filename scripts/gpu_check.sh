@@ -114,7 +114,7 @@ memcheck   60    15     10
 racecheck 240    60    200
 mpi        60    10      5
 kernels    60    15     16
-parallel  120    30     26
+parallel  120    30     40
 peer      240    45    120
 calibrate 120    45     40"
 field() { echo "$PHASE_TABLE" | awk -v p="$1" -v f="$2" '$1 == p { print $f }'; }
