@@ -9,7 +9,10 @@
 # by the margin within an hour, prediction and run then see the same
 # machine. Each case runs N times (--repeat, default 2), each a calibration
 # and a run; it prints the runs' mean predicted and measured steps, the mean
-# of their ratios and the spread of the N ratios (max - min). --once: one
+# of their ratios and the spread of the N ratios (max - min), then under
+# each case its last run's breakdown (the passes, their parts: attention core,
+# loss head, MoE layers and their experts' GEMMs) and the planner's compute
+# by part, so a ratio off the mark says which part is off. --once: one
 # calibration per rank count at the start for every case (the older way).
 # Then it checks the ranking: for every two layouts of one model whose
 # predicted steps differ by more than 20%, the measured order must agree.
@@ -131,7 +134,7 @@ for c in "${CASES[@]}"; do
     if [ -z "$pred" ] || [ -z "$meas" ]; then
       failed=$(grep -iE 'error|warning' "$W/$name.$i.log" | head -1); break
     fi
-    runs="$runs $pred:$meas"
+    runs="$runs $pred:$meas" lastlog="$W/$name.$i.log"
   done
   if [ -n "$failed" ] || [ -z "$runs" ]; then
     say "$(printf '%-14s %-11s %5s  FAILED: %s' "$name" "$mdl" "$np" "${failed:-no planned: line}")"
@@ -148,6 +151,12 @@ print("%.1f %.1f %.2f %.2f" % (sum(p for p, _ in runs) / n, sum(m for _, m in ru
   flag=""
   python3 -c "import sys; sys.exit(0 if 0.85 <= $ratio <= 1.15 else 1)" || { flag="  outside 0.85-1.15"; [ $STATUS = 0 ] && STATUS=1; }
   say "$(printf '%-14s %-11s %5s %12s %12s %8s %8s%s' "$name" "$mdl" "$np" "$pred" "$meas" "$ratio" "$spread" "$flag")"
+  # where the last run's time went (rank 0's last logged step) beside the
+  # planner's compute by part, so a ratio off the mark says which part is off
+  for pat in '^time +forward' '^time +of the passes' '^plan +compute by part'; do
+    l=$(grep -E "$pat" "$lastlog" | tail -1 | sed -E 's/^(time|plan) +//')
+    [ -n "$l" ] && say "    ${l}"
+  done
   RES+=("$name $mdl $pred $meas")
 done
 
