@@ -584,16 +584,19 @@ void lt_run_print_summary(const LtRun *r) {
            r->topo.tp, r->topo.pp, r->topo.dp, c->optimizer.zero_stage,
            c->optimizer.zero_stage && r->topo.dp == 1 ? " (one data-parallel rank: nothing to shard)"
                                                       : "");
+    /* the experts' GEMMs on CUDA (the CPU runs one BLAS call per expert) */
+    const char *gemms = r->be->device_id < 0 ? ""
+                        : c->model.moe_grouped_gemm ? "; GEMMs grouped (model.moe_grouped_gemm)"
+                        : "; one GEMM per expert (model.moe_grouped_gemm=false)";
     if (r->eopt) {
         const LtOptimizer *e = r->eopt;
         lt_log("experts    ep %d x etp %d, expert-data-parallel groups of %d rank(s), ZeRO stage "
                "%d; %d gradient bucket(s)%s%s%s\n",
                r->topo.ep, r->topo.etp, e->dp_size, e->zero_stage, e->nbuckets,
                e->overlap_grad ? ", reduced during the backward" : ", reduced after it",
-               e->overlap_param ? ", gathered during the forward" : "",
-               r->be->device_id < 0 ? ""
-               : c->model.moe_grouped_gemm ? "; GEMMs grouped (model.moe_grouped_gemm)"
-                                           : "; one GEMM per expert (model.moe_grouped_gemm=false)");
+               e->overlap_param ? ", gathered during the forward" : "", gemms);
+    } else if (c->model.num_experts > 0 && gemms[0]) {
+        lt_log("experts    %d per MoE layer, all on this rank%s\n", c->model.num_experts, gemms);
     }
     char groups[48] = "";
     if (c->model.num_query_groups != c->model.num_attention_heads)

@@ -123,6 +123,16 @@ CFG=llama-tiny
 MOE=(model.num_experts=4 model.moe_ffn_hidden_size=48 model.moe_aux_loss_coeff=0.01
      model.moe_z_loss_coeff=0.001)
 cpu_vs_dev moe llama_moe "${MOE[@]}"
+# the experts through cuBLAS's grouped GEMM (model.moe_grouped_gemm=true; the
+# default runs one GEMM per expert), bf16, against the CPU run above
+if run moe-grouped-cuda-bf16 "$DEV" bf16 "${MOE[@]}" model.moe_grouped_gemm=true; then
+  if grep -q "GEMMs grouped (model.moe_grouped_gemm)" "$T/moe-grouped-cuda-bf16.log" ||
+     [ "$DEV" = cpu ]; then
+    compare moe-cpu-bf16 moe-grouped-cuda-bf16 "llama_moe_grouped_gemm_bf16_cpu_vs_${DEV}" "$TOL_BF16"
+  else
+    fail "llama_moe_grouped_gemm_bf16_cpu_vs_${DEV}" "the log does not say the experts' GEMMs are grouped"
+  fi
+fi
 # GPT-OSS's attention on the MoE Llama block, through lattice's kernels (cuDNN
 # takes neither windows nor documents): a 48-key sliding window on every other
 # layer, head dimension 32 apart from hidden / heads (4 x 32 = 128 > 32: the
