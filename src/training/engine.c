@@ -658,6 +658,9 @@ void lt_run_print_summary(const LtRun *r) {
                r->plan_device, ps->overlap, 1e3 * ps->step, 1e3 * ps->compute, 1e3 * ps->bubble,
                1e3 * ps->tp_comm, 1e3 * ps->pp_comm, 1e3 * ps->dp_comm, 1e3 * ps->ep_comm,
                1e3 * ps->optim);
+        if (ps->sync_wait > 0)
+            lt_log("plan       of the exposed %s communication %.1f ms: the ranks' wait for each "
+                   "other (sync_skew)\n", ps->tp_comm > 0 ? "tp" : "ep", 1e3 * ps->sync_wait);
         lt_log("plan       compute by part: gemm %.1f + memory-bound %.1f + attention %.1f (%s) "
                "+ loss head %.1f ms\n", 1e3 * ps->gemm, 1e3 * ps->membound, 1e3 * ps->attention,
                ps->attention_impl, 1e3 * ps->loss_head);
