@@ -237,6 +237,40 @@ typedef struct {
     int tp, sp, ov_tp;
 } PassModel;
 
+/* The ranks' waits for each other at a chunk's blocking collectives into p
+ * (nd dense and nm MoE layers; first, last: the model's ends). Ranks that
+ * run the same work between two blocking collectives do not finish it
+ * together (the host's other threads and processes take a core from one of
+ * them now and then): at each collective the others wait, on average
+ * sync_skew_us and sync_skew of the compute since the previous one. The
+ * collectives cut the pass's compute into such pieces, so the waits add up
+ * to sync_skew_us per collective and sync_skew of the pass's compute (each
+ * way, and of its recomputation), in the TP communication where there is
+ * TP, else in the all-to-alls'. */
+static void add_waits(const PassModel *m, int nd, int nm, int first, int last, PassTime *p) {
+    double sf = 0.0, sb = 0.0, sr = 0.0; /* blocking collectives: forward, backward, redone */
+    if (m->tp > 1) { /* per layer 2 all-reduces (SP: gathers and reduce-scatters), an MoE
+                      * layer's MLP without a shared expert none; the embedding's; the
+                      * loss head's */
+        const double layer = (m->sp ? 2.0 : 1.0) * (2.0 * nd + (m->moe.shared ? 2.0 : 1.0) * nm);
+        sf = layer + (first ? 1.0 : 0.0) + (last ? m->head_syncs : 0.0);
+        sb = layer + (first ? 1.0 : 0.0);
+        sr = m->redo_share * layer;
+    }
+    if (nm > 0 && m->moe.a2a > 0) { /* the counts, the dispatch and the combine; backward
+                                     * the two all-to-alls */
+        sf += 3.0 * nm, sb += 2.0 * nm, sr += m->redo_a2a > 0 ? 3.0 * nm : 0.0;
+    }
+    if (sf == 0 || (m->wait1 == 0 && m->skew == 0)) return;
+    const double wf = sf * m->wait1 + m->skew * p->tf_c,
+                 wb = sb * m->wait1 + m->skew * (p->tb_data + p->tb_weight),
+                 wr = sr * m->wait1 + m->skew * p->redo;
+    double *f = m->tp > 1 ? &p->tpc_f : &p->epc_f, *b = m->tp > 1 ? &p->tpc_b : &p->epc_b,
+           *r = m->tp > 1 ? &p->tpc_redo : &p->epc_redo;
+    *f += wf, *b += wb, *r += wr;
+    p->wait = wf + wb + wr;
+}
+
 /* A chunk of n layers, nm of them MoE layers; first: the model's first (the
  * embedding), last: its last (final norm and the loss head, whose backward
  * runs in the forward pass as the engine runs it). tp_comm_overlap runs each
@@ -281,36 +315,7 @@ static PassTime pass_time(const PassModel *m, int n, int nm, int first, int last
     p.gemm_flops = 3.0 * (nd * m->flops + nm * m->moe.flops) +
                    (m->redo_gemm > 0 ? nd * m->redo_flops + nm * m->moe.redo_flops : 0.0);
     p.a2a_bytes = nm * (4.0 + (m->redo_a2a > 0 ? 2.0 : 0.0)) * m->moe.a2a_bytes;
-    /* Ranks that run the same work between two blocking collectives do not
-     * finish it together (the host's other threads and processes take a core
-     * from one of them now and then): at each collective the others wait,
-     * on average sync_skew_us and sync_skew of the compute since the
-     * previous one. The collectives cut the pass's compute into such pieces,
-     * so the waits add up to sync_skew_us per collective and sync_skew of the
-     * pass's compute (each way, and of its recomputation), in the TP
-     * communication where there is TP, else in the all-to-alls'. */
-    double sf = 0.0, sb = 0.0, sr = 0.0; /* blocking collectives: forward, backward, redone */
-    if (m->tp > 1) { /* per layer 2 all-reduces (SP: gathers and reduce-scatters), an MoE
-                      * layer's MLP without a shared expert none; the embedding's; the
-                      * loss head's */
-        const double layer = (m->sp ? 2.0 : 1.0) * (2.0 * nd + (m->moe.shared ? 2.0 : 1.0) * nm);
-        sf = layer + (first ? 1.0 : 0.0) + (last ? m->head_syncs : 0.0);
-        sb = layer + (first ? 1.0 : 0.0);
-        sr = m->redo_share * layer;
-    }
-    if (nm > 0 && m->moe.a2a > 0) { /* the counts, the dispatch and the combine; backward
-                                     * the two all-to-alls */
-        sf += 3.0 * nm, sb += 2.0 * nm, sr += m->redo_a2a > 0 ? 3.0 * nm : 0.0;
-    }
-    if (sf > 0 && (m->wait1 > 0 || m->skew > 0)) {
-        const double wf = sf * m->wait1 + m->skew * p.tf_c,
-                     wb = sb * m->wait1 + m->skew * (p.tb_data + p.tb_weight),
-                     wr = sr * m->wait1 + m->skew * p.redo;
-        double *f = m->tp > 1 ? &p.tpc_f : &p.epc_f, *b = m->tp > 1 ? &p.tpc_b : &p.epc_b,
-               *r = m->tp > 1 ? &p.tpc_redo : &p.epc_redo;
-        *f += wf, *b += wb, *r += wr;
-        p.wait = wf + wb + wr;
-    }
+    add_waits(m, nd, nm, first, last, &p);
     return p;
 }
 static double pass_total(const PassTime *p) {

@@ -666,8 +666,9 @@ static void median_figures(const Cal *c, const LtPlanDevice *runs, int n, LtPlan
         const double med = lt_cal_median(v, n); /* (sorts v) */
         *(double *)((char *)out + off) = med;
         if (v[n - 1] == 0) continue; /* not measured here (cuDNN's on the CPU) */
-        printf("  %-21s %10.4g %10.4g %10.4g %6.0f%%\n", FIGURES[f].name, v[0], med, v[n - 1],
-               med > 0 ? 100 * (v[n - 1] - v[0]) / med : 0.0);
+        printf("  %-21s %10.4g %10.4g %10.4g", FIGURES[f].name, v[0], med, v[n - 1]);
+        if (med > 0) printf(" %6.0f%%\n", 100 * (v[n - 1] - v[0]) / med);
+        else printf("      -\n"); /* (a fit's 0 in most rounds) */
     }
 }
 
