@@ -59,6 +59,9 @@ typedef struct {
     double step, compute, bubble, tp_comm, pp_comm, dp_comm, optim;
     double ep_comm; /* the MoE layers' all-to-alls (dispatch, combine; nothing hides them) */
     double hidden_tp, hidden_pp, hidden_dp;
+    /* of tp_comm (ep_comm without TP): what the ranks wait for each other at
+     * the blocking collectives, the device's sync_skew of the compute */
+    double sync_wait;
     double tokens_per_s, mfu;
     /* compute by part: GEMMs, memory-bound work (with the step's gradient
      * zeroing), the attention core, the loss head; memory-bound bytes and

@@ -45,6 +45,11 @@ typedef struct {
      * tiles run slower: lattice's kernels, and cuDNN's forward and deterministic
      * backward (0: not measured - the causal rates then). */
     double attn_win_fwd_tflops, attn_win_bwd_tflops, cudnn_win_fwd_tflops, cudnn_win_bwd_tflops;
+    /* What ranks doing the same work wait for each other at the blocking
+     * collective that ends it (the mean over the ranks): sync_skew_us per
+     * collective plus sync_skew of the work since the previous one (0, 0:
+     * not measured, or a GPU row) */
+    double sync_skew_us, sync_skew;
     /* What a calibration measured with: threads per rank (0: a GPU, or a
      * built-in row) and ranks on the node. */
     int threads, ranks;

@@ -383,8 +383,16 @@ rc=$?
 if [ $rc -eq 0 ] && err=$(python3 - "$T/cal.out" "$T/cal.json" "$(nproc)" <<'PY' 2>&1
 import json, re, sys
 out, cal, cores = open(sys.argv[1]).read(), json.load(open(sys.argv[2])), int(sys.argv[3])
-ceiling = float(re.search(r'^ceiling ([\d.]+) TFLOP/s', out, re.M).group(1))
-assert ceiling > 0, out
+ceilings = [float(x) for x in re.findall(r'^ceiling ([\d.]+) TFLOP/s', out, re.M)]
+assert len(ceilings) == 3 and min(ceilings) > 0, ceilings  # one per round
+# the spread table: each figure's min <= median <= max over the rounds; the peak
+# kept is the median of the rounds' ceilings
+spread = {m[0]: [float(x) for x in m[1:4]] for m in
+          re.findall(r'^  (\w+) +([\d.e+-]+) +([\d.e+-]+) +([\d.e+-]+) +\d+%$', out, re.M)}
+assert {'peak_tflops', 'gemm_eff', 'elem_gbs', 'optim_gbs'} <= set(spread), spread
+assert all(lo <= med <= hi for lo, med, hi in spread.values()), spread
+ceiling = sorted(ceilings)[1]
+assert abs(spread['peak_tflops'][1] - ceiling) <= 1e-3 * ceiling, (spread, ceilings)
 # every measured GEMM row: positive TFLOP/s and efficiency
 rows = re.findall(r'^ +\d+ +\d+ +(?:forward|bwd data|bwd weight) +([\d.]+) +([\d.]+)', out, re.M)
 rows += re.findall(r'^ +\d+ +([\d.]+) +([\d.]+)$', out.split('small-row')[1].split('fit:')[0], re.M)
@@ -477,10 +485,18 @@ if [ $rc -eq 0 ] && err=$(python3 - "$T/cal2.out" "$T/cal2.json" <<'PY' 2>&1
 import json, re, sys
 out, cal = open(sys.argv[1]).read(), json.load(open(sys.argv[2]))
 assert out.count('calibrate: cpu') == 1, 'one rank reports'
-sizes = re.findall(r'^ +(\d+) +([\d.]+) +([\d.]+)$', out.split('all-reduce: fp32 sum over 2 ranks')[1], re.M)
+sizes = re.findall(r'^ +(\d+) +([\d.]+) +([\d.]+)$', out.split('all-reduce: fp32 sum over 2 ranks')[1].split('skew:')[0], re.M)
 assert len(sizes) == 4 and all(float(us) > 0 for _, us, _ in sizes), sizes
 assert cal['ranks'] == 2 and cal['intra_gbs'] > 0 and cal['latency_us'] > 0, cal
-print('bus %.3f GB/s, latency %.2f us per ring step' % (cal['intra_gbs'], cal['latency_us']))
+# the ranks' skew: a wait per work size, the file's figure the median of the rounds'
+skew = re.findall(r'^ +(\d+) +([\d.]+) +([\d.]+) +([\d.]+)%$', out.split('skew: the same GEMMs')[1], re.M)
+assert [k for k, *_ in skew] == ['1', '4', '16', '64'] and all(float(w) > 0 for _, w, _, _ in skew), skew
+assert len(re.findall(r'^fit: wait = \d+ us \+ [\d.]+ x work$', out, re.M)) == 3, 'a fit per round'
+for key in ('sync_skew_us', 'sync_skew'):
+    med = float(re.search(r'^  %s +[\d.e+-]+ +([\d.e+-]+) ' % key, out, re.M).group(1))
+    assert 0 <= cal[key] and abs(cal[key] - med) <= 1e-3 * med + 1e-9, (key, cal, med)
+print('bus %.3f GB/s, latency %.2f us per ring step, skew %.0f us + %.3f' % (
+    cal['intra_gbs'], cal['latency_us'], cal['sync_skew_us'], cal['sync_skew']))
 PY
 ); then pass "plan_calibrate_mpi ($err)"
 else fail plan_calibrate_mpi "rc=$rc: ${err:-$(tail -3 "$T/cal2.out")}"; fi

@@ -4,7 +4,8 @@
  * the attention core at its own rate (s^2, cuDNN or lattice's), the parts
  * adding up to the step; the calibration file's new fields round-trip, a
  * file from before them loads with the built-in row's, and the thread
- * scaling; an MoE layer's GEMM FLOPs (the router beside a dense MLP of the same
+ * scaling; the ranks' skew charged at TP's collectives and the all-to-alls;
+ * an MoE layer's GEMM FLOPs (the router beside a dense MLP of the same
  * active width) and its all-to-alls (bytes by EP, recomputation, across
  * nodes). Figures only: nothing here is timed. */
 #include "plan.h"
@@ -225,8 +226,10 @@ static void test_calibration_file(void) {
                              .attn_bwd_tflops = 0.013, .cudnn_fwd_tflops = 0.5,
                              .cudnn_bwd_tflops = 0.25, .attn_win_fwd_tflops = 0.004,
                              .attn_win_bwd_tflops = 0.006, .cudnn_win_fwd_tflops = 0.2,
-                             .cudnn_win_bwd_tflops = 0.05};
+                             .cudnn_win_bwd_tflops = 0.05, .intra_gbs = 1.5,
+                             .latency_us = 2, .sync_skew = 0.0625};
     cal.has_cudnn = 1;
+    cal.has_comm = 1;
     REQUIRE(lt_plan_calibration_write(path, &cal, err, sizeof err) == 0, "%s", err);
     LtPlanDevice d;
     REQUIRE(lt_plan_calibration_load(path, LT_PREC_FP32, &d, err, sizeof err) == 0, "%s", err);
@@ -242,6 +245,8 @@ static void test_calibration_file(void) {
           d.cudnn_win_fwd_tflops, d.cudnn_win_bwd_tflops);
     CHECK(d.threads == 2 && d.ranks == 1, "threads %d, ranks per node %d (of 4)", d.threads,
           d.ranks);
+    CHECK(d.sync_skew == 0.0625 && d.intra_gbs == 1.5 && d.latency_us == 2,
+          "skew and all-reduce: %g %g %g", d.sync_skew, d.intra_gbs, d.latency_us);
     /* a file as --calibrate wrote it before (bench/2026-11-24-cpu-calibrate.md) */
     FILE *f = fopen(old, "w");
     REQUIRE(f, "write %s", old);
@@ -256,6 +261,8 @@ static void test_calibration_file(void) {
     CHECK(o.elem_gbs == row.elem_gbs && o.attn_bwd_tflops == row.attn_bwd_tflops &&
               o.gemm_eff == 1.0,
           "old file: the row's memory-bound and attention figures, its own GEMMs");
+    CHECK(o.sync_skew == 0 && row.sync_skew == 0, "old file: no skew (the row's %g)",
+          row.sync_skew);
     /* 2 threads on 1 rank; 2 ranks on that machine have 1 each: rates halve */
     CHECK(lt_plan_device_run_threads(&d, 0, 2) == 1.0, "2 ranks: 1 thread each");
     CHECK(lt_plan_device_run_threads(&d, 1, 1) == 1.0, "train.threads=1 on 1 rank");
@@ -270,6 +277,56 @@ static void test_calibration_file(void) {
           "a GPU row is not scaled");
     test_rm_rf(dir);
     free(dir);
+}
+
+/* The ranks' skew: TP 2 waits sync_skew of its passes' compute at its
+ * collectives, in the exposed TP communication and the step (the rest of
+ * the step as without it), and sync_skew_us at each of them; EP 2 without
+ * TP in the all-to-alls' part; one rank and DP 2 (no collective inside a
+ * pass) are not charged */
+static void test_sync_skew(void) {
+    LtPlanDevice d = cpu_row(), s = cpu_row();
+    s.sync_skew = 0.125;
+    const char *tp[] = {"parallel.tensor_model_parallel_size=2",
+                        "parallel.sequence_parallel=true", "parallel.tp_comm_overlap=true"};
+    LtPlanStep a, b;
+    REQUIRE(predict(2, &d, &a, 3, tp) == 0 && predict(2, &s, &b, 3, tp) == 0, "predict TP 2");
+    const double z = zero_bytes(2, 3, tp);
+    REQUIRE(z > 0, "params");
+    const double busy = a.compute - z / (d.elem_gbs * 1e9); /* the passes' compute */
+    CHECK(a.sync_wait == 0 && test_relerr(b.sync_wait, 0.125 * busy, 1e-30) < 1e-9,
+          "TP 2: waits %g s, want 0.125 x %g s", b.sync_wait, busy);
+    CHECK(test_relerr(b.tp_comm - a.tp_comm, b.sync_wait, 1e-30) < 1e-9 &&
+              test_relerr(b.step - a.step, b.sync_wait, 1e-30) < 1e-9,
+          "in the TP communication (+%g s) and the step (+%g s)", b.tp_comm - a.tp_comm,
+          b.step - a.step);
+    CHECK(b.compute == a.compute && test_relerr(b.hidden_tp, a.hidden_tp, 1e-30) < 1e-9 &&
+              a.hidden_tp > 0 && b.ep_comm == 0,
+          "compute %g, %g and what the overlap hides (%g, %g) unchanged", a.compute, b.compute,
+          a.hidden_tp, b.hidden_tp);
+    /* the wait per collective: SP doubles a layer's collectives (4 more per layer
+     * each way) and adds the loss head's input gather (one per forward), over
+     * 2 layers and 2 micro batches 18 more */
+    LtPlanDevice u = cpu_row();
+    u.sync_skew_us = 100;
+    const char *tp2[] = {"parallel.tensor_model_parallel_size=2"};
+    REQUIRE(predict(2, &u, &a, 1, tp2) == 0 && predict(2, &u, &b, 2, tp) == 0, "predict (SP)");
+    CHECK(a.sync_wait > 0 && test_relerr(b.sync_wait - a.sync_wait, 18 * 100e-6, 1) < 1e-9,
+          "SP waits %g s, without %g s: %g more collectives", b.sync_wait, a.sync_wait,
+          (b.sync_wait - a.sync_wait) / 100e-6);
+    const char *dp[] = {"train.global_batch_size=8"};
+    for (int world = 1; world <= 2; world++) {
+        REQUIRE(predict(world, &d, &a, 1, dp) == 0 && predict(world, &s, &b, 1, dp) == 0,
+                "predict %d rank(s)", world);
+        CHECK(b.step == a.step && b.sync_wait == 0, "%d rank(s): %g s, %g s", world, a.step,
+              b.step);
+    }
+    const char *ep[] = {"model.num_experts=4", "train.global_batch_size=8",
+                        "parallel.expert_model_parallel_size=2"};
+    REQUIRE(predict(2, &d, &a, 3, ep) == 0 && predict(2, &s, &b, 3, ep) == 0, "predict EP 2");
+    CHECK(b.sync_wait > 0 && test_relerr(b.ep_comm - a.ep_comm, b.sync_wait, 1e-30) < 1e-9 &&
+              b.tp_comm == 0 && test_relerr(b.step - a.step, b.sync_wait, 1e-30) < 1e-9,
+          "EP 2: waits %g s in the all-to-alls' %g s", b.sync_wait, b.ep_comm);
 }
 
 /* An MoE layer's GEMMs: with the active parameters fixed (top-2 of 64-wide
@@ -385,6 +442,7 @@ int main(void) {
     RUN(test_attention_scales);
     RUN(test_attention_window);
     RUN(test_calibration_file);
+    RUN(test_sync_skew);
     RUN(test_moe_gemm_flops);
     RUN(test_moe_all_to_all);
     RUN(test_device_rows);

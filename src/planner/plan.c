@@ -203,6 +203,7 @@ double lt_plan_gemm_eff_at(const LtPlanDevice *g, double n) {
 typedef struct {
     double tf_c, tb_data, tb_weight, tpc, tpc_f, tpc_b, redo, tpc_redo;
     double epc_f, epc_b, epc_redo; /* the MoE layers' all-to-alls, each way and recomputed */
+    double wait;                   /* of tpc_* or epc_*: the ranks' wait for each other */
     double gemm, mem, attn, head, mem_bytes, attn_flops, gemm_flops, a2a_bytes;
     double experts; /* of gemm: the MoE layers' experts and routers */
 } PassTime;
@@ -221,6 +222,9 @@ typedef struct {
     double mid_f, mid_b;        /* a chunk boundary's add, copy (not at the model's ends) */
     double elem_bw;             /* bytes per second of the memory-bound ops */
     double slow;                /* tp overlap's GEMM slowdown */
+    double wait1, skew;         /* the ranks' wait at a blocking collective: seconds, and
+                                 * of the compute since the previous one */
+    double head_syncs;          /* the loss head's blocking TP collectives */
     double ring1;               /* one TP collective */
     double redo_gemm, redo_mem, redo_attn; /* a dense layer's recomputation */
     double redo_share;          /* of a forward's SP collectives that recomputation repeats */
@@ -231,8 +235,42 @@ typedef struct {
      * memory-bound work and all-to-alls (full), or the attention core only */
     LtPlanMoe moe;
     double moe_mem_f, moe_mem_b, redo_moe_mem, redo_moe_x, redo_a2a;
-    int tp, ov_tp;
+    int tp, sp, ov_tp;
 } PassModel;
+
+/* The ranks' waits for each other at a chunk's blocking collectives into p
+ * (nd dense and nm MoE layers; first, last: the model's ends). Ranks that
+ * run the same work between two blocking collectives do not finish it
+ * together (the host's other threads and processes take a core from one of
+ * them now and then): at each collective the others wait, on average
+ * sync_skew_us and sync_skew of the compute since the previous one. The
+ * collectives cut the pass's compute into such pieces, so the waits add up
+ * to sync_skew_us per collective and sync_skew of the pass's compute (each
+ * way, and of its recomputation), in the TP communication where there is
+ * TP, else in the all-to-alls'. */
+static void add_waits(const PassModel *m, int nd, int nm, int first, int last, PassTime *p) {
+    double sf = 0.0, sb = 0.0, sr = 0.0; /* blocking collectives: forward, backward, redone */
+    if (m->tp > 1) { /* per layer 2 all-reduces (SP: gathers and reduce-scatters), an MoE
+                      * layer's MLP without a shared expert none; the embedding's; the
+                      * loss head's */
+        const double layer = (m->sp ? 2.0 : 1.0) * (2.0 * nd + (m->moe.shared ? 2.0 : 1.0) * nm);
+        sf = layer + (first ? 1.0 : 0.0) + (last ? m->head_syncs : 0.0);
+        sb = layer + (first ? 1.0 : 0.0);
+        sr = m->redo_share * layer;
+    }
+    if (nm > 0 && m->moe.a2a > 0) { /* the counts, the dispatch and the combine; backward
+                                     * the two all-to-alls */
+        sf += 3.0 * nm, sb += 2.0 * nm, sr += m->redo_a2a > 0 ? 3.0 * nm : 0.0;
+    }
+    if (sf == 0 || (m->wait1 == 0 && m->skew == 0)) return;
+    const double wf = sf * m->wait1 + m->skew * p->tf_c,
+                 wb = sb * m->wait1 + m->skew * (p->tb_data + p->tb_weight),
+                 wr = sr * m->wait1 + m->skew * p->redo;
+    double *f = m->tp > 1 ? &p->tpc_f : &p->epc_f, *b = m->tp > 1 ? &p->tpc_b : &p->epc_b,
+           *r = m->tp > 1 ? &p->tpc_redo : &p->epc_redo;
+    *f += wf, *b += wb, *r += wr;
+    p->wait = wf + wb + wr;
+}
 
 /* A chunk of n layers, nm of them MoE layers; first: the model's first (the
  * embedding), last: its last (final norm and the loss head, whose backward
@@ -279,6 +317,7 @@ static PassTime pass_time(const PassModel *m, int n, int nm, int first, int last
     p.gemm_flops = 3.0 * (nd * m->flops + nm * m->moe.flops) +
                    (m->redo_gemm > 0 ? nd * m->redo_flops + nm * m->moe.redo_flops : 0.0);
     p.a2a_bytes = nm * (4.0 + (m->redo_a2a > 0 ? 2.0 : 0.0)) * m->moe.a2a_bytes;
+    add_waits(m, nd, nm, first, last, &p);
     return p;
 }
 static double pass_total(const PassTime *p) {
@@ -439,6 +478,11 @@ static PassModel pass_model(const LtConfig *c, const StepSizes *z, const LtPlanD
         .attn_flops = attn_flops,
         .elem_bw = bw,
         .slow = k->ov_tp ? lt_plan_gemm_eff_at(g, N) / lt_plan_gemm_eff_at(g, N / k->tp) : 1.0,
+        .wait1 = g->sync_skew_us * 1e-6, .skew = g->sync_skew,
+        /* per block of rows two statistics all-reduces; its input's gather
+         * and its gradient's reduction (without SP an all-reduce) */
+        .head_syncs = 2.0 * ceil(N / z->head_chunk) + (k->sp ? 2.0 : 1.0),
+        .sp = k->sp,
         .ring1 = ring(z->a * N * C, k->tp, intra, z->lat),
         .redo_share = full_rc ? 0.75 : 0.0,
         .tp = k->tp,
@@ -634,7 +678,9 @@ void lt_plan_step_time(const LtConfig *c, const LtPlanDevice *g, int gpn, Cand *
     const double busy = passes * (pace.tf_c + pace.tb_data + pace.tb_weight + pace.redo);
     k->compute = busy;
     k->tp_comm = passes * (pace.tpc_f + pace.tpc_b + pace.tpc_redo);
-    k->hidden_tp = fmax(0.0, passes * (2.0 + pm.redo_share) * pace.tpc - k->tp_comm);
+    k->sync_wait = passes * pace.wait;
+    k->hidden_tp = fmax(0.0, passes * (2.0 + pm.redo_share) * pace.tpc -
+                                 (k->tp_comm - (k->tp > 1 ? k->sync_wait : 0.0)));
     k->pp_comm = 2.0 * passes * t.xfer;
     k->hidden_pp = z.P > 1 ? 2.0 * passes * (t.p2p - t.xfer) : 0.0;
     k->ep_comm = passes * (pace.epc_f + pace.epc_b + pace.epc_redo);
@@ -761,7 +807,7 @@ int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlan
                         .gemm = k.gemm, .membound = k.membound, .attention = k.attention,
                         .loss_head = k.loss_head, .experts = k.experts,
                         .mem_bytes = k.mem_bytes,
-                        .attn_flops = k.attn_flops,
+                        .attn_flops = k.attn_flops, .sync_wait = k.sync_wait,
                         .attention_impl = k.cudnn ? "cudnn" : dev->threads > 0 ||
                                           !strcmp(dev->name, "cpu") ? "cpu" : "lattice"};
     overlap_words(&k, out->overlap, sizeof out->overlap);

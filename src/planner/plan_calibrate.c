@@ -5,10 +5,13 @@
  * Everything runs through the engine's own entries, so what is calibrated is
  * what training runs: the backend's linear_fwd / linear_bwd (cuBLASLt, or
  * OpenBLAS with the thread count the engine would take), its copy, and
- * lattice's comm layer for the all-reduce. Six measurements, each a median
- * over repetitions after one warm-up, each given a share of the --seconds
- * budget (a size whose predicted time does not fit its share is skipped,
- * and the table says so):
+ * lattice's comm layer for the all-reduce. The measurements below, each a
+ * median over repetitions after a warm-up, each given a share of the
+ * --seconds budget (a size whose predicted time does not fit its share is
+ * skipped, and the table says so), run in --rounds rounds spread over the
+ * budget, each figure the median of the rounds' (a load that comes and goes
+ * on a shared machine then lands in every figure alike); under a launcher
+ * every timed repetition starts at a barrier on all ranks at once:
  *   ceiling   square GEMMs of growing n: the best is the peak where no
  *             datasheet figure is known (the CPU)
  *   layers    the twelve GEMMs of one transformer layer (qkv, projection,
@@ -23,8 +26,11 @@
  *             backend's own, and cuDNN's on a GPU where it runs
  *   all-reduce  under a launcher with >= 2 ranks: fp32 sums of a few sizes;
  *             bus bandwidth 2 (n-1)/n bytes / time, latency per ring step
- *             from the smallest message (the planner's ring model). */
+ *             from the smallest message (the planner's ring model)
+ *   skew      under a launcher: what ranks wait for each other at a
+ *             collective after the same work (sync_skew_us, sync_skew) */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,13 +57,27 @@ double lt_cal_median(double *t, int n) {
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
+void lt_cal_sync(const Cal *c) {
+    if (c->comm) lt_comm_barrier(c->comm);
+}
+
+int lt_cal_agree(const Cal *c, int n) {
+    int32_t v = n;
+    if (c->comm) lt_comm_broadcast(c->comm, &v, 1, LT_COMM_I32, 0);
+    return v;
+}
+
+int lt_cal_min_reps(const Cal *c) { return (3 + c->rounds - 1) / c->rounds; }
+
 double lt_cal_time_median(Cal *c, CalRun run, const void *arg, double slot) {
-    run(c, arg);
+    if (c->round == 0) run(c, arg); /* (later rounds find the kept buffers touched) */
     c->be->ops->synchronize(c->be);
     double t[MAX_REPS];
     int n = 0;
     const double start = lt_now();
-    while (n < MAX_REPS && (n < 3 || lt_now() - start < slot)) {
+    while (lt_cal_agree(c, n < MAX_REPS &&
+                               (n < lt_cal_min_reps(c) || lt_now() - start < slot / c->rounds))) {
+        lt_cal_sync(c);
         const double t0 = lt_now();
         run(c, arg);
         c->be->ops->synchronize(c->be);
@@ -66,12 +86,30 @@ double lt_cal_time_median(Cal *c, CalRun run, const void *arg, double slot) {
     return lt_cal_median(t, n);
 }
 
-void *lt_cal_random_act(LtBackend *be, size_t n, uint64_t seed) {
+void *lt_cal_buffer(Cal *c, int id, size_t bytes) {
+    for (int i = 0; i < c->nkept; i++)
+        if (c->kept[i].id == id && c->kept[i].bytes == bytes) return c->kept[i].p;
+    if (c->nkept == MAX_KEPT) lt_fatal("--calibrate: more than %d buffers kept", MAX_KEPT);
+    void *p = c->be->ops->alloc(c->be, bytes);
+    c->kept[c->nkept++] = (CalBuffer){id, bytes, p};
+    return p;
+}
+
+void lt_cal_free_buffers(Cal *c) {
+    for (int i = 0; i < c->nkept; i++) c->be->ops->free(c->be, c->kept[i].p);
+    c->nkept = 0;
+}
+
+void *lt_cal_random_act(Cal *c, size_t n, uint64_t seed) {
+    LtBackend *be = c->be;
+    const int id = 1000 + (int)seed;
+    for (int i = 0; i < c->nkept; i++)
+        if (c->kept[i].id == id && c->kept[i].bytes == lt_act_bytes(be, n)) return c->kept[i].p;
     float *host = lt_malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) host[i] = (float)(lt_uniform_at(seed, 0, i) - 0.5);
     float *f32 = be->ops->alloc(be, n * sizeof(float));
     be->ops->upload(be, f32, host, n * sizeof(float));
-    void *act = be->ops->alloc(be, lt_act_bytes(be, n));
+    void *act = lt_cal_buffer(c, id, lt_act_bytes(be, n));
     be->ops->act_from_f32(be, act, f32, n);
     be->ops->free(be, f32);
     free(host);
@@ -95,20 +133,12 @@ typedef struct GemmJob {
     int square;
 } GemmJob;
 
-static void bufs_alloc(LtBackend *be, GemmBufs *b, size_t N, size_t C) {
-    b->inp = lt_cal_random_act(be, N * 4 * C, 1);
-    b->out = lt_cal_random_act(be, N * 4 * C, 2);
-    b->w = lt_cal_random_act(be, 4 * C * C, 3);
-    b->dinp = be->ops->alloc(be, lt_act_bytes(be, N * 4 * C));
-    b->dw = be->ops->alloc(be, 4 * C * C * sizeof(float));
-}
-
-static void bufs_free(LtBackend *be, GemmBufs *b) {
-    be->ops->free(be, b->inp);
-    be->ops->free(be, b->out);
-    be->ops->free(be, b->w);
-    be->ops->free(be, b->dinp);
-    be->ops->free(be, b->dw);
+static void bufs_alloc(Cal *c, GemmBufs *b, size_t N, size_t C) {
+    b->inp = lt_cal_random_act(c, N * 4 * C, 1);
+    b->out = lt_cal_random_act(c, N * 4 * C, 2);
+    b->w = lt_cal_random_act(c, 4 * C * C, 3);
+    b->dinp = lt_cal_buffer(c, 1, lt_act_bytes(c->be, N * 4 * C));
+    b->dw = lt_cal_buffer(c, 2, 4 * C * C * sizeof(float));
 }
 
 /* One GEMM of a pass: (N, in) x (in, out) as the model's linear layers run it. */
@@ -151,21 +181,27 @@ static int jobs_that_fit(const Cal *c, const GemmJob *jobs, int n, double guess,
 }
 
 /* Median TFLOP/s of each job, measured in rounds that run every job once (at
- * least 3, as many as `budget` allows, at most MAX_REPS): a load that comes
- * and goes on a shared machine then weighs on every size alike, and the
- * ratios between them - the efficiencies - keep their meaning. eff[i] is
+ * least lt_cal_min_reps, as many as this calibration round's part of `budget`
+ * allows, at most MAX_REPS): a load that comes and goes on a shared machine
+ * then weighs on every size alike, and the ratios between them - the
+ * efficiencies - keep their meaning. eff[i] is
  * against c->ref's median in the same rounds when there is one, else
  * against the peak. */
 static void time_rounds(Cal *c, const GemmJob *jobs, int n, double budget, double *tflops,
                         double *eff) {
     const int m = n + (c->ref != NULL); /* the reference runs last in each round */
     double *t = lt_malloc(sizeof(double) * MAX_REPS * (size_t)m);
-    for (int i = 0; i < m; i++) run_gemm(c, i < n ? &jobs[i] : c->ref); /* warm-up */
+    /* a warm-up in the first round only: later rounds find the library's
+     * threads and kernels ready and the kept buffers touched (jobs_that_fit
+     * counts a warm-up and 3 runs: with 3 rounds, one run in each) */
+    for (int i = 0; c->round == 0 && i < m; i++) run_gemm(c, i < n ? &jobs[i] : c->ref);
     c->be->ops->synchronize(c->be);
     const double start = lt_now();
     int r = 0;
-    while (r < MAX_REPS && (r < 3 || lt_now() - start < budget)) {
+    while (lt_cal_agree(c, r < MAX_REPS &&
+                               (r < lt_cal_min_reps(c) || lt_now() - start < budget / c->rounds))) {
         for (int i = 0; i < m; i++) {
+            lt_cal_sync(c);
             const double t0 = lt_now();
             run_gemm(c, i < n ? &jobs[i] : c->ref);
             c->be->ops->synchronize(c->be);
@@ -190,13 +226,17 @@ static void time_rounds(Cal *c, const GemmJob *jobs, int n, double budget, doubl
  * host the largest is the best anyway: OpenBLAS's rate grows with n). */
 static void measure_ceiling(Cal *c, GemmBufs *b, GemmJob *best_job, double budget) {
     const int max_n = c->cuda ? 16384 : 2048;
-    bufs_alloc(c->be, b, (size_t)max_n / 2, (size_t)max_n / 2); /* holds n x n for n <= max_n */
+    bufs_alloc(c, b, (size_t)max_n / 2, (size_t)max_n / 2); /* holds n x n for n <= max_n */
     GemmJob jobs[8];
     int n = 0;
     for (int s = 256; s <= max_n; s *= 2) jobs[n++] = (GemmJob){b, s, s, PASS_FWD, 1};
-    const double guess = job_flops(&jobs[0]) / lt_cal_time_median(c, run_gemm, &jobs[0], 0) / 1e12;
-    n = jobs_that_fit(c, jobs, n, guess, 0.5 * budget);
-    if (n < 1) n = 1;
+    if (!c->fit_ceiling) {
+        const double guess =
+            job_flops(&jobs[0]) / lt_cal_time_median(c, run_gemm, &jobs[0], 0) / 1e12;
+        c->fit_ceiling = lt_cal_agree(c, jobs_that_fit(c, jobs, n, guess, 0.5 * budget));
+        if (c->fit_ceiling < 1) c->fit_ceiling = 1;
+    }
+    n = c->fit_ceiling;
     double tf[8];
     time_rounds(c, jobs, n, 0.5 * budget, tf, NULL);
     printf("ceiling: square GEMMs (forward, n x n x n)\n%8s %10s\n", "n", "TFLOP/s");
@@ -220,14 +260,15 @@ static int measure_layers(Cal *c, const int *hidden, int nh, int N, double budge
     int n = 0;
     for (int h = 0; h < nh && h < 3; h++)
         for (int p = 0; p < NPASS; p++) jobs[n++] = (GemmJob){&b, N, hidden[h], p, 0};
-    const int fit = jobs_that_fit(c, jobs, n, c->ceiling, 0.5 * budget) / NPASS * NPASS;
+    if (!c->fit_layers) /* (+1: chosen, even when nothing fitted) */
+        c->fit_layers = lt_cal_agree(c, jobs_that_fit(c, jobs, n, c->ceiling, 0.5 * budget)) + 1;
+    const int fit = (c->fit_layers - 1) / NPASS * NPASS;
     printf("\nlayer GEMMs: qkv, projection, fc, fc projection of one layer at %d tokens\n", N);
     printf("%8s %8s %-11s %10s %6s %10s\n", "hidden", "tokens", "pass", "TFLOP/s", "eff", "ms");
     double tf[3 * NPASS], eff[3 * NPASS];
     if (fit > 0) {
-        bufs_alloc(c->be, &b, (size_t)N, (size_t)jobs[fit - 1].C);
+        bufs_alloc(c, &b, (size_t)N, (size_t)jobs[fit - 1].C);
         time_rounds(c, jobs, fit, budget, tf, eff);
-        bufs_free(c->be, &b);
     }
     for (int i = 0; i < fit; i++)
         printf("%8d %8d %-11s %10.4f %6.3f %10.2f\n", jobs[i].C, N, PASS_NAMES[jobs[i].pass],
@@ -273,12 +314,13 @@ static int measure_rows(Cal *c, int C, int Nmax, double eff_max, double budget, 
     GemmBufs b;
     int n = 0;
     for (int N = 16; N <= Nmax && n < 16; N *= 2) jobs[n++] = (GemmJob){&b, N, C, PASS_ALL, 0};
-    n = jobs_that_fit(c, jobs, n, c->ceiling, 0.5 * budget);
+    if (!c->fit_rows)
+        c->fit_rows = lt_cal_agree(c, jobs_that_fit(c, jobs, n, c->ceiling, 0.5 * budget)) + 1;
+    n = c->fit_rows - 1;
     double tf[17], Ns[17], effs[17];
     if (n > 0) {
-        bufs_alloc(c->be, &b, (size_t)jobs[n - 1].N, (size_t)C);
+        bufs_alloc(c, &b, (size_t)jobs[n - 1].N, (size_t)C);
         time_rounds(c, jobs, n, budget, tf, effs);
-        bufs_free(c->be, &b);
     }
     printf("\nsmall-row GEMMs: the layer's forward and backward at hidden %d\n", C);
     printf("%8s %10s %6s\n", "tokens", "TFLOP/s", "eff");
@@ -313,24 +355,24 @@ static void run_copy(Cal *c, const void *arg) {
 /* GB/s of a device-to-device copy, counting the bytes read and written. */
 static double measure_memory(Cal *c, double budget) {
     const size_t bytes = (size_t)(c->cuda ? 1024 : 64) << 20; /* well past any cache */
-    CopyJob j = {c->be->ops->alloc(c->be, bytes), c->be->ops->alloc(c->be, bytes), bytes};
+    CopyJob j = {lt_cal_buffer(c, 3, bytes), lt_cal_buffer(c, 4, bytes), bytes};
     c->be->ops->copy(c->be, j.dst, j.src, bytes); /* the pages touched once */
     const double gbs = 2.0 * (double)bytes / lt_cal_time_median(c, run_copy, &j, budget) / 1e9;
-    c->be->ops->free(c->be, j.dst);
-    c->be->ops->free(c->be, j.src);
     printf("\nmemory: copy of %zu MiB through the backend: %.2f GB/s (read + write)\n",
            bytes >> 20, gbs);
     return gbs;
 }
 
 /* Median seconds of a blocking fp32 all-reduce of `count` elements over the
- * world; rank 0 picks the repetitions (the same on every rank). */
-static double time_all_reduce(const LtComm *world, float *buf, size_t count, double slot) {
+ * world, this round's part of `slot`; rank 0 picks the repetitions (the same
+ * on every rank). */
+static double time_all_reduce(const Cal *c, float *buf, size_t count, double slot) {
+    const LtComm *world = c->comm;
     lt_comm_all_reduce(world, buf, count, LT_COMM_F32, LT_COMM_SUM); /* warm-up */
     lt_comm_barrier(world);
     double t0 = lt_now();
     lt_comm_all_reduce(world, buf, count, LT_COMM_F32, LT_COMM_SUM);
-    int reps = (int)(slot / (lt_now() - t0 + 1e-9));
+    int reps = (int)(slot / c->rounds / (lt_now() - t0 + 1e-9));
     reps = reps < 3 ? 3 : reps > MAX_REPS ? MAX_REPS : reps;
     lt_comm_broadcast(world, &reps, 1, LT_COMM_I32, 0);
     double t[MAX_REPS];
@@ -348,8 +390,8 @@ static double time_all_reduce(const LtComm *world, float *buf, size_t count, dou
  * smallest message) of fp32 all-reduces through lattice's comm layer on host
  * buffers: MPI, as the CPU backend's groups run (a GPU's NCCL figures would
  * need device buffers: refused before we get here). */
-static void measure_all_reduce(Cal *c, const LtComm *world, double budget, double *bus_gbs,
-                               double *lat_us) {
+static void measure_all_reduce(Cal *c, double budget, double *bus_gbs, double *lat_us) {
+    const LtComm *world = c->comm;
     static const size_t sizes[] = {8, 64 << 10, 1 << 20, 16 << 20};
     const int nsizes = sizeof sizes / sizeof sizes[0];
     const int n = lt_comm_size(world);
@@ -357,7 +399,7 @@ static void measure_all_reduce(Cal *c, const LtComm *world, double budget, doubl
     printf("\nall-reduce: fp32 sum over %d ranks (%s, host buffers)\n%12s %10s %10s\n", n,
            lt_comm_lib_name(lt_comm_lib(world)), "bytes", "us", "bus GB/s");
     for (int i = 0; i < nsizes; i++) {
-        const double t = time_all_reduce(world, buf, sizes[i] / sizeof(float), budget / nsizes);
+        const double t = time_all_reduce(c, buf, sizes[i] / sizeof(float), budget / nsizes);
         const double bus = 2.0 * (n - 1) / n * (double)sizes[i] / t / 1e9;
         printf("%12zu %10.1f %10.3f\n", sizes[i], t * 1e6, bus);
         if (i == 0) {
@@ -370,11 +412,66 @@ static void measure_all_reduce(Cal *c, const LtComm *world, double budget, doubl
     free(buf);
 }
 
+/* What ranks that did the same work wait for each other at the collective
+ * that follows it: each repetition starts at a barrier, runs `k` square
+ * GEMMs of n 256 on every rank, then a 4-byte all-reduce; its time less
+ * the all-reduce's own (lat_s: the 8-byte one after a barrier) is the wait.
+ * The means over the ranks and repetitions: seconds of work (*work) and of
+ * wait (*wait) per repetition. */
+static void time_skew(Cal *c, int k, double slot, double lat_s, double *work, double *wait) {
+    GemmBufs b;
+    bufs_alloc(c, &b, 128, 128); /* n x n for n = 256 */
+    const GemmJob g = {&b, 256, 256, PASS_FWD, 1};
+    float x = 1;
+    if (c->round == 0) run_gemm(c, &g); /* warm-up */
+    c->be->ops->synchronize(c->be);
+    double sum[3] = {0, 0, 0}; /* work, wait, repetitions */
+    const double start = lt_now();
+    while (lt_cal_agree(c, sum[2] < 3 || lt_now() - start < slot / c->rounds)) {
+        lt_cal_sync(c);
+        const double t0 = lt_now();
+        for (int i = 0; i < k; i++) run_gemm(c, &g);
+        c->be->ops->synchronize(c->be);
+        const double t1 = lt_now();
+        lt_comm_all_reduce(c->comm, &x, 1, LT_COMM_F32, LT_COMM_SUM);
+        const double t2 = lt_now();
+        sum[0] += t1 - t0, sum[1] += fmax(0.0, t2 - t1 - lat_s), sum[2] += 1;
+    }
+    lt_comm_all_reduce(c->comm, sum, 3, LT_COMM_F64, LT_COMM_SUM);
+    *work = sum[0] / sum[2], *wait = sum[1] / sum[2];
+    printf("%8d %10.2f %10.3f %8.2f%%\n", k, *work * 1e3, *wait * 1e3, 100 * *wait / *work);
+}
+
+/* The ranks' skew (the planner's sync_skew_us, sync_skew): the wait after 1 to
+ * 64 GEMMs (about 1 to 60 ms of work on the CPU, the span of the work between
+ * two TP collectives in training) fitted as wait = w0 + f work by least
+ * squares, both >= 0: a rank that loses its core for a time slice makes the
+ * others wait about that long whatever the work (w0), and the longer the
+ * work the likelier such a loss (f). */
+static void measure_skew(Cal *c, double budget, double lat_s, double *us, double *frac) {
+    static const int ks[] = {1, 4, 16, 64};
+    enum { NK = sizeof ks / sizeof ks[0] };
+    printf("\nskew: the same GEMMs on every rank, then an all-reduce: what a rank waits\n"
+           "%8s %10s %10s %9s\n", "GEMMs", "work ms", "wait ms", "of work");
+    double T[NK], W[NK], s = 0, st = 0, sw = 0, stt = 0, stw = 0;
+    for (int i = 0; i < NK; i++) {
+        time_skew(c, ks[i], budget / NK, lat_s, &T[i], &W[i]);
+        s += 1, st += T[i], sw += W[i], stt += T[i] * T[i], stw += T[i] * W[i];
+    }
+    const double den = s * stt - st * st;
+    double f = den > 0 ? (s * stw - st * sw) / den : 0, w0 = (sw - f * st) / s;
+    if (f < 0) f = 0, w0 = sw / s;
+    if (w0 < 0) w0 = 0, f = stw / stt;
+    *us = w0 * 1e6, *frac = f;
+    printf("fit: wait = %.0f us + %.4f x work\n", *us, f);
+}
+
 /* ---- the command ---------------------------------------------------------------- */
 
 typedef struct {
     const char *device, *out, *precision;
     double seconds;
+    int rounds;
 } CalArgs;
 
 static int cal_bad(const char *msg, const char *arg) {
@@ -384,7 +481,7 @@ static int cal_bad(const char *msg, const char *arg) {
 }
 
 static int parse_args(int argc, char **argv, CalArgs *a) {
-    *a = (CalArgs){"auto", NULL, NULL, 20.0};
+    *a = (CalArgs){"auto", NULL, NULL, 20.0, 3};
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (!strcmp(o, "--calibrate")) continue;
@@ -401,6 +498,11 @@ static int parse_args(int argc, char **argv, CalArgs *a) {
             a->seconds = strtod(v, &end);
             if (*end || !(a->seconds >= 1 && a->seconds <= 3600))
                 return cal_bad("--seconds needs a number from 1 to 3600", v);
+        } else if (!strcmp(o, "--rounds")) {
+            const long r = strtol(v, &end, 10);
+            if (*end || r < 1 || r > MAX_ROUNDS)
+                return cal_bad("--rounds needs a whole number from 1 to 16", v);
+            a->rounds = (int)r;
         } else return cal_bad("unknown option", o);
     }
     if (strcmp(a->device, "auto") && strcmp(a->device, "cpu") && strcmp(a->device, "cuda"))
@@ -473,16 +575,19 @@ static void print_constants(const LtPlanCalibration *cal) {
                d->cudnn_win_bwd_tflops);
     if (cal->has_comm)
         printf("  intra_gbs        %.3f  (all-reduce bus bandwidth, %d ranks)\n"
-               "  latency_us       %.2f  (per ring step)\n",
-               d->intra_gbs, cal->ranks, d->latency_us);
+               "  latency_us       %.2f  (per ring step)\n"
+               "  sync_skew_us     %.0f  (ranks' wait for each other at a collective)\n"
+               "  sync_skew        %.4f  (and of the work before it)\n",
+               d->intra_gbs, cal->ranks, d->latency_us, d->sync_skew_us, d->sync_skew);
     else printf("  (no all-reduce: run under mpirun with >= 2 ranks to measure intra_gbs and "
                 "latency_us)\n");
 }
 
-/* The GEMM and memory measurements of one rank into cal->dev. */
+/* The GEMM and memory measurements of one rank, one round, into cal->dev
+ * (each measurement's budget is its share of the whole run). */
 static int measure_device(Cal *c, LtPlanCalibration *cal) {
     static const int cpu_hidden[] = {256, 512, 1024}, gpu_hidden[] = {1024, 2048, 4096};
-    const double B = c->seconds * (c->w->world > 1 ? 0.8 : 1.0); /* the rest: all-reduce */
+    const double B = c->seconds * (c->comm ? 0.8 : 1.0); /* the rest: all-reduce and skew */
     GemmBufs ref_bufs;
     GemmJob ref;
     measure_ceiling(c, &ref_bufs, &ref, 0.2 * B);
@@ -495,8 +600,7 @@ static int measure_device(Cal *c, LtPlanCalibration *cal) {
     const int rows = measure_rows(c, C ? C : (c->cuda ? gpu_hidden : cpu_hidden)[0], N, eff_layer,
                                   0.3 * B, &d->gemm_eff, &d->gemm_half_tokens);
     c->ref = NULL;
-    bufs_free(c->be, &ref_bufs);
-    if (rows) {
+    if (rows) { /* (the sizes are rank 0's on every rank: all fail alike) */
         fprintf(stderr, "lattice plan --calibrate: error: rank %d: within %.0f s fewer than two "
                 "token counts of the small-row sweep were measured; give more --seconds\n",
                 c->w->rank, c->seconds);
@@ -510,7 +614,62 @@ static int measure_device(Cal *c, LtPlanCalibration *cal) {
     if (!c->cuda)
         d->mem_gib = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) /
                      (1024.0 * 1024 * 1024);
+    if (c->comm) {
+        measure_all_reduce(c, 0.1 * c->seconds, &d->intra_gbs, &d->latency_us);
+        measure_skew(c, 0.1 * c->seconds, 2.0 * (c->w->world - 1) * d->latency_us * 1e-6,
+                     &d->sync_skew_us, &d->sync_skew);
+    }
     return 0;
+}
+
+/* The figures a round measures, for their median over the rounds. */
+typedef struct {
+    const char *name;
+    size_t off; /* in LtPlanDevice */
+    int comm;   /* measured under a launcher only */
+} Figure;
+#define DEVF(k) offsetof(LtPlanDevice, k)
+static const Figure FIGURES[] = {
+    {"peak_tflops", 0, 0}, /* (the precision's: off set by median_figures) */
+    {"gemm_eff", DEVF(gemm_eff), 0},
+    {"gemm_half_tokens", DEVF(gemm_half_tokens), 0},
+    {"mem_gbs", DEVF(mem_gbs), 0},
+    {"elem_gbs", DEVF(elem_gbs), 0},
+    {"xent_gbs", DEVF(xent_gbs), 0},
+    {"optim_gbs", DEVF(optim_gbs), 0},
+    {"attn_fwd_tflops", DEVF(attn_fwd_tflops), 0},
+    {"attn_bwd_tflops", DEVF(attn_bwd_tflops), 0},
+    {"attn_win_fwd_tflops", DEVF(attn_win_fwd_tflops), 0},
+    {"attn_win_bwd_tflops", DEVF(attn_win_bwd_tflops), 0},
+    {"cudnn_fwd_tflops", DEVF(cudnn_fwd_tflops), 0},
+    {"cudnn_bwd_tflops", DEVF(cudnn_bwd_tflops), 0},
+    {"cudnn_win_fwd_tflops", DEVF(cudnn_win_fwd_tflops), 0},
+    {"cudnn_win_bwd_tflops", DEVF(cudnn_win_bwd_tflops), 0},
+    {"intra_gbs", DEVF(intra_gbs), 1},
+    {"latency_us", DEVF(latency_us), 1},
+    {"sync_skew_us", DEVF(sync_skew_us), 1},
+    {"sync_skew", DEVF(sync_skew), 1},
+};
+
+/* Each figure of the n rounds' devices into *out (the median; the rest of
+ * *out as round 0 left it), with their spread printed: min, median, max
+ * and (max - min) / median. */
+static void median_figures(const Cal *c, const LtPlanDevice *runs, int n, LtPlanDevice *out) {
+    const size_t peak = c->prec == LT_PREC_BF16 ? DEVF(bf16_tflops) : DEVF(fp32_tflops);
+    printf("\nfigures over %d round(s): min, median (kept), max, spread (max - min) / median\n",
+           n);
+    for (size_t f = 0; f < sizeof FIGURES / sizeof FIGURES[0]; f++) {
+        const size_t off = f == 0 ? peak : FIGURES[f].off;
+        if (FIGURES[f].comm && !c->comm) continue;
+        double v[MAX_ROUNDS];
+        for (int r = 0; r < n; r++) v[r] = *(const double *)((const char *)&runs[r] + off);
+        const double med = lt_cal_median(v, n); /* (sorts v) */
+        *(double *)((char *)out + off) = med;
+        if (v[n - 1] == 0) continue; /* not measured here (cuDNN's on the CPU) */
+        printf("  %-21s %10.4g %10.4g %10.4g", FIGURES[f].name, v[0], med, v[n - 1]);
+        if (med > 0) printf(" %6.0f%%\n", 100 * (v[n - 1] - v[0]) / med);
+        else printf("      -\n"); /* (a fit's 0 in most rounds) */
+    }
 }
 
 int lt_cmd_plan_calibrate(int argc, char **argv) {
@@ -518,7 +677,7 @@ int lt_cmd_plan_calibrate(int argc, char **argv) {
     if (parse_args(argc, argv, &a)) return LT_EXIT_INPUT;
     LtWorld w;
     lt_world_init(&w, &argc, &argv);
-    Cal c = {.w = &w, .seconds = a.seconds};
+    Cal c = {.w = &w, .seconds = a.seconds, .rounds = a.rounds};
     char err[512];
     c.be = make_backend(&a, &c, err, sizeof err);
     if (!c.be) {
@@ -527,7 +686,7 @@ int lt_cmd_plan_calibrate(int argc, char **argv) {
     }
     LtPlanCalibration cal = {.prec = c.prec, .ranks = w.world,
                              .ranks_per_node = w.local_size > 0 ? w.local_size : 1,
-                             .threads = c.threads,
+                             .threads = c.threads, .has_comm = w.world > 1,
                              .seconds = a.seconds, .device_name = c.be->device_name};
     /* the file names the built-in row it refines (h100, ..., cpu), so that the
      * figures it does not measure come from there */
@@ -535,28 +694,35 @@ int lt_cmd_plan_calibrate(int argc, char **argv) {
     if (c.cuda) lt_plan_device_match(c.be->device_name, cal.dev.name, sizeof cal.dev.name);
     if (w.rank != 0 && !freopen("/dev/null", "w", stdout)) /* one rank reports */
         lt_fatal("cannot silence rank %d's output", w.rank);
-    printf("calibrate: %s (%s), %s, %d rank(s), budget %.0f s\n", c.be->device_name,
-           c.cuda ? "CUDA backend" : "OpenBLAS", lt_precision_name(c.prec), w.world, a.seconds);
+    printf("calibrate: %s (%s), %s, %d rank(s), budget %.0f s in %d round(s)\n",
+           c.be->device_name, c.cuda ? "CUDA backend" : "OpenBLAS", lt_precision_name(c.prec),
+           w.world, a.seconds, c.rounds);
     if (!c.cuda)
         printf("threads: %d per rank (as the engine takes them: cores / ranks on the node)\n",
                c.threads);
-    int rc = measure_device(&c, &cal);
-    if (w.world > 1) { /* every rank measured; the all-reduce needs them all */
-        LtComm *world = lt_comm_world("calibrate");
-        int32_t failed = rc != 0;
-        lt_comm_all_reduce(world, &failed, 1, LT_COMM_I32, LT_COMM_MAX);
-        if (!failed) measure_all_reduce(&c, world, 0.2 * a.seconds, &cal.dev.intra_gbs,
-                                        &cal.dev.latency_us);
-        lt_comm_free(world);
-        rc = failed ? -1 : 0;
-        cal.has_comm = 1;
+    LtComm *world = w.world > 1 ? lt_comm_world("calibrate") : NULL;
+    c.comm = world;
+    LtPlanDevice runs[MAX_ROUNDS];
+    int rc = 0;
+    for (c.round = 0; c.round < c.rounds && rc == 0; c.round++) {
+        printf("\n==== round %d of %d ====\n", c.round + 1, c.rounds);
+        LtPlanCalibration one = cal;
+        rc = measure_device(&c, &one);
+        runs[c.round] = one.dev;
+        cal.peak_source = one.peak_source, cal.has_cudnn = one.has_cudnn;
     }
-    if (rc == 0) print_constants(&cal);
+    if (rc == 0) {
+        cal.dev = runs[0];
+        median_figures(&c, runs, c.rounds, &cal.dev);
+        print_constants(&cal);
+    }
     if (rc == 0 && a.out && w.rank == 0) {
         if (lt_plan_calibration_write(a.out, &cal, err, sizeof err)) rc = cal_bad(err, NULL);
         else printf("wrote %s\n", a.out);
     }
     fflush(stdout);
+    if (world) lt_comm_free(world);
+    lt_cal_free_buffers(&c);
     lt_backend_destroy(c.be);
     lt_world_finalize(&w);
     return rc ? LT_EXIT_INPUT : 0;

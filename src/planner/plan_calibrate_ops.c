@@ -58,27 +58,21 @@ static double mem_bytes_per_element(int which, double s) {
     return per_s[which] * s + (which == ADAMW ? 28.0 : 0.0);
 }
 
-static void mem_alloc(LtBackend *be, MemJob *j) {
+/* (the kept buffers' ids: lt_cal_buffer) */
+static void mem_alloc(Cal *c, MemJob *j) {
     const size_t n = (size_t)j->rows * j->cols, R = (size_t)j->rows, C = (size_t)j->cols;
-    j->a = lt_cal_random_act(be, n, 11);
-    j->b = lt_cal_random_act(be, n, 12);
-    j->out = lt_cal_random_act(be, n, 13);
-    j->resid = be->ops->alloc(be, lt_act_bytes(be, n));
-    j->w = lt_cal_random_act(be, C, 14);
-    j->bias = lt_cal_random_act(be, C, 15);
-    j->mean = be->ops->alloc(be, R * sizeof(float));
-    j->rstd = be->ops->alloc(be, R * sizeof(float));
-    j->dw = be->ops->alloc(be, C * sizeof(float));
-    j->db = be->ops->alloc(be, C * sizeof(float));
-    j->losses = be->ops->alloc(be, R * sizeof(float));
-    j->targets = be->ops->alloc(be, R * sizeof(int32_t)); /* zeros: a valid target */
-}
-
-static void mem_free(LtBackend *be, MemJob *j) {
-    void *p[] = {j->a, j->b, j->out, j->resid, j->w, j->bias, j->mean, j->rstd, j->dw,
-                 j->db, j->losses, j->targets, j->master, j->m, j->v, j->grad};
-    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
-        if (p[i]) be->ops->free(be, p[i]);
+    j->a = lt_cal_random_act(c, n, 11);
+    j->b = lt_cal_random_act(c, n, 12);
+    j->out = lt_cal_random_act(c, n, 13);
+    j->resid = lt_cal_buffer(c, 11, lt_act_bytes(c->be, n));
+    j->w = lt_cal_random_act(c, C, 14);
+    j->bias = lt_cal_random_act(c, C, 15);
+    j->mean = lt_cal_buffer(c, 12, R * sizeof(float));
+    j->rstd = lt_cal_buffer(c, 13, R * sizeof(float));
+    j->dw = lt_cal_buffer(c, 14, C * sizeof(float));
+    j->db = lt_cal_buffer(c, 15, C * sizeof(float));
+    j->losses = lt_cal_buffer(c, 16, R * sizeof(float));
+    j->targets = lt_cal_buffer(c, 17, R * sizeof(int32_t)); /* zeros: a valid target */
 }
 
 /* GB/s of op `which` on rows x cols (for AdamW: that many parameters). */
@@ -99,29 +93,26 @@ void lt_cal_memory_bound(Cal *c, LtPlanDevice *dev, double budget) {
            "%-14s %8s %8s %10s %10s\n", "op", "rows", "cols", "ms", "GB/s");
     /* a layer's element-wise ops: N tokens x hidden C */
     MemJob j = {.rows = c->cuda ? 16384 : 1024, .cols = c->cuda ? 2048 : 1024};
-    mem_alloc(be, &j);
+    mem_alloc(c, &j);
     double bytes = 0, t = 0;
     for (int op = LN_FWD; op <= GELU_BWD; op++) {
         t += time_mem(c, &j, op, slot);
         bytes += mem_bytes_per_element(op, s) * j.rows * (double)j.cols;
     }
     dev->elem_gbs = bytes / t / 1e9;
-    mem_free(be, &j);
     /* the loss head's block: rows x a GPT-2-sized vocabulary */
     MemJob x = {.rows = c->cuda ? 4096 : 256, .cols = c->cuda ? 50304 : 32768};
-    mem_alloc(be, &x);
+    mem_alloc(c, &x);
     dev->xent_gbs = mem_bytes_per_element(XENT, s) * x.rows * (double)x.cols /
                     time_mem(c, &x, XENT, slot) / 1e9;
-    mem_free(be, &x);
     /* AdamW over a model's worth of parameters */
     const size_t n = c->cuda ? (size_t)128 << 20 : (size_t)8 << 20;
-    MemJob o = {.rows = 1, .cols = (int)n, .a = lt_cal_random_act(be, n, 16)};
-    o.master = be->ops->alloc(be, n * sizeof(float));
-    o.grad = be->ops->alloc(be, n * sizeof(float));
-    o.m = be->ops->alloc(be, n * sizeof(float));
-    o.v = be->ops->alloc(be, n * sizeof(float));
+    MemJob o = {.rows = 1, .cols = (int)n, .a = lt_cal_random_act(c, n, 16)};
+    o.master = lt_cal_buffer(c, 18, n * sizeof(float));
+    o.grad = lt_cal_buffer(c, 19, n * sizeof(float));
+    o.m = lt_cal_buffer(c, 20, n * sizeof(float));
+    o.v = lt_cal_buffer(c, 21, n * sizeof(float));
     dev->optim_gbs = mem_bytes_per_element(ADAMW, s) * (double)n / time_mem(c, &o, ADAMW, slot) / 1e9;
-    mem_free(be, &o);
     printf("elem_gbs %.2f (the four element-wise ops' bytes over their time), xent_gbs %.2f, "
            "optim_gbs %.2f\n", dev->elem_gbs, dev->xent_gbs, dev->optim_gbs);
 }
@@ -150,11 +141,11 @@ static void run_attn(Cal *c, const void *arg) {
 static void attn_job_alloc(Cal *c, AttnJob *j) {
     LtBackend *be = c->be;
     const size_t n = (size_t)j->B * j->T * j->NH * j->HD;
-    j->qkv = lt_cal_random_act(be, 3 * n, 21);
-    j->out = be->ops->alloc(be, lt_act_bytes(be, n));
-    j->dout = lt_cal_random_act(be, n, 22);
-    j->dqkv = be->ops->alloc(be, lt_act_bytes(be, 3 * n));
-    j->lse = be->ops->alloc(be, (size_t)j->B * j->NH * j->T * sizeof(float));
+    j->qkv = lt_cal_random_act(c, 3 * n, 21);
+    j->out = lt_cal_buffer(c, 31, lt_act_bytes(be, n));
+    j->dout = lt_cal_random_act(c, n, 22);
+    j->dqkv = lt_cal_buffer(c, 32, lt_act_bytes(be, 3 * n));
+    j->lse = lt_cal_buffer(c, 33, (size_t)j->B * j->NH * j->T * sizeof(float));
     j->ks = NULL;
     if (j->W < 0) return;
     const size_t nt = (size_t)j->B * j->T;
@@ -163,15 +154,9 @@ static void attn_job_alloc(Cal *c, AttnJob *j) {
         const int t = (int)(i % (size_t)j->T);
         h[i] = t > j->W ? t - j->W : 0;
     }
-    j->ks = be->ops->alloc(be, nt * sizeof(int32_t));
+    j->ks = lt_cal_buffer(c, 34, nt * sizeof(int32_t));
     be->ops->upload(be, j->ks, h, nt * sizeof(int32_t));
     free(h);
-}
-
-static void attn_job_free(Cal *c, AttnJob *j) {
-    void *p[] = {j->qkv, j->out, j->dout, j->dqkv, j->lse, j->ks};
-    for (int k = 0; k < 6; k++)
-        if (p[k]) c->be->ops->free(c->be, p[k]);
 }
 
 /* TFLOP/s forward (*fwd) and backward (*bwd) over the shapes, in the model's
@@ -192,7 +177,6 @@ static void attn_rates(Cal *c, const char *name, double budget, double *fwd, dou
         }
         printf("%-8s %6d %6d %4d %4d %10.3f %10.4f %10.3f %10.4f\n", name, B, T, NH, HD,
                t[0] * 1e3, f / t[0] / 1e12, t[1] * 1e3, 2 * f / t[1] / 1e12);
-        attn_job_free(c, &j);
     }
     *fwd = flops[0] / secs[0] / 1e12;
     *bwd = flops[1] / secs[1] / 1e12;
@@ -214,7 +198,6 @@ static void attn_win_rates(Cal *c, const char *name, double budget, double *fwd,
     snprintf(what, sizeof what, "%s W%d", name, W);
     printf("%-12s %2d %6d %4d %4d %10.3f %10.4f %10.3f %10.4f\n", what, B, T, NH, HD, t[0] * 1e3,
            f / t[0] / 1e12, t[1] * 1e3, 2 * f / t[1] / 1e12);
-    attn_job_free(c, &j);
     *fwd = f / t[0] / 1e12;
     *bwd = 2 * f / t[1] / 1e12;
 }

@@ -173,6 +173,10 @@ static void print_step(const LtPlanStep *p, const LtPlanDevice *g) {
            p->tp_comm + p->pp_comm + p->dp_comm + p->ep_comm, p->bubble, p->step);
     if (p->experts > 0)
         printf("of the gemm: the MoE layers' experts and routers %.4f s\n", p->experts);
+    if (p->sync_wait > 0)
+        printf("of the exposed %s communication %.4f s is the ranks' wait for each other at its "
+               "collectives (sync_skew %.3f of the compute)\n", p->tp_comm > 0 ? "tp" : "ep",
+               p->sync_wait, g->sync_skew);
     if (p->a2a_bytes > 0)
         printf("all-to-all (expert parallelism): %.1f MB per step leave the rank, %.4f s exposed\n",
                p->a2a_bytes / 1e6, p->ep_comm);
@@ -200,7 +204,7 @@ static void usage(FILE *f) {
             "                    [--overlap config|all|none] [--samples N]\n"
             "                    [section.key=value ...]\n"
             "       lattice plan --calibrate [--device auto|cpu|cuda] [--precision fp32|bf16]\n"
-            "                    [--seconds S] [--out FILE]\n"
+            "                    [--seconds S] [--rounds R] [--out FILE]\n"
             "Enumerates tp x pp x vpp x dp layouts, pipeline layer splits (even, E/L/E+L: the\n"
             "embedding/loss counted as a layer, lN: N layers on the last stage), micro batch\n"
             "sizes, recomputation, ZeRO stages, sequence parallelism and (mixture-of-experts\n"
@@ -220,7 +224,9 @@ static void usage(FILE *f) {
             "--calibration FILE: the device constants a --calibrate run wrote, instead of the\n"
             "built-in row. --calibrate measures them on this machine through the engine's\n"
             "backend (GEMMs, memory bandwidth, memory-bound ops, the attention core; all-reduce\n"
-            "under mpirun with >= 2 ranks) within about S seconds (default 20), prints them and\n"
+            "and the ranks' wait for each other at a collective under mpirun with >= 2 ranks)\n"
+            "within about S seconds (default 20) in R rounds (default 3) that each measure every\n"
+            "figure, keeps each figure's median over the rounds (printing their spread) and\n"
             "writes FILE (JSON; docs/formats.md). A CPU calibration's rates are scaled to the\n"
             "threads per rank a layout leaves (linearly; --layout says so).\n\n");
     print_legend(f);

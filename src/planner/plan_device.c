@@ -38,7 +38,7 @@ typedef struct {
     double peak_tflops, gemm_eff, gemm_half_tokens, mem_gbs, mem_gib, intra_gbs, net_gbs,
         latency_us, elem_gbs, xent_gbs, optim_gbs, attn_fwd_tflops, attn_bwd_tflops,
         cudnn_fwd_tflops, cudnn_bwd_tflops, attn_win_fwd_tflops, attn_win_bwd_tflops,
-        cudnn_win_fwd_tflops, cudnn_win_bwd_tflops;
+        cudnn_win_fwd_tflops, cudnn_win_bwd_tflops, sync_skew_us, sync_skew;
 } CalFigures;
 
 typedef struct {
@@ -73,6 +73,9 @@ static const CalKey KEYS[] = {
     {"attn_win_bwd_tflops", FIG(attn_win_bwd_tflops), DEV(attn_win_bwd_tflops), 0, -1, 1e5},
     {"cudnn_win_fwd_tflops", FIG(cudnn_win_fwd_tflops), DEV(cudnn_win_fwd_tflops), 0, -1, 1e5},
     {"cudnn_win_bwd_tflops", FIG(cudnn_win_bwd_tflops), DEV(cudnn_win_bwd_tflops), 0, -1, 1e5},
+    /* since the ranks' skew: files from before it (and one-rank ones) take the row's */
+    {"sync_skew_us", FIG(sync_skew_us), DEV(sync_skew_us), 0, -1, 1e6},
+    {"sync_skew", FIG(sync_skew), DEV(sync_skew), 0, -1, 10},
 };
 #define NKEYS (sizeof KEYS / sizeof KEYS[0])
 
@@ -419,7 +422,9 @@ int lt_plan_calibration_write(const char *path, const LtPlanCalibration *cal, ch
     }
     if (cal->has_comm) {
         put_number(f, "intra_gbs", d->intra_gbs, 0);
-        put_number(f, "latency_us", d->latency_us, 1);
+        put_number(f, "latency_us", d->latency_us, 0);
+        put_number(f, "sync_skew_us", d->sync_skew_us, 0);
+        put_number(f, "sync_skew", d->sync_skew, 1);
     }
     fprintf(f, "}\n");
     if (fclose(f) != 0) return lt_errorf(err, errlen, "--out %s: %s", path, strerror(errno));

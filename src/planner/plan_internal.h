@@ -24,6 +24,7 @@ typedef struct {
      * dp_comm) and what the overlap switches hide of it (hidden_*), the optimizer */
     double compute, tp_comm, pp_comm, dp_comm, ep_comm, optim, bubble, step, mfu, tokens_per_s;
     double hidden_tp, hidden_pp, hidden_dp;
+    double sync_wait; /* of tp_comm or ep_comm: the ranks' wait for each other (sync_skew) */
     /* compute by part (seconds per step, the busiest stage's): GEMMs, memory-bound
      * work, the attention core, the loss head (its GEMMs and cross-entropy); and
      * what they move and compute: memory-bound bytes, attention FLOPs */

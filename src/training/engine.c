@@ -669,6 +669,9 @@ void lt_run_print_summary(const LtRun *r) {
         if (ps->experts > 0)
             snprintf(ex, sizeof ex, " (of the gemm, the experts' and routers' %.1f)",
                      1e3 * ps->experts);
+        if (ps->sync_wait > 0)
+            lt_log("plan       of the exposed %s communication %.1f ms: the ranks' wait for each "
+                   "other (sync_skew)\n", ps->tp_comm > 0 ? "tp" : "ep", 1e3 * ps->sync_wait);
         lt_log("plan       compute by part: gemm %.1f + memory-bound %.1f + attention %.1f (%s) "
                "+ loss head %.1f ms%s\n", 1e3 * ps->gemm, 1e3 * ps->membound,
                1e3 * ps->attention, ps->attention_impl, 1e3 * ps->loss_head, ex);
