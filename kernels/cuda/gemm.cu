@@ -393,11 +393,6 @@ static void group_add(GroupCall *c, cublasOperation_t ta, cublasOperation_t tb, 
 /* Runs c's problems in one grouped call, A and B of type ab and C of type ct;
  * 0 (nothing run) when cuBLAS lacks the call or refuses it. */
 static int group_run(LtBackend *be, const GroupCall *c, cudaDataType_t ab, cudaDataType_t ct) {
-    if (be->moe_gemm_per_expert) {
-        static int said_off;
-        group_note(&said_off, "model.moe_grouped_gemm=false");
-        return 0;
-    }
 #if CUBLAS_VERSION >= 120500
     CudaImpl *im = cu_impl(be);
     if (c->np == 0) return 1;
@@ -444,7 +439,8 @@ void cu_linear_group_fwd(LtBackend *be, void *out, void *pre_gelu, const void *i
                          const void *const *w, const void *const *bias, const int *off, int G,
                          int C, int OC) {
     const cudaDataType_t at = cu_is_bf16(be) ? CUDA_R_16BF : CUDA_R_32F;
-    int grouped = !pre_gelu && !any_set(bias, G) && C > 0 && OC > 0;
+    int grouped = !be->moe_gemm_per_expert && /* model.moe_grouped_gemm */
+                  !pre_gelu && !any_set(bias, G) && C > 0 && OC > 0;
     GroupCall c = group_call_new(G);
     for (int g = 0; grouped && g < G; g++) {
         const int n = off[g + 1] - off[g];
@@ -474,8 +470,9 @@ void cu_linear_group_bwd(LtBackend *be, void *dinp, float *const *dw, float *con
     const int bf = cu_is_bf16(be);
     const cudaDataType_t at = bf ? CUDA_R_16BF : CUDA_R_32F;
     const int plain = !gelu_pre && !any_set((const void *const *)dbias, G) && C > 0 && OC > 0;
+    const int group = plain && !be->moe_gemm_per_expert; /* model.moe_grouped_gemm */
     /* dinp (C, n_g) = w-stored (C, OC) . dout^T (OC, n_g) */
-    int gi = plain && dinp, gw = plain && dw && !bf;
+    int gi = group && dinp, gw = group && dw && !bf;
     GroupCall c = group_call_new(G);
     for (int g = 0; gi && g < G; g++) {
         const int n = off[g + 1] - off[g];
@@ -488,7 +485,7 @@ void cu_linear_group_bwd(LtBackend *be, void *dinp, float *const *dw, float *con
     if (gi) gi = group_run(be, &c, at, at);
     /* dw^T (C, OC) += inp^T (C, n_g) . dout-stored (OC, n_g)^T: fp32 only (above) */
     static int said_bf16_dw;
-    if (plain && dw && bf && !be->moe_gemm_per_expert && any_set((const void *const *)dw, G))
+    if (group && dw && bf && any_set((const void *const *)dw, G))
         group_note(&said_bf16_dw, "cuBLAS's grouped GEMM has no bf16 x bf16 -> fp32 "
                                   "(the weight gradients)");
     c.np = 0;

@@ -31,10 +31,9 @@ static struct {
     Spans step, graph;
 } g;
 
-/* The host-timed parts (lt_devclock_part_begin without device timers): kept
- * across lt_devclock_stop, active with the clock's active flag. */
+/* The host-timed parts (lt_devclock_part_begin without device timers),
+ * counted while the clock is active (g.active, set whether it runs or not). */
 static struct {
-    int active;
     double t0[8];
     int depth;
     double sec[LT_CLK_PARTS];
@@ -67,7 +66,7 @@ void lt_devclock_stop(void) {
 }
 
 int lt_devclock_running(void) { return g.running; }
-void lt_devclock_set_active(int active) { g.active = hp.active = active; }
+void lt_devclock_set_active(int active) { g.active = active; }
 
 void lt_devclock_capture(int on) {
     if (!g.running) return;
@@ -162,7 +161,7 @@ int lt_devclock_collect(double sec[LT_CLK_KINDS]) {
 /* A part's handle: a device span's (>= 0), or -2 - depth for a host-timed one. */
 int lt_devclock_part_begin(void) {
     if (g.running) return lt_devclock_begin(NULL);
-    if (!hp.active || hp.depth == (int)(sizeof hp.t0 / sizeof hp.t0[0])) return -1;
+    if (!g.active || hp.depth == (int)(sizeof hp.t0 / sizeof hp.t0[0])) return -1;
     hp.t0[hp.depth] = lt_now();
     return -2 - hp.depth++;
 }

@@ -86,9 +86,16 @@ double lt_cal_time_median(Cal *c, CalRun run, const void *arg, double slot) {
     return lt_cal_median(t, n);
 }
 
-void *lt_cal_buffer(Cal *c, int id, size_t bytes) {
+/* The kept buffer (id, bytes), or NULL. */
+static void *kept(const Cal *c, int id, size_t bytes) {
     for (int i = 0; i < c->nkept; i++)
         if (c->kept[i].id == id && c->kept[i].bytes == bytes) return c->kept[i].p;
+    return NULL;
+}
+
+void *lt_cal_buffer(Cal *c, int id, size_t bytes) {
+    void *old = kept(c, id, bytes);
+    if (old) return old;
     if (c->nkept == MAX_KEPT) lt_fatal("--calibrate: more than %d buffers kept", MAX_KEPT);
     void *p = c->be->ops->alloc(c->be, bytes);
     c->kept[c->nkept++] = (CalBuffer){id, bytes, p};
@@ -103,8 +110,8 @@ void lt_cal_free_buffers(Cal *c) {
 void *lt_cal_random_act(Cal *c, size_t n, uint64_t seed) {
     LtBackend *be = c->be;
     const int id = 1000 + (int)seed;
-    for (int i = 0; i < c->nkept; i++)
-        if (c->kept[i].id == id && c->kept[i].bytes == lt_act_bytes(be, n)) return c->kept[i].p;
+    void *old = kept(c, id, lt_act_bytes(be, n)); /* (filled already) */
+    if (old) return old;
     float *host = lt_malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) host[i] = (float)(lt_uniform_at(seed, 0, i) - 0.5);
     float *f32 = be->ops->alloc(be, n * sizeof(float));
