@@ -252,21 +252,29 @@ static int run_with_config(const char *cmd, int (*run)(LtConfig *, const LtWorld
     return rc;
 }
 
-/* OpenMP's threads (the CPU backend's loops) spin after each parallel region
- * unless OMP_WAIT_POLICY says otherwise, and spinning they take the cores
- * from OpenBLAS's own threads: a one-rank step on 2 threads ran 1.36x slower
- * so (bench/2026-11-28-cpu-bench-plan.md). The OpenMP runtime reads the
- * variable when it loads, before main, so lattice sets it to passive and runs
- * itself again; a setting of the user's is kept, and without /proc lattice
- * runs on with the runtime's default. */
-static void openmp_passive(char **argv) {
-    if (getenv("OMP_WAIT_POLICY")) return;
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv);
+/* Idle threads of the CPU backend's two pools spin before they sleep, and
+ * spinning they take the cores from the other pool's working threads:
+ * OpenMP's (lattice's own loops) after each parallel region unless
+ * OMP_WAIT_POLICY says otherwise, which made a one-rank step on 2 threads
+ * 1.36x slower (bench/2026-11-28-cpu-bench-plan.md); OpenBLAS's after each
+ * GEMM for 2^OPENBLAS_THREAD_TIMEOUT cycles, 2^28 by default (about 0.1 s),
+ * which made the attention core between two GEMMs run at 0.55x and a step
+ * 1.1x slower (bench/2026-11-28-cpu-blas-spin.md). Both runtimes read their
+ * variable when they load, before main, so lattice sets OMP_WAIT_POLICY to
+ * passive and OPENBLAS_THREAD_TIMEOUT to its shortest, 4 (2^4 cycles: a
+ * worker sleeps when its part is done and the next GEMM wakes it, tens of
+ * microseconds), and runs itself again; a setting of the user's is kept,
+ * and without /proc lattice runs on with the runtimes' defaults. */
+static void idle_threads_sleep(char **argv) {
+    int set = 0;
+    if (!getenv("OMP_WAIT_POLICY")) setenv("OMP_WAIT_POLICY", "passive", 1), set = 1;
+    if (!getenv("OPENBLAS_THREAD_TIMEOUT") && !getenv("GOTO_THREAD_TIMEOUT"))
+        setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1), set = 1;
+    if (set) execv("/proc/self/exe", argv);
 }
 
 int main(int argc, char **argv) {
-    openmp_passive(argv);
+    idle_threads_sleep(argv);
     /* A file size limit (ulimit -f) then fails the write with EFBIG, which the
      * writers report like a full disk, instead of killing the process. */
     signal(SIGXFSZ, SIG_IGN);
