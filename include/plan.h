@@ -76,9 +76,13 @@ typedef struct {
 
 /* The step time of the layout in cfg (validated for `world` ranks,
  * gpus_per_node of them per node) on device dev, with the config's overlap
- * switches; act_bytes and mpi_p2p as for lt_plan_memory. 0, or -1 with err. */
+ * switches; act_bytes and mpi_p2p as for lt_plan_memory; moe_load: an MoE
+ * model's expected expert load, the most loaded expert's rows over the mean
+ * (the run log's expert load max/mean; 1: balanced), which under expert
+ * parallelism paces every MoE layer at its rank. 0, or -1 with err. */
 int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlanDevice *dev,
-                 size_t act_bytes, int mpi_p2p, LtPlanStep *out, char *err, size_t errlen);
+                 size_t act_bytes, int mpi_p2p, double moe_load, LtPlanStep *out, char *err,
+                 size_t errlen);
 
 /* lattice plan CONFIG [--gpus N] [--gpus-per-node G] [--gpu NAME] [--gpu-mem-gib M]
  *              [--calibration FILE] [--top K] [--show TPxPP[xVPP]] [--layout]

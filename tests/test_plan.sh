@@ -5,7 +5,8 @@
 # each category, and the run summary prints it next to the allocation, over the layouts the suite trains (data, tensor, sequence and
 # pipeline parallelism, ZeRO 0/1/2, recomputation, bf16; GPT and Llama; mixture of
 # experts with expert parallelism); its table for GPT-2 1.5B on 8 GPUs; its
-# refusals (expert tensor parallelism among them). lattice plan --calibrate on the CPU (plausible
+# refusals (expert tensor parallelism among them); the experts' expected load (--moe-load, and
+# an EP run's prediction at the load it measured). lattice plan --calibrate on the CPU (plausible
 # figures, a file that --calibration takes and that moves the prediction the
 # right way and that a run predicts with (LT_PLAN_CALIBRATION); malformed files
 # refused naming the field; --device cuda refused
@@ -436,6 +437,46 @@ if [ $rcr -eq 0 ] && [ -n "$parts" ] && grep -q '^planned:  the planner predicte
    python3 -c "import sys; g, w = float(sys.argv[1]), 1e3 * float(sys.argv[2]); sys.exit(abs(g - w) > 0.05 + 1e-3 * w)" "$got" "$want"; then
   pass "plan_calibration_in_run (predicted $got ms; $parts)"
 else fail plan_calibration_in_run "rc=$rcr, summary '$got' ms, plan '$want' s, parts '$parts'"; fi
+
+# the experts' expected load: an EP run also prints the prediction at the load it
+# measured (the mean over steps and MoE layers of the log's max/mean), which under
+# EP 2 is no faster than the balanced one and moves the way --moe-load does;
+# --moe-load refuses what is no load
+LT_PLAN_DEVICE=cpu timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$LT" train $BASE \
+  $MOE train.steps=3 $EP2 logging.log_interval=1 > "$T/eprun" 2>&1 </dev/null; rce=$?
+if err=$(python3 - "$T/eprun" $rce <<'PY' 2>&1
+import re, sys
+run, rc = open(sys.argv[1]).read(), int(sys.argv[2])
+assert rc == 0, f'rc {rc}: {run[-300:]}'
+bal = float(re.search(r'^planned:  the planner predicted ([\d.]+) ms per step on cpu', run, re.M).group(1))
+m = re.search(r'^planned:  at the expert load measured \(max/mean ([\d.]+), the mean over steps '
+              r'and MoE layers\) the planner predicts ([\d.]+) ms; measured ([\d.]+) ms', run, re.M)
+assert m, 'no planned line at the measured load'
+load, at = float(m.group(1)), float(m.group(2))
+logged = [float(x) for x in re.findall(r'expert load max/mean ([\d.]+)', run)]
+assert logged and 1.0 <= load <= 2.0 + 1e-9 and load <= max(logged) + 1e-9, (load, logged)
+assert at >= bal, (at, bal)
+print(f'load {load:.2f}: {at} ms against {bal} balanced')
+PY
+); then pass "plan_moe_load_in_run ($err)"
+else fail plan_moe_load_in_run "$err"; fi
+ML="configs/tiny.yaml $MOE $EP2 train.global_batch_size=8 --layout --gpus 2 --gpu cpu"
+"$LT" plan $ML > "$T/ml1" 2>&1; rm1=$?
+"$LT" plan $ML --moe-load 1.5 > "$T/ml2" 2>&1; rm2=$?
+"$LT" plan $ML --moe-load 7 > "$T/ml3" 2>&1; rm3=$?
+s1=$(sed -n 's/^step time .*; \([0-9]*\) tokens\/s.*/\1/p' "$T/ml1") # (finer than the seconds)
+s2=$(sed -n 's/^step time .*; \([0-9]*\) tokens\/s.*/\1/p' "$T/ml2")
+bad=""
+for v in 0.5 0 x ""; do
+  out=$("$LT" plan $ML --moe-load "$v" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q -- "--moe-load needs the expected expert load" || bad="$bad '$v'(rc=$rc)"
+done
+if [ $rm1$rm2$rm3 = 000 ] && [ -z "$bad" ] &&
+   python3 -c "import sys; sys.exit(not float(sys.argv[2]) < float(sys.argv[1]))" "$s1" "$s2" &&
+   grep -q '^expert load max/mean 1.50 (--moe-load): the most loaded of an expert-parallel group.s 2 ranks gets 1.17x the mean rows' "$T/ml2" &&
+   grep -q 'with 4 experts, top 2, a load of at most 2.00' "$T/ml3"; then
+  pass "plan_moe_load_option ($s1 tokens/s balanced, $s2 at 1.5)"
+else fail plan_moe_load_option "rc $rm1/$rm2/$rm3, steps '$s1' '$s2', accepted:$bad; $(grep -h 'expert load\|at most' "$T/ml2" "$T/ml3")"; fi
 
 # malformed files: exit 2 naming the file and the field
 refused() { # name file-content expected-message

@@ -7,7 +7,8 @@
  * scaling; the ranks' skew charged at TP's collectives and the all-to-alls;
  * an MoE layer's GEMM FLOPs (the router beside a dense MLP of the same
  * active width) and its all-to-alls (bytes by EP, recomputation, across
- * nodes). Figures only: nothing here is timed. */
+ * nodes); the experts' expected load under EP. Figures only: nothing here is
+ * timed. */
 #include "plan.h"
 
 #include <stdio.h>
@@ -46,7 +47,7 @@ static int predict_on(int world, int gpn, const LtPlanDevice *dev, LtPlanStep *p
     LtConfig c;
     char err[1024];
     if (small_config(world, n, extra, &c)) return -1;
-    if (lt_plan_step(&c, world, gpn, dev, 4, 1, ps, err, sizeof err)) {
+    if (lt_plan_step(&c, world, gpn, dev, 4, 1, 1.0, ps, err, sizeof err)) {
         printf("  predict: %s\n", err);
         return -1;
     }
@@ -406,6 +407,45 @@ static void test_moe_all_to_all(void) {
           p[2].gemm_flops, p[0].gemm_flops);
 }
 
+/* The experts' expected load (lt_plan_step's moe_load): under EP the most
+ * loaded rank paces the MoE layers, (load + (e - 1) (E - load) / (E - 1)) / e
+ * of the balanced rows with e = E / ep experts per rank; linear in the load,
+ * at most E / top-k; no change without EP (one rank computes every expert);
+ * the all-to-alls' bytes per rank stay the mean's. */
+static void test_moe_load(void) {
+    LtPlanDevice d = cpu_row();
+    const char *ep2[] = {"model.num_experts=4", "model.moe_router_topk=2",
+                         "train.global_batch_size=8", "parallel.expert_model_parallel_size=2"},
+               *ep1[] = {"model.num_experts=4", "model.moe_router_topk=2",
+                         "train.global_batch_size=8", "parallel.expert_model_parallel_size=1"};
+    const double loads[] = {1.0, 1.5, 2.0, 3.0};
+    LtPlanStep p[4], q[2];
+    LtConfig c, c1;
+    char err[512];
+    REQUIRE(small_config(4, 4, ep2, &c) == 0 && small_config(4, 4, ep1, &c1) == 0, "configs");
+    for (int i = 0; i < 4; i++)
+        REQUIRE(lt_plan_step(&c, 4, 4, &d, 4, 1, loads[i], &p[i], err, sizeof err) == 0,
+                "EP 2 at load %g: %s", loads[i], err);
+    for (int i = 0; i < 2; i++)
+        REQUIRE(lt_plan_step(&c1, 4, 4, &d, 4, 1, loads[2 * i], &q[i], err, sizeof err) == 0,
+                "EP 1: %s", err);
+    CHECK(q[1].step == q[0].step && q[1].experts == q[0].experts, "EP 1: %g s at load 2, %g balanced",
+          q[1].step, q[0].step);
+    /* E 4, ep 2: at load 1.5 the most loaded rank has 7/6 of the mean rows, at 2 4/3 */
+    const double x1 = p[1].experts - p[0].experts, x2 = p[2].experts - p[0].experts;
+    CHECK(x1 > 0 && test_relerr(x2, 2.0 * x1, 1e-30) < 1e-9, "linear: +%g s at 1.5, +%g at 2",
+          x1, x2);
+    CHECK(p[3].step == p[2].step, "load 3 read as the most there can be, 2: %g, %g", p[3].step,
+          p[2].step);
+    CHECK(p[2].step > p[0].step && p[2].ep_comm > p[0].ep_comm &&
+              p[2].a2a_bytes == p[0].a2a_bytes,
+          "step %g > %g, all-to-alls %g > %g s, bytes %g = %g", p[2].step, p[0].step,
+          p[2].ep_comm, p[0].ep_comm, p[2].a2a_bytes, p[0].a2a_bytes);
+    const double sum = p[2].compute + p[2].bubble + p[2].tp_comm + p[2].pp_comm + p[2].dp_comm +
+                       p[2].ep_comm + p[2].optim;
+    CHECK(test_relerr(sum, p[2].step, 1e-12) < 1e-9, "step %g = parts %g", p[2].step, sum);
+}
+
 /* Every device lt_plan_device_names lists has a row; a backend's device name
  * picks its row (the B200 by "B200", also inside "GB200"), and the MFU peak
  * table tells the GB200's 1200 W part from HGX B200's 1000 W one. */
@@ -445,6 +485,7 @@ int main(void) {
     RUN(test_sync_skew);
     RUN(test_moe_gemm_flops);
     RUN(test_moe_all_to_all);
+    RUN(test_moe_load);
     RUN(test_device_rows);
     return test_summary();
 }

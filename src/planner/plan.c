@@ -783,7 +783,8 @@ static const char *overlap_words(const Cand *k, char *buf, size_t len) {
 }
 
 int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlanDevice *dev,
-                 size_t act_bytes, int mpi_p2p, LtPlanStep *out, char *err, size_t errlen) {
+                 size_t act_bytes, int mpi_p2p, double moe_load, LtPlanStep *out, char *err,
+                 size_t errlen) {
     memset(out, 0, sizeof *out);
     const int tp = cfg->parallel.tensor_model_parallel_size,
               P = cfg->parallel.pipeline_model_parallel_size;
@@ -792,7 +793,7 @@ int lt_plan_step(const LtConfig *cfg, int world, int gpus_per_node, const LtPlan
               .rc = cfg->train.recompute, .zero = cfg->optimizer.zero_stage,
               .sp = cfg->parallel.sequence_parallel, .split = lt_config_layer_split(cfg),
               .ep = cfg->parallel.expert_model_parallel_size,
-              .etp = cfg->parallel.expert_tensor_parallel_size};
+              .etp = cfg->parallel.expert_tensor_parallel_size, .moe_load = moe_load};
     LtConfig c;
     if (tp < 1 || P < 1 || world % (tp * P) || lt_plan_layout_config(cfg, &k, &c, world, OV_CONFIG, mpi_p2p))
         return lt_errorf(err, errlen, "the layout does not validate for %d ranks", world);

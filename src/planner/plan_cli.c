@@ -201,7 +201,7 @@ static void usage(FILE *f) {
             "usage: lattice plan CONFIG.yaml [--gpus N] [--gpus-per-node G]\n"
             "                    [--gpu h100|h200|b200|a100|cpu] [--calibration FILE]\n"
             "                    [--gpu-mem-gib M] [--top K] [--show TPxPP[xVPP]]... [--layout]\n"
-            "                    [--overlap config|all|none] [--samples N]\n"
+            "                    [--overlap config|all|none] [--samples N] [--moe-load F]\n"
             "                    [section.key=value ...]\n"
             "       lattice plan --calibrate [--device auto|cpu|cuda] [--precision fp32|bf16]\n"
             "                    [--seconds S] [--rounds R] [--out FILE]\n"
@@ -221,6 +221,10 @@ static void usage(FILE *f) {
             "--samples N: also the time to train N samples (e.g. a benchmark's samples to\n"
             "converge) at the predicted step time: ceil(N / global batch) steps x step time,\n"
             "for the fastest layout that fits and the config's own (--layout: the config's).\n"
+            "--moe-load F: an MoE model's expected expert load, the most loaded expert's rows\n"
+            "over the mean (a run logs it: `expert load max/mean`; default 1, balanced). Under\n"
+            "expert parallelism that expert's rank paces every MoE layer (its experts' GEMMs\n"
+            "and what it receives); the planner cannot foresee how a router balances.\n"
             "--calibration FILE: the device constants a --calibrate run wrote, instead of the\n"
             "built-in row. --calibrate measures them on this machine through the engine's\n"
             "backend (GEMMs, memory bandwidth, memory-bound ops, the attention core; all-reduce\n"
@@ -245,6 +249,7 @@ typedef struct {
     OverlapMode ov;
     double mem_gib;
     long long samples; /* --samples: the samples to train, 0 = no time-to-train line */
+    double moe_load;   /* --moe-load: the expected expert load max/mean (1: balanced) */
     char **over; /* section.key=value overrides (argv's strings) */
     int nover;
 } PlanArgs;
@@ -269,6 +274,10 @@ static int parse_value_option(PlanArgs *p, const char *o, const char *v) {
         p->samples = strtoll(v, &end, 10);
         if (end == v || *end || p->samples < 1)
             return bad("--samples needs a positive whole number of samples (sequences)", v);
+    } else if (!strcmp(o, "--moe-load")) {
+        p->moe_load = strtod(v, &end);
+        if (end == v || *end || !(p->moe_load >= 1.0) || p->moe_load > 1e6)
+            return bad("--moe-load needs the expected expert load max/mean, a number >= 1", v);
     } else if (!strcmp(o, "--gpu-mem-gib")) {
         p->mem_gib = strtod(v, &end);
         if (*end || !(p->mem_gib > 0)) return bad("--gpu-mem-gib needs a positive number", v);
@@ -283,7 +292,7 @@ static int parse_value_option(PlanArgs *p, const char *o, const char *v) {
 /* argv into p: 0 to go on, or 1 with *status to exit with (--help, a
  * refusal). p->over is allocated; the caller frees it. */
 static int parse_args(int argc, char **argv, PlanArgs *p, int *status) {
-    *p = (PlanArgs){.gpn = 8, .top = 15, .ov = OV_CONFIG};
+    *p = (PlanArgs){.gpn = 8, .top = 15, .ov = OV_CONFIG, .moe_load = 1.0};
     p->over = lt_malloc(((size_t)argc + 1) * sizeof(char *));
     *status = 0;
     for (int i = 1; i < argc; i++) {
@@ -402,9 +411,22 @@ static int plan_layout(const PlanArgs *p, const PlanSetup *s) {
     LtPlanDevice dev = s->dev;
     scale_threads(&dev, &c, world, p->gpn, 1);
     LtPlanStep ps;
-    if (lt_plan_step(&cl, world, p->gpn, &dev, act, lmpi, &ps, err, sizeof err))
+    if (lt_plan_step(&cl, world, p->gpn, &dev, act, lmpi, p->moe_load, &ps, err, sizeof err))
         return bad(err, NULL);
     print_step(&ps, &dev);
+    const int epn = c.parallel.expert_model_parallel_size;
+    if (s->moe && p->moe_load > 1.0 && epn > 1)
+        printf("expert load max/mean %.2f (--moe-load): the most loaded of an expert-parallel "
+               "group's %d ranks gets %.2fx the mean rows and paces every MoE layer\n",
+               p->moe_load, epn,
+               lt_plan_moe_rank_load(p->moe_load, c.model.num_experts, c.model.moe_router_topk, epn));
+    if (s->moe && p->moe_load > (double)c.model.num_experts / c.model.moe_router_topk)
+        printf("(an expert gets each token at most once: with %d experts, top %d, a load of at "
+               "most %.2f)\n", c.model.num_experts, c.model.moe_router_topk,
+               (double)c.model.num_experts / c.model.moe_router_topk);
+    else if (s->moe && p->moe_load > 1.0 && epn == 1)
+        printf("expert load max/mean %.2f (--moe-load): without expert parallelism one rank "
+               "computes every expert, so the step is the balanced one\n", p->moe_load);
     print_time_to_train(p, &c, ps.step, "the config's layout");
     return 0;
 }
@@ -420,6 +442,7 @@ typedef struct {
  * validates for `gpus` (the pipeline's makespan by formula). */
 static void add_layout(const PlanArgs *p, const PlanSetup *s, int gpus, Cand k, Cands *cs) {
     LtConfig c;
+    k.moe_load = p->moe_load;
     if (lt_plan_layout_config(&s->base, &k, &c, gpus, p->ov, s->mpi)) return;
     lt_plan_memory_max(&c, &k, s->a, s->mpi);
     k.mem_gib = (double)lt_plan_total(&k.mem) / (1024.0 * 1024 * 1024);

@@ -17,6 +17,8 @@ typedef struct {
     int etp; /* expert tensor parallelism (parallel.expert_tensor_parallel_size, as the config
               * gives it: not enumerated; 0 read as 1) */
     LtLayerSplit split; /* layers per chunk (layer_split.h) */
+    double moe_load; /* the most loaded expert's rows over the mean (the run log's expert
+                      * load max/mean; 0 or 1: balanced) */
     LtPlanMemory mem; /* the largest stage's */
     double mem_gib;
     int fits;
@@ -86,8 +88,13 @@ typedef struct {
     int shared;              /* a shared expert (its SP collectives as a dense MLP's) */
 } LtPlanMoe;
 
+/* The most loaded rank's rows over the mean for an expert load (most
+ * loaded expert over the mean) under EP ep (plan_moe.c). */
+double lt_plan_moe_rank_load(double load, int experts, int topk, int ep);
+
 /* The MoE layer of layout k (config c) on device g, gpn ranks per node, at
- * peak FLOP/s with act bytes per activation. */
+ * peak FLOP/s with act bytes per activation (k->moe_load: the experts'
+ * expected imbalance). */
 void lt_plan_moe_layer(const LtConfig *c, const LtPlanDevice *g, int gpn, const Cand *k,
                        double peak, double act, LtPlanMoe *out);
 

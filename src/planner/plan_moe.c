@@ -87,6 +87,20 @@ static void moe_bytes(const LtModelDims *d, const LtMoeShape *ms, const Cand *k,
     }
 }
 
+/* The rows of the most loaded rank of an expert-parallel group over the
+ * mean, when the most loaded expert gets `load` times the mean rows and the
+ * other E - 1 share the rest evenly (E experts, e = E / ep per rank): its
+ * rank holds it and e - 1 others, (load + (e - 1) (E - load) / (E - 1)) / e.
+ * Linear in load, so a mean of per-layer loads gives the mean factor. The
+ * all-to-alls make the other ranks wait for that rank at every MoE layer. An
+ * expert gets each token at most once: load <= E / top-k. */
+double lt_plan_moe_rank_load(double load, int experts, int topk, int ep) {
+    if (!(load > 1.0) || ep <= 1 || experts <= 1) return 1.0;
+    const double E = experts, e = E / ep, most = topk > 0 ? E / topk : E;
+    if (load > most) load = most;
+    return (load + (e - 1.0) * (E - load) / (E - 1.0)) / e;
+}
+
 void lt_plan_moe_layer(const LtConfig *c, const LtPlanDevice *g, int gpn, const Cand *k,
                        double peak, double act, LtPlanMoe *out) {
     const LtModelDims d = lt_dims_from_config(c);
@@ -105,7 +119,10 @@ void lt_plan_moe_layer(const LtConfig *c, const LtPlanDevice *g, int gpn, const 
     /* each local expert's GEMMs over its rows: E / ep experts share a rank's rows; under
      * ETP each computes 1 / etp of the width over the rows of its etp ranks */
     const int etp = k->etp > 1 ? k->etp : 1;
-    out->experts = rows * per_row / (peak * lt_plan_gemm_eff_at(g, rows * k->ep * etp / ms.E)) +
+    /* under EP the most loaded rank paces the layer (lt_plan_moe_rank_load) */
+    const double paced = lt_plan_moe_rank_load(k->moe_load, ms.E, d.moe.topk, k->ep);
+    out->experts = paced * rows * per_row /
+                       (peak * lt_plan_gemm_eff_at(g, rows * k->ep * etp / ms.E)) +
                    R * router / (fp32 * lt_plan_gemm_eff_at(g, R));
     out->flops = dense + rows * per_row + R * router;
     out->redo_flops = out->flops - dense + (redo - d.moe.topk * per_row - router) * N / k->tp;
@@ -114,7 +131,8 @@ void lt_plan_moe_layer(const LtConfig *c, const LtPlanDevice *g, int gpn, const 
     if (k->ep > 1) { /* the counts, then the rows; (ep - 1) / ep of them leave the rank */
         const double gbs = ep_spans_nodes(k, gpn) ? g->net_gbs : g->intra_gbs;
         out->a2a_bytes = act * rows * C * (k->ep - 1.0) / k->ep;
-        out->a2a = out->a2a_bytes / (gbs * 1e9) + 2.0 * (k->ep - 1.0) * g->latency_us * 1e-6;
+        /* (the most loaded rank receives that much more) */
+        out->a2a = paced * out->a2a_bytes / (gbs * 1e9) + 2.0 * (k->ep - 1.0) * g->latency_us * 1e-6;
     }
     if (etp > 1) { /* with each all-to-all an ETP gather (dispatch) or reduce-scatter
                     * (combine): a rank's rows go to (come from) its etp - 1 peers */

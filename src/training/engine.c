@@ -318,14 +318,22 @@ static int plan_device(const LtRun *r, LtPlanDevice *dev) {
 }
 
 /* The planner's step time for this run's layout, to print beside the measured
- * one (plan_device says on which device). */
+ * one (plan_device says on which device), with balanced experts. */
 static void plan_step(LtRun *r) {
     LtPlanDevice dev;
     char err[256];
     if (plan_device(r, &dev)) return;
     if (lt_plan_step(r->cfg, r->world->world, r->world->local_size, &dev, r->be->act_size,
-                     lt_comm_lib(r->pp) == LT_COMM_LIB_MPI, &r->plan, err, sizeof err) == 0)
+                     lt_comm_lib(r->pp) == LT_COMM_LIB_MPI, 1.0, &r->plan, err, sizeof err) == 0)
         snprintf(r->plan_device, sizeof r->plan_device, "%s", dev.name);
+}
+
+int lt_run_plan_at_load(const LtRun *r, double moe_load, LtPlanStep *out) {
+    LtPlanDevice dev;
+    char err[256];
+    if (!r->plan_device[0] || plan_device(r, &dev)) return -1;
+    return lt_plan_step(r->cfg, r->world->world, r->world->local_size, &dev, r->be->act_size,
+                        lt_comm_lib(r->pp) == LT_COMM_LIB_MPI, moe_load, out, err, sizeof err);
 }
 
 /* Expert parallelism: the model's expert table (model.h) gets its values,

@@ -79,6 +79,10 @@ typedef struct {
  * resumed too) and gradient finalisation. Exits on bad input (code 2). */
 void lt_run_setup(LtRun *r, LtConfig *cfg, const LtWorld *w, int need_optimizer);
 void lt_run_teardown(LtRun *r);
+/* The planner's step for this run's layout again (after r->plan, on the same
+ * device row) at an expert load moe_load (most loaded expert's rows over the
+ * mean; lt_plan_step): 0, or -1 where the run has no plan. */
+int lt_run_plan_at_load(const LtRun *r, double moe_load, LtPlanStep *out);
 /* The start-up summary (rank 0): backend, layout, model, memory by category
  * next to the planner's prediction, peak FLOP/s, pipeline stages. */
 void lt_run_print_summary(const LtRun *r);

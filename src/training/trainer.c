@@ -92,6 +92,9 @@ typedef struct {
     LtMoeReport *moe;            /* every MoE layer's, over all ranks (rank 0 reports) */
     int nmoe;
     double *moe_sum;             /* (6 x num_layers) the reduction's buffer */
+    double load_sum;             /* the steps' expert loads (mean over the MoE layers of
+                                  * max/mean), for the planned line */
+    int load_n;
     double *moe_tokens;          /* (MoE layers held x experts) the expert bias's counts */
 } Trainer;
 
@@ -576,6 +579,11 @@ static void moe_collect(Trainer *t) {
         if (!r->cfg->model.moe_layer[l]) continue;
         t->moe[t->nmoe++] = (LtMoeReport){l, x[0], x[1], x[2] / f, x[3] / f, (long)x[4]};
     }
+    double load = 0.0;
+    int n_load = 0;
+    for (int i = 0; i < t->nmoe; i++)
+        if (t->moe[i].load_mean > 0) load += t->moe[i].load_max / t->moe[i].load_mean, n_load++;
+    if (n_load) t->load_sum += load / n_load, t->load_n++;
 }
 
 static void moe_begin(Trainer *t) {
@@ -812,6 +820,14 @@ static void report_done(Trainer *t) {
     if (r->plan_device[0])
         lt_log("planned:  the planner predicted %.1f ms per step on %s; measured %.1f ms (%.2fx)\n",
                1e3 * r->plan.step, r->plan_device, med * 1e3, med / r->plan.step);
+    /* under expert parallelism the most loaded rank paces the MoE layers: the
+     * prediction again at the load the run measured (the planner's --moe-load) */
+    LtPlanStep at;
+    if (r->plan_device[0] && t->load_n > 0 && r->cfg->parallel.expert_model_parallel_size > 1 &&
+        lt_run_plan_at_load(r, t->load_sum / t->load_n, &at) == 0)
+        lt_log("planned:  at the expert load measured (max/mean %.2f, the mean over steps and MoE "
+               "layers) the planner predicts %.1f ms; measured %.1f ms (%.2fx)\n",
+               t->load_sum / t->load_n, 1e3 * at.step, med * 1e3, med / at.step);
 }
 
 /* Whether the run ends with an evaluation of its last step: it finished (no
