@@ -6,9 +6,10 @@
 # same model as one process (loss and grad norm per step within 1e-5, the
 # checkpoint's weights within 1e-5); expert tensor parallelism (ETP x EP x
 # EDP folded into TP x DP) too; a checkpoint moves between EP and ETP layouts;
-# capacity dropping is layout-independent over DP and EP; the log and metrics
-# carry the expert statistics; bad layouts are refused. LT_TEST_FULL=1 adds
-# layouts.
+# capacity dropping (both policies, padded too) is layout-independent over DP
+# and EP; EP 8 over DP 8 and uneven pipeline stages train as one process; the
+# log, the metrics and the trace carry the expert statistics and the
+# dispatch / combine; bad layouts are refused. LT_TEST_FULL=1 adds layouts.
 set -u
 BUILD=$1
 . tests/lib.sh moe
@@ -43,7 +44,7 @@ SP="parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true"
 EP2=parallel.expert_model_parallel_size=2
 EP4=parallel.expert_model_parallel_size=4
 same dp2 2
-same ep2_over_dp2 2 $EP2
+same ep2_over_dp2 2 $EP2 logging.trace="$T/ep2_trace.json"
 same ep2_over_tp2_sp 2 $SP $EP2
 same ep4_over_tp2_dp2_zero1 4 $SP $EP4 optimizer.zero_stage=1
 # EP within each TP pair: the expert-data-parallel groups are the DP groups
@@ -106,6 +107,13 @@ if run ref_l4 1 $L4 && run ep2_pp2_vpp2 4 $L4 $EP2 parallel.pipeline_model_paral
   pass ep2_pp2_vpp2_shared_expert_matches_single_process
 else fail ep2_pp2_vpp2_shared_expert_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
 
+# uneven stages: 1 layer on the first, 3 (two of them MoE) on the last
+if run ep2_pp2_first1 4 $L4 $EP2 parallel.pipeline_model_parallel_size=2 \
+     parallel.num_layers_in_first_pipeline_stage=1 &&
+   err=$(compare ref_l4 ep2_pp2_first1 1e-5 1e-5 2>&1); then
+  pass ep2_pp2_uneven_stages_matches_single_process
+else fail ep2_pp2_uneven_stages_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
+
 # Llama experts (SwiGLU, no biases), sigmoid scores scaled, under EP over TP x DP
 LL="model.moe_router_score_function=sigmoid model.moe_router_topk_scaling_factor=2.5"
 if CFG=configs/llama-tiny.yaml run ref_llama 1 $LL &&
@@ -132,6 +140,20 @@ assert sum(sum(r['moe']['dropped']) for r in recs) > 0, 'nothing dropped at capa
 PY
 then pass capacity_drops_match_under_ep
 else fail capacity_drops_match_under_ep "$(echo "${err:-run failed or nothing dropped}" | tail -1)"; fi
+# the other policy (drop the lowest probabilities) with every expert's input
+# padded to its capacity: EP over DP drops and pads as one process
+CAPP="model.moe_expert_capacity_factor=1.0 model.moe_token_drop_policy=probs
+      model.moe_pad_expert_input_to_capacity=true"
+if run ref_capp 1 $CAPP && run capp_ep2 2 $CAPP $EP2 &&
+   err=$(compare ref_capp capp_ep2 1e-5 1e-5 2>&1) &&
+   python3 - "$T/ref_capp/m.jsonl" "$T/ref_cap/m.jsonl" <<'PY'
+import json, sys
+probs, position = ([r for r in map(json.loads, open(p)) if not r.get('eval')] for p in sys.argv[1:])
+assert sum(sum(r['moe']['dropped']) for r in probs) > 0, 'nothing dropped at capacity 1.0'
+assert [r['loss'] for r in probs] != [r['loss'] for r in position], 'probs trained as position'
+PY
+then pass capacity_probs_padded_match_under_ep
+else fail capacity_probs_padded_match_under_ep "$(echo "${err:-run failed or nothing dropped}" | tail -1)"; fi
 
 # the statistics: a moe log line, per-layer arrays in the metrics, equal over layouts
 if grep -q "^moe        2 layers | aux loss" "$T/ref/log" &&
@@ -158,6 +180,29 @@ assert all(t['comm_ep'] == 0 for t in one), one
 PY
 then pass expert_all_to_all_timed
 else fail expert_all_to_all_timed "see $T/ep2_over_dp2"; fi
+# the trace (logging.trace) of that run: on each rank every MoE layer's dispatch and
+# combine, forward and backward, once per micro batch, inside the passes, with the
+# rows each moved (the forward's dispatch and the backward's combine the same rows)
+if python3 - "$T/ep2_trace.json" <<'PY'
+import collections, json, sys
+ev = json.load(open(sys.argv[1]))['traceEvents']
+spans = [e for e in ev if e['ph'] == 'X']
+names = ('moe dispatch', 'moe combine', 'moe combine backward', 'moe dispatch backward')
+for pid in (0, 1):
+    mine = [e for e in spans if e['pid'] == pid]
+    n = collections.Counter(e['name'] for e in mine)
+    passes = n['forward']
+    assert passes == n['backward'] > 0 and all(n[k] == 2 * passes for k in names), (pid, n)
+    for k in names:
+        for e in (e for e in mine if e['name'] == k):
+            assert e['dur'] >= 0 and e['args']['rows'] >= 0, e
+            assert any(p['name'] in ('forward', 'backward') and p['ts'] <= e['ts'] and
+                       e['ts'] + e['dur'] <= p['ts'] + p['dur'] + 1 for p in mine), ('outside', e)
+    rows = lambda k: [e['args']['rows'] for e in sorted(mine, key=lambda e: e['ts']) if e['name'] == k]
+    assert sum(rows('moe dispatch')) == sum(rows('moe combine backward')) > 0, pid
+PY
+then pass trace_moe_dispatch_combine
+else fail trace_moe_dispatch_combine "see $T/ep2_trace.json"; fi
 # the passes' parts (host-timed here, device-timed on a GPU: test_trace.sh): the
 # MoE layers and their experts' GEMMs, the attention core and the loss head,
 # nested in the passes and in each other, in the metrics and the log
@@ -241,7 +286,7 @@ reshard() { # name np_a "overrides_a" np_b "overrides_b" [reference run]
   [ "$2" -gt 1 ] && launch_a="$MPI -np $2 $LT"
   [ "$4" -gt 1 ] && launch_b="$MPI -np $4 $LT"
   $launch_a train configs/tiny.yaml $BASE train.steps=4 optimizer.decay_steps=8 checkpoint.dir=$out/ckA $3 \
-    >"$out/a.log" 2>&1 </dev/null &&
+    logging.metrics_file=$out/a.jsonl >"$out/a.log" 2>&1 </dev/null &&
     $launch_b train configs/tiny.yaml $BASE checkpoint.load=$out/ckA checkpoint.dir=$out/ckB \
       logging.metrics_file=$out/b.jsonl $5 >"$out/b.log" 2>&1 </dev/null &&
     python3 tests/compare_runs.py --resumed "$T/$ref/m.jsonl" "$out/b.jsonl" 5 8 1e-5
@@ -251,12 +296,17 @@ else fail checkpoint_ep4_to_ep1 "see $T/ep4_to_ep1"; fi
 if reshard ep1_to_ep2_pp2 1 "" 4 "$EP2 parallel.pipeline_model_parallel_size=2" >/dev/null 2>&1
 then pass checkpoint_ep1_to_ep2_pp2
 else fail checkpoint_ep1_to_ep2_pp2 "see $T/ep1_to_ep2_pp2"; fi
-# 8 experts over 8 ranks (DP 8, micro batch 1) to one process
+# 8 experts over 8 ranks (DP 8, micro batch 1) to one process; its first 4 steps
+# under EP 8 are one process's too (loss and gradient norm within 1e-5)
 E8="model.num_experts=8 train.micro_batch_size=1"
 if run ref_e8 1 $E8 &&
    reshard ep8_to_ep1 8 "$E8 parallel.expert_model_parallel_size=8" 1 "$E8" ref_e8 >/dev/null 2>&1
 then pass checkpoint_ep8_to_ep1
 else fail checkpoint_ep8_to_ep1 "see $T/ep8_to_ep1"; fi
+if [ -s "$T/ep8_to_ep1/a.jsonl" ] && err=$(python3 tests/compare_runs.py --resumed \
+     "$T/ref_e8/m.jsonl" "$T/ep8_to_ep1/a.jsonl" 1 4 1e-5 2>&1); then
+  pass ep8_over_dp8_matches_single_process
+else fail ep8_over_dp8_matches_single_process "${err:-no metrics of the EP 8 run}"; fi
 
 # dropless EP's receive buffers start at LT_MOE_EP_HEADROOM times the balanced
 # share (0.5 here, so the first forwards must grow them: 8 experts over EP 4)
