@@ -133,7 +133,7 @@ for c in "${CASES[@]}"; do
     # under EP, the prediction at the expert load the run measured (the planner
     # cannot foresee a router's balance: --moe-load), the balanced one beside it
     line=$(grep -m1 '^planned:  at the expert load' "$W/$name.$i.log" || grep -m1 '^planned:' "$W/$name.$i.log")
-    pred=$(echo "$line" | sed -n 's/.*predicted \([0-9.]*\) ms.*/\1/p')
+    pred=$(echo "$line" | sed -n 's/.*predict[a-z]* \([0-9.]*\) ms.*/\1/p')
     meas=$(echo "$line" | sed -n 's/.*measured \([0-9.]*\) ms.*/\1/p')
     if [ -z "$pred" ] || [ -z "$meas" ]; then
       failed=$(grep -iE 'error|warning' "$W/$name.$i.log" | head -1); break

@@ -67,9 +67,11 @@ static double expert_rows(const LtMoeShape *s, const LtModelDims *d) {
 }
 
 /* The memory-bound bytes of an MoE layer's routed half and of its shared
- * expert (s: bytes per activation), forward and backward. */
+ * expert (s: bytes per activation), forward and backward; paced: the rows the
+ * rank's experts get over the balanced rows (lt_plan_moe_rank_load), which
+ * scales what runs on the experts' side of the all-to-alls. */
 static void moe_bytes(const LtModelDims *d, const LtMoeShape *ms, const Cand *k, double s,
-                      double rows, double *f, double *b) {
+                      double rows, double paced, double *f, double *b) {
     const int llama = d->arch == LT_ARCH_LLAMA;
     const double C = d->hidden, N = ms->N, R = ms->R, E = ms->E, Fm = d->moe.ffn,
                  Fs = (double)d->moe.shared_ffn / k->tp;
@@ -77,10 +79,11 @@ static void moe_bytes(const LtModelDims *d, const LtMoeShape *ms, const Cand *k,
      * weights' gradient reads y), per row element; the experts' activation as
      * the dense MLP's; the router's fp32 scores read twice (top-k, the
      * load-balancing statistics) each way; EP's reorder 2s each way twice */
-    const double route = 2.0 * 4.0 * R * E, reorder = k->ep > 1 ? 2.0 * 2.0 * s * rows * C : 0.0;
-    *f = 2.0 * s * rows * C + s * (rows + R) * C + 3.0 * s * rows * Fm + route + reorder;
-    *b = 2.0 * s * rows * C + s * (2.0 * rows + R) * C + (llama ? 5.0 : 3.0) * s * rows * Fm +
-         route + reorder + (llama ? 0.0 : s * rows * (Fm + C)); /* GPT's expert biases */
+    const double xr = paced * rows; /* the rows the experts compute */
+    const double route = 2.0 * 4.0 * R * E, reorder = k->ep > 1 ? 2.0 * 2.0 * s * xr * C : 0.0;
+    *f = 2.0 * s * rows * C + s * (rows + R) * C + 3.0 * s * xr * Fm + route + reorder;
+    *b = 2.0 * s * rows * C + s * (2.0 * rows + R) * C + (llama ? 5.0 : 3.0) * s * xr * Fm +
+         route + reorder + (llama ? 0.0 : s * xr * (Fm + C)); /* GPT's expert biases */
     if (Fs > 0) { /* the shared expert on every row, and its output added to the routed one */
         *f += 3.0 * s * N * Fs + 3.0 * s * R * C;
         *b += (llama ? 5.0 : 3.0) * s * N * Fs + (llama ? 0.0 : s * N * (Fs + C));
@@ -126,7 +129,7 @@ void lt_plan_moe_layer(const LtConfig *c, const LtPlanDevice *g, int gpn, const 
                    R * router / (fp32 * lt_plan_gemm_eff_at(g, R));
     out->flops = dense + rows * per_row + R * router;
     out->redo_flops = out->flops - dense + (redo - d.moe.topk * per_row - router) * N / k->tp;
-    moe_bytes(&d, &ms, k, act, rows, &out->bytes_f, &out->bytes_b);
+    moe_bytes(&d, &ms, k, act, rows, paced, &out->bytes_f, &out->bytes_b);
     out->shared = d.moe.shared_ffn > 0;
     if (k->ep > 1) { /* the counts, then the rows; (ep - 1) / ep of them leave the rank */
         const double gbs = ep_spans_nodes(k, gpn) ? g->net_gbs : g->intra_gbs;
