@@ -96,6 +96,9 @@ typedef struct {
                                   * max/mean), for the planned line */
     int load_n;
     double *moe_tokens;          /* (MoE layers held x experts) the expert bias's counts */
+    float *bias_kept;            /* (MoE layers held x experts) this rank's master bias values
+                                  * before the step moved them, for a skipped update */
+    size_t *bias_at, *bias_len;  /* (MoE layers held) where in the master shard, how many */
 } Trainer;
 
 /* One step's outcome, as reported. */
@@ -379,8 +382,11 @@ static void alloc_step_state(Trainer *t) {
         t->moe_local = lt_calloc(sizeof(LtMoeStats) * (size_t)(lt_model_moe_layers(r->model) + 1));
         t->moe = lt_calloc(sizeof(LtMoeReport) * L);
         t->moe_sum = lt_calloc(sizeof(double) * 6 * L);
-        t->moe_tokens = lt_calloc(sizeof(double) * (size_t)cfg->model.num_experts *
-                                  (size_t)(lt_model_moe_layers(r->model) + 1));
+        const size_t held = (size_t)(lt_model_moe_layers(r->model) + 1);
+        t->moe_tokens = lt_calloc(sizeof(double) * (size_t)cfg->model.num_experts * held);
+        t->bias_kept = lt_calloc(sizeof(float) * (size_t)cfg->model.num_experts * held);
+        t->bias_at = lt_calloc(sizeof(size_t) * held);
+        t->bias_len = lt_calloc(sizeof(size_t) * held);
     }
 }
 
@@ -415,7 +421,11 @@ static void start_training(Trainer *t) {
  * the stage's TP x DP ranks, move each expert's bias by rate x sign(mean -
  * count). The optimizer's fp32 master weights of this rank's shard take it
  * before the update, which leaves them (the bias has no gradient and no decay)
- * and copies them into the parameters, gathered under ZeRO. */
+ * and copies them into the parameters, gathered under ZeRO. The values before
+ * the move are kept: a skipped update (restore_expert_bias) leaves the bias as
+ * it leaves every weight, so that a checkpoint of that step resumes the run
+ * the way it went on. (Megatron-Core moves the bias before its optimizer
+ * decides whether to skip.) */
 static void update_expert_bias(Trainer *t) {
     LtRun *r = &t->r;
     const LtConfig *c = r->cfg;
@@ -434,12 +444,15 @@ static void update_expert_bias(Trainer *t) {
         const size_t lo = p->offset > o->shard_begin ? p->offset : o->shard_begin,
                      end = o->shard_begin + o->shard_len,
                      hi = p->offset + (size_t)E < end ? p->offset + (size_t)E : end;
+        t->bias_len[k] = lo < hi ? hi - lo : 0;
         if (lo >= hi) continue; /* another data-parallel rank's shard holds it */
         const double *ck = cnt + (size_t)k * E;
         double mean = 0.0;
         for (int e = 0; e < E; e++) mean += ck[e] / E;
         float *dst = o->master + (lo - o->shard_begin);
         be->ops->download(be, v, dst, sizeof(float) * (hi - lo));
+        t->bias_at[k] = lo - o->shard_begin;
+        memcpy(t->bias_kept + (size_t)k * E, v, sizeof(float) * (hi - lo));
         for (size_t i = 0; i < hi - lo; i++) {
             const double off = mean - ck[lo - p->offset + i];
             v[i] += (float)(rate * (off > 0 ? 1.0 : off < 0 ? -1.0 : 0.0));
@@ -447,6 +460,17 @@ static void update_expert_bias(Trainer *t) {
         be->ops->upload(be, dst, v, sizeof(float) * (hi - lo));
     }
     free(v);
+}
+
+/* A skipped update: the expert bias back to its values before the step. */
+static void restore_expert_bias(Trainer *t) {
+    LtRun *r = &t->r;
+    if (!r->cfg->model.moe_router_enable_expert_bias) return;
+    const int n = lt_model_moe_layers(r->model), E = r->cfg->model.num_experts;
+    for (int k = 0; k < n; k++)
+        if (t->bias_len[k])
+            r->be->ops->upload(r->be, r->opt->master + t->bias_at[k],
+                               t->bias_kept + (size_t)k * E, sizeof(float) * t->bias_len[k]);
 }
 
 static int finish_update(Trainer *t, StepResult *s, double phase_s[2], double *spike_z) {
@@ -485,6 +509,7 @@ static void note_skip(Trainer *t, const StepResult *s, int spike, double spike_z
     const LtConfig *cfg = t->r.cfg;
     if (spike) { /* the loss was made NaN to skip the update: s->loss is the real one */
         lt_optim_skipped(t->r.opt);
+        restore_expert_bias(t);
         t->skipped++;
         lt_log("step %ld: loss %g is a spike (%.1f standard deviations above the mean of the "
                "last %d steps, train.loss_spike_zscore=%g): update skipped (weights and Adam "
@@ -493,6 +518,7 @@ static void note_skip(Trainer *t, const StepResult *s, int spike, double spike_z
                cfg->train.max_skipped_steps);
     } else if (!isfinite(s->norm)) {
         lt_optim_skipped(t->r.opt);
+        restore_expert_bias(t);
         t->skipped++;
         lt_log("step %ld: loss %g, grad norm %g: not finite: update skipped (weights and "
                "Adam moments unchanged; %d in a row, train.max_skipped_steps=%d)\n",
@@ -904,6 +930,9 @@ static int close_training(Trainer *t) {
     free(t->moe);
     free(t->moe_sum);
     free(t->moe_tokens);
+    free(t->bias_kept);
+    free(t->bias_at);
+    free(t->bias_len);
     lt_run_teardown(r);
     return t->exit_code;
 }
