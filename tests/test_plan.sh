@@ -471,6 +471,9 @@ for v in 0.5 0 x ""; do
   out=$("$LT" plan $ML --moe-load "$v" 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -q -- "--moe-load needs the expected expert load" || bad="$bad '$v'(rc=$rc)"
 done
+out=$("$LT" plan configs/tiny.yaml --layout --gpus 1 --gpu cpu --moe-load 2 2>&1); rcd=$?
+[ $rcd -eq 2 ] && echo "$out" | grep -q -- "--moe-load is an MoE model's expected expert load; this model has no experts" ||
+  bad="$bad dense(rc=$rcd)"
 if [ $rm1$rm2$rm3 = 000 ] && [ -z "$bad" ] &&
    python3 -c "import sys; sys.exit(not float(sys.argv[2]) < float(sys.argv[1]))" "$s1" "$s2" &&
    grep -q '^expert load max/mean 1.50 (--moe-load): the most loaded of an expert-parallel group.s 2 ranks gets 1.17x the mean rows' "$T/ml2" &&

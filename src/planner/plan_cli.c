@@ -335,6 +335,9 @@ static int plan_setup(PlanArgs *p, PlanSetup *s) {
     if (rc) return bad(err, NULL);
     const LtConfig *b = &s->base;
     s->moe = b->model.num_experts > 0;
+    if (!s->moe && p->moe_load != 1.0)
+        return bad("--moe-load is an MoE model's expected expert load; this model has no "
+                   "experts (model.num_experts is 0)", NULL);
     s->cpu_run = b->train.device == LT_DEVICE_CPU ||
                  (b->train.device == LT_DEVICE_AUTO && lt_cuda_device_count() <= 0);
     /* --layout of a config that trains on the CPU: the cpu row unless told */
