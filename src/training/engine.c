@@ -317,23 +317,25 @@ static int plan_device(const LtRun *r, LtPlanDevice *dev) {
     return 0;
 }
 
-/* The planner's step time for this run's layout, to print beside the measured
- * one (plan_device says on which device), with balanced experts. */
-static void plan_step(LtRun *r) {
+/* The planner's step time for this run's layout at expert load moe_load on
+ * the device plan_device picks (its row's name into name, when given): 0, or
+ * -1 where there is none. */
+static int plan_at(const LtRun *r, double moe_load, LtPlanStep *out, char name[32]) {
     LtPlanDevice dev;
     char err[256];
-    if (plan_device(r, &dev)) return;
-    if (lt_plan_step(r->cfg, r->world->world, r->world->local_size, &dev, r->be->act_size,
-                     lt_comm_lib(r->pp) == LT_COMM_LIB_MPI, 1.0, &r->plan, err, sizeof err) == 0)
-        snprintf(r->plan_device, sizeof r->plan_device, "%s", dev.name);
+    if (plan_device(r, &dev) ||
+        lt_plan_step(r->cfg, r->world->world, r->world->local_size, &dev, r->be->act_size,
+                     lt_comm_lib(r->pp) == LT_COMM_LIB_MPI, moe_load, out, err, sizeof err))
+        return -1;
+    if (name) snprintf(name, 32, "%s", dev.name);
+    return 0;
 }
 
+/* The prediction to print beside the measured step, with balanced experts. */
+static void plan_step(LtRun *r) { plan_at(r, 1.0, &r->plan, r->plan_device); }
+
 int lt_run_plan_at_load(const LtRun *r, double moe_load, LtPlanStep *out) {
-    LtPlanDevice dev;
-    char err[256];
-    if (!r->plan_device[0] || plan_device(r, &dev)) return -1;
-    return lt_plan_step(r->cfg, r->world->world, r->world->local_size, &dev, r->be->act_size,
-                        lt_comm_lib(r->pp) == LT_COMM_LIB_MPI, moe_load, out, err, sizeof err);
+    return r->plan_device[0] ? plan_at(r, moe_load, out, NULL) : -1;
 }
 
 /* Expert parallelism: the model's expert table (model.h) gets its values,

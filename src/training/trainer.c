@@ -98,7 +98,6 @@ typedef struct {
     double *moe_tokens;          /* (MoE layers held x experts) the expert bias's counts */
     float *bias_kept;            /* (MoE layers held x experts) this rank's master bias values
                                   * before the step moved them, for a skipped update */
-    size_t *bias_at, *bias_len;  /* (MoE layers held) where in the master shard, how many */
 } Trainer;
 
 /* One step's outcome, as reported. */
@@ -385,8 +384,6 @@ static void alloc_step_state(Trainer *t) {
         const size_t held = (size_t)(lt_model_moe_layers(r->model) + 1);
         t->moe_tokens = lt_calloc(sizeof(double) * (size_t)cfg->model.num_experts * held);
         t->bias_kept = lt_calloc(sizeof(float) * (size_t)cfg->model.num_experts * held);
-        t->bias_at = lt_calloc(sizeof(size_t) * held);
-        t->bias_len = lt_calloc(sizeof(size_t) * held);
     }
 }
 
@@ -412,10 +409,18 @@ static void start_training(Trainer *t) {
 
 /* ---- one step ------------------------------------------------------------------ */
 
-/* Gradient finalisation and the update of step t->step (the host's seconds
- * of each in phase_s[0] and phase_s[1]; s->lr the update's LR). Returns 1
- * when the update is skipped as a loss spike, with the step's real loss in
- * s->loss and its standard score in *spike_z. */
+/* This rank's share of MoE layer k's expert bias in the optimizer's master
+ * shard: elements lo .. hi - 1 of the parameters (lo >= hi: another
+ * data-parallel rank's shard holds it). */
+static const LtParam *bias_slice(const LtRun *r, int k, size_t *lo, size_t *hi) {
+    const LtOptimizer *o = r->opt;
+    const LtParam *p = &r->model->table.p[lt_model_moe_bias_index(r->model, k)];
+    const size_t E = (size_t)r->cfg->model.num_experts, end = o->shard_begin + o->shard_len;
+    *lo = p->offset > o->shard_begin ? p->offset : o->shard_begin;
+    *hi = p->offset + E < end ? p->offset + E : end;
+    return p;
+}
+
 /* Aux-loss-free balancing (model.moe_router_enable_expert_bias; Megatron-Core's
  * get_updated_expert_bias): the step's kept assignments per expert, summed over
  * the stage's TP x DP ranks, move each expert's bias by rate x sign(mean -
@@ -440,18 +445,14 @@ static void update_expert_bias(Trainer *t) {
     LtBackend *be = r->be;
     float *v = lt_malloc(sizeof(float) * (size_t)E);
     for (int k = 0; k < n; k++) {
-        const LtParam *p = &r->model->table.p[lt_model_moe_bias_index(r->model, k)];
-        const size_t lo = p->offset > o->shard_begin ? p->offset : o->shard_begin,
-                     end = o->shard_begin + o->shard_len,
-                     hi = p->offset + (size_t)E < end ? p->offset + (size_t)E : end;
-        t->bias_len[k] = lo < hi ? hi - lo : 0;
-        if (lo >= hi) continue; /* another data-parallel rank's shard holds it */
+        size_t lo, hi;
+        const LtParam *p = bias_slice(r, k, &lo, &hi);
+        if (lo >= hi) continue;
         const double *ck = cnt + (size_t)k * E;
         double mean = 0.0;
         for (int e = 0; e < E; e++) mean += ck[e] / E;
         float *dst = o->master + (lo - o->shard_begin);
         be->ops->download(be, v, dst, sizeof(float) * (hi - lo));
-        t->bias_at[k] = lo - o->shard_begin;
         memcpy(t->bias_kept + (size_t)k * E, v, sizeof(float) * (hi - lo));
         for (size_t i = 0; i < hi - lo; i++) {
             const double off = mean - ck[lo - p->offset + i];
@@ -467,12 +468,19 @@ static void restore_expert_bias(Trainer *t) {
     LtRun *r = &t->r;
     if (!r->cfg->model.moe_router_enable_expert_bias) return;
     const int n = lt_model_moe_layers(r->model), E = r->cfg->model.num_experts;
-    for (int k = 0; k < n; k++)
-        if (t->bias_len[k])
-            r->be->ops->upload(r->be, r->opt->master + t->bias_at[k],
-                               t->bias_kept + (size_t)k * E, sizeof(float) * t->bias_len[k]);
+    for (int k = 0; k < n; k++) {
+        size_t lo, hi;
+        bias_slice(r, k, &lo, &hi);
+        if (lo < hi)
+            r->be->ops->upload(r->be, r->opt->master + (lo - r->opt->shard_begin),
+                               t->bias_kept + (size_t)k * E, sizeof(float) * (hi - lo));
+    }
 }
 
+/* Gradient finalisation and the update of step t->step (the host's seconds
+ * of each in phase_s[0] and phase_s[1]; s->lr the update's LR). Returns 1
+ * when the update is skipped as a loss spike, with the step's real loss in
+ * s->loss and its standard score in *spike_z. */
 static int finish_update(Trainer *t, StepResult *s, double phase_s[2], double *spike_z) {
     LtRun *r = &t->r;
     const LtConfig *cfg = r->cfg;
@@ -931,8 +939,6 @@ static int close_training(Trainer *t) {
     free(t->moe_sum);
     free(t->moe_tokens);
     free(t->bias_kept);
-    free(t->bias_at);
-    free(t->bias_len);
     lt_run_teardown(r);
     return t->exit_code;
 }
