@@ -26,7 +26,7 @@ typedef enum { LT_DEVICE_AUTO = 0, LT_DEVICE_CPU, LT_DEVICE_CUDA } LtDeviceKind;
 typedef enum { LT_COMM_AUTO = 0, LT_COMM_NCCL, LT_COMM_MPI } LtCommBackend;
 typedef enum { LT_ARCH_GPT = 0, LT_ARCH_LLAMA = 1 } LtArch;
 typedef enum { LT_SPLIT_VALID = 0, LT_SPLIT_TEST = 1 } LtEvalSplit;
-typedef enum { LT_ROPE_NONE = 0, LT_ROPE_LLAMA3 = 1 } LtRopeScalingKind;
+typedef enum { LT_ROPE_NONE = 0, LT_ROPE_LLAMA3 = 1, LT_ROPE_YARN = 2 } LtRopeScalingKind;
 /* mixture of experts: model.moe_router_score_function, moe_router_load_balancing_type,
  * moe_token_drop_policy (Megatron-Core's values) */
 typedef enum { LT_MOE_SOFTMAX = 0, LT_MOE_SIGMOID = 1 } LtMoeScore;
@@ -71,11 +71,16 @@ typedef struct {
                                         * (llama; Megatron-Core's qk_layernorm) */
         double norm_epsilon;           /* RMSNorm epsilon (llama; GPT's LayerNorm uses 1e-5) */
         double rotary_base;            /* RoPE base theta (llama) */
-        LtRopeScalingKind rope_scaling; /* none | llama3 (Llama 3.1's frequency scaling) */
-        double rope_scaling_factor;    /* llama3: 8 */
+        LtRopeScalingKind rope_scaling; /* none | llama3 (Llama 3.1's frequency scaling) |
+                                        * yarn (YaRN: gpt-oss, DeepSeek-V3) */
+        double rope_scaling_factor;    /* llama3: 8; yarn: the context extension */
         double rope_low_freq_factor;   /* llama3: 1 */
         double rope_high_freq_factor;  /* llama3: 4 */
-        int rope_original_max_position; /* llama3: 8192 */
+        int rope_original_max_position; /* llama3: 8192; yarn: the pretraining context */
+        double rope_beta_fast;         /* yarn: rotations bounding the kept frequencies (32) */
+        double rope_beta_slow;         /* yarn: rotations bounding the scaled ones (1) */
+        bool rope_truncate;            /* yarn: round the blend's bounds to whole pairs */
+        double rope_attention_factor;  /* yarn: cos/sin multiplier; 0: 0.1 ln(factor) + 1 */
         bool untie_embeddings_and_output_weights; /* LM head its own weight, not wte */
         double init_method_std;        /* std of the normal init (residual projections:
                                         * init_method_std / sqrt(2 * num_layers)) */

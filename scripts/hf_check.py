@@ -6,7 +6,7 @@ SKIP and exits 0); run as
     HF_PYTHON=/path/to/venv/bin/python; $HF_PYTHON scripts/hf_check.py [--lattice build/lattice]
 
 For a tiny LlamaForCausalLM (grouped-query attention, untied, llama3 rope
-scaling), MixtralForCausalLM (4 experts, top 2, grouped-query) and
+scaling; and with YaRN's, untruncated as gpt-oss's), MixtralForCausalLM (4 experts, top 2, grouped-query) and
 GPT2LMHeadModel (tied and untied), saved by transformers' save_pretrained in
 fp32 and in bf16:
   - `lattice import` of the directory, then `lattice export`;
@@ -68,6 +68,14 @@ def models():
         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 32})
     yield "llama", transformers.LlamaForCausalLM(llama)
+    # YaRN as gpt-oss sets it (no truncation), over a context 4x the original
+    yarn = transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=37, max_position_embeddings=64, rms_norm_eps=1e-5,
+        rope_theta=150000.0, tie_word_embeddings=False,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                      "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False})
+    yield "llama_yarn", transformers.LlamaForCausalLM(yarn)
     mixtral = transformers.MixtralConfig(
         hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=37, max_position_embeddings=64, rms_norm_eps=1e-5,
@@ -256,12 +264,15 @@ def lattice_mixtral(lattice, tmp):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lattice", default="build/lattice")
+    ap.add_argument("--only", default="", help="run only the models whose name starts with this")
     a = ap.parse_args()
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     with tempfile.TemporaryDirectory() as tmp:
         for name, model in models():
             perturb(model)
             for dtype in ("float32", "bfloat16"):
+                if a.only and not name.startswith(a.only):
+                    continue
                 try:
                     ck, ref = check(a.lattice, name, model, dtype, tmp)
                     if dtype == "float32":
@@ -272,7 +283,8 @@ def main():
                 except Exception as e:  # a failed step fails its case, the others still run
                     report(False, f"{name}_{dtype}", str(e))
         try:
-            lattice_mixtral(a.lattice, tmp)
+            if not a.only or "lattice_mixtral".startswith(a.only):
+                lattice_mixtral(a.lattice, tmp)
         except Exception as e:
             report(False, "lattice_mixtral", str(e))
     print(f"{failures} failed")

@@ -659,7 +659,7 @@ static void test_import_refusals(void) {
         {"\"attention_bias\": false", "\"attention_bias\": true", "'attention_bias' is true"},
         {"\"mlp_bias\": false", "\"mlp_bias\": true", "'mlp_bias' is true"},
         {"\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "'hidden_act' is 'gelu'"},
-        {"\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\"", "'rope_scaling.rope_type' is 'yarn'"},
+        {"\"rope_type\": \"llama3\"", "\"rope_type\": \"longrope\"", "'rope_scaling.rope_type' is 'longrope'"},
         {"\"factor\": 8.0,", "", "'rope_scaling.factor' is missing"},
         {"\"head_dim\": 8", "\"head_dim\": 16", "q_proj.weight' has shape (32, 32); config.json implies (64, 32)"},
         {"\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3", "model.num_query_groups (3) must divide"},

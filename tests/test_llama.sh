@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_llama.sh BUILD_DIR - the Llama block (configs/llama-tiny.yaml: RMSNorm,
 # SwiGLU, RoPE with Llama 3.1 scaling, 4 query heads over 2 key/value heads,
-# untied LM head) in every parallel layout: trained 10 steps under mpirun on
+# untied LM head; and YaRN) in every parallel layout: trained 10 steps under mpirun on
 # the CPU backend it must match one process (loss and grad norm per step,
 # exported weights), a checkpoint moves between layouts, bf16 stays within
 # bf16 tolerance, it learns, its exported logits match an independent float64
@@ -122,6 +122,26 @@ PY
 then pass vocab_128k_int32_tokens_tp2_matches
 else fail vocab_128k_int32_tokens_tp2_matches "$(tail -2 "$T/v2.log")"; fi
 
+# ---- YaRN (gpt-oss's rope: untruncated, factor 4 over an original 16 positions) -------
+# its logits scale by the attention factor squared and its slow pairs turn slower, so
+# its losses leave the reference's (bitwise the same run otherwise); the export
+# carries the parameters
+YARN=(model.rope_scaling=yarn model.rope_scaling_factor=4 model.rope_original_max_position=16
+      model.rope_truncate=false)
+if run yarn 1 "${YARN[@]}" &&
+   python3 - "$T/ref/m.jsonl" "$T/yarn/m.jsonl" "$T/yarn/hf/config.json" <<'PY'
+import json, sys
+last = lambda p: [json.loads(l) for l in open(p) if '"loss"' in l][-1]["loss"]
+a, b, rs = last(sys.argv[1]), last(sys.argv[2]), json.load(open(sys.argv[3]))["rope_scaling"]
+assert abs(a - b) > 1e-6 * a, f"yarn loss {b} equals the reference's {a}"
+want = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "beta_fast": 32.0,
+        "beta_slow": 1.0, "truncate": False}
+assert all(rs.get(k) == v for k, v in want.items()), f"rope_scaling {rs}"
+assert abs(rs["attention_factor"] - 1.1386294361119891) < 1e-12, rs
+PY
+then pass yarn_trains_and_exports
+else fail yarn_trains_and_exports "see $T/yarn"; fi
+
 # ---- refusals ----------------------------------------------------------------------
 refused() { # name pattern np overrides...
   local name=$1 pat=$2 np=$3 rc n; shift 3
@@ -137,12 +157,16 @@ refused groups_vs_tp "num_query_groups (2) must be divisible by parallel.tensor_
   4 parallel.tensor_model_parallel_size=4
 refused odd_head_dim "head dimension .* must be even" 1 model.hidden_size=20
 refused llama_without_ffn "needs model.ffn_hidden_size" 1 model.ffn_hidden_size=0
-"$LT" train configs/tiny.yaml data.train_path=$T/train.ltok model.num_query_groups=2 \
-  >"$T/gpt_groups.log" 2>&1
-rc=$?
-if [ $rc -eq 2 ] && grep -q "model.num_query_groups is a setting of the Llama block" "$T/gpt_groups.log"
-then pass refused_llama_key_on_gpt
-else fail refused_llama_key_on_gpt "rc=$rc: $(tail -1 "$T/gpt_groups.log")"; fi
+refused_on_gpt() { # name key=value: a Llama key in a GPT config is refused, naming the key
+  local rc
+  "$LT" train configs/tiny.yaml data.train_path=$T/train.ltok "$2" >"$T/gpt_$1.log" 2>&1
+  rc=$?
+  if [ $rc -eq 2 ] && grep -q "${2%%=*} is a setting of the Llama block" "$T/gpt_$1.log"
+  then pass "refused_$1_on_gpt"
+  else fail "refused_$1_on_gpt" "rc=$rc: $(tail -1 "$T/gpt_$1.log")"; fi
+}
+refused_on_gpt llama_key model.num_query_groups=2
+refused_on_gpt yarn_key model.rope_beta_fast=16
 
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

@@ -26,7 +26,7 @@ static LtModelDims tiny_llama_dims(void) {
     LtModelDims d = {.num_layers = 2, .hidden = 32, .heads = 4, .ffn = 48, .seq_len = 8,
                      .max_pos = 8, .vocab = 37, .padded_vocab = 128, .arch = LT_ARCH_LLAMA,
                      .kv_heads = 2, .untied = 1, .norm_eps = 1e-5f, .rope_base = 10000,
-                     .rope = {LT_ROPE_SCALING_LLAMA3, 8, 1, 4, 4}};
+                     .rope = {LT_ROPE_SCALING_LLAMA3, 8, 1, 4, 4, 0, 0, 0, 0}};
     return d;
 }
 

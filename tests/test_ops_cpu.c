@@ -1379,7 +1379,7 @@ static double rope_loss(void) {
  * <rope(x), R> against rope_inverse(R) (the backward); bf16 against fp32. */
 static void test_rope(void) {
     int shapes[][5] = {{2, 5, 4, 2, 8}, {3, 7, 3, 1, 6}, {1, 4, 2, 2, 2}, {2, 33, 4, 4, 64}};
-    const LtRopeScaling l3 = {LT_ROPE_SCALING_LLAMA3, 8, 1, 4, 16};
+    const LtRopeScaling l3 = {LT_ROPE_SCALING_LLAMA3, 8, 1, 4, 16, 0, 0, 0, 0};
     for (int s = 0; s < 4; s++) {
         const int B = shapes[s][0], T = shapes[s][1], NH = shapes[s][2], NKV = shapes[s][3];
         const int HD = shapes[s][4], NA = NH + 2 * NKV, H2 = HD / 2;
@@ -1451,8 +1451,8 @@ static void test_rope_freq(void) {
         {0, 1.0}, {10, 0.1286873734326505}, {28, 0.0032114459947525913},
         {29, 0.0021665707635033595}, {32, 0.0005248461609929551}, {34, 0.00017850781276799665},
         {35, 9.556212353964687e-05}, {40, 3.4281021959525906e-05}, {63, 3.0689259889145127e-07}};
-    const LtRopeScaling l3 = {LT_ROPE_SCALING_LLAMA3, 8, 1, 4, 8192};
-    const LtRopeScaling none = {LT_ROPE_SCALING_NONE, 8, 1, 4, 8192};
+    const LtRopeScaling l3 = {LT_ROPE_SCALING_LLAMA3, 8, 1, 4, 8192, 0, 0, 0, 0};
+    const LtRopeScaling none = {LT_ROPE_SCALING_NONE, 8, 1, 4, 8192, 0, 0, 0, 0};
     double f[64], f0[64], f1[64];
     lt_rope_inv_freq(f, 128, 500000.0, &l3);
     lt_rope_inv_freq(f0, 128, 500000.0, &none);
@@ -1479,6 +1479,58 @@ static void test_rope_freq(void) {
     const float *last = cs + (size_t)(TT - 1) * HD;
     e = fmax(e, fmax(fabs(last[0] - cos((TT - 1) * g[0])), fabs(last[1] - sin((TT - 1) * g[0]))));
     CHECK(e <= 1e-7, "cos/sin table: max error %g", e);
+    free(cs);
+}
+
+/* YaRN's inverse frequencies and attention factor at gpt-oss's parameters (HD 64, base
+ * 150000, factor 32 over an original 4096 positions, betas 32 and 1) against transformers
+ * 5.24's own _compute_yarn_parameters (evaluated in fp32 there, hence 1e-6): truncate off
+ * (gpt-oss) and on (the default) differ only inside the ramp (j 10, 12, 16); j 0, 5, 8
+ * keep f, j 20, 24, 31 are divided by 32. The table holds the factor times cos and sin. */
+static void test_rope_yarn(void) {
+    static const struct { int j; double off, on; } w[] = {
+        {0, 1.0, 1.0}, {5, 0.15532298386096954, 0.15532298386096954},
+        {8, 0.05081327259540558, 0.05081327259540558},
+        {10, 0.019334999844431877, 0.019450966268777847},
+        {12, 0.006794959306716919, 0.007015713956207037},
+        {16, 0.0004564839182421565, 0.0005809474969282746},
+        {20, 1.818833698052913e-05, 1.818833698052913e-05},
+        {24, 4.099978468730114e-06, 4.099978468730114e-06},
+        {31, 3.023511396804679e-07, 3.023511396804679e-07}};
+    LtRopeScaling y = {.type = LT_ROPE_SCALING_YARN, .factor = 32, .original_max_position = 4096,
+                       .beta_fast = 32, .beta_slow = 1, .truncate = 0};
+    double off[32], on[32], plain[32];
+    lt_rope_inv_freq(off, 64, 150000.0, &y);
+    y.truncate = 1;
+    lt_rope_inv_freq(on, 64, 150000.0, &y);
+    lt_rope_inv_freq(plain, 64, 150000.0, NULL);
+    for (size_t k = 0; k < sizeof w / sizeof w[0]; k++) {
+        const int j = w[k].j;
+        CHECK(fabs(off[j] - w[k].off) <= 1e-6 * w[k].off, "yarn inv_freq[%d] = %.17g, want %.17g", j,
+              off[j], w[k].off);
+        CHECK(fabs(on[j] - w[k].on) <= 1e-6 * w[k].on, "yarn truncated inv_freq[%d] = %.17g, want %.17g",
+              j, on[j], w[k].on);
+    }
+    for (int j = 0; j < 32; j++)
+        CHECK(off[j] <= plain[j] && off[j] >= plain[j] / 32 * (1 - 1e-15), "yarn inv_freq[%d] out of [f/32, f]", j);
+    CHECK(fabs(lt_rope_attention_factor(&y) - 1.3465735902799727) <= 1e-15, "attention factor %.17g",
+          lt_rope_attention_factor(&y));
+    y.attention_factor = 1.25;
+    CHECK(lt_rope_attention_factor(&y) == 1.25, "a given attention factor is kept");
+    y.attention_factor = 0, y.factor = 1;
+    CHECK(lt_rope_attention_factor(&y) == 1.0, "factor 1: attention factor 1");
+    enum { T = 300, HD = 64 };
+    float *cs = falloc((size_t)T * HD);
+    y.factor = 32;
+    lt_rope_table(cs, T, HD, 150000.0, &y);
+    double e = 0;
+    for (int t = 0; t < T; t += 7)
+        for (int j = 0; j < HD / 2; j++) {
+            const float *p = cs + ((size_t)t * (HD / 2) + j) * 2;
+            const double m = 1.3465735902799727;
+            e = fmax(e, fmax(fabs(p[0] - m * cos(t * on[j])), fabs(p[1] - m * sin(t * on[j]))));
+        }
+    CHECK(e <= 2e-7, "yarn cos/sin table: max error %g", e);
     free(cs);
 }
 
@@ -1761,6 +1813,7 @@ int main(void) {
     RUN(test_swiglu);
     RUN(test_rope);
     RUN(test_rope_freq);
+    RUN(test_rope_yarn);
     RUN(test_llama_determinism);
     RUN(test_bf16);
     timing();

@@ -38,7 +38,7 @@ static const char *const COMM_NAMES[] = {"auto", "nccl", "mpi", NULL};
 static const char *const ATTENTION_NAMES[] = {"auto", "cudnn", "lattice", NULL};
 static const char *const EVAL_SPLIT_NAMES[] = {"valid", "test", NULL};
 static const char *const ARCH_NAMES[] = {"gpt", "llama", NULL};             /* index = LtArch */
-static const char *const ROPE_SCALING_NAMES[] = {"none", "llama3", NULL}; /* LtRopeScalingKind */
+static const char *const ROPE_SCALING_NAMES[] = {"none", "llama3", "yarn", NULL}; /* LtRopeScalingKind */
 static const char *const LR_DECAY_NAMES[] = {"cosine", "linear", "constant", "inverse_square_root",
                                              "wsd", NULL}; /* LtLrDecayStyle */
 static const char *const WSD_DECAY_NAMES[] = {"exponential", "linear", "cosine", "minus_sqrt",
@@ -87,6 +87,10 @@ const KeyDesc lt_cfg_keys[] = {
     K_DBL(model, rope_low_freq_factor, 0, 0, D_MIN_OPEN | D_NO_MAX),
     K_DBL(model, rope_high_freq_factor, 0, 0, D_MIN_OPEN | D_NO_MAX),
     K_INT(model, rope_original_max_position, 1, INT_MAX),
+    K_DBL(model, rope_beta_fast, 0, 0, D_MIN_OPEN | D_NO_MAX),
+    K_DBL(model, rope_beta_slow, 0, 0, D_MIN_OPEN | D_NO_MAX),
+    K_BOOL(model, rope_truncate),
+    K_DBL(model, rope_attention_factor, 0, 0, D_NO_MAX),
     K_BOOL(model, untie_embeddings_and_output_weights),
     K_DBL(model, init_method_std, 0, 0, D_MIN_OPEN | D_NO_MAX),
     K_INT(model, num_experts, 0, INT_MAX),

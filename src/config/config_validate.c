@@ -127,6 +127,11 @@ static int rule_llama_only_keys(const Rules *r, char *err, size_t errlen) {
          c->model.rope_high_freq_factor != d.model.rope_high_freq_factor},
         {"model.rope_original_max_position",
          c->model.rope_original_max_position != d.model.rope_original_max_position},
+        {"model.rope_beta_fast", c->model.rope_beta_fast != d.model.rope_beta_fast},
+        {"model.rope_beta_slow", c->model.rope_beta_slow != d.model.rope_beta_slow},
+        {"model.rope_truncate", c->model.rope_truncate != d.model.rope_truncate},
+        {"model.rope_attention_factor",
+         c->model.rope_attention_factor != d.model.rope_attention_factor},
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (keys[i].differs)

@@ -25,6 +25,7 @@
 #include "common.h"
 #include "checkpoint.h"
 #include "fileio.h"
+#include "rope.h"
 #include "safetensors.h"
 
 /* The safetensors list of map[0, n): pointers into master, transposed
@@ -88,9 +89,26 @@ static void write_gpt2_config(FILE *f, const LtConfig *c) {
             c->model.untie_embeddings_and_output_weights ? "false" : "true", init);
 }
 
-/* rope_scaling's JSON value of c: null, or Llama 3.1's frequency scaling. */
+/* rope_scaling's JSON value of c: null, Llama 3.1's frequency scaling, or YaRN
+ * (with the attention factor lattice uses written out, so no reader derives another). */
 static void rope_scaling_json(const LtConfig *c, char *rope, size_t n) {
     snprintf(rope, n, "null");
+    if (c->model.rope_scaling == LT_ROPE_YARN) {
+        const LtRopeScaling s = {.type = LT_ROPE_SCALING_YARN, .factor = c->model.rope_scaling_factor,
+                                 .attention_factor = c->model.rope_attention_factor};
+        char fa[40], bf[40], bs[40], af[40];
+        json_float(c->model.rope_scaling_factor, fa, sizeof fa);
+        json_float(c->model.rope_beta_fast, bf, sizeof bf);
+        json_float(c->model.rope_beta_slow, bs, sizeof bs);
+        json_float(lt_rope_attention_factor(&s), af, sizeof af);
+        snprintf(rope, n,
+                 "{\n    \"rope_type\": \"yarn\",\n    \"factor\": %s,\n"
+                 "    \"original_max_position_embeddings\": %d,\n    \"beta_fast\": %s,\n"
+                 "    \"beta_slow\": %s,\n    \"truncate\": %s,\n    \"attention_factor\": %s\n  }",
+                 fa, c->model.rope_original_max_position, bf, bs,
+                 c->model.rope_truncate ? "true" : "false", af);
+        return;
+    }
     if (c->model.rope_scaling != LT_ROPE_LLAMA3) return;
     char fa[40], lo[40], hi[40];
     json_float(c->model.rope_scaling_factor, fa, sizeof fa);

@@ -218,7 +218,41 @@ static int read_arch(const Cfg *c, HfClass *cls) {
     return 0;
 }
 
-/* rope_scaling (or transformers 5's rope_parameters): none or llama3. */
+/* YaRN's parameters as transformers reads them (_compute_yarn_parameters): factor
+ * (absent: max_position_embeddings over the original), beta_fast 32 and beta_slow 1
+ * when absent or 0, truncate true when absent, and the attention factor given, or
+ * DeepSeek's ratio of mscale and mscale_all_dim when both are nonzero, or else
+ * lattice's default (0.1 ln(factor) + 1). */
+static int read_yarn(const Cfg *c, const LtJson *rs, const char *where, LtConfig *cfg) {
+    __typeof__(cfg->model) *m = &cfg->model;
+    m->rope_scaling = LT_ROPE_YARN;
+    double beta_fast, beta_slow, attn, mscale, mscale_all;
+    if (get_int(c, rs, where, "original_max_position_embeddings", 1, INT_MAX, REQUIRED,
+                &m->rope_original_max_position) ||
+        get_num(c, rs, where, "factor", (double)m->max_position_embeddings / m->rope_original_max_position,
+                &m->rope_scaling_factor) ||
+        get_num(c, rs, where, "beta_fast", 0, &beta_fast) || get_num(c, rs, where, "beta_slow", 0, &beta_slow) ||
+        get_num(c, rs, where, "attention_factor", 0, &attn) || get_num(c, rs, where, "mscale", 0, &mscale) ||
+        get_num(c, rs, where, "mscale_all_dim", 0, &mscale_all))
+        return -1;
+    if (m->rope_scaling_factor < 1 || beta_fast < 0 || beta_slow < 0 || attn < 0)
+        return lt_errorf(c->err, c->errlen, "%s: '%sfactor' (%g) must be >= 1 and beta_fast, beta_slow, "
+                         "attention_factor >= 0", c->path, where, m->rope_scaling_factor);
+    m->rope_beta_fast = beta_fast > 0 ? beta_fast : 32;
+    m->rope_beta_slow = beta_slow > 0 ? beta_slow : 1;
+    const LtJson *tr = opt(rs, "truncate");
+    if (tr && tr->type != LT_JSON_BOOL)
+        return lt_errorf(c->err, c->errlen, "%s: '%struncate' must be true or false", c->path, where);
+    m->rope_truncate = !tr || tr->boolean;
+    const double ln = log(m->rope_scaling_factor);
+    if (attn > 0) m->rope_attention_factor = attn;
+    else if (mscale != 0 && mscale_all != 0 && m->rope_scaling_factor > 1)
+        m->rope_attention_factor = (0.1 * mscale * ln + 1) / (0.1 * mscale_all * ln + 1);
+    else m->rope_attention_factor = 0;
+    return 0;
+}
+
+/* rope_scaling (or transformers 5's rope_parameters): none, llama3 or yarn. */
 static int read_rope(const Cfg *c, double theta_default, LtConfig *cfg) {
     const LtJson *params = opt(c->js, "rope_parameters"), *rs = opt(c->js, "rope_scaling");
     const char *where = "rope_scaling.";
@@ -235,10 +269,11 @@ static int read_rope(const Cfg *c, double theta_default, LtConfig *cfg) {
     if (rs->type != LT_JSON_OBJECT)
         return lt_errorf(c->err, c->errlen, "%s: '%.*s' must be an object or null", c->path,
                          (int)strlen(where) - 1, where);
-    static const char *const types[] = {"default", "llama3", NULL};
+    static const char *const types[] = {"default", "llama3", "yarn", NULL};
     const char *type;
     const char *key = opt(rs, "type") && !opt(rs, "rope_type") ? "type" : "rope_type"; /* older files: "type" */
     if (need_str(c, rs, where, key, params == rs ? "default" : NULL, types, &type)) return -1;
+    if (strcmp(type, "yarn") == 0) return read_yarn(c, rs, where, cfg);
     if (strcmp(type, "llama3") != 0) return 0;
     cfg->model.rope_scaling = LT_ROPE_LLAMA3;
     return get_num(c, rs, where, "factor", NAN, &cfg->model.rope_scaling_factor) ||
@@ -394,6 +429,10 @@ static int model_changed(const LtConfig *a, const LtConfig *b, const char **key)
          a->model.rope_high_freq_factor != b->model.rope_high_freq_factor},
         {"model.rope_original_max_position",
          a->model.rope_original_max_position != b->model.rope_original_max_position},
+        {"model.rope_beta_fast", a->model.rope_beta_fast != b->model.rope_beta_fast},
+        {"model.rope_beta_slow", a->model.rope_beta_slow != b->model.rope_beta_slow},
+        {"model.rope_truncate", a->model.rope_truncate != b->model.rope_truncate},
+        {"model.rope_attention_factor", a->model.rope_attention_factor != b->model.rope_attention_factor},
         {"model.untie_embeddings_and_output_weights",
          a->model.untie_embeddings_and_output_weights != b->model.untie_embeddings_and_output_weights},
         {"model.num_experts", a->model.num_experts != b->model.num_experts},

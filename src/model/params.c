@@ -452,11 +452,16 @@ LtModelDims lt_dims_from_config(const LtConfig *c) {
         .norm_eps = (float)c->model.norm_epsilon,
         .rope_base = c->model.rotary_base,
         .rope = {.type = c->model.rope_scaling == LT_ROPE_LLAMA3 ? LT_ROPE_SCALING_LLAMA3
-                                                                : LT_ROPE_SCALING_NONE,
+                         : c->model.rope_scaling == LT_ROPE_YARN ? LT_ROPE_SCALING_YARN
+                                                                 : LT_ROPE_SCALING_NONE,
                  .factor = c->model.rope_scaling_factor,
                  .low_freq_factor = c->model.rope_low_freq_factor,
                  .high_freq_factor = c->model.rope_high_freq_factor,
-                 .original_max_position = c->model.rope_original_max_position},
+                 .original_max_position = c->model.rope_original_max_position,
+                 .beta_fast = c->model.rope_beta_fast,
+                 .beta_slow = c->model.rope_beta_slow,
+                 .truncate = c->model.rope_truncate,
+                 .attention_factor = c->model.rope_attention_factor},
         .init_std = c->model.init_method_std,
         .moe = {.experts = c->model.num_experts,
                 .topk = c->model.moe_router_topk,

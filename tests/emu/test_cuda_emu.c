@@ -96,7 +96,7 @@ static LtModelDims emu_llama_dims(void) {
     return (LtModelDims){.num_layers = 2, .hidden = 64, .heads = 4, .ffn = 96, .seq_len = 32,
                          .max_pos = 32, .vocab = 100, .padded_vocab = 128,
                          .arch = LT_ARCH_LLAMA, .kv_heads = 2, .untied = 1, .norm_eps = 1e-5f,
-                         .rope_base = 10000, .rope = {LT_ROPE_SCALING_LLAMA3, 8, 1, 4, 8}};
+                         .rope_base = 10000, .rope = {LT_ROPE_SCALING_LLAMA3, 8, 1, 4, 8, 0, 0, 0, 0}};
 }
 static LtModelDims emu_moe_dims(void) {
     LtModelDims d = emu_llama_dims();

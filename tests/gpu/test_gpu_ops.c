@@ -817,7 +817,7 @@ static void t_rope(const Pair *P) {
     /* HD/2 3: single pairs; 4: fp32 packs, bf16 single pairs; 8, 64: packs in both */
     static const int shapes[][5] = {
         {2, 5, 4, 2, 8}, {3, 7, 3, 1, 6}, {2, 9, 4, 4, 16}, {1, 33, 8, 2, 128}, {2, 1024, 32, 8, 128}};
-    const LtRopeScaling l3 = {LT_ROPE_SCALING_LLAMA3, 8, 1, 4, 64};
+    const LtRopeScaling l3 = {LT_ROPE_SCALING_LLAMA3, 8, 1, 4, 64, 0, 0, 0, 0};
     for (int s = 0; s < 5; s++) {
         if (g_quick && s == 4) break;
         const int B = shapes[s][0], T = shapes[s][1], NH = shapes[s][2], NKV = shapes[s][3];
