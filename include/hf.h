@@ -34,15 +34,29 @@
 extern "C" {
 #endif
 
-/* One Hugging Face tensor: rows [row0, row0 + rows) of a lattice parameter. */
+/* One Hugging Face tensor: rows [row0, row0 + rows) of a lattice parameter,
+ * or of several stacked. */
 typedef struct {
     char hf[128];       /* Hugging Face name */
-    int param;          /* index of the parameter in the table */
+    int param;          /* index of the parameter in the table; -1: a parameter this model
+                         * does not have, which export writes as zeros (a bias-free or
+                         * off-by-one model in a layout that has the tensor) */
     int64_t row0, rows; /* the rows of the parameter it holds (all of them, or a block) */
-    int transpose;      /* HF stores the (cols, rows) transpose (GPT-2 Conv1D) */
-    int ndim;           /* 1 or 2 */
-    int64_t shape[2];   /* its shape in the HF file */
+    int transpose;      /* HF stores the (cols, rows) transpose (GPT-2 Conv1D, gpt-oss's experts) */
+    int interleave;     /* the rows are two blocks that HF interleaves: its row 2k is our row k,
+                         * 2k + 1 our row rows/2 + k (gpt-oss's gate_up), before any transpose */
+    int nstack, stride; /* nstack > 0: HF stacks nstack parameters, param, param + stride, ...,
+                         * along a new first dimension (gpt-oss's experts) */
+    int ndim;           /* 1 to 3 */
+    int64_t shape[3];   /* its shape in the HF file */
 } LtHfMap;
+
+/* Whether m's HF tensor is its parameter's rows as they lie in memory. */
+int lt_hf_plain(const LtHfMap *m);
+/* Copy between the HF tensor of m (hf: prod(shape) floats, HF order) and its
+ * parameters' rows in master (t's offsets): to_hf 1 gathers (zeros for param
+ * -1), 0 scatters. */
+void lt_hf_copy(const LtHfMap *m, const LtParamTable *t, float *master, float *hf, int to_hf);
 
 /* The Hugging Face tensors of the model of t (a tp = 1 table of the whole
  * model: lt_params_build), in the order export writes them. *out is

@@ -28,26 +28,26 @@
 #include "rope.h"
 #include "safetensors.h"
 
-/* The safetensors list of map[0, n): pointers into master, transposed
- * copies in owned[] (freed by the caller). */
-static LtStTensor *tensor_list(const LtParamTable *t, const float *master, const LtHfMap *map,
-                               int n, float **owned) {
+/* The safetensors list of map[0, n): pointers into master where a tensor is
+ * rows as they lie, else copies in HF's order (transposed, interleaved,
+ * stacked, or zeros) in owned[] (freed by the caller). */
+static LtStTensor *tensor_list(const LtParamTable *t, float *master, const LtHfMap *map, int n,
+                               float **owned) {
     LtStTensor *list = lt_calloc(sizeof *list * (size_t)n);
     for (int i = 0; i < n; i++) {
         const LtHfMap *m = &map[i];
-        const LtParam *p = &t->p[m->param];
-        const int64_t C = p->ndim == 2 ? p->gshape[1] : 1;
-        const float *src = master + p->offset + (size_t)(m->row0 * C);
-        list[i] = (LtStTensor){.name = m->hf, .ndim = m->ndim, .shape = {m->shape[0], m->shape[1]},
-                               .data = src};
+        list[i] = (LtStTensor){.name = m->hf, .ndim = m->ndim,
+                               .shape = {m->shape[0], m->shape[1], m->shape[2]}};
         owned[i] = NULL;
-        if (m->transpose) {
-            const int64_t R = m->rows;
-            float *tr = lt_malloc(sizeof(float) * (size_t)(R * C));
-            for (int64_t r = 0; r < R; r++)
-                for (int64_t c = 0; c < C; c++) tr[c * R + r] = src[r * C + c];
-            list[i].data = owned[i] = tr;
+        if (lt_hf_plain(m)) {
+            const LtParam *p = &t->p[m->param];
+            list[i].data = master + p->offset + (size_t)(m->row0 * (p->ndim == 2 ? p->gshape[1] : 1));
+            continue;
         }
+        size_t numel = 1;
+        for (int d = 0; d < m->ndim; d++) numel *= (size_t)m->shape[d];
+        list[i].data = owned[i] = lt_malloc(sizeof(float) * numel);
+        lt_hf_copy(m, t, master, owned[i], 1);
     }
     return list;
 }

@@ -729,24 +729,28 @@ static int read_tensor(const LtStFile *file, const LtStEntry *e, const LtHfMap *
                        const LtParamTable *t, float *master, char *err, size_t errlen) {
     const LtParam *p = &t->p[m->param];
     const int64_t C = p->ndim == 2 ? p->gshape[1] : 1;
-    float *dst = master + p->offset + (size_t)(m->row0 * C);
-    if (!m->transpose) {
+    float *dst = master + p->offset + (size_t)(m->row0 * C), *tmp = NULL;
+    size_t n = (size_t)(m->rows * C);
+    if (lt_hf_plain(m)) {
         if (lt_st_read_f32(file, e, dst, err, errlen)) return -1;
-    } else { /* HF (C, rows) -> ours (rows, C) */
-        float *tmp = lt_malloc(sizeof(float) * (size_t)e->numel);
+    } else { /* HF's order (transposed, interleaved, stacked) -> ours, through one copy */
+        tmp = lt_malloc(sizeof(float) * (size_t)e->numel);
         if (lt_st_read_f32(file, e, tmp, err, errlen)) {
             free(tmp);
             return -1;
         }
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t r = 0; r < m->rows; r++) dst[r * C + c] = tmp[c * m->rows + r];
-        free(tmp);
+        n = (size_t)e->numel;
     }
-    const size_t n = (size_t)(m->rows * C);
+    const float *x = tmp ? tmp : dst;
     for (size_t i = 0; i < n; i++)
-        if (!isfinite(dst[i]))
+        if (!isfinite(x[i])) {
+            const double v = x[i];
+            free(tmp);
             return lt_errorf(err, errlen, "%s: tensor '%s' holds a non-finite value (%g at element %zu)",
-                             file->path, e->name, (double)dst[i], i);
+                             file->path, e->name, v, i);
+        }
+    if (tmp) lt_hf_copy(m, t, master, tmp, 0);
+    free(tmp);
     return 0;
 }
 

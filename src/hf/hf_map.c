@@ -38,6 +38,34 @@ static int put(MapBuild *b, const char *hf, const char *ours, int64_t row0, int6
     return 0;
 }
 
+int lt_hf_plain(const LtHfMap *m) {
+    return m->param >= 0 && !m->transpose && !m->interleave && m->nstack == 0;
+}
+
+void lt_hf_copy(const LtHfMap *m, const LtParamTable *t, float *master, float *hf, int to_hf) {
+    const int ns = m->nstack > 0 ? m->nstack : 1;
+    const int64_t R = m->rows, half = R / 2;
+    int64_t C = 1;
+    if (m->param >= 0 && t->p[m->param].ndim == 2) C = t->p[m->param].gshape[1];
+    for (int s = 0; s < ns; s++) {
+        float *slice = hf + (size_t)s * (size_t)(R * C);
+        if (m->param < 0) { /* only gathered: import builds every parameter it maps */
+            memset(slice, 0, sizeof(float) * (size_t)(R * C));
+            continue;
+        }
+        const LtParam *p = &t->p[m->param + s * m->stride];
+        float *ours = master + p->offset + (size_t)(m->row0 * C);
+        for (int64_t r = 0; r < R; r++) {
+            const int64_t h = m->interleave ? (r < half ? 2 * r : 2 * (r - half) + 1) : r;
+            for (int64_t c = 0; c < C; c++) {
+                float *x = slice + (m->transpose ? c * R + h : h * C + c), *o = ours + r * C + c;
+                if (to_hf) *x = *o;
+                else *o = *x;
+            }
+        }
+    }
+}
+
 /* put() for layer l: "<hf_prefix>.<l>.<hf>" from "h.<l>.<ours>". */
 static int put_layer(MapBuild *b, const char *hf_prefix, int l, const char *hf, const char *ours,
                      int64_t row0, int64_t rows, int transpose) {
