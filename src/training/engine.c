@@ -635,7 +635,16 @@ void lt_run_print_summary(const LtRun *r) {
                                                  r->be->act_size,
                                                  lt_comm_lib(r->pp) == LT_COMM_LIB_MPI, &pm, perr,
                                                  sizeof perr) == 0;
-    if (r->opt && !planned) lt_log("memory     no planner's prediction: %s\n", perr);
+    /* LT_PLAN_CHECK=1 (tests/run.sh sets it): every training run of the suite
+     * asserts the planner's figure, in total and category by category, on the
+     * ranks it predicts (tensor and data rank 0 of each stage); a layout the
+     * planner cannot plan fails it too */
+    const char *chk = getenv("LT_PLAN_CHECK");
+    const int check = chk && chk[0] == '1';
+    if (r->opt && !planned) {
+        if (check) lt_fatal("LT_PLAN_CHECK: the planner cannot plan this layout: %s", perr);
+        lt_log("memory     no planner's prediction: %s\n", perr);
+    }
     if (planned) {
         const double alloc = (double)lt_plan_total(&mem), pred = (double)lt_plan_total(&pm);
         lt_log("memory     planner's prediction (lattice plan): params %.1f MiB, grads %.1f MiB, "
@@ -644,12 +653,7 @@ void lt_run_print_summary(const LtRun *r) {
                lt_mib(pm.params), lt_mib(pm.grads), lt_mib(pm.optimizer), lt_mib(pm.activations),
                lt_mib(pm.workspace), lt_mib(pm.comm), lt_mib(lt_plan_total(&pm)),
                100.0 * (pred - alloc) / alloc);
-        /* LT_PLAN_CHECK=1 (tests/run.sh sets it): every training run of the
-         * suite asserts the planner's figure, in total and category by
-         * category, on the ranks it predicts (tensor and data rank 0 of each
-         * stage) */
-        const char *chk = getenv("LT_PLAN_CHECK");
-        if (chk && chk[0] == '1' && r->coords.tp == 0 && r->coords.dp == 0) {
+        if (check && r->coords.tp == 0 && r->coords.dp == 0) {
             if (fabs(pred - alloc) > 0.05 * alloc)
                 lt_fatal("LT_PLAN_CHECK: the planner predicts %.0f bytes for pipeline stage %d, "
                          "the engine allocated %.0f (%+.1f%%; more than 5%% apart)",
