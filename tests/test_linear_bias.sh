@@ -24,22 +24,7 @@ MOE="model.num_experts=4 model.moe_ffn_hidden_size=32 model.moe_aux_loss_coeff=0
 BASE="data.train_path=$T/train.ltok data.valid_path= train.steps=8 logging.log_interval=4
       eval.interval=0 optimizer.eps=1e-6 train.micro_batch_size=2"
 
-run() { # name np overrides...
-  local name=$1 np=$2; shift 2
-  local out="$T/$name" launch="$LT"
-  mkdir -p "$out"
-  [ "$np" -gt 1 ] && launch="$MPI -np $np $LT"
-  $launch train configs/llama-tiny.yaml $BASE checkpoint.dir=$out/ck \
-    logging.metrics_file=$out/m.jsonl "$@" >"$out/log" 2>&1 </dev/null ||
-    { echo "  run $name failed: $(tail -3 "$out/log")"; return 1; }
-}
-same() { # ref name np overrides... : the run matches ref
-  local ref=$1 name=$2 err
-  shift
-  if run "$@" && err=$(python3 tests/compare_runs.py "$T/$ref" "$T/$name" 1e-5 1e-5 --steps 8 2>&1)
-  then pass "${name}_matches_single_process"
-  else fail "${name}_matches_single_process" "$(echo "${err:-run failed}" | tail -1)"; fi
-}
+run() { train_run "$1" "$2" configs/llama-tiny.yaml "${@:3}"; } # name np overrides...
 # trained NAME PATTERN...: the checkpoint of run NAME holds parameters matching each
 # pattern (h.L.<pattern>), and each has moved away from its init
 trained() {
@@ -71,10 +56,10 @@ run ref 1 $BIAS || fail reference "single-process run failed"
 if trained ref attn.qkv.bias attn.proj.bias mlp.gate_up.bias mlp.down.bias
 then pass dense_checkpoint_holds_trained_biases
 else fail dense_checkpoint_holds_trained_biases "see the assertion above"; fi
-same ref tp2_sp 2 $BIAS $SP
-same ref pp2 2 $BIAS parallel.pipeline_model_parallel_size=2
-same ref dp2_zero1 2 $BIAS optimizer.zero_stage=1
-same ref tp2_sp_recompute_full 2 $BIAS $SP train.recompute=full
+same_as ref tp2_sp 2 $BIAS $SP
+same_as ref pp2 2 $BIAS parallel.pipeline_model_parallel_size=2
+same_as ref dp2_zero1 2 $BIAS optimizer.zero_stage=1
+same_as ref tp2_sp_recompute_full 2 $BIAS $SP train.recompute=full
 
 # the biases change the model: zero at init, so step 1's loss is the same as without
 # them, and the steps after it part
@@ -99,7 +84,7 @@ assert not [n for n in checkpoint_tensors(sys.argv[1]) if n.endswith(("proj.bias
 PY
 then pass qkv_bias_alone
 else fail qkv_bias_alone "see the assertion above"; fi
-same qkv qkv_tp2_sp 2 model.add_qkv_bias=true $SP
+same_as qkv qkv_tp2_sp 2 model.add_qkv_bias=true $SP
 
 # a checkpoint written by TP 2 with SP resumes under PP 2 where the single process goes on
 if run tp2_half 2 $BIAS $SP train.steps=4 optimizer.decay_steps=8 &&
@@ -115,11 +100,11 @@ run moe 1 $BIAS $MOE || fail moe_reference "single-process run failed"
 if trained moe mlp.router.bias mlp.experts.0.gate_up.bias mlp.experts.3.down.bias attn.qkv.bias
 then pass moe_checkpoint_holds_trained_biases
 else fail moe_checkpoint_holds_trained_biases "see the assertion above"; fi
-same moe moe_ep2_over_dp2 2 $BIAS $MOE $EP2
-same moe moe_ep2_over_tp2_sp 2 $BIAS $MOE $SP $EP2
-same moe moe_pp2 2 $BIAS $MOE parallel.pipeline_model_parallel_size=2
-same moe moe_tp2_sp_dp2_zero1 4 $BIAS $MOE $SP optimizer.zero_stage=1
-same moe moe_etp2_ep2_over_tp2_dp2 4 $BIAS $MOE $SP $EP2 parallel.expert_tensor_parallel_size=2
+same_as moe moe_ep2_over_dp2 2 $BIAS $MOE $EP2
+same_as moe moe_ep2_over_tp2_sp 2 $BIAS $MOE $SP $EP2
+same_as moe moe_pp2 2 $BIAS $MOE parallel.pipeline_model_parallel_size=2
+same_as moe moe_tp2_sp_dp2_zero1 4 $BIAS $MOE $SP optimizer.zero_stage=1
+same_as moe moe_etp2_ep2_over_tp2_dp2 4 $BIAS $MOE $SP $EP2 parallel.expert_tensor_parallel_size=2
 # the router bias moves the routing: a model without it routes otherwise
 if run moe_off 1 $MOE model.add_qkv_bias=true && python3 - "$T/moe_off/m.jsonl" "$T/moe/m.jsonl" <<'PY'
 import json, sys
@@ -138,24 +123,13 @@ then pass moe_ep2_checkpoint_resumes_in_one_process
 else fail moe_ep2_checkpoint_resumes_in_one_process "$(echo "${err:-run failed}" | tail -1)"; fi
 
 # ---- Hugging Face: LlamaForCausalLM with attention_bias and mlp_bias ---------------
-printf '10 20 30 40 50 60 70 80 90 100 11 12' > "$T/prompt.ids"
-if "$LT" shard --vocab-size 256 --input "$T/prompt.ids" "$T/prompt.ltok" >/dev/null &&
-   "$LT" export "$T/ref/ck" "$T/ref/hf_out" >/dev/null 2>&1 &&
-   grep -q '"attention_bias": true' "$T/ref/hf_out/config.json" &&
-   grep -q '"mlp_bias": true' "$T/ref/hf_out/config.json" &&
-   "$LT" logits configs/llama-tiny.yaml $BIAS data.train_path="$T/prompt.ltok" \
-     checkpoint.load="$T/ref/ck" >"$T/bias.logits" 2>/dev/null &&
-   out=$(python3 tests/hf_reference.py "$T/ref/hf_out" "$T/bias.logits" 1e-5 2>&1); then
-  pass "export_as_llama_with_biases_matches_float64_reference ($out)"
-else fail export_as_llama_with_biases_matches_float64_reference "${out:-export or logits failed}"; fi
-if "$LT" import "$T/ref/hf_out" "$T/imported" data.train_path="$T/train.ltok" \
-     >"$T/import.log" 2>&1 &&
-   grep -q "add_bias_linear: true" "$T/imported/step_00000000/config.yaml" &&
-   "$LT" export "$T/imported" "$T/hf2" >/dev/null 2>&1 &&
-   cmp -s "$T/ref/hf_out/model.safetensors" "$T/hf2/model.safetensors" &&
-   cmp -s "$T/ref/hf_out/config.json" "$T/hf2/config.json"; then
-  pass llama_bias_import_export_identical
-else fail llama_bias_import_export_identical "$(tail -2 "$T/import.log")"; fi
+if out=$(hf_export_matches "$T/ref/ck" "$T/ref/hf_out" '"attention_bias": true' \
+           configs/llama-tiny.yaml $BIAS) && grep -q '"mlp_bias": true' "$T/ref/hf_out/config.json"
+then pass "export_as_llama_with_biases_matches_float64_reference ($out)"
+else fail export_as_llama_with_biases_matches_float64_reference "${out:-no mlp_bias: true}"; fi
+if out=$(hf_round_trip "$T/ref/hf_out" "add_bias_linear: true")
+then pass llama_bias_import_export_identical
+else fail llama_bias_import_export_identical "$out"; fi
 expect2 refused_moe_export "model.add_bias_linear=true as MixtralForCausalLM" export "$T/moe/ck" \
   "$T/moe/hf"
 expect2 refused_qkv_export "model.add_qkv_bias=true" export "$T/qkv/ck" "$T/qkv/hf"

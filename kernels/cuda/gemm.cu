@@ -538,9 +538,9 @@ static void router_gemm(LtBackend *be, cublasOperation_t ta, cublasOperation_t t
 void cu_moe_router_fwd(LtBackend *be, float *logits, const void *x, const void *w,
                        const void *bias, int N, int C, int E) {
     if (N <= 0 || E <= 0) return;
-    if (C <= 0) /* logits^T (E, N) = w-stored (C, E)^T . x^T (C, N) */
+    if (C <= 0)
         CU_CHECK(cudaMemsetAsync(logits, 0, (size_t)N * E * sizeof(float), cu_stream(be)));
-    else
+    else /* logits^T (E, N) = w-stored (C, E)^T . x^T (C, N) */
         router_gemm(be, CUBLAS_OP_T, CUBLAS_OP_N, E, N, C, w, C, x, C, logits, E,
                     cu_is_bf16(be) ? CUDA_R_16BF : CUDA_R_32F, 0.f);
     if (bias) cu_moe_router_bias_fwd(be, logits, bias, N, E);
