@@ -199,8 +199,8 @@ int lt_params_global_layer(const LtParamTable *t, int l);
  * mlp.proj.{weight,bias}, then ln_f.{weight,bias}. Shapes: wte (Vp,C), wpe
  * (P,C), qkv.weight (3C,C), proj.weight (C,C), fc.weight (F,C),
  * mlp.proj.weight (C,F).
- * Llama (no biases, no position table): wte, then per layer ln_1.weight
- * (RMSNorm), attn.qkv.weight ((NH + 2 NKV) HD, C: q | k | v), with dims.qk_norm
+ * Llama (no position table; biases only with dims.qkv_bias / linear_bias, below):
+ * wte, then per layer ln_1.weight (RMSNorm), attn.qkv.weight ((NH + 2 NKV) HD, C: q | k | v), with dims.qk_norm
  * attn.q_norm.weight and attn.k_norm.weight (HD each, ones, replicated over TP),
  * attn.proj.weight (C, NH HD), ln_2.weight, mlp.gate_up.weight (2F, C: gate | up),
  * mlp.down.weight (C, F), then ln_f.weight. With dims.qkv_bias attn.qkv.bias
