@@ -2,8 +2,9 @@
 # test_linear_bias.sh BUILD_DIR - model.add_bias_linear and model.add_qkv_bias
 # (Megatron-Core's) on the Llama block: biases on q/k/v, the attention output,
 # the MLP's gate | up and down, each expert's, and the MoE router's logits. The
-# tiny Llama with them trains the same model as one process in TP 2 with SP,
-# PP 2 and DP 2 with ZeRO 1, its MoE form also under EP 2 (over DP, and over
+# tiny Llama with them trains the same model as one process in TP 2 with SP
+# (with full recomputation, with the TP communication overlapped), PP 2 and DP
+# 2 with ZeRO 1, its MoE form also under EP 2 (over DP, and over
 # TP 2 with SP) and ETP 2 (loss and grad norm per step within 1e-5, the
 # checkpoint's weights, biases included, within 1e-5); the biases are trained
 # (they leave their init, and the loss parts from the model without them); a
@@ -12,7 +13,8 @@
 # independent float64 forward reproduces, and imports back to the same files;
 # the layouts without biases are refused by the export, naming the key, and a
 # GPT config without linear biases is refused. (The router bias op against a
-# double reference: test_ops_cpu_moe; its CUDA kernels: test_cuda_emu.)
+# double reference: test_ops_cpu_moe; every bias by finite differences:
+# test_model; the CUDA kernels and whole models on them: test_cuda_emu.)
 set -u
 BUILD=$1
 . tests/lib.sh bias
@@ -60,6 +62,7 @@ same_as ref tp2_sp 2 $BIAS $SP
 same_as ref pp2 2 $BIAS parallel.pipeline_model_parallel_size=2
 same_as ref dp2_zero1 2 $BIAS optimizer.zero_stage=1
 same_as ref tp2_sp_recompute_full 2 $BIAS $SP train.recompute=full
+same_as ref tp2_sp_tp_overlap 2 $BIAS $SP parallel.tp_comm_overlap=true
 
 # the biases change the model: zero at init, so step 1's loss is the same as without
 # them, and the steps after it part
