@@ -311,14 +311,17 @@ typedef struct {
      * lt_model_create refuses an MoE model then). N tokens, E experts, K experts per
      * token, C hidden. Scores, routing weights and router gradients are fp32. Every op is
      * deterministic: sums run in a fixed order (k ascending, token ascending). ---- */
-    /* Router logits (N, E) = x (N, C) . w (E, C)^T, products summed in fp32 from the act
-     * inputs (overwritten). */
-    void (*moe_router_fwd)(LtBackend *be, float *logits, const void *x, const void *w, int N,
-                           int C, int E);
+    /* Router logits (N, E) = x (N, C) . w (E, C)^T + bias (E) (act dtype; NULL = none),
+     * products summed in fp32 from the act inputs, the bias added to that fp32 sum
+     * (overwritten). */
+    void (*moe_router_fwd)(LtBackend *be, float *logits, const void *x, const void *w,
+                           const void *bias, int N, int C, int E);
     /* dx (N, C) += dlogits . w (the sum in fp32, then added to dx and stored in the act
-     * dtype); dw (E, C) += dlogits^T . x (fp32). dx or dw may be NULL (skipped). */
-    void (*moe_router_bwd)(LtBackend *be, void *dx, float *dw, const float *dlogits,
-                           const void *x, const void *w, int N, int C, int E);
+     * dtype); dw (E, C) += dlogits^T . x (fp32); dbias (E) += the column sums of dlogits
+     * (fp32, tokens in ascending order). dx, dw or dbias may be NULL (skipped). */
+    void (*moe_router_bwd)(LtBackend *be, void *dx, float *dw, float *dbias,
+                           const float *dlogits, const void *x, const void *w, int N, int C,
+                           int E);
     /* Top-k routing (Megatron-Core's topk_routing_with_score_function), per token:
      *   LT_MOE_SOFTMAX, pre_softmax 0: idx = the K largest logits, w = softmax over those K;
      *   LT_MOE_SOFTMAX, pre_softmax 1: p = softmax over all E, idx = the K largest p, w = p[idx];

@@ -27,6 +27,9 @@ typedef enum { LT_COMM_AUTO = 0, LT_COMM_NCCL, LT_COMM_MPI } LtCommBackend;
 typedef enum { LT_ARCH_GPT = 0, LT_ARCH_LLAMA = 1 } LtArch;
 typedef enum { LT_SPLIT_VALID = 0, LT_SPLIT_TEST = 1 } LtEvalSplit;
 typedef enum { LT_ROPE_NONE = 0, LT_ROPE_LLAMA3 = 1, LT_ROPE_YARN = 2 } LtRopeScalingKind;
+/* model.add_bias_linear: auto takes the arch's (gpt: true, llama: false), resolved by
+ * validate */
+typedef enum { LT_BIAS_FALSE = 0, LT_BIAS_TRUE = 1, LT_BIAS_AUTO = 2 } LtLinearBias;
 /* mixture of experts: model.moe_router_score_function, moe_router_load_balancing_type,
  * moe_token_drop_policy (Megatron-Core's values) */
 typedef enum { LT_MOE_SOFTMAX = 0, LT_MOE_SIGMOID = 1 } LtMoeScore;
@@ -69,6 +72,11 @@ typedef struct {
                                         * hidden_size / num_attention_heads, resolved by validate */
         bool qk_layernorm;             /* per-head RMSNorm on queries and keys before RoPE
                                         * (llama; Megatron-Core's qk_layernorm) */
+        LtLinearBias add_bias_linear;  /* biases on the QKV, attention output, MLP and expert
+                                        * linears and the router (Megatron-Core's
+                                        * add_bias_linear); auto until validate resolves it */
+        bool add_qkv_bias;             /* a bias on the QKV projection only (Qwen2's;
+                                        * implied by add_bias_linear) */
         double norm_epsilon;           /* RMSNorm epsilon (llama; GPT's LayerNorm uses 1e-5) */
         double rotary_base;            /* RoPE base theta (llama) */
         LtRopeScalingKind rope_scaling; /* none | llama3 (Llama 3.1's frequency scaling) |

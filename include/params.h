@@ -47,6 +47,10 @@ typedef struct {
     int untied;        /* the LM head has a weight of its own (lm_head), not wte */
     int qk_norm;       /* per-head RMSNorm of queries and keys before RoPE (llama:
                         * model.qk_layernorm): attn.q_norm.weight, attn.k_norm.weight */
+    int qkv_bias;      /* llama: attn.qkv.bias (model.add_qkv_bias or add_bias_linear) */
+    int linear_bias;   /* llama: biases on every linear (model.add_bias_linear): qkv,
+                        * attn.proj, gate_up and down of the MLP and of each expert,
+                        * and the router's (mlp.router.bias) */
     float norm_eps;    /* RMSNorm epsilon (llama) */
     double rope_base;  /* rotary embedding base theta (llama) */
     LtRopeScaling rope; /* its frequency scaling (type 0: none) */
@@ -81,6 +85,19 @@ static inline int lt_dims_moe_layer(const LtModelDims *d, int l) {
 /* Key/value heads of dims: kv_heads, or heads when not set (multi-head). */
 static inline int lt_dims_kv_heads(const LtModelDims *d) {
     return d->kv_heads > 0 ? d->kv_heads : d->heads;
+}
+
+/* The biases of dims's linears: GPT's block has them all but the router's; the
+ * Llama block those its flags ask for. The attention input (qkv), the other
+ * linears (attention output, MLP and experts), the MoE router. */
+static inline int lt_dims_qkv_bias(const LtModelDims *d) {
+    return d->arch != LT_ARCH_LLAMA || d->qkv_bias || d->linear_bias;
+}
+static inline int lt_dims_linear_bias(const LtModelDims *d) {
+    return d->arch != LT_ARCH_LLAMA || d->linear_bias;
+}
+static inline int lt_dims_router_bias(const LtModelDims *d) {
+    return d->arch == LT_ARCH_LLAMA && d->linear_bias;
 }
 
 /* Each head's dimension: head_dim, or hidden / heads when not set. */
@@ -159,7 +176,12 @@ typedef struct {
 
 /* Parameters of a dense transformer layer in the table: GPT, Llama. */
 #define LT_PARAMS_PER_LAYER 12
-#define LT_LLAMA_PARAMS_PER_LAYER 6 /* + 2 with dims.qk_norm */
+#define LT_LLAMA_PARAMS_PER_LAYER 6 /* + 2 with dims.qk_norm, + 1 with the qkv bias,
+                                     * + 3 with the linear biases */
+/* Parameters of a layer's attention half (its norms included) and of one FFN
+ * (the MLP, the shared expert or one routed expert) of dims. */
+int lt_params_attn_count(const LtModelDims *d);
+int lt_params_ffn_count(const LtModelDims *d);
 /* Parameters of layer l (global) of dims: dense, or an MoE layer's (the attention
  * part, the shared expert's FFN when it has one, the router, then each expert's). */
 int lt_params_layer_count(const LtModelDims *d, int l);
@@ -177,17 +199,21 @@ int lt_params_global_layer(const LtParamTable *t, int l);
  * mlp.proj.{weight,bias}, then ln_f.{weight,bias}. Shapes: wte (Vp,C), wpe
  * (P,C), qkv.weight (3C,C), proj.weight (C,C), fc.weight (F,C),
  * mlp.proj.weight (C,F).
- * Llama (no biases, no position table): wte, then per layer ln_1.weight
- * (RMSNorm), attn.qkv.weight ((NH + 2 NKV) HD, C: q | k | v), with dims.qk_norm
+ * Llama (no position table; biases only with dims.qkv_bias / linear_bias, below):
+ * wte, then per layer ln_1.weight (RMSNorm), attn.qkv.weight ((NH + 2 NKV) HD, C: q | k | v), with dims.qk_norm
  * attn.q_norm.weight and attn.k_norm.weight (HD each, ones, replicated over TP),
  * attn.proj.weight (C, NH HD), ln_2.weight, mlp.gate_up.weight (2F, C: gate | up),
- * mlp.down.weight (C, F), then ln_f.weight.
+ * mlp.down.weight (C, F), then ln_f.weight. With dims.qkv_bias attn.qkv.bias
+ * follows qkv.weight; with dims.linear_bias too, and each other linear's bias
+ * (attn.proj.bias (C), mlp.gate_up.bias (2F: gate | up, split over TP as the
+ * weight's rows), mlp.down.bias (C, whole)) follows its weight; zeros, no decay.
  * Either arch with dims.untied: lm_head.weight (Vp, C) after ln_f.
  * An MoE layer (lt_dims_moe_layer) replaces the MLP's parameters by: the shared
  * expert's in their place (mlp.shared.fc.{weight,bias}, mlp.shared.proj.{weight,bias}
  * for GPT, mlp.shared.gate_up.weight and mlp.shared.down.weight for Llama, width
  * moe.shared_ffn, split over TP as the MLP's; absent without one), then
- * mlp.router.weight (E, C), with moe.expert_bias mlp.expert_bias (E, zeros: no
+ * mlp.router.weight (E, C), for Llama with dims.linear_bias mlp.router.bias (E,
+ * normal init as the weight's, no decay; GPT's router has none), with moe.expert_bias mlp.expert_bias (E, zeros: no
  * gradient, no decay; the trainer moves it), then for each expert e mlp.experts.e.* with the MLP's
  * names and moe.ffn columns (fc.weight (Fm, C), fc.bias, proj.weight (C, Fm),
  * proj.bias; Llama gate_up.weight (2 Fm, C: gate | up), down.weight (C, Fm)). The

@@ -6,7 +6,9 @@ SKIP and exits 0); run as
     HF_PYTHON=/path/to/venv/bin/python; $HF_PYTHON scripts/hf_check.py [--lattice build/lattice]
 
 For a tiny LlamaForCausalLM (grouped-query attention, untied, llama3 rope
-scaling; and with YaRN's, untruncated as gpt-oss's), MixtralForCausalLM (4 experts, top 2, grouped-query) and
+scaling; with YaRN's, untruncated as gpt-oss's; and with attention_bias and
+mlp_bias: lattice's model.add_bias_linear), MixtralForCausalLM (4 experts, top 2,
+grouped-query) and
 GPT2LMHeadModel (tied and untied), saved by transformers' save_pretrained in
 fp32 and in bf16:
   - `lattice import` of the directory, then `lattice export`;
@@ -14,7 +16,8 @@ fp32 and in bf16:
     equal to the original's (fp32 values of the bf16 ones), the same logits;
   - fp32: `lattice eval` of the imported checkpoint gives the loss
     transformers computes (in float64) on the same validation samples, within
-    1e-5 relative; Mixtral also `lattice logits` against transformers' logits.
+    1e-5 relative; Mixtral and the biased Llama also `lattice logits` against
+    transformers' logits.
 And the other direction, for MoE: a Mixtral-shaped lattice model (llama-tiny,
 4 experts top 2 in every layer, aux loss) trained 6 steps by lattice, exported:
 from_pretrained(MixtralForCausalLM) reports no missing or unexpected key, its
@@ -76,6 +79,9 @@ def models():
         rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
                       "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False})
     yield "llama_yarn", transformers.LlamaForCausalLM(yarn)
+    biased = transformers.LlamaConfig(**{**llama.to_dict(), "attention_bias": True,
+                                         "mlp_bias": True})
+    yield "llama_bias", transformers.LlamaForCausalLM(biased)
     mixtral = transformers.MixtralConfig(
         hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=37, max_position_embeddings=64, rms_norm_eps=1e-5,
@@ -277,8 +283,9 @@ def main():
                     ck, ref = check(a.lattice, name, model, dtype, tmp)
                     if dtype == "float32":
                         eval_loss(a.lattice, name, ck, ref, tmp)
-                    if name == "mixtral" and dtype == "float32":
+                    if name in ("mixtral", "llama_bias") and dtype == "float32":
                         logits_vs_lattice(a.lattice, name, ck, ref, tmp)
+                    if name == "mixtral" and dtype == "float32":
                         trains_on(a.lattice, name, ck, model.config.vocab_size, tmp)
                 except Exception as e:  # a failed step fails its case, the others still run
                     report(False, f"{name}_{dtype}", str(e))

@@ -122,10 +122,18 @@ def attend(qs, ks, vs, nh, nkv, hd):
     return outs
 
 
+def linear(w, name, h):
+    """The module `name` on h: its weight, plus its bias when the files hold one
+    (Llama's attention_bias and mlp_bias)."""
+    y = matvec(w[name + '.weight'], h)
+    b = w.get(name + '.bias')
+    return y if b is None else [v + c for v, c in zip(y, b)]
+
+
 def swiglu(w, p, gate, up, down, h):
-    g = matvec(w[p + gate + '.weight'], h)
-    u = matvec(w[p + up + '.weight'], h)
-    return matvec(w[p + down + '.weight'], [gi / (1.0 + math.exp(-gi)) * ui for gi, ui in zip(g, u)])
+    g = linear(w, p + gate, h)
+    u = linear(w, p + up, h)
+    return linear(w, p + down, [gi / (1.0 + math.exp(-gi)) * ui for gi, ui in zip(g, u)])
 
 
 def mixtral_moe(cfg, w, p, h):
@@ -164,17 +172,17 @@ def llama_logits(cfg, w, tokens):
         qn = w[p + 'self_attn.q_norm.weight'] if qwen3 else None
         kn = w[p + 'self_attn.k_norm.weight'] if qwen3 else None
         for t, h in enumerate(hs):
-            q = matvec(w[p + 'self_attn.q_proj.weight'], h)
-            k = matvec(w[p + 'self_attn.k_proj.weight'], h)
+            q = linear(w, p + 'self_attn.q_proj', h)
+            k = linear(w, p + 'self_attn.k_proj', h)
             qh = [q[i * hd:(i + 1) * hd] for i in range(nh)]
             kh = [k[i * hd:(i + 1) * hd] for i in range(nkv)]
             if qwen3:
                 qh, kh = [rmsnorm(x, qn, eps) for x in qh], [rmsnorm(x, kn, eps) for x in kh]
             qs.append(sum((rotate(x, t, freqs) for x in qh), []))
             ks.append(sum((rotate(x, t, freqs) for x in kh), []))
-            vs.append(matvec(w[p + 'self_attn.v_proj.weight'], h))
+            vs.append(linear(w, p + 'self_attn.v_proj', h))
         att = attend(qs, ks, vs, nh, nkv, hd)
-        xs = [[a + b for a, b in zip(x, matvec(w[p + 'self_attn.o_proj.weight'], o))]
+        xs = [[a + b for a, b in zip(x, linear(w, p + 'self_attn.o_proj', o))]
               for x, o in zip(xs, att)]
         for i, x in enumerate(xs):
             h = rmsnorm(x, w[p + 'post_attention_layernorm.weight'], eps)

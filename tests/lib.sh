@@ -141,3 +141,58 @@ eval_loss() {
   python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).read().split(chr(10))[0])['val_loss'])" \
     "$T/$name.eval.jsonl" 2>/dev/null
 }
+
+# hf_export_matches CKPT HF_OUT WANT CONFIG [overrides...]: `lattice export CKPT
+# HF_OUT` writes a config.json holding WANT, and tests/hf_reference.py's float64
+# forward from the exported files alone reproduces (within 1e-5) the logits of
+# `lattice logits CONFIG overrides...` from CKPT on a fixed 12-token prompt;
+# prints the reference's summary, or what failed
+hf_export_matches() {
+  local ck=$1 hf=$2 want=$3
+  shift 3
+  printf '10 20 30 40 50 60 70 80 90 100 11 12' > "$T/prompt.ids"
+  if ! { "$LT" shard --vocab-size 256 --input "$T/prompt.ids" "$T/prompt.ltok" >/dev/null &&
+         "$LT" export "$ck" "$hf" >/dev/null 2>&1 && grep -qF -- "$want" "$hf/config.json" &&
+         "$LT" logits "$@" data.train_path="$T/prompt.ltok" checkpoint.load="$ck" \
+           >"$T/hf.logits" 2>/dev/null; }; then
+    echo "export or logits failed"
+    return 1
+  fi
+  python3 tests/hf_reference.py "$hf" "$T/hf.logits" 1e-5 2>&1
+}
+
+# hf_round_trip HF_DIR WANT: `lattice import HF_DIR` writes a checkpoint whose
+# config.yaml holds WANT and whose export is HF_DIR's files, byte for byte;
+# prints the import's last lines when not
+hf_round_trip() {
+  "$LT" import "$1" "$T/imported" data.train_path="$T/train.ltok" >"$T/import.log" 2>&1 &&
+    grep -qF -- "$2" "$T/imported/step_00000000/config.yaml" &&
+    "$LT" export "$T/imported" "$T/hf2" >/dev/null 2>&1 &&
+    cmp -s "$1/model.safetensors" "$T/hf2/model.safetensors" &&
+    cmp -s "$1/config.json" "$T/hf2/config.json" && return 0
+  tail -2 "$T/import.log"
+  return 1
+}
+
+# train_run NAME NP CONFIG [overrides...]: `lattice train CONFIG $BASE overrides` on
+# NP ranks (under $MPI when NP > 1), its checkpoint in $T/NAME/ck, metrics in
+# $T/NAME/m.jsonl, log in $T/NAME/log; says why when it fails
+train_run() {
+  local name=$1 np=$2 cfg=$3 out="$T/$1" launch="$LT"
+  shift 3
+  mkdir -p "$out"
+  [ "$np" -gt 1 ] && launch="$MPI -np $np $LT"
+  $launch train "$cfg" $BASE checkpoint.dir="$out/ck" logging.metrics_file="$out/m.jsonl" "$@" \
+    >"$out/log" 2>&1 </dev/null || { echo "  run $name failed: $(tail -3 "$out/log")"; return 1; }
+}
+
+# same_as REF NAME NP [overrides...]: the script's `run NAME NP overrides...`
+# trains what run REF did (tests/compare_runs.py: loss and grad norm of 8 steps
+# and the checkpoint's weights within 1e-5); a PASS or FAIL line
+same_as() {
+  local ref=$1 name=$2 err
+  shift
+  if run "$@" && err=$(python3 tests/compare_runs.py "$T/$ref" "$T/$name" 1e-5 1e-5 --steps 8 2>&1)
+  then pass "${name}_matches_single_process"
+  else fail "${name}_matches_single_process" "$(echo "${err:-run failed}" | tail -1)"; fi
+}

@@ -799,6 +799,19 @@ static void test_attention_keys(void) {
     CHECK(lt_config_validate(&c, 1, err, sizeof err) == 0, "auto on the CPU: %s", err);
 }
 
+/* c printed to a file and loaded back into *back: 1, or 0 (said why). */
+static int print_and_reload(const LtConfig *c, LtConfig *back) {
+    char err[512];
+    const char *path = write_file("printed.yaml", "");
+    FILE *f = fopen(path, "w");
+    if (!f) return printf("  cannot open %s\n", path), 0;
+    lt_config_print(c, f);
+    fclose(f);
+    if (lt_config_load(back, path, 0, NULL, err, sizeof err) == 0) return 1;
+    printf("  reload: %s\n", err);
+    return 0;
+}
+
 /* model.qk_layernorm: off by default, a Llama key (a GPT config carrying it is refused,
  * naming it), a boolean, printed and reloaded. */
 static void test_qk_layernorm_key(void) {
@@ -819,14 +832,48 @@ static void test_qk_layernorm_key(void) {
     CHECK(lt_config_load(&c, NULL, 1, bad, err, sizeof err) == -1, "a non-boolean accepted");
     CHECK(has(err, "model.qk_layernorm"), "non-boolean: %s", err);
     REQUIRE(lt_config_load(&c, NULL, 5, llama, err, sizeof err) == 0, "load: %s", err);
-    const char *path = write_file("printed.yaml", "");
-    FILE *f = fopen(path, "w");
-    REQUIRE(f != NULL, "open %s", path);
-    lt_config_print(&c, f);
-    fclose(f);
     LtConfig back;
-    REQUIRE(lt_config_load(&back, path, 0, NULL, err, sizeof err) == 0, "reload: %s", err);
+    REQUIRE(print_and_reload(&c, &back), "print -> load failed");
     CHECK(back.model.qk_layernorm, "lost in print -> load");
+}
+
+/* model.add_bias_linear: auto until validate, then the arch's (gpt true, llama
+ * false: every existing config keeps its model); llama takes either value and
+ * model.add_qkv_bias; gpt without linear biases is refused naming the key;
+ * the resolved value is printed and reloaded. */
+static void test_linear_bias_keys(void) {
+    LtConfig c;
+    char err[512];
+    lt_config_defaults(&c);
+    CHECK(c.model.add_bias_linear == LT_BIAS_AUTO && !c.model.add_qkv_bias, "defaults");
+    char *gpt[] = {"train.device=cpu"};
+    REQUIRE(lt_config_load(&c, NULL, 1, gpt, err, sizeof err) == 0, "load: %s", err);
+    REQUIRE(lt_config_validate(&c, 1, err, sizeof err) == 0, "gpt: %s", err);
+    CHECK(c.model.add_bias_linear == LT_BIAS_TRUE, "gpt resolved to %d", c.model.add_bias_linear);
+    char *llama[] = {"model.arch=llama", "model.ffn_hidden_size=2048", "train.device=cpu",
+                     "model.add_bias_linear=true", "model.add_qkv_bias=true"};
+    REQUIRE(lt_config_load(&c, NULL, 3, llama, err, sizeof err) == 0, "load: %s", err);
+    REQUIRE(lt_config_validate(&c, 1, err, sizeof err) == 0, "llama: %s", err);
+    CHECK(c.model.add_bias_linear == LT_BIAS_FALSE, "llama resolved to %d",
+          c.model.add_bias_linear);
+    REQUIRE(lt_config_load(&c, NULL, 5, llama, err, sizeof err) == 0, "load: %s", err);
+    CHECK(lt_config_validate(&c, 1, err, sizeof err) == 0, "llama with biases: %s", err);
+    CHECK(c.model.add_bias_linear == LT_BIAS_TRUE && c.model.add_qkv_bias, "llama biases lost");
+    char *nogpt[] = {"model.add_bias_linear=false", "train.device=cpu"};
+    REQUIRE(lt_config_load(&c, NULL, 2, nogpt, err, sizeof err) == 0, "load: %s", err);
+    CHECK(lt_config_validate(&c, 1, err, sizeof err) == -1, "gpt without biases accepted");
+    CHECK(has(err, "model.add_bias_linear") && has(err, "model.arch=gpt"), "gpt: %s", err);
+    char *bad[] = {"model.add_bias_linear=sometimes"};
+    CHECK(lt_config_load(&c, NULL, 1, bad, err, sizeof err) == -1, "a non-boolean accepted");
+    CHECK(has(err, "model.add_bias_linear"), "non-boolean: %s", err);
+    char *qkv[] = {"model.arch=llama", "model.ffn_hidden_size=2048", "train.device=cpu",
+                   "model.add_qkv_bias=true"};
+    REQUIRE(lt_config_load(&c, NULL, 4, qkv, err, sizeof err) == 0, "load: %s", err);
+    REQUIRE(lt_config_validate(&c, 1, err, sizeof err) == 0, "qkv bias: %s", err);
+    LtConfig back;
+    REQUIRE(print_and_reload(&c, &back), "print -> load failed");
+    CHECK(back.model.add_bias_linear == LT_BIAS_FALSE && back.model.add_qkv_bias,
+          "lost in print -> load (%d, %d)", back.model.add_bias_linear, back.model.add_qkv_bias);
 }
 
 static void test_validate_ok(void) {
@@ -1114,6 +1161,7 @@ int main(void) {
     RUN(test_validate_ok);
     RUN(test_attention_keys);
     RUN(test_qk_layernorm_key);
+    RUN(test_linear_bias_keys);
     RUN(test_schedule_keys);
     RUN(test_print_roundtrip);
     RUN(test_rampup_megatron);

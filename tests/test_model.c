@@ -307,17 +307,20 @@ static void test_params_split(void) {
 }
 
 /* Expert tensor parallelism's slices (lt_params_build_split with etp 2, ep 2,
- * GPT and Llama): fc by rows, gate | up as two blocks, proj / down by columns,
- * proj.bias whole; each element of a rank's slice initialised as the global
+ * GPT, Llama, and Llama with the linear biases): fc by rows, gate | up (weight
+ * and bias) as two blocks, proj / down weights by columns, proj.bias and
+ * down.bias whole; each element of a rank's slice initialised as the global
  * tensor's element it maps to, and over the ETP ranks every element of every
- * expert tensor held exactly once (proj.bias once per rank). */
+ * expert tensor held exactly once (the whole biases once per rank). */
 static void test_params_split_etp(void) {
     LtModelDims gpt = moe_dims(tiny_dims());
     LtModelDims llama = moe_dims(tiny_llama_dims());
     llama.moe.layer[0] = 1;
-    const LtModelDims *dims[2] = {&gpt, &llama};
+    LtModelDims biased = llama;
+    biased.linear_bias = 1;
+    const LtModelDims *dims[3] = {&gpt, &llama, &biased};
     const int ep = 2, etp = 2;
-    for (int m = 0; m < 2; m++) {
+    for (int m = 0; m < 3; m++) {
         const LtModelDims *d = dims[m];
         LtParamTable g;
         lt_params_build(&g, d);
@@ -335,8 +338,10 @@ static void test_params_split_etp(void) {
                 const LtParam *p = &t[1].p[k];
                 const LtSplit want = strstr(p->name, ".gate_up.") ? LT_SPLIT_BLOCKS
                                      : strstr(p->name, ".fc.")    ? LT_SPLIT_ROWS
-                                     : strstr(p->name, ".proj.bias") ? LT_SPLIT_NONE
-                                                                      : LT_SPLIT_COLS;
+                                     : strstr(p->name, ".proj.bias") ||
+                                               strstr(p->name, ".down.bias")
+                                         ? LT_SPLIT_NONE
+                                         : LT_SPLIT_COLS;
                 CHECK(p->split == want && p->numel * (want == LT_SPLIT_NONE ? 1 : etp) ==
                                               g.p[p->gidx].numel,
                       "%s: split %d, %zu elements", p->name, (int)p->split, p->numel);
@@ -356,7 +361,7 @@ static void test_params_split_etp(void) {
         for (int k = 0; k < g.n; k++) {
             const LtParam *p = &g.p[k];
             if (!strstr(p->name, ".mlp.experts.")) continue;
-            const int want = strstr(p->name, ".proj.bias") ? etp : 1;
+            const int want = strstr(p->name, ".proj.bias") || strstr(p->name, ".down.bias") ? etp : 1;
             for (size_t e = 0; e < p->numel; e++)
                 if (hits[p->offset + e] != want) {
                     CHECK(0, "%s element %zu held %d times, want %d", p->name, e,
@@ -842,6 +847,80 @@ static void test_qk_layernorm(void) {
     lt_backend_destroy(be);
 }
 
+/* model.add_bias_linear / add_qkv_bias on the Llama block: finite differences
+ * through every bias (dense; an MoE layer with a shared expert and the router
+ * bias; the qkv bias alone with the q/k norms); the table's order (each bias
+ * after its weight, the qkv bias before the norms), inits (zeros; the router's
+ * normal), no decay, TP splits (qkv by heads, gate | up by blocks, proj and
+ * down whole); and the biases change the loss (the router's from the start). */
+static void test_linear_bias(void) {
+    LtModelDims d = tiny_llama_dims();
+    d.linear_bias = 1;
+    gradient_check(d);
+    LtModelDims moe = moe_dims(d);
+    moe.moe.shared_ffn = 16;
+    gradient_check(moe);
+    LtModelDims qkv = tiny_llama_dims();
+    qkv.qkv_bias = 1, qkv.qk_norm = 1;
+    gradient_check(qkv);
+    LtParamTable t;
+    lt_params_build_tp(&t, &moe, 2, 1);
+    static const char *const order[][2] = {
+        {"h.1.attn.qkv.weight", "h.1.attn.qkv.bias"},
+        {"h.1.attn.proj.weight", "h.1.attn.proj.bias"},
+        {"h.1.mlp.shared.gate_up.weight", "h.1.mlp.shared.gate_up.bias"},
+        {"h.1.mlp.shared.down.weight", "h.1.mlp.shared.down.bias"},
+        {"h.1.mlp.router.weight", "h.1.mlp.router.bias"},
+        {"h.1.mlp.experts.3.gate_up.weight", "h.1.mlp.experts.3.gate_up.bias"},
+        {"h.1.mlp.experts.3.down.weight", "h.1.mlp.experts.3.down.bias"},
+        {"h.0.mlp.gate_up.weight", "h.0.mlp.gate_up.bias"},
+        {"h.0.mlp.down.weight", "h.0.mlp.down.bias"}};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        const LtParam *w = lt_params_find(&t, order[i][0]), *b = lt_params_find(&t, order[i][1]);
+        REQUIRE(w && b, "%s or %s missing", order[i][0], order[i][1]);
+        const int router = strstr(b->name, "router") != NULL;
+        CHECK(b == w + 1 && b->ndim == 1 && b->gshape[0] == w->gshape[0] && !b->decay &&
+                  b->init == (router ? LT_INIT_NORMAL : LT_INIT_ZEROS),
+              "%s: after %s, %lld rows, decay %d, init %d", b->name, w->name,
+              (long long)b->gshape[0], b->decay, (int)b->init);
+        const int whole = strstr(b->name, "proj.") || strstr(b->name, "down.") || router ||
+                          strstr(b->name, ".experts.");
+        CHECK(b->split == (whole ? LT_SPLIT_NONE : LT_SPLIT_BLOCKS) &&
+                  b->numel * (whole ? 1 : 2) == (size_t)b->gshape[0],
+              "%s: split %d, %zu elements", b->name, (int)b->split, b->numel);
+    }
+    lt_params_free(&t);
+    lt_params_build(&t, &qkv);
+    const LtParam *qb = lt_params_find(&t, "h.0.attn.qkv.bias");
+    CHECK(qb && qb == lt_params_find(&t, "h.0.attn.qkv.weight") + 1 &&
+              qb + 1 == lt_params_find(&t, "h.0.attn.q_norm.weight") &&
+              !lt_params_find(&t, "h.0.attn.proj.bias") && !lt_params_find(&t, "h.0.mlp.down.bias"),
+          "the qkv bias alone: not between qkv.weight and q_norm, or other biases");
+    lt_params_free(&t);
+    /* the biases (zeros) leave the first loss as it was; the router's (normal) does not */
+    LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
+    LtModelDims moe0 = moe;
+    moe0.linear_bias = 0;
+    const LtModelDims pairs[2][2] = {{tiny_llama_dims(), d}, {moe0, moe}};
+    double loss[2][2];
+    int32_t in[32], tgt[32];
+    random_tokens(in, 2 * d.seq_len, d.vocab, 5);
+    random_tokens(tgt, 2 * d.seq_len, d.vocab, 6);
+    for (int k = 0; k < 2; k++)
+        for (int b = 0; b < 2; b++) {
+            LtModel *m = lt_model_create(be, &pairs[k][b], 2, d.seq_len, NULL);
+            float *host = malloc(m->table.total * sizeof(float));
+            lt_params_init(&m->table, 5, host);
+            loss[k][b] = loss_with(m, host, in, tgt);
+            free(host);
+            lt_model_destroy(m);
+        }
+    CHECK(test_relerr(loss[0][1], loss[0][0], 1e-9) < 1e-7,
+          "zero biases changed the loss: %.9g vs %.9g", loss[0][0], loss[0][1]);
+    CHECK(test_relerr(loss[1][1], loss[1][0], 1e-9) > 1e-6, "the router bias changed nothing");
+    lt_backend_destroy(be);
+}
+
 /* The Llama table: names and shapes, and tensor-parallel shards that hold
  * their query heads, key/value heads and gate/up rows (each block split) and
  * put every global element back exactly once. */
@@ -1013,6 +1092,7 @@ int main(void) {
     RUN(test_sliding_window);
     RUN(test_kv_channels);
     RUN(test_qk_layernorm);
+    RUN(test_linear_bias);
     RUN(test_llama_table);
     RUN(test_llama_flops);
     RUN(test_layer_split);

@@ -114,38 +114,50 @@ static void aux_scores_d(double *a, const double *l, int E, int score) {
 
 /* ---- router GEMMs ------------------------------------------------------------- */
 
+/* The router GEMMs against double sums, with and without the router bias (logits
+ * + bias, its gradient the column sums of dlogits, accumulated). */
 static void test_router(void) {
     const int shapes[][3] = {{1, 5, 2}, {13, 24, 8}, {37, 9, 3}};
-    for (int s = 0; s < 3; s++) {
+    for (int t = 0; t < 6; t++) {
+        const int s = t % 3, with_bias = t >= 3;
         int N = shapes[s][0], C = shapes[s][1], E = shapes[s][2];
         float *x = fbuf((size_t)N * C, 1), *w = fbuf((size_t)E * C, 0.5f);
         float *lg = nanbuf((size_t)N * E), *dl = fbuf((size_t)N * E, 1);
         float *dx = fbuf((size_t)N * C, 1), *dw = fbuf((size_t)E * C, 1);
+        float *b = fbuf((size_t)E, 1), *db = fbuf((size_t)E, 1), *db0 = lt_malloc((size_t)E * 4);
         float *dx0 = lt_malloc((size_t)N * C * 4), *dw0 = lt_malloc((size_t)E * C * 4);
         memcpy(dx0, dx, (size_t)N * C * 4), memcpy(dw0, dw, (size_t)E * C * 4);
-        g_be->ops->moe_router_fwd(g_be, lg, x, w, N, C, E);
-        g_be->ops->moe_router_bwd(g_be, dx, dw, dl, x, w, N, C, E);
+        memcpy(db0, db, (size_t)E * 4);
+        g_be->ops->moe_router_fwd(g_be, lg, x, w, with_bias ? b : NULL, N, C, E);
+        g_be->ops->moe_router_bwd(g_be, dx, dw, with_bias ? db : NULL, dl, x, w, N, C, E);
         double *rl = lt_calloc((size_t)N * E * 8), *rdx = lt_calloc((size_t)N * C * 8);
-        double *rdw = lt_calloc((size_t)E * C * 8);
+        double *rdw = lt_calloc((size_t)E * C * 8), *rdb = lt_calloc((size_t)E * 8);
         for (int i = 0; i < N; i++)
-            for (int e = 0; e < E; e++)
+            for (int e = 0; e < E; e++) {
+                if (with_bias) rl[i * E + e] = b[e];
+                rdb[e] += dl[i * E + e];
                 for (int c = 0; c < C; c++) {
                     rl[i * E + e] += (double)x[i * C + c] * w[e * C + c];
                     rdx[i * C + c] += (double)dl[i * E + e] * w[e * C + c];
                     rdw[e * C + c] += (double)dl[i * E + e] * x[i * C + c];
                 }
+            }
         for (size_t j = 0; j < (size_t)N * C; j++) rdx[j] += dx0[j];
         for (size_t j = 0; j < (size_t)E * C; j++) rdw[j] += dw0[j];
-        CHECK(maxrel(lg, rl, (size_t)N * E, 0.1) < 1e-5, "logits, shape %d", s);
-        CHECK(maxrel(dx, rdx, (size_t)N * C, 0.1) < 1e-5, "dx (accumulated), shape %d", s);
-        CHECK(maxrel(dw, rdw, (size_t)E * C, 0.1) < 1e-5, "dw (accumulated), shape %d", s);
+        for (int e = 0; e < E; e++) rdb[e] = with_bias ? rdb[e] + db0[e] : db0[e];
+        CHECK(maxrel(lg, rl, (size_t)N * E, 0.1) < 1e-5, "logits, case %d", t);
+        CHECK(maxrel(dx, rdx, (size_t)N * C, 0.1) < 1e-5, "dx (accumulated), case %d", t);
+        CHECK(maxrel(dw, rdw, (size_t)E * C, 0.1) < 1e-5, "dw (accumulated), case %d", t);
+        CHECK(maxrel(db, rdb, (size_t)E, 0.1) < 1e-5, "dbias (accumulated), case %d", t);
         /* NULL outputs are skipped */
         memcpy(dw0, dw, (size_t)E * C * 4);
-        g_be->ops->moe_router_bwd(g_be, NULL, dw, dl, x, w, N, C, E);
-        g_be->ops->moe_router_bwd(g_be, dx, NULL, dl, x, w, N, C, E);
+        g_be->ops->moe_router_bwd(g_be, NULL, dw, NULL, dl, x, w, N, C, E);
+        g_be->ops->moe_router_bwd(g_be, dx, NULL, NULL, dl, x, w, N, C, E);
         CHECK(maxrel(dw, rdw, (size_t)E * C, 0.1) > 1e-3, "dw accumulated a second time");
+        CHECK(maxrel(db, rdb, (size_t)E, 0.1) < 1e-5, "dbias touched with NULL, case %d", t);
         free(x), free(w), free(lg), free(dl), free(dx), free(dw), free(dx0), free(dw0);
-        free(rl), free(rdx), free(rdw);
+        free(b), free(db), free(db0);
+        free(rl), free(rdx), free(rdw), free(rdb);
     }
 }
 
@@ -582,8 +594,8 @@ static void test_empty(void) {
     int32_t i32[8] = {0}, off[5], dropped = -1, src[12];
     double z = 1.5;
     const LtBackendOps *o = g_be->ops;
-    o->moe_router_fwd(g_be, f, f, f, 0, 4, 2);
-    o->moe_router_bwd(g_be, f, f, f, f, f, 0, 4, 2);
+    o->moe_router_fwd(g_be, f, f, f, f, 0, 4, 2);
+    o->moe_router_bwd(g_be, f, f, f, f, f, f, 0, 4, 2);
     o->moe_topk(g_be, i32, f, l, NULL, 0, 4, 2, LT_MOE_SOFTMAX, 0, 1);
     o->moe_topk_bwd(g_be, f, f, i32, l, 0, 4, 2, LT_MOE_SIGMOID, 0, 1);
     o->moe_aux_stats(g_be, f, f, &z, l, 0, 4, 2, LT_MOE_SOFTMAX, 0, 1);
@@ -795,7 +807,7 @@ static void test_bf16(void) {
             if (op == 0) be->ops->moe_unpermute(be, o, f.y, f.pos, f.w, N, K, C);
             if (op == 1) be->ops->moe_permute_bwd(be, o, f.y, f.pos, N, K, C);
             if (op == 2) be->ops->moe_unpermute_bwd(be, o, dw, f.dout, f.y, f.pos, f.w, N, K, C, M);
-            if (op == 3) be->ops->moe_router_bwd(be, o, NULL, dl, f.x, wr, N, C, E);
+            if (op == 3) be->ops->moe_router_bwd(be, o, NULL, NULL, dl, f.x, wr, N, C, E);
         }
         size_t n = (size_t)(op == 2 ? M : N) * C;
         for (size_t j = 0; j < n; j++) bad += a16[j] != lt_bf16_round(a32[j]);

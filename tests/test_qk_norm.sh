@@ -20,21 +20,8 @@ QK="model.qk_layernorm=true model.kv_channels=12"
 BASE="data.train_path=$T/train.ltok data.valid_path= train.steps=8 logging.log_interval=4
       eval.interval=0 optimizer.eps=1e-6"
 
-run() { # name np overrides...
-  local name=$1 np=$2; shift 2
-  local out="$T/$name" launch="$LT"
-  mkdir -p "$out"
-  [ "$np" -gt 1 ] && launch="$MPI -np $np $LT"
-  $launch train configs/llama-tiny.yaml $BASE checkpoint.dir=$out/ck \
-    logging.metrics_file=$out/m.jsonl "$@" >"$out/log" 2>&1 </dev/null ||
-    { echo "  run $name failed: $(tail -3 "$out/log")"; return 1; }
-}
-same() { # name np overrides... : the run matches ref
-  local name=$1 err
-  if run "$@" && err=$(python3 tests/compare_runs.py "$T/ref" "$T/$name" 1e-5 1e-5 --steps 8 2>&1)
-  then pass "${name}_matches_single_process"
-  else fail "${name}_matches_single_process" "$(echo "${err:-run failed}" | tail -1)"; fi
-}
+run() { train_run "$1" "$2" configs/llama-tiny.yaml "${@:3}"; } # name np overrides...
+same() { same_as ref "$@"; } # name np overrides... : the run matches ref
 
 run ref 1 $QK || fail reference "single-process run failed"
 # the checkpoint holds the norm weights, trained away from their init (ones)
@@ -79,25 +66,15 @@ else fail tp2_checkpoint_resumes_on_pp2 "$(echo "${err:-run failed}" | tail -1)"
 
 # the Hugging Face export: Qwen3ForCausalLM (Llama with q_norm / k_norm), whose logits an
 # independent float64 forward reproduces from the exported files alone
-printf '10 20 30 40 50 60 70 80 90 100 11 12' > "$T/prompt.ids"
-if "$LT" shard --vocab-size 256 --input "$T/prompt.ids" "$T/prompt.ltok" >/dev/null &&
-   "$LT" export "$T/ref/ck" "$T/ref/hf_out" >/dev/null 2>&1 &&
-   grep -q '"architectures": \["Qwen3ForCausalLM"\]' "$T/ref/hf_out/config.json" &&
-   "$LT" logits configs/llama-tiny.yaml $QK data.train_path="$T/prompt.ltok" \
-     checkpoint.load="$T/ref/ck" >"$T/qk.logits" 2>/dev/null &&
-   out=$(python3 tests/hf_reference.py "$T/ref/hf_out" "$T/qk.logits" 1e-5 2>&1); then
+if out=$(hf_export_matches "$T/ref/ck" "$T/ref/hf_out" '"architectures": ["Qwen3ForCausalLM"]' \
+           configs/llama-tiny.yaml $QK); then
   pass "export_as_qwen3_matches_float64_reference ($out)"
-else fail export_as_qwen3_matches_float64_reference "${out:-export or logits failed}"; fi
+else fail export_as_qwen3_matches_float64_reference "$out"; fi
 
 # and back: the Qwen3 directory imports as a qk_layernorm Llama whose export is the same files
-if "$LT" import "$T/ref/hf_out" "$T/imported" data.train_path="$T/train.ltok" \
-     >"$T/import.log" 2>&1 &&
-   grep -q "qk_layernorm: true" "$T/imported/step_00000000/config.yaml" &&
-   "$LT" export "$T/imported" "$T/hf2" >/dev/null 2>&1 &&
-   cmp -s "$T/ref/hf_out/model.safetensors" "$T/hf2/model.safetensors" &&
-   cmp -s "$T/ref/hf_out/config.json" "$T/hf2/config.json"; then
-  pass qwen3_import_export_identical
-else fail qwen3_import_export_identical "$(tail -2 "$T/import.log")"; fi
+if out=$(hf_round_trip "$T/ref/hf_out" "qk_layernorm: true")
+then pass qwen3_import_export_identical
+else fail qwen3_import_export_identical "$out"; fi
 expect2 refused_moe_export "model.qk_layernorm=true; Mixtral" export "$T/moe/ck" "$T/moe/hf"
 
 expect2 refused_gpt "model.qk_layernorm" train configs/tiny.yaml model.qk_layernorm=true \

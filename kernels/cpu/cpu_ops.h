@@ -235,10 +235,10 @@ void cpu_scale_f32(LtBackend *be, float *x, float s, size_t n);
 void cpu_add_f32(LtBackend *be, float *dst, const float *src, size_t n);
 
 /* moe.c */
-void cpu_moe_router_fwd(LtBackend *be, float *logits, const void *x, const void *w, int N, int C,
-                        int E);
-void cpu_moe_router_bwd(LtBackend *be, void *dx, float *dw, const float *dlogits, const void *x,
-                        const void *w, int N, int C, int E);
+void cpu_moe_router_fwd(LtBackend *be, float *logits, const void *x, const void *w,
+                        const void *bias, int N, int C, int E);
+void cpu_moe_router_bwd(LtBackend *be, void *dx, float *dw, float *dbias, const float *dlogits,
+                        const void *x, const void *w, int N, int C, int E);
 void cpu_moe_topk(LtBackend *be, int32_t *idx, float *w, const float *logits, const float *bias,
                   int N, int E, int K, int score, int pre_softmax, float scale);
 void cpu_moe_topk_bwd(LtBackend *be, float *dlogits, const float *dw, const int32_t *idx,

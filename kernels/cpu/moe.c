@@ -21,21 +21,32 @@
 
 /* ---- router GEMMs --------------------------------------------------------- */
 
-void cpu_moe_router_fwd(LtBackend *be, float *logits, const void *x, const void *w, int N, int C,
-                        int E) {
+void cpu_moe_router_fwd(LtBackend *be, float *logits, const void *x, const void *w,
+                        const void *bias_, int N, int C, int E) {
     if (N <= 0 || E <= 0) return;
-    if (C <= 0) {
+    if (C <= 0)
         memset(logits, 0, (size_t)N * E * sizeof(float));
-        return;
-    }
-    /* logits (N, E) = x (N, C) . w (E, C)^T */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, E, C, 1.0f, x, C, w, C, 0.0f, logits,
-                E);
+    else /* logits (N, E) = x (N, C) . w (E, C)^T */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, E, C, 1.0f, x, C, w, C, 0.0f,
+                    logits, E);
+    if (!bias_) return;
+    const float *bias = bias_;
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(be))
+    for (int i = 0; i < N; i++)
+        for (int e = 0; e < E; e++) logits[(size_t)i * E + e] += bias[e];
 }
 
-void cpu_moe_router_bwd(LtBackend *be, void *dx_, float *dw, const float *dlogits, const void *x,
-                        const void *w, int N, int C, int E) {
-    if (N <= 0 || C <= 0 || E <= 0) return;
+void cpu_moe_router_bwd(LtBackend *be, void *dx_, float *dw, float *dbias, const float *dlogits,
+                        const void *x, const void *w, int N, int C, int E) {
+    if (N <= 0 || E <= 0) return;
+    if (dbias) /* each expert's sum in token order: independent of the thread count */
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(be))
+        for (int e = 0; e < E; e++) {
+            float s = 0.0f;
+            for (int i = 0; i < N; i++) s += dlogits[(size_t)i * E + e];
+            dbias[e] += s;
+        }
+    if (C <= 0) return;
     if (dx_) {
         float *dx = dx_, *t = cpu_scratch(be, (size_t)N * C);
         const int bf16 = cpu_is_bf16(be);

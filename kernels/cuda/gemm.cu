@@ -534,23 +534,24 @@ static void router_gemm(LtBackend *be, cublasOperation_t ta, cublasOperation_t t
     gemm_plain(be, &g);
 }
 
-// logits (N, E) = x (N, C) . w (E, C)^T, fp32 output.
-void cu_moe_router_fwd(LtBackend *be, float *logits, const void *x, const void *w, int N, int C,
-                       int E) {
+// logits (N, E) = x (N, C) . w (E, C)^T (+ bias), fp32 output.
+void cu_moe_router_fwd(LtBackend *be, float *logits, const void *x, const void *w,
+                       const void *bias, int N, int C, int E) {
     if (N <= 0 || E <= 0) return;
-    if (C <= 0) {
+    if (C <= 0)
         CU_CHECK(cudaMemsetAsync(logits, 0, (size_t)N * E * sizeof(float), cu_stream(be)));
-        return;
-    }
-    /* logits^T (E, N) = w-stored (C, E)^T . x^T (C, N) */
-    router_gemm(be, CUBLAS_OP_T, CUBLAS_OP_N, E, N, C, w, C, x, C, logits, E,
-                cu_is_bf16(be) ? CUDA_R_16BF : CUDA_R_32F, 0.f);
+    else /* logits^T (E, N) = w-stored (C, E)^T . x^T (C, N) */
+        router_gemm(be, CUBLAS_OP_T, CUBLAS_OP_N, E, N, C, w, C, x, C, logits, E,
+                    cu_is_bf16(be) ? CUDA_R_16BF : CUDA_R_32F, 0.f);
+    if (bias) cu_moe_router_bias_fwd(be, logits, bias, N, E);
 }
 
-// dx (N, C) += dlogits (N, E) . w (E, C); dw (E, C) += dlogits^T . x.
-void cu_moe_router_bwd(LtBackend *be, void *dx, float *dw, const float *dlogits, const void *x,
-                       const void *w, int N, int C, int E) {
-    if (N <= 0 || C <= 0 || E <= 0 || (!dx && !dw)) return;
+// dx (N, C) += dlogits (N, E) . w (E, C); dw (E, C) += dlogits^T . x; dbias += colsum(dlogits).
+void cu_moe_router_bwd(LtBackend *be, void *dx, float *dw, float *dbias, const float *dlogits,
+                       const void *x, const void *w, int N, int C, int E) {
+    if (N <= 0 || E <= 0) return;
+    if (dbias) cu_moe_router_bias_bwd(be, dbias, dlogits, N, E);
+    if (C <= 0 || (!dx && !dw)) return;
     const int bf = cu_is_bf16(be);
     size_t rows = MOE_ROUTER_CHUNK / (size_t)C;
     rows = rows < 1 ? 1 : rows > (size_t)N ? (size_t)N : rows;

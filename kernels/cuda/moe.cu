@@ -1,7 +1,8 @@
 /* moe.cu - mixture-of-experts kernels: top-k routing and its backward, the
  * load-balancing statistics and their gradient, the expert-major dispatch
  * (a counting sort with the capacity decision), the permute / unpermute row
- * gathers and their backwards, and the act += fp32 add the router's dx uses
+ * gathers and their backwards, the act += fp32 add the router's dx uses, the
+ * router bias's add to the logits and its gradient
  * (the router GEMMs themselves are cuBLASLt calls in gemm.cu). Semantics in
  * include/backend.h; kernels/cpu/moe.c is the reference.
  *
@@ -564,6 +565,19 @@ template <typename T> struct AddF32Map {
     }
 };
 
+// logits (N, E) += bias (E, act dtype): flat element i takes bias[i % E] (its expert).
+template <typename T> struct RouterBiasMap {
+    float *logits;
+    const T *bias;
+    size_t E;
+    int idx32;
+    template <int K> __device__ __forceinline__ void apply(size_t i) const {
+#pragma unroll
+        for (int k = 0; k < K; k++)
+            logits[i + k] += to_f(bias[i + k - idx_div(i + k, E, idx32) * E]);
+    }
+};
+
 // One warp per assignment a: dw[a] = dot(dout row a / topk, y row pos[a]), 0 when dropped.
 template <typename T, int VEC>
 __global__ void __launch_bounds__(MOE_THREADS)
@@ -640,6 +654,22 @@ void cu_act_add_f32(LtBackend *be, void *dx, const float *t, size_t n) {
     else
         launch_map<LT_VEC(float)>(AddF32Map<float>{(float *)dx, t}, n, cu_aligned16(dx, t),
                                   cu_stream(be));
+}
+
+void cu_moe_router_bias_fwd(LtBackend *be, float *logits, const void *bias, int N, int E) {
+    const size_t n = (size_t)N * E;
+    if (!n) return;
+    if (cu_is_bf16(be))
+        launch_map<1>(RouterBiasMap<bf16>{logits, (const bf16 *)bias, (size_t)E, n <= 0xffffffffu},
+                      n, 0, cu_stream(be));
+    else
+        launch_map<1>(RouterBiasMap<float>{logits, (const float *)bias, (size_t)E,
+                                           n <= 0xffffffffu},
+                      n, 0, cu_stream(be));
+}
+
+void cu_moe_router_bias_bwd(LtBackend *be, float *dbias, const float *dlogits, int N, int E) {
+    if (N > 0 && E > 0) launch_colsum_f32_add(dbias, dlogits, (size_t)E, N, E, cu_stream(be));
 }
 
 void cu_moe_topk(LtBackend *be, int32_t *idx, float *w, const float *logits, const float *bias,

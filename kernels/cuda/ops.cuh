@@ -66,10 +66,10 @@ void cu_add_f32(LtBackend *be, float *dst, const float *src, size_t n);
 void cu_add_act(LtBackend *be, void *out, const void *a, const void *b, size_t n);
 void cu_act_from_f32(LtBackend *be, void *dst, const float *src, size_t n);
 void cu_act_to_f32(LtBackend *be, float *dst, const void *src, size_t n);
-void cu_moe_router_fwd(LtBackend *be, float *logits, const void *x, const void *w, int N, int C,
-                       int E);
-void cu_moe_router_bwd(LtBackend *be, void *dx, float *dw, const float *dlogits, const void *x,
-                       const void *w, int N, int C, int E);
+void cu_moe_router_fwd(LtBackend *be, float *logits, const void *x, const void *w,
+                       const void *bias, int N, int C, int E);
+void cu_moe_router_bwd(LtBackend *be, void *dx, float *dw, float *dbias, const float *dlogits,
+                       const void *x, const void *w, int N, int C, int E);
 void cu_moe_topk(LtBackend *be, int32_t *idx, float *w, const float *logits, const float *bias,
                  int N, int E, int K, int score, int pre_softmax, float scale);
 void cu_moe_topk_bwd(LtBackend *be, float *dlogits, const float *dw, const int32_t *idx,
@@ -107,5 +107,9 @@ void cu_bias_gelu(LtBackend *be, void *out, void *pre_gelu, const void *pre, con
 void cu_dgelu_inplace(LtBackend *be, void *dinp, const void *gelu_pre, size_t n);
 /* dx (n, act) += t (n, fp32): the sum in fp32, rounded once (moe.cu; the MoE router's dx). */
 void cu_act_add_f32(LtBackend *be, void *dx, const float *t, size_t n);
+/* The MoE router's bias (moe.cu): logits (N, E) += bias (E, act); dbias (E) += the
+ * column sums of dlogits (N, E), fixed order. */
+void cu_moe_router_bias_fwd(LtBackend *be, float *logits, const void *bias, int N, int E);
+void cu_moe_router_bias_bwd(LtBackend *be, float *dbias, const float *dlogits, int N, int E);
 
 #endif

@@ -22,6 +22,7 @@ _Static_assert(sizeof(LtCommBackend) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtAttnImpl) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtArch) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtRopeScalingKind) == sizeof(int), "enum size");
+_Static_assert(sizeof(LtLinearBias) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtLrDecayStyle) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtWsdDecayStyle) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtMoeScore) == sizeof(int), "enum size");
@@ -39,6 +40,7 @@ static const char *const ATTENTION_NAMES[] = {"auto", "cudnn", "lattice", NULL};
 static const char *const EVAL_SPLIT_NAMES[] = {"valid", "test", NULL};
 static const char *const ARCH_NAMES[] = {"gpt", "llama", NULL};             /* index = LtArch */
 static const char *const ROPE_SCALING_NAMES[] = {"none", "llama3", "yarn", NULL}; /* LtRopeScalingKind */
+static const char *const LINEAR_BIAS_NAMES[] = {"false", "true", "auto", NULL}; /* LtLinearBias */
 static const char *const LR_DECAY_NAMES[] = {"cosine", "linear", "constant", "inverse_square_root",
                                              "wsd", NULL}; /* LtLrDecayStyle */
 static const char *const WSD_DECAY_NAMES[] = {"exponential", "linear", "cosine", "minus_sqrt",
@@ -80,6 +82,8 @@ const KeyDesc lt_cfg_keys[] = {
     K_INT(model, num_query_groups, 0, INT_MAX),
     K_INT(model, kv_channels, 0, INT_MAX),
     K_BOOL(model, qk_layernorm),
+    K_ENUM(model, add_bias_linear, LINEAR_BIAS_NAMES),
+    K_BOOL(model, add_qkv_bias),
     K_DBL(model, norm_epsilon, 0, 1, D_MIN_OPEN),
     K_DBL(model, rotary_base, 1, 0, D_MIN_OPEN | D_NO_MAX),
     K_ENUM(model, rope_scaling, ROPE_SCALING_NAMES),

@@ -82,6 +82,8 @@ static int derive_fields(LtConfig *t, char *err, size_t errlen) {
     const int heads = t->model.num_attention_heads;
     if (t->model.kv_channels == 0 && heads > 0 && t->model.hidden_size % heads == 0)
         t->model.kv_channels = t->model.hidden_size / heads;
+    if (t->model.add_bias_linear == LT_BIAS_AUTO)
+        t->model.add_bias_linear = t->model.arch == LT_ARCH_GPT ? LT_BIAS_TRUE : LT_BIAS_FALSE;
     return lt_cfg_moe_derive(t, err, errlen) ? -1 : lt_window_derive(t, err, errlen);
 }
 
@@ -141,6 +143,16 @@ static int rule_llama_only_keys(const Rules *r, char *err, size_t errlen) {
                                "model.arch is gpt",
                                keys[i].name);
     return 0;
+}
+
+/* The GPT block's linears always carry biases (GPT-2's layout, which its
+ * checkpoints and export assume). */
+static int rule_gpt_linear_biases(const Rules *r, char *err, size_t errlen) {
+    if (r->llama || r->given->model.add_bias_linear != LT_BIAS_FALSE) return 0;
+    return lt_cfg_fail(err, errlen,
+                       "model.add_bias_linear=false is not supported with model.arch=gpt: the GPT "
+                       "block always has biases on its linears (GPT-2's layout); use "
+                       "model.arch=llama for a block without them");
 }
 
 static int rule_heads_divide_hidden(const Rules *r, char *err, size_t errlen) {
@@ -555,6 +567,7 @@ static const struct {
     RuleFn check;
 } RULES[] = {
     {"llama-only keys", rule_llama_only_keys},
+    {"gpt linear biases", rule_gpt_linear_biases},
     {"heads divide hidden", rule_heads_divide_hidden},
     {"sequence within positions", rule_seq_within_positions},
     {"world divisible by tp x pp", rule_world_divisible},

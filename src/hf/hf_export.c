@@ -121,8 +121,9 @@ static void rope_scaling_json(const LtConfig *c, char *rope, size_t n) {
              fa, lo, hi, c->model.rope_original_max_position);
 }
 
-/* LlamaForCausalLM, Qwen3ForCausalLM with the per-head q/k norms (d->qk_norm; no
- * sliding window, no biases), or MixtralForCausalLM for an MoE model (d->moe.experts > 0,
+/* LlamaForCausalLM (with model.add_bias_linear its attention_bias and mlp_bias),
+ * Qwen3ForCausalLM with the per-head q/k norms (d->qk_norm; no sliding window, no
+ * biases: bias_refusal), or MixtralForCausalLM for an MoE model (d->moe.experts > 0,
  * checked by mixtral_refusal): the attention and norms are the same; Mixtral's
  * intermediate_size is each expert's width. The aux-loss coefficient goes to
  * router_aux_loss_coef, turned on (output_router_logits) when it is > 0. */
@@ -176,11 +177,12 @@ static void write_llama_config(FILE *f, const LtConfig *c, const LtModelDims *d)
                 "  \"sliding_window\": null,\n"
                 "  \"max_window_layers\": %d,\n",
                 c->model.num_layers);
-    else
+    else /* model.add_bias_linear: Llama's attention_bias (q, k, v, o) and mlp_bias */
         fprintf(f,
-                "  \"attention_bias\": false,\n"
+                "  \"attention_bias\": %s,\n"
                 "  \"attention_dropout\": 0.0,\n"
-                "  \"mlp_bias\": false,\n");
+                "  \"mlp_bias\": %s,\n",
+                d->linear_bias ? "true" : "false", d->linear_bias ? "true" : "false");
     fprintf(f,
             "  \"initializer_range\": %s,\n"
             "  \"torch_dtype\": \"float32\"\n"
@@ -226,6 +228,26 @@ static int mixtral_refusal(const LtConfig *c, const LtModelDims *d, char *err, s
     if (c->model.moe_router_enable_expert_bias)
         return lt_errorf(err, errlen, "%s model.moe_router_enable_expert_bias=true; Mixtral's router "
                          "has no expert bias", no);
+    return 0;
+}
+
+/* 0 when the linear biases of c (d) are ones the layout lattice writes for it
+ * has: none, or a dense Llama's with model.add_bias_linear (LlamaForCausalLM's
+ * attention_bias and mlp_bias: q, k, v, o, gate, up and down); else -1 naming
+ * the key. */
+static int bias_refusal(const LtConfig *c, const LtModelDims *d, char *err, size_t errlen) {
+    if (d->arch != LT_ARCH_LLAMA || (!d->qkv_bias && !d->linear_bias)) return 0;
+    const char *key = d->linear_bias ? "model.add_bias_linear" : "model.add_qkv_bias";
+    if (d->moe.experts > 0)
+        return lt_errorf(err, errlen, "cannot export %s=true as MixtralForCausalLM: Mixtral's "
+                         "attention, experts and router have no biases", key);
+    if (d->qk_norm)
+        return lt_errorf(err, errlen, "cannot export %s=true as Qwen3ForCausalLM (the layout of "
+                         "model.qk_layernorm=true): its MLP has no biases", key);
+    if (!d->linear_bias)
+        return lt_errorf(err, errlen, "cannot export model.add_qkv_bias=true (a bias on q, k and v "
+                         "only, Qwen2's): LlamaForCausalLM's attention_bias also covers o_proj; "
+                         "lattice writes no Qwen2 layout");
     return 0;
 }
 
@@ -290,7 +312,7 @@ int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t e
         return -1;
     }
     const LtModelDims dims = lt_dims_from_config(cfg);
-    if (window_refusal(cfg, emsg, sizeof emsg) ||
+    if (window_refusal(cfg, emsg, sizeof emsg) || bias_refusal(cfg, &dims, emsg, sizeof emsg) ||
         (dims.moe.experts > 0 && mixtral_refusal(cfg, &dims, emsg, sizeof emsg))) {
         lt_errorf(err, errlen, "%s/config.yaml: %s", stepdir, emsg);
         free(cfg);

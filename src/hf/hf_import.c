@@ -298,6 +298,25 @@ static const LlamaDefaults llama_defaults = {0, 2048, 1e-6, 10000.0, 0},
                            mixtral_defaults = {8, 131072, 1e-5, 1e6, 0},
                            qwen3_defaults = {0, 32768, 1e-6, 10000.0, 128};
 
+/* attention_bias and mlp_bias: LlamaForCausalLM's both on are lattice's
+ * model.add_bias_linear; Qwen3 and Mixtral (and one without the other) only
+ * without biases. */
+static int read_biases(const Cfg *c, const LlamaDefaults *def, LtConfig *m) {
+    int attn = 0, mlp = 0;
+    if (get_bool(c, "attention_bias", 0, &attn) || get_bool(c, "mlp_bias", 0, &mlp)) return -1;
+    if (def == &llama_defaults && attn && mlp) {
+        m->model.add_bias_linear = LT_BIAS_TRUE;
+        return 0;
+    }
+    m->model.add_bias_linear = LT_BIAS_FALSE;
+    return need_bool(c, "attention_bias", 0, 0,
+                     "q/k/v/o projections without bias, unless a LlamaForCausalLM's mlp_bias is "
+                     "true too: model.add_bias_linear") ||
+           need_bool(c, "mlp_bias", 0, 0,
+                     "gate/up/down projections without bias, unless a LlamaForCausalLM's "
+                     "attention_bias is true too: model.add_bias_linear");
+}
+
 static int read_llama(const Cfg *c, const LlamaDefaults *def, LtConfig *cfg) {
     LtConfig *m = cfg;
     int tied = 0, head_dim = 0;
@@ -314,9 +333,7 @@ static int read_llama(const Cfg *c, const LlamaDefaults *def, LtConfig *cfg) {
         get_num(c, c->js, "", "rms_norm_eps", def->norm_eps, &m->model.norm_epsilon) ||
         get_bool(c, "tie_word_embeddings", 0, &tied) ||
         need_str(c, c->js, "", "hidden_act", "silu", silu, NULL) ||
-        need_bool(c, "attention_bias", 0, 0, "q/k/v/o projections without bias") ||
-        need_bool(c, "mlp_bias", 0, 0, "gate/up/down projections without bias") ||
-        read_rope(c, def->rope_theta, m))
+        read_biases(c, def, m) || read_rope(c, def->rope_theta, m))
         return -1;
     const int hd = m->model.hidden_size / m->model.num_attention_heads;
     if (get_int(c, c->js, "", "head_dim", 1, INT_MAX, def->head_dim ? def->head_dim : hd, &head_dim))
@@ -435,6 +452,8 @@ static int model_changed(const LtConfig *a, const LtConfig *b, const char **key)
         {"model.rope_attention_factor", a->model.rope_attention_factor != b->model.rope_attention_factor},
         {"model.untie_embeddings_and_output_weights",
          a->model.untie_embeddings_and_output_weights != b->model.untie_embeddings_and_output_weights},
+        {"model.add_bias_linear", a->model.add_bias_linear != b->model.add_bias_linear},
+        {"model.add_qkv_bias", a->model.add_qkv_bias != b->model.add_qkv_bias},
         {"model.num_experts", a->model.num_experts != b->model.num_experts},
         {"model.moe_router_topk", a->model.num_experts && a->model.moe_router_topk != b->model.moe_router_topk},
         {"model.moe_ffn_hidden_size", a->model.moe_ffn_hidden_size != b->model.moe_ffn_hidden_size},

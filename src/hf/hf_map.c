@@ -117,6 +117,16 @@ static int map_mixtral_moe(MapBuild *b, const LtModelDims *d, int l) {
     return 0;
 }
 
+/* The dense MLP's biases of layer l (LlamaForCausalLM's mlp_bias): gate and
+ * up, the row blocks of our gate_up.bias, and down. */
+static int map_mlp_bias(MapBuild *b, const LtModelDims *d, int l) {
+    const char *L = "model.layers";
+    const int64_t F = d->ffn;
+    return put_layer(b, L, l, "mlp.gate_proj.bias", "mlp.gate_up.bias", 0, F, 0) ||
+           put_layer(b, L, l, "mlp.up_proj.bias", "mlp.gate_up.bias", F, F, 0) ||
+           put_layer(b, L, l, "mlp.down_proj.bias", "mlp.down.bias", 0, 0, 0);
+}
+
 static int map_llama(MapBuild *b, const LtModelDims *d) {
     const int64_t HD = lt_dims_head_dim(d), Q = (int64_t)d->heads * HD,
                   KV = (int64_t)lt_dims_kv_heads(d) * HD, F = d->ffn;
@@ -131,18 +141,25 @@ static int map_llama(MapBuild *b, const LtModelDims *d) {
              (put_layer(b, L, l, "self_attn.q_norm.weight", "attn.q_norm.weight", 0, 0, 0) ||
               put_layer(b, L, l, "self_attn.k_norm.weight", "attn.k_norm.weight", 0, 0, 0))) ||
             put_layer(b, L, l, "self_attn.o_proj.weight", "attn.proj.weight", 0, 0, 0) ||
+            (lt_dims_qkv_bias(d) &&
+             (put_layer(b, L, l, "self_attn.q_proj.bias", "attn.qkv.bias", 0, Q, 0) ||
+              put_layer(b, L, l, "self_attn.k_proj.bias", "attn.qkv.bias", Q, KV, 0) ||
+              put_layer(b, L, l, "self_attn.v_proj.bias", "attn.qkv.bias", Q + KV, KV, 0))) ||
+            (lt_dims_linear_bias(d) &&
+             put_layer(b, L, l, "self_attn.o_proj.bias", "attn.proj.bias", 0, 0, 0)) ||
             put_layer(b, L, l, "post_attention_layernorm.weight", "ln_2.weight", 0, 0, 0) ||
             (lt_dims_moe_layer(d, l) ? map_mixtral_moe(b, d, l)
                                      : put_layer(b, L, l, "mlp.gate_proj.weight", "mlp.gate_up.weight", 0, F, 0) ||
                                            put_layer(b, L, l, "mlp.up_proj.weight", "mlp.gate_up.weight", F, F, 0) ||
-                                           put_layer(b, L, l, "mlp.down_proj.weight", "mlp.down.weight", 0, 0, 0)))
+                                           put_layer(b, L, l, "mlp.down_proj.weight", "mlp.down.weight", 0, 0, 0) ||
+                                           (lt_dims_linear_bias(d) && map_mlp_bias(b, d, l))))
             return -1;
     return put(b, "model.norm.weight", "ln_f.weight", 0, 0, 0);
 }
 
 int lt_hf_map(const LtParamTable *t, LtHfMap **out, char *err, size_t errlen) {
     const LtModelDims *d = &t->dims;
-    const int64_t per_layer = 12 + (d->moe.experts > 0 ? 1 + 3 * (int64_t)d->moe.experts : 0),
+    const int64_t per_layer = 20 + (d->moe.experts > 0 ? 1 + 3 * (int64_t)d->moe.experts : 0),
                   cap = 8 + per_layer * d->num_layers;
     if (cap > INT_MAX) {
         *out = NULL;

@@ -44,8 +44,10 @@
  *   is what attention's backward needs; the rotation's backward is the
  *   inverse rotation of dq, dk);
  *   fch_pre = ln2 W_gate_up^T (N, 2F: gate | up), fch = silu(gate) * up;
- *   no biases, no position table. The parameter roles below map both blocks
- *   onto one layer routine; a role a block lacks (biases) is absent (NULL).
+ *   no position table, and biases only where model.add_qkv_bias /
+ *   add_bias_linear ask for them (each added as GPT's). The parameter roles
+ *   below map both blocks onto one layer routine; a role a block lacks (a
+ *   bias) is absent (NULL).
  * An untied LM head (lm_head, either block) replaces wte in the logits. */
 #ifndef LT_MODEL_INTERNAL_H
 #define LT_MODEL_INTERNAL_H
@@ -129,11 +131,31 @@ struct LtModelInternal {
  * P_FCW is mlp.gate_up.weight and P_FC2W mlp.down.weight. */
 enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FC2W,
        P_FC2B, P_QNW, P_KNW, P_ROLES };
-/* Position of each role in a layer's slice of the table, -1 when absent. */
+/* Position of each role in a GPT layer's slice of the table. */
 static const int GPT_ROLES[P_ROLES] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, -1, -1};
-static const int LLAMA_ROLES[P_ROLES] = {0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, -1, -1};
-/* Llama with qk_layernorm: q_norm, k_norm follow qkv */
-static const int LLAMA_QK_ROLES[P_ROLES] = {0, -1, 1, -1, 4, -1, 5, -1, 6, -1, 7, -1, 2, 3};
+
+/* Position of role k in a Llama layer's slice of the table (params.c's
+ * order: ln_1, qkv (, its bias) (, q_norm, k_norm), proj (, bias), ln_2,
+ * gate_up (, bias), down (, bias)), -1 when absent. */
+static inline int llama_role(const LtModelDims *d, int k) {
+    const int qb = lt_dims_qkv_bias(d), lb = lt_dims_linear_bias(d), qk = d->qk_norm ? 2 : 0;
+    const int proj = 2 + qb + qk, ln2 = proj + 1 + lb, fc = ln2 + 1, fc2 = fc + 1 + lb;
+    switch (k) {
+    case P_LN1W: return 0;
+    case P_QKVW: return 1;
+    case P_QKVB: return qb ? 2 : -1;
+    case P_QNW: return qk ? 2 + qb : -1;
+    case P_KNW: return qk ? 3 + qb : -1;
+    case P_PROJW: return proj;
+    case P_PROJB: return lb ? proj + 1 : -1;
+    case P_LN2W: return ln2;
+    case P_FCW: return fc;
+    case P_FCB: return lb ? fc + 1 : -1;
+    case P_FC2W: return fc2;
+    case P_FC2B: return lb ? fc2 + 1 : -1;
+    }
+    return -1;
+}
 
 /* Device pointer of parameter i in the compute-dtype buffer / fp32 grads. */
 static inline void *param(const LtModel *m, int i) {
@@ -144,8 +166,7 @@ static inline int is_llama(const LtModel *m) { return m->d.arch == LT_ARCH_LLAMA
 /* Table index of the parameter of role k of local layer l (layers run chunk
  * after chunk, lt_params_chunk_first), -1 when the block has no such parameter. */
 static inline int lidx(const LtModel *m, int l, int k) {
-    const int pos =
-        (is_llama(m) ? (m->d.qk_norm ? LLAMA_QK_ROLES : LLAMA_ROLES) : GPT_ROLES)[k];
+    const int pos = is_llama(m) ? llama_role(&m->d, k) : GPT_ROLES[k];
     if (pos < 0) return -1;
     /* an MoE layer: the MLP's roles are the shared expert's, absent without one */
     if (m->in->moe[l] && k >= P_FCW && k <= P_FC2B && m->d.moe.shared_ffn == 0) return -1;

@@ -9,12 +9,17 @@
 
 #include "model/model_internal.h"
 
-/* Parameters of the attention half of a layer and of one FFN (params.c). */
-static int attn_params(const LtModel *m) { return is_llama(m) ? 4 + 2 * !!m->d.qk_norm : 8; }
-static int ffn_params(const LtModel *m) { return is_llama(m) ? 2 : 4; }
-/* Table index of MoE layer l's router weight; its experts' tensors follow. */
+/* Parameters of one FFN (params.c). */
+static int ffn_params(const LtModel *m) { return lt_params_ffn_count(&m->d); }
+/* Table index of MoE layer l's router weight; its bias, the expert bias and
+ * the experts' tensors follow. */
 static int router_idx(const LtModel *m, int l) {
-    return m->table.layer_first[l] + attn_params(m) + (m->d.moe.shared_ffn > 0 ? ffn_params(m) : 0);
+    return m->table.layer_first[l] + lt_params_attn_count(&m->d) +
+           (m->d.moe.shared_ffn > 0 ? ffn_params(m) : 0);
+}
+/* Table index of MoE layer l's expert bias (when the model has one). */
+static int expert_bias_idx(const LtModel *m, int l) {
+    return router_idx(m, l) + 1 + lt_dims_router_bias(&m->d);
 }
 
 /* Expert tensor i of the expert table: its weights and gradient. */
@@ -28,23 +33,28 @@ static float *egrad(const LtModel *m, int i) { return m->egrads + m->etable.p[i]
  * global index e; the others' entries are left unset; slices under ETP) from
  * the expert table. */
 LtMoeWeights lt_mdl_moe_weights(LtModel *m, int l) {
-    const int r = router_idx(m, l), fp = ffn_params(m), E = m->d.moe.experts;
+    const int r = router_idx(m, l), fp = ffn_params(m), E = m->d.moe.experts,
+              rb = lt_dims_router_bias(&m->d);
     const int split = m->etable.n > 0, ep = m->in->ep ? lt_comm_size(m->in->ep) : 1,
               El = E / ep, e0 = m->in->ep ? lt_comm_rank(m->in->ep) * El : 0;
     for (int e = e0; e < e0 + El; e++) {
         const int b = split ? m->etable.layer_first[l] + (e - e0) * fp
-                            : r + 1 + !!m->d.moe.expert_bias + e * fp;
+                            : expert_bias_idx(m, l) + !!m->d.moe.expert_bias + e * fp;
         void *(*w)(const LtModel *, int) = split ? eparam : param;
         float *(*g)(const LtModel *, int) = split ? egrad : grad;
         LtExpertTensors *t = &m->in->moe_exp[e];
-        if (is_llama(m))
+        if (fp == 2) /* Llama without biases */
             *t = (LtExpertTensors){w(m, b), NULL, w(m, b + 1), NULL, g(m, b), NULL, g(m, b + 1), NULL};
         else
             *t = (LtExpertTensors){w(m, b),     w(m, b + 1), w(m, b + 2), w(m, b + 3),
                                    g(m, b),     g(m, b + 1), g(m, b + 2), g(m, b + 3)};
     }
-    return (LtMoeWeights){param(m, r), m->d.moe.expert_bias ? param(m, r + 1) : NULL, grad(m, r),
-                          m->in->moe_exp};
+    return (LtMoeWeights){param(m, r),
+                          m->d.moe.expert_bias ? param(m, expert_bias_idx(m, l)) : NULL,
+                          grad(m, r),
+                          m->in->moe_exp,
+                          rb ? param(m, r + 1) : NULL,
+                          rb ? grad(m, r + 1) : NULL};
 }
 
 /* The kept assignments of each expert of MoE layer l in this forward, added
@@ -76,7 +86,7 @@ void lt_model_moe_tokens_take(LtModel *m, double *out) {
 
 int lt_model_moe_bias_index(const LtModel *m, int k) {
     for (int l = 0; l < m->table.layers; l++)
-        if (m->in->moe[l] && k-- == 0) return m->d.moe.expert_bias ? router_idx(m, l) + 1 : -1;
+        if (m->in->moe[l] && k-- == 0) return m->d.moe.expert_bias ? expert_bias_idx(m, l) : -1;
     return -1;
 }
 

@@ -1,7 +1,7 @@
 /* moe.c - the routed experts of an MoE layer (moe.h).
  *
  * Forward, on the R rows x of this rank:
- *   logits = x Wr^T (fp32); counts = the micro batch's aux top-k counts
+ *   logits = x Wr^T (+ br) (fp32); counts = the micro batch's aux top-k counts
  *   (summed over TP); idx, w = top-k routing; pos, src, offsets = the
  *   expert-major order (capacity drops); xp = x permuted; per expert e its
  *   rows offsets[e]..offsets[e+1]: y = FFN_e(xp); out = sum over k of w y.
@@ -362,7 +362,7 @@ static void experts_forward(LtBackend *be, const LtMoeShape *s, const LtMoeWeigh
     Experts x = experts_of(s, wt);
     const int part = lt_devclock_part_begin();
     if (s->llama) {
-        o->linear_group_fwd(be, a->hpre, NULL, a->xe, x.w1, NULL, off, G, C, FI);
+        o->linear_group_fwd(be, a->hpre, NULL, a->xe, x.w1, x.b1, off, G, C, FI);
         if (n > 0) o->swiglu_fwd(be, a->h, a->hpre, n, F);
     } else {
         o->linear_group_fwd(be, a->h, a->hpre, a->xe, x.w1, x.b1, off, G, C, F);
@@ -393,7 +393,7 @@ void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
     const LtMoeDims *d = cx->dims;
     const int R = s->R, E = s->E, K = s->K, C = s->C;
     const LtCommType act = lt_comm_act_type(be);
-    o->moe_router_fwd(be, a->logits, x, wt->router, R, C, E);
+    o->moe_router_fwd(be, a->logits, x, wt->router, wt->router_bias, R, C, E);
     balance_stats(be, cx, s, a, acc);
     if (wt->bias) o->act_to_f32(be, w->bias, wt->bias, (size_t)E);
     o->moe_topk(be, a->idx, a->w, a->logits, wt->bias ? w->bias : NULL, R, E, K, d->score,
@@ -439,9 +439,9 @@ static void experts_backward(LtBackend *be, const LtMoeShape *s, const LtMoeWeig
     Experts x = experts_of(s, wt);
     const int part = lt_devclock_part_begin();
     if (s->llama) {
-        o->linear_group_bwd(be, w->dh, x.g2, NULL, w->dy, a->h, x.w2, NULL, off, G, F, C);
+        o->linear_group_bwd(be, w->dh, x.g2, x.gb2, w->dy, a->h, x.w2, NULL, off, G, F, C);
         if (n > 0) o->swiglu_bwd(be, w->dhpre, a->hpre, w->dh, n, F);
-        o->linear_group_bwd(be, w->dxp, x.g1, NULL, w->dhpre, a->xe, x.w1, NULL, off, G, C, FI);
+        o->linear_group_bwd(be, w->dxp, x.g1, x.gb1, w->dhpre, a->xe, x.w1, NULL, off, G, C, FI);
     } else { /* dh comes back through GeLU: the gradient of hpre */
         o->linear_group_bwd(be, w->dh, x.g2, x.gb2, w->dy, a->h, x.w2, a->hpre, off, G, F, C);
         o->linear_group_bwd(be, w->dxp, x.g1, x.gb1, w->dh, a->xe, x.w1, NULL, off, G, C, F);
@@ -492,5 +492,6 @@ void lt_moe_backward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
     if (aux != 0.0f || z != 0.0f)
         o->moe_aux_bwd(be, w->dlogits, a->logits, aux != 0.0f ? a->counts : NULL, R, E, K,
                        d->score, s->row0, group_len(s), aux, z);
-    o->moe_router_bwd(be, dx, wt->grouter, w->dlogits, x, wt->router, R, C, E);
+    o->moe_router_bwd(be, dx, wt->grouter, wt->grouter_bias, w->dlogits, x, wt->router, R, C,
+                      E);
 }

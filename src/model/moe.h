@@ -48,7 +48,8 @@ typedef struct {
     long row0;       /* the micro-batch index of the first row routed here */
     int C, E, K, F;  /* hidden, experts, experts per token, expert width on this rank
                       * (moe.ffn / etp) */
-    int llama;       /* SwiGLU experts (else GeLU with biases) */
+    int llama;       /* SwiGLU experts, biases as the model has them (else GeLU with
+                      * biases) */
     int groups;      /* load-balancing groups: sequences (seq_aux_loss) or 1 */
     int capacity;    /* rows an expert keeps (0: dropless) */
     int M;           /* rows of the permuted buffers: max(R K, E capacity) */
@@ -64,7 +65,7 @@ typedef struct {
 } LtMoeShape;
 
 /* One expert's (or the router's) tensors: weights in the compute dtype and
- * their fp32 gradients; the biases NULL for Llama. */
+ * their fp32 gradients; the biases NULL for a Llama without linear biases. */
 typedef struct {
     const void *w1, *b1, *w2, *b2;  /* fc (F or 2F, C), its bias, proj (C, F), its bias */
     float *g1, *gb1, *g2, *gb2;
@@ -75,6 +76,8 @@ typedef struct {
     const void *bias;     /* (E) the expert bias (aux-loss-free balancing), or NULL */
     float *grouter;
     LtExpertTensors *expert; /* E, by global index: under EP only this rank's are set */
+    const void *router_bias; /* (E) added to the logits (Llama with linear biases), or NULL */
+    float *grouter_bias;     /* its gradient */
 } LtMoeWeights;
 
 /* What one layer keeps from forward to backward (device memory, but host_off). */

@@ -91,7 +91,8 @@ static LtParam *add_blocks(LtParamTable *t, int *cap, LtInitKind init, float std
 }
 
 /* The attention half of a layer: GPT's 8 parameters (ln_1, qkv, proj with
- * biases, ln_2), Llama's 4 (no biases; 6 with the per-head q and k norms). */
+ * biases, ln_2), Llama's 4 (no biases; 6 with the per-head q and k norms; the
+ * qkv and proj biases when dims ask for them). */
 static void add_attention(LtParamTable *t, int *cap, const LtModelDims *d, int l, float std,
                           float proj_std) {
     const int llama = d->arch == LT_ARCH_LLAMA;
@@ -102,7 +103,7 @@ static void add_attention(LtParamTable *t, int *cap, const LtModelDims *d, int l
     if (!llama) add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.ln_1.bias", l);
     snprintf(nm, sizeof nm, "h.%d.attn.qkv.weight", l);
     add_blocks(t, cap, LT_INIT_NORMAL, std, 1, 3, qkv, C, nm);
-    if (!llama) {
+    if (lt_dims_qkv_bias(d)) {
         snprintf(nm, sizeof nm, "h.%d.attn.qkv.bias", l);
         add_blocks(t, cap, LT_INIT_ZEROS, 0, 0, 3, qkv, 0, nm);
     }
@@ -112,14 +113,25 @@ static void add_attention(LtParamTable *t, int *cap, const LtModelDims *d, int l
     }
     add(t, cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, d->heads * HD,
         "h.%d.attn.proj.weight", l);
-    if (!llama) add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.attn.proj.bias", l);
+    if (lt_dims_linear_bias(d))
+        add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.attn.proj.bias", l);
     add(t, cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, C, 0, "h.%d.ln_2.weight", l);
     if (!llama) add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.ln_2.bias", l);
 }
 
+int lt_params_attn_count(const LtModelDims *d) {
+    if (d->arch != LT_ARCH_LLAMA) return 8;
+    return 4 + 2 * !!d->qk_norm + lt_dims_qkv_bias(d) + lt_dims_linear_bias(d);
+}
+
+int lt_params_ffn_count(const LtModelDims *d) {
+    return d->arch != LT_ARCH_LLAMA ? 4 : 2 + 2 * lt_dims_linear_bias(d);
+}
+
 /* One FFN of width F named h.<l>.<pre>.*: GPT fc.{weight,bias}, proj.{weight,bias}
- * (4 parameters), Llama gate_up.weight, down.weight (2). split: over TP as
- * Megatron's MLP (column- then row-parallel), else whole on every rank. */
+ * (4 parameters), Llama gate_up.weight, down.weight (2; with the linear biases
+ * each followed by its bias: 4). split: over TP as Megatron's MLP (column- then
+ * row-parallel), else whole on every rank. */
 static void add_ffn(LtParamTable *t, int *cap, const LtModelDims *d, int l, const char *pre,
                     int64_t F, int split, float std, float proj_std) {
     const int64_t C = d->hidden, gu[2] = {F, F};
@@ -127,12 +139,18 @@ static void add_ffn(LtParamTable *t, int *cap, const LtModelDims *d, int l, cons
                   cols = split ? LT_SPLIT_COLS : LT_SPLIT_NONE;
     char nm[96];
     if (d->arch == LT_ARCH_LLAMA) {
-        snprintf(nm, sizeof nm, "h.%d.%s.gate_up.weight", l, pre);
-        if (split)
-            add_blocks(t, cap, LT_INIT_NORMAL, std, 1, 2, gu, C, nm);
-        else
-            add(t, cap, LT_SPLIT_NONE, LT_INIT_NORMAL, std, 1, 2 * F, C, "%s", nm);
+        const int bias = lt_dims_linear_bias(d);
+        for (int b = 0; b < 1 + bias; b++) { /* gate_up.weight (, gate_up.bias) */
+            snprintf(nm, sizeof nm, "h.%d.%s.gate_up.%s", l, pre, b ? "bias" : "weight");
+            const LtInitKind init = b ? LT_INIT_ZEROS : LT_INIT_NORMAL;
+            const int64_t c = b ? 0 : C;
+            if (split)
+                add_blocks(t, cap, init, b ? 0 : std, !b, 2, gu, c, nm);
+            else
+                add(t, cap, LT_SPLIT_NONE, init, b ? 0 : std, !b, 2 * F, c, "%s", nm);
+        }
         add(t, cap, cols, LT_INIT_NORMAL, proj_std, 1, C, F, "h.%d.%s.down.weight", l, pre);
+        if (bias) add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.%s.down.bias", l, pre);
         return;
     }
     add(t, cap, rows, LT_INIT_NORMAL, std, 1, F, C, "h.%d.%s.fc.weight", l, pre);
@@ -154,6 +172,9 @@ static void add_layer(LtParamTable *t, int *cap, const LtModelDims *d, int l, fl
     if (e->shared_ffn > 0) add_ffn(t, cap, d, l, "mlp.shared", e->shared_ffn, 1, std, proj_std);
     add(t, cap, LT_SPLIT_NONE, LT_INIT_NORMAL, std, 1, e->experts, d->hidden,
         "h.%d.mlp.router.weight", l);
+    if (lt_dims_router_bias(d)) /* Megatron-Core's TopKRouter: init_method, as the weight */
+        add(t, cap, LT_SPLIT_NONE, LT_INIT_NORMAL, std, 0, e->experts, 0, "h.%d.mlp.router.bias",
+            l);
     if (e->expert_bias)
         add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, e->experts, 0, "h.%d.mlp.expert_bias", l);
     for (int x = 0; x < e->experts; x++) {
@@ -164,12 +185,10 @@ static void add_layer(LtParamTable *t, int *cap, const LtModelDims *d, int l, fl
 }
 
 int lt_params_layer_count(const LtModelDims *d, int l) {
-    const int llama = d->arch == LT_ARCH_LLAMA, ffn = llama ? 2 : 4;
-    const int dense =
-        llama ? LT_LLAMA_PARAMS_PER_LAYER + (d->qk_norm ? 2 : 0) : LT_PARAMS_PER_LAYER;
-    if (!lt_dims_moe_layer(d, l)) return dense;
-    return dense - ffn + (d->moe.shared_ffn > 0 ? ffn : 0) + 1 + !!d->moe.expert_bias +
-           d->moe.experts * ffn;
+    const int attn = lt_params_attn_count(d), ffn = lt_params_ffn_count(d);
+    if (!lt_dims_moe_layer(d, l)) return attn + ffn;
+    return attn + (d->moe.shared_ffn > 0 ? ffn : 0) + 1 + lt_dims_router_bias(d) +
+           !!d->moe.expert_bias + d->moe.experts * ffn;
 }
 
 void lt_params_build_stage(LtParamTable *t, const LtModelDims *d, int tp, int tp_rank,
@@ -276,17 +295,17 @@ static int dense_index(const LtParamTable *s, const int *nexp, int k) {
 /* Expert parameter p cut over etp ranks as Megatron-Core's expert MLP under
  * expert tensor parallelism: the first GEMM's weight (fc, or Llama's gate |
  * up blocks) and bias by output rows, the second's weight (proj, down) by
- * input columns; proj.bias stays whole. Shapes follow the table's tp (etp). */
+ * input columns; its bias (proj.bias, down.bias) stays whole. Shapes follow the table's tp (etp). */
 static void expert_shard(LtParamTable *t, LtParam *p) {
     const int64_t F = p->gshape[0];
     if (t->tp == 1) return;
-    if (strstr(p->name, ".gate_up.")) {
+    if (strstr(p->name, ".gate_up.")) { /* weight and bias alike */
         p->split = LT_SPLIT_BLOCKS;
         p->nblocks = 2;
         p->block_rows[0] = p->block_rows[1] = F / 2;
     } else if (strstr(p->name, ".fc.")) {
         p->split = LT_SPLIT_ROWS;
-    } else if (strstr(p->name, ".proj.weight") || strstr(p->name, ".down.")) {
+    } else if (strstr(p->name, ".proj.weight") || strstr(p->name, ".down.weight")) {
         p->split = LT_SPLIT_COLS;
     }
     p->shape[0] = p->split == LT_SPLIT_ROWS || p->split == LT_SPLIT_BLOCKS ? p->gshape[0] / t->tp
@@ -298,7 +317,7 @@ static void expert_shard(LtParamTable *t, LtParam *p) {
 void lt_params_build_split(LtParamTable *dense, LtParamTable *experts, const LtModelDims *d,
                            int tp, int tp_rank, LtStagePlace place, int ep, int ep_rank, int etp,
                            int etp_rank) {
-    const int E = d->moe.experts, nffn = d->arch == LT_ARCH_LLAMA ? 2 : 4;
+    const int E = d->moe.experts, nffn = lt_params_ffn_count(d);
     LT_CHECK(ep >= 1 && ep_rank >= 0 && ep_rank < ep && E % ep == 0);
     LT_CHECK(etp >= 1 && etp_rank >= 0 && etp_rank < etp && (E == 0 || d->moe.ffn % etp == 0));
     LtParamTable s;
@@ -449,6 +468,8 @@ LtModelDims lt_dims_from_config(const LtConfig *c) {
         .head_dim = c->model.kv_channels,
         .untied = c->model.untie_embeddings_and_output_weights,
         .qk_norm = c->model.qk_layernorm,
+        .qkv_bias = c->model.add_qkv_bias || c->model.add_bias_linear == LT_BIAS_TRUE,
+        .linear_bias = c->model.add_bias_linear == LT_BIAS_TRUE,
         .norm_eps = (float)c->model.norm_epsilon,
         .rope_base = c->model.rotary_base,
         .rope = {.type = c->model.rope_scaling == LT_ROPE_LLAMA3 ? LT_ROPE_SCALING_LLAMA3

@@ -360,8 +360,9 @@ static StepSizes step_sizes(const LtConfig *c, const LtPlanDevice *g, const Cand
  * backward (*b), as the kernels' design notes count them (s: bytes per
  * activation; R: the rows a norm sees, N/tp under SP): both norms fused with
  * their residual add 4s R C each way; GeLU 3s N F each way, SwiGLU 3s
- * forward, 5s backward; RoPE 2s per rotated q and k element each way; GPT's
- * bias gradients read their outputs' gradients once (s per element); the
+ * forward, 5s backward; RoPE 2s per rotated q and k element each way; the
+ * bias gradients (GPT's; Llama's with add_qkv_bias / add_bias_linear) read
+ * their outputs' gradients once (s per element); the
  * per-head q/k norm (qk_layernorm) 3s per q and k element forward (read,
  * keep the input, write), 5s backward (its weight gradients read dout and
  * the input once more). mlp:
@@ -377,8 +378,10 @@ static void layer_bytes(const StepSizes *z, const Cand *k, int mlp, double *f, d
     const double norms = 2.0 * 4.0 * s * R * C, rope = llama ? 2.0 * s * N * QK : 0.0;
     const double qkn = d->qk_norm ? s * N * QK : 0.0;
     *f = norms + 3.0 * s * N * F + rope + 3.0 * qkn;
-    *b = norms + (llama ? 5.0 : 3.0) * s * N * F + rope + 5.0 * qkn +
-         (llama ? 0.0 : s * N * (QKV + C + (mlp ? F + C : 0.0)));
+    const double bias = (lt_dims_qkv_bias(d) ? QKV : 0.0) +
+                        (lt_dims_linear_bias(d) ? C + (mlp ? (llama ? 2.0 : 1.0) * F + C : 0.0)
+                                                : 0.0);
+    *b = norms + (llama ? 5.0 : 3.0) * s * N * F + rope + 5.0 * qkn + s * N * bias;
 }
 
 /* The attention core's rates (FLOP/s forward, backward) and *cudnn: cuDNN's

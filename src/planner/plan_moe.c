@@ -72,7 +72,8 @@ static double expert_rows(const LtMoeShape *s, const LtModelDims *d) {
  * scales what runs on the experts' side of the all-to-alls. */
 static void moe_bytes(const LtModelDims *d, const LtMoeShape *ms, const Cand *k, double s,
                       double rows, double paced, double *f, double *b) {
-    const int llama = d->arch == LT_ARCH_LLAMA;
+    const int llama = d->arch == LT_ARCH_LLAMA, bias = lt_dims_linear_bias(d);
+    const double fw = llama ? 2.0 : 1.0; /* the first linear's outputs per width: gate | up */
     const double C = d->hidden, N = ms->N, R = ms->R, E = ms->E, Fm = d->moe.ffn,
                  Fs = (double)d->moe.shared_ffn / k->tp;
     /* permute 2s, unpermute s (rows + R) forward and s (2 rows + R) back (the
@@ -83,10 +84,10 @@ static void moe_bytes(const LtModelDims *d, const LtMoeShape *ms, const Cand *k,
     const double route = 2.0 * 4.0 * R * E, reorder = k->ep > 1 ? 2.0 * 2.0 * s * xr * C : 0.0;
     *f = 2.0 * s * rows * C + s * (rows + R) * C + 3.0 * s * xr * Fm + route + reorder;
     *b = 2.0 * s * rows * C + s * (2.0 * rows + R) * C + (llama ? 5.0 : 3.0) * s * xr * Fm +
-         route + reorder + (llama ? 0.0 : s * xr * (Fm + C)); /* GPT's expert biases */
+         route + reorder + (bias ? s * xr * (fw * Fm + C) : 0.0); /* the expert biases */
     if (Fs > 0) { /* the shared expert on every row, and its output added to the routed one */
         *f += 3.0 * s * N * Fs + 3.0 * s * R * C;
-        *b += (llama ? 5.0 : 3.0) * s * N * Fs + (llama ? 0.0 : s * N * (Fs + C));
+        *b += (llama ? 5.0 : 3.0) * s * N * Fs + (bias ? s * N * (fw * Fs + C) : 0.0);
     }
 }
 

@@ -5,7 +5,8 @@
  * fp32 arithmetic, its result rounded once to the output type, then the
  * backend's own epilogue kernels - bias and GeLU (cu_bias_gelu), GeLU's
  * backward (cu_dgelu_inplace), the bias gradient's column sum (cu_colsum_add),
- * the router's dx update (cu_act_add_f32) - running in the emulation. What
+ * the router's dx update (cu_act_add_f32) and bias (cu_moe_router_bias_fwd, _bwd) -
+ * running in the emulation. What
  * this cannot check: cuBLASLt itself (its layouts, algorithms and epilogues),
  * which the GPU op tests compare against the CPU backend on a GPU. */
 #include "attention.cuh" /* and through it the emulation's common.cuh */
@@ -58,16 +59,19 @@ void cu_linear_bwd(LtBackend *be, void *dinp, float *dw, float *dbias, const voi
     if (dbias && N > 0 && OC > 0) cu_colsum_add(be, dbias, dout, N, OC);
 }
 
-void cu_moe_router_fwd(LtBackend *be, float *logits, const void *x, const void *w, int N, int C,
-                       int E) {
+void cu_moe_router_fwd(LtBackend *be, float *logits, const void *x, const void *w,
+                       const void *bias, int N, int C, int E) {
     host_gemm(N, E, C, [&](size_t n, size_t c) { return act_at(be, x, n * C + c); },
               [&](size_t c, size_t e) { return act_at(be, w, e * C + c); },
               [&](size_t n, size_t e, float v) { logits[n * E + e] = v; });
+    if (bias) cu_moe_router_bias_fwd(be, logits, bias, N, E);
 }
 
-void cu_moe_router_bwd(LtBackend *be, void *dx, float *dw, const float *dlogits, const void *x,
-                       const void *w, int N, int C, int E) {
-    if (N <= 0 || C <= 0 || E <= 0) return;
+void cu_moe_router_bwd(LtBackend *be, void *dx, float *dw, float *dbias, const float *dlogits,
+                       const void *x, const void *w, int N, int C, int E) {
+    if (N <= 0 || E <= 0) return;
+    if (dbias) cu_moe_router_bias_bwd(be, dbias, dlogits, N, E);
+    if (C <= 0) return;
     if (dx) { /* the fp32 product, then added to dx with one rounding, as on a GPU */
         float *t = (float *)cu_scratch(be, (size_t)N * C * sizeof(float));
         host_gemm(N, C, E, [&](size_t n, size_t e) { return dlogits[n * E + e]; },

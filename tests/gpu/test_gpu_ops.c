@@ -1588,7 +1588,8 @@ static float *moe_logits(int N, int E) {
 }
 
 /* Router GEMMs (cuBLASLt: GPU only): logits, dx += and dw +=, each of dx / dw alone,
- * dw bitwise on a rerun; C not a multiple of the pack, N = 0. */
+ * dw bitwise on a rerun; C not a multiple of the pack, N = 0; the router bias (logits
+ * + bias, dbias += column sums of dlogits) on every shape but the first. */
 static void t_moe_router(const Pair *P) {
     static const int shapes[][3] = {{7, 24, 8}, {33, 37, 16}, {0, 24, 8}, {200, 256, 64}};
     for (int s = 0; s < 4; s++) {
@@ -1596,25 +1597,29 @@ static void t_moe_router(const Pair *P) {
         const size_t nx = (size_t)N * C, nl = (size_t)N * E, nw = (size_t)E * C;
         float *x = hrand(nx, 1.f, P->bf16), *w = hrand(nw, 0.5f, P->bf16);
         float *dl = hrand(nl, 1.f, 0), *dx0 = hrand(nx, 1.f, P->bf16), *dw0 = hrand(nw, 1.f, 0);
-        float *lg[2], *dx[2], *dw[2], *dxo[2], *dwo[2];
+        float *b = hrand((size_t)E, 1.f, P->bf16), *db0 = hrand((size_t)E, 1.f, 0);
+        float *lg[2], *dx[2], *dw[2], *dxo[2], *dwo[2], *db[2];
         void *bits = NULL;
         for (int k = 0; k < 2; k++) {
             LtBackend *be = k ? P->dut : P->ref;
             void *dxa = act_up(be, x, nx), *dwa = act_up(be, w, nw), *ddx = act_up(be, dx0, nx);
             float *dlg = f32_up(be, NULL, nl), *ddl = f32_up(be, dl, nl), *ddw = f32_up(be, dw0, nw);
-            lg[k] = hzeros(nl), dx[k] = hzeros(nx), dw[k] = hzeros(nw);
+            void *dba = s ? act_up(be, b, (size_t)E) : NULL;
+            float *ddb = s ? f32_up(be, db0, (size_t)E) : NULL;
+            lg[k] = hzeros(nl), dx[k] = hzeros(nx), dw[k] = hzeros(nw), db[k] = hzeros((size_t)E);
             dxo[k] = hzeros(nx), dwo[k] = hzeros(nw);
             poison(be, dlg, nl * 4);
-            be->ops->moe_router_fwd(be, dlg, dxa, dwa, N, C, E);
-            be->ops->moe_router_bwd(be, ddx, ddw, ddl, dxa, dwa, N, C, E);
+            be->ops->moe_router_fwd(be, dlg, dxa, dwa, dba, N, C, E);
+            be->ops->moe_router_bwd(be, ddx, ddw, ddb, ddl, dxa, dwa, N, C, E);
             f32_down(be, lg[k], dlg, nl), act_down(be, dx[k], ddx, nx), f32_down(be, dw[k], ddw, nw);
+            if (ddb) f32_down(be, db[k], ddb, (size_t)E), dfree(be, ddb), dfree(be, dba);
             be->ops->upload(be, ddw, dw0, nw * 4);
-            be->ops->moe_router_bwd(be, ddx, ddw, ddl, dxa, dwa, N, C, E);
+            be->ops->moe_router_bwd(be, ddx, ddw, NULL, ddl, dxa, dwa, N, C, E);
             if (k) bits = raw_down(be, ddw, nw * 4);
             be->ops->upload(be, ddw, dw0, nw * 4);
-            be->ops->moe_router_bwd(be, NULL, ddw, ddl, dxa, dwa, N, C, E);
+            be->ops->moe_router_bwd(be, NULL, ddw, NULL, ddl, dxa, dwa, N, C, E);
             dfree(be, ddx), ddx = act_up(be, dx0, nx);
-            be->ops->moe_router_bwd(be, ddx, NULL, ddl, dxa, dwa, N, C, E);
+            be->ops->moe_router_bwd(be, ddx, NULL, NULL, ddl, dxa, dwa, N, C, E);
             act_down(be, dxo[k], ddx, nx), f32_down(be, dwo[k], ddw, nw);
             dfree(be, dxa), dfree(be, dwa), dfree(be, ddx), dfree(be, dlg), dfree(be, ddl);
             dfree(be, ddw);
@@ -1630,9 +1635,12 @@ static void t_moe_router(const Pair *P) {
         cmp(P, nm, dxo[1], dxo[0], nx, P->tol);
         snprintf(nm, sizeof nm, "moe_router_bwd dw only N%d", N);
         cmp(P, nm, dwo[1], dwo[0], nw, 1e-5);
+        snprintf(nm, sizeof nm, "moe_router_bwd dbias N%d E%d", N, E);
+        cmp(P, nm, db[1], db[0], (size_t)E, 1e-5);
         same_bits(P, "moe_router_bwd dw", bits, dw[1], nw * 4);
-        for (int k = 0; k < 2; k++) free(lg[k]), free(dx[k]), free(dw[k]), free(dxo[k]), free(dwo[k]);
-        free(x), free(w), free(dl), free(dx0), free(dw0), free(bits);
+        for (int k = 0; k < 2; k++)
+            free(lg[k]), free(dx[k]), free(dw[k]), free(dxo[k]), free(dwo[k]), free(db[k]);
+        free(x), free(w), free(dl), free(dx0), free(dw0), free(b), free(db0), free(bits);
     }
 }
 
