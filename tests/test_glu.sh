@@ -2,13 +2,13 @@
 # test_glu.sh BUILD_DIR - gpt-oss's gated MLP activation (model.quick_geglu,
 # model.glu_linear_offset=1, model.activation_func_clamp_value=7) in a Llama
 # whose layer 0 has 4 routed experts top-2 and layer 1 the dense FFN: it trains
-# the same model with TP 2 and SP, EP 2 over DP 2 and PP 2 as in one process
-# (loss and grad norm per step and the checkpoint's weights within 1e-5), a
-# checkpoint of TP 2 x PP 2 with SP resumes in one process, and its losses are
-# not SwiGLU's. A clamp small enough to bite (0.05: the tiny model's gate and
-# up are about 0.1) changes the losses again and trains the same with EP 2
-# over TP 2 and SP (weights within 1e-4, see there). lattice export refuses
-# each key, naming it.
+# the same model with TP 2 and SP, EP 2 over DP 2, PP 2, DP 2 with ZeRO 2 and
+# full recomputation as in one process (loss and grad norm per step and the
+# checkpoint's weights within 1e-5), a checkpoint of TP 2 x PP 2 with SP
+# resumes in one process, and its losses are not SwiGLU's. A clamp small
+# enough to bite (0.05: the tiny model's gate and up are about 0.1) changes the
+# losses again and trains the same with EP 2 over TP 2 and SP (weights within
+# 1e-4, see there). lattice export refuses each key, naming it.
 set -u
 BUILD=$1
 . tests/lib.sh glu
@@ -53,6 +53,8 @@ else fail oss_keys_in_the_log "$(grep -E '^  (quick_geglu|glu_linear_offset|acti
 same oss_tp2_sp 2 $OSS $SP
 same oss_ep2_over_dp2 2 $OSS parallel.expert_model_parallel_size=2
 same oss_pp2 2 $OSS parallel.pipeline_model_parallel_size=2
+same oss_dp2_zero2 2 $OSS optimizer.zero_stage=2
+same oss_tp2_sp_recompute_full 2 $OSS $SP train.recompute=full
 
 # ---- a checkpoint of TP 2 x PP 2 resumes in one process (steps 5-8) -----------------
 out="$T/resume"
