@@ -40,6 +40,23 @@ typedef struct {
                                   * the step (param, master, m, v left untouched) */
 } LtAdamArgs;
 
+/* The gated activation of a GLU MLP (swiglu_fwd, swiglu_bwd), with Megatron-Core's
+ * settings: over rows gate (F) | up (F),
+ *   out = act(min(gate, clamp)) * (clamp(up, -clamp, clamp) + offset),
+ * act(x) = x * sigmoid(x) (silu: SwiGLU) or x * sigmoid(1.702 x) (quick_gelu:
+ * gpt-oss's quick GeGLU, clamp 7, offset 1). A clamp passes no gradient where its
+ * input is at or beyond the bound (as torch's clamp). All zero: plain SwiGLU. */
+typedef struct {
+    int quick;    /* act = quick_gelu (model.quick_geglu); 0: silu */
+    float offset; /* added to the clamped up (model.glu_linear_offset) */
+    float clamp;  /* > 0: the clamp (model.activation_func_clamp_value); 0: none */
+} LtGlu;
+
+/* 1 when glu (NULL: SwiGLU) is plain SwiGLU: the backends keep its own path. */
+static inline int lt_glu_plain(const LtGlu *glu) {
+    return !glu || (!glu->quick && glu->offset == 0.0f && glu->clamp == 0.0f);
+}
+
 typedef struct {
     const char *name;
     void (*destroy)(LtBackend *be);
@@ -166,11 +183,14 @@ typedef struct {
     void (*rmsnorm_bwd)(LtBackend *be, void *dinp, float *dw, const void *dout, const void *inp,
                         const void *w, const float *rstd, int N, int C);
     /* SwiGLU: gu (N, 2F), each row gate (F) | up (F); out (N, F) = silu(gate) * up,
-     * silu(x) = x / (1 + exp(-x)). Overwrites out. */
-    void (*swiglu_fwd)(LtBackend *be, void *out, const void *gu, int N, int F);
-    /* dgu (N, 2F) overwritten: dgate = dout * up * silu'(gate), dup = dout * silu(gate).
-     * dgu may not alias gu. */
-    void (*swiglu_bwd)(LtBackend *be, void *dgu, const void *gu, const void *dout, int N, int F);
+     * silu(x) = x / (1 + exp(-x)); glu (NULL: SwiGLU) sets LtGlu's activation, offset
+     * and clamp. Overwrites out. */
+    void (*swiglu_fwd)(LtBackend *be, void *out, const void *gu, int N, int F,
+                       const LtGlu *glu);
+    /* dgu (N, 2F) overwritten: dgate = dout * up * silu'(gate), dup = dout * silu(gate)
+     * (with glu: the derivatives of LtGlu's out). dgu may not alias gu. */
+    void (*swiglu_bwd)(LtBackend *be, void *dgu, const void *gu, const void *dout, int N, int F,
+                       const LtGlu *glu);
     /* Rotary position embedding in place on the query and key heads of qkv
      * (B, T, NH + 2*NKV, HD) as attention_fwd lays it out (q: NH heads, k: NKV heads; the
      * v heads are not touched). Token i of the batch has position t = i % T, or pos[i] when

@@ -92,6 +92,11 @@ typedef struct {
         bool untie_embeddings_and_output_weights; /* LM head its own weight, not wte */
         double init_method_std;        /* std of the normal init (residual projections:
                                         * init_method_std / sqrt(2 * num_layers)) */
+        /* the gated MLP's activation, dense and experts (llama; Megatron-Core's names):
+         * act(min(gate, clamp)) * (clamp(up, -clamp, clamp) + glu_linear_offset) */
+        bool quick_geglu;              /* act = x * sigmoid(1.702 x) (else silu: SwiGLU) */
+        double glu_linear_offset;      /* added to the linear half (gpt-oss: 1) */
+        double activation_func_clamp_value; /* the clamp (gpt-oss: 7); 0 = none */
         /* mixture of experts (Megatron-Core's names and defaults; docs/configuration.md) */
         int num_experts;               /* routed experts per MoE layer; 0 = a dense model */
         int moe_router_topk;           /* experts each token goes to (2) */

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "config.h"
 #include "layer_split.h"
 #include "rope.h"
@@ -56,6 +57,8 @@ typedef struct {
     LtRopeScaling rope; /* its frequency scaling (type 0: none) */
     double init_std;   /* std of the normal init (model.init_method_std); 0 = 0.02 */
     LtMoeDims moe;     /* experts 0: dense */
+    LtGlu glu;         /* the gated MLP's activation, dense and experts (llama; zero:
+                        * SwiGLU) */
     int window;        /* sliding-window attention: a query sees itself and the window
                         * tokens before it, in the layers window_layer marks; -1: none */
     unsigned char window_layer[LT_MOE_MAX_LAYERS];

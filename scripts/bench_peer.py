@@ -116,7 +116,8 @@ DEFAULTS = {
               "moe_router_topk_scaling_factor": 0.0, "moe_router_load_balancing_type": "aux_loss",
               "moe_aux_loss_coeff": 0.0, "moe_z_loss_coeff": 0.0,
               "moe_router_enable_expert_bias": False, "moe_expert_capacity_factor": 0.0,
-              "moe_pad_expert_input_to_capacity": False},
+              "moe_pad_expert_input_to_capacity": False, "quick_geglu": False,
+              "glu_linear_offset": 0.0, "activation_func_clamp_value": 0.0},
     "parallel": {"tensor_model_parallel_size": 1},
     "train": {"micro_batch_size": 1, "global_batch_size": 8, "steps": 100, "precision": "fp32",
               "seed": 1234, "threads": 0, "rampup_batch_size": ""},
@@ -135,7 +136,7 @@ INT_KEYS = {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size
             "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size"}
 BOOL_KEYS = {"qk_layernorm", "untie_embeddings_and_output_weights", "moe_router_pre_softmax",
              "moe_router_enable_expert_bias", "moe_pad_expert_input_to_capacity",
-             "eod_mask_loss", "reset_position_ids", "reset_attention_mask"}
+             "eod_mask_loss", "reset_position_ids", "reset_attention_mask", "quick_geglu"}
 STR_KEYS = {"window_size", "moe_layer_freq", "rampup_batch_size"}
 # enum keys: their spellings (lattice's, any case)
 ENUM_KEYS = {"precision": ("fp32", "bf16"),
@@ -307,6 +308,11 @@ def peer_refusal(c):
         return "model.qk_layernorm=true (per-head query/key RMSNorm)"
     if m["window_size"] not in ("", "none", "null", "~"):
         return f"model.window_size={m['window_size']} (sliding-window attention)"
+    if m["quick_geglu"]:
+        return "model.quick_geglu=true (gpt-oss's gated activation; the peer's is SwiGLU)"
+    for key in ("glu_linear_offset", "activation_func_clamp_value"):
+        if m[key] != 0:
+            return f"model.{key}={m[key]:g} (gpt-oss's gated activation; the peer's is SwiGLU)"
     if m["num_experts"] == 0:
         return None
     refused = (

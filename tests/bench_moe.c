@@ -44,11 +44,11 @@ static Times dense(LtBackend *be, int N, int C, int F2, int reps) {
     for (int r = -2; r < reps; r++) {
         const double t0 = lt_now();
         o->linear_fwd(be, gu, NULL, x, w1, NULL, N, C, 2 * F2);
-        o->swiglu_fwd(be, h, gu, N, F2);
+        o->swiglu_fwd(be, h, gu, N, F2, NULL);
         o->linear_fwd(be, y, NULL, h, w2, NULL, N, F2, C);
         const double t1 = lt_now();
         o->linear_bwd(be, dh, g2, NULL, dout, h, w2, NULL, N, F2, C);
-        o->swiglu_bwd(be, dgu, gu, dh, N, F2);
+        o->swiglu_bwd(be, dgu, gu, dh, N, F2, NULL);
         o->linear_bwd(be, dx, g1, NULL, dgu, x, w1, NULL, N, C, 2 * F2);
         const double t2 = lt_now();
         if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1;

@@ -14,6 +14,17 @@ use_mpirun() {
   command -v mpirun >/dev/null || { fail mpirun "mpirun not found (openmpi-bin)"; exit 1; }
   MPI="timeout 300 mpirun --allow-run-as-root --oversubscribe"
 }
+# train_run NAME NP ARGS...: `lattice train ARGS` on NP ranks (under $MPI when
+# NP > 1), its checkpoints in $T/NAME/ck, metrics in $T/NAME/m.jsonl, output in
+# $T/NAME/log; a failure says so with the log's tail and returns 1
+train_run() {
+  local name=$1 np=$2 out="$T/$1" launch="$LT"
+  shift 2
+  mkdir -p "$out"
+  [ "$np" -gt 1 ] && launch="$MPI -np $np $LT"
+  $launch train "$@" checkpoint.dir="$out/ck" logging.metrics_file="$out/m.jsonl" >"$out/log" 2>&1 \
+    </dev/null || { echo "  run $name failed: $(tail -3 "$out/log")"; return 1; }
+}
 # random_shard OUT N SEED: N uniform token ids < 256 as a lattice shard
 random_shard() {
   python3 -c "

@@ -2,6 +2,7 @@
  * load error class, cross-key validation, and print -> load round trips. */
 #include "config.h"
 #include "optim.h"
+#include "params.h"
 #include "test.h"
 
 #include <inttypes.h>
@@ -982,6 +983,58 @@ static void roundtrip(const LtConfig *c, int world, const char *label) {
           label);
 }
 
+/* model.quick_geglu, model.glu_linear_offset, model.activation_func_clamp_value: off by
+ * default (SwiGLU), gpt-oss's values accepted for a Llama model and carried into its
+ * dimensions, each refused for GPT (naming it), the clamp refused below 0 and when not
+ * finite, printed and reloaded. */
+static void test_glu_keys(void) {
+    LtConfig c;
+    char err[512];
+    lt_config_defaults(&c);
+    CHECK(!c.model.quick_geglu && c.model.glu_linear_offset == 0 &&
+              c.model.activation_func_clamp_value == 0,
+          "defaults: %d %g %g", c.model.quick_geglu, c.model.glu_linear_offset,
+          c.model.activation_func_clamp_value);
+    LtModelDims d = lt_dims_from_config(&c);
+    CHECK(lt_glu_plain(&d.glu), "default dims not SwiGLU");
+    char *oss[] = {"model.arch=llama", "model.ffn_hidden_size=2048", "model.quick_geglu=true",
+                   "model.glu_linear_offset=1", "model.activation_func_clamp_value=7",
+                   "train.device=cpu"};
+    REQUIRE(lt_config_load(&c, NULL, 6, oss, err, sizeof err) == 0, "load: %s", err);
+    CHECK(lt_config_validate(&c, 1, err, sizeof err) == 0, "llama refused: %s", err);
+    d = lt_dims_from_config(&c);
+    CHECK(d.glu.quick == 1 && d.glu.offset == 1.0f && d.glu.clamp == 7.0f, "dims: %d %g %g",
+          d.glu.quick, d.glu.offset, d.glu.clamp);
+    roundtrip(&c, 1, "gpt-oss glu");
+    char *neg[] = {"model.arch=llama", "model.ffn_hidden_size=2048", "model.glu_linear_offset=-0.5",
+                   "train.device=cpu"};
+    REQUIRE(lt_config_load(&c, NULL, 4, neg, err, sizeof err) == 0, "load: %s", err);
+    CHECK(lt_config_validate(&c, 1, err, sizeof err) == 0, "a negative offset refused: %s", err);
+    static const char *const gpt[] = {"model.quick_geglu=true", "model.glu_linear_offset=1",
+                                      "model.activation_func_clamp_value=7"};
+    for (int i = 0; i < 3; i++) {
+        char *ov[] = {(char *)gpt[i], "train.device=cpu"};
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)(strchr(gpt[i], '=') - gpt[i]), gpt[i]);
+        REQUIRE(lt_config_load(&c, NULL, 2, ov, err, sizeof err) == 0, "load: %s", err);
+        CHECK(lt_config_validate(&c, 1, err, sizeof err) == -1, "gpt accepted %s", gpt[i]);
+        CHECK(has(err, key) && has(err, "model.arch=llama"), "gpt %s: %s", key, err);
+    }
+    static const char *const bad[] = {"model.activation_func_clamp_value=-1",
+                                      "model.activation_func_clamp_value=inf",
+                                      "model.activation_func_clamp_value=nan",
+                                      "model.glu_linear_offset=inf"};
+    for (int i = 0; i < 4; i++) {
+        char *ov[] = {"model.arch=llama", "model.ffn_hidden_size=2048", (char *)bad[i],
+                      "train.device=cpu"};
+        const int rc = lt_config_load(&c, NULL, 4, ov, err, sizeof err) == -1 ||
+                       lt_config_validate(&c, 1, err, sizeof err) == -1;
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)(strchr(bad[i], '=') - bad[i]), bad[i]);
+        CHECK(rc && has(err, key), "%s: accepted or unnamed: %s", bad[i], err);
+    }
+}
+
 static void test_print_roundtrip(void) {
     LtConfig c;
     char err[512];
@@ -1162,6 +1215,7 @@ int main(void) {
     RUN(test_attention_keys);
     RUN(test_qk_layernorm_key);
     RUN(test_linear_bias_keys);
+    RUN(test_glu_keys);
     RUN(test_schedule_keys);
     RUN(test_print_roundtrip);
     RUN(test_rampup_megatron);

@@ -1290,65 +1290,123 @@ static void test_rmsnorm(void) {
     CHECK(fabs(rz[1] - 1 / sqrt(204.0 / 8 + 0.25)) < 1e-7, "row 1..8: rstd %g", rz[1]);
 }
 
-/* ---- SwiGLU ----------------------------------------------------------------- */
-static double ref_silu(double x) { return x / (1 + exp(-x)); }
-static double ref_silu_grad(double x) {
-    double s = 1 / (1 + exp(-x));
-    return s + x * s * (1 - s);
+/* ---- SwiGLU and its LtGlu variants ------------------------------------------- */
+/* act(x) = x sigmoid(a x): silu a = 1, quick_gelu a = 1.702 */
+static double ref_act(double x, double a) { return x / (1 + exp(-a * x)); }
+static double ref_act_grad(double x, double a) {
+    double s = 1 / (1 + exp(-a * x));
+    return s + a * x * s * (1 - s);
 }
-static struct { int N, F; double *gu, *R; } SW;
+static struct { int N, F; double *gu, *R; LtGlu glu; } SW;
+/* What LtGlu's activation makes of one gate and up in float64 (glu.clamp 0:
+ * none), and (when dg, du) its derivatives times d: the clamps pass a gradient
+ * only strictly inside their bounds. */
+static double ref_glu(double g, double u, double d, double *dg, double *du) {
+    const double a = SW.glu.quick ? 1.702 : 1.0, c = SW.glu.clamp > 0 ? SW.glu.clamp : INFINITY;
+    const double gc = g > c ? c : g, uc = u > c ? c : u < -c ? -c : u, lin = uc + SW.glu.offset;
+    if (dg) *dg = g < c ? d * lin * ref_act_grad(gc, a) : 0;
+    if (du) *du = u > -c && u < c ? d * ref_act(gc, a) : 0;
+    return ref_act(gc, a) * lin;
+}
 static double swiglu_loss(void) {
     double l = 0;
     for (int i = 0; i < SW.N; i++)
         for (int f = 0; f < SW.F; f++) {
             const double *g = SW.gu + (size_t)i * 2 * SW.F;
-            l += ref_silu(g[f]) * g[SW.F + f] * SW.R[(size_t)i * SW.F + f];
+            l += ref_glu(g[f], g[SW.F + f], 0, NULL, NULL) * SW.R[(size_t)i * SW.F + f];
         }
     return l;
 }
-/* fp32 against float64 (tails of the gate included) and finite differences; bf16
- * against fp32 on the same inputs; every output element written (poisoned first). */
+/* Each activation: plain SwiGLU (NULL), quick_gelu, an offset, clamps that the
+ * inputs (std 2) cross on both sides, and gpt-oss's own (quick_gelu, offset 1,
+ * clamp 7, reached by the gate tails of case 0). fp32 against float64 (tails
+ * of the gate included) and finite differences; bf16 against fp32 on the same
+ * inputs; every output element written (poisoned first). */
 static void test_swiglu(void) {
+    static const LtGlu glus[] = {{0, 0, 0},    {1, 0, 0},    {0, 1, 0},
+                                 {0, 0, 1.5f}, {1, 1, 1.5f}, {1, 1, 7}};
     int shapes[][2] = {{7, 13}, {3, 64}, {40, 5}};
-    for (int s = 0; s < 3; s++) {
-        int N = shapes[s][0], F = shapes[s][1];
-        size_t n = (size_t)N * F;
-        float *gu = falloc(2 * n), *R = falloc(n), *out = falloc(n), *dgu = falloc(2 * n);
-        fill(gu, 2 * n, 2, 0), fill(R, n, 1, 0);
-        if (s == 0) gu[0] = -40, gu[1] = 40, gu[2] = 0, gu[3] = -100; /* gate tails */
-        SW.N = N, SW.F = F, SW.gu = todbl(gu, 2 * n), SW.R = todbl(R, n);
-        double *ry = dalloc(n), *rdgu = dalloc(2 * n);
-        for (int i = 0; i < N; i++)
-            for (int f = 0; f < F; f++) {
-                const double g = SW.gu[(size_t)i * 2 * F + f], u = SW.gu[(size_t)i * 2 * F + F + f];
-                const double d = SW.R[(size_t)i * F + f];
-                ry[(size_t)i * F + f] = ref_silu(g) * u;
-                rdgu[(size_t)i * 2 * F + f] = d * u * ref_silu_grad(g);
-                rdgu[(size_t)i * 2 * F + F + f] = d * ref_silu(g);
+    for (int v = 0; v < 6; v++)
+        for (int s = 0; s < 3; s++) {
+            int N = shapes[s][0], F = shapes[s][1], cas = 10 * v + s;
+            size_t n = (size_t)N * F;
+            const LtGlu *glu = v ? &glus[v] : NULL;
+            float *gu = falloc(2 * n), *R = falloc(n), *out = falloc(n), *dgu = falloc(2 * n);
+            fill(gu, 2 * n, 2, 0), fill(R, n, 1, 0);
+            if (s == 0) gu[0] = -40, gu[1] = 40, gu[2] = 0, gu[3] = -100; /* gate tails */
+            if (s == 0) gu[F + 1] = 9, gu[F + 2] = -9;                     /* up past 7 */
+            SW.N = N, SW.F = F, SW.gu = todbl(gu, 2 * n), SW.R = todbl(R, n), SW.glu = glus[v];
+            double *ry = dalloc(n), *rdgu = dalloc(2 * n);
+            for (int i = 0; i < N; i++)
+                for (int f = 0; f < F; f++) {
+                    const double *g = SW.gu + (size_t)i * 2 * F;
+                    ry[(size_t)i * F + f] =
+                        ref_glu(g[f], g[F + f], SW.R[(size_t)i * F + f],
+                                &rdgu[(size_t)i * 2 * F + f], &rdgu[(size_t)i * 2 * F + F + f]);
+                }
+            poison(out, n), poison(dgu, 2 * n);
+            g_f32->ops->swiglu_fwd(g_f32, out, gu, N, F, glu);
+            g_f32->ops->swiglu_bwd(g_f32, dgu, gu, R, N, F, glu);
+            CHECK(err(out, ry, n) <= TOL_FWD, "fwd case %d: %g", cas, err(out, ry, n));
+            CHECK(err(dgu, rdgu, 2 * n) <= TOL_BWD, "bwd case %d: %g", cas,
+                  err(dgu, rdgu, 2 * n));
+            if (s == 0 && glus[v].offset == 0)
+                CHECK(fabsf(out[3]) < 1e-30f && fabsf(dgu[3]) < 1e-30f, "gate -100: %g %g",
+                      out[3], dgu[3]);
+            CHECK_FD(swiglu_loss, SW.gu, 2 * n, dgu, "dgu", cas);
+            for (size_t i = 0; i < 2 * n; i++) gu[i] = lt_bf16_round(gu[i]);
+            for (size_t i = 0; i < n; i++) R[i] = lt_bf16_round(R[i]);
+            float *o[2], *d[2];
+            for (int k = 0; k < 2; k++) {
+                LtBackend *be = k ? g_bf16 : g_f32;
+                o[k] = falloc(n), d[k] = falloc(2 * n);
+                poison(o[k], n), poison(d[k], 2 * n);
+                be->ops->swiglu_fwd(be, o[k], gu, N, F, glu);
+                be->ops->swiglu_bwd(be, d[k], gu, R, N, F, glu);
             }
-        poison(out, n), poison(dgu, 2 * n);
-        g_f32->ops->swiglu_fwd(g_f32, out, gu, N, F);
-        g_f32->ops->swiglu_bwd(g_f32, dgu, gu, R, N, F);
-        CHECK(err(out, ry, n) <= TOL_FWD, "fwd case %d: %g", s, err(out, ry, n));
-        CHECK(err(dgu, rdgu, 2 * n) <= TOL_BWD, "bwd case %d: %g", s, err(dgu, rdgu, 2 * n));
-        if (s == 0) CHECK(fabsf(out[3]) < 1e-30f && fabsf(dgu[3]) < 1e-30f, "gate -100: %g %g", out[3], dgu[3]);
-        CHECK_FD(swiglu_loss, SW.gu, 2 * n, dgu, "dgu", s);
-        for (size_t i = 0; i < 2 * n; i++) gu[i] = lt_bf16_round(gu[i]);
-        for (size_t i = 0; i < n; i++) R[i] = lt_bf16_round(R[i]);
-        float *o[2], *d[2];
-        for (int k = 0; k < 2; k++) {
-            LtBackend *be = k ? g_bf16 : g_f32;
-            o[k] = falloc(n), d[k] = falloc(2 * n);
-            poison(o[k], n), poison(d[k], 2 * n);
-            be->ops->swiglu_fwd(be, o[k], gu, N, F);
-            be->ops->swiglu_bwd(be, d[k], gu, R, N, F);
+            CHECK(all_bf16(o[1], n) && all_bf16(d[1], 2 * n), "bf16 outputs representable, case %d",
+                  cas);
+            CHECK(normerr(o[1], o[0], n) <= TOL_BF16, "bf16 fwd case %d", cas);
+            CHECK(normerr(d[1], d[0], 2 * n) <= TOL_BF16, "bf16 bwd case %d", cas);
+            for (int k = 0; k < 2; k++) free(o[k]), free(d[k]);
+            free(gu), free(R), free(out), free(dgu), free(SW.gu), free(SW.R), free(ry), free(rdgu);
         }
-        CHECK(all_bf16(o[1], n) && all_bf16(d[1], 2 * n), "bf16 outputs representable, case %d", s);
-        CHECK(normerr(o[1], o[0], n) <= TOL_BF16, "bf16 fwd case %d", s);
-        CHECK(normerr(d[1], d[0], 2 * n) <= TOL_BF16, "bf16 bwd case %d", s);
-        for (int k = 0; k < 2; k++) free(o[k]), free(d[k]);
-        free(gu), free(R), free(out), free(dgu), free(SW.gu), free(SW.R), free(ry), free(rdgu);
-    }
+}
+
+/* The clamps at their bounds, gpt-oss's activation (clamp 7, offset 1) on one
+ * row gate | up: a gate at 7 or past it is read as 7 and passes no gradient, one
+ * just below passes it; an up at +-7 or past passes none, one inside passes it;
+ * a NaN gate stays NaN (the loss must see it). An all-zero LtGlu is SwiGLU bit
+ * for bit. */
+static void test_glu_clamp_bounds(void) {
+    enum { F = 6 };
+    const LtGlu glu = {1, 1, 7};
+    const float gate[F] = {7, 8, 6.99f, 1, 1, NAN}, up[F] = {0.5f, 0.5f, 0.5f, 7, -7, 6.99f};
+    float gu[2 * F], out[F], dgu[2 * F], ones[F];
+    for (int f = 0; f < F; f++) gu[f] = gate[f], gu[F + f] = up[f], ones[f] = 1;
+    g_f32->ops->swiglu_fwd(g_f32, out, gu, 1, F, &glu);
+    g_f32->ops->swiglu_bwd(g_f32, dgu, gu, ones, 1, F, &glu);
+    const double q7 = 7 / (1 + exp(-1.702 * 7)); /* quick_gelu(7) */
+    CHECK(fabs(out[0] - q7 * 1.5) < 1e-5 && out[1] == out[0], "gate 7, 8: %g %g (want %g)",
+          out[0], out[1], q7 * 1.5);
+    CHECK(dgu[0] == 0 && dgu[1] == 0 && dgu[2] > 0, "dgate at 7, past, below: %g %g %g", dgu[0],
+          dgu[1], dgu[2]);
+    CHECK(dgu[F + 3] == 0 && dgu[F + 4] == 0 && dgu[F + 0] > 0, "dup at 7, -7, inside: %g %g %g",
+          dgu[F + 3], dgu[F + 4], dgu[F + 0]);
+    const double q1 = 1 / (1 + exp(-1.702)); /* quick_gelu(1) */
+    CHECK(fabs(out[3] - q1 * 8) < 1e-5 && fabs(out[4] + q1 * 6) < 1e-5, "up 7, -7: %g %g",
+          out[3], out[4]);
+    CHECK(isnan(out[5]) && isnan(dgu[5]), "NaN gate: %g %g", out[5], dgu[5]);
+    float plain[2][F], dplain[2][2 * F];
+    const LtGlu zero = {0, 0, 0};
+    gu[5] = 2;
+    g_f32->ops->swiglu_fwd(g_f32, plain[0], gu, 1, F, NULL);
+    g_f32->ops->swiglu_fwd(g_f32, plain[1], gu, 1, F, &zero);
+    g_f32->ops->swiglu_bwd(g_f32, dplain[0], gu, ones, 1, F, NULL);
+    g_f32->ops->swiglu_bwd(g_f32, dplain[1], gu, ones, 1, F, &zero);
+    CHECK(memcmp(plain[0], plain[1], sizeof plain[0]) == 0 &&
+              memcmp(dplain[0], dplain[1], sizeof dplain[0]) == 0,
+          "an all-zero LtGlu is SwiGLU");
 }
 
 /* ---- RoPE ------------------------------------------------------------------- */
@@ -1552,8 +1610,8 @@ static void test_llama_determinism(void) {
         r[3] = falloc(N * F), r[4] = falloc(N * 2 * F), r[5] = falloc(NQ);
         be->ops->rmsnorm_fwd(be, NULL, r[0], rstd, a, NULL, w, 1e-5f, N, C);
         be->ops->rmsnorm_bwd(be, r[1], r[2], R, a, w, rstd, N, C);
-        be->ops->swiglu_fwd(be, r[3], gu, N, F);
-        be->ops->swiglu_bwd(be, r[4], gu, R, N, F);
+        be->ops->swiglu_fwd(be, r[3], gu, N, F, NULL);
+        be->ops->swiglu_bwd(be, r[4], gu, R, N, F, NULL);
         memcpy(r[5], q0, NQ * 4);
         be->ops->rope(be, r[5], cs, NULL, B, T, NH, NKV, HD, 0);
     }
@@ -1811,6 +1869,7 @@ int main(void) {
     RUN(test_adamw);
     RUN(test_rmsnorm);
     RUN(test_swiglu);
+    RUN(test_glu_clamp_bounds);
     RUN(test_rope);
     RUN(test_rope_freq);
     RUN(test_rope_yarn);

@@ -194,8 +194,9 @@ void cpu_rmsnorm_bwd(LtBackend *be, void *dinp, float *dw, const void *dout, con
                      const void *w, const float *rstd, int N, int C);
 
 /* swiglu.c */
-void cpu_swiglu_fwd(LtBackend *be, void *out, const void *gu, int N, int F);
-void cpu_swiglu_bwd(LtBackend *be, void *dgu, const void *gu, const void *dout, int N, int F);
+void cpu_swiglu_fwd(LtBackend *be, void *out, const void *gu, int N, int F, const LtGlu *glu);
+void cpu_swiglu_bwd(LtBackend *be, void *dgu, const void *gu, const void *dout, int N, int F,
+                    const LtGlu *glu);
 
 /* rope.c */
 void cpu_rope(LtBackend *be, void *qkv, const float *cs, const int32_t *pos, int B, int T, int NH,

@@ -33,8 +33,9 @@ void cu_rmsnorm_fwd(LtBackend *be, void *resid_out, void *out, float *rstd, cons
                     const void *b, const void *w, float eps, int N, int C);
 void cu_rmsnorm_bwd(LtBackend *be, void *dinp, float *dw, const void *dout, const void *inp,
                     const void *w, const float *rstd, int N, int C);
-void cu_swiglu_fwd(LtBackend *be, void *out, const void *gu, int N, int F);
-void cu_swiglu_bwd(LtBackend *be, void *dgu, const void *gu, const void *dout, int N, int F);
+void cu_swiglu_fwd(LtBackend *be, void *out, const void *gu, int N, int F, const LtGlu *glu);
+void cu_swiglu_bwd(LtBackend *be, void *dgu, const void *gu, const void *dout, int N, int F,
+                   const LtGlu *glu);
 void cu_rope(LtBackend *be, void *qkv, const float *cs, const int32_t *pos, int B, int T, int NH,
              int NKV, int HD, int inverse);
 void cu_qk_norm_fwd(LtBackend *be, void *qkv, void *xin, float *rstd, const void *wq,

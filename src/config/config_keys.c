@@ -6,6 +6,7 @@
  * Loading, override parsing, per-key range checks, printing and did-you-mean
  * suggestions are all driven by this table, so a new key is one line here
  * plus its default in lt_config_defaults (config_defaults.c). */
+#include <float.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -97,6 +98,9 @@ const KeyDesc lt_cfg_keys[] = {
     K_DBL(model, rope_attention_factor, 0, 0, D_NO_MAX),
     K_BOOL(model, untie_embeddings_and_output_weights),
     K_DBL(model, init_method_std, 0, 0, D_MIN_OPEN | D_NO_MAX),
+    K_BOOL(model, quick_geglu),
+    K_DBL(model, glu_linear_offset, -FLT_MAX, FLT_MAX, 0),
+    K_DBL(model, activation_func_clamp_value, 0, 0, D_NO_MAX),
     K_INT(model, num_experts, 0, INT_MAX),
     K_INT(model, moe_router_topk, 1, INT_MAX),
     K_INT(model, moe_ffn_hidden_size, 0, INT_MAX),

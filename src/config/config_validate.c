@@ -134,13 +134,18 @@ static int rule_llama_only_keys(const Rules *r, char *err, size_t errlen) {
         {"model.rope_truncate", c->model.rope_truncate != d.model.rope_truncate},
         {"model.rope_attention_factor",
          c->model.rope_attention_factor != d.model.rope_attention_factor},
+        /* (GPT's MLP is not gated: fc, GeLU, proj) */
+        {"model.quick_geglu", c->model.quick_geglu},
+        {"model.glu_linear_offset", c->model.glu_linear_offset != d.model.glu_linear_offset},
+        {"model.activation_func_clamp_value",
+         c->model.activation_func_clamp_value != d.model.activation_func_clamp_value},
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (keys[i].differs)
             return lt_cfg_fail(err, errlen,
                                "%s is a setting of the Llama block (grouped-query attention, "
-                               "RMSNorm, rotary embeddings) and needs model.arch=llama; "
-                               "model.arch is gpt",
+                               "RMSNorm, rotary embeddings, the gated MLP) and needs "
+                               "model.arch=llama; model.arch is gpt",
                                keys[i].name);
     return 0;
 }

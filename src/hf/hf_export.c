@@ -266,6 +266,26 @@ static int window_refusal(const LtConfig *c, char *err, size_t errlen) {
                      c->model.window_left, n, c->model.num_layers);
 }
 
+/* 0 when c's gated MLP is SwiGLU; else -1 naming the first key that changes it:
+ * the Llama, Qwen3 and Mixtral MLPs compute silu(gate) * up, with no clamp and
+ * no offset, so another activation would export as another function. */
+static int glu_refusal(const LtConfig *c, char *err, size_t errlen) {
+    char key[96];
+    if (c->model.quick_geglu)
+        snprintf(key, sizeof key, "model.quick_geglu=true");
+    else if (c->model.glu_linear_offset != 0)
+        snprintf(key, sizeof key, "model.glu_linear_offset=%g", c->model.glu_linear_offset);
+    else if (c->model.activation_func_clamp_value != 0)
+        snprintf(key, sizeof key, "model.activation_func_clamp_value=%g",
+                 c->model.activation_func_clamp_value);
+    else
+        return 0;
+    return lt_errorf(err, errlen, "cannot export %s: the Hugging Face Llama, Qwen3 and Mixtral "
+                     "MLPs lattice writes compute silu(gate) * up, without quick_gelu, an offset "
+                     "or a clamp, which would be another model; only models trained with "
+                     "SwiGLU export", key);
+}
+
 /* config.json of the validated config c, written atomically. */
 static int write_config_json(const char *path, const LtConfig *c, const LtModelDims *d, char *err,
                              size_t errlen) {
@@ -313,6 +333,7 @@ int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t e
     }
     const LtModelDims dims = lt_dims_from_config(cfg);
     if (window_refusal(cfg, emsg, sizeof emsg) || bias_refusal(cfg, &dims, emsg, sizeof emsg) ||
+        glu_refusal(cfg, emsg, sizeof emsg) ||
         (dims.moe.experts > 0 && mixtral_refusal(cfg, &dims, emsg, sizeof emsg))) {
         lt_errorf(err, errlen, "%s/config.yaml: %s", stepdir, emsg);
         free(cfg);

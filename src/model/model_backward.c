@@ -19,7 +19,7 @@ static void *dense_mlp_backward(LtModel *m, int l, LtLayerActs *a, void *dres, i
     if (is_llama(m)) {
         lt_tp_row_linear_bwd(&tl, m->in->dfull, m->in->dff, lg(m, l, P_FC2W), lg(m, l, P_FC2B),
                              dres, a->fch, lw(m, l, P_FC2W), NULL, N, F, C);
-        be->ops->swiglu_bwd(be, m->in->dgu, a->fch_pre, m->in->dff, N, F);
+        be->ops->swiglu_bwd(be, m->in->dgu, a->fch_pre, m->in->dff, N, F, &m->d.glu);
         return lt_tp_col_linear_bwd(&tl, m->in->dc, m->in->scratch_sp, lg(m, l, P_FCW),
                                     lg(m, l, P_FCB), m->in->dgu, a->ln2, lw(m, l, P_FCW), N, C,
                                     2 * F);

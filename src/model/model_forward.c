@@ -65,10 +65,10 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
             lt_mdl_moe_count_tokens(m, l, a->moe);
     }
     if (!lw(m, l, P_FCW)) return; /* an MoE layer without a shared expert */
-    if (is_llama(m)) { /* fch_pre = gate | up, fch = silu(gate) * up */
+    if (is_llama(m)) { /* fch_pre = gate | up, fch = silu(gate) * up (or m->d.glu's) */
         lt_tp_col_linear_fwd(&tl, a->fch_pre, NULL, a->ln2, lw(m, l, P_FCW), lw(m, l, P_FCB), N,
                              C, 2 * F);
-        o->swiglu_fwd(be, a->fch, a->fch_pre, N, F);
+        o->swiglu_fwd(be, a->fch, a->fch_pre, N, F, &m->d.glu);
     } else {
         lt_tp_col_linear_fwd(&tl, a->fch, a->fch_pre, a->ln2, lw(m, l, P_FCW), lw(m, l, P_FCB), N,
                              C, F);

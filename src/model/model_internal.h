@@ -256,10 +256,11 @@ static inline void *rows_at(const LtModel *m, void *x, size_t row, int C) {
     return (char *)x + lt_act_bytes(m->be, row * (size_t)C);
 }
 
-/* The routing settings and this step's loss weight of the MoE layers. */
+/* The routing settings and this step's loss weight of the MoE layers, and
+ * their experts' gated activation. */
 static inline LtMoeCtx moe_ctx(const LtModel *m) {
     return (LtMoeCtx){&m->d.moe, m->sp ? m->tp : NULL, m->in->ep, m->in->etp,
-                      m->in->moe_aux_weight};
+                      m->in->moe_aux_weight, &m->d.glu};
 }
 
 /* The first visible key of each query in local layer l's attention: the

@@ -354,8 +354,8 @@ static const void *etp_reduce(const LtMoeCtx *cx, const LtMoeShape *s, const LtM
 
 /* The local experts' forward over the local experts' rows: each GEMM one grouped
  * linear over all of them, SwiGLU one call over all their rows. */
-static void experts_forward(LtBackend *be, const LtMoeShape *s, const LtMoeWeights *wt,
-                            LtMoeActs *a) {
+static void experts_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
+                            const LtMoeWeights *wt, LtMoeActs *a) {
     const LtBackendOps *o = be->ops;
     const int C = s->C, F = s->F, FI = s->llama ? 2 * F : F; /* gate | up, or fc */
     const int *off = local_off(s, a), G = s->El, n = off[G];
@@ -363,7 +363,7 @@ static void experts_forward(LtBackend *be, const LtMoeShape *s, const LtMoeWeigh
     const int part = lt_devclock_part_begin();
     if (s->llama) {
         o->linear_group_fwd(be, a->hpre, NULL, a->xe, x.w1, x.b1, off, G, C, FI);
-        if (n > 0) o->swiglu_fwd(be, a->h, a->hpre, n, F);
+        if (n > 0) o->swiglu_fwd(be, a->h, a->hpre, n, F, cx->glu);
     } else {
         o->linear_group_fwd(be, a->h, a->hpre, a->xe, x.w1, x.b1, off, G, C, F);
     }
@@ -416,7 +416,7 @@ void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
         o->moe_permute(be, a->xe, etp_gather(cx, s, a, rx, a->ye, act), a->ge, a->loff[s->El], C);
         LT_TRACE_END();
     }
-    experts_forward(be, s, wt, a);
+    experts_forward(be, cx, s, wt, a);
     if (spread(s)) { /* back in the gathered order, summed over ETP, to the tokens' ranks */
         LT_TRACE_BEGIN("moe combine", "\"rows\": %d", a->loff[s->El]);
         void *back = s->ep > 1 ? w->xr : a->y; /* this rank's rows of the ETP sum */
@@ -431,8 +431,8 @@ void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
 /* Backward of the local experts' GEMM chains over the local experts' rows (grouped
  * linears, as experts_forward): dxp rows from dy rows, their weight gradients
  * accumulated. */
-static void experts_backward(LtBackend *be, const LtMoeShape *s, const LtMoeWeights *wt,
-                             const LtMoeActs *a, LtMoeWork *w) {
+static void experts_backward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
+                             const LtMoeWeights *wt, const LtMoeActs *a, LtMoeWork *w) {
     const LtBackendOps *o = be->ops;
     const int C = s->C, F = s->F, FI = s->llama ? 2 * F : F;
     const int *off = local_off(s, a), G = s->El, n = off[G];
@@ -440,7 +440,7 @@ static void experts_backward(LtBackend *be, const LtMoeShape *s, const LtMoeWeig
     const int part = lt_devclock_part_begin();
     if (s->llama) {
         o->linear_group_bwd(be, w->dh, x.g2, x.gb2, w->dy, a->h, x.w2, NULL, off, G, F, C);
-        if (n > 0) o->swiglu_bwd(be, w->dhpre, a->hpre, w->dh, n, F);
+        if (n > 0) o->swiglu_bwd(be, w->dhpre, a->hpre, w->dh, n, F, cx->glu);
         o->linear_group_bwd(be, w->dxp, x.g1, x.gb1, w->dhpre, a->xe, x.w1, NULL, off, G, C, FI);
     } else { /* dh comes back through GeLU: the gradient of hpre */
         o->linear_group_bwd(be, w->dh, x.g2, x.gb2, w->dy, a->h, x.w2, a->hpre, off, G, F, C);
@@ -472,7 +472,7 @@ void lt_moe_backward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
         o->moe_permute(be, w->dy, g, a->ge, a->loff[s->El], C);
         LT_TRACE_END();
     }
-    experts_backward(be, s, wt, a, w);
+    experts_backward(be, cx, s, wt, a, w);
     const void *dxp = w->dxp;
     if (spread(s)) { /* the input rows' gradient summed over ETP, back to the tokens' ranks */
         LT_TRACE_BEGIN("moe dispatch backward", "\"rows\": %d", a->loff[s->El]);

@@ -129,6 +129,7 @@ typedef struct {
     const LtComm *ep;     /* the expert-parallel group, or NULL (EP 1) */
     const LtComm *etp;    /* the expert-tensor-parallel group, or NULL (ETP 1) */
     float aux_weight;     /* the micro batch's share of the step's objective */
+    const LtGlu *glu;     /* the SwiGLU experts' gated activation (NULL: SwiGLU) */
 } LtMoeCtx;
 
 LtMoeShape lt_moe_shape(const LtMoeDims *d, int arch, int B, int T, int C, int R, long row0,

@@ -502,6 +502,9 @@ LtModelDims lt_dims_from_config(const LtConfig *c) {
                 .expert_bias = c->model.moe_router_enable_expert_bias,
                 .bias_rate = (float)c->model.moe_router_bias_update_rate},
     };
+    d.glu = (LtGlu){.quick = c->model.quick_geglu,
+                    .offset = (float)c->model.glu_linear_offset,
+                    .clamp = (float)c->model.activation_func_clamp_value};
     memcpy(d.moe.layer, c->model.moe_layer, sizeof d.moe.layer);
     d.window = c->model.window_left;
     memcpy(d.window_layer, c->model.window_layer, sizeof d.window_layer);

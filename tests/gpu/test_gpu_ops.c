@@ -779,33 +779,43 @@ static void t_rmsnorm(const Pair *P) {
 }
 
 /* ======================= swiglu ======================= */
-static void t_swiglu(const Pair *P) {
+/* One activation (glu; NULL: SwiGLU) on inputs uniform in [-scale, scale). */
+static void t_swiglu_glu(const Pair *P, const LtGlu *glu, float scale, const char *what) {
     /* F 3: under one pack; F 20: fp32 packs, bf16 single elements; F 100, 1376: packs */
     static const int shapes[][2] = {{5, 3}, {7, 20}, {33, 100}, {64, 1376}, {512, 3584}};
     for (int s = 0; s < 5; s++) {
         if (g_quick && s == 4) break;
         const int N = shapes[s][0], F = shapes[s][1];
         const size_t n = (size_t)N * F;
-        float *gu = hrand(2 * n, 4.f, P->bf16), *dy = hrand(n, 1.f, P->bf16), *y[2], *dg[2];
+        float *gu = hrand(2 * n, scale, P->bf16), *dy = hrand(n, 1.f, P->bf16), *y[2], *dg[2];
         for (int k = 0; k < 2; k++) {
             LtBackend *be = k ? P->dut : P->ref;
             void *dgu_in = act_up(be, gu, 2 * n), *ddy = act_up(be, dy, n);
             void *dout = act_up(be, NULL, n), *dgu = act_up(be, NULL, 2 * n);
             poison(be, dout, lt_act_bytes(be, n)), poison(be, dgu, lt_act_bytes(be, 2 * n));
-            be->ops->swiglu_fwd(be, dout, dgu_in, N, F);
-            be->ops->swiglu_bwd(be, dgu, dgu_in, ddy, N, F);
+            be->ops->swiglu_fwd(be, dout, dgu_in, N, F, glu);
+            be->ops->swiglu_bwd(be, dgu, dgu_in, ddy, N, F, glu);
             y[k] = hzeros(n), dg[k] = hzeros(2 * n);
             act_down(be, y[k], dout, n), act_down(be, dg[k], dgu, 2 * n);
             dfree(be, dgu_in), dfree(be, ddy), dfree(be, dout), dfree(be, dgu);
         }
-        char nm[64];
-        snprintf(nm, sizeof nm, "swiglu_fwd N%d F%d", N, F);
+        char nm[80];
+        snprintf(nm, sizeof nm, "%s_fwd N%d F%d", what, N, F);
         cmp(P, nm, y[1], y[0], n, P->tol);
-        snprintf(nm, sizeof nm, "swiglu_bwd dgu N%d F%d", N, F);
+        snprintf(nm, sizeof nm, "%s_bwd dgu N%d F%d", what, N, F);
         cmp(P, nm, dg[1], dg[0], 2 * n, P->tol);
         for (int k = 0; k < 2; k++) free(y[k]), free(dg[k]);
         free(gu), free(dy);
     }
+}
+
+/* Plain SwiGLU; gpt-oss's quick GeGLU (clamp 7, offset 1; inputs to 9 cross the clamp);
+ * silu with an offset and a clamp most inputs cross. */
+static void t_swiglu(const Pair *P) {
+    static const LtGlu oss = {1, 1, 7}, silu = {0, -0.5f, 1.5f};
+    t_swiglu_glu(P, NULL, 4.f, "swiglu");
+    t_swiglu_glu(P, &oss, 9.f, "oss_glu");
+    t_swiglu_glu(P, &silu, 4.f, "clamp_glu");
 }
 
 /* ======================= rope ======================= */
