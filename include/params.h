@@ -47,6 +47,7 @@ typedef struct {
     int untied;        /* the LM head has a weight of its own (lm_head), not wte */
     int qk_norm;       /* per-head RMSNorm of queries and keys before RoPE (llama:
                         * model.qk_layernorm): attn.q_norm.weight, attn.k_norm.weight */
+    int softmax_type;  /* LtSoftmaxType: learnable adds attn.softmax_offset (heads) */
     float norm_eps;    /* RMSNorm epsilon (llama) */
     double rope_base;  /* rotary embedding base theta (llama) */
     LtRopeScaling rope; /* its frequency scaling (type 0: none) */
@@ -76,6 +77,12 @@ typedef struct {
 /* 1 when layer l (global index) of dims is an MoE layer. */
 static inline int lt_dims_moe_layer(const LtModelDims *d, int l) {
     return d->moe.experts > 0 && l >= 0 && l < LT_MOE_MAX_LAYERS && d->moe.layer[l];
+}
+
+/* 1 when attention's softmax of dims has the extra logit per head (model.softmax_type
+ * off-by-one or learnable); 2 when that logit is a parameter (learnable). */
+static inline int lt_dims_sinks(const LtModelDims *d) {
+    return d->softmax_type == LT_SOFTMAX_LEARNABLE ? 2 : d->softmax_type == LT_SOFTMAX_OFF_BY_ONE;
 }
 
 /* Key/value heads of dims: kv_heads, or heads when not set (multi-head). */
@@ -182,7 +189,10 @@ int lt_params_global_layer(const LtParamTable *t, int l);
  * attn.q_norm.weight and attn.k_norm.weight (HD each, ones, replicated over TP),
  * attn.proj.weight (C, NH HD), ln_2.weight, mlp.gate_up.weight (2F, C: gate | up),
  * mlp.down.weight (C, F), then ln_f.weight.
- * Either arch with dims.untied: lm_head.weight (Vp, C) after ln_f.
+ * Either arch with dims.untied: lm_head.weight (Vp, C) after ln_f; either arch
+ * with softmax_type learnable: attn.softmax_offset (NH: each query head's extra
+ * softmax logit, normal init, no decay, split over TP by heads as the q rows) just
+ * before attn.proj.weight.
  * An MoE layer (lt_dims_moe_layer) replaces the MLP's parameters by: the shared
  * expert's in their place (mlp.shared.fc.{weight,bias}, mlp.shared.proj.{weight,bias}
  * for GPT, mlp.shared.gate_up.weight and mlp.shared.down.weight for Llama, width

@@ -21,6 +21,7 @@ void lt_config_defaults(LtConfig *c) {
     c->model.num_query_groups = 0;
     c->model.kv_channels = 0;
     c->model.qk_layernorm = false;
+    c->model.softmax_type = LT_SOFTMAX_VANILLA;
     c->model.norm_epsilon = 1e-5;
     c->model.rotary_base = 500000;
     c->model.rope_scaling = LT_ROPE_NONE;

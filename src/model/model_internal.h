@@ -116,6 +116,8 @@ struct LtModelInternal {
     const int32_t *kwin;  /* the running slot's sliding-window starts (NULL: none) */
     int32_t *host_kw;     /* (N) pageable staging of them */
     unsigned char *swa;   /* per local layer: 1 = sliding-window attention */
+    void *zero_sinks;     /* model.softmax_type=off-by-one: (heads_local) zero logits, every
+                           * layer's softmax offsets; else NULL */
     float loss_weight;    /* lt_model_set_loss_weight (1: plain sums) */
     int *masked;          /* (N) rows of the current micro batch whose input token is eod */
     int nmasked;
@@ -128,12 +130,12 @@ struct LtModelInternal {
 /* Parameter roles within a layer: GPT's table order (params.h). For Llama
  * P_FCW is mlp.gate_up.weight and P_FC2W mlp.down.weight. */
 enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FC2W,
-       P_FC2B, P_QNW, P_KNW, P_ROLES };
+       P_FC2B, P_QNW, P_KNW, P_SINK, P_ROLES };
 /* Position of each role in a layer's slice of the table, -1 when absent. */
-static const int GPT_ROLES[P_ROLES] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, -1, -1};
-static const int LLAMA_ROLES[P_ROLES] = {0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, -1, -1};
+static const int GPT_ROLES[P_ROLES] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, -1, -1, -1};
+static const int LLAMA_ROLES[P_ROLES] = {0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, -1, -1, -1};
 /* Llama with qk_layernorm: q_norm, k_norm follow qkv */
-static const int LLAMA_QK_ROLES[P_ROLES] = {0, -1, 1, -1, 4, -1, 5, -1, 6, -1, 7, -1, 2, 3};
+static const int LLAMA_QK_ROLES[P_ROLES] = {0, -1, 1, -1, 4, -1, 5, -1, 6, -1, 7, -1, 2, 3, -1};
 
 /* Device pointer of parameter i in the compute-dtype buffer / fp32 grads. */
 static inline void *param(const LtModel *m, int i) {
@@ -144,8 +146,12 @@ static inline int is_llama(const LtModel *m) { return m->d.arch == LT_ARCH_LLAMA
 /* Table index of the parameter of role k of local layer l (layers run chunk
  * after chunk, lt_params_chunk_first), -1 when the block has no such parameter. */
 static inline int lidx(const LtModel *m, int l, int k) {
-    const int pos =
-        (is_llama(m) ? (m->d.qk_norm ? LLAMA_QK_ROLES : LLAMA_ROLES) : GPT_ROLES)[k];
+    const int *roles = is_llama(m) ? (m->d.qk_norm ? LLAMA_QK_ROLES : LLAMA_ROLES) : GPT_ROLES;
+    int pos = roles[k];
+    /* learnable softmax offsets (params.c) sit where attn.proj.weight would: the roles
+     * from there on move one place down */
+    if (lt_dims_sinks(&m->d) == 2)
+        pos = k == P_SINK ? roles[P_PROJW] : pos + (pos >= roles[P_PROJW]);
     if (pos < 0) return -1;
     /* an MoE layer: the MLP's roles are the shared expert's, absent without one */
     if (m->in->moe[l] && k >= P_FCW && k <= P_FC2B && m->d.moe.shared_ffn == 0) return -1;
@@ -252,6 +258,12 @@ static inline const int32_t *kstart_of(const LtModel *m, int l) {
  * layer attends causally. */
 static inline int window_of(const LtModel *m, int l) {
     return m->in->swa[l] && !m->in->kstart ? m->d.window : -1;
+}
+
+/* Local layer l's softmax offsets (backend.h attention_fwd): the learnable parameter,
+ * off-by-one's zeros, or NULL (vanilla). */
+static inline const void *sinks_of(const LtModel *m, int l) {
+    return lt_dims_sinks(&m->d) == 2 ? lw(m, l, P_SINK) : m->in->zero_sinks;
 }
 
 /* ---- functions of one file that others call ---- */

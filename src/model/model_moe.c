@@ -10,7 +10,9 @@
 #include "model/model_internal.h"
 
 /* Parameters of the attention half of a layer and of one FFN (params.c). */
-static int attn_params(const LtModel *m) { return is_llama(m) ? 4 + 2 * !!m->d.qk_norm : 8; }
+static int attn_params(const LtModel *m) {
+    return (is_llama(m) ? 4 + 2 * !!m->d.qk_norm : 8) + (lt_dims_sinks(&m->d) == 2);
+}
 static int ffn_params(const LtModel *m) { return is_llama(m) ? 2 : 4; }
 /* Table index of MoE layer l's router weight; its experts' tensors follow. */
 static int router_idx(const LtModel *m, int l) {

@@ -91,7 +91,8 @@ static LtParam *add_blocks(LtParamTable *t, int *cap, LtInitKind init, float std
 }
 
 /* The attention half of a layer: GPT's 8 parameters (ln_1, qkv, proj with
- * biases, ln_2), Llama's 4 (no biases; 6 with the per-head q and k norms). */
+ * biases, ln_2), Llama's 4 (no biases; 6 with the per-head q and k norms); one
+ * more with learnable softmax offsets. */
 static void add_attention(LtParamTable *t, int *cap, const LtModelDims *d, int l, float std,
                           float proj_std) {
     const int llama = d->arch == LT_ARCH_LLAMA;
@@ -110,6 +111,9 @@ static void add_attention(LtParamTable *t, int *cap, const LtModelDims *d, int l
         add(t, cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, HD, 0, "h.%d.attn.q_norm.weight", l);
         add(t, cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, HD, 0, "h.%d.attn.k_norm.weight", l);
     }
+    if (lt_dims_sinks(d) == 2) /* Megatron-Core: init_method, a 1-D parameter (no decay) */
+        add(t, cap, LT_SPLIT_ROWS, LT_INIT_NORMAL, std, 0, d->heads, 0,
+            "h.%d.attn.softmax_offset", l);
     add(t, cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, d->heads * HD,
         "h.%d.attn.proj.weight", l);
     if (!llama) add(t, cap, LT_SPLIT_NONE, LT_INIT_ZEROS, 0, 0, C, 0, "h.%d.attn.proj.bias", l);
@@ -165,8 +169,9 @@ static void add_layer(LtParamTable *t, int *cap, const LtModelDims *d, int l, fl
 
 int lt_params_layer_count(const LtModelDims *d, int l) {
     const int llama = d->arch == LT_ARCH_LLAMA, ffn = llama ? 2 : 4;
-    const int dense =
-        llama ? LT_LLAMA_PARAMS_PER_LAYER + (d->qk_norm ? 2 : 0) : LT_PARAMS_PER_LAYER;
+    const int dense = (llama ? LT_LLAMA_PARAMS_PER_LAYER + (d->qk_norm ? 2 : 0)
+                             : LT_PARAMS_PER_LAYER) +
+                      (lt_dims_sinks(d) == 2);
     if (!lt_dims_moe_layer(d, l)) return dense;
     return dense - ffn + (d->moe.shared_ffn > 0 ? ffn : 0) + 1 + !!d->moe.expert_bias +
            d->moe.experts * ffn;
@@ -449,6 +454,7 @@ LtModelDims lt_dims_from_config(const LtConfig *c) {
         .head_dim = c->model.kv_channels,
         .untied = c->model.untie_embeddings_and_output_weights,
         .qk_norm = c->model.qk_layernorm,
+        .softmax_type = c->model.softmax_type,
         .norm_eps = (float)c->model.norm_epsilon,
         .rope_base = c->model.rotary_base,
         .rope = {.type = c->model.rope_scaling == LT_ROPE_LLAMA3 ? LT_ROPE_SCALING_LLAMA3

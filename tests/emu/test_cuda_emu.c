@@ -87,7 +87,8 @@ static void t_act_add_f32(const Pair *P) {
 
 /* The models of the `model` case: GPT; Llama with grouped-query attention,
  * Llama 3.1's RoPE scaling and an untied head; the same Llama with an MoE
- * second layer (4 experts of 32, top-2, aux and z losses). */
+ * second layer (4 experts of 32, top-2, aux and z losses); the same Llama with
+ * learnable attention sinks (model.softmax_type). */
 static LtModelDims emu_gpt_dims(void) {
     return (LtModelDims){.num_layers = 2, .hidden = 64, .heads = 2, .ffn = 256, .seq_len = 32,
                          .max_pos = 32, .vocab = 100, .padded_vocab = 128};
@@ -104,6 +105,11 @@ static LtModelDims emu_moe_dims(void) {
                         .topk_scale = 1.0f, .balance = LT_MOE_AUX_LOSS, .aux_coeff = 0.1f,
                         .z_coeff = 0.01f};
     d.moe.layer[1] = 1;
+    return d;
+}
+static LtModelDims emu_sinks_dims(void) {
+    LtModelDims d = emu_llama_dims();
+    d.softmax_type = LT_SOFTMAX_LEARNABLE;
     return d;
 }
 
@@ -130,12 +136,13 @@ static double emu_model_step(LtBackend *be, const LtModelDims *d, float *g) {
  * against the CPU backend: the loss, and each parameter's gradient by the
  * norm of its difference over its norm; the emulated run twice, bitwise. */
 static void t_model(const Pair *P) {
-    static const char *const names[] = {"gpt", "llama", "llama-moe"};
-    LtModelDims (*const dims[])(void) = {emu_gpt_dims, emu_llama_dims, emu_moe_dims};
+    static const char *const names[] = {"gpt", "llama", "llama-moe", "llama-sinks"};
+    LtModelDims (*const dims[])(void) = {emu_gpt_dims, emu_llama_dims, emu_moe_dims,
+                                         emu_sinks_dims};
     /* fp32: summation order only; bf16: the CPU backend rounds the same
      * tensors to bf16 but not always at the same points */
     const double loss_tol = P->bf16 ? 1e-3 : 1e-6, grad_tol = P->bf16 ? 3e-2 : 1e-5;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         const LtModelDims d = dims[k]();
         LtParamTable t;
         lt_params_build(&t, &d);
