@@ -4,7 +4,7 @@
 # (h.<l>.attn.softmax_offset, one logit per query head, split over TP by heads)
 # trains the same model under TP 2 with SP, PP 2 and DP 2 with ZeRO-1 as in one
 # process (loss and grad norm per step, and the checkpoint's weights, within
-# 1e-5); the offsets get gradients (trained away from their init) and change the
+# 1e-5; with recomputation; with q/k norms and an MoE layer under EP 2); the offsets get gradients (trained away from their init) and change the
 # loss, as off-by-one's fixed zero logit does; a checkpoint written by TP 2
 # resumes on one process where the single-process run goes on; a GPT model with
 # learnable offsets under TP 2 equals one process; the Hugging Face export
@@ -50,8 +50,10 @@ else fail checkpoint_holds_the_softmax_offsets "see the assertion above"; fi
 
 TP=parallel.tensor_model_parallel_size=2
 LLAMA=configs/llama-tiny.yaml
-same ref tp2_sp 2 $LLAMA $SINK $TP parallel.sequence_parallel=true
-same ref pp2 2 $LLAMA $SINK parallel.pipeline_model_parallel_size=2
+same ref tp2_sp_recompute_full 2 $LLAMA $SINK $TP parallel.sequence_parallel=true \
+  train.recompute=full
+same ref pp2_recompute_selective 2 $LLAMA $SINK parallel.pipeline_model_parallel_size=2 \
+  train.recompute=selective
 same ref dp2_zero1 2 $LLAMA $SINK optimizer.zero_stage=1
 
 # the key changes the model: the same init of the other weights gives another first
@@ -87,6 +89,13 @@ if run tp2_half 2 $LLAMA $SINK $TP train.steps=4 optimizer.decay_steps=8 &&
    err=$(python3 tests/compare_runs.py --resumed "$T/ref/m.jsonl" "$T/tp1_resumed/m.jsonl" 5 8 1e-5 2>&1)
 then pass tp2_checkpoint_resumes_on_one_process
 else fail tp2_checkpoint_resumes_on_one_process "$(echo "${err:-run failed}" | tail -1)"; fi
+
+# with the per-head q/k norms before the offsets and an MoE second layer after them,
+# under expert parallelism
+MOE="model.qk_layernorm=true model.kv_channels=12 model.num_experts=4 model.moe_ffn_hidden_size=32
+     model.moe_layer_freq=[0,1]"
+run moe 1 $LLAMA $SINK $MOE || fail moe_reference "single-process run failed"
+same moe moe_qk_norm_ep2 2 $LLAMA $SINK $MOE parallel.expert_model_parallel_size=2
 
 # the GPT block takes the offsets as well
 run gpt 1 configs/tiny.yaml $SINK || fail gpt_reference "single-process run failed"
