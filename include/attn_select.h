@@ -200,9 +200,9 @@ typedef struct {
  * cache when cuDNN is chosen). head_dim and softmax_type (LtSoftmaxType): the
  * model's. Returns 0 with *out, or -1 with out->reason naming the key
  * (explicit cudnn that cannot run here; the backend then keeps its previous
- * set-up). Not a CUDA backend, or
- * no CUDA in this build: -1. LT_CUDA_ATTN=simt in the environment at backend
- * creation forces lattice's generic kernel whatever is asked. */
+ * set-up). Not a CUDA backend, or no CUDA in this build: -1. LT_CUDA_ATTN=simt
+ * in the environment at backend creation forces lattice's generic kernel
+ * whatever is asked. */
 int lt_cuda_attention_configure(LtBackend *be, LtAttnImpl want, int deterministic, int head_dim,
                                 int softmax_type, LtAttnChoice *out);
 

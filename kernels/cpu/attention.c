@@ -34,7 +34,7 @@
  * them: as deterministic as G == 1 and as parallel (B*NH tasks), never a copy
  * of K/V per query head. G == 1 stores straight into dqkv as before.
  * The sink's gradient d o_h = -sum_i exp(o_h - lse_i) D_i: each (batch, head)
- * task sums its rows in order, then the batch's sums are added in batch order. 
+ * task sums its rows in order, then the batch's sums are added in batch order.
  *
  * Kernels: tile_abt (a tile of dot products against a transposed, (HD, ATT_BK)
  * gathered K or V block, one ATT_BK-wide accumulator row held in registers)

@@ -50,13 +50,13 @@ static int cudnn_unsupported(const LtAttnEnv *e, char *why, size_t n) {
     char ver[32];
     version_text(e->cudnn_version, ver, sizeof ver);
     const int hd = e->head_dim, hdmax = lt_attn_cudnn_max_head_dim(e->sm);
-    if (e->softmax_type != LT_SOFTMAX_VANILLA)
+    if (!e->cuda)
+        snprintf(why, n, "this run uses the CPU backend; cuDNN's fused attention needs the CUDA "
+                         "backend and a GPU");
+    else if (e->softmax_type != LT_SOFTMAX_VANILLA)
         snprintf(why, n, "model.softmax_type=%s: cuDNN's fused attention has no sink logit in "
                          "its softmax (lattice's kernels have)",
                  lt_softmax_type_name((LtSoftmaxType)e->softmax_type));
-    else if (!e->cuda)
-        snprintf(why, n, "this run uses the CPU backend; cuDNN's fused attention needs the CUDA "
-                         "backend and a GPU");
     else if (e->cudnn_version <= 0)
         snprintf(why, n, "this binary was built without cuDNN (no cudnn.h at build time)");
     else if (e->cudnn_version < LT_CUDNN_MIN_VERSION)

@@ -23,7 +23,8 @@
  *   ln1 = LN(x)                      [j = 0: LN(chunk input); j > 0: fused
  *                                     x[j] = r2[j-1] + mlp_out[j-1]]
  *   qkv = ln1 W_qkv^T + b            (N, 3C)
- *   atty = causal_attention(qkv)     (N, C), lse
+ *   atty = causal_attention(qkv)     (N, C), lse [model.softmax_type: with each
+ *                                     head's sink logit, sinks_of]
  *   r2 = x + (atty W_proj^T + b); ln2 = LN(r2)   (fused)
  *   fch = gelu(ln2 W_fc^T + b)       (N, F), pre-activation kept
  *   mlp_out = fch W_fc2^T + b        (N, C) -> consumed by the next fused LN
