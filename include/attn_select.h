@@ -62,6 +62,8 @@ typedef struct {
     int sm;              /* compute capability as major*10 + minor (0: no GPU) */
     long cudnn_version;  /* cudnnGetVersion() (9.19.0 -> 91900); 0: no cuDNN in this build */
     int head_dim;        /* the model's head dim (0: not known yet) */
+    int softmax_type;    /* model.softmax_type (LtSoftmaxType): cuDNN's fused attention has
+                          * no sink logit, so anything but vanilla runs lattice's kernels */
 } LtAttnEnv;
 
 typedef struct {
@@ -195,13 +197,14 @@ typedef struct {
 
 /* Resolve model.attention for a CUDA backend (its dtype, device and the cuDNN
  * library) and set the backend up for the choice (a cuDNN handle and plan
- * cache when cuDNN is chosen). head_dim: the model's. Returns 0 with *out,
- * or -1 with out->reason naming the key (explicit cudnn that cannot run
- * here; the backend then keeps its previous set-up). Not a CUDA backend, or
- * no CUDA in this build: -1. LT_CUDA_ATTN=simt in the environment at backend
- * creation forces lattice's generic kernel whatever is asked. */
+ * cache when cuDNN is chosen). head_dim and softmax_type (LtSoftmaxType): the
+ * model's. Returns 0 with *out, or -1 with out->reason naming the key
+ * (explicit cudnn that cannot run here; the backend then keeps its previous
+ * set-up). Not a CUDA backend, or no CUDA in this build: -1. LT_CUDA_ATTN=simt
+ * in the environment at backend creation forces lattice's generic kernel
+ * whatever is asked. */
 int lt_cuda_attention_configure(LtBackend *be, LtAttnImpl want, int deterministic, int head_dim,
-                                LtAttnChoice *out);
+                                int softmax_type, LtAttnChoice *out);
 
 /* Fill *info for a CUDA backend; -1 (info zeroed) for any other backend. */
 int lt_cuda_attention_info(LtBackend *be, LtAttnInfo *info);

@@ -237,17 +237,25 @@ typedef struct {
      * of the two. window >= 0 promises that kstart is exactly the sliding window,
      * kstart[b*T + t] = max(0, t - window) (no documents), so a backend may apply the
      * band from window alone (cuDNN does; the CPU backend checks the promise); -1
-     * promises nothing. window >= 0 needs kstart. */
+     * promises nothing. window >= 0 needs kstart.
+     * Attention sinks (model.softmax_type): offsets (NH, act dtype) gives each query head h
+     * one more logit o_h in its softmax, with no value: p_ij = exp(s_ij) / (exp(o_h) +
+     * sum over visible j of exp(s_ij)), out_i = sum_j p_ij v_j, and lse includes it
+     * (lse_i = log(exp(o_h) + sum_j exp(s_ij))). NULL: plain softmax. */
     void (*attention_fwd)(LtBackend *be, void *out, float *lse, const void *qkv,
+                          const void *offsets, const int32_t *kstart, int window, int B, int T,
+                          int NH, int NKV, int HD);
+    /* dqkv (qkv's layout) overwritten, from dout (B,T,NH,HD) and the forward's qkv, out,
+     * lse, offsets, with the forward's kstart and window. dK/dV of a key/value head is the
+     * sum over its NH/NKV query heads, taken in a fixed order (deterministic on every
+     * backend that says so, no atomics). doffsets (NH, fp32, accumulated; NULL: skipped,
+     * and then offsets is not read) += d loss / d o_h = -sum over the batch and query rows
+     * i of exp(o_h - lse_i) * D_i, D_i = dout_i . out_i, summed in a fixed order
+     * (deterministic, whatever the thread count). */
+    void (*attention_bwd)(LtBackend *be, void *dqkv, float *doffsets, const void *dout,
+                          const void *qkv, const void *out, const float *lse, const void *offsets,
                           const int32_t *kstart, int window, int B, int T, int NH, int NKV,
                           int HD);
-    /* dqkv (qkv's layout) overwritten, from dout (B,T,NH,HD) and the forward's qkv, out,
-     * lse, with the forward's kstart and window. dK/dV of a key/value head is the sum
-     * over its NH/NKV query heads, taken in a fixed order (deterministic on every backend
-     * that says so, no atomics). */
-    void (*attention_bwd)(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                          const void *out, const float *lse, const int32_t *kstart, int window,
-                          int B, int T, int NH, int NKV, int HD);
     /* Optional (NULL: the backend has no use for it). Declares what the device array
      * kstart (B*T ids, as uploaded for the attention calls that follow) holds: packed
      * documents, doc (B*T host ids) giving each token's document's first token as

@@ -30,6 +30,14 @@ typedef enum { LT_ROPE_NONE = 0, LT_ROPE_LLAMA3 = 1, LT_ROPE_YARN = 2 } LtRopeSc
 /* model.add_bias_linear: auto takes the arch's (gpt: true, llama: false), resolved by
  * validate */
 typedef enum { LT_BIAS_FALSE = 0, LT_BIAS_TRUE = 1, LT_BIAS_AUTO = 2 } LtLinearBias;
+/* model.softmax_type (Megatron-Core's): attention's softmax as it is, with one extra
+ * logit 0 per query row ("off-by-one"), or with a learned logit per head (gpt-oss's
+ * attention sinks) */
+typedef enum {
+    LT_SOFTMAX_VANILLA = 0,
+    LT_SOFTMAX_OFF_BY_ONE = 1,
+    LT_SOFTMAX_LEARNABLE = 2
+} LtSoftmaxType;
 /* mixture of experts: model.moe_router_score_function, moe_router_load_balancing_type,
  * moe_token_drop_policy (Megatron-Core's values) */
 typedef enum { LT_MOE_SOFTMAX = 0, LT_MOE_SIGMOID = 1 } LtMoeScore;
@@ -77,6 +85,8 @@ typedef struct {
                                         * add_bias_linear); auto until validate resolves it */
         bool add_qkv_bias;             /* a bias on the QKV projection only (Qwen2's;
                                         * implied by add_bias_linear) */
+        LtSoftmaxType softmax_type;    /* vanilla | off-by-one | learnable (attention sinks:
+                                        * h.<l>.attn.softmax_offset, one logit per head) */
         double norm_epsilon;           /* RMSNorm epsilon (llama; GPT's LayerNorm uses 1e-5) */
         double rotary_base;            /* RoPE base theta (llama) */
         LtRopeScalingKind rope_scaling; /* none | llama3 (Llama 3.1's frequency scaling) |
@@ -305,6 +315,7 @@ const char *lt_arch_name(LtArch a);
 const char *lt_rope_scaling_name(LtRopeScalingKind k);
 const char *lt_lr_decay_style_name(LtLrDecayStyle s);
 const char *lt_wsd_decay_style_name(LtWsdDecayStyle s);
+const char *lt_softmax_type_name(LtSoftmaxType s);
 
 #ifdef __cplusplus
 }

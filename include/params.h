@@ -52,6 +52,7 @@ typedef struct {
     int linear_bias;   /* llama: biases on every linear (model.add_bias_linear): qkv,
                         * attn.proj, gate_up and down of the MLP and of each expert,
                         * and the router's (mlp.router.bias) */
+    int softmax_type;  /* LtSoftmaxType: learnable adds attn.softmax_offset (heads) */
     float norm_eps;    /* RMSNorm epsilon (llama) */
     double rope_base;  /* rotary embedding base theta (llama) */
     LtRopeScaling rope; /* its frequency scaling (type 0: none) */
@@ -83,6 +84,12 @@ typedef struct {
 /* 1 when layer l (global index) of dims is an MoE layer. */
 static inline int lt_dims_moe_layer(const LtModelDims *d, int l) {
     return d->moe.experts > 0 && l >= 0 && l < LT_MOE_MAX_LAYERS && d->moe.layer[l];
+}
+
+/* 1 when attention's softmax of dims has the extra logit per head (model.softmax_type
+ * off-by-one or learnable); 2 when that logit is a parameter (learnable). */
+static inline int lt_dims_sinks(const LtModelDims *d) {
+    return d->softmax_type == LT_SOFTMAX_LEARNABLE ? 2 : d->softmax_type == LT_SOFTMAX_OFF_BY_ONE;
 }
 
 /* Key/value heads of dims: kv_heads, or heads when not set (multi-head). */
@@ -210,7 +217,10 @@ int lt_params_global_layer(const LtParamTable *t, int l);
  * follows qkv.weight; with dims.linear_bias too, and each other linear's bias
  * (attn.proj.bias (C), mlp.gate_up.bias (2F: gate | up, split over TP as the
  * weight's rows), mlp.down.bias (C, whole)) follows its weight; zeros, no decay.
- * Either arch with dims.untied: lm_head.weight (Vp, C) after ln_f.
+ * Either arch with dims.untied: lm_head.weight (Vp, C) after ln_f; either arch
+ * with softmax_type learnable: attn.softmax_offset (NH: each query head's extra
+ * softmax logit, normal init, no decay, split over TP by heads as the q rows) just
+ * before attn.proj.weight.
  * An MoE layer (lt_dims_moe_layer) replaces the MLP's parameters by: the shared
  * expert's in their place (mlp.shared.fc.{weight,bias}, mlp.shared.proj.{weight,bias}
  * for GPT, mlp.shared.gate_up.weight and mlp.shared.down.weight for Llama, width

@@ -42,9 +42,9 @@ static void check_resolve(const ResolveCase *c) {
 }
 
 static void test_resolve(void) {
-    LtAttnEnv e[24];
+    LtAttnEnv e[26];
     int n = 0;
-    ResolveCase cases[24];
+    ResolveCase cases[26];
 #define CASE(nm, rc_, cu_, w0, w1) (cases[n] = (ResolveCase){nm, e[n], rc_, cu_, {w0, w1}}, n++)
     e[n] = h100(LT_ATTN_AUTO), CASE("h100 auto", 0, 1, "cuDNN 9.19.0", "docs/model.md");
     e[n] = h100(LT_ATTN_CUDNN), CASE("h100 cudnn", 0, 1, "model.attention=cudnn", "deterministic");
@@ -77,6 +77,10 @@ static void test_resolve(void) {
     e[n] = h100(LT_ATTN_AUTO), e[n].head_dim = 256, e[n].sm = 80, e[n].deterministic = 0,
     CASE("hd 256 ampere", 0, 0, "up to 128", NULL);
     e[n] = h100(LT_ATTN_AUTO), e[n].head_dim = 0, CASE("hd unknown", 0, 1, "cuDNN", NULL);
+    e[n] = h100(LT_ATTN_AUTO), e[n].softmax_type = LT_SOFTMAX_LEARNABLE,
+    CASE("sinks auto", 0, 0, "model.softmax_type=learnable", "lattice's kernels");
+    e[n] = h100(LT_ATTN_CUDNN), e[n].softmax_type = LT_SOFTMAX_OFF_BY_ONE,
+    CASE("sinks cudnn", -1, 0, "model.softmax_type=off-by-one", "model.attention=cudnn");
 #undef CASE
     for (int i = 0; i < n; i++) check_resolve(&cases[i]);
     CHECK(lt_attn_cudnn_max_head_dim(90) == 256 && lt_attn_cudnn_max_head_dim(80) == 128 &&
@@ -413,7 +417,7 @@ static void test_no_gpu(void) {
     LtBackend *cpu = lt_backend_cpu_create(LT_BF16, 1);
     LtAttnChoice ch;
     LtAttnInfo info;
-    CHECK(lt_cuda_attention_configure(cpu, LT_ATTN_AUTO, 1, 64, &ch) == -1 &&
+    CHECK(lt_cuda_attention_configure(cpu, LT_ATTN_AUTO, 1, 64, 0, &ch) == -1 &&
               has(ch.reason, "model.attention"),
           "configure on the CPU backend: %s", ch.reason);
     CHECK(lt_cuda_attention_info(cpu, &info) == -1 && info.cudnn_calls[0] == 0,

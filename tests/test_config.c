@@ -877,6 +877,39 @@ static void test_linear_bias_keys(void) {
           "lost in print -> load (%d, %d)", back.model.add_bias_linear, back.model.add_qkv_bias);
 }
 
+/* model.softmax_type (Megatron-Core's): vanilla by default; off-by-one and learnable for
+ * either block; any other value refused naming the key and the allowed ones; printed and
+ * reloaded (the hyphen survives YAML); a config written before the key loads vanilla. */
+static void test_softmax_type_key(void) {
+    LtConfig c;
+    char err[512];
+    lt_config_defaults(&c);
+    CHECK(c.model.softmax_type == LT_SOFTMAX_VANILLA, "default %d", c.model.softmax_type);
+    char *gpt[] = {"model.softmax_type=off-by-one", "train.device=cpu"};
+    REQUIRE(lt_config_load(&c, NULL, 2, gpt, err, sizeof err) == 0, "load: %s", err);
+    CHECK(c.model.softmax_type == LT_SOFTMAX_OFF_BY_ONE, "gpt: %d", c.model.softmax_type);
+    CHECK(lt_config_validate(&c, 1, err, sizeof err) == 0, "gpt refused: %s", err);
+    char *llama[] = {"model.arch=llama", "model.softmax_type=learnable", "model.kv_channels=16",
+                     "model.ffn_hidden_size=2048", "train.device=cpu"};
+    REQUIRE(lt_config_load(&c, NULL, 5, llama, err, sizeof err) == 0, "load: %s", err);
+    CHECK(c.model.softmax_type == LT_SOFTMAX_LEARNABLE, "llama: %d", c.model.softmax_type);
+    CHECK(lt_config_validate(&c, 1, err, sizeof err) == 0, "llama refused: %s", err);
+    CHECK(!strcmp(lt_softmax_type_name(c.model.softmax_type), "learnable"), "name");
+    LtConfig back;
+    REQUIRE(print_and_reload(&c, &back), "print -> load failed");
+    CHECK(back.model.softmax_type == LT_SOFTMAX_LEARNABLE, "lost in print -> load");
+    char *off[] = {"model.softmax_type=off-by-one"};
+    REQUIRE(lt_config_load(&c, NULL, 1, off, err, sizeof err) == 0, "load: %s", err);
+    REQUIRE(print_and_reload(&c, &back), "print -> load failed");
+    CHECK(back.model.softmax_type == LT_SOFTMAX_OFF_BY_ONE, "off-by-one lost in print -> load");
+    char *bad[] = {"model.softmax_type=sink"};
+    CHECK(lt_config_load(&c, NULL, 1, bad, err, sizeof err) == -1, "an unknown value accepted");
+    CHECK(has(err, "model.softmax_type") && has(err, "off-by-one"), "unknown value: %s", err);
+    const char *old = write_file("old.yaml", "model:\n  num_layers: 2\n");
+    REQUIRE(lt_config_load(&back, old, 0, NULL, err, sizeof err) == 0, "old config: %s", err);
+    CHECK(back.model.softmax_type == LT_SOFTMAX_VANILLA, "a config without the key");
+}
+
 static void test_validate_ok(void) {
     char *ov[] = {
         "parallel.tensor_model_parallel_size=2",
@@ -1216,6 +1249,7 @@ int main(void) {
     RUN(test_qk_layernorm_key);
     RUN(test_linear_bias_keys);
     RUN(test_glu_keys);
+    RUN(test_softmax_type_key);
     RUN(test_schedule_keys);
     RUN(test_print_roundtrip);
     RUN(test_rampup_megatron);

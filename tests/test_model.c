@@ -918,6 +918,51 @@ static void test_linear_bias(void) {
     CHECK(test_relerr(loss[0][1], loss[0][0], 1e-9) < 1e-7,
           "zero biases changed the loss: %.9g vs %.9g", loss[0][0], loss[0][1]);
     CHECK(test_relerr(loss[1][1], loss[1][0], 1e-9) > 1e-6, "the router bias changed nothing");
+}
+
+/* model.softmax_type: finite differences through learnable softmax offsets (GPT; Llama
+ * with GQA, a sliding window, q/k norms and an MoE layer) and off-by-one's zero logits;
+ * the offsets' table entry (heads elements before attn.proj.weight, split over TP by
+ * heads like the q rows, normal init, no decay; TP rank 1 of 2 holds heads 2 and 3);
+ * off-by-one and learnable offsets of zero give the same loss (the same softmax). */
+static void test_softmax_offsets(void) {
+    LtModelDims g = tiny_dims(), l = tiny_llama_dims();
+    g.softmax_type = LT_SOFTMAX_LEARNABLE;
+    gradient_check(g);
+    l.softmax_type = LT_SOFTMAX_LEARNABLE, l.head_dim = 12, l.qk_norm = 1;
+    l.window = 3, l.window_layer[1] = 1;
+    gradient_check(moe_dims(l));
+    l.softmax_type = LT_SOFTMAX_OFF_BY_ONE;
+    gradient_check(l);
+    l.softmax_type = LT_SOFTMAX_LEARNABLE;
+    LtParamTable t;
+    lt_params_build_tp(&t, &l, 2, 1);
+    const LtParam *o = lt_params_find(&t, "h.1.attn.softmax_offset");
+    REQUIRE(o != NULL, "h.1.attn.softmax_offset missing from the table");
+    CHECK(o + 1 == lt_params_find(&t, "h.1.attn.proj.weight"), "not before attn.proj.weight");
+    CHECK(o->gshape[0] == 4 && o->numel == 2 && o->split == LT_SPLIT_ROWS && !o->decay &&
+              o->init == LT_INIT_NORMAL && lt_param_global_index(&t, o, 0) == 2,
+          "softmax_offset %lld global, %zu here, split %d, decay %d, init %d",
+          (long long)o->gshape[0], o->numel, (int)o->split, o->decay, (int)o->init);
+    lt_params_free(&t);
+    /* zero offsets: off-by-one's softmax */
+    LtBackend *be = lt_backend_cpu_create(LT_F32, 1);
+    LtModelDims z = tiny_llama_dims(), f = z;
+    z.softmax_type = LT_SOFTMAX_LEARNABLE, f.softmax_type = LT_SOFTMAX_OFF_BY_ONE;
+    LtModel *mz = lt_model_create(be, &z, 2, z.seq_len, NULL),
+            *mf = lt_model_create(be, &f, 2, f.seq_len, NULL);
+    int32_t in[32], tgt[32];
+    init_pair(mf, mf, 5, in, tgt);
+    float *host = malloc(mz->table.total * sizeof(float));
+    lt_params_init(&mz->table, 5, host);
+    for (int i = 0; i < mz->table.n; i++)
+        if (strstr(mz->table.p[i].name, ".softmax_offset"))
+            memset(host + mz->table.p[i].offset, 0, mz->table.p[i].numel * sizeof(float));
+    lt_model_set_params(mz, host);
+    const double lz = sample_step(mz, in, tgt), lf = sample_step(mf, in, tgt);
+    CHECK(test_relerr(lz, lf, 1e-9) < 1e-6, "zero offsets %.9g vs off-by-one %.9g", lz, lf);
+    free(host);
+    lt_model_destroy(mz), lt_model_destroy(mf);
     lt_backend_destroy(be);
 }
 
@@ -1093,6 +1138,7 @@ int main(void) {
     RUN(test_kv_channels);
     RUN(test_qk_layernorm);
     RUN(test_linear_bias);
+    RUN(test_softmax_offsets);
     RUN(test_llama_table);
     RUN(test_llama_flops);
     RUN(test_layer_split);

@@ -179,27 +179,35 @@ static void ref_linear_bwd(double *dinp, double *dw, double *db, const double *d
 /* Causal attention in double, qkv (B, T, NH + 2*NKV, HD): query head h uses
  * key/value head h / (NH / NKV). dqkv (same layout) gets the gradient of
  * sum(out * dout) when not NULL. */
-static void ref_attention(double *out, double *lse, double *dqkv, const double *dout,
-                          const double *qkv, int B, int T, int NH, int NKV, int HD) {
+/* Causal attention in float64 with, optionally, per-token first keys ks (NULL: 0)
+ * and a sink logit per head (sink NULL: none); dqkv overwritten and dsink (NH)
+ * overwritten with the gradients of sum(out * dout) when given. */
+static void ref_attention_sink(double *out, double *lse, double *dqkv, double *dsink,
+                               const double *dout, const double *qkv, const double *sink,
+                               const int32_t *ks, int B, int T, int NH, int NKV, int HD) {
     const int C = NH * HD, G = NH / NKV;
     const size_t W = (size_t)(NH + 2 * NKV) * HD;
     double *p = dalloc(T), *dp = dalloc(T), sc = 1 / sqrt((double)HD);
     if (dqkv) memset(dqkv, 0, sizeof(double) * B * T * W);
+    if (dsink) memset(dsink, 0, sizeof(double) * NH);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
                 const size_t kh = (size_t)C + (size_t)(h / G) * HD, vh = kh + (size_t)NKV * HD;
                 const size_t qi = (size_t)(b * T + i) * W + (size_t)h * HD;
                 const double *q = qkv + qi;
-                double m = -INFINITY, z = 0;
-                for (int j = 0; j <= i; j++) {
+                const int j0 = ks ? ks[b * T + i] : 0;
+                double m = sink ? sink[h] : -INFINITY, z = 0;
+                for (int j = j0; j <= i; j++) {
                     p[j] = sc * dot(q, qkv + (size_t)(b * T + j) * W + kh, HD);
                     m = p[j] > m ? p[j] : m;
                 }
-                for (int j = 0; j <= i; j++) z += (p[j] = exp(p[j] - m));
+                for (int j = j0; j <= i; j++) z += (p[j] = exp(p[j] - m));
+                const double psink = sink ? exp(sink[h] - m) : 0;
+                z += psink;
                 double *o = out + (size_t)(b * T + i) * C + h * HD;
                 for (int d = 0; d < HD; d++) o[d] = 0;
-                for (int j = 0; j <= i; j++) {
+                for (int j = j0; j <= i; j++) {
                     p[j] /= z;
                     for (int d = 0; d < HD; d++) o[d] += p[j] * qkv[(size_t)(b * T + j) * W + vh + d];
                 }
@@ -207,11 +215,12 @@ static void ref_attention(double *out, double *lse, double *dqkv, const double *
                 if (!dqkv) continue;
                 const double *g = dout + (size_t)(b * T + i) * C + h * HD;
                 double D = 0;
-                for (int j = 0; j <= i; j++) {
+                for (int j = j0; j <= i; j++) {
                     dp[j] = dot(g, qkv + (size_t)(b * T + j) * W + vh, HD);
                     D += p[j] * dp[j];
                 }
-                for (int j = 0; j <= i; j++) {
+                if (dsink) dsink[h] -= psink / z * D;
+                for (int j = j0; j <= i; j++) {
                     double ds = p[j] * (dp[j] - D) * sc;
                     size_t kj = (size_t)(b * T + j) * W + kh, vj = (size_t)(b * T + j) * W + vh;
                     for (int d = 0; d < HD; d++) {
@@ -223,6 +232,10 @@ static void ref_attention(double *out, double *lse, double *dqkv, const double *
             }
     free(p);
     free(dp);
+}
+static void ref_attention(double *out, double *lse, double *dqkv, const double *dout,
+                          const double *qkv, int B, int T, int NH, int NKV, int HD) {
+    ref_attention_sink(out, lse, dqkv, NULL, dout, qkv, NULL, NULL, B, T, NH, NKV, HD);
 }
 static void ref_xent(double *loss, double *dlog, const double *x, const int32_t *tg, int N, int V,
                      int Vp, double dscale) {
@@ -703,8 +716,8 @@ static void run_attention(LtBackend *be, float *out, float *lse, float *dqkv, co
                           const float *dout, int B, int T, int NH, int NKV, int HD) {
     size_t n = (size_t)B * T * NH * HD, nq = (size_t)B * T * (NH + 2 * NKV) * HD;
     poison(out, n), poison(lse, (size_t)B * NH * T), poison(dqkv, nq);
-    be->ops->attention_fwd(be, out, lse, qkv, NULL, -1, B, T, NH, NKV, HD);
-    be->ops->attention_bwd(be, dqkv, dout, qkv, out, lse, NULL, -1, B, T, NH, NKV, HD);
+    be->ops->attention_fwd(be, out, lse, qkv, NULL, NULL, -1, B, T, NH, NKV, HD);
+    be->ops->attention_bwd(be, dqkv, NULL, dout, qkv, out, lse, NULL, NULL, -1, B, T, NH, NKV, HD);
 }
 /* Against float64 and finite differences: multi-head shapes (NKV = NH), then
  * grouped K/V (NH 4 NKV 2, NH 6 NKV 3 with T past one 64-row block) and
@@ -758,8 +771,9 @@ static void test_documents_packed(void) {
     float *rl = falloc((size_t)T * NH), *rdq = falloc(T * W), *ry = falloc(T * W);
     fill(qkv, N * W, 1.5f, 0), fill(dout, N * C, 1, 0);
     poison(out, N * C), poison(lse, N * NH), poison(dqkv, N * W);
-    g_f32->ops->attention_fwd(g_f32, out, lse, qkv, ks, -1, B, T, NH, NKV, HD);
-    g_f32->ops->attention_bwd(g_f32, dqkv, dout, qkv, out, lse, ks, -1, B, T, NH, NKV, HD);
+    g_f32->ops->attention_fwd(g_f32, out, lse, qkv, NULL, ks, -1, B, T, NH, NKV, HD);
+    g_f32->ops->attention_bwd(g_f32, dqkv, NULL, dout, qkv, out, lse, NULL, ks, -1, B, T, NH, NKV,
+                              HD);
     float *cs = falloc((size_t)T * HD), *y = falloc(N * W);
     lt_rope_table(cs, T, HD, 10000.0f, NULL);
     memcpy(y, qkv, N * W * sizeof(float));
@@ -785,7 +799,7 @@ static void test_documents_packed(void) {
     CHECK(eq <= 1e-5, "packed attention dqkv vs separate: %g", eq);
     CHECK(er == 0, "rope with positions vs separate documents: %g", er);
     /* the control: without kstart the later documents see the earlier ones */
-    g_f32->ops->attention_fwd(g_f32, out, lse, qkv, NULL, -1, B, T, NH, NKV, HD);
+    g_f32->ops->attention_fwd(g_f32, out, lse, qkv, NULL, NULL, -1, B, T, NH, NKV, HD);
     run_attention(g_f32, ro, rl, rdq, qkv + 51 * W, dout + 51 * C, 1, 99, NH, NKV, HD);
     CHECK(fabs(out[51 * C] - ro[0]) > 1e-3, "without kstart a later document differs");
     /* embedding: wpe[pos]; dwpe = the documents' own dwpe summed */
@@ -878,8 +892,9 @@ static void test_attention_window(void) {
     float *qkv = falloc(T * W), *dout = falloc(T * C), *out = falloc(T * C), *lse = falloc(T * NH);
     float *dqkv = falloc(T * W);
     fill(qkv, T * W, 1.5f, 0), fill(dout, T * C, 1, 0);
-    g_f32->ops->attention_fwd(g_f32, out, lse, qkv, ks, WIN, 1, T, NH, NKV, HD);
-    g_f32->ops->attention_bwd(g_f32, dqkv, dout, qkv, out, lse, ks, WIN, 1, T, NH, NKV, HD);
+    g_f32->ops->attention_fwd(g_f32, out, lse, qkv, NULL, ks, WIN, 1, T, NH, NKV, HD);
+    g_f32->ops->attention_bwd(g_f32, dqkv, NULL, dout, qkv, out, lse, NULL, ks, WIN, 1, T, NH, NKV,
+                              HD);
     double *ref = calloc(T * W, sizeof(double));
     double eo = 0, el = 0, eg = 0;
     const double sc = 1.0 / sqrt((double)HD);
@@ -940,8 +955,10 @@ static void test_attention_refuses(void) {
             float x[1024] = {0}, lse[16];
             const int NH = bad[c / 2].NH, NKV = bad[c / 2].NKV, w = bad[c / 2].window;
             const int32_t *ks = bad[c / 2].ks;
-            if (c % 2) g_f32->ops->attention_bwd(g_f32, x, x, x, x, lse, ks, w, 1, 4, NH, NKV, 4);
-            else g_f32->ops->attention_fwd(g_f32, x, lse, x, ks, w, 1, 4, NH, NKV, 4);
+            if (c % 2)
+                g_f32->ops->attention_bwd(g_f32, x, NULL, x, x, x, lse, NULL, ks, w, 1, 4, NH, NKV,
+                                          4);
+            else g_f32->ops->attention_fwd(g_f32, x, lse, x, NULL, ks, w, 1, 4, NH, NKV, 4);
             _exit(0);
         }
         int st = 0;
@@ -950,9 +967,93 @@ static void test_attention_refuses(void) {
     }
     /* the control: the window those starts are */
     float x[1024] = {0}, lse[16];
-    g_f32->ops->attention_fwd(g_f32, x, lse, x, win1, 1, 1, 4, 2, 2, 4);
-    g_f32->ops->attention_bwd(g_f32, x, x, x, x, lse, win1, 1, 1, 4, 2, 2, 4);
+    g_f32->ops->attention_fwd(g_f32, x, lse, x, NULL, win1, 1, 1, 4, 2, 2, 4);
+    g_f32->ops->attention_bwd(g_f32, x, NULL, x, x, x, lse, NULL, win1, 1, 1, 4, 2, 2, 4);
     CHECK(lse[0] == 0.0f, "window 1 over kstart {0, 0, 1, 2} runs: lse %g", lse[0]);
+}
+
+/* Attention sinks (model.softmax_type): a learned logit per head (random, and
+ * off-by-one's zeros) with grouped K/V, causal, a sliding window and packed
+ * documents, against the float64 reference: out, lse (the sink counted),
+ * dqkv, and d offsets accumulated (+=) onto what the buffer held; finite
+ * differences of the offsets and qkv on the small case; d offsets bitwise the
+ * same with 1 and 4 threads; a sink of -inf (exp 0) is plain attention. */
+static struct { int B, T, NH, NKV, HD; const int32_t *ks; double *qkv, *sink, *R, *out; } AS;
+static double attention_sink_loss(void) {
+    ref_attention_sink(AS.out, NULL, NULL, NULL, NULL, AS.qkv, AS.sink, AS.ks, AS.B, AS.T, AS.NH,
+                       AS.NKV, AS.HD);
+    return dot(AS.out, AS.R, (size_t)AS.B * AS.T * AS.NH * AS.HD);
+}
+static void test_attention_sinks(void) {
+    enum { CAUSAL, WINDOW, DOCS };
+    static const struct {
+        int B, T, NH, NKV, HD, zeros, mask;
+    } cases[] = {{2, 9, 2, 2, 3, 0, CAUSAL},    {2, 70, 4, 2, 8, 0, WINDOW},
+                 {2, 150, 4, 1, 16, 0, DOCS},   {1, 130, 6, 3, 5, 1, CAUSAL},
+                 {1, 80, 2, 1, 8, 1, WINDOW}};
+    LtBackend *be1 = lt_backend_cpu_create(LT_F32, 1), *be4 = lt_backend_cpu_create(LT_F32, 4);
+    for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        const int B = cases[c].B, T = cases[c].T, NH = cases[c].NH, NKV = cases[c].NKV,
+                  HD = cases[c].HD, WIN = 5;
+        const size_t n = (size_t)B * T * NH * HD, nl = (size_t)B * NH * T,
+                     nq = (size_t)B * T * (NH + 2 * NKV) * HD;
+        int32_t *ks = NULL;
+        if (cases[c].mask != CAUSAL) {
+            ks = lt_malloc(sizeof(int32_t) * (size_t)B * T);
+            for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++) /* documents of 37 tokens, or the window */
+                    ks[b * T + t] = cases[c].mask == DOCS ? t / 37 * 37 : t > WIN ? t - WIN : 0;
+        }
+        const int window = cases[c].mask == WINDOW ? WIN : -1;
+        float *qkv = falloc(nq), *R = falloc(n), *out = falloc(n), *lse = falloc(nl);
+        float *dqkv = falloc(nq), *sink = falloc(NH), *dsink = falloc(NH), *d0 = falloc(NH);
+        fill(qkv, nq, 1.5f, 0), fill(R, n, 1, 0), fill(d0, NH, 1, 0);
+        if (cases[c].zeros) memset(sink, 0, sizeof(float) * NH);
+        else fill(sink, NH, 2, 0);
+        memcpy(dsink, d0, sizeof(float) * NH);
+        poison(out, n), poison(lse, nl), poison(dqkv, nq);
+        be4->ops->attention_fwd(be4, out, lse, qkv, sink, ks, window, B, T, NH, NKV, HD);
+        be4->ops->attention_bwd(be4, dqkv, dsink, R, qkv, out, lse, sink, ks, window, B, T, NH,
+                                NKV, HD);
+        AS.B = B, AS.T = T, AS.NH = NH, AS.NKV = NKV, AS.HD = HD, AS.ks = ks;
+        AS.qkv = todbl(qkv, nq), AS.sink = todbl(sink, NH), AS.R = todbl(R, n), AS.out = dalloc(n);
+        double *rlse = dalloc(nl), *rdqkv = dalloc(nq), *rds = dalloc(NH);
+        ref_attention_sink(AS.out, rlse, rdqkv, rds, AS.R, AS.qkv, AS.sink, ks, B, T, NH, NKV, HD);
+        for (int h = 0; h < NH; h++) rds[h] += d0[h];
+        CHECK(err(out, AS.out, n) <= TOL_FWD, "sinks out %d: %g", c, err(out, AS.out, n));
+        CHECK(err(lse, rlse, nl) <= TOL_FWD, "sinks lse %d: %g", c, err(lse, rlse, nl));
+        CHECK(err(dqkv, rdqkv, nq) <= TOL_BWD, "sinks dqkv %d: %g", c, err(dqkv, rdqkv, nq));
+        CHECK(err(dsink, rds, NH) <= TOL_BWD, "sinks d offsets += %d: %g", c, err(dsink, rds, NH));
+        if (c == 0) {
+            for (int h = 0; h < NH; h++) dsink[h] -= d0[h];
+            CHECK_FD(attention_sink_loss, AS.sink, NH, dsink, "d offsets", c);
+            CHECK_FD(attention_sink_loss, AS.qkv, nq, dqkv, "dqkv with sinks", c);
+        }
+        /* d offsets summed in the same order whatever the thread count */
+        float *one = falloc(NH);
+        memcpy(dsink, d0, sizeof(float) * NH), memcpy(one, d0, sizeof(float) * NH);
+        be4->ops->attention_bwd(be4, dqkv, dsink, R, qkv, out, lse, sink, ks, window, B, T, NH,
+                                NKV, HD);
+        be1->ops->attention_bwd(be1, dqkv, one, R, qkv, out, lse, sink, ks, window, B, T, NH,
+                                NKV, HD);
+        CHECK(!memcmp(one, dsink, sizeof(float) * NH), "sinks d offsets 1 vs 4 threads %d", c);
+        free(one);
+        free(qkv), free(R), free(out), free(lse), free(dqkv), free(sink), free(dsink), free(d0);
+        free(AS.qkv), free(AS.sink), free(AS.R), free(AS.out), free(rlse), free(rdqkv), free(rds);
+        free(ks);
+    }
+    /* a sink that never wins (-inf) leaves plain attention, bitwise */
+    enum { B = 1, T = 70, NH = 2, NKV = 1, HD = 8 };
+    const size_t n = (size_t)B * T * NH * HD, nq = (size_t)B * T * (NH + 2 * NKV) * HD;
+    float *qkv = falloc(nq), *o1 = falloc(n), *o2 = falloc(n), *l1 = falloc(NH * T);
+    float *l2 = falloc(NH * T), never[NH] = {-INFINITY, -INFINITY};
+    fill(qkv, nq, 1.5f, 0);
+    g_f32->ops->attention_fwd(g_f32, o1, l1, qkv, NULL, NULL, -1, B, T, NH, NKV, HD);
+    g_f32->ops->attention_fwd(g_f32, o2, l2, qkv, never, NULL, -1, B, T, NH, NKV, HD);
+    CHECK(!memcmp(o1, o2, n * sizeof(float)) && !memcmp(l1, l2, NH * T * sizeof(float)),
+          "a -inf sink is plain attention");
+    free(qkv), free(o1), free(o2), free(l1), free(l2);
+    lt_backend_destroy(be1), lt_backend_destroy(be4);
 }
 
 /* ---- xent ------------------------------------------------------------------- */
@@ -1656,8 +1757,9 @@ static void test_bf16(void) {
         be->ops->linear_bwd(be, r[6], NULL, NULL, R, in2, w, in2, N, C, H);
         be->ops->gelu_fwd(be, r[7], in, N * H);
         be->ops->gelu_bwd(be, r[8], in, R, N * H);
-        be->ops->attention_fwd(be, r[9], lse, qkv, NULL, -1, B, T, NH, NH, HD);
-        be->ops->attention_bwd(be, r[10], R, qkv, r[9], lse, NULL, -1, B, T, NH, NH, HD);
+        be->ops->attention_fwd(be, r[9], lse, qkv, NULL, NULL, -1, B, T, NH, NH, HD);
+        be->ops->attention_bwd(be, r[10], NULL, R, qkv, r[9], lse, NULL, NULL, -1, B, T, NH, NH,
+                               HD);
         memcpy(r[11], lg, N * VP * 4);
         be->ops->xent_fwd_bwd(be, loss, r[11], tok, N, V, VP, 1.0f / N);
         if (k == 1) CHECK(normerr(loss, o[0][11] + N * VP, N) <= 1e-5, "bf16 xent losses (fp32 math)");
@@ -1722,9 +1824,9 @@ static void timing(void) {
         double t0 = lt_now();
         be->ops->linear_fwd(be, y, pre, x, w, bias, N, C, OC);
         double t1 = lt_now();
-        be->ops->attention_fwd(be, o, lse, qkv, NULL, -1, B, T, NH, NH, HD);
+        be->ops->attention_fwd(be, o, lse, qkv, NULL, NULL, -1, B, T, NH, NH, HD);
         double t2 = lt_now();
-        be->ops->attention_bwd(be, dqkv, o, qkv, o, lse, NULL, -1, B, T, NH, NH, HD);
+        be->ops->attention_bwd(be, dqkv, NULL, o, qkv, o, lse, NULL, NULL, -1, B, T, NH, NH, HD);
         double t3 = lt_now();
         tl = t1 - t0 < tl ? t1 - t0 : tl, tf = t2 - t1 < tf ? t2 - t1 : tf, tb = t3 - t2 < tb ? t3 - t2 : tb;
     }
@@ -1879,6 +1981,7 @@ int main(void) {
     RUN(test_determinism);
     RUN(test_attention_window); /* it draws from the shared generator: after the others */
     RUN(test_qk_norm);          /* last: added after the window test, it draws after it */
+    RUN(test_attention_sinks);  /* after those, for the same reason */
     lt_backend_destroy(g_f32);
     lt_backend_destroy(g_bf16);
     return test_summary();

@@ -17,7 +17,10 @@
  * block with row max mb,
  *   m' = max(m, mb), l' = l e^(m-m') + sum_j e^(s_j-m'), o' = o e^(m-m') + sum_j e^(s_j-m') v_j.
  * Only out = o/l and lse = m + log l are stored. K and V are packed once per
- * key/value head and shared by the G query heads of its group.
+ * key/value head and shared by the G query heads of its group. An attention
+ * sink (offsets: the head's logit o_h, no value) joins after the last key
+ * block as one more score: m' = max(m, o_h), l' = l e^(m-m') + e^(o_h-m'),
+ * o' = o e^(m-m'), so lse counts it and the backward below is unchanged.
  *
  * Backward: one task per (batch, head), so a head's dq, dk, dv are summed by
  * one thread in a fixed order (deterministic, no atomics, independent of the
@@ -30,6 +33,8 @@
  * second parallel pass sums each group's G partials in head order and stores
  * them: as deterministic as G == 1 and as parallel (B*NH tasks), never a copy
  * of K/V per query head. G == 1 stores straight into dqkv as before.
+ * The sink's gradient d o_h = -sum_i exp(o_h - lse_i) D_i: each (batch, head)
+ * task sums its rows in order, then the batch's sums are added in batch order.
  *
  * Kernels: tile_abt (a tile of dot products against a transposed, (HD, ATT_BK)
  * gathered K or V block, one ATT_BK-wide accumulator row held in registers)
@@ -136,9 +141,10 @@ static void check_call(const int32_t *kstart, int window, int B, int T, int NH, 
 }
 
 void cpu_attention_fwd(LtBackend *be, void *out_, float *lse, const void *qkv_,
-                       const int32_t *kstart, int window, int B, int T, int NH, int NKV, int HD) {
+                       const void *offsets, const int32_t *kstart, int window, int B, int T,
+                       int NH, int NKV, int HD) {
     float *out = out_;
-    const float *qkv = qkv_;
+    const float *qkv = qkv_, *sink = offsets;
     check_call(kstart, window, B, T, NH, NKV);
     const int bf16 = cpu_is_bf16(be), nt = cpu_nthreads(be), G = NH / NKV;
     const int HDP = padded_hd(HD);
@@ -214,7 +220,14 @@ void cpu_attention_fwd(LtBackend *be, void *out_, float *lse, const void *qkv_,
                 tile_acc(o, st, ATT_BK, 1, vb, ni, nj, HDP); /* o += P . V */
             }
             for (int i = 0; i < ni; i++) {
-                const float inv = 1.0f / l[i];
+                float corr = 1.0f;
+                if (sink) { /* the sink's logit: one more term of the sum, no value */
+                    const float mnew = sink[h] > m[i] ? sink[h] : m[i];
+                    corr = cpu_expf(m[i] - mnew);
+                    l[i] = l[i] * corr + cpu_expf(sink[h] - mnew);
+                    m[i] = mnew;
+                }
+                const float inv = corr / l[i];
                 float *dst = out + ((size_t)b * T + i0 + i) * C + (size_t)h * HD;
                 const float *oi = o + (size_t)i * HDP;
                 for (int d = 0; d < HD; d++) dst[d] = cpu_store(bf16, oi[d] * inv);
@@ -255,11 +268,11 @@ static void sum_groups(LtBackend *be, float *dst, const float *part, int B, int 
     }
 }
 
-void cpu_attention_bwd(LtBackend *be, void *dqkv_, const void *dout_, const void *qkv_,
-                       const void *out_, const float *lse, const int32_t *kstart, int window,
-                       int B, int T, int NH, int NKV, int HD) {
+void cpu_attention_bwd(LtBackend *be, void *dqkv_, float *doffsets, const void *dout_,
+                       const void *qkv_, const void *out_, const float *lse, const void *offsets,
+                       const int32_t *kstart, int window, int B, int T, int NH, int NKV, int HD) {
     float *dqkv = dqkv_;
-    const float *dout = dout_, *qkv = qkv_, *out = out_;
+    const float *dout = dout_, *qkv = qkv_, *out = out_, *sink = offsets;
     check_call(kstart, window, B, T, NH, NKV);
     const int bf16 = cpu_is_bf16(be), G = NH / NKV;
     const int HDP = padded_hd(HD);
@@ -268,7 +281,10 @@ void cpu_attention_bwd(LtBackend *be, void *dqkv_, const void *dout_, const void
     const float scale = 1.0f / sqrtf((float)HD);
     const int nhead = B * NH;
     /* G > 1: fp32 dK | dV partials per query head, (2, B, NH, T, HD) */
-    float *part = G > 1 ? cpu_scratch(be, 2 * nkv) : NULL;
+    float *part = G > 1 ? cpu_scratch(be, 2 * nkv + (size_t)nhead) : NULL;
+    /* each (batch, head)'s share of d offsets, (B, NH); G == 1: part is not used */
+    float *dsink = NULL;
+    if (doffsets) dsink = part ? part + 2 * nkv : cpu_scratch(be, (size_t)nhead);
 #pragma omp parallel num_threads(cpu_nthreads(be))
     {
         AttBwdScratch w;
@@ -304,6 +320,11 @@ void cpu_attention_bwd(LtBackend *be, void *dqkv_, const void *dout_, const void
 #pragma omp simd reduction(+ : s)
                 for (int d = 0; d < HD; d++) s += g[d] * o[d];
                 w.dd[t] = s;
+            }
+            if (dsink) {
+                float ds = 0.0f;
+                for (int t = 0; t < T; t++) ds -= cpu_expf(sink[h] - lh[t]) * w.dd[t];
+                dsink[bh] = ds;
             }
             for (int j0 = 0; j0 < T; j0 += ATT_BK) {
                 const int nj = T - j0 < ATT_BK ? T - j0 : ATT_BK;
@@ -355,4 +376,10 @@ void cpu_attention_bwd(LtBackend *be, void *dqkv_, const void *dout_, const void
         sum_groups(be, dqkv + C, part, B, T, NH, NKV, HD, W);
         sum_groups(be, dqkv + C + KVC, part + nkv, B, T, NH, NKV, HD, W);
     }
+    if (dsink)
+        for (int h = 0; h < NH; h++) {
+            float ds = 0.0f;
+            for (int b = 0; b < B; b++) ds += dsink[(size_t)b * NH + h];
+            doffsets[h] += ds;
+        }
 }

@@ -211,10 +211,11 @@ void cpu_qk_norm_bwd(LtBackend *be, void *dqkv, float *dwq, float *dwk, const vo
 
 /* attention.c */
 void cpu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv,
+                       const void *offsets, const int32_t *kstart, int window, int B, int T,
+                       int NH, int NKV, int HD);
+void cpu_attention_bwd(LtBackend *be, void *dqkv, float *doffsets, const void *dout,
+                       const void *qkv, const void *out, const float *lse, const void *offsets,
                        const int32_t *kstart, int window, int B, int T, int NH, int NKV, int HD);
-void cpu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                       const void *out, const float *lse, const int32_t *kstart, int window,
-                       int B, int T, int NH, int NKV, int HD);
 
 /* xent.c */
 void cpu_xent_fwd_bwd(LtBackend *be, float *losses, void *logits, const int32_t *targets, int N,

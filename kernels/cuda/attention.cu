@@ -17,7 +17,9 @@
  * backend was created with LT_CUDA_ATTN=simt (the GPU tests use that to
  * check one path against the other). lattice's backward passes are
  * deterministic (no atomics); every path overwrites each element of dqkv.
- * D lives in the stream's scratch.
+ * D lives in the stream's scratch. Attention sinks (offsets) take lattice's
+ * kernels always: the forward's last step adds the sink to each row's sum,
+ * and the backward adds d offsets, a reduction of lse and D, to the rest.
  * Grouped K/V (NKV < NH): every kernel indexes the group's K/V head in qkv,
  * never a per-query-head copy; lattice's dK/dV kernels own a key tile of one
  * key/value head and loop over the G query heads of its group in head order
@@ -26,6 +28,7 @@
 #include "attention.cuh"
 
 #define AD_ROWS 8 /* warps (rows) per block of the D pre-pass */
+#define AS_SINK_THREADS 256 /* threads per head of the sink gradient's reduction */
 
 /* ======================= kernels ======================= */
 
@@ -46,6 +49,24 @@ __global__ void attn_rowdot_kernel(float *D, const T *dout, const T *out, int B,
     if (lane == 0) D[((size_t)b * NH + h) * T_ + t] = s;
 }
 
+// doffsets (NH) += -sum over (b, t) of exp(offsets[h] - lse[b, h, t]) * D[b, h, t]; one block
+// per head h, each thread's rows in a fixed stride, then a fixed-order block sum
+// (deterministic).
+template <typename T>
+__global__ void attn_sink_grad_kernel(float *doffsets, const T *offsets, const float *lse,
+                                      const float *D, int B, int T_, int NH) {
+    __shared__ float sh[32];
+    const int h = blockIdx.x;
+    const float o = to_f(offsets[h]);
+    float s = 0.f;
+    for (size_t r = threadIdx.x; r < (size_t)B * T_; r += AS_SINK_THREADS) {
+        const size_t i = ((r / T_) * NH + h) * T_ + r % T_; /* (b, h, t) */
+        s += expf(o - lse[i]) * D[i];
+    }
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) doffsets[h] -= s;
+}
+
 /* ======================= launchers ======================= */
 
 template <typename T>
@@ -54,6 +75,13 @@ static void launch_rowdot(float *D, const T *dout, const T *out, int B, int T_, 
     const size_t rows = (size_t)B * T_ * NH;
     attn_rowdot_kernel<T><<<(unsigned)((rows + AD_ROWS - 1) / AD_ROWS), AD_ROWS * 32, 0, st>>>(
         D, dout, out, B, T_, NH, HD);
+    CU_CHECK_LAUNCH();
+}
+
+template <typename T>
+static void launch_sink_grad(float *doffsets, const T *offsets, const float *lse, const float *D,
+                             int B, int T_, int NH, cudaStream_t st) {
+    attn_sink_grad_kernel<T><<<NH, AS_SINK_THREADS, 0, st>>>(doffsets, offsets, lse, D, B, T_, NH);
     CU_CHECK_LAUNCH();
 }
 
@@ -81,28 +109,29 @@ static void grid_check(int B, int NH) {
 /* ======================= op entries ======================= */
 
 // qkv (B, T, NH + 2*NKV, HD) -> out (B, T, NH, HD), lse (B, NH, T)
-void cu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, const int32_t *kstart,
-                      int window, int B, int T, int NH, int NKV, int HD) {
+// cuDNN's graph has no sink logit: calls with offsets run lattice's kernels.
+void cu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, const void *offsets,
+                      const int32_t *kstart, int window, int B, int T, int NH, int NKV, int HD) {
     if (!attn_check(kstart, window, B, T, NH, NKV, HD)) return;
-    if (cu_impl(be)->cudnn &&
+    if (cu_impl(be)->cudnn && !offsets &&
         cudnn_attention_fwd(be, out, lse, qkv, kstart, window, B, T, NH, NKV, HD))
         return;
     grid_check(B, NH);
     const int optin = cu_impl(be)->smem_optin;
     if (use_mma(be, HD) && aligned(qkv, 16) && aligned(out, 4))
-        launch_attention_mma_fwd((bf16 *)out, lse, (const bf16 *)qkv, kstart, B, T, NH, NKV, HD,
-                                 optin, cu_stream(be));
+        launch_attention_mma_fwd((bf16 *)out, lse, (const bf16 *)qkv, (const bf16 *)offsets,
+                                 kstart, B, T, NH, NKV, HD, optin, cu_stream(be));
     else
-        launch_attention_simt_fwd(cu_is_bf16(be), out, lse, qkv, kstart, B, T, NH, NKV, HD, optin,
-                                  cu_stream(be));
+        launch_attention_simt_fwd(cu_is_bf16(be), out, lse, qkv, offsets, kstart, B, T, NH, NKV,
+                                  HD, optin, cu_stream(be));
 }
 
 // dout (B, T, NH, HD), qkv, out, lse -> dqkv (qkv's layout), overwritten
-void cu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                      const void *out, const float *lse, const int32_t *kstart, int window,
-                      int B, int T, int NH, int NKV, int HD) {
+void cu_attention_bwd(LtBackend *be, void *dqkv, float *doffsets, const void *dout,
+                      const void *qkv, const void *out, const float *lse, const void *offsets,
+                      const int32_t *kstart, int window, int B, int T, int NH, int NKV, int HD) {
     if (!attn_check(kstart, window, B, T, NH, NKV, HD)) return;
-    if (cu_impl(be)->cudnn &&
+    if (cu_impl(be)->cudnn && !offsets &&
         cudnn_attention_bwd(be, dqkv, dout, qkv, out, lse, kstart, window, B, T, NH, NKV, HD))
         return;
     grid_check(B, NH);
@@ -114,6 +143,10 @@ void cu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *q
     else
         launch_rowdot<float>(D, (const float *)dout, (const float *)out, B, T, NH, HD,
                              cu_stream(be));
+    if (doffsets && cu_is_bf16(be))
+        launch_sink_grad<bf16>(doffsets, (const bf16 *)offsets, lse, D, B, T, NH, cu_stream(be));
+    else if (doffsets)
+        launch_sink_grad<float>(doffsets, (const float *)offsets, lse, D, B, T, NH, cu_stream(be));
     if (use_mma(be, HD) && aligned(qkv, 16) && aligned(dout, 16) && aligned(dqkv, 4))
         launch_attention_mma_bwd((bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D,
                                  kstart, B, T, NH, NKV, HD, optin, cu_stream(be));

@@ -8,7 +8,11 @@
  * (B, NH, T) fp32; kstart (B, T) or NULL: each query's first visible key
  * (packed documents, backend.h). Scores use the
  * base-2 domain internally: s2 = (q.k) * scale * log2(e), so that
- * lse_natural = (m2 + log2(l)) * ln(2) and p = exp2(s2 - lse * log2(e)). */
+ * lse_natural = (m2 + log2(l)) * ln(2) and p = exp2(s2 - lse * log2(e)).
+ * Attention sinks (sink: NH logits in the act dtype, NULL: none, backend.h)
+ * enter the forward's last step only, as one more score without a value; the
+ * backward kernels are unchanged (lse counts the sink) and the sink's gradient
+ * is a reduction of lse and D of its own (attention.cu). */
 #ifndef LT_CUDA_ATTENTION_CUH
 #define LT_CUDA_ATTENTION_CUH
 
@@ -42,19 +46,30 @@ __device__ __forceinline__ int att_rows_from(const int32_t *ksb, int lo, int T, 
     return lo;
 }
 
+/* The last step of a row's online softmax with the sink's logit (natural units) as
+ * one more score: m2 (base 2) and l take it in; returns the factor the row's
+ * unnormalized output is scaled by. */
+__device__ __forceinline__ float att_sink_join(float logit, float *m2, float *l) {
+    const float sb = logit * ATT_LOG2E, mn = fmaxf(*m2, sb), corr = exp2f(*m2 - mn);
+    *l = *l * corr + exp2f(sb - mn);
+    *m2 = mn;
+    return corr;
+}
+
 /* Generic (SIMT) path: any HD <= 256, fp32 or bf16 acts. */
 #define ATT_SIMT_MAX_HD 256
 void launch_attention_simt_fwd(int is_bf16, void *out, float *lse, const void *qkv,
-                               const int32_t *kstart, int B, int T, int NH, int NKV, int HD,
-                               int smem_optin, cudaStream_t st);
+                               const void *sink, const int32_t *kstart, int B, int T, int NH,
+                               int NKV, int HD, int smem_optin, cudaStream_t st);
 void launch_attention_simt_bwd(int is_bf16, void *dqkv, const void *dout, const void *qkv,
                                const float *lse, const float *Dbuf, const int32_t *kstart, int B,
                                int T, int NH, int NKV, int HD, int smem_optin, cudaStream_t st);
 
 /* Tensor-core path: bf16 acts, HD in {32, 64, 80, 96, 128}, 16-byte aligned tensors. */
 int attention_mma_supported(int HD);
-void launch_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, const int32_t *kstart, int B,
-                              int T, int NH, int NKV, int HD, int smem_optin, cudaStream_t st);
+void launch_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, const bf16 *sink,
+                              const int32_t *kstart, int B, int T, int NH, int NKV, int HD,
+                              int smem_optin, cudaStream_t st);
 void launch_attention_mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                               const float *Dbuf, const int32_t *kstart, int B, int T, int NH,
                               int NKV, int HD, int smem_optin, cudaStream_t st);

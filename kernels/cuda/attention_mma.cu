@@ -182,8 +182,8 @@ __device__ __forceinline__ size_t am_head_ptrs(const bf16 *qkv, int b, int h, in
 // query head kvh*G + blockIdx.y of K/V head kvh; 128 threads.
 template <int HD, bool DOCS>
 __global__ void __launch_bounds__(AM_THREADS, AM_FWD_MIN_BLOCKS(HD))
-    attn_mma_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, const int32_t *kstart, int T_,
-                        int NKV, int G, float sl2) {
+    attn_mma_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, const bf16 *sink,
+                        const int32_t *kstart, int T_, int NKV, int G, float sl2) {
     constexpr int SD = HD + 8, KD = HD / 16, ND = HD / 8;
     extern __shared__ __align__(16) unsigned char am_raw[];
     bf16 *Qs = (bf16 *)am_raw, *Ks = Qs + AM_BR * SD, *Vs = Ks + 2 * AM_BC * SD;
@@ -297,7 +297,13 @@ __global__ void __launch_bounds__(AM_THREADS, AM_FWD_MIN_BLOCKS(HD))
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+    float c0 = 1.f, c1 = 1.f; /* the sink joins each row's sum (whole over the quad now) */
+    if (sink) {
+        const float logit = __bfloat162float(sink[h]);
+        c0 = att_sink_join(logit, &m0, &l0);
+        c1 = att_sink_join(logit, &m1, &l1);
+    }
+    const float inv0 = c0 / l0, inv1 = c1 / l1;
     if (qi0 < T_) {
         bf16 *op = out + out_off(b, qi0, h, T_, NH, HD) + c2;
 #pragma unroll
@@ -565,19 +571,20 @@ static void am_set_smem(const void *fn, size_t smem, int optin) {
 }
 
 template <int HD>
-static void mma_fwd(bf16 *out, float *lse, const bf16 *qkv, const int32_t *kstart, int B, int T_,
-                    int NH, int NKV, int optin, cudaStream_t st) {
+static void mma_fwd(bf16 *out, float *lse, const bf16 *qkv, const bf16 *sink,
+                    const int32_t *kstart, int B, int T_, int NH, int NKV, int optin,
+                    cudaStream_t st) {
     const size_t smem = (size_t)(AM_BR + 4 * AM_BC) * (HD + 8) * sizeof(bf16);
     const float sl2 = ATT_LOG2E / sqrtf((float)HD);
     dim3 grid((T_ + AM_BR - 1) / AM_BR, NH / NKV, B * NKV);
     if (kstart) {
         am_set_smem((const void *)attn_mma_fwd_kernel<HD, true>, smem, optin);
-        attn_mma_fwd_kernel<HD, true><<<grid, AM_THREADS, smem, st>>>(out, lse, qkv, kstart, T_,
-                                                                      NKV, NH / NKV, sl2);
+        attn_mma_fwd_kernel<HD, true><<<grid, AM_THREADS, smem, st>>>(out, lse, qkv, sink, kstart,
+                                                                      T_, NKV, NH / NKV, sl2);
     } else {
         am_set_smem((const void *)attn_mma_fwd_kernel<HD, false>, smem, optin);
-        attn_mma_fwd_kernel<HD, false><<<grid, AM_THREADS, smem, st>>>(out, lse, qkv, kstart, T_,
-                                                                       NKV, NH / NKV, sl2);
+        attn_mma_fwd_kernel<HD, false><<<grid, AM_THREADS, smem, st>>>(
+            out, lse, qkv, sink, kstart, T_, NKV, NH / NKV, sl2);
     }
     CU_CHECK_LAUNCH();
 }
@@ -621,14 +628,15 @@ int attention_mma_supported(int HD) {
     return HD == 32 || HD == 64 || HD == 80 || HD == 96 || HD == 128;
 }
 
-void launch_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, const int32_t *kstart, int B,
-                              int T, int NH, int NKV, int HD, int smem_optin, cudaStream_t st) {
+void launch_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, const bf16 *sink,
+                              const int32_t *kstart, int B, int T, int NH, int NKV, int HD,
+                              int smem_optin, cudaStream_t st) {
     switch (HD) {
-    case 32: mma_fwd<32>(out, lse, qkv, kstart, B, T, NH, NKV, smem_optin, st); break;
-    case 64: mma_fwd<64>(out, lse, qkv, kstart, B, T, NH, NKV, smem_optin, st); break;
-    case 80: mma_fwd<80>(out, lse, qkv, kstart, B, T, NH, NKV, smem_optin, st); break;
-    case 96: mma_fwd<96>(out, lse, qkv, kstart, B, T, NH, NKV, smem_optin, st); break;
-    case 128: mma_fwd<128>(out, lse, qkv, kstart, B, T, NH, NKV, smem_optin, st); break;
+    case 32: mma_fwd<32>(out, lse, qkv, sink, kstart, B, T, NH, NKV, smem_optin, st); break;
+    case 64: mma_fwd<64>(out, lse, qkv, sink, kstart, B, T, NH, NKV, smem_optin, st); break;
+    case 80: mma_fwd<80>(out, lse, qkv, sink, kstart, B, T, NH, NKV, smem_optin, st); break;
+    case 96: mma_fwd<96>(out, lse, qkv, sink, kstart, B, T, NH, NKV, smem_optin, st); break;
+    case 128: mma_fwd<128>(out, lse, qkv, sink, kstart, B, T, NH, NKV, smem_optin, st); break;
     default: lt_fatal("attention (mma): unsupported head dim %d", HD);
     }
 }

@@ -93,8 +93,8 @@ __device__ __forceinline__ void simt_bwd_phase1(const float *Qs, const float *dO
 // head h uses K/V head h / G.
 template <typename T, int NCH, bool DOCS>
 __global__ void __launch_bounds__(AS_THREADS, AS_MIN_BLOCKS(DOCS))
-    attn_simt_fwd_kernel(T *out, float *lse, const T *qkv, const int32_t *kstart, int T_, int NKV,
-                         int G, int HD, float sl2) {
+    attn_simt_fwd_kernel(T *out, float *lse, const T *qkv, const T *sink, const int32_t *kstart,
+                         int T_, int NKV, int G, int HD, float sl2) {
     extern __shared__ float as_sm[];
     const int KS = HD | 1;
     float *Qs = as_sm, *Ks = Qs + AS_TILE * KS, *Vs = Ks + AS_TILE * KS, *Ps = Vs + AS_TILE * HD;
@@ -163,7 +163,8 @@ __global__ void __launch_bounds__(AS_THREADS, AS_MIN_BLOCKS(DOCS))
     for (int i = 0; i < AS_ROWS; i++) {
         const int qi = q0 + w * AS_ROWS + i;
         if (qi >= T_) continue;
-        const float inv = 1.f / l[i];
+        const float corr = sink ? att_sink_join(to_f(sink[h]), &m[i], &l[i]) : 1.f;
+        const float inv = corr / l[i];
         T *orow = out + out_off(b, qi, h, T_, NH, HD);
 #pragma unroll
         for (int k = 0; k < NCH; k++) {
@@ -334,20 +335,20 @@ static void set_smem(const void *fn, size_t smem, int optin) {
 }
 
 template <typename T, int NCH>
-static void simt_fwd(T *out, float *lse, const T *qkv, const int32_t *kstart, int B, int T_, int NH,
-                     int NKV, int HD, int optin, cudaStream_t st) {
+static void simt_fwd(T *out, float *lse, const T *qkv, const T *sink, const int32_t *kstart, int B,
+                     int T_, int NH, int NKV, int HD, int optin, cudaStream_t st) {
     const size_t smem =
         (size_t)(2 * AS_TILE * (HD | 1) + AS_TILE * HD + AS_TILE * AS_PS + (kstart ? AS_TILE : 0)) * 4;
     const float sl2 = ATT_LOG2E / sqrtf((float)HD);
     dim3 grid((T_ + AS_TILE - 1) / AS_TILE, B * NH);
     if (kstart) {
         set_smem((const void *)attn_simt_fwd_kernel<T, NCH, true>, smem, optin);
-        attn_simt_fwd_kernel<T, NCH, true><<<grid, AS_THREADS, smem, st>>>(out, lse, qkv, kstart, T_,
-                                                                           NKV, NH / NKV, HD, sl2);
+        attn_simt_fwd_kernel<T, NCH, true><<<grid, AS_THREADS, smem, st>>>(
+            out, lse, qkv, sink, kstart, T_, NKV, NH / NKV, HD, sl2);
     } else {
         set_smem((const void *)attn_simt_fwd_kernel<T, NCH, false>, smem, optin);
         attn_simt_fwd_kernel<T, NCH, false><<<grid, AS_THREADS, smem, st>>>(
-            out, lse, qkv, kstart, T_, NKV, NH / NKV, HD, sl2);
+            out, lse, qkv, sink, kstart, T_, NKV, NH / NKV, HD, sl2);
     }
     CU_CHECK_LAUNCH();
 }
@@ -396,14 +397,14 @@ static void simt_bwd(T *dqkv, const T *dout, const T *qkv, const float *lse, con
     }
 
 void launch_attention_simt_fwd(int is_bf16, void *out, float *lse, const void *qkv,
-                               const int32_t *kstart, int B, int T, int NH, int NKV, int HD,
-                               int smem_optin, cudaStream_t st) {
+                               const void *sink, const int32_t *kstart, int B, int T, int NH,
+                               int NKV, int HD, int smem_optin, cudaStream_t st) {
     if (is_bf16) {
-        AS_DISPATCH(simt_fwd, bf16, (bf16 *)out, lse, (const bf16 *)qkv, kstart, B, T, NH, NKV,
-                    HD, smem_optin, st);
+        AS_DISPATCH(simt_fwd, bf16, (bf16 *)out, lse, (const bf16 *)qkv, (const bf16 *)sink,
+                    kstart, B, T, NH, NKV, HD, smem_optin, st);
     } else {
-        AS_DISPATCH(simt_fwd, float, (float *)out, lse, (const float *)qkv, kstart, B, T, NH, NKV,
-                    HD, smem_optin, st);
+        AS_DISPATCH(simt_fwd, float, (float *)out, lse, (const float *)qkv, (const float *)sink,
+                    kstart, B, T, NH, NKV, HD, smem_optin, st);
     }
 }
 

@@ -574,14 +574,15 @@ extern "C" LtBackend *lt_backend_cuda_create(LtDtype dtype, int device, char *er
 /* ======================= attention implementation ======================= */
 
 extern "C" int lt_cuda_attention_configure(LtBackend *be, LtAttnImpl want, int deterministic,
-                                           int head_dim, LtAttnChoice *out) {
+                                           int head_dim, int softmax_type, LtAttnChoice *out) {
     memset(out, 0, sizeof *out);
     if (!be || be->ops != &cuda_ops) {
         snprintf(out->reason, sizeof out->reason, "model.attention: not a CUDA backend");
         return -1;
     }
     CudaImpl *im = cu_impl(be);
-    LtAttnEnv env = {want, deterministic, 1, cu_is_bf16(be), im->sm, lt_cudnn_version(), head_dim};
+    LtAttnEnv env = {want,     deterministic,      1,           cu_is_bf16(be), im->sm,
+                     lt_cudnn_version(), head_dim, softmax_type};
     LtAttnChoice ch;
     if (im->attn_simt) {
         memset(&ch, 0, sizeof ch);

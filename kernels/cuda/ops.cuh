@@ -43,11 +43,11 @@ void cu_qk_norm_fwd(LtBackend *be, void *qkv, void *xin, float *rstd, const void
 void cu_qk_norm_bwd(LtBackend *be, void *dqkv, float *dwq, float *dwk, const void *xin,
                     const void *wq, const void *wk, const float *rstd, int N, int NH, int NKV,
                     int HD);
-void cu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv,
+void cu_attention_fwd(LtBackend *be, void *out, float *lse, const void *qkv, const void *offsets,
                       const int32_t *kstart, int window, int B, int T, int NH, int NKV, int HD);
-void cu_attention_bwd(LtBackend *be, void *dqkv, const void *dout, const void *qkv,
-                      const void *out, const float *lse, const int32_t *kstart, int window,
-                      int B, int T, int NH, int NKV, int HD);
+void cu_attention_bwd(LtBackend *be, void *dqkv, float *doffsets, const void *dout,
+                      const void *qkv, const void *out, const float *lse, const void *offsets,
+                      const int32_t *kstart, int window, int B, int T, int NH, int NKV, int HD);
 void cu_xent_fwd_bwd(LtBackend *be, float *losses, void *logits, const int32_t *targets, int N,
                      int V, int Vp, float dscale);
 void cu_xent_tp_stats(LtBackend *be, float *row_max, float *row_sumexp, float *row_target,

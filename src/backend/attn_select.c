@@ -34,6 +34,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config.h"
+
 /* ---- resolution -------------------------------------------------------------- */
 
 /* "9.19.0" for cuDNN's 91900. */
@@ -51,6 +53,10 @@ static int cudnn_unsupported(const LtAttnEnv *e, char *why, size_t n) {
     if (!e->cuda)
         snprintf(why, n, "this run uses the CPU backend; cuDNN's fused attention needs the CUDA "
                          "backend and a GPU");
+    else if (e->softmax_type != LT_SOFTMAX_VANILLA)
+        snprintf(why, n, "model.softmax_type=%s: cuDNN's fused attention has no sink logit in "
+                         "its softmax (lattice's kernels have)",
+                 lt_softmax_type_name((LtSoftmaxType)e->softmax_type));
     else if (e->cudnn_version <= 0)
         snprintf(why, n, "this binary was built without cuDNN (no cudnn.h at build time)");
     else if (e->cudnn_version < LT_CUDNN_MIN_VERSION)
@@ -324,8 +330,8 @@ int lt_attn_cache_size(const LtAttnPlanCache *c) {
 /* ---- the CUDA backend's attention entries, in a build without it ---------- */
 #ifndef LT_HAVE_CUDA
 int lt_cuda_attention_configure(LtBackend *be, LtAttnImpl want, int deterministic, int head_dim,
-                                LtAttnChoice *out) {
-    (void)be, (void)want, (void)deterministic, (void)head_dim;
+                                int softmax_type, LtAttnChoice *out) {
+    (void)be, (void)want, (void)deterministic, (void)head_dim, (void)softmax_type;
     memset(out, 0, sizeof *out);
     snprintf(out->reason, sizeof out->reason, "model.attention: no CUDA backend in this build");
     return -1;

@@ -23,6 +23,7 @@ void lt_config_defaults(LtConfig *c) {
     c->model.qk_layernorm = false;
     c->model.add_bias_linear = LT_BIAS_AUTO;
     c->model.add_qkv_bias = false;
+    c->model.softmax_type = LT_SOFTMAX_VANILLA;
     c->model.norm_epsilon = 1e-5;
     c->model.rotary_base = 500000;
     c->model.rope_scaling = LT_ROPE_NONE;

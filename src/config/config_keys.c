@@ -29,6 +29,7 @@ _Static_assert(sizeof(LtWsdDecayStyle) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtMoeScore) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtMoeBalance) == sizeof(int), "enum size");
 _Static_assert(sizeof(LtMoeDropPolicy) == sizeof(int), "enum size");
+_Static_assert(sizeof(LtSoftmaxType) == sizeof(int), "enum size");
 
 /* ---- the key table ------------------------------------------------------- */
 
@@ -50,6 +51,8 @@ static const char *const MOE_SCORE_NAMES[] = {"softmax", "sigmoid", NULL}; /* Lt
 static const char *const MOE_BALANCE_NAMES[] = {"aux_loss", "seq_aux_loss", "none",
                                                 NULL}; /* LtMoeBalance */
 static const char *const MOE_DROP_NAMES[] = {"probs", "position", NULL}; /* LtMoeDropPolicy */
+static const char *const SOFTMAX_NAMES[] = {"vanilla", "off-by-one", "learnable",
+                                            NULL}; /* LtSoftmaxType */
 
 #define OFF(sec, key) offsetof(LtConfig, sec.key)
 #define K_INT(sec, key, lo, hi)                                                                    \
@@ -85,6 +88,7 @@ const KeyDesc lt_cfg_keys[] = {
     K_BOOL(model, qk_layernorm),
     K_ENUM(model, add_bias_linear, LINEAR_BIAS_NAMES),
     K_BOOL(model, add_qkv_bias),
+    K_ENUM(model, softmax_type, SOFTMAX_NAMES),
     K_DBL(model, norm_epsilon, 0, 1, D_MIN_OPEN),
     K_DBL(model, rotary_base, 1, 0, D_MIN_OPEN | D_NO_MAX),
     K_ENUM(model, rope_scaling, ROPE_SCALING_NAMES),
@@ -287,3 +291,4 @@ const char *lt_lr_decay_style_name(LtLrDecayStyle s) {
 const char *lt_wsd_decay_style_name(LtWsdDecayStyle s) {
     return enum_name(WSD_DECAY_NAMES, (int)s);
 }
+const char *lt_softmax_type_name(LtSoftmaxType s) { return enum_name(SOFTMAX_NAMES, (int)s); }

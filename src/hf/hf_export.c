@@ -286,6 +286,18 @@ static int glu_refusal(const LtConfig *c, char *err, size_t errlen) {
                      "SwiGLU export", key);
 }
 
+/* 0 with attention's plain softmax; else -1: LlamaForCausalLM, Qwen3ForCausalLM,
+ * MixtralForCausalLM and GPT2LMHeadModel have no sink logit in their softmax
+ * (GptOssForCausalLM's `sinks`), so a model with one would export as another function. */
+static int sinks_refusal(const LtConfig *c, char *err, size_t errlen) {
+    if (c->model.softmax_type == LT_SOFTMAX_VANILLA) return 0;
+    return lt_errorf(err, errlen, "cannot export model.softmax_type=%s (attention sinks: an extra "
+                     "logit per head in the softmax): the Hugging Face layouts lattice writes "
+                     "(Llama, Qwen3, Mixtral, GPT-2) have plain softmax attention, which would be "
+                     "another model; only models trained with model.softmax_type=vanilla export",
+                     lt_softmax_type_name(c->model.softmax_type));
+}
+
 /* config.json of the validated config c, written atomically. */
 static int write_config_json(const char *path, const LtConfig *c, const LtModelDims *d, char *err,
                              size_t errlen) {
@@ -333,7 +345,7 @@ int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t e
     }
     const LtModelDims dims = lt_dims_from_config(cfg);
     if (window_refusal(cfg, emsg, sizeof emsg) || bias_refusal(cfg, &dims, emsg, sizeof emsg) ||
-        glu_refusal(cfg, emsg, sizeof emsg) ||
+        glu_refusal(cfg, emsg, sizeof emsg) || sinks_refusal(cfg, emsg, sizeof emsg) ||
         (dims.moe.experts > 0 && mixtral_refusal(cfg, &dims, emsg, sizeof emsg))) {
         lt_errorf(err, errlen, "%s/config.yaml: %s", stepdir, emsg);
         free(cfg);

@@ -282,6 +282,8 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
         lt_moe_work_alloc(be, &s, &m->in->moe_work, w);
         m->in->moe_exp = lt_calloc(sizeof(LtExpertTensors) * (size_t)d->moe.experts);
     }
+    if (lt_dims_sinks(d) == 1) /* off-by-one: every head's extra logit is 0 */
+        m->in->zero_sinks = act_alloc(m, (size_t)m->in->heads_local, w);
     m->in->own_loss_acc = be->ops->alloc(be, sizeof(double));
     m->in->loss_acc = m->in->own_loss_acc;
     return m;
@@ -316,7 +318,7 @@ void lt_model_destroy(LtModel *m) {
                   in->meanf,   in->rstdf,     in->xlast,       in->scratch_c, in->scratch_sp,
                   in->dfull,   in->dc,        in->d3c,         in->dff,       in->dgu,
                   in->rope_cs, in->logits,    in->losses,      in->xstat,     in->targets,
-                  in->own_loss_acc};
+                  in->own_loss_acc, in->zero_sinks};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) fr(be, ps[i]);
     if (in->moe_any) lt_moe_work_free(be, &m->in->moe_work);

@@ -77,8 +77,8 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
         lt_tp_row_linear_bwd(&tl, m->in->dfull, m->in->dc, lg(m, l, P_PROJW), lg(m, l, P_PROJB),
                              dres, a->atty, lw(m, l, P_PROJW), NULL, N, CL, C);
         const int part = lt_devclock_part_begin();
-        o->attention_bwd(be, m->in->d3c, m->in->dc, a->qkv, a->atty, a->lse, kstart_of(m, l),
-                         window_of(m, l), B, T, NH, NKV, HD);
+        o->attention_bwd(be, m->in->d3c, lg(m, l, P_SINK), m->in->dc, a->qkv, a->atty, a->lse,
+                         sinks_of(m, l), kstart_of(m, l), window_of(m, l), B, T, NH, NKV, HD);
         lt_devclock_part_end(part, LT_CLK_ATTN);
         if (m->in->rope_cs) /* d(pre-RoPE) */
             o->rope(be, m->in->d3c, m->in->rope_cs, m->in->pos, B, T, NH, NKV, HD, 1);

@@ -46,8 +46,8 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
                        m->d.norm_eps, N, NH, NKV, HD);
     if (m->in->rope_cs) o->rope(be, a->qkv, m->in->rope_cs, m->in->pos, B, T, NH, NKV, HD, 0);
     const int part = lt_devclock_part_begin();
-    o->attention_fwd(be, a->atty, a->lse, a->qkv, kstart_of(m, l), window_of(m, l), B, T, NH,
-                     NKV, HD);
+    o->attention_fwd(be, a->atty, a->lse, a->qkv, sinks_of(m, l), kstart_of(m, l),
+                     window_of(m, l), B, T, NH, NKV, HD);
     lt_devclock_part_end(part, LT_CLK_ATTN);
     void *attn = lt_tp_row_linear_fwd(&tl, m->in->scratch_c, m->in->scratch_sp, a->atty,
                                       lw(m, l, P_PROJW), row_bias(m, l, P_PROJB), N, CL, C);
@@ -192,9 +192,9 @@ void lt_model_chunk_forward(LtModel *m, int c, int s, const int32_t *tokens,
 void lt_mdl_recompute_layer(LtModel *m, int l, LtLayerActs *a, void *x, int B) {
     if (m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE) {
         const int part = lt_devclock_part_begin();
-        m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, kstart_of(m, l),
-                                  window_of(m, l), B, m->T, m->in->heads_local, m->in->kv_local,
-                                  lt_dims_head_dim(&m->d));
+        m->be->ops->attention_fwd(m->be, a->atty, a->lse, a->qkv, sinks_of(m, l),
+                                  kstart_of(m, l), window_of(m, l), B, m->T, m->in->heads_local,
+                                  m->in->kv_local, lt_dims_head_dim(&m->d));
         lt_devclock_part_end(part, LT_CLK_ATTN);
     } else {
         m->in->recomputing = 1;

@@ -23,7 +23,8 @@
  *   ln1 = LN(x)                      [j = 0: LN(chunk input); j > 0: fused
  *                                     x[j] = r2[j-1] + mlp_out[j-1]]
  *   qkv = ln1 W_qkv^T + b            (N, 3C)
- *   atty = causal_attention(qkv)     (N, C), lse
+ *   atty = causal_attention(qkv)     (N, C), lse [model.softmax_type: with each
+ *                                     head's sink logit, sinks_of]
  *   r2 = x + (atty W_proj^T + b); ln2 = LN(r2)   (fused)
  *   fch = gelu(ln2 W_fc^T + b)       (N, F), pre-activation kept
  *   mlp_out = fch W_fc2^T + b        (N, C) -> consumed by the next fused LN
@@ -118,6 +119,8 @@ struct LtModelInternal {
     const int32_t *kwin;  /* the running slot's sliding-window starts (NULL: none) */
     int32_t *host_kw;     /* (N) pageable staging of them */
     unsigned char *swa;   /* per local layer: 1 = sliding-window attention */
+    void *zero_sinks;     /* model.softmax_type=off-by-one: (heads_local) zero logits, every
+                           * layer's softmax offsets; else NULL */
     float loss_weight;    /* lt_model_set_loss_weight (1: plain sums) */
     int *masked;          /* (N) rows of the current micro batch whose input token is eod */
     int nmasked;
@@ -130,13 +133,13 @@ struct LtModelInternal {
 /* Parameter roles within a layer: GPT's table order (params.h). For Llama
  * P_FCW is mlp.gate_up.weight and P_FC2W mlp.down.weight. */
 enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FC2W,
-       P_FC2B, P_QNW, P_KNW, P_ROLES };
+       P_FC2B, P_QNW, P_KNW, P_SINK, P_ROLES };
 /* Position of each role in a GPT layer's slice of the table. */
-static const int GPT_ROLES[P_ROLES] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, -1, -1};
+static const int GPT_ROLES[P_ROLES] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, -1, -1, -1};
 
 /* Position of role k in a Llama layer's slice of the table (params.c's
  * order: ln_1, qkv (, its bias) (, q_norm, k_norm), proj (, bias), ln_2,
- * gate_up (, bias), down (, bias)), -1 when absent. */
+ * gate_up (, bias), down (, bias)), -1 when absent; P_SINK is placed by lidx. */
 static inline int llama_role(const LtModelDims *d, int k) {
     const int qb = lt_dims_qkv_bias(d), lb = lt_dims_linear_bias(d), qk = d->qk_norm ? 2 : 0;
     const int proj = 2 + qb + qk, ln2 = proj + 1 + lb, fc = ln2 + 1, fc2 = fc + 1 + lb;
@@ -166,7 +169,14 @@ static inline int is_llama(const LtModel *m) { return m->d.arch == LT_ARCH_LLAMA
 /* Table index of the parameter of role k of local layer l (layers run chunk
  * after chunk, lt_params_chunk_first), -1 when the block has no such parameter. */
 static inline int lidx(const LtModel *m, int l, int k) {
-    const int pos = is_llama(m) ? llama_role(&m->d, k) : GPT_ROLES[k];
+    const int pos0 = is_llama(m) ? llama_role(&m->d, k) : GPT_ROLES[k];
+    int pos = pos0;
+    /* learnable softmax offsets (params.c) sit where attn.proj.weight would: the roles
+     * from there on move one place down */
+    if (lt_dims_sinks(&m->d) == 2) {
+        const int proj = is_llama(m) ? llama_role(&m->d, P_PROJW) : GPT_ROLES[P_PROJW];
+        pos = k == P_SINK ? proj : pos0 + (pos0 >= proj);
+    }
     if (pos < 0) return -1;
     /* an MoE layer: the MLP's roles are the shared expert's, absent without one */
     if (m->in->moe[l] && k >= P_FCW && k <= P_FC2B && m->d.moe.shared_ffn == 0) return -1;
@@ -274,6 +284,12 @@ static inline const int32_t *kstart_of(const LtModel *m, int l) {
  * layer attends causally. */
 static inline int window_of(const LtModel *m, int l) {
     return m->in->swa[l] && !m->in->kstart ? m->d.window : -1;
+}
+
+/* Local layer l's softmax offsets (backend.h attention_fwd): the learnable parameter,
+ * off-by-one's zeros, or NULL (vanilla). */
+static inline const void *sinks_of(const LtModel *m, int l) {
+    return lt_dims_sinks(&m->d) == 2 ? lw(m, l, P_SINK) : m->in->zero_sinks;
 }
 
 /* ---- functions of one file that others call ---- */

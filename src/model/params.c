@@ -92,7 +92,8 @@ static LtParam *add_blocks(LtParamTable *t, int *cap, LtInitKind init, float std
 
 /* The attention half of a layer: GPT's 8 parameters (ln_1, qkv, proj with
  * biases, ln_2), Llama's 4 (no biases; 6 with the per-head q and k norms; the
- * qkv and proj biases when dims ask for them). */
+ * qkv and proj biases when dims ask for them); one more with learnable softmax
+ * offsets. */
 static void add_attention(LtParamTable *t, int *cap, const LtModelDims *d, int l, float std,
                           float proj_std) {
     const int llama = d->arch == LT_ARCH_LLAMA;
@@ -111,6 +112,9 @@ static void add_attention(LtParamTable *t, int *cap, const LtModelDims *d, int l
         add(t, cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, HD, 0, "h.%d.attn.q_norm.weight", l);
         add(t, cap, LT_SPLIT_NONE, LT_INIT_ONES, 0, 0, HD, 0, "h.%d.attn.k_norm.weight", l);
     }
+    if (lt_dims_sinks(d) == 2) /* Megatron-Core: init_method, a 1-D parameter (no decay) */
+        add(t, cap, LT_SPLIT_ROWS, LT_INIT_NORMAL, std, 0, d->heads, 0,
+            "h.%d.attn.softmax_offset", l);
     add(t, cap, LT_SPLIT_COLS, LT_INIT_NORMAL, proj_std, 1, C, d->heads * HD,
         "h.%d.attn.proj.weight", l);
     if (lt_dims_linear_bias(d))
@@ -120,8 +124,9 @@ static void add_attention(LtParamTable *t, int *cap, const LtModelDims *d, int l
 }
 
 int lt_params_attn_count(const LtModelDims *d) {
-    if (d->arch != LT_ARCH_LLAMA) return 8;
-    return 4 + 2 * !!d->qk_norm + lt_dims_qkv_bias(d) + lt_dims_linear_bias(d);
+    const int sinks = lt_dims_sinks(d) == 2;
+    if (d->arch != LT_ARCH_LLAMA) return 8 + sinks;
+    return 4 + 2 * !!d->qk_norm + lt_dims_qkv_bias(d) + lt_dims_linear_bias(d) + sinks;
 }
 
 int lt_params_ffn_count(const LtModelDims *d) {
@@ -470,6 +475,7 @@ LtModelDims lt_dims_from_config(const LtConfig *c) {
         .qk_norm = c->model.qk_layernorm,
         .qkv_bias = c->model.add_qkv_bias || c->model.add_bias_linear == LT_BIAS_TRUE,
         .linear_bias = c->model.add_bias_linear == LT_BIAS_TRUE,
+        .softmax_type = c->model.softmax_type,
         .norm_eps = (float)c->model.norm_epsilon,
         .rope_base = c->model.rotary_base,
         .rope = {.type = c->model.rope_scaling == LT_ROPE_LLAMA3 ? LT_ROPE_SCALING_LLAMA3

@@ -163,6 +163,7 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
     ws += a * N * (CL > C ? CL : C) + a * N * QKV + a * N * F; /* dc, d3c, dff */
     if (llama) ws += a * 2 * N * F + 4 * T * HD; /* dgu, rotary table */
     if (moe_any) ws += lt_plan_moe_work_bytes(&ms, a);
+    if (lt_dims_sinks(&d) == 1) ws += a * H; /* off-by-one's zero logits */
     out->workspace = ws;
 
     /* the pipeline's message buffers: boundary tensors (R x C) */

@@ -130,11 +130,11 @@ typedef struct {
 static void run_attn(Cal *c, const void *arg) {
     const AttnJob *j = arg;
     if (j->bwd)
-        c->be->ops->attention_bwd(c->be, j->dqkv, j->dout, j->qkv, j->out, j->lse, j->ks, j->W,
-                                  j->B, j->T, j->NH, j->NH, j->HD);
+        c->be->ops->attention_bwd(c->be, j->dqkv, NULL, j->dout, j->qkv, j->out, j->lse, NULL,
+                                  j->ks, j->W, j->B, j->T, j->NH, j->NH, j->HD);
     else
-        c->be->ops->attention_fwd(c->be, j->out, j->lse, j->qkv, j->ks, j->W, j->B, j->T, j->NH,
-                                  j->NH, j->HD);
+        c->be->ops->attention_fwd(c->be, j->out, j->lse, j->qkv, NULL, j->ks, j->W, j->B, j->T,
+                                  j->NH, j->NH, j->HD);
 }
 
 /* The job's buffers for B x T x NH x HD (and with W >= 0 the window's first keys). */
@@ -209,13 +209,13 @@ void lt_cal_attention(Cal *c, LtPlanDevice *dev, int *has_cudnn, double budget) 
     *has_cudnn = 0;
     LtAttnChoice ch;
     const int hd = c->cuda ? 128 : 64;
-    if (c->cuda && lt_cuda_attention_configure(c->be, LT_ATTN_LATTICE, 1, hd, &ch))
+    if (c->cuda && lt_cuda_attention_configure(c->be, LT_ATTN_LATTICE, 1, hd, 0, &ch))
         lt_fatal("--calibrate: lattice's attention kernels refused: %s", ch.reason);
     attn_rates(c, c->cuda ? "lattice" : "cpu", 0.45 * budget, &dev->attn_fwd_tflops,
                &dev->attn_bwd_tflops);
     attn_win_rates(c, c->cuda ? "lattice" : "cpu", 0.15 * budget, &dev->attn_win_fwd_tflops,
                    &dev->attn_win_bwd_tflops);
-    if (c->cuda && lt_cuda_attention_configure(c->be, LT_ATTN_CUDNN, 1, hd, &ch) == 0 &&
+    if (c->cuda && lt_cuda_attention_configure(c->be, LT_ATTN_CUDNN, 1, hd, 0, &ch) == 0 &&
         ch.cudnn) {
         attn_rates(c, "cudnn", 0.3 * budget, &dev->cudnn_fwd_tflops, &dev->cudnn_bwd_tflops);
         /* (the deterministic backward, as calibrated: a windowed one is far slower) */

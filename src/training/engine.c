@@ -49,12 +49,13 @@ static void setup_attention(LtRun *r) {
         const LtAttnEnv env = {.want = c->model.attention,
                                .deterministic = c->model.attention_deterministic,
                                .bf16 = c->train.precision == LT_PREC_BF16,
-                               .head_dim = hd};
+                               .head_dim = hd,
+                               .softmax_type = c->model.softmax_type};
         if (lt_attn_resolve(&env, &r->attn)) lt_input_error("%s", r->attn.reason);
         return;
     }
     if (lt_cuda_attention_configure(r->be, c->model.attention, c->model.attention_deterministic,
-                                    hd, &r->attn))
+                                    hd, c->model.softmax_type, &r->attn))
         lt_input_error("%s", r->attn.reason);
 }
 

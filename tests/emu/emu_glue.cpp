@@ -369,8 +369,8 @@ int cudnn_attention_bwd(LtBackend *, void *, const void *, const void *, const v
     return 0;
 }
 extern "C" int lt_cuda_attention_configure(LtBackend *be, LtAttnImpl want, int deterministic,
-                                           int head_dim, LtAttnChoice *out) {
-    const LtAttnEnv env = {want, deterministic, 1, cu_is_bf16(be), 90, 0, head_dim};
+                                           int head_dim, int softmax_type, LtAttnChoice *out) {
+    const LtAttnEnv env = {want, deterministic, 1, cu_is_bf16(be), 90, 0, head_dim, softmax_type};
     return lt_attn_resolve(&env, out);
 }
 extern "C" int lt_cuda_attention_info(LtBackend *, LtAttnInfo *info) {

@@ -15,8 +15,8 @@
  * column sum (colsum) and the router's dx update (act_add_f32) also have cases
  * of their own. The `model` case runs whole models (GPT, Llama, an MoE Llama
  * without and with the linear biases, that MoE Llama with gpt-oss's gated
- * activation) forward and backward on the emulated backend against the CPU
- * backend. */
+ * activation, Llama with attention sinks) forward and backward on the emulated
+ * backend against the CPU backend. */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #define main test_gpu_ops_main
 #include "../gpu/test_gpu_ops.c"
@@ -91,7 +91,8 @@ static void t_act_add_f32(const Pair *P) {
  * second layer (4 experts of 32, top-2, aux and z losses); that one with the
  * linear biases (model.add_bias_linear: the router's too); that MoE Llama with
  * gpt-oss's gated activation in the dense and the expert MLPs (quick_gelu,
- * offset 1) clamped at 0.1, which its gates and ups (about 0.16) cross. */
+ * offset 1) clamped at 0.1, which its gates and ups (about 0.16) cross; the
+ * dense Llama with learnable attention sinks (model.softmax_type). */
 static LtModelDims emu_gpt_dims(void) {
     return (LtModelDims){.num_layers = 2, .hidden = 64, .heads = 2, .ffn = 256, .seq_len = 32,
                          .max_pos = 32, .vocab = 100, .padded_vocab = 128};
@@ -120,6 +121,11 @@ static LtModelDims emu_glu_dims(void) {
     d.glu = (LtGlu){.quick = 1, .offset = 1.0f, .clamp = 0.1f};
     return d;
 }
+static LtModelDims emu_sinks_dims(void) {
+    LtModelDims d = emu_llama_dims();
+    d.softmax_type = LT_SOFTMAX_LEARNABLE;
+    return d;
+}
 
 /* One forward and backward of model d (batch 2) on backend be from the same
  * parameters and tokens: the summed token loss, and the gradients in g. */
@@ -144,9 +150,10 @@ static double emu_model_step(LtBackend *be, const LtModelDims *d, float *g) {
  * against the CPU backend: the loss, and each parameter's gradient by the
  * norm of its difference over its norm; the emulated run twice, bitwise. */
 static void t_model(const Pair *P) {
-    static const char *const names[] = {"gpt", "llama", "llama-moe", "moe-bias", "oss-glu"};
-    LtModelDims (*const dims[])(void) = {emu_gpt_dims, emu_llama_dims, emu_moe_dims,
-                                         emu_moe_bias_dims, emu_glu_dims};
+    static const char *const names[] = {"gpt",      "llama",   "llama-moe",
+                                        "moe-bias", "oss-glu", "llama-sinks"};
+    LtModelDims (*const dims[])(void) = {emu_gpt_dims,      emu_llama_dims, emu_moe_dims,
+                                         emu_moe_bias_dims, emu_glu_dims,   emu_sinks_dims};
     /* fp32: summation order only; bf16: the CPU backend rounds the same
      * tensors to bf16 but not always at the same points */
     const double loss_tol = P->bf16 ? 1e-3 : 1e-6, grad_tol = P->bf16 ? 3e-2 : 1e-5;

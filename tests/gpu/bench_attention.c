@@ -48,12 +48,12 @@ typedef struct {
 } Bench;
 
 static void run_fwd(Bench *b) {
-    b->be->ops->attention_fwd(b->be, b->out, b->lse, b->qkv, b->kstart, b->window, b->B, b->T,
-                              b->NH, b->NKV, b->HD);
+    b->be->ops->attention_fwd(b->be, b->out, b->lse, b->qkv, NULL, b->kstart, b->window, b->B,
+                              b->T, b->NH, b->NKV, b->HD);
 }
 static void run_bwd(Bench *b) {
-    b->be->ops->attention_bwd(b->be, b->dqkv, b->dout, b->qkv, b->out, b->lse, b->kstart,
-                              b->window, b->B, b->T, b->NH, b->NKV, b->HD);
+    b->be->ops->attention_bwd(b->be, b->dqkv, NULL, b->dout, b->qkv, b->out, b->lse, NULL,
+                              b->kstart, b->window, b->B, b->T, b->NH, b->NKV, b->HD);
 }
 
 /* Median seconds per call of fn. */
@@ -175,7 +175,7 @@ int main(int argc, char **argv) {
     static const int Ts[] = {1024, 2048}, HDs[] = {64, 128};
     for (int p = 0; p < 2 + nondet; p++) {
         LtAttnChoice ch;
-        if (lt_cuda_attention_configure(be, paths[p].impl, paths[p].deterministic, 0, &ch)) {
+        if (lt_cuda_attention_configure(be, paths[p].impl, paths[p].deterministic, 0, 0, &ch)) {
             printf("%s: not run: %s\n", paths[p].name, ch.reason);
             continue;
         }

@@ -987,13 +987,15 @@ static int32_t *doc_starts(int B, int T, int W, int32_t **doc) {
 
 /* One attention call: its shape, kstart (host, B*T; NULL: causal) and the
  * window argument (backend.h); doc (NULL: none): the documents behind ks,
- * declared to the backend (attention_documents) with doc_window. */
+ * declared to the backend (attention_documents) with doc_window; sink (host,
+ * NH; NULL: none): the softmax offsets (attention sinks). */
 typedef struct {
     int B, T, NH, NKV, HD;
     const int32_t *ks;
     int window;
     const int32_t *doc;
     int doc_window;
+    const float *sink;
 } AttnCall;
 
 /* c's kstart on be (NULL without one), its documents declared when c has them. */
@@ -1013,40 +1015,56 @@ static void attn_fwd_on(LtBackend *be, const AttnCall *c, const float *qkv, floa
     void *dq = act_up(be, qkv, nq), *dout_ = act_up(be, NULL, no);
     float *dl = f32_up(be, NULL, nl);
     int32_t *dks = kstart_up(be, c);
+    void *dsink = c->sink ? act_up(be, c->sink, (size_t)c->NH) : NULL;
     poison(be, dout_, lt_act_bytes(be, no)), poison(be, dl, nl * 4);
-    be->ops->attention_fwd(be, dout_, dl, dq, dks, c->window, c->B, c->T, c->NH, c->NKV, c->HD);
+    be->ops->attention_fwd(be, dout_, dl, dq, dsink, dks, c->window, c->B, c->T, c->NH, c->NKV,
+                           c->HD);
     act_down(be, o, dout_, no), f32_down(be, l, dl, nl);
     dfree(be, dout_), dfree(be, dl), dfree(be, dq);
     if (dks) dfree(be, dks);
+    if (dsink) dfree(be, dsink);
 }
 
 /* The call's backward on be from qkv, dout and a forward's out and lse (all
- * host): dqkv downloaded into g. bitwise: run it again and require the same
- * bytes. */
+ * host): dqkv downloaded into g; with sinks d offsets into gs (accumulated
+ * onto ones). bitwise: run it again and require the same bytes. */
 static void attn_bwd_on(const Pair *P, LtBackend *be, const AttnCall *c, const float *qkv,
                         const float *dout, const float *out, const float *lse, float *g,
-                        int bitwise) {
+                        float *gs, int bitwise) {
     const size_t nq = (size_t)c->B * c->T * (c->NH + 2 * c->NKV) * c->HD;
     const size_t no = (size_t)c->B * c->T * c->NH * c->HD, nl = (size_t)c->B * c->NH * c->T;
     void *dq = act_up(be, qkv, nq), *dy = act_up(be, dout, no), *dout_ = act_up(be, out, no);
     float *dl = f32_up(be, lse, nl);
     int32_t *dks = kstart_up(be, c);
-    void *dqkv = act_up(be, NULL, nq);
+    void *dqkv = act_up(be, NULL, nq), *dsink = c->sink ? act_up(be, c->sink, (size_t)c->NH) : NULL;
+    float *ones = hzeros((size_t)c->NH);
+    for (int h = 0; h < c->NH; h++) ones[h] = 1.f;
+    float *ds = c->sink ? f32_up(be, ones, (size_t)c->NH) : NULL;
     poison(be, dqkv, lt_act_bytes(be, nq));
-    be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, dks, c->window, c->B, c->T, c->NH,
-                           c->NKV, c->HD);
+    be->ops->attention_bwd(be, dqkv, ds, dy, dq, dout_, dl, dsink, dks, c->window, c->B, c->T,
+                           c->NH, c->NKV, c->HD);
     act_down(be, g, dqkv, nq);
+    if (ds) f32_down(be, gs, ds, (size_t)c->NH);
     if (bitwise) {
+        if (ds) be->ops->upload(be, ds, ones, (size_t)c->NH * sizeof(float));
         void *first = raw_down(be, dqkv, lt_act_bytes(be, nq));
         poison(be, dqkv, lt_act_bytes(be, nq));
-        be->ops->attention_bwd(be, dqkv, dy, dq, dout_, dl, dks, c->window, c->B, c->T, c->NH,
-                               c->NKV, c->HD);
+        be->ops->attention_bwd(be, dqkv, ds, dy, dq, dout_, dl, dsink, dks, c->window, c->B, c->T,
+                               c->NH, c->NKV, c->HD);
         void *bits = raw_down(be, dqkv, lt_act_bytes(be, nq));
         same_bits(P, "attn_bwd dqkv", bits, first, lt_act_bytes(be, nq));
         free(first), free(bits);
+        if (ds) {
+            float *again = hzeros((size_t)c->NH);
+            f32_down(be, again, ds, (size_t)c->NH);
+            same_bits(P, "attn_bwd d offsets", again, gs, (size_t)c->NH * sizeof(float));
+            free(again);
+        }
     }
     dfree(be, dq), dfree(be, dy), dfree(be, dout_), dfree(be, dl), dfree(be, dqkv);
     if (dks) dfree(be, dks);
+    if (dsink) dfree(be, dsink), dfree(be, ds);
+    free(ones);
 }
 
 /* The call on P's reference and device under test, forward and backward
@@ -1058,16 +1076,17 @@ static void attn_pair(const Pair *P, const AttnCall *c, const char *tag, double 
     const size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD;
     const size_t nl = (size_t)B * NH * T;
     float *qkv = hrand(nq, 1.7f, P->bf16), *dout = hrand(no, 1.f, P->bf16);
-    float *o[2], *l[2], *g[2];
+    float *o[2], *l[2], *g[2], *gs[2];
     for (int k = 0; k < 2; k++) {
-        o[k] = hzeros(no), l[k] = hzeros(nl), g[k] = hzeros(nq);
+        o[k] = hzeros(no), l[k] = hzeros(nl), g[k] = hzeros(nq), gs[k] = hzeros((size_t)NH);
         attn_fwd_on(k ? P->dut : P->ref, c, qkv, o[k], l[k]);
     }
     float *oin = o[0];
     if (P->bf16)
         for (size_t i = 0; i < no; i++) oin[i] = lt_bf16_round(oin[i]);
     for (int k = 0; k < 2; k++)
-        attn_bwd_on(P, k ? P->dut : P->ref, c, qkv, dout, oin, l[0], g[k], k && !P->nondet);
+        attn_bwd_on(P, k ? P->dut : P->ref, c, qkv, dout, oin, l[0], g[k], gs[k],
+                    k && !P->nondet);
     char nm[96];
     double tol_out = P->tol, tol_dqkv = P->tol; /* bf16: see attn_bound.h */
     if (P->bf16)
@@ -1082,7 +1101,9 @@ static void attn_pair(const Pair *P, const AttnCall *c, const char *tag, double 
     cmp(P, "attn_fwd lse", l[1], l[0], nl, slack * P->tol);
     snprintf(nm, sizeof nm, "attn_bwd%s T%d NH%d NKV%d HD%d dqkv", tag, T, NH, NKV, HD);
     cmp(P, nm, g[1], g[0], nq, slack * tol_dqkv);
-    for (int k = 0; k < 2; k++) free(o[k]), free(l[k]), free(g[k]);
+    /* d offsets: B*T terms exp(o - lse) D, each as accurate as lse and D */
+    if (c->sink) cmp(P, "attn_bwd d offsets", gs[1], gs[0], (size_t)NH, slack * tol_dqkv);
+    for (int k = 0; k < 2; k++) free(o[k]), free(l[k]), free(g[k]), free(gs[k]);
     free(qkv), free(dout);
 }
 
@@ -1131,14 +1152,14 @@ static void attention_cases(const Pair *P, int docs) {
         if (g_quick && !attn_shapes[s].quick) continue;
         if (g_quick && docs && !(docs_quick >> s & 1)) continue;
         const AttnCall c = {attn_shapes[s].B, attn_shapes[s].T, attn_shapes[s].NH,
-                            attn_shapes[s].NKV, attn_shapes[s].HD, NULL, -1, NULL, -1};
+                            attn_shapes[s].NKV, attn_shapes[s].HD, NULL, -1, NULL, -1, NULL};
         if (!docs) {
             attn_pair(P, &c, "", 1.0);
             continue;
         }
         const int W = s % 2 ? 48 : -1;
         int32_t *doc, *ks = doc_starts(c.B, c.T, W, &doc);
-        const AttnCall cd = {c.B, c.T, c.NH, c.NKV, c.HD, ks, -1, doc, W};
+        const AttnCall cd = {c.B, c.T, c.NH, c.NKV, c.HD, ks, -1, doc, W, NULL};
         if (P->cudnn) lt_cuda_attention_info(P->dut, &before);
         attn_pair(P, &cd, W >= 0 ? " docs W48" : " docs", 1.0);
         check_cudnn_docs(P, &cd, &before);
@@ -1209,7 +1230,7 @@ static void t_attention_window(const Pair *P) {
         const int B = window_shapes[s].B, T = window_shapes[s].T, W = window_shapes[s].W;
         int32_t *ks = window_starts(B, T, W);
         const AttnCall c = {B, T, window_shapes[s].NH, window_shapes[s].NKV, window_shapes[s].HD,
-                            ks, W, NULL, -1};
+                            ks, W, NULL, -1, NULL};
         char tag[32];
         snprintf(tag, sizeof tag, " W%d", W);
         attn_pair(P, &c, tag, 1.0);
@@ -1222,6 +1243,29 @@ static void t_attention_window(const Pair *P) {
         free(ks);
     }
 }
+/* Attention sinks (model.softmax_type; backend.h's offsets): a logit per head
+ * (random, and off-by-one's zeros) on the tensor-core path (HD 64, grouped
+ * K/V, with a sliding window; HD 128 with packed documents) and the generic
+ * one (HD 40), out, lse, dqkv and d offsets against the reference; on the
+ * cuDNN pair the calls run lattice's kernels (cuDNN has no sink). */
+static void t_attention_sinks(const Pair *P) {
+    static const struct {
+        int B, T, NH, NKV, HD, W, docs, zeros;
+    } shapes[] = {{2, 150, 4, 2, 64, 48, 0, 0}, {1, 200, 2, 1, 128, -1, 1, 0},
+                  {2, 70, 4, 4, 40, -1, 0, 0},  {1, 100, 2, 2, 64, -1, 0, 1}};
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+        const int B = shapes[s].B, T = shapes[s].T, NH = shapes[s].NH, W = shapes[s].W;
+        float *sink = shapes[s].zeros ? hzeros((size_t)NH) : hrand((size_t)NH, 2.f, P->bf16);
+        int32_t *doc = NULL, *ks = shapes[s].docs ? doc_starts(B, T, -1, &doc)
+                                 : W >= 0       ? window_starts(B, T, W)
+                                                : NULL;
+        const AttnCall c = {B,  T,  NH, shapes[s].NKV, shapes[s].HD, ks, shapes[s].docs ? -1 : W,
+                            doc, -1, sink};
+        attn_pair(P, &c, shapes[s].zeros ? " sinks 0" : " sinks", 1.0);
+        free(sink), free(ks), free(doc);
+    }
+}
+
 /* ======================= cross-entropy ======================= */
 static void t_xent(const Pair *P) {
     /* Vp 12: fp32 packs, bf16 single elements; Vp 50: single elements in both */
@@ -1901,7 +1945,8 @@ static const Case cases[] = {
     {"layernorm", t_layernorm, 1}, {"add_act", t_add_act, 1},
     {"linear", t_linear, 1},       {"gelu", t_gelu, 1},
     {"attention", t_attention, 1}, {"attention_docs", t_attention_docs, 1},
-    {"attention_window", t_attention_window, 1}, {"xent", t_xent, 1},
+    {"attention_window", t_attention_window, 1}, {"attention_sinks", t_attention_sinks, 1},
+    {"xent", t_xent, 1},
     {"xent_tp", t_xent_tp, 1},     {"adamw", t_adamw, 1},
     {"reduce", t_reduce, 1},       {"step_scalars", t_step_scalars, 0},
     {"memory_streams", t_memory_streams, 0},
@@ -1960,7 +2005,7 @@ static LtBackend *make_cuda(LtDtype dt, int alt) {
         exit(1);
     }
     LtAttnChoice ch; /* lattice's kernels, explicitly (the cuDNN pair has its own backend) */
-    if (lt_cuda_attention_configure(be, LT_ATTN_LATTICE, 1, 0, &ch)) {
+    if (lt_cuda_attention_configure(be, LT_ATTN_LATTICE, 1, 0, 0, &ch)) {
         printf("FAIL attention_configure_lattice: %s\n", ch.reason);
         exit(1);
     }
@@ -1974,13 +2019,13 @@ static LtBackend *make_cudnn(int *nondet) {
     LtBackend *be = make_cuda(LT_BF16, 0);
     LtAttnChoice ch;
     *nondet = 0;
-    if (lt_cuda_attention_configure(be, LT_ATTN_CUDNN, 1, 0, &ch) == 0) {
+    if (lt_cuda_attention_configure(be, LT_ATTN_CUDNN, 1, 0, 0, &ch) == 0) {
         printf("cuDNN pair: %s\n", ch.reason);
         return be;
     }
     printf("deterministic cuDNN attention refused: %s\n", ch.reason);
     *nondet = 1;
-    if (lt_cuda_attention_configure(be, LT_ATTN_CUDNN, 0, 0, &ch) == 0) {
+    if (lt_cuda_attention_configure(be, LT_ATTN_CUDNN, 0, 0, 0, &ch) == 0) {
         printf("cuDNN pair (no bitwise check): %s\n", ch.reason);
         return be;
     }
@@ -1995,12 +2040,14 @@ static LtBackend *make_cudnn(int *nondet) {
 static LtBackend *g_fp32_backend;
 static void test_cudnn_refuses_fp32(void) {
     LtAttnChoice ch;
-    CHECK(lt_cuda_attention_configure(g_fp32_backend, LT_ATTN_CUDNN, 1, 64, &ch) == -1 &&
+    CHECK(lt_cuda_attention_configure(g_fp32_backend, LT_ATTN_CUDNN, 1, 64, 0, &ch) == -1 &&
               strstr(ch.reason, "model.attention=cudnn") && strstr(ch.reason, "train.precision"),
           "explicit cudnn in fp32: %s", ch.reason);
-    CHECK(lt_cuda_attention_configure(g_fp32_backend, LT_ATTN_AUTO, 1, 64, &ch) == 0 && !ch.cudnn,
+    CHECK(lt_cuda_attention_configure(g_fp32_backend, LT_ATTN_AUTO, 1, 64, 0, &ch) == 0 &&
+              !ch.cudnn,
           "auto in fp32: %s", ch.reason);
-    CHECK(lt_cuda_attention_configure(g_fp32_backend, LT_ATTN_LATTICE, 1, 64, &ch) == 0, "reset");
+    CHECK(lt_cuda_attention_configure(g_fp32_backend, LT_ATTN_LATTICE, 1, 64, 0, &ch) == 0,
+          "reset");
 }
 
 /* A cuDNN failure is never fatal: with LT_CUDNN_FAIL=build and =execute
@@ -2016,8 +2063,8 @@ static void attn_run_raw(LtBackend *be, const float *qkv, const float *dout, int
     float *dl = f32_up(be, NULL, nl);
     void *dg = act_up(be, NULL, nq);
     poison(be, dg, lt_act_bytes(be, nq));
-    be->ops->attention_fwd(be, o, dl, dq, NULL, -1, B, T, NH, NH, HD);
-    be->ops->attention_bwd(be, dg, dy, dq, o, dl, NULL, -1, B, T, NH, NH, HD);
+    be->ops->attention_fwd(be, o, dl, dq, NULL, NULL, -1, B, T, NH, NH, HD);
+    be->ops->attention_bwd(be, dg, NULL, dy, dq, o, dl, NULL, NULL, -1, B, T, NH, NH, HD);
     *out = raw_down(be, o, lt_act_bytes(be, no));
     *lse = raw_down(be, dl, nl * 4);
     *dqkv = raw_down(be, dg, lt_act_bytes(be, nq));
@@ -2036,8 +2083,8 @@ static void test_cudnn_failure_falls_back(void) {
         setenv("LT_CUDNN_FAIL", hooks[h], 1);
         LtBackend *be = make_cuda(LT_BF16, 0);
         LtAttnChoice ch;
-        int rc = lt_cuda_attention_configure(be, LT_ATTN_CUDNN, 1, HD, &ch);
-        if (rc) rc = lt_cuda_attention_configure(be, LT_ATTN_CUDNN, 0, HD, &ch);
+        int rc = lt_cuda_attention_configure(be, LT_ATTN_CUDNN, 1, HD, 0, &ch);
+        if (rc) rc = lt_cuda_attention_configure(be, LT_ATTN_CUDNN, 0, HD, 0, &ch);
         unsetenv("LT_CUDNN_FAIL");
         CHECK(rc == 0 && ch.cudnn, "LT_CUDNN_FAIL=%s: cuDNN backend: %s", hooks[h], ch.reason);
         if (rc == 0) {
