@@ -21,7 +21,18 @@
  * model.layers.L.block_sparse_moe.gate.weight = h.L.mlp.router.weight,
  * block_sparse_moe.experts.e.{w1,w3}.weight = the gate | up row blocks of
  * h.L.mlp.experts.e.gate_up.weight, block_sparse_moe.experts.e.w2.weight =
- * h.L.mlp.experts.e.down.weight. */
+ * h.L.mlp.experts.e.down.weight.
+ * gpt-oss (GptOssForCausalLM: a Mixtral-like Llama with biases, attention
+ * sinks and quick-GeGLU experts): Llama's attention names plus
+ * self_attn.{q,k,v}_proj.bias = the q | k | v blocks of h.L.attn.qkv.bias,
+ * self_attn.o_proj.bias = h.L.attn.proj.bias, self_attn.sinks =
+ * h.L.attn.softmax_offset; mlp.router.{weight,bias} = h.L.mlp.router.*;
+ * mlp.experts.gate_up_proj (E, C, 2F) = every expert's gate_up.weight
+ * transposed, gate and up interleaved (HF's column 2k the gate's row k, 2k + 1
+ * the up's), gate_up_proj_bias (E, 2F) interleaved alike, down_proj (E, F, C)
+ * = every expert's down.weight transposed, down_proj_bias (E, C). Biases or
+ * sinks the model lacks (no model.add_bias_linear; softmax_type off-by-one)
+ * export as zeros, which compute the same. */
 #ifndef LT_HF_H
 #define LT_HF_H
 
@@ -57,6 +68,11 @@ int lt_hf_plain(const LtHfMap *m);
  * parameters' rows in master (t's offsets): to_hf 1 gathers (zeros for param
  * -1), 0 scatters. */
 void lt_hf_copy(const LtHfMap *m, const LtParamTable *t, float *master, float *hf, int to_hf);
+
+/* 1 when the model of d exports as GptOssForCausalLM (a Llama-block MoE with
+ * gpt-oss's quick GeGLU experts; the other settings it needs are checked by
+ * export), else 0. */
+int lt_hf_gptoss(const LtModelDims *d);
 
 /* The Hugging Face tensors of the model of t (a tp = 1 table of the whole
  * model: lt_params_build), in the order export writes them. *out is

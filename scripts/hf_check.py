@@ -88,6 +88,18 @@ def models():
         rope_theta=1e6, num_local_experts=4, num_experts_per_tok=2, sliding_window=None,
         tie_word_embeddings=False, output_router_logits=True, router_aux_loss_coef=0.02)
     yield "mixtral", transformers.MixtralForCausalLM(mixtral)
+    # gpt-oss's every feature: biases, sinks, a window of 4 keys on the even layers, YaRN,
+    # and a clamp low enough (0.05) that the experts' inputs cross it
+    gptoss = transformers.GptOssConfig(
+        hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, vocab_size=37, max_position_embeddings=64,
+        rms_norm_eps=1e-5, num_local_experts=4, num_experts_per_tok=2, sliding_window=4,
+        swiglu_limit=0.05, tie_word_embeddings=False, output_router_logits=True,
+        router_aux_loss_coef=0.02,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
+                         "original_max_position_embeddings": 16, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "truncate": False})
+    yield "gpt_oss", transformers.GptOssForCausalLM(gptoss)
     for tied in (True, False):
         gpt = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=250,
                                       tie_word_embeddings=tied, resid_pdrop=0.0, embd_pdrop=0.0,
@@ -103,14 +115,19 @@ def perturb(model):
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(0.05 * torch.randn(p.shape, generator=g))
-            elif name.endswith("mlp.gate.weight"):
+            elif name.endswith(("mlp.gate.weight", "mlp.router.weight")):
                 p.mul_(20.0)
+            elif name.endswith("_proj_bias"):  # gpt-oss's stacked expert biases
+                p.add_(0.05 * torch.randn(p.shape, generator=g))
 
 
 def eager(model):
     """from_pretrained's arguments for an MoE model: the experts as the published
-    per-expert loop (transformers 5's default grouped GEMM has no float64)."""
-    return {"experts_implementation": "eager"} if "Mixtral" in type(model).__name__ else {}
+    per-expert loop (transformers 5's default grouped GEMM has no float64), and
+    for gpt-oss the eager attention, the one that reads the sinks in float64."""
+    name = type(model).__name__
+    return ({"experts_implementation": "eager"} if "Mixtral" in name or "GptOss" in name else {}) | \
+        ({"attn_implementation": "eager"} if "GptOss" in name else {})
 
 
 def check(lattice, name, model, dtype, tmp):
@@ -239,9 +256,19 @@ def trains_on(lattice, name, ck, vocab, tmp):
                f"EP 2 {b} against {a}")
 
 
-def lattice_mixtral(lattice, tmp):
-    """A Mixtral-shaped model trained by lattice, exported, against transformers."""
-    name = "lattice_mixtral"
+# lattice's gpt-oss keys on llama-tiny: biases, sinks, quick GeGLU with gpt-oss's offset
+# and a clamp (0.05, so that it acts), windows of 3 keys before the query on the even
+# layers, YaRN untruncated
+GPTOSS_KEYS = ["model.add_bias_linear=true", "model.softmax_type=learnable", "model.quick_geglu=true",
+               "model.glu_linear_offset=1", "model.activation_func_clamp_value=0.05",
+               "model.window_size=[3, 0]", "model.window_attn_skip_freq=2",
+               "model.rope_scaling=yarn", "model.rope_scaling_factor=4",
+               "model.rope_original_max_position=16", "model.rope_truncate=false"]
+
+
+def lattice_moe(lattice, tmp, name, cls, extra):
+    """An MoE model trained by lattice (llama-tiny, 4 experts top 2 in every layer,
+    aux and z loss, and `extra`), exported, against transformers' class `cls`."""
     ck, hf = os.path.join(tmp, name + "_ck"), os.path.join(tmp, name + "_hf")
     g = torch.Generator().manual_seed(5)
     shard = os.path.join(tmp, name + "_train.ltok")
@@ -252,10 +279,10 @@ def lattice_mixtral(lattice, tmp):
     moe = ["model.num_experts=4", "model.moe_router_topk=2", "model.moe_ffn_hidden_size=48",
            "model.moe_aux_loss_coeff=0.01", "model.moe_z_loss_coeff=0.001"]
     run([lattice, "train", cfg, f"data.train_path={shard}", "train.steps=6", "eval.interval=0",
-         f"checkpoint.dir={ck}"] + moe)
+         f"checkpoint.dir={ck}"] + moe + extra)
     run([lattice, "export", ck, hf])
-    model, info = transformers.MixtralForCausalLM.from_pretrained(
-        hf, output_loading_info=True, torch_dtype=torch.float32, experts_implementation="eager")
+    kw = {"experts_implementation": "eager"} | ({"attn_implementation": "eager"} if "GptOss" in cls.__name__ else {})
+    model, info = cls.from_pretrained(hf, output_loading_info=True, torch_dtype=torch.float32, **kw)
     missing = sorted(info["missing_keys"]) + sorted(info["unexpected_keys"])
     report(not missing, f"{name}_keys", f"missing/unexpected {missing}")
     c = model.config
@@ -283,17 +310,20 @@ def main():
                     ck, ref = check(a.lattice, name, model, dtype, tmp)
                     if dtype == "float32":
                         eval_loss(a.lattice, name, ck, ref, tmp)
-                    if name in ("mixtral", "llama_bias") and dtype == "float32":
+                    if name in ("mixtral", "llama_bias", "gpt_oss") and dtype == "float32":
                         logits_vs_lattice(a.lattice, name, ck, ref, tmp)
-                    if name == "mixtral" and dtype == "float32":
+                    if name in ("mixtral", "gpt_oss") and dtype == "float32":
                         trains_on(a.lattice, name, ck, model.config.vocab_size, tmp)
                 except Exception as e:  # a failed step fails its case, the others still run
                     report(False, f"{name}_{dtype}", str(e))
-        try:
-            if not a.only or "lattice_mixtral".startswith(a.only):
-                lattice_mixtral(a.lattice, tmp)
-        except Exception as e:
-            report(False, "lattice_mixtral", str(e))
+        for name, cls, extra in (("lattice_mixtral", transformers.MixtralForCausalLM, []),
+                                 ("lattice_gpt_oss", transformers.GptOssForCausalLM, GPTOSS_KEYS)):
+            if a.only and not name.startswith(a.only):
+                continue
+            try:
+                lattice_moe(a.lattice, tmp, name, cls, extra)
+            except Exception as e:
+                report(False, name, str(e))
     print(f"{failures} failed")
     sys.exit(1 if failures else 0)
 

@@ -251,6 +251,104 @@ static int bias_refusal(const LtConfig *c, const LtModelDims *d, char *err, size
     return 0;
 }
 
+/* 0 when the MoE model of c (d) is one GptOssForCausalLM computes; else -1
+ * naming the key that makes it another model. Biases and sinks it lacks are
+ * exported as zeros (hf.h). */
+static int gptoss_refusal(const LtConfig *c, const LtModelDims *d, char *err, size_t errlen) {
+    const char *no = "cannot export as GptOssForCausalLM, the Hugging Face model of quick-GeGLU "
+                     "experts:";
+    if (d->glu.offset != 1.0f || d->glu.clamp <= 0)
+        return lt_errorf(err, errlen, "%s model.glu_linear_offset=%g and model.activation_func_clamp_value=%g; "
+                         "gpt-oss's experts compute (clamp(up) + 1) * quick_gelu(min(gate, limit)) "
+                         "(offset 1, a clamp > 0)", no, c->model.glu_linear_offset,
+                         c->model.activation_func_clamp_value);
+    if (d->softmax_type == LT_SOFTMAX_VANILLA)
+        return lt_errorf(err, errlen, "%s model.softmax_type=vanilla; gpt-oss's attention has a sink "
+                         "logit per head (learnable, or off-by-one: a sink of 0)", no);
+    if (d->qk_norm)
+        return lt_errorf(err, errlen, "%s model.qk_layernorm=true; gpt-oss's attention has no "
+                         "per-head query/key norm", no);
+    if (d->moe.shared_ffn > 0)
+        return lt_errorf(err, errlen, "%s model.moe_shared_expert_intermediate_size=%d; gpt-oss has "
+                         "no shared expert", no, d->moe.shared_ffn);
+    for (int l = 0; l < d->num_layers; l++)
+        if (!lt_dims_moe_layer(d, l))
+            return lt_errorf(err, errlen, "%s model.moe_layer_freq=\"%.100s\" leaves layer %d dense; "
+                             "every gpt-oss layer is an MoE layer", no, c->model.moe_layer_freq, l);
+    if (d->moe.score != LT_MOE_SOFTMAX || d->moe.pre_softmax)
+        return lt_errorf(err, errlen, "%s model.moe_router_score_function=%s, moe_router_pre_softmax=%s; "
+                         "gpt-oss's router takes a softmax over the top k logits (softmax, false)", no,
+                         d->moe.score == LT_MOE_SOFTMAX ? "softmax" : "sigmoid",
+                         d->moe.pre_softmax ? "true" : "false");
+    if (c->model.moe_router_topk_scaling_factor != 0 && c->model.moe_router_topk_scaling_factor != 1)
+        return lt_errorf(err, errlen, "%s model.moe_router_topk_scaling_factor=%g; gpt-oss does not "
+                         "scale its routing weights (0 or 1)", no, c->model.moe_router_topk_scaling_factor);
+    if (d->moe.capacity > 0)
+        return lt_errorf(err, errlen, "%s model.moe_expert_capacity_factor=%g drops tokens; gpt-oss "
+                         "computes every routed token (0: dropless)", no, (double)d->moe.capacity);
+    if (c->model.moe_router_enable_expert_bias)
+        return lt_errorf(err, errlen, "%s model.moe_router_enable_expert_bias=true; gpt-oss's router "
+                         "has no expert bias", no);
+    return 0;
+}
+
+/* gpt-oss's config.json: the rotary settings as rope_parameters (its config
+ * reads an absent one as YaRN with factor 32), the layers' window pattern as
+ * layer_types with sliding_window W + 1 (its window counts the query's own key;
+ * lattice's W keys before it), swiglu_limit the clamp. */
+static void write_gptoss_config(FILE *f, const LtConfig *c, const LtModelDims *d) {
+    char eps[40], theta[40], init[40], aux[40], limit[40], rope[512];
+    json_float(c->model.norm_epsilon, eps, sizeof eps);
+    json_float(c->model.init_method_std, init, sizeof init);
+    json_float(c->model.rotary_base, theta, sizeof theta);
+    json_float(c->model.moe_aux_loss_coeff, aux, sizeof aux);
+    json_float(c->model.activation_func_clamp_value, limit, sizeof limit);
+    rope_scaling_json(c, rope, sizeof rope);
+    fprintf(f,
+            "{\n"
+            "  \"model_type\": \"gpt_oss\",\n"
+            "  \"architectures\": [\"GptOssForCausalLM\"],\n"
+            "  \"hidden_size\": %d,\n"
+            "  \"intermediate_size\": %d,\n"
+            "  \"num_hidden_layers\": %d,\n"
+            "  \"num_attention_heads\": %d,\n"
+            "  \"num_key_value_heads\": %d,\n"
+            "  \"head_dim\": %d,\n"
+            "  \"num_local_experts\": %d,\n"
+            "  \"num_experts_per_tok\": %d,\n"
+            "  \"max_position_embeddings\": %d,\n"
+            "  \"vocab_size\": %d,\n"
+            "  \"rms_norm_eps\": %s,\n",
+            c->model.hidden_size, d->moe.ffn, c->model.num_layers, c->model.num_attention_heads,
+            lt_dims_kv_heads(d), (int)lt_dims_head_dim(d), d->moe.experts, d->moe.topk,
+            c->model.max_position_embeddings, c->model.vocab_size, eps);
+    if (!strcmp(rope, "null"))
+        fprintf(f, "  \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": %s},\n", theta);
+    else /* the scaling's object with the base added */
+        fprintf(f, "  \"rope_parameters\": {\n    \"rope_theta\": %s,%s,\n", theta, rope + 1);
+    fprintf(f, "  \"sliding_window\": %d,\n  \"layer_types\": [",
+            c->model.window_left >= 0 ? c->model.window_left + 1 : 128);
+    for (int l = 0; l < c->model.num_layers; l++)
+        fprintf(f, "%s\"%s\"", l ? ", " : "",
+                c->model.window_left >= 0 && c->model.window_layer[l] ? "sliding_attention"
+                                                                      : "full_attention");
+    fprintf(f,
+            "],\n"
+            "  \"swiglu_alpha\": 1.702,\n"
+            "  \"swiglu_limit\": %s,\n"
+            "  \"attention_bias\": true,\n"
+            "  \"attention_dropout\": 0.0,\n"
+            "  \"hidden_act\": \"silu\",\n"
+            "  \"router_aux_loss_coef\": %s,\n"
+            "  \"output_router_logits\": %s,\n"
+            "  \"tie_word_embeddings\": %s,\n"
+            "  \"initializer_range\": %s,\n"
+            "  \"torch_dtype\": \"float32\"\n"
+            "}\n",
+            limit, aux, c->model.moe_aux_loss_coeff > 0 ? "true" : "false",
+            c->model.untie_embeddings_and_output_weights ? "false" : "true", init);
+}
+
 /* 0 when c attends over the whole causal context in every layer; else -1: the
  * configs lattice writes have no sliding window (Llama has none; a Mixtral or
  * Qwen3 window would cover every layer, with W keys where lattice's covers
@@ -306,7 +404,8 @@ static int write_config_json(const char *path, const LtConfig *c, const LtModelD
         return lt_errorf(err, errlen, "path too long: %s", path);
     FILE *f = fopen(tmp, "w");
     if (!f) return lt_errorf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-    if (c->model.arch == LT_ARCH_LLAMA) write_llama_config(f, c, d);
+    if (lt_hf_gptoss(d)) write_gptoss_config(f, c, d);
+    else if (c->model.arch == LT_ARCH_LLAMA) write_llama_config(f, c, d);
     else write_gpt2_config(f, c);
     if (lt_file_commit(f, tmp, err, errlen) || lt_rename_durable(tmp, path, err, errlen)) {
         remove(tmp);
@@ -344,9 +443,11 @@ int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t e
         return -1;
     }
     const LtModelDims dims = lt_dims_from_config(cfg);
-    if (window_refusal(cfg, emsg, sizeof emsg) || bias_refusal(cfg, &dims, emsg, sizeof emsg) ||
-        glu_refusal(cfg, emsg, sizeof emsg) || sinks_refusal(cfg, emsg, sizeof emsg) ||
-        (dims.moe.experts > 0 && mixtral_refusal(cfg, &dims, emsg, sizeof emsg))) {
+    const int gptoss = lt_hf_gptoss(&dims);
+    if (gptoss ? gptoss_refusal(cfg, &dims, emsg, sizeof emsg)
+               : window_refusal(cfg, emsg, sizeof emsg) || bias_refusal(cfg, &dims, emsg, sizeof emsg) ||
+                     glu_refusal(cfg, emsg, sizeof emsg) || sinks_refusal(cfg, emsg, sizeof emsg) ||
+                     (dims.moe.experts > 0 && mixtral_refusal(cfg, &dims, emsg, sizeof emsg))) {
         lt_errorf(err, errlen, "%s/config.yaml: %s", stepdir, emsg);
         free(cfg);
         return -1;

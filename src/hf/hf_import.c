@@ -176,14 +176,16 @@ static int need_str(const Cfg *c, const LtJson *obj, const char *where, const ch
 }
 
 /* The model classes import reads. */
-typedef enum { HF_LLAMA = 0, HF_GPT2, HF_MIXTRAL, HF_QWEN3, HF_NCLASSES } HfClass;
+typedef enum { HF_LLAMA = 0, HF_GPT2, HF_MIXTRAL, HF_QWEN3, HF_GPTOSS, HF_NCLASSES } HfClass;
 static const struct { const char *cls, *type; } hf_classes[HF_NCLASSES] = {
     [HF_LLAMA] = {"LlamaForCausalLM", "llama"},
     [HF_GPT2] = {"GPT2LMHeadModel", "gpt2"},
     [HF_MIXTRAL] = {"MixtralForCausalLM", "mixtral"},
     [HF_QWEN3] = {"Qwen3ForCausalLM", "qwen3"},
+    [HF_GPTOSS] = {"GptOssForCausalLM", "gpt_oss"},
 };
-#define HF_CLASS_LIST "LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM or GPT2LMHeadModel"
+#define HF_CLASS_LIST                                                                              \
+    "LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, GptOssForCausalLM or GPT2LMHeadModel"
 
 /* The model class: "architectures" (one of ours) and/or "model_type". */
 static int read_arch(const Cfg *c, HfClass *cls) {
@@ -208,7 +210,7 @@ static int read_arch(const Cfg *c, HfClass *cls) {
         if (t < 0 || (found >= 0 && t != found))
             return lt_errorf(c->err, c->errlen, "%s: model_type '%.80s' is not %s", c->path, type->text,
                              found >= 0 ? hf_classes[found].type
-                                        : "'llama', 'qwen3', 'mixtral' or 'gpt2'");
+                                        : "'llama', 'qwen3', 'mixtral', 'gpt_oss' or 'gpt2'");
         found = t;
     }
     if (found < 0)
@@ -293,16 +295,22 @@ typedef struct {
     int max_pos;
     double norm_eps, rope_theta;
     int head_dim; /* 0: hidden_size / num_attention_heads */
+    int attention_bias; /* gpt-oss: biases on every linear, attention_bias must be true */
 } LlamaDefaults;
-static const LlamaDefaults llama_defaults = {0, 2048, 1e-6, 10000.0, 0},
-                           mixtral_defaults = {8, 131072, 1e-5, 1e6, 0},
-                           qwen3_defaults = {0, 32768, 1e-6, 10000.0, 128};
+static const LlamaDefaults llama_defaults = {0, 2048, 1e-6, 10000.0, 0, 0},
+                           mixtral_defaults = {8, 131072, 1e-5, 1e6, 0, 0},
+                           qwen3_defaults = {0, 32768, 1e-6, 10000.0, 128, 0},
+                           gptoss_defaults = {8, 131072, 1e-5, 150000.0, 64, 1};
 
 /* attention_bias and mlp_bias: LlamaForCausalLM's both on are lattice's
  * model.add_bias_linear; Qwen3 and Mixtral (and one without the other) only
  * without biases. */
 static int read_biases(const Cfg *c, const LlamaDefaults *def, LtConfig *m) {
     int attn = 0, mlp = 0;
+    if (def->attention_bias) { /* gpt-oss: every linear has its bias */
+        m->model.add_bias_linear = LT_BIAS_TRUE;
+        return need_bool(c, "attention_bias", 1, 1, "gpt-oss's biases on every linear");
+    }
     if (get_bool(c, "attention_bias", 0, &attn) || get_bool(c, "mlp_bias", 0, &mlp)) return -1;
     if (def == &llama_defaults && attn && mlp) {
         m->model.add_bias_linear = LT_BIAS_TRUE;
@@ -399,6 +407,101 @@ static int read_mixtral(const Cfg *c, LtConfig *cfg) {
     return 0;
 }
 
+/* gpt-oss's layer_types (absent: its default, sliding on the even layers)
+ * and sliding_window (keys counted with the query's own: lattice's window
+ * is one less) as model.window_size and window_attn_skip_freq's list. */
+static int read_gptoss_windows(const Cfg *c, LtConfig *cfg) {
+    const int L = cfg->model.num_layers;
+    int window = 128, any = 0;
+    if (get_int(c, c->js, "", "sliding_window", 1, INT_MAX, 128, &window)) return -1;
+    const LtJson *types = opt(c->js, "layer_types");
+    if (types && (types->type != LT_JSON_ARRAY || types->n != L))
+        return lt_errorf(c->err, c->errlen, "%s: 'layer_types' must list num_hidden_layers (%d) strings",
+                         c->path, L);
+    char *pat = cfg->model.window_attn_skip_freq;
+    const size_t cap = sizeof cfg->model.window_attn_skip_freq;
+    size_t at = (size_t)snprintf(pat, cap, "[");
+    for (int l = 0; l < L; l++) {
+        int sliding = l % 2 == 0;
+        if (types) {
+            const LtJson *t = &types->kids[l];
+            if (t->type != LT_JSON_STRING ||
+                (strcmp(t->text, "sliding_attention") && strcmp(t->text, "full_attention")))
+                return lt_errorf(c->err, c->errlen, "%s: 'layer_types[%d]' must be \"sliding_attention\" "
+                                 "or \"full_attention\"", c->path, l);
+            sliding = !strcmp(t->text, "sliding_attention");
+        }
+        any |= sliding;
+        if (at < cap) at += (size_t)snprintf(pat + at, cap - at, "%s%d", l ? ", " : "", sliding);
+    }
+    if (at + 1 >= cap)
+        return lt_errorf(c->err, c->errlen, "%s: %d layers of layer_types exceed lattice's pattern", c->path, L);
+    snprintf(pat + at, cap - at, "]");
+    if (!any) {
+        pat[0] = cfg->model.window_size[0] = '\0';
+        return 0;
+    }
+    snprintf(cfg->model.window_size, sizeof cfg->model.window_size, "[%d, 0]", window - 1);
+    return 0;
+}
+
+/* gpt-oss: Llama's block with biases on every linear (model.add_bias_linear),
+ * a learned sink logit per head (softmax_type learnable), windows on the
+ * layers layer_types names, and an MoE block in every layer whose router
+ * takes a softmax over its top k biased logits and whose experts compute
+ * quick_gelu(min(gate, limit)) * (clamp(up, -limit, limit) + 1) (quick_geglu,
+ * glu_linear_offset 1, activation_func_clamp_value = swiglu_limit). Absent
+ * keys take GptOssConfig's defaults, rope_parameters included (YaRN, factor 32
+ * over 4096 positions, untruncated). */
+static int read_gptoss(const Cfg *c, LtConfig *cfg) {
+    int experts = 128, topk = 4, router_logits = 0;
+    double aux = 0.001, alpha = 1.702, limit = 7.0;
+    LtConfig *m = cfg;
+    if (read_llama(c, &gptoss_defaults, cfg) ||
+        get_int(c, c->js, "", "num_local_experts", 1, INT_MAX, 128, &experts) ||
+        get_int(c, c->js, "", "num_experts_per_tok", 1, experts, 4, &topk) ||
+        get_bool(c, "output_router_logits", 0, &router_logits) ||
+        get_num(c, c->js, "", "router_aux_loss_coef", 0.001, &aux) ||
+        get_num(c, c->js, "", "swiglu_alpha", 1.702, &alpha) ||
+        get_num(c, c->js, "", "swiglu_limit", 7.0, &limit) || read_gptoss_windows(c, cfg))
+        return -1;
+    if (alpha != 1.702)
+        return lt_errorf(c->err, c->errlen, "%s: 'swiglu_alpha' is %g; lattice's quick GeGLU is "
+                         "x * sigmoid(1.702 x) (Megatron-Core's quick_gelu)", c->path, alpha);
+    if (!(limit > 0) || !isfinite(limit))
+        return lt_errorf(c->err, c->errlen, "%s: 'swiglu_limit' is %g; it must be > 0", c->path, limit);
+    if (topk == 1)
+        return lt_errorf(c->err, c->errlen,
+                         "%s: 'num_experts_per_tok' is 1; gpt-oss then weights the chosen expert 1, "
+                         "which lattice's top-1 softmax router (Megatron's: moe_router_pre_softmax, "
+                         "weighting it by its probability) does not compute", c->path);
+    if (aux < 0)
+        return lt_errorf(c->err, c->errlen, "%s: 'router_aux_loss_coef' is %g; it must be >= 0",
+                         c->path, aux);
+    if (!opt(c->js, "rope_parameters") && !opt(c->js, "rope_scaling")) {
+        m->model.rope_scaling = LT_ROPE_YARN;
+        m->model.rope_scaling_factor = 32;
+        m->model.rope_original_max_position = 4096;
+        m->model.rope_beta_fast = 32, m->model.rope_beta_slow = 1;
+        m->model.rope_truncate = false;
+        m->model.rope_attention_factor = 0;
+    }
+    m->model.num_experts = experts;
+    m->model.moe_router_topk = topk;
+    m->model.moe_ffn_hidden_size = m->model.ffn_hidden_size;
+    snprintf(m->model.moe_layer_freq, sizeof m->model.moe_layer_freq, "1");
+    m->model.moe_router_score_function = LT_MOE_SOFTMAX;
+    m->model.moe_router_pre_softmax = false;
+    m->model.moe_router_topk_scaling_factor = 0;
+    m->model.moe_aux_loss_coeff = router_logits ? aux : 0;
+    m->model.add_bias_linear = LT_BIAS_TRUE;
+    m->model.softmax_type = LT_SOFTMAX_LEARNABLE;
+    m->model.quick_geglu = true;
+    m->model.glu_linear_offset = 1;
+    m->model.activation_func_clamp_value = limit;
+    return 0;
+}
+
 static int read_gpt2(const Cfg *c, LtConfig *cfg) {
     int tied = 1;
     double eps;
@@ -467,6 +570,14 @@ static int model_changed(const LtConfig *a, const LtConfig *b, const char **key)
          a->model.moe_router_topk_scaling_factor != b->model.moe_router_topk_scaling_factor},
         {"model.moe_router_enable_expert_bias",
          a->model.moe_router_enable_expert_bias != b->model.moe_router_enable_expert_bias},
+        {"model.softmax_type", a->model.softmax_type != b->model.softmax_type},
+        {"model.quick_geglu", a->model.quick_geglu != b->model.quick_geglu},
+        {"model.glu_linear_offset", a->model.glu_linear_offset != b->model.glu_linear_offset},
+        {"model.activation_func_clamp_value",
+         a->model.activation_func_clamp_value != b->model.activation_func_clamp_value},
+        {"model.window_size", strcmp(a->model.window_size, b->model.window_size) != 0},
+        {"model.window_attn_skip_freq",
+         strcmp(a->model.window_attn_skip_freq, b->model.window_attn_skip_freq) != 0},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (k[i].differs) {
@@ -490,6 +601,7 @@ static int read_config(const char *dir, int nover, char **overrides, LtConfig *c
     int rc = read_arch(&c, &cls) || (cls == HF_LLAMA     ? read_llama(&c, &llama_defaults, cfg)
                                      : cls == HF_QWEN3   ? read_qwen3(&c, cfg)
                                      : cls == HF_MIXTRAL ? read_mixtral(&c, cfg)
+                                     : cls == HF_GPTOSS  ? read_gptoss(&c, cfg)
                                                          : read_gpt2(&c, cfg));
     lt_json_free(js);
     if (rc) return -1;
@@ -697,7 +809,8 @@ static int match_tensors(Weights *w, const LtHfMap *map, int n, const LtModelDim
                          size_t errlen) {
     const LtArch arch = (LtArch)d->arch;
     const int layers = d->num_layers;
-    const char *cls = hf_classes[d->moe.experts > 0   ? HF_MIXTRAL
+    const char *cls = hf_classes[lt_hf_gptoss(d)       ? HF_GPTOSS
+                                 : d->moe.experts > 0   ? HF_MIXTRAL
                                  : d->qk_norm           ? HF_QWEN3
                                  : arch == LT_ARCH_LLAMA ? HF_LLAMA
                                                          : HF_GPT2].cls;
@@ -808,9 +921,13 @@ int lt_hf_import_at(const char *hf_dir, const char *out_dir, long step, int nove
         open_weights(&w, hf_dir, err, errlen))
         goto done;
     const LtModelDims dims = lt_dims_from_config(cfg);
-    /* the table is built from the config's sizes: bound its length by the files first */
+    /* the table is built from the config's sizes: bound its length by the files first
+     * (gpt-oss stacks its experts: each of a layer's experts holds 2 bytes at least) */
+    uint64_t bytes = 0;
+    for (int i = 0; i < w.n; i++) bytes += w.files[i].file_size;
     if (dims.num_layers > w.ntensors ||
-        (int64_t)dims.num_layers * (1 + 3 * (int64_t)dims.moe.experts) > w.ntensors) {
+        (lt_hf_gptoss(&dims) ? (uint64_t)dims.num_layers * (uint64_t)dims.moe.experts > bytes / 2
+                             : (int64_t)dims.num_layers * (1 + 3 * (int64_t)dims.moe.experts) > w.ntensors)) {
         lt_errorf(err, errlen, "%s/config.json: %d layers%s, but %s holds only %d tensors", hf_dir,
                   dims.num_layers, dims.moe.experts > 0 ? " of experts" : "", w.what, w.ntensors);
         goto done;

@@ -97,6 +97,91 @@ static int map_gpt(MapBuild *b, const LtModelDims *d) {
                : 0;
 }
 
+/* put() of a tensor the model lacks: n zeros (nstack > 0: nstack rows of them). */
+static int put_zeros(MapBuild *b, const char *hf_prefix, int l, const char *hf, int nstack, int64_t n) {
+    if (b->n == b->cap) return lt_errorf(b->err, b->errlen, "too many Hugging Face tensors");
+    LtHfMap *m = &b->m[b->n];
+    memset(m, 0, sizeof *m);
+    if (snprintf(m->hf, sizeof m->hf, "%s.%d.%s", hf_prefix, l, hf) >= (int)sizeof m->hf)
+        return lt_errorf(b->err, b->errlen, "Hugging Face name too long: %s.%d.%s", hf_prefix, l, hf);
+    b->n++;
+    m->param = -1;
+    m->rows = n;
+    m->nstack = nstack;
+    m->ndim = nstack > 0 ? 2 : 1;
+    m->shape[0] = nstack > 0 ? nstack : n;
+    m->shape[1] = nstack > 0 ? n : 0;
+    return 0;
+}
+
+/* put() of layer l's bias "h.<l>.<ours>" of n elements, rows [row0, row0 + n),
+ * or zeros where the model has no such bias. */
+static int put_bias(MapBuild *b, const char *hf_prefix, int l, const char *hf, const char *ours,
+                    int64_t row0, int64_t n) {
+    char o[96];
+    snprintf(o, sizeof o, "h.%d.%s", l, ours);
+    return lt_params_find(b->t, o) ? put_layer(b, hf_prefix, l, hf, ours, row0, n, 0)
+                                   : put_zeros(b, hf_prefix, l, hf, 0, n);
+}
+
+/* gpt-oss's stacked expert tensor "<hf_prefix>.<l>.mlp.experts.<hf>": the
+ * parameters h.<l>.mlp.experts.<e>.<ours> of every expert e along a new first
+ * dimension, each transposed and/or with its gate | up halves interleaved
+ * (zeros for a bias the model lacks). */
+static int put_experts(MapBuild *b, const char *hf_prefix, const LtModelDims *d, int l, const char *hf,
+                       const char *ours, int interleave, int transpose) {
+    const int E = d->moe.experts;
+    char h[128], o[96];
+    snprintf(h, sizeof h, "mlp.experts.%s", hf);
+    snprintf(o, sizeof o, "h.%d.mlp.experts.0.%s", l, ours);
+    const LtParam *p0 = lt_params_find(b->t, o);
+    if (!p0) return put_zeros(b, hf_prefix, l, h, E, ours[0] == 'g' ? 2 * d->moe.ffn : d->hidden);
+    int stride = 0;
+    for (int e = 1; e < E; e++) { /* the experts' parameters lie at a fixed stride */
+        snprintf(o, sizeof o, "h.%d.mlp.experts.%d.%s", l, e, ours);
+        const LtParam *p = lt_params_find(b->t, o);
+        if (!p) return lt_errorf(b->err, b->errlen, "the model has no parameter '%s'", o);
+        if (e == 1) stride = (int)(p - p0);
+        else if (p - p0 != (ptrdiff_t)stride * e)
+            return lt_errorf(b->err, b->errlen, "expert %d's '%s' is not where the stack puts it", e, ours);
+    }
+    snprintf(o, sizeof o, "mlp.experts.0.%s", ours);
+    if (put_layer(b, hf_prefix, l, h, o, 0, 0, transpose)) return -1;
+    LtHfMap *m = &b->m[b->n - 1];
+    m->interleave = interleave;
+    m->nstack = E;
+    m->stride = stride;
+    m->ndim = p0->ndim + 1;
+    m->shape[2] = m->shape[1];
+    m->shape[1] = m->shape[0];
+    m->shape[0] = E;
+    return 0;
+}
+
+/* gpt-oss's attention extras and MoE block of layer l: q/k/v/o biases, the
+ * sinks (h.L.attn.softmax_offset; zeros for model.softmax_type=off-by-one,
+ * whose extra logit is 0), the router's weight and bias, and the experts
+ * stacked as (E, in, out) with gate and up interleaved (gate_up_proj[..., ::2]
+ * is the gate). */
+static int map_gptoss_layer(MapBuild *b, const LtModelDims *d, int l) {
+    const char *L = "model.layers";
+    const int64_t HD = lt_dims_head_dim(d), Q = (int64_t)d->heads * HD,
+                  KV = (int64_t)lt_dims_kv_heads(d) * HD;
+    return put_bias(b, L, l, "self_attn.q_proj.bias", "attn.qkv.bias", 0, Q) ||
+                   put_bias(b, L, l, "self_attn.k_proj.bias", "attn.qkv.bias", Q, KV) ||
+                   put_bias(b, L, l, "self_attn.v_proj.bias", "attn.qkv.bias", Q + KV, KV) ||
+                   put_bias(b, L, l, "self_attn.o_proj.bias", "attn.proj.bias", 0, d->hidden) ||
+                   put_bias(b, L, l, "self_attn.sinks", "attn.softmax_offset", 0, d->heads) ||
+                   put_layer(b, L, l, "mlp.router.weight", "mlp.router.weight", 0, 0, 0) ||
+                   put_bias(b, L, l, "mlp.router.bias", "mlp.router.bias", 0, d->moe.experts) ||
+                   put_experts(b, L, d, l, "gate_up_proj", "gate_up.weight", 1, 1) ||
+                   put_experts(b, L, d, l, "gate_up_proj_bias", "gate_up.bias", 1, 0) ||
+                   put_experts(b, L, d, l, "down_proj", "down.weight", 0, 1) ||
+                   put_experts(b, L, d, l, "down_proj_bias", "down.bias", 0, 0)
+               ? -1
+               : 0;
+}
+
 /* Mixtral's sparse MoE block of layer l: the router, then per expert w1 (gate)
  * and w3 (up), the row blocks of our gate_up, and w2 (down). */
 static int map_mixtral_moe(MapBuild *b, const LtModelDims *d, int l) {
@@ -148,13 +233,18 @@ static int map_llama(MapBuild *b, const LtModelDims *d) {
             (lt_dims_linear_bias(d) &&
              put_layer(b, L, l, "self_attn.o_proj.bias", "attn.proj.bias", 0, 0, 0)) ||
             put_layer(b, L, l, "post_attention_layernorm.weight", "ln_2.weight", 0, 0, 0) ||
-            (lt_dims_moe_layer(d, l) ? map_mixtral_moe(b, d, l)
+            (lt_hf_gptoss(d) ? map_gptoss_layer(b, d, l)
+             : lt_dims_moe_layer(d, l) ? map_mixtral_moe(b, d, l)
                                      : put_layer(b, L, l, "mlp.gate_proj.weight", "mlp.gate_up.weight", 0, F, 0) ||
                                            put_layer(b, L, l, "mlp.up_proj.weight", "mlp.gate_up.weight", F, F, 0) ||
                                            put_layer(b, L, l, "mlp.down_proj.weight", "mlp.down.weight", 0, 0, 0) ||
                                            (lt_dims_linear_bias(d) && map_mlp_bias(b, d, l))))
             return -1;
     return put(b, "model.norm.weight", "ln_f.weight", 0, 0, 0);
+}
+
+int lt_hf_gptoss(const LtModelDims *d) {
+    return d->arch == LT_ARCH_LLAMA && d->moe.experts > 0 && d->glu.quick;
 }
 
 int lt_hf_map(const LtParamTable *t, LtHfMap **out, char *err, size_t errlen) {
