@@ -185,18 +185,6 @@ hf_round_trip() {
   return 1
 }
 
-# train_run NAME NP CONFIG [overrides...]: `lattice train CONFIG $BASE overrides` on
-# NP ranks (under $MPI when NP > 1), its checkpoint in $T/NAME/ck, metrics in
-# $T/NAME/m.jsonl, log in $T/NAME/log; says why when it fails
-train_run() {
-  local name=$1 np=$2 cfg=$3 out="$T/$1" launch="$LT"
-  shift 3
-  mkdir -p "$out"
-  [ "$np" -gt 1 ] && launch="$MPI -np $np $LT"
-  $launch train "$cfg" $BASE checkpoint.dir="$out/ck" logging.metrics_file="$out/m.jsonl" "$@" \
-    >"$out/log" 2>&1 </dev/null || { echo "  run $name failed: $(tail -3 "$out/log")"; return 1; }
-}
-
 # same_as REF NAME NP [overrides...]: the script's `run NAME NP overrides...`
 # trains what run REF did (tests/compare_runs.py: loss and grad norm of 8 steps
 # and the checkpoint's weights within 1e-5); a PASS or FAIL line

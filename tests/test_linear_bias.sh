@@ -26,7 +26,7 @@ MOE="model.num_experts=4 model.moe_ffn_hidden_size=32 model.moe_aux_loss_coeff=0
 BASE="data.train_path=$T/train.ltok data.valid_path= train.steps=8 logging.log_interval=4
       eval.interval=0 optimizer.eps=1e-6 train.micro_batch_size=2"
 
-run() { train_run "$1" "$2" configs/llama-tiny.yaml "${@:3}"; } # name np overrides...
+run() { train_run "$1" "$2" configs/llama-tiny.yaml $BASE "${@:3}"; } # name np overrides...
 # trained NAME PATTERN...: the checkpoint of run NAME holds parameters matching each
 # pattern (h.L.<pattern>), and each has moved away from its init
 trained() {

@@ -20,7 +20,7 @@ QK="model.qk_layernorm=true model.kv_channels=12"
 BASE="data.train_path=$T/train.ltok data.valid_path= train.steps=8 logging.log_interval=4
       eval.interval=0 optimizer.eps=1e-6"
 
-run() { train_run "$1" "$2" configs/llama-tiny.yaml "${@:3}"; } # name np overrides...
+run() { train_run "$1" "$2" configs/llama-tiny.yaml $BASE "${@:3}"; } # name np overrides...
 same() { same_as ref "$@"; } # name np overrides... : the run matches ref
 
 run ref 1 $QK || fail reference "single-process run failed"

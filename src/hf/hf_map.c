@@ -70,8 +70,9 @@ void lt_hf_copy(const LtHfMap *m, const LtParamTable *t, float *master, float *h
 static int put_layer(MapBuild *b, const char *hf_prefix, int l, const char *hf, const char *ours,
                      int64_t row0, int64_t rows, int transpose) {
     char h[128], o[96];
-    snprintf(h, sizeof h, "%s.%d.%s", hf_prefix, l, hf);
-    snprintf(o, sizeof o, "h.%d.%s", l, ours);
+    if (snprintf(h, sizeof h, "%s.%d.%s", hf_prefix, l, hf) >= (int)sizeof h ||
+        snprintf(o, sizeof o, "h.%d.%s", l, ours) >= (int)sizeof o)
+        return lt_errorf(b->err, b->errlen, "name too long: %s.%d.%s", hf_prefix, l, hf);
     return put(b, h, o, row0, rows, transpose);
 }
 
@@ -158,20 +159,14 @@ static int put_experts(MapBuild *b, const char *hf_prefix, const LtModelDims *d,
     return 0;
 }
 
-/* gpt-oss's attention extras and MoE block of layer l: q/k/v/o biases, the
- * sinks (h.L.attn.softmax_offset; zeros for model.softmax_type=off-by-one,
- * whose extra logit is 0), the router's weight and bias, and the experts
- * stacked as (E, in, out) with gate and up interleaved (gate_up_proj[..., ::2]
- * is the gate). */
+/* gpt-oss's sinks and MoE block of layer l (its q/k/v/o biases are mapped
+ * with the attention): the sinks (h.L.attn.softmax_offset; zeros for
+ * model.softmax_type=off-by-one, whose extra logit is 0), the router's weight
+ * and bias, and the experts stacked as (E, in, out) with gate and up
+ * interleaved (gate_up_proj[..., ::2] is the gate). */
 static int map_gptoss_layer(MapBuild *b, const LtModelDims *d, int l) {
     const char *L = "model.layers";
-    const int64_t HD = lt_dims_head_dim(d), Q = (int64_t)d->heads * HD,
-                  KV = (int64_t)lt_dims_kv_heads(d) * HD;
-    return put_bias(b, L, l, "self_attn.q_proj.bias", "attn.qkv.bias", 0, Q) ||
-                   put_bias(b, L, l, "self_attn.k_proj.bias", "attn.qkv.bias", Q, KV) ||
-                   put_bias(b, L, l, "self_attn.v_proj.bias", "attn.qkv.bias", Q + KV, KV) ||
-                   put_bias(b, L, l, "self_attn.o_proj.bias", "attn.proj.bias", 0, d->hidden) ||
-                   put_bias(b, L, l, "self_attn.sinks", "attn.softmax_offset", 0, d->heads) ||
+    return put_bias(b, L, l, "self_attn.sinks", "attn.softmax_offset", 0, d->heads) ||
                    put_layer(b, L, l, "mlp.router.weight", "mlp.router.weight", 0, 0, 0) ||
                    put_bias(b, L, l, "mlp.router.bias", "mlp.router.bias", 0, d->moe.experts) ||
                    put_experts(b, L, d, l, "gate_up_proj", "gate_up.weight", 1, 1) ||
@@ -226,12 +221,12 @@ static int map_llama(MapBuild *b, const LtModelDims *d) {
              (put_layer(b, L, l, "self_attn.q_norm.weight", "attn.q_norm.weight", 0, 0, 0) ||
               put_layer(b, L, l, "self_attn.k_norm.weight", "attn.k_norm.weight", 0, 0, 0))) ||
             put_layer(b, L, l, "self_attn.o_proj.weight", "attn.proj.weight", 0, 0, 0) ||
-            (lt_dims_qkv_bias(d) &&
-             (put_layer(b, L, l, "self_attn.q_proj.bias", "attn.qkv.bias", 0, Q, 0) ||
-              put_layer(b, L, l, "self_attn.k_proj.bias", "attn.qkv.bias", Q, KV, 0) ||
-              put_layer(b, L, l, "self_attn.v_proj.bias", "attn.qkv.bias", Q + KV, KV, 0))) ||
-            (lt_dims_linear_bias(d) &&
-             put_layer(b, L, l, "self_attn.o_proj.bias", "attn.proj.bias", 0, 0, 0)) ||
+            ((lt_dims_qkv_bias(d) || lt_hf_gptoss(d)) && /* gpt-oss: zeros when absent */
+             (put_bias(b, L, l, "self_attn.q_proj.bias", "attn.qkv.bias", 0, Q) ||
+              put_bias(b, L, l, "self_attn.k_proj.bias", "attn.qkv.bias", Q, KV) ||
+              put_bias(b, L, l, "self_attn.v_proj.bias", "attn.qkv.bias", Q + KV, KV))) ||
+            ((lt_dims_linear_bias(d) || lt_hf_gptoss(d)) &&
+             put_bias(b, L, l, "self_attn.o_proj.bias", "attn.proj.bias", 0, d->hidden)) ||
             put_layer(b, L, l, "post_attention_layernorm.weight", "ln_2.weight", 0, 0, 0) ||
             (lt_hf_gptoss(d) ? map_gptoss_layer(b, d, l)
              : lt_dims_moe_layer(d, l) ? map_mixtral_moe(b, d, l)
