@@ -90,7 +90,9 @@ int lt_hf_validate_replica(LtConfig *c, char *err, size_t errlen);
 /* `lattice export`: write <out_dir>/model.safetensors (fp32, vocab sliced to
  * the true size; HF GPT2LMHeadModel names with Conv1D weights transposed to
  * (in, out) for model.arch=gpt, LlamaForCausalLM names for llama,
- * MixtralForCausalLM names for a llama with experts; lm_head.weight when
+ * MixtralForCausalLM names for a llama with experts, GptOssForCausalLM for
+ * one with quick-GeGLU experts (refused, naming the key, where gpt-oss
+ * computes another function); lm_head.weight when
  * untied: see hf.h) and <out_dir>/config.json. An MoE model Mixtral does not
  * compute (GPT experts, a shared expert, dense layers, a router other than
  * softmax top-k without pre-softmax and scaling, a capacity factor, an expert
@@ -98,7 +100,8 @@ int lt_hf_validate_replica(LtConfig *c, char *err, size_t errlen);
 int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t errlen);
 
 /* `lattice import HF_DIR OUT_DIR [section.key=value ...]`: read a
- * LlamaForCausalLM, MixtralForCausalLM or GPT2LMHeadModel directory (config.json, and
+ * LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, GptOssForCausalLM or
+ * GPT2LMHeadModel directory (config.json, and
  * model.safetensors or model.safetensors.index.json with its shards; F32, BF16
  * or F16 tensors) and write a weights-only lattice checkpoint at step 0 in
  * OUT_DIR whose config.yaml holds the model keys of config.json and the

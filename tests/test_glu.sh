@@ -83,12 +83,17 @@ WTOL=1e-4
 same clamped_ep2_over_tp2_sp 2 $OSS model.activation_func_clamp_value=0.05 $SP \
   parallel.expert_model_parallel_size=2
 
-# ---- export: the Hugging Face layouts lattice writes are SwiGLU ----------------------
+# ---- export: the Hugging Face layouts lattice writes are SwiGLU, but gpt-oss's ----------
+# (quick GeGLU experts go to GptOssForCausalLM, which needs offset 1 and a clamp:
+# tests/test_hf_gptoss.sh; an offset or a clamp alone has no layout)
 for kv in model.quick_geglu=true model.glu_linear_offset=1 model.activation_func_clamp_value=7; do
   name=export_refuses_${kv%%=*}
   name=${name/model./}
+  want="cannot export $kv:"
+  [ "$kv" = model.quick_geglu=true ] &&
+    want="cannot export as GptOssForCausalLM, the Hugging Face model of quick-GeGLU experts: model.glu_linear_offset=0"
   if "$LT" train $BASE "$kv" train.steps=0 checkpoint.dir="$T/x_${name}" >"$T/x_$name.log" 2>&1; then
-    expect2 "$name" "cannot export $kv:" export "$T/x_${name}" "$T/xhf_$name"
+    expect2 "$name" "$want" export "$T/x_${name}" "$T/xhf_$name"
     [ -e "$T/xhf_$name/model.safetensors" ] && fail "${name}_no_files" "export wrote model.safetensors"
   else
     fail "$name" "the checkpoint was not made: $(tail -2 "$T/x_$name.log")"

@@ -113,7 +113,8 @@ for k in ("self_attn.sinks", "self_attn.q_proj.bias", "mlp.router.bias", "mlp.ex
 PY
   "$LT" import "$T/php" "$T/pimp" >/dev/null 2>&1 &&
   "$LT" logits $PLAIN data.train_path="$T/prompt.ltok" checkpoint.load="$T/p" >"$T/p.logits" 2>/dev/null &&
-  "$LT" logits "$T/pimp/step_00000000/config.yaml" data.train_path="$T/prompt.ltok" checkpoint.load="$T/pimp" \
+  "$LT" logits "$T/pimp/step_00000000/config.yaml" data.train_path="$T/prompt.ltok" model.seq_length=32 \
+    checkpoint.load="$T/pimp" \
     >"$T/pimp.logits" 2>/dev/null &&
   out=$(python3 - "$T/p.logits" "$T/pimp.logits" <<'PY'
 import sys

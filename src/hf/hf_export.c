@@ -275,6 +275,9 @@ static int gptoss_refusal(const LtConfig *c, const LtModelDims *d, char *err, si
         if (!lt_dims_moe_layer(d, l))
             return lt_errorf(err, errlen, "%s model.moe_layer_freq=\"%.100s\" leaves layer %d dense; "
                              "every gpt-oss layer is an MoE layer", no, c->model.moe_layer_freq, l);
+    if (c->model.moe_router_enable_expert_bias)
+        return lt_errorf(err, errlen, "%s model.moe_router_enable_expert_bias=true; gpt-oss's router "
+                         "has no expert bias", no);
     if (d->moe.score != LT_MOE_SOFTMAX || d->moe.pre_softmax)
         return lt_errorf(err, errlen, "%s model.moe_router_score_function=%s, moe_router_pre_softmax=%s; "
                          "gpt-oss's router takes a softmax over the top k logits (softmax, false)", no,
@@ -286,9 +289,6 @@ static int gptoss_refusal(const LtConfig *c, const LtModelDims *d, char *err, si
     if (d->moe.capacity > 0)
         return lt_errorf(err, errlen, "%s model.moe_expert_capacity_factor=%g drops tokens; gpt-oss "
                          "computes every routed token (0: dropless)", no, (double)d->moe.capacity);
-    if (c->model.moe_router_enable_expert_bias)
-        return lt_errorf(err, errlen, "%s model.moe_router_enable_expert_bias=true; gpt-oss's router "
-                         "has no expert bias", no);
     return 0;
 }
 
