@@ -8,9 +8,9 @@ SKIP and exits 0); run as
 For a tiny LlamaForCausalLM (grouped-query attention, untied, llama3 rope
 scaling; with YaRN's, untruncated as gpt-oss's; and with attention_bias and
 mlp_bias: lattice's model.add_bias_linear), MixtralForCausalLM (4 experts, top 2,
-grouped-query) and
-GPT2LMHeadModel (tied and untied), saved by transformers' save_pretrained in
-fp32 and in bf16:
+grouped-query), GptOssForCausalLM (biases, sinks, windows on the even layers,
+YaRN, a clamp its experts' inputs cross) and GPT2LMHeadModel (tied and
+untied), saved by transformers' save_pretrained in fp32 and in bf16:
   - `lattice import` of the directory, then `lattice export`;
   - from_pretrained of the export: no missing or unexpected keys, every tensor
     equal to the original's (fp32 values of the bf16 ones), the same logits;
@@ -18,12 +18,13 @@ fp32 and in bf16:
     transformers computes (in float64) on the same validation samples, within
     1e-5 relative; Mixtral and the biased Llama also `lattice logits` against
     transformers' logits.
-And the other direction, for MoE: a Mixtral-shaped lattice model (llama-tiny,
-4 experts top 2 in every layer, aux loss) trained 6 steps by lattice, exported:
-from_pretrained(MixtralForCausalLM) reports no missing or unexpected key, its
+And the other direction, for MoE: a Mixtral-shaped and a gpt-oss-shaped
+lattice model (llama-tiny, 4 experts top 2 in every layer, aux loss; the
+latter with the gpt-oss keys) trained 6 steps by lattice, exported:
+from_pretrained of Mixtral / GptOss reports no missing or unexpected key, its
 logits equal `lattice logits` and its loss `lattice eval`'s, within 1e-5.
-And the imported fp32 Mixtral trains on: 12 steps from its weights, the loss
-falling, and under EP 2 (mpirun) within 1e-5 of one process.
+And the imported fp32 Mixtral and gpt-oss train on: 12 steps from their
+weights, the loss falling, and under EP 2 (mpirun) within 1e-5 of one process.
 Prints PASS/FAIL lines with the measured differences; exits non-zero on a
 failure.
 """
