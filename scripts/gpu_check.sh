@@ -105,7 +105,7 @@ PHASE_TABLE="
 phase     cap least expect
 build       -     -     30
 tests     150    60    125
-train      90    20     20
+train      90    20     25
 bench     160    60     60
 attention  90    20     35
 bench15   170    70     85

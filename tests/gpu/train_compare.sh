@@ -3,7 +3,8 @@
 # CPU backend: `lattice train` on configs/tiny.yaml and configs/llama-tiny.yaml
 # (the Llama block: RMSNorm, SwiGLU, RoPE, grouped-query attention; and with 4
 # experts top-2 in every layer, mixture of experts; and that with GPT-OSS's
-# sliding window and head dimension, with and without document resets) for 20 steps
+# sliding window and head dimension, with and without document resets; and
+# OpenAI's gpt-oss features: biases, sinks, clamped quick GeGLU, YaRN) for 20 steps
 # with train.device=cpu and train.device=cuda on the same data and seed, in
 # fp32 and bf16, then compares the per-step training losses of the metrics
 # files: max relative difference <= 1e-4 (fp32) and <= 2e-2 (bf16); and a bf16
@@ -143,6 +144,14 @@ OSS=("${MOE[@]}" "model.window_size=[48, 0]" model.window_attn_skip_freq=2 model
      data.eod_token=10 data.reset_position_ids=true data.reset_attention_mask=true
      data.eod_mask_loss=true)
 cpu_vs_dev oss llama_moe_window_docs "${OSS[@]}"
+# OpenAI's gpt-oss architecture on the MoE Llama block: biases on every linear
+# and the router, a learned sink logit per head (lattice's kernels: cuDNN has
+# no sink), quick GeGLU experts with offset 1 and a clamp of 0.1 that the tiny
+# model's activations cross, YaRN
+GOSS=("${MOE[@]}" model.add_bias_linear=true model.softmax_type=learnable model.quick_geglu=true
+      model.glu_linear_offset=1 model.activation_func_clamp_value=0.1 model.rope_scaling=yarn
+      model.rope_scaling_factor=4 model.rope_original_max_position=16 model.rope_truncate=false)
+cpu_vs_dev goss llama_gpt_oss "${GOSS[@]}"
 # the window without documents, attention left to model.attention=auto and a
 # non-deterministic backward: in bf16 on a GPU whose cuDNN runs it, cuDNN
 # takes every call, the windowed layers through its band mask (sequence 256:
