@@ -176,10 +176,12 @@ variant types 'c["layer_types"] = ["sliding_attention", "chunked_attention"]'
 expect2 import_refuses_layer_type "'layer_types[1]' must be" import "$T/v_types" "$T/o3"
 variant top1 'c["num_experts_per_tok"] = 1'
 expect2 import_refuses_top1 "'num_experts_per_tok' is 1" import "$T/v_top1" "$T/o4"
+variant mxfp4 'c["quantization_config"] = {"quant_method": "mxfp4"}'
+expect2 import_refuses_mxfp4 "'quantization_config' (mxfp4) names quantized weights" import "$T/v_mxfp4" "$T/o7"
 expect2 import_refuses_sinks_override "model.softmax_type comes from" import "$T/hf" "$T/o5" \
   model.softmax_type=vanilla
 [ ! -e "$T/o1/latest" ] && [ ! -e "$T/o2/latest" ] && [ ! -e "$T/o3/latest" ] && [ ! -e "$T/o4/latest" ] &&
-  [ ! -e "$T/o5/latest" ] && pass import_refusals_write_nothing ||
+  [ ! -e "$T/o5/latest" ] && [ ! -e "$T/o7/latest" ] && pass import_refusals_write_nothing ||
   fail import_refusals_write_nothing "a refused import left a checkpoint"
 # absent keys take GptOssConfig's defaults: YaRN factor 32 over 4096 positions, untruncated
 variant defaults 'del c["rope_parameters"]'

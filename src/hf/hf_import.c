@@ -465,6 +465,12 @@ static int read_gptoss(const Cfg *c, LtConfig *cfg) {
         get_num(c, c->js, "", "swiglu_alpha", 1.702, &alpha) ||
         get_num(c, c->js, "", "swiglu_limit", 7.0, &limit) || read_gptoss_windows(c, cfg))
         return -1;
+    const LtJson *quant = opt(c->js, "quantization_config"), *qm = quant ? opt(quant, "quant_method") : NULL;
+    if (quant) /* openai/gpt-oss-*'s published experts are MXFP4 blocks and scales */
+        return lt_errorf(c->err, c->errlen, "%s: 'quantization_config' (%s) names quantized weights, "
+                         "which lattice does not read: load the model with transformers dequantized "
+                         "(Mxfp4Config(dequantize=True)) and save_pretrained it, then import that "
+                         "directory", c->path, qm && qm->type == LT_JSON_STRING ? qm->text : "?");
     if (alpha != 1.702)
         return lt_errorf(c->err, c->errlen, "%s: 'swiglu_alpha' is %g; lattice's quick GeGLU is "
                          "x * sigmoid(1.702 x) (Megatron-Core's quick_gelu)", c->path, alpha);
