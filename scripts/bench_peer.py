@@ -117,7 +117,8 @@ DEFAULTS = {
               "moe_aux_loss_coeff": 0.0, "moe_z_loss_coeff": 0.0,
               "moe_router_enable_expert_bias": False, "moe_expert_capacity_factor": 0.0,
               "moe_pad_expert_input_to_capacity": False, "quick_geglu": False,
-              "glu_linear_offset": 0.0, "activation_func_clamp_value": 0.0},
+              "glu_linear_offset": 0.0, "activation_func_clamp_value": 0.0,
+              "softmax_type": "vanilla", "add_bias_linear": "auto", "add_qkv_bias": False},
     "parallel": {"tensor_model_parallel_size": 1},
     "train": {"micro_batch_size": 1, "global_batch_size": 8, "steps": 100, "precision": "fp32",
               "seed": 1234, "threads": 0, "rampup_batch_size": ""},
@@ -136,13 +137,16 @@ INT_KEYS = {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size
             "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size"}
 BOOL_KEYS = {"qk_layernorm", "untie_embeddings_and_output_weights", "moe_router_pre_softmax",
              "moe_router_enable_expert_bias", "moe_pad_expert_input_to_capacity",
-             "eod_mask_loss", "reset_position_ids", "reset_attention_mask", "quick_geglu"}
+             "eod_mask_loss", "reset_position_ids", "reset_attention_mask", "quick_geglu",
+             "add_qkv_bias"}
 STR_KEYS = {"window_size", "moe_layer_freq", "rampup_batch_size"}
 # enum keys: their spellings (lattice's, any case)
 ENUM_KEYS = {"precision": ("fp32", "bf16"),
              "lr_decay_style": ("cosine", "linear", "constant", "inverse_square_root", "wsd"),
              "lr_wsd_decay_style": ("exponential", "linear", "cosine", "minus_sqrt"),
-             "arch": ("gpt", "llama"), "rope_scaling": ("none", "llama3"),
+             "arch": ("gpt", "llama"), "rope_scaling": ("none", "llama3", "yarn"),
+             "softmax_type": ("vanilla", "off-by-one", "learnable"),
+             "add_bias_linear": ("auto", "true", "false"),
              "moe_router_score_function": ("softmax", "sigmoid"),
              "moe_router_load_balancing_type": ("aux_loss", "seq_aux_loss", "none")}
 
@@ -231,7 +235,8 @@ def resolve_config(doc, overrides):
     section.key=value overrides; derived values as lt_config_validate fills
     them (ffn 0 -> 4h, decay_steps 0 -> steps, query groups 0 -> heads, head
     dimension 0 -> hidden / heads, expert width 0 -> ffn, padded vocab); then
-    the settings this peer does not implement are refused (peer_refusal)."""
+    the settings this peer does not implement are refused (peer_refusal);
+    add_bias_linear auto becomes the arch's."""
     c = {s: dict(kv) for s, kv in DEFAULTS.items()}
     for s, kv in (doc or {}).items():
         if s in c and isinstance(kv, dict):
@@ -257,6 +262,8 @@ def resolve_config(doc, overrides):
         m["kv_channels"] = m["hidden_size"] // m["num_attention_heads"]
     if m["moe_ffn_hidden_size"] == 0:
         m["moe_ffn_hidden_size"] = m["ffn_hidden_size"]
+    if m["add_bias_linear"] == "auto":  # the arch's: GPT-2's biases, Llama's none
+        m["add_bias_linear"] = "true" if m["arch"] == "gpt" else "false"
     if o["decay_steps"] == 0:
         o["decay_steps"] = t["steps"]
     mult = m["make_vocab_size_divisible_by"] * c["parallel"]["tensor_model_parallel_size"]
@@ -295,7 +302,11 @@ def peer_refusal(c):
     if c["train"]["rampup_batch_size"] not in ("", "none", "null", "~"):
         return f"train.rampup_batch_size={c['train']['rampup_batch_size']} (a batch size " \
                "that grows; the peer's is fixed)"
+    if m["softmax_type"] != "vanilla":
+        return f"model.softmax_type={m['softmax_type']} (attention sinks)"
     if m["arch"] == "gpt":
+        if m["add_bias_linear"] == "false":
+            return "model.add_bias_linear=false with model.arch=gpt (GPT-2's block has biases)"
         if m["untie_embeddings_and_output_weights"]:
             return "model.untie_embeddings_and_output_weights=true with model.arch=gpt"
         if m["kv_channels"] * m["num_attention_heads"] != m["hidden_size"]:
@@ -306,6 +317,11 @@ def peer_refusal(c):
         return None
     if m["qk_layernorm"]:
         return "model.qk_layernorm=true (per-head query/key RMSNorm)"
+    if m["add_bias_linear"] == "true" or m["add_qkv_bias"]:
+        key = "add_bias_linear" if m["add_bias_linear"] == "true" else "add_qkv_bias"
+        return f"model.{key}=true (linear biases on the Llama block)"
+    if m["rope_scaling"] == "yarn":
+        return "model.rope_scaling=yarn (YaRN's rotary scaling)"
     if m["window_size"] not in ("", "none", "null", "~"):
         return f"model.window_size={m['window_size']} (sliding-window attention)"
     if m["quick_geglu"]:

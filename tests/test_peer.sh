@@ -233,13 +233,15 @@ for bad in model.moe_shared_expert_intermediate_size=32 model.moe_router_score_f
   [ $rc = 2 ] && echo "$err" | grep -q "does not implement ${bad%%=*}=" || { res="$bad: exit $rc: $err"; break; }
 done
 [ "$res" = ok ] && pass peer_refuses_other_moe_shapes || fail peer_refuses_other_moe_shapes "$res"
-# so is gpt-oss's gated activation, dense or MoE
+# so are gpt-oss's features: its gated activation, dense or MoE, sinks, biases, YaRN
 res=ok
-for bad in model.quick_geglu=true model.glu_linear_offset=1 model.activation_func_clamp_value=7; do
+for bad in model.quick_geglu=true model.glu_linear_offset=1 model.activation_func_clamp_value=7 \
+    model.softmax_type=learnable model.add_bias_linear=true model.add_qkv_bias=true \
+    model.rope_scaling=yarn; do
   err=$(python3 "$PEER" --print-config --config configs/llama-tiny.yaml "$bad" 2>&1); rc=$?
   [ $rc = 2 ] && echo "$err" | grep -q "does not implement ${bad%%=*}=" || { res="$bad: exit $rc: $err"; break; }
 done
-[ "$res" = ok ] && pass peer_refuses_gpt_oss_glu || fail peer_refuses_gpt_oss_glu "$res"
+[ "$res" = ok ] && pass peer_refuses_gpt_oss_features || fail peer_refuses_gpt_oss_features "$res"
 # every other decay style: the peer's lr_at is lattice's lt_lr_at
 res=ok
 for sched in "optimizer.lr_decay_style=linear" "optimizer.lr_decay_style=constant" \

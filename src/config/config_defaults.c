@@ -34,10 +34,8 @@ void lt_config_defaults(LtConfig *c) {
     c->model.rope_beta_fast = 32; /* transformers' and Megatron-Core's YaRN defaults */
     c->model.rope_beta_slow = 1;
     c->model.rope_truncate = true;
-    c->model.rope_attention_factor = 0;
     c->model.untie_embeddings_and_output_weights = false;
     c->model.init_method_std = 0.02; /* Megatron's --init-method-std */
-    c->model.quick_geglu = false;
     c->model.glu_linear_offset = 0;
     c->model.activation_func_clamp_value = 0;
     /* mixture of experts: Megatron-Core's defaults (experts 0: dense) */
