@@ -121,6 +121,29 @@ static void rope_scaling_json(const LtConfig *c, char *rope, size_t n) {
              fa, lo, hi, c->model.rope_original_max_position);
 }
 
+/* The opening of a Llama-block config.json (Llama, Qwen3, Mixtral, gpt-oss):
+ * the class, and the shape of the validated config c; ffn the MLP's (or each
+ * expert's) width, eps the norm's epsilon as JSON. */
+static void write_block_shape(FILE *f, const LtConfig *c, const char *type, const char *cls,
+                              int ffn, const char *eps) {
+    fprintf(f,
+            "{\n"
+            "  \"model_type\": \"%s\",\n"
+            "  \"architectures\": [\"%s\"],\n"
+            "  \"hidden_size\": %d,\n"
+            "  \"intermediate_size\": %d,\n"
+            "  \"num_hidden_layers\": %d,\n"
+            "  \"num_attention_heads\": %d,\n"
+            "  \"num_key_value_heads\": %d,\n"
+            "  \"head_dim\": %d,\n"
+            "  \"max_position_embeddings\": %d,\n"
+            "  \"vocab_size\": %d,\n"
+            "  \"rms_norm_eps\": %s,\n",
+            type, cls, c->model.hidden_size, ffn, c->model.num_layers, c->model.num_attention_heads,
+            c->model.num_query_groups, c->model.kv_channels, c->model.max_position_embeddings,
+            c->model.vocab_size, eps);
+}
+
 /* LlamaForCausalLM (with model.add_bias_linear its attention_bias and mlp_bias),
  * Qwen3ForCausalLM with the per-head q/k norms (d->qk_norm; no sliding window, no
  * biases: bias_refusal), or MixtralForCausalLM for an MoE model (d->moe.experts > 0,
@@ -135,30 +158,15 @@ static void write_llama_config(FILE *f, const LtConfig *c, const LtModelDims *d)
     json_float(c->model.rotary_base, theta, sizeof theta);
     json_float(c->model.moe_aux_loss_coeff, aux, sizeof aux);
     rope_scaling_json(c, rope, sizeof rope);
+    write_block_shape(f, c, moe ? "mixtral" : qwen3 ? "qwen3" : "llama",
+                      moe ? "MixtralForCausalLM" : qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM",
+                      moe ? d->moe.ffn : c->model.ffn_hidden_size, eps);
     fprintf(f,
-            "{\n"
-            "  \"model_type\": \"%s\",\n"
-            "  \"architectures\": [\"%s\"],\n"
-            "  \"hidden_size\": %d,\n"
-            "  \"intermediate_size\": %d,\n"
-            "  \"num_hidden_layers\": %d,\n"
-            "  \"num_attention_heads\": %d,\n"
-            "  \"num_key_value_heads\": %d,\n"
-            "  \"head_dim\": %d,\n"
-            "  \"max_position_embeddings\": %d,\n"
-            "  \"vocab_size\": %d,\n"
-            "  \"rms_norm_eps\": %s,\n"
             "  \"rope_theta\": %s,\n"
             "  \"rope_scaling\": %s,\n"
             "  \"tie_word_embeddings\": %s,\n"
             "  \"hidden_act\": \"silu\",\n",
-            moe ? "mixtral" : qwen3 ? "qwen3" : "llama",
-            moe ? "MixtralForCausalLM" : qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM",
-            c->model.hidden_size, moe ? d->moe.ffn : c->model.ffn_hidden_size, c->model.num_layers,
-            c->model.num_attention_heads, c->model.num_query_groups,
-            c->model.kv_channels, c->model.max_position_embeddings,
-            c->model.vocab_size, eps, theta, rope,
-            c->model.untie_embeddings_and_output_weights ? "false" : "true");
+            theta, rope, c->model.untie_embeddings_and_output_weights ? "false" : "true");
     if (moe)
         fprintf(f,
                 "  \"attention_dropout\": 0.0,\n"
@@ -304,24 +312,9 @@ static void write_gptoss_config(FILE *f, const LtConfig *c, const LtModelDims *d
     json_float(c->model.moe_aux_loss_coeff, aux, sizeof aux);
     json_float(c->model.activation_func_clamp_value, limit, sizeof limit);
     rope_scaling_json(c, rope, sizeof rope);
-    fprintf(f,
-            "{\n"
-            "  \"model_type\": \"gpt_oss\",\n"
-            "  \"architectures\": [\"GptOssForCausalLM\"],\n"
-            "  \"hidden_size\": %d,\n"
-            "  \"intermediate_size\": %d,\n"
-            "  \"num_hidden_layers\": %d,\n"
-            "  \"num_attention_heads\": %d,\n"
-            "  \"num_key_value_heads\": %d,\n"
-            "  \"head_dim\": %d,\n"
-            "  \"num_local_experts\": %d,\n"
-            "  \"num_experts_per_tok\": %d,\n"
-            "  \"max_position_embeddings\": %d,\n"
-            "  \"vocab_size\": %d,\n"
-            "  \"rms_norm_eps\": %s,\n",
-            c->model.hidden_size, d->moe.ffn, c->model.num_layers, c->model.num_attention_heads,
-            lt_dims_kv_heads(d), (int)lt_dims_head_dim(d), d->moe.experts, d->moe.topk,
-            c->model.max_position_embeddings, c->model.vocab_size, eps);
+    write_block_shape(f, c, "gpt_oss", "GptOssForCausalLM", d->moe.ffn, eps);
+    fprintf(f, "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n", d->moe.experts,
+            d->moe.topk);
     if (!strcmp(rope, "null"))
         fprintf(f, "  \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": %s},\n", theta);
     else /* the scaling's object with the base added */

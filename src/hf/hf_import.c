@@ -368,30 +368,27 @@ static int read_qwen3(const Cfg *c, LtConfig *cfg) {
     return 0;
 }
 
-/* Mixtral: Llama's block with a sparse MoE block in every layer, its
- * router Megatron's softmax top-k without pre-softmax (HF takes the top k of
- * the softmax over all experts and renormalises them over the k: the same
- * weights as a softmax over the k logits). */
-static int read_mixtral(const Cfg *c, LtConfig *cfg) {
-    int experts = 8, topk = 2, router_logits = 0, window = 0;
+/* The sparse MoE block every layer of a Mixtral or gpt-oss (cls) has:
+ * num_local_experts, num_experts_per_tok (defaults as the class's config),
+ * and the balancing loss transformers adds only with output_router_logits;
+ * its router is Megatron's softmax top-k without pre-softmax (HF takes the top
+ * k of the softmax over all experts and renormalises them over the k: the same
+ * weights as a softmax over the k logits). Top-1 is refused: HF then weights
+ * the chosen expert 1, which lattice's top-1 softmax router (Megatron's:
+ * moe_router_pre_softmax, weighting it by its probability) does not compute. */
+static int read_topk_moe(const Cfg *c, const char *cls, int experts, int topk, LtConfig *cfg) {
+    int router_logits = 0;
     double aux = 0.001;
-    if (read_llama(c, &mixtral_defaults, cfg) ||
-        get_int(c, c->js, "", "num_local_experts", 1, INT_MAX, 8, &experts) ||
-        get_int(c, c->js, "", "num_experts_per_tok", 1, experts, 2, &topk) ||
+    if (get_int(c, c->js, "", "num_local_experts", 1, INT_MAX, experts, &experts) ||
+        get_int(c, c->js, "", "num_experts_per_tok", 1, experts, topk, &topk) ||
         get_bool(c, "output_router_logits", 0, &router_logits) ||
-        get_num(c, c->js, "", "router_aux_loss_coef", 0.001, &aux) ||
-        get_int(c, c->js, "", "sliding_window", 1, INT_MAX, 0, &window))
+        get_num(c, c->js, "", "router_aux_loss_coef", 0.001, &aux))
         return -1;
-    if (window > 0 && window < cfg->model.max_position_embeddings)
-        return lt_errorf(c->err, c->errlen,
-                         "%s: 'sliding_window' is %d, below max_position_embeddings (%d); lattice's "
-                         "attention is full causal (null, or a window no sequence exceeds)",
-                         c->path, window, cfg->model.max_position_embeddings);
     if (topk == 1)
         return lt_errorf(c->err, c->errlen,
-                         "%s: 'num_experts_per_tok' is 1; Mixtral then weights the chosen expert 1, "
+                         "%s: 'num_experts_per_tok' is 1; %s then weights the chosen expert 1, "
                          "which lattice's top-1 softmax router (Megatron's: moe_router_pre_softmax, "
-                         "weighting it by its probability) does not compute", c->path);
+                         "weighting it by its probability) does not compute", c->path, cls);
     if (aux < 0)
         return lt_errorf(c->err, c->errlen, "%s: 'router_aux_loss_coef' is %g; it must be >= 0",
                          c->path, aux);
@@ -402,8 +399,21 @@ static int read_mixtral(const Cfg *c, LtConfig *cfg) {
     cfg->model.moe_router_score_function = LT_MOE_SOFTMAX;
     cfg->model.moe_router_pre_softmax = false;
     cfg->model.moe_router_topk_scaling_factor = 0;
-    /* transformers adds the balancing loss only with output_router_logits */
     cfg->model.moe_aux_loss_coeff = router_logits ? aux : 0;
+    return 0;
+}
+
+/* Mixtral: Llama's block with a sparse MoE block in every layer (read_topk_moe). */
+static int read_mixtral(const Cfg *c, LtConfig *cfg) {
+    int window = 0;
+    if (read_llama(c, &mixtral_defaults, cfg) || read_topk_moe(c, "Mixtral", 8, 2, cfg) ||
+        get_int(c, c->js, "", "sliding_window", 1, INT_MAX, 0, &window))
+        return -1;
+    if (window > 0 && window < cfg->model.max_position_embeddings)
+        return lt_errorf(c->err, c->errlen,
+                         "%s: 'sliding_window' is %d, below max_position_embeddings (%d); lattice's "
+                         "attention is full causal (null, or a window no sequence exceeds)",
+                         c->path, window, cfg->model.max_position_embeddings);
     return 0;
 }
 
@@ -454,14 +464,8 @@ static int read_gptoss_windows(const Cfg *c, LtConfig *cfg) {
  * keys take GptOssConfig's defaults, rope_parameters included (YaRN, factor 32
  * over 4096 positions, untruncated). */
 static int read_gptoss(const Cfg *c, LtConfig *cfg) {
-    int experts = 128, topk = 4, router_logits = 0;
-    double aux = 0.001, alpha = 1.702, limit = 7.0;
-    LtConfig *m = cfg;
-    if (read_llama(c, &gptoss_defaults, cfg) ||
-        get_int(c, c->js, "", "num_local_experts", 1, INT_MAX, 128, &experts) ||
-        get_int(c, c->js, "", "num_experts_per_tok", 1, experts, 4, &topk) ||
-        get_bool(c, "output_router_logits", 0, &router_logits) ||
-        get_num(c, c->js, "", "router_aux_loss_coef", 0.001, &aux) ||
+    double alpha = 1.702, limit = 7.0;
+    if (read_llama(c, &gptoss_defaults, cfg) || read_topk_moe(c, "gpt-oss", 128, 4, cfg) ||
         get_num(c, c->js, "", "swiglu_alpha", 1.702, &alpha) ||
         get_num(c, c->js, "", "swiglu_limit", 7.0, &limit) || read_gptoss_windows(c, cfg))
         return -1;
@@ -476,35 +480,20 @@ static int read_gptoss(const Cfg *c, LtConfig *cfg) {
                          "x * sigmoid(1.702 x) (Megatron-Core's quick_gelu)", c->path, alpha);
     if (!(limit > 0) || !isfinite(limit))
         return lt_errorf(c->err, c->errlen, "%s: 'swiglu_limit' is %g; it must be > 0", c->path, limit);
-    if (topk == 1)
-        return lt_errorf(c->err, c->errlen,
-                         "%s: 'num_experts_per_tok' is 1; gpt-oss then weights the chosen expert 1, "
-                         "which lattice's top-1 softmax router (Megatron's: moe_router_pre_softmax, "
-                         "weighting it by its probability) does not compute", c->path);
-    if (aux < 0)
-        return lt_errorf(c->err, c->errlen, "%s: 'router_aux_loss_coef' is %g; it must be >= 0",
-                         c->path, aux);
+    __typeof__(cfg->model) *m = &cfg->model;
     if (!opt(c->js, "rope_parameters") && !opt(c->js, "rope_scaling")) {
-        m->model.rope_scaling = LT_ROPE_YARN;
-        m->model.rope_scaling_factor = 32;
-        m->model.rope_original_max_position = 4096;
-        m->model.rope_beta_fast = 32, m->model.rope_beta_slow = 1;
-        m->model.rope_truncate = false;
-        m->model.rope_attention_factor = 0;
+        m->rope_scaling = LT_ROPE_YARN;
+        m->rope_scaling_factor = 32;
+        m->rope_original_max_position = 4096;
+        m->rope_beta_fast = 32, m->rope_beta_slow = 1;
+        m->rope_truncate = false;
+        m->rope_attention_factor = 0;
     }
-    m->model.num_experts = experts;
-    m->model.moe_router_topk = topk;
-    m->model.moe_ffn_hidden_size = m->model.ffn_hidden_size;
-    snprintf(m->model.moe_layer_freq, sizeof m->model.moe_layer_freq, "1");
-    m->model.moe_router_score_function = LT_MOE_SOFTMAX;
-    m->model.moe_router_pre_softmax = false;
-    m->model.moe_router_topk_scaling_factor = 0;
-    m->model.moe_aux_loss_coeff = router_logits ? aux : 0;
-    m->model.add_bias_linear = LT_BIAS_TRUE;
-    m->model.softmax_type = LT_SOFTMAX_LEARNABLE;
-    m->model.quick_geglu = true;
-    m->model.glu_linear_offset = 1;
-    m->model.activation_func_clamp_value = limit;
+    m->add_bias_linear = LT_BIAS_TRUE;
+    m->softmax_type = LT_SOFTMAX_LEARNABLE;
+    m->quick_geglu = true;
+    m->glu_linear_offset = 1;
+    m->activation_func_clamp_value = limit;
     return 0;
 }
 

@@ -128,15 +128,15 @@ static int put_bias(MapBuild *b, const char *hf_prefix, int l, const char *hf, c
 /* gpt-oss's stacked expert tensor "<hf_prefix>.<l>.mlp.experts.<hf>": the
  * parameters h.<l>.mlp.experts.<e>.<ours> of every expert e along a new first
  * dimension, each transposed and/or with its gate | up halves interleaved
- * (zeros for a bias the model lacks). */
+ * (bias_len zeros per expert for a bias the model lacks). */
 static int put_experts(MapBuild *b, const char *hf_prefix, const LtModelDims *d, int l, const char *hf,
-                       const char *ours, int interleave, int transpose) {
+                       const char *ours, int64_t bias_len, int interleave, int transpose) {
     const int E = d->moe.experts;
     char h[128], o[96];
     snprintf(h, sizeof h, "mlp.experts.%s", hf);
     snprintf(o, sizeof o, "h.%d.mlp.experts.0.%s", l, ours);
     const LtParam *p0 = lt_params_find(b->t, o);
-    if (!p0) return put_zeros(b, hf_prefix, l, h, E, ours[0] == 'g' ? 2 * d->moe.ffn : d->hidden);
+    if (!p0) return put_zeros(b, hf_prefix, l, h, E, bias_len);
     int stride = 0;
     for (int e = 1; e < E; e++) { /* the experts' parameters lie at a fixed stride */
         snprintf(o, sizeof o, "h.%d.mlp.experts.%d.%s", l, e, ours);
@@ -169,10 +169,10 @@ static int map_gptoss_layer(MapBuild *b, const LtModelDims *d, int l) {
     return put_bias(b, L, l, "self_attn.sinks", "attn.softmax_offset", 0, d->heads) ||
                    put_layer(b, L, l, "mlp.router.weight", "mlp.router.weight", 0, 0, 0) ||
                    put_bias(b, L, l, "mlp.router.bias", "mlp.router.bias", 0, d->moe.experts) ||
-                   put_experts(b, L, d, l, "gate_up_proj", "gate_up.weight", 1, 1) ||
-                   put_experts(b, L, d, l, "gate_up_proj_bias", "gate_up.bias", 1, 0) ||
-                   put_experts(b, L, d, l, "down_proj", "down.weight", 0, 1) ||
-                   put_experts(b, L, d, l, "down_proj_bias", "down.bias", 0, 0)
+                   put_experts(b, L, d, l, "gate_up_proj", "gate_up.weight", 0, 1, 1) ||
+                   put_experts(b, L, d, l, "gate_up_proj_bias", "gate_up.bias", 2 * d->moe.ffn, 1, 0) ||
+                   put_experts(b, L, d, l, "down_proj", "down.weight", 0, 0, 1) ||
+                   put_experts(b, L, d, l, "down_proj_bias", "down.bias", d->hidden, 0, 0)
                ? -1
                : 0;
 }
