@@ -82,9 +82,11 @@ LDLIBS  := $(DEP_LIBS) -lpthread -lm
 # sys.path and in the usual virtual-environment places, whenever the toolkit
 # lacks a library. Each library is linked by its full versioned path with an
 # rpath to its folder, so the binary runs without LD_LIBRARY_PATH.
-# Linked: what the code uses - cudart, cuBLASLt (the GEMMs), cuBLAS (only its
-# grouped GEMM, for the MoE experts), NCCL, and cuDNN (attention through its
-# backend API; linked and its version reported by --version).
+# Linked: cudart, NCCL and cuDNN (attention through its backend API; its
+# version reported by --version). cuBLASLt (the GEMMs) and cuBLAS (its grouped
+# GEMM, for the MoE experts) are found the same way but opened with dlopen when
+# the CUDA backend creates a device (kernels/cuda/cublas_load.cu): linked, their
+# static initialisers cost every process 0.3 s, a CPU run or a plan included.
 # Fat binaries: SASS for each CUDA_ARCH and PTX for each CUDA_PTX (JIT-compiled
 # by the driver on newer GPUs). No kernel uses Hopper-only instructions
 # (wgmma, setmaxnreg, TMA), so there is no sm_90a target.
@@ -149,12 +151,13 @@ ifeq ($(CUDA),1)
                $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
                $(foreach a,$(CUDA_PTX),-gencode arch=compute_$(a),code=compute_$(a)) \
                -DLT_CUDA_TARGETS=$(subst $(lt_space),+,$(strip $(CUDA_TARGETS))) \
+               -DLT_CUBLASLT_LIB=\"$(CUDA_LIB_cublasLt)\" -DLT_CUBLAS_LIB=\"$(CUDA_LIB_cublas)\" \
                -Xcompiler -fPIC,-Wall -MMD -MP
   # -isystem: src/comm/comm_nccl.c includes nccl.h (and through it cuda_runtime.h)
   CFLAGS  += -DLT_HAVE_CUDA $(CUDA_INC) $(if $(CUDA_NVTX),-DLT_HAVE_NVTX $(addprefix -isystem ,$(filter-out $(CUDA_INC_DIRS),$(patsubst %/nvtx3/nvToolsExt.h,%,$(CUDA_NVTX)))))
   CUDA_OBJS := $(patsubst kernels/cuda/%.cu,$(BUILD)/obj/cuda/%.o,$(CUDA_SRCS))
   CUDA_RES  := $(CUDA_OBJS:.o=.res)
-  LDLIBS  += $(CUDA_LIB_FILES) $(addprefix -Wl$(lt_comma)-rpath$(lt_comma),$(CUDA_LIB_DIRS)) -lstdc++ -ldl
+  LDLIBS  += $(filter-out $(CUDA_LIB_cublasLt) $(CUDA_LIB_cublas),$(CUDA_LIB_FILES)) $(addprefix -Wl$(lt_comma)-rpath$(lt_comma),$(CUDA_LIB_DIRS)) -lstdc++ -ldl
 endif
 # one line per dependency: what was found where
 ifeq ($(CUDA),1)
@@ -242,7 +245,7 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 # attention (attention_cudnn*.cu; the emulated backend resolves to lattice's).
 ifeq ($(CUDA),1)
 EMU_DIR  := $(BUILD)/emu
-EMU_KERNELS := $(filter-out gemm backend_cuda attention_cudnn%,$(patsubst kernels/cuda/%.cu,%,$(CUDA_SRCS)))
+EMU_KERNELS := $(filter-out gemm backend_cuda cublas_load attention_cudnn%,$(patsubst kernels/cuda/%.cu,%,$(CUDA_SRCS)))
 EMU_OBJS := $(patsubst %,$(EMU_DIR)/%.o,$(EMU_KERNELS)) $(EMU_DIR)/emu_glue.o $(EMU_DIR)/emu_gemm.o
 # (include/*.h too: the kernels see backend.h's structs, and a stale object
 # built against an older layout crashes the emulation)

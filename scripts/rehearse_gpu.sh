@@ -240,8 +240,12 @@ for b in build/lattice build/tests/gpu/test_gpu_ops build/tests/gpu/bench_attent
   check "ldd_$(basename "$b")" "$(ldd "$b" 2>&1 | grep -m3 'not found' | tr '\n' ' ')" \
     bash -c "[ -x $b ] && ldd $b && ! ldd $b | grep -q 'not found'"
 done
+# (cuBLASLt and cuBLAS are not linked: opened on first use; --version below
+# opens them and names the files)
 check ldd_cuda_from_venv "a CUDA library of build/lattice resolves outside the venv" \
-  bash -c "[ \$(ldd build/lattice | grep -E 'lib(cudart|cublasLt|cublas|cudnn|nccl)\.so' | grep -c '$VENV/') = 5 ]"
+  bash -c "[ \$(ldd build/lattice | grep -E 'lib(cudart|cudnn|nccl)\.so' | grep -c '$VENV/') = 3 ]"
+check ldd_cublas_not_linked "build/lattice links cuBLAS (its start-up cost in every process)" \
+  bash -c "! ldd build/lattice | grep -q 'libcublas'"
 check ldd_deps_from_bundle "a bundled library of build/lattice resolves outside build/deps" \
   bash -c "[ \$(ldd build/lattice | grep -E 'lib(yaml-0|zstd|mpi)\.so' | grep -c '$PWD/build/deps/lib/') = 3 ]"
 check ldd_blas_from_numpy "build/lattice's BLAS does not resolve to the venv's numpy" \

@@ -106,8 +106,8 @@ static void cu_destroy(LtBackend *be) {
     cudnn_attn_destroy(im->cudnn);
     stream_release(&im->def);
     cudaStreamDestroy(im->def.s);
-    cublasLtDestroy(im->lt);
-    if (im->blas) cublasDestroy(im->blas);
+    CUBLAS(cublasLtDestroy)(im->lt);
+    if (im->blas) CUBLAS(cublasDestroy)(im->blas);
     free(im);
     free(be);
 }
@@ -474,8 +474,16 @@ extern "C" void lt_cuda_version_info(char *targets, size_t tlen, char *libs, siz
     libs[0] = 0;
     snprintf(v, sizeof v, "%d.%d", rt / 1000, rt % 1000 / 10);
     at = put_lib(libs, llen, at, "cudart", v, (const void *)&cudaRuntimeGetVersion);
-    at = put_lib(libs, llen, at, "cuBLASLt", xyz(v, sizeof v, (long)cublasLtGetVersion()),
-                 (const void *)&cublasLtGetVersion);
+    char why[512];
+    if (lt_cublas(why, sizeof why)) {
+        void *fn;
+        memcpy(&fn, &CUBLAS(cublasLtGetVersion), sizeof fn);
+        at = put_lib(libs, llen, at, "cuBLASLt",
+                     xyz(v, sizeof v, (long)CUBLAS(cublasLtGetVersion)()), fn);
+    } else if (at < llen) {
+        int k = snprintf(libs + at, llen - at, ", cuBLASLt none (%s)", why);
+        at = k < 0 ? at : at + (size_t)k;
+    }
     at = put_lib(libs, llen, at, "cuDNN", xyz(v, sizeof v, (long)cudnnGetVersion()),
                  (const void *)&cudnnGetVersion);
     put_lib(libs, llen, at, "NCCL", xyz(v, sizeof v, nccl), (const void *)&ncclGetVersion);
@@ -543,7 +551,12 @@ extern "C" LtBackend *lt_backend_cuda_create(LtDtype dtype, int device, char *er
     im->sm_count = prop.multiProcessorCount;
     im->smem_optin = (int)prop.sharedMemPerBlockOptin;
     im->sm = prop.major * 10 + prop.minor;
-    if (cublasLtCreate(&im->lt) != CUBLAS_STATUS_SUCCESS) {
+    if (!lt_cublas(err, errlen)) {
+        free(im);
+        free(be);
+        return NULL;
+    }
+    if (CUBLAS(cublasLtCreate)(&im->lt) != CUBLAS_STATUS_SUCCESS) {
         snprintf(err, errlen, "cublasLtCreate failed on device %d", device);
         free(im);
         free(be);
@@ -552,7 +565,7 @@ extern "C" LtBackend *lt_backend_cuda_create(LtDtype dtype, int device, char *er
     e = cudaStreamCreateWithFlags(&im->def.s, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         snprintf(err, errlen, "cudaStreamCreate failed: %s", cudaGetErrorString(e));
-        cublasLtDestroy(im->lt);
+        CUBLAS(cublasLtDestroy)(im->lt);
         free(im);
         free(be);
         return NULL;

@@ -43,6 +43,33 @@
             lt_fatal("cuBLASLt error %d in %s", (int)cb_st_, #call);                       \
     } while (0)
 
+/* ---- cuBLAS and cuBLASLt, opened on first use (cublas_load.cu) --------------
+ * Not linked: libcublasLt's static initialisers cost every process that maps
+ * it about 0.2 s of CPU and 100 MB of page faults, whether or not it ever
+ * touches a GPU (a CPU run, `lattice plan`, each rank of an mpirun). The
+ * backend opens both libraries when it creates a device (lt_cublas) and calls
+ * them through this table: CUBLAS(cublasLtMatmul)(...). The list names the
+ * exported symbols (cublas_v2.h's cublasCreate is cublasCreate_v2). */
+#define LT_CUBLAS_FUNCS(X)                                                                 \
+    X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtGetVersion) X(cublasLtMatmul)          \
+    X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulDescCreate)                        \
+    X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute)                       \
+    X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                 \
+    X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatrixLayoutCreate)                \
+    X(cublasLtMatrixLayoutDestroy) X(cublasCreate_v2) X(cublasDestroy_v2)                \
+    X(cublasSetStream_v2) X(cublasSetWorkspace_v2) X(cublasGemmGroupedBatchedEx)
+typedef struct {
+#define LT_CUBLAS_MEMBER(f) decltype(&::f) f;
+    LT_CUBLAS_FUNCS(LT_CUBLAS_MEMBER)
+#undef LT_CUBLAS_MEMBER
+} LtCublasApi;
+/* Opens the libraries once (later calls return the same table). NULL, with
+ * the files tried and the loader's message in err, when they cannot be opened
+ * or lack a function. */
+const LtCublasApi *lt_cublas(char *err, size_t errlen);
+extern LtCublasApi lt_cublas_api; /* filled by a successful lt_cublas */
+#define CUBLAS(f) (lt_cublas_api.f)
+
 /* ---- backend state ------------------------------------------------------ */
 struct LtStream {
     cudaStream_t s;

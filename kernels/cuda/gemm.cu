@@ -91,51 +91,51 @@ static int gemm_run(LtBackend *be, const GemmArgs *g) {
 
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(CUBLAS(cublasLtMatmulDescCreate)(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     int32_t ta = g->ta, tb = g->tb;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    CUBLAS_CHECK(CUBLAS(cublasLtMatmulDescSetAttribute)(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(CUBLAS(cublasLtMatmulDescSetAttribute)(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     cublasLtEpilogue_t epi = g->epi;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    CUBLAS_CHECK(CUBLAS(cublasLtMatmulDescSetAttribute)(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     if (g->bias)
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+        CUBLAS_CHECK(CUBLAS(cublasLtMatmulDescSetAttribute)(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                     &g->bias, sizeof(void *)));
     if (g->aux) {
         int64_t ldaux = g->ldd;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+        CUBLAS_CHECK(CUBLAS(cublasLtMatmulDescSetAttribute)(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                     &g->aux, sizeof(void *)));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+        CUBLAS_CHECK(CUBLAS(cublasLtMatmulDescSetAttribute)(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                                     &ldaux, sizeof ldaux));
     }
     const int arows = g->ta == CUBLAS_OP_N ? g->m : g->k, acols = g->ta == CUBLAS_OP_N ? g->k : g->m;
     const int brows = g->tb == CUBLAS_OP_N ? g->k : g->n, bcols = g->tb == CUBLAS_OP_N ? g->n : g->k;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, g->ab_type, arows, acols, g->lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, g->ab_type, brows, bcols, g->ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, g->d_type, g->m, g->n, g->ldd));
+    CUBLAS_CHECK(CUBLAS(cublasLtMatrixLayoutCreate)(&la, g->ab_type, arows, acols, g->lda));
+    CUBLAS_CHECK(CUBLAS(cublasLtMatrixLayoutCreate)(&lb, g->ab_type, brows, bcols, g->ldb));
+    CUBLAS_CHECK(CUBLAS(cublasLtMatrixLayoutCreate)(&ld, g->d_type, g->m, g->n, g->ldd));
 
     size_t ws_bytes = 0;
     void *ws = cu_workspace(be, &ws_bytes);
     GemmCacheEntry *ce = cache_find(im, key);
     if (!ce) {
         cublasLtMatmulPreference_t pref;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        CUBLAS_CHECK(CUBLAS(cublasLtMatmulPreferenceCreate)(&pref));
         uint64_t wsb = ws_bytes;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        CUBLAS_CHECK(CUBLAS(cublasLtMatmulPreferenceSetAttribute)(
             pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        CUBLAS_CHECK(CUBLAS(cublasLtMatmulPreferenceSetAttribute)(
             pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alA, sizeof alA));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        CUBLAS_CHECK(CUBLAS(cublasLtMatmulPreferenceSetAttribute)(
             pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alB, sizeof alB));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        CUBLAS_CHECK(CUBLAS(cublasLtMatmulPreferenceSetAttribute)(
             pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alD, sizeof alD));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        CUBLAS_CHECK(CUBLAS(cublasLtMatmulPreferenceSetAttribute)(
             pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alD, sizeof alD));
         cublasLtMatmulHeuristicResult_t res;
         memset(&res, 0, sizeof res);
         int nres = 0;
-        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(im->lt, desc, la, lb, ld, ld, pref, 1,
+        cublasStatus_t st = CUBLAS(cublasLtMatmulAlgoGetHeuristic)(im->lt, desc, la, lb, ld, ld, pref, 1,
                                                            &res, &nres);
-        cublasLtMatmulPreferenceDestroy(pref);
+        CUBLAS(cublasLtMatmulPreferenceDestroy)(pref);
         ce = &im->cache[im->cache_next];
         im->cache_next = (im->cache_next + 1) % LT_GEMM_CACHE;
         memcpy(ce->key, key, sizeof key);
@@ -148,7 +148,7 @@ static int gemm_run(LtBackend *be, const GemmArgs *g) {
     int ran = 0;
     if (ce->valid) {
         const float alpha = 1.f, beta = g->beta;
-        cublasStatus_t st = cublasLtMatmul(im->lt, desc, &alpha, g->A, la, g->B, lb, &beta, g->D,
+        cublasStatus_t st = CUBLAS(cublasLtMatmul)(im->lt, desc, &alpha, g->A, la, g->B, lb, &beta, g->D,
                                            ld, g->D, ld, &ce->algo, ws, ws_bytes, cu_stream(be));
         if (st == CUBLAS_STATUS_SUCCESS) {
             ran = 1;
@@ -160,10 +160,10 @@ static int gemm_run(LtBackend *be, const GemmArgs *g) {
                      g->m, g->n, g->k, (int)g->epi);
         }
     }
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(ld);
-    cublasLtMatmulDescDestroy(desc);
+    CUBLAS(cublasLtMatrixLayoutDestroy)(la);
+    CUBLAS(cublasLtMatrixLayoutDestroy)(lb);
+    CUBLAS(cublasLtMatrixLayoutDestroy)(ld);
+    CUBLAS(cublasLtMatmulDescDestroy)(desc);
     return ran;
 }
 
@@ -399,15 +399,15 @@ static int group_run(LtBackend *be, const GroupCall *c, cudaDataType_t ab, cudaD
     /* not while capturing: a graph would copy the pointer arrays again from
      * host memory freed by then (and creating the handle allocates) */
     if (im->capturing) return 0;
-    if (!im->blas) CUBLAS_CHECK(cublasCreate(&im->blas));
+    if (!im->blas) CUBLAS_CHECK(CUBLAS(cublasCreate)(&im->blas));
     size_t ws_bytes = 0;
     void *ws = cu_workspace(be, &ws_bytes);
-    CUBLAS_CHECK(cublasSetStream(im->blas, cu_stream(be))); /* (resets the workspace) */
-    CUBLAS_CHECK(cublasSetWorkspace(im->blas, ws, ws_bytes));
+    CUBLAS_CHECK(CUBLAS(cublasSetStream)(im->blas, cu_stream(be))); /* (resets the workspace) */
+    CUBLAS_CHECK(CUBLAS(cublasSetWorkspace)(im->blas, ws, ws_bytes));
     const size_t bytes = sizeof(void *) * 3 * (size_t)c->cap;
     void **dp = (void **)cu_scratch(be, bytes);
     CU_CHECK(cudaMemcpyAsync(dp, c->A, bytes, cudaMemcpyHostToDevice, cu_stream(be)));
-    const cublasStatus_t st = cublasGemmGroupedBatchedEx(
+    const cublasStatus_t st = CUBLAS(cublasGemmGroupedBatchedEx)(
         im->blas, c->ta, c->tb, c->m, c->n, c->k, c->alpha, (const void *const *)dp, ab, c->lda,
         (const void *const *)(dp + c->cap), ab, c->ldb, c->beta, dp + 2 * c->cap, ct, c->ldc,
         c->np, c->size, CUBLAS_COMPUTE_32F);
