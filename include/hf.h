@@ -73,6 +73,9 @@ void lt_hf_copy(const LtHfMap *m, const LtParamTable *t, float *master, float *h
  * gpt-oss's quick GeGLU experts; the other settings it needs are checked by
  * export), else 0. */
 int lt_hf_gptoss(const LtModelDims *d);
+/* 1 when it exports as Qwen3MoeForCausalLM (a Llama-block MoE with per-head
+ * q/k norms and SwiGLU experts; the rest is checked by export), else 0. */
+int lt_hf_qwen3moe(const LtModelDims *d);
 
 /* The Hugging Face tensors of the model of t (a tp = 1 table of the whole
  * model: lt_params_build), in the order export writes them. *out is
@@ -89,7 +92,8 @@ int lt_hf_validate_replica(LtConfig *c, char *err, size_t errlen);
 
 /* `lattice export`: write <out_dir>/model.safetensors (fp32, vocab sliced to
  * the true size; HF GPT2LMHeadModel names with Conv1D weights transposed to
- * (in, out) for model.arch=gpt, LlamaForCausalLM names for llama,
+ * (in, out) for model.arch=gpt, LlamaForCausalLM names for llama (Qwen3's
+ * with model.qk_layernorm, Qwen2's with model.add_qkv_bias alone),
  * MixtralForCausalLM names for a llama with experts, GptOssForCausalLM for
  * one with quick-GeGLU experts (refused, naming the key, where gpt-oss
  * computes another function); lm_head.weight when
@@ -100,8 +104,8 @@ int lt_hf_validate_replica(LtConfig *c, char *err, size_t errlen);
 int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t errlen);
 
 /* `lattice import HF_DIR OUT_DIR [section.key=value ...]`: read a
- * LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, GptOssForCausalLM or
- * GPT2LMHeadModel directory (config.json, and
+ * LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM,
+ * GptOssForCausalLM or GPT2LMHeadModel directory (config.json, and
  * model.safetensors or model.safetensors.index.json with its shards; F32, BF16
  * or F16 tensors) and write a weights-only lattice checkpoint at step 0 in
  * OUT_DIR whose config.yaml holds the model keys of config.json and the

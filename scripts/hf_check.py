@@ -83,6 +83,23 @@ def models():
     biased = transformers.LlamaConfig(**{**llama.to_dict(), "attention_bias": True,
                                          "mlp_bias": True})
     yield "llama_bias", transformers.LlamaForCausalLM(biased)
+    # Qwen2: biases on q, k and v only; tied embeddings, as its small models
+    qwen2 = transformers.Qwen2Config(
+        hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=37, max_position_embeddings=64, rms_norm_eps=1e-5,
+        tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+    yield "qwen2", transformers.Qwen2ForCausalLM(qwen2)
+    # Qwen3-MoE: q/k norms, a dense layer between two sparse ones (mlp_only_layers), experts
+    # narrower than the dense MLP; the top-k renormalised (norm_topk_prob) or not
+    for norm in (True, False):
+        qmoe = transformers.Qwen3MoeConfig(
+            hidden_size=32, intermediate_size=48, moe_intermediate_size=24, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=37,
+            max_position_embeddings=64, rms_norm_eps=1e-5, num_experts=4, num_experts_per_tok=2,
+            norm_topk_prob=norm, mlp_only_layers=[1], tie_word_embeddings=False,
+            output_router_logits=True, router_aux_loss_coef=0.02,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+        yield "qwen3_moe" + ("" if norm else "_probs"), transformers.Qwen3MoeForCausalLM(qmoe)
     mixtral = transformers.MixtralConfig(
         hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=37, max_position_embeddings=64, rms_norm_eps=1e-5,
@@ -127,7 +144,8 @@ def eager(model):
     per-expert loop (transformers 5's default grouped GEMM has no float64), and
     for gpt-oss the eager attention, the one that reads the sinks in float64."""
     name = type(model).__name__
-    return ({"experts_implementation": "eager"} if "Mixtral" in name or "GptOss" in name else {}) | \
+    return ({"experts_implementation": "eager"} if any(m in name for m in ("Mixtral", "GptOss", "Qwen3Moe"))
+            else {}) | \
         ({"attn_implementation": "eager"} if "GptOss" in name else {})
 
 
@@ -267,6 +285,12 @@ GPTOSS_KEYS = ["model.add_bias_linear=true", "model.softmax_type=learnable", "mo
                "model.rope_original_max_position=16", "model.rope_truncate=false"]
 
 
+# Qwen3-MoE's: q/k norms over a head dimension of its own, a dense layer between two MoE
+# layers, the dense MLP wider than the experts
+QWEN3MOE_KEYS = ["model.qk_layernorm=true", "model.kv_channels=12", "model.num_layers=3",
+                 "model.moe_layer_freq=[1,0,1]", "model.ffn_hidden_size=80"]
+
+
 def lattice_moe(lattice, tmp, name, cls, extra):
     """An MoE model trained by lattice (llama-tiny, 4 experts top 2 in every layer,
     aux and z loss, and `extra`), exported, against transformers' class `cls`."""
@@ -287,9 +311,10 @@ def lattice_moe(lattice, tmp, name, cls, extra):
     missing = sorted(info["missing_keys"]) + sorted(info["unexpected_keys"])
     report(not missing, f"{name}_keys", f"missing/unexpected {missing}")
     c = model.config
-    report((c.num_local_experts, c.num_experts_per_tok, c.intermediate_size) == (4, 2, 48),
+    width = getattr(c, "moe_intermediate_size", c.intermediate_size)  # the experts'
+    report((c.num_local_experts, c.num_experts_per_tok, width) == (4, 2, 48),
            f"{name}_config", f"experts {c.num_local_experts} top {c.num_experts_per_tok} "
-           f"width {c.intermediate_size}")
+           f"width {width}")
     # the training config with the MoE keys; the checkpoint's config.yaml holds them too
     logits_vs_lattice(lattice, name, ck, model, tmp, seq=32)
     eval_loss(lattice, name, ck, model, tmp)
@@ -311,13 +336,15 @@ def main():
                     ck, ref = check(a.lattice, name, model, dtype, tmp)
                     if dtype == "float32":
                         eval_loss(a.lattice, name, ck, ref, tmp)
-                    if name in ("mixtral", "llama_bias", "gpt_oss") and dtype == "float32":
+                    moe = name in ("mixtral", "gpt_oss", "qwen3_moe", "qwen3_moe_probs")
+                    if (moe or name in ("llama_bias", "qwen2")) and dtype == "float32":
                         logits_vs_lattice(a.lattice, name, ck, ref, tmp)
-                    if name in ("mixtral", "gpt_oss") and dtype == "float32":
+                    if moe and dtype == "float32":
                         trains_on(a.lattice, name, ck, model.config.vocab_size, tmp)
                 except Exception as e:  # a failed step fails its case, the others still run
                     report(False, f"{name}_{dtype}", str(e))
         for name, cls, extra in (("lattice_mixtral", transformers.MixtralForCausalLM, []),
+                                 ("lattice_qwen3_moe", transformers.Qwen3MoeForCausalLM, QWEN3MOE_KEYS),
                                  ("lattice_gpt_oss", transformers.GptOssForCausalLM, GPTOSS_KEYS)):
             if a.only and not name.startswith(a.only):
                 continue

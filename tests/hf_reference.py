@@ -2,8 +2,8 @@
 """hf_reference.py HF_DIR LOGITS_FILE [TOL]
 
 An independent float64 forward pass, in plain Python, of a Hugging Face
-directory that `lattice export` wrote (LlamaForCausalLM, Qwen3ForCausalLM,
-MixtralForCausalLM or GPT2LMHeadModel:
+directory that `lattice export` wrote (LlamaForCausalLM, Qwen2ForCausalLM,
+Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM or GPT2LMHeadModel:
 config.json and an fp32 model.safetensors), checked against the logits that
 `lattice logits` printed for the same checkpoint: the first line of
 LOGITS_FILE is "tokens ID...", then one line per prefix with the next-token
@@ -12,8 +12,11 @@ relative to that position's largest |logit|. Written from the published
 definitions of the two architectures (RMSNorm, rotary embeddings in the
 "rotate half" form with Llama 3.1's frequency scaling, grouped-query
 attention, SwiGLU; Qwen3's RMSNorm of each query and key head over head_dim
-(q_norm, k_norm, epsilon rms_norm_eps) between the projection and the rotation; Mixtral's sparse MoE block of SwiGLU experts behind a
-softmax router whose top-k probabilities are renormalised; GPT-2's LayerNorm,
+(q_norm, k_norm, epsilon rms_norm_eps) between the projection and the
+rotation; Qwen2's q/k/v biases; Mixtral's sparse MoE block of SwiGLU experts
+behind a softmax router whose top-k probabilities are renormalised, and
+Qwen3-MoE's, renormalised only with norm_topk_prob, in the layers that hold a
+router (mlp.gate); GPT-2's LayerNorm,
 tanh GeLU and Conv1D weights), not from lattice's code. A Mixtral token whose
 k-th and (k+1)-th router probabilities are within 1e-6 of each other is
 reported on stderr (lattice's fp32 router could rightly choose the other).
@@ -136,10 +139,11 @@ def swiglu(w, p, gate, up, down, h):
     return linear(w, p + down, [gi / (1.0 + math.exp(-gi)) * ui for gi, ui in zip(g, u)])
 
 
-def mixtral_moe(cfg, w, p, h):
-    """Mixtral's sparse MoE block for one token: the router's softmax over all
-    experts, the top num_experts_per_tok of it renormalised to sum 1, and the
-    SwiGLU experts (w1 gate, w3 up, w2 down) weighted by those."""
+def sparse_moe(cfg, w, p, h, names=('w1', 'w3', 'w2'), renorm=True):
+    """Mixtral's (and Qwen3-MoE's) sparse MoE block for one token: the router's
+    softmax over all experts, the top num_experts_per_tok of it renormalised to
+    sum 1 (Qwen3-MoE without norm_topk_prob: as they are), and the SwiGLU
+    experts (gate, up, down: Mixtral's w1, w3, w2) weighted by those."""
     logits = matvec(w[p + 'gate.weight'], h)
     m = max(logits)
     e = [math.exp(v - m) for v in logits]
@@ -150,10 +154,10 @@ def mixtral_moe(cfg, w, p, h):
     if k < len(order) and probs[order[k - 1]] - probs[order[k]] < 1e-6:
         print('near tie between experts %d and %d: %.3e apart' %
               (order[k - 1], order[k], probs[order[k - 1]] - probs[order[k]]), file=sys.stderr)
-    z = sum(probs[j] for j in top)
+    z = sum(probs[j] for j in top) if renorm else 1.0
     out = [0.0] * len(h)
     for j in top:
-        y = swiglu(w, p + 'experts.%d.' % j, 'w1', 'w3', 'w2', h)
+        y = swiglu(w, p + 'experts.%d.' % j, *names, h)
         out = [o + probs[j] / z * v for o, v in zip(out, y)]
     return out
 
@@ -168,7 +172,7 @@ def llama_logits(cfg, w, tokens):
         p = 'model.layers.%d.' % l
         hs = [rmsnorm(x, w[p + 'input_layernorm.weight'], eps) for x in xs]
         qs, ks, vs = [], [], []
-        qwen3 = cfg.get('model_type') == 'qwen3'
+        qwen3 = cfg.get('model_type') in ('qwen3', 'qwen3_moe')
         qn = w[p + 'self_attn.q_norm.weight'] if qwen3 else None
         kn = w[p + 'self_attn.k_norm.weight'] if qwen3 else None
         for t, h in enumerate(hs):
@@ -186,8 +190,11 @@ def llama_logits(cfg, w, tokens):
               for x, o in zip(xs, att)]
         for i, x in enumerate(xs):
             h = rmsnorm(x, w[p + 'post_attention_layernorm.weight'], eps)
-            if 'num_local_experts' in cfg:
-                f = mixtral_moe(cfg, w, p + 'block_sparse_moe.', h)
+            if cfg.get('model_type') == 'mixtral':
+                f = sparse_moe(cfg, w, p + 'block_sparse_moe.', h)
+            elif p + 'mlp.gate.weight' in w:  # Qwen3-MoE's sparse layers
+                f = sparse_moe(cfg, w, p + 'mlp.', h, ('gate_proj', 'up_proj', 'down_proj'),
+                               cfg.get('norm_topk_prob', False))
             else:
                 f = swiglu(w, p + 'mlp.', 'gate_proj', 'up_proj', 'down_proj', h)
             xs[i] = [xv + d for xv, d in zip(x, f)]

@@ -9,9 +9,11 @@
 # checkpoint's weights, biases included, within 1e-5); the biases are trained
 # (they leave their init, and the loss parts from the model without them); a
 # checkpoint moves between layouts; the dense model exports as
-# LlamaForCausalLM with attention_bias and mlp_bias, whose logits an
-# independent float64 forward reproduces, and imports back to the same files;
-# the layouts without biases are refused by the export, naming the key, and a
+# LlamaForCausalLM with attention_bias and mlp_bias, and with the q/k/v
+# biases alone as Qwen2ForCausalLM, whose logits an independent float64
+# forward reproduces, and each imports back to the same files (a Qwen2 with
+# its sliding window on is refused); the MoE layouts with biases are refused
+# by the export (but gpt-oss's: test_hf_gptoss), naming the key, and a
 # GPT config without linear biases is refused. (The router bias op against a
 # double reference: test_ops_cpu_moe; every bias by finite differences:
 # test_model; the CUDA kernels and whole models on them: test_cuda_emu.)
@@ -135,7 +137,30 @@ then pass llama_bias_import_export_identical
 else fail llama_bias_import_export_identical "$out"; fi
 expect2 refused_moe_export "model.add_bias_linear=true as MixtralForCausalLM" export "$T/moe/ck" \
   "$T/moe/hf"
-expect2 refused_qkv_export "model.add_qkv_bias=true" export "$T/qkv/ck" "$T/qkv/hf"
+# ---- Hugging Face: Qwen2ForCausalLM (biases on q, k and v only) --------------------
+if out=$(hf_export_matches "$T/qkv/ck" "$T/qkv/hf" '"architectures": ["Qwen2ForCausalLM"]' \
+           configs/llama-tiny.yaml model.add_qkv_bias=true) &&
+   python3 - "$T/qkv/hf" <<'PY'
+import json, sys
+sys.path.insert(0, "tests")
+from hf_reference import load_safetensors
+names = load_safetensors(sys.argv[1] + "/model.safetensors").keys()
+assert {n.split(".")[-2] for n in names if n.endswith(".bias")} == {"q_proj", "k_proj", "v_proj"}, names
+cfg = json.load(open(sys.argv[1] + "/config.json"))
+assert "attention_bias" not in cfg and "mlp_bias" not in cfg and cfg["use_sliding_window"] is False, cfg
+PY
+then pass "export_as_qwen2_matches_float64_reference ($out)"
+else fail export_as_qwen2_matches_float64_reference "${out:-see the assertion above}"; fi
+rm -rf "$T/imported" "$T/hf2"
+if out=$(hf_round_trip "$T/qkv/hf" "add_qkv_bias: true") &&
+   grep -q "add_bias_linear: false" "$T/imported/step_00000000/config.yaml"
+then pass qwen2_import_export_identical
+else fail qwen2_import_export_identical "${out:-add_bias_linear is not false}"; fi
+mkdir -p "$T/qwen2_window" && cp "$T/qkv/hf/model.safetensors" "$T/qwen2_window/" &&
+  sed 's/"use_sliding_window": false/"use_sliding_window": true/' "$T/qkv/hf/config.json" \
+    >"$T/qwen2_window/config.json"
+expect2 refused_qwen2_sliding_window "'use_sliding_window' is true" import "$T/qwen2_window" \
+  "$T/qwen2_window_ck"
 expect2 refused_gpt_without_biases "model.add_bias_linear=false" train configs/tiny.yaml \
   model.add_bias_linear=false data.train_path="$T/train.ltok"
 exit $((failures > 0))

@@ -7,7 +7,10 @@
 # with ZeRO-1 train the same model as one process (loss and grad norm per step
 # within 1e-5, the checkpoint's weights, q_norm and k_norm included, within
 # 1e-5); the key changes the model; a checkpoint trained on one layout resumes on
-# another; a GPT config carrying it is refused. (The op against a float64
+# another; a GPT config carrying it is refused; a dense model with it exports
+# as Qwen3ForCausalLM and an MoE one as Qwen3MoeForCausalLM (a dense layer,
+# either router form), each reproduced by an independent float64 forward of the
+# exported files and imported back to the same files. (The op against a float64
 # reference: test_ops_cpu; the model's gradients by finite differences:
 # test_model; the CUDA kernels: test_cuda_emu / test_gpu_ops.)
 set -u
@@ -53,8 +56,11 @@ if run off 1 && a=$(first_loss "$T/off/m.jsonl") && b=$(first_loss "$T/ref/m.jso
 then pass "qk_layernorm_changes_the_loss ($a off, $b on)"
 else fail qk_layernorm_changes_the_loss "off ${a:-?} vs on ${b:-?}"; fi
 
-# an MoE model with the norms (for the export's refusal below)
-run moe 1 $QK model.num_experts=4 model.moe_ffn_hidden_size=32 train.steps=2 >/dev/null
+# an MoE model with the norms and a dense layer (Qwen3-MoE's layout, below)
+QMOE="model.num_experts=4 model.moe_ffn_hidden_size=32 model.moe_router_topk=2 model.num_layers=3
+      model.moe_layer_freq=[1,0,1] model.moe_aux_loss_coeff=0.01"
+run moe 1 $QK $QMOE train.steps=4 >/dev/null
+run moe_pre 1 $QK $QMOE model.moe_router_pre_softmax=true train.steps=4 >/dev/null
 
 # a checkpoint written by TP 2 resumes under PP 2 where the single process goes on
 if run tp2_half 2 $QK $TP train.steps=4 optimizer.decay_steps=8 &&
@@ -75,7 +81,36 @@ else fail export_as_qwen3_matches_float64_reference "$out"; fi
 if out=$(hf_round_trip "$T/ref/hf_out" "qk_layernorm: true")
 then pass qwen3_import_export_identical
 else fail qwen3_import_export_identical "$out"; fi
-expect2 refused_moe_export "model.qk_layernorm=true; Mixtral" export "$T/moe/ck" "$T/moe/hf"
+
+# an MoE model with them exports as Qwen3MoeForCausalLM: experts under mlp.experts.E.*_proj,
+# the router as mlp.gate, the dense layer listed in mlp_only_layers; renormalised top-k
+# (norm_topk_prob) or, with moe_router_pre_softmax, the probabilities as they are
+for name in moe moe_pre; do
+  norm=true pre=false
+  [ $name = moe_pre ] && norm=false pre=true
+  if out=$(hf_export_matches "$T/$name/ck" "$T/$name/hf" '"architectures": ["Qwen3MoeForCausalLM"]' \
+             configs/llama-tiny.yaml $QK $QMOE model.moe_router_pre_softmax=$pre) &&
+     grep -q '"mlp_only_layers": \[1\]' "$T/$name/hf/config.json" &&
+     grep -q "\"norm_topk_prob\": $norm" "$T/$name/hf/config.json"; then
+    pass "${name}_export_as_qwen3_moe_matches_float64_reference ($out)"
+  else fail "${name}_export_as_qwen3_moe_matches_float64_reference" "${out:-config.json: $(tr -d '\n' <"$T/$name/hf/config.json" | head -c 300)}"; fi
+  rm -rf "$T/imported" "$T/hf2"
+  if out=$(hf_round_trip "$T/$name/hf" "moe_layer_freq: \"[1,0,1]\"")
+  then pass "${name}_qwen3_moe_import_export_identical"
+  else fail "${name}_qwen3_moe_import_export_identical" "$out"; fi
+done
+# import refuses what lattice's router cannot give: top-1 renormalised (weight 1)
+mkdir -p "$T/top1" && cp "$T/moe/hf/model.safetensors" "$T/top1/" &&
+  sed 's/"num_experts_per_tok": 2/"num_experts_per_tok": 1/' "$T/moe/hf/config.json" >"$T/top1/config.json"
+expect2 refused_qwen3_moe_top1_renormalised "'num_experts_per_tok' is 1; Qwen3-MoE with norm_topk_prob" \
+  import "$T/top1" "$T/top1_ck"
+mkdir -p "$T/badlist" && cp "$T/moe/hf/model.safetensors" "$T/badlist/" &&
+  sed 's/"mlp_only_layers": \[1\]/"mlp_only_layers": [-1]/' "$T/moe/hf/config.json" >"$T/badlist/config.json"
+expect2 refused_qwen3_moe_bad_layer_list "'mlp_only_layers[0]' must be a layer number" \
+  import "$T/badlist" "$T/badlist_ck"
+run moe_shared 1 $QK $QMOE model.moe_shared_expert_intermediate_size=16 train.steps=2 >/dev/null
+expect2 refused_shared_expert_export "model.moe_shared_expert_intermediate_size=16; Qwen3-MoE has no shared" \
+  export "$T/moe_shared/ck" "$T/moe_shared/hf"
 
 expect2 refused_gpt "model.qk_layernorm" train configs/tiny.yaml model.qk_layernorm=true \
   data.train_path="$T/train.ltok"

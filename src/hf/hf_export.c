@@ -1,9 +1,13 @@
 /* hf_export.c - `lattice export`: a checkpoint as a Hugging Face model
  * directory, GPT2LMHeadModel for model.arch=gpt, LlamaForCausalLM for
  * model.arch=llama, Qwen3ForCausalLM for a Llama with model.qk_layernorm (Qwen3
- * is Llama with per-head q/k RMSNorm before RoPE, q_norm / k_norm) and
- * MixtralForCausalLM for a Llama with experts in every
- * layer and Mixtral's router (other MoE models are refused, naming the key);
+ * is Llama with per-head q/k RMSNorm before RoPE, q_norm / k_norm),
+ * Qwen2ForCausalLM for a Llama with model.add_qkv_bias alone (Qwen2 is Llama
+ * with biases on q, k and v, none on o_proj or the MLP),
+ * MixtralForCausalLM for a Llama with experts in every layer and Mixtral's
+ * router, Qwen3MoeForCausalLM for one with q/k norms and experts in any
+ * layers, GptOssForCausalLM for one with gpt-oss's experts (other MoE models
+ * are refused, naming the key);
  * the tensor names and layouts are hf.h's table.
  *
  * A tensor that is a block of rows of one of ours (wte without its padded
@@ -121,7 +125,7 @@ static void rope_scaling_json(const LtConfig *c, char *rope, size_t n) {
              fa, lo, hi, c->model.rope_original_max_position);
 }
 
-/* The opening of a Llama-block config.json (Llama, Qwen3, Mixtral, gpt-oss):
+/* The opening of a Llama-block config.json (Llama, Qwen2, Qwen3, Mixtral, gpt-oss):
  * the class, and the shape of the validated config c; ffn the MLP's (or each
  * expert's) width, eps the norm's epsilon as JSON. */
 static void write_block_shape(FILE *f, const LtConfig *c, const char *type, const char *cls,
@@ -146,28 +150,63 @@ static void write_block_shape(FILE *f, const LtConfig *c, const char *type, cons
 
 /* LlamaForCausalLM (with model.add_bias_linear its attention_bias and mlp_bias),
  * Qwen3ForCausalLM with the per-head q/k norms (d->qk_norm; no sliding window, no
- * biases: bias_refusal), or MixtralForCausalLM for an MoE model (d->moe.experts > 0,
- * checked by mixtral_refusal): the attention and norms are the same; Mixtral's
- * intermediate_size is each expert's width. The aux-loss coefficient goes to
+ * biases: bias_refusal), Qwen2ForCausalLM with biases on q, k and v only
+ * (model.add_qkv_bias without model.add_bias_linear), MixtralForCausalLM for
+ * an MoE model (d->moe.experts > 0, checked by moe_refusal) and
+ * Qwen3MoeForCausalLM for one with q/k norms (its dense layers as
+ * mlp_only_layers): the attention and norms are the same; Mixtral's
+ * intermediate_size is each expert's width, Qwen3-MoE's the dense layers'
+ * (moe_intermediate_size the experts'). The aux-loss coefficient goes to
  * router_aux_loss_coef, turned on (output_router_logits) when it is > 0. */
 static void write_llama_config(FILE *f, const LtConfig *c, const LtModelDims *d) {
     char eps[40], theta[40], init[40], rope[512], aux[40];
-    const int moe = d->moe.experts > 0, qwen3 = d->qk_norm && !moe;
+    const int moe = d->moe.experts > 0, qwen3 = d->qk_norm && !moe, qwen3moe = d->qk_norm && moe,
+              mixtral = moe && !qwen3moe, qwen2 = !moe && !d->qk_norm && d->qkv_bias && !d->linear_bias;
     json_float(c->model.norm_epsilon, eps, sizeof eps);
     json_float(c->model.init_method_std, init, sizeof init);
     json_float(c->model.rotary_base, theta, sizeof theta);
     json_float(c->model.moe_aux_loss_coeff, aux, sizeof aux);
     rope_scaling_json(c, rope, sizeof rope);
-    write_block_shape(f, c, moe ? "mixtral" : qwen3 ? "qwen3" : "llama",
-                      moe ? "MixtralForCausalLM" : qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM",
-                      moe ? d->moe.ffn : c->model.ffn_hidden_size, eps);
+    write_block_shape(f, c,
+                      mixtral    ? "mixtral"
+                      : qwen3moe ? "qwen3_moe"
+                      : qwen3    ? "qwen3"
+                      : qwen2    ? "qwen2"
+                                 : "llama",
+                      mixtral    ? "MixtralForCausalLM"
+                      : qwen3moe ? "Qwen3MoeForCausalLM"
+                      : qwen3    ? "Qwen3ForCausalLM"
+                      : qwen2    ? "Qwen2ForCausalLM"
+                                 : "LlamaForCausalLM",
+                      mixtral ? d->moe.ffn : c->model.ffn_hidden_size, eps);
     fprintf(f,
             "  \"rope_theta\": %s,\n"
             "  \"rope_scaling\": %s,\n"
             "  \"tie_word_embeddings\": %s,\n"
             "  \"hidden_act\": \"silu\",\n",
             theta, rope, c->model.untie_embeddings_and_output_weights ? "false" : "true");
-    if (moe)
+    if (qwen3moe) {
+        char dense[LT_MOE_MAX_LAYERS * 6 + 8] = "";
+        size_t at = 0;
+        for (int l = 0; l < d->num_layers && at < sizeof dense; l++)
+            if (!lt_dims_moe_layer(d, l))
+                at += (size_t)snprintf(dense + at, sizeof dense - at, "%s%d", at ? ", " : "", l);
+        fprintf(f,
+                "  \"attention_bias\": false,\n"
+                "  \"attention_dropout\": 0.0,\n"
+                "  \"use_sliding_window\": false,\n"
+                "  \"sliding_window\": null,\n"
+                "  \"moe_intermediate_size\": %d,\n"
+                "  \"num_experts\": %d,\n"
+                "  \"num_experts_per_tok\": %d,\n"
+                "  \"norm_topk_prob\": %s,\n"
+                "  \"decoder_sparse_step\": 1,\n"
+                "  \"mlp_only_layers\": [%s],\n"
+                "  \"router_aux_loss_coef\": %s,\n"
+                "  \"output_router_logits\": %s,\n",
+                d->moe.ffn, d->moe.experts, d->moe.topk, d->moe.pre_softmax ? "false" : "true", dense,
+                aux, c->model.moe_aux_loss_coeff > 0 ? "true" : "false");
+    } else if (moe)
         fprintf(f,
                 "  \"attention_dropout\": 0.0,\n"
                 "  \"sliding_window\": null,\n"
@@ -177,14 +216,14 @@ static void write_llama_config(FILE *f, const LtConfig *c, const LtModelDims *d)
                 "  \"output_router_logits\": %s,\n"
                 "  \"router_jitter_noise\": 0.0,\n",
                 d->moe.experts, d->moe.topk, aux, c->model.moe_aux_loss_coeff > 0 ? "true" : "false");
-    else if (qwen3)
+    else if (qwen3 || qwen2) /* (Qwen2's q/k/v biases are its architecture's, not a key) */
         fprintf(f,
-                "  \"attention_bias\": false,\n"
+                "%s"
                 "  \"attention_dropout\": 0.0,\n"
                 "  \"use_sliding_window\": false,\n"
                 "  \"sliding_window\": null,\n"
                 "  \"max_window_layers\": %d,\n",
-                c->model.num_layers);
+                qwen3 ? "  \"attention_bias\": false,\n" : "", c->model.num_layers);
     else /* model.add_bias_linear: Llama's attention_bias (q, k, v, o) and mlp_bias */
         fprintf(f,
                 "  \"attention_bias\": %s,\n"
@@ -198,64 +237,65 @@ static void write_llama_config(FILE *f, const LtConfig *c, const LtModelDims *d)
             init);
 }
 
-/* 0 when the MoE model of c (d) is one MixtralForCausalLM computes; else -1
- * with a message naming the config key that makes it another model. */
-static int mixtral_refusal(const LtConfig *c, const LtModelDims *d, char *err, size_t errlen) {
-    const char *no = "cannot export as MixtralForCausalLM, the Hugging Face MoE model lattice writes:";
+/* 0 when the MoE model of c (d) is one MixtralForCausalLM computes (qwen 0) or
+ * Qwen3MoeForCausalLM (qwen 1: a model with per-head q/k norms); else -1
+ * with a message naming the config key that makes it another model. The two
+ * differ in what else they allow: Qwen3-MoE has dense layers
+ * (mlp_only_layers) and weights the experts by their probabilities among all
+ * (norm_topk_prob false: moe_router_pre_softmax) or renormalised over the k. */
+static int moe_refusal(const LtConfig *c, const LtModelDims *d, int qwen, char *err, size_t errlen) {
+    char no[128];
+    snprintf(no, sizeof no, "cannot export as %s, the Hugging Face MoE model lattice writes for it:",
+             qwen ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM");
+    const char *name = qwen ? "Qwen3-MoE" : "Mixtral";
     if (c->model.arch != LT_ARCH_LLAMA)
-        return lt_errorf(err, errlen, "%s model.arch=gpt with model.num_experts=%d; Mixtral's block is "
-                         "Llama's (model.arch=llama), and GPT-2 has no MoE form", no, d->moe.experts);
-    if (d->qk_norm)
-        return lt_errorf(err, errlen, "%s model.qk_layernorm=true; Mixtral's attention has no "
-                         "per-head query/key norm (a dense model with it exports as "
-                         "Qwen3ForCausalLM)", no);
+        return lt_errorf(err, errlen, "%s model.arch=gpt with model.num_experts=%d; %s's block is "
+                         "Llama's (model.arch=llama), and GPT-2 has no MoE form", no, d->moe.experts, name);
     if (d->moe.shared_ffn > 0)
-        return lt_errorf(err, errlen, "%s model.moe_shared_expert_intermediate_size=%d; Mixtral has no "
-                         "shared expert", no, d->moe.shared_ffn);
-    for (int l = 0; l < d->num_layers; l++)
+        return lt_errorf(err, errlen, "%s model.moe_shared_expert_intermediate_size=%d; %s has no "
+                         "shared expert", no, d->moe.shared_ffn, name);
+    for (int l = 0; !qwen && l < d->num_layers; l++)
         if (!lt_dims_moe_layer(d, l))
             return lt_errorf(err, errlen, "%s model.moe_layer_freq=\"%.100s\" leaves layer %d dense; every "
-                             "Mixtral layer is an MoE layer (moe_layer_freq 1)", no,
-                             c->model.moe_layer_freq, l);
+                             "Mixtral layer is an MoE layer (moe_layer_freq 1; Qwen3-MoE, with "
+                             "model.qk_layernorm, has dense layers)", no, c->model.moe_layer_freq, l);
     if (d->moe.score != LT_MOE_SOFTMAX)
-        return lt_errorf(err, errlen, "%s model.moe_router_score_function=sigmoid; Mixtral's router "
-                         "scores with a softmax", no);
-    if (d->moe.pre_softmax)
+        return lt_errorf(err, errlen, "%s model.moe_router_score_function=sigmoid; %s's router "
+                         "scores with a softmax", no, name);
+    if (!qwen && d->moe.pre_softmax)
         return lt_errorf(err, errlen, "%s model.moe_router_pre_softmax=true weights an expert by its "
                          "probability among all %d; Mixtral renormalises over the top %d "
                          "(moe_router_pre_softmax=false)%s", no, d->moe.experts, d->moe.topk,
                          d->moe.topk == 1 ? ", which gives top-1 the weight 1: lattice's top-1 "
                                             "softmax router cannot express that" : "");
     if (c->model.moe_router_topk_scaling_factor != 0 && c->model.moe_router_topk_scaling_factor != 1)
-        return lt_errorf(err, errlen, "%s model.moe_router_topk_scaling_factor=%g; Mixtral does not "
+        return lt_errorf(err, errlen, "%s model.moe_router_topk_scaling_factor=%g; %s does not "
                          "scale its routing weights (0 or 1)", no,
-                         c->model.moe_router_topk_scaling_factor);
+                         c->model.moe_router_topk_scaling_factor, name);
     if (d->moe.capacity > 0)
-        return lt_errorf(err, errlen, "%s model.moe_expert_capacity_factor=%g drops tokens; Mixtral "
-                         "computes every routed token (0: dropless)", no, (double)d->moe.capacity);
+        return lt_errorf(err, errlen, "%s model.moe_expert_capacity_factor=%g drops tokens; %s "
+                         "computes every routed token (0: dropless)", no, (double)d->moe.capacity, name);
     if (c->model.moe_router_enable_expert_bias)
-        return lt_errorf(err, errlen, "%s model.moe_router_enable_expert_bias=true; Mixtral's router "
-                         "has no expert bias", no);
+        return lt_errorf(err, errlen, "%s model.moe_router_enable_expert_bias=true; %s's router "
+                         "has no expert bias", no, name);
     return 0;
 }
 
 /* 0 when the linear biases of c (d) are ones the layout lattice writes for it
- * has: none, or a dense Llama's with model.add_bias_linear (LlamaForCausalLM's
- * attention_bias and mlp_bias: q, k, v, o, gate, up and down); else -1 naming
+ * has: none, a dense Llama's with model.add_bias_linear (LlamaForCausalLM's
+ * attention_bias and mlp_bias: q, k, v, o, gate, up and down), or a dense
+ * Llama's with model.add_qkv_bias alone (Qwen2ForCausalLM's); else -1 naming
  * the key. */
 static int bias_refusal(const LtConfig *c, const LtModelDims *d, char *err, size_t errlen) {
     if (d->arch != LT_ARCH_LLAMA || (!d->qkv_bias && !d->linear_bias)) return 0;
     const char *key = d->linear_bias ? "model.add_bias_linear" : "model.add_qkv_bias";
     if (d->moe.experts > 0)
-        return lt_errorf(err, errlen, "cannot export %s=true as MixtralForCausalLM: Mixtral's "
-                         "attention, experts and router have no biases", key);
+        return lt_errorf(err, errlen, "cannot export %s=true as %s: its attention, experts and "
+                         "router have no biases", key,
+                         d->qk_norm ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM");
     if (d->qk_norm)
         return lt_errorf(err, errlen, "cannot export %s=true as Qwen3ForCausalLM (the layout of "
                          "model.qk_layernorm=true): its MLP has no biases", key);
-    if (!d->linear_bias)
-        return lt_errorf(err, errlen, "cannot export model.add_qkv_bias=true (a bias on q, k and v "
-                         "only, Qwen2's): LlamaForCausalLM's attention_bias also covers o_proj; "
-                         "lattice writes no Qwen2 layout");
     return 0;
 }
 
@@ -343,9 +383,10 @@ static void write_gptoss_config(FILE *f, const LtConfig *c, const LtModelDims *d
 }
 
 /* 0 when c attends over the whole causal context in every layer; else -1: the
- * configs lattice writes have no sliding window (Llama has none; a Mixtral or
- * Qwen3 window would cover every layer, with W keys where lattice's covers
- * W + 1), so a windowed model would export as another function. */
+ * configs lattice writes have no sliding window (Llama has none; a Mixtral
+ * window covers every layer, Qwen2's and Qwen3's those from max_window_layers
+ * on, with W keys where lattice's covers W + 1), so a windowed model would
+ * export as another function. */
 static int window_refusal(const LtConfig *c, char *err, size_t errlen) {
     if (c->model.window_left < 0) return 0;
     int n = 0;
@@ -371,7 +412,7 @@ static int glu_refusal(const LtConfig *c, char *err, size_t errlen) {
                  c->model.activation_func_clamp_value);
     else
         return 0;
-    return lt_errorf(err, errlen, "cannot export %s: the Hugging Face Llama, Qwen3 and Mixtral "
+    return lt_errorf(err, errlen, "cannot export %s: the Hugging Face Llama, Qwen2, Qwen3 and Mixtral "
                      "MLPs lattice writes compute silu(gate) * up, without quick_gelu, an offset "
                      "or a clamp, which would be another model; only models trained with "
                      "SwiGLU export", key);
@@ -384,7 +425,7 @@ static int sinks_refusal(const LtConfig *c, char *err, size_t errlen) {
     if (c->model.softmax_type == LT_SOFTMAX_VANILLA) return 0;
     return lt_errorf(err, errlen, "cannot export model.softmax_type=%s (attention sinks: an extra "
                      "logit per head in the softmax): the Hugging Face layouts lattice writes "
-                     "(Llama, Qwen3, Mixtral, GPT-2) have plain softmax attention, which would be "
+                     "(Llama, Qwen2, Qwen3, Mixtral, GPT-2) have plain softmax attention, which would be "
                      "another model; only models trained with model.softmax_type=vanilla export",
                      lt_softmax_type_name(c->model.softmax_type));
 }
@@ -440,7 +481,8 @@ int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t e
     if (gptoss ? gptoss_refusal(cfg, &dims, emsg, sizeof emsg)
                : window_refusal(cfg, emsg, sizeof emsg) || bias_refusal(cfg, &dims, emsg, sizeof emsg) ||
                      glu_refusal(cfg, emsg, sizeof emsg) || sinks_refusal(cfg, emsg, sizeof emsg) ||
-                     (dims.moe.experts > 0 && mixtral_refusal(cfg, &dims, emsg, sizeof emsg))) {
+                     (dims.moe.experts > 0 &&
+                      moe_refusal(cfg, &dims, lt_hf_qwen3moe(&dims), emsg, sizeof emsg))) {
         lt_errorf(err, errlen, "%s/config.yaml: %s", stepdir, emsg);
         free(cfg);
         return -1;

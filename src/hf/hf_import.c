@@ -1,6 +1,7 @@
 /* hf_import.c - `lattice import`: a Hugging Face LlamaForCausalLM,
- * Qwen3ForCausalLM (a Llama with model.qk_layernorm), MixtralForCausalLM or
- * GPT2LMHeadModel directory as a weights-only lattice
+ * Qwen2ForCausalLM (a Llama with model.add_qkv_bias), Qwen3ForCausalLM (a
+ * Llama with model.qk_layernorm), Qwen3MoeForCausalLM, MixtralForCausalLM,
+ * GptOssForCausalLM or GPT2LMHeadModel directory as a weights-only lattice
  * checkpoint (hf.h).
  *
  * Order of work, so that nothing is allocated from a size that has not been
@@ -176,16 +177,21 @@ static int need_str(const Cfg *c, const LtJson *obj, const char *where, const ch
 }
 
 /* The model classes import reads. */
-typedef enum { HF_LLAMA = 0, HF_GPT2, HF_MIXTRAL, HF_QWEN3, HF_GPTOSS, HF_NCLASSES } HfClass;
+typedef enum {
+    HF_LLAMA = 0, HF_GPT2, HF_MIXTRAL, HF_QWEN3, HF_GPTOSS, HF_QWEN2, HF_QWEN3MOE, HF_NCLASSES
+} HfClass;
 static const struct { const char *cls, *type; } hf_classes[HF_NCLASSES] = {
     [HF_LLAMA] = {"LlamaForCausalLM", "llama"},
     [HF_GPT2] = {"GPT2LMHeadModel", "gpt2"},
     [HF_MIXTRAL] = {"MixtralForCausalLM", "mixtral"},
     [HF_QWEN3] = {"Qwen3ForCausalLM", "qwen3"},
     [HF_GPTOSS] = {"GptOssForCausalLM", "gpt_oss"},
+    [HF_QWEN2] = {"Qwen2ForCausalLM", "qwen2"},
+    [HF_QWEN3MOE] = {"Qwen3MoeForCausalLM", "qwen3_moe"},
 };
 #define HF_CLASS_LIST                                                                              \
-    "LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, GptOssForCausalLM or GPT2LMHeadModel"
+    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, " \
+    "GptOssForCausalLM or GPT2LMHeadModel"
 
 /* The model class: "architectures" (one of ours) and/or "model_type". */
 static int read_arch(const Cfg *c, HfClass *cls) {
@@ -210,7 +216,7 @@ static int read_arch(const Cfg *c, HfClass *cls) {
         if (t < 0 || (found >= 0 && t != found))
             return lt_errorf(c->err, c->errlen, "%s: model_type '%.80s' is not %s", c->path, type->text,
                              found >= 0 ? hf_classes[found].type
-                                        : "'llama', 'qwen3', 'mixtral', 'gpt_oss' or 'gpt2'");
+                                        : "'llama', 'qwen2', 'qwen3', 'qwen3_moe', 'mixtral', 'gpt_oss' or 'gpt2'");
         found = t;
     }
     if (found < 0)
@@ -296,17 +302,26 @@ typedef struct {
     double norm_eps, rope_theta;
     int head_dim; /* 0: hidden_size / num_attention_heads */
     int attention_bias; /* gpt-oss: biases on every linear, attention_bias must be true */
+    int qkv_bias;       /* Qwen2: biases on q, k and v only, by architecture (no key) */
 } LlamaDefaults;
-static const LlamaDefaults llama_defaults = {0, 2048, 1e-6, 10000.0, 0, 0},
-                           mixtral_defaults = {8, 131072, 1e-5, 1e6, 0, 0},
-                           qwen3_defaults = {0, 32768, 1e-6, 10000.0, 128, 0},
-                           gptoss_defaults = {8, 131072, 1e-5, 150000.0, 64, 1};
+static const LlamaDefaults llama_defaults = {0, 2048, 1e-6, 10000.0, 0, 0, 0},
+                           mixtral_defaults = {8, 131072, 1e-5, 1e6, 0, 0, 0},
+                           qwen2_defaults = {0, 32768, 1e-6, 10000.0, 0, 0, 1},
+                           qwen3_defaults = {0, 32768, 1e-6, 10000.0, 128, 0, 0},
+                           qwen3moe_defaults = {4, 32768, 1e-6, 10000.0, 0, 0, 0},
+                           gptoss_defaults = {8, 131072, 1e-5, 150000.0, 64, 1, 0};
 
 /* attention_bias and mlp_bias: LlamaForCausalLM's both on are lattice's
  * model.add_bias_linear; Qwen3 and Mixtral (and one without the other) only
- * without biases. */
+ * without biases. Qwen2 has no such keys: its q/k/v biases are
+ * model.add_qkv_bias. */
 static int read_biases(const Cfg *c, const LlamaDefaults *def, LtConfig *m) {
     int attn = 0, mlp = 0;
+    if (def->qkv_bias) {
+        m->model.add_bias_linear = LT_BIAS_FALSE;
+        m->model.add_qkv_bias = true;
+        return 0;
+    }
     if (def->attention_bias) { /* gpt-oss: every linear has its bias */
         m->model.add_bias_linear = LT_BIAS_TRUE;
         return need_bool(c, "attention_bias", 1, 1, "gpt-oss's biases on every linear");
@@ -368,15 +383,28 @@ static int read_qwen3(const Cfg *c, LtConfig *cfg) {
     return 0;
 }
 
-/* The sparse MoE block every layer of a Mixtral or gpt-oss (cls) has:
- * num_local_experts, num_experts_per_tok (defaults as the class's config),
- * and the balancing loss transformers adds only with output_router_logits;
- * its router is Megatron's softmax top-k without pre-softmax (HF takes the top
- * k of the softmax over all experts and renormalises them over the k: the same
- * weights as a softmax over the k logits). Top-1 is refused: HF then weights
- * the chosen expert 1, which lattice's top-1 softmax router (Megatron's:
- * moe_router_pre_softmax, weighting it by its probability) does not compute. */
-static int read_topk_moe(const Cfg *c, const char *cls, int experts, int topk, LtConfig *cfg) {
+/* Qwen2: Llama's block with biases on the q, k and v projections (read_biases);
+ * its sliding window must be off, as Qwen3's. */
+static int read_qwen2(const Cfg *c, LtConfig *cfg) {
+    return read_llama(c, &qwen2_defaults, cfg) ||
+                   need_bool(c, "use_sliding_window", 0, 0, "full causal attention in every layer")
+               ? -1
+               : 0;
+}
+
+/* The sparse MoE block of a Mixtral, gpt-oss or Qwen3-MoE (cls), in every
+ * layer (Qwen3-MoE's dense layers: read_qwen3moe): num_local_experts,
+ * num_experts_per_tok (defaults as the class's config), and the balancing loss
+ * transformers adds only with output_router_logits. renorm: HF takes the top k
+ * of the softmax over all experts and renormalises them over the k (Mixtral,
+ * gpt-oss, Qwen3-MoE's norm_topk_prob): the same weights as a softmax over the
+ * k logits, Megatron's softmax top-k without pre-softmax. Top-1 is then
+ * refused: HF weights the chosen expert 1, which lattice's top-1 softmax
+ * router (Megatron's: moe_router_pre_softmax, weighting it by its probability)
+ * does not compute. Without renorm the k probabilities weight the experts as
+ * they are: moe_router_pre_softmax. */
+static int read_topk_moe(const Cfg *c, const char *cls, int experts, int topk, int renorm,
+                         LtConfig *cfg) {
     int router_logits = 0;
     double aux = 0.001;
     if (get_int(c, c->js, "", "num_local_experts", 1, INT_MAX, experts, &experts) ||
@@ -384,7 +412,7 @@ static int read_topk_moe(const Cfg *c, const char *cls, int experts, int topk, L
         get_bool(c, "output_router_logits", 0, &router_logits) ||
         get_num(c, c->js, "", "router_aux_loss_coef", 0.001, &aux))
         return -1;
-    if (topk == 1)
+    if (topk == 1 && renorm)
         return lt_errorf(c->err, c->errlen,
                          "%s: 'num_experts_per_tok' is 1; %s then weights the chosen expert 1, "
                          "which lattice's top-1 softmax router (Megatron's: moe_router_pre_softmax, "
@@ -397,16 +425,63 @@ static int read_topk_moe(const Cfg *c, const char *cls, int experts, int topk, L
     cfg->model.moe_ffn_hidden_size = cfg->model.ffn_hidden_size;
     snprintf(cfg->model.moe_layer_freq, sizeof cfg->model.moe_layer_freq, "1");
     cfg->model.moe_router_score_function = LT_MOE_SOFTMAX;
-    cfg->model.moe_router_pre_softmax = false;
+    cfg->model.moe_router_pre_softmax = !renorm;
     cfg->model.moe_router_topk_scaling_factor = 0;
     cfg->model.moe_aux_loss_coeff = router_logits ? aux : 0;
+    return 0;
+}
+
+/* Qwen3-MoE: Qwen3's block (read_qwen3: q/k norms, no window) with sparse MoE
+ * blocks of moe_intermediate_size experts (read_topk_moe; the published
+ * config.json names the count num_experts, transformers 5's save
+ * num_local_experts) in the layers not listed in mlp_only_layers whose number
+ * (from 1) decoder_sparse_step divides; the others keep the dense MLP of
+ * intermediate_size: model.moe_layer_freq as a list. */
+static int read_qwen3moe(const Cfg *c, LtConfig *cfg) {
+    __typeof__(cfg->model) *m = &cfg->model;
+    int experts = 128, norm = 0, step = 1;
+    if (read_llama(c, &qwen3moe_defaults, cfg) ||
+        need_bool(c, "use_sliding_window", 0, 0, "full causal attention in every layer") ||
+        get_int(c, c->js, "", "num_experts", 1, INT_MAX, 128, &experts) ||
+        get_bool(c, "norm_topk_prob", 0, &norm) ||
+        read_topk_moe(c, "Qwen3-MoE with norm_topk_prob", experts, 8, norm, cfg) ||
+        get_int(c, c->js, "", "moe_intermediate_size", 1, INT_MAX, 768, &m->moe_ffn_hidden_size) ||
+        get_int(c, c->js, "", "decoder_sparse_step", 1, INT_MAX, 1, &step))
+        return -1;
+    m->qk_layernorm = true;
+    const int L = m->num_layers;
+    if (L > LT_MOE_MAX_LAYERS)
+        return lt_errorf(c->err, c->errlen, "%s: %d layers; lattice's MoE models have at most %d",
+                         c->path, L, LT_MOE_MAX_LAYERS);
+    unsigned char moe[LT_MOE_MAX_LAYERS];
+    for (int l = 0; l < L; l++) moe[l] = (l + 1) % step == 0;
+    const LtJson *dense = opt(c->js, "mlp_only_layers");
+    if (dense && dense->type != LT_JSON_NULL) {
+        if (dense->type != LT_JSON_ARRAY)
+            return lt_errorf(c->err, c->errlen, "%s: 'mlp_only_layers' must be a list of layer numbers",
+                             c->path);
+        for (int i = 0; i < dense->n; i++) {
+            uint64_t l;
+            if (lt_json_u64(&dense->kids[i], &l))
+                return lt_errorf(c->err, c->errlen, "%s: 'mlp_only_layers[%d]' must be a layer number "
+                                 "(an integer >= 0)", c->path, i);
+            if (l < (uint64_t)L) moe[l] = 0; /* (transformers ignores the others too) */
+        }
+    }
+    char *pat = m->moe_layer_freq;
+    size_t at = (size_t)snprintf(pat, sizeof m->moe_layer_freq, "[");
+    for (int l = 0; l < L && at < sizeof m->moe_layer_freq; l++)
+        at += (size_t)snprintf(pat + at, sizeof m->moe_layer_freq - at, "%s%d", l ? "," : "", moe[l]);
+    if (at + 1 >= sizeof m->moe_layer_freq)
+        return lt_errorf(c->err, c->errlen, "%s: %d layers exceed lattice's model.moe_layer_freq", c->path, L);
+    snprintf(pat + at, sizeof m->moe_layer_freq - at, "]");
     return 0;
 }
 
 /* Mixtral: Llama's block with a sparse MoE block in every layer (read_topk_moe). */
 static int read_mixtral(const Cfg *c, LtConfig *cfg) {
     int window = 0;
-    if (read_llama(c, &mixtral_defaults, cfg) || read_topk_moe(c, "Mixtral", 8, 2, cfg) ||
+    if (read_llama(c, &mixtral_defaults, cfg) || read_topk_moe(c, "Mixtral", 8, 2, 1, cfg) ||
         get_int(c, c->js, "", "sliding_window", 1, INT_MAX, 0, &window))
         return -1;
     if (window > 0 && window < cfg->model.max_position_embeddings)
@@ -465,7 +540,7 @@ static int read_gptoss_windows(const Cfg *c, LtConfig *cfg) {
  * over 4096 positions, untruncated). */
 static int read_gptoss(const Cfg *c, LtConfig *cfg) {
     double alpha = 1.702, limit = 7.0;
-    if (read_llama(c, &gptoss_defaults, cfg) || read_topk_moe(c, "gpt-oss", 128, 4, cfg) ||
+    if (read_llama(c, &gptoss_defaults, cfg) || read_topk_moe(c, "gpt-oss", 128, 4, 1, cfg) ||
         get_num(c, c->js, "", "swiglu_alpha", 1.702, &alpha) ||
         get_num(c, c->js, "", "swiglu_limit", 7.0, &limit) || read_gptoss_windows(c, cfg))
         return -1;
@@ -594,7 +669,9 @@ static int read_config(const char *dir, int nover, char **overrides, LtConfig *c
     HfClass cls = HF_GPT2;
     lt_config_defaults(cfg);
     int rc = read_arch(&c, &cls) || (cls == HF_LLAMA     ? read_llama(&c, &llama_defaults, cfg)
+                                     : cls == HF_QWEN2   ? read_qwen2(&c, cfg)
                                      : cls == HF_QWEN3   ? read_qwen3(&c, cfg)
+                                     : cls == HF_QWEN3MOE ? read_qwen3moe(&c, cfg)
                                      : cls == HF_MIXTRAL ? read_mixtral(&c, cfg)
                                      : cls == HF_GPTOSS  ? read_gptoss(&c, cfg)
                                                          : read_gpt2(&c, cfg));

@@ -177,17 +177,23 @@ static int map_gptoss_layer(MapBuild *b, const LtModelDims *d, int l) {
                : 0;
 }
 
-/* Mixtral's sparse MoE block of layer l: the router, then per expert w1 (gate)
- * and w3 (up), the row blocks of our gate_up, and w2 (down). */
-static int map_mixtral_moe(MapBuild *b, const LtModelDims *d, int l) {
+/* The sparse MoE block of layer l as Mixtral's published checkpoints name it
+ * (block_sparse_moe.gate, experts.E.w1 (gate) / w3 (up) / w2 (down)), or
+ * Qwen3-MoE's (qwen: mlp.gate, experts.E.gate_proj / up_proj / down_proj): the
+ * router, then per expert the row blocks gate and up of our gate_up, and down. */
+static int map_sparse_moe(MapBuild *b, const LtModelDims *d, int l, int qwen) {
     const char *L = "model.layers";
     const int64_t F = d->moe.ffn;
-    if (put_layer(b, L, l, "block_sparse_moe.gate.weight", "mlp.router.weight", 0, 0, 0)) return -1;
+    if (put_layer(b, L, l, qwen ? "mlp.gate.weight" : "block_sparse_moe.gate.weight", "mlp.router.weight",
+                  0, 0, 0))
+        return -1;
+    static const char *const names[2][4] = {{"block_sparse_moe", "w1", "w3", "w2"},
+                                            {"mlp", "gate_proj", "up_proj", "down_proj"}};
+    const char *const *n = names[qwen != 0];
     for (int e = 0; e < d->moe.experts; e++) {
         char hf[3][64], ours[2][64];
-        snprintf(hf[0], sizeof hf[0], "block_sparse_moe.experts.%d.w1.weight", e);
-        snprintf(hf[1], sizeof hf[1], "block_sparse_moe.experts.%d.w3.weight", e);
-        snprintf(hf[2], sizeof hf[2], "block_sparse_moe.experts.%d.w2.weight", e);
+        for (int k = 0; k < 3; k++)
+            snprintf(hf[k], sizeof hf[k], "%s.experts.%d.%s.weight", n[0], e, n[k + 1]);
         snprintf(ours[0], sizeof ours[0], "mlp.experts.%d.gate_up.weight", e);
         snprintf(ours[1], sizeof ours[1], "mlp.experts.%d.down.weight", e);
         if (put_layer(b, L, l, hf[0], ours[0], 0, F, 0) || put_layer(b, L, l, hf[1], ours[0], F, F, 0) ||
@@ -229,7 +235,7 @@ static int map_llama(MapBuild *b, const LtModelDims *d) {
              put_bias(b, L, l, "self_attn.o_proj.bias", "attn.proj.bias", 0, d->hidden)) ||
             put_layer(b, L, l, "post_attention_layernorm.weight", "ln_2.weight", 0, 0, 0) ||
             (lt_hf_gptoss(d) ? map_gptoss_layer(b, d, l)
-             : lt_dims_moe_layer(d, l) ? map_mixtral_moe(b, d, l)
+             : lt_dims_moe_layer(d, l) ? map_sparse_moe(b, d, l, lt_hf_qwen3moe(d))
                                      : put_layer(b, L, l, "mlp.gate_proj.weight", "mlp.gate_up.weight", 0, F, 0) ||
                                            put_layer(b, L, l, "mlp.up_proj.weight", "mlp.gate_up.weight", F, F, 0) ||
                                            put_layer(b, L, l, "mlp.down_proj.weight", "mlp.down.weight", 0, 0, 0) ||
@@ -240,6 +246,10 @@ static int map_llama(MapBuild *b, const LtModelDims *d) {
 
 int lt_hf_gptoss(const LtModelDims *d) {
     return d->arch == LT_ARCH_LLAMA && d->moe.experts > 0 && d->glu.quick;
+}
+
+int lt_hf_qwen3moe(const LtModelDims *d) {
+    return d->arch == LT_ARCH_LLAMA && d->moe.experts > 0 && d->qk_norm && !d->glu.quick;
 }
 
 int lt_hf_map(const LtParamTable *t, LtHfMap **out, char *err, size_t errlen) {
