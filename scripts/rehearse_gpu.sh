@@ -296,15 +296,16 @@ check report_summary "no summary with every phase" \
   bash -c "for p in build tests train attention moe memcheck bench bench15 racecheck mpi kernels parallel peer calibrate; do sed -n '/^== summary/,\$p' $R | grep -q \"^\$p \" || exit 1; done"
 
 # the Makefile's probe also finds the wheels with Debian's python3 first on PATH
+# (all five libraries: cudart, cuBLASLt, cuBLAS, cuDNN, NCCL)
 p=$(PATH=/usr/bin:/bin make -s --no-print-directory print-CUDA_LIB_FILES 2>/dev/null | tail -1)
-check probe_without_venv_on_path "found: $p" bash -c "[ \$(echo '$p' | tr ' ' '\n' | grep -c '^$VENV/') = 4 ]"
+check probe_without_venv_on_path "found: $p" bash -c "[ \$(echo '$p' | tr ' ' '\n' | grep -c '^$VENV/') = 5 ]"
 p=$(PATH=/usr/bin:/bin make -s --no-print-directory print-CUDA_LIB_FILES CUDA_WHEELS=$(dirname $(dirname $(ls -d $VENV/lib/python3*/site-packages/nvidia/cu13)))/nvidia 2>/dev/null | tail -1)
-check probe_cuda_wheels "CUDA_WHEELS=...: found: $p" bash -c "[ \$(echo '$p' | tr ' ' '\n' | grep -c '^$VENV/') = 4 ]"
+check probe_cuda_wheels "CUDA_WHEELS=...: found: $p" bash -c "[ \$(echo '$p' | tr ' ' '\n' | grep -c '^$VENV/') = 5 ]"
 
 # ... and with a wheel's nvcc on PATH (through a link, as an image may put it)
 mkdir -p /tmp/pathbin && ln -sf "$(ls $VENV/lib/python3*/site-packages/nvidia/cu13/bin/nvcc)" /tmp/pathbin/nvcc
 p=$(PATH=/tmp/pathbin:/usr/bin:/bin make -s --no-print-directory print-CUDA_LIB_FILES 2>/dev/null | tail -1)
-check probe_nvcc_link_on_path "found: $p" bash -c "[ \$(echo '$p' | tr ' ' '\n' | grep -c '^$VENV/') = 4 ]"
+check probe_nvcc_link_on_path "found: $p" bash -c "[ \$(echo '$p' | tr ' ' '\n' | grep -c '^$VENV/') = 5 ]"
 
 # CCCL's headers missing from the wheels: make says so, gpu_check finds a copy
 # elsewhere and builds with it (make -n here: the real build would be the same)
@@ -360,7 +361,7 @@ printf 'tests\ntrain\n' >$W/done
 rm -f /out/c2.txt
 GPU_CHECK_PHASES=continue GPU_CHECK_CAP=5 GPU_CHECK_BUDGET=0 scripts/gpu_check.sh /out/c2.txt >/dev/null 2>&1
 check continue_skips_done "continue ran a finished phase, skipped none, or rebuilt" \
-  bash -c "grep -q '^phases: attention moe memcheck bench bench15 racecheck' /out/c2.txt &&
+  bash -c "grep -q '^phases: attention moe memcheck bench bench15 calibrate parallel kernels mpi racecheck peer;' /out/c2.txt &&
            grep -q '^== build: skipped' /out/c2.txt && ! grep -q '^== tests' /out/c2.txt"
 
 echo "$passed passed, $failed failed"
