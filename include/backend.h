@@ -357,10 +357,15 @@ typedef struct {
      *     NULL = 0; it only selects), w = s[idx], divided by (sum of the K + 1e-20) when K > 1.
      * then w *= scale. idx (N, K) int32 in descending order of the selecting score, ties
      * to the lower expert index (so every layout routes alike); w (N, K) fp32. Both
-     * overwritten. */
+     * overwritten. Group-limited routing (Megatron-Core's group_limited_topk; groups > 0,
+     * 1 <= group_topk <= groups <= LT_MOE_MAX_GROUPS, groups | E, group_topk <= K <=
+     * group_topk E / groups): the experts form `groups` groups of E / groups consecutive
+     * ones; a group's score is the sum of its K / group_topk largest selecting scores
+     * (summed in descending order); the token picks its K experts only among its
+     * group_topk best groups (ties to the lower group, NaN last). groups 0: no groups. */
     void (*moe_topk)(LtBackend *be, int32_t *idx, float *w, const float *logits,
                      const float *bias, int N, int E, int K, int score, int pre_softmax,
-                     float scale);
+                     float scale, int groups, int group_topk);
     /* Backward of moe_topk with the selection idx held fixed: dlogits (N, E) overwritten
      * with the gradient of sum over (i, k) of dw[i,k] * w[i,k] (zero for experts outside
      * the token's softmax: pre_softmax 0 touches only the K selected logits). */

@@ -45,6 +45,9 @@ typedef enum { LT_MOE_AUX_LOSS = 0, LT_MOE_SEQ_AUX_LOSS = 1, LT_MOE_BALANCE_NONE
 typedef enum { LT_MOE_DROP_PROBS = 0, LT_MOE_DROP_POSITION = 1 } LtMoeDropPolicy;
 /* The most layers an MoE model may have (model.moe_layer_freq's pattern). */
 #define LT_MOE_MAX_LAYERS 1024
+/* The most expert groups group-limited routing takes (model.moe_router_num_groups:
+ * the CUDA router holds a token's groups in a 64-bit mask). */
+#define LT_MOE_MAX_GROUPS 64
 /* optimizer.lr_decay_style and optimizer.lr_wsd_decay_style (Megatron-LM's
  * lr_decay_style and lr_wsd_decay_style; lt_lr_at in optim.h) */
 typedef enum {
@@ -119,6 +122,9 @@ typedef struct {
         LtMoeScore moe_router_score_function;    /* softmax | sigmoid */
         bool moe_router_pre_softmax;   /* softmax over all experts, then top-k (else top-k of the
                                         * logits, then a softmax over the k) */
+        int moe_router_num_groups;     /* group-limited routing (DeepSeek's device/node-limited):
+                                        * the experts in this many equal groups; 0 = off */
+        int moe_router_group_topk;     /* the groups a token may choose its experts from */
         double moe_router_topk_scaling_factor; /* multiplies the routing weights; 0 = none */
         LtMoeBalance moe_router_load_balancing_type; /* aux_loss | seq_aux_loss | none */
         double moe_aux_loss_coeff;     /* 0 = no load-balancing loss */

@@ -28,6 +28,8 @@ typedef struct {
     int shared_ffn;     /* the shared expert's width; 0 = none */
     int score;          /* LtMoeScore */
     int pre_softmax;
+    int groups, group_topk; /* group-limited routing: experts / groups per group, the
+                             * groups a token may use; 0 = off */
     float topk_scale;   /* routing weights' factor (1 = none) */
     int balance;        /* LtMoeBalance */
     float aux_coeff, z_coeff;

@@ -113,6 +113,7 @@ DEFAULTS = {
               "num_experts": 0, "moe_router_topk": 2, "moe_ffn_hidden_size": 0,
               "moe_layer_freq": "1", "moe_shared_expert_intermediate_size": 0,
               "moe_router_score_function": "softmax", "moe_router_pre_softmax": False,
+              "moe_router_num_groups": 0, "moe_router_group_topk": 0,
               "moe_router_topk_scaling_factor": 0.0, "moe_router_load_balancing_type": "aux_loss",
               "moe_aux_loss_coeff": 0.0, "moe_z_loss_coeff": 0.0,
               "moe_router_enable_expert_bias": False, "moe_expert_capacity_factor": 0.0,
@@ -134,7 +135,8 @@ INT_KEYS = {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size
             "tensor_model_parallel_size", "micro_batch_size", "global_batch_size", "steps",
             "seed", "threads", "warmup_steps", "decay_steps", "lr_wsd_decay_steps",
             "num_query_groups", "kv_channels", "rope_original_max_position", "num_experts",
-            "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size"}
+            "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+            "moe_router_num_groups", "moe_router_group_topk"}
 BOOL_KEYS = {"qk_layernorm", "untie_embeddings_and_output_weights", "moe_router_pre_softmax",
              "moe_router_enable_expert_bias", "moe_pad_expert_input_to_capacity",
              "eod_mask_loss", "reset_position_ids", "reset_attention_mask", "quick_geglu",
@@ -340,6 +342,8 @@ def peer_refusal(c):
         (m["moe_router_score_function"] != "softmax", "model.moe_router_score_function="
                                                        f"{m['moe_router_score_function']}"),
         (m["moe_router_enable_expert_bias"], "model.moe_router_enable_expert_bias=true"),
+        (m["moe_router_num_groups"] > 0, f"model.moe_router_num_groups={m['moe_router_num_groups']}"
+                                          " (group-limited routing)"),
         (m["moe_expert_capacity_factor"] > 0, "model.moe_expert_capacity_factor="
                                               f"{m['moe_expert_capacity_factor']:g} (dropping)"),
         (m["moe_pad_expert_input_to_capacity"], "model.moe_pad_expert_input_to_capacity=true"),

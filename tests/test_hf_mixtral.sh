@@ -141,6 +141,8 @@ refuse_export topk_scaling "model.moe_router_topk_scaling_factor=2.5" configs/ll
   model.moe_router_topk_scaling_factor=2.5
 refuse_export capacity "model.moe_expert_capacity_factor=1.5" configs/llama-tiny.yaml $M4 \
   model.moe_expert_capacity_factor=1.5
+refuse_export groups "model.moe_router_num_groups=2 (group-limited routing)" configs/llama-tiny.yaml $M4 \
+  model.moe_router_num_groups=2 model.moe_router_group_topk=1
 # sliding windows (GPT-OSS's layers): no config lattice writes has them, dense or MoE
 for w in dense moe; do
   extra=""; [ $w = moe ] && extra=$M4

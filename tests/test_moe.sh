@@ -4,7 +4,8 @@
 # expert parallelism over DP, over TP with SP, over TP x DP, with pipeline
 # stages, interleaved, ZeRO 1 and 2, recomputation, TP overlap) trains the
 # same model as one process (loss and grad norm per step within 1e-5, the
-# checkpoint's weights within 1e-5); expert tensor parallelism (ETP x EP x
+# checkpoint's weights within 1e-5), DeepSeek-V3's group-limited sigmoid router
+# with the expert bias included; expert tensor parallelism (ETP x EP x
 # EDP folded into TP x DP) too; a checkpoint moves between EP and ETP layouts;
 # capacity dropping (both policies, padded too) is layout-independent over DP
 # and EP; EP 8 over DP 8 and uneven pipeline stages train as one process; the
@@ -126,6 +127,19 @@ if CFG=configs/llama-tiny.yaml run llama_etp2_ep2 4 $LL $SP $ETP2 $EP2 &&
    err=$(compare ref_llama llama_etp2_ep2 1e-5 1e-5 2>&1); then
   pass llama_etp2_ep2_matches_single_process
 else fail llama_etp2_ep2_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
+
+# DeepSeek-V3's router: sigmoid scores with the aux-loss-free expert bias and
+# group-limited routing (8 experts in 4 groups, a token's 4 experts from its best
+# 2 groups), under EP 4 over TP 2 with SP x DP 2: the routing is per token, so
+# every layout routes as one process
+DS="model.num_experts=8 model.moe_router_topk=4 model.moe_router_num_groups=4
+    model.moe_router_group_topk=2 model.moe_router_score_function=sigmoid
+    model.moe_router_enable_expert_bias=true model.moe_router_topk_scaling_factor=2.5"
+if CFG=configs/llama-tiny.yaml run ref_groups 1 $DS &&
+   CFG=configs/llama-tiny.yaml run groups_ep4 4 $DS $SP $EP4 &&
+   err=$(compare ref_groups groups_ep4 1e-5 1e-5 2>&1); then
+  pass group_limited_routing_ep4_matches_single_process
+else fail group_limited_routing_ep4_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
 
 # capacity: each rank drops from its own micro batches, so DP, EP and ETP over DP
 # drop what one process drops (SP shards a micro batch: it would not)

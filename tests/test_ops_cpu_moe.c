@@ -102,6 +102,31 @@ static void topk_d(int32_t *idx, double *w, const double *l, const float *bias, 
     select_d(idx, v, E, K);
     weights_d(w, idx, l, E, K, score, pre, scale);
 }
+/* Megatron-Core's group_limited_topk for one token, from its description: the
+ * selecting scores v (sigmoid + bias, the softmax probabilities, or the logits),
+ * each of the G groups of E / G experts scored by the sum of its top K / GK, the
+ * GK best groups kept, the other experts masked to -inf, then the top K of v. */
+static void group_topk_d(int32_t *idx, double *w, const double *l, const float *bias, int E,
+                         int K, int score, int pre, double scale, int G, int GK) {
+    double v[64], gs[64], masked[64];
+    int32_t t[64], gi[64];
+    for (int e = 0; e < E; e++)
+        v[e] = score == LT_MOE_SIGMOID ? sigm(l[e]) + (bias ? bias[e] : 0) : l[e];
+    if (score == LT_MOE_SOFTMAX && pre) softmax_d(v, l, E);
+    const int gsize = E / G, top = K / GK;
+    for (int g = 0; g < G; g++) {
+        select_d(t, v + g * gsize, gsize, top);
+        gs[g] = 0;
+        for (int j = 0; j < top; j++) gs[g] += v[g * gsize + t[j]];
+    }
+    select_d(gi, gs, G, GK);
+    for (int e = 0; e < E; e++) masked[e] = -INFINITY;
+    for (int j = 0; j < GK; j++)
+        for (int e = gi[j] * gsize; e < (gi[j] + 1) * gsize; e++) masked[e] = v[e];
+    select_d(idx, masked, E, K);
+    weights_d(w, idx, l, E, K, score, pre, scale);
+}
+
 static void aux_scores_d(double *a, const double *l, int E, int score) {
     if (score == LT_MOE_SOFTMAX) {
         softmax_d(a, l, E);
@@ -192,7 +217,7 @@ static void test_topk(void) {
         float *l = case_logits(c), *bias = c->bias ? fbuf(E, 0.4f) : NULL;
         float *w = nanbuf((size_t)N * K);
         int32_t *idx = ibuf((size_t)N * K, -7), ridx[64];
-        g_be->ops->moe_topk(g_be, idx, w, l, bias, N, E, K, c->score, c->pre, c->scale);
+        g_be->ops->moe_topk(g_be, idx, w, l, bias, N, E, K, c->score, c->pre, c->scale, 0, 0);
         int bad_idx = 0, changed = 0;
         double werr = 0, rw[64], dl[64];
         for (int i = 0; i < N; i++) {
@@ -223,18 +248,61 @@ static void test_topk(void) {
     }
 }
 
+/* Group-limited routing (model.moe_router_num_groups / group_topk) against
+ * group_topk_d: the same experts and weights, every token's experts within its
+ * group_topk groups, and the groups changing some token's choice (the test is not
+ * vacuous: with K <= group_topk a group scores by its best expert, and the groups
+ * change nothing), in every score mode; K = all the chosen groups' experts too. */
+static void test_topk_groups(void) {
+    static const struct { int N, E, K, score, pre, bias, G, GK; float scale; } cs[] = {
+        {41, 8, 4, LT_MOE_SOFTMAX, 0, 0, 4, 2, 0.0f},  {41, 16, 4, LT_MOE_SIGMOID, 0, 1, 4, 2, 2.5f},
+        {41, 12, 3, LT_MOE_SOFTMAX, 1, 0, 3, 1, 0.0f}, {41, 64, 8, LT_MOE_SIGMOID, 0, 1, 8, 4, 2.5f},
+        {41, 12, 6, LT_MOE_SOFTMAX, 0, 0, 6, 3, 1.0f},
+    };
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
+        const int N = cs[t].N, E = cs[t].E, K = cs[t].K, G = cs[t].G, GK = cs[t].GK;
+        float *l = fbuf((size_t)N * E, 1.5f), *bias = cs[t].bias ? fbuf(E, 0.4f) : NULL;
+        float *w = nanbuf((size_t)N * K), *w0 = nanbuf((size_t)N * K);
+        int32_t *idx = ibuf((size_t)N * K, -7), *idx0 = ibuf((size_t)N * K, -7), ridx[64];
+        g_be->ops->moe_topk(g_be, idx, w, l, bias, N, E, K, cs[t].score, cs[t].pre, cs[t].scale, G,
+                            GK);
+        g_be->ops->moe_topk(g_be, idx0, w0, l, bias, N, E, K, cs[t].score, cs[t].pre, cs[t].scale, 0,
+                            0);
+        int bad_idx = 0, changed = 0, spread = 0;
+        double werr = 0, rw[64], dl[64];
+        for (int i = 0; i < N; i++) {
+            for (int e = 0; e < E; e++) dl[e] = l[i * E + e];
+            group_topk_d(ridx, rw, dl, bias, E, K, cs[t].score, cs[t].pre,
+                         cs[t].scale != 0 ? cs[t].scale : 1, G, GK);
+            uint64_t used = 0;
+            for (int k = 0; k < K; k++) {
+                bad_idx += idx[i * K + k] != ridx[k];
+                changed += idx[i * K + k] != idx0[i * K + k];
+                used |= 1ull << (idx[i * K + k] / (E / G));
+                worse(&werr, w[i * K + k], fabs(w[i * K + k] - rw[k]) / (fabs(rw[k]) + 1e-3));
+            }
+            spread += __builtin_popcountll(used) > GK;
+        }
+        CHECK(bad_idx == 0, "groups case %zu: %d indices differ from the reference", t, bad_idx);
+        CHECK(werr < 1e-5, "groups case %zu: weights off by %g", t, werr);
+        CHECK(spread == 0, "groups case %zu: %d tokens use more than %d groups", t, spread, GK);
+        CHECK(changed > 0, "groups case %zu: the groups never changed a choice", t);
+        free(l), free(bias), free(w), free(w0), free(idx), free(idx0);
+    }
+}
+
 /* A tie between two equal logits goes to the lower expert, in every score mode. */
 static void test_topk_tie(void) {
     float l[4] = {0.5f, 2.0f, 0.25f, 2.0f}, w[2];
     int32_t idx[2];
     for (int m = 0; m < 3; m++) {
-        g_be->ops->moe_topk(g_be, idx, w, l, NULL, 1, 4, 2, m == 2, m == 1, 0);
+        g_be->ops->moe_topk(g_be, idx, w, l, NULL, 1, 4, 2, m == 2, m == 1, 0, 0, 0);
         CHECK(idx[0] == 1 && idx[1] == 3, "mode %d: chose %d,%d (want 1,3)", m, idx[0], idx[1]);
-        g_be->ops->moe_topk(g_be, idx, w, l, NULL, 1, 4, 1, m == 2, m == 1, 0);
+        g_be->ops->moe_topk(g_be, idx, w, l, NULL, 1, 4, 1, m == 2, m == 1, 0, 0, 0);
         CHECK(idx[0] == 1, "mode %d, K=1: chose %d (want 1)", m, idx[0]);
     }
     /* a scale multiplies the weights: softmax over two equal logits gives 0.5 each */
-    g_be->ops->moe_topk(g_be, idx, w, l, NULL, 1, 4, 2, LT_MOE_SOFTMAX, 0, 3.0f);
+    g_be->ops->moe_topk(g_be, idx, w, l, NULL, 1, 4, 2, LT_MOE_SOFTMAX, 0, 3.0f, 0, 0);
     CHECK(fabsf(w[0] - 1.5f) < 1e-6f && fabsf(w[1] - 1.5f) < 1e-6f, "scaled %g %g", w[0], w[1]);
 }
 
@@ -268,7 +336,7 @@ static void test_topk_bwd(void) {
         float *w = nanbuf((size_t)N * K), *dw = fbuf((size_t)N * K, 1);
         float *g = nanbuf((size_t)N * E);
         int32_t *idx = ibuf((size_t)N * K, 0);
-        g_be->ops->moe_topk(g_be, idx, w, l, bias, N, E, K, c->score, c->pre, c->scale);
+        g_be->ops->moe_topk(g_be, idx, w, l, bias, N, E, K, c->score, c->pre, c->scale, 0, 0);
         g_be->ops->moe_topk_bwd(g_be, g, dw, idx, l, N, E, K, c->score, c->pre, c->scale);
         double e = 0, dl[64], ddw[64];
         int outside = 0;
@@ -444,7 +512,7 @@ static const DispCase k_disp[] = {
 static void make_routing(int32_t *idx, float *w, int N, int E, int K, int wties) {
     float *l = fbuf((size_t)N * E + 1, 1);
     for (int i = 0; i < N; i++) l[i * E] += 1.0f;
-    g_be->ops->moe_topk(g_be, idx, w, l, NULL, N, E, K, LT_MOE_SOFTMAX, 1, 0);
+    g_be->ops->moe_topk(g_be, idx, w, l, NULL, N, E, K, LT_MOE_SOFTMAX, 1, 0, 0, 0);
     if (wties)
         for (int j = 0; j < N * K; j++) w[j] = 0.25f * (float)(1 + irand(3));
     free(l);
@@ -596,7 +664,7 @@ static void test_empty(void) {
     const LtBackendOps *o = g_be->ops;
     o->moe_router_fwd(g_be, f, f, f, f, 0, 4, 2);
     o->moe_router_bwd(g_be, f, f, f, f, f, f, 0, 4, 2);
-    o->moe_topk(g_be, i32, f, l, NULL, 0, 4, 2, LT_MOE_SOFTMAX, 0, 1);
+    o->moe_topk(g_be, i32, f, l, NULL, 0, 4, 2, LT_MOE_SOFTMAX, 0, 1, 0, 0);
     o->moe_topk_bwd(g_be, f, f, i32, l, 0, 4, 2, LT_MOE_SIGMOID, 0, 1);
     o->moe_aux_stats(g_be, f, f, &z, l, 0, 4, 2, LT_MOE_SOFTMAX, 0, 1);
     o->moe_aux_bwd(g_be, f, l, f, 0, 4, 2, LT_MOE_SOFTMAX, 0, 1, 1, 1);
@@ -832,7 +900,7 @@ static void test_threads(void) {
         idx[b] = ibuf(N * K, 0);
         out[b][0] = nanbuf(N * K), out[b][1] = nanbuf(N * E);
         out[b][2] = lt_calloc((size_t)G * E * 4), out[b][3] = lt_calloc((size_t)N * E * 4);
-        be->ops->moe_topk(be, idx[b], out[b][0], l, NULL, N, E, K, LT_MOE_SIGMOID, 0, 1);
+        be->ops->moe_topk(be, idx[b], out[b][0], l, NULL, N, E, K, LT_MOE_SIGMOID, 0, 1, 0, 0);
         be->ops->moe_topk_bwd(be, out[b][1], dw, idx[b], l, N, E, K, LT_MOE_SIGMOID, 0, 1);
         be->ops->moe_aux_stats(be, NULL, out[b][2], &z[b], l, N, E, K, LT_MOE_SOFTMAX, 0, 10);
         be->ops->moe_aux_bwd(be, out[b][3], l, out[b][2], N, E, K, LT_MOE_SOFTMAX, 0, 10, 0.1f,
@@ -856,6 +924,7 @@ int main(void) {
     RUN(test_router);
     RUN(test_topk);
     RUN(test_topk_tie);
+    RUN(test_topk_groups);
     RUN(test_topk_bwd);
     RUN(test_aux_stats);
     RUN(test_aux_bwd);

@@ -228,8 +228,9 @@ done
 # MoE shapes the peer's model lacks are refused by name
 res=ok
 for bad in model.moe_shared_expert_intermediate_size=32 model.moe_router_score_function=sigmoid \
-    model.moe_expert_capacity_factor=1.5 model.moe_layer_freq=2 model.moe_router_enable_expert_bias=true; do
-  err=$(python3 "$PEER" --print-config --config configs/llama-tiny.yaml model.num_experts=4 "$bad" 2>&1); rc=$?
+    model.moe_expert_capacity_factor=1.5 model.moe_layer_freq=2 model.moe_router_enable_expert_bias=true \
+    "model.moe_router_num_groups=2 model.moe_router_group_topk=1"; do
+  err=$(python3 "$PEER" --print-config --config configs/llama-tiny.yaml model.num_experts=4 $bad 2>&1); rc=$?
   [ $rc = 2 ] && echo "$err" | grep -q "does not implement ${bad%%=*}=" || { res="$bad: exit $rc: $err"; break; }
 done
 [ "$res" = ok ] && pass peer_refuses_other_moe_shapes || fail peer_refuses_other_moe_shapes "$res"

@@ -82,13 +82,15 @@ static void moe_sigmoid_norm(float *a, const float *l, int E) {
     for (int e = 0; e < E; e++) a[e] /= s + MOE_EPS;
 }
 
-/* idx (K) = the K largest of v (E), descending, ties to the lower index (a NaN
- * entry is never preferred over a number, and every slot gets a distinct index). */
-static void moe_select(int32_t *idx, const float *v, int E, int K) {
+/* idx (K) = the K largest of v (E) among the experts of the groups set in mask
+ * (bit e / gsize; gsize 0: every expert), descending, ties to the lower index (a
+ * NaN entry is never preferred over a number, and every slot gets a distinct
+ * index). */
+static void moe_select_in(int32_t *idx, const float *v, int E, int K, uint64_t mask, int gsize) {
     for (int k = 0; k < K; k++) {
         int best = -1;
         for (int e = 0; e < E; e++) {
-            int taken = 0;
+            int taken = gsize > 0 && !((mask >> (e / gsize)) & 1);
             for (int j = 0; j < k; j++) taken |= idx[j] == e;
             if (!taken && (best < 0 || v[e] > v[best] || (v[best] != v[best] && v[e] == v[e])))
                 best = e;
@@ -97,24 +99,53 @@ static void moe_select(int32_t *idx, const float *v, int E, int K) {
     }
 }
 
+static void moe_select(int32_t *idx, const float *v, int E, int K) {
+    moe_select_in(idx, v, E, K, 0, 0);
+}
+
+/* Group-limited routing's groups (backend.h, moe_topk): the mask of the GK best
+ * of G groups of v (E), a group scored by the sum of its K / GK largest entries
+ * in descending order; t (K) int workspace, gs (G) float workspace. */
+static uint64_t moe_group_mask(const float *v, int E, int K, int G, int GK, int32_t *t, float *gs) {
+    const int gsize = E / G, m = K / GK;
+    for (int g = 0; g < G; g++) {
+        moe_select(t, v + (size_t)g * gsize, gsize, m);
+        float s = 0.0f;
+        for (int j = 0; j < m; j++) s += v[(size_t)g * gsize + t[j]];
+        gs[g] = s;
+    }
+    int32_t gi[LT_MOE_MAX_GROUPS];
+    moe_select(gi, gs, G, GK);
+    uint64_t mask = 0;
+    for (int j = 0; j < GK; j++) mask |= 1ull << gi[j];
+    return mask;
+}
+
 static inline float moe_scale(float scale) { return scale == 0.0f ? 1.0f : scale; }
 
-/* One token's top-k routing; t (E) is workspace. */
+/* One token's top-k routing; t (E + G) is workspace. The selecting score v:
+ * sigmoid + bias, the softmax probability, or the logit; with groups, only the
+ * experts of the token's best groups are candidates. */
 static void topk_token(int32_t *idx, float *w, const float *l, const float *bias, float *t, int E,
-                       int K, int score, int pre_softmax, float scale) {
+                       int K, int score, int pre_softmax, float scale, int G, int GK) {
+    const float *v = l;
     if (score == LT_MOE_SIGMOID) {
         for (int e = 0; e < E; e++) t[e] = moe_sigmoid(l[e]) + (bias ? bias[e] : 0.0f);
-        moe_select(idx, t, E, K);
+        v = t;
+    } else if (pre_softmax) {
+        moe_softmax(t, l, E);
+        v = t;
+    }
+    const uint64_t mask = G > 0 ? moe_group_mask(v, E, K, G, GK, idx, t + E) : 0;
+    moe_select_in(idx, v, E, K, mask, G > 0 ? E / G : 0);
+    if (score == LT_MOE_SIGMOID) {
         float s = 0.0f;
         for (int k = 0; k < K; k++) s += (w[k] = moe_sigmoid(l[idx[k]]));
         if (K > 1)
             for (int k = 0; k < K; k++) w[k] /= s + MOE_EPS;
     } else if (pre_softmax) {
-        moe_softmax(t, l, E);
-        moe_select(idx, t, E, K);
         for (int k = 0; k < K; k++) w[k] = t[idx[k]];
     } else {
-        moe_select(idx, l, E, K);
         for (int k = 0; k < K; k++) t[k] = l[idx[k]];
         moe_softmax(w, t, K);
     }
@@ -128,18 +159,25 @@ static void moe_check_args(const char *op, int E, int K, int score) {
 }
 
 void cpu_moe_topk(LtBackend *be, int32_t *idx, float *w, const float *logits, const float *bias,
-                  int N, int E, int K, int score, int pre_softmax, float scale) {
+                  int N, int E, int K, int score, int pre_softmax, float scale, int groups,
+                  int group_topk) {
     if (N <= 0) return;
     moe_check_args("moe_topk", E, K, score);
-    float *ws = cpu_scratch(be, (size_t)cpu_nthreads(be) * E);
+    if (groups < 0 || groups > LT_MOE_MAX_GROUPS ||
+        (groups > 0 && (E % groups || group_topk < 1 || group_topk > groups || K < group_topk ||
+                        K > group_topk * (E / groups))))
+        lt_fatal("moe_topk: groups %d, group_topk %d do not fit E=%d K=%d (backend.h)", groups,
+                 group_topk, E, K);
+    const size_t per = (size_t)E + LT_MOE_MAX_GROUPS;
+    float *ws = cpu_scratch(be, (size_t)cpu_nthreads(be) * per);
     scale = moe_scale(scale);
 #pragma omp parallel num_threads(cpu_nthreads(be))
     {
-        float *t = ws + (size_t)omp_get_thread_num() * E;
+        float *t = ws + (size_t)omp_get_thread_num() * per;
 #pragma omp for schedule(static)
         for (int i = 0; i < N; i++)
             topk_token(idx + (size_t)i * K, w + (size_t)i * K, logits + (size_t)i * E, bias, t, E,
-                       K, score, pre_softmax, scale);
+                       K, score, pre_softmax, scale, groups, group_topk);
     }
 }
 

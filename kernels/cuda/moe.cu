@@ -13,6 +13,9 @@
  * the experts that rank after choice k-1 in the total order "larger score
  * first, NaN last, ties to the lower index" (moe_before), so K rounds need no
  * per-token workspace and pick exactly the CPU's experts for equal scores.
+ * Group-limited routing first scores the groups, lane g serially over group g's
+ * experts (G <= 64: two groups per lane), then picks the GK groups by warp arg-max
+ * rounds; the expert rounds skip the other groups' experts.
  * Serial sums over the K choices (the sigmoid normaliser, the softmax over the
  * K selected logits, the backward's dot products) run in one lane, or in every
  * lane redundantly, in k order as the CPU does. Bytes per token: E * 4 read
@@ -78,24 +81,78 @@ __device__ __forceinline__ float moe_score(int mode, const float *l, const float
     }
 }
 
+/* The warp's best-ranked (bv, bi) over its lanes' candidates; every lane returns it. */
+__device__ __forceinline__ int moe_warp_best(float *bv, int bi) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, *bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (moe_before(ov, oi, *bv, bi)) *bv = ov, bi = oi;
+    }
+    return bi;
+}
+
 /* The next choice of one warp: the best-ranked expert after (pv, pi) (pi < 0: the
- * first choice); every lane returns it, with its score in *pv. */
+ * first choice) among the experts of the groups set in gmask (bit e / gsize; gsize
+ * 0: every expert); every lane returns it, with its score in *pv. */
 __device__ __forceinline__ int moe_warp_next(int mode, const float *l, const float *bias, int E,
-                                             float m, float s, float *pv, int pi) {
+                                             float m, float s, float *pv, int pi,
+                                             unsigned long long gmask = 0, int gsize = 0) {
     const int lane = threadIdx.x & 31;
     float bv = 0.f;
     int bi = -1;
     for (int e = lane; e < E; e += 32) {
+        if (gsize && !((gmask >> (e / gsize)) & 1ull)) continue;
         const float v = moe_score(mode, l, bias, e, m, s);
         if ((pi < 0 || moe_before(*pv, pi, v, e)) && moe_before(v, e, bv, bi)) bv = v, bi = e;
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (moe_before(ov, oi, bv, bi)) bv = ov, bi = oi;
-    }
+    bi = moe_warp_best(&bv, bi);
     *pv = bv;
     return bi;
+}
+
+/* Group-limited routing's groups (backend.h, moe_topk): the mask of the token's GK
+ * best of G groups of E / G experts, a group scored by the sum of its K / GK
+ * largest selecting scores in descending order. Lane g (and g + 32) scores group g
+ * (g + 32) serially, in the CPU's order; then GK warp arg-max rounds over the
+ * groups. Every lane returns the mask. */
+__device__ __forceinline__ unsigned long long moe_group_mask(int mode, const float *l,
+                                                             const float *bias, int E, float m,
+                                                             float s, int K, int G, int GK) {
+    const int lane = threadIdx.x & 31, gsize = E / G, top = K / GK;
+    float gs[2] = {0.f, 0.f};
+    for (int h = 0; h < 2; h++) {
+        const int g = lane + 32 * h;
+        if (g >= G) continue;
+        float pv = 0.f, sum = 0.f;
+        int pi = -1;
+        for (int j = 0; j < top; j++) {
+            float bv = 0.f;
+            int bi = -1;
+            for (int e = g * gsize; e < (g + 1) * gsize; e++) {
+                const float v = moe_score(mode, l, bias, e, m, s);
+                if ((pi < 0 || moe_before(pv, pi, v, e)) && moe_before(v, e, bv, bi)) bv = v, bi = e;
+            }
+            pv = bv, pi = bi;
+            sum += bv;
+        }
+        gs[h] = sum;
+    }
+    unsigned long long mask = 0;
+    float pv = 0.f;
+    int pi = -1;
+    for (int j = 0; j < GK; j++) {
+        float bv = 0.f;
+        int bi = -1;
+        for (int h = 0; h < 2; h++) {
+            const int g = lane + 32 * h;
+            if (g < G && (pi < 0 || moe_before(pv, pi, gs[h], g)) && moe_before(gs[h], g, bv, bi))
+                bv = gs[h], bi = g;
+        }
+        pi = moe_warp_best(&bv, bi);
+        pv = bv;
+        mask |= 1ull << pi;
+    }
+    return mask;
 }
 
 /* Warp softmax statistics of l (E): *m = max, *s = sum of exp(l - m). */
@@ -172,7 +229,7 @@ __device__ __forceinline__ void moe_topk_weights(float *wi, const int32_t *ix, c
 // One warp per token: idx (N, K), w (N, K) as moe_topk (lane 0 writes both).
 __global__ void __launch_bounds__(MOE_THREADS)
     moe_topk_kernel(int32_t *idx, float *w, const float *logits, const float *bias, int N, int E,
-                    int K, int score, int pre_softmax, float scale) {
+                    int K, int score, int pre_softmax, float scale, int G, int GK) {
     const int lane = threadIdx.x & 31, nw = MOE_THREADS / 32;
     const int mode = score == LT_MOE_SIGMOID ? SC_SIG_BIAS : pre_softmax ? SC_PROB : SC_LOGIT;
     for (int i = blockIdx.x * nw + (threadIdx.x >> 5); i < N; i += gridDim.x * nw) {
@@ -180,9 +237,10 @@ __global__ void __launch_bounds__(MOE_THREADS)
         int32_t *ix = idx + (size_t)i * K;
         float m = 0.f, s = 1.f, pv = 0.f;
         if (mode == SC_PROB) moe_warp_softmax(l, E, &m, &s);
+        const unsigned long long gmask = G ? moe_group_mask(mode, l, bias, E, m, s, K, G, GK) : 0;
         int pi = -1;
         for (int k = 0; k < K; k++) {
-            pi = moe_warp_next(mode, l, bias, E, m, s, &pv, pi);
+            pi = moe_warp_next(mode, l, bias, E, m, s, &pv, pi, gmask, G ? E / G : 0);
             if (lane == 0) ix[k] = pi;
         }
         if (lane == 0) moe_topk_weights(w + (size_t)i * K, ix, l, K, mode, m, s, scale);
@@ -673,11 +731,18 @@ void cu_moe_router_bias_bwd(LtBackend *be, float *dbias, const float *dlogits, i
 }
 
 void cu_moe_topk(LtBackend *be, int32_t *idx, float *w, const float *logits, const float *bias,
-                 int N, int E, int K, int score, int pre_softmax, float scale) {
+                 int N, int E, int K, int score, int pre_softmax, float scale, int groups,
+                 int group_topk) {
     if (N <= 0) return;
     moe_check_args("moe_topk", E, K, score);
+    if (groups < 0 || groups > LT_MOE_MAX_GROUPS ||
+        (groups > 0 && (E % groups || group_topk < 1 || group_topk > groups || K < group_topk ||
+                        K > group_topk * (E / groups))))
+        lt_fatal("moe_topk: groups %d, group_topk %d do not fit E=%d K=%d (backend.h)", groups,
+                 group_topk, E, K);
     moe_topk_kernel<<<moe_token_blocks(N), MOE_THREADS, 0, cu_stream(be)>>>(
-        idx, w, logits, bias, N, E, K, score, pre_softmax, scale == 0.f ? 1.f : scale);
+        idx, w, logits, bias, N, E, K, score, pre_softmax, scale == 0.f ? 1.f : scale,
+        groups, groups ? group_topk : 0);
     CU_CHECK_LAUNCH();
 }
 

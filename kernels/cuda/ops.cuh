@@ -72,7 +72,8 @@ void cu_moe_router_fwd(LtBackend *be, float *logits, const void *x, const void *
 void cu_moe_router_bwd(LtBackend *be, void *dx, float *dw, float *dbias, const float *dlogits,
                        const void *x, const void *w, int N, int C, int E);
 void cu_moe_topk(LtBackend *be, int32_t *idx, float *w, const float *logits, const float *bias,
-                 int N, int E, int K, int score, int pre_softmax, float scale);
+                 int N, int E, int K, int score, int pre_softmax, float scale, int groups,
+                 int group_topk);
 void cu_moe_topk_bwd(LtBackend *be, float *dlogits, const float *dw, const int32_t *idx,
                      const float *logits, int N, int E, int K, int score, int pre_softmax,
                      float scale);

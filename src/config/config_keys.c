@@ -112,6 +112,8 @@ const KeyDesc lt_cfg_keys[] = {
     K_INT(model, moe_shared_expert_intermediate_size, 0, INT_MAX),
     K_ENUM(model, moe_router_score_function, MOE_SCORE_NAMES),
     K_BOOL(model, moe_router_pre_softmax),
+    K_INT(model, moe_router_num_groups, 0, INT_MAX),
+    K_INT(model, moe_router_group_topk, 0, INT_MAX),
     K_DBL(model, moe_router_topk_scaling_factor, 0, 0, D_NO_MAX),
     K_ENUM(model, moe_router_load_balancing_type, MOE_BALANCE_NAMES),
     K_DBL(model, moe_aux_loss_coeff, 0, 0, D_NO_MAX),

@@ -74,6 +74,25 @@ static int check_router(const LtConfig *c, char *err, size_t errlen) {
                            "model.moe_router_score_function=softmax needs "
                            "model.moe_router_pre_softmax=true (a softmax over the one chosen "
                            "logit is 1 and has no gradient; Megatron-Core refuses it too)");
+    const int groups = c->model.moe_router_num_groups, gk = c->model.moe_router_group_topk;
+    if ((groups > 0) != (gk > 0))
+        return lt_cfg_fail(err, errlen, "group-limited routing needs both model.moe_router_num_groups "
+                           "and model.moe_router_group_topk (got %d and %d; 0 and 0 turn it off)",
+                           groups, gk);
+    if (groups > 0) {
+        if (experts % groups || groups > LT_MOE_MAX_GROUPS)
+            return lt_cfg_fail(err, errlen, "model.moe_router_num_groups (%d) must divide "
+                               "model.num_experts (%d) into equal groups, at most %d of them",
+                               groups, experts, LT_MOE_MAX_GROUPS);
+        if (gk > groups)
+            return lt_cfg_fail(err, errlen, "model.moe_router_group_topk (%d) must be <= "
+                               "model.moe_router_num_groups (%d)", gk, groups);
+        if (k < gk || k > gk * (experts / groups))
+            return lt_cfg_fail(err, errlen, "model.moe_router_topk (%d) must be >= "
+                               "model.moe_router_group_topk (%d: a group scores by its top "
+                               "topk / group_topk experts) and <= the %d experts of the chosen "
+                               "groups", k, gk, gk * (experts / groups));
+    }
     if (c->model.moe_router_enable_expert_bias && softmax)
         return lt_cfg_fail(err, errlen, "model.moe_router_enable_expert_bias (aux-loss-free "
                            "balancing) needs model.moe_router_score_function=sigmoid, as in "

@@ -278,6 +278,9 @@ static int moe_refusal(const LtConfig *c, const LtModelDims *d, int qwen, char *
     if (c->model.moe_router_enable_expert_bias)
         return lt_errorf(err, errlen, "%s model.moe_router_enable_expert_bias=true; %s's router "
                          "has no expert bias", no, name);
+    if (d->moe.groups > 0)
+        return lt_errorf(err, errlen, "%s model.moe_router_num_groups=%d (group-limited routing); "
+                         "%s's router chooses among all experts", no, d->moe.groups, name);
     return 0;
 }
 
@@ -326,6 +329,9 @@ static int gptoss_refusal(const LtConfig *c, const LtModelDims *d, char *err, si
     if (c->model.moe_router_enable_expert_bias)
         return lt_errorf(err, errlen, "%s model.moe_router_enable_expert_bias=true; gpt-oss's router "
                          "has no expert bias", no);
+    if (d->moe.groups > 0)
+        return lt_errorf(err, errlen, "%s model.moe_router_num_groups=%d (group-limited routing); "
+                         "gpt-oss's router chooses among all experts", no, d->moe.groups);
     if (d->moe.score != LT_MOE_SOFTMAX || d->moe.pre_softmax)
         return lt_errorf(err, errlen, "%s model.moe_router_score_function=%s, moe_router_pre_softmax=%s; "
                          "gpt-oss's router takes a softmax over the top k logits (softmax, false)", no,

@@ -397,7 +397,7 @@ void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
     balance_stats(be, cx, s, a, acc);
     if (wt->bias) o->act_to_f32(be, w->bias, wt->bias, (size_t)E);
     o->moe_topk(be, a->idx, a->w, a->logits, wt->bias ? w->bias : NULL, R, E, K, d->score,
-                d->pre_softmax, d->topk_scale);
+                d->pre_softmax, d->topk_scale, d->groups, d->group_topk);
     o->moe_dispatch(be, a->pos, a->src, a->offsets, a->dropped, a->idx, a->w, R, E, K,
                     s->capacity, d->drop_policy, d->pad);
     o->download(be, a->host_off, a->offsets, (size_t)(E + (acc ? 2 : 1)) * sizeof(int32_t));

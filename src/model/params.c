@@ -496,6 +496,8 @@ LtModelDims lt_dims_from_config(const LtConfig *c) {
                 .shared_ffn = c->model.moe_shared_expert_intermediate_size,
                 .score = c->model.moe_router_score_function,
                 .pre_softmax = c->model.moe_router_pre_softmax,
+                .groups = c->model.moe_router_num_groups,
+                .group_topk = c->model.moe_router_group_topk,
                 .topk_scale = c->model.moe_router_topk_scaling_factor > 0
                                   ? (float)c->model.moe_router_topk_scaling_factor
                                   : 1.0f,

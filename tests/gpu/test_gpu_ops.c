@@ -1700,14 +1700,17 @@ static void t_moe_router(const Pair *P) {
 
 /* moe_topk and moe_topk_bwd for every score function: softmax after / before the
  * top-k, sigmoid with and without the expert bias, scales, K = 1 and K = E, E up
- * to 256 (more than one expert per lane), tied logits. */
+ * to 256 (more than one expert per lane), tied logits; group-limited routing
+ * (DeepSeek-V3's 8 groups, top 4, of 256; more than 32 groups: two per lane). */
 static void t_moe_topk(const Pair *P) {
-    static const struct { int E, K, score, pre, bias; float scale; } cs[] = {
-        {8, 2, LT_MOE_SOFTMAX, 0, 0, 0.f},   {8, 2, LT_MOE_SOFTMAX, 1, 0, 2.5f},
-        {16, 4, LT_MOE_SIGMOID, 0, 1, 0.f},  {16, 1, LT_MOE_SIGMOID, 0, 0, 1.5f},
-        {5, 5, LT_MOE_SOFTMAX, 1, 0, 0.f},   {5, 5, LT_MOE_SOFTMAX, 0, 0, 0.f},
-        {64, 8, LT_MOE_SOFTMAX, 0, 0, 0.f},  {256, 8, LT_MOE_SIGMOID, 0, 1, 2.5f},
-        {256, 6, LT_MOE_SOFTMAX, 1, 0, 0.f},
+    static const struct { int E, K, score, pre, bias; float scale; int G, GK; } cs[] = {
+        {8, 2, LT_MOE_SOFTMAX, 0, 0, 0.f, 0, 0},   {8, 2, LT_MOE_SOFTMAX, 1, 0, 2.5f, 0, 0},
+        {16, 4, LT_MOE_SIGMOID, 0, 1, 0.f, 0, 0},  {16, 1, LT_MOE_SIGMOID, 0, 0, 1.5f, 0, 0},
+        {5, 5, LT_MOE_SOFTMAX, 1, 0, 0.f, 0, 0},   {5, 5, LT_MOE_SOFTMAX, 0, 0, 0.f, 0, 0},
+        {64, 8, LT_MOE_SOFTMAX, 0, 0, 0.f, 0, 0},  {256, 8, LT_MOE_SIGMOID, 0, 1, 2.5f, 0, 0},
+        {256, 6, LT_MOE_SOFTMAX, 1, 0, 0.f, 0, 0},
+        {16, 4, LT_MOE_SIGMOID, 0, 1, 2.5f, 4, 2}, {256, 8, LT_MOE_SIGMOID, 0, 1, 2.5f, 8, 4},
+        {64, 6, LT_MOE_SOFTMAX, 1, 0, 0.f, 8, 3},  {96, 8, LT_MOE_SOFTMAX, 0, 0, 0.f, 48, 4},
     };
     const int N = g_quick ? 37 : 1000;
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
@@ -1722,7 +1725,8 @@ static void t_moe_topk(const Pair *P) {
             float *dwt = f32_up(be, NULL, nk), *ddw = f32_up(be, dw, nk), *dg = f32_up(be, NULL, nl);
             int32_t *di = dalloc(be, nk * 4);
             poison(be, dwt, nk * 4), poison(be, di, nk * 4), poison(be, dg, nl * 4);
-            be->ops->moe_topk(be, di, dwt, dlg, db, N, E, K, cs[c].score, cs[c].pre, cs[c].scale);
+            be->ops->moe_topk(be, di, dwt, dlg, db, N, E, K, cs[c].score, cs[c].pre, cs[c].scale,
+                              cs[c].G, cs[c].GK);
             be->ops->moe_topk_bwd(be, dg, ddw, di, dlg, N, E, K, cs[c].score, cs[c].pre,
                                   cs[c].scale);
             idx[k] = i32_down(be, di, nk), w[k] = hzeros(nk), dl[k] = hzeros(nl);
@@ -1731,7 +1735,8 @@ static void t_moe_topk(const Pair *P) {
             if (db) dfree(be, db);
         }
         char nm[64];
-        snprintf(nm, sizeof nm, "moe_topk idx E%d K%d s%d p%d", E, K, cs[c].score, cs[c].pre);
+        snprintf(nm, sizeof nm, "moe_topk idx E%d K%d s%d p%d G%d", E, K, cs[c].score, cs[c].pre,
+                 cs[c].G);
         same_i32(P, nm, idx[1], idx[0], nk);
         snprintf(nm, sizeof nm, "moe_topk w E%d K%d", E, K);
         cmp(P, nm, w[1], w[0], nk, 1e-5);
