@@ -66,7 +66,9 @@ typedef struct {
     void (*free)(LtBackend *be, void *p);
     void (*zero)(LtBackend *be, void *p, size_t bytes);
     void (*upload)(LtBackend *be, void *dst, const void *src, size_t bytes);   /* host -> device */
-    void (*download)(LtBackend *be, void *dst, const void *src, size_t bytes); /* device -> host */
+    /* device -> host, blocking: on return the copy and everything issued before it on
+     * the current stream (download_async's copies included) are done */
+    void (*download)(LtBackend *be, void *dst, const void *src, size_t bytes);
     void (*copy)(LtBackend *be, void *dst, const void *src, size_t bytes);     /* device -> device */
     void (*synchronize)(LtBackend *be);
     /* Host memory that the device copies to and from without the host waiting

@@ -10,7 +10,8 @@
 # capacity dropping (both policies, padded too) is layout-independent over DP
 # and EP; EP 8 over DP 8 and uneven pipeline stages train as one process; the
 # log, the metrics and the trace carry the expert statistics and the
-# dispatch / combine; bad layouts are refused. LT_TEST_FULL=1 adds layouts.
+# dispatch / combine, and the losses' statistics cost no host wait of their
+# own; bad layouts are refused. LT_TEST_FULL=1 adds layouts.
 set -u
 BUILD=$1
 . tests/lib.sh moe
@@ -41,6 +42,13 @@ same() { # name np overrides... : the run matches ref
 }
 
 run ref 1 || fail reference "single-process run failed"
+# the losses' statistics for the log are read with the routing's offsets: an MoE
+# layer's forward waits on the host once, with the aux and z losses on or off
+waits() { sed -n 's/.*host waits per step \([0-9]*\).*/\1/p' "$T/$1/log" | tail -1; }
+if run ref_noloss 1 model.moe_aux_loss_coeff=0 model.moe_z_loss_coeff=0 &&
+   a=$(waits ref) && b=$(waits ref_noloss) && [ -n "$a" ] && [ "$a" = "$b" ]
+then pass "losses_add_no_host_wait ($a waits per step either way)"
+else fail losses_add_no_host_wait "host waits per step: ${a:-?} with the losses, ${b:-?} without"; fi
 SP="parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true"
 EP2=parallel.expert_model_parallel_size=2
 EP4=parallel.expert_model_parallel_size=4

@@ -84,6 +84,8 @@ void lt_moe_acts_alloc(LtBackend *be, const LtMoeShape *s, LtMoeActs *a, size_t 
     a->counts = dalloc(be, zat + sizeof(double), bytes);
     a->psum = a->counts + n;
     a->zsum = (double *)((char *)a->counts + zat);
+    a->host_stats = be->ops->host_alloc(be, zat + sizeof(double)); /* (host memory) */
+    a->stats_to = NULL;
     a->xp = dalloc(be, lt_act_bytes(be, M * C), bytes);
     a->y = dalloc(be, lt_act_bytes(be, M * C), bytes);
     a->hpre = dalloc(be, lt_act_bytes(be, Mr * F * (s->llama ? 2 : 1)), bytes);
@@ -112,6 +114,7 @@ void lt_moe_acts_free(LtBackend *be, LtMoeActs *a) {
                   a->ge,     a->ginv};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) be->ops->free(be, ps[i]);
+    if (a->host_stats) be->ops->host_free(be, a->host_stats);
     free(a->host_off);
     free(a->ep_send);
     free(a->ep_recv);
@@ -182,15 +185,27 @@ static void balance_stats(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s
         lt_comm_all_reduce(cx->tp, a->zsum, 1, LT_COMM_F64, LT_COMM_SUM);
     }
     if (!acc) return;
-    double *hb = lt_malloc(block); /* (doubles: zsum's alignment) */
-    const float *h = (const float *)hb;
+    /* the losses for the log: copied now, read after the offsets' download (which
+     * completes it), so that the forward waits on the host once */
+    o->download_async(be, a->host_stats, a->counts, block);
+    a->stats_to = acc;
+    a->stats_coef[0] = aux ? aux_coef(cx, s) : 0.0f;
+    a->stats_coef[1] = z ? z_coef(cx, s) : 0.0f;
+}
+
+/* The pending statistics of balance_stats into their LtMoeStats (after a blocking
+ * download on the same stream, which has completed the copy). */
+static void read_stats(const LtMoeShape *s, LtMoeActs *a) {
+    if (!a->stats_to) return;
+    const size_t n = (size_t)s->groups * s->E,
+                 block = (size_t)((char *)a->zsum - (char *)a->counts) + sizeof(double);
+    const float *h = (const float *)a->host_stats;
     double zs, dot = 0.0;
-    o->download(be, hb, a->counts, block);
-    memcpy(&zs, (const char *)hb + (block - sizeof(double)), sizeof zs);
+    memcpy(&zs, (const char *)a->host_stats + (block - sizeof(double)), sizeof zs);
     for (size_t i = 0; i < n; i++) dot += (double)h[i] * h[n + i];
-    free(hb);
-    acc->aux += aux ? aux_coef(cx, s) * dot : 0.0;
-    acc->z += z ? z_coef(cx, s) * zs : 0.0;
+    if (a->stats_coef[0] != 0.0f) a->stats_to->aux += a->stats_coef[0] * dot;
+    if (a->stats_coef[1] != 0.0f) a->stats_to->z += a->stats_coef[1] * zs;
+    a->stats_to = NULL;
 }
 
 /* The local experts' offsets (El + 1, from 0): local expert le has rows off[le] ..
@@ -401,6 +416,7 @@ void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
     o->moe_dispatch(be, a->pos, a->src, a->offsets, a->dropped, a->idx, a->w, R, E, K,
                     s->capacity, d->drop_policy, d->pad);
     o->download(be, a->host_off, a->offsets, (size_t)(E + (acc ? 2 : 1)) * sizeof(int32_t));
+    read_stats(s, a);
     const int M = a->host_off[E];
     LT_CHECK(M >= 0 && M <= s->M);
     if (acc) count_loads(s, a, acc);

@@ -80,7 +80,8 @@ typedef struct {
     float *grouter_bias;     /* its gradient */
 } LtMoeWeights;
 
-/* What one layer keeps from forward to backward (device memory, but host_off). */
+/* What one layer keeps from forward to backward (device memory, but host_off and
+ * host_stats). */
 typedef struct LtMoeActs {
     float *logits;        /* (R, E) */
     int32_t *idx;         /* (R, K) */
@@ -93,6 +94,10 @@ typedef struct LtMoeActs {
     float *counts;        /* (groups, E) load-balancing counts of the whole micro batch */
     float *psum;          /* (groups, E) sums of the aux scores (summed over TP) */
     double *zsum;         /* (1) sum of the squared router log-sum-exp (summed over TP) */
+    void *host_stats;     /* host_alloc copy of counts, psum, zsum (the losses' statistics,
+                           * read after the offsets' download: one host wait for both) */
+    LtMoeStats *stats_to; /* where that read adds the losses; NULL: none pending */
+    float stats_coef[2];  /* the aux and z coefficients of the pending read */
     void *xp, *y;         /* (M, C): permuted input and the experts' output, expert-major
                            * over all E experts (what this rank's tokens send and get) */
     void *xe, *hpre, *h, *ye; /* (Mr, C), (Mr, F or 2F), (Mr, F), (Mr, C): the local experts'
