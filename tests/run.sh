@@ -18,7 +18,7 @@ pass=0
 fail=0
 failed_names=()
 start=$(date +%s)
-echo "lattice tests: each name prints as it starts; the whole suite takes about 15 minutes on 2 cores"
+echo "lattice tests: each name prints as it starts; the whole suite takes about 10 minutes on 2 cores"
 run_one() {
   local name=$1; shift
   local log="$logdir/$name.log"
