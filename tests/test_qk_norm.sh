@@ -10,7 +10,8 @@
 # another; a GPT config carrying it is refused; a dense model with it exports
 # as Qwen3ForCausalLM and an MoE one as Qwen3MoeForCausalLM (a dense layer,
 # either router form), each reproduced by an independent float64 forward of the
-# exported files and imported back to the same files. (The op against a float64
+# exported files and imported back to the same files; configs/qwen3-30b-a3b.yaml's
+# layout fits by the planner and trains scaled down. (The op against a float64
 # reference: test_ops_cpu; the model's gradients by finite differences:
 # test_model; the CUDA kernels: test_cuda_emu / test_gpu_ops.)
 set -u
@@ -114,4 +115,25 @@ expect2 refused_shared_expert_export "model.moe_shared_expert_intermediate_size=
 
 expect2 refused_gpt "model.qk_layernorm" train configs/tiny.yaml model.qk_layernorm=true \
   data.train_path="$T/train.ltok"
+
+# configs/qwen3-30b-a3b.yaml: its layout (TP 2 + SP, PP 2 x 4 virtual stages,
+# DP 4, EP 8 over TP x DP: 16 ranks) is one the planner places under 90% of an
+# H100's 80 GiB, and the config's structure scaled down trains on it
+if "$LT" plan configs/qwen3-30b-a3b.yaml --gpus 16 --layout >"$T/q3.plan" 2>&1 &&
+   python3 - "$T/q3.plan" <<'PY'
+import re, sys
+totals = [int(t) for t in re.findall(r'predicted, stage \d+\): .*total=(\d+)', open(sys.argv[1]).read())]
+assert len(totals) == 2 and max(totals) < 0.9 * 80 * 2**30, totals
+PY
+then pass "qwen3_30b_a3b_layout_fits ($(sed -n 's/^  = \([0-9.]*\) GiB.*/\1/p' "$T/q3.plan" | head -1) GiB)"
+else fail qwen3_30b_a3b_layout_fits "$(tail -2 "$T/q3.plan")"; fi
+SMALL="model.num_layers=8 model.hidden_size=64 model.num_attention_heads=8 model.kv_channels=16
+       model.ffn_hidden_size=128 model.num_experts=16 model.moe_ffn_hidden_size=32
+       model.moe_router_topk=4 model.vocab_size=256 model.seq_length=32
+       model.max_position_embeddings=64 train.global_batch_size=16 train.steps=2
+       optimizer.warmup_steps=1 train.device=cpu train.precision=fp32"
+if train_run q3 16 configs/qwen3-30b-a3b.yaml $SMALL data.train_path="$T/train.ltok" &&
+   grep -q "^done: 2 steps" "$T/q3/log" && grep -q "^moe  *8 layers" "$T/q3/log"
+then pass qwen3_30b_a3b_layout_trains_scaled_down
+else fail qwen3_30b_a3b_layout_trains_scaled_down "$(tail -2 "$T/q3/log")"; fi
 exit $((failures > 0))
