@@ -104,8 +104,8 @@ int lt_hf_validate_replica(LtConfig *c, char *err, size_t errlen);
 int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t errlen);
 
 /* `lattice import HF_DIR OUT_DIR [section.key=value ...]`: read a
- * LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM,
- * GptOssForCausalLM or GPT2LMHeadModel directory (config.json, and
+ * LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM,
+ * MixtralForCausalLM, GptOssForCausalLM or GPT2LMHeadModel directory (config.json, and
  * model.safetensors or model.safetensors.index.json with its shards; F32, BF16
  * or F16 tensors) and write a weights-only lattice checkpoint at step 0 in
  * OUT_DIR whose config.yaml holds the model keys of config.json and the

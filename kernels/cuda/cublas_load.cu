@@ -1,10 +1,11 @@
 /* cublas_load.cu - cuBLASLt and cuBLAS opened with dlopen when the CUDA
  * backend first creates a device, not linked (why: common.cuh, LtCublasApi).
  *
- * Where from: the file the build linked against (LT_CUBLASLT_LIB and
- * LT_CUBLAS_LIB, full paths from the Makefile's library search), else the
- * soname through the loader's usual search (LD_LIBRARY_PATH, the binary's
- * RUNPATH, ld.so.cache) - for a binary carried to another machine. */
+ * Where from: the file the build found (LT_CUBLASLT_LIB and LT_CUBLAS_LIB,
+ * full paths from the Makefile's library search), else the soname of the
+ * headers' major version through the loader's usual search (LD_LIBRARY_PATH,
+ * the binary's RUNPATH, ld.so.cache) - for a binary carried to another
+ * machine. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -14,11 +15,13 @@
 
 #define SONAME2(x) #x
 #define SONAME(x) SONAME2(x)
+#define CUBLASLT_SONAME "libcublasLt.so." SONAME(CUBLAS_VER_MAJOR)
+#define CUBLAS_SONAME "libcublas.so." SONAME(CUBLAS_VER_MAJOR)
 #ifndef LT_CUBLASLT_LIB
-#define LT_CUBLASLT_LIB "libcublasLt.so." SONAME(CUBLAS_VER_MAJOR)
+#define LT_CUBLASLT_LIB CUBLASLT_SONAME
 #endif
 #ifndef LT_CUBLAS_LIB
-#define LT_CUBLAS_LIB "libcublas.so." SONAME(CUBLAS_VER_MAJOR)
+#define LT_CUBLAS_LIB CUBLAS_SONAME
 #endif
 
 LtCublasApi lt_cublas_api;
@@ -27,15 +30,15 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int loaded;
 static char why[1024];
 
-/* dlopen(path), else dlopen(its file name); appends each failure to why */
-static void *open_lib(const char *path) {
+/* dlopen(path), else dlopen(soname) when that is another name; appends each
+ * failure to why */
+static void *open_lib(const char *path, const char *soname) {
     void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
     if (h) return h;
     size_t n = strlen(why);
     snprintf(why + n, sizeof why - n, "%s%s", n ? "; " : "", dlerror());
-    const char *base = strrchr(path, '/');
-    if (!base) return NULL;
-    h = dlopen(base + 1, RTLD_NOW | RTLD_GLOBAL);
+    if (strcmp(path, soname) == 0) return NULL;
+    h = dlopen(soname, RTLD_NOW | RTLD_GLOBAL);
     if (h) return h;
     n = strlen(why);
     snprintf(why + n, sizeof why - n, "; %s", dlerror());
@@ -44,17 +47,20 @@ static void *open_lib(const char *path) {
 
 static void load(void) {
     /* cuBLASLt first: libcublas needs it, and finds it loaded */
-    void *lt = open_lib(LT_CUBLASLT_LIB);
-    void *blas = lt ? open_lib(LT_CUBLAS_LIB) : NULL;
-    if (!lt || !blas) return;
+    void *lt = open_lib(LT_CUBLASLT_LIB, CUBLASLT_SONAME);
+    void *blas = lt ? open_lib(LT_CUBLAS_LIB, CUBLAS_SONAME) : NULL;
+    if (!lt || !blas) {
+        if (lt) dlclose(lt);
+        return;
+    }
     LtCublasApi api;
 #define LT_CUBLAS_SYM(f)                                                                   \
     {                                                                                      \
         void *p = dlsym(strncmp(#f, "cublasLt", 8) == 0 ? lt : blas, #f);                  \
         if (!p) {                                                                          \
-            snprintf(why, sizeof why, "%s has no %s (cuBLAS %d or newer is needed)",       \
+            snprintf(why, sizeof why, "%s has no %s (lattice was built with cuBLAS %d.%d)", \
                      strncmp(#f, "cublasLt", 8) == 0 ? LT_CUBLASLT_LIB : LT_CUBLAS_LIB,    \
-                     #f, CUBLAS_VER_MAJOR);                                                \
+                     #f, CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR);                              \
             return;                                                                        \
         }                                                                                  \
         memcpy(&api.f, &p, sizeof p);                                                      \

@@ -15,7 +15,10 @@
  * per-token workspace and pick exactly the CPU's experts for equal scores.
  * Group-limited routing first scores the groups, lane g serially over group g's
  * experts (G <= 64: two groups per lane), then picks the GK groups by warp arg-max
- * rounds; the expert rounds skip the other groups' experts.
+ * rounds; the expert rounds skip the other groups' experts. A group's score is a
+ * sum of scores the two backends compute alike but not always to the bit (the
+ * softmax's denominator is a warp sum here, expf is the device's), so two groups
+ * within an ulp of each other may be chosen differently, as two such experts may.
  * Serial sums over the K choices (the sigmoid normaliser, the softmax over the
  * K selected logits, the backward's dot products) run in one lane, or in every
  * lane redundantly, in k order as the CPU does. Bytes per token: E * 4 read

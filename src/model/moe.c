@@ -84,7 +84,7 @@ void lt_moe_acts_alloc(LtBackend *be, const LtMoeShape *s, LtMoeActs *a, size_t 
     a->counts = dalloc(be, zat + sizeof(double), bytes);
     a->psum = a->counts + n;
     a->zsum = (double *)((char *)a->counts + zat);
-    a->host_stats = be->ops->host_alloc(be, zat + sizeof(double)); /* (host memory) */
+    a->host_stats = NULL; /* (host memory, on the first forward that reads the losses) */
     a->stats_to = NULL;
     a->xp = dalloc(be, lt_act_bytes(be, M * C), bytes);
     a->y = dalloc(be, lt_act_bytes(be, M * C), bytes);
@@ -187,6 +187,7 @@ static void balance_stats(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s
     if (!acc) return;
     /* the losses for the log: copied now, read after the offsets' download (which
      * completes it), so that the forward waits on the host once */
+    if (!a->host_stats) a->host_stats = o->host_alloc(be, block);
     o->download_async(be, a->host_stats, a->counts, block);
     a->stats_to = acc;
     a->stats_coef[0] = aux ? aux_coef(cx, s) : 0.0f;
