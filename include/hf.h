@@ -73,6 +73,16 @@ void lt_hf_copy(const LtHfMap *m, const LtParamTable *t, float *master, float *h
  * gpt-oss's quick GeGLU experts; the other settings it needs are checked by
  * export), else 0. */
 int lt_hf_gptoss(const LtModelDims *d);
+/* The Hugging Face class (architectures[0]) and model_type the model of d exports
+ * as and imports from: GPT2LMHeadModel, or for the Llama block by what it adds -
+ * gpt-oss's experts, experts with q/k norms (Qwen3-MoE), other experts
+ * (Mixtral), q/k norms (Qwen3), q/k/v biases alone (Qwen2), else Llama. Whether
+ * the class computes the model (the refusals) is export's to check. */
+typedef struct {
+    const char *cls, *type;
+} LtHfClass;
+LtHfClass lt_hf_class(const LtModelDims *d);
+
 /* 1 when it exports as Qwen3MoeForCausalLM (a Llama-block MoE with per-head
  * q/k norms and SwiGLU experts; the rest is checked by export), else 0. */
 int lt_hf_qwen3moe(const LtModelDims *d);

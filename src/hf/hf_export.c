@@ -125,11 +125,13 @@ static void rope_scaling_json(const LtConfig *c, char *rope, size_t n) {
              fa, lo, hi, c->model.rope_original_max_position);
 }
 
-/* The opening of a Llama-block config.json (Llama, Qwen2, Qwen3, Mixtral, gpt-oss):
- * the class, and the shape of the validated config c; ffn the MLP's (or each
- * expert's) width, eps the norm's epsilon as JSON. */
-static void write_block_shape(FILE *f, const LtConfig *c, const char *type, const char *cls,
-                              int ffn, const char *eps) {
+/* The opening of a Llama-block config.json (Llama, Qwen2, Qwen3, Qwen3-MoE,
+ * Mixtral, gpt-oss): the class of d (lt_hf_class), and the shape of the
+ * validated config c; ffn the MLP's (or each expert's) width, eps the norm's
+ * epsilon as JSON. */
+static void write_block_shape(FILE *f, const LtConfig *c, const LtModelDims *d, int ffn,
+                              const char *eps) {
+    const LtHfClass hc = lt_hf_class(d);
     fprintf(f,
             "{\n"
             "  \"model_type\": \"%s\",\n"
@@ -143,7 +145,7 @@ static void write_block_shape(FILE *f, const LtConfig *c, const char *type, cons
             "  \"max_position_embeddings\": %d,\n"
             "  \"vocab_size\": %d,\n"
             "  \"rms_norm_eps\": %s,\n",
-            type, cls, c->model.hidden_size, ffn, c->model.num_layers, c->model.num_attention_heads,
+            hc.type, hc.cls, c->model.hidden_size, ffn, c->model.num_layers, c->model.num_attention_heads,
             c->model.num_query_groups, c->model.kv_channels, c->model.max_position_embeddings,
             c->model.vocab_size, eps);
 }
@@ -160,25 +162,14 @@ static void write_block_shape(FILE *f, const LtConfig *c, const char *type, cons
  * router_aux_loss_coef, turned on (output_router_logits) when it is > 0. */
 static void write_llama_config(FILE *f, const LtConfig *c, const LtModelDims *d) {
     char eps[40], theta[40], init[40], rope[512], aux[40];
-    const int moe = d->moe.experts > 0, qwen3 = d->qk_norm && !moe, qwen3moe = d->qk_norm && moe,
-              mixtral = moe && !qwen3moe, qwen2 = !moe && !d->qk_norm && d->qkv_bias && !d->linear_bias;
+    const int moe = d->moe.experts > 0, qwen3moe = lt_hf_qwen3moe(d), mixtral = moe && !qwen3moe,
+              qwen3 = d->qk_norm && !moe, qwen2 = !strcmp(lt_hf_class(d).type, "qwen2");
     json_float(c->model.norm_epsilon, eps, sizeof eps);
     json_float(c->model.init_method_std, init, sizeof init);
     json_float(c->model.rotary_base, theta, sizeof theta);
     json_float(c->model.moe_aux_loss_coeff, aux, sizeof aux);
     rope_scaling_json(c, rope, sizeof rope);
-    write_block_shape(f, c,
-                      mixtral    ? "mixtral"
-                      : qwen3moe ? "qwen3_moe"
-                      : qwen3    ? "qwen3"
-                      : qwen2    ? "qwen2"
-                                 : "llama",
-                      mixtral    ? "MixtralForCausalLM"
-                      : qwen3moe ? "Qwen3MoeForCausalLM"
-                      : qwen3    ? "Qwen3ForCausalLM"
-                      : qwen2    ? "Qwen2ForCausalLM"
-                                 : "LlamaForCausalLM",
-                      mixtral ? d->moe.ffn : c->model.ffn_hidden_size, eps);
+    write_block_shape(f, c, d, mixtral ? d->moe.ffn : c->model.ffn_hidden_size, eps);
     fprintf(f,
             "  \"rope_theta\": %s,\n"
             "  \"rope_scaling\": %s,\n"
@@ -358,7 +349,7 @@ static void write_gptoss_config(FILE *f, const LtConfig *c, const LtModelDims *d
     json_float(c->model.moe_aux_loss_coeff, aux, sizeof aux);
     json_float(c->model.activation_func_clamp_value, limit, sizeof limit);
     rope_scaling_json(c, rope, sizeof rope);
-    write_block_shape(f, c, "gpt_oss", "GptOssForCausalLM", d->moe.ffn, eps);
+    write_block_shape(f, c, d, d->moe.ffn, eps);
     fprintf(f, "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n", d->moe.experts,
             d->moe.topk);
     if (!strcmp(rope, "null"))

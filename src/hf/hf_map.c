@@ -252,6 +252,17 @@ int lt_hf_qwen3moe(const LtModelDims *d) {
     return d->arch == LT_ARCH_LLAMA && d->moe.experts > 0 && d->qk_norm && !d->glu.quick;
 }
 
+LtHfClass lt_hf_class(const LtModelDims *d) {
+    const int moe = d->moe.experts > 0;
+    if (d->arch != LT_ARCH_LLAMA) return (LtHfClass){"GPT2LMHeadModel", "gpt2"};
+    if (lt_hf_gptoss(d)) return (LtHfClass){"GptOssForCausalLM", "gpt_oss"};
+    if (lt_hf_qwen3moe(d)) return (LtHfClass){"Qwen3MoeForCausalLM", "qwen3_moe"};
+    if (moe) return (LtHfClass){"MixtralForCausalLM", "mixtral"};
+    if (d->qk_norm) return (LtHfClass){"Qwen3ForCausalLM", "qwen3"};
+    if (d->qkv_bias && !d->linear_bias) return (LtHfClass){"Qwen2ForCausalLM", "qwen2"};
+    return (LtHfClass){"LlamaForCausalLM", "llama"};
+}
+
 int lt_hf_map(const LtParamTable *t, LtHfMap **out, char *err, size_t errlen) {
     const LtModelDims *d = &t->dims;
     const int64_t per_layer = 20 + (d->moe.experts > 0 ? 1 + 3 * (int64_t)d->moe.experts : 0),
