@@ -195,3 +195,40 @@ same_as() {
   then pass "${name}_matches_single_process"
   else fail "${name}_matches_single_process" "$(echo "${err:-run failed}" | tail -1)"; fi
 }
+
+# export_refused CLASS NAME KEY TRAIN_ARGS...: `lattice train TRAIN_ARGS` makes a
+# step-0 checkpoint whose `lattice export` exits 2 naming CLASS and KEY and writes
+# no model.safetensors; a PASS or FAIL line export_refuses_NAME
+export_refused() {
+  local cls=$1 name=$2 key=$3
+  shift 3
+  if ! "$LT" train "$@" data.train_path="$T/train.ltok" train.steps=0 eval.interval=0 \
+    checkpoint.dir="$T/r_$name" >"$T/r_$name.log" 2>&1; then
+    fail "export_refuses_$name" "the checkpoint was not made: $(tail -2 "$T/r_$name.log")"
+    return
+  fi
+  "$LT" export "$T/r_$name" "$T/rhf_$name" >/dev/null 2>"$T/rhf_$name.err"
+  local rc=$?
+  if [ $rc -eq 2 ] && grep -qF "$cls" "$T/rhf_$name.err" && grep -qF -- "$key" "$T/rhf_$name.err" &&
+    [ ! -e "$T/rhf_$name/model.safetensors" ]; then
+    pass "export_refuses_$name"
+  else
+    fail "export_refuses_$name" "exit $rc: $(head -c 300 "$T/rhf_$name.err")"
+  fi
+}
+
+# resumes_as REF NAME NP_A "ARGS_A" NP_B "ARGS_B": the script's `run` trains
+# NAME_half (NP_A ranks, ARGS_A) 4 of 8 steps, then NAME_resumed (NP_B ranks,
+# ARGS_B) from its checkpoint, whose steps 5-8 must be run REF's within 1e-5
+# (tests/compare_runs.py --resumed); a PASS or FAIL line NAME
+resumes_as() {
+  local ref=$1 name=$2 np_a=$3 args_a=$4 np_b=$5 args_b=$6 err
+  # shellcheck disable=SC2086
+  if run "${name}_half" "$np_a" $args_a train.steps=4 optimizer.decay_steps=8 &&
+     run "${name}_resumed" "$np_b" $args_b checkpoint.load="$T/${name}_half/ck" \
+       checkpoint.dir="$T/${name}_resumed/ck2" &&
+     err=$(python3 tests/compare_runs.py --resumed "$T/$ref/m.jsonl" "$T/${name}_resumed/m.jsonl" 5 8 \
+       1e-5 2>&1)
+  then pass "$name"
+  else fail "$name" "$(echo "${err:-run failed}" | tail -1)"; fi
+}

@@ -92,12 +92,7 @@ else fail qkv_bias_alone "see the assertion above"; fi
 same_as qkv qkv_tp2_sp 2 model.add_qkv_bias=true $SP
 
 # a checkpoint written by TP 2 with SP resumes under PP 2 where the single process goes on
-if run tp2_half 2 $BIAS $SP train.steps=4 optimizer.decay_steps=8 &&
-   run pp2_resumed 2 $BIAS parallel.pipeline_model_parallel_size=2 \
-     checkpoint.load="$T/tp2_half/ck" checkpoint.dir="$T/pp2_resumed/ck2" &&
-   err=$(python3 tests/compare_runs.py --resumed "$T/ref/m.jsonl" "$T/pp2_resumed/m.jsonl" 5 8 1e-5 2>&1)
-then pass tp2_sp_checkpoint_resumes_on_pp2
-else fail tp2_sp_checkpoint_resumes_on_pp2 "$(echo "${err:-run failed}" | tail -1)"; fi
+resumes_as ref tp2_sp_checkpoint_resumes_on_pp2 2 "$BIAS $SP" 2 "$BIAS parallel.pipeline_model_parallel_size=2"
 
 # ---- MoE: the experts' biases and the router's -------------------------------------
 EP2=parallel.expert_model_parallel_size=2
@@ -121,11 +116,7 @@ PY
 then pass moe_biases_change_the_loss
 else fail moe_biases_change_the_loss "see the assertion above"; fi
 # an EP 2 checkpoint resumes in one process
-if run moe_ep2_half 2 $BIAS $MOE $EP2 train.steps=4 optimizer.decay_steps=8 &&
-   run moe_resumed 1 $BIAS $MOE checkpoint.load="$T/moe_ep2_half/ck" checkpoint.dir="$T/moe_resumed/ck2" &&
-   err=$(python3 tests/compare_runs.py --resumed "$T/moe/m.jsonl" "$T/moe_resumed/m.jsonl" 5 8 1e-5 2>&1)
-then pass moe_ep2_checkpoint_resumes_in_one_process
-else fail moe_ep2_checkpoint_resumes_in_one_process "$(echo "${err:-run failed}" | tail -1)"; fi
+resumes_as moe moe_ep2_checkpoint_resumes_in_one_process 2 "$BIAS $MOE $EP2" 1 "$BIAS $MOE"
 
 # ---- Hugging Face: LlamaForCausalLM with attention_bias and mlp_bias ---------------
 if out=$(hf_export_matches "$T/ref/ck" "$T/ref/hf_out" '"attention_bias": true' \

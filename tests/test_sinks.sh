@@ -84,11 +84,7 @@ then pass softmax_offsets_trained
 else fail softmax_offsets_trained "see the assertion above"; fi
 
 # a checkpoint written by TP 2 (each rank its 2 heads' offsets) resumes on one process
-if run tp2_half 2 $LLAMA $SINK $TP train.steps=4 optimizer.decay_steps=8 &&
-   run tp1_resumed 1 $LLAMA $SINK checkpoint.load="$T/tp2_half/ck" checkpoint.dir="$T/tp1_resumed/ck2" &&
-   err=$(python3 tests/compare_runs.py --resumed "$T/ref/m.jsonl" "$T/tp1_resumed/m.jsonl" 5 8 1e-5 2>&1)
-then pass tp2_checkpoint_resumes_on_one_process
-else fail tp2_checkpoint_resumes_on_one_process "$(echo "${err:-run failed}" | tail -1)"; fi
+resumes_as ref tp2_checkpoint_resumes_on_one_process 2 "$LLAMA $SINK $TP" 1 "$LLAMA $SINK"
 
 # with the per-head q/k norms before the offsets and an MoE second layer after them,
 # under expert parallelism
