@@ -48,6 +48,12 @@ typedef enum { LT_MOE_DROP_PROBS = 0, LT_MOE_DROP_POSITION = 1 } LtMoeDropPolicy
 /* The most expert groups group-limited routing takes (model.moe_router_num_groups:
  * the CUDA router holds a token's groups in a 64-bit mask). */
 #define LT_MOE_MAX_GROUPS 64
+/* Whether group-limited routing with G groups, GK of them per token, fits E experts
+ * and top-K (backend.h's moe_topk; G 0: no groups). */
+static inline int lt_moe_groups_fit(int E, int K, int G, int GK) {
+    return G == 0 || (G > 0 && G <= LT_MOE_MAX_GROUPS && E % G == 0 && GK >= 1 && GK <= G &&
+                      K >= GK && K <= GK * (E / G));
+}
 /* optimizer.lr_decay_style and optimizer.lr_wsd_decay_style (Megatron-LM's
  * lr_decay_style and lr_wsd_decay_style; lt_lr_at in optim.h) */
 typedef enum {

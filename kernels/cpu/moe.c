@@ -163,9 +163,7 @@ void cpu_moe_topk(LtBackend *be, int32_t *idx, float *w, const float *logits, co
                   int group_topk) {
     if (N <= 0) return;
     moe_check_args("moe_topk", E, K, score);
-    if (groups < 0 || groups > LT_MOE_MAX_GROUPS ||
-        (groups > 0 && (E % groups || group_topk < 1 || group_topk > groups || K < group_topk ||
-                        K > group_topk * (E / groups))))
+    if (!lt_moe_groups_fit(E, K, groups, group_topk))
         lt_fatal("moe_topk: groups %d, group_topk %d do not fit E=%d K=%d (backend.h)", groups,
                  group_topk, E, K);
     const size_t per = (size_t)E + LT_MOE_MAX_GROUPS;
