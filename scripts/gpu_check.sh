@@ -47,7 +47,9 @@
 #     calibrate  `lattice plan --calibrate` on the GPU; then the runs the first
 #                phases measured (bench, bench15, moe's), each predicted with
 #                those constants and with the built-in row, beside its
-#                measured step
+#                measured step; fails when bench or bench15 is off the
+#                calibrated prediction by more than half, or when
+#                --calibrate warns that a figure's rounds differ twofold
 #     parallel   2 ranks on one GPU under mpirun (tests/gpu/parallel_gpu.sh)
 #     kernels    memory-bound kernels' bandwidth (tests/gpu/bench_kernels)
 #     mpi        4 ranks of tests/test_comm_mpi under mpirun (CPU only)
@@ -567,6 +569,14 @@ ph_calibrate() {
     done' "$PLAN_GPU" "$LT_BIN" "$WORK"
   RC=$?
   [ $RC = 0 ] && DETAIL="constants in $WORK/calibration.json$(grep -E '^bench +measured|^bench15 +measured' "$WORK/calibrate.log" | awk '{ v = $9; sub(/\);?$/, "", v); printf "; %s measured/calibrated %s", $1, v }')"
+  # a calibration that misses the dense benchmarks by more than half (the
+  # fourth draw's were within 13%), or whose rounds disagree twofold, is a
+  # fault of the calibration, not a figure to keep
+  local off
+  off=$(grep -E '^bench +measured|^bench15 +measured' "$WORK/calibrate.log" |
+        awk '{ v = $9; sub(/x\);?$/, "", v); if (v + 0 < 0.67 || v + 0 > 1.5) printf "%s %sx ", $1, v }')
+  off="$off$(grep -o '^warning: [a-z_0-9]*: its rounds differ' "$WORK/calibrate.log" | awk '{ printf "%s ", $2 }')"
+  if [ $RC = 0 ] && [ -n "$off" ]; then RC=1; DETAIL="$DETAIL; off: $off"; fi
   cp "$WORK/calibration.json" "$(dirname "$REPORT")/" 2>/dev/null
 }
 

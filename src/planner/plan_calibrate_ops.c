@@ -137,6 +137,15 @@ static void run_attn(Cal *c, const void *arg) {
                                   j->NH, j->NH, j->HD);
 }
 
+/* Median seconds of the job. Every round configures the implementation again
+ * (lt_cal_attention), which drops cuDNN's plans, so every round warms up: a
+ * later round's first call would otherwise time a plan's build (35-45 ms on
+ * the fifth H200 draw, against a 0.2-1.6 ms call). */
+static double attn_time(Cal *c, const AttnJob *j, double slot) {
+    if (c->round > 0) run_attn(c, j); /* (round 0: lt_cal_time_median warms up) */
+    return lt_cal_time_median(c, run_attn, j, slot);
+}
+
 /* The job's buffers for B x T x NH x HD (and with W >= 0 the window's first keys). */
 static void attn_job_alloc(Cal *c, AttnJob *j) {
     LtBackend *be = c->be;
@@ -172,7 +181,7 @@ static void attn_rates(Cal *c, const char *name, double budget, double *fwd, dou
         const double f = 4.0 * B * (double)T * T * NH * HD; /* the model's count, forward */
         double t[2];
         for (j.bwd = 0; j.bwd < 2; j.bwd++) {
-            t[j.bwd] = lt_cal_time_median(c, run_attn, &j, budget / 6);
+            t[j.bwd] = attn_time(c, &j, budget / 6);
             flops[j.bwd] += f * (1 + j.bwd), secs[j.bwd] += t[j.bwd];
         }
         printf("%-8s %6d %6d %4d %4d %10.3f %10.4f %10.3f %10.4f\n", name, B, T, NH, HD,
@@ -193,7 +202,7 @@ static void attn_win_rates(Cal *c, const char *name, double budget, double *fwd,
     const double pairs = (double)W * (W + 1) / 2.0 + (double)(T - W) * (W + 1);
     const double f = 8.0 * B * pairs * NH * HD;
     double t[2];
-    for (j.bwd = 0; j.bwd < 2; j.bwd++) t[j.bwd] = lt_cal_time_median(c, run_attn, &j, budget / 2);
+    for (j.bwd = 0; j.bwd < 2; j.bwd++) t[j.bwd] = attn_time(c, &j, budget / 2);
     char what[32];
     snprintf(what, sizeof what, "%s W%d", name, W);
     printf("%-12s %2d %6d %4d %4d %10.3f %10.4f %10.3f %10.4f\n", what, B, T, NH, HD, t[0] * 1e3,
