@@ -7,7 +7,8 @@
  * scaling; the ranks' skew charged at TP's collectives and the all-to-alls;
  * an MoE layer's GEMM FLOPs (the router beside a dense MLP of the same
  * active width) and its all-to-alls (bytes by EP, recomputation, across
- * nodes); the experts' expected load under EP. Figures only: nothing here is
+ * nodes); the GEMM, attention and head FLOPs adding up to the model's with
+ * kv_channels and windows; the experts' expected load under EP. Figures only: nothing here is
  * timed. */
 #include "plan.h"
 
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "metrics.h"
+#include "model.h"
 #include "plan_device.h"
 #include "test.h"
 
@@ -365,6 +367,42 @@ static void test_moe_gemm_flops(void) {
               3.0 * 32 * 2 * C * 256), 1) < 1e-9, "MFU's FLOPs");
 }
 
+/* The planner's GEMM, attention-core and loss-head FLOPs of a step add up to
+ * the model's count (lt_model_flops_per_sample) whatever the head dimension
+ * (kv_channels: query heads 4 x 32 = 128 against hidden 64) and on windowed
+ * layers, dense or MoE: the GEMMs were the model's count less 4 s h per
+ * token, which on GPT-OSS's shape (64 x 64 heads, hidden 2880, windows on
+ * every other layer) left its MoE layers' attention projections negative. */
+static void test_flops_add_up(void) {
+    const LtPlanDevice d = cpu_row();
+    const char *cases[][6] = {
+        {"model.kv_channels=32", NULL},
+        {"model.window_size=[8, 0]", "model.window_attn_skip_freq=2", NULL},
+        {"model.kv_channels=32", "model.window_size=[8, 0]", "model.window_attn_skip_freq=2",
+         NULL},
+        {"model.kv_channels=32", "model.window_size=[8, 0]", "model.window_attn_skip_freq=2",
+         "model.num_experts=4", "model.moe_ffn_hidden_size=64", NULL},
+        {"model.kv_channels=32", "model.window_size=[8, 0]", "model.num_experts=4",
+         "model.moe_ffn_hidden_size=64", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int n = 0;
+        while (cases[i][n]) n++;
+        LtConfig c;
+        LtPlanStep p;
+        REQUIRE(small_config(1, n, cases[i], &c) == 0 && predict(1, &d, &p, n, cases[i]) == 0,
+                "case %zu", i);
+        const LtModelDims dims = lt_dims_from_config(&c);
+        const double tokens = 4 * 32, head = 3 * 2 * 64.0 * dims.padded_vocab * tokens;
+        const double model = 4 * lt_model_flops_per_sample(&dims, 0);
+        CHECK(test_relerr(p.gemm_flops + p.attn_flops + head, model, 1) < 1e-9,
+              "case %zu (%s ...): GEMMs %g + attention %g + head %g, the model %g", i,
+              cases[i][0], p.gemm_flops, p.attn_flops, head, model);
+        CHECK(p.experts <= p.gemm, "case %zu: the experts' GEMM time %g within the GEMMs' %g",
+              i, p.experts, p.gemm);
+    }
+}
+
 /* Expert parallelism: 4 all-to-alls of R K rows x h per MoE layer per micro
  * batch, (EP - 1) / EP of them off the rank; full recomputation repeats the
  * forward's two; across nodes they take the network */
@@ -484,6 +522,7 @@ int main(void) {
     RUN(test_calibration_file);
     RUN(test_sync_skew);
     RUN(test_moe_gemm_flops);
+    RUN(test_flops_add_up);
     RUN(test_moe_all_to_all);
     RUN(test_moe_load);
     RUN(test_device_rows);

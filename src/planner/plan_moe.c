@@ -42,7 +42,11 @@ void lt_plan_layer_flops(const LtModelDims *d, int moe, double *fwd, double *red
     LtModelDims one = *d; /* one layer of that kind: the model's own count */
     one.num_layers = 1;
     one.moe.layer[0] = (unsigned char)moe;
-    const double S = d->seq_len, C = d->hidden, attn = 4.0 * S * C;
+    /* less the attention core as that count has it (the planner times it apart): the
+     * query heads' width, which is not the hidden size when kv_channels sets the head
+     * dimension (GPT-OSS: 64 x 64 against 2880), and a windowed layer's band alone */
+    const double S = d->seq_len, C = d->hidden,
+                 attn = 4.0 * S * lt_dims_q_width(d) * lt_model_window_fraction(&one, 0);
     *fwd = lt_model_flops_per_sample(&one, 0) / (3.0 * S) - 2.0 * C * d->padded_vocab - attn;
     *redo = lt_model_recompute_flops_per_sample(&one, 1) / S - attn;
 }
