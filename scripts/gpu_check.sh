@@ -43,7 +43,8 @@
 #                6 GB export; no loss check)
 #                (both peers: torch.compile per transformer block, as
 #                torchtitan does: one compilation for all blocks)
-#   rest = calibrate,parallel,kernels,mpi,racecheck,peer (cheapest first):
+#   rest = calibrate,parallel,kernels,mpi,peer,racecheck (cheapest first, but
+#     racecheck, clean on the fourth and fifth draws, after the peer):
 #     calibrate  `lattice plan --calibrate` on the GPU; then the runs the first
 #                phases measured (bench, bench15, moe's), each predicted with
 #                those constants and with the built-in row, beside its
@@ -53,10 +54,11 @@
 #     parallel   2 ranks on one GPU under mpirun (tests/gpu/parallel_gpu.sh)
 #     kernels    memory-bound kernels' bandwidth (tests/gpu/bench_kernels)
 #     mpi        4 ranks of tests/test_comm_mpi under mpirun (CPU only)
+#     peer       the PyTorch peer's loss agreement: Llama with experts, Llama,
+#                GPT-2, fp32 and bf16 (tests/gpu/peer_check.sh; the MoE
+#                Llama first: the draws' budgets cut the phase before it twice)
 #     racecheck  compute-sanitizer racecheck of test_gpu_ops --quick --aligned,
 #                the cases whose kernels share memory, most at risk first
-#     peer       the PyTorch peer's loss agreement: GPT-2, Llama, Llama with
-#                experts, fp32 and bf16 (tests/gpu/peer_check.sh)
 #   continue = every phase of first and rest that no earlier run of this
 #     script on this machine finished (build/gpu_check/done); the build is
 #     skipped when its binaries are there.
@@ -93,7 +95,7 @@ BUDGET=${GPU_CHECK_BUDGET:-510}
 START=$(date +%s)
 
 FIRST="tests train attention moe memcheck bench bench15"
-REST="calibrate parallel kernels mpi racecheck peer"
+REST="calibrate parallel kernels mpi peer racecheck"
 # each phase's cap (the most it may take), least useful time and expected
 # time on a 16-core H100/H200 machine, in seconds (measured on the draws,
 # bench/2026-11-2[78]-h200-*.md, where a phase ran to its end: tests 122,
@@ -117,7 +119,7 @@ racecheck 240    60    200
 mpi        60    10      5
 kernels    60    15     16
 parallel  120    30     40
-peer      240    45    120
+peer      240    45    200
 calibrate 120    45     40"
 field() { echo "$PHASE_TABLE" | awk -v p="$1" -v f="$2" '$1 == p { print $f }'; }
 cap() { if [ -n "${GPU_CHECK_CAP:-}" ]; then echo "$GPU_CHECK_CAP"; else field "$1" 2; fi; }
@@ -538,7 +540,8 @@ ph_parallel() {
   DETAIL=$(counts "$WORK/parallel.log")
 }
 ph_peer() {
-  step "$TO" "$WORK/peer.log" env "${LT_ENV[@]}" PEER_CHECK_DEVICE=cuda bash tests/gpu/peer_check.sh "$WORK/lt"; RC=$?
+  step "$TO" "$WORK/peer.log" env "${LT_ENV[@]}" PEER_CHECK_DEVICE=cuda \
+    PEER_CHECK_MODELS="${PEER_CHECK_MODELS:-moe llama gpt}" bash tests/gpu/peer_check.sh "$WORK/lt"; RC=$?
   DETAIL=$(counts "$WORK/peer.log")
 }
 ph_calibrate() {
