@@ -423,6 +423,14 @@ typedef struct {
     void (*moe_unpermute_bwd)(LtBackend *be, void *dy, float *dw, const void *dout,
                               const void *y, const int32_t *pos, const float *w, int N, int K,
                               int C, int M);
+    /* The shared expert's gate (model.moe_shared_expert_gate), per row i of R: s[i] (fp32,
+     * in: the gate's logit) becomes sigmoid(s[i]), then out[i, :] += s[i] * y[i, :] (in
+     * fp32, stored in the act dtype). */
+    void (*moe_gate_fwd)(LtBackend *be, void *out, const void *y, float *s, int R, int C);
+    /* Its backward, in place: with g = dot(dout row i, y row i) (fp32; the same sum for
+     * any thread count), y[i, :] becomes s[i] * dout[i, :] (the act dtype) and s[i]
+     * becomes g * s[i] * (1 - s[i]), the logit's gradient. */
+    void (*moe_gate_bwd)(LtBackend *be, void *y, float *s, const void *dout, int R, int C);
     /* Grouped linear (the experts' GEMMs, one call for all of a rank's experts): G groups,
      * group g the rows off[g] .. off[g+1] - 1 of inp, out and pre_gelu (off: G + 1
      * non-decreasing host ints, off[0] may be > 0), each with its own weight w[g] (OC, C)

@@ -125,6 +125,7 @@ typedef struct {
                                         * "([0]*3+[1]*29)" */
         unsigned char moe_layer[LT_MOE_MAX_LAYERS]; /* derived: 1 = layer l is MoE (not a key) */
         int moe_shared_expert_intermediate_size; /* the shared expert's width; 0 = none */
+        bool moe_shared_expert_gate;   /* its output times sigmoid(x . g) per token */
         LtMoeScore moe_router_score_function;    /* softmax | sigmoid */
         bool moe_router_pre_softmax;   /* softmax over all experts, then top-k (else top-k of the
                                         * logits, then a softmax over the k) */

@@ -47,6 +47,12 @@ typedef struct {
     int32_t *kstart;   /* (N) each token's document start (attention's kstart), or NULL */
     int32_t *kwin;     /* (N) sliding-window layers' kstart: the later of the document start
                         * and t - window; NULL when no held layer is windowed */
+    void **gate_y;     /* model.moe_shared_expert_gate: per slot layer the shared expert's
+                        * output before its gate (R, C) and the gate (gate_s, R, fp32),
+                        * which the backward turns into their gradients in place; NULL
+                        * without the gate. Kept whatever the recomputation: the layer's
+                        * recomputed forward stops before the MLP's output projection */
+    float **gate_s;
 } LtActSlot;
 
 typedef struct {

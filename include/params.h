@@ -26,6 +26,8 @@ typedef struct {
     int experts, topk;  /* routed experts per MoE layer, experts per token */
     int ffn;            /* each routed expert's FFN width */
     int shared_ffn;     /* the shared expert's width; 0 = none */
+    int shared_gate;    /* the shared expert's output scaled per token by sigmoid(x . g)
+                         * (mlp.shared_gate.weight, 1 x hidden; Qwen2-MoE's) */
     int score;          /* LtMoeScore */
     int pre_softmax;
     int groups, group_topk; /* group-limited routing: experts / groups per group, the

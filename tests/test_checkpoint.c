@@ -558,11 +558,12 @@ static void test_architecture_mismatch(void) {
 
 /* A fixture of the tiny model with MoE layers (layer[l] 1: an MoE layer);
  * experts 0 leaves it dense. */
+static int g_shared_gate; /* fixture_init_moe's shared expert gated (model.moe_shared_expert_gate) */
 static void fixture_init_moe(Fixture *f, int experts, int topk, int ffn, int shared,
                              const unsigned char *layer, uint64_t seed) {
     LtModelDims d = tiny_dims(2, 128);
     d.moe = (LtMoeDims){.experts = experts, .topk = topk, .ffn = ffn, .shared_ffn = shared,
-                        .topk_scale = 1};
+                        .shared_gate = g_shared_gate, .topk_scale = 1};
     memcpy(d.moe.layer, layer, 2);
     lt_params_build(&f->t, &d);
     f->s.master = random_array(f->t.total, seed);
@@ -570,6 +571,45 @@ static void fixture_init_moe(Fixture *f, int experts, int topk, int ffn, int sha
     f->s.v = random_array(f->t.total, seed + 2);
     f->meta = (LtCkptMeta){.step = 7, .samples_consumed = 1234567, .seed = 42, .data_seed = 99};
     tiny_config(&f->cfg, 2);
+}
+
+/* a gated shared expert is in meta.json (absent when ungated), and a checkpoint
+ * loads only into a model gated as it was */
+static void test_moe_shared_gate(void) {
+    char *dir = test_tmpdir("lt_ckpt_test"), err[512] = "", stepdir[4096], path[4200];
+    REQUIRE(dir, "mkdtemp");
+    static const unsigned char both[2] = {1, 1};
+    Fixture gated, plain;
+    g_shared_gate = 1;
+    fixture_init_moe(&gated, 4, 2, 16, 8, both, 51);
+    g_shared_gate = 0;
+    fixture_init_moe(&plain, 4, 2, 16, 8, both, 52);
+    CHECK(gated.t.n == plain.t.n + 2 && lt_params_find(&gated.t, "h.1.mlp.shared_gate.weight"),
+          "a gate per MoE layer: %d vs %d tensors", gated.t.n, plain.t.n);
+    snprintf(path, sizeof path, "%s/meta.json", stepdir);
+    LtCkptState got;
+    for (int k = 0; k < 2; k++) {
+        Fixture *f = k ? &plain : &gated, *o = k ? &gated : &plain;
+        REQUIRE(saved(dir, f, stepdir, err) == 0, "save: %s", err);
+        snprintf(path, sizeof path, "%s/meta.json", stepdir);
+        char *js = read_text(path);
+        CHECK(js && (strstr(js, "\"moe_shared_expert_gate\": true") != NULL) == !k, "meta.json %d: %s", k,
+              js ? js : "(unreadable)");
+        free(js);
+        CHECK(load_fresh(stepdir, &f->t, 1, &got, NULL, err) == 0, "same model %d: %s", k, err);
+        CHECK(memcmp(got.master, f->s.master, f->t.total * 4) == 0, "weights differ (%d)", k);
+        state_free(&got);
+        strcpy(err, "(unset)");
+        CHECK(load_fresh(stepdir, &o->t, 1, &got, NULL, err) != 0 &&
+                  strstr(err, k ? "moe_shared_expert_gate is 0 in the checkpoint, 1 in the model"
+                                : "moe_shared_expert_gate is 1 in the checkpoint, 0 in the model"),
+              "case %d: %s", k, err);
+        state_free(&got);
+    }
+    fixture_free(&gated);
+    fixture_free(&plain);
+    test_rm_rf(dir);
+    free(dir);
 }
 
 /* meta.json records an MoE model's shape, and a load into another MoE shape,
@@ -989,6 +1029,7 @@ int main(void) {
     RUN(test_corruption_detected);
     RUN(test_architecture_mismatch);
     RUN(test_moe_shape_mismatch);
+    RUN(test_moe_shared_gate);
     RUN(test_moe_dense_width);
     RUN(test_resolve_errors);
     RUN(test_load_config_roundtrip);

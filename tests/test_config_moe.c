@@ -362,6 +362,10 @@ static void test_refusals(void) {
           "try model.moe_shared_expert_intermediate_size=1002"}},
         {{"model.num_experts=4", "train.cuda_graph=true"}, 1,
          {"train.cuda_graph", "set train.cuda_graph=false"}},
+        {{"model.num_experts=4", "model.moe_shared_expert_gate=true"}, 1,
+         {"model.moe_shared_expert_gate", "set model.moe_shared_expert_intermediate_size"}},
+        {{"model.moe_shared_expert_gate=true"}, 1,
+         {"model.moe_shared_expert_gate is set but model.num_experts is 0"}},
         /* expert parallelism's shape */
         {{"model.num_experts=4", "parallel.expert_model_parallel_size=3",
           "train.global_batch_size=9"}, 3,

@@ -212,6 +212,12 @@ static void test_moe_gradient_check(void) {
     LtModelDims pre = moe_dims(tiny_llama_dims()); /* softmax first; capacity, dropping */
     pre.moe.pre_softmax = 1, pre.moe.capacity = 1.0f, pre.moe.pad = 1, pre.moe.shared_ffn = 16;
     gradient_check(pre);
+    LtModelDims gate = moe_dims(tiny_llama_dims()); /* Qwen2-MoE's gated shared expert */
+    gate.moe.shared_ffn = 16, gate.moe.shared_gate = 1, gate.moe.layer[0] = 1;
+    gradient_check(gate);
+    LtModelDims ggpt = moe_dims(tiny_dims()); /* the gate on a GPT block's shared expert */
+    ggpt.moe.shared_ffn = 32, ggpt.moe.shared_gate = 1;
+    gradient_check(ggpt);
     LtModelDims pos = moe_dims(tiny_dims()); /* every layer MoE, drops by position, top-3 */
     pos.moe.layer[0] = 1, pos.moe.topk = 3, pos.moe.capacity = 0.5f;
     pos.moe.drop_policy = LT_MOE_DROP_POSITION;

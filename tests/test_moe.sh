@@ -5,7 +5,7 @@
 # stages, interleaved, ZeRO 1 and 2, recomputation, TP overlap) trains the
 # same model as one process (loss and grad norm per step within 1e-5, the
 # checkpoint's weights within 1e-5), DeepSeek-V3's group-limited sigmoid router
-# with the expert bias included; expert tensor parallelism (ETP x EP x
+# with the expert bias and Qwen2-MoE's gated shared expert included; expert tensor parallelism (ETP x EP x
 # EDP folded into TP x DP) too; a checkpoint moves between EP and ETP layouts;
 # capacity dropping (both policies, padded too) is layout-independent over DP
 # and EP; EP 8 over DP 8 and uneven pipeline stages train as one process; the
@@ -135,6 +135,20 @@ if CFG=configs/llama-tiny.yaml run llama_etp2_ep2 4 $LL $SP $ETP2 $EP2 &&
    err=$(compare ref_llama llama_etp2_ep2 1e-5 1e-5 2>&1); then
   pass llama_etp2_ep2_matches_single_process
 else fail llama_etp2_ep2_matches_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
+
+# Qwen2-MoE's gated shared expert (model.moe_shared_expert_gate: its output times
+# sigmoid(x . g) per token; the gate's gradient partial over TP under SP, its
+# buffers kept outside recomputation's shared set): EP 2 over TP 2 + SP x DP 2, and
+# 2 pipeline stages with full recomputation, train as one process
+QG="model.moe_shared_expert_intermediate_size=32 model.moe_shared_expert_gate=true"
+if CFG=configs/llama-tiny.yaml run ref_gate 1 $QG &&
+   CFG=configs/llama-tiny.yaml run gate_ep2_tp2_dp2 4 $QG $SP $EP2 &&
+   err=$(compare ref_gate gate_ep2_tp2_dp2 1e-5 1e-5 2>&1) &&
+   CFG=configs/llama-tiny.yaml run gate_pp2_recompute 2 $QG parallel.pipeline_model_parallel_size=2 \
+     train.recompute=full &&
+   err=$(compare ref_gate gate_pp2_recompute 1e-5 1e-5 2>&1); then
+  pass shared_expert_gate_layouts_match_single_process
+else fail shared_expert_gate_layouts_match_single_process "$(echo "${err:-run failed}" | tail -1)"; fi
 
 # DeepSeek-V3's router: sigmoid scores with the aux-loss-free expert bias and
 # group-limited routing (8 experts in 4 groups, a token's 4 experts from its best

@@ -655,6 +655,41 @@ static void test_permute_bwd(void) {
     perm_free(&f);
 }
 
+/* The shared expert's gate: forward (out += sigmoid(logit) y, the logit replaced by the
+ * gate) and backward in place (y -> s dout, s -> s (1 - s) dot(dout, y)) against
+ * float64, in fp32 and bf16 (one rounding of each stored value) */
+static void test_gate(void) {
+    const int R = 13, C = 37;
+    for (int bf = 0; bf < 2; bf++) {
+        LtBackend *be = bf ? g_bf : g_be;
+        const double tol = bf ? 1e-2 : 1e-5;
+        float *out = fbuf((size_t)R * C, 1), *y = fbuf((size_t)R * C, 1), *s = fbuf(R, 2);
+        float *dout = fbuf((size_t)R * C, 1);
+        double *rout = lt_calloc((size_t)R * C * 8), *rs = lt_calloc((size_t)R * 8);
+        double *rdy = lt_calloc((size_t)R * C * 8), *rdl = lt_calloc((size_t)R * 8);
+        for (int i = 0; i < R; i++) {
+            const double g = 1.0 / (1.0 + exp(-(double)s[i]));
+            double dot = 0;
+            rs[i] = g;
+            for (int c = 0; c < C; c++) {
+                rout[i * C + c] = out[i * C + c] + g * y[i * C + c];
+                rdy[i * C + c] = g * dout[i * C + c];
+                dot += (double)dout[i * C + c] * y[i * C + c];
+            }
+            rdl[i] = dot * g * (1 - g);
+        }
+        be->ops->moe_gate_fwd(be, out, y, s, R, C);
+        CHECK(maxrel(out, rout, (size_t)R * C, 0.1) < tol, "gate forward out (bf16 %d)", bf);
+        CHECK(maxrel(s, rs, R, 0.1) < 1e-6, "gate forward s (bf16 %d)", bf);
+        be->ops->moe_gate_bwd(be, y, s, dout, R, C);
+        CHECK(maxrel(y, rdy, (size_t)R * C, 0.1) < tol, "gate backward dy (bf16 %d)", bf);
+        CHECK(maxrel(s, rdl, R, 0.1) < 1e-5, "gate backward dlogit (bf16 %d)", bf);
+        be->ops->moe_gate_fwd(be, out, y, s, 0, C); /* no rows: nothing */
+        be->ops->moe_gate_bwd(be, y, s, dout, 0, C);
+        free(out), free(y), free(s), free(dout), free(rout), free(rs), free(rdy), free(rdl);
+    }
+}
+
 /* ---- empty inputs, bf16, threads ------------------------------------------------ */
 
 static void test_empty(void) {
@@ -934,6 +969,7 @@ int main(void) {
     RUN(test_permute_bwd);
     RUN(test_linear_group);
     RUN(test_linear_group_loop);
+    RUN(test_gate);
     RUN(test_empty);
     RUN(test_bf16);
     RUN(test_threads);

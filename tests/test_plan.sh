@@ -108,6 +108,11 @@ agree moe_etp2_ep2_zero1 4 $MOE $EP2 parallel.expert_tensor_parallel_size=2 \
   parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true optimizer.zero_stage=1
 BASE="$LBASE" agree moe_llama_etp4 4 $MOE parallel.expert_tensor_parallel_size=4 \
   parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true
+# the shared expert's gate keeps its ungated output and the gate per slot layer,
+# also under full recomputation
+BASE="$LBASE" agree moe_llama_shared_gate_full 2 $MOE $EP2 model.moe_shared_expert_intermediate_size=64 \
+  model.moe_shared_expert_gate=true parallel.tensor_model_parallel_size=2 \
+  parallel.sequence_parallel=true train.recompute=full
 
 # the step-time model's overlap (lattice plan --layout prints a layout's step by
 # part): what each switch hides, where the layout and the library allow it

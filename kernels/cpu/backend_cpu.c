@@ -77,6 +77,8 @@ static const LtBackendOps cpu_ops = {
     .moe_permute_bwd = cpu_moe_permute_bwd,
     .moe_unpermute = cpu_moe_unpermute,
     .moe_unpermute_bwd = cpu_moe_unpermute_bwd,
+    .moe_gate_fwd = cpu_moe_gate_fwd,
+    .moe_gate_bwd = cpu_moe_gate_bwd,
     .linear_group_fwd = cpu_linear_group_fwd,
     .linear_group_bwd = cpu_linear_group_bwd,
 };

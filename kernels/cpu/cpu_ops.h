@@ -263,5 +263,7 @@ void cpu_moe_unpermute(LtBackend *be, void *out, const void *y, const int32_t *p
                        const float *w, int N, int K, int C);
 void cpu_moe_unpermute_bwd(LtBackend *be, void *dy, float *dw, const void *dout, const void *y,
                            const int32_t *pos, const float *w, int N, int K, int C, int M);
+void cpu_moe_gate_fwd(LtBackend *be, void *out, const void *y, float *s, int R, int C);
+void cpu_moe_gate_bwd(LtBackend *be, void *y, float *s, const void *dout, int R, int C);
 
 #endif

@@ -483,3 +483,33 @@ void cpu_moe_unpermute_bwd(LtBackend *be, void *dy_, float *dw, const void *dout
         }
     }
 }
+
+/* ---- the shared expert's gate -------------------------------------------- */
+
+void cpu_moe_gate_fwd(LtBackend *be, void *out_, const void *y_, float *s, int R, int C) {
+    float *out = out_;
+    const float *y = y_;
+    const int bf16 = cpu_is_bf16(be);
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(be))
+    for (int i = 0; i < R; i++) {
+        const float g = s[i] = moe_sigmoid(s[i]);
+        float *o = out + (size_t)i * C;
+        const float *yr = y + (size_t)i * C;
+        for (int c = 0; c < C; c++) o[c] = cpu_store(bf16, o[c] + g * yr[c]);
+    }
+}
+
+void cpu_moe_gate_bwd(LtBackend *be, void *y_, float *s, const void *dout_, int R, int C) {
+    float *y = y_;
+    const float *dout = dout_;
+    const int bf16 = cpu_is_bf16(be);
+#pragma omp parallel for schedule(static) num_threads(cpu_nthreads(be))
+    for (int i = 0; i < R; i++) {
+        float *yr = y + (size_t)i * C;
+        const float *d = dout + (size_t)i * C, g = s[i];
+        float dot = 0.0f;
+        for (int c = 0; c < C; c++) dot += d[c] * yr[c];
+        for (int c = 0; c < C; c++) yr[c] = cpu_store(bf16, g * d[c]);
+        s[i] = dot * g * (1.0f - g);
+    }
+}

@@ -663,7 +663,77 @@ __global__ void __launch_bounds__(MOE_THREADS)
     }
 }
 
+// The shared expert's gate, one warp per row i: s[i] = sigmoid(s[i]) (every lane reads
+// the logit before lane 0 writes it back), out row i += s[i] * y row i.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(MOE_THREADS)
+    moe_gate_fwd_kernel(T *out, const T *y, float *s, int R, int C) {
+    const int lane = threadIdx.x & 31, nw = MOE_THREADS / 32;
+    for (long i = blockIdx.x * (long)nw + (threadIdx.x >> 5); i < R; i += (long)gridDim.x * nw) {
+        const float g = moe_sigmoid(s[i]);
+        T *o = out + (size_t)i * C;
+        const T *r = y + (size_t)i * C;
+        float u[VEC], v[VEC];
+        for (int c = lane * VEC; c < C; c += 32 * VEC) {
+            ld_f<VEC>(o + c, u);
+            ld_f<VEC>(r + c, v);
+#pragma unroll
+            for (int q = 0; q < VEC; q++) u[q] += g * v[q];
+            st_f<VEC>(o + c, u);
+        }
+        __syncwarp();
+        if (lane == 0) s[i] = g;
+    }
+}
+
+// Its backward in place, one warp per row: the lanes' dot(dout, y) first (warp_sum
+// synchronises the warp, so every read of the row precedes the writes), then y row i =
+// s[i] * dout row i and s[i] = dot * s[i] * (1 - s[i]).
+template <typename T, int VEC>
+__global__ void __launch_bounds__(MOE_THREADS)
+    moe_gate_bwd_kernel(T *y, float *s, const T *dout, int R, int C) {
+    const int lane = threadIdx.x & 31, nw = MOE_THREADS / 32;
+    for (long i = blockIdx.x * (long)nw + (threadIdx.x >> 5); i < R; i += (long)gridDim.x * nw) {
+        const float g = s[i];
+        T *r = y + (size_t)i * C;
+        const T *d = dout + (size_t)i * C;
+        float u[VEC], v[VEC], dot = 0.f;
+        for (int c = lane * VEC; c < C; c += 32 * VEC) {
+            ld_f<VEC>(d + c, u);
+            ld_f<VEC>(r + c, v);
+#pragma unroll
+            for (int q = 0; q < VEC; q++) dot += u[q] * v[q];
+        }
+        dot = warp_sum(dot);
+        for (int c = lane * VEC; c < C; c += 32 * VEC) {
+            ld_f<VEC>(d + c, u);
+#pragma unroll
+            for (int q = 0; q < VEC; q++) u[q] *= g;
+            st_f<VEC>(r + c, u);
+        }
+        if (lane == 0) s[i] = dot * g * (1.f - g);
+    }
+}
+
 /* ======================= launchers ======================= */
+
+template <typename T>
+static void launch_gate(T *out_or_y, const T *y_or_dout, float *s, int R, int C, int bwd,
+                        cudaStream_t st) {
+    const unsigned g = moe_token_blocks(R);
+    constexpr int PK = LT_VEC(T);
+    const int vec = cu_aligned16(out_or_y, y_or_dout) && C % PK == 0;
+    if (bwd && vec) {
+        moe_gate_bwd_kernel<T, PK><<<g, MOE_THREADS, 0, st>>>(out_or_y, s, y_or_dout, R, C);
+    } else if (bwd) {
+        moe_gate_bwd_kernel<T, 1><<<g, MOE_THREADS, 0, st>>>(out_or_y, s, y_or_dout, R, C);
+    } else if (vec) {
+        moe_gate_fwd_kernel<T, PK><<<g, MOE_THREADS, 0, st>>>(out_or_y, y_or_dout, s, R, C);
+    } else {
+        moe_gate_fwd_kernel<T, 1><<<g, MOE_THREADS, 0, st>>>(out_or_y, y_or_dout, s, R, C);
+    }
+    CU_CHECK_LAUNCH();
+}
 
 template <typename T>
 static void launch_permute(T *out, const T *x, const int32_t *src, int M, int C, cudaStream_t st) {
@@ -851,6 +921,22 @@ void cu_moe_unpermute(LtBackend *be, void *out, const void *y, const int32_t *po
     else
         launch_gather_sum<float>((float *)out, (const float *)y, pos, w, N, K, C, 0,
                                  cu_stream(be));
+}
+
+void cu_moe_gate_fwd(LtBackend *be, void *out, const void *y, float *s, int R, int C) {
+    if (R <= 0) return;
+    if (cu_is_bf16(be))
+        launch_gate<bf16>((bf16 *)out, (const bf16 *)y, s, R, C, 0, cu_stream(be));
+    else
+        launch_gate<float>((float *)out, (const float *)y, s, R, C, 0, cu_stream(be));
+}
+
+void cu_moe_gate_bwd(LtBackend *be, void *y, float *s, const void *dout, int R, int C) {
+    if (R <= 0) return;
+    if (cu_is_bf16(be))
+        launch_gate<bf16>((bf16 *)y, (const bf16 *)dout, s, R, C, 1, cu_stream(be));
+    else
+        launch_gate<float>((float *)y, (const float *)dout, s, R, C, 1, cu_stream(be));
 }
 
 void cu_moe_unpermute_bwd(LtBackend *be, void *dy, float *dw, const void *dout, const void *y,

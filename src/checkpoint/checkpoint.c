@@ -114,6 +114,8 @@ static void write_meta_moe(Text *js, const LtModelDims *d) {
     for (int l = 0; l < d->num_layers && l < LT_MOE_MAX_LAYERS; l++)
         text_add(js, "%s%d", l ? ", " : "", d->moe.layer[l] ? 1 : 0);
     text_add(js, "],\n");
+    if (d->moe.shared_gate) /* (absent: false, as before the key) */
+        text_add(js, "  \"moe_shared_expert_gate\": true,\n");
 }
 
 static int write_meta(const char *path, const char *tmp, const LtParamTable *g, const LtCkptMeta *m,
@@ -219,7 +221,8 @@ static int meta_moe(const LtJson *o, LtModelDims *d, const char *path, char *err
     if (e->experts == 0) return 0;
     if (meta_int(o, "moe_router_topk", &e->topk, 1, path, err, errlen) ||
         meta_int(o, "moe_ffn_hidden_size", &e->ffn, 1, path, err, errlen) ||
-        meta_int(o, "moe_shared_expert_intermediate_size", &e->shared_ffn, 0, path, err, errlen))
+        meta_int(o, "moe_shared_expert_intermediate_size", &e->shared_ffn, 0, path, err, errlen) ||
+        meta_flag(o, "moe_shared_expert_gate", &e->shared_gate, path, err, errlen))
         return -1;
     const LtJson *p = lt_json_get(o, "moe_layer_pattern");
     if (!p || p->type != LT_JSON_ARRAY || p->n != d->num_layers || p->n > LT_MOE_MAX_LAYERS)
@@ -500,6 +503,7 @@ static int check_moe_dims(const char *stepdir, const LtModelDims *c, const LtMod
         {"moe_router_topk", a->topk, b->topk},
         {"moe_ffn_hidden_size", a->ffn, b->ffn},
         {"moe_shared_expert_intermediate_size", a->shared_ffn, b->shared_ffn},
+        {"moe_shared_expert_gate", a->shared_gate, b->shared_gate},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0] && (i == 0 || b->experts); i++)
         if (f[i].ckpt != f[i].model)

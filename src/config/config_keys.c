@@ -110,6 +110,7 @@ const KeyDesc lt_cfg_keys[] = {
     K_INT(model, moe_ffn_hidden_size, 0, INT_MAX),
     K_STR(model, moe_layer_freq),
     K_INT(model, moe_shared_expert_intermediate_size, 0, INT_MAX),
+    K_BOOL(model, moe_shared_expert_gate),
     K_ENUM(model, moe_router_score_function, MOE_SCORE_NAMES),
     K_BOOL(model, moe_router_pre_softmax),
     K_INT(model, moe_router_num_groups, 0, INT_MAX),

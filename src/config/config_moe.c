@@ -136,6 +136,10 @@ static int check_experts(const LtConfig *c, char *err, size_t errlen) {
                            "parallel.sequence_parallel=true (the MoE layer routes each rank's "
                            "sequence shard; Megatron-Core requires it too)",
                            c->model.num_experts, tp);
+    if (c->model.moe_shared_expert_gate && shared == 0)
+        return lt_cfg_fail(err, errlen, "model.moe_shared_expert_gate scales the shared expert's "
+                           "output and needs one: set model.moe_shared_expert_intermediate_size "
+                           "(or model.moe_shared_expert_gate=false)");
     if (shared % tp)
         return lt_cfg_fail(err, errlen, "model.moe_shared_expert_intermediate_size (%d) must be "
                            "divisible by parallel.tensor_model_parallel_size (%d); try "

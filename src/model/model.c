@@ -93,6 +93,14 @@ static void setup_slots(LtModel *m, int nslots) {
                                                                                : NULL,
                                  a);
         }
+        if (m->d.moe.shared_gate && m->in->moe_any) {
+            sl->gate_y = lt_calloc(sizeof(void *) * (size_t)nx);
+            sl->gate_s = lt_calloc(sizeof(float *) * (size_t)nx);
+            for (int j = 0; j < n; j++) {
+                sl->gate_y[j] = act_alloc(m, m->boundary, a);
+                sl->gate_s[j] = f32_alloc(m, m->boundary / (size_t)m->d.hidden, a);
+            }
+        }
         sl->dout = act_alloc(m, m->boundary, a);
         sl->tokens = m->be->ops->alloc(m->be, N * sizeof(int32_t));
         *a += N * sizeof(int32_t);
@@ -146,6 +154,24 @@ static void setup_layers(LtModel *m) {
         m->in->ffn_loc[l] = (m->in->moe[l] ? m->d.moe.shared_ffn : m->d.ffn) / tp;
         m->in->moe_stats[l].layer = lt_params_global_layer(&m->table, l);
         if (m->in->ffn_loc[l] > m->in->ffn_max) m->in->ffn_max = m->in->ffn_loc[l];
+    }
+}
+
+/* The parameters whose gradient is partial over TP (model_grads.c reduces them). */
+static void mark_sp_partial(LtModel *m) {
+    m->in->sp_partial = lt_calloc((size_t)m->table.n);
+    for (int i = 0; i < m->table.n; i++) { /* weights that see only this rank's tokens: the
+                                            * norms', the router's and the shared expert
+                                            * gate's, the (whole) experts'
+                                            * when they are in the table (EP 1: under EP the
+                                            * expert-data-parallel sum covers TP); and (any
+                                            * TP) only this rank's heads: q/k norms */
+        const char *nm = m->table.p[i].name;
+        const int heads = strstr(nm, ".attn.q_norm.") || strstr(nm, ".attn.k_norm.");
+        m->in->sp_partial[i] = (m->sp && (strstr(nm, "ln_") || strstr(nm, ".mlp.router.") ||
+                                          strstr(nm, ".mlp.shared_gate.") ||
+                                          strstr(nm, ".mlp.experts."))) ||
+                               (m->tp && heads);
     }
 }
 
@@ -222,18 +248,7 @@ LtModel *lt_model_create(LtBackend *be, const LtModelDims *d, int B, int T,
     const size_t R = m->sp ? N / (size_t)m->in->tp_size : N; /* residual-stream rows of this rank */
     LT_CHECK(!m->sp || N % (size_t)m->in->tp_size == 0);
     m->boundary = R * C;
-    m->in->sp_partial = lt_calloc((size_t)m->table.n);
-    for (int i = 0; i < m->table.n; i++) { /* weights that see only this rank's tokens: the
-                                            * norms', the router's, the (whole) experts'
-                                            * when they are in the table (EP 1: under EP the
-                                            * expert-data-parallel sum covers TP); and (any
-                                            * TP) only this rank's heads: q/k norms */
-        const char *nm = m->table.p[i].name;
-        const int heads = strstr(nm, ".attn.q_norm.") || strstr(nm, ".attn.k_norm.");
-        m->in->sp_partial[i] = (m->sp && (strstr(nm, "ln_") || strstr(nm, ".mlp.router.") ||
-                                          strstr(nm, ".mlp.experts."))) ||
-                               (m->tp && heads);
-    }
+    mark_sp_partial(m);
     m->xent_chunk = lt_model_lm_head_chunk(N, (size_t)m->vocab_local, be->act_size,
                                            opt ? opt->lm_head_chunk : 0);
     m->flat = opt && opt->flat ? opt->flat : m->table.total;
@@ -301,6 +316,12 @@ void lt_model_destroy(LtModel *m) {
             if (m->recompute != LT_MODEL_RECOMPUTE_FULL)
                 layer_acts_free(m, &sl->layer[j], m->recompute == LT_MODEL_RECOMPUTE_SELECTIVE);
         }
+        for (int j = 0; sl->gate_y && j < m->max_chunk_layers; j++) {
+            fr(be, sl->gate_y[j]);
+            fr(be, sl->gate_s[j]);
+        }
+        free(sl->gate_y);
+        free(sl->gate_s);
         fr(be, sl->dout);
         fr(be, sl->tokens);
         if (sl->pos) fr(be, sl->pos);

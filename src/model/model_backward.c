@@ -31,11 +31,26 @@ static void *dense_mlp_backward(LtModel *m, int l, LtLayerActs *a, void *dres, i
 }
 
 /* Backward of the MLP of layer l (dense_mlp_backward), or of an MoE layer:
- * the shared expert's then the routed experts' gradients of ln2 summed. */
-static void *mlp_backward(LtModel *m, int l, LtLayerActs *a, void *dres, int N) {
-    void *dln = lw(m, l, P_FCW) ? dense_mlp_backward(m, l, a, dres, N) : NULL;
-    if (!m->in->moe[l]) return dln;
+ * the shared expert's then the routed experts' gradients of ln2 summed. With
+ * the shared expert's gate, slot sl's layer j holds its ungated output and the
+ * gate, which become the shared expert's output gradient and the gate logit's
+ * (moe_gate_bwd); the logit's gradient then adds to ln2's and to the gate
+ * weight's (the router's GEMMs with one expert). */
+static void *mlp_backward(LtModel *m, int l, LtLayerActs *a, void *dres, int N, LtActSlot *sl,
+                          int j) {
     const int C = m->d.hidden, R = m->sp ? N / m->in->tp_size : N;
+    const int gated = m->in->moe[l] && m->d.moe.shared_gate && lw(m, l, P_FCW);
+    if (gated) m->be->ops->moe_gate_bwd(m->be, sl->gate_y[j], sl->gate_s[j], dres, R, C);
+    void *dln = lw(m, l, P_FCW)
+                    ? dense_mlp_backward(m, l, a, gated ? sl->gate_y[j] : dres, N)
+                    : NULL;
+    if (!m->in->moe[l]) return dln;
+    if (gated) {
+        const size_t mine = m->sp ? (size_t)m->in->tp_rank * R : 0;
+        const int g = lt_mdl_shared_gate_idx(m, l);
+        m->be->ops->moe_router_bwd(m->be, dln, grad(m, g), NULL, sl->gate_s[j],
+                                   rows_at(m, a->ln2, mine, C), param(m, g), R, C, 1);
+    }
     if (!dln) {
         dln = m->in->dc;
         m->be->ops->zero(m->be, dln, lt_act_bytes(m->be, (size_t)R * C));
@@ -70,7 +85,7 @@ void lt_model_chunk_backward(LtModel *m, int c, int s, void *din) {
         LtLayerActs *a = &sl->layer[j];
         if (m->recompute) lt_mdl_recompute_layer(m, l, a, sl->x[j], B);
         /* dres = d(output of layer l) flows to both mlp_out and r2 */
-        void *dln = mlp_backward(m, l, a, dres, N);
+        void *dln = mlp_backward(m, l, a, dres, N, sl, j);
         norm_bwd(m, dres, lg(m, l, P_LN2W), lg(m, l, P_LN2B), dln, a->r2, lw(m, l, P_LN2W),
                  a->mean2, a->rstd2, R, C);
         /* dres = d(r2) flows to both the attention projection and the layer input */

@@ -77,7 +77,7 @@ static void layer_forward(LtModel *m, int l, LtLayerActs *a, int B, void *xin, c
 
 /* Layer l's MLP output, this rank's rows: the MLP's row-parallel projection,
  * or in an MoE layer the routed experts' output plus the shared expert's. */
-static void *mlp_output(LtModel *m, int l, LtLayerActs *a, int N, int R) {
+static void *mlp_output(LtModel *m, int l, LtLayerActs *a, int N, int R, LtActSlot *sl, int j) {
     const LtTpLinear tl = tpl(m);
     const int C = m->d.hidden;
     void *dense = NULL;
@@ -86,7 +86,16 @@ static void *mlp_output(LtModel *m, int l, LtLayerActs *a, int N, int R) {
                                      lw(m, l, P_FC2W), row_bias(m, l, P_FC2B), N,
                                      m->in->ffn_loc[l], C);
     if (!m->in->moe[l]) return dense;
-    if (dense) m->be->ops->add_act(m->be, a->moe->out, a->moe->out, dense, (size_t)R * C);
+    if (dense && m->d.moe.shared_gate) { /* out += sigmoid(x . g) * dense, per token */
+        const int g = lt_mdl_shared_gate_idx(m, l);
+        const size_t mine = m->sp ? (size_t)m->in->tp_rank * R : 0;
+        m->be->ops->copy(m->be, sl->gate_y[j], dense, lt_act_bytes(m->be, (size_t)R * C));
+        m->be->ops->moe_router_fwd(m->be, sl->gate_s[j], rows_at(m, a->ln2, mine, C),
+                                   param(m, g), NULL, R, C, 1);
+        m->be->ops->moe_gate_fwd(m->be, a->moe->out, sl->gate_y[j], sl->gate_s[j], R, C);
+    } else if (dense) {
+        m->be->ops->add_act(m->be, a->moe->out, a->moe->out, dense, (size_t)R * C);
+    }
     return a->moe->out;
 }
 
@@ -133,7 +142,7 @@ static void chunk_body(LtModel *m, int c, int s, int B, const int32_t *tokens, v
         LtLayerActs *a = &sl->layer[j];
         params_needed(m, layer_first_idx(m, l), layer_last_idx(m, l));
         layer_forward(m, l, a, B, sl->x[j], j ? sl->layer[j - 1].r2 : sl->x[0], delta);
-        delta = mlp_output(m, l, a, N, R);
+        delta = mlp_output(m, l, a, N, R, sl, j);
     }
     const void *last = n ? sl->layer[n - 1].r2 : sl->x[0];
     if (lt_model_chunk_last(m, c)) {

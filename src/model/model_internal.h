@@ -313,6 +313,8 @@ void lt_mdl_recompute_layer(LtModel *m, int l, LtLayerActs *a, void *x, int B);
 
 /* MoE layer l's router and expert tensors (model_moe.c). */
 LtMoeWeights lt_mdl_moe_weights(LtModel *m, int l);
+/* Table index of MoE layer l's shared-expert gate weight (when the model has one). */
+int lt_mdl_shared_gate_idx(const LtModel *m, int l);
 
 /* Add the kept assignments of MoE layer l's experts to the step's counts
  * (model_moe.c). */

@@ -11,11 +11,16 @@
 
 /* Parameters of one FFN (params.c). */
 static int ffn_params(const LtModel *m) { return lt_params_ffn_count(&m->d); }
+/* Table index of MoE layer l's shared-expert gate (model.moe_shared_expert_gate),
+ * after the shared expert; the router weight follows. */
+int lt_mdl_shared_gate_idx(const LtModel *m, int l) {
+    return m->table.layer_first[l] + lt_params_attn_count(&m->d) +
+           (m->d.moe.shared_ffn > 0 ? ffn_params(m) : 0);
+}
 /* Table index of MoE layer l's router weight; its bias, the expert bias and
  * the experts' tensors follow. */
 static int router_idx(const LtModel *m, int l) {
-    return m->table.layer_first[l] + lt_params_attn_count(&m->d) +
-           (m->d.moe.shared_ffn > 0 ? ffn_params(m) : 0);
+    return lt_mdl_shared_gate_idx(m, l) + !!m->d.moe.shared_gate;
 }
 /* Table index of MoE layer l's expert bias (when the model has one). */
 static int expert_bias_idx(const LtModel *m, int l) {

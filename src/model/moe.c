@@ -26,7 +26,7 @@ int lt_moe_backend_ok(const LtBackend *be) {
     return o->moe_router_fwd && o->moe_router_bwd && o->moe_topk && o->moe_topk_bwd &&
            o->moe_aux_stats && o->moe_aux_bwd && o->moe_dispatch && o->moe_permute &&
            o->moe_permute_bwd && o->moe_unpermute && o->moe_unpermute_bwd &&
-           o->linear_group_fwd && o->linear_group_bwd;
+           o->linear_group_fwd && o->linear_group_bwd && o->moe_gate_fwd && o->moe_gate_bwd;
 }
 
 /* 1 when the local experts' rows come from other ranks (EP or ETP). */

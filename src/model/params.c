@@ -175,6 +175,9 @@ static void add_layer(LtParamTable *t, int *cap, const LtModelDims *d, int l, fl
     }
     const LtMoeDims *e = &d->moe;
     if (e->shared_ffn > 0) add_ffn(t, cap, d, l, "mlp.shared", e->shared_ffn, 1, std, proj_std);
+    if (e->shared_gate) /* Megatron-Core's SharedExpertMLP gate_weight: init_method, decayed */
+        add(t, cap, LT_SPLIT_NONE, LT_INIT_NORMAL, std, 1, 1, d->hidden,
+            "h.%d.mlp.shared_gate.weight", l);
     add(t, cap, LT_SPLIT_NONE, LT_INIT_NORMAL, std, 1, e->experts, d->hidden,
         "h.%d.mlp.router.weight", l);
     if (lt_dims_router_bias(d)) /* Megatron-Core's TopKRouter: init_method, as the weight */
@@ -192,7 +195,8 @@ static void add_layer(LtParamTable *t, int *cap, const LtModelDims *d, int l, fl
 int lt_params_layer_count(const LtModelDims *d, int l) {
     const int attn = lt_params_attn_count(d), ffn = lt_params_ffn_count(d);
     if (!lt_dims_moe_layer(d, l)) return attn + ffn;
-    return attn + (d->moe.shared_ffn > 0 ? ffn : 0) + 1 + lt_dims_router_bias(d) +
+    return attn + (d->moe.shared_ffn > 0 ? ffn : 0) + !!d->moe.shared_gate + 1 +
+           lt_dims_router_bias(d) +
            !!d->moe.expert_bias + d->moe.experts * ffn;
 }
 
@@ -494,6 +498,7 @@ LtModelDims lt_dims_from_config(const LtConfig *c) {
                 .topk = c->model.moe_router_topk,
                 .ffn = c->model.moe_ffn_hidden_size,
                 .shared_ffn = c->model.moe_shared_expert_intermediate_size,
+                .shared_gate = c->model.moe_shared_expert_gate,
                 .score = c->model.moe_router_score_function,
                 .pre_softmax = c->model.moe_router_pre_softmax,
                 .groups = c->model.moe_router_num_groups,

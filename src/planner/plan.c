@@ -141,7 +141,10 @@ int lt_plan_memory(const LtConfig *c, int world, int stage, size_t a, int mpi_p2
                  atty = a * N * CL, x = a * R * C;
     /* a slot holds the largest chunk's layers; its input even without layers */
     const size_t n = (size_t)t.max_chunk_layers, nx = n ? n : 1,
-                 per_slot_io = nx * x + a * R * C + 4 * N; /* inputs, dout, tokens */
+                 per_slot_io = nx * x + a * R * C + 4 * N + /* inputs, dout, tokens */
+                               (moe_any && d.moe.shared_gate ? n * (a * R * C + 4 * R) : 0);
+    /* (the shared expert's gate: its ungated output and the gate per slot layer, kept
+     * whatever the recomputation) */
     const int rc = c->train.recompute;
     size_t act;
     if (rc == LT_RECOMPUTE_FULL) /* each layer's input per slot; one shared set refilled */

@@ -330,6 +330,8 @@ static const LtBackendOps emu_ops = {
     .moe_permute_bwd = cu_moe_permute_bwd,
     .moe_unpermute = cu_moe_unpermute,
     .moe_unpermute_bwd = cu_moe_unpermute_bwd,
+    .moe_gate_fwd = cu_moe_gate_fwd,
+    .moe_gate_bwd = cu_moe_gate_bwd,
     .linear_group_fwd = cu_linear_group_fwd,
     .linear_group_bwd = cu_linear_group_bwd,
 };

@@ -1938,6 +1938,41 @@ static void t_moe_permute(const Pair *P) {
     }
 }
 
+/* The shared expert's gate (moe_gate_fwd: out += sigmoid(logit) y; moe_gate_bwd in
+ * place: y -> s dout, s -> the logit's gradient), C a multiple of the pack or not,
+ * more rows than a block's warps, R = 0. */
+static void t_moe_gate(const Pair *P) {
+    static const int shapes[][2] = {{7, 24}, {33, 37}, {300, 256}, {0, 24}};
+    for (int s = 0; s < 4; s++) {
+        const int R = shapes[s][0], C = shapes[s][1];
+        const size_t n = (size_t)R * C;
+        float *out0 = hrand(n, 1.f, P->bf16), *y0 = hrand(n, 1.f, P->bf16);
+        float *dout = hrand(n, 1.f, P->bf16), *l0 = hrand((size_t)R, 2.f, 0);
+        float *o[2][4];
+        for (int k = 0; k < 2; k++) {
+            LtBackend *be = k ? P->dut : P->ref;
+            void *dout_ = act_up(be, out0, n), *dy = act_up(be, y0, n), *dd = act_up(be, dout, n);
+            float *ds = f32_up(be, l0, (size_t)R + 1);
+            for (int q = 0; q < 4; q++) o[k][q] = hzeros(q % 2 ? (size_t)R + 1 : n + 1);
+            be->ops->moe_gate_fwd(be, dout_, dy, ds, R, C);
+            act_down(be, o[k][0], dout_, n), f32_down(be, o[k][1], ds, (size_t)R);
+            be->ops->moe_gate_bwd(be, dy, ds, dd, R, C);
+            act_down(be, o[k][2], dy, n), f32_down(be, o[k][3], ds, (size_t)R);
+            dfree(be, dout_), dfree(be, dy), dfree(be, dd), dfree(be, ds);
+        }
+        static const char *what[4] = {"fwd out", "fwd gate", "bwd dy", "bwd dlogit"};
+        const size_t m[4] = {n, (size_t)R, n, (size_t)R};
+        for (int q = 0; q < 4; q++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "moe_gate %s R%d C%d", what[q], R, C);
+            cmp(P, nm, o[1][q], o[0][q], m[q], q % 2 ? 1e-5 : P->tol);
+        }
+        for (int k = 0; k < 2; k++)
+            for (int q = 0; q < 4; q++) free(o[k][q]);
+        free(out0), free(y0), free(dout), free(l0);
+    }
+}
+
 /* ======================= driver ======================= */
 typedef struct {
     const char *name;
@@ -1959,7 +1994,8 @@ static const Case cases[] = {
     {"rope", t_rope, 1},           {"qk_norm", t_qk_norm, 1},
     {"moe_router", t_moe_router, 1}, {"moe_topk", t_moe_topk, 0},
     {"moe_aux", t_moe_aux, 0},       {"moe_dispatch", t_moe_dispatch, 0},
-    {"moe_permute", t_moe_permute, 1}, {"linear_group", t_linear_group, 1},
+    {"moe_permute", t_moe_permute, 1}, {"moe_gate", t_moe_gate, 1},
+    {"linear_group", t_linear_group, 1},
 };
 
 /* 1 when name is an item of the comma list. */
