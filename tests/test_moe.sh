@@ -253,8 +253,10 @@ for p in sys.argv[1:]:
         assert 0 < t['moe_experts'] < t['moe'], (p, t)
         parts = t['attention'] + t['loss_head'] + t['moe']
         assert parts <= t['forward'] + t['backward'] + 0.05, (p, parts, t)
-        if 'ep2' in p:  # the all-to-alls lie inside the MoE layers
-            assert t['comm_ep'] <= t['moe'] - t['moe_experts'] + 0.05, (p, t)
+        if 'ep2' in p:  # the all-to-alls lie inside the MoE layers; the EP group's other
+            # collective, the gradient norm's sum over it, in the step's grads/optimizer
+            # phase (a loaded machine makes its wait long)
+            assert t['comm_ep'] <= t['moe'] - t['moe_experts'] + t['grads'] + t['optimizer'] + 0.05, (p, t)
 PY
 then pass pass_parts_timed
 else fail pass_parts_timed "see $T/ref/log and the metrics"; fi
