@@ -2,7 +2,8 @@
 # train_compare.sh BUILD_DIR - end-to-end check of the CUDA backend against the
 # CPU backend: `lattice train` on configs/tiny.yaml and configs/llama-tiny.yaml
 # (the Llama block: RMSNorm, SwiGLU, RoPE, grouped-query attention; and with 4
-# experts top-2 in every layer, mixture of experts; and that with GPT-OSS's
+# experts top-2 in every layer, mixture of experts; Qwen2-MoE's gated shared
+# expert after a dense layer; and that with GPT-OSS's
 # sliding window and head dimension, with and without document resets; and
 # OpenAI's gpt-oss features: biases, sinks, clamped quick GeGLU, YaRN) for 20 steps
 # with train.device=cpu and train.device=cuda on the same data and seed, in
@@ -134,6 +135,12 @@ if run moe-grouped-cuda-bf16 "$DEV" bf16 "${MOE[@]}" model.moe_grouped_gemm=true
     fail "llama_moe_grouped_gemm_bf16_cpu_vs_${DEV}" "the log does not say the experts' GEMMs are grouped"
   fi
 fi
+# Qwen2-MoE's shape on the MoE Llama block: a dense first layer, then a shared
+# expert scaled by its sigmoid gate (model.moe_shared_expert_gate: the moe_gate
+# kernels), qkv biases, a softmax over all experts before the top-k
+QW=("${MOE[@]}" "model.moe_layer_freq=[0,1]" model.moe_shared_expert_intermediate_size=64
+    model.moe_shared_expert_gate=true model.add_qkv_bias=true model.moe_router_pre_softmax=true)
+cpu_vs_dev qwen2moe llama_moe_shared_gate "${QW[@]}"
 # GPT-OSS's attention on the MoE Llama block, through lattice's kernels (cuDNN
 # takes neither windows nor documents): a 48-key sliding window on every other
 # layer, head dimension 32 apart from hidden / heads (4 x 32 = 128 > 32: the
