@@ -711,6 +711,7 @@ __global__ void __launch_bounds__(MOE_THREADS)
             for (int q = 0; q < VEC; q++) u[q] *= g;
             st_f<VEC>(r + c, u);
         }
+        __syncwarp(); /* (every lane read s[i] above) */
         if (lane == 0) s[i] = dot * g * (1.f - g);
     }
 }

@@ -1643,10 +1643,13 @@ static float *moe_logits(int N, int E) {
 
 /* Router GEMMs (cuBLASLt: GPU only): logits, dx += and dw +=, each of dx / dw alone,
  * dw bitwise on a rerun; C not a multiple of the pack, N = 0; the router bias (logits
- * + bias, dbias += column sums of dlogits) on every shape but the first. */
+ * + bias, dbias += column sums of dlogits) on every shape but the first; E = 1, the
+ * shared expert gate's logit (model.moe_shared_expert_gate: a 1-wide output and a
+ * rank-1 backward). */
 static void t_moe_router(const Pair *P) {
-    static const int shapes[][3] = {{7, 24, 8}, {33, 37, 16}, {0, 24, 8}, {200, 256, 64}};
-    for (int s = 0; s < 4; s++) {
+    static const int shapes[][3] = {{7, 24, 8},     {33, 37, 16}, {0, 24, 8},
+                                    {200, 256, 64}, {33, 37, 1},  {300, 256, 1}};
+    for (int s = 0; s < 6; s++) {
         const int N = shapes[s][0], C = shapes[s][1], E = shapes[s][2];
         const size_t nx = (size_t)N * C, nl = (size_t)N * E, nw = (size_t)E * C;
         float *x = hrand(nx, 1.f, P->bf16), *w = hrand(nw, 0.5f, P->bf16);
