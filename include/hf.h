@@ -75,8 +75,9 @@ void lt_hf_copy(const LtHfMap *m, const LtParamTable *t, float *master, float *h
 int lt_hf_gptoss(const LtModelDims *d);
 /* The Hugging Face class (architectures[0]) and model_type the model of d exports
  * as and imports from: GPT2LMHeadModel, or for the Llama block by what it adds -
- * gpt-oss's experts, experts with q/k norms (Qwen3-MoE), other experts
- * (Mixtral), q/k norms (Qwen3), q/k/v biases alone (Qwen2), else Llama. Whether
+ * gpt-oss's experts, experts with q/k norms (Qwen3-MoE), experts with a gated
+ * shared expert (Qwen2-MoE), other experts (Mixtral), q/k norms (Qwen3), q/k/v
+ * biases alone (Qwen2), else Llama. Whether
  * the class computes the model (the refusals) is export's to check. */
 typedef struct {
     const char *cls, *type;
@@ -114,8 +115,8 @@ int lt_hf_validate_replica(LtConfig *c, char *err, size_t errlen);
 int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t errlen);
 
 /* `lattice import HF_DIR OUT_DIR [section.key=value ...]`: read a
- * LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM,
- * MixtralForCausalLM, GptOssForCausalLM or GPT2LMHeadModel directory (config.json, and
+ * LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen2MoeForCausalLM,
+ * Qwen3MoeForCausalLM, MixtralForCausalLM, GptOssForCausalLM or GPT2LMHeadModel directory (config.json, and
  * model.safetensors or model.safetensors.index.json with its shards; F32, BF16
  * or F16 tensors) and write a weights-only lattice checkpoint at step 0 in
  * OUT_DIR whose config.yaml holds the model keys of config.json and the

@@ -7,7 +7,10 @@ SKIP and exits 0); run as
 
 For a tiny LlamaForCausalLM (grouped-query attention, untied, llama3 rope
 scaling; with YaRN's, untruncated as gpt-oss's; and with attention_bias and
-mlp_bias: lattice's model.add_bias_linear), MixtralForCausalLM (4 experts, top 2,
+mlp_bias: lattice's model.add_bias_linear), Qwen2ForCausalLM (tied),
+Qwen3MoeForCausalLM and Qwen2MoeForCausalLM (dense layers among the sparse
+ones, the top k renormalised or not; Qwen2-MoE's gated shared expert, with and
+without q/k/v biases), MixtralForCausalLM (4 experts, top 2,
 grouped-query), GptOssForCausalLM (biases, sinks, windows on the even layers,
 YaRN, a clamp its experts' inputs cross) and GPT2LMHeadModel (tied and
 untied), saved by transformers' save_pretrained in fp32 and in bf16:
@@ -16,14 +19,14 @@ untied), saved by transformers' save_pretrained in fp32 and in bf16:
     equal to the original's (fp32 values of the bf16 ones), the same logits;
   - fp32: `lattice eval` of the imported checkpoint gives the loss
     transformers computes (in float64) on the same validation samples, within
-    1e-5 relative; Mixtral and the biased Llama also `lattice logits` against
-    transformers' logits.
-And the other direction, for MoE: a Mixtral-shaped and a gpt-oss-shaped
-lattice model (llama-tiny, 4 experts top 2 in every layer, aux loss; the
-latter with the gpt-oss keys) trained 6 steps by lattice, exported:
-from_pretrained of Mixtral / GptOss reports no missing or unexpected key, its
-logits equal `lattice logits` and its loss `lattice eval`'s, within 1e-5.
-And the imported fp32 Mixtral and gpt-oss train on: 12 steps from their
+    1e-5 relative; the MoE models, Qwen2 and the biased Llama also `lattice
+    logits` against transformers' logits.
+And the other direction, for MoE: a Mixtral-shaped, a Qwen3-MoE, a Qwen2-MoE
+and a gpt-oss-shaped lattice model (llama-tiny, 4 experts top 2, aux loss; the
+others with their keys) trained 6 steps by lattice, exported: from_pretrained
+of its class reports no missing or unexpected key, its logits equal `lattice
+logits` and its loss `lattice eval`'s, within 1e-5.
+And the imported fp32 MoE models train on: 12 steps from their
 weights, the loss falling, and under EP 2 (mpirun) within 1e-5 of one process.
 Prints PASS/FAIL lines with the measured differences; exits non-zero on a
 failure.
@@ -100,6 +103,21 @@ def models():
             output_router_logits=True, router_aux_loss_coef=0.02,
             rope_parameters={"rope_type": "default", "rope_theta": 1e6})
         yield "qwen3_moe" + ("" if norm else "_probs"), transformers.Qwen3MoeForCausalLM(qmoe)
+    # Qwen2-MoE: a shared expert (wider than the experts) behind its sigmoid gate in each sparse
+    # layer. As Qwen1.5-MoE-A2.7B: the top-k probabilities as they are (norm_topk_prob false),
+    # q/k/v biases, a dense layer between two sparse ones (mlp_only_layers); and renormalised,
+    # without the q/k/v biases (qkv_bias false), tied, the odd layers dense (decoder_sparse_step 2)
+    for norm in (False, True):
+        q2moe = transformers.Qwen2MoeConfig(
+            hidden_size=32, intermediate_size=48, moe_intermediate_size=24,
+            shared_expert_intermediate_size=40, num_hidden_layers=3 if not norm else 4,
+            num_attention_heads=4, num_key_value_heads=2, vocab_size=37, max_position_embeddings=64,
+            rms_norm_eps=1e-5, num_experts=4, num_experts_per_tok=2, norm_topk_prob=norm,
+            qkv_bias=not norm, tie_word_embeddings=norm,
+            **({"decoder_sparse_step": 2} if norm else {"mlp_only_layers": [1]}),
+            output_router_logits=True, router_aux_loss_coef=0.02,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+        yield "qwen2_moe" + ("_norm" if norm else ""), transformers.Qwen2MoeForCausalLM(q2moe)
     mixtral = transformers.MixtralConfig(
         hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=37, max_position_embeddings=64, rms_norm_eps=1e-5,
@@ -127,13 +145,14 @@ def models():
 
 def perturb(model):
     """Non-trivial norm weights and biases, so that every tensor's place shows;
-    routers 20x their init, so that the experts' choice and weights matter."""
+    routers and Qwen2-MoE's shared-expert gates 20x their init, so that the
+    experts' choice and weights, and the gate's, matter."""
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(0.05 * torch.randn(p.shape, generator=g))
-            elif name.endswith(("mlp.gate.weight", "mlp.router.weight")):
+            elif name.endswith(("mlp.gate.weight", "mlp.router.weight", "mlp.shared_expert_gate.weight")):
                 p.mul_(20.0)
             elif name.endswith("_proj_bias"):  # gpt-oss's stacked expert biases
                 p.add_(0.05 * torch.randn(p.shape, generator=g))
@@ -144,8 +163,8 @@ def eager(model):
     per-expert loop (transformers 5's default grouped GEMM has no float64), and
     for gpt-oss the eager attention, the one that reads the sinks in float64."""
     name = type(model).__name__
-    return ({"experts_implementation": "eager"} if any(m in name for m in ("Mixtral", "GptOss", "Qwen3Moe"))
-            else {}) | \
+    return ({"experts_implementation": "eager"}
+            if any(m in name for m in ("Mixtral", "GptOss", "Qwen2Moe", "Qwen3Moe")) else {}) | \
         ({"attn_implementation": "eager"} if "GptOss" in name else {})
 
 
@@ -291,6 +310,15 @@ QWEN3MOE_KEYS = ["model.qk_layernorm=true", "model.kv_channels=12", "model.num_l
                  "model.moe_layer_freq=[1,0,1]", "model.ffn_hidden_size=80"]
 
 
+# Qwen2-MoE's: q/k/v biases, a shared expert behind its sigmoid gate, the probabilities as
+# they are (norm_topk_prob false), a head dimension of its own, a dense layer between two
+# MoE layers
+QWEN2MOE_KEYS = ["model.add_qkv_bias=true", "model.moe_shared_expert_intermediate_size=40",
+                 "model.moe_shared_expert_gate=true", "model.moe_router_pre_softmax=true",
+                 "model.kv_channels=12", "model.num_layers=3", "model.moe_layer_freq=[1,0,1]",
+                 "model.ffn_hidden_size=80"]
+
+
 def lattice_moe(lattice, tmp, name, cls, extra):
     """An MoE model trained by lattice (llama-tiny, 4 experts top 2 in every layer,
     aux and z loss, and `extra`), exported, against transformers' class `cls`."""
@@ -312,9 +340,9 @@ def lattice_moe(lattice, tmp, name, cls, extra):
     report(not missing, f"{name}_keys", f"missing/unexpected {missing}")
     c = model.config
     width = getattr(c, "moe_intermediate_size", c.intermediate_size)  # the experts'
-    report((c.num_local_experts, c.num_experts_per_tok, width) == (4, 2, 48),
-           f"{name}_config", f"experts {c.num_local_experts} top {c.num_experts_per_tok} "
-           f"width {width}")
+    experts = getattr(c, "num_local_experts", getattr(c, "num_experts", None))  # Qwen2-MoE's
+    report((experts, c.num_experts_per_tok, width) == (4, 2, 48),
+           f"{name}_config", f"experts {experts} top {c.num_experts_per_tok} width {width}")
     # the training config with the MoE keys; the checkpoint's config.yaml holds them too
     logits_vs_lattice(lattice, name, ck, model, tmp, seq=32)
     eval_loss(lattice, name, ck, model, tmp)
@@ -336,7 +364,8 @@ def main():
                     ck, ref = check(a.lattice, name, model, dtype, tmp)
                     if dtype == "float32":
                         eval_loss(a.lattice, name, ck, ref, tmp)
-                    moe = name in ("mixtral", "gpt_oss", "qwen3_moe", "qwen3_moe_probs")
+                    moe = name in ("mixtral", "gpt_oss", "qwen3_moe", "qwen3_moe_probs", "qwen2_moe",
+                                   "qwen2_moe_norm")
                     if (moe or name in ("llama_bias", "qwen2")) and dtype == "float32":
                         logits_vs_lattice(a.lattice, name, ck, ref, tmp)
                     if moe and dtype == "float32":
@@ -345,6 +374,7 @@ def main():
                     report(False, f"{name}_{dtype}", str(e))
         for name, cls, extra in (("lattice_mixtral", transformers.MixtralForCausalLM, []),
                                  ("lattice_qwen3_moe", transformers.Qwen3MoeForCausalLM, QWEN3MOE_KEYS),
+                                 ("lattice_qwen2_moe", transformers.Qwen2MoeForCausalLM, QWEN2MOE_KEYS),
                                  ("lattice_gpt_oss", transformers.GptOssForCausalLM, GPTOSS_KEYS)):
             if a.only and not name.startswith(a.only):
                 continue

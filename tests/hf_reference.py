@@ -3,7 +3,8 @@
 
 An independent float64 forward pass, in plain Python, of a Hugging Face
 directory that `lattice export` wrote (LlamaForCausalLM, Qwen2ForCausalLM,
-Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM or GPT2LMHeadModel:
+Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM
+or GPT2LMHeadModel:
 config.json and an fp32 model.safetensors), checked against the logits that
 `lattice logits` printed for the same checkpoint: the first line of
 LOGITS_FILE is "tokens ID...", then one line per prefix with the next-token
@@ -15,8 +16,10 @@ attention, SwiGLU; Qwen3's RMSNorm of each query and key head over head_dim
 (q_norm, k_norm, epsilon rms_norm_eps) between the projection and the
 rotation; Qwen2's q/k/v biases; Mixtral's sparse MoE block of SwiGLU experts
 behind a softmax router whose top-k probabilities are renormalised, and
-Qwen3-MoE's, renormalised only with norm_topk_prob, in the layers that hold a
-router (mlp.gate); GPT-2's LayerNorm,
+Qwen3-MoE's and Qwen2-MoE's, renormalised only with norm_topk_prob, in the
+layers config.json makes sparse (not in mlp_only_layers, the layer number from
+1 a multiple of decoder_sparse_step), Qwen2-MoE's adding its shared SwiGLU
+expert scaled by sigmoid(shared_expert_gate . x); GPT-2's LayerNorm,
 tanh GeLU and Conv1D weights), not from lattice's code. A Mixtral token whose
 k-th and (k+1)-th router probabilities are within 1e-6 of each other is
 reported on stderr (lattice's fp32 router could rightly choose the other).
@@ -162,6 +165,23 @@ def sparse_moe(cfg, w, p, h, names=('w1', 'w3', 'w2'), renorm=True):
     return out
 
 
+def qwen_sparse_layer(cfg, l):
+    """Whether layer l (from 0) of a Qwen2-MoE or Qwen3-MoE holds the sparse MoE
+    block rather than the dense MLP."""
+    return l not in (cfg.get('mlp_only_layers') or []) and (l + 1) % cfg.get('decoder_sparse_step', 1) == 0
+
+
+def qwen_moe(cfg, w, p, h):
+    """A Qwen MoE's sparse block for one token: the experts (sparse_moe) and, in
+    Qwen2-MoE, the shared expert times the sigmoid of its gate's logit."""
+    f = sparse_moe(cfg, w, p, h, ('gate_proj', 'up_proj', 'down_proj'), cfg.get('norm_topk_prob', False))
+    if cfg['model_type'] != 'qwen2_moe':
+        return f
+    g = 1.0 / (1.0 + math.exp(-matvec(w[p + 'shared_expert_gate.weight'], h)[0]))
+    s = swiglu(w, p + 'shared_expert.', 'gate_proj', 'up_proj', 'down_proj', h)
+    return [a + g * b for a, b in zip(f, s)]
+
+
 def llama_logits(cfg, w, tokens):
     C, L = cfg['hidden_size'], cfg['num_hidden_layers']
     nh, nkv = cfg['num_attention_heads'], cfg.get('num_key_value_heads', cfg['num_attention_heads'])
@@ -192,9 +212,8 @@ def llama_logits(cfg, w, tokens):
             h = rmsnorm(x, w[p + 'post_attention_layernorm.weight'], eps)
             if cfg.get('model_type') == 'mixtral':
                 f = sparse_moe(cfg, w, p + 'block_sparse_moe.', h)
-            elif p + 'mlp.gate.weight' in w:  # Qwen3-MoE's sparse layers
-                f = sparse_moe(cfg, w, p + 'mlp.', h, ('gate_proj', 'up_proj', 'down_proj'),
-                               cfg.get('norm_topk_prob', False))
+            elif cfg.get('model_type') in ('qwen2_moe', 'qwen3_moe') and qwen_sparse_layer(cfg, l):
+                f = qwen_moe(cfg, w, p + 'mlp.', h)
             else:
                 f = swiglu(w, p + 'mlp.', 'gate_proj', 'up_proj', 'down_proj', h)
             xs[i] = [xv + d for xv, d in zip(x, f)]

@@ -1,7 +1,7 @@
 /* hf_config.c - a Hugging Face config.json as a lattice config, for `lattice
  * import` (hf_import.c): the model class ("architectures" / "model_type"),
- * then the class's reader - Llama, Qwen2, Qwen3, Qwen3-MoE, Mixtral, gpt-oss,
- * GPT-2 - turns every key the model's function depends on into lattice's
+ * then the class's reader - Llama, Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, Mixtral,
+ * gpt-oss, GPT-2 - turns every key the model's function depends on into lattice's
  * model keys, checked to be one lattice computes (else refused, naming the
  * key); absent keys take the defaults transformers gives them. Then the
  * command-line overrides, which may not change what config.json fixes, and
@@ -164,7 +164,8 @@ static int need_str(const Cfg *c, const LtJson *obj, const char *where, const ch
 
 /* The model classes import reads. */
 typedef enum {
-    HF_LLAMA = 0, HF_GPT2, HF_MIXTRAL, HF_QWEN3, HF_GPTOSS, HF_QWEN2, HF_QWEN3MOE, HF_NCLASSES
+    HF_LLAMA = 0, HF_GPT2, HF_MIXTRAL, HF_QWEN3, HF_GPTOSS, HF_QWEN2, HF_QWEN3MOE, HF_QWEN2MOE,
+    HF_NCLASSES
 } HfClass;
 static const struct { const char *cls, *type; } hf_classes[HF_NCLASSES] = {
     [HF_LLAMA] = {"LlamaForCausalLM", "llama"},
@@ -174,10 +175,11 @@ static const struct { const char *cls, *type; } hf_classes[HF_NCLASSES] = {
     [HF_GPTOSS] = {"GptOssForCausalLM", "gpt_oss"},
     [HF_QWEN2] = {"Qwen2ForCausalLM", "qwen2"},
     [HF_QWEN3MOE] = {"Qwen3MoeForCausalLM", "qwen3_moe"},
+    [HF_QWEN2MOE] = {"Qwen2MoeForCausalLM", "qwen2_moe"},
 };
 #define HF_CLASS_LIST                                                                              \
-    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, " \
-    "GptOssForCausalLM or GPT2LMHeadModel"
+    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, " \
+    "MixtralForCausalLM, GptOssForCausalLM or GPT2LMHeadModel"
 
 /* The model class: "architectures" (one of ours) and/or "model_type". */
 static int read_arch(const Cfg *c, HfClass *cls) {
@@ -202,7 +204,8 @@ static int read_arch(const Cfg *c, HfClass *cls) {
         if (t < 0 || (found >= 0 && t != found))
             return lt_errorf(c->err, c->errlen, "%s: model_type '%.80s' is not %s", c->path, type->text,
                              found >= 0 ? hf_classes[found].type
-                                        : "'llama', 'qwen2', 'qwen3', 'qwen3_moe', 'mixtral', 'gpt_oss' or 'gpt2'");
+                                        : "'llama', 'qwen2', 'qwen3', 'qwen2_moe', 'qwen3_moe', 'mixtral', "
+                                          "'gpt_oss' or 'gpt2'");
         found = t;
     }
     if (found < 0)
@@ -281,31 +284,35 @@ static int read_rope(const Cfg *c, double theta_default, LtConfig *cfg) {
 
 /* transformers' defaults for the keys a Llama-block config.json may omit:
  * LlamaConfig's and MixtralConfig's (whose key/value heads default to 8, not
- * to the heads). */
+ * to the heads), the Qwens' and gpt-oss's. */
 typedef struct {
     int kv_heads; /* 0: num_attention_heads */
     int max_pos;
     double norm_eps, rope_theta;
     int head_dim; /* 0: hidden_size / num_attention_heads */
     int attention_bias; /* gpt-oss: biases on every linear, attention_bias must be true */
-    int qkv_bias;       /* Qwen2: biases on q, k and v only, by architecture (no key) */
+    int qkv_bias;       /* biases on q, k and v only: 1 Qwen2's, by architecture (no key);
+                         * 2 Qwen2-MoE's, unless its qkv_bias is false */
 } LlamaDefaults;
 static const LlamaDefaults llama_defaults = {0, 2048, 1e-6, 10000.0, 0, 0, 0},
                            mixtral_defaults = {8, 131072, 1e-5, 1e6, 0, 0, 0},
                            qwen2_defaults = {0, 32768, 1e-6, 10000.0, 0, 0, 1},
                            qwen3_defaults = {0, 32768, 1e-6, 10000.0, 128, 0, 0},
                            qwen3moe_defaults = {4, 32768, 1e-6, 10000.0, 0, 0, 0},
+                           qwen2moe_defaults = {16, 32768, 1e-6, 10000.0, 0, 0, 2},
                            gptoss_defaults = {8, 131072, 1e-5, 150000.0, 64, 1, 0};
 
 /* attention_bias and mlp_bias: LlamaForCausalLM's both on are lattice's
  * model.add_bias_linear; Qwen3 and Mixtral (and one without the other) only
  * without biases. Qwen2 has no such keys: its q/k/v biases are
- * model.add_qkv_bias. */
+ * model.add_qkv_bias; Qwen2-MoE's too, unless qkv_bias (a key of recent
+ * transformers; older ones always build the biases) is false. */
 static int read_biases(const Cfg *c, const LlamaDefaults *def, LtConfig *m) {
-    int attn = 0, mlp = 0;
+    int attn = 0, mlp = 0, qkv = 1;
     if (def->qkv_bias) {
+        if (def->qkv_bias == 2 && get_bool(c, "qkv_bias", 1, &qkv)) return -1;
         m->model.add_bias_linear = LT_BIAS_FALSE;
-        m->model.add_qkv_bias = true;
+        m->model.add_qkv_bias = qkv;
         return 0;
     }
     if (def->attention_bias) { /* gpt-oss: every linear has its bias */
@@ -358,13 +365,27 @@ static int read_llama(const Cfg *c, const LlamaDefaults *def, LtConfig *cfg) {
     return 0;
 }
 
+/* A Qwen's attention (Qwen2, Qwen3 and their MoEs) must be full causal in
+ * every layer: use_sliding_window false (its window covers the layers from
+ * max_window_layers on, with W keys where lattice's covers W + 1), and
+ * layer_types, where given, "full_attention" throughout. */
+static int need_full_attention(const Cfg *c) {
+    if (need_bool(c, "use_sliding_window", 0, 0, "full causal attention in every layer")) return -1;
+    const LtJson *types = opt(c->js, "layer_types");
+    if (types && types->type != LT_JSON_ARRAY)
+        return lt_errorf(c->err, c->errlen, "%s: 'layer_types' must be a list", c->path);
+    for (int l = 0; types && l < types->n; l++)
+        if (types->kids[l].type != LT_JSON_STRING || strcmp(types->kids[l].text, "full_attention"))
+            return lt_errorf(c->err, c->errlen, "%s: 'layer_types[%d]' is not \"full_attention\"; lattice "
+                             "imports a Qwen with full causal attention in every layer", c->path, l);
+    return 0;
+}
+
 /* Qwen3: Llama's block with an RMSNorm over head_dim on each query and key head
  * before the rotation (q_norm, k_norm: model.qk_layernorm), epsilon rms_norm_eps;
  * its sliding window must be off. */
 static int read_qwen3(const Cfg *c, LtConfig *cfg) {
-    if (read_llama(c, &qwen3_defaults, cfg) ||
-        need_bool(c, "use_sliding_window", 0, 0, "full causal attention in every layer"))
-        return -1;
+    if (read_llama(c, &qwen3_defaults, cfg) || need_full_attention(c)) return -1;
     cfg->model.qk_layernorm = true;
     return 0;
 }
@@ -372,18 +393,15 @@ static int read_qwen3(const Cfg *c, LtConfig *cfg) {
 /* Qwen2: Llama's block with biases on the q, k and v projections (read_biases);
  * its sliding window must be off, as Qwen3's. */
 static int read_qwen2(const Cfg *c, LtConfig *cfg) {
-    return read_llama(c, &qwen2_defaults, cfg) ||
-                   need_bool(c, "use_sliding_window", 0, 0, "full causal attention in every layer")
-               ? -1
-               : 0;
+    return read_llama(c, &qwen2_defaults, cfg) || need_full_attention(c) ? -1 : 0;
 }
 
-/* The sparse MoE block of a Mixtral, gpt-oss or Qwen3-MoE (cls), in every
- * layer (Qwen3-MoE's dense layers: read_qwen3moe): num_local_experts,
+/* The sparse MoE block of a Mixtral, gpt-oss or Qwen MoE (cls), in every
+ * layer (the Qwen MoEs' dense layers: read_qwen_moe): num_local_experts,
  * num_experts_per_tok (defaults as the class's config), and the balancing loss
  * transformers adds only with output_router_logits. renorm: HF takes the top k
  * of the softmax over all experts and renormalises them over the k (Mixtral,
- * gpt-oss, Qwen3-MoE's norm_topk_prob): the same weights as a softmax over the
+ * gpt-oss, the Qwen MoEs' norm_topk_prob): the same weights as a softmax over the
  * k logits, Megatron's softmax top-k without pre-softmax. Top-1 is then
  * refused: HF weights the chosen expert 1, which lattice's top-1 softmax
  * router (Megatron's: moe_router_pre_softmax, weighting it by its probability)
@@ -432,24 +450,29 @@ static int pattern_text(const Cfg *c, char *out, size_t cap, const unsigned char
     return 0;
 }
 
-/* Qwen3-MoE: Qwen3's block (read_qwen3: q/k norms, no window) with sparse MoE
- * blocks of moe_intermediate_size experts (read_topk_moe; the published
- * config.json names the count num_experts, transformers 5's save
- * num_local_experts) in the layers not listed in mlp_only_layers whose number
- * (from 1) decoder_sparse_step divides; the others keep the dense MLP of
- * intermediate_size: model.moe_layer_freq as a list. */
-static int read_qwen3moe(const Cfg *c, LtConfig *cfg) {
+/* The defaults of a Qwen MoE's expert keys. */
+typedef struct {
+    const char *cls;  /* for messages: "Qwen3-MoE with norm_topk_prob" */
+    int experts, topk, ffn;
+} QwenMoeDefaults;
+
+/* Qwen2-MoE's and Qwen3-MoE's Llama block (def: its defaults) with sparse MoE
+ * blocks of moe_intermediate_size experts (read_topk_moe; num_experts, which
+ * transformers 5 saves as num_local_experts for Qwen3-MoE) in the layers not
+ * listed in mlp_only_layers whose number (from 1) decoder_sparse_step divides;
+ * the others keep the dense MLP of intermediate_size: model.moe_layer_freq as
+ * a list. No window (need_full_attention). */
+static int read_qwen_moe(const Cfg *c, const LlamaDefaults *def, const QwenMoeDefaults *moe_def,
+                         LtConfig *cfg) {
     __typeof__(cfg->model) *m = &cfg->model;
-    int experts = 128, norm = 0, step = 1;
-    if (read_llama(c, &qwen3moe_defaults, cfg) ||
-        need_bool(c, "use_sliding_window", 0, 0, "full causal attention in every layer") ||
-        get_int(c, c->js, "", "num_experts", 1, INT_MAX, 128, &experts) ||
+    int experts = moe_def->experts, norm = 0, step = 1;
+    if (read_llama(c, def, cfg) || need_full_attention(c) ||
+        get_int(c, c->js, "", "num_experts", 1, INT_MAX, moe_def->experts, &experts) ||
         get_bool(c, "norm_topk_prob", 0, &norm) ||
-        read_topk_moe(c, "Qwen3-MoE with norm_topk_prob", experts, 8, norm, cfg) ||
-        get_int(c, c->js, "", "moe_intermediate_size", 1, INT_MAX, 768, &m->moe_ffn_hidden_size) ||
+        read_topk_moe(c, moe_def->cls, experts, moe_def->topk, norm, cfg) ||
+        get_int(c, c->js, "", "moe_intermediate_size", 1, INT_MAX, moe_def->ffn, &m->moe_ffn_hidden_size) ||
         get_int(c, c->js, "", "decoder_sparse_step", 1, INT_MAX, 1, &step))
         return -1;
-    m->qk_layernorm = true;
     const int L = m->num_layers;
     if (L > LT_MOE_MAX_LAYERS)
         return lt_errorf(c->err, c->errlen, "%s: %d layers; lattice's MoE models have at most %d",
@@ -471,6 +494,31 @@ static int read_qwen3moe(const Cfg *c, LtConfig *cfg) {
     }
     return pattern_text(c, m->moe_layer_freq, sizeof m->moe_layer_freq, moe, L, ",",
                         "mlp_only_layers");
+}
+
+/* Qwen3-MoE: Qwen3's block (q/k norms) with read_qwen_moe's experts; absent
+ * keys take Qwen3MoeConfig's defaults (128 experts, top 8, 768 wide). */
+static int read_qwen3moe(const Cfg *c, LtConfig *cfg) {
+    static const QwenMoeDefaults moe = {"Qwen3-MoE with norm_topk_prob", 128, 8, 768};
+    if (read_qwen_moe(c, &qwen3moe_defaults, &moe, cfg)) return -1;
+    cfg->model.qk_layernorm = true;
+    return 0;
+}
+
+/* Qwen2-MoE: Qwen2's block (q/k/v biases unless qkv_bias is false) with
+ * read_qwen_moe's experts and, in each MoE layer, a shared expert of
+ * shared_expert_intermediate_size whose output is scaled per token by
+ * sigmoid(shared_expert_gate . x): model.moe_shared_expert_gate. Absent keys
+ * take Qwen2MoeConfig's defaults (60 experts, top 4, 1408 wide, a shared
+ * expert 5632 wide, 16 key/value heads). */
+static int read_qwen2moe(const Cfg *c, LtConfig *cfg) {
+    static const QwenMoeDefaults moe = {"Qwen2-MoE with norm_topk_prob", 60, 4, 1408};
+    if (read_qwen_moe(c, &qwen2moe_defaults, &moe, cfg) ||
+        get_int(c, c->js, "", "shared_expert_intermediate_size", 1, INT_MAX, 5632,
+                &cfg->model.moe_shared_expert_intermediate_size))
+        return -1;
+    cfg->model.moe_shared_expert_gate = true;
+    return 0;
 }
 
 /* Mixtral: Llama's block with a sparse MoE block in every layer (read_topk_moe). */
@@ -629,6 +677,7 @@ static int model_changed(const LtConfig *a, const LtConfig *b, const char **key)
         {"model.moe_layer_freq", a->model.num_experts && strcmp(a->model.moe_layer_freq, b->model.moe_layer_freq)},
         {"model.moe_shared_expert_intermediate_size",
          a->model.moe_shared_expert_intermediate_size != b->model.moe_shared_expert_intermediate_size},
+        {"model.moe_shared_expert_gate", a->model.moe_shared_expert_gate != b->model.moe_shared_expert_gate},
         {"model.moe_router_score_function",
          a->model.moe_router_score_function != b->model.moe_router_score_function},
         {"model.moe_router_pre_softmax", a->model.moe_router_pre_softmax != b->model.moe_router_pre_softmax},
@@ -668,6 +717,7 @@ int lt_hf_read_config(const char *dir, int nover, char **overrides, LtConfig *cf
                                      : cls == HF_QWEN2   ? read_qwen2(&c, cfg)
                                      : cls == HF_QWEN3   ? read_qwen3(&c, cfg)
                                      : cls == HF_QWEN3MOE ? read_qwen3moe(&c, cfg)
+                                     : cls == HF_QWEN2MOE ? read_qwen2moe(&c, cfg)
                                      : cls == HF_MIXTRAL ? read_mixtral(&c, cfg)
                                      : cls == HF_GPTOSS  ? read_gptoss(&c, cfg)
                                                          : read_gpt2(&c, cfg));

@@ -6,8 +6,10 @@
  * with biases on q, k and v, none on o_proj or the MLP),
  * MixtralForCausalLM for a Llama with experts in every layer and Mixtral's
  * router, Qwen3MoeForCausalLM for one with q/k norms and experts in any
- * layers, GptOssForCausalLM for one with gpt-oss's experts (other MoE models
- * are refused, naming the key);
+ * layers, Qwen2MoeForCausalLM for one with a gated shared expert
+ * (model.moe_shared_expert_gate) and experts in any layers,
+ * GptOssForCausalLM for one with gpt-oss's experts (other MoE models are
+ * refused, naming the key);
  * the tensor names and layouts are hf.h's table.
  *
  * A tensor that is a block of rows of one of ours (wte without its padded
@@ -125,9 +127,9 @@ static void rope_scaling_json(const LtConfig *c, char *rope, size_t n) {
              fa, lo, hi, c->model.rope_original_max_position);
 }
 
-/* The opening of a Llama-block config.json (Llama, Qwen2, Qwen3, Qwen3-MoE,
- * Mixtral, gpt-oss): the class of d (lt_hf_class), and the shape of the
- * validated config c; ffn the MLP's (or each expert's) width, eps the norm's
+/* The opening of a Llama-block config.json (Llama, Qwen2, Qwen3, Qwen2-MoE,
+ * Qwen3-MoE, Mixtral, gpt-oss): the class of d (lt_hf_class), and the shape of
+ * the validated config c; ffn the MLP's (or each expert's) width, eps the norm's
  * epsilon as JSON. */
 static void write_block_shape(FILE *f, const LtConfig *c, const LtModelDims *d, int ffn,
                               const char *eps) {
@@ -154,16 +156,20 @@ static void write_block_shape(FILE *f, const LtConfig *c, const LtModelDims *d, 
  * Qwen3ForCausalLM with the per-head q/k norms (d->qk_norm; no sliding window, no
  * biases: bias_refusal), Qwen2ForCausalLM with biases on q, k and v only
  * (model.add_qkv_bias without model.add_bias_linear), MixtralForCausalLM for
- * an MoE model (d->moe.experts > 0, checked by moe_refusal) and
- * Qwen3MoeForCausalLM for one with q/k norms (its dense layers as
- * mlp_only_layers): the attention and norms are the same; Mixtral's
- * intermediate_size is each expert's width, Qwen3-MoE's the dense layers'
- * (moe_intermediate_size the experts'). The aux-loss coefficient goes to
- * router_aux_loss_coef, turned on (output_router_logits) when it is > 0. */
+ * an MoE model (d->moe.experts > 0, checked by moe_refusal),
+ * Qwen3MoeForCausalLM for one with q/k norms and Qwen2MoeForCausalLM for one
+ * with a gated shared expert (their dense layers as mlp_only_layers; Qwen2-MoE's
+ * q/k/v biases as qkv_bias, the shared expert's width
+ * shared_expert_intermediate_size): the attention and norms are the same;
+ * Mixtral's intermediate_size is each expert's width, the Qwen MoEs' the dense
+ * layers' (moe_intermediate_size the experts'). The aux-loss coefficient goes
+ * to router_aux_loss_coef, turned on (output_router_logits) when it is > 0. */
 static void write_llama_config(FILE *f, const LtConfig *c, const LtModelDims *d) {
     char eps[40], theta[40], init[40], rope[512], aux[40];
-    const int moe = d->moe.experts > 0, qwen3moe = lt_hf_qwen3moe(d), mixtral = moe && !qwen3moe,
-              qwen3 = d->qk_norm && !moe, qwen2 = !strcmp(lt_hf_class(d).type, "qwen2");
+    const char *type = lt_hf_class(d).type;
+    const int qwen2moe = !strcmp(type, "qwen2_moe"), qwenmoe = qwen2moe || !strcmp(type, "qwen3_moe"),
+              mixtral = !strcmp(type, "mixtral"), qwen3 = !strcmp(type, "qwen3"),
+              qwen2 = !strcmp(type, "qwen2");
     json_float(c->model.norm_epsilon, eps, sizeof eps);
     json_float(c->model.init_method_std, init, sizeof init);
     json_float(c->model.rotary_base, theta, sizeof theta);
@@ -176,14 +182,16 @@ static void write_llama_config(FILE *f, const LtConfig *c, const LtModelDims *d)
             "  \"tie_word_embeddings\": %s,\n"
             "  \"hidden_act\": \"silu\",\n",
             theta, rope, c->model.untie_embeddings_and_output_weights ? "false" : "true");
-    if (qwen3moe) {
-        char dense[LT_MOE_MAX_LAYERS * 6 + 8] = "";
+    if (qwenmoe) {
+        char dense[LT_MOE_MAX_LAYERS * 6 + 8] = "", bias[40] = "  \"attention_bias\": false,\n";
         size_t at = 0;
         for (int l = 0; l < d->num_layers && at < sizeof dense; l++)
             if (!lt_dims_moe_layer(d, l))
                 at += (size_t)snprintf(dense + at, sizeof dense - at, "%s%d", at ? ", " : "", l);
+        if (qwen2moe) /* Qwen2-MoE's q/k/v biases: its key (the other linears have none) */
+            snprintf(bias, sizeof bias, "  \"qkv_bias\": %s,\n", lt_dims_qkv_bias(d) ? "true" : "false");
         fprintf(f,
-                "  \"attention_bias\": false,\n"
+                "%s"
                 "  \"attention_dropout\": 0.0,\n"
                 "  \"use_sliding_window\": false,\n"
                 "  \"sliding_window\": null,\n"
@@ -195,9 +203,10 @@ static void write_llama_config(FILE *f, const LtConfig *c, const LtModelDims *d)
                 "  \"mlp_only_layers\": [%s],\n"
                 "  \"router_aux_loss_coef\": %s,\n"
                 "  \"output_router_logits\": %s,\n",
-                d->moe.ffn, d->moe.experts, d->moe.topk, d->moe.pre_softmax ? "false" : "true", dense,
-                aux, c->model.moe_aux_loss_coeff > 0 ? "true" : "false");
-    } else if (moe)
+                bias, d->moe.ffn, d->moe.experts, d->moe.topk, d->moe.pre_softmax ? "false" : "true",
+                dense, aux, c->model.moe_aux_loss_coeff > 0 ? "true" : "false");
+        if (qwen2moe) fprintf(f, "  \"shared_expert_intermediate_size\": %d,\n", d->moe.shared_ffn);
+    } else if (mixtral)
         fprintf(f,
                 "  \"attention_dropout\": 0.0,\n"
                 "  \"sliding_window\": null,\n"
@@ -228,28 +237,37 @@ static void write_llama_config(FILE *f, const LtConfig *c, const LtModelDims *d)
             init);
 }
 
-/* 0 when the MoE model of c (d) is one MixtralForCausalLM computes (qwen 0) or
- * Qwen3MoeForCausalLM (qwen 1: a model with per-head q/k norms); else -1
- * with a message naming the config key that makes it another model. The two
- * differ in what else they allow: Qwen3-MoE has dense layers
- * (mlp_only_layers) and weights the experts by their probabilities among all
- * (norm_topk_prob false: moe_router_pre_softmax) or renormalised over the k. */
-static int moe_refusal(const LtConfig *c, const LtModelDims *d, int qwen, char *err, size_t errlen) {
+/* 0 when the MoE model of c (d) is one its class (lt_hf_class) computes:
+ * MixtralForCausalLM, Qwen3MoeForCausalLM (a model with per-head q/k norms)
+ * or Qwen2MoeForCausalLM (one with a gated shared expert); else -1 with a
+ * message naming the config key that makes it another model. They differ in
+ * what else they allow: the Qwen MoEs have dense layers (mlp_only_layers) and
+ * weight the experts by their probabilities among all (norm_topk_prob false:
+ * moe_router_pre_softmax) or renormalised over the k; Qwen2-MoE alone has a
+ * shared expert, scaled by its sigmoid gate. */
+static int moe_refusal(const LtConfig *c, const LtModelDims *d, char *err, size_t errlen) {
+    /* (a GPT has no MoE class: refused as the Mixtral its block is not) */
+    const LtHfClass hc =
+        d->arch == LT_ARCH_LLAMA ? lt_hf_class(d) : (LtHfClass){"MixtralForCausalLM", "mixtral"};
+    const int qwen = strcmp(hc.type, "mixtral") != 0, shared = !strcmp(hc.type, "qwen2_moe");
+    const char *name = !qwen ? "Mixtral" : shared ? "Qwen2-MoE" : "Qwen3-MoE";
     char no[128];
     snprintf(no, sizeof no, "cannot export as %s, the Hugging Face MoE model lattice writes for it:",
-             qwen ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM");
-    const char *name = qwen ? "Qwen3-MoE" : "Mixtral";
+             hc.cls);
     if (c->model.arch != LT_ARCH_LLAMA)
         return lt_errorf(err, errlen, "%s model.arch=gpt with model.num_experts=%d; %s's block is "
                          "Llama's (model.arch=llama), and GPT-2 has no MoE form", no, d->moe.experts, name);
-    if (d->moe.shared_ffn > 0)
+    if (d->moe.shared_ffn > 0 && !shared)
         return lt_errorf(err, errlen, "%s model.moe_shared_expert_intermediate_size=%d; %s has no "
-                         "shared expert", no, d->moe.shared_ffn, name);
+                         "shared expert (Qwen2MoeForCausalLM's is gated, "
+                         "model.moe_shared_expert_gate=true, and has no q/k norms)", no,
+                         d->moe.shared_ffn, name);
     for (int l = 0; !qwen && l < d->num_layers; l++)
         if (!lt_dims_moe_layer(d, l))
             return lt_errorf(err, errlen, "%s model.moe_layer_freq=\"%.100s\" leaves layer %d dense; every "
                              "Mixtral layer is an MoE layer (moe_layer_freq 1; Qwen3-MoE, with "
-                             "model.qk_layernorm, has dense layers)", no, c->model.moe_layer_freq, l);
+                             "model.qk_layernorm, and Qwen2-MoE, with a gated shared expert, have "
+                             "dense layers)", no, c->model.moe_layer_freq, l);
     if (d->moe.score != LT_MOE_SOFTMAX)
         return lt_errorf(err, errlen, "%s model.moe_router_score_function=sigmoid; %s's router "
                          "scores with a softmax", no, name);
@@ -277,16 +295,19 @@ static int moe_refusal(const LtConfig *c, const LtModelDims *d, int qwen, char *
 
 /* 0 when the linear biases of c (d) are ones the layout lattice writes for it
  * has: none, a dense Llama's with model.add_bias_linear (LlamaForCausalLM's
- * attention_bias and mlp_bias: q, k, v, o, gate, up and down), or a dense
- * Llama's with model.add_qkv_bias alone (Qwen2ForCausalLM's); else -1 naming
- * the key. */
+ * attention_bias and mlp_bias: q, k, v, o, gate, up and down), or
+ * model.add_qkv_bias alone in a dense Llama (Qwen2ForCausalLM's) or one with a
+ * gated shared expert (Qwen2MoeForCausalLM's); else -1 naming the key. */
 static int bias_refusal(const LtConfig *c, const LtModelDims *d, char *err, size_t errlen) {
     if (d->arch != LT_ARCH_LLAMA || (!d->qkv_bias && !d->linear_bias)) return 0;
     const char *key = d->linear_bias ? "model.add_bias_linear" : "model.add_qkv_bias";
-    if (d->moe.experts > 0)
-        return lt_errorf(err, errlen, "cannot export %s=true as %s: its attention, experts and "
-                         "router have no biases", key,
-                         d->qk_norm ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM");
+    const LtHfClass hc = lt_hf_class(d);
+    const int qwen2moe = !strcmp(hc.type, "qwen2_moe");
+    if (d->moe.experts > 0 && (d->linear_bias || !qwen2moe))
+        return lt_errorf(err, errlen, "cannot export %s=true as %s: its %s have no biases", key, hc.cls,
+                         qwen2moe ? "o_proj, experts, shared expert and router (q, k and v alone: "
+                                    "model.add_qkv_bias)"
+                                  : "attention, experts and router");
     if (d->qk_norm)
         return lt_errorf(err, errlen, "cannot export %s=true as Qwen3ForCausalLM (the layout of "
                          "model.qk_layernorm=true): its MLP has no biases", key);
@@ -396,8 +417,9 @@ static int window_refusal(const LtConfig *c, char *err, size_t errlen) {
 }
 
 /* 0 when c's gated MLP is SwiGLU; else -1 naming the first key that changes it:
- * the Llama, Qwen3 and Mixtral MLPs compute silu(gate) * up, with no clamp and
- * no offset, so another activation would export as another function. */
+ * the Llama, Qwen2, Qwen3, Qwen MoE and Mixtral MLPs compute silu(gate) * up,
+ * with no clamp and no offset, so another activation would export as another
+ * function. */
 static int glu_refusal(const LtConfig *c, char *err, size_t errlen) {
     char key[96];
     if (c->model.quick_geglu)
@@ -409,21 +431,22 @@ static int glu_refusal(const LtConfig *c, char *err, size_t errlen) {
                  c->model.activation_func_clamp_value);
     else
         return 0;
-    return lt_errorf(err, errlen, "cannot export %s: the Hugging Face Llama, Qwen2, Qwen3 and Mixtral "
-                     "MLPs lattice writes compute silu(gate) * up, without quick_gelu, an offset "
-                     "or a clamp, which would be another model; only models trained with "
-                     "SwiGLU export", key);
+    return lt_errorf(err, errlen, "cannot export %s: the Hugging Face Llama, Qwen2, Qwen3, Qwen MoE "
+                     "and Mixtral MLPs lattice writes compute silu(gate) * up, without quick_gelu, "
+                     "an offset or a clamp, which would be another model; only models trained "
+                     "with SwiGLU export", key);
 }
 
-/* 0 with attention's plain softmax; else -1: LlamaForCausalLM, Qwen3ForCausalLM,
+/* 0 with attention's plain softmax; else -1: LlamaForCausalLM, the Qwen classes,
  * MixtralForCausalLM and GPT2LMHeadModel have no sink logit in their softmax
  * (GptOssForCausalLM's `sinks`), so a model with one would export as another function. */
 static int sinks_refusal(const LtConfig *c, char *err, size_t errlen) {
     if (c->model.softmax_type == LT_SOFTMAX_VANILLA) return 0;
     return lt_errorf(err, errlen, "cannot export model.softmax_type=%s (attention sinks: an extra "
                      "logit per head in the softmax): the Hugging Face layouts lattice writes "
-                     "(Llama, Qwen2, Qwen3, Mixtral, GPT-2) have plain softmax attention, which would be "
-                     "another model; only models trained with model.softmax_type=vanilla export",
+                     "(Llama, Qwen2, Qwen3, the Qwen MoEs, Mixtral, GPT-2) have plain softmax "
+                     "attention, which would be another model; only models trained with "
+                     "model.softmax_type=vanilla export",
                      lt_softmax_type_name(c->model.softmax_type));
 }
 
@@ -479,7 +502,7 @@ int lt_hf_export(const char *ckpt_path, const char *out_dir, char *err, size_t e
                : window_refusal(cfg, emsg, sizeof emsg) || bias_refusal(cfg, &dims, emsg, sizeof emsg) ||
                      glu_refusal(cfg, emsg, sizeof emsg) || sinks_refusal(cfg, emsg, sizeof emsg) ||
                      (dims.moe.experts > 0 &&
-                      moe_refusal(cfg, &dims, lt_hf_qwen3moe(&dims), emsg, sizeof emsg))) {
+                      moe_refusal(cfg, &dims, emsg, sizeof emsg))) {
         lt_errorf(err, errlen, "%s/config.yaml: %s", stepdir, emsg);
         free(cfg);
         return -1;

@@ -1,8 +1,8 @@
 /* hf_import.c - `lattice import`: a Hugging Face LlamaForCausalLM,
  * Qwen2ForCausalLM (a Llama with model.add_qkv_bias), Qwen3ForCausalLM (a
- * Llama with model.qk_layernorm), Qwen3MoeForCausalLM, MixtralForCausalLM,
- * GptOssForCausalLM or GPT2LMHeadModel directory as a weights-only lattice
- * checkpoint (hf.h).
+ * Llama with model.qk_layernorm), Qwen2MoeForCausalLM, Qwen3MoeForCausalLM,
+ * MixtralForCausalLM, GptOssForCausalLM or GPT2LMHeadModel directory as a
+ * weights-only lattice checkpoint (hf.h).
  *
  * Order of work, so that nothing is allocated from a size that has not been
  * checked: config.json becomes a lattice config (every setting the model's
@@ -333,12 +333,17 @@ int lt_hf_import_at(const char *hf_dir, const char *out_dir, long step, int nove
         goto done;
     const LtModelDims dims = lt_dims_from_config(cfg);
     /* the table is built from the config's sizes: bound its length by the files first
-     * (gpt-oss stacks its experts: each of a layer's experts holds 2 bytes at least) */
+     * (gpt-oss stacks its experts: each of a layer's experts holds 2 bytes at least;
+     * the others' MoE layers hold a router and 3 tensors per expert, the Qwens' dense
+     * layers none) */
     uint64_t bytes = 0;
+    int64_t moe_layers = 0;
     for (int i = 0; i < w.n; i++) bytes += w.files[i].file_size;
+    for (int l = 0; l < dims.num_layers && dims.moe.experts > 0; l++)
+        moe_layers += lt_dims_moe_layer(&dims, l);
     if (dims.num_layers > w.ntensors ||
-        (lt_hf_gptoss(&dims) ? (uint64_t)dims.num_layers * (uint64_t)dims.moe.experts > bytes / 2
-                             : (int64_t)dims.num_layers * (1 + 3 * (int64_t)dims.moe.experts) > w.ntensors)) {
+        (lt_hf_gptoss(&dims) ? (uint64_t)moe_layers * (uint64_t)dims.moe.experts > bytes / 2
+                             : moe_layers * (1 + 3 * (int64_t)dims.moe.experts) > w.ntensors)) {
         lt_errorf(err, errlen, "%s/config.json: %d layers%s, but %s holds only %d tensors", hf_dir,
                   dims.num_layers, dims.moe.experts > 0 ? " of experts" : "", w.what, w.ntensors);
         goto done;

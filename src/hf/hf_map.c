@@ -177,40 +177,49 @@ static int map_gptoss_layer(MapBuild *b, const LtModelDims *d, int l) {
                : 0;
 }
 
+/* A SwiGLU MLP of layer l, width F: the HF tensors "<hf>.<n[0]>.<what>" (gate),
+ * "<hf>.<n[1]>.<what>" (up) and "<hf>.<n[2]>.<what>" (down) from the row blocks
+ * gate and up of our "<ours>.gate_up.<what>" and "<ours>.down.<what>" (what:
+ * "weight" or "bias"). The dense MLP, an expert and the shared expert alike. */
+static int map_glu(MapBuild *b, int l, const char *hf, const char *const *n, const char *ours, int64_t F,
+                   const char *what) {
+    const char *L = "model.layers";
+    char h[3][96], o[2][96];
+    for (int k = 0; k < 3; k++) snprintf(h[k], sizeof h[k], "%s.%s.%s", hf, n[k], what);
+    snprintf(o[0], sizeof o[0], "%s.gate_up.%s", ours, what);
+    snprintf(o[1], sizeof o[1], "%s.down.%s", ours, what);
+    return put_layer(b, L, l, h[0], o[0], 0, F, 0) || put_layer(b, L, l, h[1], o[0], F, F, 0) ||
+           put_layer(b, L, l, h[2], o[1], 0, 0, 0);
+}
+
+/* Llama's (and Qwen's) names of a SwiGLU MLP's gate, up and down projections. */
+static const char *const glu_names[3] = {"gate_proj", "up_proj", "down_proj"};
+
 /* The sparse MoE block of layer l as Mixtral's published checkpoints name it
  * (block_sparse_moe.gate, experts.E.w1 (gate) / w3 (up) / w2 (down)), or
- * Qwen3-MoE's (qwen: mlp.gate, experts.E.gate_proj / up_proj / down_proj): the
- * router, then per expert the row blocks gate and up of our gate_up, and down. */
+ * Qwen2-MoE's and Qwen3-MoE's (qwen: mlp.gate, experts.E.gate_proj / up_proj /
+ * down_proj): the router, then per expert the row blocks gate and up of our
+ * gate_up, and down; then Qwen2-MoE's shared expert (mlp.shared_expert.*_proj,
+ * our mlp.shared) and its gate (mlp.shared_expert_gate, our mlp.shared_gate),
+ * which export refuses in the other classes. */
 static int map_sparse_moe(MapBuild *b, const LtModelDims *d, int l, int qwen) {
+    static const char *const mixtral[3] = {"w1", "w3", "w2"};
     const char *L = "model.layers";
-    const int64_t F = d->moe.ffn;
     if (put_layer(b, L, l, qwen ? "mlp.gate.weight" : "block_sparse_moe.gate.weight", "mlp.router.weight",
                   0, 0, 0))
         return -1;
-    static const char *const names[2][4] = {{"block_sparse_moe", "w1", "w3", "w2"},
-                                            {"mlp", "gate_proj", "up_proj", "down_proj"}};
-    const char *const *n = names[qwen != 0];
     for (int e = 0; e < d->moe.experts; e++) {
-        char hf[3][64], ours[2][64];
-        for (int k = 0; k < 3; k++)
-            snprintf(hf[k], sizeof hf[k], "%s.experts.%d.%s.weight", n[0], e, n[k + 1]);
-        snprintf(ours[0], sizeof ours[0], "mlp.experts.%d.gate_up.weight", e);
-        snprintf(ours[1], sizeof ours[1], "mlp.experts.%d.down.weight", e);
-        if (put_layer(b, L, l, hf[0], ours[0], 0, F, 0) || put_layer(b, L, l, hf[1], ours[0], F, F, 0) ||
-            put_layer(b, L, l, hf[2], ours[1], 0, 0, 0))
-            return -1;
+        char hf[64], ours[64];
+        snprintf(hf, sizeof hf, "%s.experts.%d", qwen ? "mlp" : "block_sparse_moe", e);
+        snprintf(ours, sizeof ours, "mlp.experts.%d", e);
+        if (map_glu(b, l, hf, qwen ? glu_names : mixtral, ours, d->moe.ffn, "weight")) return -1;
     }
-    return 0;
-}
-
-/* The dense MLP's biases of layer l (LlamaForCausalLM's mlp_bias): gate and
- * up, the row blocks of our gate_up.bias, and down. */
-static int map_mlp_bias(MapBuild *b, const LtModelDims *d, int l) {
-    const char *L = "model.layers";
-    const int64_t F = d->ffn;
-    return put_layer(b, L, l, "mlp.gate_proj.bias", "mlp.gate_up.bias", 0, F, 0) ||
-           put_layer(b, L, l, "mlp.up_proj.bias", "mlp.gate_up.bias", F, F, 0) ||
-           put_layer(b, L, l, "mlp.down_proj.bias", "mlp.down.bias", 0, 0, 0);
+    if (d->moe.shared_ffn > 0 &&
+        map_glu(b, l, "mlp.shared_expert", glu_names, "mlp.shared", d->moe.shared_ffn, "weight"))
+        return -1;
+    return d->moe.shared_gate
+               ? put_layer(b, L, l, "mlp.shared_expert_gate.weight", "mlp.shared_gate.weight", 0, 0, 0)
+               : 0;
 }
 
 static int map_llama(MapBuild *b, const LtModelDims *d) {
@@ -234,12 +243,11 @@ static int map_llama(MapBuild *b, const LtModelDims *d) {
             ((lt_dims_linear_bias(d) || lt_hf_gptoss(d)) &&
              put_bias(b, L, l, "self_attn.o_proj.bias", "attn.proj.bias", 0, d->hidden)) ||
             put_layer(b, L, l, "post_attention_layernorm.weight", "ln_2.weight", 0, 0, 0) ||
-            (lt_hf_gptoss(d) ? map_gptoss_layer(b, d, l)
-             : lt_dims_moe_layer(d, l) ? map_sparse_moe(b, d, l, lt_hf_qwen3moe(d))
-                                     : put_layer(b, L, l, "mlp.gate_proj.weight", "mlp.gate_up.weight", 0, F, 0) ||
-                                           put_layer(b, L, l, "mlp.up_proj.weight", "mlp.gate_up.weight", F, F, 0) ||
-                                           put_layer(b, L, l, "mlp.down_proj.weight", "mlp.down.weight", 0, 0, 0) ||
-                                           (lt_dims_linear_bias(d) && map_mlp_bias(b, d, l))))
+            (lt_hf_gptoss(d)            ? map_gptoss_layer(b, d, l)
+             : lt_dims_moe_layer(d, l) ? map_sparse_moe(b, d, l, strcmp(lt_hf_class(d).type, "mixtral") != 0)
+                                       : map_glu(b, l, "mlp", glu_names, "mlp", F, "weight") ||
+                                             (lt_dims_linear_bias(d) && /* LlamaForCausalLM's mlp_bias */
+                                              map_glu(b, l, "mlp", glu_names, "mlp", F, "bias"))))
             return -1;
     return put(b, "model.norm.weight", "ln_f.weight", 0, 0, 0);
 }
@@ -257,6 +265,8 @@ LtHfClass lt_hf_class(const LtModelDims *d) {
     if (d->arch != LT_ARCH_LLAMA) return (LtHfClass){"GPT2LMHeadModel", "gpt2"};
     if (lt_hf_gptoss(d)) return (LtHfClass){"GptOssForCausalLM", "gpt_oss"};
     if (lt_hf_qwen3moe(d)) return (LtHfClass){"Qwen3MoeForCausalLM", "qwen3_moe"};
+    if (moe && d->moe.shared_gate) /* a gated shared expert, no q/k norms */
+        return (LtHfClass){"Qwen2MoeForCausalLM", "qwen2_moe"};
     if (moe) return (LtHfClass){"MixtralForCausalLM", "mixtral"};
     if (d->qk_norm) return (LtHfClass){"Qwen3ForCausalLM", "qwen3"};
     if (d->qkv_bias && !d->linear_bias) return (LtHfClass){"Qwen2ForCausalLM", "qwen2"};
@@ -265,7 +275,7 @@ LtHfClass lt_hf_class(const LtModelDims *d) {
 
 int lt_hf_map(const LtParamTable *t, LtHfMap **out, char *err, size_t errlen) {
     const LtModelDims *d = &t->dims;
-    const int64_t per_layer = 20 + (d->moe.experts > 0 ? 1 + 3 * (int64_t)d->moe.experts : 0),
+    const int64_t per_layer = 20 + (d->moe.experts > 0 ? 5 + 3 * (int64_t)d->moe.experts : 0),
                   cap = 8 + per_layer * d->num_layers;
     if (cap > INT_MAX) {
         *out = NULL;
