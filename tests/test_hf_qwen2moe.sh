@@ -10,7 +10,8 @@
 # within 1e-5, and imports back to the same files (also from decoder_sparse_step
 # in place of mlp_only_layers); a shared expert without the gate (or with q/k
 # norms) and what else Qwen2-MoE does not compute are refused by the export,
-# naming the key, and Qwen2-MoE files lattice cannot compute by the import.
+# naming the key, and Qwen2-MoE files lattice cannot compute by the import;
+# configs/qwen1.5-moe-a2.7b.yaml's layout fits by the planner and trains scaled down.
 # (transformers itself: make hf-check; the gate's op against a float64
 # reference: test_ops_cpu_moe; its gradient by finite differences: test_model.)
 set -u
@@ -114,4 +115,26 @@ expect2 import_refuses_gate_override "model.moe_shared_expert_gate comes from" i
 [ ! -e "$T/o1/latest" ] && [ ! -e "$T/o2/latest" ] && [ ! -e "$T/o3/latest" ] && [ ! -e "$T/o4/latest" ] &&
   [ ! -e "$T/o5/latest" ] && [ ! -e "$T/o6/latest" ] && pass import_refusals_write_nothing ||
   fail import_refusals_write_nothing "a refused import left a checkpoint"
+
+# configs/qwen1.5-moe-a2.7b.yaml: its layout (DP 8 with EP 4 x ETP 2 folded into it)
+# is one the planner places under 90% of an H100's 80 GiB, and the config's
+# structure scaled down (its gated shared expert, biases and router kept) trains on it
+use_mpirun
+if "$LT" plan configs/qwen1.5-moe-a2.7b.yaml --gpus 8 --layout >"$T/q15.plan" 2>&1 &&
+   python3 - "$T/q15.plan" <<'PY'
+import re, sys
+totals = [int(t) for t in re.findall(r'predicted, stage \d+\): .*total=(\d+)', open(sys.argv[1]).read())]
+assert len(totals) == 1 and totals[0] < 0.9 * 80 * 2**30, totals
+PY
+then pass "qwen1_5_moe_a2_7b_layout_fits ($(sed -n 's/^  = \([0-9.]*\) GiB.*/\1/p' "$T/q15.plan" | head -1) GiB)"
+else fail qwen1_5_moe_a2_7b_layout_fits "$(tail -2 "$T/q15.plan")"; fi
+SMALL="model.num_layers=4 model.hidden_size=64 model.num_attention_heads=4 model.num_query_groups=4
+       model.ffn_hidden_size=128 model.num_experts=8 model.moe_ffn_hidden_size=32
+       model.moe_shared_expert_intermediate_size=64 model.vocab_size=256 model.seq_length=32
+       model.max_position_embeddings=64 train.global_batch_size=8 train.steps=2
+       optimizer.warmup_steps=1 train.device=cpu train.precision=fp32"
+if train_run q15 8 configs/qwen1.5-moe-a2.7b.yaml $SMALL data.train_path="$T/train.ltok" &&
+   grep -q "^done: 2 steps" "$T/q15/log" && grep -q "^moe  *4 layers" "$T/q15/log"
+then pass qwen1_5_moe_a2_7b_layout_trains_scaled_down
+else fail qwen1_5_moe_a2_7b_layout_trains_scaled_down "$(tail -2 "$T/q15/log")"; fi
 exit $((failures > 0))
