@@ -25,6 +25,20 @@ train_run() {
   $launch train "$@" checkpoint.dir="$out/ck" logging.metrics_file="$out/m.jsonl" >"$out/log" 2>&1 \
     </dev/null || { echo "  run $name failed: $(tail -3 "$out/log")"; return 1; }
 }
+# plan_fits NAME CONFIG GPUS STAGES: `lattice plan CONFIG --gpus GPUS --layout` puts
+# each of the layout's STAGES pipeline stages under 90% of an H100's 80 GiB (a
+# config's layout "with memory to spare"); PASS/FAIL NAME_layout_fits
+plan_fits() {
+  local name=$1 cfg=$2 gpus=$3 stages=$4
+  if "$LT" plan "$cfg" --gpus "$gpus" --layout >"$T/$name.plan" 2>&1 &&
+     python3 - "$T/$name.plan" "$stages" <<'PY'
+import re, sys
+totals = [int(t) for t in re.findall(r'predicted, stage \d+\): .*total=(\d+)', open(sys.argv[1]).read())]
+assert len(totals) == int(sys.argv[2]) and max(totals) < 0.9 * 80 * 2**30, totals
+PY
+  then pass "${name}_layout_fits ($(sed -n 's/^  = \([0-9.]*\) GiB.*/\1/p' "$T/$name.plan" | head -1) GiB)"
+  else fail "${name}_layout_fits" "$(tail -2 "$T/$name.plan")"; fi
+}
 # random_shard OUT N SEED: N uniform token ids < 256 as a lattice shard
 random_shard() {
   python3 -c "
