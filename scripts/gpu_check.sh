@@ -42,7 +42,9 @@
 #     bench15    GPT-2 1.5B and its peer (the peer from its own init: no
 #                6 GB export; no loss check)
 #                (both peers: torch.compile per transformer block, as
-#                torchtitan does: one compilation for all blocks)
+#                torchtitan does: one compilation for all blocks; both then
+#                run lattice alone with model.attention_deterministic=false
+#                as far as the phase's time goes)
 #   rest = calibrate,parallel,kernels,mpi,peer,racecheck (cheapest first, but
 #     racecheck, clean on the fourth and fifth draws, after the peer):
 #     calibrate  `lattice plan --calibrate` on the GPU; then the runs the first
@@ -98,23 +100,23 @@ FIRST="tests train attention moe memcheck bench bench15"
 REST="calibrate parallel kernels mpi peer racecheck"
 # each phase's cap (the most it may take), least useful time and expected
 # time on a 16-core H100/H200 machine, in seconds (measured on the draws,
-# bench/2026-11-2[78]-h200-*.md, where a phase ran to its end: tests 122,
-# train 17, memcheck 3, bench 59, moe's Mixtral slice with its peer 55 and
-# GPT-OSS's two slices 53; racecheck, peer: estimates; attention: an
-# estimate since its inputs are drawn in parallel - the third draw's 150 s
-# were mostly 100 M normals per shape drawn on one core); the expected
+# bench/2026-11-2[78]-h200-*.md, where a phase ran to its end: tests 103-122,
+# train 17-21, attention 21-22, memcheck 3, bench 53-59, bench15 63-66, moe
+# 104-118 (the Mixtral slice with its peer, grouped, GPT-OSS's two slices);
+# bench and bench15 add about 15 and 30 s for their non-deterministic
+# attention runs (estimates); racecheck, peer: estimates); the expected
 # times make the plan that GPU_CHECK_DRY prints and `make rehearse-gpu`
 # holds to the budget
 PHASE_TABLE="
 phase     cap least expect
 build       -     -     30
-tests     150    60    125
+tests     150    60    115
 train      90    20     25
-bench     160    60     60
-attention  90    20     35
-bench15   170    70     85
-moe       170    60    135
-memcheck   60    15     10
+bench     160    60     70
+attention  90    20     25
+bench15   170    70    100
+moe       170    60    125
+memcheck   60    15      5
 racecheck 240    60    200
 mpi        60    10      5
 kernels    60    15     16
@@ -376,6 +378,21 @@ bench_one() { # config steps peer-init peer-args log
   local r
   r=$(grep -E '^side by side: .* ratio' "$5" | tail -1 | sed 's/^side by side: //')
   [ -n "$r" ] && DETAIL="$DETAIL; $r"
+  # lattice again at the micro batch it took, with cuDNN's non-deterministic
+  # attention backward (model.attention_deterministic=false), as far as the
+  # phase's time goes: what the deterministic default costs at GPT-2's head
+  # dimension 64 (the fifth draw: the attention core 17-14% of the step)
+  local mb left lim nd="${5%.log}-nondet.log"
+  mb=$(sed -n 's/^side by side: [^ ]* lattice mbs \([0-9]*\) .*/\1/p' "$5" | tail -1)
+  left=$(( TO - $(date +%s) + t0 - 5 ))
+  lim=$(( left < 60 ? left : 60 ))
+  if [ "$left" -ge 30 ] && [ -n "$mb" ]; then
+    step "$lim" "$nd" env "${LT_ENV[@]}" BENCH_TIMEOUT=$(( lim * 9 / 10 )) bash scripts/bench.sh \
+      --lattice "$LT_BIN" --config "$1" --steps "$2" --device cuda --mbs "$mb" --peer off \
+      model.attention_deterministic=false
+    r=$(bench_result "$nd")
+    DETAIL="$DETAIL; non-deterministic attention backward: ${r:-FAILED (see $nd)}"
+  fi
 }
 ph_bench() { bench_one configs/gpt2-124m.yaml 30 export "--compile-blocks" "$WORK/bench.log"; }
 ph_bench15() { bench_one configs/gpt2-1.5b.yaml 16 random "--compile-blocks" "$WORK/bench15.log"; }
