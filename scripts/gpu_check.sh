@@ -367,6 +367,20 @@ ph_train() {
 bench_result() {
   grep -E '^[^ ]+: mbs [0-9]+: ok' "$1" | sed 's/ in [0-9]* s: done:.*median step/: median step/; s/, host waits.*//' | tail -1
 }
+# rerun_alone SRC_LOG OUT_LOG CAP CONFIG STEPS OVERRIDES...: lattice alone (no
+# peer) at the micro batch SRC_LOG's side-by-side line took, within CAP s and
+# what the phase has left; returns 125 (not run) with fewer than 30 s left or
+# no such line, else the run's exit status
+rerun_alone() {
+  local src=$1 out=$2 cap=$3 cfg=$4 steps=$5 mb left lim
+  shift 5
+  mb=$(sed -n 's/^side by side: [^ ]* lattice mbs \([0-9]*\) .*/\1/p' "$src" | tail -1)
+  left=$(( TO - $(date +%s) + t0 - 5 ))
+  [ "$left" -ge 30 ] && [ -n "$mb" ] || return 125
+  lim=$(( left < cap ? left : cap ))
+  step "$lim" "$out" env "${LT_ENV[@]}" BENCH_TIMEOUT=$(( lim * 9 / 10 )) bash scripts/bench.sh \
+    --lattice "$LT_BIN" --config "$cfg" --steps "$steps" --device cuda --mbs "$mb" --peer off "$@"
+}
 bench_one() { # config steps peer-init peer-args log
   local m; m=$(plan_mbs "$1")
   say "planner ($PLAN_GPU, ${GPU_MIB} MiB): micro batch $m fits for $1"
@@ -382,14 +396,9 @@ bench_one() { # config steps peer-init peer-args log
   # attention backward (model.attention_deterministic=false), as far as the
   # phase's time goes: what the deterministic default costs at GPT-2's head
   # dimension 64 (the fifth draw: the attention core 17-14% of the step)
-  local mb left lim nd="${5%.log}-nondet.log"
-  mb=$(sed -n 's/^side by side: [^ ]* lattice mbs \([0-9]*\) .*/\1/p' "$5" | tail -1)
-  left=$(( TO - $(date +%s) + t0 - 5 ))
-  lim=$(( left < 60 ? left : 60 ))
-  if [ "$left" -ge 30 ] && [ -n "$mb" ]; then
-    step "$lim" "$nd" env "${LT_ENV[@]}" BENCH_TIMEOUT=$(( lim * 9 / 10 )) bash scripts/bench.sh \
-      --lattice "$LT_BIN" --config "$1" --steps "$2" --device cuda --mbs "$mb" --peer off \
-      model.attention_deterministic=false
+  local nd="${5%.log}-nondet.log"
+  rerun_alone "$5" "$nd" 60 "$1" "$2" model.attention_deterministic=false
+  if [ $? != 125 ]; then
     r=$(bench_result "$nd")
     DETAIL="$DETAIL; non-deterministic attention backward: ${r:-FAILED (see $nd)}"
   fi
@@ -469,17 +478,14 @@ ph_moe() {
   # the same slice with cuBLAS's grouped GEMM instead of one cuBLASLt GEMM per
   # expert (model.moe_grouped_gemm=true), lattice only, at the micro batch the
   # first run took: which of the two the experts should use on this device
-  left=$(( TO - $(date +%s) + t0 - 5 ))
-  local mb; mb=$(sed -n 's/^side by side: [^ ]* lattice mbs \([0-9]*\) .*/\1/p' "$WORK/moe.log" | tail -1)
-  if [ "$left" -ge 30 ] && [ -n "$mb" ]; then
-    step $(( left < 40 ? left : 40 )) "$WORK/moe-grouped.log" env "${LT_ENV[@]}" \
-      BENCH_TIMEOUT=$(( (left < 40 ? left : 40) * 9 / 10 )) bash scripts/bench.sh \
-      --lattice "$LT_BIN" --config configs/llama3.1-8b.yaml --steps 10 --device cuda --mbs "$mb" \
-      --peer off "${MIXTRAL_SLICE[@]}" model.moe_grouped_gemm=true
-    [ $? = 0 ] || rc=1
+  rerun_alone "$WORK/moe.log" "$WORK/moe-grouped.log" 40 configs/llama3.1-8b.yaml 10 \
+    "${MIXTRAL_SLICE[@]}" model.moe_grouped_gemm=true
+  local rr=$?
+  if [ $rr != 125 ]; then
+    [ $rr = 0 ] || rc=1
     DETAIL="$DETAIL; grouped GEMMs (model.moe_grouped_gemm=true): $(bench_result "$WORK/moe-grouped.log")"
   else
-    DETAIL="$DETAIL; grouped GEMMs not run ($left s of the phase left, 30 needed)"
+    DETAIL="$DETAIL; grouped GEMMs not run ($(( TO - $(date +%s) + t0 - 5 )) s of the phase left, 30 needed)"
   fi
   # GPT-OSS's slices with what the phase's limit leaves (each run is mostly
   # lattice's init: about 35 s for the MoE slice's 4 B parameters, 10 s dense)

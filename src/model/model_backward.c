@@ -45,11 +45,12 @@ static void *mlp_backward(LtModel *m, int l, LtLayerActs *a, void *dres, int N, 
                     ? dense_mlp_backward(m, l, a, gated ? sl->gate_y[j] : dres, N)
                     : NULL;
     if (!m->in->moe[l]) return dln;
+    /* this rank's rows of ln2: the router's, the experts' and the gate's input */
+    const void *x = rows_at(m, a->ln2, m->sp ? (size_t)m->in->tp_rank * R : 0, C);
     if (gated) {
-        const size_t mine = m->sp ? (size_t)m->in->tp_rank * R : 0;
         const int g = lt_mdl_shared_gate_idx(m, l);
-        m->be->ops->moe_router_bwd(m->be, dln, grad(m, g), NULL, sl->gate_s[j],
-                                   rows_at(m, a->ln2, mine, C), param(m, g), R, C, 1);
+        m->be->ops->moe_router_bwd(m->be, dln, grad(m, g), NULL, sl->gate_s[j], x, param(m, g),
+                                   R, C, 1);
     }
     if (!dln) {
         dln = m->in->dc;
@@ -58,10 +59,8 @@ static void *mlp_backward(LtModel *m, int l, LtLayerActs *a, void *dres, int N, 
     const LtMoeShape s = moe_shape(m, N / m->T);
     const LtMoeCtx cx = moe_ctx(m);
     const LtMoeWeights w = lt_mdl_moe_weights(m, l);
-    const size_t mine = m->sp ? (size_t)m->in->tp_rank * R : 0;
     const int part = lt_devclock_part_begin();
-    lt_moe_backward(m->be, &cx, &s, &w, a->moe, &m->in->moe_work, rows_at(m, a->ln2, mine, C),
-                    dres, dln);
+    lt_moe_backward(m->be, &cx, &s, &w, a->moe, &m->in->moe_work, x, dres, dln);
     lt_devclock_part_end(part, LT_CLK_MOE);
     return dln;
 }
