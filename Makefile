@@ -282,6 +282,29 @@ $(EMU_TEST): tests/emu/test_cuda_emu.c tests/gpu/test_gpu_ops.c tests/gpu/attn_b
              $(EMU_OBJS) $(EMU_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(EMU_OBJS) $(EMU_LIB) $(LDFLAGS) $(LDLIBS) -pthread -o $@
+# The training binary on emulated GPUs (train.device=cuda, one emulated device
+# per rank) with NCCL's calls carried out over MPI (tests/emu/nccl_mpi.c, in
+# place of libnccl): tests/test_nccl_emu.sh runs the multi-rank layouts with
+# comm.backend=nccl through lattice's NCCL code on this machine.
+EMU_LT := $(BUILD)/tests/emu/lattice
+all: $(EMU_LT)
+$(EMU_DIR)/emu_glue_cuda.o: tests/emu/emu_glue.cpp $(EMU_HDRS)
+	$(CXX) $(EMU_CXXFLAGS) -DEMU_AS_CUDA -c $< -o $@
+$(EMU_DIR)/nccl_mpi.o: tests/emu/nccl_mpi.c $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+# test_comm_mpi.c again, its cases on NCCL groups of emulated GPUs (run by make test)
+EMU_NCCL_TEST := $(BUILD)/tests/test_comm_nccl_emu
+all: $(EMU_NCCL_TEST)
+$(EMU_NCCL_TEST): tests/test_comm_mpi.c tests/test.h $(filter-out $(EMU_DIR)/emu_glue.o,$(EMU_OBJS)) \
+                  $(EMU_DIR)/emu_glue_cuda.o $(EMU_DIR)/nccl_mpi.o $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DLT_NCCL_EMU -Wno-unused-function $(filter-out tests/test.h,$^) $(LDFLAGS) \
+	  $(filter-out $(CUDA_LIB_nccl),$(LDLIBS)) -pthread -o $@
+$(EMU_LT): $(BUILD)/obj/src/main.o $(filter-out $(EMU_DIR)/emu_glue.o,$(EMU_OBJS)) \
+           $(EMU_DIR)/emu_glue_cuda.o $(EMU_DIR)/nccl_mpi.o $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $^ $(LDFLAGS) $(filter-out $(CUDA_LIB_nccl),$(LDLIBS)) -pthread -o $@
 endif
 
 # GPU checks: need a visible GPU; scripts/gpu_check.sh wraps them with a report.

@@ -208,7 +208,11 @@ void cu_act_to_f32(LtBackend *be, float *dst, const void *src, size_t n) {
     else if (dst != src)
         memcpy(dst, src, n * sizeof(float));
 }
+/* Ops run at once whatever the stream; each backend's current stream is kept
+ * only so that current_stream and native_stream answer as on a GPU. */
+static std::map<const LtBackend *, LtStream *> g_cur_stream;
 static void emu_destroy(LtBackend *be) {
+    g_cur_stream.erase(be);
     free(cu_impl(be)->scratch);
     free(be->impl);
     free(be);
@@ -236,6 +240,13 @@ static void emu_check_range(const char *what, const void *d, size_t bytes) {
         lt_fatal("emulated CUDA backend: %s of %zu bytes at %p is not within one device "
                  "allocation (a GPU answers: invalid argument)", what, bytes, d);
 }
+/* 1 when [d, d + bytes) lies within one live allocation of the emulated
+ * device (tests/emu/nccl_mpi.c checks NCCL's buffers with it). */
+extern "C" int emu_device_range(const void *d, size_t bytes) {
+    const uintptr_t a = (uintptr_t)d;
+    auto it = g_allocs.upper_bound(a);
+    return it != g_allocs.begin() && a + bytes <= (--it)->first + it->second;
+}
 static void emu_zero(LtBackend *, void *p, size_t bytes) { memset(p, 0, bytes); }
 static void emu_copy(LtBackend *, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) memmove(dst, src, bytes);
@@ -243,12 +254,18 @@ static void emu_copy(LtBackend *, void *dst, const void *src, size_t bytes) {
 static void emu_sync(LtBackend *be) { be->host_waits++; }
 static LtStream *emu_stream_create(LtBackend *) { return (LtStream *)malloc(1); }
 static void emu_stream_destroy(LtBackend *, LtStream *s) { free(s); }
-static void emu_set_stream(LtBackend *, LtStream *) {}
+static void emu_set_stream(LtBackend *be, LtStream *s) { g_cur_stream[be] = s; }
 static LtEvent *emu_event_create(LtBackend *) { return (LtEvent *)malloc(1); }
 static void emu_event_destroy(LtBackend *, LtEvent *e) { free(e); }
 static void emu_event_record(LtBackend *, LtEvent *, LtStream *) {}
 static void emu_stream_wait_event(LtBackend *, LtStream *, LtEvent *) {}
-static LtStream *emu_current_stream(LtBackend *) { return NULL; } /* ops run at once */
+static LtStream *emu_current_stream(LtBackend *be) {
+    auto it = g_cur_stream.find(be);
+    return it == g_cur_stream.end() ? NULL : it->second;
+}
+/* the "cudaStream_t" that code of its own (NCCL; here tests/emu/nccl_mpi.c,
+ * which ignores it) enqueues on: the LtStream itself, NULL the default one */
+static void *emu_native_stream(LtBackend *, LtStream *s) { return s; }
 
 static void *emu_host_alloc(LtBackend *be, size_t bytes) { return emu_alloc(be, bytes); }
 /* A host<->device copy that waits, its device side checked (dev: dst or src). */
@@ -291,6 +308,7 @@ static const LtBackendOps emu_ops = {
     .event_record = emu_event_record,
     .stream_wait_event = emu_stream_wait_event,
     .current_stream = emu_current_stream,
+    .native_stream = emu_native_stream,
     .embedding_fwd = cu_embedding_fwd,
     .embedding_bwd = cu_embedding_bwd,
     .layernorm_fwd = cu_layernorm_fwd,
@@ -349,6 +367,42 @@ extern "C" void emu_act_add_f32(LtBackend *be, void *dx, const float *t, size_t 
     cu_act_add_f32(be, dx, t, n);
 }
 
+extern "C" LtBackend *emu_cuda_backend_create(LtDtype dtype, int attn_simt);
+
+#ifdef EMU_AS_CUDA
+/* The training binary with the emulated backend as its GPUs
+ * (build/tests/emu/lattice, tests/test_nccl_emu.sh): train.device=cuda gets
+ * an emulated device of its own per rank (LT_EMU_GPUS of them, 8 unless set),
+ * so that comm.backend=nccl runs lattice's NCCL code (src/comm/comm_nccl.c)
+ * against tests/emu/nccl_mpi.c. */
+extern "C" LtBackend *lt_backend_cuda_create(LtDtype dtype, int device, char *, size_t) {
+    LtBackend *be = emu_cuda_backend_create(dtype, 0);
+    be->device_id = device;
+    return be;
+}
+extern "C" int lt_cuda_device_count(void) {
+    const char *s = getenv("LT_EMU_GPUS");
+    return s && *s ? atoi(s) : 8;
+}
+extern "C" int lt_cuda_compiled(void) { return 1; }
+extern "C" void lt_cuda_version_info(char *targets, size_t tlen, char *libs, size_t llen,
+                                     char *driver, size_t dlen) {
+    snprintf(targets, tlen, "emulated on the CPU");
+    snprintf(libs, llen, "NCCL's calls over MPI (tests/emu/nccl_mpi.c)");
+    snprintf(driver, dlen, "none");
+}
+/* one emulated GPU per (host, device number), as a GPU's UUID names it */
+extern "C" int lt_cuda_device_uuid(int device, unsigned char uuid[16]) {
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const char *p = host; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    memset(uuid, 0, 16);
+    memcpy(uuid, &h, 8);
+    memcpy(uuid + 8, &device, sizeof device);
+    return 0;
+}
+#else
 /* This binary has no real CUDA backend (the emulated one stands in). */
 extern "C" LtBackend *lt_backend_cuda_create(LtDtype, int, char *err, size_t errlen) {
     snprintf(err, errlen, "the emulated CUDA backend has no GPU devices");
@@ -356,6 +410,7 @@ extern "C" LtBackend *lt_backend_cuda_create(LtDtype, int, char *err, size_t err
 }
 extern "C" int lt_cuda_device_count(void) { return 0; }
 extern "C" int lt_cuda_compiled(void) { return 0; }
+#endif
 
 /* cuDNN has no emulation: the emulated backend's model.attention always
  * resolves to lattice's kernels (cuDNN version 0), and attention.cu's calls

@@ -12,6 +12,15 @@
 # comm.backend=nccl; with one GPU the script checks instead that
 # comm.backend=nccl is refused (exit 2, one message per rank).
 #
+# PARALLEL_GPU_EMU=1 (tests/test_nccl_emu.sh, in make test): the same
+# layouts on this machine, with BUILD_DIR/tests/emu/lattice - lattice whose
+# GPUs are the CUDA backend's host emulation, one per rank (LT_EMU_GPUS of
+# them, 8 unless set), and whose NCCL calls tests/emu/nccl_mpi.c carries out
+# over MPI - through comm.backend=nccl only, plus layouts of 4 ranks and the
+# overlap switches (background NCCL communicators), and the refusal of NCCL
+# on a shared GPU with LT_EMU_GPUS=1. What that checks is lattice's use of
+# NCCL (src/comm/comm_nccl.c), not NCCL.
+#
 # Needs: an NVIDIA GPU (compute capability >= 8.0), a lattice binary built
 # with CUDA (BUILD_DIR/lattice), python3, and mpirun (OpenMPI, the same MPI
 # the binary was linked against). A lent GPU machine without MPI cannot run
@@ -25,7 +34,9 @@ BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 2
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+EMU=${PARALLEL_GPU_EMU:-0}
 LT="$BUILD/lattice"
+[ "$EMU" = 1 ] && LT="$BUILD/tests/emu/lattice"
 STEPS=${PARALLEL_GPU_STEPS:-10}
 TOL_FP32=${PARALLEL_GPU_TOL_FP32:-1e-4}
 TOL_BF16=${PARALLEL_GPU_TOL_BF16:-3e-2}
@@ -36,7 +47,11 @@ command -v mpirun >/dev/null 2>&1 ||
 if ! "$LT" --version 2>/dev/null | grep -q cuda; then
   echo "FAIL setup: $LT was built without the CUDA backend"; exit 2
 fi
-NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "$EMU" = 1 ]; then
+  NGPU=${LT_EMU_GPUS:-8}
+else
+  NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+fi
 [ "${NGPU:-0}" -ge 1 ] || { echo "FAIL setup: no GPU visible (nvidia-smi -L)"; exit 2; }
 MPI="timeout 600 mpirun --allow-run-as-root --oversubscribe"
 T=$(mktemp -d /tmp/lt-par-gpu-XXXXXX)
@@ -112,6 +127,7 @@ run ref_moe_bf16 1 $MOE train.precision=bf16 || fail reference_moe_bf16 "single-
 
 LIBS="mpi"
 [ "$NGPU" -ge 2 ] && LIBS="mpi nccl"
+[ "$EMU" = 1 ] && LIBS="nccl" # MPI staging of device buffers: test_parallel.sh's layouts
 for lib in $LIBS; do
   check ref "dp2_zero0_$lib" "$TOL_FP32" 2 "$lib" optimizer.zero_stage=0
   check ref "dp2_zero1_$lib" "$TOL_FP32" 2 "$lib" optimizer.zero_stage=1
@@ -136,7 +152,25 @@ for lib in $LIBS; do
     parallel.expert_model_parallel_size=2
 done
 
+# ---- emulated GPUs: 4 ranks, and the overlap switches' NCCL communicators ----
+if [ "$EMU" = 1 ]; then
+  check ref "dp2_tp2_sp_zero2_nccl" "$TOL_FP32" 4 nccl parallel.tensor_model_parallel_size=2 \
+    parallel.sequence_parallel=true optimizer.zero_stage=2
+  check ref "dp2_zero2_overlap_nccl" "$TOL_FP32" 2 nccl optimizer.zero_stage=2 \
+    parallel.overlap_grad_reduce=true parallel.overlap_param_gather=true
+  check ref "tp2_sp_tp_overlap_nccl" "$TOL_FP32" 2 nccl parallel.tensor_model_parallel_size=2 \
+    parallel.sequence_parallel=true parallel.tp_comm_overlap=true
+  check ref4 "pp2_dp2_zero1_overlap_nccl" "$TOL_FP32" 4 nccl model.num_layers=4 \
+    parallel.pipeline_model_parallel_size=2 optimizer.zero_stage=1 \
+    parallel.overlap_grad_reduce=true parallel.overlap_param_gather=true parallel.overlap_p2p_comm=true
+  check ref_moe "ep4_over_dp4_nccl" "$TOL_FP32" 4 nccl $MOE parallel.expert_model_parallel_size=4
+  check ref_moe "ep2_over_tp2_sp_dp2_zero1_nccl" "$TOL_FP32" 4 nccl $MOE \
+    parallel.expert_model_parallel_size=2 parallel.tensor_model_parallel_size=2 \
+    parallel.sequence_parallel=true optimizer.zero_stage=1
+fi
+
 # ---- one GPU: explicit NCCL is refused (ranks would share the device) ----
+[ "$EMU" = 1 ] && export LT_EMU_GPUS=1 NGPU=1
 if [ "$NGPU" -eq 1 ]; then
   $MPI -np 2 "$LT" train $BASE comm.backend=nccl >"$T/nccl_shared.log" 2>&1
   rc=$?
