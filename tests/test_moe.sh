@@ -203,6 +203,9 @@ for x, y in zip(a, b):
     assert m['dropped'] == [0, 0], m
     for k in ('aux_loss', 'z_loss'):
         assert all(abs(p - q) <= 1e-5 * p for p, q in zip(m[k], n[k])), (k, m[k], n[k])
+    # the loads are the micro batch's under SP too (each rank routes a share of its rows)
+    for k in ('load_max', 'load_mean'):
+        assert m[k] == n[k], (k, m[k], n[k])
 PY
 then pass expert_statistics_logged
 else fail expert_statistics_logged "see $T/ref/log and the metrics"; fi

@@ -390,16 +390,31 @@ static void experts_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape 
     experts_free(&x);
 }
 
-/* This forward's loads and drops into acc. */
-static void count_loads(const LtMoeShape *s, const LtMoeActs *a, LtMoeStats *acc) {
-    const int32_t dropped = a->host_off[s->E + 1]; /* (downloaded with the offsets) */
+/* This forward's loads and drops into acc. The loads are the micro batch's,
+ * as one process routes it: under SP each rank routes its share of the rows,
+ * so the tokens per expert are summed over those ranks first (on the host,
+ * a few bytes per layer). The drops stay this rank's (the step's statistics
+ * sum them over every rank). */
+static void count_loads(const LtMoeCtx *cx, const LtMoeShape *s, const LtMoeActs *a,
+                        LtMoeStats *acc) {
+    const int E = s->E;
+    const int32_t dropped = a->host_off[E + 1]; /* (downloaded with the offsets) */
+    int32_t *n = lt_malloc(sizeof(int32_t) * (size_t)(E + 1));
+    for (int e = 0; e < E; e++) n[e] = a->host_off[e + 1] - a->host_off[e];
+    n[E] = dropped;
+    long rows = s->R;
+    if (cx->tp && lt_comm_size(cx->tp) > 1) {
+        lt_comm_all_reduce(lt_comm_host(cx->tp), n, (size_t)E + 1, LT_COMM_I32, LT_COMM_SUM);
+        rows *= lt_comm_size(cx->tp);
+    }
     int32_t most = 0;
-    for (int e = 0; e < s->E; e++)
-        if (a->host_off[e + 1] - a->host_off[e] > most) most = a->host_off[e + 1] - a->host_off[e];
+    for (int e = 0; e < E; e++)
+        if (n[e] > most) most = n[e];
     acc->dropped += dropped;
     acc->load_max += most;
-    acc->load_mean += (double)((long)s->R * s->K - dropped) / s->E;
+    acc->load_mean += (double)(rows * s->K - n[E]) / E;
     acc->forwards++;
+    free(n);
 }
 
 void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
@@ -420,7 +435,7 @@ void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
     read_stats(s, a);
     const int M = a->host_off[E];
     LT_CHECK(M >= 0 && M <= s->M);
-    if (acc) count_loads(s, a, acc);
+    if (acc) count_loads(cx, s, a, acc);
     o->moe_permute(be, a->xp, x, a->src, M, C);
     if (spread(s)) { /* to the experts' ranks, gathered over ETP, then by local expert */
         LT_TRACE_BEGIN("moe dispatch", "\"rows\": %d", M);
