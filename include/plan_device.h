@@ -55,6 +55,14 @@ typedef struct {
     int threads, ranks;
 } LtPlanDevice;
 
+/* The attention core's rate at sequence length T and head dimension HD, as a
+ * fraction of its rate at T 2048, HD 128 (what the GPU rows' and a GPU
+ * calibration's attention figures hold), for kind LT_PLAN_ATTN_*; bwd: the
+ * backward's. Measured on an H200 and taken for every GPU; 1 on a CPU
+ * device (dev->threads > 0). */
+enum { LT_PLAN_ATTN_LATTICE, LT_PLAN_ATTN_CUDNN, LT_PLAN_ATTN_CUDNN_NONDET };
+double lt_plan_attn_shape(const LtPlanDevice *dev, int kind, int bwd, int T, int HD);
+
 /* The built-in row of device `name` (case-insensitive): 0, or -1 when unknown. */
 int lt_plan_device(const char *name, LtPlanDevice *out);
 /* Comma-separated names of the built-in devices, for messages. */

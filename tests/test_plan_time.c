@@ -12,6 +12,7 @@
  * timed. */
 #include "plan.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,8 +165,12 @@ static void test_attention_scales(void) {
     REQUIRE(predict(1, &h, &cu, 2, bf) == 0 && predict(1, &h, &la, 3, lat) == 0, "predict bf16");
     CHECK(!strcmp(cu.attention_impl, "cudnn") && !strcmp(la.attention_impl, "lattice"), "%s %s",
           cu.attention_impl, la.attention_impl);
-    const double want_ratio = (1 / h.attn_fwd_tflops + 2 / h.attn_bwd_tflops) /
-                              (1 / h.cudnn_fwd_tflops + 2 / h.cudnn_bwd_tflops);
+    /* (at the small GPT's T 32, HD 16: the shape factors' corner T 1024, HD 64) */
+    const double want_ratio =
+        (1 / (h.attn_fwd_tflops * lt_plan_attn_shape(&h, LT_PLAN_ATTN_LATTICE, 0, 32, 16)) +
+         2 / (h.attn_bwd_tflops * lt_plan_attn_shape(&h, LT_PLAN_ATTN_LATTICE, 1, 32, 16))) /
+        (1 / (h.cudnn_fwd_tflops * lt_plan_attn_shape(&h, LT_PLAN_ATTN_CUDNN, 0, 32, 16)) +
+         2 / (h.cudnn_bwd_tflops * lt_plan_attn_shape(&h, LT_PLAN_ATTN_CUDNN, 1, 32, 16)));
     CHECK(test_relerr(la.attention / cu.attention, want_ratio, 1) < 1e-9,
           "lattice / cudnn %g, rates say %g", la.attention / cu.attention, want_ratio);
 }
@@ -192,7 +197,11 @@ static void test_attention_window(void) {
     const double W = 9.0, S = 128.0, fr = (W * (W + 1) / 2 + (S - W) * W) / (S * (S + 1) / 2);
     CHECK(test_relerr(au.attn_flops, none.attn_flops * (1 + fr) / 2, 1) < 1e-12,
           "FLOPs %g, want %g", au.attn_flops, none.attn_flops * (1 + fr) / 2);
-    const double c = 1 / h.cudnn_fwd_tflops + 2 / h.cudnn_bwd_tflops;
+    /* the causal layers at their shape's rates (T 128, HD 16); the band's rates are
+     * measured at a window's own shape and taken as they are */
+    const double c =
+        1 / (h.cudnn_fwd_tflops * lt_plan_attn_shape(&h, LT_PLAN_ATTN_CUDNN, 0, 128, 16)) +
+        2 / (h.cudnn_bwd_tflops * lt_plan_attn_shape(&h, LT_PLAN_ATTN_CUDNN, 1, 128, 16));
     const double wa = fr * (1 / h.cudnn_win_fwd_tflops + 2 / h.attn_win_bwd_tflops),
                  wc = fr * (1 / h.cudnn_win_fwd_tflops + 2 / h.cudnn_win_bwd_tflops);
     CHECK(test_relerr(au.attention / none.attention, (c + wa) / (2 * c), 1) < 1e-9,
@@ -210,6 +219,60 @@ static void test_attention_window(void) {
     CHECK(test_relerr(plain.attention / none.attention, (c + wp) / (2 * c), 1) < 1e-9,
           "no window figures (auto: the backward at lattice's causal rate): %g of the causal "
           "time, want %g", plain.attention / none.attention, (c + wp) / (2 * c));
+}
+
+/* The attention core's rate by shape on a GPU: 1 at the reference (T 2048, HD
+ * 128) and on a CPU, the table's H200 figures at its points (cuDNN at GPT-2's
+ * T 1024, HD 64: 0.611 forward, 0.582 backward), log-linear between them,
+ * the edge's outside; the planner's attention time follows (equal FLOPs at
+ * HD 64 and HD 128 take the factors' ratio), and a non-deterministic cuDNN
+ * backward its own figures. */
+static void test_attention_shape(void) {
+    LtPlanDevice h, cpu = cpu_row();
+    REQUIRE(lt_plan_device("h200", &h) == 0, "h200 row");
+    const int C = LT_PLAN_ATTN_CUDNN, N = LT_PLAN_ATTN_CUDNN_NONDET, L = LT_PLAN_ATTN_LATTICE;
+    CHECK(lt_plan_attn_shape(&h, C, 0, 2048, 128) == 1.0 &&
+              lt_plan_attn_shape(&h, C, 1, 2048, 128) == 1.0 &&
+              lt_plan_attn_shape(&h, L, 1, 2048, 128) == 1.0,
+          "reference");
+    CHECK(lt_plan_attn_shape(&cpu, C, 0, 1024, 64) == 1.0, "a CPU has no factors");
+    CHECK(test_relerr(lt_plan_attn_shape(&h, C, 0, 1024, 64), 0.611, 1) < 1e-12 &&
+              test_relerr(lt_plan_attn_shape(&h, C, 1, 1024, 64), 0.582, 1) < 1e-12 &&
+              test_relerr(lt_plan_attn_shape(&h, N, 1, 2048, 64), 0.837, 1) < 1e-12,
+          "table points");
+    /* T 1448 ~ 2^10.5: halfway in log2 between 0.874 and 1 */
+    CHECK(test_relerr(lt_plan_attn_shape(&h, C, 0, 1448, 128), 0.874 + 0.126 * log2(1448 / 1024.0),
+                      1) < 1e-12,
+          "between T 1024 and 2048: %g", lt_plan_attn_shape(&h, C, 0, 1448, 128));
+    /* HD 96 ~ 2^6.585: the same fraction between HD 64 and 128 at T 2048 */
+    const double fh = log2(96 / 64.0);
+    CHECK(test_relerr(lt_plan_attn_shape(&h, C, 1, 2048, 96), 0.687 + fh * (1 - 0.687), 1) < 1e-12,
+          "between HD 64 and 128: %g", lt_plan_attn_shape(&h, C, 1, 2048, 96));
+    CHECK(lt_plan_attn_shape(&h, C, 0, 128, 16) == lt_plan_attn_shape(&h, C, 0, 1024, 64) &&
+              lt_plan_attn_shape(&h, C, 0, 32768, 256) == lt_plan_attn_shape(&h, C, 0, 4096, 128),
+          "clamped at the edges");
+    /* equal attention FLOPs (the same width, 4 heads of 64 or 2 of 128) at T 1024 */
+    const char *hd64[] = {"train.precision=bf16", "train.device=auto", "model.hidden_size=256",
+                          "model.seq_length=1024", "model.max_position_embeddings=1024"},
+               *hd128[] = {"train.precision=bf16", "train.device=auto", "model.hidden_size=256",
+                           "model.seq_length=1024", "model.max_position_embeddings=1024",
+                           "model.num_attention_heads=2"},
+               *nd[] = {"train.precision=bf16", "train.device=auto", "model.hidden_size=256",
+                        "model.seq_length=1024", "model.max_position_embeddings=1024",
+                        "model.attention_deterministic=false"};
+    LtPlanStep a, b, n;
+    REQUIRE(predict(1, &h, &a, 5, hd64) == 0 && predict(1, &h, &b, 6, hd128) == 0 &&
+                predict(1, &h, &n, 6, nd) == 0,
+            "predict");
+    CHECK(a.attn_flops == b.attn_flops, "FLOPs %g %g", a.attn_flops, b.attn_flops);
+    const double r64 = 1 / (h.cudnn_fwd_tflops * 0.611) + 2 / (h.cudnn_bwd_tflops * 0.582),
+                 r128 = 1 / (h.cudnn_fwd_tflops * 0.874) + 2 / (h.cudnn_bwd_tflops * 0.835),
+                 rnd = 1 / (h.cudnn_fwd_tflops * 0.611) + 2 / (h.cudnn_bwd_tflops * 0.636);
+    CHECK(test_relerr(a.attention / b.attention, r64 / r128, 1) < 1e-9,
+          "HD 64 / HD 128: %g, factors say %g", a.attention / b.attention, r64 / r128);
+    CHECK(test_relerr(n.attention / a.attention, rnd / r64, 1) < 1e-9,
+          "non-deterministic / deterministic: %g, factors say %g", n.attention / a.attention,
+          rnd / r64);
 }
 
 /* a calibration's figures are read back; a file from before the memory-bound
@@ -519,6 +582,7 @@ int main(void) {
     RUN(test_recompute_adds_forward);
     RUN(test_attention_scales);
     RUN(test_attention_window);
+    RUN(test_attention_shape);
     RUN(test_calibration_file);
     RUN(test_sync_skew);
     RUN(test_moe_gemm_flops);

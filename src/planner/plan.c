@@ -390,13 +390,21 @@ static void layer_bytes(const StepSizes *z, const Cand *k, int mlp, double *f, d
 
 /* The attention core's rates (FLOP/s forward, backward) and *cudnn: cuDNN's
  * where the config lets model.attention pick it (auto or cudnn) in bf16 on a
- * device with cuDNN figures, else lattice's own (the CPU loop on the CPU). */
+ * device with cuDNN figures, else lattice's own (the CPU loop on the CPU); on
+ * a GPU at the run's sequence length and head dimension (the figures hold
+ * T 2048, HD 128) and, for cuDNN's backward, its determinism. */
 static void attention_rates(const LtConfig *c, const LtPlanDevice *g, double *fwd, double *bwd,
                             int *cudnn) {
     *cudnn = c->model.attention != LT_ATTN_LATTICE && c->train.precision == LT_PREC_BF16 &&
              g->cudnn_fwd_tflops > 0 && g->cudnn_bwd_tflops > 0;
-    *fwd = (*cudnn ? g->cudnn_fwd_tflops : g->attn_fwd_tflops) * 1e12;
-    *bwd = (*cudnn ? g->cudnn_bwd_tflops : g->attn_bwd_tflops) * 1e12;
+    const int kind = !*cudnn                             ? LT_PLAN_ATTN_LATTICE
+                     : c->model.attention_deterministic ? LT_PLAN_ATTN_CUDNN
+                                                         : LT_PLAN_ATTN_CUDNN_NONDET;
+    const int T = c->model.seq_length, HD = c->model.kv_channels;
+    *fwd = (*cudnn ? g->cudnn_fwd_tflops : g->attn_fwd_tflops) * 1e12 *
+           lt_plan_attn_shape(g, kind, 0, T, HD);
+    *bwd = (*cudnn ? g->cudnn_bwd_tflops : g->attn_bwd_tflops) * 1e12 *
+           lt_plan_attn_shape(g, kind, 1, T, HD);
 }
 
 /* A sliding-window layer's rates, as the engine runs it: the forward on

@@ -12,6 +12,7 @@
 #include "plan_device.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,12 +93,16 @@ static const char *const COUNT_KEYS[] = {"threads", "ranks", "ranks_per_node"};
 /* The GPU rows: peaks, memory, its bandwidth and NVLink (450 GB/s per GPU one
  * way; the A100's 300, the B200's 900) are datasheet figures (the B200's
  * those of HGX B200 at 1000 W: 2.25 PFLOP/s bf16 dense, 180 GB of HBM3e at
- * 8 TB/s). Assumed, because no GPU was
- * at hand to measure them: the GEMM efficiencies, the half-efficiency point
- * of 256 tokens, the 5 us latency per ring step, and the network (one
- * 400 Gb/s NIC per GPU, 50 GB/s; the A100's 200 Gb/s). `lattice plan
- * --calibrate` on such a machine measures the first three and the NVLink
- * figure (--calibration FILE plans with them).
+ * 8 TB/s). The H200's GEMM curve, eff(N) = 0.749 N / (N + 364), is the one
+ * `lattice plan --calibrate` measured on the fifth H200 run
+ * (bench/2026-11-28-h200-fifth-draw/calibration.json: cuBLASLt on the layer
+ * GEMMs of hidden 1024-4096 and their small-row forms), taken for the H100 as
+ * well (the same GH100 SMs and clocks). Assumed, because no such GPU was at
+ * hand to measure them: the B200's and A100's GEMM efficiencies and
+ * half-efficiency point of 256 tokens, the 5 us latency per ring step, and
+ * the network (one 400 Gb/s NIC per GPU, 50 GB/s; the A100's 200 Gb/s).
+ * `lattice plan --calibrate` on such a machine measures the first three and
+ * the NVLink figure (--calibration FILE plans with them).
  * Their memory-bound and attention figures come from the first H200 run
  * (bench/2026-11-27-h200-first-draw.md, bf16): element-wise ops at 0.60 of
  * the datasheet bandwidth (67-80% for the forward norms, residual adds and
@@ -123,11 +128,11 @@ static const char *const COUNT_KEYS[] = {"threads", "ranks", "ranks_per_node"};
     .attn_win_fwd_tflops = 197 * (attn_scale), .attn_win_bwd_tflops = 116 * (attn_scale),     \
     .cudnn_win_fwd_tflops = 208 * (attn_scale), .cudnn_win_bwd_tflops = 16 * (attn_scale)
 static const LtPlanDevice DEVICES[] = {
-    {"h100", 989.4, 66.9, 80, 3350, 450, 50, 5.0, 0.60, 256,
-     "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed",
+    {"h100", 989.4, 66.9, 80, 3350, 450, 50, 5.0, 0.749, 364,
+     "datasheet peaks and bandwidths; GEMMs as measured on an H200; latency and network assumed",
      GPU_ROW(3350, 1.0)},
-    {"h200", 989.4, 66.9, 141, 4800, 450, 50, 5.0, 0.62, 256,
-     "datasheet peaks and bandwidths; GEMM efficiency, latency and network assumed",
+    {"h200", 989.4, 66.9, 141, 4800, 450, 50, 5.0, 0.749, 364,
+     "datasheet peaks and bandwidths; GEMMs measured (2026-11-28); latency and network assumed",
      GPU_ROW(4800, 1.0)},
     {"b200", 2250.0, 80.0, 180, 8000, 900, 50, 5.0, 0.60, 256,
      "datasheet peaks and bandwidths (HGX B200); GEMM efficiency, latency and network assumed",
@@ -143,6 +148,45 @@ static const LtPlanDevice DEVICES[] = {
      .elem_gbs = CPU_ELEM_GBS, .xent_gbs = CPU_XENT_GBS, .optim_gbs = CPU_OPTIM_GBS,
      .attn_fwd_tflops = CPU_ATTN_FWD, .attn_bwd_tflops = CPU_ATTN_BWD, .threads = 2, .ranks = 1},
 };
+
+/* The attention core's rate by shape, relative to T 2048, HD 128: the fifth
+ * H200 run (bench/2026-11-28-h200-fifth-draw), bench_attention at T 1024 and
+ * 2048 x HD 64 and 128 (causal, 16384 tokens, 2048 wide) and the calibration's
+ * T 4096 at HD 128 (the same step to T 4096 taken for HD 64). Rows: HD 64,
+ * 128; columns: T 1024, 2048, 4096. cuDNN's non-deterministic backward is
+ * relative to its deterministic one at the reference. cuDNN runs small head
+ * dimensions and short sequences well below its reference rate (GPT-2's HD 64
+ * at T 1024: 0.61 forward, 0.58 backward); lattice's kernels barely change. */
+static const double ATTN_SHAPE[3][2][2][3] = {
+    /* lattice */ {{{0.942, 1.022, 1.072}, {0.908, 1.0, 1.049}},
+                   {{0.842, 0.955, 1.025}, {0.887, 1.0, 1.073}}},
+    /* cuDNN, deterministic backward */ {{{0.611, 0.781, 0.875}, {0.874, 1.0, 1.119}},
+                                         {{0.582, 0.687, 0.778}, {0.835, 1.0, 1.132}}},
+    /* cuDNN, non-deterministic backward */ {{{0.611, 0.781, 0.875}, {0.874, 1.0, 1.119}},
+                                             {{0.636, 0.837, 0.948}, {0.803, 1.055, 1.194}}},
+};
+
+/* x's place on the grid lo, 2 lo, (4 lo): its cell and the fraction into it,
+ * in log2, clamped to the grid's ends. */
+static void grid_at(double x, double lo, int cells, int *i, double *f) {
+    double u = log2(x > 0 ? x / lo : 1.0);
+    if (u < 0) u = 0;
+    if (u > cells) u = cells;
+    *i = u >= cells ? cells - 1 : (int)u;
+    *f = u - *i;
+}
+
+double lt_plan_attn_shape(const LtPlanDevice *dev, int kind, int bwd, int T, int HD) {
+    if (dev->threads > 0 || kind < 0 || kind > 2) return 1.0;
+    int ti, hi;
+    double tf, hf;
+    grid_at(T, 1024, 2, &ti, &tf);
+    grid_at(HD, 64, 1, &hi, &hf);
+    const double (*g)[3] = ATTN_SHAPE[kind][bwd ? 1 : 0];
+    const double lo = g[0][ti] + tf * (g[0][ti + 1] - g[0][ti]),
+                 hi_ = g[1][ti] + tf * (g[1][ti + 1] - g[1][ti]);
+    return lo + hf * (hi_ - lo);
+}
 
 int lt_plan_device(const char *name, LtPlanDevice *out) {
     for (size_t i = 0; i < sizeof DEVICES / sizeof DEVICES[0]; i++)
