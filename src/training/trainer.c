@@ -851,9 +851,12 @@ static void report_done(Trainer *t) {
                ai.fallback_calls[0], ai.fallback_calls[1], ai.last_fallback[0] ? " (last: " : "",
                ai.last_fallback, ai.last_fallback[0] ? ")" : "");
     }
+    /* (a tiny model's prediction, microseconds, with its first digits) */
+    const double pms = 1e3 * r->plan.step;
+    const int pd = pms >= 1.0 ? 1 : pms >= 0.01 ? 3 : 5;
     if (r->plan_device[0])
-        lt_log("planned:  the planner predicted %.1f ms per step on %s; measured %.1f ms (%.2fx)\n",
-               1e3 * r->plan.step, r->plan_device, med * 1e3, med / r->plan.step);
+        lt_log("planned:  the planner predicted %.*f ms per step on %s; measured %.1f ms (%.2fx)\n",
+               pd, pms, r->plan_device, med * 1e3, med / r->plan.step);
     /* under expert parallelism the most loaded rank paces the MoE layers: the
      * prediction again at the load the run measured (the planner's --moe-load) */
     LtPlanStep at;
