@@ -293,6 +293,7 @@ $(EMU_DIR)/emu_glue_cuda.o: tests/emu/emu_glue.cpp $(EMU_HDRS)
 $(EMU_DIR)/nccl_mpi.o: tests/emu/nccl_mpi.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+-include $(EMU_DIR)/nccl_mpi.d
 # test_comm_mpi.c again, its cases on NCCL groups of emulated GPUs (run by make test)
 EMU_NCCL_TEST := $(BUILD)/tests/test_comm_nccl_emu
 all: $(EMU_NCCL_TEST)

@@ -55,11 +55,12 @@ typedef struct {
     int threads, ranks;
 } LtPlanDevice;
 
+/* 1 when dev is a GPU's (every device but the one named "cpu"). */
+int lt_plan_device_is_gpu(const LtPlanDevice *dev);
 /* The attention core's rate at sequence length T and head dimension HD, as a
  * fraction of its rate at T 2048, HD 128 (what the GPU rows' and a GPU
  * calibration's attention figures hold), for kind LT_PLAN_ATTN_*; bwd: the
- * backward's. Measured on an H200 and taken for every GPU; 1 on a CPU
- * device (dev->threads > 0). */
+ * backward's. Measured on an H200 and taken for every GPU; 1 on the CPU. */
 enum { LT_PLAN_ATTN_LATTICE, LT_PLAN_ATTN_CUDNN, LT_PLAN_ATTN_CUDNN_NONDET };
 double lt_plan_attn_shape(const LtPlanDevice *dev, int kind, int bwd, int T, int HD);
 

@@ -900,8 +900,10 @@ static void compare_device(const LtComm *s, const LtComm *h, LtBackend *be) {
             CHECK(nccl || be->host_waits > waits, "%s: %s type %d did not stage", lt_comm_name(s),
                   s_case_name[k], (int)t);
             run_case(h, k, t, hin, hout);
-            /* in place, the result is the first chunk; the rest is the library's */
-            const size_t cmp = k == S_RS_IN_PLACE    ? SC * lt_comm_type_size(t)
+            /* NCCL in place: the result is the first chunk (comm.h), the rest is
+             * NCCL's; staging gives the host path's whole buffer */
+            const size_t cmp = !nccl                 ? bytes
+                               : k == S_RS_IN_PLACE  ? SC * lt_comm_type_size(t)
                                : k == S_RSV_IN_PLACE ? (size_t)rsv_count(me) * lt_comm_type_size(t)
                                                      : bytes;
             CHECK(memcmp(dout, hout, cmp) == 0, "%s (%d ranks): %s type %d differs from the "

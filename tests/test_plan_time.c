@@ -215,7 +215,9 @@ static void test_attention_window(void) {
     h.attn_win_fwd_tflops = h.attn_win_bwd_tflops = h.cudnn_win_fwd_tflops = 0;
     h.cudnn_win_bwd_tflops = 0;
     REQUIRE(predict(1, &h, &plain, 5, base) == 0, "predict without window figures");
-    const double wp = fr * (1 / h.cudnn_fwd_tflops + 2 / h.attn_bwd_tflops);
+    const double wp =
+        fr * (1 / (h.cudnn_fwd_tflops * lt_plan_attn_shape(&h, LT_PLAN_ATTN_CUDNN, 0, 128, 16)) +
+              2 / (h.attn_bwd_tflops * lt_plan_attn_shape(&h, LT_PLAN_ATTN_LATTICE, 1, 128, 16)));
     CHECK(test_relerr(plain.attention / none.attention, (c + wp) / (2 * c), 1) < 1e-9,
           "no window figures (auto: the backward at lattice's causal rate): %g of the causal "
           "time, want %g", plain.attention / none.attention, (c + wp) / (2 * c));
@@ -273,6 +275,62 @@ static void test_attention_shape(void) {
     CHECK(test_relerr(n.attention / a.attention, rnd / r64, 1) < 1e-9,
           "non-deterministic / deterministic: %g, factors say %g", n.attention / a.attention,
           rnd / r64);
+}
+
+/* A GPU calibration's attention figures hold T 2048, HD 128: --calibrate writes
+ * attn_reference_t 2048 and they read back as written; a GPU file without it
+ * (before 3e32dcb: the mix of T 1024, 2048, 4096 at FLOPs 1 : 2 : 4) is taken
+ * to the reference on reading, the row's figures it lacks untouched; another
+ * reference is refused; a CPU file is never scaled. */
+static void test_calibration_attention_reference(void) {
+    char *dir = test_tmpdir("plan_time_ref");
+    REQUIRE(dir, "tmpdir");
+    char path[512], old[512], bad[512], err[512];
+    snprintf(path, sizeof path, "%s/new.json", dir);
+    snprintf(old, sizeof old, "%s/old.json", dir);
+    snprintf(bad, sizeof bad, "%s/bad.json", dir);
+    LtPlanDevice row;
+    REQUIRE(lt_plan_device("h200", &row) == 0, "h200 row");
+    LtPlanCalibration cal = {.prec = LT_PREC_BF16, .ranks = 1, .ranks_per_node = 1, .seconds = 20,
+                             .device_name = "NVIDIA H200", .peak_source = "datasheet"};
+    cal.dev = row;
+    cal.dev.cudnn_fwd_tflops = 1020, cal.dev.attn_bwd_tflops = 230;
+    cal.has_cudnn = 1;
+    REQUIRE(lt_plan_calibration_write(path, &cal, err, sizeof err) == 0, "%s", err);
+    LtPlanDevice d;
+    REQUIRE(lt_plan_calibration_load(path, LT_PREC_BF16, &d, err, sizeof err) == 0, "%s", err);
+    CHECK(d.cudnn_fwd_tflops == 1020 && d.attn_bwd_tflops == 230, "written, read back: %g %g",
+          d.cudnn_fwd_tflops, d.attn_bwd_tflops);
+    FILE *f = fopen(old, "w");
+    REQUIRE(f, "write %s", old);
+    fputs("{\"format\": \"lattice-calibration/1\", \"device\": \"h200\", \"precision\": "
+          "\"bf16\", \"threads\": 0, \"peak_tflops\": 989.4, \"gemm_eff\": 0.749, "
+          "\"gemm_half_tokens\": 364, \"mem_gbs\": 4142, \"cudnn_fwd_tflops\": 1063, "
+          "\"cudnn_bwd_tflops\": 627.2}\n", f);
+    fclose(f);
+    REQUIRE(lt_plan_calibration_load(old, LT_PREC_BF16, &d, err, sizeof err) == 0, "%s", err);
+    /* the fifth draw's round 1: cuDNN 1063 / 627.2 over the mix; its T 2048 alone
+     * measured 1029 / 605 */
+    const double mf = 7.0 / (1 / 0.874 + 2 / 1.0 + 4 / 1.119),
+                 mb = 7.0 / (1 / 0.835 + 2 / 1.0 + 4 / 1.132);
+    CHECK(test_relerr(d.cudnn_fwd_tflops, 1063 / mf, 1) < 1e-12 &&
+              test_relerr(d.cudnn_bwd_tflops, 627.2 / mb, 1) < 1e-12,
+          "old GPU file to the reference: %g %g (want %g %g)", d.cudnn_fwd_tflops,
+          d.cudnn_bwd_tflops, 1063 / mf, 627.2 / mb);
+    CHECK(fabs(d.cudnn_fwd_tflops - 1029) < 15 && fabs(d.cudnn_bwd_tflops - 605) < 15,
+          "near what T 2048 measured: %g %g", d.cudnn_fwd_tflops, d.cudnn_bwd_tflops);
+    CHECK(d.attn_fwd_tflops == row.attn_fwd_tflops, "the row's figure untouched");
+    f = fopen(bad, "w");
+    REQUIRE(f, "write %s", bad);
+    fputs("{\"format\": \"lattice-calibration/1\", \"device\": \"h200\", \"precision\": "
+          "\"bf16\", \"peak_tflops\": 989.4, \"gemm_eff\": 0.749, \"gemm_half_tokens\": 364, "
+          "\"mem_gbs\": 4142, \"attn_reference_t\": 1024}\n", f);
+    fclose(f);
+    CHECK(lt_plan_calibration_load(bad, LT_PREC_BF16, &d, err, sizeof err) != 0 &&
+              strstr(err, "attn_reference_t"),
+          "another reference refused: %s", err);
+    LtPlanDevice cpu = cpu_row();
+    CHECK(!lt_plan_device_is_gpu(&cpu) && lt_plan_device_is_gpu(&row), "cpu / gpu");
 }
 
 /* a calibration's figures are read back; a file from before the memory-bound
@@ -584,6 +642,7 @@ int main(void) {
     RUN(test_attention_window);
     RUN(test_attention_shape);
     RUN(test_calibration_file);
+    RUN(test_calibration_attention_reference);
     RUN(test_sync_skew);
     RUN(test_moe_gemm_flops);
     RUN(test_flops_add_up);

@@ -412,17 +412,26 @@ static void attention_rates(const LtConfig *c, const LtPlanDevice *g, double *fw
  * under model.attention=cudnn with a deterministic backward (auto leaves that
  * one to lattice's kernels, attn_select.c; a non-deterministic cuDNN band
  * backward measured on par with lattice's, whose figure stands in for it).
- * Without window figures, the causal rates. */
+ * Without window figures, the causal rates at the run's shape (the band's
+ * figures are measured at a window's own shape and taken as they are). */
 static void window_rates(const LtConfig *c, const LtPlanDevice *g, int cudnn, double *fwd,
                          double *bwd) {
-    const double lf = g->attn_win_fwd_tflops > 0 ? g->attn_win_fwd_tflops : g->attn_fwd_tflops,
-                 lb = g->attn_win_bwd_tflops > 0 ? g->attn_win_bwd_tflops : g->attn_bwd_tflops;
-    *fwd = (cudnn ? (g->cudnn_win_fwd_tflops > 0 ? g->cudnn_win_fwd_tflops : g->cudnn_fwd_tflops)
+    const int T = c->model.seq_length, HD = c->model.kv_channels;
+    const double lf = g->attn_win_fwd_tflops > 0
+                          ? g->attn_win_fwd_tflops
+                          : g->attn_fwd_tflops * lt_plan_attn_shape(g, LT_PLAN_ATTN_LATTICE, 0, T, HD),
+                 lb = g->attn_win_bwd_tflops > 0
+                          ? g->attn_win_bwd_tflops
+                          : g->attn_bwd_tflops * lt_plan_attn_shape(g, LT_PLAN_ATTN_LATTICE, 1, T, HD);
+    *fwd = (cudnn ? (g->cudnn_win_fwd_tflops > 0
+                         ? g->cudnn_win_fwd_tflops
+                         : g->cudnn_fwd_tflops * lt_plan_attn_shape(g, LT_PLAN_ATTN_CUDNN, 0, T, HD))
                   : lf) * 1e12;
     const int cudnn_bwd = cudnn && c->model.attention == LT_ATTN_CUDNN &&
                           c->model.attention_deterministic;
-    *bwd = (cudnn_bwd ? (g->cudnn_win_bwd_tflops > 0 ? g->cudnn_win_bwd_tflops
-                                                     : g->cudnn_bwd_tflops)
+    *bwd = (cudnn_bwd ? (g->cudnn_win_bwd_tflops > 0
+                             ? g->cudnn_win_bwd_tflops
+                             : g->cudnn_bwd_tflops * lt_plan_attn_shape(g, LT_PLAN_ATTN_CUDNN, 1, T, HD))
                       : lb) * 1e12;
 }
 

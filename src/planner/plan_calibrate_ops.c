@@ -184,7 +184,8 @@ static void attn_rates(Cal *c, const char *name, double budget, double *fwd, dou
         attn_job_alloc(c, &j);
         const double f = 4.0 * B * (double)T * T * NH * HD; /* the model's count, forward */
         double t[2];
-        const LtPlanDevice shape = {.threads = c->cuda ? 0 : 1}; /* (factors on a GPU only) */
+        LtPlanDevice shape = {.threads = 0}; /* (factors on a GPU only) */
+        snprintf(shape.name, sizeof shape.name, "%s", c->cuda ? "gpu" : "cpu");
         const int kind = strcmp(name, "cudnn") ? LT_PLAN_ATTN_LATTICE : LT_PLAN_ATTN_CUDNN;
         for (j.bwd = 0; j.bwd < 2; j.bwd++) {
             t[j.bwd] = attn_time(c, &j, budget / 6);

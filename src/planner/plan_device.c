@@ -83,6 +83,14 @@ static const CalKey KEYS[] = {
 /* Written for the reader's information, not read back as figures. */
 static const char *const INFO_KEYS[] = {"device_name", "host", "date", "seconds", "peak_source",
                                         "note"};
+/* The T a GPU calibration's attention figures hold (lt_plan_attn_shape's
+ * reference); a GPU file without it is from before the figures were taken
+ * there: they hold the mix of T 1024, 2048 and 4096 (HD 128, 16384 tokens
+ * each, so FLOPs 1 : 2 : 4) that --calibrate timed, and are taken to the
+ * reference on reading. */
+#define ATTN_REF_KEY "attn_reference_t"
+#define ATTN_REF_T 2048
+
 /* What it was measured with (whole numbers; 0 threads: a GPU): read into the
  * device (threads; ranks: those per node, else all of them) for the thread
  * scaling. */
@@ -152,7 +160,8 @@ static const LtPlanDevice DEVICES[] = {
 /* The attention core's rate by shape, relative to T 2048, HD 128: the fifth
  * H200 run (bench/2026-11-28-h200-fifth-draw), bench_attention at T 1024 and
  * 2048 x HD 64 and 128 (causal, 16384 tokens, 2048 wide) and the calibration's
- * T 4096 at HD 128 (the same step to T 4096 taken for HD 64). Rows: HD 64,
+ * T 4096 at HD 128 (deterministic; the same step to T 4096 taken for HD 64 and
+ * for the non-deterministic backward, which were not measured there). Rows: HD 64,
  * 128; columns: T 1024, 2048, 4096. cuDNN's non-deterministic backward is
  * relative to its deterministic one at the reference. cuDNN runs small head
  * dimensions and short sequences well below its reference rate (GPT-2's HD 64
@@ -176,8 +185,10 @@ static void grid_at(double x, double lo, int cells, int *i, double *f) {
     *f = u - *i;
 }
 
+int lt_plan_device_is_gpu(const LtPlanDevice *dev) { return strcasecmp(dev->name, "cpu") != 0; }
+
 double lt_plan_attn_shape(const LtPlanDevice *dev, int kind, int bwd, int T, int HD) {
-    if (dev->threads > 0 || kind < 0 || kind > 2) return 1.0;
+    if (!lt_plan_device_is_gpu(dev) || kind < 0 || kind > 2) return 1.0;
     int ti, hi;
     double tf, hf;
     grid_at(T, 1024, 2, &ti, &tf);
@@ -276,6 +287,7 @@ static const char *get_string(const LtJson *obj, const char *path, const char *k
 
 static int known_key(const char *key) {
     static const char *const strings[] = {"format", "device", "precision"};
+    if (!strcmp(key, ATTN_REF_KEY)) return 1;
     for (size_t i = 0; i < NKEYS; i++)
         if (!strcmp(key, KEYS[i].key)) return 1;
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)
@@ -385,6 +397,28 @@ static int read_calibration(const LtJson *obj, const char *path, LtPrecision pre
         *(KEYS[i].dev_off == (size_t)-1 ? peak : (double *)((char *)dev + KEYS[i].dev_off)) = x;
     }
     if (read_counts(obj, path, dev, err, errlen)) return -1;
+    const LtJson *ref = lt_json_get(obj, ATTN_REF_KEY);
+    double rt;
+    if (ref && (ref->type != LT_JSON_NUMBER || lt_json_double(ref, &rt) || rt != ATTN_REF_T))
+        return lt_errorf(err, errlen, "calibration file %s: field '%s' must be %d", path,
+                         ATTN_REF_KEY, ATTN_REF_T);
+    if (!ref && lt_plan_device_is_gpu(dev)) { /* the old mix, to the reference */
+        const struct {
+            const char *key;
+            double *x;
+            int kind, bwd;
+        } fig[] = {{"attn_fwd_tflops", &dev->attn_fwd_tflops, LT_PLAN_ATTN_LATTICE, 0},
+                   {"attn_bwd_tflops", &dev->attn_bwd_tflops, LT_PLAN_ATTN_LATTICE, 1},
+                   {"cudnn_fwd_tflops", &dev->cudnn_fwd_tflops, LT_PLAN_ATTN_CUDNN, 0},
+                   {"cudnn_bwd_tflops", &dev->cudnn_bwd_tflops, LT_PLAN_ATTN_CUDNN, 1}};
+        for (size_t i = 0; i < sizeof fig / sizeof fig[0]; i++) {
+            if (!lt_json_get(obj, fig[i].key)) continue; /* the row's: already the reference's */
+            double inv = 0.0;
+            for (int t = 1024, w = 1; t <= 4096; t *= 2, w *= 2)
+                inv += w / lt_plan_attn_shape(dev, fig[i].kind, fig[i].bwd, t, 128);
+            *fig[i].x /= 7.0 / inv;
+        }
+    }
     snprintf(dev->source, sizeof dev->source, "calibration file %s", path);
     return 0;
 }
@@ -454,6 +488,7 @@ int lt_plan_calibration_write(const char *path, const LtPlanCalibration *cal, ch
         put_number(f, "attn_win_fwd_tflops", d->attn_win_fwd_tflops, 0);
         put_number(f, "attn_win_bwd_tflops", d->attn_win_bwd_tflops, 0);
     }
+    if (lt_plan_device_is_gpu(d)) put_number(f, ATTN_REF_KEY, ATTN_REF_T, 0);
     put_number(f, "attn_fwd_tflops", d->attn_fwd_tflops, 0);
     put_number(f, "attn_bwd_tflops", d->attn_bwd_tflops, !cal->has_comm && !cal->has_cudnn);
     if (cal->has_cudnn) {

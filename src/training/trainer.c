@@ -833,6 +833,14 @@ static int agree_to_stop(Trainer *t) {
 
 /* The run's median step after warm-up and its throughput, beside the
  * planner's prediction where there is one. */
+/* Decimals for a predicted time in ms: one, or two significant digits of a
+ * tiny model's fraction of a millisecond (0.0014, not 0.0). */
+static int ms_digits(double ms) {
+    if (!(ms > 0) || ms >= 1.0) return 1;
+    const int d = 1 - (int)floor(log10(ms));
+    return d < 9 ? d : 9;
+}
+
 static void report_done(Trainer *t) {
     if (t->ntimes == 0) return;
     const LtRun *r = &t->r;
@@ -851,20 +859,19 @@ static void report_done(Trainer *t) {
                ai.fallback_calls[0], ai.fallback_calls[1], ai.last_fallback[0] ? " (last: " : "",
                ai.last_fallback, ai.last_fallback[0] ? ")" : "");
     }
-    /* (a tiny model's prediction, microseconds, with its first digits) */
     const double pms = 1e3 * r->plan.step;
-    const int pd = pms >= 1.0 ? 1 : pms >= 0.01 ? 3 : 5;
     if (r->plan_device[0])
         lt_log("planned:  the planner predicted %.*f ms per step on %s; measured %.1f ms (%.2fx)\n",
-               pd, pms, r->plan_device, med * 1e3, med / r->plan.step);
+               ms_digits(pms), pms, r->plan_device, med * 1e3, med / r->plan.step);
     /* under expert parallelism the most loaded rank paces the MoE layers: the
      * prediction again at the load the run measured (the planner's --moe-load) */
     LtPlanStep at;
     if (r->plan_device[0] && t->load_n > 0 && r->cfg->parallel.expert_model_parallel_size > 1 &&
         lt_run_plan_at_load(r, t->load_sum / t->load_n, &at) == 0)
         lt_log("planned:  at the expert load measured (max/mean %.2f, the mean over steps and MoE "
-               "layers) the planner predicts %.1f ms; measured %.1f ms (%.2fx)\n",
-               t->load_sum / t->load_n, 1e3 * at.step, med * 1e3, med / at.step);
+               "layers) the planner predicts %.*f ms; measured %.1f ms (%.2fx)\n",
+               t->load_sum / t->load_n, ms_digits(1e3 * at.step), 1e3 * at.step, med * 1e3,
+               med / at.step);
 }
 
 /* Whether the run ends with an evaluation of its last step: it finished (no

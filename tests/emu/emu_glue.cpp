@@ -221,6 +221,7 @@ static void emu_destroy(LtBackend *be) {
  * within one, as cudaMemcpy requires (a copy past the end is "invalid
  * argument" on a GPU; the emulation's padding would hide it). */
 static std::map<uintptr_t, size_t> g_allocs;
+static std::map<uintptr_t, bool> g_host_allocs; /* host_alloc's (pinned host memory on a GPU) */
 static void *emu_alloc(LtBackend *, size_t bytes) {
     size_t nb = (bytes + 255) / 256 * 256 + 256;
     void *p = aligned_alloc(256, nb);
@@ -230,7 +231,7 @@ static void *emu_alloc(LtBackend *, size_t bytes) {
     return p;
 }
 static void emu_free(LtBackend *, void *p) {
-    if (p) g_allocs.erase((uintptr_t)p);
+    if (p) g_allocs.erase((uintptr_t)p), g_host_allocs.erase((uintptr_t)p);
     free(p);
 }
 static void emu_check_range(const char *what, const void *d, size_t bytes) {
@@ -240,12 +241,15 @@ static void emu_check_range(const char *what, const void *d, size_t bytes) {
         lt_fatal("emulated CUDA backend: %s of %zu bytes at %p is not within one device "
                  "allocation (a GPU answers: invalid argument)", what, bytes, d);
 }
-/* 1 when [d, d + bytes) lies within one live allocation of the emulated
- * device (tests/emu/nccl_mpi.c checks NCCL's buffers with it). */
+/* 1 when [d, d + bytes) lies within one live device allocation of the
+ * emulated backend, not a host_alloc one (tests/emu/nccl_mpi.c checks NCCL's
+ * buffers with it). */
 extern "C" int emu_device_range(const void *d, size_t bytes) {
     const uintptr_t a = (uintptr_t)d;
     auto it = g_allocs.upper_bound(a);
-    return it != g_allocs.begin() && a + bytes <= (--it)->first + it->second;
+    if (it == g_allocs.begin()) return 0;
+    --it;
+    return a + bytes <= it->first + it->second && !g_host_allocs.count(it->first);
 }
 static void emu_zero(LtBackend *, void *p, size_t bytes) { memset(p, 0, bytes); }
 static void emu_copy(LtBackend *, void *dst, const void *src, size_t bytes) {
@@ -267,7 +271,11 @@ static LtStream *emu_current_stream(LtBackend *be) {
  * which ignores it) enqueues on: the LtStream itself, NULL the default one */
 static void *emu_native_stream(LtBackend *, LtStream *s) { return s; }
 
-static void *emu_host_alloc(LtBackend *be, size_t bytes) { return emu_alloc(be, bytes); }
+static void *emu_host_alloc(LtBackend *be, size_t bytes) {
+    void *p = emu_alloc(be, bytes);
+    g_host_allocs[(uintptr_t)p] = true;
+    return p;
+}
 /* A host<->device copy that waits, its device side checked (dev: dst or src). */
 static void emu_host_copy(LtBackend *be, const char *what, const void *dev, void *dst,
                           const void *src, size_t bytes) {

@@ -9,7 +9,8 @@
  * What is checked is lattice's use of NCCL, so the shim keeps to NCCL's
  * documented semantics and is stricter than the library where NCCL trusts
  * its caller:
- *  - every buffer must lie within one allocation of the emulated device;
+ *  - every buffer must lie within one device allocation of the emulated
+ *    backend (not its host_alloc memory);
  *  - in-place operations only in the placement NCCL documents (all-reduce and
  *    broadcast: the same pointer; reduce-scatter: recvbuff = sendbuff +
  *    rank * recvcount; all-gather: sendbuff = recvbuff + rank * sendcount),
@@ -17,13 +18,22 @@
  *  - between ncclGroupStart and ncclGroupEnd nothing moves: the group's
  *    operations run at its end (sends and receives matched per peer in issue
  *    order, as NCCL does), so code that reads a result before the group ends
- *    sees the old contents, as it would on a GPU;
+ *    sees the old contents, as it would on a GPU; and since NCCL runs a
+ *    group's operations concurrently, one that writes what another of the
+ *    group reads or writes is an error;
+ *  - a send completes only once its receive has started (synchronous sends,
+ *    MPI_Issend): NCCL does not buffer, so a lone send whose receive the
+ *    peer posts later blocks, as on GPUs, whatever the message's size;
  *  - two ranks of one communicator on the same device of one host are
  *    refused at ncclCommInitRank, as NCCL refuses them ("Duplicate GPU").
  * The emulated backend runs every op when it is issued, so the stream
  * arguments are ignored and every operation is complete when its call (or
  * its group) returns. An error returns NCCL's code with a message for
- * ncclGetLastError; nothing here exits on its own. */
+ * ncclGetLastError; nothing here exits on its own. ncclGetUniqueId's id names
+ * the rank that made it, which must be a member of the communicator (as in
+ * lattice, whose group rank 0 makes it). ncclCommAbort leaves the MPI
+ * communicator alone (freeing it is collective, and the watchdog aborts while
+ * the main thread may wait in it): the process is ending. */
 #include <limits.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -128,13 +138,14 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId uid, int
     if (me.world == id.creator) {
         /* the creator collects every member, checks them and sends the list back */
         Member *all = calloc((size_t)nranks, sizeof(Member));
-        int *seen = calloc((size_t)nranks, sizeof(int));
+        int *seen = calloc((size_t)nranks, sizeof(int)), *from = calloc((size_t)nranks, sizeof(int));
         all[rank] = me;
         seen[rank] = 1;
         for (int i = 1; i < nranks; i++) {
             Member m;
-            MPI_Recv(&m, (int)sizeof m, MPI_BYTE, MPI_ANY_SOURCE, tag, MPI_COMM_WORLD,
-                     MPI_STATUS_IGNORE);
+            MPI_Status st;
+            MPI_Recv(&m, (int)sizeof m, MPI_BYTE, MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, &st);
+            from[i] = st.MPI_SOURCE; /* every sender gets the verdict, a refused one too */
             if (m.nranks != nranks || m.rank < 0 || m.rank >= nranks || seen[m.rank]) {
                 rc = failed(ncclInvalidUsage,
                             "ncclCommInitRank: world rank %d joins as rank %d of %d; this "
@@ -157,13 +168,13 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId uid, int
                 }
         int verdict = rc;
         for (int r = 0; r < nranks; r++) worlds[r] = all[r].world;
-        for (int r = 0; r < nranks; r++) {
-            if (r == rank) continue;
-            MPI_Send(&verdict, 1, MPI_INT, all[r].world, tag, MPI_COMM_WORLD);
-            MPI_Send(worlds, nranks, MPI_INT, all[r].world, tag, MPI_COMM_WORLD);
+        for (int i = 1; i < nranks; i++) {
+            MPI_Send(&verdict, 1, MPI_INT, from[i], tag, MPI_COMM_WORLD);
+            MPI_Send(worlds, nranks, MPI_INT, from[i], tag, MPI_COMM_WORLD);
         }
         free(all);
         free(seen);
+        free(from);
     } else {
         int verdict = 0;
         MPI_Send(&me, (int)sizeof me, MPI_BYTE, id.creator, tag, MPI_COMM_WORLD);
@@ -200,14 +211,15 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId uid, int
     return ncclSuccess;
 }
 
-static ncclResult_t comm_free(ncclComm_t c) {
-    if (!c) return failed(ncclInvalidArgument, "NULL communicator");
+ncclResult_t ncclCommDestroy(ncclComm_t c) {
+    if (!c) return failed(ncclInvalidArgument, "ncclCommDestroy: NULL communicator");
     MPI_Comm_free(&c->mpi);
     free(c);
     return ncclSuccess;
 }
-ncclResult_t ncclCommDestroy(ncclComm_t c) { return comm_free(c); }
-ncclResult_t ncclCommAbort(ncclComm_t c) { return comm_free(c); }
+ncclResult_t ncclCommAbort(ncclComm_t c) {
+    return c ? ncclSuccess : failed(ncclInvalidArgument, "ncclCommAbort: NULL communicator");
+}
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *st) {
     if (!c) return failed(ncclInvalidArgument, "ncclCommGetAsyncError: NULL communicator");
@@ -380,10 +392,62 @@ static ncclResult_t run_op(const Op *o) {
 
 #define TAG_P2P 7
 
+/* What op o reads (i = 0) and writes (i = 1) on this rank, as byte ranges
+ * (NULL: none; a root-only receive buffer is written on the root only). */
+static size_t op_range(const Op *o, int i, const char **at) {
+    const size_t tsz = type_size(o->type), n = (size_t)o->comm->size, me = (size_t)o->comm->rank;
+    *at = NULL;
+    switch (o->kind) {
+    case OP_SEND: if (!i) *at = o->send; return o->count * tsz;
+    case OP_RECV: if (i) *at = o->recv; return o->count * tsz;
+    case OP_ALLREDUCE: *at = i ? o->recv : o->send; return o->count * tsz;
+    case OP_REDUCE:
+        if (!i || (int)me == o->peer) *at = i ? o->recv : o->send;
+        return o->count * tsz;
+    case OP_BCAST:
+        if (i || (int)me == o->peer) *at = i ? o->recv : o->send;
+        return o->count * tsz;
+    case OP_REDUCE_SCATTER: *at = i ? o->recv : o->send; return o->count * tsz * (i ? 1 : n);
+    case OP_ALLGATHER: *at = i ? o->recv : o->send; return o->count * tsz * (i ? n : 1);
+    }
+    (void)me;
+    return 0;
+}
+
+/* NCCL runs a group's operations concurrently: none may write what another
+ * reads or writes. */
+static ncclResult_t check_group_hazards(void) {
+    static const char *const kind[] = {"all-reduce", "reduce", "reduce-scatter", "all-gather",
+                                       "broadcast", "send", "recv"};
+    for (int a = 0; a < g_nops; a++)
+        for (int b = 0; b < g_nops; b++) {
+            if (a == b) continue;
+            const char *w, *x;
+            const size_t wn = op_range(&g_ops[a], 1, &w);
+            if (!w || !wn) continue;
+            for (int i = 0; i < 2; i++) {
+                const size_t xn = op_range(&g_ops[b], i, &x);
+                if (x && xn && w < x + xn && x < w + wn)
+                    return failed(ncclInvalidUsage,
+                                  "ncclGroupEnd: operation %d of the group (%s) writes %p (%zu "
+                                  "bytes), which operation %d (%s) %s at %p (%zu bytes): a "
+                                  "group's operations run concurrently",
+                                  a, kind[g_ops[a].kind], (const void *)w, wn, b,
+                                  kind[g_ops[b].kind], i ? "writes" : "reads", (const void *)x, xn);
+            }
+        }
+    return ncclSuccess;
+}
+
 /* Run a group: sends and receives posted first (matched per peer in issue
  * order by MPI's non-overtaking rule), then the collectives in issue order,
  * then wait for the point-to-point ones. */
 static ncclResult_t run_group(void) {
+    ncclResult_t hz = check_group_hazards();
+    if (hz != ncclSuccess) {
+        g_nops = 0;
+        return hz;
+    }
     MPI_Request *req = malloc(sizeof(MPI_Request) * (size_t)(g_nops ? g_nops : 1));
     int nreq = 0;
     ncclResult_t rc = ncclSuccess;
@@ -391,7 +455,7 @@ static ncclResult_t run_group(void) {
         const Op *o = &g_ops[i];
         const int bytes = (int)(o->count * type_size(o->type));
         if (o->kind == OP_SEND)
-            MPI_Isend(o->send, bytes, MPI_BYTE, o->peer, TAG_P2P, o->comm->mpi, &req[nreq++]);
+            MPI_Issend(o->send, bytes, MPI_BYTE, o->peer, TAG_P2P, o->comm->mpi, &req[nreq++]);
         else if (o->kind == OP_RECV)
             MPI_Irecv(o->recv, bytes, MPI_BYTE, o->peer, TAG_P2P, o->comm->mpi, &req[nreq++]);
     }
