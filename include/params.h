@@ -77,13 +77,19 @@ static inline int lt_dims_window_layer(const LtModelDims *d, int l) {
 /* What an MoE layer's forwards added up since the last lt_model_moe_take (model.h): its
  * load-balancing and z losses times their weight in the step's objective (so
  * over a step's micro batches they sum to the objective's terms), the
- * assignments kept per expert on this rank (the most loaded expert's and the
- * mean, summed over forwards) and the dropped ones. */
+ * assignments kept per expert of each routed micro batch (the most loaded
+ * expert's and the mean, summed over forwards), and the ones this rank
+ * dropped. Under sequence parallelism a forward routes this rank's share of a
+ * micro batch: its counts wait in sp_counts (E + 2 per forward: per expert,
+ * dropped, rows) until lt_model_moe_take sums them over the tensor-parallel
+ * ranks, once per layer, and adds the micro batches' loads. */
 typedef struct {
     int layer;            /* global layer index */
     double aux, z;
     double load_max, load_mean;
     long dropped, forwards;
+    int32_t *sp_counts;   /* (owned by the model; NULL in lt_model_moe_take's copies) */
+    int sp_n, sp_cap;     /* forwards waiting, and room for */
 } LtMoeStats;
 /* 1 when layer l (global index) of dims is an MoE layer. */
 static inline int lt_dims_moe_layer(const LtModelDims *d, int l) {

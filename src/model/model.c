@@ -344,6 +344,7 @@ void lt_model_destroy(LtModel *m) {
         if (ps[i]) fr(be, ps[i]);
     if (in->moe_any) lt_moe_work_free(be, &m->in->moe_work);
     free(m->in->moe_exp);
+    for (int l = 0; m->in->moe_stats && l < m->table.layers; l++) free(m->in->moe_stats[l].sp_counts);
     free(m->in->moe_stats);
     free(m->in->moe_tokens);
     free(m->in->moe);

@@ -97,10 +97,18 @@ int lt_model_moe_bias_index(const LtModel *m, int k) {
 
 void lt_model_moe_take(LtModel *m, LtMoeStats *out) {
     int k = 0;
+    const int E = m->d.moe.experts;
     for (int l = 0; l < m->table.layers; l++) {
         if (!m->in->moe[l]) continue;
         LtMoeStats *st = &m->in->moe_stats[l];
-        out[k++] = *st;
-        *st = (LtMoeStats){.layer = st->layer};
+        if (st->sp_n > 0) { /* under SP: the micro batches' loads over the TP ranks */
+            lt_comm_all_reduce(lt_comm_host(m->tp), st->sp_counts, (size_t)st->sp_n * (E + 2),
+                               LT_COMM_I32, LT_COMM_SUM);
+            lt_moe_fold_loads(st, st->sp_counts, st->sp_n, E, m->d.moe.topk);
+        }
+        out[k] = *st;
+        out[k].sp_counts = NULL, out[k].sp_n = out[k].sp_cap = 0;
+        k++;
+        *st = (LtMoeStats){.layer = st->layer, .sp_counts = st->sp_counts, .sp_cap = st->sp_cap};
     }
 }

@@ -392,29 +392,42 @@ static void experts_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape 
 
 /* This forward's loads and drops into acc. The loads are the micro batch's,
  * as one process routes it: under SP each rank routes its share of the rows,
- * so the tokens per expert are summed over those ranks first (on the host,
- * a few bytes per layer). The drops stay this rank's (the step's statistics
- * sum them over every rank). */
+ * so the tokens per expert wait in acc->sp_counts for lt_model_moe_take,
+ * which sums them over those ranks (one host all-reduce per layer and step)
+ * and adds them (lt_moe_fold_loads). The drops stay this rank's (the step's
+ * statistics sum them over every rank). */
 static void count_loads(const LtMoeCtx *cx, const LtMoeShape *s, const LtMoeActs *a,
                         LtMoeStats *acc) {
     const int E = s->E;
     const int32_t dropped = a->host_off[E + 1]; /* (downloaded with the offsets) */
-    int32_t *n = lt_malloc(sizeof(int32_t) * (size_t)(E + 1));
+    int32_t buf[2 + 64], *n = E <= 64 ? buf : lt_malloc(sizeof(int32_t) * (size_t)(E + 2));
     for (int e = 0; e < E; e++) n[e] = a->host_off[e + 1] - a->host_off[e];
-    n[E] = dropped;
-    long rows = s->R;
-    if (cx->tp && lt_comm_size(cx->tp) > 1) {
-        lt_comm_all_reduce(lt_comm_host(cx->tp), n, (size_t)E + 1, LT_COMM_I32, LT_COMM_SUM);
-        rows *= lt_comm_size(cx->tp);
-    }
-    int32_t most = 0;
-    for (int e = 0; e < E; e++)
-        if (n[e] > most) most = n[e];
+    n[E] = dropped, n[E + 1] = s->R;
     acc->dropped += dropped;
-    acc->load_max += most;
-    acc->load_mean += (double)(rows * s->K - n[E]) / E;
     acc->forwards++;
-    free(n);
+    if (cx->tp && lt_comm_size(cx->tp) > 1) {
+        if (acc->sp_n == acc->sp_cap) {
+            const int cap = acc->sp_cap ? 2 * acc->sp_cap : 16;
+            int32_t *grown = lt_malloc(sizeof(int32_t) * (size_t)(E + 2) * (size_t)cap);
+            if (acc->sp_n) memcpy(grown, acc->sp_counts, sizeof(int32_t) * (size_t)(E + 2) * acc->sp_n);
+            free(acc->sp_counts);
+            acc->sp_counts = grown, acc->sp_cap = cap;
+        }
+        memcpy(acc->sp_counts + (size_t)acc->sp_n++ * (E + 2), n, sizeof(int32_t) * (size_t)(E + 2));
+    } else {
+        lt_moe_fold_loads(acc, n, 1, E, s->K);
+    }
+    if (n != buf) free(n);
+}
+
+void lt_moe_fold_loads(LtMoeStats *acc, const int32_t *n, int forwards, int E, int K) {
+    for (int f = 0; f < forwards; f++, n += E + 2) {
+        int32_t most = 0;
+        for (int e = 0; e < E; e++)
+            if (n[e] > most) most = n[e];
+        acc->load_max += most;
+        acc->load_mean += (double)((long)n[E + 1] * K - n[E]) / E;
+    }
 }
 
 void lt_moe_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,

@@ -161,6 +161,11 @@ void lt_moe_backward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape *s,
                      const LtMoeWeights *wt, const LtMoeActs *a, LtMoeWork *w, const void *x,
                      const void *dout, void *dx);
 
+/* Adds `forwards` micro batches' loads to acc: n holds E + 2 integers per
+ * forward (tokens per expert, dropped, rows routed), summed over the ranks
+ * that routed the micro batch. */
+void lt_moe_fold_loads(LtMoeStats *acc, const int32_t *n, int forwards, int E, int K);
+
 /* 1 when the backend has every MoE op. */
 int lt_moe_backend_ok(const LtBackend *be);
 
