@@ -294,18 +294,20 @@ $(EMU_DIR)/nccl_mpi.o: tests/emu/nccl_mpi.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 -include $(EMU_DIR)/nccl_mpi.d
+# what both link: the emulated kernels with the glue as GPUs, the NCCL shim,
+# the host code; the libraries without libnccl
+EMU_GPU_OBJS := $(filter-out $(EMU_DIR)/emu_glue.o,$(EMU_OBJS)) $(EMU_DIR)/emu_glue_cuda.o \
+                $(EMU_DIR)/nccl_mpi.o $(EMU_LIB)
+EMU_GPU_LIBS = $(LDFLAGS) $(filter-out $(CUDA_LIB_nccl),$(LDLIBS)) -pthread
 # test_comm_mpi.c again, its cases on NCCL groups of emulated GPUs (run by make test)
 EMU_NCCL_TEST := $(BUILD)/tests/test_comm_nccl_emu
 all: $(EMU_NCCL_TEST)
-$(EMU_NCCL_TEST): tests/test_comm_mpi.c tests/test.h $(filter-out $(EMU_DIR)/emu_glue.o,$(EMU_OBJS)) \
-                  $(EMU_DIR)/emu_glue_cuda.o $(EMU_DIR)/nccl_mpi.o $(EMU_LIB)
+$(EMU_NCCL_TEST): tests/test_comm_mpi.c tests/test.h $(EMU_GPU_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DLT_NCCL_EMU -Wno-unused-function $(filter-out tests/test.h,$^) $(LDFLAGS) \
-	  $(filter-out $(CUDA_LIB_nccl),$(LDLIBS)) -pthread -o $@
-$(EMU_LT): $(BUILD)/obj/src/main.o $(filter-out $(EMU_DIR)/emu_glue.o,$(EMU_OBJS)) \
-           $(EMU_DIR)/emu_glue_cuda.o $(EMU_DIR)/nccl_mpi.o $(EMU_LIB)
+	$(CC) $(CFLAGS) -DLT_NCCL_EMU -Wno-unused-function $< $(EMU_GPU_OBJS) $(EMU_GPU_LIBS) -o $@
+$(EMU_LT): $(BUILD)/obj/src/main.o $(EMU_GPU_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $^ $(LDFLAGS) $(filter-out $(CUDA_LIB_nccl),$(LDLIBS)) -pthread -o $@
+	$(CC) $^ $(EMU_GPU_LIBS) -o $@
 endif
 
 # GPU checks: need a visible GPU; scripts/gpu_check.sh wraps them with a report.

@@ -88,7 +88,8 @@ typedef struct {
     double aux, z;
     double load_max, load_mean;
     long dropped, forwards;
-    int32_t *sp_counts;   /* (owned by the model; NULL in lt_model_moe_take's copies) */
+    int32_t *sp_counts;   /* (owned by the model, also each forward's scratch without SP;
+                           * NULL in lt_model_moe_take's copies) */
     int sp_n, sp_cap;     /* forwards waiting, and room for */
 } LtMoeStats;
 /* 1 when layer l (global index) of dims is an MoE layer. */

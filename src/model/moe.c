@@ -399,25 +399,23 @@ static void experts_forward(LtBackend *be, const LtMoeCtx *cx, const LtMoeShape 
 static void count_loads(const LtMoeCtx *cx, const LtMoeShape *s, const LtMoeActs *a,
                         LtMoeStats *acc) {
     const int E = s->E;
-    const int32_t dropped = a->host_off[E + 1]; /* (downloaded with the offsets) */
-    int32_t buf[2 + 64], *n = E <= 64 ? buf : lt_malloc(sizeof(int32_t) * (size_t)(E + 2));
-    for (int e = 0; e < E; e++) n[e] = a->host_off[e + 1] - a->host_off[e];
-    n[E] = dropped, n[E + 1] = s->R;
-    acc->dropped += dropped;
-    acc->forwards++;
-    if (cx->tp && lt_comm_size(cx->tp) > 1) {
-        if (acc->sp_n == acc->sp_cap) {
-            const int cap = acc->sp_cap ? 2 * acc->sp_cap : 16;
-            int32_t *grown = lt_malloc(sizeof(int32_t) * (size_t)(E + 2) * (size_t)cap);
-            if (acc->sp_n) memcpy(grown, acc->sp_counts, sizeof(int32_t) * (size_t)(E + 2) * acc->sp_n);
-            free(acc->sp_counts);
-            acc->sp_counts = grown, acc->sp_cap = cap;
-        }
-        memcpy(acc->sp_counts + (size_t)acc->sp_n++ * (E + 2), n, sizeof(int32_t) * (size_t)(E + 2));
-    } else {
-        lt_moe_fold_loads(acc, n, 1, E, s->K);
+    const size_t row = (size_t)E + 2;
+    if (acc->sp_n == acc->sp_cap) { /* room for this forward's counts */
+        const int cap = acc->sp_cap ? 2 * acc->sp_cap : 16;
+        int32_t *grown = lt_malloc(sizeof(int32_t) * row * (size_t)cap);
+        if (acc->sp_n) memcpy(grown, acc->sp_counts, sizeof(int32_t) * row * (size_t)acc->sp_n);
+        free(acc->sp_counts);
+        acc->sp_counts = grown, acc->sp_cap = cap;
     }
-    if (n != buf) free(n);
+    int32_t *n = acc->sp_counts + (size_t)acc->sp_n * row;
+    for (int e = 0; e < E; e++) n[e] = a->host_off[e + 1] - a->host_off[e];
+    n[E] = a->host_off[E + 1], n[E + 1] = s->R; /* dropped (downloaded with the offsets), rows */
+    acc->dropped += n[E];
+    acc->forwards++;
+    if (cx->tp && lt_comm_size(cx->tp) > 1)
+        acc->sp_n++; /* kept for lt_model_moe_take */
+    else
+        lt_moe_fold_loads(acc, n, 1, E, s->K);
 }
 
 void lt_moe_fold_loads(LtMoeStats *acc, const int32_t *n, int forwards, int E, int K) {

@@ -388,6 +388,15 @@ static void layer_bytes(const StepSizes *z, const Cand *k, int mlp, double *f, d
     *b = norms + (llama ? 5.0 : 3.0) * s * N * F + rope + 5.0 * qkn + s * N * bias;
 }
 
+/* The causal rate (TFLOP/s) of implementation `kind` (LT_PLAN_ATTN_*) forward or
+ * backward, at the run's sequence length and head dimension. */
+static double causal_tflops(const LtConfig *c, const LtPlanDevice *g, int kind, int bwd) {
+    const double at_ref = kind == LT_PLAN_ATTN_LATTICE
+                              ? (bwd ? g->attn_bwd_tflops : g->attn_fwd_tflops)
+                              : (bwd ? g->cudnn_bwd_tflops : g->cudnn_fwd_tflops);
+    return at_ref * lt_plan_attn_shape(g, kind, bwd, c->model.seq_length, c->model.kv_channels);
+}
+
 /* The attention core's rates (FLOP/s forward, backward) and *cudnn: cuDNN's
  * where the config lets model.attention pick it (auto or cudnn) in bf16 on a
  * device with cuDNN figures, else lattice's own (the CPU loop on the CPU); on
@@ -400,11 +409,8 @@ static void attention_rates(const LtConfig *c, const LtPlanDevice *g, double *fw
     const int kind = !*cudnn                             ? LT_PLAN_ATTN_LATTICE
                      : c->model.attention_deterministic ? LT_PLAN_ATTN_CUDNN
                                                          : LT_PLAN_ATTN_CUDNN_NONDET;
-    const int T = c->model.seq_length, HD = c->model.kv_channels;
-    *fwd = (*cudnn ? g->cudnn_fwd_tflops : g->attn_fwd_tflops) * 1e12 *
-           lt_plan_attn_shape(g, kind, 0, T, HD);
-    *bwd = (*cudnn ? g->cudnn_bwd_tflops : g->attn_bwd_tflops) * 1e12 *
-           lt_plan_attn_shape(g, kind, 1, T, HD);
+    *fwd = causal_tflops(c, g, kind, 0) * 1e12;
+    *bwd = causal_tflops(c, g, kind, 1) * 1e12;
 }
 
 /* A sliding-window layer's rates, as the engine runs it: the forward on
@@ -416,22 +422,15 @@ static void attention_rates(const LtConfig *c, const LtPlanDevice *g, double *fw
  * figures are measured at a window's own shape and taken as they are). */
 static void window_rates(const LtConfig *c, const LtPlanDevice *g, int cudnn, double *fwd,
                          double *bwd) {
-    const int T = c->model.seq_length, HD = c->model.kv_channels;
-    const double lf = g->attn_win_fwd_tflops > 0
-                          ? g->attn_win_fwd_tflops
-                          : g->attn_fwd_tflops * lt_plan_attn_shape(g, LT_PLAN_ATTN_LATTICE, 0, T, HD),
-                 lb = g->attn_win_bwd_tflops > 0
-                          ? g->attn_win_bwd_tflops
-                          : g->attn_bwd_tflops * lt_plan_attn_shape(g, LT_PLAN_ATTN_LATTICE, 1, T, HD);
-    *fwd = (cudnn ? (g->cudnn_win_fwd_tflops > 0
-                         ? g->cudnn_win_fwd_tflops
-                         : g->cudnn_fwd_tflops * lt_plan_attn_shape(g, LT_PLAN_ATTN_CUDNN, 0, T, HD))
+    const int L = LT_PLAN_ATTN_LATTICE, C = LT_PLAN_ATTN_CUDNN;
+    const double lf = g->attn_win_fwd_tflops > 0 ? g->attn_win_fwd_tflops : causal_tflops(c, g, L, 0),
+                 lb = g->attn_win_bwd_tflops > 0 ? g->attn_win_bwd_tflops : causal_tflops(c, g, L, 1);
+    *fwd = (cudnn ? (g->cudnn_win_fwd_tflops > 0 ? g->cudnn_win_fwd_tflops : causal_tflops(c, g, C, 0))
                   : lf) * 1e12;
     const int cudnn_bwd = cudnn && c->model.attention == LT_ATTN_CUDNN &&
                           c->model.attention_deterministic;
-    *bwd = (cudnn_bwd ? (g->cudnn_win_bwd_tflops > 0
-                             ? g->cudnn_win_bwd_tflops
-                             : g->cudnn_bwd_tflops * lt_plan_attn_shape(g, LT_PLAN_ATTN_CUDNN, 1, T, HD))
+    *bwd = (cudnn_bwd ? (g->cudnn_win_bwd_tflops > 0 ? g->cudnn_win_bwd_tflops
+                                                     : causal_tflops(c, g, C, 1))
                       : lb) * 1e12;
 }
 

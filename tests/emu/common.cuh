@@ -58,6 +58,7 @@ typedef struct {
     int gemm_no_epilogue; /* (no GEMMs here) */
     void *scratch;        /* grow-only, as one LtStream's */
     size_t scratch_bytes;
+    LtStream *cur;        /* set_stream's (ops run at once whatever it is) */
 } CudaImpl;
 static inline CudaImpl *cu_impl(LtBackend *be) { return (CudaImpl *)be->impl; }
 static inline cudaStream_t cu_stream(LtBackend *be) { return (cudaStream_t)0; }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "attention.cuh" /* and through it the emulation's common.cuh */
@@ -208,11 +209,7 @@ void cu_act_to_f32(LtBackend *be, float *dst, const void *src, size_t n) {
     else if (dst != src)
         memcpy(dst, src, n * sizeof(float));
 }
-/* Ops run at once whatever the stream; each backend's current stream is kept
- * only so that current_stream and native_stream answer as on a GPU. */
-static std::map<const LtBackend *, LtStream *> g_cur_stream;
 static void emu_destroy(LtBackend *be) {
-    g_cur_stream.erase(be);
     free(cu_impl(be)->scratch);
     free(be->impl);
     free(be);
@@ -221,7 +218,7 @@ static void emu_destroy(LtBackend *be) {
  * within one, as cudaMemcpy requires (a copy past the end is "invalid
  * argument" on a GPU; the emulation's padding would hide it). */
 static std::map<uintptr_t, size_t> g_allocs;
-static std::map<uintptr_t, bool> g_host_allocs; /* host_alloc's (pinned host memory on a GPU) */
+static std::set<uintptr_t> g_host_allocs; /* host_alloc's (pinned host memory on a GPU) */
 static void *emu_alloc(LtBackend *, size_t bytes) {
     size_t nb = (bytes + 255) / 256 * 256 + 256;
     void *p = aligned_alloc(256, nb);
@@ -258,22 +255,21 @@ static void emu_copy(LtBackend *, void *dst, const void *src, size_t bytes) {
 static void emu_sync(LtBackend *be) { be->host_waits++; }
 static LtStream *emu_stream_create(LtBackend *) { return (LtStream *)malloc(1); }
 static void emu_stream_destroy(LtBackend *, LtStream *s) { free(s); }
-static void emu_set_stream(LtBackend *be, LtStream *s) { g_cur_stream[be] = s; }
+/* Ops run at once whatever the stream; the current one is kept only so that
+ * current_stream and native_stream answer as on a GPU. */
+static void emu_set_stream(LtBackend *be, LtStream *s) { cu_impl(be)->cur = s; }
 static LtEvent *emu_event_create(LtBackend *) { return (LtEvent *)malloc(1); }
 static void emu_event_destroy(LtBackend *, LtEvent *e) { free(e); }
 static void emu_event_record(LtBackend *, LtEvent *, LtStream *) {}
 static void emu_stream_wait_event(LtBackend *, LtStream *, LtEvent *) {}
-static LtStream *emu_current_stream(LtBackend *be) {
-    auto it = g_cur_stream.find(be);
-    return it == g_cur_stream.end() ? NULL : it->second;
-}
+static LtStream *emu_current_stream(LtBackend *be) { return cu_impl(be)->cur; }
 /* the "cudaStream_t" that code of its own (NCCL; here tests/emu/nccl_mpi.c,
  * which ignores it) enqueues on: the LtStream itself, NULL the default one */
 static void *emu_native_stream(LtBackend *, LtStream *s) { return s; }
 
 static void *emu_host_alloc(LtBackend *be, size_t bytes) {
     void *p = emu_alloc(be, bytes);
-    g_host_allocs[(uintptr_t)p] = true;
+    g_host_allocs.insert((uintptr_t)p);
     return p;
 }
 /* A host<->device copy that waits, its device side checked (dev: dst or src). */

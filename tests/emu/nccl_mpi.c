@@ -392,26 +392,33 @@ static ncclResult_t run_op(const Op *o) {
 
 #define TAG_P2P 7
 
-/* What op o reads (i = 0) and writes (i = 1) on this rank, as byte ranges
- * (NULL: none; a root-only receive buffer is written on the root only). */
+/* The bytes op o reads (i = 0: its send buffer) or writes (i = 1: its receive
+ * buffer) on this rank, from *at; 0 where it has none (a send's receive
+ * buffer, a reduce's receive buffer off the root, a broadcast's send buffer
+ * off the root). */
 static size_t op_range(const Op *o, int i, const char **at) {
-    const size_t tsz = type_size(o->type), n = (size_t)o->comm->size, me = (size_t)o->comm->rank;
-    *at = NULL;
+    const size_t b = o->count * type_size(o->type), n = (size_t)o->comm->size;
+    const int root = o->comm->rank == o->peer;
+    *at = i ? o->recv : o->send;
     switch (o->kind) {
-    case OP_SEND: if (!i) *at = o->send; return o->count * tsz;
-    case OP_RECV: if (i) *at = o->recv; return o->count * tsz;
-    case OP_ALLREDUCE: *at = i ? o->recv : o->send; return o->count * tsz;
-    case OP_REDUCE:
-        if (!i || (int)me == o->peer) *at = i ? o->recv : o->send;
-        return o->count * tsz;
-    case OP_BCAST:
-        if (i || (int)me == o->peer) *at = i ? o->recv : o->send;
-        return o->count * tsz;
-    case OP_REDUCE_SCATTER: *at = i ? o->recv : o->send; return o->count * tsz * (i ? 1 : n);
-    case OP_ALLGATHER: *at = i ? o->recv : o->send; return o->count * tsz * (i ? n : 1);
+    case OP_SEND: return i ? 0 : b;
+    case OP_RECV: return i ? b : 0;
+    case OP_ALLREDUCE: return b;
+    case OP_REDUCE: return i && !root ? 0 : b;
+    case OP_BCAST: return !i && !root ? 0 : b;
+    case OP_REDUCE_SCATTER: return i ? b : b * n;
+    case OP_ALLGATHER: return i ? b * n : b;
     }
-    (void)me;
     return 0;
+}
+
+/* Where NCCL's in-place form of op o puts its send buffer: the receive
+ * buffer itself, or its place in the whole (reduce-scatter: recvbuff = sendbuff
+ * + rank * recvcount; all-gather: sendbuff = recvbuff + rank * sendcount). */
+static const char *in_place_send(const Op *o) {
+    const size_t b = o->count * type_size(o->type), r = (size_t)o->comm->rank;
+    const char *recv = o->recv;
+    return o->kind == OP_REDUCE_SCATTER ? recv - r * b : o->kind == OP_ALLGATHER ? recv + r * b : recv;
 }
 
 /* NCCL runs a group's operations concurrently: none may write what another
@@ -424,10 +431,10 @@ static ncclResult_t check_group_hazards(void) {
             if (a == b) continue;
             const char *w, *x;
             const size_t wn = op_range(&g_ops[a], 1, &w);
-            if (!w || !wn) continue;
+            if (!wn) continue;
             for (int i = 0; i < 2; i++) {
                 const size_t xn = op_range(&g_ops[b], i, &x);
-                if (x && xn && w < x + xn && x < w + wn)
+                if (xn && w < x + xn && x < w + wn)
                     return failed(ncclInvalidUsage,
                                   "ncclGroupEnd: operation %d of the group (%s) writes %p (%zu "
                                   "bytes), which operation %d (%s) %s at %p (%zu bytes): a "
@@ -511,88 +518,66 @@ ncclResult_t ncclGroupEnd(void) {
 }
 
 /* ---- the operations ---- */
+/* Checks op o as NCCL would be called with it - communicator, type, count,
+ * root or peer, every buffer it reads or writes within one device allocation,
+ * send and receive apart unless in NCCL's in-place placement - then runs it,
+ * or queues it in the open group. */
+static ncclResult_t submit(const char *name, Op o) {
+    const int whole = o.kind == OP_REDUCE_SCATTER || o.kind == OP_ALLGATHER;
+    TRY(check_args(name, o.comm, o.type, o.count * (size_t)(whole && o.comm ? o.comm->size : 1)));
+    const int ranked = o.kind == OP_REDUCE || o.kind == OP_BCAST || o.kind == OP_SEND ||
+                       o.kind == OP_RECV;
+    if (ranked && (o.peer < 0 || o.peer >= o.comm->size))
+        return failed(ncclInvalidArgument, "%s: %s %d of %d ranks", name,
+                      o.kind == OP_SEND || o.kind == OP_RECV ? "peer" : "root", o.peer,
+                      o.comm->size);
+    const char *r, *w;
+    const size_t rn = op_range(&o, 0, &r), wn = op_range(&o, 1, &w);
+    TRY(check_buf(name, "sendbuff", r, rn));
+    TRY(check_buf(name, "recvbuff", w, wn));
+    if (rn && wn) TRY(check_place(name, r, rn, w, wn, in_place_send(&o)));
+    return enqueue(o);
+}
+
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
                            ncclRedOp_t red, ncclComm_t c, cudaStream_t stream) {
-    const char *op = "ncclAllReduce";
     (void)stream;
-    TRY(check_args(op, c, t, count));
-    const size_t b = count * type_size(t);
-    TRY(check_buf(op, "sendbuff", send, b));
-    TRY(check_buf(op, "recvbuff", recv, b));
-    TRY(check_place(op, send, b, recv, b, recv));
-    return enqueue((Op){OP_ALLREDUCE, send, recv, count, t, red, -1, c});
+    return submit("ncclAllReduce", (Op){OP_ALLREDUCE, send, recv, count, t, red, -1, c});
 }
 
 ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
                         ncclRedOp_t red, int root, ncclComm_t c, cudaStream_t stream) {
-    const char *op = "ncclReduce";
     (void)stream;
-    TRY(check_args(op, c, t, count));
-    if (root < 0 || root >= c->size) return failed(ncclInvalidArgument, "%s: root %d", op, root);
-    const size_t b = count * type_size(t);
-    TRY(check_buf(op, "sendbuff", send, b));
-    if (c->rank == root) {
-        TRY(check_buf(op, "recvbuff", recv, b));
-        TRY(check_place(op, send, b, recv, b, recv));
-    }
-    return enqueue((Op){OP_REDUCE, send, recv, count, t, red, root, c});
+    return submit("ncclReduce", (Op){OP_REDUCE, send, recv, count, t, red, root, c});
 }
 
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount, ncclDataType_t t,
                                ncclRedOp_t red, ncclComm_t c, cudaStream_t stream) {
-    const char *op = "ncclReduceScatter";
     (void)stream;
-    TRY(check_args(op, c, t, recvcount * (size_t)(c ? c->size : 1)));
-    const size_t b = recvcount * type_size(t), sb = b * (size_t)c->size;
-    TRY(check_buf(op, "sendbuff", send, sb));
-    TRY(check_buf(op, "recvbuff", recv, b));
-    TRY(check_place(op, send, sb, recv, b, (const char *)recv - (size_t)c->rank * b));
-    return enqueue((Op){OP_REDUCE_SCATTER, send, recv, recvcount, t, red, -1, c});
+    return submit("ncclReduceScatter",
+                  (Op){OP_REDUCE_SCATTER, send, recv, recvcount, t, red, -1, c});
 }
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclDataType_t t,
                            ncclComm_t c, cudaStream_t stream) {
-    const char *op = "ncclAllGather";
     (void)stream;
-    TRY(check_args(op, c, t, sendcount * (size_t)(c ? c->size : 1)));
-    const size_t b = sendcount * type_size(t), rb = b * (size_t)c->size;
-    TRY(check_buf(op, "sendbuff", send, b));
-    TRY(check_buf(op, "recvbuff", recv, rb));
-    TRY(check_place(op, send, b, recv, rb, (const char *)recv + (size_t)c->rank * b));
-    return enqueue((Op){OP_ALLGATHER, send, recv, sendcount, t, ncclSum, -1, c});
+    return submit("ncclAllGather", (Op){OP_ALLGATHER, send, recv, sendcount, t, ncclSum, -1, c});
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root,
                            ncclComm_t c, cudaStream_t stream) {
-    const char *op = "ncclBroadcast";
     (void)stream;
-    TRY(check_args(op, c, t, count));
-    if (root < 0 || root >= c->size) return failed(ncclInvalidArgument, "%s: root %d", op, root);
-    const size_t b = count * type_size(t);
-    TRY(check_buf(op, "recvbuff", recv, b));
-    if (c->rank == root) {
-        TRY(check_buf(op, "sendbuff", send, b));
-        TRY(check_place(op, send, b, recv, b, recv));
-    }
-    return enqueue((Op){OP_BCAST, send, recv, count, t, ncclSum, root, c});
+    return submit("ncclBroadcast", (Op){OP_BCAST, send, recv, count, t, ncclSum, root, c});
 }
 
 ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t t, int peer, ncclComm_t c,
                       cudaStream_t stream) {
-    const char *op = "ncclSend";
     (void)stream;
-    TRY(check_args(op, c, t, count));
-    if (peer < 0 || peer >= c->size) return failed(ncclInvalidArgument, "%s: peer %d", op, peer);
-    TRY(check_buf(op, "sendbuff", send, count * type_size(t)));
-    return enqueue((Op){OP_SEND, send, NULL, count, t, ncclSum, peer, c});
+    return submit("ncclSend", (Op){OP_SEND, send, NULL, count, t, ncclSum, peer, c});
 }
 
 ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t t, int peer, ncclComm_t c,
                       cudaStream_t stream) {
-    const char *op = "ncclRecv";
     (void)stream;
-    TRY(check_args(op, c, t, count));
-    if (peer < 0 || peer >= c->size) return failed(ncclInvalidArgument, "%s: peer %d", op, peer);
-    TRY(check_buf(op, "recvbuff", recv, count * type_size(t)));
-    return enqueue((Op){OP_RECV, NULL, recv, count, t, ncclSum, peer, c});
+    return submit("ncclRecv", (Op){OP_RECV, NULL, recv, count, t, ncclSum, peer, c});
 }
